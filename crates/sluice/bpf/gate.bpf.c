@@ -1,0 +1,435 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * gate.bpf.c - sluice's admission gate: an XDP program that refuses excess
+ * load at the driver, before the kernel spends anything on it.
+ *
+ * What runs where
+ * ---------------
+ * In the kernel (this file), per packet, with no lock and no shared atomic:
+ *   1. parse Ethernet (up to SLUICE_MAX_VLAN VLAN tags), IPv4 (options,
+ *      fragments) or IPv6 (up to SLUICE_MAX_IPV6_EXT extension headers), and
+ *      the L4 header far enough to know the destination port;
+ *   2. classify: one array lookup in "cells" indexed by (port slot, port);
+ *      only if that cell says source-prefix rules apply, one LPM lookup in
+ *      prefix_v4/prefix_v6 keyed by (prefix group, source address). The cost
+ *      does not grow with the number of rules: user space compiles the rules
+ *      (first match wins, in config order) into these tables;
+ *   3. admit or drop with the class's token bucket;
+ *   4. count the packet in exactly one verdict counter.
+ * In user space (the sluice daemon): compiling rules into the tables, the
+ * per-CPU rate split (below), reading and serving counters, reloads.
+ *
+ * Token buckets without locks
+ * ---------------------------
+ * Each class has one bucket per CPU (per-CPU arrays "shares" and "buckets"),
+ * so the per-packet path touches only this CPU's memory. Tokens are fixed
+ * point (1 packet = SLUICE_TOKEN_SCALE units) refilled from bpf_ktime_get_ns():
+ * tokens += elapsed_ns * rate_pps, capped at burst * SCALE; a packet takes
+ * SCALE units. No division and no floating point on the packet path: the
+ * daemon precomputes fill_ns, the time after which the bucket is full anyway,
+ * which also keeps the multiplication from overflowing.
+ *
+ * Splitting a class's rate over CPUs: a class's total rate R must be divided
+ * into per-CPU shares r_i with sum r_i = R. An even split (R/n each) fails
+ * whenever traffic is uneven, which is the usual case (RSS hashes few flows to
+ * few queues; veth runs NAPI on the sender's CPU): a CPU with all the traffic
+ * would admit only R/n. So the daemon sets r_i in proportion to the arrivals
+ * (seen packets) each CPU had over the last period, plus a small floor so a
+ * CPU that starts receiving is not shut out until the next update. If the
+ * class is under its limit, every CPU's share is at least its arrivals and
+ * nothing is dropped; if it is over, the shares add up to R. The error is
+ * bounded by how fast the traffic moves between CPUs compared to the update
+ * period (100 ms). This is user-space work once per period, not per packet.
+ *
+ * Verdicts for odd input (also in the README):
+ *   - not IPv4/IPv6 (ARP, LLDP, ...): XDP_PASS, counted NON_IP_PASS;
+ *   - frame too short for its Ethernet/VLAN header, IP header invalid or
+ *     truncated, or IP packet truncated before a complete L4 header:
+ *     settings.malformed_verdict (default XDP_DROP), counted MALFORMED_*;
+ *   - more VLAN tags or IPv6 extension headers than the parse depth: the
+ *     default class, counted DEPTH_EXCEEDED (info) and in that class;
+ *   - non-first fragments (no ports): classified by protocol only.
+ */
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#include "sluice.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, SLUICE_CELLS);
+	__type(key, __u32);
+	__type(value, struct sluice_cell);
+} cells SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, SLUICE_MAX_PREFIX_ENTRIES);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct sluice_v4_key);
+	__type(value, __u32);
+} prefix_v4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, SLUICE_MAX_PREFIX_ENTRIES);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct sluice_v6_key);
+	__type(value, __u32);
+} prefix_v6 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SLUICE_MAX_CLASSES);
+	__type(key, __u32);
+	__type(value, struct sluice_share);
+} shares SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SLUICE_MAX_CLASSES);
+	__type(key, __u32);
+	__type(value, struct sluice_bucket);
+} buckets SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SLUICE_MAX_CLASSES);
+	__type(key, __u32);
+	__type(value, struct sluice_class_stats);
+} class_stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SLUICE_GS_NR);
+	__type(key, __u32);
+	__type(value, __u64);
+} global_stats SEC(".maps");
+
+/* Run-time settings, written by the daemon through the mmap'ed .data map. */
+volatile struct sluice_settings settings = {
+	.malformed_verdict = XDP_DROP,
+	.default_class = 0,
+};
+
+static __always_inline void global_inc(__u32 idx)
+{
+	__u64 *v = bpf_map_lookup_elem(&global_stats, &idx);
+
+	if (v)
+		*v += 1;
+}
+
+/* What the parser found. */
+enum parse_result {
+	PARSE_OK,        /* IP packet, slot/port/source filled in */
+	PARSE_NON_IP,    /* not IPv4/IPv6 */
+	PARSE_MALFORMED, /* truncated or invalid */
+	PARSE_DEPTH,     /* headers beyond the parse depth */
+};
+
+struct pkt {
+	__u32 slot;  /* enum sluice_slot */
+	__u32 port;  /* destination port (host order) or, port-less, the IP protocol */
+	__u32 family; /* 4 or 6 */
+	__u32 src4;  /* IPv4 source, network order */
+	struct in6_addr src6;
+};
+
+struct vlan_hdr {
+	__be16 tci;
+	__be16 proto;
+};
+
+/*
+ * Each parser below promises: it reads only bytes it has checked against
+ * data_end, and it either returns PARSE_OK with *pos advanced past the header
+ * it parsed, or another parse_result with nothing else changed.
+ */
+
+/* Ethernet and up to SLUICE_MAX_VLAN tags. Sets *proto to the inner EtherType (network order). */
+static __always_inline int parse_eth(void **pos, void *end, __be16 *proto)
+{
+	struct ethhdr *eth = *pos;
+	void *p = eth + 1;
+	__be16 h_proto;
+
+	if (p > end)
+		return PARSE_MALFORMED;
+	h_proto = eth->h_proto;
+#pragma unroll
+	for (int i = 0; i < SLUICE_MAX_VLAN; i++) {
+		struct vlan_hdr *vh = p;
+
+		if (h_proto != bpf_htons(ETH_P_8021Q) && h_proto != bpf_htons(ETH_P_8021AD))
+			break;
+		if ((void *)(vh + 1) > end)
+			return PARSE_MALFORMED;
+		h_proto = vh->proto;
+		p = vh + 1;
+	}
+	if (h_proto == bpf_htons(ETH_P_8021Q) || h_proto == bpf_htons(ETH_P_8021AD))
+		return PARSE_DEPTH;
+	*pos = p;
+	*proto = h_proto;
+	return PARSE_OK;
+}
+
+/* Destination port of a UDP or TCP header at pos, or the slot/protocol for port-less. */
+static __always_inline int parse_l4(void *pos, void *end, __u8 proto, struct pkt *pk)
+{
+	switch (proto) {
+	case IPPROTO_UDP:
+		if (pos + SLUICE_UDP_HLEN > end)
+			return PARSE_MALFORMED;
+		pk->slot = SLUICE_SLOT_UDP;
+		pk->port = bpf_ntohs(*(__be16 *)(pos + 2));
+		return PARSE_OK;
+	case IPPROTO_TCP:
+		if (pos + SLUICE_TCP_HLEN > end)
+			return PARSE_MALFORMED;
+		pk->slot = SLUICE_SLOT_TCP;
+		pk->port = bpf_ntohs(*(__be16 *)(pos + 2));
+		return PARSE_OK;
+	case IPPROTO_ICMP:
+		if (pos + SLUICE_ICMP_HLEN > end)
+			return PARSE_MALFORMED;
+		break;
+	case IPPROTO_ICMPV6:
+		if (pos + SLUICE_ICMPV6_HLEN > end)
+			return PARSE_MALFORMED;
+		break;
+	}
+	pk->slot = SLUICE_SLOT_PORTLESS;
+	pk->port = proto;
+	return PARSE_OK;
+}
+
+static __always_inline int parse_ipv4(void *pos, void *end, struct pkt *pk)
+{
+	struct iphdr *ip = pos;
+	__u32 hlen;
+
+	if ((void *)(ip + 1) > end)
+		return PARSE_MALFORMED;
+	if (ip->version != 4 || ip->ihl < 5)
+		return PARSE_MALFORMED;
+	hlen = ip->ihl * 4;
+	if (pos + hlen > end)
+		return PARSE_MALFORMED;
+	pk->family = 4;
+	pk->src4 = ip->saddr;
+	if (ip->frag_off & bpf_htons(0x1fff)) {
+		/* Non-first fragment: no L4 header, classify by protocol only. */
+		global_inc(SLUICE_GS_FRAGMENTS);
+		pk->slot = SLUICE_SLOT_PORTLESS;
+		pk->port = ip->protocol;
+		return PARSE_OK;
+	}
+	return parse_l4(pos + hlen, end, ip->protocol, pk);
+}
+
+struct ipv6_opt_hdr_min {
+	__u8 nexthdr;
+	__u8 hdrlen;
+};
+
+static __always_inline int parse_ipv6(void *pos, void *end, struct pkt *pk)
+{
+	struct ipv6hdr *ip6 = pos;
+	__u8 nexthdr;
+	void *p;
+
+	if ((void *)(ip6 + 1) > end)
+		return PARSE_MALFORMED;
+	if (ip6->version != 6)
+		return PARSE_MALFORMED;
+	pk->family = 6;
+	pk->src6 = ip6->saddr;
+	nexthdr = ip6->nexthdr;
+	p = ip6 + 1;
+
+#pragma unroll
+	for (int i = 0; i < SLUICE_MAX_IPV6_EXT; i++) {
+		struct ipv6_opt_hdr_min *eh = p;
+
+		switch (nexthdr) {
+		case IPPROTO_HOPOPTS:
+		case IPPROTO_ROUTING:
+		case IPPROTO_DSTOPTS:
+			if ((void *)(eh + 1) > end)
+				return PARSE_MALFORMED;
+			nexthdr = eh->nexthdr;
+			p += (eh->hdrlen + 1) * 8;
+			break;
+		case IPPROTO_AH:
+			if ((void *)(eh + 1) > end)
+				return PARSE_MALFORMED;
+			nexthdr = eh->nexthdr;
+			p += (eh->hdrlen + 2) * 4;
+			break;
+		case IPPROTO_FRAGMENT: {
+			/* 8 bytes: nexthdr, reserved, frag_off (13 bits offset, 2 reserved, M). */
+			__be16 *fo = p + 2;
+
+			if (p + 8 > end)
+				return PARSE_MALFORMED;
+			nexthdr = eh->nexthdr;
+			if (*fo & bpf_htons(0xfff8)) {
+				global_inc(SLUICE_GS_FRAGMENTS);
+				pk->slot = SLUICE_SLOT_PORTLESS;
+				pk->port = nexthdr;
+				return PARSE_OK;
+			}
+			p += 8;
+			break;
+		}
+		default:
+			return parse_l4(p, end, nexthdr, pk);
+		}
+	}
+	switch (nexthdr) {
+	case IPPROTO_HOPOPTS:
+	case IPPROTO_ROUTING:
+	case IPPROTO_DSTOPTS:
+	case IPPROTO_AH:
+	case IPPROTO_FRAGMENT:
+		return PARSE_DEPTH;
+	}
+	return parse_l4(p, end, nexthdr, pk);
+}
+
+static __always_inline __u32 classify(struct pkt *pk)
+{
+	__u32 idx = pk->slot * SLUICE_PORTS_PER_SLOT + pk->port;
+	struct sluice_cell *cell = bpf_map_lookup_elem(&cells, &idx);
+	__u32 *cls = NULL;
+
+	if (!cell)
+		return settings.default_class;
+	if (!(cell->flags & SLUICE_CELL_PREFIX))
+		return cell->class_id;
+	if (pk->family == 4) {
+		struct sluice_v4_key k = {
+			.prefixlen = 64,
+			.group = bpf_htonl(cell->group),
+			.addr = pk->src4,
+		};
+
+		cls = bpf_map_lookup_elem(&prefix_v4, &k);
+	} else {
+		struct sluice_v6_key k = {
+			.prefixlen = 160,
+			.group = bpf_htonl(cell->group),
+		};
+
+		__builtin_memcpy(k.addr, &pk->src6, 16);
+		cls = bpf_map_lookup_elem(&prefix_v6, &k);
+	}
+	return cls ? *cls : cell->class_id;
+}
+
+/* Take one token from this CPU's bucket; 1 if there was one. */
+static __always_inline int bucket_take(const struct sluice_share *sh, struct sluice_bucket *b)
+{
+	__u64 now = bpf_ktime_get_ns();
+	__u64 cap = sh->burst * SLUICE_TOKEN_SCALE;
+	__u64 elapsed = now - b->last_ns;
+	__u64 tokens;
+
+	b->last_ns = now;
+	if (elapsed >= sh->fill_ns) {
+		tokens = cap;
+	} else {
+		tokens = b->tokens + elapsed * sh->rate_pps;
+		if (tokens > cap)
+			tokens = cap;
+	}
+	if (tokens >= SLUICE_TOKEN_SCALE) {
+		b->tokens = tokens - SLUICE_TOKEN_SCALE;
+		return 1;
+	}
+	b->tokens = tokens;
+	return 0;
+}
+
+SEC("xdp")
+int sluice_gate(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	__u64 bytes = end - data;
+	struct pkt pk = {};
+	void *pos = data;
+	__be16 proto = 0;
+	__u32 cls;
+	int res;
+
+	res = parse_eth(&pos, end, &proto);
+	if (res == PARSE_OK) {
+		if (proto == bpf_htons(ETH_P_IP))
+			res = parse_ipv4(pos, end, &pk);
+		else if (proto == bpf_htons(ETH_P_IPV6))
+			res = parse_ipv6(pos, end, &pk);
+		else
+			res = PARSE_NON_IP;
+	}
+
+	switch (res) {
+	case PARSE_OK:
+		cls = classify(&pk);
+		break;
+	case PARSE_DEPTH:
+		global_inc(SLUICE_GS_DEPTH_EXCEEDED);
+		cls = settings.default_class;
+		break;
+	case PARSE_NON_IP:
+		global_inc(SLUICE_GS_NON_IP_PASS);
+		return XDP_PASS;
+	default:
+		if (settings.malformed_verdict == XDP_PASS) {
+			global_inc(SLUICE_GS_MALFORMED_PASS);
+			return XDP_PASS;
+		}
+		global_inc(SLUICE_GS_MALFORMED_DROP);
+		return XDP_DROP;
+	}
+
+	cls &= SLUICE_MAX_CLASSES - 1;
+	struct sluice_share *sh = bpf_map_lookup_elem(&shares, &cls);
+	struct sluice_class_stats *st = bpf_map_lookup_elem(&class_stats, &cls);
+	struct sluice_bucket *b = bpf_map_lookup_elem(&buckets, &cls);
+
+	if (!sh || !st || !b)
+		return XDP_PASS; /* cannot happen: cls < max_entries */
+
+	st->cnt[SLUICE_CS_SEEN_PKTS] += 1;
+	st->cnt[SLUICE_CS_SEEN_BYTES] += bytes;
+	if (sh->mode == SLUICE_MODE_BLOCKED) {
+		st->cnt[SLUICE_CS_DROP_BLOCKED_PKTS] += 1;
+		st->cnt[SLUICE_CS_DROP_BLOCKED_BYTES] += bytes;
+		return XDP_DROP;
+	}
+	if (sh->mode == SLUICE_MODE_LIMITED && !bucket_take(sh, b)) {
+		st->cnt[SLUICE_CS_DROP_RATE_PKTS] += 1;
+		st->cnt[SLUICE_CS_DROP_RATE_BYTES] += bytes;
+		return XDP_DROP;
+	}
+	st->cnt[SLUICE_CS_ADMIT_PKTS] += 1;
+	st->cnt[SLUICE_CS_ADMIT_BYTES] += bytes;
+	return XDP_PASS;
+}
+
+/* The floor for `sluice bench gate`: an XDP program that does nothing. */
+SEC("xdp")
+int sluice_noop(struct xdp_md *ctx)
+{
+	return XDP_PASS;
+}

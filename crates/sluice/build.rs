@@ -1,0 +1,37 @@
+//! Build script: compiles the XDP gate with clang into a libbpf skeleton, and
+//! generates the Rust view of the shared header `bpf/sluice.h` with bindgen,
+//! so no C struct, enum or constant is ever copied into Rust by hand.
+use std::env;
+use std::path::PathBuf;
+
+use libbpf_cargo::SkeletonBuilder;
+
+const GATE_SRC: &str = "bpf/gate.bpf.c";
+const HEADER: &str = "bpf/sluice.h";
+
+fn main() {
+    let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR is set by cargo"));
+    let arch_include = format!("-I/usr/include/{}-linux-gnu", env::var("CARGO_CFG_TARGET_ARCH").unwrap());
+
+    SkeletonBuilder::new()
+        .source(GATE_SRC)
+        .clang_args(["-Wall", "-Werror", "-O2", "-Ibpf", arch_include.as_str()])
+        .build_and_generate(out.join("gate.skel.rs"))
+        .unwrap_or_else(|e| panic!("building {GATE_SRC} failed (is clang installed? run `make deps`): {e:#}"));
+
+    bindgen::Builder::default()
+        .header(HEADER)
+        .clang_arg(arch_include.as_str())
+        .allowlist_item("(sluice|SLUICE)_.*")
+        .derive_default(true)
+        .prepend_enum_name(false)
+        .default_enum_style(bindgen::EnumVariation::Consts)
+        .layout_tests(true)
+        .generate()
+        .unwrap_or_else(|e| panic!("bindgen over {HEADER} failed (is libclang installed? run `make deps`): {e}"))
+        .write_to_file(out.join("sluice_intf.rs"))
+        .expect("writing the bindgen output");
+
+    println!("cargo:rerun-if-changed={GATE_SRC}");
+    println!("cargo:rerun-if-changed={HEADER}");
+}

@@ -1,0 +1,754 @@
+//! Configuration: the TOML file and the equivalent `--class` flag syntax.
+//!
+//! Parse, then validate, into [`Config`]; nothing here touches the kernel, so
+//! `sluice check-config` and the unit tests use it as is. Every error names the
+//! source (file and line, or the flag), the field, and what would be valid.
+//!
+//! ```toml
+//! interface = "eth0"            # optional, --iface wins
+//! xdp_mode = "native"           # "native" (default) or "generic"
+//! malformed = "drop"            # verdict for malformed IP packets: "drop" (default) or "pass"
+//! default_class = "default"     # class for unmatched IP traffic (an unlimited "default" class is added if absent)
+//! metrics = "127.0.0.1:9786"    # Prometheus listen address, or "off"
+//! socket = "/run/sluice/eth0.sock"
+//!
+//! [[class]]
+//! name = "dns"
+//! priority = 0                  # 0 = highest
+//! rate = "unlimited"            # packets/s ("450k", "1.5M", 20000), "unlimited" or "blocked"
+//! match = [{ proto = "udp", port = 53 }]
+//!
+//! [[class]]
+//! name = "flood"
+//! priority = 3
+//! rate = "100k"
+//! burst = 1000                  # packets; default: 10 ms of the rate, at least 8
+//! match = [{ proto = "udp", port = "5000-5999", src = "10.0.0.0/8" }]
+//! ```
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::bpf_intf::{SLUICE_MAX_BURST, SLUICE_MAX_CLASSES, SLUICE_MAX_RATE};
+
+/// Default Prometheus listen address (documented in the README).
+pub const DEFAULT_METRICS: &str = "127.0.0.1:9786";
+/// Name of the class added when the config names no default class.
+pub const DEFAULT_CLASS: &str = "default";
+/// Priority of classes that do not set one, and of the implicit default class.
+pub const DEFAULT_PRIORITY: u8 = 1;
+pub const IMPLICIT_DEFAULT_PRIORITY: u8 = 255;
+
+/// Where a config error was found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Origin {
+    File { path: PathBuf, line: usize, column: usize },
+    Flag(String),
+}
+
+/// A configuration error: where, which field, and what is wrong / what is valid.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct ConfigError {
+    pub origin: Origin,
+    pub field: String,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.origin {
+            Origin::File { path, line, column } => write!(f, "{}:{line}:{column}: ", path.display())?,
+            Origin::Flag(spec) => write!(f, "--class '{spec}': ")?,
+        }
+        if self.field.is_empty() {
+            write!(f, "{}", self.message)
+        } else {
+            write!(f, "field `{}`: {}", self.field, self.message)
+        }
+    }
+}
+
+/// XDP attach mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum XdpMode {
+    /// Driver (native) mode: the drop happens in the driver's receive path.
+    #[default]
+    Native,
+    /// Generic (skb) mode: after the kernel allocated an skb; for drivers without XDP.
+    Generic,
+}
+
+/// Verdict for malformed IP packets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    #[default]
+    Drop,
+    Pass,
+}
+
+/// A class's admission limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Limit {
+    Unlimited,
+    Blocked,
+    Rate { pps: u64, burst: u64 },
+}
+
+/// IP protocol a rule matches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+pub enum Proto {
+    Any,
+    Udp,
+    Tcp,
+    /// Any other IP protocol by number (ICMP = 1, ICMPv6 = 58, ...).
+    Number(u8),
+}
+
+/// A source prefix, IPv4 or IPv6, with host bits cleared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+pub struct Prefix {
+    pub addr: IpAddr,
+    pub len: u8,
+}
+
+impl Prefix {
+    /// Does `other` lie inside `self` (same family, longer or equal, same leading bits)?
+    pub fn contains(&self, other: &Prefix) -> bool {
+        if other.len < self.len {
+            return false;
+        }
+        match (self.addr, other.addr) {
+            (IpAddr::V4(a), IpAddr::V4(b)) => mask_v4(u32::from(b), self.len) == u32::from(a),
+            (IpAddr::V6(a), IpAddr::V6(b)) => mask_v6(u128::from(b), self.len) == u128::from(a),
+            _ => false,
+        }
+    }
+}
+
+impl fmt::Display for Prefix {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.len)
+    }
+}
+
+fn mask_v4(a: u32, len: u8) -> u32 {
+    if len == 0 { 0 } else { a & (u32::MAX << (32 - len as u32)) }
+}
+fn mask_v6(a: u128, len: u8) -> u128 {
+    if len == 0 { 0 } else { a & (u128::MAX << (128 - len as u32)) }
+}
+
+/// One match rule: protocol, optional destination port range, optional source prefix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Rule {
+    pub proto: Proto,
+    /// Inclusive destination port range; None = any port (and port-less packets).
+    pub ports: Option<(u16, u16)>,
+    pub src: Option<Prefix>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Class {
+    pub name: String,
+    /// 0 = highest.
+    pub priority: u8,
+    pub limit: Limit,
+    pub rules: Vec<Rule>,
+}
+
+/// A validated configuration. Class ids are indexes into `classes`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Config {
+    pub interface: Option<String>,
+    pub xdp_mode: XdpMode,
+    pub malformed: Verdict,
+    /// Index into `classes` of the class for unmatched IP traffic.
+    pub default_class: usize,
+    /// Prometheus listen address; None = off.
+    pub metrics: Option<SocketAddr>,
+    /// Statistics socket; None = the default for the interface.
+    pub socket: Option<PathBuf>,
+    pub classes: Vec<Class>,
+}
+
+impl Config {
+    pub fn class_id(&self, name: &str) -> Option<usize> {
+        self.classes.iter().position(|c| c.name == name)
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Value parsers shared by the TOML file and the flag syntax. They return a
+// message saying what is valid; the caller adds the origin and field.
+
+/// "450000", "450k", "1.5M", "2G" -> packets/s.
+pub fn parse_count(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (num, mult) = match t.chars().last() {
+        Some('k' | 'K') => (&t[..t.len() - 1], 1e3),
+        Some('m' | 'M') => (&t[..t.len() - 1], 1e6),
+        Some('g' | 'G') => (&t[..t.len() - 1], 1e9),
+        _ => (t, 1.0),
+    };
+    let v: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("\"{s}\" is not a number (examples: 20000, \"450k\", \"1.5M\")"))?;
+    let v = v * mult;
+    if !v.is_finite() || v < 0.0 || v.fract() != 0.0 {
+        return Err(format!("\"{s}\" is not a whole non-negative number of packets"));
+    }
+    Ok(v as u64)
+}
+
+/// A rate: a number of packets/s, "unlimited" or "blocked".
+fn parse_limit(rate: &str, burst: Option<u64>) -> Result<Limit, (&'static str, String)> {
+    let limit = match rate.trim() {
+        "unlimited" => Limit::Unlimited,
+        "blocked" => Limit::Blocked,
+        other => {
+            let pps = parse_count(other).map_err(|m| {
+                ("rate", format!("{m}; valid: packets/s (20000, \"450k\", \"1.5M\"), \"unlimited\" or \"blocked\""))
+            })?;
+            if pps == 0 || pps > u64::from(SLUICE_MAX_RATE) {
+                return Err(("rate", format!("{pps} is out of range: 1 to {SLUICE_MAX_RATE} packets/s (or \"blocked\")")));
+            }
+            let burst = burst.unwrap_or_else(|| default_burst(pps));
+            if burst == 0 || burst > u64::from(SLUICE_MAX_BURST) {
+                return Err(("burst", format!("{burst} is out of range: 1 to {SLUICE_MAX_BURST} packets")));
+            }
+            Limit::Rate { pps, burst }
+        }
+    };
+    if burst.is_some() && !matches!(limit, Limit::Rate { .. }) {
+        return Err(("burst", format!("a burst only applies to a packets/s rate, not to \"{}\"", rate.trim())));
+    }
+    Ok(limit)
+}
+
+/// Default bucket depth: 10 ms of the rate, at least 8 packets.
+pub fn default_burst(pps: u64) -> u64 {
+    (pps / 100).max(8)
+}
+
+fn parse_proto(s: &str) -> Result<Proto, String> {
+    Ok(match s.trim().to_ascii_lowercase().as_str() {
+        "any" => Proto::Any,
+        "udp" => Proto::Udp,
+        "tcp" => Proto::Tcp,
+        "icmp" => Proto::Number(1),
+        "icmpv6" | "ipv6-icmp" => Proto::Number(58),
+        other => match other.parse::<u8>() {
+            Ok(17) => Proto::Udp,
+            Ok(6) => Proto::Tcp,
+            Ok(n) => Proto::Number(n),
+            Err(_) => {
+                return Err(format!(
+                    "unknown protocol \"{s}\"; valid: \"udp\", \"tcp\", \"icmp\", \"icmpv6\", \"any\" or an IP protocol number 0-255"
+                ))
+            }
+        },
+    })
+}
+
+/// "53" or "8000-8080".
+fn parse_ports(s: &str) -> Result<(u16, u16), String> {
+    let bad = || format!("\"{s}\" is not a port or port range; valid: 53 or \"8000-8080\" (0-65535, low <= high)");
+    let (lo, hi) = match s.split_once('-') {
+        Some((a, b)) => (a.trim().parse().map_err(|_| bad())?, b.trim().parse().map_err(|_| bad())?),
+        None => {
+            let p = s.trim().parse().map_err(|_| bad())?;
+            (p, p)
+        }
+    };
+    if lo > hi {
+        return Err(bad());
+    }
+    Ok((lo, hi))
+}
+
+/// "10.0.0.0/8", "2001:db8::/32", or an address alone (a host prefix).
+pub fn parse_prefix(s: &str) -> Result<Prefix, String> {
+    let bad = |why: &str| format!("\"{s}\" is not a source prefix ({why}); valid: \"10.0.0.0/8\", \"2001:db8::/32\"");
+    let (a, l) = match s.split_once('/') {
+        Some((a, l)) => (a, Some(l)),
+        None => (s, None),
+    };
+    let addr: IpAddr = a.trim().parse().map_err(|_| bad("bad address"))?;
+    let max = if addr.is_ipv4() { 32 } else { 128 };
+    let len: u8 = match l {
+        Some(l) => l.trim().parse().map_err(|_| bad("bad length"))?,
+        None => max,
+    };
+    if len > max {
+        return Err(bad("length too long"));
+    }
+    let masked = match addr {
+        IpAddr::V4(v) => IpAddr::V4(mask_v4(u32::from(v), len).into()),
+        IpAddr::V6(v) => IpAddr::V6(mask_v6(u128::from(v), len).into()),
+    };
+    if masked != addr {
+        return Err(bad("host bits set after the prefix length"));
+    }
+    Ok(Prefix { addr, len })
+}
+
+fn make_rule(proto: Proto, ports: Option<(u16, u16)>, src: Option<Prefix>) -> Result<Rule, (&'static str, String)> {
+    if ports.is_some() && !matches!(proto, Proto::Udp | Proto::Tcp) {
+        return Err(("port", "ports only apply to proto \"udp\" or \"tcp\"".into()));
+    }
+    Ok(Rule { proto, ports, src })
+}
+
+// ---------------------------------------------------------------------------
+// Building a Config from classes (shared by the file and the flags).
+
+/// Checks that span the whole config: names, count, default class.
+fn finish(
+    mut classes: Vec<Class>,
+    default_class: Option<&str>,
+    err: &dyn Fn(&str, String) -> ConfigError,
+) -> Result<(Vec<Class>, usize), ConfigError> {
+    for (i, c) in classes.iter().enumerate() {
+        if classes[..i].iter().any(|o| o.name == c.name) {
+            return Err(err("name", format!("class \"{}\" is defined twice; class names must be unique", c.name)));
+        }
+    }
+    let default = match default_class {
+        Some(name) => classes.iter().position(|c| c.name == name).ok_or_else(|| {
+            let names: Vec<_> = classes.iter().map(|c| c.name.as_str()).collect();
+            err("default_class", format!("no class named \"{name}\"; defined classes: {names:?}"))
+        })?,
+        None => match classes.iter().position(|c| c.name == DEFAULT_CLASS) {
+            Some(i) => i,
+            None => {
+                classes.push(Class {
+                    name: DEFAULT_CLASS.into(),
+                    priority: IMPLICIT_DEFAULT_PRIORITY,
+                    limit: Limit::Unlimited,
+                    rules: vec![],
+                });
+                classes.len() - 1
+            }
+        },
+    };
+    if classes.len() > SLUICE_MAX_CLASSES as usize {
+        return Err(err(
+            "class",
+            format!(
+                "{} classes (with the default class); at most {SLUICE_MAX_CLASSES} are supported",
+                classes.len()
+            ),
+        ));
+    }
+    Ok((classes, default))
+}
+
+fn check_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 32
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("\"{name}\" is not a valid class name; use 1-32 letters, digits, '-' or '_'"))
+    }
+}
+
+// ---------------------------------------------------------------------------
+// TOML file.
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    interface: Option<String>,
+    xdp_mode: Option<XdpMode>,
+    malformed: Option<Verdict>,
+    default_class: Option<Spanned<String>>,
+    metrics: Option<Spanned<String>>,
+    socket: Option<PathBuf>,
+    #[serde(default, rename = "class")]
+    classes: Vec<Spanned<RawClass>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawClass {
+    name: Spanned<String>,
+    priority: Option<u8>,
+    rate: Option<Spanned<IntOrString>>,
+    burst: Option<Spanned<u64>>,
+    #[serde(default, rename = "match")]
+    rules: Vec<Spanned<RawRule>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRule {
+    proto: Option<Spanned<IntOrString>>,
+    port: Option<Spanned<IntOrString>>,
+    src: Option<Spanned<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum IntOrString {
+    Int(i64),
+    Str(String),
+}
+
+impl IntOrString {
+    fn text(&self) -> String {
+        match self {
+            IntOrString::Int(i) => i.to_string(),
+            IntOrString::Str(s) => s.clone(),
+        }
+    }
+}
+
+fn line_col(src: &str, offset: usize) -> (usize, usize) {
+    let before = &src[..offset.min(src.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+    (line, column)
+}
+
+/// Parse and validate a TOML config held in `src`, read from `path`.
+pub fn from_toml(src: &str, path: &Path) -> Result<Config, ConfigError> {
+    let at = |span: std::ops::Range<usize>, field: &str, message: String| {
+        let (line, column) = line_col(src, span.start);
+        ConfigError { origin: Origin::File { path: path.to_path_buf(), line, column }, field: field.into(), message }
+    };
+    let raw: RawConfig = toml::from_str(src).map_err(|e| {
+        let span = e.span().unwrap_or(0..0);
+        at(span, "", e.message().to_string())
+    })?;
+
+    let mut classes = Vec::new();
+    for rc in &raw.classes {
+        let cspan = rc.span();
+        let rc = rc.get_ref();
+        let name = rc.name.get_ref().clone();
+        check_name(&name).map_err(|m| at(rc.name.span(), "name", m))?;
+        let field = |f: &str| format!("class.{f} (class \"{name}\")");
+        let burst = rc.burst.as_ref().map(|b| *b.get_ref());
+        let limit = match &rc.rate {
+            Some(r) => parse_limit(&r.get_ref().text(), burst).map_err(|(f, m)| {
+                let span = if f == "burst" { rc.burst.as_ref().map_or(r.span(), |b| b.span()) } else { r.span() };
+                at(span, &field(f), m)
+            })?,
+            None if burst.is_some() => {
+                return Err(at(rc.burst.as_ref().unwrap().span(), &field("burst"), "a burst needs a packets/s rate".into()))
+            }
+            None => Limit::Unlimited,
+        };
+        let mut rules = Vec::new();
+        for rr in &rc.rules {
+            let rspan = rr.span();
+            let rr = rr.get_ref();
+            let proto = match &rr.proto {
+                Some(p) => parse_proto(&p.get_ref().text()).map_err(|m| at(p.span(), &field("match.proto"), m))?,
+                None if rr.port.is_some() => {
+                    return Err(at(rspan, &field("match.proto"), "a port needs proto = \"udp\" or \"tcp\"".into()))
+                }
+                None => Proto::Any,
+            };
+            let ports = match &rr.port {
+                Some(p) => Some(parse_ports(&p.get_ref().text()).map_err(|m| at(p.span(), &field("match.port"), m))?),
+                None => None,
+            };
+            let src_prefix = match &rr.src {
+                Some(s) => Some(parse_prefix(s.get_ref()).map_err(|m| at(s.span(), &field("match.src"), m))?),
+                None => None,
+            };
+            let rule = make_rule(proto, ports, src_prefix).map_err(|(f, m)| at(rspan.clone(), &field(&format!("match.{f}")), m))?;
+            rules.push(rule);
+        }
+        if rules.is_empty() && classes.len() < raw.classes.len() && name != DEFAULT_CLASS {
+            // A class without rules only receives traffic as the default class; allowed, but say so when it is not.
+            let is_default = raw.default_class.as_ref().is_some_and(|d| d.get_ref() == &name);
+            if !is_default {
+                return Err(at(cspan, &field("match"), "the class has no match rules and is not the default class, so no packet could reach it; add match = [{ proto = \"udp\", port = 53 }] or similar".into()));
+            }
+        }
+        classes.push(Class { name, priority: rc.priority.unwrap_or(DEFAULT_PRIORITY), limit, rules });
+    }
+
+    let dspan = raw.default_class.as_ref().map_or(0..0, |d| d.span());
+    let (classes, default_class) = finish(
+        classes,
+        raw.default_class.as_ref().map(|d| d.get_ref().as_str()),
+        &|f, m| at(if f == "default_class" { dspan.clone() } else { 0..0 }, f, m),
+    )?;
+    let metrics = match &raw.metrics {
+        None => Some(DEFAULT_METRICS.parse().unwrap()),
+        Some(m) if m.get_ref() == "off" => None,
+        Some(m) => Some(m.get_ref().parse().map_err(|_| {
+            at(m.span(), "metrics", format!("\"{}\" is not an address:port; valid: \"127.0.0.1:9786\" or \"off\"", m.get_ref()))
+        })?),
+    };
+    Ok(Config {
+        interface: raw.interface,
+        xdp_mode: raw.xdp_mode.unwrap_or_default(),
+        malformed: raw.malformed.unwrap_or_default(),
+        default_class,
+        metrics,
+        socket: raw.socket,
+        classes,
+    })
+}
+
+/// Read and validate a config file.
+pub fn load_file(path: &Path) -> Result<Config, ConfigError> {
+    let src = std::fs::read_to_string(path).map_err(|e| ConfigError {
+        origin: Origin::File { path: path.to_path_buf(), line: 0, column: 0 },
+        field: String::new(),
+        message: format!("cannot read the config file: {e}"),
+    })?;
+    from_toml(&src, path)
+}
+
+// ---------------------------------------------------------------------------
+// Flag syntax: --class 'NAME:priority=P,rate=R,burst=B,match=PROTO[:PORTS][@PREFIX],...'
+
+/// Parse one `--class` flag into a class (not yet validated against the others).
+pub fn parse_class_flag(spec: &str) -> Result<Class, ConfigError> {
+    let err = |field: &str, message: String| ConfigError { origin: Origin::Flag(spec.into()), field: field.into(), message };
+    let (name, rest) = spec.split_once(':').unwrap_or((spec, ""));
+    check_name(name.trim()).map_err(|m| err("name", m))?;
+    let (mut priority, mut rate, mut burst, mut rules) = (DEFAULT_PRIORITY, None, None, Vec::new());
+    for kv in rest.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| err(kv, "expected key=value with key one of priority, rate, burst, match".into()))?;
+        match k.trim() {
+            "priority" => {
+                priority = v.trim().parse().map_err(|_| err("priority", format!("\"{v}\" is not 0-255 (0 = highest)")))?
+            }
+            "rate" => rate = Some(v.to_string()),
+            "burst" => burst = Some(parse_count(v).map_err(|m| err("burst", m))?),
+            "match" => {
+                let (pp, src) = match v.split_once('@') {
+                    Some((pp, s)) => (pp, Some(parse_prefix(s).map_err(|m| err("match", m))?)),
+                    None => (v, None),
+                };
+                let (proto, ports) = match pp.split_once(':') {
+                    Some((p, ports)) => (p, Some(parse_ports(ports).map_err(|m| err("match", m))?)),
+                    None => (pp, None),
+                };
+                let proto = parse_proto(proto).map_err(|m| err("match", m))?;
+                rules.push(make_rule(proto, ports, src).map_err(|(_, m)| err("match", m))?);
+            }
+            other => {
+                return Err(err(other, "unknown key; valid keys: priority, rate, burst, match".into()));
+            }
+        }
+    }
+    let limit = match rate {
+        Some(r) => parse_limit(&r, burst).map_err(|(f, m)| err(f, m))?,
+        None if burst.is_some() => return Err(err("burst", "a burst needs a packets/s rate".into())),
+        None => Limit::Unlimited,
+    };
+    Ok(Class { name: name.trim().into(), priority, limit, rules })
+}
+
+/// Build a config from `--class` flags alone.
+pub fn from_flags(specs: &[String]) -> Result<Config, ConfigError> {
+    let classes = specs.iter().map(|s| parse_class_flag(s)).collect::<Result<Vec<_>, _>>()?;
+    let first = specs.first().cloned().unwrap_or_default();
+    let (classes, default_class) =
+        finish(classes, None, &|f, m| ConfigError { origin: Origin::Flag(first.clone()), field: f.into(), message: m })?;
+    Ok(Config {
+        interface: None,
+        xdp_mode: XdpMode::Native,
+        malformed: Verdict::Drop,
+        default_class,
+        metrics: Some(DEFAULT_METRICS.parse().unwrap()),
+        socket: None,
+        classes,
+    })
+}
+
+/// The config a daemon runs: the file (if any), with `--class` flags added
+/// after the file's classes (same name: the flag replaces the file's class).
+pub fn resolve(file: Option<&Path>, flags: &[String]) -> Result<Config, ConfigError> {
+    let Some(path) = file else { return from_flags(flags) };
+    let mut cfg = load_file(path)?;
+    if flags.is_empty() {
+        return Ok(cfg);
+    }
+    // Take the implicit default class out; `finish` adds it back last.
+    let implicit = Class { name: DEFAULT_CLASS.into(), priority: IMPLICIT_DEFAULT_PRIORITY, limit: Limit::Unlimited, rules: vec![] };
+    let default_name = cfg.classes[cfg.default_class].name.clone();
+    let mut classes = cfg.classes;
+    let explicit_default = classes.last() != Some(&implicit) || default_name != DEFAULT_CLASS;
+    if !explicit_default {
+        classes.pop();
+    }
+    for spec in flags {
+        let c = parse_class_flag(spec)?;
+        match classes.iter_mut().find(|o| o.name == c.name) {
+            Some(o) => *o = c,
+            None => classes.push(c),
+        }
+    }
+    let first = flags[0].clone();
+    let (classes, default_class) = finish(classes, explicit_default.then_some(default_name.as_str()), &|f, m| {
+        ConfigError { origin: Origin::Flag(first.clone()), field: f.into(), message: m }
+    })?;
+    cfg.classes = classes;
+    cfg.default_class = default_class;
+    Ok(cfg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(src: &str) -> Result<Config, ConfigError> {
+        from_toml(src, Path::new("t.toml"))
+    }
+
+    #[test]
+    fn counts_with_suffixes() {
+        assert_eq!(parse_count("450k"), Ok(450_000));
+        assert_eq!(parse_count("1.5M"), Ok(1_500_000));
+        assert_eq!(parse_count("20000"), Ok(20_000));
+        assert!(parse_count("fast").is_err());
+        assert!(parse_count("1.5").is_err());
+        assert!(parse_count("-3").is_err());
+    }
+
+    #[test]
+    fn full_example_parses() {
+        let c = cfg(r#"
+interface = "eth0"
+malformed = "pass"
+metrics = "off"
+[[class]]
+name = "dns"
+priority = 0
+rate = "unlimited"
+match = [{ proto = "udp", port = 53 }, { proto = "tcp", port = 53 }]
+[[class]]
+name = "flood"
+priority = 3
+rate = "100k"
+burst = 1000
+match = [{ proto = "udp", port = "5000-5999", src = "10.0.0.0/8" }, { proto = "icmp" }]
+"#)
+        .unwrap();
+        assert_eq!(c.interface.as_deref(), Some("eth0"));
+        assert_eq!(c.malformed, Verdict::Pass);
+        assert_eq!(c.metrics, None);
+        assert_eq!(c.classes.len(), 3, "implicit default class added");
+        assert_eq!(c.classes[c.default_class].name, "default");
+        assert_eq!(c.classes[1].limit, Limit::Rate { pps: 100_000, burst: 1000 });
+        assert_eq!(c.classes[1].rules[0].ports, Some((5000, 5999)));
+        assert_eq!(c.classes[1].rules[0].src, Some(parse_prefix("10.0.0.0/8").unwrap()));
+        assert_eq!(c.classes[1].rules[1].proto, Proto::Number(1));
+        assert_eq!(c.metrics, None);
+    }
+
+    #[test]
+    fn default_burst_is_10ms() {
+        let c = cfg("[[class]]\nname='a'\nrate=450000\nmatch=[{proto='udp'}]\n").unwrap();
+        assert_eq!(c.classes[0].limit, Limit::Rate { pps: 450_000, burst: 4500 });
+    }
+
+    #[test]
+    fn bad_rate_names_line_and_field() {
+        let e = cfg("[[class]]\nname = 'a'\nrate = 'fast'\nmatch=[{proto='udp'}]\n").unwrap_err();
+        assert_eq!(e.field, "class.rate (class \"a\")");
+        assert!(matches!(e.origin, Origin::File { line: 3, .. }), "{e}");
+        assert!(e.message.contains("unlimited"), "says what is valid: {e}");
+    }
+
+    #[test]
+    fn unknown_field_is_refused_with_line() {
+        let e = cfg("[[class]]\nname = 'a'\nrat = 5\n").unwrap_err();
+        assert!(matches!(e.origin, Origin::File { line: 3, .. }), "{e}");
+        assert!(e.message.contains("unknown field `rat`"), "{e}");
+    }
+
+    #[test]
+    fn bad_port_prefix_proto() {
+        let e = cfg("[[class]]\nname='a'\nmatch=[{proto='udp', port='9-1'}]\n").unwrap_err();
+        assert_eq!(e.field, "class.match.port (class \"a\")");
+        let e = cfg("[[class]]\nname='a'\nmatch=[{proto='udp', src='10.0.0.1/8'}]\n").unwrap_err();
+        assert!(e.message.contains("host bits"), "{e}");
+        let e = cfg("[[class]]\nname='a'\nmatch=[{proto='sctp'}]\n").unwrap_err();
+        assert_eq!(e.field, "class.match.proto (class \"a\")");
+        let e = cfg("[[class]]\nname='a'\nmatch=[{proto='icmp', port=5}]\n").unwrap_err();
+        assert!(e.message.contains("udp"), "{e}");
+    }
+
+    #[test]
+    fn duplicate_and_missing_default() {
+        let e = cfg("[[class]]\nname='a'\nmatch=[{proto='udp'}]\n[[class]]\nname='a'\nmatch=[{proto='tcp'}]\n").unwrap_err();
+        assert_eq!(e.field, "name");
+        let e = cfg("default_class = 'x'\n[[class]]\nname='a'\nmatch=[{proto='udp'}]\n").unwrap_err();
+        assert_eq!(e.field, "default_class");
+        assert!(matches!(e.origin, Origin::File { line: 1, .. }));
+    }
+
+    #[test]
+    fn class_without_rules_must_be_default() {
+        assert!(cfg("[[class]]\nname='lonely'\n").is_err());
+        let c = cfg("default_class='rest'\n[[class]]\nname='rest'\nrate='1k'\n").unwrap();
+        assert_eq!(c.classes.len(), 1);
+        assert_eq!(c.default_class, 0);
+    }
+
+    #[test]
+    fn too_many_classes() {
+        let mut s = String::new();
+        for i in 0..64 {
+            s += &format!("[[class]]\nname='c{i}'\nmatch=[{{proto='udp', port={i}}}]\n");
+        }
+        let e = cfg(&s).unwrap_err();
+        assert!(e.message.contains("at most 64"), "{e}");
+    }
+
+    #[test]
+    fn flag_syntax() {
+        let c = parse_class_flag("web:priority=2,rate=1.5M,burst=3k,match=tcp:80-443@10.1.0.0/16,match=icmp").unwrap();
+        assert_eq!(c.name, "web");
+        assert_eq!(c.priority, 2);
+        assert_eq!(c.limit, Limit::Rate { pps: 1_500_000, burst: 3000 });
+        assert_eq!(c.rules[0], Rule { proto: Proto::Tcp, ports: Some((80, 443)), src: Some(parse_prefix("10.1.0.0/16").unwrap()) });
+        assert_eq!(c.rules[1], Rule { proto: Proto::Number(1), ports: None, src: None });
+        let e = parse_class_flag("web:rate=lots,match=udp").unwrap_err();
+        assert_eq!(e.field, "rate");
+        assert!(e.to_string().starts_with("--class 'web:rate=lots,match=udp': field `rate`"), "{e}");
+        assert_eq!(parse_class_flag("web:colour=red").unwrap_err().field, "colour");
+        assert_eq!(parse_class_flag("we b:match=udp").unwrap_err().field, "name");
+        assert_eq!(parse_class_flag("x:rate=blocked,burst=5").unwrap_err().field, "burst");
+    }
+
+    #[test]
+    fn flags_add_to_file_and_replace_same_name() {
+        let dir = std::env::temp_dir().join(format!("sluice-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("c.toml");
+        std::fs::write(&p, "[[class]]\nname='a'\nrate='1k'\nmatch=[{proto='udp', port=1}]\n").unwrap();
+        let c = resolve(Some(&p), &["a:rate=2k,match=udp:1".into(), "b:match=tcp".into()]).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        let names: Vec<_> = c.classes.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["a", "b", "default"]);
+        assert_eq!(c.classes[0].limit, Limit::Rate { pps: 2000, burst: 20 });
+        assert_eq!(c.default_class, 2);
+    }
+
+    #[test]
+    fn missing_file_is_an_error() {
+        let e = load_file(Path::new("/nonexistent/sluice.toml")).unwrap_err();
+        assert!(e.to_string().contains("cannot read"), "{e}");
+    }
+}
