@@ -24,6 +24,8 @@ fn main() {
         .clang_arg(arch_include.as_str())
         .allowlist_item("(sluice|SLUICE)_.*")
         .derive_default(true)
+        .derive_partialeq(true)
+        .derive_eq(true)
         .prepend_enum_name(false)
         .default_enum_style(bindgen::EnumVariation::Consts)
         .layout_tests(true)

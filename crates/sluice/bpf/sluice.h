@@ -68,6 +68,8 @@ enum sluice_mode {
 
 /* Token buckets count tokens in units of 1/SLUICE_TOKEN_SCALE packet. */
 #define SLUICE_TOKEN_SCALE 1000000000ULL
+/* At most this many empty-bucket drops between two clock reads. */
+#define SLUICE_CLOCK_SKIP 8
 /* Largest rate and burst accepted, so burst * SCALE and elapsed * rate fit in 64 bits. */
 #define SLUICE_MAX_RATE 1000000000ULL
 #define SLUICE_MAX_BURST 1000000000ULL
@@ -81,13 +83,15 @@ struct sluice_share {
 	__u64 burst;    /* this CPU's bucket depth, packets */
 	__u64 fill_ns;  /* time an empty bucket takes to fill: burst * 1e9 / rate, rounded up */
 	__u32 mode;     /* enum sluice_mode */
-	__u32 _pad;
+	__u32 clock_skip; /* empty-bucket drops between clock reads, < burst (see gate.bpf.c) */
 };
 
 /* Per-CPU token bucket state ("buckets", indexed by class). Written by the gate only. */
 struct sluice_bucket {
 	__u64 tokens;  /* in 1/SLUICE_TOKEN_SCALE packets */
 	__u64 last_ns; /* bpf_ktime_get_ns() at the last refill */
+	__u32 skip;    /* drops left before the next clock read */
+	__u32 _pad;
 };
 
 /* Per-class counters, index into sluice_class_stats.cnt[]. */

@@ -20,3 +20,11 @@ pub mod gate_skel {
 
 pub mod classify;
 pub mod config;
+pub mod gate;
+pub mod share;
+pub mod packet;
+pub mod stats;
+pub mod bench_gate;
+pub mod daemon;
+pub mod send;
+pub mod serve;

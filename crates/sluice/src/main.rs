@@ -1,1 +1,297 @@
-fn main(){}
+//! The `sluice` command: a thin layer of argument parsing over the library.
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::{Args, Parser, Subcommand};
+
+use sluice::config::XdpMode;
+use sluice::{bench_gate, classify, config, daemon, send, serve, stats};
+
+/// sluice keeps Linux network services at full speed under packet floods: an
+/// XDP program classifies each packet into a traffic class and admits or drops
+/// it at the driver, before the kernel spends anything on it.
+#[derive(Parser)]
+#[command(name = "sluice", version, about, long_about)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    Run(RunArgs),
+    Status(StatusArgs),
+    CheckConfig(CheckArgs),
+    #[command(subcommand)]
+    Bench(BenchCmd),
+    #[command(subcommand)]
+    Serve(ServeCmd),
+    Send(SendArgs),
+}
+
+/// Attach the gate to an interface and enforce the classes until stopped.
+///
+/// Loads the XDP program, attaches it through a bpf_link (so it detaches if the
+/// daemon dies), and applies the classes from --config and/or --class. Serves
+/// statistics on a Unix socket (mode 0600, default /run/sluice/IFACE.sock) and
+/// Prometheus metrics (default http://127.0.0.1:9786/metrics). SIGHUP re-reads
+/// the config file (a bad one is refused and the old one stays); SIGINT or
+/// SIGTERM detach and print totals.
+#[derive(Args)]
+struct RunArgs {
+    /// Interface to attach to (else `interface` from the config file).
+    #[arg(long, short)]
+    iface: Option<String>,
+    /// TOML config file (see the README's config reference).
+    #[arg(long, short)]
+    config: Option<PathBuf>,
+    /// A class as NAME:KEY=VAL,... with keys priority, rate, burst, match
+    /// (repeatable). Example: 'dns:priority=0,rate=50k,match=udp:53,match=tcp:53@10.0.0.0/8'.
+    /// A class with the same name as one in the file replaces it.
+    #[arg(long = "class", value_name = "SPEC")]
+    classes: Vec<String>,
+    /// Detach an XDP program already on the interface (attached with netlink) instead of refusing.
+    #[arg(long)]
+    replace: bool,
+    /// XDP mode: native (in the driver, the default) or generic (after skb allocation).
+    #[arg(long, value_parser = parse_mode)]
+    xdp_mode: Option<XdpMode>,
+    /// Statistics socket path.
+    #[arg(long)]
+    socket: Option<PathBuf>,
+    /// Prometheus listen address ADDR:PORT, or "off".
+    #[arg(long)]
+    metrics: Option<String>,
+    /// Print the totals as JSON when stopping.
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_mode(s: &str) -> Result<XdpMode, String> {
+    match s {
+        "native" => Ok(XdpMode::Native),
+        "generic" => Ok(XdpMode::Generic),
+        _ => Err(format!("\"{s}\": valid modes are native and generic")),
+    }
+}
+
+/// Show a running daemon's classes, rates and counters.
+#[derive(Args)]
+struct StatusArgs {
+    /// Print the snapshot as JSON (for scripts).
+    #[arg(long)]
+    json: bool,
+    /// Refresh every SECS seconds until interrupted.
+    #[arg(long, value_name = "SECS")]
+    watch: Option<f64>,
+    /// The daemon's interface (finds /run/sluice/IFACE.sock).
+    #[arg(long, short)]
+    iface: Option<String>,
+    /// The daemon's statistics socket.
+    #[arg(long)]
+    socket: Option<PathBuf>,
+}
+
+/// Validate a config file without touching the kernel.
+#[derive(Args)]
+struct CheckArgs {
+    /// The TOML config file.
+    file: PathBuf,
+    /// Also print the resolved config as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Benchmarks that print numbers.
+#[derive(Subcommand)]
+enum BenchCmd {
+    /// Gate cost in ns per packet (BPF_PROG_TEST_RUN) with 1, 64 and 1024 rules, beside a no-op floor.
+    Gate {
+        /// Repeats per test-run call.
+        #[arg(long, default_value_t = 5_000_000)]
+        repeat: u32,
+        /// Calls per case (the median is reported).
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Victim services for demos and benchmarks.
+#[derive(Subcommand)]
+enum ServeCmd {
+    /// A UDP echo service that spends --work-ns of CPU per datagram.
+    UdpEcho {
+        /// UDP port to listen on.
+        #[arg(long)]
+        port: u16,
+        /// Address to bind.
+        #[arg(long, default_value = "0.0.0.0")]
+        addr: std::net::IpAddr,
+        /// CPU nanoseconds spent per datagram (emulated work).
+        #[arg(long, default_value_t = 0)]
+        work_ns: u64,
+        /// Stop after SECS seconds (default: until SIGINT/SIGTERM).
+        #[arg(long, value_name = "SECS")]
+        duration: Option<f64>,
+        /// Receive only, send no replies.
+        #[arg(long)]
+        no_echo: bool,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// A paced UDP sender over sockets (a few 100k packets/s; for demos and tests).
+#[derive(Args)]
+struct SendArgs {
+    /// Destination ADDR:PORT.
+    #[arg(long)]
+    dst: SocketAddr,
+    /// Packets per second (0 = as fast as possible).
+    #[arg(long)]
+    rate: u64,
+    /// Seconds to send.
+    #[arg(long, default_value_t = 5.0)]
+    duration: f64,
+    /// UDP payload bytes.
+    #[arg(long, default_value_t = 18)]
+    payload: usize,
+    /// Source ports to rotate over.
+    #[arg(long, default_value_t = 8)]
+    flows: u16,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+fn secs(s: f64, what: &str) -> Result<Duration> {
+    anyhow::ensure!(s.is_finite() && s > 0.0 && s < 1e6, "{what} must be a positive number of seconds, got {s}");
+    Ok(Duration::from_secs_f64(s))
+}
+
+fn main() -> ExitCode {
+    match real_main() {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("sluice: error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn real_main() -> Result<ExitCode> {
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::Run(a) => {
+            let opts = daemon::RunOpts {
+                iface: a.iface,
+                config: a.config,
+                classes: a.classes,
+                replace: a.replace,
+                xdp_mode: a.xdp_mode,
+                socket: a.socket,
+                metrics: a.metrics,
+            };
+            let snap = daemon::Daemon::start(opts)?.run()?;
+            if a.json {
+                println!("{}", serde_json::to_string_pretty(&snap)?);
+            } else {
+                print!("{}", stats::render_table(&snap));
+            }
+        }
+        Cmd::Status(a) => {
+            let path = daemon::find_socket(a.socket.as_deref(), a.iface.as_deref())?;
+            loop {
+                let snap = daemon::fetch_snapshot(&path)?;
+                if a.json {
+                    println!("{}", serde_json::to_string_pretty(&snap)?);
+                } else {
+                    if a.watch.is_some() {
+                        print!("\x1b[2J\x1b[H");
+                    }
+                    print!("{}", stats::render_table(&snap));
+                }
+                match a.watch {
+                    Some(s) => std::thread::sleep(secs(s, "--watch")?),
+                    None => break,
+                }
+            }
+        }
+        Cmd::CheckConfig(a) => {
+            let cfg = config::load_file(&a.file)?;
+            let tables = classify::compile(&cfg)?;
+            let rules: usize = cfg.classes.iter().map(|c| c.rules.len()).sum();
+            println!(
+                "{}: OK: {} classes (default \"{}\"), {} rules, {} source-prefix groups, {} + {} prefix entries",
+                a.file.display(),
+                cfg.classes.len(),
+                cfg.classes[cfg.default_class].name,
+                rules,
+                tables.groups,
+                tables.v4.len(),
+                tables.v6.len()
+            );
+            if a.json {
+                println!("{}", serde_json::to_string_pretty(&cfg)?);
+            }
+        }
+        Cmd::Bench(BenchCmd::Gate { repeat, rounds, json }) => {
+            anyhow::ensure!(rounds > 0 && repeat > 0, "--rounds and --repeat must be at least 1");
+            let r = bench_gate::run(repeat, rounds, !json)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                print!("{}", bench_gate::render(&r));
+            }
+        }
+        Cmd::Serve(ServeCmd::UdpEcho { port, addr, work_ns, duration, no_echo, json }) => {
+            let stop = Arc::new(AtomicBool::new(false));
+            for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+                signal_hook::flag::register(sig, stop.clone())?;
+            }
+            let o = serve::ServeOpts {
+                bind: SocketAddr::new(addr, port),
+                work_ns,
+                duration: duration.map(|d| secs(d, "--duration")).transpose()?,
+                no_echo,
+            };
+            let r = serve::udp_echo(&o, stop).with_context(|| format!("serving UDP on {}", o.bind))?;
+            if json {
+                println!("{}", serde_json::to_string(&r)?);
+            } else {
+                println!(
+                    "received {} datagrams in {:.1} s ({}/s), echoed {}",
+                    r.received,
+                    r.secs,
+                    stats::human(r.received as f64 / r.secs.max(1e-9)),
+                    r.echoed
+                );
+            }
+        }
+        Cmd::Send(a) => {
+            let o = send::SendOpts {
+                dst: a.dst,
+                rate: a.rate,
+                duration: secs(a.duration, "--duration")?,
+                payload: a.payload,
+                flows: a.flows,
+            };
+            let r = send::send_udp(&o).with_context(|| format!("sending to {}", o.dst))?;
+            if a.json {
+                println!("{}", serde_json::to_string(&r)?);
+            } else {
+                println!("sent {} datagrams in {:.1} s ({}/s), {} refused by the kernel", r.sent, r.secs, stats::human(r.rate()), r.refused);
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

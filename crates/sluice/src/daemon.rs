@@ -1,0 +1,327 @@
+//! `sluice run`: load and attach the gate, keep per-CPU shares in step with
+//! arrivals, serve statistics (Unix socket + Prometheus), reload on SIGHUP,
+//! detach and print totals on SIGINT/SIGTERM.
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+
+use crate::bpf_intf::SLUICE_CS_SEEN_PKTS;
+use crate::classify;
+use crate::config::{self, Config, Limit, XdpMode};
+use crate::gate::{self, Gate};
+use crate::share::shares_for;
+use crate::stats::{class_snapshots, prometheus_text, ClassRates, ClassTotals, GlobalTotals, Snapshot, SNAPSHOT_VERSION};
+
+/// Directory of the statistics sockets.
+pub const SOCKET_DIR: &str = "/run/sluice";
+/// How often the daemon re-splits rates over CPUs and refreshes statistics.
+pub const TICK: Duration = Duration::from_millis(100);
+/// Window of the per-second rates in the statistics.
+const RATE_WINDOW_TICKS: usize = 10;
+
+/// Default statistics socket of an interface.
+pub fn default_socket(iface: &str) -> PathBuf {
+    Path::new(SOCKET_DIR).join(format!("{iface}.sock"))
+}
+
+/// What `sluice run` was asked to do.
+#[derive(Debug, Clone)]
+pub struct RunOpts {
+    pub iface: Option<String>,
+    pub config: Option<PathBuf>,
+    pub classes: Vec<String>,
+    pub replace: bool,
+    pub xdp_mode: Option<XdpMode>,
+    pub socket: Option<PathBuf>,
+    /// "ADDR:PORT" or "off"; overrides the config.
+    pub metrics: Option<String>,
+}
+
+fn log(msg: impl std::fmt::Display) {
+    eprintln!("sluice: {msg}");
+}
+
+/// Resolve the config the daemon runs, with the command line's overrides.
+fn resolve_config(opts: &RunOpts) -> Result<Config> {
+    let mut cfg = config::resolve(opts.config.as_deref(), &opts.classes)?;
+    if let Some(m) = opts.xdp_mode {
+        cfg.xdp_mode = m;
+    }
+    if let Some(m) = &opts.metrics {
+        cfg.metrics = match m.as_str() {
+            "off" => None,
+            a => Some(a.parse().with_context(|| format!("--metrics \"{a}\" is not ADDR:PORT or \"off\""))?),
+        };
+    }
+    Ok(cfg)
+}
+
+/// Everything the statistics threads read.
+struct Shared {
+    snapshot: Mutex<Snapshot>,
+}
+
+/// The per-class state the loop keeps between ticks.
+struct ClassTrack {
+    /// Per-CPU seen packets at the last tick (for the arrival-based split).
+    last_seen: Vec<u64>,
+    /// Totals of the last RATE_WINDOW_TICKS ticks, oldest first.
+    history: std::collections::VecDeque<(Instant, ClassTotals)>,
+}
+
+pub struct Daemon {
+    opts: RunOpts,
+    cfg: Config,
+    iface: String,
+    gate: Gate,
+    shared: Arc<Shared>,
+    tracks: Vec<ClassTrack>,
+    started: Instant,
+    socket: PathBuf,
+}
+
+impl Daemon {
+    /// Check, load, attach, and start serving statistics.
+    pub fn start(opts: RunOpts) -> Result<Daemon> {
+        let cfg = resolve_config(&opts)?;
+        let iface = opts
+            .iface
+            .clone()
+            .or_else(|| cfg.interface.clone())
+            .context("no interface: pass --iface IFACE or set interface = \"...\" in the config file")?;
+        gate::check_privileges()?;
+        let ifindex = gate::ifindex(&iface)?;
+        let tables = classify::compile(&cfg)?;
+        let mut gate = Gate::load()?;
+        gate.apply(&cfg, &tables)?;
+        gate.attach(&iface, cfg.xdp_mode, opts.replace)?;
+
+        let socket = opts.socket.clone().or_else(|| cfg.socket.clone()).unwrap_or_else(|| default_socket(&iface));
+        let listener = bind_socket(&socket)?;
+        let snapshot = Snapshot {
+            version: SNAPSHOT_VERSION,
+            interface: iface.clone(),
+            ifindex,
+            xdp_mode: format!("{:?}", cfg.xdp_mode).to_lowercase(),
+            prog_id: gate.prog_id(),
+            pid: std::process::id(),
+            uptime_secs: 0.0,
+            config_file: opts.config.as_ref().map(|p| p.display().to_string()),
+            reloads: 0,
+            last_reload_error: None,
+            classes: class_snapshots(&cfg),
+            global: GlobalTotals::default(),
+        };
+        let shared = Arc::new(Shared { snapshot: Mutex::new(snapshot) });
+        let s = shared.clone();
+        std::thread::spawn(move || serve_socket(listener, s));
+        if let Some(addr) = cfg.metrics {
+            serve_metrics(addr, shared.clone())?;
+        }
+        let tracks = new_tracks(&cfg, gate.ncpus());
+        log(format_args!(
+            "gate attached to {iface} ({:?} mode, prog id {}), {} classes; stats on {}{}",
+            cfg.xdp_mode,
+            gate.prog_id(),
+            cfg.classes.len(),
+            socket.display(),
+            cfg.metrics.map(|a| format!(", metrics on http://{a}/metrics")).unwrap_or_default()
+        ));
+        Ok(Daemon { opts, cfg, iface, gate, shared, tracks, started: Instant::now(), socket })
+    }
+
+    /// Run until SIGINT/SIGTERM; returns the final snapshot after detaching.
+    pub fn run(mut self) -> Result<Snapshot> {
+        let (tx, rx) = mpsc::channel();
+        let mut signals = signal_hook::iterator::Signals::new([SIGHUP, SIGINT, SIGTERM])?;
+        let handle = signals.handle();
+        std::thread::spawn(move || {
+            for sig in signals.forever() {
+                if tx.send(sig).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut next = Instant::now();
+        loop {
+            next += TICK;
+            let wait = next.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(wait) {
+                Ok(SIGHUP) => self.reload(),
+                Ok(_) => break,
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            }
+            self.tick()?;
+        }
+        handle.close();
+        self.tick()?;
+        self.gate.detach();
+        let _ = std::fs::remove_file(&self.socket);
+        let snap = self.shared.snapshot.lock().unwrap().clone();
+        log(format_args!("detached from {}", self.iface));
+        Ok(snap)
+    }
+
+    /// Re-split rates by arrivals and refresh the statistics.
+    fn tick(&mut self) -> Result<()> {
+        let now = Instant::now();
+        let mut classes = Vec::with_capacity(self.cfg.classes.len());
+        for (id, class) in self.cfg.classes.iter().enumerate() {
+            let percpu = self.gate.class_counters_percpu(id)?;
+            let seen: Vec<u64> = percpu.iter().map(|c| c[SLUICE_CS_SEEN_PKTS as usize]).collect();
+            let track = &mut self.tracks[id];
+            if matches!(class.limit, Limit::Rate { .. }) {
+                let arrivals: Vec<u64> =
+                    seen.iter().zip(&track.last_seen).map(|(n, o)| n.saturating_sub(*o)).collect();
+                let shares = shares_for(&class.limit, &arrivals);
+                if self.gate.shares(id)? != shares {
+                    self.gate.set_shares(id, &shares)?;
+                }
+            }
+            track.last_seen = seen;
+            let mut total = [0u64; crate::bpf_intf::SLUICE_CS_NR as usize];
+            for c in &percpu {
+                total.iter_mut().zip(c).for_each(|(t, v)| *t += v);
+            }
+            let totals = ClassTotals::from(total);
+            track.history.push_back((now, totals));
+            if track.history.len() > RATE_WINDOW_TICKS + 1 {
+                track.history.pop_front();
+            }
+            let (t0, old) = track.history.front().copied().unwrap();
+            classes.push((totals, ClassRates::between(&old, &totals, now.duration_since(t0).as_secs_f64())));
+        }
+        let global = GlobalTotals::from(self.gate.global_counters()?);
+        let mut snap = self.shared.snapshot.lock().unwrap();
+        snap.uptime_secs = self.started.elapsed().as_secs_f64();
+        snap.global = global;
+        for (c, (totals, rates)) in snap.classes.iter_mut().zip(classes) {
+            c.totals = totals;
+            c.rates = rates;
+        }
+        Ok(())
+    }
+
+    /// SIGHUP: re-read the config; a bad one is refused and the old one stays.
+    fn reload(&mut self) {
+        let result = (|| -> Result<(Config, classify::Tables)> {
+            let cfg = resolve_config(&self.opts)?;
+            if let Some(i) = &cfg.interface {
+                if self.opts.iface.is_none() && i != &self.iface {
+                    bail!("the config moves the gate from {} to {i}; restart sluice to change the interface", self.iface);
+                }
+            }
+            if cfg.xdp_mode != self.cfg.xdp_mode {
+                bail!("xdp_mode changed; restart sluice to change the attach mode");
+            }
+            let tables = classify::compile(&cfg)?;
+            Ok((cfg, tables))
+        })();
+        let mut snap_err = None;
+        match result.and_then(|(cfg, tables)| {
+            self.gate.apply(&cfg, &tables)?;
+            Ok(cfg)
+        }) {
+            Ok(cfg) => {
+                log(format_args!("reloaded the config: {} classes", cfg.classes.len()));
+                self.tracks = new_tracks(&cfg, self.gate.ncpus());
+                self.cfg = cfg;
+            }
+            Err(e) => {
+                log(format_args!("reload refused, the previous config stays active: {e:#}"));
+                snap_err = Some(format!("{e:#}"));
+            }
+        }
+        let mut snap = self.shared.snapshot.lock().unwrap();
+        if snap_err.is_none() {
+            snap.reloads += 1;
+            snap.classes = class_snapshots(&self.cfg);
+        }
+        snap.last_reload_error = snap_err;
+    }
+}
+
+fn new_tracks(cfg: &Config, ncpus: usize) -> Vec<ClassTrack> {
+    cfg.classes.iter().map(|_| ClassTrack { last_seen: vec![0; ncpus], history: Default::default() }).collect()
+}
+
+/// Bind the statistics socket (mode 0600); a live daemon on it is an error, a stale file is replaced.
+fn bind_socket(path: &Path) -> Result<UnixListener> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    if path.exists() {
+        if UnixStream::connect(path).is_ok() {
+            bail!("another sluice daemon serves {} already; stop it or pass --socket PATH", path.display());
+        }
+        std::fs::remove_file(path).with_context(|| format!("removing the stale socket {}", path.display()))?;
+    }
+    let l = UnixListener::bind(path).with_context(|| format!("binding the statistics socket {}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(l)
+}
+
+/// Each connection gets the current snapshot as JSON, then the socket closes.
+fn serve_socket(listener: UnixListener, shared: Arc<Shared>) {
+    for mut conn in listener.incoming().flatten() {
+        let json = serde_json::to_string(&*shared.snapshot.lock().unwrap()).unwrap_or_default();
+        let _ = conn.write_all(json.as_bytes());
+    }
+}
+
+fn serve_metrics(addr: SocketAddr, shared: Arc<Shared>) -> Result<()> {
+    let server = tiny_http::Server::http(addr).map_err(|e| {
+        anyhow::anyhow!("cannot serve metrics on {addr}: {e}; set metrics = \"off\" or another address (--metrics)")
+    })?;
+    std::thread::spawn(move || {
+        for req in server.incoming_requests() {
+            let resp = if req.url() == "/metrics" {
+                let body = prometheus_text(&shared.snapshot.lock().unwrap());
+                let ct = "Content-Type: application/openmetrics-text; version=1.0.0; charset=utf-8";
+                tiny_http::Response::from_string(body).with_header(ct.parse::<tiny_http::Header>().unwrap())
+            } else {
+                tiny_http::Response::from_string("sluice: metrics are at /metrics\n").with_status_code(404)
+            };
+            let _ = req.respond(resp);
+        }
+    });
+    Ok(())
+}
+
+/// Client side: fetch a snapshot from a daemon's socket.
+pub fn fetch_snapshot(path: &Path) -> Result<Snapshot> {
+    let mut conn = UnixStream::connect(path).with_context(|| {
+        format!("cannot reach a sluice daemon at {} (is `sluice run` running? pass --socket or --iface)", path.display())
+    })?;
+    conn.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let mut buf = String::new();
+    conn.read_to_string(&mut buf)?;
+    serde_json::from_str(&buf).with_context(|| format!("the daemon at {} sent an unreadable snapshot", path.display()))
+}
+
+/// The socket `sluice status` should use.
+pub fn find_socket(socket: Option<&Path>, iface: Option<&str>) -> Result<PathBuf> {
+    if let Some(s) = socket {
+        return Ok(s.to_path_buf());
+    }
+    if let Some(i) = iface {
+        return Ok(default_socket(i));
+    }
+    let socks: Vec<PathBuf> = std::fs::read_dir(SOCKET_DIR)
+        .map(|d| d.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e == "sock")).collect())
+        .unwrap_or_default();
+    match socks.as_slice() {
+        [one] => Ok(one.clone()),
+        [] => bail!("no sluice daemon found (no socket in {SOCKET_DIR}); start one with `sluice run --iface IFACE`"),
+        many => bail!("several sluice daemons run ({}); pick one with --iface or --socket", many.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")),
+    }
+}

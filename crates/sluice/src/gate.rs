@@ -1,0 +1,362 @@
+//! The gate in the kernel: load the XDP program, write the compiled tables and
+//! per-CPU shares into its maps, attach it through a bpf_link, read its
+//! counters, and run it on crafted packets with BPF_PROG_TEST_RUN.
+use std::ffi::CStr;
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::time::Duration;
+
+use libbpf_rs::libbpf_sys;
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{MapCore, MapFlags, OpenObject};
+
+use crate::bpf_intf::{
+    sluice_bucket, sluice_cell, sluice_class_stats, sluice_share, SLUICE_CELLS, SLUICE_CS_NR, SLUICE_GS_NR,
+    SLUICE_MAX_CLASSES,
+};
+use crate::classify::Tables;
+use crate::config::{Config, Verdict, XdpMode};
+use crate::gate_skel::{GateSkel, GateSkelBuilder};
+use crate::share::shares_for;
+
+pub const XDP_DROP: u32 = libbpf_sys::XDP_DROP;
+pub const XDP_PASS: u32 = libbpf_sys::XDP_PASS;
+
+/// What can go wrong between sluice and the kernel, said so a user can act on it.
+#[derive(Debug, thiserror::Error)]
+pub enum GateError {
+    #[error("sluice needs CAP_BPF and CAP_NET_ADMIN (or CAP_SYS_ADMIN) to load and attach XDP programs: run it as root")]
+    NotPermitted,
+    #[error("no network interface named \"{0}\" (in this network namespace); list them with `ip link`")]
+    NoInterface(String),
+    #[error(
+        "interface {iface} already has an XDP program attached: id {id} (\"{name}\"). Remove it with \
+         `ip link set dev {iface} xdp off` (or `xdp-loader unload {iface} --all`), or pass --replace"
+    )]
+    AlreadyAttached { iface: String, id: u32, name: String },
+    #[error(
+        "interface {iface} already has an XDP program (id {id}) attached through a bpf_link, which only \
+         its owner can remove: stop the process that holds it (another sluice run?)"
+    )]
+    HeldByLink { iface: String, id: u32 },
+    #[error("the driver of {0} does not support native (driver-mode) XDP; pass --xdp-mode generic (slower: runs after the kernel allocated the packet)")]
+    NativeUnsupported(String),
+    #[error("loading the XDP gate into the kernel failed (the verifier log, if any, is printed above): {0}")]
+    Load(#[source] libbpf_rs::Error),
+    #[error("attaching the XDP gate to {iface} failed: {err}")]
+    Attach { iface: String, err: std::io::Error },
+    #[error("BPF map operation on `{map}` failed: {err}")]
+    Map { map: &'static str, err: libbpf_rs::Error },
+    #[error("{0}")]
+    Tables(#[from] crate::classify::TooManyPrefixes),
+}
+
+type Result<T, E = GateError> = std::result::Result<T, E>;
+
+/// Bits of CapEff that sluice needs.
+const CAP_NET_ADMIN: u32 = 12;
+const CAP_SYS_ADMIN: u32 = 21;
+const CAP_BPF: u32 = 39;
+
+/// Does a /proc/self/status text grant what sluice needs?
+pub fn caps_sufficient(proc_status: &str) -> bool {
+    let Some(eff) = proc_status.lines().find_map(|l| l.strip_prefix("CapEff:")) else { return false };
+    let Ok(bits) = u64::from_str_radix(eff.trim(), 16) else { return false };
+    let has = |c: u32| bits & (1u64 << c) != 0;
+    has(CAP_NET_ADMIN) && (has(CAP_BPF) || has(CAP_SYS_ADMIN))
+}
+
+/// Fail early, plainly, without the privileges to load and attach.
+pub fn check_privileges() -> Result<()> {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    if caps_sufficient(&status) {
+        Ok(())
+    } else {
+        Err(GateError::NotPermitted)
+    }
+}
+
+/// Interface name to index.
+pub fn ifindex(iface: &str) -> Result<u32> {
+    let name = std::ffi::CString::new(iface).map_err(|_| GateError::NoInterface(iface.into()))?;
+    match unsafe { libc::if_nametoindex(name.as_ptr()) } {
+        0 => Err(GateError::NoInterface(iface.into())),
+        i => Ok(i),
+    }
+}
+
+/// View a bindgen `#[repr(C)]` struct from `bpf/sluice.h` as bytes.
+fn bytes_of<T: Copy>(v: &T) -> &[u8] {
+    // SAFETY: only used on the header's structs, which are plain integers with
+    // explicit padding (no uninitialised bytes), and the slice borrows `v`.
+    unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), std::mem::size_of::<T>()) }
+}
+
+/// Read a header struct back from bytes a map returned.
+fn from_bytes<T: Copy + Default>(b: &[u8]) -> T {
+    assert_eq!(b.len(), std::mem::size_of::<T>(), "map value size matches the header");
+    // SAFETY: the length is checked and every bit pattern is valid for these integer structs.
+    unsafe { std::ptr::read_unaligned(b.as_ptr().cast::<T>()) }
+}
+
+/// Per-class counters summed over CPUs, indexed by `enum sluice_class_stat`.
+pub type ClassCounters = [u64; SLUICE_CS_NR as usize];
+/// Global counters summed over CPUs, indexed by `enum sluice_global_stat`.
+pub type GlobalCounters = [u64; SLUICE_GS_NR as usize];
+
+/// Which program of the object to test-run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Prog {
+    Gate,
+    /// XDP_PASS and nothing else: the floor for benchmarks.
+    Noop,
+}
+
+/// A loaded (and perhaps attached) gate.
+pub struct Gate {
+    skel: GateSkel<'static>,
+    ncpus: usize,
+    link: Option<OwnedFd>,
+    /// Keys written into the tries, to delete the stale ones on reload.
+    tries: (Vec<Vec<u8>>, Vec<Vec<u8>>),
+}
+
+impl Gate {
+    /// Open and load the BPF object (no attach).
+    pub fn load() -> Result<Gate> {
+        // The open object must outlive the skeleton; one small allocation per load.
+        let storage: &'static mut MaybeUninit<OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
+        let open = GateSkelBuilder::default().open(storage).map_err(GateError::Load)?;
+        let skel = open.load().map_err(GateError::Load)?;
+        let ncpus = libbpf_rs::num_possible_cpus().map_err(GateError::Load)?;
+        Ok(Gate { skel, ncpus, link: None, tries: (vec![], vec![]) })
+    }
+
+    pub fn ncpus(&self) -> usize {
+        self.ncpus
+    }
+
+    /// Write a config: settings, tables, and each class's shares (even split
+    /// until arrivals are known). Safe to call again on a running gate.
+    pub fn apply(&mut self, cfg: &Config, tables: &Tables) -> Result<()> {
+        let data = self.skel.maps.data_data.as_deref_mut().expect(".data is mmap'ed after load");
+        data.settings.malformed_verdict = match cfg.malformed {
+            Verdict::Drop => XDP_DROP,
+            Verdict::Pass => XDP_PASS,
+        };
+        data.settings.default_class = cfg.default_class as u32;
+        for (id, class) in cfg.classes.iter().enumerate() {
+            self.set_shares(id, &shares_for(&class.limit, &vec![0; self.ncpus]))?;
+        }
+        // Tries first (new groups become reachable only when cells point at them), then cells,
+        // then remove trie keys the new tables no longer have.
+        let v4: Vec<Vec<u8>> = tables.v4.iter().map(|(k, _)| bytes_of(k).to_vec()).collect();
+        let v6: Vec<Vec<u8>> = tables.v6.iter().map(|(k, _)| bytes_of(k).to_vec()).collect();
+        let map_err = |map| move |err| GateError::Map { map, err };
+        let v4_values = tables.v4.iter().map(|(_, class)| class);
+        let v6_values = tables.v6.iter().map(|(_, class)| class);
+        let updates = v4.iter().zip(v4_values).map(|(k, c)| (&self.skel.maps.prefix_v4, k, c));
+        for (map, k, class) in updates.chain(v6.iter().zip(v6_values).map(|(k, c)| (&self.skel.maps.prefix_v6, k, c))) {
+            map.update(k, &class.to_ne_bytes(), MapFlags::ANY).map_err(map_err("prefix tries"))?;
+        }
+        self.write_cells(&tables.cells)?;
+        let (old4, old6) = std::mem::replace(&mut self.tries, (v4, v6));
+        for k in old4.iter().filter(|k| !self.tries.0.contains(k)) {
+            self.skel.maps.prefix_v4.delete(k).map_err(map_err("prefix_v4"))?;
+        }
+        for k in old6.iter().filter(|k| !self.tries.1.contains(k)) {
+            self.skel.maps.prefix_v6.delete(k).map_err(map_err("prefix_v6"))?;
+        }
+        Ok(())
+    }
+
+    fn write_cells(&self, cells: &[sluice_cell]) -> Result<()> {
+        assert_eq!(cells.len(), SLUICE_CELLS as usize);
+        let keys: Vec<u8> = (0..SLUICE_CELLS).flat_map(u32::to_ne_bytes).collect();
+        let values: Vec<u8> = cells.iter().flat_map(|c| bytes_of(c).to_vec()).collect();
+        self.skel
+            .maps
+            .cells
+            .update_batch(&keys, &values, SLUICE_CELLS, MapFlags::ANY, MapFlags::ANY)
+            .map_err(|err| GateError::Map { map: "cells", err })
+    }
+
+    /// Set one class's per-CPU bucket parameters (one value per possible CPU).
+    pub fn set_shares(&self, class: usize, shares: &[sluice_share]) -> Result<()> {
+        assert_eq!(shares.len(), self.ncpus);
+        let values: Vec<Vec<u8>> = shares.iter().map(|s| bytes_of(s).to_vec()).collect();
+        self.skel
+            .maps
+            .shares
+            .update_percpu(&(class as u32).to_ne_bytes(), &values, MapFlags::ANY)
+            .map_err(|err| GateError::Map { map: "shares", err })
+    }
+
+    /// One class's per-CPU shares as the gate has them.
+    pub fn shares(&self, class: usize) -> Result<Vec<sluice_share>> {
+        self.percpu(&self.skel.maps.shares, "shares", class)
+    }
+
+    /// One class's per-CPU bucket state.
+    pub fn buckets(&self, class: usize) -> Result<Vec<sluice_bucket>> {
+        self.percpu(&self.skel.maps.buckets, "buckets", class)
+    }
+
+    fn percpu<T: Copy + Default>(&self, map: &libbpf_rs::Map, name: &'static str, idx: usize) -> Result<Vec<T>> {
+        let vals = map
+            .lookup_percpu(&(idx as u32).to_ne_bytes(), MapFlags::ANY)
+            .map_err(|err| GateError::Map { map: name, err })?
+            .unwrap_or_default();
+        Ok(vals.iter().map(|v| from_bytes::<T>(v)).collect())
+    }
+
+    /// A class's counters on each CPU.
+    pub fn class_counters_percpu(&self, class: usize) -> Result<Vec<ClassCounters>> {
+        let v: Vec<sluice_class_stats> = self.percpu(&self.skel.maps.class_stats, "class_stats", class)?;
+        Ok(v.into_iter().map(|s| s.cnt).collect())
+    }
+
+    /// A class's counters summed over CPUs.
+    pub fn class_counters(&self, class: usize) -> Result<ClassCounters> {
+        let mut sum = [0u64; SLUICE_CS_NR as usize];
+        for c in self.class_counters_percpu(class)? {
+            sum.iter_mut().zip(c).for_each(|(s, v)| *s += v);
+        }
+        Ok(sum)
+    }
+
+    /// Global counters summed over CPUs.
+    pub fn global_counters(&self) -> Result<GlobalCounters> {
+        let mut sum = [0u64; SLUICE_GS_NR as usize];
+        for (i, s) in sum.iter_mut().enumerate() {
+            let v: Vec<u64> = self.percpu(&self.skel.maps.global_stats, "global_stats", i)?;
+            *s = v.iter().sum();
+        }
+        Ok(sum)
+    }
+
+    /// Zero every counter and bucket (tests and benchmarks).
+    pub fn reset_counters(&self) -> Result<()> {
+        let zero = |map: &libbpf_rs::Map, name: &'static str, n: u32| -> Result<()> {
+            let size = map.value_size() as usize;
+            for i in 0..n {
+                map.update_percpu(&i.to_ne_bytes(), &vec![vec![0u8; size]; self.ncpus], MapFlags::ANY)
+                    .map_err(|err| GateError::Map { map: name, err })?;
+            }
+            Ok(())
+        };
+        zero(&self.skel.maps.class_stats, "class_stats", SLUICE_MAX_CLASSES)?;
+        zero(&self.skel.maps.buckets, "buckets", SLUICE_MAX_CLASSES)?;
+        zero(&self.skel.maps.global_stats, "global_stats", SLUICE_GS_NR)
+    }
+
+    /// Run a program on one packet `repeat` times in the kernel (BPF_PROG_TEST_RUN)
+    /// on the calling thread's CPU. Returns the verdict and the mean time per run.
+    pub fn test_run(&self, prog: Prog, packet: &[u8], repeat: u32) -> Result<(u32, Duration), libbpf_rs::Error> {
+        let p = match prog {
+            Prog::Gate => &self.skel.progs.sluice_gate,
+            Prog::Noop => &self.skel.progs.sluice_noop,
+        };
+        let mut input = libbpf_rs::ProgramInput::default();
+        input.data_in = Some(packet);
+        input.repeat = repeat;
+        let out = p.test_run(input)?;
+        Ok((out.return_value, out.duration))
+    }
+
+    /// Attach to `iface` through a bpf_link (it detaches when the daemon exits,
+    /// however it exits). Refuses if another XDP program is there, unless `replace`.
+    pub fn attach(&mut self, iface: &str, mode: XdpMode, replace: bool) -> Result<()> {
+        let ifidx = ifindex(iface)? as i32;
+        if let Some(id) = attached_prog_id(ifidx) {
+            if !replace {
+                return Err(GateError::AlreadyAttached { iface: iface.into(), id, name: prog_name(id) });
+            }
+            if unsafe { libbpf_sys::bpf_xdp_detach(ifidx, 0, std::ptr::null()) } != 0 || attached_prog_id(ifidx).is_some() {
+                return Err(GateError::HeldByLink { iface: iface.into(), id });
+            }
+        }
+        let flags = match mode {
+            XdpMode::Native => libbpf_sys::XDP_FLAGS_DRV_MODE,
+            XdpMode::Generic => libbpf_sys::XDP_FLAGS_SKB_MODE,
+        };
+        let opts = libbpf_sys::bpf_link_create_opts {
+            sz: std::mem::size_of::<libbpf_sys::bpf_link_create_opts>() as _,
+            flags,
+            ..Default::default()
+        };
+        let prog_fd = self.skel.progs.sluice_gate.as_fd().as_raw_fd();
+        let fd = unsafe { libbpf_sys::bpf_link_create(prog_fd, ifidx, libbpf_sys::BPF_XDP, &opts) };
+        if fd < 0 {
+            let err = std::io::Error::from_raw_os_error(-fd);
+            if mode == XdpMode::Native && matches!(-fd, libc::EOPNOTSUPP | libc::EINVAL) {
+                return Err(GateError::NativeUnsupported(iface.into()));
+            }
+            if -fd == libc::EBUSY {
+                if let Some(id) = attached_prog_id(ifidx) {
+                    return Err(GateError::HeldByLink { iface: iface.into(), id });
+                }
+            }
+            return Err(GateError::Attach { iface: iface.into(), err });
+        }
+        // SAFETY: bpf_link_create returned a new file descriptor that we now own.
+        self.link = Some(unsafe { OwnedFd::from_raw_fd(fd) });
+        Ok(())
+    }
+
+    /// Detach (drop the link).
+    pub fn detach(&mut self) {
+        self.link = None;
+    }
+
+    /// The id of the loaded gate program.
+    pub fn prog_id(&self) -> u32 {
+        prog_id_of_fd(self.skel.progs.sluice_gate.as_fd().as_raw_fd())
+    }
+}
+
+fn prog_info(fd: i32) -> libbpf_sys::bpf_prog_info {
+    let mut info = libbpf_sys::bpf_prog_info::default();
+    let mut len = std::mem::size_of::<libbpf_sys::bpf_prog_info>() as u32;
+    unsafe { libbpf_sys::bpf_prog_get_info_by_fd(fd, &mut info, &mut len) };
+    info
+}
+
+fn prog_id_of_fd(fd: i32) -> u32 {
+    prog_info(fd).id
+}
+
+/// The id of the XDP program attached to an interface, in any mode.
+pub fn attached_prog_id(ifindex: i32) -> Option<u32> {
+    let mut id = 0u32;
+    let r = unsafe { libbpf_sys::bpf_xdp_query_id(ifindex, 0, &mut id) };
+    (r == 0 && id != 0).then_some(id)
+}
+
+/// A program's name from its id ("?" if it cannot be read).
+pub fn prog_name(id: u32) -> String {
+    let fd = unsafe { libbpf_sys::bpf_prog_get_fd_by_id(id) };
+    if fd < 0 {
+        return "?".into();
+    }
+    // SAFETY: a new fd we own; closed on drop.
+    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    let info = prog_info(owned.as_raw_fd());
+    let name = unsafe { CStr::from_ptr(info.name.as_ptr()) };
+    name.to_string_lossy().into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capability_parsing() {
+        assert!(caps_sufficient("Name:\tx\nCapEff:\t000001ffffffffff\n"));
+        assert!(!caps_sufficient("CapEff:\t0000000000000000\n"));
+        // CAP_NET_ADMIN + CAP_BPF without CAP_SYS_ADMIN is enough.
+        assert!(caps_sufficient(&format!("CapEff:\t{:016x}\n", (1u64 << 12) | (1u64 << 39))));
+        assert!(!caps_sufficient(&format!("CapEff:\t{:016x}\n", 1u64 << 39)));
+        assert!(!caps_sufficient("garbage"));
+    }
+}

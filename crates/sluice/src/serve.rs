@@ -1,0 +1,90 @@
+//! `sluice serve udp-echo`: a victim service. It echoes each datagram after
+//! spending `work_ns` of CPU on it (a stand-in for a real service's cost),
+//! reading and writing in batches with recvmmsg/sendmmsg.
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const BATCH: usize = 64;
+const BUF: usize = 2048;
+
+#[derive(Debug, Clone)]
+pub struct ServeOpts {
+    pub bind: SocketAddr,
+    pub work_ns: u64,
+    /// Stop after this long (None: until stopped).
+    pub duration: Option<Duration>,
+    /// Do not send replies (a sink).
+    pub no_echo: bool,
+}
+
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct ServeReport {
+    pub received: u64,
+    pub echoed: u64,
+    pub secs: f64,
+}
+
+/// Spin for `ns` nanoseconds of CPU (the emulated per-request work).
+fn spin(ns: u64) {
+    if ns == 0 {
+        return;
+    }
+    let t = Instant::now();
+    while (t.elapsed().as_nanos() as u64) < ns {
+        std::hint::spin_loop();
+    }
+}
+
+/// Serve until `stop` is set or the duration ends.
+pub fn udp_echo(o: &ServeOpts, stop: Arc<AtomicBool>) -> io::Result<ServeReport> {
+    let sock = UdpSocket::bind(o.bind)?;
+    sock.set_read_timeout(Some(Duration::from_millis(100)))?;
+    let fd = sock.as_raw_fd();
+    let mut bufs = vec![[0u8; BUF]; BATCH];
+    // SAFETY: plain C structs, zeroed is valid; pointers set below stay valid for the loop.
+    let mut addrs: Vec<libc::sockaddr_storage> = vec![unsafe { std::mem::zeroed() }; BATCH];
+    let mut iov: Vec<libc::iovec> =
+        bufs.iter_mut().map(|b| libc::iovec { iov_base: b.as_mut_ptr().cast(), iov_len: BUF }).collect();
+    let mut msgs: Vec<libc::mmsghdr> = vec![unsafe { std::mem::zeroed() }; BATCH];
+    let start = Instant::now();
+    let mut rep = ServeReport::default();
+    while !stop.load(Ordering::Relaxed) && o.duration.is_none_or(|d| start.elapsed() < d) {
+        for i in 0..BATCH {
+            msgs[i].msg_hdr.msg_name = (&mut addrs[i] as *mut libc::sockaddr_storage).cast();
+            msgs[i].msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;
+            msgs[i].msg_hdr.msg_iov = &mut iov[i];
+            msgs[i].msg_hdr.msg_iovlen = 1;
+            iov[i].iov_len = BUF;
+        }
+        // SAFETY: msgs/iov/addrs are valid for BATCH entries.
+        let n = unsafe { libc::recvmmsg(fd, msgs.as_mut_ptr(), BATCH as u32, libc::MSG_WAITFORONE, std::ptr::null_mut()) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::EINTR)) {
+                continue;
+            }
+            return Err(e);
+        }
+        let n = n as usize;
+        rep.received += n as u64;
+        for m in msgs.iter_mut().take(n) {
+            spin(o.work_ns);
+            // Echo exactly what arrived.
+            // SAFETY: msg_iov points into iov, set above.
+            unsafe { (*m.msg_hdr.msg_iov).iov_len = m.msg_len as usize };
+        }
+        if !o.no_echo {
+            // SAFETY: the first n headers hold the peers' addresses and the received lengths.
+            let s = unsafe { libc::sendmmsg(fd, msgs.as_mut_ptr(), n as u32, libc::MSG_DONTWAIT) };
+            if s > 0 {
+                rep.echoed += s as u64;
+            }
+        }
+    }
+    rep.secs = start.elapsed().as_secs_f64();
+    Ok(rep)
+}

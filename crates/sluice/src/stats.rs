@@ -1,0 +1,347 @@
+//! Statistics the daemon serves: the snapshot (JSON over the Unix socket),
+//! Prometheus text, and the table `sluice status` prints. Pure: no kernel here.
+use std::fmt::Write as _;
+
+use serde::{Deserialize, Serialize};
+
+use crate::bpf_intf::*;
+use crate::config::{Config, Limit};
+use crate::gate::{ClassCounters, GlobalCounters};
+
+/// Version of the snapshot JSON; bump on incompatible changes.
+pub const SNAPSHOT_VERSION: u32 = 1;
+
+/// Packet and byte totals of one class, summed over CPUs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct ClassTotals {
+    /// Packets classified into this class.
+    pub seen_pkts: u64,
+    pub seen_bytes: u64,
+    /// Packets admitted (XDP_PASS).
+    pub admitted_pkts: u64,
+    pub admitted_bytes: u64,
+    /// Packets dropped because the class's token bucket was empty.
+    pub dropped_rate_pkts: u64,
+    pub dropped_rate_bytes: u64,
+    /// Packets dropped because the class is blocked.
+    pub dropped_blocked_pkts: u64,
+    pub dropped_blocked_bytes: u64,
+}
+
+impl From<ClassCounters> for ClassTotals {
+    fn from(c: ClassCounters) -> Self {
+        ClassTotals {
+            seen_pkts: c[SLUICE_CS_SEEN_PKTS as usize],
+            seen_bytes: c[SLUICE_CS_SEEN_BYTES as usize],
+            admitted_pkts: c[SLUICE_CS_ADMIT_PKTS as usize],
+            admitted_bytes: c[SLUICE_CS_ADMIT_BYTES as usize],
+            dropped_rate_pkts: c[SLUICE_CS_DROP_RATE_PKTS as usize],
+            dropped_rate_bytes: c[SLUICE_CS_DROP_RATE_BYTES as usize],
+            dropped_blocked_pkts: c[SLUICE_CS_DROP_BLOCKED_PKTS as usize],
+            dropped_blocked_bytes: c[SLUICE_CS_DROP_BLOCKED_BYTES as usize],
+        }
+    }
+}
+
+impl ClassTotals {
+    pub fn dropped_pkts(&self) -> u64 {
+        self.dropped_rate_pkts + self.dropped_blocked_pkts
+    }
+}
+
+/// Global counters, summed over CPUs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct GlobalTotals {
+    /// Not IPv4/IPv6 (ARP, LLDP, ...): passed.
+    pub non_ip_pass: u64,
+    /// Malformed IP packets dropped (malformed = "drop").
+    pub malformed_drop: u64,
+    /// Malformed IP packets passed (malformed = "pass").
+    pub malformed_pass: u64,
+    /// Headers beyond the parse depth (sent to the default class).
+    pub depth_exceeded: u64,
+    /// Non-first fragments (classified without ports).
+    pub fragments: u64,
+}
+
+impl From<GlobalCounters> for GlobalTotals {
+    fn from(g: GlobalCounters) -> Self {
+        GlobalTotals {
+            non_ip_pass: g[SLUICE_GS_NON_IP_PASS as usize],
+            malformed_drop: g[SLUICE_GS_MALFORMED_DROP as usize],
+            malformed_pass: g[SLUICE_GS_MALFORMED_PASS as usize],
+            depth_exceeded: g[SLUICE_GS_DEPTH_EXCEEDED as usize],
+            fragments: g[SLUICE_GS_FRAGMENTS as usize],
+        }
+    }
+}
+
+/// Per-second rates of a class over the last second.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct ClassRates {
+    pub seen_pps: f64,
+    pub admitted_pps: f64,
+    pub dropped_pps: f64,
+}
+
+impl ClassRates {
+    /// Rates between two totals taken `secs` apart.
+    pub fn between(old: &ClassTotals, new: &ClassTotals, secs: f64) -> ClassRates {
+        if secs <= 0.0 {
+            return ClassRates::default();
+        }
+        let r = |a: u64, b: u64| b.saturating_sub(a) as f64 / secs;
+        ClassRates {
+            seen_pps: r(old.seen_pkts, new.seen_pkts),
+            admitted_pps: r(old.admitted_pkts, new.admitted_pkts),
+            dropped_pps: r(old.dropped_pkts(), new.dropped_pkts()),
+        }
+    }
+}
+
+/// One class in a snapshot.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClassSnapshot {
+    pub id: usize,
+    pub name: String,
+    /// 0 = highest.
+    pub priority: u8,
+    /// "unlimited", "blocked" or "<rate> pps".
+    pub limit: String,
+    /// Packets/s limit, if the class has one.
+    pub rate_pps: Option<u64>,
+    pub burst: Option<u64>,
+    pub is_default: bool,
+    pub rates: ClassRates,
+    pub totals: ClassTotals,
+}
+
+/// What `sluice status` shows: the daemon's state at one moment.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Snapshot {
+    pub version: u32,
+    pub interface: String,
+    pub ifindex: u32,
+    /// "native" or "generic".
+    pub xdp_mode: String,
+    pub prog_id: u32,
+    pub pid: u32,
+    pub uptime_secs: f64,
+    pub config_file: Option<String>,
+    pub reloads: u64,
+    /// The error of the last refused reload, if the last reload failed.
+    pub last_reload_error: Option<String>,
+    pub classes: Vec<ClassSnapshot>,
+    pub global: GlobalTotals,
+}
+
+impl Snapshot {
+    /// Sum of every verdict counter: each packet the gate ran on lands in exactly one.
+    pub fn verdict_total(&self) -> u64 {
+        let classes: u64 = self.classes.iter().map(|c| c.totals.admitted_pkts + c.totals.dropped_pkts()).sum();
+        classes + self.global.non_ip_pass + self.global.malformed_drop + self.global.malformed_pass
+    }
+}
+
+/// The class part of a snapshot from a config (totals and rates zero).
+pub fn class_snapshots(cfg: &Config) -> Vec<ClassSnapshot> {
+    cfg.classes
+        .iter()
+        .enumerate()
+        .map(|(id, c)| {
+            let (limit, rate_pps, burst) = match c.limit {
+                Limit::Unlimited => ("unlimited".to_string(), None, None),
+                Limit::Blocked => ("blocked".to_string(), None, None),
+                Limit::Rate { pps, burst } => (format!("{} pps", human(pps as f64)), Some(pps), Some(burst)),
+            };
+            ClassSnapshot {
+                id,
+                name: c.name.clone(),
+                priority: c.priority,
+                limit,
+                rate_pps,
+                burst,
+                is_default: id == cfg.default_class,
+                rates: ClassRates::default(),
+                totals: ClassTotals::default(),
+            }
+        })
+        .collect()
+}
+
+/// 1234567 -> "1.23M".
+pub fn human(v: f64) -> String {
+    let a = v.abs();
+    if a >= 1e9 {
+        format!("{:.2}G", v / 1e9)
+    } else if a >= 1e6 {
+        format!("{:.2}M", v / 1e6)
+    } else if a >= 1e4 {
+        format!("{:.1}k", v / 1e3)
+    } else {
+        format!("{v:.0}")
+    }
+}
+
+/// The table `sluice status` prints.
+pub fn render_table(s: &Snapshot) -> String {
+    let mut o = String::new();
+    let up = s.uptime_secs as u64;
+    let _ = writeln!(
+        o,
+        "sluice on {} (ifindex {}, {} XDP, prog id {}), pid {}, up {}h{:02}m{:02}s, reloads {}",
+        s.interface,
+        s.ifindex,
+        s.xdp_mode,
+        s.prog_id,
+        s.pid,
+        up / 3600,
+        up / 60 % 60,
+        up % 60,
+        s.reloads
+    );
+    if let Some(e) = &s.last_reload_error {
+        let _ = writeln!(o, "LAST RELOAD REFUSED (old config still active): {e}");
+    }
+    let _ = writeln!(
+        o,
+        "{:<16} {:>4} {:>14} {:>10} {:>10} {:>10} {:>14} {:>14} {:>14}",
+        "CLASS", "PRIO", "LIMIT", "SEEN/s", "ADMIT/s", "DROP/s", "SEEN", "ADMITTED", "DROPPED"
+    );
+    for c in &s.classes {
+        let name = if c.is_default { format!("{}*", c.name) } else { c.name.clone() };
+        let _ = writeln!(
+            o,
+            "{:<16} {:>4} {:>14} {:>10} {:>10} {:>10} {:>14} {:>14} {:>14}",
+            name,
+            c.priority,
+            c.limit,
+            human(c.rates.seen_pps),
+            human(c.rates.admitted_pps),
+            human(c.rates.dropped_pps),
+            c.totals.seen_pkts,
+            c.totals.admitted_pkts,
+            c.totals.dropped_pkts()
+        );
+    }
+    let g = &s.global;
+    let _ = writeln!(
+        o,
+        "(* = default class)  non-IP passed {}  malformed dropped {}  malformed passed {}  depth exceeded {}  fragments {}",
+        g.non_ip_pass, g.malformed_drop, g.malformed_pass, g.depth_exceeded, g.fragments
+    );
+    o
+}
+
+/// Prometheus text exposition of a snapshot.
+pub fn prometheus_text(s: &Snapshot) -> String {
+    use prometheus_client::encoding::text::encode;
+    use prometheus_client::metrics::counter::ConstCounter;
+    use prometheus_client::metrics::family::Family;
+    use prometheus_client::metrics::gauge::Gauge;
+    use prometheus_client::registry::Registry;
+
+    type Labels = Vec<(String, String)>;
+    let mut reg = Registry::with_prefix("sluice");
+    let pkts = Family::<Labels, Gauge<u64, std::sync::atomic::AtomicU64>>::default();
+    let bytes = Family::<Labels, Gauge<u64, std::sync::atomic::AtomicU64>>::default();
+    let limit = Family::<Labels, Gauge<u64, std::sync::atomic::AtomicU64>>::default();
+    let global = Family::<Labels, Gauge<u64, std::sync::atomic::AtomicU64>>::default();
+    for c in &s.classes {
+        let t = &c.totals;
+        for (verdict, p, b) in [
+            ("seen", t.seen_pkts, t.seen_bytes),
+            ("admitted", t.admitted_pkts, t.admitted_bytes),
+            ("dropped_rate", t.dropped_rate_pkts, t.dropped_rate_bytes),
+            ("dropped_blocked", t.dropped_blocked_pkts, t.dropped_blocked_bytes),
+        ] {
+            let l = vec![("class".to_string(), c.name.clone()), ("verdict".to_string(), verdict.to_string())];
+            pkts.get_or_create(&l).set(p);
+            bytes.get_or_create(&l).set(b);
+        }
+        if let Some(r) = c.rate_pps {
+            limit.get_or_create(&vec![("class".to_string(), c.name.clone())]).set(r);
+        }
+    }
+    let g = &s.global;
+    for (k, v) in [
+        ("non_ip_pass", g.non_ip_pass),
+        ("malformed_drop", g.malformed_drop),
+        ("malformed_pass", g.malformed_pass),
+        ("depth_exceeded", g.depth_exceeded),
+        ("fragments", g.fragments),
+    ] {
+        global.get_or_create(&vec![("kind".to_string(), k.to_string())]).set(v);
+    }
+    // Counters from the kernel are totals already: exported as gauges of totals with _total names.
+    reg.register("class_packets_total", "Packets per class and verdict (seen = all classified)", pkts);
+    reg.register("class_bytes_total", "Bytes per class and verdict", bytes);
+    reg.register("class_rate_limit_pps", "Configured packets/s limit of limited classes", limit);
+    reg.register("global_packets_total", "Packets outside the classes: non-IP, malformed, and informational counts", global);
+    reg.register("uptime_seconds", "Seconds since the gate was attached", ConstCounter::new(s.uptime_secs));
+    let mut out = String::new();
+    encode(&mut out, &reg).expect("writing to a String cannot fail");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snap() -> Snapshot {
+        let cfg = crate::config::from_flags(&["dns:priority=0,rate=1k,match=udp:53".into()]).unwrap();
+        let mut classes = class_snapshots(&cfg);
+        classes[0].totals = ClassTotals {
+            seen_pkts: 10,
+            admitted_pkts: 7,
+            dropped_rate_pkts: 3,
+            ..Default::default()
+        };
+        classes[1].totals.seen_pkts = 5;
+        classes[1].totals.admitted_pkts = 5;
+        Snapshot {
+            version: SNAPSHOT_VERSION,
+            interface: "veth0".into(),
+            ifindex: 3,
+            xdp_mode: "native".into(),
+            prog_id: 42,
+            pid: 1,
+            uptime_secs: 3661.0,
+            config_file: None,
+            reloads: 0,
+            last_reload_error: None,
+            classes,
+            global: GlobalTotals { non_ip_pass: 2, malformed_drop: 1, ..Default::default() },
+        }
+    }
+
+    #[test]
+    fn json_round_trip_and_verdict_total() {
+        let s = snap();
+        let back: Snapshot = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
+        assert_eq!(back, s);
+        assert_eq!(s.verdict_total(), 7 + 3 + 5 + 2 + 1);
+    }
+
+    #[test]
+    fn table_and_metrics_show_classes() {
+        let s = snap();
+        let t = render_table(&s);
+        assert!(t.contains("up 1h01m01s"), "{t}");
+        assert!(t.contains("default*"), "{t}");
+        assert!(t.contains("1000 pps"), "{t}");
+        let m = prometheus_text(&s);
+        assert!(m.contains("sluice_class_packets_total{class=\"dns\",verdict=\"dropped_rate\"} 3"), "{m}");
+        assert!(m.contains("sluice_class_rate_limit_pps{class=\"dns\"} 1000"), "{m}");
+        assert!(m.contains("sluice_global_packets_total{kind=\"malformed_drop\"} 1"), "{m}");
+    }
+
+    #[test]
+    fn rates() {
+        let a = ClassTotals { seen_pkts: 100, admitted_pkts: 50, dropped_rate_pkts: 50, ..Default::default() };
+        let b = ClassTotals { seen_pkts: 300, admitted_pkts: 100, dropped_rate_pkts: 200, ..Default::default() };
+        let r = ClassRates::between(&a, &b, 2.0);
+        assert_eq!((r.seen_pps, r.admitted_pps, r.dropped_pps), (100.0, 25.0, 75.0));
+        assert_eq!(human(1_234_567.0), "1.23M");
+    }
+}
