@@ -13,11 +13,9 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
-use crate::bpf_intf::SLUICE_CS_SEEN_PKTS;
 use crate::classify;
 use crate::config::{self, Config, Limit, XdpMode};
 use crate::gate::{self, Gate};
-use crate::share::shares_for;
 use crate::stats::{class_snapshots, prometheus_text, ClassRates, ClassTotals, GlobalTotals, Snapshot, SNAPSHOT_VERSION};
 
 /// Directory of the statistics sockets.
@@ -176,18 +174,11 @@ impl Daemon {
         let now = Instant::now();
         let mut classes = Vec::with_capacity(self.cfg.classes.len());
         for (id, class) in self.cfg.classes.iter().enumerate() {
-            let percpu = self.gate.class_counters_percpu(id)?;
-            let seen: Vec<u64> = percpu.iter().map(|c| c[SLUICE_CS_SEEN_PKTS as usize]).collect();
             let track = &mut self.tracks[id];
             if matches!(class.limit, Limit::Rate { .. }) {
-                let arrivals: Vec<u64> =
-                    seen.iter().zip(&track.last_seen).map(|(n, o)| n.saturating_sub(*o)).collect();
-                let shares = shares_for(&class.limit, &arrivals);
-                if self.gate.shares(id)? != shares {
-                    self.gate.set_shares(id, &shares)?;
-                }
+                self.gate.rebalance(id, &class.limit, &mut track.last_seen)?;
             }
-            track.last_seen = seen;
+            let percpu = self.gate.class_counters_percpu(id)?;
             let mut total = [0u64; crate::bpf_intf::SLUICE_CS_NR as usize];
             for c in &percpu {
                 total.iter_mut().zip(c).for_each(|(t, v)| *t += v);

@@ -192,6 +192,25 @@ impl Gate {
             .map_err(|err| GateError::Map { map: "shares", err })
     }
 
+    /// Re-split a limited class's rate over CPUs by the arrivals each CPU saw
+    /// since the last call (`last_seen`: per-CPU seen packets, updated here).
+    /// The daemon calls this every tick; see the design comment in gate.bpf.c.
+    pub fn rebalance(&self, class: usize, limit: &crate::config::Limit, last_seen: &mut Vec<u64>) -> Result<()> {
+        let seen: Vec<u64> = self
+            .class_counters_percpu(class)?
+            .iter()
+            .map(|c| c[crate::bpf_intf::SLUICE_CS_SEEN_PKTS as usize])
+            .collect();
+        last_seen.resize(seen.len(), 0);
+        let arrivals: Vec<u64> = seen.iter().zip(last_seen.iter()).map(|(n, o)| n.saturating_sub(*o)).collect();
+        *last_seen = seen;
+        let shares = shares_for(limit, &arrivals);
+        if self.shares(class)? != shares {
+            self.set_shares(class, &shares)?;
+        }
+        Ok(())
+    }
+
     /// One class's per-CPU shares as the gate has them.
     pub fn shares(&self, class: usize) -> Result<Vec<sluice_share>> {
         self.percpu(&self.skel.maps.shares, "shares", class)

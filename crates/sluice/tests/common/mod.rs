@@ -1,0 +1,108 @@
+//! Helpers shared by the test binaries: a gate loaded with a config, and a
+//! record of which counter one packet moved.
+#![allow(dead_code)]
+
+use sluice::classify;
+use sluice::config::{self, Config, Verdict};
+use sluice::gate::{Gate, Prog, XDP_DROP, XDP_PASS};
+use sluice::stats::{ClassTotals, GlobalTotals};
+
+/// The counter a packet is expected to land in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Landed {
+    Admitted(String),
+    DroppedRate(String),
+    DroppedBlocked(String),
+    NonIp,
+    MalformedDrop,
+    MalformedPass,
+}
+
+/// A gate loaded (not attached) with a config.
+pub struct TestGate {
+    pub gate: Gate,
+    pub cfg: Config,
+}
+
+/// Counters of every class and the globals at one moment.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Counters {
+    pub classes: Vec<ClassTotals>,
+    pub global: GlobalTotals,
+}
+
+impl TestGate {
+    pub fn new(flags: &[&str]) -> TestGate {
+        Self::with(flags, Verdict::Drop)
+    }
+
+    pub fn with(flags: &[&str], malformed: Verdict) -> TestGate {
+        let flags: Vec<String> = flags.iter().map(|s| s.to_string()).collect();
+        let mut cfg = config::from_flags(&flags).expect("test config is valid");
+        cfg.malformed = malformed;
+        let mut gate = Gate::load().expect("the gate loads (tests run as root)");
+        gate.apply(&cfg, &classify::compile(&cfg).unwrap()).unwrap();
+        TestGate { gate, cfg }
+    }
+
+    pub fn counters(&self) -> Counters {
+        Counters {
+            classes: (0..self.cfg.classes.len()).map(|i| self.gate.class_counters(i).unwrap().into()).collect(),
+            global: self.gate.global_counters().unwrap().into(),
+        }
+    }
+
+    pub fn class(&self, name: &str) -> usize {
+        self.cfg.class_id(name).unwrap_or_else(|| panic!("no class {name}"))
+    }
+
+    /// Run one packet; return the verdict and the counters before and after.
+    pub fn run(&self, pkt: &[u8]) -> (u32, Counters, Counters) {
+        let before = self.counters();
+        let (verdict, _) = self.gate.test_run(Prog::Gate, pkt, 1).expect("test run");
+        (verdict, before, self.counters())
+    }
+
+    /// Run one packet and assert its verdict and that exactly the expected
+    /// verdict counter (and nothing else of the verdict counters) moved by one.
+    #[track_caller]
+    pub fn expect(&self, what: &str, pkt: &[u8], landed: Landed) {
+        let (verdict, b, a) = self.run(pkt);
+        let want_verdict = match &landed {
+            Landed::Admitted(_) | Landed::NonIp | Landed::MalformedPass => XDP_PASS,
+            _ => XDP_DROP,
+        };
+        assert_eq!(verdict, want_verdict, "{what}: verdict (2 = PASS, 1 = DROP), expected {landed:?}");
+        let mut moved = Vec::new();
+        for (i, (cb, ca)) in b.classes.iter().zip(&a.classes).enumerate() {
+            let name = &self.cfg.classes[i].name;
+            let d = |f: fn(&ClassTotals) -> u64| f(ca) - f(cb);
+            if d(|t| t.admitted_pkts) > 0 {
+                moved.push((Landed::Admitted(name.clone()), d(|t| t.admitted_pkts)));
+            }
+            if d(|t| t.dropped_rate_pkts) > 0 {
+                moved.push((Landed::DroppedRate(name.clone()), d(|t| t.dropped_rate_pkts)));
+            }
+            if d(|t| t.dropped_blocked_pkts) > 0 {
+                moved.push((Landed::DroppedBlocked(name.clone()), d(|t| t.dropped_blocked_pkts)));
+            }
+            let seen = d(|t| t.seen_pkts);
+            let verdicts = d(|t| t.admitted_pkts) + d(|t| t.dropped_rate_pkts) + d(|t| t.dropped_blocked_pkts);
+            assert_eq!(seen, verdicts, "{what}: class {name}: seen moved {seen}, verdicts {verdicts}");
+            if seen > 0 {
+                assert_eq!(d(|t| t.seen_bytes), pkt.len() as u64, "{what}: class {name}: seen bytes");
+            }
+        }
+        let g = |f: fn(&GlobalTotals) -> u64| f(&a.global) - f(&b.global);
+        for (l, n) in [
+            (Landed::NonIp, g(|t| t.non_ip_pass)),
+            (Landed::MalformedDrop, g(|t| t.malformed_drop)),
+            (Landed::MalformedPass, g(|t| t.malformed_pass)),
+        ] {
+            if n > 0 {
+                moved.push((l, n));
+            }
+        }
+        assert_eq!(moved, vec![(landed, 1)], "{what}: verdict counters that moved");
+    }
+}
