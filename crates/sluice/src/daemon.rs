@@ -20,10 +20,14 @@ use crate::stats::{class_snapshots, prometheus_text, ClassRates, ClassTotals, Gl
 
 /// Directory of the statistics sockets.
 pub const SOCKET_DIR: &str = "/run/sluice";
-/// How often the daemon re-splits rates over CPUs and refreshes statistics.
-pub const TICK: Duration = Duration::from_millis(100);
-/// Window of the per-second rates in the statistics.
-const RATE_WINDOW_TICKS: usize = 10;
+/// How often the daemon re-splits limited classes' rates over CPUs: traffic
+/// that moves to another CPU (a migrating sender on veth, an RSS change)
+/// finds only a small share there for up to one tick.
+pub const TICK: Duration = Duration::from_millis(20);
+/// Statistics are refreshed every this many ticks (100 ms).
+const STATS_EVERY: u64 = 5;
+/// Window of the per-second rates in the statistics, in refreshes.
+const RATE_WINDOW: usize = 10;
 
 /// Default statistics socket of an interface.
 pub fn default_socket(iface: &str) -> PathBuf {
@@ -149,6 +153,7 @@ impl Daemon {
             }
         });
         let mut next = Instant::now();
+        let mut ticks = 0u64;
         loop {
             next += TICK;
             let wait = next.saturating_duration_since(Instant::now());
@@ -158,10 +163,14 @@ impl Daemon {
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
                 Err(mpsc::RecvTimeoutError::Disconnected) => break,
             }
-            self.tick()?;
+            self.rebalance()?;
+            ticks += 1;
+            if ticks % STATS_EVERY == 0 {
+                self.refresh_stats()?;
+            }
         }
         handle.close();
-        self.tick()?;
+        self.refresh_stats()?;
         self.gate.detach();
         let _ = std::fs::remove_file(&self.socket);
         let snap = self.shared.snapshot.lock().unwrap().clone();
@@ -169,23 +178,25 @@ impl Daemon {
         Ok(snap)
     }
 
-    /// Re-split rates by arrivals and refresh the statistics.
-    fn tick(&mut self) -> Result<()> {
+    /// Re-split limited classes' rates over CPUs by their recent arrivals.
+    fn rebalance(&mut self) -> Result<()> {
+        for (id, class) in self.cfg.classes.iter().enumerate() {
+            if matches!(class.limit, Limit::Rate { .. }) {
+                self.gate.rebalance(id, &class.limit, &mut self.tracks[id].last_seen)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Read the counters into the served snapshot.
+    fn refresh_stats(&mut self) -> Result<()> {
         let now = Instant::now();
         let mut classes = Vec::with_capacity(self.cfg.classes.len());
-        for (id, class) in self.cfg.classes.iter().enumerate() {
+        for id in 0..self.cfg.classes.len() {
             let track = &mut self.tracks[id];
-            if matches!(class.limit, Limit::Rate { .. }) {
-                self.gate.rebalance(id, &class.limit, &mut track.last_seen)?;
-            }
-            let percpu = self.gate.class_counters_percpu(id)?;
-            let mut total = [0u64; crate::bpf_intf::SLUICE_CS_NR as usize];
-            for c in &percpu {
-                total.iter_mut().zip(c).for_each(|(t, v)| *t += v);
-            }
-            let totals = ClassTotals::from(total);
+            let totals = ClassTotals::from(self.gate.class_counters(id)?);
             track.history.push_back((now, totals));
-            if track.history.len() > RATE_WINDOW_TICKS + 1 {
+            if track.history.len() > RATE_WINDOW + 1 {
                 track.history.pop_front();
             }
             let (t0, old) = track.history.front().copied().unwrap();

@@ -106,3 +106,4 @@ impl TestGate {
         assert_eq!(moved, vec![(landed, 1)], "{what}: verdict counters that moved");
     }
 }
+pub mod testbed;

@@ -1,0 +1,198 @@
+//! A two-namespace testbed made per test and always removed: namespace A
+//! (the sender) and B (the service and the gate) joined by a veth pair, with
+//! addresses that exist only inside them. Dropping it deletes both namespaces
+//! (and with them the veth pair and any XDP program attached to it).
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_sluice");
+
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+fn sh(args: &[&str]) -> Output {
+    let out = Command::new(args[0]).args(&args[1..]).output().unwrap_or_else(|e| panic!("{args:?}: {e}"));
+    assert!(out.status.success(), "{args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    out
+}
+
+pub struct Testbed {
+    pub a: String,
+    pub b: String,
+    /// Interface in B (where the gate goes) and in A.
+    pub if_b: &'static str,
+    pub if_a: &'static str,
+    pub ip_a: String,
+    pub ip_b: String,
+    pub dir: PathBuf,
+    children: Vec<Child>,
+}
+
+impl Testbed {
+    pub fn new() -> Testbed {
+        let n = NEXT.fetch_add(1, Ordering::SeqCst);
+        let tag = format!("sl-t{}-{n}", std::process::id());
+        let (a, b) = (format!("{tag}-a"), format!("{tag}-b"));
+        let dir = std::env::temp_dir().join(&tag);
+        std::fs::create_dir_all(&dir).unwrap();
+        let tb = Testbed {
+            a,
+            b,
+            if_b: "vb",
+            if_a: "va",
+            ip_a: "10.77.0.1".into(),
+            ip_b: "10.77.0.2".into(),
+            dir,
+            children: vec![],
+        };
+        sh(&["ip", "netns", "add", &tb.a]);
+        sh(&["ip", "netns", "add", &tb.b]);
+        sh(&["ip", "-n", &tb.a, "link", "add", tb.if_a, "type", "veth", "peer", "name", tb.if_b, "netns", &tb.b]);
+        for (ns, ifc, ip) in [(&tb.a, tb.if_a, &tb.ip_a), (&tb.b, tb.if_b, &tb.ip_b)] {
+            // No IPv6 chatter (router/neighbour solicitations) to disturb exact counts.
+            sh(&["ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"]);
+            sh(&["ip", "-n", ns, "addr", "add", &format!("{ip}/24"), "dev", ifc]);
+            sh(&["ip", "-n", ns, "link", "set", ifc, "up"]);
+            sh(&["ip", "-n", ns, "link", "set", "lo", "up"]);
+        }
+        tb
+    }
+
+    /// A command run inside namespace `ns`.
+    pub fn cmd(&self, ns: &str, args: &[&str]) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", ns]).args(args);
+        c
+    }
+
+    /// `sluice ARGS` inside `ns`, waited for.
+    pub fn sluice(&self, ns: &str, args: &[&str]) -> Output {
+        self.cmd(ns, &[BIN]).args(args).output().unwrap()
+    }
+
+    /// Start `sluice ARGS` inside `ns` in the background; killed when the testbed drops.
+    pub fn spawn(&mut self, ns: &str, args: &[&str]) -> u32 {
+        let child = self
+            .cmd(ns, &[BIN])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        self.children.push(child);
+        pid
+    }
+
+    /// Wait for a spawned process to exit; returns its output.
+    pub fn wait(&mut self, pid: u32) -> Output {
+        let i = self.children.iter().position(|c| c.id() == pid).expect("a spawned pid");
+        self.children.remove(i).wait_with_output().unwrap()
+    }
+
+    pub fn signal(&self, pid: u32, sig: i32) {
+        // SAFETY: plain kill(2) on our own child.
+        assert_eq!(unsafe { libc::kill(pid as i32, sig) }, 0);
+    }
+
+    pub fn socket(&self) -> PathBuf {
+        self.dir.join("sluice.sock")
+    }
+
+    /// Start `sluice run` on B's interface; returns once its socket answers.
+    pub fn start_gate(&mut self, extra: &[&str]) -> u32 {
+        let sock = self.socket();
+        let mut args = vec!["run", "--iface", self.if_b, "--socket", sock.to_str().unwrap(), "--metrics", "off"];
+        args.extend_from_slice(extra);
+        let b = self.b.clone();
+        let pid = self.spawn(&b, &args);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::os::unix::net::UnixStream::connect(&sock).is_err() {
+            if let Some(c) = self.children.iter_mut().find(|c| c.id() == pid) {
+                if let Ok(Some(status)) = c.try_wait() {
+                    let out = self.wait(pid);
+                    panic!("sluice run exited early ({status}): {}", String::from_utf8_lossy(&out.stderr));
+                }
+            }
+            assert!(Instant::now() < deadline, "sluice run did not come up");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        pid
+    }
+
+    /// The daemon's snapshot, via `sluice status --json`.
+    pub fn status(&self) -> sluice::stats::Snapshot {
+        let out = self.sluice(&self.b, &["status", "--json", "--socket", self.socket().to_str().unwrap()]);
+        assert!(out.status.success(), "status failed: {}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
+    /// Start a UDP sink on B's port; stops by itself after `secs`.
+    pub fn start_sink(&mut self, port: u16, secs: f64) -> u32 {
+        let b = self.b.clone();
+        let pid = self.spawn(&b, &["serve", "udp-echo", "--port", &port.to_string(), "--no-echo", "--json", "--duration", &secs.to_string()]);
+        std::thread::sleep(Duration::from_millis(300));
+        pid
+    }
+
+    /// Datagrams a sink received (waits for it to end).
+    pub fn sink_received(&mut self, pid: u32) -> u64 {
+        let out = self.wait(pid);
+        assert!(out.status.success(), "sink failed: {}", String::from_utf8_lossy(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["received"].as_u64().unwrap()
+    }
+
+    /// Send UDP from A to B's port at `rate` for `secs`; returns (sent, seconds).
+    ///
+    /// The sender is pinned to CPU 1. On veth the receive side (and so XDP)
+    /// runs on the sender's CPU, so a sender the scheduler moves between CPUs
+    /// moves the class's arrivals, which the daemon's per-CPU split follows
+    /// one tick (20 ms) late, losing up to a tick of admissions per move.
+    /// Pinned, it is like a NIC queue whose interrupts go to one CPU.
+    pub fn send(&self, port: u16, rate: u64, secs: f64) -> (u64, f64) {
+        let dst = format!("{}:{port}", self.ip_b);
+        let out = self
+            .cmd(&self.a, &["taskset", "-c", "1", BIN])
+            .args(["send", "--dst", &dst, "--rate", &rate.to_string(), "--duration", &secs.to_string(), "--json"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "send failed: {}", String::from_utf8_lossy(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        (v["sent"].as_u64().unwrap(), v["secs"].as_f64().unwrap())
+    }
+
+    pub fn write(&self, name: &str, text: &str) -> PathBuf {
+        let p = self.dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    /// The XDP program id attached to B's interface (0 if none).
+    pub fn attached_prog(&self) -> u64 {
+        let out = sh(&["ip", "-n", &self.b, "-j", "link", "show", self.if_b]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v[0]["xdp"]["prog"]["id"].as_u64().unwrap_or(0)
+    }
+}
+
+impl Drop for Testbed {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        for ns in [&self.a, &self.b] {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Does a namespace of this name still exist?
+pub fn netns_exists(name: &str) -> bool {
+    Path::new("/var/run/netns").join(name).exists()
+}

@@ -1,0 +1,244 @@
+//! Integration tests: real UDP traffic between two network namespaces each
+//! test creates (and always removes), through `sluice run` on a veth pair.
+//! Needs root (CI is root).
+mod common;
+
+use common::testbed::{netns_exists, Testbed, BIN};
+use std::time::Duration;
+
+fn within(what: &str, got: f64, want: f64, tol: f64) {
+    let err = (got - want) / want;
+    eprintln!("{what}: got {got:.0}, expected {want:.0} ({:+.2}%)", err * 100.0);
+    assert!(err.abs() <= tol, "{what}: got {got:.0}, expected {want:.0}, off by {:+.2}% (tolerance {}%)", err * 100.0, tol * 100.0);
+}
+
+mod limits {
+    use super::*;
+
+    /// Offered 30k pkt/s against a 10k limit: the service receives the limit.
+    #[test]
+    fn service_receives_the_limit_within_5_percent() {
+        let mut tb = Testbed::new();
+        tb.start_gate(&["--class", "svc:rate=10k,burst=100,match=udp:7000"]);
+        let sink = tb.start_sink(7000, 4.5);
+        let (sent, secs) = tb.send(7000, 30_000, 3.0);
+        let got = tb.sink_received(sink) as f64;
+        assert!(sent as f64 > 2.5 * 10_000.0 * secs, "the sender must offer well over the limit: {sent} in {secs:.1}s");
+        within("service received at a 10k limit", got, 10_000.0 * secs + 100.0, 0.05);
+    }
+
+    /// A high-priority unlimited class keeps all its traffic beside a limited flood.
+    #[test]
+    fn unlimited_priority_class_is_unaffected_by_a_limited_flood() {
+        let mut tb = Testbed::new();
+        tb.start_gate(&["--class", "hi:priority=0,match=udp:7001", "--class", "flood:priority=5,rate=5k,match=udp:7000"]);
+        let hi = tb.start_sink(7001, 4.5);
+        let lo = tb.start_sink(7000, 4.5);
+        let flood = {
+            let (a, ip) = (tb.a.clone(), tb.ip_b.clone());
+            std::thread::spawn(move || {
+                let out = std::process::Command::new("ip")
+                    .args(["netns", "exec", &a, "taskset", "-c", "0", BIN, "send", "--dst", &format!("{ip}:7000"), "--rate", "60000", "--duration", "3", "--json"])
+                    .output()
+                    .unwrap();
+                let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+                (v["sent"].as_u64().unwrap(), v["secs"].as_f64().unwrap())
+            })
+        };
+        let (hi_sent, _) = tb.send(7001, 5_000, 3.0);
+        let (flood_sent, flood_secs) = flood.join().unwrap();
+        let (hi_got, lo_got) = (tb.sink_received(hi), tb.sink_received(lo));
+        eprintln!("hi: sent {hi_sent} got {hi_got}; flood: sent {flood_sent} got {lo_got}");
+        assert!(hi_got as f64 >= 0.99 * hi_sent as f64, "high-priority class lost packets: {hi_got} of {hi_sent}");
+        within("flood class at its 5k limit", lo_got as f64, 5_000.0 * flood_secs + 50.0, 0.05);
+        let s = tb.status();
+        let hi_c = s.classes.iter().find(|c| c.name == "hi").unwrap();
+        assert_eq!(hi_c.totals.dropped_pkts(), 0);
+    }
+}
+
+mod status {
+    use super::*;
+    use libbpf_rs::libbpf_sys;
+    use std::os::fd::{FromRawFd, OwnedFd, AsRawFd};
+
+    /// Per-class counters read straight from the kernel: the daemon's
+    /// class_stats map found through its program id (in B's namespace, maps are global).
+    fn kernel_class_admitted(prog_id: u32, class: u32) -> (u64, u64) {
+        unsafe {
+            let pfd = OwnedFd::from_raw_fd(libbpf_sys::bpf_prog_get_fd_by_id(prog_id));
+            let mut ids = [0u32; 16];
+            let mut info = libbpf_sys::bpf_prog_info { nr_map_ids: 16, map_ids: ids.as_mut_ptr() as u64, ..Default::default() };
+            let mut len = std::mem::size_of::<libbpf_sys::bpf_prog_info>() as u32;
+            assert_eq!(libbpf_sys::bpf_prog_get_info_by_fd(pfd.as_raw_fd(), &mut info, &mut len), 0);
+            for &id in &ids[..info.nr_map_ids as usize] {
+                let mfd = OwnedFd::from_raw_fd(libbpf_sys::bpf_map_get_fd_by_id(id));
+                let mut mi = libbpf_sys::bpf_map_info::default();
+                let mut ml = std::mem::size_of::<libbpf_sys::bpf_map_info>() as u32;
+                libbpf_sys::bpf_map_get_info_by_fd(mfd.as_raw_fd(), &mut mi, &mut ml);
+                let name = std::ffi::CStr::from_ptr(mi.name.as_ptr()).to_string_lossy().into_owned();
+                if name != "class_stats" {
+                    continue;
+                }
+                let ncpus = libbpf_rs::num_possible_cpus().unwrap();
+                let vsize = mi.value_size as usize;
+                let mut buf = vec![0u8; vsize * ncpus];
+                let key = class.to_ne_bytes();
+                assert_eq!(libbpf_sys::bpf_map_lookup_elem(mfd.as_raw_fd(), key.as_ptr().cast(), buf.as_mut_ptr().cast()), 0);
+                let (mut seen, mut admitted) = (0, 0);
+                for cpu in buf.chunks(vsize) {
+                    let word = |i: usize| u64::from_ne_bytes(cpu[i * 8..i * 8 + 8].try_into().unwrap());
+                    seen += word(sluice::bpf_intf::SLUICE_CS_SEEN_PKTS as usize);
+                    admitted += word(sluice::bpf_intf::SLUICE_CS_ADMIT_PKTS as usize);
+                }
+                return (seen, admitted);
+            }
+            panic!("class_stats map not found for prog {prog_id}");
+        }
+    }
+
+    #[test]
+    fn status_json_totals_equal_the_bpf_counters() {
+        let mut tb = Testbed::new();
+        tb.start_gate(&["--class", "svc:rate=2k,burst=10,match=udp:7000"]);
+        let sink = tb.start_sink(7000, 2.5);
+        tb.send(7000, 10_000, 1.0);
+        tb.sink_received(sink);
+        std::thread::sleep(Duration::from_millis(400)); // a few daemon ticks after the traffic
+        let s = tb.status();
+        let svc = s.classes.iter().find(|c| c.name == "svc").unwrap();
+        let (seen, admitted) = kernel_class_admitted(s.prog_id, svc.id as u32);
+        assert!(seen > 5_000, "traffic reached the gate: {seen}");
+        assert_eq!((svc.totals.seen_pkts, svc.totals.admitted_pkts), (seen, admitted), "status vs kernel");
+        assert_eq!(svc.totals.seen_pkts, svc.totals.admitted_pkts + svc.totals.dropped_pkts());
+        assert_eq!(s.xdp_mode, "native");
+        assert_eq!(tb.attached_prog(), s.prog_id as u64, "status names the attached program");
+        // The table form works too.
+        let out = tb.sluice(&tb.b, &["status", "--socket", tb.socket().to_str().unwrap()]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("svc") && text.contains("2000 pps"), "{text}");
+    }
+
+    #[test]
+    fn sigterm_detaches_and_prints_totals() {
+        let mut tb = Testbed::new();
+        let pid = tb.start_gate(&["--class", "svc:match=udp:7000"]);
+        assert_ne!(tb.attached_prog(), 0);
+        tb.signal(pid, libc::SIGTERM);
+        let out = tb.wait(pid);
+        assert!(out.status.success(), "clean exit: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(String::from_utf8_lossy(&out.stdout).contains("svc"), "totals printed");
+        assert_eq!(tb.attached_prog(), 0, "detached");
+        assert!(!tb.socket().exists(), "socket removed");
+    }
+}
+
+mod reload {
+    use super::*;
+
+    #[test]
+    fn sighup_changes_the_limit_without_detaching_and_refuses_a_bad_config() {
+        let mut tb = Testbed::new();
+        let cfg = |rate: &str| format!("[[class]]\nname = \"svc\"\nrate = \"{rate}\"\nburst = 50\nmatch = [{{ proto = \"udp\", port = 7000 }}]\n");
+        let path = tb.write("sluice.toml", &cfg("5k"));
+        let pid = tb.start_gate(&["--config", path.to_str().unwrap()]);
+        let prog = tb.attached_prog();
+
+        let sink = tb.start_sink(7000, 3.0);
+        let (_, secs) = tb.send(7000, 25_000, 2.0);
+        within("before reload, 5k limit", tb.sink_received(sink) as f64, 5_000.0 * secs + 50.0, 0.05);
+
+        std::fs::write(&path, cfg("10k")).unwrap();
+        tb.signal(pid, libc::SIGHUP);
+        std::thread::sleep(Duration::from_millis(500));
+        let s = tb.status();
+        assert_eq!(s.reloads, 1);
+        assert_eq!(s.classes[0].rate_pps, Some(10_000));
+        assert_eq!(tb.attached_prog(), prog, "same program, never detached");
+        let sink = tb.start_sink(7000, 3.0);
+        let (_, secs) = tb.send(7000, 25_000, 2.0);
+        within("after reload, 10k limit", tb.sink_received(sink) as f64, 10_000.0 * secs + 50.0, 0.05);
+
+        // A bad config is refused: the old one stays, the error is visible.
+        std::fs::write(&path, cfg("fast")).unwrap();
+        tb.signal(pid, libc::SIGHUP);
+        std::thread::sleep(Duration::from_millis(500));
+        let s = tb.status();
+        assert_eq!(s.reloads, 1);
+        assert_eq!(s.classes[0].rate_pps, Some(10_000));
+        let err = s.last_reload_error.expect("the refused reload is reported");
+        assert!(err.contains("sluice.toml:3") && err.contains("rate"), "{err}");
+        assert_eq!(tb.attached_prog(), prog);
+    }
+}
+
+mod errors {
+    use super::*;
+
+    fn stderr(o: &std::process::Output) -> String {
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    }
+
+    #[test]
+    fn missing_interface_is_named() {
+        let tb = Testbed::new();
+        let o = tb.sluice(&tb.b, &["run", "--iface", "nosuch0", "--class", "x:match=udp", "--metrics", "off"]);
+        assert!(!o.status.success());
+        assert!(stderr(&o).contains("no network interface named \"nosuch0\""), "{}", stderr(&o));
+    }
+
+    #[test]
+    fn bad_configs_name_the_file_line_and_field() {
+        let tb = Testbed::new();
+        let p = tb.write("bad.toml", "[[class]]\nname = \"a\"\npriority = 1\nrate = \"lots\"\nmatch = [{ proto = \"udp\" }]\n");
+        for args in [vec!["check-config", p.to_str().unwrap()], vec!["run", "--iface", tb.if_b, "--config", p.to_str().unwrap()]] {
+            let o = tb.sluice(&tb.b, &args);
+            assert_eq!(o.status.code(), Some(1), "{args:?}");
+            let e = stderr(&o);
+            assert!(e.contains("bad.toml:4:") && e.contains("field `class.rate (class \"a\")`") && e.contains("unlimited"), "{e}");
+        }
+        let o = tb.sluice(&tb.b, &["run", "--iface", tb.if_b, "--class", "a:rate=1k,match=sctp"]);
+        assert!(!o.status.success());
+        assert!(stderr(&o).contains("--class 'a:rate=1k,match=sctp': field `match`"), "{}", stderr(&o));
+        let o = tb.sluice(&tb.b, &["check-config", "/nonexistent.toml"]);
+        assert!(!o.status.success() && stderr(&o).contains("cannot read"));
+        assert_eq!(tb.attached_prog(), 0, "nothing attached on error");
+    }
+
+    #[test]
+    fn an_attached_program_is_named_and_refused() {
+        let mut tb = Testbed::new();
+        tb.start_gate(&["--class", "x:match=udp"]);
+        let first = tb.attached_prog();
+        let o = tb.sluice(&tb.b, &["run", "--iface", tb.if_b, "--class", "x:match=udp", "--metrics", "off", "--socket", "/tmp/unused-sluice.sock"]);
+        assert!(!o.status.success());
+        let e = stderr(&o);
+        assert!(e.contains(&format!("id {first}")) && e.contains("sluice_gate") && e.contains("--replace"), "{e}");
+        // --replace cannot take over a bpf_link: said plainly.
+        let o = tb.sluice(&tb.b, &["run", "--iface", tb.if_b, "--replace", "--class", "x:match=udp", "--metrics", "off", "--socket", "/tmp/unused-sluice.sock"]);
+        assert!(!o.status.success());
+        assert!(stderr(&o).contains("bpf_link"), "{}", stderr(&o));
+        assert_eq!(tb.attached_prog(), first, "the first daemon keeps the interface");
+    }
+
+    #[test]
+    fn without_privileges_it_says_so() {
+        let tb = Testbed::new();
+        let o = tb
+            .cmd(&tb.b, &["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", BIN, "run", "--iface", tb.if_b, "--class", "x:match=udp"])
+            .output()
+            .unwrap();
+        assert!(!o.status.success());
+        assert!(stderr(&o).contains("needs CAP_BPF and CAP_NET_ADMIN"), "{}", stderr(&o));
+    }
+
+    #[test]
+    fn testbed_removes_its_namespaces() {
+        let names = {
+            let tb = Testbed::new();
+            assert!(netns_exists(&tb.a) && netns_exists(&tb.b));
+            (tb.a.clone(), tb.b.clone())
+        };
+        assert!(!netns_exists(&names.0) && !netns_exists(&names.1));
+    }
+}
