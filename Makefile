@@ -1,0 +1,38 @@
+# sluice: the two commands a user needs, each installing what it needs.
+#   make demo   the main job: a flooded UDP service with and without sluice
+#   make test   every test (unit, BPF_PROG_TEST_RUN, namespace integration)
+# Both need root (XDP, network namespaces) and a Debian 12 machine (apt).
+
+APT_PACKAGES := clang llvm libclang-dev libbpf-dev libelf-dev zlib1g-dev pkg-config \
+                iproute2 ethtool util-linux python3 procps
+CARGO ?= cargo
+BIN := target/release/sluice
+
+.PHONY: all deps build demo test bench clean
+
+all: build
+
+# Install the Debian packages that are missing (needs root), and check for Rust.
+deps:
+	@missing=$$(for p in $(APT_PACKAGES); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		echo "installing: $$missing"; \
+		if [ "$$(id -u)" != 0 ]; then echo "run as root to install packages: $$missing" >&2; exit 1; fi; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
+	@command -v $(CARGO) >/dev/null || { echo "cargo not found: install Rust (1.82 or newer) with rustup" >&2; exit 1; }
+
+build: deps
+	$(CARGO) build --release --locked
+
+demo: build
+	scripts/demo.sh $(BIN)
+
+test: deps
+	$(CARGO) test --release --locked --workspace
+
+bench: build
+	$(BIN) bench gate
+
+clean:
+	$(CARGO) clean
