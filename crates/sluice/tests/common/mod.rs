@@ -3,7 +3,8 @@
 #![allow(dead_code)]
 
 use sluice::classify;
-use sluice::config::{self, Config, Verdict};
+use sluice::config::{self, Config, Limit, Verdict};
+use sluice::share::share;
 use sluice::gate::{Gate, Prog, XDP_DROP, XDP_PASS};
 use sluice::stats::{ClassTotals, GlobalTotals};
 
@@ -42,6 +43,13 @@ impl TestGate {
         cfg.malformed = malformed;
         let mut gate = Gate::load().expect("the gate loads (tests run as root)");
         gate.apply(&cfg, &classify::compile(&cfg).unwrap()).unwrap();
+        // A test run executes on one CPU, whichever the thread is on: give every
+        // CPU the whole limit (the daemon's split is tested on its own).
+        for (id, class) in cfg.classes.iter().enumerate() {
+            if let Limit::Rate { pps, burst } = class.limit {
+                gate.set_shares(id, &vec![share(pps, burst); gate.ncpus()]).unwrap();
+            }
+        }
         TestGate { gate, cfg }
     }
 
