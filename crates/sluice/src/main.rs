@@ -113,10 +113,10 @@ enum BenchCmd {
     /// Gate cost in ns per packet (BPF_PROG_TEST_RUN) with 1, 64 and 1024 rules, beside a no-op floor.
     Gate {
         /// Repeats per test-run call.
-        #[arg(long, default_value_t = 5_000_000)]
+        #[arg(long, default_value_t = 2_000_000)]
         repeat: u32,
-        /// Calls per case (the median is reported).
-        #[arg(long, default_value_t = 5)]
+        /// Interleaved rounds, one call per case each (the median is reported).
+        #[arg(long, default_value_t = 15)]
         rounds: usize,
         /// Print the report as JSON.
         #[arg(long)]

@@ -3,7 +3,7 @@
 //! Needs root (CI is root).
 mod common;
 
-use common::testbed::{netns_exists, Testbed, BIN};
+use common::testbed::{in_netns, netns_exists, Testbed, BIN};
 use std::time::Duration;
 
 fn within(what: &str, got: f64, want: f64, tol: f64) {
@@ -117,6 +117,34 @@ mod status {
         let out = tb.sluice(&tb.b, &["status", "--socket", tb.socket().to_str().unwrap()]);
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(text.contains("svc") && text.contains("2000 pps"), "{text}");
+    }
+
+    /// Prometheus metrics on the documented address (127.0.0.1:9786, inside B's namespace).
+    #[test]
+    fn metrics_are_served() {
+        let mut tb = Testbed::new();
+        let sock = tb.socket();
+        let b = tb.b.clone();
+        let pid = tb.spawn(&b, &["run", "--iface", tb.if_b, "--socket", sock.to_str().unwrap(), "--class", "svc:rate=3k,match=udp:7000"]);
+        let body = in_netns(&b, || {
+            use std::io::{Read, Write};
+            let deadline = std::time::Instant::now() + Duration::from_secs(20);
+            loop {
+                if let Ok(mut c) = std::net::TcpStream::connect("127.0.0.1:9786") {
+                    c.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+                    let mut s = String::new();
+                    c.read_to_string(&mut s).unwrap();
+                    return s;
+                }
+                assert!(std::time::Instant::now() < deadline, "metrics never came up");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
+        assert!(body.starts_with("HTTP/1.0 200") || body.starts_with("HTTP/1.1 200"), "{body}");
+        assert!(body.contains("sluice_class_rate_limit_pps{class=\"svc\"} 3000"), "{body}");
+        assert!(body.contains("sluice_class_packets_total{class=\"svc\",verdict=\"admitted\"}"), "{body}");
+        tb.signal(pid, libc::SIGTERM);
+        assert!(tb.wait(pid).status.success());
     }
 
     #[test]

@@ -192,6 +192,20 @@ impl Drop for Testbed {
     }
 }
 
+/// Run `f` on a thread that has entered network namespace `ns`.
+pub fn in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let path = Path::new("/var/run/netns").join(ns);
+    std::thread::spawn(move || {
+        let file = std::fs::File::open(&path).unwrap();
+        use std::os::fd::AsRawFd;
+        // SAFETY: setns on this thread only, with a namespace fd we hold open.
+        assert_eq!(unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) }, 0, "setns {path:?}");
+        f()
+    })
+    .join()
+    .unwrap()
+}
+
 /// Does a namespace of this name still exist?
 pub fn netns_exists(name: &str) -> bool {
     Path::new("/var/run/netns").join(name).exists()
