@@ -170,30 +170,16 @@ impl Tables {
         if cell.flags & SLUICE_CELL_PREFIX as u8 == 0 {
             return cell.class_id as usize;
         }
+        // Every trie entry of the cell's group as (prefix, class), then the longest that contains the source.
         let group = (cell.group as u32).to_be();
-        let best = match p.src {
-            IpAddr::V4(a) => self
-                .v4
-                .iter()
-                .filter(|(k, _)| k.group == group)
-                .filter(|(k, _)| {
-                    let len = k.prefixlen - 32;
-                    let pre = Prefix { addr: IpAddr::V4(u32::from_be(k.addr).into()), len: len as u8 };
-                    pre.contains(&Prefix { addr: IpAddr::V4(a), len: 32 })
-                })
-                .max_by_key(|(k, _)| k.prefixlen)
-                .map(|(_, c)| *c),
-            IpAddr::V6(a) => self
-                .v6
-                .iter()
-                .filter(|(k, _)| k.group == group)
-                .filter(|(k, _)| {
-                    let pre = Prefix { addr: IpAddr::V6(k.addr.into()), len: (k.prefixlen - 32) as u8 };
-                    pre.contains(&Prefix { addr: IpAddr::V6(a), len: 128 })
-                })
-                .max_by_key(|(k, _)| k.prefixlen)
-                .map(|(_, c)| *c),
-        };
+        let v4 = self.v4.iter().filter(|(k, _)| k.group == group).map(|(k, c)| {
+            (Prefix { addr: IpAddr::V4(u32::from_be(k.addr).into()), len: (k.prefixlen - 32) as u8 }, *c)
+        });
+        let v6 = self.v6.iter().filter(|(k, _)| k.group == group).map(|(k, c)| {
+            (Prefix { addr: IpAddr::V6(k.addr.into()), len: (k.prefixlen - 32) as u8 }, *c)
+        });
+        let host = Prefix { addr: p.src, len: if p.src.is_ipv4() { 32 } else { 128 } };
+        let best = v4.chain(v6).filter(|(pre, _)| pre.contains(&host)).max_by_key(|(pre, _)| pre.len).map(|(_, c)| c);
         best.map_or(cell.class_id as usize, |c| c as usize)
     }
 }
