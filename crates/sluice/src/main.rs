@@ -116,7 +116,7 @@ enum BenchCmd {
         #[arg(long, default_value_t = 2_000_000)]
         repeat: u32,
         /// Interleaved rounds, one call per case each (the median is reported).
-        #[arg(long, default_value_t = 15)]
+        #[arg(long, default_value_t = 31)]
         rounds: usize,
         /// Print the report as JSON.
         #[arg(long)]
