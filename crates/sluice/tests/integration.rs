@@ -249,6 +249,48 @@ mod errors {
         assert_eq!(tb.attached_prog(), first, "the first daemon keeps the interface");
     }
 
+    /// A foreign XDP program attached with netlink (`ip link set ... xdp obj`)
+    /// is named and refused; --replace takes its place.
+    #[test]
+    fn replace_takes_over_a_netlink_attached_program() {
+        let mut tb = Testbed::new();
+        let src = tb.write("other.bpf.c", "#include <linux/bpf.h>\n__attribute__((section(\"xdp\"), used)) int other_prog(struct xdp_md *c) { return XDP_PASS; }\nchar _l[] __attribute__((section(\"license\"), used)) = \"GPL\";\n");
+        let obj = tb.dir.join("other.bpf.o");
+        let cc = std::process::Command::new("clang")
+            .args(["-O2", "-target", "bpf", "-I/usr/include/x86_64-linux-gnu", "-c"])
+            .arg(&src)
+            .arg("-o")
+            .arg(&obj)
+            .output()
+            .unwrap();
+        assert!(cc.status.success(), "{}", String::from_utf8_lossy(&cc.stderr));
+        let ip = std::process::Command::new("ip")
+            .args(["-n", &tb.b, "link", "set", "dev", tb.if_b, "xdpdrv", "obj", obj.to_str().unwrap(), "sec", "xdp"])
+            .output()
+            .unwrap();
+        assert!(ip.status.success(), "{}", String::from_utf8_lossy(&ip.stderr));
+        let foreign = tb.attached_prog();
+        assert_ne!(foreign, 0);
+        let o = tb.sluice(&tb.b, &["run", "--iface", tb.if_b, "--class", "x:match=udp", "--metrics", "off", "--socket", "/tmp/unused-sluice.sock"]);
+        assert!(!o.status.success());
+        let e = stderr(&o);
+        assert!(e.contains(&format!("id {foreign}")) && e.contains("other_prog") && e.contains("xdp off"), "{e}");
+        tb.start_gate(&["--replace", "--class", "x:match=udp"]);
+        let now = tb.attached_prog();
+        assert!(now != 0 && now != foreign, "sluice replaced the foreign program");
+        assert_eq!(tb.status().prog_id as u64, now);
+    }
+
+    /// A driver without native XDP (loopback) is said plainly; generic mode works there.
+    #[test]
+    fn native_xdp_missing_is_said_plainly() {
+        let tb = Testbed::new();
+        let sock = tb.dir.join("lo.sock");
+        let o = tb.sluice(&tb.b, &["run", "--iface", "lo", "--class", "x:match=udp", "--metrics", "off", "--socket", sock.to_str().unwrap()]);
+        assert!(!o.status.success());
+        assert!(stderr(&o).contains("does not support native (driver-mode) XDP; pass --xdp-mode generic"), "{}", stderr(&o));
+    }
+
     #[test]
     fn without_privileges_it_says_so() {
         let tb = Testbed::new();
