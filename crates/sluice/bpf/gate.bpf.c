@@ -21,8 +21,9 @@
  *
  * Token buckets without locks
  * ---------------------------
- * Each class has one bucket per CPU (per-CPU arrays "shares" and "buckets"),
- * so the per-packet path touches only this CPU's memory. Tokens are fixed
+ * Each class has one bucket per CPU (per-CPU arrays "shares", written by the
+ * daemon, and "class_state", written only here), so the per-packet path
+ * touches only this CPU's memory. Tokens are fixed
  * point (1 packet = SLUICE_TOKEN_SCALE units) refilled from bpf_ktime_get_ns():
  * tokens += elapsed_ns * rate_pps, capped at burst * SCALE; a packet takes
  * SCALE units. No division and no floating point on the packet path: the
@@ -112,15 +113,8 @@ struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, SLUICE_MAX_CLASSES);
 	__type(key, __u32);
-	__type(value, struct sluice_bucket);
-} buckets SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, SLUICE_MAX_CLASSES);
-	__type(key, __u32);
-	__type(value, struct sluice_class_stats);
-} class_stats SEC(".maps");
+	__type(value, struct sluice_class_state);
+} class_state SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -432,10 +426,9 @@ int sluice_gate(struct xdp_md *ctx)
 
 	cls &= SLUICE_MAX_CLASSES - 1;
 	struct sluice_share *sh = bpf_map_lookup_elem(&shares, &cls);
-	struct sluice_class_stats *st = bpf_map_lookup_elem(&class_stats, &cls);
-	struct sluice_bucket *b = bpf_map_lookup_elem(&buckets, &cls);
+	struct sluice_class_state *st = bpf_map_lookup_elem(&class_state, &cls);
 
-	if (!sh || !st || !b)
+	if (!sh || !st)
 		return XDP_PASS; /* cannot happen: cls < max_entries */
 
 	st->cnt[SLUICE_CS_SEEN_PKTS] += 1;
@@ -445,7 +438,7 @@ int sluice_gate(struct xdp_md *ctx)
 		st->cnt[SLUICE_CS_DROP_BLOCKED_BYTES] += bytes;
 		return XDP_DROP;
 	}
-	if (sh->mode == SLUICE_MODE_LIMITED && !bucket_take(sh, b)) {
+	if (sh->mode == SLUICE_MODE_LIMITED && !bucket_take(sh, &st->bucket)) {
 		st->cnt[SLUICE_CS_DROP_RATE_PKTS] += 1;
 		st->cnt[SLUICE_CS_DROP_RATE_BYTES] += bytes;
 		return XDP_DROP;

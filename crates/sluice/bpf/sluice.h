@@ -86,7 +86,7 @@ struct sluice_share {
 	__u32 clock_skip; /* empty-bucket drops between clock reads, < burst (see gate.bpf.c) */
 };
 
-/* Per-CPU token bucket state ("buckets", indexed by class). Written by the gate only. */
+/* One CPU's token bucket of a class (in struct sluice_class_state). Written by the gate only. */
 struct sluice_bucket {
 	__u64 tokens;  /* in 1/SLUICE_TOKEN_SCALE packets */
 	__u64 last_ns; /* bpf_ktime_get_ns() at the last refill */
@@ -107,9 +107,14 @@ enum sluice_class_stat {
 	SLUICE_CS_NR,
 };
 
-/* Value of the per-CPU "class_stats" array (indexed by class). Written by the gate. */
-struct sluice_class_stats {
-	__u64 cnt[SLUICE_CS_NR];
+/*
+ * Value of the per-CPU "class_state" array (indexed by class): the bucket and
+ * the counters side by side, so the packet path does one lookup for both.
+ * Written by the gate only; user space reads it.
+ */
+struct sluice_class_state {
+	struct sluice_bucket bucket;
+	__u64 cnt[SLUICE_CS_NR]; /* indexed by enum sluice_class_stat */
 };
 
 /*

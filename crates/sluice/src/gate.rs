@@ -11,7 +11,7 @@ use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, OpenObject};
 
 use crate::bpf_intf::{
-    sluice_bucket, sluice_cell, sluice_class_stats, sluice_share, SLUICE_CELLS, SLUICE_CS_NR, SLUICE_GS_NR,
+    sluice_bucket, sluice_cell, sluice_class_state, sluice_share, SLUICE_CELLS, SLUICE_CS_NR, SLUICE_GS_NR,
     SLUICE_MAX_CLASSES,
 };
 use crate::classify::Tables;
@@ -218,7 +218,8 @@ impl Gate {
 
     /// One class's per-CPU bucket state.
     pub fn buckets(&self, class: usize) -> Result<Vec<sluice_bucket>> {
-        self.percpu(&self.skel.maps.buckets, "buckets", class)
+        let v: Vec<sluice_class_state> = self.percpu(&self.skel.maps.class_state, "class_state", class)?;
+        Ok(v.into_iter().map(|s| s.bucket).collect())
     }
 
     fn percpu<T: Copy + Default>(&self, map: &libbpf_rs::Map, name: &'static str, idx: usize) -> Result<Vec<T>> {
@@ -231,7 +232,7 @@ impl Gate {
 
     /// A class's counters on each CPU.
     pub fn class_counters_percpu(&self, class: usize) -> Result<Vec<ClassCounters>> {
-        let v: Vec<sluice_class_stats> = self.percpu(&self.skel.maps.class_stats, "class_stats", class)?;
+        let v: Vec<sluice_class_state> = self.percpu(&self.skel.maps.class_state, "class_state", class)?;
         Ok(v.into_iter().map(|s| s.cnt).collect())
     }
 
@@ -264,8 +265,7 @@ impl Gate {
             }
             Ok(())
         };
-        zero(&self.skel.maps.class_stats, "class_stats", SLUICE_MAX_CLASSES)?;
-        zero(&self.skel.maps.buckets, "buckets", SLUICE_MAX_CLASSES)?;
+        zero(&self.skel.maps.class_state, "class_state", SLUICE_MAX_CLASSES)?;
         zero(&self.skel.maps.global_stats, "global_stats", SLUICE_GS_NR)
     }
 

@@ -63,7 +63,7 @@ mod status {
     use std::os::fd::{FromRawFd, OwnedFd, AsRawFd};
 
     /// Per-class counters read straight from the kernel: the daemon's
-    /// class_stats map found through its program id (in B's namespace, maps are global).
+    /// class_state map found through its program id (maps are not per namespace).
     fn kernel_class_admitted(prog_id: u32, class: u32) -> (u64, u64) {
         unsafe {
             let pfd = OwnedFd::from_raw_fd(libbpf_sys::bpf_prog_get_fd_by_id(prog_id));
@@ -77,7 +77,7 @@ mod status {
                 let mut ml = std::mem::size_of::<libbpf_sys::bpf_map_info>() as u32;
                 libbpf_sys::bpf_map_get_info_by_fd(mfd.as_raw_fd(), &mut mi, &mut ml);
                 let name = std::ffi::CStr::from_ptr(mi.name.as_ptr()).to_string_lossy().into_owned();
-                if name != "class_stats" {
+                if name != "class_state" {
                     continue;
                 }
                 let ncpus = libbpf_rs::num_possible_cpus().unwrap();
@@ -86,14 +86,18 @@ mod status {
                 let key = class.to_ne_bytes();
                 assert_eq!(libbpf_sys::bpf_map_lookup_elem(mfd.as_raw_fd(), key.as_ptr().cast(), buf.as_mut_ptr().cast()), 0);
                 let (mut seen, mut admitted) = (0, 0);
+                let counters = std::mem::offset_of!(sluice::bpf_intf::sluice_class_state, cnt);
                 for cpu in buf.chunks(vsize) {
-                    let word = |i: usize| u64::from_ne_bytes(cpu[i * 8..i * 8 + 8].try_into().unwrap());
+                    let word = |i: usize| {
+                        let at = counters + i * 8;
+                        u64::from_ne_bytes(cpu[at..at + 8].try_into().unwrap())
+                    };
                     seen += word(sluice::bpf_intf::SLUICE_CS_SEEN_PKTS as usize);
                     admitted += word(sluice::bpf_intf::SLUICE_CS_ADMIT_PKTS as usize);
                 }
                 return (seen, admitted);
             }
-            panic!("class_stats map not found for prog {prog_id}");
+            panic!("class_state map not found for prog {prog_id}");
         }
     }
 
