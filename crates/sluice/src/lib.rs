@@ -18,6 +18,12 @@ pub mod gate_skel {
     include!(concat!(env!("OUT_DIR"), "/gate.skel.rs"));
 }
 
+/// The libbpf skeleton of `bpf/gen.bpf.c` (the bench's traffic generator).
+pub mod gen_skel {
+    #![allow(clippy::all, non_camel_case_types, dead_code, unused_imports)]
+    include!(concat!(env!("OUT_DIR"), "/gen.skel.rs"));
+}
+
 pub mod classify;
 pub mod config;
 pub mod gate;
@@ -28,3 +34,5 @@ pub mod bench_gate;
 pub mod daemon;
 pub mod send;
 pub mod serve;
+pub mod bench;
+pub mod netns;

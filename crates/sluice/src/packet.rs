@@ -41,7 +41,7 @@ impl L4 {
         }
     }
 
-    fn bytes(&self, payload: usize) -> Vec<u8> {
+    fn bytes(&self, payload: usize, fill: u8) -> Vec<u8> {
         let mut b = match self {
             L4::Udp { sport, dport } => {
                 let len = (8 + payload) as u16;
@@ -56,7 +56,7 @@ impl L4 {
             L4::Icmp => vec![8, 0, 0, 0, 0, 1, 0, 1],
             L4::Raw { bytes, .. } => return bytes.clone(),
         };
-        b.resize(b.len() + payload, 0xab);
+        b.resize(b.len() + payload, fill);
         b
     }
 }
@@ -118,6 +118,10 @@ pub struct Frame {
     pub ipv4_frag: (u16, bool),
     pub ipv6_ext: Vec<Ext>,
     pub payload: usize,
+    /// Byte the payload is filled with.
+    pub fill: u8,
+    /// Destination and source MAC addresses.
+    pub macs: ([u8; 6], [u8; 6]),
 }
 
 impl Frame {
@@ -143,6 +147,8 @@ impl Frame {
             ipv4_frag: (0, false),
             ipv6_ext: vec![],
             payload: 18,
+            fill: 0xab,
+            macs: ([0x02, 0, 0, 0, 0, 2], [0x02, 0, 0, 0, 0, 1]),
         }
     }
 
@@ -183,7 +189,7 @@ impl Frame {
     /// The frame's bytes, and the offsets where each header starts (for truncation tests).
     pub fn build_with_offsets(&self) -> (Vec<u8>, Vec<(&'static str, usize)>) {
         let mut offs = vec![("eth", 0)];
-        let mut b = vec![0x02, 0, 0, 0, 0, 2, 0x02, 0, 0, 0, 0, 1];
+        let mut b = [self.macs.0, self.macs.1].concat();
         let v6 = self.src.is_ipv6();
         let tag_types = [ETH_P_8021AD, ETH_P_8021Q];
         for (i, id) in self.vlans.iter().enumerate() {
@@ -193,7 +199,7 @@ impl Frame {
             b.extend(id.to_be_bytes());
         }
         b.extend(if v6 { ETH_P_IPV6 } else { ETH_P_IP }.to_be_bytes());
-        let l4 = self.l4.bytes(self.payload);
+        let l4 = self.l4.bytes(self.payload, self.fill);
         let proto = self.l4.proto(v6);
         offs.push(("ip", b.len()));
         match (self.src, self.dst) {
@@ -242,6 +248,48 @@ impl Frame {
     pub fn build(&self) -> Vec<u8> {
         self.build_with_offsets().0
     }
+
+    /// The frame with valid checksums, as a real receiver needs it: the IPv4
+    /// header checksum, and the UDP checksum over IPv6 (over IPv4 it stays 0,
+    /// "no checksum"). Only plain IPv4/IPv6 + UDP frames (no extension headers).
+    pub fn build_valid(&self) -> Vec<u8> {
+        let (mut b, offs) = self.build_with_offsets();
+        let ip = offs.iter().find(|o| o.0 == "ip").unwrap().1;
+        let l4 = offs.iter().find(|o| o.0 == "l4").unwrap().1;
+        match self.src {
+            IpAddr::V4(_) => {
+                let c = checksum(&b[ip..l4], 0);
+                b[ip + 10..ip + 12].copy_from_slice(&c.to_be_bytes());
+            }
+            IpAddr::V6(_) => {
+                if let L4::Udp { .. } = self.l4 {
+                    let len = (b.len() - l4) as u32;
+                    // Pseudo-header: source, destination, UDP length, next header.
+                    let mut pseudo = b[ip + 8..ip + 40].to_vec();
+                    pseudo.extend(len.to_be_bytes());
+                    pseudo.extend([0, 0, 0, IPPROTO_UDP]);
+                    let c = checksum(&b[l4..], sum16(&pseudo));
+                    let c = if c == 0 { 0xffff } else { c };
+                    b[l4 + 6..l4 + 8].copy_from_slice(&c.to_be_bytes());
+                }
+            }
+        }
+        b
+    }
+}
+
+/// One's complement sum of 16-bit big-endian words (odd length padded with zero).
+fn sum16(b: &[u8]) -> u32 {
+    b.chunks(2).map(|c| u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]))).sum()
+}
+
+/// The Internet checksum of `b` with an initial sum (RFC 1071).
+pub fn checksum(b: &[u8], initial: u32) -> u16 {
+    let mut s = initial as u64 + sum16(b) as u64;
+    while s >> 16 != 0 {
+        s = (s & 0xffff) + (s >> 16);
+    }
+    !(s as u16)
 }
 
 /// A non-IP frame (ARP request, LLDP, ...) with the given EtherType.
@@ -288,6 +336,18 @@ mod tests {
         assert_eq!(f[14 + 6], IPPROTO_HOPOPTS);
         assert_eq!(f[14 + 40], IPPROTO_AH);
         assert_eq!(f[14 + 56], IPPROTO_UDP);
+    }
+
+    #[test]
+    fn checksums_verify() {
+        // A valid checksum makes the sum over the covered bytes come out 0xffff (checksum 0).
+        let f = Frame::udp("10.0.0.1", "10.0.0.2", 1, 2).build_valid();
+        assert_eq!(checksum(&f[14..34], 0), 0, "IPv4 header");
+        let f = Frame::udp(&v6(1), &v6(2), 1, 2).payload(31).build_valid();
+        let mut pseudo = f[22..54].to_vec();
+        pseudo.extend(((f.len() - 54) as u32).to_be_bytes());
+        pseudo.extend([0, 0, 0, 17]);
+        assert_eq!(checksum(&f[54..], sum16(&pseudo)), 0, "IPv6 UDP");
     }
 
     #[test]

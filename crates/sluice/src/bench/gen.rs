@@ -1,0 +1,274 @@
+//! The bench's traffic generator: BPF live frames from the generator's
+//! namespace, paced inside one long BPF_PROG_RUN call (see the design comment
+//! in `bpf/gen.bpf.c`), ended by a thread-directed timer signal.
+use std::mem::MaybeUninit;
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::{AsFd, AsRawFd};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context, Result};
+use libbpf_rs::libbpf_sys;
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{MapCore, MapFlags, OpenObject};
+use serde::{Deserialize, Serialize};
+
+use crate::bpf_intf::{
+    sluice_gen_state, sluice_gen_stream, SLUICE_GEN_FP_SHIFT, SLUICE_GEN_MAX_FRAME, SLUICE_GEN_MAX_STREAMS,
+    SLUICE_GEN_MIN_FRAME, SLUICE_GEN_STAMP_LEN, SLUICE_GEN_TMPL,
+};
+use crate::gen_skel::{GenSkel, GenSkelBuilder};
+use crate::packet::{Frame, L4};
+
+/// One stream of UDP frames.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StreamSpec {
+    pub name: String,
+    /// Packets per second.
+    pub rate: f64,
+    /// Frame length in bytes (Ethernet header included, FCS not), 60..1514.
+    pub frame_len: u32,
+    /// Source address and first source port; `flows` ports from there.
+    pub src: SocketAddr,
+    pub flows: u32,
+    /// Destination address and first destination port; `dports` ports from there.
+    pub dst: SocketAddr,
+    pub dports: u32,
+    /// Carry a send-time stamp (for round trips through an echo service).
+    pub stamp: bool,
+}
+
+/// What one stream did in a run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct StreamCount {
+    pub sent: u64,
+    /// Frames given up because the generator fell behind by more than 64 frames.
+    pub late: u64,
+    pub errors: u64,
+}
+
+/// The map value of a stream: the template with valid checksums and the pacing.
+pub fn stream_value(s: &StreamSpec, dst_mac: [u8; 6], src_mac: [u8; 6]) -> Result<sluice_gen_stream> {
+    ensure!(s.rate > 0.0 && s.rate <= 20e6, "stream {}: rate {} out of range (0 to 20M packets/s)", s.name, s.rate);
+    ensure!(
+        (SLUICE_GEN_MIN_FRAME..=SLUICE_GEN_MAX_FRAME).contains(&s.frame_len),
+        "stream {}: frame size {} out of range ({SLUICE_GEN_MIN_FRAME}..{SLUICE_GEN_MAX_FRAME} bytes)",
+        s.name,
+        s.frame_len
+    );
+    ensure!(s.src.is_ipv4() == s.dst.is_ipv4(), "stream {}: source and destination families differ", s.name);
+    ensure!(s.flows >= 1 && s.dports >= 1, "stream {}: flows and dports must be at least 1", s.name);
+    ensure!(
+        s.src.port() as u32 + s.flows <= 65536 && s.dst.port() as u32 + s.dports <= 65536,
+        "stream {}: port range passes 65535",
+        s.name
+    );
+    let mut f = Frame::new(&s.src.ip().to_string(), &s.dst.ip().to_string(), L4::Udp { sport: s.src.port(), dport: s.dst.port() });
+    f.macs = (dst_mac, src_mac);
+    f.fill = 0;
+    f.payload = 0;
+    let f = f.frame_len(s.frame_len as usize);
+    let (_, offs) = f.build_with_offsets();
+    let bytes = f.build_valid();
+    let l4 = offs.iter().find(|o| o.0 == "l4").unwrap().1;
+    let stamp_off = l4 + 8;
+    let stamp = s.stamp && stamp_off + SLUICE_GEN_STAMP_LEN as usize <= (s.frame_len as usize).min(SLUICE_GEN_TMPL as usize);
+    ensure!(
+        stamp || !s.stamp,
+        "stream {}: a stamped frame needs at least {} bytes",
+        s.name,
+        stamp_off + SLUICE_GEN_STAMP_LEN as usize
+    );
+    let mut v = sluice_gen_stream {
+        interval_fp: ((1e9 / s.rate) * (1u64 << SLUICE_GEN_FP_SHIFT) as f64).round() as u64,
+        len: s.frame_len,
+        flows: s.flows,
+        dports: s.dports,
+        sport_base: s.src.port(),
+        dport_base: s.dst.port(),
+        sport_off: l4 as u16,
+        csum_off: if s.src.is_ipv6() { (l4 + 6) as u16 } else { 0 },
+        stamp_off: if stamp { stamp_off as u16 } else { 0 },
+        ..Default::default()
+    };
+    let n = bytes.len().min(SLUICE_GEN_TMPL as usize);
+    v.tmpl[..n].copy_from_slice(&bytes[..n]);
+    Ok(v)
+}
+
+/// SIGALRM ends the generator's BPF_PROG_RUN call: a handler that does
+/// nothing, installed without SA_RESTART so the call returns EINTR.
+extern "C" fn on_alarm(_: libc::c_int) {}
+
+fn install_alarm_handler() -> Result<()> {
+    // SAFETY: sigaction with a no-op handler; sa_flags 0 = no SA_RESTART.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_alarm as *const () as usize;
+        libc::sigemptyset(&mut sa.sa_mask);
+        if libc::sigaction(libc::SIGALRM, &sa, std::ptr::null_mut()) != 0 {
+            bail!("installing the SIGALRM handler: {}", std::io::Error::last_os_error());
+        }
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGALRM);
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+    }
+    Ok(())
+}
+
+/// A one-shot timer that sends SIGALRM to the calling thread.
+struct ThreadTimer(libc::timer_t);
+
+impl ThreadTimer {
+    fn arm(after: Duration) -> Result<ThreadTimer> {
+        // SAFETY: plain C structs; the timer is deleted on drop.
+        unsafe {
+            let mut sev: libc::sigevent = std::mem::zeroed();
+            sev.sigev_notify = libc::SIGEV_THREAD_ID;
+            sev.sigev_signo = libc::SIGALRM;
+            sev.sigev_notify_thread_id = libc::gettid();
+            let mut t: libc::timer_t = std::ptr::null_mut();
+            if libc::timer_create(libc::CLOCK_MONOTONIC, &mut sev, &mut t) != 0 {
+                bail!("timer_create: {}", std::io::Error::last_os_error());
+            }
+            let spec = libc::itimerspec {
+                it_interval: libc::timespec { tv_sec: 0, tv_nsec: 0 },
+                it_value: libc::timespec { tv_sec: after.as_secs() as _, tv_nsec: after.subsec_nanos() as _ },
+            };
+            if libc::timer_settime(t, 0, &spec, std::ptr::null_mut()) != 0 {
+                libc::timer_delete(t);
+                bail!("timer_settime: {}", std::io::Error::last_os_error());
+            }
+            Ok(ThreadTimer(t))
+        }
+    }
+}
+
+impl Drop for ThreadTimer {
+    fn drop(&mut self) {
+        // SAFETY: a timer we created.
+        unsafe { libc::timer_delete(self.0) };
+    }
+}
+
+/// The loaded generator program.
+pub struct Generator {
+    skel: GenSkel<'static>,
+    streams: usize,
+    values: Vec<sluice_gen_stream>,
+}
+
+impl Generator {
+    pub fn load() -> Result<Generator> {
+        let storage: &'static mut MaybeUninit<OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
+        let skel = GenSkelBuilder::default().open(storage)?.load().context("loading the generator program")?;
+        Ok(Generator { skel, streams: 0, values: vec![] })
+    }
+
+    /// Set the streams (at most SLUICE_GEN_MAX_STREAMS) and reset their state.
+    pub fn set_streams(&mut self, streams: &[sluice_gen_stream]) -> Result<()> {
+        self.values = streams.to_vec();
+        ensure!(streams.len() <= SLUICE_GEN_MAX_STREAMS as usize, "at most {SLUICE_GEN_MAX_STREAMS} streams");
+        for i in 0..SLUICE_GEN_MAX_STREAMS as usize {
+            let v = streams.get(i).copied().unwrap_or_default();
+            let key = (i as u32).to_ne_bytes();
+            self.skel.maps.gen_streams.update(&key, crate::gate::bytes_of(&v), MapFlags::ANY)?;
+            let zero = sluice_gen_state::default();
+            self.skel.maps.gen_state.update(&key, crate::gate::bytes_of(&zero), MapFlags::ANY)?;
+        }
+        self.streams = streams.len();
+        Ok(())
+    }
+
+    fn states(&self) -> Result<Vec<sluice_gen_state>> {
+        (0..self.streams)
+            .map(|i| {
+                let v = self.skel.maps.gen_state.lookup(&(i as u32).to_ne_bytes(), MapFlags::ANY)?.unwrap_or_default();
+                Ok(crate::gate::from_bytes(&v))
+            })
+            .collect()
+    }
+
+    /// Per-stream counts so far.
+    pub fn counts(&self) -> Result<Vec<StreamCount>> {
+        Ok(self.states()?.iter().map(|s| StreamCount { sent: s.sent, late: s.late, errors: s.errors }).collect())
+    }
+
+    /// CLOCK_MONOTONIC ns of the first frame of the run: each stream's due time
+    /// started there and moved one interval per frame sent or given up.
+    fn first_frame_ns(&self, streams: &[sluice_gen_stream]) -> Result<Option<u64>> {
+        let states = self.states()?;
+        let firsts = states.iter().zip(streams).filter(|(s, _)| s.due_fp != 0).map(|(s, st)| {
+            (s.due_fp - (s.sent + s.late) * st.interval_fp) >> SLUICE_GEN_FP_SHIFT
+        });
+        Ok(firsts.min())
+    }
+
+    /// Send for `duration` out of interface `ifindex`. Call it on a thread that
+    /// is inside the generator's namespace and pinned to the generator CPU.
+    /// Returns the counts and the seconds from the first frame to the end of
+    /// the sending (the call's ~20 ms of setup and teardown excluded).
+    pub fn run(&self, ifindex: u32, duration: Duration) -> Result<(Vec<StreamCount>, f64)> {
+        install_alarm_handler()?;
+        let data = vec![0u8; SLUICE_GEN_MAX_FRAME as usize];
+        let ctx = libbpf_sys::xdp_md { data_end: data.len() as u32, ingress_ifindex: ifindex, ..Default::default() };
+        let mut opts = libbpf_sys::bpf_test_run_opts {
+            sz: std::mem::size_of::<libbpf_sys::bpf_test_run_opts>() as _,
+            data_in: data.as_ptr().cast(),
+            data_size_in: data.len() as u32,
+            ctx_in: (&ctx as *const libbpf_sys::xdp_md).cast(),
+            ctx_size_in: std::mem::size_of::<libbpf_sys::xdp_md>() as u32,
+            repeat: i32::MAX,
+            flags: libbpf_sys::BPF_F_TEST_XDP_LIVE_FRAMES,
+            batch_size: 64,
+            ..Default::default()
+        };
+        let fd = self.skel.progs.sluice_gen.as_fd().as_raw_fd();
+        let start = Instant::now();
+        let expiry = mono_ns() + duration.as_nanos() as u64;
+        let timer = ThreadTimer::arm(duration)?;
+        // SAFETY: opts points at buffers that live until the call returns.
+        let r = unsafe { libbpf_sys::bpf_prog_test_run_opts(fd, &mut opts) };
+        let end = mono_ns().min(expiry);
+        drop(timer);
+        let secs = match self.first_frame_ns(&self.values)? {
+            Some(first) if first < end => (end - first) as f64 / 1e9,
+            _ => start.elapsed().as_secs_f64(),
+        };
+        if r != 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EINTR) && -r != libc::EINTR {
+                bail!("the generator's BPF_PROG_RUN failed: {e} (live frames need kernel 5.18+ and an XDP program on the peer)");
+            }
+        }
+        Ok((self.counts()?, secs))
+    }
+}
+
+/// CLOCK_MONOTONIC in ns, the clock of bpf_ktime_get_ns().
+pub fn mono_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: valid out pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// A MAC address from its text form.
+pub fn parse_mac(s: &str) -> Result<[u8; 6]> {
+    let v: Vec<u8> = s.trim().split(':').map(|h| u8::from_str_radix(h, 16)).collect::<Result<_, _>>()?;
+    v.try_into().map_err(|_| anyhow::anyhow!("not a MAC address: {s}"))
+}
+
+/// Shorthand for tests and scenarios.
+pub fn udp_stream(name: &str, rate: f64, frame_len: u32, src: IpAddr, sport: u16, dst: IpAddr, dport: u16) -> StreamSpec {
+    StreamSpec {
+        name: name.into(),
+        rate,
+        frame_len,
+        src: SocketAddr::new(src, sport),
+        flows: 1,
+        dst: SocketAddr::new(dst, dport),
+        dports: 1,
+        stamp: false,
+    }
+}

@@ -1,0 +1,4 @@
+//! `sluice bench`: the overload testbed, its traffic generator, and the
+//! measurements that show what a flood does to a service, with and without sluice.
+pub mod gen;
+pub mod testbed;

@@ -1,0 +1,51 @@
+//! Network namespace helpers: run code on a thread inside a named namespace
+//! (`ip netns add NAME` makes /var/run/netns/NAME), and run `ip` commands.
+use std::os::fd::AsRawFd;
+use std::path::Path;
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+
+/// Enter namespace `ns` on the calling thread (for good: use a thread of its own).
+pub fn enter(ns: &str) -> Result<()> {
+    let path = Path::new("/var/run/netns").join(ns);
+    let f = std::fs::File::open(&path).with_context(|| format!("opening network namespace {}", path.display()))?;
+    // SAFETY: setns on this thread with a namespace fd we hold open.
+    if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+        bail!("entering network namespace {ns}: {}", std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Run `f` on a new thread inside namespace `ns` and return its result.
+pub fn run_in<T: Send + 'static>(ns: &str, f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    let ns = ns.to_string();
+    std::thread::spawn(move || {
+        enter(&ns)?;
+        f()
+    })
+    .join()
+    .map_err(|_| anyhow::anyhow!("a thread in namespace panicked"))?
+}
+
+/// Run a command; an error carries its stderr.
+pub fn sh(args: &[&str]) -> Result<String> {
+    let out = Command::new(args[0]).args(&args[1..]).output().with_context(|| format!("running {}", args[0]))?;
+    if !out.status.success() {
+        bail!("`{}` failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Pin the calling thread to one CPU.
+pub fn pin_thread(cpu: usize) -> Result<()> {
+    // SAFETY: plain cpu_set_t; affinity of the calling thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            bail!("pinning to CPU {cpu}: {}", std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
