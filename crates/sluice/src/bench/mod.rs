@@ -2,3 +2,6 @@
 //! measurements that show what a flood does to a service, with and without sluice.
 pub mod gen;
 pub mod testbed;
+pub mod measure;
+pub mod scenario;
+pub mod run;

@@ -1,0 +1,224 @@
+//! What the bench reads off the victim, cheaply, at the edges of each
+//! measurement window: its CPU's idle time (seed 003's idle-thread method,
+//! cross-checked with /proc/stat), the kernel's UDP and softnet counters, and
+//! interface counters.
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::bench::gen::mono_ns;
+use crate::netns;
+
+/// A loop iteration longer than this means the idle thread was not running
+/// (pre-empted by anything else on the CPU): that gap is not idle time.
+pub const IDLE_GAP_NS: u64 = 1_000;
+
+/// Seed 003's idle-time measurement: a SCHED_IDLE thread pinned to the victim
+/// CPU reads the clock in a loop and adds up the small deltas. Whenever
+/// anything else wants the CPU it runs instead, and the loop sees one large
+/// delta, which it skips. Idle time / elapsed time = the CPU's idle fraction.
+pub struct IdleMeter {
+    /// The idle thread's id, to take its own CPU time out of /proc/stat's busy time.
+    pub tid: i32,
+    idle_ns: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl IdleMeter {
+    pub fn start(cpu: usize) -> Result<IdleMeter> {
+        let idle_ns = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (i, s) = (idle_ns.clone(), stop.clone());
+        let (tx, rx) = std::sync::mpsc::channel();
+        let thread = std::thread::spawn(move || {
+            let setup = (|| -> Result<()> {
+                netns::pin_thread(cpu)?;
+                // SAFETY: sched_setscheduler on this thread with a zeroed param (SCHED_IDLE takes priority 0).
+                let param: libc::sched_param = unsafe { std::mem::zeroed() };
+                if unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) } != 0 {
+                    anyhow::bail!("SCHED_IDLE: {}", std::io::Error::last_os_error());
+                }
+                Ok(())
+            })();
+            let ok = setup.is_ok();
+            // SAFETY: gettid has no preconditions.
+            let _ = tx.send(setup.map(|_| unsafe { libc::gettid() }));
+            if !ok {
+                return;
+            }
+            let mut prev = mono_ns();
+            let mut local = 0u64;
+            let mut n = 0u32;
+            while !s.load(Ordering::Relaxed) {
+                let now = mono_ns();
+                let d = now - prev;
+                if d < IDLE_GAP_NS {
+                    local += d;
+                }
+                prev = now;
+                n += 1;
+                if n % 1024 == 0 {
+                    i.fetch_add(local, Ordering::Relaxed);
+                    local = 0;
+                }
+            }
+        });
+        let tid = rx.recv().context("idle meter thread")??;
+        Ok(IdleMeter { tid, idle_ns, stop, thread: Some(thread) })
+    }
+
+    /// Idle ns so far (read it at both edges of a window).
+    pub fn idle_ns(&self) -> u64 {
+        self.idle_ns.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for IdleMeter {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// CPU time (utime + stime, clock ticks) of a thread of this process.
+pub fn thread_ticks(tid: i32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap_or_default();
+    // Fields after the ")" that ends the command name: state is field 3, utime 14, stime 15.
+    let rest = s.rsplit_once(')').map(|x| x.1).unwrap_or("");
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let n = |i: usize| f.get(i).and_then(|x| x.parse::<u64>().ok()).unwrap_or(0);
+    n(11) + n(12)
+}
+
+/// One CPU's line of /proc/stat: (busy, total) in clock ticks.
+pub fn proc_stat_cpu(cpu: usize) -> Result<(u64, u64)> {
+    let s = std::fs::read_to_string("/proc/stat")?;
+    let tag = format!("cpu{cpu} ");
+    let line = s.lines().find(|l| l.starts_with(&tag)).with_context(|| format!("no {tag} in /proc/stat"))?;
+    let v: Vec<u64> = line.split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
+    // user nice system idle iowait irq softirq steal ...
+    let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
+    let total: u64 = v.iter().take(8).sum();
+    Ok((total - idle, total))
+}
+
+/// UDP counters of a namespace (/proc/net/snmp, "Udp:" lines).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct UdpCounters {
+    /// Datagrams the application took from its sockets.
+    pub in_datagrams: u64,
+    pub no_ports: u64,
+    pub in_errors: u64,
+    /// Datagrams dropped because a socket's receive buffer was full.
+    pub rcvbuf_errors: u64,
+    pub out_datagrams: u64,
+}
+
+/// Parse the "Udp:" header and value lines of /proc/net/snmp.
+pub fn parse_snmp_udp(text: &str) -> UdpCounters {
+    let mut lines = text.lines().filter(|l| l.starts_with("Udp:"));
+    let (Some(h), Some(v)) = (lines.next(), lines.next()) else { return UdpCounters::default() };
+    let get = |name: &str| {
+        h.split_whitespace().position(|x| x == name).and_then(|i| v.split_whitespace().nth(i)).and_then(|x| x.parse().ok()).unwrap_or(0)
+    };
+    UdpCounters {
+        in_datagrams: get("InDatagrams"),
+        no_ports: get("NoPorts"),
+        in_errors: get("InErrors"),
+        rcvbuf_errors: get("RcvbufErrors"),
+        out_datagrams: get("OutDatagrams"),
+    }
+}
+
+/// A /proc/net file of one namespace, opened once from inside it and re-read
+/// in place: reading it costs microseconds, with no thread or process to
+/// start, so the counters at a window's edge are read close together.
+pub struct NsFile(std::fs::File);
+
+impl NsFile {
+    pub fn open(ns: &str, name: &str) -> Result<NsFile> {
+        let path = format!("/proc/thread-self/net/{name}");
+        netns::run_in(ns, move || Ok(NsFile(std::fs::File::open(&path).with_context(|| format!("opening {path}"))?)))
+    }
+
+    pub fn read(&mut self) -> Result<String> {
+        use std::io::{Read, Seek};
+        self.0.seek(std::io::SeekFrom::Start(0))?;
+        let mut s = String::new();
+        self.0.read_to_string(&mut s)?;
+        Ok(s)
+    }
+}
+
+/// UDP counters from /proc/net/snmp and snmp6 texts (IPv4 and IPv6 added up).
+pub fn udp_counters(snmp: &str, snmp6: &str) -> UdpCounters {
+    let v4 = parse_snmp_udp(snmp);
+    let g = |n: &str| -> u64 {
+        snmp6.lines().find_map(|l| l.strip_prefix(n).map(|x| x.trim().parse().unwrap_or(0))).unwrap_or(0)
+    };
+    UdpCounters {
+        in_datagrams: v4.in_datagrams + g("Udp6InDatagrams "),
+        no_ports: v4.no_ports + g("Udp6NoPorts "),
+        in_errors: v4.in_errors + g("Udp6InErrors "),
+        rcvbuf_errors: v4.rcvbuf_errors + g("Udp6RcvbufErrors "),
+        out_datagrams: v4.out_datagrams + g("Udp6OutDatagrams "),
+    }
+}
+
+/// The TX drops of an interface from a /proc/net/dev text.
+pub fn dev_tx_dropped(dev: &str, ifname: &str) -> u64 {
+    dev.lines()
+        .find_map(|l| l.trim_start().strip_prefix(&format!("{ifname}:")).map(str::to_string))
+        .and_then(|rest| rest.split_whitespace().nth(11).and_then(|x| x.parse().ok()))
+        .unwrap_or(0)
+}
+
+/// /proc/net/softnet_stat summed over CPUs: (processed, dropped, time_squeeze).
+pub fn parse_softnet(text: &str) -> (u64, u64, u64) {
+    let mut t = (0, 0, 0);
+    for l in text.lines() {
+        let v: Vec<u64> = l.split_whitespace().filter_map(|x| u64::from_str_radix(x, 16).ok()).collect();
+        if v.len() >= 3 {
+            t.0 += v[0];
+            t.1 += v[1];
+            t.2 += v[2];
+        }
+    }
+    t
+}
+
+pub fn softnet() -> Result<(u64, u64, u64)> {
+    Ok(parse_softnet(&std::fs::read_to_string("/proc/net/softnet_stat")?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snmp_and_softnet_parse() {
+        let snmp = "Ip: Forwarding\nIp: 1\nUdp: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors\nUdp: 10 2 3 4 5 6\n";
+        let c = parse_snmp_udp(snmp);
+        assert_eq!((c.in_datagrams, c.no_ports, c.in_errors, c.out_datagrams, c.rcvbuf_errors), (10, 2, 3, 4, 5));
+        let sn = "0000000a 00000001 00000002 00000000\n00000010 00000000 00000001 00000000\n";
+        assert_eq!(parse_softnet(sn), (26, 1, 3));
+        let dev = "Inter-|   Receive |  Transmit\n face |bytes packets errs drop fifo frame compressed multicast|bytes packets errs drop fifo colls carrier compressed\n    va: 100 2 0 0 0 0 0 0 640 10 0 7 0 0 0 0\n";
+        assert_eq!(dev_tx_dropped(dev, "va"), 7);
+    }
+
+    #[test]
+    fn idle_meter_sees_an_idle_cpu_as_idle() {
+        let m = IdleMeter::start(0).unwrap();
+        let (i0, t0) = (m.idle_ns(), mono_ns());
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let idle = (m.idle_ns() - i0) as f64 / (mono_ns() - t0) as f64;
+        // The test harness may use the CPU a little; a broken meter reads ~0 or > 1.
+        assert!(idle > 0.3 && idle <= 1.01, "idle fraction {idle}");
+    }
+}

@@ -1,0 +1,551 @@
+//! One victim model's environment (testbed, victim gate, service, generator,
+//! reply receiver, CPU meter) and the measurement of one load level.
+//!
+//! Addresses: the legitimate stream comes from A's own address and port
+//! LEGIT_SPORT, where a socket in A receives the echoed replies; flood streams
+//! come from FLOOD_SRC (another address behind A), so their echoes are dropped
+//! by a gate on A's side (only replies to LEGIT_SPORT and non-IP pass there)
+//! and never cost the generator's CPU.
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, RwLock};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::bench::gen::{mono_ns, stream_value, Generator, StreamCount, StreamSpec};
+use crate::bench::measure::{dev_tx_dropped, proc_stat_cpu, softnet, thread_ticks, udp_counters, IdleMeter, NsFile, UdpCounters};
+use crate::bench::scenario::{ConfigKind, Scenario};
+use crate::bench::testbed::{Testbed, VictimModel, IF_A, IF_B};
+use crate::config::{self, XdpMode};
+use crate::gate::Gate;
+use crate::stats::ClassTotals;
+use crate::{classify, netns};
+
+pub const LEGIT_SPORT: u16 = 40000;
+pub const FLOOD_SPORT: u16 = 20000;
+pub const FLOOD_SRC_V4: &str = "10.77.0.3";
+pub const FLOOD_SRC_V6: &str = "fd77::3";
+const NFT_TABLE: &str = "sluice_bench";
+
+/// One legitimate reply: when its request was sent, its sequence, when the reply came back.
+#[derive(Debug, Clone, Copy)]
+struct Reply {
+    sent_ns: u64,
+    recv_ns: u64,
+}
+
+/// The socket in A that receives the echoed legitimate requests.
+struct ReplyRx {
+    replies: Arc<Mutex<Vec<Reply>>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl ReplyRx {
+    fn start(ns: &str, bind: SocketAddr) -> Result<ReplyRx> {
+        let replies = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (r, s, ns) = (replies.clone(), stop.clone(), ns.to_string());
+        let (tx, rx) = mpsc::channel();
+        let thread = std::thread::spawn(move || {
+            let sock = (|| -> Result<UdpSocket> {
+                netns::enter(&ns)?;
+                let sock = UdpSocket::bind(bind)?;
+                sock.set_read_timeout(Some(Duration::from_millis(50)))?;
+                Ok(sock)
+            })();
+            let sock = match sock {
+                Ok(s) => {
+                    let _ = tx.send(Ok(()));
+                    s
+                }
+                Err(e) => {
+                    let _ = tx.send(Err(e));
+                    return;
+                }
+            };
+            let mut buf = [0u8; 2048];
+            while !s.load(Ordering::Relaxed) {
+                if let Ok(n) = sock.recv(&mut buf) {
+                    if n >= 16 {
+                        let sent_ns = u64::from_ne_bytes(buf[0..8].try_into().unwrap());
+                        r.lock().unwrap().push(Reply { sent_ns, recv_ns: mono_ns() });
+                    }
+                }
+            }
+        });
+        rx.recv().context("reply receiver")??;
+        Ok(ReplyRx { replies, stop, thread: Some(thread) })
+    }
+
+    fn take(&self) -> Vec<Reply> {
+        std::mem::take(&mut *self.replies.lock().unwrap())
+    }
+}
+
+impl Drop for ReplyRx {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The generator, on a thread that lives in A, pinned to the generator CPU.
+struct GenWorker {
+    gen: Arc<RwLock<Generator>>,
+    jobs: mpsc::Sender<(Duration, mpsc::Sender<Result<(Vec<StreamCount>, f64)>>)>,
+}
+
+impl GenWorker {
+    fn start(ns: &str, cpu: usize, ifindex: u32) -> Result<GenWorker> {
+        let gen = Arc::new(RwLock::new(Generator::load()?));
+        let (jobs, rx) = mpsc::channel::<(Duration, mpsc::Sender<Result<(Vec<StreamCount>, f64)>>)>();
+        let (g, ns) = (gen.clone(), ns.to_string());
+        let (ready_tx, ready_rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let setup = netns::enter(&ns).and_then(|_| netns::pin_thread(cpu));
+            let ok = setup.is_ok();
+            let _ = ready_tx.send(setup);
+            if !ok {
+                return;
+            }
+            for (d, reply) in rx {
+                let _ = reply.send(g.read().unwrap().run(ifindex, d));
+            }
+        });
+        ready_rx.recv().context("generator thread")??;
+        Ok(GenWorker { gen, jobs })
+    }
+
+    fn send_for(&self, d: Duration) -> mpsc::Receiver<Result<(Vec<StreamCount>, f64)>> {
+        let (tx, rx) = mpsc::channel();
+        let _ = self.jobs.send((d, tx));
+        rx
+    }
+}
+
+/// Counters read at one edge of a measurement window.
+#[derive(Debug, Clone)]
+struct Snap {
+    t_ns: u64,
+    gen: Vec<StreamCount>,
+    ring_drops: u64,
+    classes: Vec<ClassTotals>,
+    gate_global: crate::stats::GlobalTotals,
+    udp: UdpCounters,
+    softnet_drops: u64,
+    nft_drops: u64,
+    idle_ns: u64,
+    cpu_ticks: (u64, u64),
+    idle_thread_ticks: u64,
+}
+
+/// Where the packets of a window went; all counts are packets in the window.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Ledger {
+    /// Frames the generator sent.
+    pub applied: u64,
+    /// Refused by the victim veth's full ring (the generator side's TX drops).
+    pub ring_drops: u64,
+    /// Dropped by the victim's XDP gate (all classes, all reasons).
+    pub xdp_drops: u64,
+    /// Dropped by nftables (the `nft` configuration).
+    pub nft_drops: u64,
+    /// Dropped at the per-CPU backlog (softnet_stat).
+    pub backlog_drops: u64,
+    /// Dropped at a full socket receive buffer (RcvbufErrors).
+    pub socket_drops: u64,
+    /// Datagrams the application took (InDatagrams).
+    pub delivered: u64,
+    /// applied minus every count above: packets in flight at the window's
+    /// edges, or lost somewhere not counted (tolerance: 1% of applied).
+    pub unaccounted: i64,
+}
+
+/// Round-trip times of the legitimate probe, microseconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Rtt {
+    pub p50_us: f64,
+    pub p90_us: f64,
+    pub p99_us: f64,
+    pub max_us: f64,
+}
+
+/// One measurement: one model, configuration, level and repeat.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LevelResult {
+    pub model: VictimModel,
+    pub config: ConfigKind,
+    /// The level as a multiple of the calibrated peak.
+    pub multiple: f64,
+    pub repeat: u32,
+    pub secs: f64,
+    /// Applied load: asked, counted by the generator, seen by the victim's XDP (packets/s).
+    pub asked_pps: f64,
+    pub sent_pps: f64,
+    pub xdp_seen_pps: f64,
+    /// False when the generator fell short of the asked rate by more than 2%.
+    pub valid: bool,
+    /// Datagrams/s the service took (delivered throughput).
+    pub delivered_pps: f64,
+    /// Legitimate probe: requests sent and replies received in the window.
+    pub legit_sent: u64,
+    pub legit_replies: u64,
+    pub legit_replies_pps: f64,
+    pub legit_loss: f64,
+    pub rtt: Rtt,
+    /// Victim CPU busy fraction by the idle-thread method, and by /proc/stat.
+    pub cpu_busy: f64,
+    pub cpu_busy_procstat: f64,
+    /// Victim CPU ns per delivered datagram.
+    pub ns_per_delivered: f64,
+    pub ledger: Ledger,
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() - 1) as f64 * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+/// One victim model's running environment. Dropping it stops everything and
+/// removes the namespaces.
+pub struct Env {
+    pub scenario: Scenario,
+    pub victim_gate: Arc<Mutex<Gate>>,
+    rebalance_stop: Arc<AtomicBool>,
+    /// The limit of the victim's "svc" class (class 0), for the rebalancing thread.
+    limit: Arc<Mutex<Option<config::Limit>>>,
+    service: Child,
+    gen: GenWorker,
+    replies: Option<ReplyRx>,
+    meter: IdleMeter,
+    /// B's /proc/net/snmp and snmp6, A's /proc/net/dev.
+    procs: Mutex<(NsFile, NsFile, NsFile)>,
+    nft: bool,
+    _filter: Gate,
+    // Last, so the namespaces go after everything that lives in them.
+    pub tb: Testbed,
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        self.rebalance_stop.store(true, Ordering::Relaxed);
+        let _ = self.service.kill();
+        let _ = self.service.wait();
+        self.replies = None;
+    }
+}
+
+impl Env {
+    /// Build the testbed for `model` and start everything in it.
+    pub fn start(scenario: &Scenario, model: VictimModel, exe: &PathBuf, tag: &str) -> Result<Env> {
+        let (gen_cpu, victim_cpu) = (0, 1);
+        let tb = Testbed::create(tag, model, gen_cpu, victim_cpu)?;
+        // Flood sources: more addresses behind A, known to B as neighbours.
+        let mac = tb.mac_a.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":");
+        for ip in [FLOOD_SRC_V4, FLOOD_SRC_V6] {
+            netns::sh(&["ip", "-n", &tb.b, "neigh", "replace", ip, "lladdr", &mac, "dev", IF_B, "nud", "permanent"])?;
+        }
+        // A's side: only legitimate replies (and ARP/ND) reach A's stack.
+        let filter = netns::run_in(&tb.a, || {
+            let cfg = config::from_flags(&[format!("replies:match=udp:{LEGIT_SPORT}"), "default:rate=blocked,match=icmp,match=icmpv6".into()])?;
+            let mut g = Gate::load()?;
+            g.apply(&cfg, &classify::compile(&cfg)?)?;
+            g.attach(IF_A, XdpMode::Native, false)?;
+            Ok(g)
+        })?;
+        // The victim's gate, pass-through until a configuration is applied.
+        let port = scenario.victim.port;
+        let victim = netns::run_in(&tb.b, move || {
+            let cfg = config::from_flags(&[format!("svc:match=udp:{port}")])?;
+            let mut g = Gate::load()?;
+            g.apply(&cfg, &classify::compile(&cfg)?)?;
+            g.attach(IF_B, XdpMode::Native, false)?;
+            Ok(g)
+        })?;
+        tb.apply_model()?;
+        let victim_gate = Arc::new(Mutex::new(victim));
+        // The daemon's per-CPU rate split, every 20 ms, as `sluice run` does it.
+        let rebalance_stop = Arc::new(AtomicBool::new(false));
+        let limit = Arc::new(Mutex::new(None));
+        {
+            let (g, stop, lim) = (victim_gate.clone(), rebalance_stop.clone(), limit.clone());
+            let mut last: HashMap<usize, Vec<u64>> = HashMap::new();
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    if let Ok(g) = g.lock() {
+                        if let Some(limit) = *lim.lock().unwrap() {
+                            let _ = g.rebalance(0, &limit, last.entry(0).or_default());
+                        }
+                    }
+                    std::thread::sleep(crate::daemon::TICK);
+                }
+            });
+        }
+        let service = start_service(&tb, scenario, exe)?;
+        let gen = GenWorker::start(&tb.a, gen_cpu, tb.ifindex_a)?;
+        let legit_v6 = scenario.streams.iter().any(|s| s.legit && s.ipv6);
+        let replies = if scenario.streams.iter().any(|s| s.legit) {
+            let ip = if legit_v6 { tb.ip6_a } else { tb.ip_a };
+            Some(ReplyRx::start(&tb.a, SocketAddr::new(ip, LEGIT_SPORT))?)
+        } else {
+            None
+        };
+        let meter = IdleMeter::start(victim_cpu)?;
+        let procs = Mutex::new((NsFile::open(&tb.b, "snmp")?, NsFile::open(&tb.b, "snmp6")?, NsFile::open(&tb.a, "dev")?));
+        std::thread::sleep(Duration::from_millis(300));
+        Ok(Env {
+            scenario: scenario.clone(),
+            victim_gate,
+            rebalance_stop,
+            limit,
+            service,
+            gen,
+            replies,
+            meter,
+            procs,
+            nft: false,
+            _filter: filter,
+            tb,
+        })
+    }
+
+    /// Put a configuration in place on the victim.
+    pub fn apply_config(&mut self, kind: ConfigKind, rate: f64) -> Result<()> {
+        self.nft = kind == ConfigKind::Nft;
+        let port = self.scenario.victim.port;
+        let spec = match kind {
+            ConfigKind::Off | ConfigKind::Nft => format!("svc:match=udp:{port}"),
+            ConfigKind::Static => format!("svc:rate={},match=udp:{port}", rate.round().max(1.0) as u64),
+        };
+        let cfg = config::from_flags(&[spec])?;
+        *self.limit.lock().unwrap() = match cfg.classes[0].limit {
+            l @ config::Limit::Rate { .. } => Some(l),
+            _ => None,
+        };
+        self.victim_gate.lock().unwrap().apply(&cfg, &classify::compile(&cfg)?)?;
+        let _ = netns::sh(&["ip", "netns", "exec", &self.tb.b, "nft", "delete", "table", "inet", NFT_TABLE]);
+        if kind == ConfigKind::Nft {
+            let rules = format!(
+                "table inet {NFT_TABLE} {{\n chain input {{\n  type filter hook input priority 0; policy accept;\n  \
+                 udp dport {port} limit rate over {}/second burst {} packets counter drop\n }}\n}}\n",
+                rate.round().max(1.0) as u64,
+                (rate / 100.0).max(8.0) as u64
+            );
+            let f = std::env::temp_dir().join(format!("sluice-bench-nft-{}.nft", std::process::id()));
+            std::fs::write(&f, rules)?;
+            netns::sh(&["ip", "netns", "exec", &self.tb.b, "nft", "-f", f.to_str().unwrap()])
+                .context("loading the nft configuration (is nftables installed? `make deps`)")?;
+            let _ = std::fs::remove_file(f);
+        }
+        Ok(())
+    }
+
+    fn nft_drops(&self) -> u64 {
+        if !self.nft {
+            return 0;
+        }
+        let Ok(out) = netns::sh(&["ip", "netns", "exec", &self.tb.b, "nft", "-j", "list", "table", "inet", NFT_TABLE]) else {
+            return 0;
+        };
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
+        v["nftables"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|o| o["rule"]["expr"].as_array())
+            .flatten()
+            .filter_map(|e| e["counter"]["packets"].as_u64())
+            .sum()
+    }
+
+    fn snap(&self) -> Result<Snap> {
+        // nft's counter needs a process started: read it first, then the rest
+        // within microseconds, downstream first (the service, the stack, the
+        // gate, the ring, the generator).
+        let nft_drops = self.nft_drops();
+        let mut p = self.procs.lock().unwrap();
+        let udp = udp_counters(&p.0.read()?, &p.1.read()?);
+        let softnet_drops = softnet()?.1;
+        let (classes, gate_global) = {
+            let g = self.victim_gate.lock().unwrap();
+            let classes = (0..2).map(|i| g.class_counters(i).map(ClassTotals::from)).collect::<Result<Vec<_>, _>>()?;
+            (classes, g.global_counters()?.into())
+        };
+        let ring_drops = dev_tx_dropped(&p.2.read()?, IF_A);
+        let gen = self.gen.gen.read().unwrap().counts()?;
+        Ok(Snap {
+            t_ns: mono_ns(),
+            gen,
+            ring_drops,
+            classes,
+            gate_global,
+            udp,
+            softnet_drops,
+            nft_drops,
+            idle_ns: self.meter.idle_ns(),
+            cpu_ticks: proc_stat_cpu(self.tb.victim_cpu)?,
+            idle_thread_ticks: thread_ticks(self.meter.tid),
+        })
+    }
+
+    /// The streams of a level whose load is `level_pps`.
+    fn streams(&self, level_pps: f64) -> Result<Vec<(StreamSpec, bool)>> {
+        let tb = &self.tb;
+        self.scenario
+            .streams
+            .iter()
+            .map(|s| {
+                let rate = s.rate.unwrap_or_else(|| s.share.unwrap_or(1.0) * level_pps);
+                let (src_ip, dst_ip): (IpAddr, IpAddr) = match (s.legit, s.ipv6) {
+                    (true, false) => (tb.ip_a, tb.ip_b),
+                    (true, true) => (tb.ip6_a, tb.ip6_b),
+                    (false, false) => (FLOOD_SRC_V4.parse().unwrap(), tb.ip_b),
+                    (false, true) => (FLOOD_SRC_V6.parse().unwrap(), tb.ip6_b),
+                };
+                let sport = if s.legit { LEGIT_SPORT } else { FLOOD_SPORT };
+                let spec = StreamSpec {
+                    name: s.name.clone(),
+                    rate,
+                    frame_len: s.frame,
+                    src: SocketAddr::new(src_ip, sport),
+                    flows: s.flows,
+                    dst: SocketAddr::new(dst_ip, s.port.unwrap_or(self.scenario.victim.port)),
+                    dports: s.dports,
+                    stamp: s.legit,
+                };
+                Ok((spec, s.legit))
+            })
+            .collect()
+    }
+
+    /// Measure one level: warm up, then count over `duration`.
+    pub fn measure(&mut self, config: ConfigKind, multiple: f64, level_pps: f64, repeat: u32) -> Result<LevelResult> {
+        let streams = self.streams(level_pps)?;
+        let values = streams
+            .iter()
+            .map(|(s, _)| stream_value(s, self.tb.mac_b, self.tb.mac_a))
+            .collect::<Result<Vec<_>>>()?;
+        self.gen.gen.write().unwrap().set_streams(&values)?;
+        let (warmup, duration) = (self.scenario.warmup, self.scenario.duration);
+        let done = self.gen.send_for(Duration::from_secs_f64(warmup + duration + 0.3));
+        std::thread::sleep(Duration::from_secs_f64(warmup + 0.02));
+        if let Some(r) = &self.replies {
+            r.take();
+        }
+        let s0 = self.snap()?;
+        std::thread::sleep(Duration::from_secs_f64(duration));
+        let s1 = self.snap()?;
+        let (_, gen_secs) = done.recv().context("generator")??;
+        if gen_secs < warmup + duration {
+            bail!("the generator stopped after {gen_secs:.2} s, before the window ended");
+        }
+        // Let the replies of the window's last requests come back.
+        std::thread::sleep(Duration::from_millis(200));
+        let secs = (s1.t_ns - s0.t_ns) as f64 / 1e9;
+        let d = |a: u64, b: u64| b.saturating_sub(a);
+
+        let asked: f64 = streams.iter().map(|(s, _)| s.rate).sum();
+        let sent: u64 = s0.gen.iter().zip(&s1.gen).map(|(a, b)| d(a.sent, b.sent)).sum();
+        let seen: u64 = s0.classes.iter().zip(&s1.classes).map(|(a, b)| d(a.seen_pkts, b.seen_pkts)).sum::<u64>()
+            + d(s0.gate_global.non_ip_pass, s1.gate_global.non_ip_pass)
+            + d(s0.gate_global.malformed_drop, s1.gate_global.malformed_drop);
+        let xdp_drops: u64 = s0.classes.iter().zip(&s1.classes).map(|(a, b)| d(a.dropped_pkts(), b.dropped_pkts())).sum::<u64>()
+            + d(s0.gate_global.malformed_drop, s1.gate_global.malformed_drop);
+        let delivered = d(s0.udp.in_datagrams, s1.udp.in_datagrams);
+        let ledger = {
+            let mut l = Ledger {
+                applied: sent,
+                ring_drops: d(s0.ring_drops, s1.ring_drops),
+                xdp_drops,
+                nft_drops: d(s0.nft_drops, s1.nft_drops),
+                backlog_drops: d(s0.softnet_drops, s1.softnet_drops),
+                socket_drops: d(s0.udp.rcvbuf_errors, s1.udp.rcvbuf_errors),
+                delivered,
+                unaccounted: 0,
+            };
+            l.unaccounted = l.applied as i64
+                - (l.ring_drops + l.xdp_drops + l.nft_drops + l.backlog_drops + l.socket_drops + l.delivered) as i64;
+            l
+        };
+
+        // The legitimate probe: requests sent in the window, and their replies.
+        let legit_idx = streams.iter().position(|(_, legit)| *legit);
+        let (legit_sent, legit_replies, rtt) = match (legit_idx, &self.replies) {
+            (Some(i), Some(rx)) => {
+                let sent = d(s0.gen[i].sent, s1.gen[i].sent);
+                let mut rtts: Vec<f64> = rx
+                    .take()
+                    .into_iter()
+                    .filter(|r| r.sent_ns >= s0.t_ns && r.sent_ns < s1.t_ns)
+                    .map(|r| r.recv_ns.saturating_sub(r.sent_ns) as f64 / 1e3)
+                    .collect();
+                rtts.sort_by(f64::total_cmp);
+                let rtt = Rtt {
+                    p50_us: percentile(&rtts, 0.5),
+                    p90_us: percentile(&rtts, 0.9),
+                    p99_us: percentile(&rtts, 0.99),
+                    max_us: rtts.last().copied().unwrap_or(0.0),
+                };
+                (sent, rtts.len() as u64, rtt)
+            }
+            _ => (0, 0, Rtt::default()),
+        };
+
+        let wall = (s1.t_ns - s0.t_ns) as f64;
+        let cpu_busy = (1.0 - d(s0.idle_ns, s1.idle_ns) as f64 / wall).clamp(0.0, 1.0);
+        let (b0, t0) = s0.cpu_ticks;
+        let (b1, t1) = s1.cpu_ticks;
+        let idle_thread = d(s0.idle_thread_ticks, s1.idle_thread_ticks);
+        let cpu_busy_procstat = if t1 > t0 { (d(b0, b1).saturating_sub(idle_thread)) as f64 / (t1 - t0) as f64 } else { 0.0 };
+        let delivered_pps = delivered as f64 / secs;
+        let sent_pps = sent as f64 / secs;
+        Ok(LevelResult {
+            model: self.tb.model,
+            config,
+            multiple,
+            repeat,
+            secs,
+            asked_pps: asked,
+            sent_pps,
+            xdp_seen_pps: seen as f64 / secs,
+            valid: sent_pps >= 0.98 * asked,
+            delivered_pps,
+            legit_sent,
+            legit_replies,
+            legit_replies_pps: legit_replies as f64 / secs,
+            legit_loss: if legit_sent > 0 { 1.0 - (legit_replies as f64 / legit_sent as f64).min(1.0) } else { 0.0 },
+            rtt,
+            cpu_busy,
+            cpu_busy_procstat: cpu_busy_procstat.clamp(0.0, 1.0),
+            ns_per_delivered: if delivered_pps > 0.0 { cpu_busy * 1e9 / delivered_pps } else { f64::INFINITY },
+            ledger,
+        })
+    }
+}
+
+fn start_service(tb: &Testbed, s: &Scenario, exe: &PathBuf) -> Result<Child> {
+    let cpu = tb.victim_cpu.to_string();
+    let port = s.victim.port.to_string();
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", &tb.b, "taskset", "-c", &cpu]);
+    match &s.victim.command {
+        Some(c) => cmd.args(["sh", "-c", &c.replace("{port}", &port)]),
+        None => cmd.arg(exe).args(["serve", "udp-echo", "--addr", "::", "--port", &port, "--work-ns", &s.victim.work_ns.to_string()]),
+    };
+    let child = cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn().context("starting the victim service")?;
+    std::thread::sleep(Duration::from_millis(300));
+    Ok(child)
+}

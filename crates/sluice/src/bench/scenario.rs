@@ -1,0 +1,313 @@
+//! Bench scenarios: which victim models, configurations, load levels and
+//! streams a run measures. A TOML file or a built-in by name.
+//!
+//! ```toml
+//! name = "mine"
+//! models = ["nic", "same-core"]     # victim models (see testbed.rs)
+//! configs = ["off", "nft", "static"]
+//! levels = [0.25, 0.5, 1, 2, 5, 10] # multiples of the calibrated peak
+//! duration = 5.0                    # seconds measured per level
+//! warmup = 1.0                      # seconds discarded before each measurement
+//! repeats = 3                       # runs per level (median, min-max reported)
+//! max_rate = 3000000                # generator cap, packets/s
+//! static_rate = 1.0                 # the static gate's rate, as a multiple of the peak
+//!
+//! [victim]
+//! port = 7000
+//! work_ns = 2000                    # CPU per datagram of `sluice serve udp-echo`
+//! # command = "my-server --port {port}"   # or any external server, run pinned in the victim namespace
+//!
+//! [[stream]]                        # the flood: its rate is share x the level's load
+//! name = "flood"
+//! share = 1.0
+//! frame = 64
+//! flows = 64                        # source ports
+//!
+//! [[stream]]                        # the legitimate probe: fixed rate, stamped, echoed, timed
+//! name = "legit"
+//! rate = 1000
+//! frame = 128
+//! legit = true
+//! ```
+use std::path::Path;
+
+use anyhow::{bail, ensure, Context, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::bench::testbed::VictimModel;
+
+/// Version of the results JSON schema (results.json); bump on incompatible changes.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// A configuration of the victim compared in one run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ConfigKind {
+    /// A pass-through XDP program (the gate with no limit), so the victim's path is the same.
+    Off,
+    /// nftables `limit rate` on the victim: admission after the stack has paid.
+    Nft,
+    /// The gate at a static rate.
+    Static,
+}
+
+impl ConfigKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            ConfigKind::Off => "off",
+            ConfigKind::Nft => "nft",
+            ConfigKind::Static => "static",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Victim {
+    #[serde(default = "default_port")]
+    pub port: u16,
+    #[serde(default = "default_work")]
+    pub work_ns: u64,
+    /// An external server command; "{port}" is replaced. Default: `sluice serve udp-echo`.
+    #[serde(default)]
+    pub command: Option<String>,
+}
+
+fn default_port() -> u16 {
+    7000
+}
+fn default_work() -> u64 {
+    2000
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Stream {
+    pub name: String,
+    /// Fixed packets/s ...
+    #[serde(default)]
+    pub rate: Option<f64>,
+    /// ... or this fraction of each level's load.
+    #[serde(default)]
+    pub share: Option<f64>,
+    #[serde(default = "default_frame")]
+    pub frame: u32,
+    #[serde(default = "one")]
+    pub flows: u32,
+    /// Destination port (default: the victim's) and how many from there.
+    #[serde(default)]
+    pub port: Option<u16>,
+    #[serde(default = "one")]
+    pub dports: u32,
+    #[serde(default)]
+    pub ipv6: bool,
+    /// The legitimate probe: stamped, echoed by the service, replies counted and timed.
+    #[serde(default)]
+    pub legit: bool,
+}
+
+fn default_frame() -> u32 {
+    64
+}
+fn one() -> u32 {
+    1
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    pub name: String,
+    pub models: Vec<VictimModel>,
+    pub configs: Vec<ConfigKind>,
+    pub levels: Vec<f64>,
+    #[serde(default = "default_duration")]
+    pub duration: f64,
+    #[serde(default = "default_warmup")]
+    pub warmup: f64,
+    #[serde(default = "default_repeats")]
+    pub repeats: u32,
+    #[serde(default = "default_max_rate")]
+    pub max_rate: f64,
+    #[serde(default = "default_static")]
+    pub static_rate: f64,
+    pub victim: Victim,
+    #[serde(rename = "stream")]
+    pub streams: Vec<Stream>,
+}
+
+fn default_duration() -> f64 {
+    5.0
+}
+fn default_warmup() -> f64 {
+    1.0
+}
+fn default_repeats() -> u32 {
+    3
+}
+fn default_max_rate() -> f64 {
+    3e6
+}
+fn default_static() -> f64 {
+    1.0
+}
+
+impl Scenario {
+    /// Check what serde cannot; errors name the field.
+    pub fn validate(&self) -> Result<()> {
+        ensure!(!self.models.is_empty(), "field `models`: name at least one of \"nic\", \"same-core\"");
+        ensure!(!self.configs.is_empty(), "field `configs`: name at least one of \"off\", \"nft\", \"static\"");
+        ensure!(
+            !self.levels.is_empty() && self.levels.iter().all(|l| l.is_finite() && *l > 0.0 && *l <= 1000.0),
+            "field `levels`: multiples of the peak, each above 0 and at most 1000"
+        );
+        ensure!(self.duration >= 0.2 && self.duration <= 600.0, "field `duration`: 0.2 to 600 seconds");
+        ensure!(self.warmup >= 0.0 && self.warmup <= 60.0, "field `warmup`: 0 to 60 seconds");
+        ensure!((1..=20).contains(&self.repeats), "field `repeats`: 1 to 20");
+        ensure!(self.max_rate >= 1000.0 && self.max_rate <= 20e6, "field `max_rate`: 1000 to 20000000 packets/s");
+        ensure!(self.static_rate > 0.0 && self.static_rate <= 10.0, "field `static_rate`: a multiple of the peak, above 0 and at most 10");
+        ensure!(self.victim.port > 0, "field `victim.port`: 1 to 65535");
+        ensure!(self.victim.work_ns <= 10_000_000, "field `victim.work_ns`: at most 10000000 ns");
+        ensure!(!self.streams.is_empty(), "field `stream`: at least one [[stream]]");
+        ensure!(self.streams.len() <= 8, "field `stream`: at most 8 streams");
+        ensure!(self.streams.iter().filter(|s| s.legit).count() <= 1, "field `stream.legit`: at most one legitimate stream");
+        for s in &self.streams {
+            let f = |x: &str| format!("field `stream.{x}` (stream \"{}\")", s.name);
+            match (s.rate, s.share) {
+                (Some(r), None) => ensure!(r > 0.0 && r <= 20e6, "{}: 1 to 20000000 packets/s", f("rate")),
+                (None, Some(sh)) => ensure!(sh > 0.0 && sh <= 1.0, "{}: a fraction of the level, above 0 and at most 1", f("share")),
+                _ => bail!("{}: give exactly one of rate (packets/s) or share (of the level)", f("rate")),
+            }
+            ensure!((60..=1514).contains(&s.frame), "{}: 60 to 1514 bytes", f("frame"));
+            let min = if s.ipv6 { 62 } else { 42 } + if s.legit { 16 } else { 0 };
+            ensure!(s.frame >= min, "{}: at least {min} bytes for this stream", f("frame"));
+            ensure!((1..=4096).contains(&s.flows), "{}: 1 to 4096", f("flows"));
+            ensure!((1..=4096).contains(&s.dports), "{}: 1 to 4096", f("dports"));
+            ensure!(!(s.legit && (s.flows > 1 || s.dports > 1)), "{}: the legitimate stream is one flow", f("flows"));
+        }
+        ensure!(
+            self.streams.iter().any(|s| s.share.is_some()),
+            "field `stream.share`: at least one stream must follow the level (share = ...)"
+        );
+        Ok(())
+    }
+}
+
+pub fn from_toml(src: &str, origin: &str) -> Result<Scenario> {
+    let s: Scenario = toml::from_str(src).map_err(|e| anyhow::anyhow!("{origin}: {e}"))?;
+    s.validate().with_context(|| format!("{origin}: invalid scenario"))?;
+    Ok(s)
+}
+
+const DEFAULT: &str = r#"
+name = "default"
+models = ["nic", "same-core"]
+configs = ["off", "nft", "static"]
+levels = [0.25, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10, 20]
+[victim]
+port = 7000
+work_ns = 2000
+[[stream]]
+name = "flood"
+share = 1.0
+frame = 64
+flows = 64
+[[stream]]
+name = "legit"
+rate = 1000
+frame = 128
+legit = true
+"#;
+
+const DEMO: &str = r#"
+name = "demo"
+models = ["nic"]
+configs = ["off", "static"]
+levels = [0.5, 1, 2, 5, 10]
+duration = 2.0
+warmup = 0.5
+repeats = 1
+[victim]
+port = 7000
+work_ns = 2000
+[[stream]]
+name = "flood"
+share = 1.0
+frame = 64
+flows = 64
+[[stream]]
+name = "legit"
+rate = 1000
+frame = 128
+legit = true
+"#;
+
+const QUICK: &str = r#"
+name = "quick"
+models = ["nic"]
+configs = ["off", "static"]
+levels = [0.5, 3]
+duration = 1.0
+warmup = 0.3
+repeats = 1
+[victim]
+port = 7000
+work_ns = 2000
+[[stream]]
+name = "flood"
+share = 1.0
+frame = 64
+flows = 16
+[[stream]]
+name = "legit"
+rate = 500
+frame = 128
+legit = true
+"#;
+
+/// Built-in scenarios by name.
+pub const BUILTIN: &[(&str, &str, &str)] = &[
+    ("default", DEFAULT, "both victim models, off/nft/static, 10 levels, 5 s x 3 (about 40 minutes)"),
+    ("demo", DEMO, "nic model, off vs static, 5 levels, 2 s x 1 (about 1 minute)"),
+    ("quick", QUICK, "nic model, off vs static, 2 levels, 1 s (for tests)"),
+];
+
+/// A built-in name or a TOML file.
+pub fn load(name_or_path: &str) -> Result<Scenario> {
+    if let Some((_, src, _)) = BUILTIN.iter().find(|(n, _, _)| *n == name_or_path) {
+        return from_toml(src, &format!("built-in scenario {name_or_path}"));
+    }
+    let p = Path::new(name_or_path);
+    if !p.exists() {
+        let names: Vec<_> = BUILTIN.iter().map(|b| b.0).collect();
+        bail!("no scenario \"{name_or_path}\": give a TOML file or one of {names:?}");
+    }
+    from_toml(&std::fs::read_to_string(p)?, &p.display().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtins_are_valid() {
+        for (n, _, _) in BUILTIN {
+            load(n).unwrap();
+        }
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let bad = DEMO.replace("repeats = 1", "repeats = 0");
+        assert!(format!("{:#}", from_toml(&bad, "x").unwrap_err()).contains("field `repeats`"));
+        let bad = DEMO.replace("frame = 128", "frame = 50");
+        assert!(format!("{:#}", from_toml(&bad, "x").unwrap_err()).contains("field `stream.frame` (stream \"legit\")"));
+        let bad = DEMO.replace("configs = [\"off\", \"static\"]", "configs = [\"off\", \"fast\"]");
+        let e = format!("{:#}", from_toml(&bad, "x.toml").unwrap_err());
+        assert!(e.contains("x.toml") && e.contains("fast") && e.contains("configs"), "{e}");
+        let bad = DEMO.replace("rate = 1000\n", "rate = 1000\nshare = 0.5\n");
+        assert!(format!("{:#}", from_toml(&bad, "x").unwrap_err()).contains("exactly one of rate"));
+        let bad = DEMO.replace("name = \"demo\"", "name = \"demo\"\ncolour = 1");
+        assert!(format!("{:#}", from_toml(&bad, "x").unwrap_err()).contains("unknown field `colour`"));
+        assert!(load("nosuch").unwrap_err().to_string().contains("default"));
+    }
+}
