@@ -4,11 +4,11 @@
 # Both need root (XDP, network namespaces) and a Debian 12 machine (apt).
 
 APT_PACKAGES := clang llvm libclang-dev libbpf-dev libelf-dev zlib1g-dev pkg-config \
-                iproute2 ethtool util-linux python3 procps
+                iproute2 ethtool util-linux python3 procps nftables fonts-dejavu-core
 CARGO ?= cargo
 BIN := target/release/sluice
 
-.PHONY: all deps build demo test bench clean
+.PHONY: all deps build demo test bench bench-full clean
 
 all: build
 
@@ -25,7 +25,10 @@ deps:
 build: deps
 	$(CARGO) build --release --locked
 
+# The bench's short built-in scenario (a flooded echo service, off vs static,
+# figures and report in results/demo), then the daemon in action.
 demo: build
+	$(BIN) bench run --scenario demo --out results/demo
 	scripts/demo.sh $(BIN)
 
 test: deps
@@ -33,6 +36,9 @@ test: deps
 
 bench: build
 	$(BIN) bench gate
+
+bench-full: build
+	$(BIN) bench run --scenario default
 
 clean:
 	$(CARGO) clean

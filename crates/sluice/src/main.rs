@@ -110,6 +110,35 @@ struct CheckArgs {
 /// Benchmarks that print numbers.
 #[derive(Subcommand)]
 enum BenchCmd {
+    /// The overload testbed: a flooded service in two namespaces, measured
+    /// level by level with and without sluice (see `sluice bench scenarios`).
+    ///
+    /// Makes its own namespaces (sluice-bench-*), calibrates the victim's peak,
+    /// measures every level x configuration x repeat, and writes results.json,
+    /// results.csv, figures (SVG and PNG) and report.html into the output folder.
+    Run {
+        /// A built-in scenario name or a TOML scenario file.
+        #[arg(long, short, default_value = "default")]
+        scenario: String,
+        /// Output folder (default: results/SCENARIO-TIMESTAMP).
+        #[arg(long, short)]
+        out: Option<PathBuf>,
+        /// Override the scenario's seconds per level.
+        #[arg(long)]
+        duration: Option<f64>,
+        /// Override the scenario's repeats per level.
+        #[arg(long)]
+        repeats: Option<u32>,
+    },
+    /// Render the outputs again from a results.json.
+    Report {
+        /// results.json, or the folder holding it.
+        path: PathBuf,
+    },
+    /// List the built-in scenarios.
+    Scenarios,
+    /// Remove namespaces a killed bench left behind (sluice-bench-*).
+    Cleanup,
     /// Gate cost in ns per packet (BPF_PROG_TEST_RUN) with 1, 64 and 1024 rules, beside a no-op floor.
     Gate {
         /// Repeats per test-run call.
@@ -252,6 +281,44 @@ fn real_main() -> Result<ExitCode> {
             } else {
                 print!("{}", bench_gate::render(&r));
             }
+        }
+        Cmd::Bench(BenchCmd::Run { scenario, out, duration, repeats }) => {
+            let mut sc = sluice::bench::scenario::load(&scenario)?;
+            if let Some(d) = duration {
+                sc.duration = d;
+            }
+            if let Some(r) = repeats {
+                sc.repeats = r;
+            }
+            sc.validate().context("after --duration/--repeats")?;
+            let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs();
+            let out = out.unwrap_or_else(|| PathBuf::from(format!("results/{}-{stamp}", sc.name)));
+            let interrupted = Arc::new(AtomicBool::new(false));
+            for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+                signal_hook::flag::register(sig, interrupted.clone())?;
+            }
+            let opts = sluice::bench::sweep::SweepOpts { exe: std::env::current_exe()?, progress: true, interrupted };
+            eprintln!("sluice bench: scenario {}, writing to {}", sc.name, out.display());
+            let r = sluice::bench::sweep::run(&sc, &opts, |partial| sluice::bench::report::write_all(partial, &out))?;
+            print!("{}", sluice::bench::report::summary(&r));
+            println!("report: {}", out.join("report.html").display());
+        }
+        Cmd::Bench(BenchCmd::Report { path }) => {
+            let file = if path.is_dir() { path.join("results.json") } else { path.clone() };
+            let r = sluice::bench::report::load(&file)?;
+            let dir = file.parent().unwrap_or(std::path::Path::new("."));
+            sluice::bench::report::write_all(&r, dir)?;
+            print!("{}", sluice::bench::report::summary(&r));
+            println!("report: {}", dir.join("report.html").display());
+        }
+        Cmd::Bench(BenchCmd::Scenarios) => {
+            for (name, _, what) in sluice::bench::scenario::BUILTIN {
+                println!("{name:<10} {what}");
+            }
+        }
+        Cmd::Bench(BenchCmd::Cleanup) => {
+            let removed = sluice::bench::testbed::cleanup_leftovers()?;
+            println!("removed {} namespaces{}", removed.len(), if removed.is_empty() { String::new() } else { format!(": {}", removed.join(", ")) });
         }
         Cmd::Serve(ServeCmd::UdpEcho { port, addr, work_ns, duration, no_echo, json }) => {
             let stop = Arc::new(AtomicBool::new(false));

@@ -5,3 +5,5 @@ pub mod testbed;
 pub mod measure;
 pub mod scenario;
 pub mod run;
+pub mod report;
+pub mod sweep;

@@ -322,6 +322,11 @@ impl Env {
         })
     }
 
+    /// The service's process id.
+    pub fn service_pid(&self) -> u32 {
+        self.service.id()
+    }
+
     /// Put a configuration in place on the victim.
     pub fn apply_config(&mut self, kind: ConfigKind, rate: f64) -> Result<()> {
         self.nft = kind == ConfigKind::Nft;

@@ -1,0 +1,282 @@
+//! The bench's outputs, all made from a `Results` (so a recorded results.json
+//! can be rendered again): results.json (versioned schema), results.csv,
+//! figures as SVG and PNG (one set per victim model, one line per
+//! configuration), report.html, and the summary table printed at the end.
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+use plotters::prelude::*;
+
+use crate::bench::scenario::{ConfigKind, SCHEMA_VERSION};
+use crate::bench::sweep::{ModelRun, Point, Results};
+
+/// Read a results.json, checking its schema version.
+pub fn load(path: &Path) -> Result<Results> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let v: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?;
+    let version = v["schema_version"].as_u64().unwrap_or(0);
+    if version != SCHEMA_VERSION as u64 {
+        bail!("{}: schema version {version}, this sluice reads version {SCHEMA_VERSION}", path.display());
+    }
+    serde_json::from_value(v).with_context(|| format!("{}: does not match the results schema", path.display()))
+}
+
+/// CSV: one row per measurement.
+pub fn csv(r: &Results) -> String {
+    let mut o = String::from(
+        "model,config,multiple,repeat,asked_pps,sent_pps,valid,xdp_seen_pps,delivered_pps,legit_sent,legit_replies,\
+         legit_loss,rtt_p50_us,rtt_p90_us,rtt_p99_us,rtt_max_us,cpu_busy,cpu_busy_procstat,ns_per_delivered,\
+         applied,ring_drops,xdp_drops,nft_drops,backlog_drops,socket_drops,delivered,unaccounted\n",
+    );
+    for m in &r.models {
+        for x in &m.results {
+            let l = &x.ledger;
+            let _ = writeln!(
+                o,
+                "{},{},{},{},{:.0},{:.0},{},{:.0},{:.0},{},{},{:.4},{:.1},{:.1},{:.1},{:.1},{:.4},{:.4},{:.1},{},{},{},{},{},{},{},{}",
+                m.model.name(),
+                x.config.name(),
+                x.multiple,
+                x.repeat,
+                x.asked_pps,
+                x.sent_pps,
+                x.valid,
+                x.xdp_seen_pps,
+                x.delivered_pps,
+                x.legit_sent,
+                x.legit_replies,
+                x.legit_loss,
+                x.rtt.p50_us,
+                x.rtt.p90_us,
+                x.rtt.p99_us,
+                x.rtt.max_us,
+                x.cpu_busy,
+                x.cpu_busy_procstat,
+                x.ns_per_delivered,
+                l.applied,
+                l.ring_drops,
+                l.xdp_drops,
+                l.nft_drops,
+                l.backlog_drops,
+                l.socket_drops,
+                l.delivered,
+                l.unaccounted
+            );
+        }
+    }
+    o
+}
+
+/// The figures of one model: (file stem, title, y label, metric).
+type Metric = fn(&Point) -> f64;
+const FIGURES: &[(&str, &str, &str, Metric)] = &[
+    ("delivered", "delivered vs applied load", "delivered (datagrams/s)", |p| p.delivered_pps.median),
+    ("cpu", "victim CPU vs applied load", "victim CPU busy (%)", |p| p.cpu_busy.median * 100.0),
+    ("ns_per_delivered", "victim CPU per delivered datagram", "ns per delivered datagram", |p| p.ns_per_delivered.median),
+    ("legit_p99", "legitimate probe p99 round trip", "p99 RTT (us)", |p| p.legit_p99_us.median),
+];
+
+fn colour(c: ConfigKind) -> RGBColor {
+    match c {
+        ConfigKind::Off => RGBColor(200, 40, 40),
+        ConfigKind::Nft => RGBColor(230, 150, 0),
+        ConfigKind::Static => RGBColor(30, 90, 200),
+    }
+}
+
+static FONT: std::sync::OnceLock<std::result::Result<(), String>> = std::sync::OnceLock::new();
+
+/// Plotters draws text with a TrueType font we give it (Debian's fonts-dejavu-core).
+fn register_font() -> Result<()> {
+    FONT.get_or_init(|| {
+        let path = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
+        let bytes = std::fs::read(path).map_err(|e| format!("{path}: {e} (install fonts-dejavu-core: `make deps`)"))?;
+        let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+        plotters::style::register_font("sans-serif", FontStyle::Normal, bytes).map_err(|_| "bad font".to_string())
+    })
+    .clone()
+    .map_err(|e| anyhow::anyhow!(e))
+}
+
+fn draw<DB: DrawingBackend>(root: DrawingArea<DB, plotters::coord::Shift>, m: &ModelRun, fig: &(&str, &str, &str, Metric)) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    let pts: Vec<&Point> = m.points.iter().filter(|p| (fig.3)(p).is_finite()).collect();
+    let xs: Vec<f64> = pts.iter().map(|p| p.sent_pps.median.max(1.0)).collect();
+    let ys: Vec<f64> = pts.iter().map(|p| (fig.3)(p)).collect();
+    let (x0, x1) = (xs.iter().copied().fold(f64::MAX, f64::min).min(1e9), xs.iter().copied().fold(1e3, f64::max));
+    let y1 = ys.iter().copied().fold(1.0, f64::max) * 1.1;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(format!("{} ({} model)", fig.1, m.model.name()), ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(45)
+        .y_label_area_size(70)
+        .build_cartesian_2d((x0 * 0.8..x1 * 1.25).log_scale(), 0.0..y1)
+        .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    chart
+        .configure_mesh()
+        .x_desc("applied load (packets/s, sent)")
+        .y_desc(fig.2)
+        .x_label_formatter(&|v| crate::stats::human(*v))
+        .y_label_formatter(&|v| crate::stats::human(*v))
+        .draw()
+        .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    let mut configs: Vec<ConfigKind> = m.points.iter().map(|p| p.config).collect();
+    configs.dedup();
+    configs.sort_by_key(|c| c.name());
+    configs.dedup();
+    for c in configs {
+        let line: Vec<(f64, f64)> = pts
+            .iter()
+            .filter(|p| p.config == c)
+            .map(|p| (p.sent_pps.median.max(1.0), (fig.3)(p)))
+            .collect();
+        let col = colour(c);
+        chart
+            .draw_series(LineSeries::new(line.clone(), col.stroke_width(2)))
+            .map_err(|e| anyhow::anyhow!("{e:?}"))?
+            .label(c.name())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], col.stroke_width(2)));
+        chart.draw_series(line.iter().map(|&p| Circle::new(p, 3, col.filled()))).map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    root.present().map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    Ok(())
+}
+
+/// Write every figure of every model as SVG and PNG into `dir`; returns the SVG file names.
+pub fn figures(r: &Results, dir: &Path) -> Result<Vec<String>> {
+    register_font()?;
+    let mut names = Vec::new();
+    for m in &r.models {
+        for fig in FIGURES {
+            let stem = format!("{}-{}", m.model.name(), fig.0);
+            let svg = dir.join(format!("{stem}.svg"));
+            draw(SVGBackend::new(&svg, (760, 460)).into_drawing_area(), m, fig)?;
+            let png = dir.join(format!("{stem}.png"));
+            draw(BitMapBackend::new(&png, (760, 460)).into_drawing_area(), m, fig)?;
+            names.push(format!("{stem}.svg"));
+        }
+    }
+    Ok(names)
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.0}%", x * 100.0)
+}
+
+/// The summary table: per model and configuration, delivered at 1x and at the
+/// highest level, as a share of the calibrated peak, with CPU and cost.
+pub fn summary(r: &Results) -> String {
+    let mut o = String::new();
+    for m in &r.models {
+        let _ = writeln!(
+            o,
+            "{} model: peak {}/s delivered; MLFRR {}; static rate {}/s",
+            m.model.name(),
+            crate::stats::human(m.peak_pps),
+            m.mlfrr_pps.map_or("-".into(), |x| format!("{}/s ({:.0} ns per packet)", crate::stats::human(x), 1e9 / x)),
+            crate::stats::human(m.static_rate)
+        );
+        let _ = writeln!(o, "  {:<8} {:>6} {:>10} {:>8} {:>6} {:>9} {:>10} {:>7} {:>6}", "config", "level", "sent/s", "deliv/s", "%peak", "cpu", "ns/deliv", "p99 us", "valid");
+        for p in &m.points {
+            let _ = writeln!(
+                o,
+                "  {:<8} {:>5}x {:>10} {:>8} {:>6} {:>9} {:>10.0} {:>7.0} {:>6}",
+                p.config.name(),
+                p.multiple,
+                crate::stats::human(p.sent_pps.median),
+                crate::stats::human(p.delivered_pps.median),
+                pct(p.delivered_pps.median / m.peak_pps.max(1.0)),
+                pct(p.cpu_busy.median),
+                p.ns_per_delivered.median,
+                p.legit_p99_us.median,
+                if p.valid { "yes" } else { "NO" }
+            );
+        }
+    }
+    o
+}
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
+/// report.html: parameters, machine, figures, summary and the ledger per level.
+pub fn html(r: &Results, figures: &[String]) -> String {
+    let mut o = String::new();
+    let _ = write!(
+        o,
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>sluice bench: {}</title>\
+         <style>body{{font-family:sans-serif;max-width:1600px;margin:2em}}table{{border-collapse:collapse;font-size:13px}}\
+         td,th{{border:1px solid #bbb;padding:2px 6px;text-align:right}}img{{width:760px}}</style></head><body>",
+        esc(&r.scenario.name)
+    );
+    let _ = write!(o, "<h1>sluice bench: scenario {}</h1>", esc(&r.scenario.name));
+    let _ = write!(
+        o,
+        "<p>Machine: {} CPUs, {}, Linux {}; sluice {}. Results schema version {}.</p>",
+        r.machine.cpus,
+        esc(&r.machine.cpu),
+        esc(&r.machine.kernel),
+        esc(&r.machine.sluice),
+        r.schema_version
+    );
+    let _ = write!(o, "<h2>Parameters</h2><pre>{}</pre>", esc(&toml::to_string(&r.scenario).unwrap_or_default()));
+    let _ = write!(o, "<h2>Summary</h2><pre>{}</pre>", esc(&summary(r)));
+    for m in &r.models {
+        let _ = write!(o, "<h2>{} model</h2><p>Which CPU runs which stage:</p><ul>", m.model.name());
+        for (stage, cpu) in &m.stages {
+            let _ = write!(o, "<li>{} on CPU {cpu}</li>", esc(stage));
+        }
+        o.push_str("</ul>");
+        for f in figures.iter().filter(|f| f.starts_with(&format!("{}-", m.model.name()))) {
+            let _ = write!(o, "<img src=\"{f}\" alt=\"{f}\">");
+        }
+        o.push_str(
+            "<h3>Ledger: where the packets of each window went</h3><table><tr><th>config</th><th>level</th><th>repeat</th>\
+             <th>applied</th><th>ring drops</th><th>XDP drops</th><th>nft drops</th><th>backlog drops</th><th>socket drops</th>\
+             <th>delivered</th><th>unaccounted</th><th>valid</th></tr>",
+        );
+        for x in &m.results {
+            let l = &x.ledger;
+            let _ = write!(
+                o,
+                "<tr><td>{}</td><td>{}x</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                x.config.name(),
+                x.multiple,
+                x.repeat,
+                l.applied,
+                l.ring_drops,
+                l.xdp_drops,
+                l.nft_drops,
+                l.backlog_drops,
+                l.socket_drops,
+                l.delivered,
+                l.unaccounted,
+                if x.valid { "yes" } else { "NO" }
+            );
+        }
+        o.push_str("</table><p>unaccounted = applied minus the other columns: packets in flight at the window's edges (tolerance 1% of applied).</p>");
+    }
+    o.push_str("</body></html>\n");
+    o
+}
+
+/// Write every output into `dir`.
+pub fn write_all(r: &Results, dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    std::fs::write(dir.join("results.json"), serde_json::to_string_pretty(r)?)?;
+    std::fs::write(dir.join("results.csv"), csv(r))?;
+    let figs = figures(r, dir)?;
+    std::fs::write(dir.join("report.html"), html(r, &figs))?;
+    Ok(())
+}

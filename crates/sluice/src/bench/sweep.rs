@@ -1,0 +1,263 @@
+//! A whole bench run: for each victim model, calibrate the victim's peak,
+//! then measure every level x configuration x repeat, interleaving the
+//! configurations at each level so drifts of the machine hit them alike.
+use std::path::PathBuf;
+
+use anyhow::Result;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::{Deserialize, Serialize};
+
+use crate::bench::run::{Env, LevelResult};
+use crate::bench::scenario::{ConfigKind, Scenario, SCHEMA_VERSION};
+use crate::bench::testbed::VictimModel;
+
+/// Calibration: the load doubles from this rate until the delivered rate falls
+/// below CALIB_STOP of the best seen (past the knee) or the cap is reached.
+const CALIB_START: f64 = 20_000.0;
+const CALIB_STOP: f64 = 0.8;
+/// Loss below this fraction counts as loss-free (for the MLFRR).
+pub const LOSS_FREE: f64 = 0.001;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CalibrationPoint {
+    pub sent_pps: f64,
+    pub delivered_pps: f64,
+}
+
+/// Median and range of one metric over the repeats of a level.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Stat {
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+impl Stat {
+    pub fn of(v: impl IntoIterator<Item = f64>) -> Stat {
+        let mut v: Vec<f64> = v.into_iter().filter(|x| x.is_finite()).collect();
+        if v.is_empty() {
+            return Stat::default();
+        }
+        v.sort_by(f64::total_cmp);
+        Stat { median: v[v.len() / 2], min: v[0], max: v[v.len() - 1] }
+    }
+}
+
+/// The repeats of one (configuration, level), summarised.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Point {
+    pub config: ConfigKind,
+    pub multiple: f64,
+    pub asked_pps: f64,
+    pub sent_pps: Stat,
+    pub delivered_pps: Stat,
+    pub legit_replies_pps: Stat,
+    pub legit_loss: Stat,
+    pub legit_p99_us: Stat,
+    pub cpu_busy: Stat,
+    pub ns_per_delivered: Stat,
+    /// Every repeat reached the asked rate (within 2%).
+    pub valid: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelRun {
+    pub model: VictimModel,
+    /// Which CPU runs which stage.
+    pub stages: Vec<(String, usize)>,
+    pub calibration: Vec<CalibrationPoint>,
+    /// The victim's peak delivered rate (datagrams/s), from the calibration.
+    pub peak_pps: f64,
+    /// Maximum loss-free receive rate: the highest sent rate (calibration, `off`)
+    /// with less than 0.1% lost, and the per-packet cost it implies.
+    pub mlfrr_pps: Option<f64>,
+    pub mlfrr_ns_per_packet: Option<f64>,
+    /// The static configuration's rate (packets/s).
+    pub static_rate: f64,
+    pub results: Vec<LevelResult>,
+    pub points: Vec<Point>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Machine {
+    pub kernel: String,
+    pub cpu: String,
+    pub cpus: usize,
+    pub sluice: String,
+}
+
+impl Machine {
+    pub fn here() -> Machine {
+        let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string();
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let cpu = cpuinfo
+            .lines()
+            .find_map(|l| l.strip_prefix("model name").map(|x| x.trim_start_matches([' ', '\t', ':']).to_string()))
+            .unwrap_or_default();
+        Machine { kernel, cpu, cpus: num_cpus(), sluice: env!("CARGO_PKG_VERSION").to_string() }
+    }
+}
+
+fn num_cpus() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+}
+
+/// Everything a run produced: results.json.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Results {
+    pub schema_version: u32,
+    pub scenario: Scenario,
+    pub machine: Machine,
+    /// Seconds since the Unix epoch at the start.
+    pub started: u64,
+    pub models: Vec<ModelRun>,
+}
+
+pub struct SweepOpts {
+    pub exe: PathBuf,
+    pub progress: bool,
+    /// Set by SIGINT/SIGTERM: the run stops before its next level, removing its testbed.
+    pub interrupted: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+fn summarise(results: &[LevelResult], configs: &[ConfigKind], multiples: &[f64]) -> Vec<Point> {
+    let mut out = Vec::new();
+    for &m in multiples {
+        for &c in configs {
+            let rs: Vec<&LevelResult> = results.iter().filter(|r| r.config == c && r.multiple == m).collect();
+            if rs.is_empty() {
+                continue;
+            }
+            out.push(Point {
+                config: c,
+                multiple: m,
+                asked_pps: rs[0].asked_pps,
+                sent_pps: Stat::of(rs.iter().map(|r| r.sent_pps)),
+                delivered_pps: Stat::of(rs.iter().map(|r| r.delivered_pps)),
+                legit_replies_pps: Stat::of(rs.iter().map(|r| r.legit_replies_pps)),
+                legit_loss: Stat::of(rs.iter().map(|r| r.legit_loss)),
+                legit_p99_us: Stat::of(rs.iter().map(|r| r.rtt.p99_us)),
+                cpu_busy: Stat::of(rs.iter().map(|r| r.cpu_busy)),
+                ns_per_delivered: Stat::of(rs.iter().map(|r| r.ns_per_delivered)),
+                valid: rs.iter().all(|r| r.valid),
+            });
+        }
+    }
+    out
+}
+
+/// The levels actually run: multiples of the peak whose load fits under the cap.
+pub fn levels(scenario: &Scenario, peak: f64) -> Vec<(f64, f64)> {
+    scenario.levels.iter().map(|&m| (m, m * peak)).filter(|&(_, r)| r <= scenario.max_rate).collect()
+}
+
+fn calibrate(env: &mut Env, max_rate: f64, bar: &ProgressBar) -> Result<Vec<CalibrationPoint>> {
+    let (d, w) = (env.scenario.duration, env.scenario.warmup);
+    env.scenario.duration = d.min(1.0);
+    env.scenario.warmup = w.min(0.3);
+    env.apply_config(ConfigKind::Off, 0.0)?;
+    let mut points = Vec::new();
+    let mut rate = CALIB_START;
+    let mut best: f64 = 0.0;
+    while rate <= max_rate {
+        bar.set_message(format!("{} calibrating at {:.0}k pkt/s", env.tb.model.name(), rate / 1e3));
+        let r = env.measure(ConfigKind::Off, 0.0, rate, 0)?;
+        points.push(CalibrationPoint { sent_pps: r.sent_pps, delivered_pps: r.delivered_pps });
+        best = best.max(r.delivered_pps);
+        if r.delivered_pps < CALIB_STOP * best {
+            break;
+        }
+        rate *= 2.0;
+    }
+    // Refine around the best point: the doubling steps are coarse near the knee.
+    let best_sent = points.iter().max_by(|a, b| a.delivered_pps.total_cmp(&b.delivered_pps)).map(|p| p.sent_pps).unwrap_or(0.0);
+    for f in [1.25, 1.5] {
+        let rate = best_sent * f;
+        if rate > max_rate {
+            break;
+        }
+        bar.set_message(format!("{} calibrating at {:.0}k pkt/s", env.tb.model.name(), rate / 1e3));
+        let r = env.measure(ConfigKind::Off, 0.0, rate, 0)?;
+        points.push(CalibrationPoint { sent_pps: r.sent_pps, delivered_pps: r.delivered_pps });
+    }
+    env.scenario.duration = d;
+    env.scenario.warmup = w;
+    Ok(points)
+}
+
+/// Run a scenario; `on_model` is called after each model with the results so far.
+pub fn run(scenario: &Scenario, opts: &SweepOpts, mut on_model: impl FnMut(&Results) -> Result<()>) -> Result<Results> {
+    crate::gate::check_privileges()?;
+    anyhow::ensure!(num_cpus() >= 2, "the bench needs 2 CPUs: one generates load, one is the victim");
+    let started = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let mut results = Results {
+        schema_version: SCHEMA_VERSION,
+        scenario: scenario.clone(),
+        machine: Machine::here(),
+        started,
+        models: vec![],
+    };
+    let per_model = scenario.levels.len() * scenario.configs.len() * scenario.repeats as usize;
+    let bar = if opts.progress { ProgressBar::new((per_model * scenario.models.len()) as u64) } else { ProgressBar::hidden() };
+    bar.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len} {msg} ({elapsed}, ~{eta} left)").unwrap());
+    for &model in &scenario.models {
+        let mut env = Env::start(scenario, model, &opts.exe, model.name())?;
+        let calibration = calibrate(&mut env, scenario.max_rate, &bar)?;
+        let peak = calibration.iter().map(|p| p.delivered_pps).fold(0.0, f64::max);
+        let mlfrr = calibration
+            .iter()
+            .filter(|p| p.delivered_pps >= (1.0 - LOSS_FREE) * p.sent_pps)
+            .map(|p| p.sent_pps)
+            .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))));
+        let static_rate = scenario.static_rate * peak;
+        let lv = levels(scenario, peak);
+        bar.inc((scenario.levels.len() - lv.len()) as u64 * (scenario.configs.len() * scenario.repeats as usize) as u64);
+        let mut runs = Vec::new();
+        for &(m, rate) in &lv {
+            for rep in 0..scenario.repeats {
+                for &c in &scenario.configs {
+                    if opts.interrupted.load(std::sync::atomic::Ordering::Relaxed) {
+                        anyhow::bail!("interrupted; the testbed is removed");
+                    }
+                    bar.set_message(format!("{} {:>6} at {m}x ({:.0}k pkt/s)", model.name(), c.name(), rate / 1e3));
+                    env.apply_config(c, static_rate)?;
+                    runs.push(env.measure(c, m, rate, rep)?);
+                    bar.inc(1);
+                }
+            }
+        }
+        let multiples: Vec<f64> = lv.iter().map(|l| l.0).collect();
+        results.models.push(ModelRun {
+            model,
+            stages: model.stages(env.tb.gen_cpu, env.tb.victim_cpu),
+            points: summarise(&runs, &scenario.configs, &multiples),
+            calibration,
+            peak_pps: peak,
+            mlfrr_pps: mlfrr,
+            mlfrr_ns_per_packet: mlfrr.map(|r| 1e9 / r),
+            static_rate,
+            results: runs,
+        });
+        drop(env);
+        on_model(&results)?;
+    }
+    bar.finish_and_clear();
+    Ok(results)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stats_and_levels() {
+        let s = Stat::of([3.0, 1.0, 2.0, f64::INFINITY]);
+        assert_eq!((s.median, s.min, s.max), (2.0, 1.0, 3.0));
+        let sc = crate::bench::scenario::load("demo").unwrap();
+        let lv = levels(&sc, 200_000.0);
+        // 0.5, 1, 2, 5, 10 x 200k; 10x = 2M is under the 3M cap.
+        assert_eq!(lv.len(), 5);
+        let lv = levels(&sc, 500_000.0);
+        assert_eq!(lv.last().unwrap().0, 5.0, "10x 500k is over the generator cap");
+    }
+}
