@@ -15,8 +15,10 @@ use crate::bench::testbed::VictimModel;
 /// below CALIB_STOP of the best seen (past the knee) or the cap is reached.
 const CALIB_START: f64 = 20_000.0;
 const CALIB_STOP: f64 = 0.8;
-/// Loss below this fraction counts as loss-free (for the MLFRR).
-pub const LOSS_FREE: f64 = 0.001;
+/// Loss below this fraction counts as loss-free (for the MLFRR). Not zero:
+/// a window's edges cut through packets in flight, and a socket queue of a few
+/// hundred datagrams overflows now and then at any load on a shared VM.
+pub const LOSS_FREE: f64 = 0.005;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CalibrationPoint {
@@ -69,7 +71,7 @@ pub struct ModelRun {
     /// The victim's peak delivered rate (datagrams/s), from the calibration.
     pub peak_pps: f64,
     /// Maximum loss-free receive rate: the highest sent rate (calibration, `off`)
-    /// with less than 0.1% lost, and the per-packet cost it implies.
+    /// with less than LOSS_FREE (0.5%) lost, and the per-packet cost it implies.
     pub mlfrr_pps: Option<f64>,
     pub mlfrr_ns_per_packet: Option<f64>,
     /// The static configuration's rate (packets/s).
@@ -156,6 +158,8 @@ fn calibrate(env: &mut Env, max_rate: f64, bar: &ProgressBar) -> Result<Vec<Cali
     env.scenario.duration = d.min(1.0);
     env.scenario.warmup = w.min(0.3);
     env.apply_config(ConfigKind::Off, 0.0)?;
+    // A first run to warm everything up (service, page pools, caches), not recorded.
+    env.measure(ConfigKind::Off, 0.0, CALIB_START, 0)?;
     let mut points = Vec::new();
     let mut rate = CALIB_START;
     let mut best: f64 = 0.0;
