@@ -26,10 +26,11 @@
  *
  * Frames: the page pool of live-frames mode recycles pages without resetting
  * their content, so every frame gets its stream's template written over its
- * first bytes, then the per-frame fields: source port (flows), destination
- * port, and a stamp (send time and sequence) that the echo service returns so
- * the bench can measure round trips. IPv6 needs a valid UDP checksum: the
- * template's is updated incrementally (RFC 1624) for the changed words.
+ * first bytes, then the per-frame fields: source address (srcs), source port
+ * (flows), destination port, and a stamp (send time and sequence) that the echo service returns so
+ * the bench can measure round trips. Checksums are updated incrementally
+ * (RFC 1624) for the changed words: the IPv4 header checksum for the source
+ * address, and over IPv6 the UDP checksum (IPv4 sends UDP checksum 0).
  */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
@@ -148,6 +149,34 @@ int sluice_gen(struct xdp_md *ctx)
 		return XDP_DROP;
 	sum = csum_add_change(sum, sport0, sport);
 	sum = csum_add_change(sum, dport0, dport);
+
+	if (st->srcs > 1) {
+		__u16 *a = data + (st->saddr_off & (SLUICE_GEN_TMPL - 1));
+		__u32 base, addr;
+		__u16 o0, o1, n0, n1;
+
+		if ((void *)(a + 2) > end)
+			return XDP_DROP;
+		o0 = a[0];
+		o1 = a[1];
+		base = bpf_ntohl(((__u32)o1 << 16 | o0));
+		addr = bpf_htonl(base + (__u32)(seq % st->srcs));
+		n0 = addr & 0xffff;
+		n1 = addr >> 16;
+		a[0] = n0;
+		a[1] = n1;
+		if (st->ipcsum_off) {
+			__u16 *c = data + (st->ipcsum_off & (SLUICE_GEN_TMPL - 1));
+			__u32 isum;
+
+			if ((void *)(c + 1) > end)
+				return XDP_DROP;
+			isum = csum_add_change(csum_add_change((__u16)~*c, o0, n0), o1, n1);
+			*c = ~csum_fold(isum);
+		} else {
+			sum = csum_add_change(csum_add_change(sum, o0, n0), o1, n1);
+		}
+	}
 
 	if (st->stamp_off) {
 		void *p = data + (st->stamp_off & (SLUICE_GEN_TMPL - 1));

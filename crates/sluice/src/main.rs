@@ -173,6 +173,9 @@ enum ServeCmd {
         /// Receive only, send no replies.
         #[arg(long)]
         no_echo: bool,
+        /// Reader threads, each with its own socket in one SO_REUSEPORT group.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
+        readers: u16,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
@@ -320,7 +323,7 @@ fn real_main() -> Result<ExitCode> {
             let removed = sluice::bench::testbed::cleanup_leftovers()?;
             println!("removed {} namespaces{}", removed.len(), if removed.is_empty() { String::new() } else { format!(": {}", removed.join(", ")) });
         }
-        Cmd::Serve(ServeCmd::UdpEcho { port, addr, work_ns, duration, no_echo, json }) => {
+        Cmd::Serve(ServeCmd::UdpEcho { port, addr, work_ns, duration, no_echo, readers, json }) => {
             let stop = Arc::new(AtomicBool::new(false));
             for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
                 signal_hook::flag::register(sig, stop.clone())?;
@@ -330,6 +333,7 @@ fn real_main() -> Result<ExitCode> {
                 work_ns,
                 duration: duration.map(|d| secs(d, "--duration")).transpose()?,
                 no_echo,
+                readers: readers as usize,
             };
             let r = serve::udp_echo(&o, stop).with_context(|| format!("serving UDP on {}", o.bind))?;
             if json {

@@ -1,6 +1,8 @@
 //! `sluice serve udp-echo`: a victim service. It echoes each datagram after
 //! spending `work_ns` of CPU on it (a stand-in for a real service's cost),
-//! reading and writing in batches with recvmmsg/sendmmsg.
+//! reading and writing in batches with recvmmsg/sendmmsg. With `readers` > 1,
+//! each reader thread has its own socket in one SO_REUSEPORT group (the
+//! kernel spreads datagrams over them by flow hash).
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
@@ -19,6 +21,8 @@ pub struct ServeOpts {
     pub duration: Option<Duration>,
     /// Do not send replies (a sink).
     pub no_echo: bool,
+    /// Reader threads, each with its own socket.
+    pub readers: usize,
 }
 
 #[derive(Debug, Clone, Copy, Default, serde::Serialize)]
@@ -39,9 +43,41 @@ fn spin(ns: u64) {
     }
 }
 
-/// Serve until `stop` is set or the duration ends.
+/// A UDP socket bound to `addr`, in a SO_REUSEPORT group when `shared`.
+fn bind(addr: SocketAddr, shared: bool) -> io::Result<UdpSocket> {
+    let s = socket2::Socket::new(socket2::Domain::for_address(addr), socket2::Type::DGRAM, Some(socket2::Protocol::UDP))?;
+    if addr.is_ipv6() {
+        s.set_only_v6(false)?;
+    }
+    if shared {
+        s.set_reuse_port(true)?;
+    }
+    s.bind(&addr.into())?;
+    Ok(s.into())
+}
+
+/// Serve until `stop` is set or the duration ends; the readers' counts added up.
 pub fn udp_echo(o: &ServeOpts, stop: Arc<AtomicBool>) -> io::Result<ServeReport> {
-    let sock = UdpSocket::bind(o.bind)?;
+    let readers = o.readers.max(1);
+    let socks = (0..readers).map(|_| bind(o.bind, readers > 1)).collect::<io::Result<Vec<_>>>()?;
+    let threads: Vec<_> = socks
+        .into_iter()
+        .map(|sock| {
+            let (o, stop) = (o.clone(), stop.clone());
+            std::thread::spawn(move || reader(sock, &o, stop))
+        })
+        .collect();
+    let mut total = ServeReport::default();
+    for t in threads {
+        let r = t.join().map_err(|_| io::Error::other("a reader thread panicked"))??;
+        total.received += r.received;
+        total.echoed += r.echoed;
+        total.secs = total.secs.max(r.secs);
+    }
+    Ok(total)
+}
+
+fn reader(sock: UdpSocket, o: &ServeOpts, stop: Arc<AtomicBool>) -> io::Result<ServeReport> {
     sock.set_read_timeout(Some(Duration::from_millis(100)))?;
     let fd = sock.as_raw_fd();
     let mut bufs = vec![[0u8; BUF]; BATCH];

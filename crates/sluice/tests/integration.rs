@@ -57,6 +57,21 @@ mod limits {
     }
 }
 
+mod serve {
+    use super::*;
+
+    /// `serve udp-echo --readers 2`: two SO_REUSEPORT sockets together get every datagram.
+    #[test]
+    fn readers_share_one_port() {
+        let mut tb = Testbed::new();
+        let b = tb.b.clone();
+        let pid = tb.spawn(&b, &["serve", "udp-echo", "--port", "7000", "--readers", "2", "--no-echo", "--json", "--duration", "2.5"]);
+        std::thread::sleep(Duration::from_millis(300));
+        let (sent, _) = tb.send(7000, 5_000, 1.0);
+        assert_eq!(tb.sink_received(pid), sent);
+    }
+}
+
 mod status {
     use super::*;
     use libbpf_rs::libbpf_sys;

@@ -30,11 +30,18 @@ pub struct StreamSpec {
     /// Source address and first source port; `flows` ports from there.
     pub src: SocketAddr,
     pub flows: u32,
+    /// Source addresses: `src`'s and the next srcs - 1 (on the last 32 bits).
+    #[serde(default = "one")]
+    pub srcs: u32,
     /// Destination address and first destination port; `dports` ports from there.
     pub dst: SocketAddr,
     pub dports: u32,
     /// Carry a send-time stamp (for round trips through an echo service).
     pub stamp: bool,
+}
+
+fn one() -> u32 {
+    1
 }
 
 /// What one stream did in a run.
@@ -56,7 +63,7 @@ pub fn stream_value(s: &StreamSpec, dst_mac: [u8; 6], src_mac: [u8; 6]) -> Resul
         s.frame_len
     );
     ensure!(s.src.is_ipv4() == s.dst.is_ipv4(), "stream {}: source and destination families differ", s.name);
-    ensure!(s.flows >= 1 && s.dports >= 1, "stream {}: flows and dports must be at least 1", s.name);
+    ensure!(s.flows >= 1 && s.dports >= 1 && s.srcs >= 1, "stream {}: flows, dports and srcs must be at least 1", s.name);
     ensure!(
         s.src.port() as u32 + s.flows <= 65536 && s.dst.port() as u32 + s.dports <= 65536,
         "stream {}: port range passes 65535",
@@ -70,6 +77,7 @@ pub fn stream_value(s: &StreamSpec, dst_mac: [u8; 6], src_mac: [u8; 6]) -> Resul
     let (_, offs) = f.build_with_offsets();
     let bytes = f.build_valid();
     let l4 = offs.iter().find(|o| o.0 == "l4").unwrap().1;
+    let ip = offs.iter().find(|o| o.0 == "ip").unwrap().1;
     let stamp_off = l4 + 8;
     let stamp = s.stamp && stamp_off + SLUICE_GEN_STAMP_LEN as usize <= (s.frame_len as usize).min(SLUICE_GEN_TMPL as usize);
     ensure!(
@@ -88,6 +96,9 @@ pub fn stream_value(s: &StreamSpec, dst_mac: [u8; 6], src_mac: [u8; 6]) -> Resul
         sport_off: l4 as u16,
         csum_off: if s.src.is_ipv6() { (l4 + 6) as u16 } else { 0 },
         stamp_off: if stamp { stamp_off as u16 } else { 0 },
+        saddr_off: if s.src.is_ipv4() { ip + 12 } else { ip + 20 } as u16,
+        ipcsum_off: if s.src.is_ipv4() { (ip + 10) as u16 } else { 0 },
+        srcs: s.srcs,
         ..Default::default()
     };
     let n = bytes.len().min(SLUICE_GEN_TMPL as usize);
@@ -269,6 +280,7 @@ pub fn udp_stream(name: &str, rate: f64, frame_len: u32, src: IpAddr, sport: u16
         flows: 1,
         dst: SocketAddr::new(dst, dport),
         dports: 1,
+        srcs: 1,
         stamp: false,
     }
 }

@@ -30,8 +30,9 @@ use crate::{classify, netns};
 
 pub const LEGIT_SPORT: u16 = 40000;
 pub const FLOOD_SPORT: u16 = 20000;
-pub const FLOOD_SRC_V4: &str = "10.77.0.3";
-pub const FLOOD_SRC_V6: &str = "fd77::3";
+/// Flood sources: this address and the next `sources - 1`.
+pub const FLOOD_SRC_V4: &str = "10.77.0.10";
+pub const FLOOD_SRC_V6: &str = "fd77::10";
 const NFT_TABLE: &str = "sluice_bench";
 
 /// One legitimate reply: when its request was sent, its sequence, when the reply came back.
@@ -255,9 +256,20 @@ impl Env {
         let tb = Testbed::create(tag, model, gen_cpu, victim_cpu)?;
         // Flood sources: more addresses behind A, known to B as neighbours.
         let mac = tb.mac_a.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":");
-        for ip in [FLOOD_SRC_V4, FLOOD_SRC_V6] {
-            netns::sh(&["ip", "-n", &tb.b, "neigh", "replace", ip, "lladdr", &mac, "dev", IF_B, "nud", "permanent"])?;
+        let sources = scenario.streams.iter().map(|s| s.sources).max().unwrap_or(1);
+        let mut batch = String::new();
+        for i in 0..sources {
+            let v4 = std::net::Ipv4Addr::from(u32::from(FLOOD_SRC_V4.parse::<std::net::Ipv4Addr>()?) + i);
+            let v6 = std::net::Ipv6Addr::from(u128::from(FLOOD_SRC_V6.parse::<std::net::Ipv6Addr>()?) + i as u128);
+            for ip in [v4.to_string(), v6.to_string()] {
+                batch += &format!("neigh replace {ip} lladdr {mac} dev {IF_B} nud permanent\n");
+            }
         }
+        let file = std::env::temp_dir().join(format!("sluice-bench-neigh-{}", std::process::id()));
+        std::fs::write(&file, batch)?;
+        let r = netns::sh(&["ip", "-n", &tb.b, "-batch", file.to_str().unwrap()]);
+        let _ = std::fs::remove_file(&file);
+        r?;
         // A's side: only legitimate replies (and ARP/ND) reach A's stack.
         let filter = netns::run_in(&tb.a, || {
             let cfg = config::from_flags(&[format!("replies:match=udp:{LEGIT_SPORT}"), "default:rate=blocked,match=icmp,match=icmpv6".into()])?;
@@ -427,6 +439,7 @@ impl Env {
                     frame_len: s.frame,
                     src: SocketAddr::new(src_ip, sport),
                     flows: s.flows,
+                    srcs: s.sources,
                     dst: SocketAddr::new(dst_ip, s.port.unwrap_or(self.scenario.victim.port)),
                     dports: s.dports,
                     stamp: s.legit,
@@ -548,7 +561,7 @@ fn start_service(tb: &Testbed, s: &Scenario, exe: &PathBuf) -> Result<Child> {
     cmd.args(["netns", "exec", &tb.b, "taskset", "-c", &cpu]);
     match &s.victim.command {
         Some(c) => cmd.args(["sh", "-c", &c.replace("{port}", &port)]),
-        None => cmd.arg(exe).args(["serve", "udp-echo", "--addr", "::", "--port", &port, "--work-ns", &s.victim.work_ns.to_string()]),
+        None => cmd.arg(exe).args(["serve", "udp-echo", "--addr", "::", "--port", &port, "--work-ns", &s.victim.work_ns.to_string(), "--readers", &s.victim.readers.to_string()]),
     };
     let child = cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn().context("starting the victim service")?;
     std::thread::sleep(Duration::from_millis(300));

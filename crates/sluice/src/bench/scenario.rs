@@ -15,6 +15,7 @@
 //! [victim]
 //! port = 7000
 //! work_ns = 2000                    # CPU per datagram of `sluice serve udp-echo`
+//! readers = 1                       # its reader threads (SO_REUSEPORT sockets)
 //! # command = "my-server --port {port}"   # or any external server, run pinned in the victim namespace
 //!
 //! [[stream]]                        # the flood: its rate is share x the level's load
@@ -22,6 +23,7 @@
 //! share = 1.0
 //! frame = 64
 //! flows = 64                        # source ports
+//! sources = 16                      # source addresses
 //!
 //! [[stream]]                        # the legitimate probe: fixed rate, stamped, echoed, timed
 //! name = "legit"
@@ -68,6 +70,9 @@ pub struct Victim {
     pub port: u16,
     #[serde(default = "default_work")]
     pub work_ns: u64,
+    /// Reader threads of `sluice serve udp-echo` (SO_REUSEPORT sockets).
+    #[serde(default = "one")]
+    pub readers: u32,
     /// An external server command; "{port}" is replaced. Default: `sluice serve udp-echo`.
     #[serde(default)]
     pub command: Option<String>,
@@ -94,6 +99,9 @@ pub struct Stream {
     pub frame: u32,
     #[serde(default = "one")]
     pub flows: u32,
+    /// Source addresses (flood streams only), from 10.77.0.10 / fd77::10 on.
+    #[serde(default = "one")]
+    pub sources: u32,
     /// Destination port (default: the victim's) and how many from there.
     #[serde(default)]
     pub port: Option<u16>,
@@ -167,6 +175,7 @@ impl Scenario {
         ensure!(self.static_rate > 0.0 && self.static_rate <= 10.0, "field `static_rate`: a multiple of the peak, above 0 and at most 10");
         ensure!(self.victim.port > 0, "field `victim.port`: 1 to 65535");
         ensure!(self.victim.work_ns <= 10_000_000, "field `victim.work_ns`: at most 10000000 ns");
+        ensure!((1..=256).contains(&self.victim.readers), "field `victim.readers`: 1 to 256");
         ensure!(!self.streams.is_empty(), "field `stream`: at least one [[stream]]");
         ensure!(self.streams.len() <= 8, "field `stream`: at most 8 streams");
         ensure!(self.streams.iter().filter(|s| s.legit).count() <= 1, "field `stream.legit`: at most one legitimate stream");
@@ -181,6 +190,8 @@ impl Scenario {
             let min = if s.ipv6 { 62 } else { 42 } + if s.legit { 16 } else { 0 };
             ensure!(s.frame >= min, "{}: at least {min} bytes for this stream", f("frame"));
             ensure!((1..=4096).contains(&s.flows), "{}: 1 to 4096", f("flows"));
+            ensure!((1..=200).contains(&s.sources), "{}: 1 to 200", f("sources"));
+            ensure!(!(s.legit && s.sources > 1), "{}: the legitimate stream has one source", f("sources"));
             ensure!((1..=4096).contains(&s.dports), "{}: 1 to 4096", f("dports"));
             ensure!(!(s.legit && (s.flows > 1 || s.dports > 1)), "{}: the legitimate stream is one flow", f("flows"));
         }
@@ -211,6 +222,7 @@ name = "flood"
 share = 1.0
 frame = 64
 flows = 64
+sources = 16
 [[stream]]
 name = "legit"
 rate = 1000
@@ -234,6 +246,7 @@ name = "flood"
 share = 1.0
 frame = 64
 flows = 64
+sources = 16
 [[stream]]
 name = "legit"
 rate = 1000
@@ -257,6 +270,7 @@ name = "flood"
 share = 1.0
 frame = 64
 flows = 16
+sources = 8
 [[stream]]
 name = "legit"
 rate = 500
