@@ -139,6 +139,18 @@ enum BenchCmd {
     Scenarios,
     /// Remove namespaces a killed bench left behind (sluice-bench-*).
     Cleanup,
+    /// The generator's accuracy and highest paced rate, counted on the victim's side.
+    Generator {
+        /// Rates to try, packets/s (e.g. 10k,100k,1M,3M).
+        #[arg(long, value_delimiter = ',', default_value = "10k,100k,1M,3M,5M")]
+        rates: Vec<String>,
+        /// Seconds per rate.
+        #[arg(long, default_value_t = 2.0)]
+        secs: f64,
+        /// Frames per flush, 1-256 (bursts never exceed it).
+        #[arg(long, default_value_t = sluice::bench::gen::DEFAULT_BATCH)]
+        batch: u32,
+    },
     /// Gate cost in ns per packet (BPF_PROG_TEST_RUN) with 1, 64 and 1024 rules, beside a no-op floor.
     Gate {
         /// Repeats per test-run call.
@@ -317,6 +329,23 @@ fn real_main() -> Result<ExitCode> {
         Cmd::Bench(BenchCmd::Scenarios) => {
             for (name, _, what) in sluice::bench::scenario::BUILTIN {
                 println!("{name:<10} {what}");
+            }
+        }
+        Cmd::Bench(BenchCmd::Generator { rates, secs: s, batch }) => {
+            let rates = rates.iter().map(|r| config::parse_count(r).map(|x| x as f64).map_err(anyhow::Error::msg)).collect::<Result<Vec<_>>>()?;
+            secs(s, "--secs")?;
+            println!("{:>10} {:>12} {:>10} {:>10} {:>12} {:>9}", "asked/s", "arrived/s", "late", "ring drops", "XDP seen", "error");
+            for c in sluice::bench::gencheck::check(&rates, s, batch)? {
+                println!(
+                    "{:>10} {:>12} {:>10} {:>10} {:>12} {:>+8.2}%{}",
+                    stats::human(c.asked_pps),
+                    stats::human((c.xdp_seen + c.ring_drops) as f64 / c.secs),
+                    c.late,
+                    c.ring_drops,
+                    c.xdp_seen,
+                    c.error * 100.0,
+                    if c.error.abs() > 0.02 { "  (short by more than 2%: a bench run would be invalid)" } else { "" }
+                );
             }
         }
         Cmd::Bench(BenchCmd::Cleanup) => {

@@ -7,3 +7,4 @@ pub mod scenario;
 pub mod run;
 pub mod report;
 pub mod sweep;
+pub mod gencheck;

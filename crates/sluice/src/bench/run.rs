@@ -103,13 +103,13 @@ impl Drop for ReplyRx {
 /// The generator, on a thread that lives in A, pinned to the generator CPU.
 struct GenWorker {
     gen: Arc<RwLock<Generator>>,
-    jobs: mpsc::Sender<(Duration, mpsc::Sender<Result<(Vec<StreamCount>, f64)>>)>,
+    jobs: mpsc::Sender<(Duration, u32, mpsc::Sender<Result<(Vec<StreamCount>, f64)>>)>,
 }
 
 impl GenWorker {
     fn start(ns: &str, cpu: usize, ifindex: u32) -> Result<GenWorker> {
         let gen = Arc::new(RwLock::new(Generator::load()?));
-        let (jobs, rx) = mpsc::channel::<(Duration, mpsc::Sender<Result<(Vec<StreamCount>, f64)>>)>();
+        let (jobs, rx) = mpsc::channel::<(Duration, u32, mpsc::Sender<Result<(Vec<StreamCount>, f64)>>)>();
         let (g, ns) = (gen.clone(), ns.to_string());
         let (ready_tx, ready_rx) = mpsc::channel();
         std::thread::spawn(move || {
@@ -119,17 +119,17 @@ impl GenWorker {
             if !ok {
                 return;
             }
-            for (d, reply) in rx {
-                let _ = reply.send(g.read().unwrap().run(ifindex, d));
+            for (d, batch, reply) in rx {
+                let _ = reply.send(g.read().unwrap().run(ifindex, d, batch));
             }
         });
         ready_rx.recv().context("generator thread")??;
         Ok(GenWorker { gen, jobs })
     }
 
-    fn send_for(&self, d: Duration) -> mpsc::Receiver<Result<(Vec<StreamCount>, f64)>> {
+    fn send_for(&self, d: Duration, batch: u32) -> mpsc::Receiver<Result<(Vec<StreamCount>, f64)>> {
         let (tx, rx) = mpsc::channel();
-        let _ = self.jobs.send((d, tx));
+        let _ = self.jobs.send((d, batch, tx));
         rx
     }
 }
@@ -458,7 +458,7 @@ impl Env {
             .collect::<Result<Vec<_>>>()?;
         self.gen.gen.write().unwrap().set_streams(&values)?;
         let (warmup, duration) = (self.scenario.warmup, self.scenario.duration);
-        let done = self.gen.send_for(Duration::from_secs_f64(warmup + duration + 0.3));
+        let done = self.gen.send_for(Duration::from_secs_f64(warmup + duration + 0.3), self.scenario.gen_batch);
         std::thread::sleep(Duration::from_secs_f64(warmup + 0.02));
         if let Some(r) = &self.replies {
             r.take();

@@ -11,6 +11,7 @@
 //! repeats = 3                       # runs per level (median, min-max reported)
 //! max_rate = 3000000                # generator cap, packets/s
 //! static_rate = 1.0                 # the static gate's rate, as a multiple of the peak
+//! gen_batch = 64                    # generator frames per flush: bursts never exceed it
 //!
 //! [victim]
 //! port = 7000
@@ -138,6 +139,9 @@ pub struct Scenario {
     pub max_rate: f64,
     #[serde(default = "default_static")]
     pub static_rate: f64,
+    /// Generator frames per flush (1..=256; bursts never exceed it).
+    #[serde(default = "default_batch")]
+    pub gen_batch: u32,
     pub victim: Victim,
     #[serde(rename = "stream")]
     pub streams: Vec<Stream>,
@@ -158,6 +162,9 @@ fn default_max_rate() -> f64 {
 fn default_static() -> f64 {
     1.0
 }
+fn default_batch() -> u32 {
+    crate::bench::gen::DEFAULT_BATCH
+}
 
 impl Scenario {
     /// Check what serde cannot; errors name the field.
@@ -173,6 +180,7 @@ impl Scenario {
         ensure!((1..=20).contains(&self.repeats), "field `repeats`: 1 to 20");
         ensure!(self.max_rate >= 1000.0 && self.max_rate <= 20e6, "field `max_rate`: 1000 to 20000000 packets/s");
         ensure!(self.static_rate > 0.0 && self.static_rate <= 10.0, "field `static_rate`: a multiple of the peak, above 0 and at most 10");
+        ensure!((1..=256).contains(&self.gen_batch), "field `gen_batch`: 1 to 256 frames per flush");
         ensure!(self.victim.port > 0, "field `victim.port`: 1 to 65535");
         ensure!(self.victim.work_ns <= 10_000_000, "field `victim.work_ns`: at most 10000000 ns");
         ensure!((1..=256).contains(&self.victim.readers), "field `victim.readers`: 1 to 256");

@@ -1,0 +1,68 @@
+//! `sluice bench generator`: how fast and how accurately the generator sends,
+//! counted by the kernel on the victim's side. The `same-core` testbed gives
+//! the generator CPU 0 to itself; the victim's gate drops everything (its
+//! cheapest work). What arrived = frames the victim's XDP counted + frames the
+//! full veth ring refused (TX drops on the generator's end).
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Result;
+use serde::{Deserialize, Serialize};
+
+use crate::bench::gen::{stream_value, udp_stream, Generator};
+use crate::bench::testbed::{link_stats, Testbed, VictimModel, IF_A, IF_B};
+use crate::gate::Gate;
+use crate::{classify, config, netns};
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct GenCheck {
+    pub asked_pps: f64,
+    pub secs: f64,
+    pub sent: u64,
+    pub late: u64,
+    pub ring_drops: u64,
+    pub xdp_seen: u64,
+    /// (xdp_seen + ring_drops) / (asked x secs) - 1.
+    pub error: f64,
+}
+
+/// Send 64-byte frames at each rate for `secs`; one testbed for all of them.
+pub fn check(rates: &[f64], secs: f64, batch: u32) -> Result<Vec<GenCheck>> {
+    crate::gate::check_privileges()?;
+    let tb = Testbed::create("gencheck", VictimModel::SameCore, 0, 1)?;
+    let gate = netns::run_in(&tb.b, || {
+        let cfg = config::from_flags(&["default:rate=blocked".into()])?;
+        let mut g = Gate::load()?;
+        g.apply(&cfg, &classify::compile(&cfg)?)?;
+        g.attach(IF_B, config::XdpMode::Native, false)?;
+        Ok(g)
+    })?;
+    tb.apply_model()?;
+    let gen = Arc::new(Mutex::new(Generator::load()?));
+    let mut out = Vec::new();
+    for &rate in rates {
+        gate.reset_counters()?;
+        let before = link_stats(&tb.a, IF_A)?;
+        let v = stream_value(&udp_stream("check", rate, 64, tb.ip_a, 4000, tb.ip_b, 9), tb.mac_b, tb.mac_a)?;
+        let (a, ifx, g) = (tb.a.clone(), tb.ifindex_a, gen.clone());
+        let (counts, run_secs) = netns::run_in(&a, move || {
+            netns::pin_thread(0)?;
+            let mut g = g.lock().unwrap();
+            g.set_streams(&[v])?;
+            g.run(ifx, Duration::from_secs_f64(secs), batch)
+        })?;
+        std::thread::sleep(Duration::from_millis(100));
+        let xdp_seen = gate.class_counters(0)?[0];
+        let ring_drops = link_stats(&tb.a, IF_A)?.tx_dropped - before.tx_dropped;
+        out.push(GenCheck {
+            asked_pps: rate,
+            secs: run_secs,
+            sent: counts[0].sent,
+            late: counts[0].late,
+            ring_drops,
+            xdp_seen,
+            error: (xdp_seen + ring_drops) as f64 / (rate * run_secs) - 1.0,
+        });
+    }
+    Ok(out)
+}
