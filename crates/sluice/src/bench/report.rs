@@ -8,6 +8,7 @@ use std::path::Path;
 use anyhow::{bail, Context, Result};
 use plotters::prelude::*;
 
+use crate::bench::run::Ledger;
 use crate::bench::scenario::{ConfigKind, SCHEMA_VERSION};
 use crate::bench::sweep::{ModelRun, Point, Results};
 
@@ -26,15 +27,15 @@ pub fn load(path: &Path) -> Result<Results> {
 pub fn csv(r: &Results) -> String {
     let mut o = String::from(
         "model,config,multiple,repeat,asked_pps,sent_pps,valid,xdp_seen_pps,delivered_pps,legit_sent,legit_replies,\
-         legit_loss,rtt_p50_us,rtt_p90_us,rtt_p99_us,rtt_max_us,cpu_busy,cpu_busy_procstat,ns_per_delivered,\
-         applied,ring_drops,xdp_drops,nft_drops,backlog_drops,socket_drops,delivered,unaccounted\n",
+         legit_loss,rtt_p50_us,rtt_p90_us,rtt_p99_us,rtt_max_us,cpu_busy,cpu_busy_procstat,ns_per_delivered,",
     );
+    o += &Ledger::COLUMNS.join(",");
+    o.push('\n');
     for m in &r.models {
         for x in &m.results {
-            let l = &x.ledger;
-            let _ = writeln!(
+            let _ = write!(
                 o,
-                "{},{},{},{},{:.0},{:.0},{},{:.0},{:.0},{},{},{:.4},{:.1},{:.1},{:.1},{:.1},{:.4},{:.4},{:.1},{},{},{},{},{},{},{},{}",
+                "{},{},{},{},{:.0},{:.0},{},{:.0},{:.0},{},{},{:.4},{:.1},{:.1},{:.1},{:.1},{:.4},{:.4},{:.1},",
                 m.model.name(),
                 x.config.name(),
                 x.multiple,
@@ -54,15 +55,9 @@ pub fn csv(r: &Results) -> String {
                 x.cpu_busy,
                 x.cpu_busy_procstat,
                 x.ns_per_delivered,
-                l.applied,
-                l.ring_drops,
-                l.xdp_drops,
-                l.nft_drops,
-                l.backlog_drops,
-                l.socket_drops,
-                l.delivered,
-                l.unaccounted
             );
+            let cols: Vec<String> = x.ledger.values().iter().map(i64::to_string).collect();
+            let _ = writeln!(o, "{}", cols.join(","));
         }
     }
     o
@@ -247,23 +242,11 @@ pub fn html(r: &Results, figures: &[String]) -> String {
              <th>delivered</th><th>unaccounted</th><th>valid</th></tr>",
         );
         for x in &m.results {
-            let l = &x.ledger;
-            let _ = write!(
-                o,
-                "<tr><td>{}</td><td>{}x</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                x.config.name(),
-                x.multiple,
-                x.repeat,
-                l.applied,
-                l.ring_drops,
-                l.xdp_drops,
-                l.nft_drops,
-                l.backlog_drops,
-                l.socket_drops,
-                l.delivered,
-                l.unaccounted,
-                if x.valid { "yes" } else { "NO" }
-            );
+            let _ = write!(o, "<tr><td>{}</td><td>{}x</td><td>{}</td>", x.config.name(), x.multiple, x.repeat);
+            for v in x.ledger.values() {
+                let _ = write!(o, "<td>{v}</td>");
+            }
+            let _ = write!(o, "<td>{}</td></tr>", if x.valid { "yes" } else { "NO" });
         }
         o.push_str("</table><p>unaccounted = applied minus the other columns: packets in flight at the window's edges (tolerance 1% of applied).</p>");
     }

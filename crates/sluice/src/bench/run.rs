@@ -172,6 +172,25 @@ pub struct Ledger {
     pub unaccounted: i64,
 }
 
+impl Ledger {
+    /// The columns in order, for the CSV and the report's table.
+    pub const COLUMNS: [&'static str; 8] =
+        ["applied", "ring_drops", "xdp_drops", "nft_drops", "backlog_drops", "socket_drops", "delivered", "unaccounted"];
+
+    pub fn values(&self) -> [i64; 8] {
+        [
+            self.applied as i64,
+            self.ring_drops as i64,
+            self.xdp_drops as i64,
+            self.nft_drops as i64,
+            self.backlog_drops as i64,
+            self.socket_drops as i64,
+            self.delivered as i64,
+            self.unaccounted,
+        ]
+    }
+}
+
 /// Round-trip times of the legitimate probe, microseconds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Rtt {

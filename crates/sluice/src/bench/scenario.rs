@@ -238,65 +238,46 @@ frame = 128
 legit = true
 "#;
 
-const DEMO: &str = r#"
-name = "demo"
-models = ["nic"]
-configs = ["off", "static"]
-levels = [0.5, 1, 2, 5, 10]
-duration = 2.0
-warmup = 0.5
-repeats = 1
-[victim]
-port = 7000
-work_ns = 2000
-[[stream]]
-name = "flood"
-share = 1.0
-frame = 64
-flows = 64
-sources = 16
-[[stream]]
-name = "legit"
-rate = 1000
-frame = 128
-legit = true
-"#;
+/// The demo: the default's streams, the nic model, off vs static, short.
+fn demo() -> Scenario {
+    let mut s = from_toml(DEFAULT, "built-in scenario default").expect("the default scenario is valid");
+    s.name = "demo".into();
+    s.models = vec![VictimModel::Nic];
+    s.configs = vec![ConfigKind::Off, ConfigKind::Static];
+    s.levels = vec![0.5, 1.0, 2.0, 5.0, 10.0];
+    (s.duration, s.warmup, s.repeats) = (2.0, 0.5, 1);
+    s
+}
 
-const QUICK: &str = r#"
-name = "quick"
-models = ["nic"]
-configs = ["off", "static"]
-levels = [0.5, 3]
-duration = 1.0
-warmup = 0.3
-repeats = 1
-[victim]
-port = 7000
-work_ns = 2000
-[[stream]]
-name = "flood"
-share = 1.0
-frame = 64
-flows = 16
-sources = 8
-[[stream]]
-name = "legit"
-rate = 500
-frame = 128
-legit = true
-"#;
+/// For tests: the demo at two levels, 1 s each, a lighter flood and probe.
+fn quick() -> Scenario {
+    let mut s = demo();
+    s.name = "quick".into();
+    s.levels = vec![0.5, 3.0];
+    (s.duration, s.warmup) = (1.0, 0.3);
+    for st in &mut s.streams {
+        if st.legit {
+            st.rate = Some(500.0);
+        } else {
+            (st.flows, st.sources) = (16, 8);
+        }
+    }
+    s
+}
 
 /// Built-in scenarios by name.
-pub const BUILTIN: &[(&str, &str, &str)] = &[
-    ("default", DEFAULT, "both victim models, off/nft/static, 10 levels, 5 s x 3 (about 40 minutes)"),
-    ("demo", DEMO, "nic model, off vs static, 5 levels, 2 s x 1 (about 1 minute)"),
-    ("quick", QUICK, "nic model, off vs static, 2 levels, 1 s (for tests)"),
+pub const BUILTIN: &[(&str, fn() -> Scenario, &str)] = &[
+    ("default", || from_toml(DEFAULT, "built-in scenario default").expect("valid"), "both victim models, off/nft/static, 10 levels, 5 s x 3 (about 40 minutes)"),
+    ("demo", demo, "nic model, off vs static, 5 levels, 2 s x 1 (about 1 minute)"),
+    ("quick", quick, "nic model, off vs static, 2 levels, 1 s (for tests)"),
 ];
 
 /// A built-in name or a TOML file.
 pub fn load(name_or_path: &str) -> Result<Scenario> {
-    if let Some((_, src, _)) = BUILTIN.iter().find(|(n, _, _)| *n == name_or_path) {
-        return from_toml(src, &format!("built-in scenario {name_or_path}"));
+    if let Some((_, make, _)) = BUILTIN.iter().find(|(n, _, _)| *n == name_or_path) {
+        let s = make();
+        s.validate().with_context(|| format!("built-in scenario {name_or_path}"))?;
+        return Ok(s);
     }
     let p = Path::new(name_or_path);
     if !p.exists() {
@@ -313,22 +294,25 @@ mod tests {
     #[test]
     fn builtins_are_valid() {
         for (n, _, _) in BUILTIN {
-            load(n).unwrap();
+            assert_eq!(&load(n).unwrap().name, n);
         }
+        let q = load("quick").unwrap();
+        assert_eq!((q.levels.clone(), q.duration, q.repeats), (vec![0.5, 3.0], 1.0, 1));
+        assert_eq!(q.streams.iter().map(|s| (s.flows, s.sources, s.rate)).collect::<Vec<_>>(), [(16, 8, None), (1, 1, Some(500.0))]);
     }
 
     #[test]
     fn errors_name_the_field() {
-        let bad = DEMO.replace("repeats = 1", "repeats = 0");
+        let bad = DEFAULT.replace("name = \"default\"", "name = \"default\"\nrepeats = 0");
         assert!(format!("{:#}", from_toml(&bad, "x").unwrap_err()).contains("field `repeats`"));
-        let bad = DEMO.replace("frame = 128", "frame = 50");
+        let bad = DEFAULT.replace("frame = 128", "frame = 50");
         assert!(format!("{:#}", from_toml(&bad, "x").unwrap_err()).contains("field `stream.frame` (stream \"legit\")"));
-        let bad = DEMO.replace("configs = [\"off\", \"static\"]", "configs = [\"off\", \"fast\"]");
+        let bad = DEFAULT.replace("configs = [\"off\", \"nft\", \"static\"]", "configs = [\"off\", \"fast\"]");
         let e = format!("{:#}", from_toml(&bad, "x.toml").unwrap_err());
         assert!(e.contains("x.toml") && e.contains("fast") && e.contains("configs"), "{e}");
-        let bad = DEMO.replace("rate = 1000\n", "rate = 1000\nshare = 0.5\n");
+        let bad = DEFAULT.replace("rate = 1000\n", "rate = 1000\nshare = 0.5\n");
         assert!(format!("{:#}", from_toml(&bad, "x").unwrap_err()).contains("exactly one of rate"));
-        let bad = DEMO.replace("name = \"demo\"", "name = \"demo\"\ncolour = 1");
+        let bad = DEFAULT.replace("name = \"default\"", "name = \"default\"\ncolour = 1");
         assert!(format!("{:#}", from_toml(&bad, "x").unwrap_err()).contains("unknown field `colour`"));
         assert!(load("nosuch").unwrap_err().to_string().contains("default"));
     }
