@@ -8,7 +8,9 @@ use sluice::bench::testbed::VictimModel;
 /// One testbed at a time: the bench owns both CPUs.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// IPv6 frames from the generator carry valid UDP checksums: the stack delivers them.
+/// IPv6 frames from the generator carry valid UDP checksums: the stack delivers
+/// them (a bad checksum gets every one dropped as InCsumErrors, so the bound
+/// below is far from what a broken generator gives, and far from a noisy VM).
 #[test]
 fn ipv6_streams_are_delivered() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
@@ -22,9 +24,9 @@ fn ipv6_streams_are_delivered() {
     let mut env = Env::start(&sc, VictimModel::SameCore, &exe, "v6").unwrap();
     env.apply_config(ConfigKind::Off, 0.0).unwrap();
     let r = env.measure(ConfigKind::Off, 1.0, 20_000.0, 0).unwrap();
-    eprintln!("IPv6: sent {:.0}/s delivered {:.0}/s legit {}/{}", r.sent_pps, r.delivered_pps, r.legit_replies, r.legit_sent);
-    assert!(r.delivered_pps >= 0.97 * r.sent_pps, "IPv6 datagrams delivered: {} of {}", r.delivered_pps, r.sent_pps);
-    assert!(r.legit_replies as f64 >= 0.95 * r.legit_sent as f64, "IPv6 echoes came back");
+    eprintln!("IPv6: sent {:.0}/s delivered {:.0}/s legit {}/{} ledger {:?}", r.sent_pps, r.delivered_pps, r.legit_replies, r.legit_sent, r.ledger);
+    assert!(r.delivered_pps >= 0.8 * r.sent_pps, "IPv6 datagrams delivered: {} of {}", r.delivered_pps, r.sent_pps);
+    assert!(r.legit_replies as f64 >= 0.8 * r.legit_sent as f64, "IPv6 echoes came back");
 }
 
 #[test]

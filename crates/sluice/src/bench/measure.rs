@@ -156,6 +156,76 @@ impl NsFile {
     }
 }
 
+/// The packet counters of one nftables table, read through one `nft -i -j`
+/// process kept running in the namespace: a query is a netlink dump that
+/// answers in well under a millisecond, where starting `nft` for each read took
+/// 5-20 ms on a loaded machine (a skew of thousands of packets at 500k pkt/s
+/// between the nft count and the others at a window's edge).
+pub struct NftCounter {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    lines: std::sync::mpsc::Receiver<String>,
+    table: String,
+}
+
+impl NftCounter {
+    pub fn start(ns: &str, table: &str) -> Result<NftCounter> {
+        use std::io::BufRead;
+        use std::process::{Command, Stdio};
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", ns, "nft", "-i", "-j"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting `nft -i` (is nftables installed? `make deps`)")?;
+        let stdin = child.stdin.take().expect("piped stdin");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(NftCounter { child, stdin, lines, table: table.to_string() })
+    }
+
+    /// The sum of the table's rule counters (packets).
+    pub fn packets(&mut self) -> Result<u64> {
+        use std::io::Write;
+        while self.lines.try_recv().is_ok() {}
+        writeln!(self.stdin, "list table inet {}", self.table).context("writing to `nft -i`")?;
+        self.stdin.flush()?;
+        let line = self
+            .lines
+            .recv_timeout(std::time::Duration::from_secs(2))
+            .with_context(|| format!("`nft -i` gave no answer for table inet {}", self.table))?;
+        Ok(nft_counter_packets(&line))
+    }
+}
+
+impl Drop for NftCounter {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The packets of every counter in `nft -j` output, added up.
+pub fn nft_counter_packets(json: &str) -> u64 {
+    let v: serde_json::Value = serde_json::from_str(json).unwrap_or_default();
+    v["nftables"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|o| o["rule"]["expr"].as_array())
+        .flatten()
+        .filter_map(|e| e["counter"]["packets"].as_u64())
+        .sum()
+}
+
 /// UDP counters from /proc/net/snmp and snmp6 texts (IPv4 and IPv6 added up).
 pub fn udp_counters(snmp: &str, snmp6: &str) -> UdpCounters {
     let v4 = parse_snmp_udp(snmp);
@@ -200,6 +270,15 @@ pub fn softnet() -> Result<(u64, u64, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nft_counters_add_up_across_rules() {
+        let json = r#"{"nftables": [{"metainfo": {"version": "1.0.6"}}, {"table": {"family": "inet", "name": "t"}},
+            {"rule": {"chain": "c", "expr": [{"match": {}}, {"counter": {"packets": 7, "bytes": 700}}]}},
+            {"rule": {"chain": "c", "expr": [{"counter": {"packets": 5, "bytes": 1}}, {"drop": null}]}}]}"#;
+        assert_eq!(nft_counter_packets(json), 12);
+        assert_eq!(nft_counter_packets("Error: No such file or directory"), 0);
+    }
 
     #[test]
     fn snmp_and_softnet_parse() {

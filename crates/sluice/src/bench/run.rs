@@ -20,7 +20,7 @@ use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::bench::gen::{mono_ns, stream_value, Generator, StreamCount, StreamSpec};
-use crate::bench::measure::{dev_tx_dropped, proc_stat_cpu, softnet, thread_ticks, udp_counters, IdleMeter, NsFile, UdpCounters};
+use crate::bench::measure::{dev_tx_dropped, proc_stat_cpu, softnet, thread_ticks, udp_counters, IdleMeter, NftCounter, NsFile, UdpCounters};
 use crate::bench::scenario::{ConfigKind, Scenario};
 use crate::bench::testbed::{Testbed, VictimModel, IF_A, IF_B};
 use crate::config::{self, XdpMode};
@@ -253,7 +253,8 @@ pub struct Env {
     meter: IdleMeter,
     /// B's /proc/net/snmp and snmp6, A's /proc/net/dev.
     procs: Mutex<(NsFile, NsFile, NsFile)>,
-    nft: bool,
+    /// The nftables drop counter, while the `nft` configuration is in place.
+    nft: Mutex<Option<NftCounter>>,
     _filter: Gate,
     // Last, so the namespaces go after everything that lives in them.
     pub tb: Testbed,
@@ -347,7 +348,7 @@ impl Env {
             replies,
             meter,
             procs,
-            nft: false,
+            nft: Mutex::new(None),
             _filter: filter,
             tb,
         })
@@ -360,7 +361,7 @@ impl Env {
 
     /// Put a configuration in place on the victim.
     pub fn apply_config(&mut self, kind: ConfigKind, rate: f64) -> Result<()> {
-        self.nft = kind == ConfigKind::Nft;
+        *self.nft.lock().unwrap() = None;
         let port = self.scenario.victim.port;
         let spec = match kind {
             ConfigKind::Off | ConfigKind::Nft => format!("svc:match=udp:{port}"),
@@ -385,33 +386,22 @@ impl Env {
             netns::sh(&["ip", "netns", "exec", &self.tb.b, "nft", "-f", f.to_str().unwrap()])
                 .context("loading the nft configuration (is nftables installed? `make deps`)")?;
             let _ = std::fs::remove_file(f);
+            *self.nft.lock().unwrap() = Some(NftCounter::start(&self.tb.b, NFT_TABLE)?);
         }
         Ok(())
     }
 
-    fn nft_drops(&self) -> u64 {
-        if !self.nft {
-            return 0;
+    fn nft_drops(&self) -> Result<u64> {
+        match self.nft.lock().unwrap().as_mut() {
+            Some(n) => n.packets(),
+            None => Ok(0),
         }
-        let Ok(out) = netns::sh(&["ip", "netns", "exec", &self.tb.b, "nft", "-j", "list", "table", "inet", NFT_TABLE]) else {
-            return 0;
-        };
-        let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
-        v["nftables"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|o| o["rule"]["expr"].as_array())
-            .flatten()
-            .filter_map(|e| e["counter"]["packets"].as_u64())
-            .sum()
     }
 
     fn snap(&self) -> Result<Snap> {
-        // nft's counter needs a process started: read it first, then the rest
-        // within microseconds, downstream first (the service, the stack, the
-        // gate, the ring, the generator).
-        let nft_drops = self.nft_drops();
+        // Every counter within a millisecond, downstream first (nftables, the
+        // service, the stack, the gate, the ring, the generator).
+        let nft_drops = self.nft_drops()?;
         let mut p = self.procs.lock().unwrap();
         let udp = udp_counters(&p.0.read()?, &p.1.read()?);
         let softnet_drops = softnet()?.1;
