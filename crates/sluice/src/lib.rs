@@ -28,6 +28,7 @@ pub mod classify;
 pub mod config;
 pub mod gate;
 pub mod share;
+pub mod controller;
 pub mod packet;
 pub mod stats;
 pub mod bench_gate;

@@ -1,0 +1,336 @@
+//! The "auto" rate controller: pure logic, no kernel, testable without root.
+//!
+//! Every tick (10 ms, seed 003's 100 Hz) the daemon hands [`Controller::step`]
+//! what it measured over the tick ([`Signals`]) and gets back the total rate
+//! the auto classes may admit; [`allocate`] then splits that total over the
+//! classes by priority and minimum share.
+//!
+//! What is controlled is one number, the admitted total `T` of all auto
+//! classes, because they share one bottleneck: the CPU that runs the stack and
+//! the services behind the interface. Two algorithms:
+//!
+//! - [`Algo::Pno`], seed 003 chapter 6 as written: perturb `T` by a fixed step
+//!   every tick; keep the direction if the delivered rate rose, reverse it if it
+//!   fell, go down if it was flat; reverse at the caps. It must keep moving to
+//!   see the slope, so it always admits a little too much or too little.
+//! - [`Algo::Knee`], ours. While a service socket of the auto classes holds a
+//!   queue at both ends of a tick, the services were never idle, so what they
+//!   took (InDatagrams) in that tick *is* their capacity: no perturbation is
+//!   needed to find it. `T` is that capacity estimate, corrected to hold a
+//!   small standing queue (1/8 of the receive buffer): enough that the service
+//!   never waits for a packet, small enough that queueing delay stays a
+//!   fraction of a millisecond. Socket drops (the queue overflowed) cut `T` to
+//!   below what was delivered at once. When the loss is upstream of the socket
+//!   (softnet backlog drops, time squeeze) the queue says nothing, and the
+//!   controller falls back to a slope test: if admitting more did not deliver
+//!   more, admit less. An empty queue while the gate is dropping, three ticks
+//!   running, means the service could take more: `T` grows by 1%, 2%, 4%, 8%,
+//!   then 16% a tick (capacity doubling is found in about 100 ms).
+//!
+//! When the signals vanish (the service's socket is gone), the last `T` is held
+//! for a configured time, then each class falls back to its safe limit.
+pub mod plant;
+
+use serde::Serialize;
+
+/// Ticks per second: seed 003 ran its rate selection at 100 Hz.
+pub const TICK_HZ: f64 = 100.0;
+/// Knee: the standing queue held in the service's socket, as a fraction of its
+/// receive buffer.
+pub const QUEUE_TARGET_FRACTION: f64 = 1.0 / 8.0;
+/// Knee: first per-tick growth of `T` while the gate drops and the service
+/// idles; it doubles every tick up to 16x.
+pub const PROBE_GAIN: f64 = 0.01;
+/// Knee: ticks of a starved service before probing (one can be noise).
+pub const PROBE_AFTER_TICKS: u32 = 3;
+/// Knee: gain of the queue correction, as a fraction of capacity per unit of
+/// queue error (queue and target as fractions of the receive buffer). Small,
+/// because a socket buffer holds only a few milliseconds of packets: a 1%
+/// error in `T` moves the queue by a tenth of the buffer in one 10 ms tick.
+pub const QUEUE_GAIN: f64 = 0.02;
+/// Knee: weight of a new busy-tick capacity sample in the running estimate.
+pub const CAPACITY_EWMA: f64 = 0.2;
+/// Knee: on socket drops, `T` goes to this fraction of what was delivered.
+pub const BACKOFF: f64 = 0.97;
+
+/// The rate selection algorithm of the auto classes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Algo {
+    /// Capacity from busy ticks, a small standing queue (ours).
+    #[default]
+    Knee,
+    /// Seed 003's perturb and observe (the baseline).
+    Pno,
+}
+
+impl Algo {
+    pub fn name(self) -> &'static str {
+        match self {
+            Algo::Knee => "knee",
+            Algo::Pno => "pno",
+        }
+    }
+}
+
+/// What the controller is doing, for status and metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum CtlState {
+    /// No measurement yet.
+    #[default]
+    Starting,
+    /// Demand is below the target: everything is admitted.
+    Idle,
+    /// The gate drops while the service idles: `T` grows.
+    Probing,
+    /// The service is busy with a queue: `T` follows its capacity.
+    Tracking,
+    /// The socket overflowed: `T` was cut.
+    Backoff,
+    /// Loss upstream of the socket: slope test.
+    Slope,
+    /// Perturb and observe, going up.
+    PnoUp,
+    /// Perturb and observe, going down.
+    PnoDown,
+    /// Signals lost: the last target is held.
+    Holding,
+    /// Signals lost for longer than the hold time: safe limits.
+    Fallback,
+}
+
+impl CtlState {
+    pub fn name(self) -> &'static str {
+        match self {
+            CtlState::Starting => "starting",
+            CtlState::Idle => "idle",
+            CtlState::Probing => "probing",
+            CtlState::Tracking => "tracking",
+            CtlState::Backoff => "backoff",
+            CtlState::Slope => "slope",
+            CtlState::PnoUp => "pno-up",
+            CtlState::PnoDown => "pno-down",
+            CtlState::Holding => "holding",
+            CtlState::Fallback => "fallback",
+        }
+    }
+}
+
+/// One tick's measurements, as rates over the tick unless said otherwise.
+#[derive(Debug, Clone, Default)]
+pub struct Signals {
+    /// Length of the tick (s).
+    pub dt: f64,
+    /// False when the service's sockets could not be found this tick.
+    pub present: bool,
+    /// Packets/s the auto classes' traffic offered at the gate (XDP seen).
+    pub offered: f64,
+    /// Packets/s the gate admitted for the auto classes.
+    pub admitted: f64,
+    /// Datagrams/s the services took from their sockets (Udp InDatagrams).
+    pub delivered: f64,
+    /// Bytes queued in the classes' sockets at the start and at the end of the tick.
+    pub queue_start: u64,
+    pub queue_end: u64,
+    /// The sockets' receive buffer (bytes, summed).
+    pub rcvbuf: u64,
+    /// Socket drops in the tick (sock_diag drops / RcvbufErrors).
+    pub sock_drops: u64,
+    /// softnet backlog drops and time squeezes in the tick.
+    pub backlog_drops: u64,
+    pub squeeze: u64,
+}
+
+/// Tunables of a controller (defaults from [`Tuning::default`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Tuning {
+    /// Lowest and highest total rate the controller may pick (packets/s).
+    pub min_pps: f64,
+    pub max_pps: f64,
+    /// Perturb and observe: the fixed step (packets/s per tick).
+    pub pno_step: f64,
+    /// How long to hold the last target when the signals vanish (s).
+    pub hold_secs: f64,
+}
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Tuning { min_pps: 1_000.0, max_pps: 10_000_000.0, pno_step: 1_000.0, hold_secs: 2.0 }
+    }
+}
+
+/// The controller of the auto classes' admitted total.
+#[derive(Debug, Clone)]
+pub struct Controller {
+    pub algo: Algo,
+    pub tuning: Tuning,
+    /// The admitted total it asks for (packets/s).
+    pub target: f64,
+    /// Knee: the service capacity estimate (packets/s); 0 until measured.
+    pub capacity: f64,
+    pub state: CtlState,
+    /// Seconds without signals.
+    pub lost_secs: f64,
+    /// Pno: +1 up, -1 down; the delivered rate of the previous tick.
+    dir: f64,
+    last_delivered: f64,
+    /// Slope test: the previous tick's admitted and delivered rates.
+    last_admitted: f64,
+    /// Knee: consecutive ticks in which the gate dropped and the service idled.
+    starved_ticks: u32,
+}
+
+impl Controller {
+    pub fn new(algo: Algo, tuning: Tuning) -> Controller {
+        Controller {
+            algo,
+            tuning,
+            target: tuning.max_pps,
+            capacity: 0.0,
+            state: CtlState::Starting,
+            lost_secs: 0.0,
+            dir: -1.0,
+            last_delivered: 0.0,
+            last_admitted: 0.0,
+            starved_ticks: 0,
+        }
+    }
+
+    /// True once the signals have been gone longer than the hold time.
+    pub fn in_fallback(&self) -> bool {
+        self.state == CtlState::Fallback
+    }
+
+    /// One tick: take the measurements, return the new admitted total.
+    pub fn step(&mut self, s: &Signals) -> f64 {
+        if !s.present {
+            self.lost_secs += s.dt;
+            self.state = if self.lost_secs > self.tuning.hold_secs { CtlState::Fallback } else { CtlState::Holding };
+            return self.target;
+        }
+        if self.state == CtlState::Starting || self.state == CtlState::Fallback {
+            // First measurement (or back from fallback): start from what the
+            // service delivers now, or from what arrives if nothing does yet.
+            self.target = s.delivered.max(s.admitted).max(self.tuning.min_pps);
+            self.capacity = s.delivered;
+        }
+        self.lost_secs = 0.0;
+        let t = match self.algo {
+            Algo::Pno => self.pno(s),
+            Algo::Knee => self.knee(s),
+        };
+        self.last_delivered = s.delivered;
+        self.last_admitted = s.admitted;
+        self.target = t.clamp(self.tuning.min_pps, self.tuning.max_pps);
+        self.target
+    }
+
+    /// Seed 003 section 6.2: the derivative of the output decides the direction.
+    fn pno(&mut self, s: &Signals) -> f64 {
+        if s.delivered < self.last_delivered {
+            self.dir = -self.dir;
+        } else if s.delivered == self.last_delivered {
+            self.dir = -1.0;
+        }
+        let mut t = self.target + self.dir * self.tuning.pno_step;
+        if t > self.tuning.max_pps || t < self.tuning.min_pps {
+            t = t.clamp(self.tuning.min_pps, self.tuning.max_pps);
+            self.dir = -self.dir;
+        }
+        self.state = if self.dir > 0.0 { CtlState::PnoUp } else { CtlState::PnoDown };
+        t
+    }
+
+    fn knee(&mut self, s: &Signals) -> f64 {
+        let busy = s.queue_start > 0 && s.queue_end > 0;
+        // The gate is the bottleneck when it refuses part of what is offered.
+        let limiting = s.offered > s.admitted * 1.01 + 1.0;
+        let starved = limiting && s.queue_end == 0 && s.sock_drops == 0;
+        self.starved_ticks = if starved { self.starved_ticks + 1 } else { 0 };
+        if s.sock_drops > 0 {
+            // The socket overflowed: the queue is full and the service at
+            // capacity; come down below what it took, at once.
+            if busy {
+                self.capacity = s.delivered;
+            }
+            self.state = CtlState::Backoff;
+            return (BACKOFF * s.delivered).min(self.target);
+        }
+        if s.backlog_drops > 0 || s.squeeze > 0 {
+            // Loss before the socket: the queue cannot tell; did more in give more out?
+            self.state = CtlState::Slope;
+            let more_in = s.admitted > self.last_admitted * 1.005;
+            let more_out = s.delivered > self.last_delivered * 1.0025;
+            return if more_in && !more_out { self.target * 0.95 } else { self.target * 1.01 };
+        }
+        if !busy {
+            // What the service took is always a lower bound on its capacity.
+            self.capacity = self.capacity.max(s.delivered);
+        }
+        if busy || (limiting && s.queue_end > 0) {
+            if busy {
+                // The service never waited in this tick: what it took is its capacity.
+                self.capacity = if self.capacity > 0.0 {
+                    (1.0 - CAPACITY_EWMA) * self.capacity + CAPACITY_EWMA * s.delivered
+                } else {
+                    s.delivered
+                };
+            }
+            self.state = CtlState::Tracking;
+            // Hold the standing queue: a little more than capacity while the
+            // queue is short, a little less while it is long.
+            let fill = (s.queue_end as f64 / s.rcvbuf.max(1) as f64).min(1.0);
+            return self.capacity.max(1.0) * (1.0 + QUEUE_GAIN * (QUEUE_TARGET_FRACTION - fill));
+        }
+        if starved {
+            // The gate drops while the service waits for packets: after a few
+            // such ticks (not noise), grow fast, doubling the step each tick.
+            self.state = CtlState::Probing;
+            if self.starved_ticks < PROBE_AFTER_TICKS {
+                return self.target;
+            }
+            let k = (self.starved_ticks - PROBE_AFTER_TICKS).min(4);
+            return self.target.max(s.delivered) * (1.0 + PROBE_GAIN * f64::from(1u32 << k));
+        }
+        // Demand below the target: everything passes; keep T a little above
+        // what arrives and at least at the capacity estimate, so a returning
+        // flood meets the known capacity, not an old low target.
+        self.state = CtlState::Idle;
+        self.target.max(self.capacity).max(s.offered * 1.05)
+    }
+}
+
+/// One auto class for [`allocate`].
+#[derive(Debug, Clone, Copy)]
+pub struct ClassDemand {
+    /// 0 = highest.
+    pub priority: u8,
+    /// Fraction of the total the class keeps under any flood (0..1).
+    pub min_share: f64,
+    /// Packets/s the class offered in the last tick.
+    pub offered: f64,
+}
+
+/// Split the admitted total `t` over the classes: in priority order, each
+/// class may use what the classes above it left, minus what the classes below
+/// it are guaranteed (their minimum share, or their demand if smaller). A
+/// class's rate never drops below its minimum share of `t`, so a flood above
+/// cannot shut it out. Returns one rate per class, in input order.
+pub fn allocate(t: f64, classes: &[ClassDemand]) -> Vec<f64> {
+    let mut order: Vec<usize> = (0..classes.len()).collect();
+    order.sort_by_key(|&i| (classes[i].priority, i));
+    let reserve: Vec<f64> = classes.iter().map(|c| (c.min_share * t).min(c.offered)).collect();
+    let mut rates = vec![0.0; classes.len()];
+    let mut left = t;
+    for (k, &i) in order.iter().enumerate() {
+        let below: f64 = order[k + 1..].iter().map(|&j| reserve[j]).sum();
+        let grant = (left - below).max(classes[i].min_share * t).max(0.0);
+        rates[i] = grant;
+        left = (left - grant.min(classes[i].offered)).max(0.0);
+    }
+    rates
+}
+
+#[cfg(test)]
+mod tests;
