@@ -29,6 +29,7 @@ pub mod config;
 pub mod gate;
 pub mod share;
 pub mod controller;
+pub mod signals;
 pub mod packet;
 pub mod stats;
 pub mod bench_gate;

@@ -7,10 +7,10 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use anyhow::{Context, Result};
-use serde::{Deserialize, Serialize};
 
 use crate::bench::gen::mono_ns;
 use crate::netns;
+pub use crate::signals::{parse_snmp_udp, parse_softnet, softnet, udp_counters, NsFile, UdpCounters};
 
 /// A loop iteration longer than this means the idle thread was not running
 /// (pre-empted by anything else on the CPU): that gap is not idle time.
@@ -108,54 +108,6 @@ pub fn proc_stat_cpu(cpu: usize) -> Result<(u64, u64)> {
     Ok((total - idle, total))
 }
 
-/// UDP counters of a namespace (/proc/net/snmp, "Udp:" lines).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-pub struct UdpCounters {
-    /// Datagrams the application took from its sockets.
-    pub in_datagrams: u64,
-    pub no_ports: u64,
-    pub in_errors: u64,
-    /// Datagrams dropped because a socket's receive buffer was full.
-    pub rcvbuf_errors: u64,
-    pub out_datagrams: u64,
-}
-
-/// Parse the "Udp:" header and value lines of /proc/net/snmp.
-pub fn parse_snmp_udp(text: &str) -> UdpCounters {
-    let mut lines = text.lines().filter(|l| l.starts_with("Udp:"));
-    let (Some(h), Some(v)) = (lines.next(), lines.next()) else { return UdpCounters::default() };
-    let get = |name: &str| {
-        h.split_whitespace().position(|x| x == name).and_then(|i| v.split_whitespace().nth(i)).and_then(|x| x.parse().ok()).unwrap_or(0)
-    };
-    UdpCounters {
-        in_datagrams: get("InDatagrams"),
-        no_ports: get("NoPorts"),
-        in_errors: get("InErrors"),
-        rcvbuf_errors: get("RcvbufErrors"),
-        out_datagrams: get("OutDatagrams"),
-    }
-}
-
-/// A /proc/net file of one namespace, opened once from inside it and re-read
-/// in place: reading it costs microseconds, with no thread or process to
-/// start, so the counters at a window's edge are read close together.
-pub struct NsFile(std::fs::File);
-
-impl NsFile {
-    pub fn open(ns: &str, name: &str) -> Result<NsFile> {
-        let path = format!("/proc/thread-self/net/{name}");
-        netns::run_in(ns, move || Ok(NsFile(std::fs::File::open(&path).with_context(|| format!("opening {path}"))?)))
-    }
-
-    pub fn read(&mut self) -> Result<String> {
-        use std::io::{Read, Seek};
-        self.0.seek(std::io::SeekFrom::Start(0))?;
-        let mut s = String::new();
-        self.0.read_to_string(&mut s)?;
-        Ok(s)
-    }
-}
-
 /// The packet counters of one nftables table, read through one `nft -i -j`
 /// process kept running in the namespace: a query is a netlink dump that
 /// answers in well under a millisecond, where starting `nft` for each read took
@@ -226,45 +178,12 @@ pub fn nft_counter_packets(json: &str) -> u64 {
         .sum()
 }
 
-/// UDP counters from /proc/net/snmp and snmp6 texts (IPv4 and IPv6 added up).
-pub fn udp_counters(snmp: &str, snmp6: &str) -> UdpCounters {
-    let v4 = parse_snmp_udp(snmp);
-    let g = |n: &str| -> u64 {
-        snmp6.lines().find_map(|l| l.strip_prefix(n).map(|x| x.trim().parse().unwrap_or(0))).unwrap_or(0)
-    };
-    UdpCounters {
-        in_datagrams: v4.in_datagrams + g("Udp6InDatagrams "),
-        no_ports: v4.no_ports + g("Udp6NoPorts "),
-        in_errors: v4.in_errors + g("Udp6InErrors "),
-        rcvbuf_errors: v4.rcvbuf_errors + g("Udp6RcvbufErrors "),
-        out_datagrams: v4.out_datagrams + g("Udp6OutDatagrams "),
-    }
-}
-
 /// The TX drops of an interface from a /proc/net/dev text.
 pub fn dev_tx_dropped(dev: &str, ifname: &str) -> u64 {
     dev.lines()
         .find_map(|l| l.trim_start().strip_prefix(&format!("{ifname}:")).map(str::to_string))
         .and_then(|rest| rest.split_whitespace().nth(11).and_then(|x| x.parse().ok()))
         .unwrap_or(0)
-}
-
-/// /proc/net/softnet_stat summed over CPUs: (processed, dropped, time_squeeze).
-pub fn parse_softnet(text: &str) -> (u64, u64, u64) {
-    let mut t = (0, 0, 0);
-    for l in text.lines() {
-        let v: Vec<u64> = l.split_whitespace().filter_map(|x| u64::from_str_radix(x, 16).ok()).collect();
-        if v.len() >= 3 {
-            t.0 += v[0];
-            t.1 += v[1];
-            t.2 += v[2];
-        }
-    }
-    t
-}
-
-pub fn softnet() -> Result<(u64, u64, u64)> {
-    Ok(parse_softnet(&std::fs::read_to_string("/proc/net/softnet_stat")?))
 }
 
 #[cfg(test)]

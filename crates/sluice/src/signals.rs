@@ -1,0 +1,280 @@
+//! The signals the auto controller reads each tick, all from the service's
+//! own namespace and all cheap (microseconds, no process started):
+//!
+//! | signal | source | meaning |
+//! |---|---|---|
+//! | admitted / seen per class | the gate's per-CPU counters (one map read) | what the gate let in / what arrived |
+//! | datagrams the services took | /proc/net/snmp and snmp6 `InDatagrams` | service rate |
+//! | socket drops | /proc/net/snmp `RcvbufErrors`; sock_diag `SK_MEMINFO_DROPS` | the socket queue overflowed |
+//! | socket queue, receive buffer | sock_diag `INET_DIAG_SKMEMINFO` (rmem_alloc, rcvbuf) of the class's sockets | is the service busy, how full |
+//! | backlog drops, time squeeze | /proc/net/softnet_stat | loss or congestion before the socket |
+//!
+//! The files are opened once, inside the namespace, and re-read in place; the
+//! sock_diag netlink socket is created once inside the namespace too.
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::netns;
+
+/// UDP counters of a namespace (/proc/net/snmp, "Udp:" lines).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct UdpCounters {
+    /// Datagrams the application took from its sockets.
+    pub in_datagrams: u64,
+    pub no_ports: u64,
+    pub in_errors: u64,
+    /// Datagrams dropped because a socket's receive buffer was full.
+    pub rcvbuf_errors: u64,
+    pub out_datagrams: u64,
+}
+
+/// Parse the "Udp:" header and value lines of /proc/net/snmp.
+pub fn parse_snmp_udp(text: &str) -> UdpCounters {
+    let mut lines = text.lines().filter(|l| l.starts_with("Udp:"));
+    let (Some(h), Some(v)) = (lines.next(), lines.next()) else { return UdpCounters::default() };
+    let get = |name: &str| {
+        h.split_whitespace().position(|x| x == name).and_then(|i| v.split_whitespace().nth(i)).and_then(|x| x.parse().ok()).unwrap_or(0)
+    };
+    UdpCounters {
+        in_datagrams: get("InDatagrams"),
+        no_ports: get("NoPorts"),
+        in_errors: get("InErrors"),
+        rcvbuf_errors: get("RcvbufErrors"),
+        out_datagrams: get("OutDatagrams"),
+    }
+}
+
+/// A /proc/net file of one namespace, opened once from inside it and re-read
+/// in place: reading it costs microseconds, with no thread or process to
+/// start, so the counters at a window's edge are read close together.
+pub struct NsFile(std::fs::File);
+
+impl NsFile {
+    pub fn open(ns: &str, name: &str) -> Result<NsFile> {
+        let path = format!("/proc/thread-self/net/{name}");
+        netns::run_in(ns, move || Ok(NsFile(std::fs::File::open(&path).with_context(|| format!("opening {path}"))?)))
+    }
+
+    pub fn read(&mut self) -> Result<String> {
+        use std::io::{Read, Seek};
+        self.0.seek(std::io::SeekFrom::Start(0))?;
+        let mut s = String::new();
+        self.0.read_to_string(&mut s)?;
+        Ok(s)
+    }
+}
+
+/// UDP counters from /proc/net/snmp and snmp6 texts (IPv4 and IPv6 added up).
+pub fn udp_counters(snmp: &str, snmp6: &str) -> UdpCounters {
+    let v4 = parse_snmp_udp(snmp);
+    let g = |n: &str| -> u64 {
+        snmp6.lines().find_map(|l| l.strip_prefix(n).map(|x| x.trim().parse().unwrap_or(0))).unwrap_or(0)
+    };
+    UdpCounters {
+        in_datagrams: v4.in_datagrams + g("Udp6InDatagrams "),
+        no_ports: v4.no_ports + g("Udp6NoPorts "),
+        in_errors: v4.in_errors + g("Udp6InErrors "),
+        rcvbuf_errors: v4.rcvbuf_errors + g("Udp6RcvbufErrors "),
+        out_datagrams: v4.out_datagrams + g("Udp6OutDatagrams "),
+    }
+}
+
+/// /proc/net/softnet_stat summed over CPUs: (processed, dropped, time_squeeze).
+pub fn parse_softnet(text: &str) -> (u64, u64, u64) {
+    let mut t = (0, 0, 0);
+    for l in text.lines() {
+        let v: Vec<u64> = l.split_whitespace().filter_map(|x| u64::from_str_radix(x, 16).ok()).collect();
+        if v.len() >= 3 {
+            t.0 += v[0];
+            t.1 += v[1];
+            t.2 += v[2];
+        }
+    }
+    t
+}
+
+pub fn softnet() -> Result<(u64, u64, u64)> {
+    Ok(parse_softnet(&std::fs::read_to_string("/proc/net/softnet_stat")?))
+}
+
+
+// ---------------------------------------------------------------------------
+// sock_diag: the UDP sockets behind a class's ports.
+
+/// Memory and drops of the sockets bound to some ports, added up.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct SockStats {
+    pub sockets: u32,
+    /// Bytes queued (sk_rmem_alloc).
+    pub queued: u64,
+    /// Receive buffer size (sk_rcvbuf).
+    pub rcvbuf: u64,
+    /// Datagrams dropped by the sockets (sk_drops), since they were created.
+    pub drops: u64,
+}
+
+// From linux/inet_diag.h and linux/sock_diag.h.
+const SOCK_DIAG_BY_FAMILY: u16 = 20;
+const INET_DIAG_SKMEMINFO: u16 = 7;
+const SK_MEMINFO_RMEM_ALLOC: usize = 0;
+const SK_MEMINFO_RCVBUF: usize = 1;
+const SK_MEMINFO_DROPS: usize = 8;
+const NLMSG_HDRLEN: usize = 16;
+/// struct inet_diag_req_v2: family, protocol, ext, pad, states, 48-byte sockid.
+const REQ_LEN: usize = 56;
+/// struct inet_diag_msg: family, state, timer, retrans, sockid (48), expires,
+/// rqueue, wqueue, uid, inode.
+const MSG_LEN: usize = 72;
+
+/// A NETLINK_SOCK_DIAG socket, created in one namespace.
+pub struct SockDiag {
+    fd: std::os::fd::OwnedFd,
+    seq: u32,
+}
+
+impl SockDiag {
+    /// Open in namespace `ns` (None: the current one).
+    pub fn open(ns: Option<&str>) -> Result<SockDiag> {
+        let open = || -> Result<SockDiag> {
+            use std::os::fd::FromRawFd;
+            // SAFETY: plain socket(2); the fd is owned from here on.
+            let fd = unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, libc::NETLINK_SOCK_DIAG) };
+            if fd < 0 {
+                return Err(std::io::Error::last_os_error()).context("opening a NETLINK_SOCK_DIAG socket");
+            }
+            // SAFETY: fd is a fresh, valid descriptor.
+            Ok(SockDiag { fd: unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }, seq: 0 })
+        };
+        match ns {
+            Some(ns) => netns::run_in(ns, open),
+            None => open(),
+        }
+    }
+
+    /// The UDP sockets (IPv4 and IPv6) whose local port is in one of `ports`.
+    pub fn udp(&mut self, ports: &[(u16, u16)]) -> Result<SockStats> {
+        let mut total = SockStats::default();
+        for family in [libc::AF_INET as u8, libc::AF_INET6 as u8] {
+            self.dump(family, libc::IPPROTO_UDP as u8, &mut |port, mem| {
+                if ports.iter().any(|&(lo, hi)| (lo..=hi).contains(&port)) {
+                    total.sockets += 1;
+                    total.queued += u64::from(mem[SK_MEMINFO_RMEM_ALLOC]);
+                    total.rcvbuf += u64::from(mem[SK_MEMINFO_RCVBUF]);
+                    total.drops += u64::from(mem[SK_MEMINFO_DROPS]);
+                }
+            })?;
+        }
+        Ok(total)
+    }
+
+    fn dump(&mut self, family: u8, protocol: u8, each: &mut dyn FnMut(u16, &[u32])) -> Result<()> {
+        use std::os::fd::AsRawFd;
+        self.seq = self.seq.wrapping_add(1);
+        let mut req = [0u8; NLMSG_HDRLEN + REQ_LEN];
+        req[0..4].copy_from_slice(&((NLMSG_HDRLEN + REQ_LEN) as u32).to_ne_bytes());
+        req[4..6].copy_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes());
+        req[6..8].copy_from_slice(&((libc::NLM_F_REQUEST | libc::NLM_F_DUMP) as u16).to_ne_bytes());
+        req[8..12].copy_from_slice(&self.seq.to_ne_bytes());
+        let r = &mut req[NLMSG_HDRLEN..];
+        r[0] = family;
+        r[1] = protocol;
+        r[2] = 1 << (INET_DIAG_SKMEMINFO - 1);
+        r[4..8].copy_from_slice(&u32::MAX.to_ne_bytes()); // every state
+        // SAFETY: send(2) of a byte buffer we own.
+        let n = unsafe { libc::send(self.fd.as_raw_fd(), req.as_ptr().cast(), req.len(), 0) };
+        if n < 0 {
+            return Err(std::io::Error::last_os_error()).context("sock_diag request");
+        }
+        let mut buf = vec![0u8; 32 * 1024];
+        loop {
+            // SAFETY: recv(2) into a buffer we own, at most its length.
+            let n = unsafe { libc::recv(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+            if n < 0 {
+                return Err(std::io::Error::last_os_error()).context("sock_diag reply");
+            }
+            if parse_diag_reply(&buf[..n as usize], self.seq, each)? {
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// Walk one datagram of sock_diag replies, calling `each(local port, meminfo)`
+/// per socket. Returns true at the end of the dump (NLMSG_DONE).
+pub fn parse_diag_reply(mut b: &[u8], seq: u32, each: &mut dyn FnMut(u16, &[u32])) -> Result<bool> {
+    let u32_at = |b: &[u8], o: usize| u32::from_ne_bytes(b[o..o + 4].try_into().unwrap());
+    let u16_at = |b: &[u8], o: usize| u16::from_ne_bytes(b[o..o + 2].try_into().unwrap());
+    while b.len() >= NLMSG_HDRLEN {
+        let len = u32_at(b, 0) as usize;
+        if len < NLMSG_HDRLEN || len > b.len() {
+            anyhow::bail!("sock_diag: malformed netlink message (length {len} of {})", b.len());
+        }
+        let (msg, kind) = (&b[..len], u16_at(b, 4) as i32);
+        if u32_at(b, 8) == seq {
+            match kind {
+                libc::NLMSG_DONE => return Ok(true),
+                libc::NLMSG_ERROR => {
+                    let errno = if len >= NLMSG_HDRLEN + 4 { -(u32_at(msg, NLMSG_HDRLEN) as i32) } else { 0 };
+                    if errno != 0 {
+                        return Err(std::io::Error::from_raw_os_error(errno)).context("sock_diag dump");
+                    }
+                }
+                _ if len >= NLMSG_HDRLEN + MSG_LEN => {
+                    let m = &msg[NLMSG_HDRLEN..];
+                    let port = u16::from_be_bytes([m[4], m[5]]);
+                    // Attributes after the fixed part, 4-byte aligned.
+                    let mut a = &m[MSG_LEN..];
+                    while a.len() >= 4 {
+                        let alen = u16_at(a, 0) as usize;
+                        if alen < 4 || alen > a.len() {
+                            break;
+                        }
+                        if u16_at(a, 2) == INET_DIAG_SKMEMINFO {
+                            let mem: Vec<u32> = a[4..alen].chunks_exact(4).map(|c| u32::from_ne_bytes(c.try_into().unwrap())).collect();
+                            if mem.len() > SK_MEMINFO_DROPS {
+                                each(port, &mem);
+                            }
+                        }
+                        a = &a[alen.next_multiple_of(4).min(a.len())..];
+                    }
+                }
+                _ => {}
+            }
+        }
+        b = &b[len.next_multiple_of(4).min(b.len())..];
+    }
+    Ok(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// sock_diag finds a real socket by its port and sees its queue grow.
+    #[test]
+    fn sock_diag_sees_a_sockets_queue() {
+        let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let port = rx.local_addr().unwrap().port();
+        let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let mut diag = SockDiag::open(None).unwrap();
+        let empty = diag.udp(&[(port, port)]).unwrap();
+        assert_eq!((empty.sockets, empty.queued), (1, 0), "{empty:?}");
+        assert!(empty.rcvbuf > 0);
+        for _ in 0..10 {
+            tx.send_to(&[0u8; 100], rx.local_addr().unwrap()).unwrap();
+        }
+        let full = diag.udp(&[(port, port)]).unwrap();
+        assert!(full.queued >= 1000, "{full:?}");
+        // Another port range does not see it.
+        let other = diag.udp(&[(port.wrapping_add(1), port.wrapping_add(1))]).unwrap();
+        assert_eq!(other.queued, 0);
+    }
+
+    #[test]
+    fn a_truncated_diag_reply_is_an_error_not_a_panic() {
+        let mut msg = vec![0u8; 20];
+        msg[0..4].copy_from_slice(&200u32.to_ne_bytes());
+        assert!(parse_diag_reply(&msg, 1, &mut |_, _| {}).is_err());
+        assert!(!parse_diag_reply(&msg[..8], 1, &mut |_, _| {}).unwrap());
+    }
+}
