@@ -24,6 +24,20 @@
 //! rate = "100k"
 //! burst = 1000                  # packets; default: 10 ms of the rate, at least 8
 //! match = [{ proto = "udp", port = "5000-5999", src = "10.0.0.0/8" }]
+//!
+//! [[class]]
+//! name = "api"
+//! priority = 1
+//! rate = "auto"                 # the controller picks the rate (needs UDP port rules)
+//! algo = "knee"                 # "knee" (default) or "pno"; all auto classes share one
+//! min_share = 0.1               # fraction of capacity kept under any flood (default 0)
+//! fallback = "unlimited"        # limit once signals are lost past auto.hold: packets/s or "unlimited"
+//! match = [{ proto = "udp", port = 8053 }]
+//!
+//! [auto]
+//! hold = 2.0                    # seconds to hold the last rate when the signals vanish
+//! pno_step = 1000               # perturb-and-observe step, packets/s per 10 ms tick
+//! napi = "keep"                 # napi kthreads of a threaded-NAPI interface: "keep" or "idle" (SCHED_IDLE)
 //! ```
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
@@ -33,6 +47,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use crate::bpf_intf::{SLUICE_MAX_BURST, SLUICE_MAX_CLASSES, SLUICE_MAX_RATE};
+use crate::controller::Algo;
 
 /// Default Prometheus listen address (documented in the README).
 pub const DEFAULT_METRICS: &str = "127.0.0.1:9786";
@@ -98,6 +113,52 @@ pub enum Limit {
     Unlimited,
     Blocked,
     Rate { pps: u64, burst: u64 },
+    /// The controller picks the rate (see `controller`).
+    Auto(AutoSpec),
+}
+
+/// A `rate = "auto"` class's settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+pub struct AutoSpec {
+    pub algo: Algo,
+    /// Share of the capacity the class keeps under any flood, in 1/1000.
+    pub min_share_permille: u16,
+    /// The limit once the signals are gone past the hold time; None = unlimited.
+    pub fallback_pps: Option<u64>,
+}
+
+impl AutoSpec {
+    pub fn min_share(&self) -> f64 {
+        f64::from(self.min_share_permille) / 1000.0
+    }
+}
+
+/// What the daemon does to the napi kthreads of a threaded-NAPI interface.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NapiSched {
+    /// Leave them as they are.
+    #[default]
+    Keep,
+    /// SCHED_IDLE: the receive work runs only when the CPU has nothing else
+    /// to do (excess frames die in the ring; blind to classes).
+    Idle,
+}
+
+/// Settings of the auto controller (the `[auto]` table).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct AutoSettings {
+    /// How long the last rate is held when the signals vanish (ms).
+    pub hold_ms: u64,
+    /// Perturb-and-observe step (packets/s per tick).
+    pub pno_step: u64,
+    pub napi: NapiSched,
+}
+
+impl Default for AutoSettings {
+    fn default() -> Self {
+        AutoSettings { hold_ms: 2_000, pno_step: 1_000, napi: NapiSched::Keep }
+    }
 }
 
 /// IP protocol a rule matches.
@@ -175,11 +236,24 @@ pub struct Config {
     /// Statistics socket; None = the default for the interface.
     pub socket: Option<PathBuf>,
     pub classes: Vec<Class>,
+    pub auto: AutoSettings,
 }
 
 impl Config {
     pub fn class_id(&self, name: &str) -> Option<usize> {
         self.classes.iter().position(|c| c.name == name)
+    }
+
+    /// The ids of the `rate = "auto"` classes.
+    pub fn auto_classes(&self) -> Vec<usize> {
+        (0..self.classes.len()).filter(|&i| matches!(self.classes[i].limit, Limit::Auto(_))).collect()
+    }
+}
+
+impl Class {
+    /// The UDP destination port ranges of the class's rules (where its service's sockets are).
+    pub fn udp_ports(&self) -> Vec<(u16, u16)> {
+        self.rules.iter().filter(|r| r.proto == Proto::Udp).filter_map(|r| r.ports).collect()
     }
 }
 
@@ -212,9 +286,10 @@ fn parse_limit(rate: &str, burst: Option<u64>) -> Result<Limit, (&'static str, S
     let limit = match rate.trim() {
         "unlimited" => Limit::Unlimited,
         "blocked" => Limit::Blocked,
+        "auto" => Limit::Auto(AutoSpec::default()),
         other => {
             let pps = parse_count(other).map_err(|m| {
-                ("rate", format!("{m}; valid: packets/s (20000, \"450k\", \"1.5M\"), \"unlimited\" or \"blocked\""))
+                ("rate", format!("{m}; valid: packets/s (20000, \"450k\", \"1.5M\"), \"unlimited\", \"blocked\" or \"auto\""))
             })?;
             if pps == 0 || pps > u64::from(SLUICE_MAX_RATE) {
                 return Err(("rate", format!("{pps} is out of range: 1 to {SLUICE_MAX_RATE} packets/s (or \"blocked\")")));
@@ -228,6 +303,46 @@ fn parse_limit(rate: &str, burst: Option<u64>) -> Result<Limit, (&'static str, S
     };
     if burst.is_some() && !matches!(limit, Limit::Rate { .. }) {
         return Err(("burst", format!("a burst only applies to a packets/s rate, not to \"{}\"", rate.trim())));
+    }
+    Ok(limit)
+}
+
+/// Apply the auto-only keys (algo, min_share, fallback) to a parsed limit.
+fn auto_keys(
+    mut limit: Limit,
+    algo: Option<&str>,
+    min_share: Option<f64>,
+    fallback: Option<&str>,
+) -> Result<Limit, (&'static str, String)> {
+    let Limit::Auto(spec) = &mut limit else {
+        for (key, given) in [("algo", algo.is_some()), ("min_share", min_share.is_some()), ("fallback", fallback.is_some())] {
+            if given {
+                return Err((key, format!("{key} only applies to rate = \"auto\"")));
+            }
+        }
+        return Ok(limit);
+    };
+    if let Some(a) = algo {
+        spec.algo = match a.trim() {
+            "knee" => Algo::Knee,
+            "pno" => Algo::Pno,
+            other => return Err(("algo", format!("unknown algorithm \"{other}\"; valid: \"knee\" (default) or \"pno\""))),
+        };
+    }
+    if let Some(m) = min_share {
+        if !(0.0..=1.0).contains(&m) {
+            return Err(("min_share", format!("{m} is not a fraction of capacity; valid: 0 to 1 (0.1 = 10%)")));
+        }
+        spec.min_share_permille = (m * 1000.0).round() as u16;
+    }
+    if let Some(f) = fallback {
+        spec.fallback_pps = match f.trim() {
+            "unlimited" => None,
+            other => match parse_count(other) {
+                Ok(pps) if pps > 0 && pps <= u64::from(SLUICE_MAX_RATE) => Some(pps),
+                _ => return Err(("fallback", format!("\"{other}\" is not a fallback; valid: packets/s (1 to {SLUICE_MAX_RATE}, \"50k\") or \"unlimited\""))),
+            },
+        };
     }
     Ok(limit)
 }
@@ -319,6 +434,21 @@ fn finish(
         if classes[..i].iter().any(|o| o.name == c.name) {
             return Err(err("name", format!("class \"{}\" is defined twice; class names must be unique", c.name)));
         }
+        if let Limit::Auto(spec) = c.limit {
+            if c.udp_ports().is_empty() {
+                return Err(err(
+                    "rate",
+                    format!("class \"{}\" has rate = \"auto\" but no UDP port rule: the controller finds the service by its sockets' ports; add match = [{{ proto = \"udp\", port = 53 }}] or set a packets/s rate", c.name),
+                ));
+            }
+            let first = classes.iter().find_map(|o| if let Limit::Auto(s) = o.limit { Some((o, s)) } else { None });
+            if let Some((o, s)) = first.filter(|(_, s)| s.algo != spec.algo) {
+                return Err(err(
+                    "algo",
+                    format!("class \"{}\" uses algo \"{}\" but class \"{}\" uses \"{}\": the auto classes share one controller (one capacity); use one algorithm", c.name, spec.algo.name(), o.name, s.algo.name()),
+                ));
+            }
+        }
     }
     let default = match default_class {
         Some(name) => classes.iter().position(|c| c.name == name).ok_or_else(|| {
@@ -375,6 +505,15 @@ struct RawConfig {
     socket: Option<PathBuf>,
     #[serde(default, rename = "class")]
     classes: Vec<Spanned<RawClass>>,
+    auto: Option<Spanned<RawAuto>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAuto {
+    hold: Option<f64>,
+    pno_step: Option<u64>,
+    napi: Option<NapiSched>,
 }
 
 #[derive(Deserialize)]
@@ -384,6 +523,9 @@ struct RawClass {
     priority: Option<u8>,
     rate: Option<Spanned<IntOrString>>,
     burst: Option<Spanned<u64>>,
+    algo: Option<Spanned<String>>,
+    min_share: Option<Spanned<f64>>,
+    fallback: Option<Spanned<IntOrString>>,
     #[serde(default, rename = "match")]
     rules: Vec<Spanned<RawRule>>,
 }
@@ -448,6 +590,20 @@ pub fn from_toml(src: &str, path: &Path) -> Result<Config, ConfigError> {
             }
             None => Limit::Unlimited,
         };
+        let limit = auto_keys(
+            limit,
+            rc.algo.as_ref().map(|a| a.get_ref().as_str()),
+            rc.min_share.as_ref().map(|m| *m.get_ref()),
+            rc.fallback.as_ref().map(|f| f.get_ref().text()).as_deref(),
+        )
+        .map_err(|(f, m)| {
+            let span = match f {
+                "algo" => rc.algo.as_ref().map(|x| x.span()),
+                "min_share" => rc.min_share.as_ref().map(|x| x.span()),
+                _ => rc.fallback.as_ref().map(|x| x.span()),
+            };
+            at(span.unwrap_or(cspan.clone()), &field(f), m)
+        })?;
         let mut rules = Vec::new();
         for rr in &rc.rules {
             let rspan = rr.span();
@@ -493,7 +649,27 @@ pub fn from_toml(src: &str, path: &Path) -> Result<Config, ConfigError> {
             at(m.span(), "metrics", format!("\"{}\" is not an address:port; valid: \"127.0.0.1:9786\" or \"off\"", m.get_ref()))
         })?),
     };
+    let mut auto = AutoSettings::default();
+    if let Some(a) = &raw.auto {
+        let (span, a) = (a.span(), a.get_ref());
+        if let Some(h) = a.hold {
+            if !(0.0..=3600.0).contains(&h) {
+                return Err(at(span, "auto.hold", format!("{h} is out of range; valid: 0 to 3600 seconds")));
+            }
+            auto.hold_ms = (h * 1000.0).round() as u64;
+        }
+        if let Some(p) = a.pno_step {
+            if p == 0 || p > u64::from(SLUICE_MAX_RATE) {
+                return Err(at(span, "auto.pno_step", format!("{p} is out of range; valid: 1 to {SLUICE_MAX_RATE} packets/s")));
+            }
+            auto.pno_step = p;
+        }
+        if let Some(n) = a.napi {
+            auto.napi = n;
+        }
+    }
     Ok(Config {
+        auto,
         interface: raw.interface,
         xdp_mode: raw.xdp_mode.unwrap_or_default(),
         malformed: raw.malformed.unwrap_or_default(),
@@ -517,22 +693,30 @@ pub fn load_file(path: &Path) -> Result<Config, ConfigError> {
 // ---------------------------------------------------------------------------
 // Flag syntax: --class 'NAME:priority=P,rate=R,burst=B,match=PROTO[:PORTS][@PREFIX],...'
 
+const FLAG_KEYS: &str = "priority, rate, burst, match, algo, min_share, fallback";
+
 /// Parse one `--class` flag into a class (not yet validated against the others).
 pub fn parse_class_flag(spec: &str) -> Result<Class, ConfigError> {
     let err = |field: &str, message: String| ConfigError { origin: Origin::Flag(spec.into()), field: field.into(), message };
     let (name, rest) = spec.split_once(':').unwrap_or((spec, ""));
     check_name(name.trim()).map_err(|m| err("name", m))?;
     let (mut priority, mut rate, mut burst, mut rules) = (DEFAULT_PRIORITY, None, None, Vec::new());
+    let (mut algo, mut min_share, mut fallback) = (None, None, None);
     for kv in rest.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let (k, v) = kv
             .split_once('=')
-            .ok_or_else(|| err(kv, "expected key=value with key one of priority, rate, burst, match".into()))?;
+            .ok_or_else(|| err(kv, format!("expected key=value with key one of {FLAG_KEYS}")))?;
         match k.trim() {
             "priority" => {
                 priority = v.trim().parse().map_err(|_| err("priority", format!("\"{v}\" is not 0-255 (0 = highest)")))?
             }
             "rate" => rate = Some(v.to_string()),
             "burst" => burst = Some(parse_count(v).map_err(|m| err("burst", m))?),
+            "algo" => algo = Some(v.to_string()),
+            "min_share" => {
+                min_share = Some(v.trim().parse::<f64>().map_err(|_| err("min_share", format!("\"{v}\" is not a number; valid: 0 to 1")))?)
+            }
+            "fallback" => fallback = Some(v.to_string()),
             "match" => {
                 let (pp, src) = match v.split_once('@') {
                     Some((pp, s)) => (pp, Some(parse_prefix(s).map_err(|m| err("match", m))?)),
@@ -546,7 +730,7 @@ pub fn parse_class_flag(spec: &str) -> Result<Class, ConfigError> {
                 rules.push(make_rule(proto, ports, src).map_err(|(_, m)| err("match", m))?);
             }
             other => {
-                return Err(err(other, "unknown key; valid keys: priority, rate, burst, match".into()));
+                return Err(err(other, format!("unknown key; valid keys: {FLAG_KEYS}")));
             }
         }
     }
@@ -555,6 +739,7 @@ pub fn parse_class_flag(spec: &str) -> Result<Class, ConfigError> {
         None if burst.is_some() => return Err(err("burst", "a burst needs a packets/s rate".into())),
         None => Limit::Unlimited,
     };
+    let limit = auto_keys(limit, algo.as_deref(), min_share, fallback.as_deref()).map_err(|(f, m)| err(f, m))?;
     Ok(Class { name: name.trim().into(), priority, limit, rules })
 }
 
@@ -572,6 +757,7 @@ pub fn from_flags(specs: &[String]) -> Result<Config, ConfigError> {
         metrics: Some(DEFAULT_METRICS.parse().unwrap()),
         socket: None,
         classes,
+        auto: AutoSettings::default(),
     })
 }
 

@@ -13,19 +13,24 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
+use crate::auto::{apply_napi, AutoLoop};
 use crate::classify;
-use crate::config::{self, Config, Limit, XdpMode};
+use crate::config::{self, Config, Limit, NapiSched, XdpMode};
 use crate::gate::{self, Gate};
 use crate::stats::{class_snapshots, prometheus_text, ClassRates, ClassTotals, GlobalTotals, Snapshot, SNAPSHOT_VERSION};
 
 /// Directory of the statistics sockets.
 pub const SOCKET_DIR: &str = "/run/sluice";
-/// How often the daemon re-splits limited classes' rates over CPUs: traffic
-/// that moves to another CPU (a migrating sender on veth, an RSS change)
-/// finds only a small share there for up to one tick.
-pub const TICK: Duration = Duration::from_millis(20);
+/// How often the daemon runs the auto controller and re-splits limited
+/// classes' rates over CPUs: traffic that moves to another CPU (a migrating
+/// sender on veth, an RSS change) finds only a small share there for up to
+/// one tick.
+pub const TICK: Duration = crate::auto::TICK;
 /// Statistics are refreshed every this many ticks (100 ms).
-const STATS_EVERY: u64 = 5;
+const STATS_EVERY: u64 = 10;
+/// The napi kthreads' policy is re-applied this often (re-attaching XDP or
+/// toggling threaded mode re-creates them).
+const NAPI_EVERY: u64 = 100;
 /// Window of the per-second rates in the statistics, in refreshes.
 const RATE_WINDOW: usize = 10;
 
@@ -88,6 +93,20 @@ pub struct Daemon {
     tracks: Vec<ClassTrack>,
     started: Instant,
     socket: PathBuf,
+    /// The controller of the `rate = "auto"` classes, if any.
+    auto: Option<AutoLoop>,
+    auto_errors: u64,
+    /// Process CPU time at the last statistics refresh (s).
+    last_cpu: (Instant, f64),
+}
+
+/// CPU time of this process (user + system), seconds.
+fn process_cpu_secs() -> f64 {
+    // SAFETY: getrusage fills the struct we own.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
 impl Daemon {
@@ -105,6 +124,12 @@ impl Daemon {
         let mut gate = Gate::load()?;
         gate.apply(&cfg, &tables)?;
         gate.attach(&iface, cfg.xdp_mode, opts.replace)?;
+        // The auto classes' sockets must be there (the gate detaches if this fails).
+        let auto = AutoLoop::new(&cfg, None, gate.ncpus())?;
+        if cfg.auto.napi != NapiSched::Keep {
+            let n = apply_napi(&iface, cfg.auto.napi)?;
+            log(format_args!("napi = {:?}: {n} napi kthread(s) of {iface} set to SCHED_IDLE", cfg.auto.napi));
+        }
 
         let socket = opts.socket.clone().or_else(|| cfg.socket.clone()).unwrap_or_else(|| default_socket(&iface));
         let listener = bind_socket(&socket)?;
@@ -121,6 +146,8 @@ impl Daemon {
             last_reload_error: None,
             classes: class_snapshots(&cfg),
             global: GlobalTotals::default(),
+            daemon_cpu_secs: 0.0,
+            daemon_cpu_pct: 0.0,
         };
         let shared = Arc::new(Shared { snapshot: Mutex::new(snapshot) });
         let s = shared.clone();
@@ -137,7 +164,11 @@ impl Daemon {
             socket.display(),
             cfg.metrics.map(|a| format!(", metrics on http://{a}/metrics")).unwrap_or_default()
         ));
-        Ok(Daemon { opts, cfg, iface, gate, shared, tracks, started: Instant::now(), socket })
+        if let Some(a) = &auto {
+            log(format_args!("auto ({}) controls {:?} every {} ms", a.algo().name(), a.class_names(), TICK.as_millis()));
+        }
+        let last_cpu = (Instant::now(), process_cpu_secs());
+        Ok(Daemon { opts, cfg, iface, gate, shared, tracks, started: Instant::now(), socket, auto, auto_errors: 0, last_cpu })
     }
 
     /// Run until SIGINT/SIGTERM; returns the final snapshot after detaching.
@@ -164,9 +195,15 @@ impl Daemon {
                 Err(mpsc::RecvTimeoutError::Disconnected) => break,
             }
             self.rebalance()?;
+            self.auto_tick();
             ticks += 1;
             if ticks % STATS_EVERY == 0 {
                 self.refresh_stats()?;
+            }
+            if ticks % NAPI_EVERY == 0 && self.cfg.auto.napi != NapiSched::Keep {
+                if let Err(e) = apply_napi(&self.iface, self.cfg.auto.napi) {
+                    log(format_args!("{e:#}"));
+                }
             }
         }
         handle.close();
@@ -188,6 +225,18 @@ impl Daemon {
         Ok(())
     }
 
+    /// One controller tick; an error (a signal that could not be read) is
+    /// logged, not fatal: the gate keeps the last rates.
+    fn auto_tick(&mut self) {
+        let Some(a) = &mut self.auto else { return };
+        if let Err(e) = a.tick(&self.gate) {
+            self.auto_errors += 1;
+            if self.auto_errors.is_power_of_two() {
+                log(format_args!("auto: reading signals failed ({} times so far): {e:#}", self.auto_errors));
+            }
+        }
+    }
+
     /// Read the counters into the served snapshot.
     fn refresh_stats(&mut self) -> Result<()> {
         let now = Instant::now();
@@ -203,12 +252,21 @@ impl Daemon {
             classes.push((totals, ClassRates::between(&old, &totals, now.duration_since(t0).as_secs_f64())));
         }
         let global = GlobalTotals::from(self.gate.global_counters()?);
+        let cpu = process_cpu_secs();
+        let (t0, c0) = std::mem::replace(&mut self.last_cpu, (now, cpu));
         let mut snap = self.shared.snapshot.lock().unwrap();
         snap.uptime_secs = self.started.elapsed().as_secs_f64();
         snap.global = global;
+        snap.daemon_cpu_secs = cpu;
+        snap.daemon_cpu_pct = 100.0 * (cpu - c0) / now.duration_since(t0).as_secs_f64().max(1e-3);
         for (c, (totals, rates)) in snap.classes.iter_mut().zip(classes) {
             c.totals = totals;
             c.rates = rates;
+        }
+        if let Some(a) = &self.auto {
+            for (id, st) in a.status() {
+                snap.classes[id].auto = Some(st);
+            }
         }
         Ok(())
     }
@@ -230,13 +288,16 @@ impl Daemon {
         })();
         let mut snap_err = None;
         match result.and_then(|(cfg, tables)| {
+            // The new auto classes' sockets must be found before anything changes.
+            let auto = AutoLoop::new(&cfg, None, self.gate.ncpus())?;
             self.gate.apply(&cfg, &tables)?;
-            Ok(cfg)
+            Ok((cfg, auto))
         }) {
-            Ok(cfg) => {
+            Ok((cfg, auto)) => {
                 log(format_args!("reloaded the config: {} classes", cfg.classes.len()));
                 self.tracks = new_tracks(&cfg, self.gate.ncpus());
                 self.cfg = cfg;
+                self.auto = auto;
             }
             Err(e) => {
                 log(format_args!("reload refused, the previous config stays active: {e:#}"));

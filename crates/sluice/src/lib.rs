@@ -30,6 +30,7 @@ pub mod gate;
 pub mod share;
 pub mod controller;
 pub mod signals;
+pub mod auto;
 pub mod packet;
 pub mod stats;
 pub mod bench_gate;

@@ -33,7 +33,8 @@ pub fn split_rate(total: u64, arrivals: &[u64]) -> Vec<u64> {
 /// The per-CPU map values for a class with `limit`, its rate split by `arrivals`.
 pub fn shares_for(limit: &Limit, arrivals: &[u64]) -> Vec<sluice_share> {
     match *limit {
-        Limit::Unlimited => vec![sluice_share { mode: SLUICE_MODE_UNLIMITED, ..Default::default() }; arrivals.len()],
+        // An auto class admits everything until the controller's first tick sets its rate.
+        Limit::Unlimited | Limit::Auto(_) => vec![sluice_share { mode: SLUICE_MODE_UNLIMITED, ..Default::default() }; arrivals.len()],
         Limit::Blocked => vec![sluice_share { mode: SLUICE_MODE_BLOCKED, ..Default::default() }; arrivals.len()],
         Limit::Rate { pps, burst } => split_rate(pps, arrivals)
             .into_iter()

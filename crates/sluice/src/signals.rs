@@ -55,6 +55,12 @@ impl NsFile {
         netns::run_in(ns, move || Ok(NsFile(std::fs::File::open(&path).with_context(|| format!("opening {path}"))?)))
     }
 
+    /// The file of the current namespace.
+    pub fn open_here(name: &str) -> Result<NsFile> {
+        let path = format!("/proc/thread-self/net/{name}");
+        Ok(NsFile(std::fs::File::open(&path).with_context(|| format!("opening {path}"))?))
+    }
+
     pub fn read(&mut self) -> Result<String> {
         use std::io::{Read, Seek};
         self.0.seek(std::io::SeekFrom::Start(0))?;

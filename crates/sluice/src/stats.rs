@@ -114,6 +114,31 @@ pub struct ClassSnapshot {
     pub is_default: bool,
     pub rates: ClassRates,
     pub totals: ClassTotals,
+    /// The controller's view, for `rate = "auto"` classes.
+    #[serde(default)]
+    pub auto: Option<AutoStatus>,
+}
+
+/// The auto controller's state for one class.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AutoStatus {
+    /// "knee" or "pno".
+    pub algo: String,
+    /// "tracking", "probing", "backoff", "holding", "fallback", ... (controller::CtlState).
+    pub state: String,
+    /// Estimated service capacity (pkt/s, all auto classes together).
+    pub capacity_pps: f64,
+    /// Admitted total the controller asks for (pkt/s, all auto classes together).
+    pub target_pps: f64,
+    /// This class's current rate (pkt/s); None = unlimited (fallback).
+    pub rate_pps: Option<f64>,
+    pub min_share: f64,
+    /// The class's sockets found by sock_diag, and the bytes queued in them.
+    pub sockets: u32,
+    pub queued_bytes: u64,
+    pub rcvbuf_bytes: u64,
+    /// Seconds without signals (holding, then fallback).
+    pub lost_secs: f64,
 }
 
 /// What `sluice status` shows: the daemon's state at one moment.
@@ -133,6 +158,12 @@ pub struct Snapshot {
     pub last_reload_error: Option<String>,
     pub classes: Vec<ClassSnapshot>,
     pub global: GlobalTotals,
+    /// CPU time the daemon used (user + system, seconds) and its share of
+    /// one CPU over the last second.
+    #[serde(default)]
+    pub daemon_cpu_secs: f64,
+    #[serde(default)]
+    pub daemon_cpu_pct: f64,
 }
 
 impl Snapshot {
@@ -153,6 +184,7 @@ pub fn class_snapshots(cfg: &Config) -> Vec<ClassSnapshot> {
                 Limit::Unlimited => ("unlimited".to_string(), None, None),
                 Limit::Blocked => ("blocked".to_string(), None, None),
                 Limit::Rate { pps, burst } => (format!("{} pps", human(pps as f64)), Some(pps), Some(burst)),
+                Limit::Auto(a) => (format!("auto ({})", a.algo.name()), None, None),
             };
             ClassSnapshot {
                 id,
@@ -164,6 +196,7 @@ pub fn class_snapshots(cfg: &Config) -> Vec<ClassSnapshot> {
                 is_default: id == cfg.default_class,
                 rates: ClassRates::default(),
                 totals: ClassTotals::default(),
+                auto: None,
             }
         })
         .collect()
@@ -224,6 +257,30 @@ pub fn render_table(s: &Snapshot) -> String {
             c.totals.dropped_pkts()
         );
     }
+    if s.classes.iter().any(|c| c.auto.is_some()) {
+        let _ = writeln!(
+            o,
+            "{:<16} {:>5} {:>9} {:>10} {:>10} {:>10} {:>5} {:>7} {:>12}",
+            "AUTO CLASS", "ALGO", "STATE", "CAPACITY", "TARGET", "RATE", "SOCKS", "QUEUE", "SIGNALS LOST"
+        );
+        for c in &s.classes {
+            let Some(a) = &c.auto else { continue };
+            let _ = writeln!(
+                o,
+                "{:<16} {:>5} {:>9} {:>10} {:>10} {:>10} {:>5} {:>6}% {:>11.1}s",
+                c.name,
+                a.algo,
+                a.state,
+                human(a.capacity_pps),
+                human(a.target_pps),
+                a.rate_pps.map_or("unlimited".into(), human),
+                a.sockets,
+                if a.rcvbuf_bytes > 0 { 100 * a.queued_bytes / a.rcvbuf_bytes } else { 0 },
+                a.lost_secs
+            );
+        }
+    }
+    let _ = writeln!(o, "daemon CPU {:.1}% of one CPU ({:.1} s in total)", s.daemon_cpu_pct, s.daemon_cpu_secs);
     let g = &s.global;
     let _ = writeln!(
         o,
@@ -247,6 +304,13 @@ pub fn prometheus_text(s: &Snapshot) -> String {
     let bytes = Family::<Labels, Gauge<u64, std::sync::atomic::AtomicU64>>::default();
     let limit = Family::<Labels, Gauge<u64, std::sync::atomic::AtomicU64>>::default();
     let global = Family::<Labels, Gauge<u64, std::sync::atomic::AtomicU64>>::default();
+    type F64Gauge = Gauge<f64, std::sync::atomic::AtomicU64>;
+    let (auto_pps, auto_queue, auto_lost, auto_state) = (
+        Family::<Labels, F64Gauge>::default(),
+        Family::<Labels, F64Gauge>::default(),
+        Family::<Labels, F64Gauge>::default(),
+        Family::<Labels, F64Gauge>::default(),
+    );
     for c in &s.classes {
         let t = &c.totals;
         for (verdict, p, b) in [
@@ -261,6 +325,16 @@ pub fn prometheus_text(s: &Snapshot) -> String {
         }
         if let Some(r) = c.rate_pps {
             limit.get_or_create(&vec![("class".to_string(), c.name.clone())]).set(r);
+        }
+        if let Some(a) = &c.auto {
+            let l = |k: &str| vec![("class".to_string(), c.name.clone()), ("kind".to_string(), k.to_string())];
+            auto_pps.get_or_create(&l("capacity")).set(a.capacity_pps);
+            auto_pps.get_or_create(&l("target")).set(a.target_pps);
+            auto_pps.get_or_create(&l("rate")).set(a.rate_pps.unwrap_or(f64::INFINITY));
+            auto_queue.get_or_create(&vec![("class".to_string(), c.name.clone())]).set(a.queued_bytes as f64);
+            auto_lost.get_or_create(&vec![("class".to_string(), c.name.clone())]).set(a.lost_secs);
+            let st = vec![("class".to_string(), c.name.clone()), ("algo".to_string(), a.algo.clone()), ("state".to_string(), a.state.clone())];
+            auto_state.get_or_create(&st).set(1.0);
         }
     }
     let g = &s.global;
@@ -278,6 +352,11 @@ pub fn prometheus_text(s: &Snapshot) -> String {
     reg.register("class_bytes_total", "Bytes per class and verdict", bytes);
     reg.register("class_rate_limit_pps", "Configured packets/s limit of limited classes", limit);
     reg.register("global_packets_total", "Packets outside the classes: non-IP, malformed, and informational counts", global);
+    reg.register("auto_rate_pps", "Auto classes: capacity estimate, controller target (all auto classes) and the class's current rate", auto_pps);
+    reg.register("auto_socket_queued_bytes", "Auto classes: bytes queued in the class's sockets", auto_queue);
+    reg.register("auto_signals_lost_seconds", "Auto classes: seconds without signals (holding, then fallback)", auto_lost);
+    reg.register("auto_state", "Auto classes: the controller's state (value 1 on the current state)", auto_state);
+    reg.register("daemon_cpu_seconds", "CPU time used by the daemon", ConstCounter::new(s.daemon_cpu_secs));
     reg.register("uptime_seconds", "Seconds since the gate was attached", ConstCounter::new(s.uptime_secs));
     let mut out = String::new();
     encode(&mut out, &reg).expect("writing to a String cannot fail");

@@ -1,0 +1,306 @@
+//! The auto loop: reads the signals of `rate = "auto"` classes every tick,
+//! runs the controller (`controller`), and writes each class's rate into the
+//! gate. `sluice run` and the bench's `auto` configurations both use it.
+//!
+//! Cost per tick (measured by the bench, reported as the controller's CPU):
+//! one per-CPU map read per auto class, two sock_diag dumps (IPv4, IPv6 UDP),
+//! re-reading /proc/net/snmp, snmp6 and softnet_stat, and one per-CPU map
+//! write per auto class.
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::config::{default_burst, AutoSpec, Config, Limit, NapiSched};
+use crate::controller::{allocate, Algo, ClassDemand, Controller, Signals, Tuning, TICK_HZ};
+use crate::gate::Gate;
+use crate::signals::{softnet, udp_counters, NsFile, SockDiag, SockStats};
+use crate::stats::AutoStatus;
+
+/// The controller's tick: 100 Hz, as in seed 003.
+pub const TICK: Duration = Duration::from_millis((1000.0 / TICK_HZ) as u64);
+/// Ticks kept in the trace (60 s).
+const TRACE_LEN: usize = 6_000;
+
+struct AutoClass {
+    id: usize,
+    name: String,
+    priority: u8,
+    spec: AutoSpec,
+    ports: Vec<(u16, u16)>,
+    /// Per-CPU seen packets at the last rebalance (the gate's per-CPU split).
+    last_seen_percpu: Vec<u64>,
+    sock: SockStats,
+    rate: Option<f64>,
+}
+
+/// Totals read at one tick.
+#[derive(Clone)]
+struct Sample {
+    at: Instant,
+    seen: Vec<u64>,
+    admitted: Vec<u64>,
+    in_datagrams: u64,
+    sock_drops: u64,
+    backlog_drops: u64,
+    squeeze: u64,
+    queued: u64,
+    rcvbuf: u64,
+    present: bool,
+}
+
+/// One tick of the loop, for the bench's step and oscillation figures.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+pub struct TracePoint {
+    /// Seconds since the loop started.
+    pub t: f64,
+    pub offered_pps: f64,
+    pub admitted_pps: f64,
+    pub delivered_pps: f64,
+    pub target_pps: f64,
+    pub capacity_pps: f64,
+    pub queued_bytes: u64,
+}
+
+pub struct AutoLoop {
+    classes: Vec<AutoClass>,
+    pub ctl: Controller,
+    diag: SockDiag,
+    snmp: NsFile,
+    snmp6: NsFile,
+    last: Option<Sample>,
+    started: Instant,
+    /// CPU time the loop's ticks took (ns, thread CPU clock).
+    pub cpu_ns: u64,
+    pub ticks: u64,
+    pub trace: VecDeque<TracePoint>,
+}
+
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes into the timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+impl AutoLoop {
+    /// Set up the loop for `cfg`'s auto classes, reading the service's
+    /// namespace `ns` (None: the current one). None if there are no auto
+    /// classes; an error naming the class if a class's sockets are not found.
+    pub fn new(cfg: &Config, ns: Option<&str>, ncpus: usize) -> Result<Option<AutoLoop>> {
+        let ids = cfg.auto_classes();
+        if ids.is_empty() {
+            return Ok(None);
+        }
+        let mut diag = SockDiag::open(ns)?;
+        let mut classes = vec![];
+        for id in ids {
+            let c = &cfg.classes[id];
+            let Limit::Auto(spec) = c.limit else { unreachable!() };
+            let ports = c.udp_ports();
+            let sock = diag.udp(&ports)?;
+            if sock.sockets == 0 {
+                bail!(
+                    "class \"{}\" has rate = \"auto\" but no UDP socket is bound to its ports {} in {}: the controller \
+                     reads the service's socket queue; start the service first, or give the class a packets/s rate",
+                    c.name,
+                    ports.iter().map(|(a, b)| if a == b { a.to_string() } else { format!("{a}-{b}") }).collect::<Vec<_>>().join(","),
+                    ns.map_or("this network namespace".to_string(), |n| format!("namespace {n}"))
+                );
+            }
+            classes.push(AutoClass {
+                id,
+                name: c.name.clone(),
+                priority: c.priority,
+                spec,
+                ports,
+                last_seen_percpu: vec![0; ncpus],
+                sock,
+                rate: None,
+            });
+        }
+        let algo = classes[0].spec.algo;
+        let tuning = Tuning { pno_step: cfg.auto.pno_step as f64, hold_secs: cfg.auto.hold_ms as f64 / 1000.0, ..Default::default() };
+        let (snmp, snmp6) = match ns {
+            Some(ns) => (NsFile::open(ns, "snmp")?, NsFile::open(ns, "snmp6")?),
+            None => (NsFile::open_here("snmp")?, NsFile::open_here("snmp6")?),
+        };
+        Ok(Some(AutoLoop {
+            classes,
+            ctl: Controller::new(algo, tuning),
+            diag,
+            snmp,
+            snmp6,
+            last: None,
+            started: Instant::now(),
+            cpu_ns: 0,
+            ticks: 0,
+            trace: VecDeque::new(),
+        }))
+    }
+
+    pub fn algo(&self) -> Algo {
+        self.ctl.algo
+    }
+
+    fn sample(&mut self, gate: &Gate) -> Result<Sample> {
+        let mut s = Sample {
+            at: Instant::now(),
+            seen: vec![],
+            admitted: vec![],
+            in_datagrams: 0,
+            sock_drops: 0,
+            backlog_drops: 0,
+            squeeze: 0,
+            queued: 0,
+            rcvbuf: 0,
+            present: true,
+        };
+        for c in &mut self.classes {
+            c.sock = self.diag.udp(&c.ports)?;
+            s.present &= c.sock.sockets > 0;
+            s.sock_drops += c.sock.drops;
+            s.queued += c.sock.queued;
+            s.rcvbuf += c.sock.rcvbuf;
+            let t = crate::stats::ClassTotals::from(gate.class_counters(c.id)?);
+            s.seen.push(t.seen_pkts);
+            s.admitted.push(t.admitted_pkts);
+        }
+        s.in_datagrams = udp_counters(&self.snmp.read()?, &self.snmp6.read()?).in_datagrams;
+        let (_, dropped, squeeze) = softnet()?;
+        (s.backlog_drops, s.squeeze) = (dropped, squeeze);
+        Ok(s)
+    }
+
+    /// One tick: measure, decide, write the classes' rates into the gate.
+    pub fn tick(&mut self, gate: &Gate) -> Result<()> {
+        let cpu0 = thread_cpu_ns();
+        let now = self.sample(gate)?;
+        if let Some(prev) = self.last.take() {
+            let dt = now.at.duration_since(prev.at).as_secs_f64().max(1e-4);
+            let d = |a: u64, b: u64| b.saturating_sub(a) as f64;
+            let offered: Vec<f64> = prev.seen.iter().zip(&now.seen).map(|(a, b)| d(*a, *b) / dt).collect();
+            let sig = Signals {
+                dt,
+                present: now.present,
+                offered: offered.iter().sum(),
+                admitted: prev.admitted.iter().zip(&now.admitted).map(|(a, b)| d(*a, *b)).sum::<f64>() / dt,
+                delivered: d(prev.in_datagrams, now.in_datagrams) / dt,
+                queue_start: prev.queued,
+                queue_end: now.queued,
+                rcvbuf: now.rcvbuf,
+                // A restarted service's new socket starts its drop count at 0.
+                sock_drops: now.sock_drops.saturating_sub(prev.sock_drops),
+                backlog_drops: now.backlog_drops.saturating_sub(prev.backlog_drops),
+                squeeze: now.squeeze.saturating_sub(prev.squeeze),
+            };
+            let target = self.ctl.step(&sig);
+            let demand: Vec<ClassDemand> = self
+                .classes
+                .iter()
+                .zip(&offered)
+                .map(|(c, &o)| ClassDemand { priority: c.priority, min_share: c.spec.min_share(), offered: o })
+                .collect();
+            let rates = allocate(target, &demand);
+            let fallback = self.ctl.in_fallback();
+            for (c, r) in self.classes.iter_mut().zip(rates) {
+                let limit = if fallback {
+                    c.rate = c.spec.fallback_pps.map(|p| p as f64);
+                    c.spec.fallback_pps.map_or(Limit::Unlimited, |pps| Limit::Rate { pps, burst: default_burst(pps) })
+                } else {
+                    let pps = r.round().max(1.0) as u64;
+                    c.rate = Some(pps as f64);
+                    Limit::Rate { pps, burst: default_burst(pps) }
+                };
+                gate.rebalance(c.id, &limit, &mut c.last_seen_percpu)?;
+            }
+            if self.trace.len() == TRACE_LEN {
+                self.trace.pop_front();
+            }
+            self.trace.push_back(TracePoint {
+                t: now.at.duration_since(self.started).as_secs_f64(),
+                offered_pps: sig.offered,
+                admitted_pps: sig.admitted,
+                delivered_pps: sig.delivered,
+                target_pps: target,
+                capacity_pps: self.ctl.capacity,
+                queued_bytes: now.queued,
+            });
+        }
+        self.last = Some(now);
+        self.ticks += 1;
+        self.cpu_ns += thread_cpu_ns().saturating_sub(cpu0);
+        Ok(())
+    }
+
+    /// The controller's view of each auto class, by class id.
+    pub fn status(&self) -> Vec<(usize, AutoStatus)> {
+        self.classes
+            .iter()
+            .map(|c| {
+                (
+                    c.id,
+                    AutoStatus {
+                        algo: self.ctl.algo.name().into(),
+                        state: self.ctl.state.name().into(),
+                        capacity_pps: self.ctl.capacity,
+                        target_pps: self.ctl.target,
+                        rate_pps: c.rate,
+                        min_share: c.spec.min_share(),
+                        sockets: c.sock.sockets,
+                        queued_bytes: c.sock.queued,
+                        rcvbuf_bytes: c.sock.rcvbuf,
+                        lost_secs: self.ctl.lost_secs,
+                    },
+                )
+            })
+            .collect()
+    }
+
+    /// Names of the auto classes, for logs.
+    pub fn class_names(&self) -> Vec<String> {
+        self.classes.iter().map(|c| c.name.clone()).collect()
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The receive-work scheduling knob.
+
+/// The napi kthreads of an interface in threaded-NAPI mode ("napi/IFACE-ID").
+pub fn napi_threads(iface: &str) -> Vec<i32> {
+    let prefix = format!("napi/{iface}-");
+    let Ok(dir) = std::fs::read_dir("/proc") else { return vec![] };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim_end().starts_with(&prefix)))
+        .collect()
+}
+
+/// Put the interface's napi kthreads under `policy`. Returns how many were
+/// changed; an error if the interface has no napi kthreads (not threaded).
+pub fn apply_napi(iface: &str, policy: NapiSched) -> Result<usize> {
+    if policy == NapiSched::Keep {
+        return Ok(0);
+    }
+    let pids = napi_threads(iface);
+    if pids.is_empty() {
+        bail!(
+            "napi = \"idle\": {iface} has no napi kthreads; threaded NAPI is off \
+             (enable it with `echo 1 > /sys/class/net/{iface}/threaded`, or set napi = \"keep\")"
+        );
+    }
+    let mut changed = 0;
+    for pid in pids {
+        // SAFETY: sched_getscheduler/sched_setscheduler on a pid, with a param we own.
+        let cur = unsafe { libc::sched_getscheduler(pid) };
+        if cur != libc::SCHED_IDLE {
+            let p = libc::sched_param { sched_priority: 0 };
+            if unsafe { libc::sched_setscheduler(pid, libc::SCHED_IDLE, &p) } != 0 {
+                bail!("setting SCHED_IDLE on napi kthread {pid}: {}", std::io::Error::last_os_error());
+            }
+            changed += 1;
+        }
+    }
+    Ok(changed)
+}
