@@ -277,6 +277,21 @@ pub fn napi_threads(iface: &str) -> Vec<i32> {
         .collect()
 }
 
+/// Put the interface's napi kthreads under `policy`, where `Keep` means the
+/// normal policy (SCHED_OTHER); a missing kthread is not an error. The bench
+/// uses this to switch the knob between configurations.
+pub fn set_napi(iface: &str, policy: NapiSched) -> Result<()> {
+    let want = if policy == NapiSched::Idle { libc::SCHED_IDLE } else { libc::SCHED_OTHER };
+    for pid in napi_threads(iface) {
+        let p = libc::sched_param { sched_priority: 0 };
+        // SAFETY: sched_setscheduler on a pid with a param we own.
+        if unsafe { libc::sched_setscheduler(pid, want, &p) } != 0 {
+            bail!("setting the policy of napi kthread {pid}: {}", std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
 /// Put the interface's napi kthreads under `policy`. Returns how many were
 /// changed; an error if the interface has no napi kthreads (not threaded).
 pub fn apply_napi(iface: &str, policy: NapiSched) -> Result<usize> {

@@ -130,6 +130,31 @@ enum BenchCmd {
         #[arg(long)]
         repeats: Option<u32>,
     },
+    /// How each configuration follows changes: a flood, then the service's
+    /// cost doubles and is restored, then the flood stops and resumes, in one
+    /// continuous run per configuration. Prints settling time, overshoot and
+    /// the admitted rate's coefficient of variation per phase; writes
+    /// step.json, step.csv, figures and summary.txt.
+    Step {
+        /// Victim models (nic, same-core).
+        #[arg(long, value_delimiter = ',', default_value = "nic")]
+        models: Vec<String>,
+        /// Configurations (off, nft, static, auto, auto-pno, auto-idle).
+        #[arg(long, value_delimiter = ',', default_value = "static,auto,auto-pno")]
+        configs: Vec<String>,
+        /// Seconds per phase (5 phases).
+        #[arg(long, default_value_t = 3.0)]
+        phase: f64,
+        /// Flood rate as a multiple of the calibrated peak.
+        #[arg(long, default_value_t = 3.0)]
+        flood: f64,
+        /// The scenario whose streams and victim are used.
+        #[arg(long, short, default_value = "default")]
+        scenario: String,
+        /// Output folder (default: results/step-TIMESTAMP).
+        #[arg(long, short)]
+        out: Option<PathBuf>,
+    },
     /// Render the outputs again from a results.json.
     Report {
         /// results.json, or the folder holding it.
@@ -317,6 +342,22 @@ fn real_main() -> Result<ExitCode> {
             let r = sluice::bench::sweep::run(&sc, &opts, |partial| sluice::bench::report::write_all(partial, &out))?;
             print!("{}", sluice::bench::report::summary(&r));
             println!("report: {}", out.join("report.html").display());
+        }
+        Cmd::Bench(BenchCmd::Step { models, configs, phase, flood, scenario, out }) => {
+            use sluice::bench::scenario::ConfigKind;
+            let sc = sluice::bench::scenario::load(&scenario)?;
+            let models = models.iter().map(|m| sluice::bench::testbed::VictimModel::parse(m)).collect::<Result<Vec<_>>>()?;
+            let configs = configs.iter().map(|c| ConfigKind::parse(c)).collect::<Result<Vec<_>>>()?;
+            anyhow::ensure!((0.5..=60.0).contains(&phase), "--phase: 0.5 to 60 seconds");
+            anyhow::ensure!(flood > 0.0 && flood <= 100.0, "--flood: a multiple of the peak, above 0 and at most 100");
+            let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs();
+            let out = out.unwrap_or_else(|| PathBuf::from(format!("results/step-{stamp}")));
+            let opts = sluice::bench::step::StepOpts { models, configs, phase_secs: phase, flood, exe: std::env::current_exe()?, progress: true };
+            eprintln!("sluice bench step: writing to {}", out.display());
+            let r = sluice::bench::step::run(&sc, &opts)?;
+            sluice::bench::step::write_all(&r, &out)?;
+            print!("{}", sluice::bench::step::summary(&r));
+            println!("figures: {}", out.display());
         }
         Cmd::Bench(BenchCmd::Report { path }) => {
             let file = if path.is_dir() { path.join("results.json") } else { path.clone() };

@@ -2,11 +2,12 @@
 //! spending `work_ns` of CPU on it (a stand-in for a real service's cost),
 //! reading and writing in batches with recvmmsg/sendmmsg. With `readers` > 1,
 //! each reader thread has its own socket in one SO_REUSEPORT group (the
-//! kernel spreads datagrams over them by flow hash).
+//! kernel spreads datagrams over them by flow hash). SIGUSR1 doubles the
+//! per-request work and SIGUSR2 restores it: the bench's capacity step.
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -59,12 +60,23 @@ fn bind(addr: SocketAddr, shared: bool) -> io::Result<UdpSocket> {
 /// Serve until `stop` is set or the duration ends; the readers' counts added up.
 pub fn udp_echo(o: &ServeOpts, stop: Arc<AtomicBool>) -> io::Result<ServeReport> {
     let readers = o.readers.max(1);
+    // The work per request, changed by SIGUSR1 (x2) and SIGUSR2 (back).
+    let work = Arc::new(AtomicU64::new(o.work_ns));
+    {
+        let (work, base) = (work.clone(), o.work_ns);
+        let mut sig = signal_hook::iterator::Signals::new([signal_hook::consts::SIGUSR1, signal_hook::consts::SIGUSR2])?;
+        std::thread::spawn(move || {
+            for s in sig.forever() {
+                work.store(if s == signal_hook::consts::SIGUSR1 { base * 2 } else { base }, Ordering::Relaxed);
+            }
+        });
+    }
     let socks = (0..readers).map(|_| bind(o.bind, readers > 1)).collect::<io::Result<Vec<_>>>()?;
     let threads: Vec<_> = socks
         .into_iter()
         .map(|sock| {
-            let (o, stop) = (o.clone(), stop.clone());
-            std::thread::spawn(move || reader(sock, &o, stop))
+            let (o, stop, work) = (o.clone(), stop.clone(), work.clone());
+            std::thread::spawn(move || reader(sock, &o, stop, &work))
         })
         .collect();
     let mut total = ServeReport::default();
@@ -77,7 +89,7 @@ pub fn udp_echo(o: &ServeOpts, stop: Arc<AtomicBool>) -> io::Result<ServeReport>
     Ok(total)
 }
 
-fn reader(sock: UdpSocket, o: &ServeOpts, stop: Arc<AtomicBool>) -> io::Result<ServeReport> {
+fn reader(sock: UdpSocket, o: &ServeOpts, stop: Arc<AtomicBool>, work: &AtomicU64) -> io::Result<ServeReport> {
     sock.set_read_timeout(Some(Duration::from_millis(100)))?;
     let fd = sock.as_raw_fd();
     let mut bufs = vec![[0u8; BUF]; BATCH];
@@ -107,8 +119,9 @@ fn reader(sock: UdpSocket, o: &ServeOpts, stop: Arc<AtomicBool>) -> io::Result<S
         }
         let n = n as usize;
         rep.received += n as u64;
+        let work_ns = work.load(Ordering::Relaxed);
         for m in msgs.iter_mut().take(n) {
-            spin(o.work_ns);
+            spin(work_ns);
             // Echo exactly what arrived.
             // SAFETY: msg_iov points into iov, set above.
             unsafe { (*m.msg_hdr.msg_iov).iov_len = m.msg_len as usize };

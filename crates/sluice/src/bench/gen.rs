@@ -54,6 +54,11 @@ pub struct StreamCount {
 }
 
 /// The map value of a stream: the template with valid checksums and the pacing.
+/// The interval between frames of a stream at `rate`, in fixed point.
+fn interval_fp(rate: f64) -> u64 {
+    ((1e9 / rate) * (1u64 << SLUICE_GEN_FP_SHIFT) as f64).round() as u64
+}
+
 pub fn stream_value(s: &StreamSpec, dst_mac: [u8; 6], src_mac: [u8; 6]) -> Result<sluice_gen_stream> {
     ensure!(s.rate > 0.0 && s.rate <= 20e6, "stream {}: rate {} out of range (0 to 20M packets/s)", s.name, s.rate);
     ensure!(
@@ -87,7 +92,7 @@ pub fn stream_value(s: &StreamSpec, dst_mac: [u8; 6], src_mac: [u8; 6]) -> Resul
         stamp_off + SLUICE_GEN_STAMP_LEN as usize
     );
     let mut v = sluice_gen_stream {
-        interval_fp: ((1e9 / s.rate) * (1u64 << SLUICE_GEN_FP_SHIFT) as f64).round() as u64,
+        interval_fp: interval_fp(s.rate),
         len: s.frame_len,
         flows: s.flows,
         dports: s.dports,
@@ -191,6 +196,15 @@ impl Generator {
             self.skel.maps.gen_state.update(&key, crate::gate::bytes_of(&zero), MapFlags::ANY)?;
         }
         self.streams = streams.len();
+        Ok(())
+    }
+
+    /// Change stream `i`'s rate while a run is going (0 pauses it); its pacing
+    /// state is kept, so the change takes effect at the next frame.
+    pub fn set_rate_live(&self, i: usize, rate: f64) -> Result<()> {
+        let mut v = *self.values.get(i).context("no such stream")?;
+        v.interval_fp = if rate <= 0.0 { 0 } else { interval_fp(rate) };
+        self.skel.maps.gen_streams.update(&(i as u32).to_ne_bytes(), crate::gate::bytes_of(&v), MapFlags::ANY)?;
         Ok(())
     }
 

@@ -8,3 +8,4 @@ pub mod run;
 pub mod report;
 pub mod sweep;
 pub mod gencheck;
+pub mod step;

@@ -72,18 +72,21 @@ const FIGURES: &[(&str, &str, &str, Metric)] = &[
     ("legit_p99", "legitimate probe p99 round trip", "p99 RTT (us)", |p| p.legit_p99_us.median),
 ];
 
-fn colour(c: ConfigKind) -> RGBColor {
+pub(crate) fn colour(c: ConfigKind) -> RGBColor {
     match c {
         ConfigKind::Off => RGBColor(200, 40, 40),
         ConfigKind::Nft => RGBColor(230, 150, 0),
         ConfigKind::Static => RGBColor(30, 90, 200),
+        ConfigKind::Auto => RGBColor(20, 150, 60),
+        ConfigKind::AutoPno => RGBColor(140, 60, 170),
+        ConfigKind::AutoIdle => RGBColor(90, 90, 90),
     }
 }
 
 static FONT: std::sync::OnceLock<std::result::Result<(), String>> = std::sync::OnceLock::new();
 
 /// Plotters draws text with a TrueType font we give it (Debian's fonts-dejavu-core).
-fn register_font() -> Result<()> {
+pub(crate) fn register_font() -> Result<()> {
     FONT.get_or_init(|| {
         let path = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
         let bytes = std::fs::read(path).map_err(|e| format!("{path}: {e} (install fonts-dejavu-core: `make deps`)"))?;

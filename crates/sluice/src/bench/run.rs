@@ -6,7 +6,6 @@
 //! come from FLOOD_SRC (another address behind A), so their echoes are dropped
 //! by a gate on A's side (only replies to LEGIT_SPORT and non-IP pass there)
 //! and never cost the generator's CPU.
-use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -23,7 +22,8 @@ use crate::bench::gen::{mono_ns, stream_value, Generator, StreamCount, StreamSpe
 use crate::bench::measure::{dev_tx_dropped, proc_stat_cpu, softnet, thread_ticks, udp_counters, IdleMeter, NftCounter, NsFile, UdpCounters};
 use crate::bench::scenario::{ConfigKind, Scenario};
 use crate::bench::testbed::{Testbed, VictimModel, IF_A, IF_B};
-use crate::config::{self, XdpMode};
+use crate::auto::{set_napi, AutoLoop};
+use crate::config::{self, NapiSched, XdpMode};
 use crate::gate::Gate;
 use crate::stats::ClassTotals;
 use crate::{classify, netns};
@@ -229,6 +229,33 @@ pub struct LevelResult {
     /// Victim CPU ns per delivered datagram.
     pub ns_per_delivered: f64,
     pub ledger: Ledger,
+    /// Auto configurations: the coefficient of variation of the admitted rate
+    /// over the window's 10 ms ticks, and the controller's CPU (% of one CPU).
+    #[serde(default)]
+    pub admitted_cv: Option<f64>,
+    #[serde(default)]
+    pub ctl_cpu_pct: Option<f64>,
+}
+
+/// Standard deviation over mean (0 for fewer than two values or a zero mean).
+pub fn coefficient_of_variation(v: &[f64]) -> f64 {
+    if v.len() < 2 {
+        return 0.0;
+    }
+    let m = v.iter().sum::<f64>() / v.len() as f64;
+    if m == 0.0 {
+        return 0.0;
+    }
+    (v.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / v.len() as f64).sqrt() / m
+}
+
+/// What the bench's control thread runs every tick (the daemon's loop).
+#[derive(Default)]
+struct Control {
+    /// Static classes: (class id, limit, per-CPU seen at the last split).
+    limits: Vec<(usize, config::Limit, Vec<u64>)>,
+    auto: Option<AutoLoop>,
+    errors: Vec<String>,
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -245,9 +272,13 @@ pub struct Env {
     pub scenario: Scenario,
     pub victim_gate: Arc<Mutex<Gate>>,
     rebalance_stop: Arc<AtomicBool>,
-    /// The limit of the victim's "svc" class (class 0), for the rebalancing thread.
-    limit: Arc<Mutex<Option<config::Limit>>>,
+    /// What the control thread does every tick, as `sluice run` would.
+    control: Arc<Mutex<Control>>,
+    /// Classes of the victim's current configuration.
+    n_classes: usize,
     service: Child,
+    /// The low-priority service of `victim.bulk_port`.
+    bulk_service: Option<Child>,
     gen: GenWorker,
     replies: Option<ReplyRx>,
     meter: IdleMeter,
@@ -263,8 +294,10 @@ pub struct Env {
 impl Drop for Env {
     fn drop(&mut self) {
         self.rebalance_stop.store(true, Ordering::Relaxed);
-        let _ = self.service.kill();
-        let _ = self.service.wait();
+        for c in std::iter::once(&mut self.service).chain(self.bulk_service.as_mut()) {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
         self.replies = None;
     }
 }
@@ -311,22 +344,35 @@ impl Env {
         let victim_gate = Arc::new(Mutex::new(victim));
         // The daemon's per-CPU rate split, every 20 ms, as `sluice run` does it.
         let rebalance_stop = Arc::new(AtomicBool::new(false));
-        let limit = Arc::new(Mutex::new(None));
+        let control = Arc::new(Mutex::new(Control::default()));
         {
-            let (g, stop, lim) = (victim_gate.clone(), rebalance_stop.clone(), limit.clone());
-            let mut last: HashMap<usize, Vec<u64>> = HashMap::new();
+            let (g, stop, ctl) = (victim_gate.clone(), rebalance_stop.clone(), control.clone());
+            // On the generator's CPU, like everything of the bench but the victim.
             std::thread::spawn(move || {
+                let _ = netns::pin_thread(gen_cpu);
+                let mut next = std::time::Instant::now();
                 while !stop.load(Ordering::Relaxed) {
-                    if let Ok(g) = g.lock() {
-                        if let Some(limit) = *lim.lock().unwrap() {
-                            let _ = g.rebalance(0, &limit, last.entry(0).or_default());
+                    if let (Ok(g), Ok(mut c)) = (g.lock(), ctl.lock()) {
+                        let c = &mut *c;
+                        for (id, limit, last) in &mut c.limits {
+                            let _ = g.rebalance(*id, limit, last);
+                        }
+                        if let Some(a) = &mut c.auto {
+                            if let Err(e) = a.tick(&g) {
+                                c.errors.push(format!("{e:#}"));
+                            }
                         }
                     }
-                    std::thread::sleep(crate::daemon::TICK);
+                    next += crate::daemon::TICK;
+                    std::thread::sleep(next.saturating_duration_since(std::time::Instant::now()));
                 }
             });
         }
-        let service = start_service(&tb, scenario, exe)?;
+        let service = start_service(&tb, scenario, exe, scenario.victim.port)?;
+        let bulk_service = match scenario.victim.bulk_port {
+            Some(p) => Some(start_service(&tb, scenario, exe, p)?),
+            None => None,
+        };
         let gen = GenWorker::start(&tb.a, gen_cpu, tb.ifindex_a)?;
         let legit_v6 = scenario.streams.iter().any(|s| s.legit && s.ipv6);
         let replies = if scenario.streams.iter().any(|s| s.legit) {
@@ -342,8 +388,10 @@ impl Env {
             scenario: scenario.clone(),
             victim_gate,
             rebalance_stop,
-            limit,
+            control,
+            n_classes: 2,
             service,
+            bulk_service,
             gen,
             replies,
             meter,
@@ -362,23 +410,49 @@ impl Env {
     /// Put a configuration in place on the victim.
     pub fn apply_config(&mut self, kind: ConfigKind, rate: f64) -> Result<()> {
         *self.nft.lock().unwrap() = None;
-        let port = self.scenario.victim.port;
-        let spec = match kind {
-            ConfigKind::Off | ConfigKind::Nft => format!("svc:match=udp:{port}"),
-            ConfigKind::Static => format!("svc:rate={},match=udp:{port}", rate.round().max(1.0) as u64),
+        let (port, bulk) = (self.scenario.victim.port, self.scenario.victim.bulk_port);
+        let rate_pps = rate.round().max(1.0) as u64;
+        // The class the static/nft limit applies to: the flooded one.
+        let limited_port = bulk.unwrap_or(port);
+        let class = |name: &str, prio: u8, p: u16| {
+            let r = match kind {
+                ConfigKind::Off | ConfigKind::Nft => String::new(),
+                ConfigKind::Static if p == limited_port => format!("rate={rate_pps},"),
+                ConfigKind::Static => String::new(),
+                _ => format!("rate=auto,algo={},", kind.algo().unwrap().name()),
+            };
+            format!("{name}:priority={prio},{r}match=udp:{p}")
         };
-        let cfg = config::from_flags(&[spec])?;
-        *self.limit.lock().unwrap() = match cfg.classes[0].limit {
-            l @ config::Limit::Rate { .. } => Some(l),
-            _ => None,
-        };
-        self.victim_gate.lock().unwrap().apply(&cfg, &classify::compile(&cfg)?)?;
+        let mut flags = vec![class("svc", 0, port)];
+        if let Some(b) = bulk {
+            flags.push(class("bulk", 1, b));
+        }
+        let cfg = config::from_flags(&flags)?;
+        let auto = AutoLoop::new(&cfg, Some(&self.tb.b), self.victim_gate.lock().unwrap().ncpus())?;
+        {
+            let mut c = self.control.lock().unwrap();
+            c.auto = None;
+            c.limits = cfg
+                .classes
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| matches!(c.limit, config::Limit::Rate { .. }))
+                .map(|(i, c)| (i, c.limit, vec![]))
+                .collect();
+            self.victim_gate.lock().unwrap().apply(&cfg, &classify::compile(&cfg)?)?;
+            c.auto = auto;
+        }
+        self.n_classes = cfg.classes.len();
+        if self.tb.model == VictimModel::SameCore {
+            // The receive-work knob: SCHED_IDLE for auto-idle, back to normal otherwise.
+            let policy = if kind == ConfigKind::AutoIdle { NapiSched::Idle } else { NapiSched::Keep };
+            set_napi(IF_B, policy)?;
+        }
         let _ = netns::sh(&["ip", "netns", "exec", &self.tb.b, "nft", "delete", "table", "inet", NFT_TABLE]);
         if kind == ConfigKind::Nft {
             let rules = format!(
                 "table inet {NFT_TABLE} {{\n chain input {{\n  type filter hook input priority 0; policy accept;\n  \
-                 udp dport {port} limit rate over {}/second burst {} packets counter drop\n }}\n}}\n",
-                rate.round().max(1.0) as u64,
+                 udp dport {limited_port} limit rate over {rate_pps}/second burst {} packets counter drop\n }}\n}}\n",
                 (rate / 100.0).max(8.0) as u64
             );
             let f = std::env::temp_dir().join(format!("sluice-bench-nft-{}.nft", std::process::id()));
@@ -389,6 +463,71 @@ impl Env {
             *self.nft.lock().unwrap() = Some(NftCounter::start(&self.tb.b, NFT_TABLE)?);
         }
         Ok(())
+    }
+
+    /// Totals for a time series: (seen by the victim's gate, admitted by it,
+    /// datagrams the services took).
+    pub fn tick_counters(&self) -> Result<(u64, u64, u64)> {
+        let (mut seen, mut admitted) = (0, 0);
+        {
+            let g = self.victim_gate.lock().unwrap();
+            for i in 0..self.n_classes {
+                let t = ClassTotals::from(g.class_counters(i)?);
+                seen += t.seen_pkts;
+                admitted += t.admitted_pkts;
+            }
+        }
+        let mut p = self.procs.lock().unwrap();
+        let udp = udp_counters(&p.0.read()?, &p.1.read()?);
+        Ok((seen, admitted, udp.in_datagrams))
+    }
+
+    /// Load the streams of `level_pps` into the generator; returns them.
+    pub fn load_streams(&mut self, level_pps: f64) -> Result<Vec<(StreamSpec, bool)>> {
+        let streams = self.streams(level_pps)?;
+        let values = streams.iter().map(|(s, _)| stream_value(s, self.tb.mac_b, self.tb.mac_a)).collect::<Result<Vec<_>>>()?;
+        self.gen.gen.write().unwrap().set_streams(&values)?;
+        Ok(streams)
+    }
+
+    /// Start the generator for `d`; the receiver gets (counts, seconds) at the end.
+    pub fn send_for(&self, d: Duration) -> mpsc::Receiver<Result<(Vec<StreamCount>, f64)>> {
+        self.gen.send_for(d, self.scenario.gen_batch)
+    }
+
+    /// Change stream `i`'s rate during a run (0 pauses it).
+    pub fn set_stream_rate(&self, i: usize, rate: f64) -> Result<()> {
+        self.gen.gen.read().unwrap().set_rate_live(i, rate)
+    }
+
+    /// The generator's per-stream counts so far.
+    pub fn gen_counts(&self) -> Result<Vec<StreamCount>> {
+        self.gen.gen.read().unwrap().counts()
+    }
+
+    /// Replies to the legitimate stream since the last call: (sent_ns, recv_ns).
+    pub fn take_replies(&self) -> Vec<(u64, u64)> {
+        self.replies.as_ref().map(|r| r.take().into_iter().map(|x| (x.sent_ns, x.recv_ns)).collect()).unwrap_or_default()
+    }
+
+    /// Send a signal to the main service (the step experiment's cost change).
+    pub fn signal_service(&self, sig: i32) -> Result<()> {
+        anyhow::ensure!(self.scenario.victim.command.is_none(), "the cost step needs the built-in udp-echo victim");
+        // SAFETY: kill(2) on our own child's pid.
+        if unsafe { libc::kill(self.service.id() as i32, sig) } != 0 {
+            bail!("signalling the service: {}", std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// The auto loop's trace (10 ms ticks) since the configuration was applied.
+    pub fn auto_trace(&self) -> Vec<crate::auto::TracePoint> {
+        self.control.lock().unwrap().auto.as_ref().map(|a| a.trace.iter().copied().collect()).unwrap_or_default()
+    }
+
+    /// The auto loop's (ticks, CPU ns) so far.
+    fn auto_progress(&self) -> Option<(u64, u64)> {
+        self.control.lock().unwrap().auto.as_ref().map(|a| (a.ticks, a.cpu_ns))
     }
 
     fn nft_drops(&self) -> Result<u64> {
@@ -407,7 +546,7 @@ impl Env {
         let softnet_drops = softnet()?.1;
         let (classes, gate_global) = {
             let g = self.victim_gate.lock().unwrap();
-            let classes = (0..2).map(|i| g.class_counters(i).map(ClassTotals::from)).collect::<Result<Vec<_>, _>>()?;
+            let classes = (0..self.n_classes).map(|i| g.class_counters(i).map(ClassTotals::from)).collect::<Result<Vec<_>, _>>()?;
             (classes, g.global_counters()?.into())
         };
         let ring_drops = dev_tx_dropped(&p.2.read()?, IF_A);
@@ -428,7 +567,7 @@ impl Env {
     }
 
     /// The streams of a level whose load is `level_pps`.
-    fn streams(&self, level_pps: f64) -> Result<Vec<(StreamSpec, bool)>> {
+    pub fn streams(&self, level_pps: f64) -> Result<Vec<(StreamSpec, bool)>> {
         let tb = &self.tb;
         self.scenario
             .streams
@@ -473,8 +612,10 @@ impl Env {
             r.take();
         }
         let s0 = self.snap()?;
+        let a0 = self.auto_progress();
         std::thread::sleep(Duration::from_secs_f64(duration));
         let s1 = self.snap()?;
+        let a1 = self.auto_progress();
         let (_, gen_secs) = done.recv().context("generator")??;
         if gen_secs < warmup + duration {
             bail!("the generator stopped after {gen_secs:.2} s, before the window ended");
@@ -539,6 +680,15 @@ impl Env {
         let cpu_busy_procstat = if t1 > t0 { (d(b0, b1).saturating_sub(idle_thread)) as f64 / (t1 - t0) as f64 } else { 0.0 };
         let delivered_pps = delivered as f64 / secs;
         let sent_pps = sent as f64 / secs;
+        let (admitted_cv, ctl_cpu_pct) = match (a0, a1) {
+            (Some((t0, c0)), Some((t1, c1))) => {
+                let n = (t1 - t0) as usize;
+                let trace = self.auto_trace();
+                let adm: Vec<f64> = trace.iter().rev().take(n).map(|p| p.admitted_pps).collect();
+                (Some(coefficient_of_variation(&adm)), Some(100.0 * (c1 - c0) as f64 / (secs * 1e9)))
+            }
+            _ => (None, None),
+        };
         Ok(LevelResult {
             model: self.tb.model,
             config,
@@ -559,13 +709,15 @@ impl Env {
             cpu_busy_procstat: cpu_busy_procstat.clamp(0.0, 1.0),
             ns_per_delivered: if delivered_pps > 0.0 { cpu_busy * 1e9 / delivered_pps } else { f64::INFINITY },
             ledger,
+            admitted_cv,
+            ctl_cpu_pct,
         })
     }
 }
 
-fn start_service(tb: &Testbed, s: &Scenario, exe: &PathBuf) -> Result<Child> {
+fn start_service(tb: &Testbed, s: &Scenario, exe: &PathBuf, port: u16) -> Result<Child> {
     let cpu = tb.victim_cpu.to_string();
-    let port = s.victim.port.to_string();
+    let port = port.to_string();
     let mut cmd = Command::new("ip");
     cmd.args(["netns", "exec", &tb.b, "taskset", "-c", &cpu]);
     match &s.victim.command {

@@ -52,14 +52,41 @@ pub enum ConfigKind {
     Nft,
     /// The gate at a static rate.
     Static,
+    /// The gate with `rate = "auto"`, knee algorithm.
+    Auto,
+    /// The gate with `rate = "auto"`, seed 003's perturb and observe.
+    AutoPno,
+    /// `auto` plus the napi kthread at SCHED_IDLE (same-core model only).
+    AutoIdle,
 }
 
 impl ConfigKind {
+    pub const ALL: [ConfigKind; 6] =
+        [ConfigKind::Off, ConfigKind::Nft, ConfigKind::Static, ConfigKind::Auto, ConfigKind::AutoPno, ConfigKind::AutoIdle];
+
     pub fn name(self) -> &'static str {
         match self {
             ConfigKind::Off => "off",
             ConfigKind::Nft => "nft",
             ConfigKind::Static => "static",
+            ConfigKind::Auto => "auto",
+            ConfigKind::AutoPno => "auto-pno",
+            ConfigKind::AutoIdle => "auto-idle",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<ConfigKind> {
+        ConfigKind::ALL.into_iter().find(|c| c.name() == s).ok_or_else(|| {
+            anyhow::anyhow!("unknown configuration \"{s}\"; valid: {:?}", ConfigKind::ALL.map(|c| c.name()))
+        })
+    }
+
+    /// The controller's algorithm, for the auto configurations.
+    pub fn algo(self) -> Option<crate::controller::Algo> {
+        match self {
+            ConfigKind::Auto | ConfigKind::AutoIdle => Some(crate::controller::Algo::Knee),
+            ConfigKind::AutoPno => Some(crate::controller::Algo::Pno),
+            _ => None,
         }
     }
 }
@@ -77,6 +104,11 @@ pub struct Victim {
     /// An external server command; "{port}" is replaced. Default: `sluice serve udp-echo`.
     #[serde(default)]
     pub command: Option<String>,
+    /// A second, low-priority service on this port (same command, same CPU):
+    /// the victim then has two classes, "svc" (priority 0, `port`) and "bulk"
+    /// (priority 1, `bulk_port`); `static` limits only "bulk".
+    #[serde(default)]
+    pub bulk_port: Option<u16>,
 }
 
 fn default_port() -> u16 {
@@ -170,7 +202,15 @@ impl Scenario {
     /// Check what serde cannot; errors name the field.
     pub fn validate(&self) -> Result<()> {
         ensure!(!self.models.is_empty(), "field `models`: name at least one of \"nic\", \"same-core\"");
-        ensure!(!self.configs.is_empty(), "field `configs`: name at least one of \"off\", \"nft\", \"static\"");
+        ensure!(!self.configs.is_empty(), "field `configs`: name at least one of {:?}", ConfigKind::ALL.map(|c| c.name()));
+        ensure!(
+            !(self.configs.contains(&ConfigKind::AutoIdle) && self.models.contains(&VictimModel::Nic)),
+            "field `configs`: \"auto-idle\" needs the same-core model (the nic model has no napi kthread)"
+        );
+        ensure!(
+            self.victim.bulk_port.is_none_or(|b| b != self.victim.port && b > 0),
+            "field `victim.bulk_port`: a port other than victim.port"
+        );
         ensure!(
             !self.levels.is_empty() && self.levels.iter().all(|l| l.is_finite() && *l > 0.0 && *l <= 1000.0),
             "field `levels`: multiples of the peak, each above 0 and at most 1000"
@@ -243,9 +283,40 @@ fn demo() -> Scenario {
     let mut s = from_toml(DEFAULT, "built-in scenario default").expect("the default scenario is valid");
     s.name = "demo".into();
     s.models = vec![VictimModel::Nic];
-    s.configs = vec![ConfigKind::Off, ConfigKind::Static];
+    s.configs = vec![ConfigKind::Off, ConfigKind::Static, ConfigKind::Auto];
     s.levels = vec![0.5, 1.0, 2.0, 5.0, 10.0];
     (s.duration, s.warmup, s.repeats) = (2.0, 0.5, 1);
+    s
+}
+
+/// The auto targets: both models, the auto configurations beside off and
+/// static, the overload levels.
+fn auto() -> Scenario {
+    let mut s = from_toml(DEFAULT, "built-in scenario default").expect("the default scenario is valid");
+    s.name = "auto".into();
+    s.configs = vec![ConfigKind::Off, ConfigKind::Static, ConfigKind::Auto, ConfigKind::AutoPno];
+    s.levels = vec![0.5, 1.0, 1.5, 3.0, 10.0, 20.0];
+    (s.duration, s.warmup, s.repeats) = (3.0, 1.0, 2);
+    s
+}
+
+/// Priority: a high-priority legitimate service keeps its traffic while a
+/// low-priority service on another port is flooded.
+fn priority() -> Scenario {
+    let mut s = from_toml(DEFAULT, "built-in scenario default").expect("the default scenario is valid");
+    s.name = "priority".into();
+    s.models = vec![VictimModel::Nic];
+    s.configs = vec![ConfigKind::Off, ConfigKind::Static, ConfigKind::Auto];
+    s.levels = vec![0.5, 1.0, 3.0, 10.0];
+    s.victim.bulk_port = Some(7001);
+    (s.duration, s.warmup, s.repeats) = (3.0, 1.0, 1);
+    for st in &mut s.streams {
+        if st.legit {
+            st.rate = Some(5_000.0);
+        } else {
+            st.port = Some(7001);
+        }
+    }
     s
 }
 
@@ -268,8 +339,10 @@ fn quick() -> Scenario {
 /// Built-in scenarios by name.
 pub const BUILTIN: &[(&str, fn() -> Scenario, &str)] = &[
     ("default", || from_toml(DEFAULT, "built-in scenario default").expect("valid"), "both victim models, off/nft/static, 10 levels, 5 s x 3 (about 40 minutes)"),
-    ("demo", demo, "nic model, off vs static, 5 levels, 2 s x 1 (about 1 minute)"),
-    ("quick", quick, "nic model, off vs static, 2 levels, 1 s (for tests)"),
+    ("demo", demo, "nic model, off vs static vs auto, 5 levels, 2 s x 1 (about 1.5 minutes)"),
+    ("auto", auto, "both models, off/static/auto/auto-pno, 6 levels, 3 s x 2 (about 25 minutes)"),
+    ("priority", priority, "nic model, legit service priority 0, flood to a priority-1 service, off/static/auto (about 3 minutes)"),
+    ("quick", quick, "nic model, off/static/auto, 2 levels, 1 s (for tests)"),
 ];
 
 /// A built-in name or a TOML file.

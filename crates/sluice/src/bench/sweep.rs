@@ -153,7 +153,7 @@ pub fn levels(scenario: &Scenario, peak: f64) -> Vec<(f64, f64)> {
     scenario.levels.iter().map(|&m| (m, m * peak)).filter(|&(_, r)| r <= scenario.max_rate).collect()
 }
 
-fn calibrate(env: &mut Env, max_rate: f64, bar: &ProgressBar) -> Result<Vec<CalibrationPoint>> {
+pub fn calibrate(env: &mut Env, max_rate: f64, bar: &ProgressBar) -> Result<Vec<CalibrationPoint>> {
     let (d, w) = (env.scenario.duration, env.scenario.warmup);
     env.scenario.duration = d.min(1.0);
     env.scenario.warmup = w.min(0.3);

@@ -39,6 +39,14 @@ impl VictimModel {
         }
     }
 
+    pub fn parse(s: &str) -> anyhow::Result<VictimModel> {
+        match s {
+            "same-core" => Ok(VictimModel::SameCore),
+            "nic" => Ok(VictimModel::Nic),
+            other => anyhow::bail!("unknown victim model \"{other}\"; valid: \"nic\", \"same-core\""),
+        }
+    }
+
     /// Which CPU runs which stage, for the report.
     pub fn stages(self, gen_cpu: usize, victim_cpu: usize) -> Vec<(String, usize)> {
         let (napi, stack) = match self {

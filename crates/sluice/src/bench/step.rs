@@ -1,0 +1,326 @@
+//! `sluice bench step`: how each configuration follows changes, in one
+//! continuous run per configuration (the generator never stops):
+//!
+//! | phase | from | what changes |
+//! |---|---|---|
+//! | flood | 0 | a flood at `flood` x the calibrated peak, plus the legitimate probe |
+//! | cost x2 | 1P | the service's per-request work doubles (SIGUSR1): capacity halves |
+//! | cost back | 2P | the work is restored (SIGUSR2): capacity doubles |
+//! | flood stops | 3P | the flood stream pauses; the probe goes on |
+//! | flood again | 4P | the flood resumes |
+//!
+//! A sampler reads the victim's gate and UDP counters every 10 ms. Per phase:
+//! the steady admitted and delivered rates (last 40% of the phase), the
+//! settling time (from the change until the admitted rate, averaged over 50 ms,
+//! stays within 5% of its steady value), the overshoot, the coefficient of
+//! variation of the admitted rate over the phase's last second (10 ms ticks),
+//! and the probe's loss and p99 RTT.
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use plotters::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::bench::run::{coefficient_of_variation, Env};
+use crate::bench::scenario::{ConfigKind, Scenario};
+use crate::bench::testbed::VictimModel;
+
+/// The sampling period of the time series.
+pub const SAMPLE: Duration = Duration::from_millis(10);
+/// Settling band around the steady value, and the averaging window.
+const BAND: f64 = 0.05;
+const SMOOTH_TICKS: usize = 5;
+
+pub const PHASES: [&str; 5] = ["flood", "cost x2", "cost back", "flood stops", "flood again"];
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct StepPoint {
+    pub t: f64,
+    pub offered_pps: f64,
+    pub admitted_pps: f64,
+    pub delivered_pps: f64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PhaseStats {
+    pub name: String,
+    pub start: f64,
+    pub steady_admitted_pps: f64,
+    pub steady_delivered_pps: f64,
+    /// Seconds from the change until the admitted rate settles; None: never.
+    pub settle_secs: Option<f64>,
+    /// Highest 50 ms admitted rate above the steady value, as a fraction of it.
+    pub overshoot: f64,
+    pub admitted_cv: f64,
+    pub legit_loss: f64,
+    pub legit_p99_us: f64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StepRun {
+    pub model: VictimModel,
+    pub config: ConfigKind,
+    pub peak_pps: f64,
+    pub flood_pps: f64,
+    pub phase_secs: f64,
+    pub phases: Vec<PhaseStats>,
+    pub trace: Vec<StepPoint>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StepResults {
+    pub scenario: Scenario,
+    pub runs: Vec<StepRun>,
+}
+
+pub struct StepOpts {
+    pub models: Vec<VictimModel>,
+    pub configs: Vec<ConfigKind>,
+    pub phase_secs: f64,
+    /// Flood rate as a multiple of the calibrated peak.
+    pub flood: f64,
+    pub exe: std::path::PathBuf,
+    pub progress: bool,
+}
+
+/// The settling time, overshoot and steady value of one phase's admitted series.
+pub fn settle(points: &[StepPoint], start: f64, steady_from: f64) -> (f64, Option<f64>, f64) {
+    let adm: Vec<(f64, f64)> = points.iter().map(|p| (p.t, p.admitted_pps)).collect();
+    let tail: Vec<f64> = adm.iter().filter(|(t, _)| *t >= steady_from).map(|p| p.1).collect();
+    let steady = tail.iter().sum::<f64>() / tail.len().max(1) as f64;
+    let smooth: Vec<(f64, f64)> = adm
+        .windows(SMOOTH_TICKS)
+        .map(|w| (w[w.len() - 1].0, w.iter().map(|p| p.1).sum::<f64>() / w.len() as f64))
+        .collect();
+    let outside = |v: f64| (v - steady).abs() > BAND * steady;
+    let last_out = smooth.iter().rposition(|p| outside(p.1));
+    let settle = match last_out {
+        None => Some(0.0),
+        Some(i) if i + 1 < smooth.len() => Some((smooth[i + 1].0 - start).max(0.0)),
+        Some(_) => None,
+    };
+    let peak = smooth.iter().map(|p| p.1).fold(0.0, f64::max);
+    let overshoot = if steady > 0.0 { (peak / steady - 1.0).max(0.0) } else { 0.0 };
+    (steady, settle, overshoot)
+}
+
+fn one_run(env: &mut Env, config: ConfigKind, peak: f64, o: &StepOpts) -> Result<StepRun> {
+    env.apply_config(config, peak)?;
+    let flood_pps = o.flood * peak;
+    let streams = env.load_streams(flood_pps)?;
+    let flood_idx: Vec<usize> = (0..streams.len()).filter(|&i| !streams[i].1).collect();
+    let legit_idx = streams.iter().position(|s| s.1);
+    let total = o.phase_secs * PHASES.len() as f64;
+    let done = env.send_for(Duration::from_secs_f64(total + 0.2));
+    let _ = env.take_replies();
+    let t0 = Instant::now();
+    let mono0 = crate::bench::gen::mono_ns();
+    let mut trace = vec![];
+    let mut legit_sent_at = vec![]; // legit sent count at each phase start, and at the end
+    let mut last = (t0, env.tick_counters()?);
+    let mut next = t0;
+    let mut phase = 0;
+    legit_sent_at.push(legit_idx.map_or(Ok(0), |i| env.gen_counts().map(|c| c[i].sent))?);
+    while phase < PHASES.len() {
+        next += SAMPLE;
+        std::thread::sleep(next.saturating_duration_since(Instant::now()));
+        let now = Instant::now();
+        let c = env.tick_counters()?;
+        let dt = now.duration_since(last.0).as_secs_f64();
+        let d = |a: u64, b: u64| b.saturating_sub(a) as f64 / dt;
+        trace.push(StepPoint {
+            t: now.duration_since(t0).as_secs_f64(),
+            offered_pps: d(last.1 .0, c.0),
+            admitted_pps: d(last.1 .1, c.1),
+            delivered_pps: d(last.1 .2, c.2),
+        });
+        last = (now, c);
+        if now.duration_since(t0).as_secs_f64() >= (phase + 1) as f64 * o.phase_secs {
+            phase += 1;
+            legit_sent_at.push(legit_idx.map_or(Ok(0), |i| env.gen_counts().map(|c| c[i].sent))?);
+            match phase {
+                1 => env.signal_service(libc::SIGUSR1)?,
+                2 => env.signal_service(libc::SIGUSR2)?,
+                3 => flood_idx.iter().try_for_each(|&i| env.set_stream_rate(i, 0.0))?,
+                4 => flood_idx.iter().try_for_each(|&i| env.set_stream_rate(i, streams[i].0.rate))?,
+                _ => {}
+            }
+        }
+    }
+    done.recv().context("generator")??;
+    std::thread::sleep(Duration::from_millis(200));
+    let replies = env.take_replies();
+    let phases = (0..PHASES.len())
+        .map(|k| {
+            let (start, end) = (k as f64 * o.phase_secs, (k + 1) as f64 * o.phase_secs);
+            let pts: Vec<StepPoint> = trace.iter().copied().filter(|p| p.t > start && p.t <= end).collect();
+            let (steady, settle_secs, overshoot) = settle(&pts, start, end - 0.4 * o.phase_secs);
+            let deliv: Vec<f64> = pts.iter().filter(|p| p.t >= end - 0.4 * o.phase_secs).map(|p| p.delivered_pps).collect();
+            let cv: Vec<f64> = pts.iter().filter(|p| p.t >= end - 1.0).map(|p| p.admitted_pps).collect();
+            let (s_ns, e_ns) = (mono0 + (start * 1e9) as u64, mono0 + (end * 1e9) as u64);
+            let mut rtts: Vec<f64> =
+                replies.iter().filter(|r| r.0 >= s_ns && r.0 < e_ns).map(|r| r.1.saturating_sub(r.0) as f64 / 1e3).collect();
+            rtts.sort_by(f64::total_cmp);
+            let sent = legit_sent_at[k + 1].saturating_sub(legit_sent_at[k]);
+            PhaseStats {
+                name: PHASES[k].into(),
+                start,
+                steady_admitted_pps: steady,
+                steady_delivered_pps: deliv.iter().sum::<f64>() / deliv.len().max(1) as f64,
+                settle_secs,
+                overshoot,
+                admitted_cv: coefficient_of_variation(&cv),
+                legit_loss: if sent > 0 { 1.0 - (rtts.len() as f64 / sent as f64).min(1.0) } else { 0.0 },
+                legit_p99_us: rtts.get(((rtts.len() as f64 - 1.0) * 0.99).round().max(0.0) as usize).copied().unwrap_or(0.0),
+            }
+        })
+        .collect();
+    Ok(StepRun { model: env.tb.model, config, peak_pps: peak, flood_pps, phase_secs: o.phase_secs, phases, trace })
+}
+
+/// Run the step experiment for every model and configuration.
+pub fn run(scenario: &Scenario, o: &StepOpts) -> Result<StepResults> {
+    crate::gate::check_privileges()?;
+    let bar = if o.progress { indicatif::ProgressBar::new((o.models.len() * o.configs.len()) as u64) } else { indicatif::ProgressBar::hidden() };
+    bar.set_style(indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} {msg} ({elapsed})").unwrap());
+    let mut runs = vec![];
+    for &model in &o.models {
+        let mut env = Env::start(scenario, model, &o.exe, &format!("step-{}", model.name()))?;
+        bar.set_message(format!("{} calibrating", model.name()));
+        let cal = crate::bench::sweep::calibrate(&mut env, scenario.max_rate, &bar)?;
+        let peak = cal.iter().map(|p| p.delivered_pps).fold(0.0, f64::max);
+        for &c in &o.configs {
+            bar.set_message(format!("{} {}: {} phases of {} s", model.name(), c.name(), PHASES.len(), o.phase_secs));
+            runs.push(one_run(&mut env, c, peak, o)?);
+            bar.inc(1);
+        }
+    }
+    bar.finish_and_clear();
+    Ok(StepResults { scenario: scenario.clone(), runs })
+}
+
+/// The table printed at the end.
+pub fn summary(r: &StepResults) -> String {
+    use std::fmt::Write as _;
+    let mut o = String::new();
+    for run in &r.runs {
+        let _ = writeln!(
+            o,
+            "{} {}: peak {}/s, flood {}/s, phases of {} s",
+            run.model.name(),
+            run.config.name(),
+            crate::stats::human(run.peak_pps),
+            crate::stats::human(run.flood_pps),
+            run.phase_secs
+        );
+        let _ = writeln!(o, "  {:<12} {:>9} {:>9} {:>8} {:>9} {:>6} {:>7} {:>8}", "phase", "admit/s", "deliv/s", "settle", "overshoot", "cv", "loss", "p99 us");
+        for p in &run.phases {
+            let _ = writeln!(
+                o,
+                "  {:<12} {:>9} {:>9} {:>8} {:>8.1}% {:>5.1}% {:>6.2}% {:>8.0}",
+                p.name,
+                crate::stats::human(p.steady_admitted_pps),
+                crate::stats::human(p.steady_delivered_pps),
+                p.settle_secs.map_or("never".into(), |s| format!("{:.0}ms", s * 1e3)),
+                p.overshoot * 100.0,
+                p.admitted_cv * 100.0,
+                p.legit_loss * 100.0,
+                p.legit_p99_us
+            );
+        }
+    }
+    o
+}
+
+fn draw<DB: DrawingBackend>(root: DrawingArea<DB, plotters::coord::Shift>, runs: &[&StepRun], delivered: bool) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| anyhow::anyhow!("{e:?}");
+    root.fill(&WHITE).map_err(e)?;
+    let what = if delivered { "delivered" } else { "admitted" };
+    let t1 = runs.iter().flat_map(|r| r.trace.last()).map(|p| p.t).fold(1.0, f64::max);
+    let y1 = runs.iter().flat_map(|r| r.trace.iter()).map(|p| if delivered { p.delivered_pps } else { p.admitted_pps }).fold(1.0, f64::max);
+    let y1 = y1.min(runs.iter().map(|r| r.peak_pps * 2.5).fold(1.0, f64::max));
+    let mut chart = ChartBuilder::on(&root)
+        .caption(format!("{what} rate through the steps ({} model)", runs[0].model.name()), ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(45)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0.0..t1, 0.0..y1 * 1.05)
+        .map_err(e)?;
+    chart
+        .configure_mesh()
+        .x_desc("time (s); phases: flood | cost x2 | cost back | flood stops | flood again")
+        .y_desc(format!("{what} (packets/s, 50 ms mean)"))
+        .y_label_formatter(&|v| crate::stats::human(*v))
+        .draw()
+        .map_err(e)?;
+    for r in runs {
+        let col = super::report::colour(r.config);
+        let pts: Vec<(f64, f64)> = r
+            .trace
+            .windows(SMOOTH_TICKS)
+            .map(|w| (w[w.len() - 1].t, w.iter().map(|p| if delivered { p.delivered_pps } else { p.admitted_pps }).sum::<f64>() / w.len() as f64))
+            .collect();
+        chart
+            .draw_series(LineSeries::new(pts, col.stroke_width(2)))
+            .map_err(e)?
+            .label(r.config.name())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], col.stroke_width(2)));
+    }
+    chart.configure_series_labels().background_style(WHITE.mix(0.85)).border_style(BLACK).draw().map_err(e)?;
+    root.present().map_err(e)?;
+    Ok(())
+}
+
+/// step.json, step.csv (the time series), figures, and summary.txt into `dir`.
+pub fn write_all(r: &StepResults, dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir)?;
+    std::fs::write(dir.join("step.json"), serde_json::to_string_pretty(r)?)?;
+    let mut csv = String::from("model,config,t,offered_pps,admitted_pps,delivered_pps\n");
+    for run in &r.runs {
+        for p in &run.trace {
+            csv += &format!("{},{},{:.3},{:.0},{:.0},{:.0}\n", run.model.name(), run.config.name(), p.t, p.offered_pps, p.admitted_pps, p.delivered_pps);
+        }
+    }
+    std::fs::write(dir.join("step.csv"), csv)?;
+    std::fs::write(dir.join("summary.txt"), summary(r))?;
+    super::report::register_font()?;
+    let mut models: Vec<VictimModel> = r.runs.iter().map(|x| x.model).collect();
+    models.dedup();
+    for m in models {
+        let runs: Vec<&StepRun> = r.runs.iter().filter(|x| x.model == m).collect();
+        for delivered in [false, true] {
+            let stem = format!("step-{}-{}", m.name(), if delivered { "delivered" } else { "admitted" });
+            draw(SVGBackend::new(&dir.join(format!("{stem}.svg")), (900, 460)).into_drawing_area(), &runs, delivered)?;
+            draw(BitMapBackend::new(&dir.join(format!("{stem}.png")), (900, 460)).into_drawing_area(), &runs, delivered)?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pts(v: &[f64]) -> Vec<StepPoint> {
+        v.iter().enumerate().map(|(i, &a)| StepPoint { t: (i + 1) as f64 * 0.01, offered_pps: 0.0, admitted_pps: a, delivered_pps: 0.0 }).collect()
+    }
+
+    #[test]
+    fn settling_time_and_overshoot_of_a_step() {
+        // 10 ticks at 200, then steady at 100: smoothing over 5 ticks settles 5 ticks later.
+        let mut v = vec![200.0; 10];
+        v.extend([100.0; 40]);
+        let (steady, settle_s, over) = settle(&pts(&v), 0.0, 0.3);
+        assert_eq!(steady, 100.0);
+        assert!((settle_s.unwrap() - 0.15).abs() < 1e-9, "{settle_s:?}");
+        assert!((over - 1.0).abs() < 1e-9);
+        // Never inside the band at the end: never settled.
+        let mut v = vec![100.0; 40];
+        v.extend([100.0, 300.0, 100.0, 300.0, 100.0, 300.0]);
+        assert_eq!(settle(&pts(&v), 0.0, 0.0).1, None);
+    }
+}
