@@ -61,6 +61,9 @@ pub struct TracePoint {
     pub target_pps: f64,
     pub capacity_pps: f64,
     pub queued_bytes: u64,
+    pub sock_drops: u64,
+    pub backlog_drops: u64,
+    pub state: crate::controller::CtlState,
 }
 
 pub struct AutoLoop {
@@ -226,6 +229,9 @@ impl AutoLoop {
                 target_pps: target,
                 capacity_pps: self.ctl.capacity,
                 queued_bytes: now.queued,
+                sock_drops: sig.sock_drops,
+                backlog_drops: sig.backlog_drops,
+                state: self.ctl.state,
             });
         }
         self.last = Some(now);
@@ -262,6 +268,16 @@ impl AutoLoop {
     pub fn class_names(&self) -> Vec<String> {
         self.classes.iter().map(|c| c.name.clone()).collect()
     }
+}
+
+/// Run the calling thread at SCHED_FIFO priority 1: the control loop's tick
+/// takes tens of microseconds, but a sample cut in two by a pre-emption mixes
+/// counters read milliseconds apart, and a 10 ms rate estimate goes wrong by
+/// tens of percent. Returns false (and changes nothing) if not permitted.
+pub fn realtime_thread() -> bool {
+    let p = libc::sched_param { sched_priority: 1 };
+    // SAFETY: sched_setscheduler on the calling thread (pid 0) with a param we own.
+    unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &p) == 0 }
 }
 
 // ---------------------------------------------------------------------------

@@ -213,6 +213,14 @@ enum ServeCmd {
         /// Reader threads, each with its own socket in one SO_REUSEPORT group.
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
         readers: u16,
+        /// Socket receive buffer in bytes (SO_RCVBUF; SO_RCVBUFFORCE as root,
+        /// past net.core.rmem_max). Default: the kernel's.
+        #[arg(long)]
+        rcvbuf: Option<usize>,
+        /// On SIGUSR1, set the work to the ns in this file (default: double
+        /// it); SIGUSR2 restores --work-ns.
+        #[arg(long)]
+        work_file: Option<PathBuf>,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
@@ -393,7 +401,7 @@ fn real_main() -> Result<ExitCode> {
             let removed = sluice::bench::testbed::cleanup_leftovers()?;
             println!("removed {} namespaces{}", removed.len(), if removed.is_empty() { String::new() } else { format!(": {}", removed.join(", ")) });
         }
-        Cmd::Serve(ServeCmd::UdpEcho { port, addr, work_ns, duration, no_echo, readers, json }) => {
+        Cmd::Serve(ServeCmd::UdpEcho { port, addr, work_ns, duration, no_echo, readers, rcvbuf, work_file, json }) => {
             let stop = Arc::new(AtomicBool::new(false));
             for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
                 signal_hook::flag::register(sig, stop.clone())?;
@@ -404,6 +412,8 @@ fn real_main() -> Result<ExitCode> {
                 duration: duration.map(|d| secs(d, "--duration")).transpose()?,
                 no_echo,
                 readers: readers as usize,
+                rcvbuf,
+                work_file,
             };
             let r = serve::udp_echo(&o, stop).with_context(|| format!("serving UDP on {}", o.bind))?;
             if json {

@@ -3,7 +3,8 @@
 //! reading and writing in batches with recvmmsg/sendmmsg. With `readers` > 1,
 //! each reader thread has its own socket in one SO_REUSEPORT group (the
 //! kernel spreads datagrams over them by flow hash). SIGUSR1 doubles the
-//! per-request work and SIGUSR2 restores it: the bench's capacity step.
+//! per-request work (or sets it to the number in `work_file`) and SIGUSR2
+//! restores it: the bench's capacity step.
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
@@ -24,6 +25,10 @@ pub struct ServeOpts {
     pub no_echo: bool,
     /// Reader threads, each with its own socket.
     pub readers: usize,
+    /// SO_RCVBUF of each socket (None: the kernel's default).
+    pub rcvbuf: Option<usize>,
+    /// Where SIGUSR1 reads the new work (ns) from; None: SIGUSR1 doubles it.
+    pub work_file: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, Default, serde::Serialize)]
@@ -45,8 +50,19 @@ fn spin(ns: u64) {
 }
 
 /// A UDP socket bound to `addr`, in a SO_REUSEPORT group when `shared`.
-fn bind(addr: SocketAddr, shared: bool) -> io::Result<UdpSocket> {
+fn bind(addr: SocketAddr, shared: bool, rcvbuf: Option<usize>) -> io::Result<UdpSocket> {
     let s = socket2::Socket::new(socket2::Domain::for_address(addr), socket2::Type::DGRAM, Some(socket2::Protocol::UDP))?;
+    if let Some(bytes) = rcvbuf {
+        // SO_RCVBUFFORCE passes net.core.rmem_max (needs CAP_NET_ADMIN); else SO_RCVBUF, capped.
+        let v = bytes.min(i32::MAX as usize / 2) as libc::c_int;
+        // SAFETY: setsockopt with an int we own, on a socket we own.
+        let forced = unsafe {
+            libc::setsockopt(s.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, (&v as *const libc::c_int).cast(), 4)
+        } == 0;
+        if !forced {
+            s.set_recv_buffer_size(bytes)?;
+        }
+    }
     if addr.is_ipv6() {
         s.set_only_v6(false)?;
     }
@@ -63,15 +79,16 @@ pub fn udp_echo(o: &ServeOpts, stop: Arc<AtomicBool>) -> io::Result<ServeReport>
     // The work per request, changed by SIGUSR1 (x2) and SIGUSR2 (back).
     let work = Arc::new(AtomicU64::new(o.work_ns));
     {
-        let (work, base) = (work.clone(), o.work_ns);
+        let (work, base, file) = (work.clone(), o.work_ns, o.work_file.clone());
         let mut sig = signal_hook::iterator::Signals::new([signal_hook::consts::SIGUSR1, signal_hook::consts::SIGUSR2])?;
         std::thread::spawn(move || {
             for s in sig.forever() {
-                work.store(if s == signal_hook::consts::SIGUSR1 { base * 2 } else { base }, Ordering::Relaxed);
+                let stepped = || file.as_ref().and_then(|f| std::fs::read_to_string(f).ok()?.trim().parse().ok()).unwrap_or(base * 2);
+                work.store(if s == signal_hook::consts::SIGUSR1 { stepped() } else { base }, Ordering::Relaxed);
             }
         });
     }
-    let socks = (0..readers).map(|_| bind(o.bind, readers > 1)).collect::<io::Result<Vec<_>>>()?;
+    let socks = (0..readers).map(|_| bind(o.bind, readers > 1, o.rcvbuf)).collect::<io::Result<Vec<_>>>()?;
     let threads: Vec<_> = socks
         .into_iter()
         .map(|sock| {

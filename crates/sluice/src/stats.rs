@@ -391,7 +391,40 @@ mod tests {
             last_reload_error: None,
             classes,
             global: GlobalTotals { non_ip_pass: 2, malformed_drop: 1, ..Default::default() },
+            daemon_cpu_secs: 1.5,
+            daemon_cpu_pct: 0.4,
         }
+    }
+
+    #[test]
+    fn auto_classes_show_the_controllers_view() {
+        let mut s = snap();
+        s.classes[0].auto = Some(AutoStatus {
+            algo: "knee".into(),
+            state: "tracking".into(),
+            capacity_pps: 91_000.0,
+            target_pps: 90_500.0,
+            rate_pps: Some(90_500.0),
+            sockets: 1,
+            queued_bytes: 53_000,
+            rcvbuf_bytes: 212_992,
+            ..Default::default()
+        });
+        let t = render_table(&s);
+        assert!(t.contains("AUTO CLASS"), "{t}");
+        let line = t.lines().find(|l| l.starts_with("dns ") && l.contains("knee")).expect(&t);
+        for want in ["tracking", "91.0k", "90.5k", "24%"] {
+            assert!(line.contains(want), "{want} missing in {line}");
+        }
+        assert!(t.contains("daemon CPU 0.4%"));
+        let p = prometheus_text(&s);
+        assert!(p.contains(r#"sluice_auto_rate_pps{class="dns",kind="capacity"} 91000"#), "{p}");
+        assert!(p.contains(r#"sluice_auto_state{class="dns",algo="knee",state="tracking"} 1"#), "{p}");
+        // A snapshot of an older daemon (no auto fields) still parses.
+        let mut v = serde_json::to_value(snap()).unwrap();
+        v.as_object_mut().unwrap().remove("daemon_cpu_secs");
+        v["classes"][0].as_object_mut().unwrap().remove("auto");
+        assert!(serde_json::from_value::<Snapshot>(v).is_ok());
     }
 
     #[test]

@@ -298,6 +298,7 @@ impl Drop for Env {
             let _ = c.kill();
             let _ = c.wait();
         }
+        let _ = std::fs::remove_file(work_file(&self.tb, self.scenario.victim.port));
         self.replies = None;
     }
 }
@@ -350,6 +351,7 @@ impl Env {
             // On the generator's CPU, like everything of the bench but the victim.
             std::thread::spawn(move || {
                 let _ = netns::pin_thread(gen_cpu);
+                crate::auto::realtime_thread();
                 let mut next = std::time::Instant::now();
                 while !stop.load(Ordering::Relaxed) {
                     if let (Ok(g), Ok(mut c)) = (g.lock(), ctl.lock()) {
@@ -510,9 +512,18 @@ impl Env {
         self.replies.as_ref().map(|r| r.take().into_iter().map(|x| (x.sent_ns, x.recv_ns)).collect()).unwrap_or_default()
     }
 
-    /// Send a signal to the main service (the step experiment's cost change).
-    pub fn signal_service(&self, sig: i32) -> Result<()> {
+    /// Set the main service's per-datagram work to `ns` (None: back to the
+    /// scenario's): the step experiment's capacity change.
+    pub fn set_service_work(&self, ns: Option<u64>) -> Result<()> {
         anyhow::ensure!(self.scenario.victim.command.is_none(), "the cost step needs the built-in udp-echo victim");
+        let file = work_file(&self.tb, self.scenario.victim.port);
+        let sig = match ns {
+            Some(ns) => {
+                std::fs::write(&file, ns.to_string())?;
+                libc::SIGUSR1
+            }
+            None => libc::SIGUSR2,
+        };
         // SAFETY: kill(2) on our own child's pid.
         if unsafe { libc::kill(self.service.id() as i32, sig) } != 0 {
             bail!("signalling the service: {}", std::io::Error::last_os_error());
@@ -715,6 +726,11 @@ impl Env {
     }
 }
 
+/// Where the bench's step experiment writes the service's stepped work (ns).
+pub fn work_file(tb: &Testbed, port: u16) -> PathBuf {
+    std::env::temp_dir().join(format!("{}-work-{port}", tb.b))
+}
+
 fn start_service(tb: &Testbed, s: &Scenario, exe: &PathBuf, port: u16) -> Result<Child> {
     let cpu = tb.victim_cpu.to_string();
     let port = port.to_string();
@@ -722,7 +738,14 @@ fn start_service(tb: &Testbed, s: &Scenario, exe: &PathBuf, port: u16) -> Result
     cmd.args(["netns", "exec", &tb.b, "taskset", "-c", &cpu]);
     match &s.victim.command {
         Some(c) => cmd.args(["sh", "-c", &c.replace("{port}", &port)]),
-        None => cmd.arg(exe).args(["serve", "udp-echo", "--addr", "::", "--port", &port, "--work-ns", &s.victim.work_ns.to_string(), "--readers", &s.victim.readers.to_string()]),
+        None => {
+            cmd.arg(exe).args(["serve", "udp-echo", "--addr", "::", "--port", &port, "--work-ns", &s.victim.work_ns.to_string(), "--readers", &s.victim.readers.to_string()]);
+            if let Some(b) = s.victim.rcvbuf {
+                cmd.args(["--rcvbuf", &b.to_string()]);
+            }
+            cmd.arg("--work-file").arg(work_file(tb, port.parse().unwrap_or(0)));
+            &mut cmd
+        }
     };
     let child = cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn().context("starting the victim service")?;
     std::thread::sleep(Duration::from_millis(300));

@@ -4,8 +4,8 @@
 //! | phase | from | what changes |
 //! |---|---|---|
 //! | flood | 0 | a flood at `flood` x the calibrated peak, plus the legitimate probe |
-//! | cost x2 | 1P | the service's per-request work doubles (SIGUSR1): capacity halves |
-//! | cost back | 2P | the work is restored (SIGUSR2): capacity doubles |
+//! | cost x2 | 1P | the service's per-datagram work grows by 1/peak, doubling its whole cost: capacity halves |
+//! | cost back | 2P | the work is restored: capacity doubles |
 //! | flood stops | 3P | the flood stream pauses; the probe goes on |
 //! | flood again | 4P | the flood resumes |
 //!
@@ -66,6 +66,9 @@ pub struct StepRun {
     pub phase_secs: f64,
     pub phases: Vec<PhaseStats>,
     pub trace: Vec<StepPoint>,
+    /// Auto configurations: the controller's own trace (target, capacity, queue, state).
+    #[serde(default)]
+    pub controller: Vec<crate::auto::TracePoint>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -108,12 +111,16 @@ pub fn settle(points: &[StepPoint], start: f64, steady_from: f64) -> (f64, Optio
 fn one_run(env: &mut Env, config: ConfigKind, peak: f64, o: &StepOpts) -> Result<StepRun> {
     env.apply_config(config, peak)?;
     let flood_pps = o.flood * peak;
+    // Twice the whole per-datagram cost (1 / peak), not just twice the work.
+    let doubled_work = env.scenario.victim.work_ns + (1e9 / peak.max(1.0)) as u64;
     let streams = env.load_streams(flood_pps)?;
     let flood_idx: Vec<usize> = (0..streams.len()).filter(|&i| !streams[i].1).collect();
     let legit_idx = streams.iter().position(|s| s.1);
     let total = o.phase_secs * PHASES.len() as f64;
     let done = env.send_for(Duration::from_secs_f64(total + 0.2));
     let _ = env.take_replies();
+    // Sample from the generator's CPU: on the victim's it would steal from the service.
+    crate::netns::pin_thread(env.tb.gen_cpu)?;
     let t0 = Instant::now();
     let mono0 = crate::bench::gen::mono_ns();
     let mut trace = vec![];
@@ -140,8 +147,8 @@ fn one_run(env: &mut Env, config: ConfigKind, peak: f64, o: &StepOpts) -> Result
             phase += 1;
             legit_sent_at.push(legit_idx.map_or(Ok(0), |i| env.gen_counts().map(|c| c[i].sent))?);
             match phase {
-                1 => env.signal_service(libc::SIGUSR1)?,
-                2 => env.signal_service(libc::SIGUSR2)?,
+                1 => env.set_service_work(Some(doubled_work))?,
+                2 => env.set_service_work(None)?,
                 3 => flood_idx.iter().try_for_each(|&i| env.set_stream_rate(i, 0.0))?,
                 4 => flood_idx.iter().try_for_each(|&i| env.set_stream_rate(i, streams[i].0.rate))?,
                 _ => {}
@@ -176,7 +183,8 @@ fn one_run(env: &mut Env, config: ConfigKind, peak: f64, o: &StepOpts) -> Result
             }
         })
         .collect();
-    Ok(StepRun { model: env.tb.model, config, peak_pps: peak, flood_pps, phase_secs: o.phase_secs, phases, trace })
+    let controller = env.auto_trace();
+    Ok(StepRun { model: env.tb.model, config, peak_pps: peak, flood_pps, phase_secs: o.phase_secs, phases, trace, controller })
 }
 
 /// Run the step experiment for every model and configuration.

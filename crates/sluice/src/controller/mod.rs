@@ -14,18 +14,23 @@
 //!   fell, go down if it was flat; reverse at the caps. It must keep moving to
 //!   see the slope, so it always admits a little too much or too little.
 //! - [`Algo::Knee`], ours. While a service socket of the auto classes holds a
-//!   queue at both ends of a tick, the services were never idle, so what they
-//!   took (InDatagrams) in that tick *is* their capacity: no perturbation is
-//!   needed to find it. `T` is that capacity estimate, corrected to hold a
-//!   small standing queue (1/8 of the receive buffer): enough that the service
-//!   never waits for a packet, small enough that queueing delay stays a
-//!   fraction of a millisecond. Socket drops (the queue overflowed) cut `T` to
-//!   below what was delivered at once. When the loss is upstream of the socket
-//!   (softnet backlog drops, time squeeze) the queue says nothing, and the
-//!   controller falls back to a slope test: if admitting more did not deliver
-//!   more, admit less. An empty queue while the gate is dropping, three ticks
-//!   running, means the service could take more: `T` grows by 1%, 2%, 4%, 8%,
-//!   then 16% a tick (capacity doubling is found in about 100 ms).
+//!   queue at both ends of a tick, the service never waited in that tick, so
+//!   what it took (InDatagrams) *is* its capacity: no perturbation is needed
+//!   to measure it. A socket buffer holds only a few milliseconds of packets,
+//!   so a queue seen at a tick's edge is a standing queue: the knee. There `T`
+//!   is held; a queue over 1/8 of the buffer eases `T` down by 1% a tick;
+//!   socket drops with a queue left at the tick's end cut `T` at once to 97%
+//!   of the capacity estimate; drops after which the queue emptied were a
+//!   stall of the service (pre-emption, a VM hiccup), not overload, and only
+//!   trim `T` by 0.5%. With the
+//!   gate dropping and the queue empty, the service could take more: `T`
+//!   creeps up by 1% a tick, and after 15 such quiet ticks (the capacity may
+//!   have risen) grows by 1%, 2%, 4%, 8%, then 16% a tick. When the loss is
+//!   upstream of the socket (softnet backlog drops, time squeeze) the queue
+//!   says nothing, and the controller uses a slope test instead: if admitting
+//!   more did not deliver more, admit less. When demand falls below `T`,
+//!   everything passes and `T` stays at the capacity estimate, ready for the
+//!   next flood.
 //!
 //! When the signals vanish (the service's socket is gone), the last `T` is held
 //! for a configured time, then each class falls back to its safe limit.
@@ -35,23 +40,25 @@ use serde::Serialize;
 
 /// Ticks per second: seed 003 ran its rate selection at 100 Hz.
 pub const TICK_HZ: f64 = 100.0;
-/// Knee: the standing queue held in the service's socket, as a fraction of its
-/// receive buffer.
-pub const QUEUE_TARGET_FRACTION: f64 = 1.0 / 8.0;
-/// Knee: first per-tick growth of `T` while the gate drops and the service
-/// idles; it doubles every tick up to 16x.
+/// Knee: per-tick growth of `T` while the gate drops, the service's queue is
+/// empty, and the last sign of the knee (a queue or drops) is recent.
+pub const CREEP: f64 = 0.01;
+/// Knee: quiet ticks (no queue, no drops, the gate limiting) before fast growth.
+pub const PROBE_AFTER_TICKS: u32 = 15;
+/// Knee: first per-tick fast growth; it doubles every tick up to 16x.
 pub const PROBE_GAIN: f64 = 0.01;
-/// Knee: ticks of a starved service before probing (one can be noise).
-pub const PROBE_AFTER_TICKS: u32 = 3;
-/// Knee: gain of the queue correction, as a fraction of capacity per unit of
-/// queue error (queue and target as fractions of the receive buffer). Small,
-/// because a socket buffer holds only a few milliseconds of packets: a 1%
-/// error in `T` moves the queue by a tenth of the buffer in one 10 ms tick.
-pub const QUEUE_GAIN: f64 = 0.02;
+/// Knee: a queue longer than this fraction of the receive buffer at a tick's
+/// end means `T` is above capacity: ease off by QUEUE_EASE per tick. A socket
+/// buffer holds only a few milliseconds of packets, so any queue seen at a
+/// tick's edge is a standing one.
+pub const QUEUE_HIGH: f64 = 0.125;
+pub const QUEUE_EASE: f64 = 0.01;
 /// Knee: weight of a new busy-tick capacity sample in the running estimate.
 pub const CAPACITY_EWMA: f64 = 0.2;
-/// Knee: on socket drops, `T` goes to this fraction of what was delivered.
+/// Knee: on socket drops with a queue left, `T` goes to this fraction of the capacity estimate.
 pub const BACKOFF: f64 = 0.97;
+/// Knee: on socket drops after which the queue emptied (a stall, not overload), `T` shrinks this much.
+pub const STALL_TRIM: f64 = 0.005;
 
 /// The rate selection algorithm of the auto classes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, Default)]
@@ -74,7 +81,7 @@ impl Algo {
 }
 
 /// What the controller is doing, for status and metrics.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum CtlState {
     /// No measurement yet.
@@ -177,8 +184,10 @@ pub struct Controller {
     last_delivered: f64,
     /// Slope test: the previous tick's admitted and delivered rates.
     last_admitted: f64,
-    /// Knee: consecutive ticks in which the gate dropped and the service idled.
-    starved_ticks: u32,
+    /// Knee: consecutive ticks with the gate limiting, no queue and no drops.
+    quiet_ticks: u32,
+    /// Knee: the delivered rate, smoothed over a few ticks.
+    delivered_avg: f64,
 }
 
 impl Controller {
@@ -193,7 +202,8 @@ impl Controller {
             dir: -1.0,
             last_delivered: 0.0,
             last_admitted: 0.0,
-            starved_ticks: 0,
+            quiet_ticks: 0,
+            delivered_avg: 0.0,
         }
     }
 
@@ -246,58 +256,73 @@ impl Controller {
         let busy = s.queue_start > 0 && s.queue_end > 0;
         // The gate is the bottleneck when it refuses part of what is offered.
         let limiting = s.offered > s.admitted * 1.01 + 1.0;
-        let starved = limiting && s.queue_end == 0 && s.sock_drops == 0;
-        self.starved_ticks = if starved { self.starved_ticks + 1 } else { 0 };
-        if s.sock_drops > 0 {
-            // The socket overflowed: the queue is full and the service at
-            // capacity; come down below what it took, at once.
-            if busy {
-                self.capacity = s.delivered;
-            }
+        let ewma = |c: f64, x: f64| if c > 0.0 { (1.0 - CAPACITY_EWMA) * c + CAPACITY_EWMA * x } else { x };
+        if s.sock_drops > 0 && s.queue_end == 0 {
+            // Drops, yet the service emptied its queue before the tick ended:
+            // it stalled for a moment (pre-empted, a VM hiccup) and the
+            // buffer, a few ms deep, overflowed meanwhile. Not a capacity
+            // signal: trim `T` a little, keep the estimate.
+            self.quiet_ticks = 0;
             self.state = CtlState::Backoff;
-            return (BACKOFF * s.delivered).min(self.target);
+            return self.target * (1.0 - STALL_TRIM);
+        }
+        if s.sock_drops > 0 {
+            // The socket overflowed and still holds a queue: the service was
+            // at capacity and the target above it. Take the tick's delivered
+            // rate into the capacity estimate and come down below it at once.
+            self.capacity = ewma(self.capacity, s.delivered).min(self.capacity.max(s.delivered));
+            self.quiet_ticks = 0;
+            self.state = CtlState::Backoff;
+            return (BACKOFF * self.capacity).min(self.target);
         }
         if s.backlog_drops > 0 || s.squeeze > 0 {
             // Loss before the socket: the queue cannot tell; did more in give more out?
+            self.quiet_ticks = 0;
             self.state = CtlState::Slope;
             let more_in = s.admitted > self.last_admitted * 1.005;
             let more_out = s.delivered > self.last_delivered * 1.0025;
             return if more_in && !more_out { self.target * 0.95 } else { self.target * 1.01 };
         }
-        if !busy {
-            // What the service took is always a lower bound on its capacity.
-            self.capacity = self.capacity.max(s.delivered);
+        // What the service took over the last ticks, smoothed.
+        self.delivered_avg = if self.delivered_avg > 0.0 { 0.7 * self.delivered_avg + 0.3 * s.delivered } else { s.delivered };
+        if busy {
+            // The service never waited in this tick: what it took is its capacity.
+            self.capacity = ewma(self.capacity, s.delivered);
+        } else if limiting {
+            // It took this much without a queue: a lower bound on capacity.
+            self.capacity = self.capacity.max(self.delivered_avg);
         }
-        if busy || (limiting && s.queue_end > 0) {
-            if busy {
-                // The service never waited in this tick: what it took is its capacity.
-                self.capacity = if self.capacity > 0.0 {
-                    (1.0 - CAPACITY_EWMA) * self.capacity + CAPACITY_EWMA * s.delivered
-                } else {
-                    s.delivered
-                };
-            }
+        if !limiting {
+            // Demand below the target: everything passes. Keep T at least at
+            // the capacity estimate and a little above what arrives, so a
+            // returning flood meets the known capacity, not an old low target.
+            self.state = CtlState::Idle;
+            self.quiet_ticks = 0;
+            return self.target.max(self.capacity).max(s.offered * 1.05);
+        }
+        let fill = s.queue_end as f64 / s.rcvbuf.max(1) as f64;
+        if fill > QUEUE_HIGH {
+            // A long standing queue: at capacity and above it; ease off.
             self.state = CtlState::Tracking;
-            // Hold the standing queue: a little more than capacity while the
-            // queue is short, a little less while it is long.
-            let fill = (s.queue_end as f64 / s.rcvbuf.max(1) as f64).min(1.0);
-            return self.capacity.max(1.0) * (1.0 + QUEUE_GAIN * (QUEUE_TARGET_FRACTION - fill));
+            self.quiet_ticks = 0;
+            return self.target * (1.0 - QUEUE_EASE);
         }
-        if starved {
-            // The gate drops while the service waits for packets: after a few
-            // such ticks (not noise), grow fast, doubling the step each tick.
-            self.state = CtlState::Probing;
-            if self.starved_ticks < PROBE_AFTER_TICKS {
-                return self.target;
-            }
-            let k = (self.starved_ticks - PROBE_AFTER_TICKS).min(4);
-            return self.target.max(s.delivered) * (1.0 + PROBE_GAIN * f64::from(1u32 << k));
+        if s.queue_end > 0 {
+            // A short standing queue: the knee. Hold.
+            self.state = CtlState::Tracking;
+            self.quiet_ticks = 0;
+            return self.target;
         }
-        // Demand below the target: everything passes; keep T a little above
-        // what arrives and at least at the capacity estimate, so a returning
-        // flood meets the known capacity, not an old low target.
-        self.state = CtlState::Idle;
-        self.target.max(self.capacity).max(s.offered * 1.05)
+        // The gate drops while the service's queue is empty: it can take more.
+        // Creep while the knee is recent; after a few quiet ticks, grow fast
+        // (the capacity may have risen), doubling the step each tick.
+        self.quiet_ticks += 1;
+        self.state = CtlState::Probing;
+        if self.quiet_ticks <= PROBE_AFTER_TICKS {
+            return self.target * (1.0 + CREEP);
+        }
+        let k = (self.quiet_ticks - PROBE_AFTER_TICKS - 1).min(4);
+        self.target.max(s.delivered) * (1.0 + PROBE_GAIN * f64::from(1u32 << k))
     }
 }
 
