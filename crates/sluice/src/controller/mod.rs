@@ -20,9 +20,10 @@
 //!   so a queue seen at a tick's edge is a standing queue: the knee. There `T`
 //!   is held; a queue over 1/8 of the buffer eases `T` down by 1% a tick;
 //!   socket drops with a queue left at the tick's end cut `T` at once to 97%
-//!   of the capacity estimate; drops after which the queue emptied were a
-//!   stall of the service (pre-emption, a VM hiccup), not overload, and only
-//!   trim `T` by 0.5%. With the
+//!   of the capacity estimate; drops after which the queue emptied, or a
+//!   single tick of drops in which the service took far less than its
+//!   capacity, were a stall of the service (pre-emption, a VM hiccup), not
+//!   overload, and only trim `T` by 0.5%. With the
 //!   gate dropping and the queue empty, the service could take more: `T`
 //!   creeps up by 1% a tick, and after 15 such quiet ticks (the capacity may
 //!   have risen) grows by 1%, 2%, 4%, 8%, then 16% a tick. When the loss is
@@ -59,6 +60,9 @@ pub const CAPACITY_EWMA: f64 = 0.2;
 pub const BACKOFF: f64 = 0.97;
 /// Knee: on socket drops after which the queue emptied (a stall, not overload), `T` shrinks this much.
 pub const STALL_TRIM: f64 = 0.005;
+/// Knee: a first tick of drops delivering less than this share of the
+/// capacity estimate is a stall of the service, not overload.
+pub const STALL_SHARE: f64 = 0.85;
 
 /// The rate selection algorithm of the auto classes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, Default)]
@@ -188,6 +192,8 @@ pub struct Controller {
     quiet_ticks: u32,
     /// Knee: the delivered rate, smoothed over a few ticks.
     delivered_avg: f64,
+    /// Knee: consecutive ticks with socket drops.
+    drop_ticks: u32,
 }
 
 impl Controller {
@@ -204,6 +210,7 @@ impl Controller {
             last_admitted: 0.0,
             quiet_ticks: 0,
             delivered_avg: 0.0,
+            drop_ticks: 0,
         }
     }
 
@@ -257,12 +264,16 @@ impl Controller {
         // The gate is the bottleneck when it refuses part of what is offered.
         let limiting = s.offered > s.admitted * 1.01 + 1.0;
         let ewma = |c: f64, x: f64| if c > 0.0 { (1.0 - CAPACITY_EWMA) * c + CAPACITY_EWMA * x } else { x };
-        if s.sock_drops > 0 && s.queue_end == 0 {
-            // Drops, yet the service emptied its queue before the tick ended:
-            // it stalled for a moment (pre-empted, a VM hiccup) and the
-            // buffer, a few ms deep, overflowed meanwhile. Not a capacity
-            // signal: trim `T` a little, keep the estimate.
-            self.quiet_ticks = 0;
+        self.drop_ticks = if s.sock_drops > 0 { self.drop_ticks + 1 } else { 0 };
+        let stalled = s.queue_end == 0 || (self.drop_ticks == 1 && s.delivered < STALL_SHARE * self.capacity);
+        if s.sock_drops > 0 && stalled {
+            // Drops, yet the service emptied its queue before the tick ended,
+            // or took far less than its capacity for one tick: it stalled for
+            // a moment (pre-empted, a VM hiccup) and the buffer, a few ms
+            // deep, overflowed meanwhile. Not a capacity signal: trim `T` a
+            // little, keep the estimate (and the count of quiet ticks: a
+            // stall says nothing about whether capacity rose). Drops two
+            // ticks running are overload.
             self.state = CtlState::Backoff;
             return self.target * (1.0 - STALL_TRIM);
         }
