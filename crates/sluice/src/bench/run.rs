@@ -627,6 +627,8 @@ impl Env {
         std::thread::sleep(Duration::from_secs_f64(duration));
         let s1 = self.snap()?;
         let a1 = self.auto_progress();
+        // The controller's ticks of the window (it goes on ticking after it).
+        let window_trace = self.auto_trace();
         let (_, gen_secs) = done.recv().context("generator")??;
         if gen_secs < warmup + duration {
             bail!("the generator stopped after {gen_secs:.2} s, before the window ended");
@@ -694,8 +696,7 @@ impl Env {
         let (admitted_cv, ctl_cpu_pct) = match (a0, a1) {
             (Some((t0, c0)), Some((t1, c1))) => {
                 let n = (t1 - t0) as usize;
-                let trace = self.auto_trace();
-                let adm: Vec<f64> = trace.iter().rev().take(n).map(|p| p.admitted_pps).collect();
+                let adm: Vec<f64> = window_trace.iter().rev().take(n).map(|p| p.admitted_pps).collect();
                 (Some(coefficient_of_variation(&adm)), Some(100.0 * (c1 - c0) as f64 / (secs * 1e9)))
             }
             _ => (None, None),

@@ -23,7 +23,7 @@
 //!   of the capacity estimate; drops after which the queue emptied, or a
 //!   single tick of drops in which the service took far less than its
 //!   capacity, were a stall of the service (pre-emption, a VM hiccup), not
-//!   overload, and only trim `T` by 0.5%. With the
+//!   overload, and leave `T` as it is. With the
 //!   gate dropping and the queue empty, the service could take more: `T`
 //!   creeps up by 1% a tick, and after 15 such quiet ticks (the capacity may
 //!   have risen) grows by 1%, 2%, 4%, 8%, then 16% a tick. When the loss is
@@ -58,8 +58,6 @@ pub const QUEUE_EASE: f64 = 0.01;
 pub const CAPACITY_EWMA: f64 = 0.2;
 /// Knee: on socket drops with a queue left, `T` goes to this fraction of the capacity estimate.
 pub const BACKOFF: f64 = 0.97;
-/// Knee: on socket drops after which the queue emptied (a stall, not overload), `T` shrinks this much.
-pub const STALL_TRIM: f64 = 0.005;
 /// Knee: a first tick of drops delivering less than this share of the
 /// capacity estimate is a stall of the service, not overload.
 pub const STALL_SHARE: f64 = 0.85;
@@ -226,6 +224,10 @@ impl Controller {
             self.state = if self.lost_secs > self.tuning.hold_secs { CtlState::Fallback } else { CtlState::Holding };
             return self.target;
         }
+        if (self.state == CtlState::Starting || self.state == CtlState::Fallback) && s.offered == 0.0 {
+            // Nothing arrives yet: nothing to learn from.
+            return self.target;
+        }
         if self.state == CtlState::Starting || self.state == CtlState::Fallback {
             // First measurement (or back from fallback): start from what the
             // service delivers now, or from what arrives if nothing does yet.
@@ -270,12 +272,12 @@ impl Controller {
             // Drops, yet the service emptied its queue before the tick ended,
             // or took far less than its capacity for one tick: it stalled for
             // a moment (pre-empted, a VM hiccup) and the buffer, a few ms
-            // deep, overflowed meanwhile. Not a capacity signal: trim `T` a
-            // little, keep the estimate (and the count of quiet ticks: a
+            // deep, overflowed meanwhile. Not a capacity signal: keep `T`,
+            // the estimate, and the count of quiet ticks (a
             // stall says nothing about whether capacity rose). Drops two
             // ticks running are overload.
             self.state = CtlState::Backoff;
-            return self.target * (1.0 - STALL_TRIM);
+            return self.target;
         }
         if s.sock_drops > 0 {
             // The socket overflowed and still holds a queue: the service was
