@@ -25,6 +25,10 @@ pub struct IdleMeter {
     pub tid: i32,
     idle_ns: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
+    /// While set, the thread sleeps instead of spinning: a SCHED_IDLE napi
+    /// kthread (the `auto-idle` configuration) would share the idle time
+    /// with it and starve.
+    paused: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -32,7 +36,8 @@ impl IdleMeter {
     pub fn start(cpu: usize) -> Result<IdleMeter> {
         let idle_ns = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
-        let (i, s) = (idle_ns.clone(), stop.clone());
+        let paused = Arc::new(AtomicBool::new(false));
+        let (i, s, p) = (idle_ns.clone(), stop.clone(), paused.clone());
         let (tx, rx) = std::sync::mpsc::channel();
         let thread = std::thread::spawn(move || {
             let setup = (|| -> Result<()> {
@@ -54,6 +59,11 @@ impl IdleMeter {
             let mut local = 0u64;
             let mut n = 0u32;
             while !s.load(Ordering::Relaxed) {
+                if p.load(Ordering::Relaxed) {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                    prev = mono_ns();
+                    continue;
+                }
                 let now = mono_ns();
                 let d = now - prev;
                 if d < IDLE_GAP_NS {
@@ -68,7 +78,16 @@ impl IdleMeter {
             }
         });
         let tid = rx.recv().context("idle meter thread")??;
-        Ok(IdleMeter { tid, idle_ns, stop, thread: Some(thread) })
+        Ok(IdleMeter { tid, idle_ns, stop, paused, thread: Some(thread) })
+    }
+
+    /// Stop (true) or resume (false) measuring.
+    pub fn pause(&self, on: bool) {
+        self.paused.store(on, Ordering::Relaxed);
+    }
+
+    pub fn is_paused(&self) -> bool {
+        self.paused.load(Ordering::Relaxed)
     }
 
     /// Idle ns so far (read it at both edges of a window).

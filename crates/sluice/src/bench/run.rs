@@ -449,6 +449,9 @@ impl Env {
             // The receive-work knob: SCHED_IDLE for auto-idle, back to normal otherwise.
             let policy = if kind == ConfigKind::AutoIdle { NapiSched::Idle } else { NapiSched::Keep };
             set_napi(IF_B, policy)?;
+            // The idle-thread meter would compete with a SCHED_IDLE kthread:
+            // /proc/stat alone measures that configuration.
+            self.meter.pause(kind == ConfigKind::AutoIdle);
         }
         let _ = netns::sh(&["ip", "netns", "exec", &self.tb.b, "nft", "delete", "table", "inet", NFT_TABLE]);
         if kind == ConfigKind::Nft {
@@ -687,10 +690,13 @@ impl Env {
 
         let wall = (s1.t_ns - s0.t_ns) as f64;
         let cpu_busy = (1.0 - d(s0.idle_ns, s1.idle_ns) as f64 / wall).clamp(0.0, 1.0);
+        let meter_paused = self.meter.is_paused();
         let (b0, t0) = s0.cpu_ticks;
         let (b1, t1) = s1.cpu_ticks;
         let idle_thread = d(s0.idle_thread_ticks, s1.idle_thread_ticks);
         let cpu_busy_procstat = if t1 > t0 { (d(b0, b1).saturating_sub(idle_thread)) as f64 / (t1 - t0) as f64 } else { 0.0 };
+        let cpu_busy_procstat = cpu_busy_procstat.clamp(0.0, 1.0);
+        let cpu_busy = if meter_paused { cpu_busy_procstat } else { cpu_busy };
         let delivered_pps = delivered as f64 / secs;
         let sent_pps = sent as f64 / secs;
         let (admitted_cv, ctl_cpu_pct) = match (a0, a1) {
@@ -718,7 +724,7 @@ impl Env {
             legit_loss: if legit_sent > 0 { 1.0 - (legit_replies as f64 / legit_sent as f64).min(1.0) } else { 0.0 },
             rtt,
             cpu_busy,
-            cpu_busy_procstat: cpu_busy_procstat.clamp(0.0, 1.0),
+            cpu_busy_procstat,
             ns_per_delivered: if delivered_pps > 0.0 { cpu_busy * 1e9 / delivered_pps } else { f64::INFINITY },
             ledger,
             admitted_cv,

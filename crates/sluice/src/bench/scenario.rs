@@ -81,6 +81,12 @@ impl ConfigKind {
         })
     }
 
+    /// False for configurations a victim model cannot run (auto-idle needs
+    /// the same-core model's napi kthread); the sweep skips them.
+    pub fn applies_to(self, model: VictimModel) -> bool {
+        self != ConfigKind::AutoIdle || model == VictimModel::SameCore
+    }
+
     /// The controller's algorithm, for the auto configurations.
     pub fn algo(self) -> Option<crate::controller::Algo> {
         match self {
@@ -211,7 +217,7 @@ impl Scenario {
         ensure!(!self.models.is_empty(), "field `models`: name at least one of \"nic\", \"same-core\"");
         ensure!(!self.configs.is_empty(), "field `configs`: name at least one of {:?}", ConfigKind::ALL.map(|c| c.name()));
         ensure!(
-            !(self.configs.contains(&ConfigKind::AutoIdle) && self.models.contains(&VictimModel::Nic)),
+            !self.configs.contains(&ConfigKind::AutoIdle) || self.models.contains(&VictimModel::SameCore),
             "field `configs`: \"auto-idle\" needs the same-core model (the nic model has no napi kthread)"
         );
         ensure!(
@@ -302,7 +308,7 @@ fn demo() -> Scenario {
 fn auto() -> Scenario {
     let mut s = from_toml(DEFAULT, "built-in scenario default").expect("the default scenario is valid");
     s.name = "auto".into();
-    s.configs = vec![ConfigKind::Off, ConfigKind::Static, ConfigKind::Auto, ConfigKind::AutoPno];
+    s.configs = vec![ConfigKind::Off, ConfigKind::Static, ConfigKind::Auto, ConfigKind::AutoPno, ConfigKind::AutoIdle];
     s.levels = vec![0.5, 1.0, 1.5, 3.0, 10.0, 20.0];
     (s.duration, s.warmup, s.repeats) = (3.0, 1.0, 2);
     s
@@ -348,7 +354,7 @@ fn quick() -> Scenario {
 pub const BUILTIN: &[(&str, fn() -> Scenario, &str)] = &[
     ("default", || from_toml(DEFAULT, "built-in scenario default").expect("valid"), "both victim models, off/nft/static, 10 levels, 5 s x 3 (about 40 minutes)"),
     ("demo", demo, "nic model, off vs static vs auto, 5 levels, 2 s x 1 (about 1.5 minutes)"),
-    ("auto", auto, "both models, off/static/auto/auto-pno, 6 levels, 3 s x 2 (about 25 minutes)"),
+    ("auto", auto, "both models, off/static/auto/auto-pno (+auto-idle on same-core), 6 levels, 3 s x 2 (about 10 minutes)"),
     ("priority", priority, "nic model, legit service priority 0, flood to a priority-1 service, off/static/auto (about 3 minutes)"),
     ("quick", quick, "nic model, off/static/auto, 2 levels, 1 s (for tests)"),
 ];

@@ -202,7 +202,7 @@ pub fn run(scenario: &Scenario, o: &StepOpts) -> Result<StepResults> {
         bar.set_message(format!("{} calibrating", model.name()));
         let cal = crate::bench::sweep::calibrate(&mut env, scenario.max_rate, &bar)?;
         let peak = cal.iter().map(|p| p.delivered_pps).fold(0.0, f64::max);
-        for &c in &o.configs {
+        for &c in o.configs.iter().filter(|c| c.applies_to(model)) {
             bar.set_message(format!("{} {}: {} phases of {} s", model.name(), c.name(), PHASES.len(), o.phase_secs));
             runs.push(one_run(&mut env, c, peak, o)?);
             bar.inc(1);

@@ -201,10 +201,12 @@ pub fn run(scenario: &Scenario, opts: &SweepOpts, mut on_model: impl FnMut(&Resu
         started,
         models: vec![],
     };
-    let per_model = scenario.levels.len() * scenario.configs.len() * scenario.repeats as usize;
-    let bar = if opts.progress { ProgressBar::new((per_model * scenario.models.len()) as u64) } else { ProgressBar::hidden() };
+    let configs_of = |m: VictimModel| -> Vec<ConfigKind> { scenario.configs.iter().copied().filter(|c| c.applies_to(m)).collect() };
+    let total: usize = scenario.models.iter().map(|&m| scenario.levels.len() * configs_of(m).len() * scenario.repeats as usize).sum();
+    let bar = if opts.progress { ProgressBar::new(total as u64) } else { ProgressBar::hidden() };
     bar.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len} {msg} ({elapsed}, ~{eta} left)").unwrap());
     for &model in &scenario.models {
+        let configs = configs_of(model);
         let mut env = Env::start(scenario, model, &opts.exe, model.name())?;
         let calibration = calibrate(&mut env, scenario.max_rate, &bar)?;
         let peak = calibration.iter().map(|p| p.delivered_pps).fold(0.0, f64::max);
@@ -215,11 +217,11 @@ pub fn run(scenario: &Scenario, opts: &SweepOpts, mut on_model: impl FnMut(&Resu
             .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))));
         let static_rate = scenario.static_rate * peak;
         let lv = levels(scenario, peak);
-        bar.inc((scenario.levels.len() - lv.len()) as u64 * (scenario.configs.len() * scenario.repeats as usize) as u64);
+        bar.inc((scenario.levels.len() - lv.len()) as u64 * (configs.len() * scenario.repeats as usize) as u64);
         let mut runs = Vec::new();
         for &(m, rate) in &lv {
             for rep in 0..scenario.repeats {
-                for &c in &scenario.configs {
+                for &c in &configs {
                     if opts.interrupted.load(std::sync::atomic::Ordering::Relaxed) {
                         anyhow::bail!("interrupted; the testbed is removed");
                     }
@@ -234,7 +236,7 @@ pub fn run(scenario: &Scenario, opts: &SweepOpts, mut on_model: impl FnMut(&Resu
         results.models.push(ModelRun {
             model,
             stages: model.stages(env.tb.gen_cpu, env.tb.victim_cpu),
-            points: summarise(&runs, &scenario.configs, &multiples),
+            points: summarise(&runs, &configs, &multiples),
             calibration,
             peak_pps: peak,
             mlfrr_pps: mlfrr,

@@ -19,11 +19,11 @@
 //!   to measure it. A socket buffer holds only a few milliseconds of packets,
 //!   so a queue seen at a tick's edge is a standing queue: the knee. There `T`
 //!   is held; a queue over 1/8 of the buffer eases `T` down by 1% a tick;
-//!   socket drops with a queue left at the tick's end cut `T` at once to 97%
-//!   of the capacity estimate; drops after which the queue emptied, or a
-//!   single tick of drops in which the service took far less than its
-//!   capacity, were a stall of the service (pre-emption, a VM hiccup), not
-//!   overload, and leave `T` as it is. With the
+//!   socket drops cut `T` at once to 97%
+//!   of the capacity estimate when they come two ticks running with a queue
+//!   left; drops after which the queue emptied, or a single tick of them,
+//!   were a stall of the service (pre-emption, a VM hiccup, the napi kthread
+//!   taking its turn), not overload, and leave `T` as it is. With the
 //!   gate dropping and the queue empty, the service could take more: `T`
 //!   creeps up by 1% a tick, and after 15 such quiet ticks (the capacity may
 //!   have risen) grows by 1%, 2%, 4%, 8%, then 16% a tick. When the loss is
@@ -58,9 +58,6 @@ pub const QUEUE_EASE: f64 = 0.01;
 pub const CAPACITY_EWMA: f64 = 0.2;
 /// Knee: on socket drops with a queue left, `T` goes to this fraction of the capacity estimate.
 pub const BACKOFF: f64 = 0.97;
-/// Knee: a first tick of drops delivering less than this share of the
-/// capacity estimate is a stall of the service, not overload.
-pub const STALL_SHARE: f64 = 0.85;
 
 /// The rate selection algorithm of the auto classes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, Default)]
@@ -267,10 +264,10 @@ impl Controller {
         let limiting = s.offered > s.admitted * 1.01 + 1.0;
         let ewma = |c: f64, x: f64| if c > 0.0 { (1.0 - CAPACITY_EWMA) * c + CAPACITY_EWMA * x } else { x };
         self.drop_ticks = if s.sock_drops > 0 { self.drop_ticks + 1 } else { 0 };
-        let stalled = s.queue_end == 0 || (self.drop_ticks == 1 && s.delivered < STALL_SHARE * self.capacity);
+        let stalled = s.queue_end == 0 || self.drop_ticks < 2;
         if s.sock_drops > 0 && stalled {
             // Drops, yet the service emptied its queue before the tick ended,
-            // or took far less than its capacity for one tick: it stalled for
+            // or a first tick of drops: the service stalled for
             // a moment (pre-empted, a VM hiccup) and the buffer, a few ms
             // deep, overflowed meanwhile. Not a capacity signal: keep `T`,
             // the estimate, and the count of quiet ticks (a
