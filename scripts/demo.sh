@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The sluice demo: a UDP service in one network namespace, flooded from another
-# over a veth pair, first without sluice and then with `sluice run` at a static
-# limit. Everything it creates (namespaces, veth, processes) is removed on exit,
+# over a veth pair, first without sluice, then with `sluice run` at a static
+# limit, then with `sluice run` picking the rate itself (rate=auto). Everything it creates (namespaces, veth, processes) is removed on exit,
 # on error and on Ctrl-C. Traffic stays inside the two namespaces.
 #
 #   scripts/demo.sh [SLUICE_BINARY]
@@ -47,12 +47,13 @@ ip -n "$B" link set vb up
 # service, while the driver-level receive work stays on the sender's CPU.
 ip netns exec "$B" sh -c 'echo 2 > /sys/class/net/vb/queues/rx-0/rps_cpus'
 
-run_phase() { # $1 = label, $2 = command to run halfway through the flood (optional)
+run_phase() { # $1 = label, $2 = command to run halfway through the flood, $3 = command to run once the service listens (both optional)
     ip netns exec "$B" taskset -c 1 "$BIN" serve udp-echo --port $PORT --work-ns "$WORK_NS" --no-echo \
-        --duration "$((SECS + 2))" --json > "$TMP/serve.json" &
+        --duration "$((SECS + 3))" --json > "$TMP/serve.json" &
     local serve=$!
     PIDS+=("$serve")
     sleep 0.5
+    if [ -n "${3:-}" ]; then eval "$3"; fi
     ip netns exec "$A" taskset -c 0 "$BIN" send --dst 10.77.0.2:$PORT --rate 0 --duration "$SECS" --flows 16 --json > "$TMP/send.json" &
     local send=$!
     PIDS+=("$send")
@@ -88,8 +89,27 @@ cp "$TMP/serve.json.rate" "$TMP/on.rate"
 kill -TERM "$GATE"
 wait "$GATE" || true
 
-python3 - "$TMP/off.rate" "$TMP/on.rate" <<'PY'
+# rate=auto finds the service by its socket, so the daemon starts once the service listens.
+start_auto() {
+    ip netns exec "$B" "$BIN" run --iface vb --class "svc:rate=auto,match=udp:$PORT" \
+        --socket "$TMP/auto.sock" --metrics off > "$TMP/auto.out" 2> "$TMP/auto.err" &
+    AUTO=$!
+    PIDS+=("$AUTO")
+    for _ in $(seq 100); do [ -S "$TMP/auto.sock" ] && break; sleep 0.1; done
+    [ -S "$TMP/auto.sock" ] || { cat "$TMP/auto.err" >&2; exit 1; }
+}
+echo "== sluice run --iface vb --class 'svc:rate=auto,match=udp:$PORT'  (the controller picks the rate)"
+STATUS="echo '== sluice status, during the flood'; ip netns exec $B $BIN status --socket $TMP/auto.sock"
+run_phase "with sluice (rate=auto)" "$STATUS" start_auto > "$TMP/phase.out"
+grep -v "^with sluice" "$TMP/phase.out"
+grep "^with sluice" "$TMP/phase.out"
+cp "$TMP/serve.json.rate" "$TMP/auto.rate"
+kill -TERM "$AUTO"
+wait "$AUTO" || true
+
+python3 - "$TMP/off.rate" "$TMP/on.rate" "$TMP/auto.rate" <<'PY'
 import sys
-off, on = (float(open(p).read()) for p in sys.argv[1:3])
-print(f"\n== delivered: {off/1e3:.1f}k pkt/s without sluice, {on/1e3:.1f}k pkt/s with sluice ({on/max(off,1):.2f}x)")
+off, on, auto = (float(open(p).read()) for p in sys.argv[1:4])
+print(f"\n== delivered: {off/1e3:.1f}k pkt/s without sluice, {on/1e3:.1f}k pkt/s with sluice static "
+      f"({on/max(off,1):.2f}x), {auto/1e3:.1f}k pkt/s with rate=auto ({auto/max(off,1):.2f}x)")
 PY

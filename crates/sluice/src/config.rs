@@ -937,4 +937,41 @@ match = [{ proto = "udp", port = "5000-5999", src = "10.0.0.0/8" }, { proto = "i
         let e = load_file(Path::new("/nonexistent/sluice.toml")).unwrap_err();
         assert!(e.to_string().contains("cannot read"), "{e}");
     }
+
+    #[test]
+    fn auto_classes_in_the_file_and_the_flags() {
+        let c = cfg("[auto]\nhold = 0.5\npno_step = 500\nnapi = \"idle\"\n\n[[class]]\nname = \"api\"\nrate = \"auto\"\nalgo = \"pno\"\nmin_share = 0.25\nfallback = \"20k\"\nmatch = [{ proto = \"udp\", port = \"8000-8001\" }]\n").unwrap();
+        let want = AutoSpec { algo: Algo::Pno, min_share_permille: 250, fallback_pps: Some(20_000) };
+        assert_eq!(c.classes[0].limit, Limit::Auto(want));
+        assert_eq!(c.auto, AutoSettings { hold_ms: 500, pno_step: 500, napi: NapiSched::Idle });
+        assert_eq!(c.auto_classes(), vec![0]);
+        assert_eq!(c.classes[0].udp_ports(), vec![(8000, 8001)]);
+        let f = from_flags(&["api:rate=auto,min_share=0.1,fallback=unlimited,match=udp:53".into()]).unwrap();
+        assert_eq!(f.classes[0].limit, Limit::Auto(AutoSpec { algo: Algo::Knee, min_share_permille: 100, fallback_pps: None }));
+        assert_eq!(f.auto, AutoSettings::default());
+    }
+
+    #[test]
+    fn auto_errors_name_the_class_and_field() {
+        // No UDP port: the controller could not find the service.
+        let e = cfg("[[class]]\nname = \"web\"\nrate = \"auto\"\nmatch = [{ proto = \"tcp\", port = 80 }]\n").unwrap_err();
+        assert_eq!(e.field, "rate");
+        assert!(e.message.contains("\"web\"") && e.message.contains("UDP port"), "{e}");
+        // Auto-only keys on a static class.
+        let e = parse_class_flag("x:rate=1k,min_share=0.2,match=udp:1").unwrap_err();
+        assert_eq!(e.field, "min_share");
+        let e = cfg("[[class]]\nname = \"x\"\nrate = \"auto\"\nalgo = \"fuzzy\"\nmatch = [{ proto = \"udp\", port = 1 }]\n").unwrap_err();
+        assert_eq!((e.field.as_str(), e.origin.clone()), ("class.algo (class \"x\")", Origin::File { path: "t.toml".into(), line: 4, column: 8 }));
+        assert!(e.message.contains("\"knee\""), "{e}");
+        assert_eq!(parse_class_flag("x:rate=auto,min_share=1.5,match=udp:1").unwrap_err().field, "min_share");
+        assert_eq!(parse_class_flag("x:rate=auto,fallback=0,match=udp:1").unwrap_err().field, "fallback");
+        // Two algorithms for one shared controller.
+        let e = from_flags(&["a:rate=auto,match=udp:1".into(), "b:rate=auto,algo=pno,match=udp:2".into()]).unwrap_err();
+        assert_eq!(e.field, "algo");
+        assert!(e.message.contains("\"a\"") && e.message.contains("\"b\""), "{e}");
+        // The [auto] table.
+        assert_eq!(cfg("[auto]\nhold = -1\n").unwrap_err().field, "auto.hold");
+        assert_eq!(cfg("[auto]\nnapi = \"fast\"\n").unwrap_err().field, "");
+        assert!(cfg("[auto]\nspeed = 1\n").is_err());
+    }
 }

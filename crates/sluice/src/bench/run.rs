@@ -432,6 +432,8 @@ impl Env {
         let cfg = config::from_flags(&flags)?;
         let auto = AutoLoop::new(&cfg, Some(&self.tb.b), self.victim_gate.lock().unwrap().ncpus())?;
         {
+            // Lock order: the gate, then the control state (as the control thread does).
+            let mut gate = self.victim_gate.lock().unwrap();
             let mut c = self.control.lock().unwrap();
             c.auto = None;
             c.limits = cfg
@@ -441,7 +443,7 @@ impl Env {
                 .filter(|(_, c)| matches!(c.limit, config::Limit::Rate { .. }))
                 .map(|(i, c)| (i, c.limit, vec![]))
                 .collect();
-            self.victim_gate.lock().unwrap().apply(&cfg, &classify::compile(&cfg)?)?;
+            gate.apply(&cfg, &classify::compile(&cfg)?)?;
             c.auto = auto;
         }
         self.n_classes = cfg.classes.len();

@@ -319,8 +319,7 @@ fn auto() -> Scenario {
 fn priority() -> Scenario {
     let mut s = from_toml(DEFAULT, "built-in scenario default").expect("the default scenario is valid");
     s.name = "priority".into();
-    s.models = vec![VictimModel::Nic];
-    s.configs = vec![ConfigKind::Off, ConfigKind::Static, ConfigKind::Auto];
+    s.configs = vec![ConfigKind::Off, ConfigKind::Static, ConfigKind::Auto, ConfigKind::AutoIdle];
     s.levels = vec![0.5, 1.0, 3.0, 10.0];
     s.victim.bulk_port = Some(7001);
     (s.duration, s.warmup, s.repeats) = (3.0, 1.0, 1);
@@ -355,7 +354,7 @@ pub const BUILTIN: &[(&str, fn() -> Scenario, &str)] = &[
     ("default", || from_toml(DEFAULT, "built-in scenario default").expect("valid"), "both victim models, off/nft/static, 10 levels, 5 s x 3 (about 40 minutes)"),
     ("demo", demo, "nic model, off vs static vs auto, 5 levels, 2 s x 1 (about 1.5 minutes)"),
     ("auto", auto, "both models, off/static/auto/auto-pno (+auto-idle on same-core), 6 levels, 3 s x 2 (about 10 minutes)"),
-    ("priority", priority, "nic model, legit service priority 0, flood to a priority-1 service, off/static/auto (about 3 minutes)"),
+    ("priority", priority, "both models, a priority-0 service's probe beside a flood to a priority-1 service, off/static/auto (+auto-idle on same-core), 4 levels (about 5 minutes)"),
     ("quick", quick, "nic model, off/static/auto, 2 levels, 1 s (for tests)"),
 ];
 
