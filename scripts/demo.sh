@@ -74,38 +74,36 @@ echo "== the service spends ${WORK_NS} ns per datagram on CPU 1; the flood is as
 run_phase "without sluice"
 cp "$TMP/serve.json.rate" "$TMP/off.rate"
 
-echo "== sluice run --iface vb --class 'svc:rate=$LIMIT,match=udp:$PORT'"
-ip netns exec "$B" "$BIN" run --iface vb --class "svc:rate=$LIMIT,match=udp:$PORT" \
-    --socket "$TMP/sluice.sock" --metrics off > "$TMP/run.out" 2> "$TMP/run.err" &
-GATE=$!
-PIDS+=("$GATE")
-for _ in $(seq 100); do [ -S "$TMP/sluice.sock" ] && break; sleep 0.1; done
-[ -S "$TMP/sluice.sock" ] || { cat "$TMP/run.err" >&2; exit 1; }
-STATUS="echo '== sluice status, during the flood'; ip netns exec $B $BIN status --socket $TMP/sluice.sock"
-run_phase "with sluice (static $LIMIT)" "$STATUS" > "$TMP/phase.out"
-grep -v "^with sluice" "$TMP/phase.out"
-grep "^with sluice" "$TMP/phase.out"
-cp "$TMP/serve.json.rate" "$TMP/on.rate"
-kill -TERM "$GATE"
-wait "$GATE" || true
-
-# rate=auto finds the service by its socket, so the daemon starts once the service listens.
-start_auto() {
-    ip netns exec "$B" "$BIN" run --iface vb --class "svc:rate=auto,match=udp:$PORT" \
-        --socket "$TMP/auto.sock" --metrics off > "$TMP/auto.out" 2> "$TMP/auto.err" &
-    AUTO=$!
-    PIDS+=("$AUTO")
-    for _ in $(seq 100); do [ -S "$TMP/auto.sock" ] && break; sleep 0.1; done
-    [ -S "$TMP/auto.sock" ] || { cat "$TMP/auto.err" >&2; exit 1; }
+# Start `sluice run` with one class ($1, a --class spec) on statistics socket $2; GATE is its pid.
+start_gate() {
+    ip netns exec "$B" "$BIN" run --iface vb --class "$1" --socket "$2" --metrics off > "$2.out" 2> "$2.err" &
+    GATE=$!
+    PIDS+=("$GATE")
+    for _ in $(seq 100); do [ -S "$2" ] && break; sleep 0.1; done
+    [ -S "$2" ] || { cat "$2.err" >&2; exit 1; }
 }
-echo "== sluice run --iface vb --class 'svc:rate=auto,match=udp:$PORT'  (the controller picks the rate)"
-STATUS="echo '== sluice status, during the flood'; ip netns exec $B $BIN status --socket $TMP/auto.sock"
-run_phase "with sluice (rate=auto)" "$STATUS" start_auto > "$TMP/phase.out"
-grep -v "^with sluice" "$TMP/phase.out"
-grep "^with sluice" "$TMP/phase.out"
-cp "$TMP/serve.json.rate" "$TMP/auto.rate"
-kill -TERM "$AUTO"
-wait "$AUTO" || true
+
+# One flood with the daemon: $1 label, $2 class spec, $3 output rate file, $4 "after" to start
+# the daemon once the service listens (rate=auto finds the service by its socket).
+gated_phase() {
+    local sock="$TMP/$(basename "$3" .rate).sock"
+    local status="echo '== sluice status, during the flood'; ip netns exec $B $BIN status --socket $sock"
+    echo "== sluice run --iface vb --class '$2'"
+    if [ "${4:-}" = after ]; then
+        run_phase "with sluice ($1)" "$status" "start_gate '$2' '$sock'" > "$TMP/phase.out"
+    else
+        start_gate "$2" "$sock"
+        run_phase "with sluice ($1)" "$status" > "$TMP/phase.out"
+    fi
+    grep -v "^with sluice" "$TMP/phase.out"
+    grep "^with sluice" "$TMP/phase.out"
+    cp "$TMP/serve.json.rate" "$3"
+    kill -TERM "$GATE"
+    wait "$GATE" || true
+}
+
+gated_phase "static $LIMIT" "svc:rate=$LIMIT,match=udp:$PORT" "$TMP/on.rate"
+gated_phase "rate=auto" "svc:rate=auto,match=udp:$PORT" "$TMP/auto.rate" after
 
 python3 - "$TMP/off.rate" "$TMP/on.rate" "$TMP/auto.rate" <<'PY'
 import sys

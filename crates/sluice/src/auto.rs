@@ -3,7 +3,8 @@
 //! gate. `sluice run` and the bench's `auto` configurations both use it.
 //!
 //! Cost per tick (measured by the bench, reported as the controller's CPU):
-//! one per-CPU map read per auto class, two sock_diag dumps (IPv4, IPv6 UDP),
+//! one per-CPU map read per auto class, a sock_diag dump of the UDP sockets
+//! of the families the class's sockets are in (both, once a second),
 //! re-reading /proc/net/snmp, snmp6 and softnet_stat, and one per-CPU map
 //! write per auto class.
 use std::collections::VecDeque;
@@ -22,6 +23,8 @@ use crate::stats::AutoStatus;
 pub const TICK: Duration = Duration::from_millis((1000.0 / TICK_HZ) as u64);
 /// Ticks kept in the trace (60 s).
 const TRACE_LEN: usize = 6_000;
+/// Every this many ticks (1 s) both address families are dumped again.
+const REDISCOVER_TICKS: u64 = 100;
 
 struct AutoClass {
     id: usize,
@@ -29,6 +32,9 @@ struct AutoClass {
     priority: u8,
     spec: AutoSpec,
     ports: Vec<(u16, u16)>,
+    /// Address families the class's sockets were found in (dumped every tick;
+    /// both are dumped again every REDISCOVER_TICKS or when none is found).
+    families: Vec<u8>,
     /// Per-CPU seen packets at the last rebalance (the gate's per-CPU split).
     last_seen_percpu: Vec<u64>,
     sock: SockStats,
@@ -102,7 +108,9 @@ impl AutoLoop {
             let c = &cfg.classes[id];
             let Limit::Auto(spec) = c.limit else { unreachable!() };
             let ports = c.udp_ports();
-            let sock = diag.udp(&ports)?;
+            let by_family = diag.udp_by_family(&ports)?;
+            let families: Vec<u8> = by_family.iter().filter(|(_, s)| s.sockets > 0).map(|(f, _)| *f).collect();
+            let sock = by_family.iter().fold(SockStats::default(), |a, (_, s)| a.add(s));
             if sock.sockets == 0 {
                 bail!(
                     "class \"{}\" has rate = \"auto\" but no UDP socket is bound to its ports {} in {}: the controller \
@@ -118,6 +126,7 @@ impl AutoLoop {
                 priority: c.priority,
                 spec,
                 ports,
+                families,
                 last_seen_percpu: vec![0; ncpus],
                 sock,
                 rate: None,
@@ -160,8 +169,19 @@ impl AutoLoop {
             rcvbuf: 0,
             present: true,
         };
+        let rediscover = self.ticks % REDISCOVER_TICKS == 0;
         for c in &mut self.classes {
-            c.sock = self.diag.udp(&c.ports)?;
+            c.sock = if rediscover || c.families.is_empty() {
+                let by_family = self.diag.udp_by_family(&c.ports)?;
+                c.families = by_family.iter().filter(|(_, s)| s.sockets > 0).map(|(f, _)| *f).collect();
+                by_family.iter().fold(SockStats::default(), |a, (_, s)| a.add(s))
+            } else {
+                let mut t = SockStats::default();
+                for &f in &c.families {
+                    t = t.add(&self.diag.udp_in(f, &c.ports)?);
+                }
+                t
+            };
             s.present &= c.sock.sockets > 0;
             s.sock_drops += c.sock.drops;
             s.queued += c.sock.queued;

@@ -119,6 +119,12 @@ pub struct SockStats {
     pub drops: u64,
 }
 
+impl SockStats {
+    pub fn add(&self, o: &SockStats) -> SockStats {
+        SockStats { sockets: self.sockets + o.sockets, queued: self.queued + o.queued, rcvbuf: self.rcvbuf + o.rcvbuf, drops: self.drops + o.drops }
+    }
+}
+
 // From linux/inet_diag.h and linux/sock_diag.h.
 const SOCK_DIAG_BY_FAMILY: u16 = 20;
 const INET_DIAG_SKMEMINFO: u16 = 7;
@@ -159,8 +165,21 @@ impl SockDiag {
 
     /// The UDP sockets (IPv4 and IPv6) whose local port is in one of `ports`.
     pub fn udp(&mut self, ports: &[(u16, u16)]) -> Result<SockStats> {
+        Ok(self.udp_by_family(ports)?.into_iter().fold(SockStats::default(), |a, (_, s)| a.add(&s)))
+    }
+
+    /// The same, per address family (AF_INET, AF_INET6). A dump walks the
+    /// whole UDP hash table of the family (tens of thousands of slots on a
+    /// large machine: about 0.2 ms), so the auto loop dumps only the families
+    /// its sockets are in.
+    pub fn udp_by_family(&mut self, ports: &[(u16, u16)]) -> Result<Vec<(u8, SockStats)>> {
+        [libc::AF_INET as u8, libc::AF_INET6 as u8].into_iter().map(|f| Ok((f, self.udp_in(f, ports)?))).collect()
+    }
+
+    /// The UDP sockets of one address family whose local port is in one of `ports`.
+    pub fn udp_in(&mut self, family: u8, ports: &[(u16, u16)]) -> Result<SockStats> {
         let mut total = SockStats::default();
-        for family in [libc::AF_INET as u8, libc::AF_INET6 as u8] {
+        {
             self.dump(family, libc::IPPROTO_UDP as u8, &mut |port, mem| {
                 if ports.iter().any(|&(lo, hi)| (lo..=hi).contains(&port)) {
                     total.sockets += 1;

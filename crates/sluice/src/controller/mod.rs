@@ -14,7 +14,9 @@
 //!   fell, go down if it was flat; reverse at the caps. It must keep moving to
 //!   see the slope, so it always admits a little too much or too little.
 //! - [`Algo::Knee`], ours. While a service socket of the auto classes holds a
-//!   queue at both ends of a tick, the service never waited in that tick, so
+//!   queue (over 1/16 of its buffer: fewer are the datagrams a batch-reading
+//!   service leaves under steady arrivals) at both ends of a tick, the service
+//!   never waited in that tick, so
 //!   what it took (InDatagrams) *is* its capacity: no perturbation is needed
 //!   to measure it. A socket buffer holds only a few milliseconds of packets,
 //!   so a queue seen at a tick's edge is a standing queue: the knee. There `T`
@@ -48,10 +50,13 @@ pub const CREEP: f64 = 0.01;
 pub const PROBE_AFTER_TICKS: u32 = 15;
 /// Knee: first per-tick fast growth; it doubles every tick up to 16x.
 pub const PROBE_GAIN: f64 = 0.01;
+/// Knee: a queue over this fraction of the receive buffer at a tick's edge
+/// is a standing one (below it: the few datagrams a batch-reading service
+/// leaves under steady arrivals). A socket buffer holds only a few
+/// milliseconds of packets, so a standing queue means the knee.
+pub const QUEUE_LOW: f64 = 1.0 / 16.0;
 /// Knee: a queue longer than this fraction of the receive buffer at a tick's
-/// end means `T` is above capacity: ease off by QUEUE_EASE per tick. A socket
-/// buffer holds only a few milliseconds of packets, so any queue seen at a
-/// tick's edge is a standing one.
+/// end means `T` is above capacity: ease off by QUEUE_EASE per tick.
 pub const QUEUE_HIGH: f64 = 0.125;
 pub const QUEUE_EASE: f64 = 0.01;
 /// Knee: weight of a new busy-tick capacity sample in the running estimate.
@@ -259,12 +264,17 @@ impl Controller {
     }
 
     fn knee(&mut self, s: &Signals) -> f64 {
-        let busy = s.queue_start > 0 && s.queue_end > 0;
+        // A few datagrams are always in a socket under steady arrivals (the
+        // service reads in batches): only more than QUEUE_LOW of the buffer
+        // is a standing queue.
+        let low = s.rcvbuf as f64 * QUEUE_LOW;
+        let queued = |q: u64| q as f64 > low;
+        let busy = queued(s.queue_start) && queued(s.queue_end);
         // The gate is the bottleneck when it refuses part of what is offered.
         let limiting = s.offered > s.admitted * 1.01 + 1.0;
         let ewma = |c: f64, x: f64| if c > 0.0 { (1.0 - CAPACITY_EWMA) * c + CAPACITY_EWMA * x } else { x };
         self.drop_ticks = if s.sock_drops > 0 { self.drop_ticks + 1 } else { 0 };
-        let stalled = s.queue_end == 0 || self.drop_ticks < 2;
+        let stalled = !queued(s.queue_end) || self.drop_ticks < 2;
         if s.sock_drops > 0 && stalled {
             // Drops, yet the service emptied its queue before the tick ended,
             // or a first tick of drops: the service stalled for
@@ -317,7 +327,7 @@ impl Controller {
             self.quiet_ticks = 0;
             return self.target * (1.0 - QUEUE_EASE);
         }
-        if s.queue_end > 0 {
+        if queued(s.queue_end) {
             // A short standing queue: the knee. Hold.
             self.state = CtlState::Tracking;
             self.quiet_ticks = 0;
