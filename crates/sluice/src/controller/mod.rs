@@ -21,11 +21,12 @@
 //!   to measure it. A socket buffer holds only a few milliseconds of packets,
 //!   so a queue seen at a tick's edge is a standing queue: the knee. There `T`
 //!   is held; a queue over 1/8 of the buffer eases `T` down by 1% a tick;
-//!   socket drops cut `T` at once to 97%
-//!   of the capacity estimate when they come two ticks running with a queue
-//!   left; drops after which the queue emptied, or a single tick of them,
-//!   were a stall of the service (pre-emption, a VM hiccup, the napi kthread
-//!   taking its turn), not overload, and leave `T` as it is. With the
+//!   socket drops with the queue still standing cut `T` at once by 3%
+//!   (below the capacity estimate). Drops after which the queue drained, or
+//!   up to three ticks of drops in which the service took under 70% of its
+//!   capacity, are a stall of the service (pre-emption, a VM hiccup, the napi
+//!   kthread's turn), not overload, and leave `T` alone; longer than that,
+//!   the capacity itself fell and the estimate follows what is delivered. With the
 //!   gate dropping and the queue empty, the service could take more: `T`
 //!   creeps up by 1% a tick, and after 15 such quiet ticks (the capacity may
 //!   have risen) grows by 1%, 2%, 4%, 8%, then 16% a tick. When the loss is
@@ -61,8 +62,13 @@ pub const QUEUE_HIGH: f64 = 0.125;
 pub const QUEUE_EASE: f64 = 0.01;
 /// Knee: weight of a new busy-tick capacity sample in the running estimate.
 pub const CAPACITY_EWMA: f64 = 0.2;
-/// Knee: on socket drops with a queue left, `T` goes to this fraction of the capacity estimate.
+/// Knee: on overload drops, `T` goes to this fraction of itself or of the
+/// capacity estimate, whichever is lower.
 pub const BACKOFF: f64 = 0.97;
+/// Knee: drops in ticks where the service took less than this share of its
+/// capacity estimate, for at most STALL_TICKS ticks running, are a stall.
+pub const STALL_SHARE: f64 = 0.7;
+pub const STALL_TICKS: u32 = 3;
 
 /// The rate selection algorithm of the auto classes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, Default)]
@@ -274,26 +280,25 @@ impl Controller {
         let limiting = s.offered > s.admitted * 1.01 + 1.0;
         let ewma = |c: f64, x: f64| if c > 0.0 { (1.0 - CAPACITY_EWMA) * c + CAPACITY_EWMA * x } else { x };
         self.drop_ticks = if s.sock_drops > 0 { self.drop_ticks + 1 } else { 0 };
-        let stalled = !queued(s.queue_end) || self.drop_ticks < 2;
-        if s.sock_drops > 0 && stalled {
-            // Drops, yet the service emptied its queue before the tick ended,
-            // or a first tick of drops: the service stalled for
-            // a moment (pre-empted, a VM hiccup) and the buffer, a few ms
-            // deep, overflowed meanwhile. Not a capacity signal: keep `T`,
-            // the estimate, and the count of quiet ticks (a
-            // stall says nothing about whether capacity rose). Drops two
-            // ticks running are overload.
-            self.state = CtlState::Backoff;
-            return self.target;
-        }
         if s.sock_drops > 0 {
-            // The socket overflowed and still holds a queue: the service was
-            // at capacity and the target above it. Take the tick's delivered
-            // rate into the capacity estimate and come down below it at once.
-            self.capacity = ewma(self.capacity, s.delivered).min(self.capacity.max(s.delivered));
+            // A stall of the service (pre-empted, a VM hiccup, the napi
+            // kthread's turn) overflows a buffer a few ms deep just as
+            // overload does. It ends with the queue drained, or shows as a
+            // tick or three in which the service took far less than its
+            // capacity: leave `T`, the estimate and the quiet count alone.
+            let slow = s.delivered < STALL_SHARE * self.capacity;
+            if !queued(s.queue_end) || (slow && self.drop_ticks <= STALL_TICKS) {
+                self.state = CtlState::Backoff;
+                return self.target;
+            }
+            // Overload: the queue is full and stays full. At the capacity
+            // (the service keeps pace) the target is just above it: come down
+            // below it. Far below the capacity for longer than a stall: the
+            // capacity itself fell; take what the service does now.
+            self.capacity = if slow { ewma(self.capacity, s.delivered) } else { self.capacity.min(self.target) };
             self.quiet_ticks = 0;
             self.state = CtlState::Backoff;
-            return (BACKOFF * self.capacity).min(self.target);
+            return BACKOFF * self.target.min(self.capacity);
         }
         if s.backlog_drops > 0 || s.squeeze > 0 {
             // Loss before the socket: the queue cannot tell; did more in give more out?
