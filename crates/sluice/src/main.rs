@@ -41,7 +41,9 @@ enum Cmd {
 /// statistics on a Unix socket (mode 0600, default /run/sluice/IFACE.sock) and
 /// Prometheus metrics (default http://127.0.0.1:9786/metrics). SIGHUP re-reads
 /// the config file (a bad one is refused and the old one stays); SIGINT or
-/// SIGTERM detach and print totals.
+/// SIGTERM detach and print totals. Classes with rate=auto get their rate from
+/// a controller that runs every 10 ms on the signals of the service's sockets
+/// (found by the class's UDP ports; the service must be listening first).
 #[derive(Args)]
 struct RunArgs {
     /// Interface to attach to (else `interface` from the config file).
@@ -50,8 +52,11 @@ struct RunArgs {
     /// TOML config file (see the README's config reference).
     #[arg(long, short)]
     config: Option<PathBuf>,
-    /// A class as NAME:KEY=VAL,... with keys priority, rate, burst, match
-    /// (repeatable). Example: 'dns:priority=0,rate=50k,match=udp:53,match=tcp:53@10.0.0.0/8'.
+    /// A class as NAME:KEY=VAL,... with keys priority, rate (packets/s,
+    /// unlimited, blocked or auto), burst, match, and for rate=auto algo
+    /// (knee|pno), min_share (0-1) and fallback (packets/s|unlimited)
+    /// (repeatable). Example: 'dns:priority=0,rate=50k,match=udp:53,match=tcp:53@10.0.0.0/8',
+    /// 'api:rate=auto,min_share=0.1,match=udp:8053'.
     /// A class with the same name as one in the file replaces it.
     #[arg(long = "class", value_name = "SPEC")]
     classes: Vec<String>,

@@ -151,7 +151,7 @@ impl Testbed {
     /// The sender is pinned to CPU 1. On veth the receive side (and so XDP)
     /// runs on the sender's CPU, so a sender the scheduler moves between CPUs
     /// moves the class's arrivals, which the daemon's per-CPU split follows
-    /// one tick (20 ms) late, losing up to a tick of admissions per move.
+    /// one tick (10 ms) late, losing up to a tick of admissions per move.
     /// Pinned, it is like a NIC queue whose interrupts go to one CPU.
     pub fn send(&self, port: u16, rate: u64, secs: f64) -> (u64, f64) {
         let dst = format!("{}:{port}", self.ip_b);
