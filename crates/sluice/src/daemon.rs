@@ -183,6 +183,9 @@ impl Daemon {
                 }
             }
         });
+        if self.auto.is_some() {
+            self.realtime();
+        }
         let mut next = Instant::now();
         let mut ticks = 0u64;
         loop {
@@ -223,6 +226,16 @@ impl Daemon {
             }
         }
         Ok(())
+    }
+
+    /// Run the tick loop at SCHED_FIFO 1 (see `auto::realtime_thread`): a
+    /// sample cut by a pre-emption would mix counters read milliseconds apart.
+    fn realtime(&self) {
+        if crate::auto::realtime_thread() {
+            log("auto: the control loop runs at SCHED_FIFO priority 1 (about 2% of a CPU)");
+        } else {
+            log("auto: could not run the control loop at SCHED_FIFO; pre-emptions may skew its samples");
+        }
     }
 
     /// One controller tick; an error (a signal that could not be read) is
@@ -297,6 +310,9 @@ impl Daemon {
                 log(format_args!("reloaded the config: {} classes", cfg.classes.len()));
                 self.tracks = new_tracks(&cfg, self.gate.ncpus());
                 self.cfg = cfg;
+                if auto.is_some() && self.auto.is_none() {
+                    self.realtime();
+                }
                 self.auto = auto;
             }
             Err(e) => {
