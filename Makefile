@@ -25,7 +25,7 @@ deps:
 build: deps
 	$(CARGO) build --release --locked
 
-# The bench's short built-in scenario (a flooded echo service, off vs static,
+# The bench's short built-in scenario (a flooded echo service, off vs static vs auto,
 # figures and report in results/demo), then the daemon in action.
 demo: build
 	$(BIN) bench run --scenario demo --out results/demo

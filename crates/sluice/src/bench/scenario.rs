@@ -292,7 +292,7 @@ frame = 128
 legit = true
 "#;
 
-/// The demo: the default's streams, the nic model, off vs static, short.
+/// The demo: the default's streams, the nic model, off vs static vs auto, short.
 fn demo() -> Scenario {
     let mut s = from_toml(DEFAULT, "built-in scenario default").expect("the default scenario is valid");
     s.name = "demo".into();
