@@ -108,9 +108,7 @@ impl AutoLoop {
             let c = &cfg.classes[id];
             let Limit::Auto(spec) = c.limit else { unreachable!() };
             let ports = c.udp_ports();
-            let by_family = diag.udp_by_family(&ports)?;
-            let families: Vec<u8> = by_family.iter().filter(|(_, s)| s.sockets > 0).map(|(f, _)| *f).collect();
-            let sock = by_family.iter().fold(SockStats::default(), |a, (_, s)| a.add(s));
+            let (families, sock) = diag.udp_found(&ports)?;
             if sock.sockets == 0 {
                 bail!(
                     "class \"{}\" has rate = \"auto\" but no UDP socket is bound to its ports {} in {}: the controller \
@@ -172,9 +170,9 @@ impl AutoLoop {
         let rediscover = self.ticks % REDISCOVER_TICKS == 0;
         for c in &mut self.classes {
             c.sock = if rediscover || c.families.is_empty() {
-                let by_family = self.diag.udp_by_family(&c.ports)?;
-                c.families = by_family.iter().filter(|(_, s)| s.sockets > 0).map(|(f, _)| *f).collect();
-                by_family.iter().fold(SockStats::default(), |a, (_, s)| a.add(s))
+                let (families, sock) = self.diag.udp_found(&c.ports)?;
+                c.families = families;
+                sock
             } else {
                 let mut t = SockStats::default();
                 for &f in &c.families {
@@ -313,45 +311,39 @@ pub fn napi_threads(iface: &str) -> Vec<i32> {
         .collect()
 }
 
-/// Put the interface's napi kthreads under `policy`, where `Keep` means the
-/// normal policy (SCHED_OTHER); a missing kthread is not an error. The bench
-/// uses this to switch the knob between configurations.
-pub fn set_napi(iface: &str, policy: NapiSched) -> Result<()> {
+/// Put the interface's napi kthreads under `policy` (`Keep` meaning the
+/// normal policy, SCHED_OTHER); a missing kthread is not an error. Returns how
+/// many kthreads changed policy. The bench uses this to switch the knob
+/// between configurations.
+pub fn set_napi(iface: &str, policy: NapiSched) -> Result<usize> {
     let want = if policy == NapiSched::Idle { libc::SCHED_IDLE } else { libc::SCHED_OTHER };
+    let mut changed = 0;
     for pid in napi_threads(iface) {
+        // SAFETY: sched_getscheduler/sched_setscheduler on a pid, with a param we own.
+        if unsafe { libc::sched_getscheduler(pid) } == want {
+            continue;
+        }
         let p = libc::sched_param { sched_priority: 0 };
-        // SAFETY: sched_setscheduler on a pid with a param we own.
         if unsafe { libc::sched_setscheduler(pid, want, &p) } != 0 {
             bail!("setting the policy of napi kthread {pid}: {}", std::io::Error::last_os_error());
         }
+        changed += 1;
     }
-    Ok(())
+    Ok(changed)
 }
 
-/// Put the interface's napi kthreads under `policy`. Returns how many were
-/// changed; an error if the interface has no napi kthreads (not threaded).
+/// The daemon's `napi` setting: `Keep` touches nothing; `Idle` puts the
+/// interface's napi kthreads at SCHED_IDLE and is an error if it has none (not
+/// threaded). Returns how many were changed.
 pub fn apply_napi(iface: &str, policy: NapiSched) -> Result<usize> {
     if policy == NapiSched::Keep {
         return Ok(0);
     }
-    let pids = napi_threads(iface);
-    if pids.is_empty() {
+    if napi_threads(iface).is_empty() {
         bail!(
             "napi = \"idle\": {iface} has no napi kthreads; threaded NAPI is off \
              (enable it with `echo 1 > /sys/class/net/{iface}/threaded`, or set napi = \"keep\")"
         );
     }
-    let mut changed = 0;
-    for pid in pids {
-        // SAFETY: sched_getscheduler/sched_setscheduler on a pid, with a param we own.
-        let cur = unsafe { libc::sched_getscheduler(pid) };
-        if cur != libc::SCHED_IDLE {
-            let p = libc::sched_param { sched_priority: 0 };
-            if unsafe { libc::sched_setscheduler(pid, libc::SCHED_IDLE, &p) } != 0 {
-                bail!("setting SCHED_IDLE on napi kthread {pid}: {}", std::io::Error::last_os_error());
-            }
-            changed += 1;
-        }
-    }
-    Ok(changed)
+    set_napi(iface, policy)
 }

@@ -165,15 +165,23 @@ impl SockDiag {
 
     /// The UDP sockets (IPv4 and IPv6) whose local port is in one of `ports`.
     pub fn udp(&mut self, ports: &[(u16, u16)]) -> Result<SockStats> {
-        Ok(self.udp_by_family(ports)?.into_iter().fold(SockStats::default(), |a, (_, s)| a.add(&s)))
+        Ok(self.udp_found(ports)?.1)
     }
 
-    /// The same, per address family (AF_INET, AF_INET6). A dump walks the
-    /// whole UDP hash table of the family (tens of thousands of slots on a
-    /// large machine: about 0.2 ms), so the auto loop dumps only the families
-    /// its sockets are in.
-    pub fn udp_by_family(&mut self, ports: &[(u16, u16)]) -> Result<Vec<(u8, SockStats)>> {
-        [libc::AF_INET as u8, libc::AF_INET6 as u8].into_iter().map(|f| Ok((f, self.udp_in(f, ports)?))).collect()
+    /// The same, and the address families (AF_INET, AF_INET6) the sockets are
+    /// in. A dump walks the whole UDP hash table of a family (tens of
+    /// thousands of slots on a large machine: about 0.2 ms), so the auto loop
+    /// then dumps only those families with [`SockDiag::udp_in`].
+    pub fn udp_found(&mut self, ports: &[(u16, u16)]) -> Result<(Vec<u8>, SockStats)> {
+        let (mut families, mut total) = (vec![], SockStats::default());
+        for f in [libc::AF_INET as u8, libc::AF_INET6 as u8] {
+            let s = self.udp_in(f, ports)?;
+            if s.sockets > 0 {
+                families.push(f);
+            }
+            total = total.add(&s);
+        }
+        Ok((families, total))
     }
 
     /// The UDP sockets of one address family whose local port is in one of `ports`.

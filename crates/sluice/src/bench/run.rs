@@ -255,10 +255,12 @@ struct Control {
     /// Static classes: (class id, limit, per-CPU seen at the last split).
     limits: Vec<(usize, config::Limit, Vec<u64>)>,
     auto: Option<AutoLoop>,
-    errors: Vec<String>,
+    /// Ticks whose signals could not be read (logged, as the daemon does).
+    errors: u64,
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
+/// The `p` quantile of sorted values (0 for none).
+pub(crate) fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }
@@ -361,7 +363,10 @@ impl Env {
                         }
                         if let Some(a) = &mut c.auto {
                             if let Err(e) = a.tick(&g) {
-                                c.errors.push(format!("{e:#}"));
+                                c.errors += 1;
+                                if c.errors.is_power_of_two() {
+                                    eprintln!("sluice bench: auto: reading signals failed ({} times so far): {e:#}", c.errors);
+                                }
                             }
                         }
                     }
@@ -740,9 +745,9 @@ pub fn work_file(tb: &Testbed, port: u16) -> PathBuf {
     std::env::temp_dir().join(format!("{}-work-{port}", tb.b))
 }
 
-fn start_service(tb: &Testbed, s: &Scenario, exe: &PathBuf, port: u16) -> Result<Child> {
+fn start_service(tb: &Testbed, s: &Scenario, exe: &PathBuf, port_num: u16) -> Result<Child> {
     let cpu = tb.victim_cpu.to_string();
-    let port = port.to_string();
+    let port = port_num.to_string();
     let mut cmd = Command::new("ip");
     cmd.args(["netns", "exec", &tb.b, "taskset", "-c", &cpu]);
     match &s.victim.command {
@@ -752,7 +757,7 @@ fn start_service(tb: &Testbed, s: &Scenario, exe: &PathBuf, port: u16) -> Result
             if let Some(b) = s.victim.rcvbuf {
                 cmd.args(["--rcvbuf", &b.to_string()]);
             }
-            cmd.arg("--work-file").arg(work_file(tb, port.parse().unwrap_or(0)));
+            cmd.arg("--work-file").arg(work_file(tb, port_num));
             &mut cmd
         }
     };

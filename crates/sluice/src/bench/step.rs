@@ -23,7 +23,7 @@ use anyhow::{Context, Result};
 use plotters::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::bench::run::{coefficient_of_variation, Env};
+use crate::bench::run::{coefficient_of_variation, percentile, Env};
 use crate::bench::scenario::{ConfigKind, Scenario};
 use crate::bench::testbed::VictimModel;
 
@@ -183,7 +183,7 @@ fn one_run(env: &mut Env, config: ConfigKind, peak: f64, o: &StepOpts) -> Result
                 overshoot,
                 admitted_cv: coefficient_of_variation(&cv),
                 legit_loss: if sent > 0 { 1.0 - (rtts.len() as f64 / sent as f64).min(1.0) } else { 0.0 },
-                legit_p99_us: rtts.get(((rtts.len() as f64 - 1.0) * 0.99).round().max(0.0) as usize).copied().unwrap_or(0.0),
+                legit_p99_us: percentile(&rtts, 0.99),
             }
         })
         .collect();

@@ -53,13 +53,6 @@ fn mean(v: impl Iterator<Item = f64>) -> f64 {
     v.iter().sum::<f64>() / v.len().max(1) as f64
 }
 
-/// Coefficient of variation.
-fn cv(v: impl Iterator<Item = f64>) -> f64 {
-    let v: Vec<f64> = v.collect();
-    let m = v.iter().sum::<f64>() / v.len() as f64;
-    (v.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / v.len() as f64).sqrt() / m
-}
-
 fn flood(plant: &mut Plant, multiple: f64) {
     plant.classes[0].offered = multiple * plant.peak();
 }
@@ -101,7 +94,8 @@ fn knee_holds_steady_without_oscillation() {
     flood(&mut p, 10.0);
     let mut c = Controller::new(Algo::Knee, Tuning::default());
     let ticks = run(&mut p, &mut c, &[(0, 0.0)], 3.0, &mut |_, _| {});
-    let v = cv(window(&ticks, 1.0, 3.0).map(|k| k.admitted));
+    let admitted: Vec<f64> = window(&ticks, 1.0, 3.0).map(|k| k.admitted).collect();
+    let v = crate::bench::run::coefficient_of_variation(&admitted);
     assert!(v < 0.05, "admitted rate CV {v:.3}");
 }
 
