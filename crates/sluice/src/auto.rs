@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::config::{default_burst, AutoSpec, Config, Limit, NapiSched};
+use crate::config::{default_burst, AutoSpec, Config, Limit};
 use crate::controller::{allocate, Algo, ClassDemand, Controller, Signals, Tuning, TICK_HZ};
 use crate::gate::Gate;
 use crate::signals::{softnet, udp_counters, NsFile, SockDiag, SockStats};
@@ -286,64 +286,4 @@ impl AutoLoop {
     pub fn class_names(&self) -> Vec<String> {
         self.classes.iter().map(|c| c.name.clone()).collect()
     }
-}
-
-/// Run the calling thread at SCHED_FIFO priority 1: the control loop's tick
-/// takes tens of microseconds, but a sample cut in two by a pre-emption mixes
-/// counters read milliseconds apart, and a 10 ms rate estimate goes wrong by
-/// tens of percent. Returns false (and changes nothing) if not permitted.
-pub fn realtime_thread() -> bool {
-    let p = libc::sched_param { sched_priority: 1 };
-    // SAFETY: sched_setscheduler on the calling thread (pid 0) with a param we own.
-    unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &p) == 0 }
-}
-
-// ---------------------------------------------------------------------------
-// The receive-work scheduling knob.
-
-/// The napi kthreads of an interface in threaded-NAPI mode ("napi/IFACE-ID").
-pub fn napi_threads(iface: &str) -> Vec<i32> {
-    let prefix = format!("napi/{iface}-");
-    let Ok(dir) = std::fs::read_dir("/proc") else { return vec![] };
-    dir.flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim_end().starts_with(&prefix)))
-        .collect()
-}
-
-/// Put the interface's napi kthreads under `policy` (`Keep` meaning the
-/// normal policy, SCHED_OTHER); a missing kthread is not an error. Returns how
-/// many kthreads changed policy. The bench uses this to switch the knob
-/// between configurations.
-pub fn set_napi(iface: &str, policy: NapiSched) -> Result<usize> {
-    let want = if policy == NapiSched::Idle { libc::SCHED_IDLE } else { libc::SCHED_OTHER };
-    let mut changed = 0;
-    for pid in napi_threads(iface) {
-        // SAFETY: sched_getscheduler/sched_setscheduler on a pid, with a param we own.
-        if unsafe { libc::sched_getscheduler(pid) } == want {
-            continue;
-        }
-        let p = libc::sched_param { sched_priority: 0 };
-        if unsafe { libc::sched_setscheduler(pid, want, &p) } != 0 {
-            bail!("setting the policy of napi kthread {pid}: {}", std::io::Error::last_os_error());
-        }
-        changed += 1;
-    }
-    Ok(changed)
-}
-
-/// The daemon's `napi` setting: `Keep` touches nothing; `Idle` puts the
-/// interface's napi kthreads at SCHED_IDLE and is an error if it has none (not
-/// threaded). Returns how many were changed.
-pub fn apply_napi(iface: &str, policy: NapiSched) -> Result<usize> {
-    if policy == NapiSched::Keep {
-        return Ok(0);
-    }
-    if napi_threads(iface).is_empty() {
-        bail!(
-            "napi = \"idle\": {iface} has no napi kthreads; threaded NAPI is off \
-             (enable it with `echo 1 > /sys/class/net/{iface}/threaded`, or set napi = \"keep\")"
-        );
-    }
-    set_napi(iface, policy)
 }

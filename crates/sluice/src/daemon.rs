@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
-use crate::auto::{apply_napi, AutoLoop};
+use crate::auto::AutoLoop;
+use crate::sched::{apply_napi, check_napi, realtime_thread};
 use crate::classify;
 use crate::config::{self, Config, Limit, NapiSched, XdpMode};
 use crate::gate::{self, Gate};
@@ -110,7 +111,9 @@ fn process_cpu_secs() -> f64 {
 }
 
 impl Daemon {
-    /// Check, load, attach, and start serving statistics.
+    /// Check everything that can fail, then attach, then serve statistics.
+    /// Nothing touches the interface before the last check passed, so a start
+    /// that fails (even with --replace) leaves the interface as it was.
     pub fn start(opts: RunOpts) -> Result<Daemon> {
         let cfg = resolve_config(&opts)?;
         let iface = opts
@@ -123,16 +126,19 @@ impl Daemon {
         let tables = classify::compile(&cfg)?;
         let mut gate = Gate::load()?;
         gate.apply(&cfg, &tables)?;
-        gate.attach(&iface, cfg.xdp_mode, opts.replace)?;
-        // The auto classes' sockets must be there (the gate detaches if this fails).
+        gate.check_attachable(&iface, opts.replace)?;
+        // The auto classes' sockets must be there.
         let auto = AutoLoop::new(&cfg, None, gate.ncpus())?;
+        check_napi(&iface, cfg.auto.napi)?;
+        let socket = opts.socket.clone().or_else(|| cfg.socket.clone()).unwrap_or_else(|| default_socket(&iface));
+        let listener = SocketFile::bind(&socket)?;
+        let metrics = cfg.metrics.map(bind_metrics).transpose()?;
+
+        gate.attach(&iface, cfg.xdp_mode, opts.replace)?;
         if cfg.auto.napi != NapiSched::Keep {
             let n = apply_napi(&iface, cfg.auto.napi)?;
             log(format_args!("napi = {:?}: {n} napi kthread(s) of {iface} set to SCHED_IDLE", cfg.auto.napi));
         }
-
-        let socket = opts.socket.clone().or_else(|| cfg.socket.clone()).unwrap_or_else(|| default_socket(&iface));
-        let listener = bind_socket(&socket)?;
         let snapshot = Snapshot {
             version: SNAPSHOT_VERSION,
             interface: iface.clone(),
@@ -150,10 +156,9 @@ impl Daemon {
             daemon_cpu_pct: 0.0,
         };
         let shared = Arc::new(Shared { snapshot: Mutex::new(snapshot) });
-        let s = shared.clone();
-        std::thread::spawn(move || serve_socket(listener, s));
-        if let Some(addr) = cfg.metrics {
-            serve_metrics(addr, shared.clone())?;
+        let socket = listener.serve(shared.clone());
+        if let Some(server) = metrics {
+            serve_metrics(server, shared.clone());
         }
         let tracks = new_tracks(&cfg, gate.ncpus());
         log(format_args!(
@@ -228,11 +233,11 @@ impl Daemon {
         Ok(())
     }
 
-    /// Run the tick loop at SCHED_FIFO 1 (see `auto::realtime_thread`): a
+    /// Run the tick loop at SCHED_FIFO 1 (see `sched::realtime_thread`): a
     /// sample cut by a pre-emption would mix counters read milliseconds apart.
     fn realtime(&self) {
-        if crate::auto::realtime_thread() {
-            log("auto: the control loop runs at SCHED_FIFO priority 1 (about 2% of a CPU)");
+        if realtime_thread() {
+            log("auto: the control loop runs at SCHED_FIFO priority 1 (its CPU use is in `sluice status`)");
         } else {
             log("auto: could not run the control loop at SCHED_FIFO; pre-emptions may skew its samples");
         }
@@ -333,34 +338,63 @@ fn new_tracks(cfg: &Config, ncpus: usize) -> Vec<ClassTrack> {
     cfg.classes.iter().map(|_| ClassTrack { last_seen: vec![0; ncpus], history: Default::default() }).collect()
 }
 
-/// Bind the statistics socket (mode 0600); a live daemon on it is an error, a stale file is replaced.
-fn bind_socket(path: &Path) -> Result<UnixListener> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
-    if path.exists() {
-        if UnixStream::connect(path).is_ok() {
-            bail!("another sluice daemon serves {} already; stop it or pass --socket PATH", path.display());
+/// The statistics socket, bound but not yet served: dropping it (a start
+/// that failed after binding) removes the file again.
+struct SocketFile {
+    listener: Option<UnixListener>,
+    /// Removed on drop unless taken by `serve`.
+    path: Option<PathBuf>,
+}
+
+impl SocketFile {
+    /// Bind (mode 0600); a live daemon on the path is an error, a stale file is replaced.
+    fn bind(path: &Path) -> Result<SocketFile> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         }
-        std::fs::remove_file(path).with_context(|| format!("removing the stale socket {}", path.display()))?;
+        if path.exists() {
+            if UnixStream::connect(path).is_ok() {
+                bail!("another sluice daemon serves {} already; stop it or pass --socket PATH", path.display());
+            }
+            std::fs::remove_file(path).with_context(|| format!("removing the stale socket {}", path.display()))?;
+        }
+        let listener =
+            UnixListener::bind(path).with_context(|| format!("binding the statistics socket {}", path.display()))?;
+        let file = SocketFile { listener: Some(listener), path: Some(path.to_path_buf()) };
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+        Ok(file)
     }
-    let l = UnixListener::bind(path).with_context(|| format!("binding the statistics socket {}", path.display()))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
-    Ok(l)
+
+    /// Serve snapshots on a thread: each connection gets the current snapshot
+    /// as JSON, then the socket closes. Returns the path (the daemon removes
+    /// the file when it stops).
+    fn serve(mut self, shared: Arc<Shared>) -> PathBuf {
+        let (listener, path) = (self.listener.take().expect("bound"), self.path.take().expect("bound"));
+        std::thread::spawn(move || {
+            for mut conn in listener.incoming().flatten() {
+                let json = serde_json::to_string(&*shared.snapshot.lock().unwrap()).unwrap_or_default();
+                let _ = conn.write_all(json.as_bytes());
+            }
+        });
+        path
+    }
 }
 
-/// Each connection gets the current snapshot as JSON, then the socket closes.
-fn serve_socket(listener: UnixListener, shared: Arc<Shared>) {
-    for mut conn in listener.incoming().flatten() {
-        let json = serde_json::to_string(&*shared.snapshot.lock().unwrap()).unwrap_or_default();
-        let _ = conn.write_all(json.as_bytes());
+impl Drop for SocketFile {
+    fn drop(&mut self) {
+        if let Some(p) = &self.path {
+            let _ = std::fs::remove_file(p);
+        }
     }
 }
 
-fn serve_metrics(addr: SocketAddr, shared: Arc<Shared>) -> Result<()> {
-    let server = tiny_http::Server::http(addr).map_err(|e| {
+fn bind_metrics(addr: SocketAddr) -> Result<tiny_http::Server> {
+    tiny_http::Server::http(addr).map_err(|e| {
         anyhow::anyhow!("cannot serve metrics on {addr}: {e}; set metrics = \"off\" or another address (--metrics)")
-    })?;
+    })
+}
+
+fn serve_metrics(server: tiny_http::Server, shared: Arc<Shared>) {
     std::thread::spawn(move || {
         for req in server.incoming_requests() {
             let resp = if req.url() == "/metrics" {
@@ -373,7 +407,6 @@ fn serve_metrics(addr: SocketAddr, shared: Arc<Shared>) -> Result<()> {
             let _ = req.respond(resp);
         }
     });
-    Ok(())
 }
 
 /// Client side: fetch a snapshot from a daemon's socket.

@@ -1,6 +1,7 @@
 //! The gate in the kernel: load the XDP program, write the compiled tables and
 //! per-CPU shares into its maps, attach it through a bpf_link, read its
 //! counters, and run it on crafted packets with BPF_PROG_TEST_RUN.
+use std::collections::HashSet;
 use std::ffi::CStr;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
@@ -49,6 +50,10 @@ pub enum GateError {
     Map { map: &'static str, err: libbpf_rs::Error },
     #[error("{0}")]
     Tables(#[from] crate::classify::TooManyPrefixes),
+    #[error("{0}; the previous config was put back and stays in force")]
+    RolledBack(Box<GateError>),
+    #[error("{first}; putting the previous config back failed too ({again}): the gate's tables may be a mix of both, restart sluice")]
+    RollbackFailed { first: Box<GateError>, again: Box<GateError> },
 }
 
 type Result<T, E = GateError> = std::result::Result<T, E>;
@@ -79,6 +84,7 @@ pub fn check_privileges() -> Result<()> {
 /// Interface name to index.
 pub fn ifindex(iface: &str) -> Result<u32> {
     let name = std::ffi::CString::new(iface).map_err(|_| GateError::NoInterface(iface.into()))?;
+    // SAFETY: `name` is a valid NUL-terminated string for the call's duration.
     match unsafe { libc::if_nametoindex(name.as_ptr()) } {
         0 => Err(GateError::NoInterface(iface.into())),
         i => Ok(i),
@@ -118,7 +124,47 @@ pub struct Gate {
     ncpus: usize,
     link: Option<OwnedFd>,
     /// Keys written into the tries, to delete the stale ones on reload.
-    tries: (Vec<Vec<u8>>, Vec<Vec<u8>>),
+    tries: TrieKeys,
+    /// The config in force, to carry class state by name and to roll back to.
+    applied: Option<Applied>,
+}
+
+/// The prefix-trie keys of a config, as bytes.
+#[derive(Default)]
+struct TrieKeys {
+    v4: HashSet<Vec<u8>>,
+    v6: HashSet<Vec<u8>>,
+}
+
+impl TrieKeys {
+    fn of(tables: &Tables) -> TrieKeys {
+        TrieKeys {
+            v4: tables.v4.iter().map(|(k, _)| bytes_of(k).to_vec()).collect(),
+            v6: tables.v6.iter().map(|(k, _)| bytes_of(k).to_vec()).collect(),
+        }
+    }
+}
+
+/// Delete a key; one that is not there (never inserted) is no error.
+fn delete_present(map: &libbpf_rs::Map, key: &[u8]) -> Result<(), libbpf_rs::Error> {
+    match map.delete(key) {
+        Err(e) if e.kind() == libbpf_rs::ErrorKind::NotFound => Ok(()),
+        r => r,
+    }
+}
+
+/// A config the gate runs.
+struct Applied {
+    cfg: Config,
+    tables: Tables,
+    names: Vec<String>,
+}
+
+impl Applied {
+    fn of(cfg: &Config, tables: &Tables) -> Applied {
+        let names = cfg.classes.iter().map(|c| c.name.clone()).collect();
+        Applied { cfg: cfg.clone(), tables: tables.clone(), names }
+    }
 }
 
 impl Gate {
@@ -129,7 +175,7 @@ impl Gate {
         let open = GateSkelBuilder::default().open(storage).map_err(GateError::Load)?;
         let skel = open.load().map_err(GateError::Load)?;
         let ncpus = libbpf_rs::num_possible_cpus().map_err(GateError::Load)?;
-        Ok(Gate { skel, ncpus, link: None, tries: (vec![], vec![]) })
+        Ok(Gate { skel, ncpus, link: None, tries: TrieKeys::default(), applied: None })
     }
 
     pub fn ncpus(&self) -> usize {
@@ -137,8 +183,45 @@ impl Gate {
     }
 
     /// Write a config: settings, tables, and each class's shares (even split
-    /// until arrivals are known). Safe to call again on a running gate.
+    /// until arrivals are known). Safe to call again on a running gate:
+    ///
+    /// - a class keeps its counters and bucket by name, wherever it moves in
+    ///   the new list; a new class starts from zero, a removed one is zeroed;
+    /// - a failure part-way (a map update refused, for example the prefix
+    ///   tries full while the old and new entries both live in them) puts the
+    ///   previous config back, so the gate runs either the old config or the
+    ///   new one, never a mix. The error says which.
     pub fn apply(&mut self, cfg: &Config, tables: &Tables) -> Result<()> {
+        let previous = self.applied.take();
+        let saved_state = match &previous {
+            Some(p) => Some(self.class_states(p.names.len())?),
+            None => None,
+        };
+        let result = self.write_config(cfg, tables).and_then(|()| match (&previous, &saved_state) {
+            (Some(p), Some(saved)) => self.carry_states(&p.names, saved, cfg),
+            _ => Ok(()),
+        });
+        match result {
+            Ok(()) => {
+                self.applied = Some(Applied::of(cfg, tables));
+                Ok(())
+            }
+            Err(err) => {
+                let Some(p) = previous else { return Err(err) };
+                let restored = self
+                    .write_config(&p.cfg, &p.tables)
+                    .and_then(|()| self.write_class_states(saved_state.as_deref().unwrap_or_default()));
+                self.applied = Some(p);
+                match restored {
+                    Ok(()) => Err(GateError::RolledBack(Box::new(err))),
+                    Err(again) => Err(GateError::RollbackFailed { first: Box::new(err), again: Box::new(again) }),
+                }
+            }
+        }
+    }
+
+    /// Settings, shares, tries and cells of a config (not the class state).
+    fn write_config(&mut self, cfg: &Config, tables: &Tables) -> Result<()> {
         let data = self.skel.maps.data_data.as_deref_mut().expect(".data is mmap'ed after load");
         data.settings.malformed_verdict = match cfg.malformed {
             Verdict::Drop => XDP_DROP,
@@ -149,25 +232,66 @@ impl Gate {
             self.set_shares(id, &shares_for(&class.limit, &vec![0; self.ncpus]))?;
         }
         // Tries first (new groups become reachable only when cells point at them), then cells,
-        // then remove trie keys the new tables no longer have.
-        let v4: Vec<Vec<u8>> = tables.v4.iter().map(|(k, _)| bytes_of(k).to_vec()).collect();
-        let v6: Vec<Vec<u8>> = tables.v6.iter().map(|(k, _)| bytes_of(k).to_vec()).collect();
+        // then remove trie keys the new tables no longer have. From the first insert on,
+        // `self.tries` holds every key that may be in the tries (old and new), so a
+        // rollback after a failure part-way removes the new ones again.
+        let new = TrieKeys::of(tables);
+        self.tries.v4.extend(new.v4.iter().cloned());
+        self.tries.v6.extend(new.v6.iter().cloned());
         let map_err = |map| move |err| GateError::Map { map, err };
-        let v4_values = tables.v4.iter().map(|(_, class)| class);
-        let v6_values = tables.v6.iter().map(|(_, class)| class);
-        let updates = v4.iter().zip(v4_values).map(|(k, c)| (&self.skel.maps.prefix_v4, k, c));
-        for (map, k, class) in updates.chain(v6.iter().zip(v6_values).map(|(k, c)| (&self.skel.maps.prefix_v6, k, c))) {
-            map.update(k, &class.to_ne_bytes(), MapFlags::ANY).map_err(map_err("prefix tries"))?;
+        for (k, class) in tables.v4.iter().map(|(k, c)| (bytes_of(k), c)) {
+            self.skel.maps.prefix_v4.update(k, &class.to_ne_bytes(), MapFlags::ANY).map_err(map_err("prefix_v4"))?;
+        }
+        for (k, class) in tables.v6.iter().map(|(k, c)| (bytes_of(k), c)) {
+            self.skel.maps.prefix_v6.update(k, &class.to_ne_bytes(), MapFlags::ANY).map_err(map_err("prefix_v6"))?;
         }
         self.write_cells(&tables.cells)?;
-        let (old4, old6) = std::mem::replace(&mut self.tries, (v4, v6));
-        for k in old4.iter().filter(|k| !self.tries.0.contains(k)) {
-            self.skel.maps.prefix_v4.delete(k).map_err(map_err("prefix_v4"))?;
+        for k in self.tries.v4.difference(&new.v4) {
+            delete_present(&self.skel.maps.prefix_v4, k).map_err(map_err("prefix_v4"))?;
         }
-        for k in old6.iter().filter(|k| !self.tries.1.contains(k)) {
-            self.skel.maps.prefix_v6.delete(k).map_err(map_err("prefix_v6"))?;
+        for k in self.tries.v6.difference(&new.v6) {
+            delete_present(&self.skel.maps.prefix_v6, k).map_err(map_err("prefix_v6"))?;
+        }
+        self.tries = new;
+        Ok(())
+    }
+
+    /// The per-CPU class state (bucket and counters) of classes 0..n.
+    fn class_states(&self, n: usize) -> Result<Vec<Vec<sluice_class_state>>> {
+        (0..n).map(|id| self.percpu(&self.skel.maps.class_state, "class_state", id)).collect()
+    }
+
+    /// Write per-CPU class states back, class i from `states[i]`.
+    fn write_class_states(&self, states: &[Vec<sluice_class_state>]) -> Result<()> {
+        for (id, per_cpu) in states.iter().enumerate() {
+            let values: Vec<Vec<u8>> = per_cpu.iter().map(|s| bytes_of(s).to_vec()).collect();
+            self.skel
+                .maps
+                .class_state
+                .update_percpu(&(id as u32).to_ne_bytes(), &values, MapFlags::ANY)
+                .map_err(|err| GateError::Map { map: "class_state", err })?;
         }
         Ok(())
+    }
+
+    /// Move each class's state to its index in `cfg` by name; new classes and
+    /// indexes no class uses any more start from zero. Nothing is written when
+    /// the names are unchanged, so a reload that keeps the classes loses no
+    /// packet counted while it runs. (When classes move, packets counted
+    /// between the read above and this write are lost: microseconds.)
+    fn carry_states(&self, old_names: &[String], saved: &[Vec<sluice_class_state>], cfg: &Config) -> Result<()> {
+        let new_names: Vec<&str> = cfg.classes.iter().map(|c| c.name.as_str()).collect();
+        if new_names.iter().copied().eq(old_names.iter().map(String::as_str)) {
+            return Ok(());
+        }
+        let zero = vec![sluice_class_state::default(); self.ncpus];
+        let moved: Vec<Vec<sluice_class_state>> = (0..old_names.len().max(new_names.len()))
+            .map(|new_id| {
+                let old_id = new_names.get(new_id).and_then(|n| old_names.iter().position(|o| o == n));
+                old_id.map_or_else(|| zero.clone(), |i| saved[i].clone())
+            })
+            .collect();
+        self.write_class_states(&moved)
     }
 
     fn write_cells(&self, cells: &[sluice_cell]) -> Result<()> {
@@ -284,13 +408,16 @@ impl Gate {
     }
 
     /// Attach to `iface` through a bpf_link (it detaches when the daemon exits,
-    /// however it exits). Refuses if another XDP program is there, unless `replace`.
+    /// however it exits). Refuses if another XDP program is there, unless
+    /// `replace` and it was attached through netlink (a program held by a
+    /// bpf_link can only be removed by its owner). Call it last, after every
+    /// check that can fail: `replace` detaches the old program at once.
     pub fn attach(&mut self, iface: &str, mode: XdpMode, replace: bool) -> Result<()> {
         let ifidx = ifindex(iface)? as i32;
+        self.check_attachable(iface, replace)?;
+        // Past the check, a program still there is netlink-attached and `replace` is set.
         if let Some(id) = attached_prog_id(ifidx) {
-            if !replace {
-                return Err(GateError::AlreadyAttached { iface: iface.into(), id, name: prog_name(id) });
-            }
+            // SAFETY: a plain syscall wrapper; a null opts pointer means "no options".
             if unsafe { libbpf_sys::bpf_xdp_detach(ifidx, 0, std::ptr::null()) } != 0 || attached_prog_id(ifidx).is_some() {
                 return Err(GateError::HeldByLink { iface: iface.into(), id });
             }
@@ -305,6 +432,7 @@ impl Gate {
             ..Default::default()
         };
         let prog_fd = self.skel.progs.sluice_gate.as_fd().as_raw_fd();
+        // SAFETY: prog_fd is the loaded program's open fd, opts is initialised with its size.
         let fd = unsafe { libbpf_sys::bpf_link_create(prog_fd, ifidx, libbpf_sys::BPF_XDP, &opts) };
         if fd < 0 {
             let err = std::io::Error::from_raw_os_error(-fd);
@@ -323,6 +451,21 @@ impl Gate {
         Ok(())
     }
 
+    /// Would `attach` go ahead? Err if another program holds the interface
+    /// (through a bpf_link: always; through netlink: unless `replace`).
+    /// Changes nothing: the daemon calls it before its other checks.
+    pub fn check_attachable(&self, iface: &str, replace: bool) -> Result<()> {
+        let ifidx = ifindex(iface)? as i32;
+        let Some(id) = attached_prog_id(ifidx) else { return Ok(()) };
+        if xdp_link_holding(ifidx, id) {
+            return Err(GateError::HeldByLink { iface: iface.into(), id });
+        }
+        if !replace {
+            return Err(GateError::AlreadyAttached { iface: iface.into(), id, name: prog_name(id) });
+        }
+        Ok(())
+    }
+
     /// Detach (drop the link).
     pub fn detach(&mut self) {
         self.link = None;
@@ -337,6 +480,7 @@ impl Gate {
 fn prog_info(fd: i32) -> libbpf_sys::bpf_prog_info {
     let mut info = libbpf_sys::bpf_prog_info::default();
     let mut len = std::mem::size_of::<libbpf_sys::bpf_prog_info>() as u32;
+    // SAFETY: info and len are ours and len is info's size; a bad fd only makes the call fail.
     unsafe { libbpf_sys::bpf_prog_get_info_by_fd(fd, &mut info, &mut len) };
     info
 }
@@ -348,12 +492,14 @@ fn prog_id_of_fd(fd: i32) -> u32 {
 /// The id of the XDP program attached to an interface, in any mode.
 pub fn attached_prog_id(ifindex: i32) -> Option<u32> {
     let mut id = 0u32;
+    // SAFETY: writes one u32 into `id`; a bad ifindex only makes the call fail.
     let r = unsafe { libbpf_sys::bpf_xdp_query_id(ifindex, 0, &mut id) };
     (r == 0 && id != 0).then_some(id)
 }
 
 /// A program's name from its id ("?" if it cannot be read).
 pub fn prog_name(id: u32) -> String {
+    // SAFETY: a plain syscall wrapper; returns a new fd or a negative error.
     let fd = unsafe { libbpf_sys::bpf_prog_get_fd_by_id(id) };
     if fd < 0 {
         return "?".into();
@@ -361,8 +507,38 @@ pub fn prog_name(id: u32) -> String {
     // SAFETY: a new fd we own; closed on drop.
     let owned = unsafe { OwnedFd::from_raw_fd(fd) };
     let info = prog_info(owned.as_raw_fd());
+    // SAFETY: the kernel NUL-terminates the name inside the fixed-size array.
     let name = unsafe { CStr::from_ptr(info.name.as_ptr()) };
     name.to_string_lossy().into_owned()
+}
+
+/// Is XDP program `prog_id` on `ifindex` held by a bpf_link (of any process)?
+/// Walks the kernel's links: one is an XDP link on that interface running that program.
+pub fn xdp_link_holding(ifindex: i32, prog_id: u32) -> bool {
+    let mut id = 0u32;
+    // SAFETY: each call writes the next link id into `id`, ours.
+    while unsafe { libbpf_sys::bpf_link_get_next_id(id, &mut id) } == 0 {
+        // SAFETY: a plain syscall wrapper; returns a new fd or a negative error.
+        let fd = unsafe { libbpf_sys::bpf_link_get_fd_by_id(id) };
+        if fd < 0 {
+            continue; // the link went away meanwhile
+        }
+        // SAFETY: a new fd we own; closed on drop.
+        let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: bpf_link_info is plain integers and unions of them: all-zero is valid.
+        let mut info: libbpf_sys::bpf_link_info = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libbpf_sys::bpf_link_info>() as u32;
+        // SAFETY: info and len are ours and len is info's size.
+        if unsafe { libbpf_sys::bpf_link_get_info_by_fd(owned.as_raw_fd(), &mut info, &mut len) } != 0 {
+            continue;
+        }
+        // SAFETY: for an XDP link the kernel filled the union's `xdp` member.
+        let link_ifindex = unsafe { info.__bindgen_anon_1.xdp.ifindex };
+        if info.type_ == libbpf_sys::BPF_LINK_TYPE_XDP && info.prog_id == prog_id && link_ifindex as i32 == ifindex {
+            return true;
+        }
+    }
+    false
 }
 
 #[cfg(test)]

@@ -31,6 +31,7 @@ pub mod share;
 pub mod controller;
 pub mod signals;
 pub mod auto;
+pub mod sched;
 pub mod packet;
 pub mod stats;
 pub mod bench_gate;

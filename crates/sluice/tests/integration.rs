@@ -260,7 +260,9 @@ mod errors {
         let o = tb.sluice(&tb.b, &["run", "--iface", tb.if_b, "--class", "x:match=udp", "--metrics", "off", "--socket", "/tmp/unused-sluice.sock"]);
         assert!(!o.status.success());
         let e = stderr(&o);
-        assert!(e.contains(&format!("id {first}")) && e.contains("sluice_gate") && e.contains("--replace"), "{e}");
+        // Held by a bpf_link: only its owner can remove it, so no netlink advice and no --replace.
+        assert!(e.contains(&format!("id {first}")) && e.contains("only its owner can remove"), "{e}");
+        assert!(!e.contains("xdp off") && !e.contains("--replace"), "no advice that cannot work: {e}");
         // --replace cannot take over a bpf_link: said plainly.
         let o = tb.sluice(&tb.b, &["run", "--iface", tb.if_b, "--replace", "--class", "x:match=udp", "--metrics", "off", "--socket", "/tmp/unused-sluice.sock"]);
         assert!(!o.status.success());
@@ -268,11 +270,9 @@ mod errors {
         assert_eq!(tb.attached_prog(), first, "the first daemon keeps the interface");
     }
 
-    /// A foreign XDP program attached with netlink (`ip link set ... xdp obj`)
-    /// is named and refused; --replace takes its place.
-    #[test]
-    fn replace_takes_over_a_netlink_attached_program() {
-        let mut tb = Testbed::new();
+    /// Attach a foreign XDP_PASS program ("other_prog") to B's interface with
+    /// netlink, as `ip link set ... xdp obj` does; returns its id.
+    fn attach_foreign_program(tb: &Testbed) -> u64 {
         let src = tb.write("other.bpf.c", "#include <linux/bpf.h>\n__attribute__((section(\"xdp\"), used)) int other_prog(struct xdp_md *c) { return XDP_PASS; }\nchar _l[] __attribute__((section(\"license\"), used)) = \"GPL\";\n");
         let obj = tb.dir.join("other.bpf.o");
         let cc = std::process::Command::new("clang")
@@ -290,6 +290,15 @@ mod errors {
         assert!(ip.status.success(), "{}", String::from_utf8_lossy(&ip.stderr));
         let foreign = tb.attached_prog();
         assert_ne!(foreign, 0);
+        foreign
+    }
+
+    /// A foreign XDP program attached with netlink (`ip link set ... xdp obj`)
+    /// is named and refused; --replace takes its place.
+    #[test]
+    fn replace_takes_over_a_netlink_attached_program() {
+        let mut tb = Testbed::new();
+        let foreign = attach_foreign_program(&tb);
         let o = tb.sluice(&tb.b, &["run", "--iface", tb.if_b, "--class", "x:match=udp", "--metrics", "off", "--socket", "/tmp/unused-sluice.sock"]);
         assert!(!o.status.success());
         let e = stderr(&o);
@@ -298,6 +307,31 @@ mod errors {
         let now = tb.attached_prog();
         assert!(now != 0 && now != foreign, "sluice replaced the foreign program");
         assert_eq!(tb.status().prog_id as u64, now);
+    }
+
+    /// Regression: `run --replace` that failed a later check (metrics address,
+    /// an auto class without sockets, a socket path in use) had already
+    /// detached the program it was to replace, leaving the interface with none.
+    #[test]
+    fn a_failed_replace_start_leaves_the_old_program_attached() {
+        let tb = Testbed::new();
+        let foreign = attach_foreign_program(&tb);
+        let sock = tb.dir.join("replace.sock");
+        let sock = sock.to_str().unwrap();
+        let tries: [(&[&str], &str); 2] = [
+            // An address this namespace does not have: the metrics bind fails.
+            (&["--metrics", "192.0.2.1:9786"], "cannot serve metrics on 192.0.2.1:9786"),
+            (&["--metrics", "off", "--class", "a:rate=auto,match=udp:5999"], "no UDP socket is bound"),
+        ];
+        for (extra, said) in tries {
+            let mut args = vec!["run", "--iface", tb.if_b, "--replace", "--class", "x:match=udp:7", "--socket", sock];
+            args.extend_from_slice(extra);
+            let o = tb.sluice(&tb.b, &args);
+            assert!(!o.status.success(), "{extra:?} should fail");
+            assert!(stderr(&o).contains(said), "{extra:?}: {}", stderr(&o));
+            assert_eq!(tb.attached_prog(), foreign, "{extra:?}: the foreign program is still attached");
+            assert!(!std::path::Path::new(sock).exists(), "{extra:?}: the statistics socket file was removed");
+        }
     }
 
     /// A driver without native XDP (loopback) is said plainly; generic mode works there.

@@ -22,7 +22,8 @@ use crate::bench::gen::{mono_ns, stream_value, Generator, StreamCount, StreamSpe
 use crate::bench::measure::{dev_tx_dropped, proc_stat_cpu, softnet, thread_ticks, udp_counters, IdleMeter, NftCounter, NsFile, UdpCounters};
 use crate::bench::scenario::{ConfigKind, Scenario};
 use crate::bench::testbed::{Testbed, VictimModel, IF_A, IF_B};
-use crate::auto::{set_napi, AutoLoop};
+use crate::auto::AutoLoop;
+use crate::sched::set_napi;
 use crate::config::{self, NapiSched, XdpMode};
 use crate::gate::Gate;
 use crate::stats::ClassTotals;
@@ -353,7 +354,7 @@ impl Env {
             // On the generator's CPU, like everything of the bench but the victim.
             std::thread::spawn(move || {
                 let _ = netns::pin_thread(gen_cpu);
-                crate::auto::realtime_thread();
+                crate::sched::realtime_thread();
                 let mut next = std::time::Instant::now();
                 while !stop.load(Ordering::Relaxed) {
                     if let (Ok(g), Ok(mut c)) = (g.lock(), ctl.lock()) {
