@@ -64,9 +64,9 @@ fn measure(gate: &Gate, prog: Prog, pkt: &[u8], want: u32, repeat: u32) -> Resul
     Ok(mean.as_nanos() as f64)
 }
 
+/// The median of the rounds (there is at least one: `rounds` >= 1 is checked).
 fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    crate::summary::median(v).unwrap_or(f64::NAN)
 }
 
 /// One measured configuration: a loaded gate, the packet, the verdict it must get.

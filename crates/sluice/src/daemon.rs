@@ -14,9 +14,10 @@ use anyhow::{bail, Context, Result};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
 use crate::auto::AutoLoop;
+use crate::tick::Ticker;
 use crate::sched::{apply_napi, check_napi, realtime_thread};
 use crate::classify;
-use crate::config::{self, Config, Limit, NapiSched, XdpMode};
+use crate::config::{self, Config, NapiSched, XdpMode};
 use crate::gate::{self, Gate};
 use crate::stats::{class_snapshots, prometheus_text, ClassRates, ClassTotals, GlobalTotals, Snapshot, SNAPSHOT_VERSION};
 
@@ -77,13 +78,9 @@ struct Shared {
     snapshot: Mutex<Snapshot>,
 }
 
-/// The per-class state the loop keeps between ticks.
-struct ClassTrack {
-    /// Per-CPU seen packets at the last tick (for the arrival-based split).
-    last_seen: Vec<u64>,
-    /// Totals of the last RATE_WINDOW_TICKS ticks, oldest first.
-    history: std::collections::VecDeque<(Instant, ClassTotals)>,
-}
+/// A class's totals at the last RATE_WINDOW + 1 statistics refreshes, oldest
+/// first (for the per-second rates).
+type History = std::collections::VecDeque<(Instant, ClassTotals)>;
 
 pub struct Daemon {
     opts: RunOpts,
@@ -91,12 +88,11 @@ pub struct Daemon {
     iface: String,
     gate: Gate,
     shared: Arc<Shared>,
-    tracks: Vec<ClassTrack>,
+    history: Vec<History>,
     started: Instant,
     socket: PathBuf,
-    /// The controller of the `rate = "auto"` classes, if any.
-    auto: Option<AutoLoop>,
-    auto_errors: u64,
+    /// The per-CPU splits and the auto controller, run every tick.
+    ticker: Ticker,
     /// Process CPU time at the last statistics refresh (s).
     last_cpu: (Instant, f64),
 }
@@ -160,7 +156,6 @@ impl Daemon {
         if let Some(server) = metrics {
             serve_metrics(server, shared.clone());
         }
-        let tracks = new_tracks(&cfg, gate.ncpus());
         log(format_args!(
             "gate attached to {iface} ({:?} mode, prog id {}), {} classes; stats on {}{}",
             cfg.xdp_mode,
@@ -173,7 +168,9 @@ impl Daemon {
             log(format_args!("auto ({}) controls {:?} every {} ms", a.algo().name(), a.class_names(), TICK.as_millis()));
         }
         let last_cpu = (Instant::now(), process_cpu_secs());
-        Ok(Daemon { opts, cfg, iface, gate, shared, tracks, started: Instant::now(), socket, auto, auto_errors: 0, last_cpu })
+        let history = vec![History::new(); cfg.classes.len()];
+        let ticker = Ticker::new(&cfg, auto);
+        Ok(Daemon { opts, cfg, iface, gate, shared, history, started: Instant::now(), socket, ticker, last_cpu })
     }
 
     /// Run until SIGINT/SIGTERM; returns the final snapshot after detaching.
@@ -188,7 +185,7 @@ impl Daemon {
                 }
             }
         });
-        if self.auto.is_some() {
+        if self.ticker.auto.is_some() {
             self.realtime();
         }
         let mut next = Instant::now();
@@ -202,8 +199,7 @@ impl Daemon {
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
                 Err(mpsc::RecvTimeoutError::Disconnected) => break,
             }
-            self.rebalance()?;
-            self.auto_tick();
+            self.ticker.tick(&self.gate, |m| log(m))?;
             ticks += 1;
             if ticks % STATS_EVERY == 0 {
                 self.refresh_stats()?;
@@ -223,16 +219,6 @@ impl Daemon {
         Ok(snap)
     }
 
-    /// Re-split limited classes' rates over CPUs by their recent arrivals.
-    fn rebalance(&mut self) -> Result<()> {
-        for (id, class) in self.cfg.classes.iter().enumerate() {
-            if matches!(class.limit, Limit::Rate { .. }) {
-                self.gate.rebalance(id, &class.limit, &mut self.tracks[id].last_seen)?;
-            }
-        }
-        Ok(())
-    }
-
     /// Run the tick loop at SCHED_FIFO 1 (see `sched::realtime_thread`): a
     /// sample cut by a pre-emption would mix counters read milliseconds apart.
     fn realtime(&self) {
@@ -243,30 +229,18 @@ impl Daemon {
         }
     }
 
-    /// One controller tick; an error (a signal that could not be read) is
-    /// logged, not fatal: the gate keeps the last rates.
-    fn auto_tick(&mut self) {
-        let Some(a) = &mut self.auto else { return };
-        if let Err(e) = a.tick(&self.gate) {
-            self.auto_errors += 1;
-            if self.auto_errors.is_power_of_two() {
-                log(format_args!("auto: reading signals failed ({} times so far): {e:#}", self.auto_errors));
-            }
-        }
-    }
-
     /// Read the counters into the served snapshot.
     fn refresh_stats(&mut self) -> Result<()> {
         let now = Instant::now();
         let mut classes = Vec::with_capacity(self.cfg.classes.len());
         for id in 0..self.cfg.classes.len() {
-            let track = &mut self.tracks[id];
+            let history = &mut self.history[id];
             let totals = ClassTotals::from(self.gate.class_counters(id)?);
-            track.history.push_back((now, totals));
-            if track.history.len() > RATE_WINDOW + 1 {
-                track.history.pop_front();
+            history.push_back((now, totals));
+            if history.len() > RATE_WINDOW + 1 {
+                history.pop_front();
             }
-            let (t0, old) = track.history.front().copied().unwrap();
+            let (t0, old) = history.front().copied().unwrap();
             classes.push((totals, ClassRates::between(&old, &totals, now.duration_since(t0).as_secs_f64())));
         }
         let global = GlobalTotals::from(self.gate.global_counters()?);
@@ -281,7 +255,7 @@ impl Daemon {
             c.totals = totals;
             c.rates = rates;
         }
-        if let Some(a) = &self.auto {
+        if let Some(a) = &self.ticker.auto {
             for (id, st) in a.status() {
                 snap.classes[id].auto = Some(st);
             }
@@ -313,12 +287,12 @@ impl Daemon {
         }) {
             Ok((cfg, auto)) => {
                 log(format_args!("reloaded the config: {} classes", cfg.classes.len()));
-                self.tracks = new_tracks(&cfg, self.gate.ncpus());
-                self.cfg = cfg;
-                if auto.is_some() && self.auto.is_none() {
+                self.history = vec![History::new(); cfg.classes.len()];
+                if auto.is_some() && self.ticker.auto.is_none() {
                     self.realtime();
                 }
-                self.auto = auto;
+                self.ticker = Ticker::new(&cfg, auto);
+                self.cfg = cfg;
             }
             Err(e) => {
                 log(format_args!("reload refused, the previous config stays active: {e:#}"));
@@ -332,10 +306,6 @@ impl Daemon {
         }
         snap.last_reload_error = snap_err;
     }
-}
-
-fn new_tracks(cfg: &Config, ncpus: usize) -> Vec<ClassTrack> {
-    cfg.classes.iter().map(|_| ClassTrack { last_seen: vec![0; ncpus], history: Default::default() }).collect()
 }
 
 /// The statistics socket, bound but not yet served: dropping it (a start

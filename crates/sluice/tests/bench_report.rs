@@ -11,7 +11,38 @@ fn results_json_round_trips() {
     let text = serde_json::to_string(&r).unwrap();
     let back: Results = serde_json::from_str(&text).unwrap();
     assert_eq!(back, r);
+}
+
+/// A version-1 file (the fixture is one) is summarised again on load: the
+/// median of two repeats is their mean (version 1 took the larger), and a
+/// window without replies has no p99 (version 1 wrote 0).
+#[test]
+fn a_version_1_file_is_summarised_again() {
+    let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(FIXTURE).unwrap()).unwrap();
+    assert_eq!(v["schema_version"], 1, "the fixture is a version-1 recording");
+    let results = v["models"][0]["results"].as_array_mut().unwrap();
+    let mut second = results[0].clone();
+    second["repeat"] = 1.into();
+    let first = results[0]["delivered_pps"].as_f64().unwrap();
+    second["delivered_pps"] = (first + 1000.0).into();
+    second["legit_replies"] = 0.into();
+    second["rtt"]["p99_us"] = 0.0.into();
+    results.push(second);
+    let dir = std::env::temp_dir().join(format!("sluice-report-v1-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("results.json");
+    std::fs::write(&path, v.to_string()).unwrap();
+    let r = report::load(&path).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
     assert_eq!(r.schema_version, sluice::bench::scenario::SCHEMA_VERSION);
+    let m = &r.models[0];
+    let x = &m.results[0];
+    let p = m.points.iter().find(|p| p.config == x.config && p.multiple == x.multiple).unwrap();
+    assert_eq!(p.delivered_pps.median, Some(first + 500.0), "the mean of the two repeats");
+    assert_eq!((p.delivered_pps.min, p.delivered_pps.max), (Some(first), Some(first + 1000.0)));
+    assert_eq!(m.results.last().unwrap().rtt.p99_us, None, "no replies: no p99");
+    assert_eq!(p.legit_p99_us.missing, 1, "the repeat without replies is counted as missing");
+    assert_eq!(p.legit_p99_us.median, x.rtt.p99_us, "the median is the one repeat that has a p99");
 }
 
 #[test]

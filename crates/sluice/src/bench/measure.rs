@@ -173,7 +173,7 @@ impl NftCounter {
             .lines
             .recv_timeout(std::time::Duration::from_secs(2))
             .with_context(|| format!("`nft -i` gave no answer for table inet {}", self.table))?;
-        Ok(nft_counter_packets(&line))
+        nft_counter_packets(&line).with_context(|| format!("reading the counters of table inet {}", self.table))
     }
 }
 
@@ -184,17 +184,22 @@ impl Drop for NftCounter {
     }
 }
 
-/// The packets of every counter in `nft -j` output, added up.
-pub fn nft_counter_packets(json: &str) -> u64 {
-    let v: serde_json::Value = serde_json::from_str(json).unwrap_or_default();
-    v["nftables"]
-        .as_array()
-        .into_iter()
-        .flatten()
+/// The packets of every counter in `nft -j` output, added up. Output that is
+/// not a JSON ruleset with at least one counter (an error message, a table
+/// without its counter rule) is an error, not 0 drops.
+pub fn nft_counter_packets(json: &str) -> Result<u64> {
+    let v: serde_json::Value = serde_json::from_str(json)
+        .with_context(|| format!("`nft -j` printed something that is not JSON: {:.200}", json.trim()))?;
+    let objects = v["nftables"].as_array().with_context(|| format!("no \"nftables\" list in `nft -j` output: {json:.200}"))?;
+    let counters: Vec<u64> = objects
+        .iter()
         .filter_map(|o| o["rule"]["expr"].as_array())
         .flatten()
-        .filter_map(|e| e["counter"]["packets"].as_u64())
-        .sum()
+        .filter_map(|e| e["counter"].as_object())
+        .map(|c| c.get("packets").and_then(|p| p.as_u64()).context("a counter without a packet count"))
+        .collect::<Result<_>>()?;
+    anyhow::ensure!(!counters.is_empty(), "no counter in the table: {json:.200}");
+    Ok(counters.iter().sum())
 }
 
 /// The TX drops of an interface from a /proc/net/dev text.
@@ -214,8 +219,10 @@ mod tests {
         let json = r#"{"nftables": [{"metainfo": {"version": "1.0.6"}}, {"table": {"family": "inet", "name": "t"}},
             {"rule": {"chain": "c", "expr": [{"match": {}}, {"counter": {"packets": 7, "bytes": 700}}]}},
             {"rule": {"chain": "c", "expr": [{"counter": {"packets": 5, "bytes": 1}}, {"drop": null}]}}]}"#;
-        assert_eq!(nft_counter_packets(json), 12);
-        assert_eq!(nft_counter_packets("Error: No such file or directory"), 0);
+        assert_eq!(nft_counter_packets(json).unwrap(), 12);
+        // Regression: unparseable output counted as 0 drops.
+        assert!(nft_counter_packets("Error: No such file or directory").is_err());
+        assert!(nft_counter_packets(r#"{"nftables": [{"table": {"name": "t"}}]}"#).is_err(), "no counter: error");
     }
 
     #[test]

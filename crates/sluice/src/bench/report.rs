@@ -8,19 +8,47 @@ use std::path::Path;
 use anyhow::{bail, Context, Result};
 use plotters::prelude::*;
 
-use crate::bench::run::Ledger;
+use crate::bench::run::{Ledger, Rtt};
 use crate::bench::scenario::{ConfigKind, SCHEMA_VERSION};
-use crate::bench::sweep::{ModelRun, Point, Results};
+use crate::bench::sweep::{summarise, ModelRun, Point, Results};
 
-/// Read a results.json, checking its schema version.
+/// Read a results.json, checking its schema version. A version-1 file is
+/// upgraded: its per-level summaries are made again from its measurements
+/// (version 1 took the upper middle value as the median of an even count),
+/// and a probe with no reply gets no round-trip time instead of 0.
 pub fn load(path: &Path) -> Result<Results> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let v: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?;
     let version = v["schema_version"].as_u64().unwrap_or(0);
-    if version != SCHEMA_VERSION as u64 {
-        bail!("{}: schema version {version}, this sluice reads version {SCHEMA_VERSION}", path.display());
+    if version != SCHEMA_VERSION as u64 && version != 1 {
+        bail!("{}: schema version {version}, this sluice reads versions 1 and {SCHEMA_VERSION}", path.display());
     }
-    serde_json::from_value(v).with_context(|| format!("{}: does not match the results schema", path.display()))
+    let mut r: Results =
+        serde_json::from_value(v).with_context(|| format!("{}: does not match the results schema", path.display()))?;
+    if version == 1 {
+        upgrade_v1(&mut r);
+    }
+    Ok(r)
+}
+
+fn upgrade_v1(r: &mut Results) {
+    r.schema_version = SCHEMA_VERSION;
+    for m in &mut r.models {
+        for x in m.results.iter_mut().filter(|x| x.legit_replies == 0) {
+            x.rtt = Rtt::default();
+        }
+        let mut configs: Vec<ConfigKind> = vec![];
+        let mut multiples: Vec<f64> = vec![];
+        for p in &m.points {
+            if !configs.contains(&p.config) {
+                configs.push(p.config);
+            }
+            if !multiples.contains(&p.multiple) {
+                multiples.push(p.multiple);
+            }
+        }
+        m.points = summarise(&m.results, &configs, &multiples);
+    }
 }
 
 /// CSV: one row per measurement.
@@ -35,7 +63,7 @@ pub fn csv(r: &Results) -> String {
         for x in &m.results {
             let _ = write!(
                 o,
-                "{},{},{},{},{:.0},{:.0},{},{:.0},{:.0},{},{},{:.4},{:.1},{:.1},{:.1},{:.1},{:.4},{:.4},{:.1},",
+                "{},{},{},{},{:.0},{:.0},{},{:.0},{:.0},{},{},{:.4},{},{},{},{},{:.4},{:.4},{},",
                 m.model.name(),
                 x.config.name(),
                 x.multiple,
@@ -48,13 +76,13 @@ pub fn csv(r: &Results) -> String {
                 x.legit_sent,
                 x.legit_replies,
                 x.legit_loss,
-                x.rtt.p50_us,
-                x.rtt.p90_us,
-                x.rtt.p99_us,
-                x.rtt.max_us,
+                csv_value(x.rtt.p50_us),
+                csv_value(x.rtt.p90_us),
+                csv_value(x.rtt.p99_us),
+                csv_value(x.rtt.max_us),
                 x.cpu_busy,
                 x.cpu_busy_procstat,
-                x.ns_per_delivered,
+                csv_value(x.ns_per_delivered),
             );
             let cols: Vec<String> = x.ledger.values().iter().map(i64::to_string).collect();
             let _ = writeln!(o, "{}", cols.join(","));
@@ -63,11 +91,17 @@ pub fn csv(r: &Results) -> String {
     o
 }
 
-/// The figures of one model: (file stem, title, y label, metric).
-type Metric = fn(&Point) -> f64;
+/// A CSV cell: the value with one decimal, or empty where it was not measured.
+fn csv_value(v: Option<f64>) -> String {
+    v.map_or(String::new(), |v| format!("{v:.1}"))
+}
+
+/// The figures of one model: (file stem, title, y label, metric). A level
+/// whose metric is missing has no point on the line.
+type Metric = fn(&Point) -> Option<f64>;
 const FIGURES: &[(&str, &str, &str, Metric)] = &[
     ("delivered", "delivered vs applied load", "delivered (datagrams/s)", |p| p.delivered_pps.median),
-    ("cpu", "victim CPU vs applied load", "victim CPU busy (%)", |p| p.cpu_busy.median * 100.0),
+    ("cpu", "victim CPU vs applied load", "victim CPU busy (%)", |p| p.cpu_busy.median.map(|c| c * 100.0)),
     ("ns_per_delivered", "victim CPU per delivered datagram", "ns per delivered datagram", |p| p.ns_per_delivered.median),
     ("legit_p99", "legitimate probe p99 round trip", "p99 RTT (us)", |p| p.legit_p99_us.median),
 ];
@@ -102,9 +136,10 @@ where
     DB::ErrorType: 'static,
 {
     root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e:?}"))?;
-    let pts: Vec<&Point> = m.points.iter().filter(|p| (fig.3)(p).is_finite()).collect();
-    let xs: Vec<f64> = pts.iter().map(|p| p.sent_pps.median.max(1.0)).collect();
-    let ys: Vec<f64> = pts.iter().map(|p| (fig.3)(p)).collect();
+    let value = |p: &Point| Some((p.sent_pps.median?.max(1.0), (fig.3)(p).filter(|y| y.is_finite())?));
+    let pts: Vec<&Point> = m.points.iter().filter(|p| value(p).is_some()).collect();
+    let xs: Vec<f64> = pts.iter().filter_map(|p| value(p)).map(|v| v.0).collect();
+    let ys: Vec<f64> = pts.iter().filter_map(|p| value(p)).map(|v| v.1).collect();
     let (x0, x1) = (xs.iter().copied().fold(f64::MAX, f64::min).min(1e9), xs.iter().copied().fold(1e3, f64::max));
     let y1 = ys.iter().copied().fold(1.0, f64::max) * 1.1;
     let mut chart = ChartBuilder::on(&root)
@@ -130,7 +165,7 @@ where
         let line: Vec<(f64, f64)> = pts
             .iter()
             .filter(|p| p.config == c)
-            .map(|p| (p.sent_pps.median.max(1.0), (fig.3)(p)))
+            .filter_map(|p| value(p))
             .collect();
         let col = colour(c);
         chart
@@ -171,35 +206,58 @@ fn pct(x: f64) -> String {
     format!("{:.0}%", x * 100.0)
 }
 
-/// The summary table: per model and configuration, delivered at 1x and at the
-/// highest level, as a share of the calibrated peak, with CPU and cost.
+/// The summary table: per model, configuration and level, the median of the
+/// repeats with their range, delivered as a share of the calibrated peak,
+/// both CPU meters, cost and the probe's p99. Marks: `NO` in valid (the
+/// generator fell short), `!` after cpu (the two meters disagree), `n/a`
+/// where a measurement is missing.
 pub fn summary(r: &Results) -> String {
     let mut o = String::new();
     for m in &r.models {
         let _ = writeln!(
             o,
-            "{} model: peak {}/s delivered; MLFRR {}; static rate {}/s",
+            "{} model: peak {}/s delivered; MLFRR {}; static rate {}/s; {} repeat(s) per level: median (min-max)",
             m.model.name(),
             crate::stats::human(m.peak_pps),
-            m.mlfrr_pps.map_or("-".into(), |x| format!("{}/s ({:.0} ns per packet)", crate::stats::human(x), 1e9 / x)),
-            crate::stats::human(m.static_rate)
+            m.mlfrr_pps.map_or("n/a (no loss-free level)".into(), |x| format!(
+                "{}/s ({:.0} ns per packet)",
+                crate::stats::human(x),
+                1e9 / x
+            )),
+            crate::stats::human(m.static_rate),
+            r.scenario.repeats
         );
-        let _ = writeln!(o, "  {:<8} {:>6} {:>10} {:>8} {:>6} {:>9} {:>10} {:>7} {:>6}", "config", "level", "sent/s", "deliv/s", "%peak", "cpu", "ns/deliv", "p99 us", "valid");
+        let _ = writeln!(
+            o,
+            "  {:<9} {:>6} {:>8} {:>24} {:>6} {:>11} {:>8} {:>20} {:>6}",
+            "config", "level", "sent/s", "deliv/s", "%peak", "cpu idle/ps", "ns/deliv", "p99 us", "valid"
+        );
         for p in &m.points {
+            let cpu = format!(
+                "{}/{}{}",
+                p.cpu_busy.median.map_or("n/a".into(), pct),
+                p.cpu_busy_procstat.median.map_or("n/a".into(), pct),
+                if p.cpu_meters_disagree > 0 { "!" } else { "" }
+            );
             let _ = writeln!(
                 o,
-                "  {:<8} {:>5}x {:>10} {:>8} {:>6} {:>9} {:>10.0} {:>7.0} {:>6}",
+                "  {:<9} {:>5}x {:>8} {:>24} {:>6} {:>11} {:>8} {:>20} {:>6}",
                 p.config.name(),
                 p.multiple,
-                crate::stats::human(p.sent_pps.median),
-                crate::stats::human(p.delivered_pps.median),
-                pct(p.delivered_pps.median / m.peak_pps.max(1.0)),
-                pct(p.cpu_busy.median),
-                p.ns_per_delivered.median,
-                p.legit_p99_us.median,
+                p.sent_pps.median.map_or("n/a".into(), crate::stats::human),
+                p.delivered_pps.show(crate::stats::human),
+                p.delivered_pps.median.map_or("n/a".into(), |d| pct(d / m.peak_pps.max(1.0))),
+                cpu,
+                p.ns_per_delivered.show(|v| format!("{v:.0}")),
+                p.legit_p99_us.show(|v| format!("{v:.0}")),
                 if p.valid { "yes" } else { "NO" }
             );
         }
+        let _ = writeln!(
+            o,
+            "  cpu: busy by the idle-thread meter / by /proc/stat; ! = they differ by more than {:.0} points",
+            crate::bench::run::CPU_METERS_BOUND * 100.0
+        );
     }
     o
 }

@@ -40,7 +40,7 @@ use serde::{Deserialize, Serialize};
 use crate::bench::testbed::VictimModel;
 
 /// Version of the results JSON schema (results.json); bump on incompatible changes.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// A configuration of the victim compared in one run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

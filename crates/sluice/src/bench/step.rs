@@ -23,7 +23,8 @@ use anyhow::{Context, Result};
 use plotters::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::bench::run::{coefficient_of_variation, percentile, Env};
+use crate::bench::run::Env;
+use crate::summary::{coefficient_of_variation, missing_or, percentile};
 use crate::bench::scenario::{ConfigKind, Scenario};
 use crate::bench::testbed::VictimModel;
 
@@ -55,9 +56,11 @@ pub struct PhaseStats {
     pub settle_secs: Option<f64>,
     /// Highest 100 ms admitted rate above the steady value, as a fraction of it.
     pub overshoot: f64,
-    pub admitted_cv: f64,
+    /// None: fewer than two ticks, or nothing admitted.
+    pub admitted_cv: Option<f64>,
     pub legit_loss: f64,
-    pub legit_p99_us: f64,
+    /// None: no reply came back in the phase.
+    pub legit_p99_us: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -230,15 +233,15 @@ pub fn summary(r: &StepResults) -> String {
         for p in &run.phases {
             let _ = writeln!(
                 o,
-                "  {:<12} {:>9} {:>9} {:>8} {:>8.1}% {:>5.1}% {:>6.2}% {:>8.0}",
+                "  {:<12} {:>9} {:>9} {:>8} {:>8.1}% {:>6} {:>6.2}% {:>8}",
                 p.name,
                 crate::stats::human(p.steady_admitted_pps),
                 crate::stats::human(p.steady_delivered_pps),
                 p.settle_secs.map_or("never".into(), |s| format!("{:.0}ms", s * 1e3)),
                 p.overshoot * 100.0,
-                p.admitted_cv * 100.0,
+                missing_or(p.admitted_cv, |v| format!("{:.1}%", v * 100.0)),
                 p.legit_loss * 100.0,
-                p.legit_p99_us
+                missing_or(p.legit_p99_us, |v| format!("{v:.0}"))
             );
         }
     }

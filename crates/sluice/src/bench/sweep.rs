@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::bench::run::{Env, LevelResult};
 use crate::bench::scenario::{ConfigKind, Scenario, SCHEMA_VERSION};
 use crate::bench::testbed::VictimModel;
+use crate::summary::median;
 
 /// Calibration: the load doubles from this rate until the delivered rate falls
 /// below CALIB_STOP of the best seen (past the knee) or the cap is reached.
@@ -26,22 +27,50 @@ pub struct CalibrationPoint {
     pub delivered_pps: f64,
 }
 
-/// Median and range of one metric over the repeats of a level.
+/// Median and range of one metric over the repeats of a level. Repeats
+/// without a value (no reply came back, nothing was delivered) are counted in
+/// `missing` and left out; with none left, median, min and max are None.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Stat {
-    pub median: f64,
-    pub min: f64,
-    pub max: f64,
+    pub median: Option<f64>,
+    pub min: Option<f64>,
+    pub max: Option<f64>,
+    #[serde(default)]
+    pub missing: u32,
 }
 
 impl Stat {
-    pub fn of(v: impl IntoIterator<Item = f64>) -> Stat {
-        let mut v: Vec<f64> = v.into_iter().filter(|x| x.is_finite()).collect();
-        if v.is_empty() {
-            return Stat::default();
+    pub fn of(v: impl IntoIterator<Item = Option<f64>>) -> Stat {
+        let all: Vec<Option<f64>> = v.into_iter().collect();
+        let v: Vec<f64> = all.iter().flatten().copied().filter(|x| x.is_finite()).collect();
+        Stat {
+            median: median(&v),
+            min: v.iter().copied().reduce(f64::min),
+            max: v.iter().copied().reduce(f64::max),
+            missing: (all.len() - v.len()) as u32,
         }
-        v.sort_by(f64::total_cmp);
-        Stat { median: v[v.len() / 2], min: v[0], max: v[v.len() - 1] }
+    }
+
+    /// Of values every repeat has.
+    pub fn of_all(v: impl IntoIterator<Item = f64>) -> Stat {
+        Stat::of(v.into_iter().map(Some))
+    }
+
+    /// "median (min-max)" for a table, or "n/a"; `show` formats one value.
+    pub fn show(&self, show: impl Fn(f64) -> String) -> String {
+        match (self.median, self.min, self.max) {
+            (Some(m), Some(lo), Some(hi)) if lo == hi => format!("{}{}", show(m), self.missing_note()),
+            (Some(m), Some(lo), Some(hi)) => format!("{} ({}-{}){}", show(m), show(lo), show(hi), self.missing_note()),
+            _ => "n/a".to_string(),
+        }
+    }
+
+    fn missing_note(&self) -> String {
+        if self.missing > 0 {
+            format!(" [{} n/a]", self.missing)
+        } else {
+            String::new()
+        }
     }
 }
 
@@ -57,6 +86,12 @@ pub struct Point {
     pub legit_loss: Stat,
     pub legit_p99_us: Stat,
     pub cpu_busy: Stat,
+    /// The same CPU by /proc/stat, beside the idle-thread figure.
+    #[serde(default)]
+    pub cpu_busy_procstat: Stat,
+    /// Repeats whose two CPU meters disagree by more than CPU_METERS_BOUND.
+    #[serde(default)]
+    pub cpu_meters_disagree: u32,
     pub ns_per_delivered: Stat,
     /// Every repeat reached the asked rate (within 2%).
     pub valid: bool,
@@ -122,7 +157,7 @@ pub struct SweepOpts {
     pub interrupted: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
-fn summarise(results: &[LevelResult], configs: &[ConfigKind], multiples: &[f64]) -> Vec<Point> {
+pub(crate) fn summarise(results: &[LevelResult], configs: &[ConfigKind], multiples: &[f64]) -> Vec<Point> {
     let mut out = Vec::new();
     for &m in multiples {
         for &c in configs {
@@ -134,12 +169,14 @@ fn summarise(results: &[LevelResult], configs: &[ConfigKind], multiples: &[f64])
                 config: c,
                 multiple: m,
                 asked_pps: rs[0].asked_pps,
-                sent_pps: Stat::of(rs.iter().map(|r| r.sent_pps)),
-                delivered_pps: Stat::of(rs.iter().map(|r| r.delivered_pps)),
-                legit_replies_pps: Stat::of(rs.iter().map(|r| r.legit_replies_pps)),
-                legit_loss: Stat::of(rs.iter().map(|r| r.legit_loss)),
+                sent_pps: Stat::of_all(rs.iter().map(|r| r.sent_pps)),
+                delivered_pps: Stat::of_all(rs.iter().map(|r| r.delivered_pps)),
+                legit_replies_pps: Stat::of_all(rs.iter().map(|r| r.legit_replies_pps)),
+                legit_loss: Stat::of_all(rs.iter().map(|r| r.legit_loss)),
                 legit_p99_us: Stat::of(rs.iter().map(|r| r.rtt.p99_us)),
-                cpu_busy: Stat::of(rs.iter().map(|r| r.cpu_busy)),
+                cpu_busy: Stat::of_all(rs.iter().map(|r| r.cpu_busy)),
+                cpu_busy_procstat: Stat::of_all(rs.iter().map(|r| r.cpu_busy_procstat)),
+                cpu_meters_disagree: rs.iter().filter(|r| !r.cpu_meters_agree()).count() as u32,
                 ns_per_delivered: Stat::of(rs.iter().map(|r| r.ns_per_delivered)),
                 valid: rs.iter().all(|r| r.valid),
             });
@@ -257,13 +294,34 @@ mod tests {
 
     #[test]
     fn stats_and_levels() {
-        let s = Stat::of([3.0, 1.0, 2.0, f64::INFINITY]);
-        assert_eq!((s.median, s.min, s.max), (2.0, 1.0, 3.0));
+        let s = Stat::of_all([3.0, 1.0, 2.0, f64::INFINITY]);
+        assert_eq!((s.median, s.min, s.max), (Some(2.0), Some(1.0), Some(3.0)));
+        assert_eq!(s.missing, 1, "an infinite value (nothing delivered) is missing, not 0");
         let sc = crate::bench::scenario::load("demo").unwrap();
         let lv = levels(&sc, 200_000.0);
         // 0.5, 1, 2, 5, 10 x 200k; 10x = 2M is under the 3M cap.
         assert_eq!(lv.len(), 5);
         let lv = levels(&sc, 500_000.0);
         assert_eq!(lv.last().unwrap().0, 5.0, "10x 500k is over the generator cap");
+    }
+
+    /// Regression: the median of two repeats was the larger (v[len / 2]).
+    #[test]
+    fn the_median_of_two_repeats_is_their_mean() {
+        let s = Stat::of_all([80_000.0, 100_000.0]);
+        assert_eq!((s.median, s.min, s.max), (Some(90_000.0), Some(80_000.0), Some(100_000.0)));
+        assert_eq!(s.show(|v| format!("{v:.0}")), "90000 (80000-100000)");
+    }
+
+    /// Regression: a level with no replies had a p99 of 0 us, and one that
+    /// delivered nothing a cost of 0 ns per datagram.
+    #[test]
+    fn a_level_without_a_measurement_shows_none() {
+        let s = Stat::of([None, None]);
+        assert_eq!((s.median, s.missing), (None, 2));
+        assert_eq!(s.show(|v| format!("{v:.0}")), "n/a");
+        let s = Stat::of([Some(700.0), None]);
+        assert_eq!((s.median, s.missing), (Some(700.0), 1));
+        assert_eq!(s.show(|v| format!("{v:.0}")), "700 [1 n/a]");
     }
 }

@@ -95,7 +95,7 @@ fn knee_holds_steady_without_oscillation() {
     let mut c = Controller::new(Algo::Knee, Tuning::default());
     let ticks = run(&mut p, &mut c, &[(0, 0.0)], 3.0, &mut |_, _| {});
     let admitted: Vec<f64> = window(&ticks, 1.0, 3.0).map(|k| k.admitted).collect();
-    let v = crate::bench::run::coefficient_of_variation(&admitted);
+    let v = crate::summary::coefficient_of_variation(&admitted).expect("two seconds of ticks");
     assert!(v < 0.05, "admitted rate CV {v:.3}");
 }
 
