@@ -19,7 +19,7 @@ use crate::sched::{apply_napi, check_napi, realtime_thread};
 use crate::classify;
 use crate::config::{self, Config, NapiSched, XdpMode};
 use crate::gate::{self, Gate};
-use crate::stats::{class_snapshots, prometheus_text, ClassRates, ClassTotals, GlobalTotals, Snapshot, SNAPSHOT_VERSION};
+use crate::stats::{class_snapshots, prometheus_text, prometheus_text_004, ClassRates, ClassTotals, GlobalTotals, Snapshot, SNAPSHOT_VERSION};
 
 /// Directory of the statistics sockets.
 pub const SOCKET_DIR: &str = "/run/sluice";
@@ -368,8 +368,16 @@ fn serve_metrics(server: tiny_http::Server, shared: Arc<Shared>) {
     std::thread::spawn(move || {
         for req in server.incoming_requests() {
             let resp = if req.url() == "/metrics" {
-                let body = prometheus_text(&shared.snapshot.lock().unwrap());
-                let ct = "Content-Type: application/openmetrics-text; version=1.0.0; charset=utf-8";
+                // OpenMetrics to those who ask for it (Prometheus does), the 0.0.4 text format to the rest.
+                let openmetrics = req.headers().iter().any(|h| {
+                    h.field.equiv("Accept") && h.value.as_str().contains("application/openmetrics-text")
+                });
+                let snap = shared.snapshot.lock().unwrap();
+                let (body, ct) = if openmetrics {
+                    (prometheus_text(&snap), "Content-Type: application/openmetrics-text; version=1.0.0; charset=utf-8")
+                } else {
+                    (prometheus_text_004(&snap), "Content-Type: text/plain; version=0.0.4; charset=utf-8")
+                };
                 tiny_http::Response::from_string(body).with_header(ct.parse::<tiny_http::Header>().unwrap())
             } else {
                 tiny_http::Response::from_string("sluice: metrics are at /metrics\n").with_status_code(404)

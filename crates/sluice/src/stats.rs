@@ -293,17 +293,20 @@ pub fn render_table(s: &Snapshot) -> String {
 /// Prometheus text exposition of a snapshot.
 pub fn prometheus_text(s: &Snapshot) -> String {
     use prometheus_client::encoding::text::encode;
-    use prometheus_client::metrics::counter::ConstCounter;
+    use prometheus_client::metrics::counter::{ConstCounter, Counter};
     use prometheus_client::metrics::family::Family;
     use prometheus_client::metrics::gauge::Gauge;
     use prometheus_client::registry::Registry;
 
     type Labels = Vec<(String, String)>;
+    type U64Counter = Counter<u64, std::sync::atomic::AtomicU64>;
     let mut reg = Registry::with_prefix("sluice");
-    let pkts = Family::<Labels, Gauge<u64, std::sync::atomic::AtomicU64>>::default();
-    let bytes = Family::<Labels, Gauge<u64, std::sync::atomic::AtomicU64>>::default();
+    // The kernel's counters are totals: each scrape builds a new registry and
+    // counts them in once, so they are served as counters.
+    let pkts = Family::<Labels, U64Counter>::default();
+    let bytes = Family::<Labels, U64Counter>::default();
     let limit = Family::<Labels, Gauge<u64, std::sync::atomic::AtomicU64>>::default();
-    let global = Family::<Labels, Gauge<u64, std::sync::atomic::AtomicU64>>::default();
+    let global = Family::<Labels, U64Counter>::default();
     type F64Gauge = Gauge<f64, std::sync::atomic::AtomicU64>;
     let (auto_pps, auto_queue, auto_lost, auto_state) = (
         Family::<Labels, F64Gauge>::default(),
@@ -320,8 +323,8 @@ pub fn prometheus_text(s: &Snapshot) -> String {
             ("dropped_blocked", t.dropped_blocked_pkts, t.dropped_blocked_bytes),
         ] {
             let l = vec![("class".to_string(), c.name.clone()), ("verdict".to_string(), verdict.to_string())];
-            pkts.get_or_create(&l).set(p);
-            bytes.get_or_create(&l).set(b);
+            pkts.get_or_create(&l).inc_by(p);
+            bytes.get_or_create(&l).inc_by(b);
         }
         if let Some(r) = c.rate_pps {
             limit.get_or_create(&vec![("class".to_string(), c.name.clone())]).set(r);
@@ -345,21 +348,91 @@ pub fn prometheus_text(s: &Snapshot) -> String {
         ("depth_exceeded", g.depth_exceeded),
         ("fragments", g.fragments),
     ] {
-        global.get_or_create(&vec![("kind".to_string(), k.to_string())]).set(v);
+        global.get_or_create(&vec![("kind".to_string(), k.to_string())]).inc_by(v);
     }
-    // Counters from the kernel are totals already: exported as gauges of totals with _total names.
-    reg.register("class_packets_total", "Packets per class and verdict (seen = all classified)", pkts);
-    reg.register("class_bytes_total", "Bytes per class and verdict", bytes);
+    // Counters get their _total suffix from the encoder.
+    reg.register("class_packets", "Packets per class and verdict (seen = all classified)", pkts);
+    reg.register("class_bytes", "Bytes per class and verdict", bytes);
     reg.register("class_rate_limit_pps", "Configured packets/s limit of limited classes", limit);
-    reg.register("global_packets_total", "Packets outside the classes: non-IP, malformed, and informational counts", global);
+    reg.register("global_packets", "Packets outside the classes: non-IP, malformed, and informational counts", global);
     reg.register("auto_rate_pps", "Auto classes: capacity estimate, controller target (all auto classes) and the class's current rate", auto_pps);
     reg.register("auto_socket_queued_bytes", "Auto classes: bytes queued in the class's sockets", auto_queue);
     reg.register("auto_signals_lost_seconds", "Auto classes: seconds without signals (holding, then fallback)", auto_lost);
     reg.register("auto_state", "Auto classes: the controller's state (value 1 on the current state)", auto_state);
-    reg.register("daemon_cpu_seconds", "CPU time used by the daemon", ConstCounter::new(s.daemon_cpu_secs));
-    reg.register("uptime_seconds", "Seconds since the gate was attached", ConstCounter::new(s.uptime_secs));
+    reg.register("daemon_cpu_seconds", "CPU time used by the daemon (user + system)", ConstCounter::new(s.daemon_cpu_secs));
+    let uptime = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+    uptime.set(s.uptime_secs);
+    reg.register("uptime_seconds", "Seconds since the gate was attached", uptime);
     let mut out = String::new();
     encode(&mut out, &reg).expect("writing to a String cannot fail");
+    out
+}
+
+/// The same metrics in the Prometheus text format 0.0.4, for scrapers that
+/// do not ask for OpenMetrics (curl, promtool, older Prometheus): there a
+/// counter family is named with its `_total` suffix, there is no `# UNIT`
+/// line and no `# EOF`.
+pub fn prometheus_text_004(s: &Snapshot) -> String {
+    openmetrics_to_004(&prometheus_text(s))
+}
+
+/// Check a text-format 0.0.4 exposition against the rules `promtool check
+/// metrics` enforces that apply here: every family has HELP and TYPE; a
+/// counter's name ends in `_total` and a gauge's does not; every sample
+/// belongs to the family declared before it. Returns the families
+/// (name, type) or the first broken rule.
+pub fn lint_004(text: &str) -> Result<Vec<(String, String)>, String> {
+    let mut families: Vec<(String, String)> = vec![];
+    let mut helped: Vec<String> = vec![];
+    for line in text.lines().filter(|l| !l.is_empty()) {
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            let (name, help) = rest.split_once(' ').unwrap_or((rest, ""));
+            if help.trim().is_empty() {
+                return Err(format!("{name}: no help text"));
+            }
+            helped.push(name.to_string());
+        } else if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').ok_or(format!("bad TYPE line: {line}"))?;
+            if !helped.iter().any(|h| h == name) {
+                return Err(format!("{name}: no help text"));
+            }
+            match (kind, name.ends_with("_total")) {
+                ("counter", false) => return Err(format!("{name}: a counter's name must end in _total")),
+                ("gauge", true) => return Err(format!("{name}: a gauge must not end in _total (it reads as a counter)")),
+                _ => {}
+            }
+            families.push((name.to_string(), kind.to_string()));
+        } else if line.starts_with('#') {
+            return Err(format!("unexpected comment line: {line}"));
+        } else {
+            let sample = line.split(['{', ' ']).next().unwrap_or("");
+            match families.last() {
+                Some((name, _)) if name == sample => {}
+                _ => return Err(format!("{sample}: a sample outside its family (no HELP/TYPE before it)")),
+            }
+        }
+    }
+    Ok(families)
+}
+
+fn openmetrics_to_004(om: &str) -> String {
+    let counters: Vec<&str> = om
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(om.len());
+    for line in om.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let renamed = ["# HELP ", "# TYPE "].iter().find_map(|tag| {
+            let rest = line.strip_prefix(tag)?;
+            let (name, tail) = rest.split_once(' ')?;
+            counters.contains(&name).then(|| format!("{tag}{name}_total {tail}"))
+        });
+        out += renamed.as_deref().unwrap_or(line);
+        out.push('\n');
+    }
     out
 }
 
@@ -444,8 +517,27 @@ mod tests {
         assert!(t.contains("1000 pps"), "{t}");
         let m = prometheus_text(&s);
         assert!(m.contains("sluice_class_packets_total{class=\"dns\",verdict=\"dropped_rate\"} 3"), "{m}");
+        assert!(m.contains("# TYPE sluice_class_packets counter"), "a _total family is a counter: {m}");
         assert!(m.contains("sluice_class_rate_limit_pps{class=\"dns\"} 1000"), "{m}");
         assert!(m.contains("sluice_global_packets_total{kind=\"malformed_drop\"} 1"), "{m}");
+    }
+
+    /// Regression: _total families were served as gauges, and two counters had no help
+    /// text for the 0.0.4 parser (their HELP named the family without _total).
+    #[test]
+    fn the_004_text_follows_prometheus_conventions() {
+        let text = prometheus_text_004(&snap());
+        let families = lint_004(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let kind = |n: &str| families.iter().find(|f| f.0 == n).map(|f| f.1.as_str());
+        assert_eq!(kind("sluice_class_packets_total"), Some("counter"));
+        assert_eq!(kind("sluice_daemon_cpu_seconds_total"), Some("counter"));
+        assert_eq!(kind("sluice_uptime_seconds"), Some("gauge"));
+        assert!(!text.contains("# EOF") && !text.contains("# UNIT"), "{text}");
+        // The rules catch what they are for.
+        assert!(lint_004("# HELP a_total x\n# TYPE a_total gauge\na_total 1\n").is_err());
+        assert!(lint_004("# HELP a x\n# TYPE a counter\na_total 1\n").is_err());
+        assert!(lint_004("# TYPE a gauge\na 1\n").is_err());
+        assert!(lint_004("# HELP a x\n# TYPE a gauge\nb 1\n").is_err());
     }
 
     #[test]

@@ -153,17 +153,56 @@ mod status {
                     c.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
                     let mut s = String::new();
                     c.read_to_string(&mut s).unwrap();
-                    return s;
+                    let mut om = String::new();
+                    let mut c = std::net::TcpStream::connect("127.0.0.1:9786").unwrap();
+                    c.write_all(b"GET /metrics HTTP/1.0\r\nAccept: application/openmetrics-text; version=1.0.0\r\n\r\n").unwrap();
+                    c.read_to_string(&mut om).unwrap();
+                    return (s, om);
                 }
                 assert!(std::time::Instant::now() < deadline, "metrics never came up");
                 std::thread::sleep(Duration::from_millis(50));
             }
         });
+        let (body, openmetrics) = body;
         assert!(body.starts_with("HTTP/1.0 200") || body.starts_with("HTTP/1.1 200"), "{body}");
         assert!(body.contains("sluice_class_rate_limit_pps{class=\"svc\"} 3000"), "{body}");
         assert!(body.contains("sluice_class_packets_total{class=\"svc\",verdict=\"admitted\"}"), "{body}");
+        assert!(openmetrics.contains("application/openmetrics-text") && openmetrics.contains("# EOF"), "{openmetrics}");
+        // The 0.0.4 text passes promtool's rules, and its families are the README's table.
+        let text = body.split_once("\r\n\r\n").map(|x| x.1).unwrap_or("");
+        let families = sluice::stats::lint_004(text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let mut served: Vec<String> = families.into_iter().map(|f| f.0).collect();
+        served.sort();
+        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
+        let mut documented: Vec<String> = readme
+            .lines()
+            .filter_map(|l| l.strip_prefix("| `sluice_")?.split_once('`').map(|(n, _)| format!("sluice_{n}")))
+            .collect();
+        documented.sort();
+        assert_eq!(served, documented, "served metric families vs the README's table");
+        promtool_is_clean(text);
         tb.signal(pid, libc::SIGTERM);
         assert!(tb.wait(pid).status.success());
+    }
+
+    /// `promtool check metrics` (Debian's prometheus package) on the text, where it
+    /// is installed; `lint_004` above checks the same rules everywhere.
+    fn promtool_is_clean(text: &str) {
+        use std::io::Write;
+        let Ok(mut child) = std::process::Command::new("promtool")
+            .args(["check", "metrics"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+        else {
+            eprintln!("promtool is not installed: its rules were checked by lint_004 only");
+            return;
+        };
+        child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+        let o = child.wait_with_output().unwrap();
+        let said = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+        assert!(o.status.success() && said.trim().is_empty(), "promtool check metrics: {said}");
     }
 
     #[test]

@@ -96,6 +96,54 @@ impl IdleMeter {
     }
 }
 
+/// The meters' readings of one CPU at one edge of a window.
+#[derive(Debug, Clone, Copy)]
+pub struct CpuSample {
+    pub t_ns: u64,
+    /// Idle ns the idle thread counted so far.
+    pub idle_ns: u64,
+    /// /proc/stat busy and total clock ticks of the CPU.
+    pub busy_ticks: u64,
+    pub total_ticks: u64,
+    /// The idle thread's own CPU time (clock ticks), which /proc/stat counts as busy.
+    pub idle_thread_ticks: u64,
+}
+
+/// A CPU's busy fraction over a window, by each meter.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CpuBusy {
+    /// 1 - idle-thread time / wall time. None while the meter was paused.
+    pub idle_thread: Option<f64>,
+    /// /proc/stat busy ticks (less the idle thread's own) / total ticks.
+    pub procstat: f64,
+}
+
+impl IdleMeter {
+    /// Read both meters of `cpu` (the CPU this meter runs on).
+    pub fn sample(&self, cpu: usize) -> Result<CpuSample> {
+        let (busy_ticks, total_ticks) = proc_stat_cpu(cpu)?;
+        Ok(CpuSample {
+            t_ns: mono_ns(),
+            idle_ns: self.idle_ns(),
+            busy_ticks,
+            total_ticks,
+            idle_thread_ticks: thread_ticks(self.tid),
+        })
+    }
+
+    /// The busy fraction between two samples; the idle-thread figure is
+    /// None if the meter is paused now.
+    pub fn busy_between(&self, a: &CpuSample, b: &CpuSample) -> CpuBusy {
+        let d = |x: u64, y: u64| y.saturating_sub(x);
+        let wall = d(a.t_ns, b.t_ns).max(1) as f64;
+        let idle_thread = (1.0 - d(a.idle_ns, b.idle_ns) as f64 / wall).clamp(0.0, 1.0);
+        let total = d(a.total_ticks, b.total_ticks);
+        let busy = d(a.busy_ticks, b.busy_ticks).saturating_sub(d(a.idle_thread_ticks, b.idle_thread_ticks));
+        let procstat = if total > 0 { (busy as f64 / total as f64).clamp(0.0, 1.0) } else { 0.0 };
+        CpuBusy { idle_thread: (!self.is_paused()).then_some(idle_thread), procstat }
+    }
+}
+
 impl Drop for IdleMeter {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);

@@ -216,9 +216,10 @@ pub fn summary(r: &Results) -> String {
     for m in &r.models {
         let _ = writeln!(
             o,
-            "{} model: peak {}/s delivered; MLFRR {}; static rate {}/s; {} repeat(s) per level: median (min-max)",
+            "{} model: peak {}/s delivered; MLFRR (< {}% loss) {}; static rate {}/s; {} repeat(s) per level: median (min-max)",
             m.model.name(),
             crate::stats::human(m.peak_pps),
+            crate::bench::sweep::LOSS_FREE * 100.0,
             m.mlfrr_pps.map_or("n/a (no loss-free level)".into(), |x| format!(
                 "{}/s ({:.0} ns per packet)",
                 crate::stats::human(x),

@@ -19,7 +19,7 @@ use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::bench::gen::{mono_ns, stream_value, Generator, StreamCount, StreamSpec};
-use crate::bench::measure::{dev_tx_dropped, proc_stat_cpu, softnet, thread_ticks, udp_counters, IdleMeter, NftCounter, NsFile, UdpCounters};
+use crate::bench::measure::{dev_tx_dropped, softnet, udp_counters, CpuSample, IdleMeter, NftCounter, NsFile, UdpCounters};
 use crate::bench::scenario::{ConfigKind, Scenario};
 use crate::bench::testbed::{Testbed, VictimModel, IF_A, IF_B};
 use crate::auto::AutoLoop;
@@ -148,9 +148,7 @@ struct Snap {
     udp: UdpCounters,
     softnet_drops: u64,
     nft_drops: u64,
-    idle_ns: u64,
-    cpu_ticks: (u64, u64),
-    idle_thread_ticks: u64,
+    cpu: CpuSample,
 }
 
 /// Where the packets of a window went; all counts are packets in the window.
@@ -558,9 +556,7 @@ impl Env {
             udp,
             softnet_drops,
             nft_drops,
-            idle_ns: self.meter.idle_ns(),
-            cpu_ticks: proc_stat_cpu(self.tb.victim_cpu)?,
-            idle_thread_ticks: thread_ticks(self.meter.tid),
+            cpu: self.meter.sample(self.tb.victim_cpu)?,
         })
     }
 
@@ -666,15 +662,9 @@ impl Env {
             _ => (0, 0, Rtt::default()),
         };
 
-        let wall = (s1.t_ns - s0.t_ns) as f64;
-        let cpu_busy = (1.0 - d(s0.idle_ns, s1.idle_ns) as f64 / wall).clamp(0.0, 1.0);
-        let meter_paused = self.meter.is_paused();
-        let (b0, t0) = s0.cpu_ticks;
-        let (b1, t1) = s1.cpu_ticks;
-        let idle_thread = d(s0.idle_thread_ticks, s1.idle_thread_ticks);
-        let cpu_busy_procstat = if t1 > t0 { (d(b0, b1).saturating_sub(idle_thread)) as f64 / (t1 - t0) as f64 } else { 0.0 };
-        let cpu_busy_procstat = cpu_busy_procstat.clamp(0.0, 1.0);
-        let cpu_busy = if meter_paused { cpu_busy_procstat } else { cpu_busy };
+        // The idle-thread meter, or /proc/stat where it is paused (auto-idle).
+        let busy = self.meter.busy_between(&s0.cpu, &s1.cpu);
+        let (cpu_busy, cpu_busy_procstat) = (busy.idle_thread.unwrap_or(busy.procstat), busy.procstat);
         let delivered_pps = delivered as f64 / secs;
         let sent_pps = sent as f64 / secs;
         let (admitted_cv, ctl_cpu_pct) = match (a0, a1) {
