@@ -192,9 +192,15 @@ static __always_inline int parse_eth(void **pos, void *end, __be16 *proto)
 	return PARSE_OK;
 }
 
-/* Destination port of a UDP or TCP header at pos, or the slot/protocol for port-less. */
+/*
+ * Destination port of a UDP or TCP header at pos, or the slot/protocol for
+ * port-less. pos past the end means the headers before it claimed more bytes
+ * than the packet has (an IPv6 extension header's length): malformed.
+ */
 static __always_inline int parse_l4(void *pos, void *end, __u8 proto, struct pkt *pk)
 {
+	if (pos > end)
+		return PARSE_MALFORMED;
 	switch (proto) {
 	case IPPROTO_UDP:
 		if (pos + SLUICE_UDP_HLEN > end)

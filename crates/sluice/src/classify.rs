@@ -331,12 +331,25 @@ match = [{ proto = "udp", port = 1500 }]
 
     #[test]
     fn rule_count_does_not_change_lookup_shape() {
-        // 1024 port rules compile into the same single array (no per-rule work at lookup time).
-        let flags: Vec<String> = (0..63).map(|i| format!("c{i}:match=udp:{}-{}", i * 16, i * 16 + 15)).collect();
+        // 1024 port rules over 63 classes (the most a config can add to the default)
+        // compile into the same single array: rule j covers udp ports 16j..16j+15
+        // and belongs to class j % 63, so a lookup is one cell whatever the count.
+        let per_class = |c: usize| -> String {
+            let rules: Vec<String> =
+                (c..1024).step_by(63).map(|j| format!("match=udp:{}-{}", j * 16, j * 16 + 15)).collect();
+            format!("c{c}:{}", rules.join(","))
+        };
+        let flags: Vec<String> = (0..63).map(per_class).collect();
         let cfg = crate::config::from_flags(&flags).unwrap();
+        assert_eq!(cfg.classes.iter().map(|c| c.rules.len()).sum::<usize>(), 1024);
         let t = compile(&cfg).unwrap();
         assert_eq!(t.cells.len(), SLUICE_CELLS as usize);
-        assert_eq!(t.lookup(&probe(SLUICE_SLOT_UDP, 17, "1.1.1.1")), 1);
-        assert_eq!(t.lookup(&probe(SLUICE_SLOT_UDP, 2000, "1.1.1.1")), cfg.default_class);
+        for j in [0usize, 1, 62, 63, 500, 1023] {
+            let port = (j * 16 + 7) as u16;
+            assert_eq!(t.lookup(&probe(SLUICE_SLOT_UDP, port, "1.1.1.1")), j % 63, "rule {j}, port {port}");
+        }
+        assert_eq!(t.lookup(&probe(SLUICE_SLOT_UDP, 16384, "1.1.1.1")), cfg.default_class, "past the last rule");
+        assert_eq!(t.lookup(&probe(SLUICE_SLOT_TCP, 17, "1.1.1.1")), cfg.default_class, "udp rules only");
     }
+
 }

@@ -41,16 +41,48 @@ fn the_ledger_balances_on_a_short_real_run() {
             for level in [100_000.0, 600_000.0] {
                 let r = env.measure(config, 1.0, level, 0).unwrap();
                 let l = r.ledger;
+                let what = format!("{} {} at {level}", model.name(), config.name());
                 eprintln!(
-                    "{} {:>6} {level:>7}: sent {:.0}/s valid {} delivered {:.0}/s cpu {:.2}/{:.2} legit {}/{} p99 {:.0}us ctl {:?}% cv {:?} ledger {:?}",
-                    model.name(), config.name(), r.sent_pps, r.valid, r.delivered_pps, r.cpu_busy, r.cpu_busy_procstat, r.legit_replies, r.legit_sent, r.rtt.p99_us, r.ctl_cpu_pct, r.admitted_cv, l
+                    "{what}: sent {:.0}/s valid {} delivered {:.0}/s cpu {:.2}/{:.2} legit {}/{} p99 {:?}us ctl {:?}% cv {:?} ledger {:?}",
+                    r.sent_pps, r.valid, r.delivered_pps, r.cpu_busy, r.cpu_busy_procstat, r.legit_replies, r.legit_sent, r.rtt.p99_us, r.ctl_cpu_pct, r.admitted_cv, l
                 );
                 assert!(l.applied > 0);
+                // 600k pkt/s is a tenth of what the generator sends from one core.
+                assert!(r.valid, "{what}: the generator reached the asked rate ({:.0} of {:.0})", r.sent_pps, r.asked_pps);
                 // Only the auto configuration has a controller to report on.
                 assert_eq!(r.ctl_cpu_pct.is_some(), config == ConfigKind::Auto, "{:?}", r.ctl_cpu_pct);
                 assert_eq!(r.admitted_cv.is_some(), config == ConfigKind::Auto);
+                if let (Some(ctl), Some(cv)) = (r.ctl_cpu_pct, r.admitted_cv) {
+                    // Bounds a broken meter misses by far: a tick loop that spins reads ~100%,
+                    // one that does not run reads 0; a controller that flaps has a CV near 1.
+                    assert!(ctl > 0.0 && ctl < 25.0, "{what}: controller CPU {ctl}%");
+                    assert!(cv < 0.5, "{what}: admitted CV {cv}");
+                }
+                // The victim's CPU: some work at any of these loads, by both meters.
+                for (meter, busy) in [("idle thread", r.cpu_busy), ("/proc/stat", r.cpu_busy_procstat)] {
+                    assert!(busy > 0.05 && busy <= 1.0, "{what}: victim CPU by the {meter}: {busy}");
+                }
+                // The probe's replies came back (500/s for 1 s) with a round trip under a second.
+                assert!(r.legit_replies > 0, "{what}: no legitimate reply");
+                let p99 = r.rtt.p99_us.expect("replies have a p99");
+                assert!(p99 > 0.0 && p99 < 1e6, "{what}: p99 {p99} us");
                 assert!((l.unaccounted.unsigned_abs() as f64) <= 0.01 * l.applied as f64, "ledger off by {} of {}", l.unaccounted, l.applied);
             }
         }
     }
+}
+
+/// A level the generator cannot send (it reaches about 6M pkt/s from one
+/// core here) is marked invalid, not reported as if it had been applied.
+#[test]
+fn a_rate_beyond_the_generator_is_marked_invalid() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let sc = scenario::load("quick").unwrap();
+    let exe = PathBuf::from(env!("CARGO_BIN_EXE_sluice"));
+    let mut env = Env::start(&sc, VictimModel::Nic, &exe, "invalid").unwrap();
+    env.apply_config(ConfigKind::Off, 0.0).unwrap();
+    let r = env.measure(ConfigKind::Off, 1.0, 15_000_000.0, 0).unwrap();
+    eprintln!("asked {:.0}/s, sent {:.0}/s, valid {}", r.asked_pps, r.sent_pps, r.valid);
+    assert!(r.sent_pps < 0.98 * r.asked_pps, "the generator cannot send 15M pkt/s here: sent {:.0}", r.sent_pps);
+    assert!(!r.valid, "a level the generator fell short of is invalid");
 }

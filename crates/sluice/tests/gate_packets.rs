@@ -125,6 +125,19 @@ fn ipv6_extension_headers() {
     assert_eq!(g.counters().global.depth_exceeded, b + 1);
 }
 
+/// Regression (found by gate_fuzz's reference parser): an IPv6 extension
+/// header whose length runs past the packet's end, followed by a protocol
+/// without ports, was classified instead of counted malformed.
+#[test]
+fn an_ipv6_extension_header_longer_than_the_packet_is_malformed() {
+    let g = gate();
+    let mut p = Frame::new(&v6(1), &v6(2), L4::Raw { proto: 59, bytes: vec![] }).ext(Ext::Routing).build();
+    let ext = 14 + 40;
+    assert_eq!(p[ext], 59, "the routing header's next header: no next header");
+    p[ext + 1] = 200; // (200 + 1) * 8 bytes, far past the end
+    g.expect("routing header past the end, then no next header", &p, MalformedDrop);
+}
+
 #[test]
 fn non_ip_always_passes() {
     let g = TestGate::new(&["all:rate=blocked,match=any"]);
