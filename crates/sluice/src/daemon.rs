@@ -50,8 +50,8 @@ pub struct RunOpts {
     pub replace: bool,
     pub xdp_mode: Option<XdpMode>,
     pub socket: Option<PathBuf>,
-    /// "ADDR:PORT" or "off"; overrides the config.
-    pub metrics: Option<String>,
+    /// Overrides the config's metrics address: Some(None) turns metrics off.
+    pub metrics: Option<Option<SocketAddr>>,
 }
 
 fn log(msg: impl std::fmt::Display) {
@@ -64,11 +64,8 @@ fn resolve_config(opts: &RunOpts) -> Result<Config> {
     if let Some(m) = opts.xdp_mode {
         cfg.xdp_mode = m;
     }
-    if let Some(m) = &opts.metrics {
-        cfg.metrics = match m.as_str() {
-            "off" => None,
-            a => Some(a.parse().with_context(|| format!("--metrics \"{a}\" is not ADDR:PORT or \"off\""))?),
-        };
+    if let Some(m) = opts.metrics {
+        cfg.metrics = m;
     }
     Ok(cfg)
 }

@@ -73,6 +73,12 @@ fn bind(addr: SocketAddr, shared: bool, rcvbuf: Option<usize>) -> io::Result<Udp
     Ok(s.into())
 }
 
+/// The work after SIGUSR1: the ns in the work file, else twice the base
+/// (saturating: a base past half of u64 must not wrap to a small number).
+fn stepped_work(file_text: Option<&str>, base: u64) -> u64 {
+    file_text.and_then(|t| t.trim().parse().ok()).unwrap_or(base.saturating_mul(2))
+}
+
 /// Serve until `stop` is set or the duration ends; the readers' counts added up.
 pub fn udp_echo(o: &ServeOpts, stop: Arc<AtomicBool>) -> io::Result<ServeReport> {
     let readers = o.readers.max(1);
@@ -83,8 +89,9 @@ pub fn udp_echo(o: &ServeOpts, stop: Arc<AtomicBool>) -> io::Result<ServeReport>
         let mut sig = signal_hook::iterator::Signals::new([signal_hook::consts::SIGUSR1, signal_hook::consts::SIGUSR2])?;
         std::thread::spawn(move || {
             for s in sig.forever() {
-                let stepped = || file.as_ref().and_then(|f| std::fs::read_to_string(f).ok()?.trim().parse().ok()).unwrap_or(base * 2);
-                work.store(if s == signal_hook::consts::SIGUSR1 { stepped() } else { base }, Ordering::Relaxed);
+                let text = file.as_ref().and_then(|f| std::fs::read_to_string(f).ok());
+                let w = if s == signal_hook::consts::SIGUSR1 { stepped_work(text.as_deref(), base) } else { base };
+                work.store(w, Ordering::Relaxed);
             }
         });
     }
@@ -153,4 +160,18 @@ fn reader(sock: UdpSocket, o: &ServeOpts, stop: Arc<AtomicBool>, work: &AtomicU6
     }
     rep.secs = start.elapsed().as_secs_f64();
     Ok(rep)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Regression: `base * 2` wrapped for a base past half of u64.
+    #[test]
+    fn stepped_work_doubles_without_wrapping() {
+        assert_eq!(stepped_work(None, 2_000), 4_000);
+        assert_eq!(stepped_work(Some(" 7000\n"), 2_000), 7_000);
+        assert_eq!(stepped_work(Some("garbage"), 2_000), 4_000);
+        assert_eq!(stepped_work(None, u64::MAX / 2 + 1), u64::MAX);
+    }
 }

@@ -226,10 +226,8 @@ impl Generator {
     /// started there and moved one interval per frame sent or given up.
     fn first_frame_ns(&self, streams: &[sluice_gen_stream]) -> Result<Option<u64>> {
         let states = self.states()?;
-        let firsts = states.iter().zip(streams).filter(|(s, _)| s.due_fp != 0).map(|(s, st)| {
-            (s.due_fp - (s.sent + s.late) * st.interval_fp) >> SLUICE_GEN_FP_SHIFT
-        });
-        Ok(firsts.min())
+        let firsts = states.iter().zip(streams).filter_map(|(s, st)| first_due_fp(s.due_fp, s.sent + s.late, st.interval_fp));
+        Ok(firsts.min().map(|fp| fp >> SLUICE_GEN_FP_SHIFT))
     }
 
     /// Send for `duration` out of interface `ifindex`. Call it on a thread that
@@ -279,6 +277,18 @@ impl Generator {
     }
 }
 
+/// A stream's first due time (fixed point) from its due time now, the frames
+/// it sent or gave up, and its interval. None when that cannot be traced back:
+/// the stream never ran, or its rate changed during the run (`set_rate_live`,
+/// the step bench), so the frames were not all one interval apart and the
+/// subtraction would go below zero or overflow.
+fn first_due_fp(due_fp: u64, frames: u64, interval_fp: u64) -> Option<u64> {
+    if due_fp == 0 {
+        return None;
+    }
+    due_fp.checked_sub(frames.checked_mul(interval_fp)?)
+}
+
 /// CLOCK_MONOTONIC in ns, the clock of bpf_ktime_get_ns().
 pub fn mono_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
@@ -305,5 +315,20 @@ pub fn udp_stream(name: &str, rate: f64, frame_len: u32, src: IpAddr, sport: u16
         dports: 1,
         srcs: 1,
         stamp: false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Regression: after a live rate change the frames sent times the start
+    /// interval can exceed the due time, and the subtraction underflowed.
+    #[test]
+    fn first_due_time_of_a_stream_whose_rate_changed_is_unknown() {
+        assert_eq!(first_due_fp(1_000, 10, 50), Some(500));
+        assert_eq!(first_due_fp(1_000, 30, 50), None, "more frames than the start interval allows");
+        assert_eq!(first_due_fp(0, 0, 50), None, "never ran");
+        assert_eq!(first_due_fp(u64::MAX, u64::MAX, 2), None, "overflow");
     }
 }

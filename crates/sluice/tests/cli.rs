@@ -1,0 +1,56 @@
+//! The command line refuses bad values before anything runs, naming the flag
+//! (no root needed: none of these gets as far as the kernel).
+use std::process::{Command, Output};
+
+const BIN: &str = env!("CARGO_BIN_EXE_sluice");
+
+fn sluice(args: &[&str]) -> Output {
+    Command::new(BIN).args(args).output().expect("running sluice")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Regression: `status --watch 0` fetched a snapshot first and complained
+/// about the interval only afterwards (or about the missing daemon instead).
+#[test]
+fn a_bad_watch_interval_is_refused_before_the_daemon_is_asked() {
+    for bad in ["0", "-1", "nan", "soon"] {
+        let o = sluice(&["status", &format!("--watch={bad}"), "--socket", "/nonexistent/sluice.sock"]);
+        assert!(!o.status.success(), "--watch {bad}");
+        let e = stderr(&o);
+        assert!(e.contains("--watch") && !e.contains("cannot reach"), "--watch {bad}: {e}");
+    }
+}
+
+#[test]
+fn durations_are_checked_the_same_way_everywhere() {
+    for args in [
+        &["send", "--dst", "127.0.0.1:9", "--rate", "1", "--duration", "0"][..],
+        &["serve", "udp-echo", "--port", "9", "--duration=-2"],
+        &["bench", "run", "--duration", "inf"],
+        &["bench", "generator", "--duration", "0"],
+    ] {
+        let o = sluice(args);
+        assert!(!o.status.success(), "{args:?}");
+        let e = stderr(&o);
+        assert!(e.contains("--duration") && e.contains("positive number of seconds"), "{args:?}: {e}");
+    }
+}
+
+#[test]
+fn bad_values_name_their_flag() {
+    let cases: [(&[&str], &str); 5] = [
+        (&["run", "--iface", "x", "--metrics", "nowhere"], "is not ADDR:PORT or \"off\""),
+        (&["run", "--iface", "x", "--xdp-mode", "fast"], "valid modes are native and generic"),
+        (&["bench", "step", "--phase", "100"], "a phase is 0.5 to 60 seconds"),
+        (&["bench", "step", "--models", "gpu"], "--models"),
+        (&["bench", "gate", "--rounds", "0"], "--rounds"),
+    ];
+    for (args, said) in cases {
+        let o = sluice(args);
+        assert!(!o.status.success(), "{args:?}");
+        assert!(stderr(&o).contains(said), "{args:?}: {}", stderr(&o));
+    }
+}
