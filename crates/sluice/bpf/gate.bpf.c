@@ -56,7 +56,8 @@
  * class is under its limit, every CPU's share is at least its arrivals and
  * nothing is dropped; if it is over, the shares add up to R. The error is
  * bounded by how fast the traffic moves between CPUs compared to the update
- * period (100 ms). This is user-space work once per period, not per packet.
+ * period (the daemon's tick, 10 ms: src/tick.rs). This is user-space work
+ * once per tick, not per packet.
  *
  * Verdicts for odd input (also in the README):
  *   - not IPv4/IPv6 (ARP, LLDP, ...): XDP_PASS, counted NON_IP_PASS;

@@ -94,7 +94,7 @@ struct sluice_bucket {
 	__u32 _pad;
 };
 
-/* Per-class counters, index into sluice_class_stats.cnt[]. */
+/* Per-class counters, index into struct sluice_class_state's cnt[]. */
 enum sluice_class_stat {
 	SLUICE_CS_SEEN_PKTS = 0,
 	SLUICE_CS_SEEN_BYTES,

@@ -19,7 +19,8 @@ use crate::gate::Gate;
 use crate::signals::{softnet, udp_counters, NsFile, SockDiag, SockStats};
 use crate::stats::AutoStatus;
 
-/// The controller's tick: 100 Hz, as in seed 003.
+/// The controller's tick: 100 Hz, the rate Macpherson's perturb-and-observe
+/// selector ran at ("Performing Under Overload", UNSW).
 pub const TICK: Duration = Duration::from_millis((1000.0 / TICK_HZ) as u64);
 /// Ticks kept in the trace (60 s).
 const TRACE_LEN: usize = 6_000;

@@ -82,7 +82,8 @@ mod tests {
 
     #[test]
     fn under_limit_every_cpu_gets_at_least_its_arrivals() {
-        // Arrivals per 100 ms period; limit in packets/s: 10 periods per second.
+        // Arrivals in one period; the shares are packets/s, so a CPU's share
+        // must cover its arrivals times the periods per second (10 here).
         let arrivals = [4_000u64, 1_000];
         let s = split_rate(100_000, &arrivals);
         for (share, a) in s.iter().zip(arrivals) {

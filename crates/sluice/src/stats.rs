@@ -159,7 +159,7 @@ pub struct Snapshot {
     pub classes: Vec<ClassSnapshot>,
     pub global: GlobalTotals,
     /// CPU time the daemon used (user + system, seconds) and its share of
-    /// one CPU over the last second.
+    /// one CPU since the previous statistics refresh (100 ms earlier).
     #[serde(default)]
     pub daemon_cpu_secs: f64,
     #[serde(default)]

@@ -1,5 +1,6 @@
 //! What the bench reads off the victim, cheaply, at the edges of each
-//! measurement window: its CPU's idle time (seed 003's idle-thread method,
+//! measurement window: its CPU's idle time (the idle-thread method of Macpherson's "Performing
+//! Under Overload",
 //! cross-checked with /proc/stat), the kernel's UDP and softnet counters, and
 //! interface counters.
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -16,7 +17,7 @@ pub use crate::signals::{parse_snmp_udp, parse_softnet, softnet, udp_counters, N
 /// (pre-empted by anything else on the CPU): that gap is not idle time.
 pub const IDLE_GAP_NS: u64 = 1_000;
 
-/// Seed 003's idle-time measurement: a SCHED_IDLE thread pinned to the victim
+/// The idle-time measurement of Macpherson's "Performing Under Overload": a SCHED_IDLE thread pinned to the victim
 /// CPU reads the clock in a loop and adds up the small deltas. Whenever
 /// anything else wants the CPU it runs instead, and the loop sees one large
 /// delta, which it skips. Idle time / elapsed time = the CPU's idle fraction.

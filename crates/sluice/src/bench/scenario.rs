@@ -54,7 +54,7 @@ pub enum ConfigKind {
     Static,
     /// The gate with `rate = "auto"`, knee algorithm.
     Auto,
-    /// The gate with `rate = "auto"`, seed 003's perturb and observe.
+    /// The gate with `rate = "auto"`, perturb and observe (Macpherson, "Performing Under Overload").
     AutoPno,
     /// `auto` plus the napi kthread at SCHED_IDLE (same-core model only).
     AutoIdle,

@@ -1,6 +1,6 @@
 //! The "auto" rate controller: pure logic, no kernel, testable without root.
 //!
-//! Every tick (10 ms, seed 003's 100 Hz) the daemon hands [`Controller::step`]
+//! Every tick (10 ms, the 100 Hz of Macpherson's "Performing Under Overload") the daemon hands [`Controller::step`]
 //! what it measured over the tick ([`Signals`]) and gets back the total rate
 //! the auto classes may admit; [`allocate`] then splits that total over the
 //! classes by priority and minimum share.
@@ -9,7 +9,8 @@
 //! classes, because they share one bottleneck: the CPU that runs the stack and
 //! the services behind the interface. Two algorithms:
 //!
-//! - [`Algo::Pno`], seed 003 chapter 6 as written: perturb `T` by a fixed step
+//! - [`Algo::Pno`], perturb and observe as Macpherson's "Performing Under
+//!   Overload" (UNSW thesis, chapter 6) describes it: perturb `T` by a fixed step
 //!   every tick; keep the direction if the delivered rate rose, reverse it if it
 //!   fell, go down if it was flat; reverse at the caps. It must keep moving to
 //!   see the slope, so it always admits a little too much or too little.
@@ -42,7 +43,7 @@ pub mod plant;
 
 use serde::Serialize;
 
-/// Ticks per second: seed 003 ran its rate selection at 100 Hz.
+/// Ticks per second: Macpherson's rate selection ("Performing Under Overload") ran at 100 Hz.
 pub const TICK_HZ: f64 = 100.0;
 /// Knee: per-tick growth of `T` while the gate drops, the service's queue is
 /// empty, and the last sign of the knee (a queue or drops) is recent.
@@ -69,6 +70,22 @@ pub const BACKOFF: f64 = 0.97;
 /// capacity estimate, for at most STALL_TICKS ticks running, are a stall.
 pub const STALL_SHARE: f64 = 0.7;
 pub const STALL_TICKS: u32 = 3;
+/// Knee: the gate is limiting when more than this much over what it admitted
+/// was offered (1%, plus one packet so an idle class is not "limiting").
+pub const LIMITING_MARGIN: f64 = 1.01;
+/// Knee, slope test (drops before the socket): admitted rose by more than
+/// SLOPE_IN while delivered rose by less than SLOPE_OUT means more in gave no
+/// more out: step down by SLOPE_DOWN, else up by SLOPE_UP. The thresholds sit
+/// above a tick's counting noise (a few packets in a thousand).
+pub const SLOPE_IN: f64 = 1.005;
+pub const SLOPE_OUT: f64 = 1.0025;
+pub const SLOPE_DOWN: f64 = 0.95;
+pub const SLOPE_UP: f64 = 1.01;
+/// Knee: weight of the newest tick in the smoothed delivered rate (the lower
+/// bound on capacity while no queue stands).
+pub const DELIVERED_EWMA: f64 = 0.3;
+/// Knee: with demand below the target, keep `T` this much above what arrives.
+pub const IDLE_HEADROOM: f64 = 1.05;
 
 /// The rate selection algorithm of the auto classes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, Default)]
@@ -77,7 +94,7 @@ pub enum Algo {
     /// Capacity from busy ticks, a small standing queue (ours).
     #[default]
     Knee,
-    /// Seed 003's perturb and observe (the baseline).
+    /// Perturb and observe, as in Macpherson's "Performing Under Overload" (the baseline).
     Pno,
 }
 
@@ -253,7 +270,7 @@ impl Controller {
         self.target
     }
 
-    /// Seed 003 section 6.2: the derivative of the output decides the direction.
+    /// Macpherson's section 6.2: the derivative of the output decides the direction.
     fn pno(&mut self, s: &Signals) -> f64 {
         if s.delivered < self.last_delivered {
             self.dir = -self.dir;
@@ -277,7 +294,7 @@ impl Controller {
         let queued = |q: u64| q as f64 > low;
         let busy = queued(s.queue_start) && queued(s.queue_end);
         // The gate is the bottleneck when it refuses part of what is offered.
-        let limiting = s.offered > s.admitted * 1.01 + 1.0;
+        let limiting = s.offered > s.admitted * LIMITING_MARGIN + 1.0;
         let ewma = |c: f64, x: f64| if c > 0.0 { (1.0 - CAPACITY_EWMA) * c + CAPACITY_EWMA * x } else { x };
         self.drop_ticks = if s.sock_drops > 0 { self.drop_ticks + 1 } else { 0 };
         if s.sock_drops > 0 {
@@ -304,12 +321,16 @@ impl Controller {
             // Loss before the socket: the queue cannot tell; did more in give more out?
             self.quiet_ticks = 0;
             self.state = CtlState::Slope;
-            let more_in = s.admitted > self.last_admitted * 1.005;
-            let more_out = s.delivered > self.last_delivered * 1.0025;
-            return if more_in && !more_out { self.target * 0.95 } else { self.target * 1.01 };
+            let more_in = s.admitted > self.last_admitted * SLOPE_IN;
+            let more_out = s.delivered > self.last_delivered * SLOPE_OUT;
+            return if more_in && !more_out { self.target * SLOPE_DOWN } else { self.target * SLOPE_UP };
         }
         // What the service took over the last ticks, smoothed.
-        self.delivered_avg = if self.delivered_avg > 0.0 { 0.7 * self.delivered_avg + 0.3 * s.delivered } else { s.delivered };
+        self.delivered_avg = if self.delivered_avg > 0.0 {
+            (1.0 - DELIVERED_EWMA) * self.delivered_avg + DELIVERED_EWMA * s.delivered
+        } else {
+            s.delivered
+        };
         if busy {
             // The service never waited in this tick: what it took is its capacity.
             self.capacity = ewma(self.capacity, s.delivered);
@@ -323,7 +344,7 @@ impl Controller {
             // returning flood meets the known capacity, not an old low target.
             self.state = CtlState::Idle;
             self.quiet_ticks = 0;
-            return self.target.max(self.capacity).max(s.offered * 1.05);
+            return self.target.max(self.capacity).max(s.offered * IDLE_HEADROOM);
         }
         let fill = s.queue_end as f64 / s.rcvbuf.max(1) as f64;
         if fill > QUEUE_HIGH {

@@ -121,7 +121,7 @@ fn knee_follows_a_capacity_step_within_300_ms() {
     }
 }
 
-/// Seed 003's baseline gets close, but moves all the time.
+/// Perturb and observe (Macpherson) gets close, but moves all the time.
 #[test]
 fn pno_climbs_to_the_peak_and_keeps_perturbing() {
     let mut p = Plant::new(1);
