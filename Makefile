@@ -26,10 +26,10 @@ build: deps
 	$(CARGO) build --release --locked
 
 # The bench's short built-in scenario (a flooded echo service, off vs static vs auto,
-# figures and report in results/demo), then the daemon in action.
+# figures and report in results/demo), then the daemon in action (sluice bench demo).
 demo: build
 	$(BIN) bench run --scenario demo --out results/demo
-	scripts/demo.sh $(BIN)
+	$(BIN) bench demo
 
 test: deps
 	$(CARGO) test --release --locked --workspace

@@ -7,21 +7,18 @@ use std::path::PathBuf;
 use libbpf_cargo::SkeletonBuilder;
 
 const GATE_SRC: &str = "bpf/gate.bpf.c";
-const GEN_SRC: &str = "bpf/gen.bpf.c";
 const HEADER: &str = "bpf/sluice.h";
 
 fn main() {
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR is set by cargo"));
     let arch_include = format!("-I/usr/include/{}-linux-gnu", env::var("CARGO_CFG_TARGET_ARCH").unwrap());
 
-    for (src, skel) in [(GATE_SRC, "gate.skel.rs"), (GEN_SRC, "gen.skel.rs")] {
-        SkeletonBuilder::new()
-            .source(src)
-            .clang_args(["-Wall", "-Werror", "-O2", "-Ibpf", arch_include.as_str()])
-            .build_and_generate(out.join(skel))
-            .unwrap_or_else(|e| panic!("building {src} failed (is clang installed? run `make deps`): {e:#}"));
-        println!("cargo:rerun-if-changed={src}");
-    }
+    SkeletonBuilder::new()
+        .source(GATE_SRC)
+        .clang_args(["-Wall", "-Werror", "-O2", "-Ibpf", arch_include.as_str()])
+        .build_and_generate(out.join("gate.skel.rs"))
+        .unwrap_or_else(|e| panic!("building {GATE_SRC} failed (is clang installed? run `make deps`): {e:#}"));
+    println!("cargo:rerun-if-changed={GATE_SRC}");
 
     bindgen::Builder::default()
         .header(HEADER)

@@ -14,7 +14,7 @@ use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{default_burst, AutoSpec, Config, Limit};
-use crate::controller::{allocate, Algo, ClassDemand, Controller, Signals, Tuning, TICK_HZ};
+use crate::controller::{decide, Algo, ClassDemand, Controller, Decision, Signals, Tuning, TICK_HZ};
 use crate::gate::Gate;
 use crate::signals::{softnet, udp_counters, NsFile, SockDiag, SockStats};
 use crate::stats::AutoStatus;
@@ -55,6 +55,29 @@ struct Sample {
     queued: u64,
     rcvbuf: u64,
     present: bool,
+}
+
+/// The controller's signals over the time between two samples, and each
+/// class's offered rate (packets/s).
+fn delta(prev: &Sample, now: &Sample) -> (Signals, Vec<f64>) {
+    let dt = now.at.duration_since(prev.at).as_secs_f64().max(1e-4);
+    let d = |a: u64, b: u64| b.saturating_sub(a) as f64;
+    let offered: Vec<f64> = prev.seen.iter().zip(&now.seen).map(|(a, b)| d(*a, *b) / dt).collect();
+    let sig = Signals {
+        dt,
+        present: now.present,
+        offered: offered.iter().sum(),
+        admitted: prev.admitted.iter().zip(&now.admitted).map(|(a, b)| d(*a, *b)).sum::<f64>() / dt,
+        delivered: d(prev.in_datagrams, now.in_datagrams) / dt,
+        queue_start: prev.queued,
+        queue_end: now.queued,
+        rcvbuf: now.rcvbuf,
+        // A restarted service's new socket starts its drop count at 0.
+        sock_drops: now.sock_drops.saturating_sub(prev.sock_drops),
+        backlog_drops: now.backlog_drops.saturating_sub(prev.backlog_drops),
+        squeeze: now.squeeze.saturating_sub(prev.squeeze),
+    };
+    (sig, offered)
 }
 
 /// One tick of the loop, for the bench's step and oscillation figures.
@@ -190,73 +213,64 @@ impl AutoLoop {
             s.admitted.push(t.admitted_pkts);
         }
         s.in_datagrams = udp_counters(&self.snmp.read()?, &self.snmp6.read()?).in_datagrams;
-        let (_, dropped, squeeze) = softnet()?;
-        (s.backlog_drops, s.squeeze) = (dropped, squeeze);
+        let sn = softnet()?;
+        (s.backlog_drops, s.squeeze) = (sn.dropped, sn.time_squeeze);
         Ok(s)
     }
 
-    /// One tick: measure, decide, write the classes' rates into the gate.
+    /// One tick: sample the counters, take the deltas since the last tick,
+    /// decide, write the classes' rates into the gate, and trace. The first
+    /// tick only samples.
     pub fn tick(&mut self, gate: &Gate) -> Result<()> {
         let cpu0 = thread_cpu_ns();
         let now = self.sample(gate)?;
         if let Some(prev) = self.last.take() {
-            let dt = now.at.duration_since(prev.at).as_secs_f64().max(1e-4);
-            let d = |a: u64, b: u64| b.saturating_sub(a) as f64;
-            let offered: Vec<f64> = prev.seen.iter().zip(&now.seen).map(|(a, b)| d(*a, *b) / dt).collect();
-            let sig = Signals {
-                dt,
-                present: now.present,
-                offered: offered.iter().sum(),
-                admitted: prev.admitted.iter().zip(&now.admitted).map(|(a, b)| d(*a, *b)).sum::<f64>() / dt,
-                delivered: d(prev.in_datagrams, now.in_datagrams) / dt,
-                queue_start: prev.queued,
-                queue_end: now.queued,
-                rcvbuf: now.rcvbuf,
-                // A restarted service's new socket starts its drop count at 0.
-                sock_drops: now.sock_drops.saturating_sub(prev.sock_drops),
-                backlog_drops: now.backlog_drops.saturating_sub(prev.backlog_drops),
-                squeeze: now.squeeze.saturating_sub(prev.squeeze),
-            };
-            let target = self.ctl.step(&sig);
+            let (sig, offered) = delta(&prev, &now);
             let demand: Vec<ClassDemand> = self
                 .classes
                 .iter()
                 .zip(&offered)
                 .map(|(c, &o)| ClassDemand { priority: c.priority, min_share: c.spec.min_share(), offered: o })
                 .collect();
-            let rates = allocate(target, &demand);
-            let fallback = self.ctl.in_fallback();
-            for (c, r) in self.classes.iter_mut().zip(rates) {
-                let limit = if fallback {
-                    c.rate = c.spec.fallback_pps.map(|p| p as f64);
-                    c.spec.fallback_pps.map_or(Limit::Unlimited, |pps| Limit::Rate { pps, burst: default_burst(pps) })
-                } else {
-                    let pps = r.round().max(1.0) as u64;
-                    c.rate = Some(pps as f64);
-                    Limit::Rate { pps, burst: default_burst(pps) }
-                };
-                gate.rebalance(c.id, &limit, &mut c.last_seen_percpu)?;
-            }
-            if self.trace.len() == TRACE_LEN {
-                self.trace.pop_front();
-            }
-            self.trace.push_back(TracePoint {
-                t: now.at.duration_since(self.started).as_secs_f64(),
-                offered_pps: sig.offered,
-                admitted_pps: sig.admitted,
-                delivered_pps: sig.delivered,
-                target_pps: target,
-                capacity_pps: self.ctl.capacity,
-                queued_bytes: now.queued,
-                sock_drops: sig.sock_drops,
-                backlog_drops: sig.backlog_drops,
-                state: self.ctl.state,
-            });
+            let fallbacks: Vec<Option<f64>> = self.classes.iter().map(|c| c.spec.fallback_pps.map(|p| p as f64)).collect();
+            let d = decide(&mut self.ctl, &sig, &demand, &fallbacks);
+            self.apply(gate, &d)?;
+            self.trace(&now, &sig, d.target);
         }
         self.last = Some(now);
         self.ticks += 1;
         self.cpu_ns += thread_cpu_ns().saturating_sub(cpu0);
         Ok(())
+    }
+
+    /// Write each class's rate into the gate (None: unlimited), split over
+    /// CPUs by the arrivals each saw.
+    fn apply(&mut self, gate: &Gate, d: &Decision) -> Result<()> {
+        for (c, r) in self.classes.iter_mut().zip(&d.rates) {
+            let pps = r.map(|r| r.round().max(1.0) as u64);
+            c.rate = pps.map(|p| p as f64);
+            let limit = pps.map_or(Limit::Unlimited, |pps| Limit::Rate { pps, burst: default_burst(pps) });
+            gate.rebalance(c.id, &limit, &mut c.last_seen_percpu)?;
+        }
+        Ok(())
+    }
+
+    fn trace(&mut self, now: &Sample, sig: &Signals, target: f64) {
+        if self.trace.len() == TRACE_LEN {
+            self.trace.pop_front();
+        }
+        self.trace.push_back(TracePoint {
+            t: now.at.duration_since(self.started).as_secs_f64(),
+            offered_pps: sig.offered,
+            admitted_pps: sig.admitted,
+            delivered_pps: sig.delivered,
+            target_pps: target,
+            capacity_pps: self.ctl.capacity,
+            queued_bytes: now.queued,
+            sock_drops: sig.sock_drops,
+            backlog_drops: sig.backlog_drops,
+            state: self.ctl.state,
+        });
     }
 
     /// The controller's view of each auto class, by class id.

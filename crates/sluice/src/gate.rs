@@ -92,14 +92,14 @@ pub fn ifindex(iface: &str) -> Result<u32> {
 }
 
 /// View a bindgen `#[repr(C)]` struct from `bpf/sluice.h` as bytes.
-pub(crate) fn bytes_of<T: Copy>(v: &T) -> &[u8] {
+pub fn bytes_of<T: Copy>(v: &T) -> &[u8] {
     // SAFETY: only used on the header's structs, which are plain integers with
     // explicit padding (no uninitialised bytes), and the slice borrows `v`.
     unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), std::mem::size_of::<T>()) }
 }
 
 /// Read a header struct back from bytes a map returned.
-pub(crate) fn from_bytes<T: Copy + Default>(b: &[u8]) -> T {
+pub fn from_bytes<T: Copy + Default>(b: &[u8]) -> T {
     assert_eq!(b.len(), std::mem::size_of::<T>(), "map value size matches the header");
     // SAFETY: the length is checked and every bit pattern is valid for these integer structs.
     unsafe { std::ptr::read_unaligned(b.as_ptr().cast::<T>()) }

@@ -3,20 +3,16 @@
 //! them into the library's options, runs it, and prints the result. Exit
 //! codes are decided in `main` only.
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
-use serde::Serialize;
 
-use sluice::bench::scenario::ConfigKind;
-use sluice::bench::testbed::VictimModel;
 use sluice::config::XdpMode;
-use sluice::{bench_gate, classify, config, daemon, send, serve, stats};
+use sluice::cli::{parse_secs, print_json_or, stop_flag};
+use sluice::{classify, config, daemon, send, serve, stats};
 
 /// sluice keeps Linux network services at full speed under packet floods: an
 /// XDP program classifies each packet into a traffic class and admits or drops
@@ -33,8 +29,13 @@ enum Cmd {
     Run(RunArgs),
     Status(StatusArgs),
     CheckConfig(CheckArgs),
-    #[command(subcommand)]
-    Bench(BenchCmd),
+    /// Benchmarks that print numbers: runs `sluice-bench ARGS` (installed beside
+    /// sluice); `sluice bench --help` lists them.
+    #[command(disable_help_flag = true)]
+    Bench {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<std::ffi::OsString>,
+    },
     #[command(subcommand)]
     Serve(ServeCmd),
     Send(SendArgs),
@@ -107,104 +108,6 @@ struct CheckArgs {
     /// The TOML config file.
     file: PathBuf,
     /// Also print the resolved config as JSON.
-    #[arg(long)]
-    json: bool,
-}
-
-/// Benchmarks that print numbers.
-#[derive(Subcommand)]
-enum BenchCmd {
-    /// The overload testbed: a flooded service in two namespaces, measured
-    /// level by level with and without sluice (see `sluice bench scenarios`).
-    ///
-    /// Makes its own namespaces (sluice-bench-*), calibrates the victim's peak,
-    /// measures every level x configuration x repeat, and writes results.json,
-    /// results.csv, figures (SVG and PNG) and report.html into the output folder.
-    Run(BenchRunArgs),
-    /// How each configuration follows changes: a flood, then the service's
-    /// cost doubles and is restored, then the flood stops and resumes, in one
-    /// continuous run per configuration. Prints settling time, overshoot and
-    /// the admitted rate's coefficient of variation per phase; writes
-    /// step.json, step.csv, figures and summary.txt.
-    Step(StepArgs),
-    /// Render the outputs again from a results.json.
-    Report(ReportArgs),
-    /// List the built-in scenarios.
-    Scenarios,
-    /// Remove namespaces a killed bench left behind (sluice-bench-*).
-    Cleanup,
-    /// The generator's accuracy and highest paced rate, counted on the victim's side.
-    Generator(GeneratorArgs),
-    /// Gate cost in ns per packet (BPF_PROG_TEST_RUN) with 1, 64 and 1024 rules, beside a no-op floor.
-    Gate(GateArgs),
-}
-
-#[derive(Args)]
-struct BenchRunArgs {
-    /// A built-in scenario name or a TOML scenario file.
-    #[arg(long, short, default_value = "default")]
-    scenario: String,
-    /// Output folder (default: results/SCENARIO-TIMESTAMP).
-    #[arg(long, short)]
-    out: Option<PathBuf>,
-    /// Override the scenario's seconds per level.
-    #[arg(long, value_name = "SECS", value_parser = parse_secs)]
-    duration: Option<Duration>,
-    /// Override the scenario's repeats per level.
-    #[arg(long)]
-    repeats: Option<u32>,
-}
-
-#[derive(Args)]
-struct StepArgs {
-    /// Victim models (nic, same-core).
-    #[arg(long, value_delimiter = ',', default_value = "nic", value_parser = parse_model)]
-    models: Vec<VictimModel>,
-    /// Configurations (off, nft, static, auto, auto-pno, auto-idle).
-    #[arg(long, value_delimiter = ',', default_value = "static,auto,auto-pno", value_parser = parse_config_kind)]
-    configs: Vec<ConfigKind>,
-    /// Seconds per phase (5 phases), 0.5 to 60.
-    #[arg(long, value_name = "SECS", default_value = "3", value_parser = parse_phase)]
-    phase: f64,
-    /// Flood rate as a multiple of the calibrated peak (above 0, at most 100).
-    #[arg(long, default_value_t = 3.0, value_parser = parse_flood)]
-    flood: f64,
-    /// The scenario whose streams and victim are used.
-    #[arg(long, short, default_value = "default")]
-    scenario: String,
-    /// Output folder (default: results/step-TIMESTAMP).
-    #[arg(long, short)]
-    out: Option<PathBuf>,
-}
-
-#[derive(Args)]
-struct ReportArgs {
-    /// results.json, or the folder holding it.
-    path: PathBuf,
-}
-
-#[derive(Args)]
-struct GeneratorArgs {
-    /// Rates to try, packets/s (e.g. 10k,100k,1M,3M).
-    #[arg(long, value_delimiter = ',', default_value = "10k,100k,1M,3M,5M", value_parser = parse_rate)]
-    rates: Vec<f64>,
-    /// Seconds per rate.
-    #[arg(long, visible_alias = "secs", value_name = "SECS", default_value = "2", value_parser = parse_secs)]
-    duration: Duration,
-    /// Frames per flush, 1-256 (bursts never exceed it).
-    #[arg(long, default_value_t = sluice::bench::gen::DEFAULT_BATCH, value_parser = clap::value_parser!(u32).range(1..=256))]
-    batch: u32,
-}
-
-#[derive(Args)]
-struct GateArgs {
-    /// Repeats per test-run call.
-    #[arg(long, default_value_t = 2_000_000, value_parser = clap::value_parser!(u32).range(1..))]
-    repeat: u32,
-    /// Interleaved rounds, one call per case each (the median is reported).
-    #[arg(long, default_value_t = 31, value_parser = clap::value_parser!(u64).range(1..10_000))]
-    rounds: u64,
-    /// Print the report as JSON.
     #[arg(long)]
     json: bool,
 }
@@ -285,36 +188,6 @@ fn parse_mode(s: &str) -> Result<XdpMode, String> {
     }
 }
 
-/// A duration in seconds: positive, finite, under 1e6 (fractions allowed).
-fn parse_secs(s: &str) -> Result<Duration, String> {
-    let v: f64 = s.parse().map_err(|_| format!("\"{s}\" is not a number of seconds"))?;
-    if !(v.is_finite() && v > 0.0 && v < 1e6) {
-        return Err(format!("{s}: a positive number of seconds (under 1e6) is needed"));
-    }
-    Ok(Duration::from_secs_f64(v))
-}
-
-fn parse_phase(s: &str) -> Result<f64, String> {
-    let v = parse_secs(s)?.as_secs_f64();
-    if !(0.5..=60.0).contains(&v) {
-        return Err(format!("{s}: a phase is 0.5 to 60 seconds"));
-    }
-    Ok(v)
-}
-
-fn parse_flood(s: &str) -> Result<f64, String> {
-    let v: f64 = s.parse().map_err(|_| format!("\"{s}\" is not a number"))?;
-    if !(v > 0.0 && v <= 100.0) {
-        return Err(format!("{s}: a multiple of the peak, above 0 and at most 100"));
-    }
-    Ok(v)
-}
-
-/// Packets/s with an optional k/M/G suffix.
-fn parse_rate(s: &str) -> Result<f64, String> {
-    config::parse_count(s).map(|x| x as f64)
-}
-
 /// "ADDR:PORT" or "off".
 #[derive(Clone, Copy)]
 enum Metrics {
@@ -329,14 +202,6 @@ fn parse_metrics(s: &str) -> Result<Metrics, String> {
     }
 }
 
-fn parse_model(s: &str) -> Result<VictimModel, String> {
-    VictimModel::parse(s).map_err(|e| e.to_string())
-}
-
-fn parse_config_kind(s: &str) -> Result<ConfigKind, String> {
-    ConfigKind::parse(s).map_err(|e| e.to_string())
-}
-
 // ---------------------------------------------------------------------------
 // The commands.
 
@@ -345,13 +210,7 @@ fn main() -> ExitCode {
         Cmd::Run(a) => cmd_run(a),
         Cmd::Status(a) => cmd_status(a),
         Cmd::CheckConfig(a) => cmd_check_config(a),
-        Cmd::Bench(BenchCmd::Run(a)) => cmd_bench_run(a),
-        Cmd::Bench(BenchCmd::Step(a)) => cmd_bench_step(a),
-        Cmd::Bench(BenchCmd::Report(a)) => cmd_bench_report(a),
-        Cmd::Bench(BenchCmd::Scenarios) => cmd_bench_scenarios(),
-        Cmd::Bench(BenchCmd::Cleanup) => cmd_bench_cleanup(),
-        Cmd::Bench(BenchCmd::Generator(a)) => cmd_bench_generator(a),
-        Cmd::Bench(BenchCmd::Gate(a)) => cmd_bench_gate(a),
+        Cmd::Bench { args } => cmd_bench(args),
         Cmd::Serve(ServeCmd::UdpEcho(a)) => cmd_serve_udp_echo(a),
         Cmd::Send(a) => cmd_send(a),
     };
@@ -362,31 +221,6 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
-}
-
-/// Print `value` as pretty JSON, or as `table` renders it.
-fn print_json_or<T: Serialize>(json: bool, value: &T, table: impl FnOnce(&T) -> String) -> Result<()> {
-    if json {
-        println!("{}", serde_json::to_string_pretty(value)?);
-    } else {
-        print!("{}", table(value));
-    }
-    Ok(())
-}
-
-/// A flag set by SIGINT or SIGTERM, for commands that stop cleanly.
-fn stop_flag() -> Result<Arc<AtomicBool>> {
-    let flag = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, flag.clone())?;
-    }
-    Ok(flag)
-}
-
-/// results/PREFIX-UNIXTIME.
-fn default_out(prefix: &str) -> Result<PathBuf> {
-    let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs();
-    Ok(PathBuf::from(format!("results/{prefix}-{stamp}")))
 }
 
 impl From<RunArgs> for daemon::RunOpts {
@@ -447,87 +281,14 @@ fn cmd_check_config(a: CheckArgs) -> Result<()> {
     Ok(())
 }
 
-fn cmd_bench_run(a: BenchRunArgs) -> Result<()> {
-    let mut sc = sluice::bench::scenario::load(&a.scenario)?;
-    if let Some(d) = a.duration {
-        sc.duration = d.as_secs_f64();
-    }
-    if let Some(r) = a.repeats {
-        sc.repeats = r;
-    }
-    sc.validate().context("after --duration/--repeats")?;
-    let out = a.out.map_or_else(|| default_out(&sc.name), Ok)?;
-    let opts = sluice::bench::sweep::SweepOpts { exe: std::env::current_exe()?, progress: true, interrupted: stop_flag()? };
-    eprintln!("sluice bench: scenario {}, writing to {}", sc.name, out.display());
-    let r = sluice::bench::sweep::run(&sc, &opts, |partial| sluice::bench::report::write_all(partial, &out))?;
-    print!("{}", sluice::bench::report::summary(&r));
-    println!("report: {}", out.join("report.html").display());
-    Ok(())
-}
-
-fn cmd_bench_step(a: StepArgs) -> Result<()> {
-    let sc = sluice::bench::scenario::load(&a.scenario)?;
-    let out = a.out.map_or_else(|| default_out("step"), Ok)?;
-    let opts = sluice::bench::step::StepOpts {
-        models: a.models,
-        configs: a.configs,
-        phase_secs: a.phase,
-        flood: a.flood,
-        exe: std::env::current_exe()?,
-        progress: true,
-    };
-    eprintln!("sluice bench step: writing to {}", out.display());
-    let r = sluice::bench::step::run(&sc, &opts)?;
-    sluice::bench::step::write_all(&r, &out)?;
-    print!("{}", sluice::bench::step::summary(&r));
-    println!("figures: {}", out.display());
-    Ok(())
-}
-
-fn cmd_bench_report(a: ReportArgs) -> Result<()> {
-    let file = if a.path.is_dir() { a.path.join("results.json") } else { a.path };
-    let r = sluice::bench::report::load(&file)?;
-    let dir = file.parent().unwrap_or(Path::new("."));
-    sluice::bench::report::write_all(&r, dir)?;
-    print!("{}", sluice::bench::report::summary(&r));
-    println!("report: {}", dir.join("report.html").display());
-    Ok(())
-}
-
-fn cmd_bench_scenarios() -> Result<()> {
-    for (name, _, what) in sluice::bench::scenario::BUILTIN {
-        println!("{name:<10} {what}");
-    }
-    Ok(())
-}
-
-fn cmd_bench_cleanup() -> Result<()> {
-    let removed = sluice::bench::testbed::cleanup_leftovers()?;
-    let names = if removed.is_empty() { String::new() } else { format!(": {}", removed.join(", ")) };
-    println!("removed {} namespaces{names}", removed.len());
-    Ok(())
-}
-
-fn cmd_bench_generator(a: GeneratorArgs) -> Result<()> {
-    println!("{:>10} {:>12} {:>10} {:>10} {:>12} {:>9}", "asked/s", "arrived/s", "late", "ring drops", "XDP seen", "error");
-    for c in sluice::bench::gencheck::check(&a.rates, a.duration.as_secs_f64(), a.batch)? {
-        println!(
-            "{:>10} {:>12} {:>10} {:>10} {:>12} {:>+8.2}%{}",
-            stats::human(c.asked_pps),
-            stats::human((c.xdp_seen + c.ring_drops) as f64 / c.secs),
-            c.late,
-            c.ring_drops,
-            c.xdp_seen,
-            c.error * 100.0,
-            if c.error.abs() > 0.02 { "  (short by more than 2%: a bench run would be invalid)" } else { "" }
-        );
-    }
-    Ok(())
-}
-
-fn cmd_bench_gate(a: GateArgs) -> Result<()> {
-    let r = bench_gate::run(a.repeat, a.rounds as usize, !a.json)?;
-    print_json_or(a.json, &r, bench_gate::render)
+/// `sluice bench ARGS`: run `sluice-bench ARGS`, found beside this binary
+/// (else on PATH), as git and cargo run their subcommands.
+fn cmd_bench(args: Vec<std::ffi::OsString>) -> Result<()> {
+    use std::os::unix::process::CommandExt;
+    let beside = std::env::current_exe()?.with_file_name("sluice-bench");
+    let exe = if beside.exists() { beside } else { PathBuf::from("sluice-bench") };
+    let err = std::process::Command::new(&exe).args(args).exec();
+    Err(anyhow::anyhow!("running {}: {err} (the bench is the sluice-bench binary: `make build` builds it)", exe.display()))
 }
 
 fn cmd_serve_udp_echo(a: UdpEchoArgs) -> Result<()> {

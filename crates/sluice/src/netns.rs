@@ -28,6 +28,12 @@ pub fn run_in<T: Send + 'static>(ns: &str, f: impl FnOnce() -> Result<T> + Send 
     .map_err(|_| anyhow::anyhow!("a thread in namespace panicked"))?
 }
 
+/// Run `f` on a thread inside namespace `ns` and return what it returns
+/// (panics if the namespace cannot be entered: for tests).
+pub fn in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    run_in(ns, move || Ok(f())).unwrap_or_else(|e| panic!("{e:#}"))
+}
+
 /// Run a command; an error carries its stderr.
 pub fn sh(args: &[&str]) -> Result<String> {
     let out = Command::new(args[0]).args(&args[1..]).output().with_context(|| format!("running {}", args[0]))?;

@@ -85,21 +85,31 @@ pub fn udp_counters(snmp: &str, snmp6: &str) -> UdpCounters {
     }
 }
 
-/// /proc/net/softnet_stat summed over CPUs: (processed, dropped, time_squeeze).
-pub fn parse_softnet(text: &str) -> (u64, u64, u64) {
-    let mut t = (0, 0, 0);
+/// The first three columns of /proc/net/softnet_stat, summed over CPUs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Softnet {
+    /// Packets taken from the per-CPU backlogs.
+    pub processed: u64,
+    /// Packets dropped because a backlog was full.
+    pub dropped: u64,
+    /// Times a receive round ran out of budget or time with work left.
+    pub time_squeeze: u64,
+}
+
+pub fn parse_softnet(text: &str) -> Softnet {
+    let mut t = Softnet::default();
     for l in text.lines() {
         let v: Vec<u64> = l.split_whitespace().filter_map(|x| u64::from_str_radix(x, 16).ok()).collect();
         if v.len() >= 3 {
-            t.0 += v[0];
-            t.1 += v[1];
-            t.2 += v[2];
+            t.processed += v[0];
+            t.dropped += v[1];
+            t.time_squeeze += v[2];
         }
     }
     t
 }
 
-pub fn softnet() -> Result<(u64, u64, u64)> {
+pub fn softnet() -> Result<Softnet> {
     Ok(parse_softnet(&std::fs::read_to_string("/proc/net/softnet_stat")?))
 }
 

@@ -372,6 +372,28 @@ impl Controller {
     }
 }
 
+/// One tick's decision: the admitted total, and each class's rate (None:
+/// unlimited, a class in fallback without a fallback rate).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    pub target: f64,
+    pub rates: Vec<Option<f64>>,
+}
+
+/// What the auto loop decides every tick, and what the tests of this module
+/// run against the simulated victim: the controller's step on the tick's
+/// signals, then the classes' rates: the total split by [`allocate`], or each
+/// class's fallback rate once the signals have been lost for too long.
+pub fn decide(ctl: &mut Controller, sig: &Signals, demand: &[ClassDemand], fallbacks: &[Option<f64>]) -> Decision {
+    let target = ctl.step(sig);
+    let rates = if ctl.in_fallback() {
+        fallbacks.to_vec()
+    } else {
+        allocate(target, demand).into_iter().map(Some).collect()
+    };
+    Decision { target, rates }
+}
+
 /// One auto class for [`allocate`].
 #[derive(Debug, Clone, Copy)]
 pub struct ClassDemand {

@@ -21,7 +21,6 @@ fn run(plant: &mut Plant, ctl: &mut Controller, prio: &[(u8, f64)], secs: f64, e
         event(plant.time_s, plant);
         let before: Vec<u64> = plant.classes.iter().map(|c| c.delivered).collect();
         let s = plant.tick(DT);
-        let t = ctl.step(&s);
         let demand: Vec<ClassDemand> = plant
             .classes
             .iter()
@@ -30,9 +29,10 @@ fn run(plant: &mut Plant, ctl: &mut Controller, prio: &[(u8, f64)], secs: f64, e
             .map(|((c, &(priority, min_share)), &l)| ClassDemand { priority, min_share, offered: (c.seen - l) as f64 / DT })
             .collect();
         last_seen = plant.classes.iter().map(|c| c.seen).collect();
-        let rates = if ctl.in_fallback() { vec![f64::INFINITY; prio.len()] } else { allocate(t, &demand) };
-        for (c, r) in plant.classes.iter_mut().zip(rates) {
-            c.rate = r;
+        // No fallback rate: a class in fallback is unlimited.
+        let d = decide(ctl, &s, &demand, &vec![None; prio.len()]);
+        for (c, r) in plant.classes.iter_mut().zip(d.rates) {
+            c.rate = r.unwrap_or(f64::INFINITY);
         }
         out.push(Tick {
             t: plant.time_s,

@@ -1,23 +1,24 @@
-//! A two-namespace testbed made per test and always removed: namespace A
-//! (the sender) and B (the service and the gate) joined by a veth pair, with
-//! addresses that exist only inside them. Dropping it deletes both namespaces
-//! (and with them the veth pair and any XDP program attached to it).
+//! The integration tests' host: the library's testbed (`sluice::testbed`:
+//! namespaces A, the sender, and B, the service and the gate, joined by a
+//! veth pair; IPv4 only, so no IPv6 chatter disturbs exact counts), a folder
+//! for sockets and files, and the processes a test starts. Dropping it kills
+//! the processes, then removes the namespaces and the folder.
 #![allow(dead_code)]
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+
 pub const BIN: &str = env!("CARGO_BIN_EXE_sluice");
 
-static NEXT: AtomicU32 = AtomicU32::new(0);
+#[allow(unused_imports)]
+pub use sluice::netns::in_netns;
+#[allow(unused_imports)]
+pub use sluice::testbed::netns_exists;
 
-fn sh(args: &[&str]) -> Output {
-    let out = Command::new(args[0]).args(&args[1..]).output().unwrap_or_else(|e| panic!("{args:?}: {e}"));
-    assert!(out.status.success(), "{args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
-    out
-}
+static NEXT: AtomicU32 = AtomicU32::new(0);
 
 pub struct Testbed {
     pub a: String,
@@ -29,36 +30,29 @@ pub struct Testbed {
     pub ip_b: String,
     pub dir: PathBuf,
     children: Vec<Child>,
+    // Last, so the namespaces go after the processes that live in them.
+    net: sluice::testbed::Testbed,
 }
 
 impl Testbed {
     pub fn new() -> Testbed {
         let n = NEXT.fetch_add(1, Ordering::SeqCst);
-        let tag = format!("sl-t{}-{n}", std::process::id());
-        let (a, b) = (format!("{tag}-a"), format!("{tag}-b"));
-        let dir = std::env::temp_dir().join(&tag);
+        let tag = format!("{}-{n}", std::process::id());
+        let opts = sluice::testbed::TestbedOpts { prefix: "sl-t", ipv6: false };
+        let net = sluice::testbed::Testbed::create(opts, &tag).expect("making the test namespaces (tests run as root)");
+        let dir = std::env::temp_dir().join(format!("sl-t{tag}"));
         std::fs::create_dir_all(&dir).unwrap();
-        let tb = Testbed {
-            a,
-            b,
-            if_b: "vb",
-            if_a: "va",
-            ip_a: "10.77.0.1".into(),
-            ip_b: "10.77.0.2".into(),
+        Testbed {
+            a: net.a.clone(),
+            b: net.b.clone(),
+            if_b: sluice::testbed::IF_B,
+            if_a: sluice::testbed::IF_A,
+            ip_a: net.ip_a.to_string(),
+            ip_b: net.ip_b.to_string(),
             dir,
             children: vec![],
-        };
-        sh(&["ip", "netns", "add", &tb.a]);
-        sh(&["ip", "netns", "add", &tb.b]);
-        sh(&["ip", "-n", &tb.a, "link", "add", tb.if_a, "type", "veth", "peer", "name", tb.if_b, "netns", &tb.b]);
-        for (ns, ifc, ip) in [(&tb.a, tb.if_a, &tb.ip_a), (&tb.b, tb.if_b, &tb.ip_b)] {
-            // No IPv6 chatter (router/neighbour solicitations) to disturb exact counts.
-            sh(&["ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"]);
-            sh(&["ip", "-n", ns, "addr", "add", &format!("{ip}/24"), "dev", ifc]);
-            sh(&["ip", "-n", ns, "link", "set", ifc, "up"]);
-            sh(&["ip", "-n", ns, "link", "set", "lo", "up"]);
+            net,
         }
-        tb
     }
 
     /// A command run inside namespace `ns`.
@@ -173,9 +167,7 @@ impl Testbed {
 
     /// The XDP program id attached to B's interface (0 if none).
     pub fn attached_prog(&self) -> u64 {
-        let out = sh(&["ip", "-n", &self.b, "-j", "link", "show", self.if_b]);
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        v[0]["xdp"]["prog"]["id"].as_u64().unwrap_or(0)
+        self.net.attached_prog().expect("ip link show").unwrap_or(0)
     }
 }
 
@@ -185,28 +177,6 @@ impl Drop for Testbed {
             let _ = c.kill();
             let _ = c.wait();
         }
-        for ns in [&self.a, &self.b] {
-            let _ = Command::new("ip").args(["netns", "del", ns]).status();
-        }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
-}
-
-/// Run `f` on a thread that has entered network namespace `ns`.
-pub fn in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let path = Path::new("/var/run/netns").join(ns);
-    std::thread::spawn(move || {
-        let file = std::fs::File::open(&path).unwrap();
-        use std::os::fd::AsRawFd;
-        // SAFETY: setns on this thread only, with a namespace fd we hold open.
-        assert_eq!(unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) }, 0, "setns {path:?}");
-        f()
-    })
-    .join()
-    .unwrap()
-}
-
-/// Does a namespace of this name still exist?
-pub fn netns_exists(name: &str) -> bool {
-    Path::new("/var/run/netns").join(name).exists()
 }

@@ -8,9 +8,9 @@ use std::path::Path;
 use anyhow::{bail, Context, Result};
 use plotters::prelude::*;
 
-use crate::bench::run::{Ledger, Rtt};
-use crate::bench::scenario::{ConfigKind, SCHEMA_VERSION};
-use crate::bench::sweep::{summarise, ModelRun, Point, Results};
+use crate::level::{Ledger, Rtt};
+use crate::scenario::{ConfigKind, SCHEMA_VERSION};
+use crate::sweep::{summarise, ModelRun, Point, Results};
 
 /// Read a results.json, checking its schema version. A version-1 file is
 /// upgraded: its per-level summaries are made again from its measurements
@@ -153,8 +153,8 @@ where
         .configure_mesh()
         .x_desc("applied load (packets/s, sent)")
         .y_desc(fig.2)
-        .x_label_formatter(&|v| crate::stats::human(*v))
-        .y_label_formatter(&|v| crate::stats::human(*v))
+        .x_label_formatter(&|v| sluice::stats::human(*v))
+        .y_label_formatter(&|v| sluice::stats::human(*v))
         .draw()
         .map_err(|e| anyhow::anyhow!("{e:?}"))?;
     let mut configs: Vec<ConfigKind> = m.points.iter().map(|p| p.config).collect();
@@ -218,14 +218,14 @@ pub fn summary(r: &Results) -> String {
             o,
             "{} model: peak {}/s delivered; MLFRR (< {}% loss) {}; static rate {}/s; {} repeat(s) per level: median (min-max)",
             m.model.name(),
-            crate::stats::human(m.peak_pps),
-            crate::bench::sweep::LOSS_FREE * 100.0,
+            sluice::stats::human(m.peak_pps),
+            crate::sweep::LOSS_FREE * 100.0,
             m.mlfrr_pps.map_or("n/a (no loss-free level)".into(), |x| format!(
                 "{}/s ({:.0} ns per packet)",
-                crate::stats::human(x),
+                sluice::stats::human(x),
                 1e9 / x
             )),
-            crate::stats::human(m.static_rate),
+            sluice::stats::human(m.static_rate),
             r.scenario.repeats
         );
         let _ = writeln!(
@@ -245,8 +245,8 @@ pub fn summary(r: &Results) -> String {
                 "  {:<9} {:>5}x {:>8} {:>24} {:>6} {:>11} {:>8} {:>20} {:>6}",
                 p.config.name(),
                 p.multiple,
-                p.sent_pps.median.map_or("n/a".into(), crate::stats::human),
-                p.delivered_pps.show(crate::stats::human),
+                p.sent_pps.median.map_or("n/a".into(), sluice::stats::human),
+                p.delivered_pps.show(sluice::stats::human),
                 p.delivered_pps.median.map_or("n/a".into(), |d| pct(d / m.peak_pps.max(1.0))),
                 cpu,
                 p.ns_per_delivered.show(|v| format!("{v:.0}")),
@@ -257,7 +257,7 @@ pub fn summary(r: &Results) -> String {
         let _ = writeln!(
             o,
             "  cpu: busy by the idle-thread meter / by /proc/stat; ! = they differ by more than {:.0} points",
-            crate::bench::run::CPU_METERS_BOUND * 100.0
+            crate::level::CPU_METERS_BOUND * 100.0
         );
     }
     o

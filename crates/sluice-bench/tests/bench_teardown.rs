@@ -1,15 +1,13 @@
 //! The bench's testbed leaves nothing behind: not when a run fails midway,
 //! and `sluice bench cleanup` removes what a killed run left.
-use std::path::PathBuf;
+mod common;
+
 use std::sync::Mutex;
 
-use sluice::bench::run::Env;
-use sluice::bench::scenario::{self, ConfigKind};
-use sluice::bench::testbed::{cleanup_leftovers, VictimModel, NS_PREFIX};
-
-fn netns_exists(n: &str) -> bool {
-    std::path::Path::new("/var/run/netns").join(n).exists()
-}
+use sluice_bench::rig::Rig;
+use sluice_bench::scenario::{self, ConfigKind};
+use sluice_bench::victim::{cleanup_leftovers, VictimModel, NS_PREFIX};
+use sluice::testbed::netns_exists;
 
 /// One test, so that `bench cleanup` (which removes every bench namespace)
 /// never runs beside a testbed of this binary.
@@ -21,11 +19,11 @@ fn teardown_leaves_nothing() {
 
 fn a_run_that_fails_midway_removes_its_testbed() {
     let sc = scenario::load("quick").unwrap();
-    let exe = PathBuf::from(env!("CARGO_BIN_EXE_sluice"));
+    let exe = common::sluice_exe();
     let seen: Mutex<Option<(String, String, u32)>> = Mutex::new(None);
     let r = std::panic::catch_unwind(|| {
-        let mut env = Env::start(&sc, VictimModel::SameCore, &exe, "teardown").unwrap();
-        *seen.lock().unwrap() = Some((env.tb.a.clone(), env.tb.b.clone(), env.service_pid()));
+        let mut env = Rig::start(&sc, VictimModel::SameCore, &exe, "teardown").unwrap();
+        *seen.lock().unwrap() = Some((env.tb.net.a.clone(), env.tb.net.b.clone(), env.service_pid()));
         env.apply_config(ConfigKind::Nft, 50_000.0).unwrap();
         env.measure(ConfigKind::Nft, 1.0, 50_000.0, 0).unwrap();
         panic!("a failure in the middle of a run");
@@ -39,7 +37,7 @@ fn a_run_that_fails_midway_removes_its_testbed() {
 fn cleanup_removes_leftover_namespaces() {
     let name = format!("{NS_PREFIX}leftover-{}", std::process::id());
     assert!(std::process::Command::new("ip").args(["netns", "add", &name]).status().unwrap().success());
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sluice")).args(["bench", "cleanup"]).output().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sluice-bench")).args(["cleanup"]).output().unwrap();
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains(&name));
     assert!(!netns_exists(&name));

@@ -6,12 +6,12 @@ use std::fmt::Write as _;
 use anyhow::Result;
 use serde::Serialize;
 
-use crate::classify;
-use crate::config::{self, Config, Limit};
-use crate::share::share;
+use sluice::classify;
+use sluice::config::{self, Config, Limit};
+use sluice::share::share;
 use indicatif::{ProgressBar, ProgressStyle};
-use crate::gate::{Gate, Prog, XDP_DROP, XDP_PASS};
-use crate::packet::{v6, Frame};
+use sluice::gate::{Gate, Prog, XDP_DROP, XDP_PASS};
+use sluice::packet::{v6, Frame};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Row {
@@ -66,7 +66,7 @@ fn measure(gate: &Gate, prog: Prog, pkt: &[u8], want: u32, repeat: u32) -> Resul
 
 /// The median of the rounds (there is at least one: `rounds` >= 1 is checked).
 fn median(v: &mut [f64]) -> f64 {
-    crate::summary::median(v).unwrap_or(f64::NAN)
+    sluice::summary::median(v).unwrap_or(f64::NAN)
 }
 
 /// One measured configuration: a loaded gate, the packet, the verdict it must get.
@@ -81,7 +81,7 @@ struct Cell {
 /// interleaved rounds (so drifts of the machine hit all of them alike); report
 /// the median of the rounds.
 pub fn run(repeat: u32, rounds: usize, progress: bool) -> Result<Report> {
-    crate::gate::check_privileges()?;
+    sluice::gate::check_privileges()?;
     // Run on one CPU; each gate gives that CPU the class's whole limit.
     pin_to_cpu(0);
     let rules = vec![1usize, 64, 1024];

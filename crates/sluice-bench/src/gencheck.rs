@@ -9,10 +9,10 @@ use std::time::Duration;
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
-use crate::bench::gen::{stream_value, udp_stream, Generator};
-use crate::bench::testbed::{link_stats, Testbed, VictimModel, IF_A, IF_B};
-use crate::gate::Gate;
-use crate::{classify, config, netns};
+use crate::gen::{stream_value, udp_stream, Generator};
+use crate::victim::{link_stats, VictimBed, VictimModel, IF_A, IF_B};
+use sluice::gate::Gate;
+use sluice::{classify, config, netns};
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub struct GenCheck {
@@ -28,9 +28,9 @@ pub struct GenCheck {
 
 /// Send 64-byte frames at each rate for `secs`; one testbed for all of them.
 pub fn check(rates: &[f64], secs: f64, batch: u32) -> Result<Vec<GenCheck>> {
-    crate::gate::check_privileges()?;
-    let tb = Testbed::create("gencheck", VictimModel::SameCore, 0, 1)?;
-    let gate = netns::run_in(&tb.b, || {
+    sluice::gate::check_privileges()?;
+    let tb = VictimBed::create("gencheck", VictimModel::SameCore, 0, 1)?;
+    let gate = netns::run_in(&tb.net.b, || {
         let cfg = config::from_flags(&["default:rate=blocked".into()])?;
         let mut g = Gate::load()?;
         g.apply(&cfg, &classify::compile(&cfg)?)?;
@@ -42,9 +42,9 @@ pub fn check(rates: &[f64], secs: f64, batch: u32) -> Result<Vec<GenCheck>> {
     let mut out = Vec::new();
     for &rate in rates {
         gate.reset_counters()?;
-        let before = link_stats(&tb.a, IF_A)?;
-        let v = stream_value(&udp_stream("check", rate, 64, tb.ip_a, 4000, tb.ip_b, 9), tb.mac_b, tb.mac_a)?;
-        let (a, ifx, g) = (tb.a.clone(), tb.ifindex_a, gen.clone());
+        let before = link_stats(&tb.net.a, IF_A)?;
+        let v = stream_value(&udp_stream("check", rate, 64, tb.net.ip_a, 4000, tb.net.ip_b, 9), tb.net.mac_b, tb.net.mac_a)?;
+        let (a, ifx, g) = (tb.net.a.clone(), tb.net.ifindex_a, gen.clone());
         let (counts, run_secs) = netns::run_in(&a, move || {
             netns::pin_thread(0)?;
             let mut g = g.lock().unwrap();
@@ -53,7 +53,7 @@ pub fn check(rates: &[f64], secs: f64, batch: u32) -> Result<Vec<GenCheck>> {
         })?;
         std::thread::sleep(Duration::from_millis(100));
         let xdp_seen = gate.class_counters(0)?[0];
-        let ring_drops = link_stats(&tb.a, IF_A)?.tx_dropped - before.tx_dropped;
+        let ring_drops = link_stats(&tb.net.a, IF_A)?.tx_dropped - before.tx_dropped;
         out.push(GenCheck {
             asked_pps: rate,
             secs: run_secs,

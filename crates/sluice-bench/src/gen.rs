@@ -12,12 +12,12 @@ use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, OpenObject};
 use serde::{Deserialize, Serialize};
 
-use crate::bpf_intf::{
+use crate::gen_intf::{
     sluice_gen_state, sluice_gen_stream, SLUICE_GEN_FP_SHIFT, SLUICE_GEN_MAX_FRAME, SLUICE_GEN_MAX_STREAMS,
     SLUICE_GEN_MIN_FRAME, SLUICE_GEN_STAMP_LEN, SLUICE_GEN_TMPL,
 };
 use crate::gen_skel::{GenSkel, GenSkelBuilder};
-use crate::packet::{Frame, L4};
+use sluice::packet::{Frame, L4};
 
 /// One stream of UDP frames.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -191,9 +191,9 @@ impl Generator {
         for i in 0..SLUICE_GEN_MAX_STREAMS as usize {
             let v = streams.get(i).copied().unwrap_or_default();
             let key = (i as u32).to_ne_bytes();
-            self.skel.maps.gen_streams.update(&key, crate::gate::bytes_of(&v), MapFlags::ANY)?;
+            self.skel.maps.gen_streams.update(&key, sluice::gate::bytes_of(&v), MapFlags::ANY)?;
             let zero = sluice_gen_state::default();
-            self.skel.maps.gen_state.update(&key, crate::gate::bytes_of(&zero), MapFlags::ANY)?;
+            self.skel.maps.gen_state.update(&key, sluice::gate::bytes_of(&zero), MapFlags::ANY)?;
         }
         self.streams = streams.len();
         Ok(())
@@ -204,7 +204,7 @@ impl Generator {
     pub fn set_rate_live(&self, i: usize, rate: f64) -> Result<()> {
         let mut v = *self.values.get(i).context("no such stream")?;
         v.interval_fp = if rate <= 0.0 { 0 } else { interval_fp(rate) };
-        self.skel.maps.gen_streams.update(&(i as u32).to_ne_bytes(), crate::gate::bytes_of(&v), MapFlags::ANY)?;
+        self.skel.maps.gen_streams.update(&(i as u32).to_ne_bytes(), sluice::gate::bytes_of(&v), MapFlags::ANY)?;
         Ok(())
     }
 
@@ -212,7 +212,7 @@ impl Generator {
         (0..self.streams)
             .map(|i| {
                 let v = self.skel.maps.gen_state.lookup(&(i as u32).to_ne_bytes(), MapFlags::ANY)?.unwrap_or_default();
-                Ok(crate::gate::from_bytes(&v))
+                Ok(sluice::gate::from_bytes(&v))
             })
             .collect()
     }
@@ -297,11 +297,6 @@ pub fn mono_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// A MAC address from its text form.
-pub fn parse_mac(s: &str) -> Result<[u8; 6]> {
-    let v: Vec<u8> = s.trim().split(':').map(|h| u8::from_str_radix(h, 16)).collect::<Result<_, _>>()?;
-    v.try_into().map_err(|_| anyhow::anyhow!("not a MAC address: {s}"))
-}
 
 /// Shorthand for tests and scenarios.
 pub fn udp_stream(name: &str, rate: f64, frame_len: u32, src: IpAddr, sport: u16, dst: IpAddr, dport: u16) -> StreamSpec {

@@ -1,9 +1,10 @@
 //! A short real bench run: every applied packet is accounted for in the ledger.
-use std::path::PathBuf;
+mod common;
 
-use sluice::bench::run::Env;
-use sluice::bench::scenario::{self, ConfigKind};
-use sluice::bench::testbed::VictimModel;
+
+use sluice_bench::rig::Rig;
+use sluice_bench::scenario::{self, ConfigKind};
+use sluice_bench::victim::VictimModel;
 
 /// One testbed at a time: the bench owns both CPUs.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -20,8 +21,8 @@ fn ipv6_streams_are_delivered() {
         s.frame = s.frame.max(100);
     }
     sc.validate().unwrap();
-    let exe = PathBuf::from(env!("CARGO_BIN_EXE_sluice"));
-    let mut env = Env::start(&sc, VictimModel::SameCore, &exe, "v6").unwrap();
+    let exe = common::sluice_exe();
+    let mut env = Rig::start(&sc, VictimModel::SameCore, &exe, "v6").unwrap();
     env.apply_config(ConfigKind::Off, 0.0).unwrap();
     let r = env.measure(ConfigKind::Off, 1.0, 20_000.0, 0).unwrap();
     eprintln!("IPv6: sent {:.0}/s delivered {:.0}/s legit {}/{} ledger {:?}", r.sent_pps, r.delivered_pps, r.legit_replies, r.legit_sent, r.ledger);
@@ -33,9 +34,9 @@ fn ipv6_streams_are_delivered() {
 fn the_ledger_balances_on_a_short_real_run() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let sc = scenario::load("quick").unwrap();
-    let exe = PathBuf::from(env!("CARGO_BIN_EXE_sluice"));
+    let exe = common::sluice_exe();
     for model in [VictimModel::Nic, VictimModel::SameCore] {
-        let mut env = Env::start(&sc, model, &exe, "ledger").unwrap();
+        let mut env = Rig::start(&sc, model, &exe, "ledger").unwrap();
         for (config, rate) in [(ConfigKind::Off, 0.0), (ConfigKind::Static, 100_000.0), (ConfigKind::Nft, 100_000.0), (ConfigKind::Auto, 0.0)] {
             env.apply_config(config, rate).unwrap();
             for level in [100_000.0, 600_000.0] {
@@ -78,8 +79,8 @@ fn the_ledger_balances_on_a_short_real_run() {
 fn a_rate_beyond_the_generator_is_marked_invalid() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let sc = scenario::load("quick").unwrap();
-    let exe = PathBuf::from(env!("CARGO_BIN_EXE_sluice"));
-    let mut env = Env::start(&sc, VictimModel::Nic, &exe, "invalid").unwrap();
+    let exe = common::sluice_exe();
+    let mut env = Rig::start(&sc, VictimModel::Nic, &exe, "invalid").unwrap();
     env.apply_config(ConfigKind::Off, 0.0).unwrap();
     let r = env.measure(ConfigKind::Off, 1.0, 15_000_000.0, 0).unwrap();
     eprintln!("asked {:.0}/s, sent {:.0}/s, valid {}", r.asked_pps, r.sent_pps, r.valid);

@@ -23,10 +23,10 @@ use anyhow::{Context, Result};
 use plotters::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::bench::run::Env;
-use crate::summary::{coefficient_of_variation, missing_or, percentile};
-use crate::bench::scenario::{ConfigKind, Scenario};
-use crate::bench::testbed::VictimModel;
+use crate::rig::Rig;
+use sluice::summary::{coefficient_of_variation, missing_or, percentile};
+use crate::scenario::{ConfigKind, Scenario};
+use crate::victim::VictimModel;
 
 /// The sampling period of the time series.
 pub const SAMPLE: Duration = Duration::from_millis(10);
@@ -74,7 +74,7 @@ pub struct StepRun {
     pub trace: Vec<StepPoint>,
     /// Auto configurations: the controller's own trace (target, capacity, queue, state).
     #[serde(default)]
-    pub controller: Vec<crate::auto::TracePoint>,
+    pub controller: Vec<sluice::auto::TracePoint>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -115,7 +115,7 @@ pub fn settle(points: &[StepPoint], start: f64, steady_from: f64) -> (f64, Optio
     (steady, settle, overshoot)
 }
 
-fn one_run(env: &mut Env, config: ConfigKind, peak: f64, o: &StepOpts) -> Result<StepRun> {
+fn one_run(env: &mut Rig, config: ConfigKind, peak: f64, o: &StepOpts) -> Result<StepRun> {
     env.apply_config(config, peak)?;
     let flood_pps = o.flood * peak;
     // Twice the whole per-datagram cost (1 / peak), not just twice the work.
@@ -127,12 +127,12 @@ fn one_run(env: &mut Env, config: ConfigKind, peak: f64, o: &StepOpts) -> Result
     let done = env.send_for(Duration::from_secs_f64(total + 0.2));
     let _ = env.take_replies();
     // Sample from the generator's CPU: on the victim's it would steal from the service.
-    crate::netns::pin_thread(env.tb.gen_cpu)?;
+    sluice::netns::pin_thread(env.tb.gen_cpu)?;
     let t0 = Instant::now();
-    let mono0 = crate::bench::gen::mono_ns();
+    let mono0 = crate::gen::mono_ns();
     let mut trace = vec![];
     let mut legit_sent_at = vec![]; // legit sent count at each phase start, and at the end
-    let mut last = (t0, env.tick_counters()?);
+    let (mut last_at, mut last) = (t0, env.tick_counters()?);
     let mut next = t0;
     let mut phase = 0;
     legit_sent_at.push(legit_idx.map_or(Ok(0), |i| env.gen_counts().map(|c| c[i].sent))?);
@@ -141,15 +141,15 @@ fn one_run(env: &mut Env, config: ConfigKind, peak: f64, o: &StepOpts) -> Result
         std::thread::sleep(next.saturating_duration_since(Instant::now()));
         let now = Instant::now();
         let c = env.tick_counters()?;
-        let dt = now.duration_since(last.0).as_secs_f64();
+        let dt = now.duration_since(last_at).as_secs_f64();
         let d = |a: u64, b: u64| b.saturating_sub(a) as f64 / dt;
         trace.push(StepPoint {
             t: now.duration_since(t0).as_secs_f64(),
-            offered_pps: d(last.1 .0, c.0),
-            admitted_pps: d(last.1 .1, c.1),
-            delivered_pps: d(last.1 .2, c.2),
+            offered_pps: d(last.seen, c.seen),
+            admitted_pps: d(last.admitted, c.admitted),
+            delivered_pps: d(last.delivered, c.delivered),
         });
-        last = (now, c);
+        (last_at, last) = (now, c);
         if now.duration_since(t0).as_secs_f64() >= (phase + 1) as f64 * o.phase_secs {
             phase += 1;
             legit_sent_at.push(legit_idx.map_or(Ok(0), |i| env.gen_counts().map(|c| c[i].sent))?);
@@ -196,14 +196,14 @@ fn one_run(env: &mut Env, config: ConfigKind, peak: f64, o: &StepOpts) -> Result
 
 /// Run the step experiment for every model and configuration.
 pub fn run(scenario: &Scenario, o: &StepOpts) -> Result<StepResults> {
-    crate::gate::check_privileges()?;
+    sluice::gate::check_privileges()?;
     let bar = if o.progress { indicatif::ProgressBar::new((o.models.len() * o.configs.len()) as u64) } else { indicatif::ProgressBar::hidden() };
     bar.set_style(indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} {msg} ({elapsed})").unwrap());
     let mut runs = vec![];
     for &model in &o.models {
-        let mut env = Env::start(scenario, model, &o.exe, &format!("step-{}", model.name()))?;
+        let mut env = Rig::start(scenario, model, &o.exe, &format!("step-{}", model.name()))?;
         bar.set_message(format!("{} calibrating", model.name()));
-        let cal = crate::bench::sweep::calibrate(&mut env, scenario.max_rate, &bar)?;
+        let cal = crate::sweep::calibrate(&mut env, scenario.max_rate, &bar)?;
         let peak = cal.iter().map(|p| p.delivered_pps).fold(0.0, f64::max);
         for &c in o.configs.iter().filter(|c| c.applies_to(model)) {
             bar.set_message(format!("{} {}: {} phases of {} s", model.name(), c.name(), PHASES.len(), o.phase_secs));
@@ -225,8 +225,8 @@ pub fn summary(r: &StepResults) -> String {
             "{} {}: peak {}/s, flood {}/s, phases of {} s",
             run.model.name(),
             run.config.name(),
-            crate::stats::human(run.peak_pps),
-            crate::stats::human(run.flood_pps),
+            sluice::stats::human(run.peak_pps),
+            sluice::stats::human(run.flood_pps),
             run.phase_secs
         );
         let _ = writeln!(o, "  {:<12} {:>9} {:>9} {:>8} {:>9} {:>6} {:>7} {:>8}", "phase", "admit/s", "deliv/s", "settle", "overshoot", "cv", "loss", "p99 us");
@@ -235,8 +235,8 @@ pub fn summary(r: &StepResults) -> String {
                 o,
                 "  {:<12} {:>9} {:>9} {:>8} {:>8.1}% {:>6} {:>6.2}% {:>8}",
                 p.name,
-                crate::stats::human(p.steady_admitted_pps),
-                crate::stats::human(p.steady_delivered_pps),
+                sluice::stats::human(p.steady_admitted_pps),
+                sluice::stats::human(p.steady_delivered_pps),
                 p.settle_secs.map_or("never".into(), |s| format!("{:.0}ms", s * 1e3)),
                 p.overshoot * 100.0,
                 missing_or(p.admitted_cv, |v| format!("{:.1}%", v * 100.0)),
@@ -269,7 +269,7 @@ where
         .configure_mesh()
         .x_desc("time (s); phases: flood | cost x2 | cost back | flood stops | flood again")
         .y_desc(format!("{what} (packets/s, 100 ms mean)"))
-        .y_label_formatter(&|v| crate::stats::human(*v))
+        .y_label_formatter(&|v| sluice::stats::human(*v))
         .draw()
         .map_err(e)?;
     for r in runs {

@@ -9,9 +9,9 @@ use std::thread::JoinHandle;
 
 use anyhow::{Context, Result};
 
-use crate::bench::gen::mono_ns;
-use crate::netns;
-pub use crate::signals::{parse_snmp_udp, parse_softnet, softnet, udp_counters, NsFile, UdpCounters};
+use crate::gen::mono_ns;
+use sluice::netns;
+pub use sluice::signals::{parse_snmp_udp, parse_softnet, softnet, udp_counters, NsFile, UdpCounters};
 
 /// A loop iteration longer than this means the idle thread was not running
 /// (pre-empted by anything else on the CPU): that gap is not idle time.
@@ -280,7 +280,8 @@ mod tests {
         let c = parse_snmp_udp(snmp);
         assert_eq!((c.in_datagrams, c.no_ports, c.in_errors, c.out_datagrams, c.rcvbuf_errors), (10, 2, 3, 4, 5));
         let sn = "0000000a 00000001 00000002 00000000\n00000010 00000000 00000001 00000000\n";
-        assert_eq!(parse_softnet(sn), (26, 1, 3));
+        let sn = parse_softnet(sn);
+        assert_eq!((sn.processed, sn.dropped, sn.time_squeeze), (26, 1, 3));
         let dev = "Inter-|   Receive |  Transmit\n face |bytes packets errs drop fifo frame compressed multicast|bytes packets errs drop fifo colls carrier compressed\n    va: 100 2 0 0 0 0 0 0 640 10 0 7 0 0 0 0\n";
         assert_eq!(dev_tx_dropped(dev, "va"), 7);
     }

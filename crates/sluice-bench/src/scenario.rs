@@ -3,7 +3,7 @@
 //!
 //! ```toml
 //! name = "mine"
-//! models = ["nic", "same-core"]     # victim models (see testbed.rs)
+//! models = ["nic", "same-core"]     # victim models (see victim.rs)
 //! configs = ["off", "nft", "static"]
 //! levels = [0.25, 0.5, 1, 2, 5, 10] # multiples of the calibrated peak
 //! duration = 5.0                    # seconds measured per level
@@ -37,7 +37,7 @@ use std::path::Path;
 use anyhow::{bail, ensure, Context, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::bench::testbed::VictimModel;
+use crate::victim::VictimModel;
 
 /// Version of the results JSON schema (results.json); bump on incompatible changes.
 pub const SCHEMA_VERSION: u32 = 2;
@@ -88,10 +88,10 @@ impl ConfigKind {
     }
 
     /// The controller's algorithm, for the auto configurations.
-    pub fn algo(self) -> Option<crate::controller::Algo> {
+    pub fn algo(self) -> Option<sluice::controller::Algo> {
         match self {
-            ConfigKind::Auto | ConfigKind::AutoIdle => Some(crate::controller::Algo::Knee),
-            ConfigKind::AutoPno => Some(crate::controller::Algo::Pno),
+            ConfigKind::Auto | ConfigKind::AutoIdle => Some(sluice::controller::Algo::Knee),
+            ConfigKind::AutoPno => Some(sluice::controller::Algo::Pno),
             _ => None,
         }
     }
@@ -208,7 +208,7 @@ fn default_static() -> f64 {
     1.0
 }
 fn default_batch() -> u32 {
-    crate::bench::gen::DEFAULT_BATCH
+    crate::gen::DEFAULT_BATCH
 }
 
 impl Scenario {

@@ -3,8 +3,8 @@
 //! time: each makes a same-core testbed that owns both CPUs.
 use std::time::Duration;
 
-use sluice::bench::gen::{stream_value, udp_stream, Generator};
-use sluice::bench::testbed::{link_stats, Testbed, VictimModel, IF_A, IF_B};
+use sluice_bench::gen::{stream_value, udp_stream, Generator};
+use sluice_bench::victim::{link_stats, VictimBed, VictimModel, IF_A, IF_B};
 use sluice::gate::Gate;
 use sluice::{classify, config, netns};
 
@@ -13,7 +13,7 @@ static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
 #[test]
 fn generator_rates_match_the_victims_xdp_counters_within_2_percent() {
     let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
-    for c in sluice::bench::gencheck::check(&[10_000.0, 100_000.0, 500_000.0], 2.0, sluice::bench::gen::DEFAULT_BATCH).unwrap() {
+    for c in sluice_bench::gencheck::check(&[10_000.0, 100_000.0, 500_000.0], 2.0, sluice_bench::gen::DEFAULT_BATCH).unwrap() {
         eprintln!("{c:?}");
         assert!(c.error.abs() <= 0.02, "at {} pps: {:+.2}%", c.asked_pps, c.error * 100.0);
         // Every frame sent is either seen by the victim's XDP or refused by the
@@ -26,8 +26,8 @@ fn generator_rates_match_the_victims_xdp_counters_within_2_percent() {
 #[test]
 fn ipv6_full_size_frames_with_flows_arrive_intact() {
     let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
-    let tb = Testbed::create("gen6", VictimModel::SameCore, 0, 1).unwrap();
-    let b = tb.b.clone();
+    let tb = VictimBed::create("gen6", VictimModel::SameCore, 0, 1).unwrap();
+    let b = tb.net.b.clone();
     let gate = netns::run_in(&b, || {
         let cfg = config::from_flags(&["default:rate=blocked".into()])?;
         let mut g = Gate::load()?;
@@ -40,22 +40,22 @@ fn ipv6_full_size_frames_with_flows_arrive_intact() {
     let gen = std::sync::Arc::new(std::sync::Mutex::new(Generator::load().unwrap()));
     // IPv6, full-size frames, several flows and destination ports: all arrive.
     gate.reset_counters().unwrap();
-    let before = link_stats(&tb.a, IF_A).unwrap();
-    let mut s = udp_stream("v6", 50_000.0, 1514, tb.ip6_a, 30000, tb.ip6_b, 9000);
+    let before = link_stats(&tb.net.a, IF_A).unwrap();
+    let mut s = udp_stream("v6", 50_000.0, 1514, tb.net.ip6_a, 30000, tb.net.ip6_b, 9000);
     s.flows = 16;
     s.dports = 4;
-    let v = stream_value(&s, tb.mac_b, tb.mac_a).unwrap();
-    let (a, ifx, g) = (tb.a.clone(), tb.ifindex_a, gen.clone());
+    let v = stream_value(&s, tb.net.mac_b, tb.net.mac_a).unwrap();
+    let (a, ifx, g) = (tb.net.a.clone(), tb.net.ifindex_a, gen.clone());
     let (counts, secs) = netns::run_in(&a, move || {
         netns::pin_thread(0)?;
         let mut g = g.lock().unwrap();
         g.set_streams(&[v])?;
-        g.run(ifx, Duration::from_secs(1), sluice::bench::gen::DEFAULT_BATCH)
+        g.run(ifx, Duration::from_secs(1), sluice_bench::gen::DEFAULT_BATCH)
     })
     .unwrap();
     std::thread::sleep(Duration::from_millis(100));
     let c = gate.class_counters(0).unwrap();
-    let ring = link_stats(&tb.a, IF_A).unwrap().tx_dropped - before.tx_dropped;
+    let ring = link_stats(&tb.net.a, IF_A).unwrap().tx_dropped - before.tx_dropped;
     eprintln!("IPv6 1514-byte frames at 50k for {secs:.3} s: sent {}, seen {} ({} bytes)", counts[0].sent, c[0], c[1]);
     assert!((c[0] + ring).abs_diff(counts[0].sent) <= 20);
     // Full-size frames (the kernel's own few IPv6 control packets are smaller).

@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sluice::bench::measure::IdleMeter;
-use sluice::bench::run::CPU_METERS_BOUND;
+use sluice_bench::measure::IdleMeter;
+use sluice_bench::level::CPU_METERS_BOUND;
 use sluice::netns::pin_thread;
 
 const CPU: usize = 1;

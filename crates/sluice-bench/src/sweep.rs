@@ -7,10 +7,11 @@ use anyhow::Result;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 
-use crate::bench::run::{Env, LevelResult};
-use crate::bench::scenario::{ConfigKind, Scenario, SCHEMA_VERSION};
-use crate::bench::testbed::VictimModel;
-use crate::summary::median;
+use crate::level::LevelResult;
+use crate::rig::Rig;
+use crate::scenario::{ConfigKind, Scenario, SCHEMA_VERSION};
+use crate::victim::VictimModel;
+use sluice::summary::median;
 
 /// Calibration: the load doubles from this rate until the delivered rate falls
 /// below CALIB_STOP of the best seen (past the knee) or the cap is reached.
@@ -190,7 +191,7 @@ pub fn levels(scenario: &Scenario, peak: f64) -> Vec<(f64, f64)> {
     scenario.levels.iter().map(|&m| (m, m * peak)).filter(|&(_, r)| r <= scenario.max_rate).collect()
 }
 
-pub fn calibrate(env: &mut Env, max_rate: f64, bar: &ProgressBar) -> Result<Vec<CalibrationPoint>> {
+pub fn calibrate(env: &mut Rig, max_rate: f64, bar: &ProgressBar) -> Result<Vec<CalibrationPoint>> {
     let (d, w) = (env.scenario.duration, env.scenario.warmup);
     env.scenario.duration = d.min(1.0);
     env.scenario.warmup = w.min(0.3);
@@ -228,7 +229,7 @@ pub fn calibrate(env: &mut Env, max_rate: f64, bar: &ProgressBar) -> Result<Vec<
 
 /// Run a scenario; `on_model` is called after each model with the results so far.
 pub fn run(scenario: &Scenario, opts: &SweepOpts, mut on_model: impl FnMut(&Results) -> Result<()>) -> Result<Results> {
-    crate::gate::check_privileges()?;
+    sluice::gate::check_privileges()?;
     anyhow::ensure!(num_cpus() >= 2, "the bench needs 2 CPUs: one generates load, one is the victim");
     let started = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     let mut results = Results {
@@ -244,7 +245,7 @@ pub fn run(scenario: &Scenario, opts: &SweepOpts, mut on_model: impl FnMut(&Resu
     bar.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len} {msg} ({elapsed}, ~{eta} left)").unwrap());
     for &model in &scenario.models {
         let configs = configs_of(model);
-        let mut env = Env::start(scenario, model, &opts.exe, model.name())?;
+        let mut env = Rig::start(scenario, model, &opts.exe, model.name())?;
         let calibration = calibrate(&mut env, scenario.max_rate, &bar)?;
         let peak = calibration.iter().map(|p| p.delivered_pps).fold(0.0, f64::max);
         let mlfrr = calibration
@@ -297,7 +298,7 @@ mod tests {
         let s = Stat::of_all([3.0, 1.0, 2.0, f64::INFINITY]);
         assert_eq!((s.median, s.min, s.max), (Some(2.0), Some(1.0), Some(3.0)));
         assert_eq!(s.missing, 1, "an infinite value (nothing delivered) is missing, not 0");
-        let sc = crate::bench::scenario::load("demo").unwrap();
+        let sc = crate::scenario::load("demo").unwrap();
         let lv = levels(&sc, 200_000.0);
         // 0.5, 1, 2, 5, 10 x 200k; 10x = 2M is under the 3M cap.
         assert_eq!(lv.len(), 5);

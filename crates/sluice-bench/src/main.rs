@@ -1,0 +1,301 @@
+//! The `sluice-bench` command (`sluice bench ...` runs it): argument structs
+//! validated by clap's value parsers, then one `cmd_NAME` per subcommand.
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::{Args, Parser, Subcommand};
+
+use sluice::cli::{parse_rate, parse_secs, print_json_or, stop_flag};
+use sluice::stats;
+use sluice_bench::scenario::ConfigKind;
+use sluice_bench::victim::VictimModel;
+use sluice_bench::{demo, gate_cost, gencheck, report, scenario, step, sweep, victim};
+
+/// The sluice bench: a flooded service in two network namespaces this
+/// command makes (and removes), measured with and without sluice. Needs root.
+#[derive(Parser)]
+#[command(name = "sluice bench", bin_name = "sluice bench", version, about, long_about)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: BenchCmd,
+}
+
+/// Benchmarks that print numbers.
+#[derive(Subcommand)]
+enum BenchCmd {
+    /// The overload testbed: a flooded service in two namespaces, measured
+    /// level by level with and without sluice (see `sluice bench scenarios`).
+    ///
+    /// Makes its own namespaces (sluice-bench-*), calibrates the victim's peak,
+    /// measures every level x configuration x repeat, and writes results.json,
+    /// results.csv, figures (SVG and PNG) and report.html into the output folder.
+    Run(BenchRunArgs),
+    /// How each configuration follows changes: a flood, then the service's
+    /// cost doubles and is restored, then the flood stops and resumes, in one
+    /// continuous run per configuration. Prints settling time, overshoot and
+    /// the admitted rate's coefficient of variation per phase; writes
+    /// step.json, step.csv, figures and summary.txt.
+    Step(StepArgs),
+    /// The daemon in action: a UDP service flooded without sluice, with `sluice
+    /// run` at a static limit, and with rate=auto; `sluice status` midway.
+    ///
+    /// Makes its own namespaces (sluice-bench-*) and removes them; traffic
+    /// stays inside them. About 3 x (SECS + 4) seconds.
+    Demo(DemoArgs),
+    /// Render the outputs again from a results.json.
+    Report(ReportArgs),
+    /// List the built-in scenarios.
+    Scenarios,
+    /// Remove namespaces a killed bench left behind (sluice-bench-*).
+    Cleanup,
+    /// The generator's accuracy and highest paced rate, counted on the victim's side.
+    Generator(GeneratorArgs),
+    /// Gate cost in ns per packet (BPF_PROG_TEST_RUN) with 1, 64 and 1024 rules, beside a no-op floor.
+    Gate(GateArgs),
+}
+
+#[derive(Args)]
+struct BenchRunArgs {
+    /// A built-in scenario name or a TOML scenario file.
+    #[arg(long, short, default_value = "default")]
+    scenario: String,
+    /// Output folder (default: results/SCENARIO-TIMESTAMP).
+    #[arg(long, short)]
+    out: Option<PathBuf>,
+    /// Override the scenario's seconds per level.
+    #[arg(long, value_name = "SECS", value_parser = parse_secs)]
+    duration: Option<Duration>,
+    /// Override the scenario's repeats per level.
+    #[arg(long)]
+    repeats: Option<u32>,
+}
+
+#[derive(Args)]
+struct StepArgs {
+    /// Victim models (nic, same-core).
+    #[arg(long, value_delimiter = ',', default_value = "nic", value_parser = parse_model)]
+    models: Vec<VictimModel>,
+    /// Configurations (off, nft, static, auto, auto-pno, auto-idle).
+    #[arg(long, value_delimiter = ',', default_value = "static,auto,auto-pno", value_parser = parse_config_kind)]
+    configs: Vec<ConfigKind>,
+    /// Seconds per phase (5 phases), 0.5 to 60.
+    #[arg(long, value_name = "SECS", default_value = "3", value_parser = parse_phase)]
+    phase: f64,
+    /// Flood rate as a multiple of the calibrated peak (above 0, at most 100).
+    #[arg(long, default_value_t = 3.0, value_parser = parse_flood)]
+    flood: f64,
+    /// The scenario whose streams and victim are used.
+    #[arg(long, short, default_value = "default")]
+    scenario: String,
+    /// Output folder (default: results/step-TIMESTAMP).
+    #[arg(long, short)]
+    out: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct DemoArgs {
+    /// Seconds of flood per phase.
+    #[arg(long, value_name = "SECS", default_value = "5", value_parser = parse_secs)]
+    duration: Duration,
+    /// The service's CPU cost per datagram (ns).
+    #[arg(long, default_value_t = 4000)]
+    work_ns: u64,
+    /// The static phase's limit, packets/s (a little under what the service
+    /// delivers on one core of the reference VM).
+    #[arg(long, default_value = "110k", value_parser = parse_rate)]
+    limit: f64,
+}
+
+#[derive(Args)]
+struct ReportArgs {
+    /// results.json, or the folder holding it.
+    path: PathBuf,
+}
+
+#[derive(Args)]
+struct GeneratorArgs {
+    /// Rates to try, packets/s (e.g. 10k,100k,1M,3M).
+    #[arg(long, value_delimiter = ',', default_value = "10k,100k,1M,3M,5M", value_parser = parse_rate)]
+    rates: Vec<f64>,
+    /// Seconds per rate.
+    #[arg(long, visible_alias = "secs", value_name = "SECS", default_value = "2", value_parser = parse_secs)]
+    duration: Duration,
+    /// Frames per flush, 1-256 (bursts never exceed it).
+    #[arg(long, default_value_t = sluice_bench::gen::DEFAULT_BATCH, value_parser = clap::value_parser!(u32).range(1..=256))]
+    batch: u32,
+}
+
+#[derive(Args)]
+struct GateArgs {
+    /// Repeats per test-run call.
+    #[arg(long, default_value_t = 2_000_000, value_parser = clap::value_parser!(u32).range(1..))]
+    repeat: u32,
+    /// Interleaved rounds, one call per case each (the median is reported).
+    #[arg(long, default_value_t = 31, value_parser = clap::value_parser!(u64).range(1..10_000))]
+    rounds: u64,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+
+// ---------------------------------------------------------------------------
+// Value parsers: a bad value is refused by clap, naming the flag, before
+// anything runs.
+
+fn parse_phase(s: &str) -> Result<f64, String> {
+    let v = parse_secs(s)?.as_secs_f64();
+    if !(0.5..=60.0).contains(&v) {
+        return Err(format!("{s}: a phase is 0.5 to 60 seconds"));
+    }
+    Ok(v)
+}
+
+fn parse_flood(s: &str) -> Result<f64, String> {
+    let v: f64 = s.parse().map_err(|_| format!("\"{s}\" is not a number"))?;
+    if !(v > 0.0 && v <= 100.0) {
+        return Err(format!("{s}: a multiple of the peak, above 0 and at most 100"));
+    }
+    Ok(v)
+}
+
+fn parse_model(s: &str) -> Result<VictimModel, String> {
+    VictimModel::parse(s).map_err(|e| e.to_string())
+}
+
+fn parse_config_kind(s: &str) -> Result<ConfigKind, String> {
+    ConfigKind::parse(s).map_err(|e| e.to_string())
+}
+
+// ---------------------------------------------------------------------------
+// The commands.
+
+fn main() -> ExitCode {
+    let result = match Cli::parse().cmd {
+        BenchCmd::Run(a) => cmd_bench_run(a),
+        BenchCmd::Step(a) => cmd_bench_step(a),
+        BenchCmd::Demo(a) => cmd_bench_demo(a),
+        BenchCmd::Report(a) => cmd_bench_report(a),
+        BenchCmd::Scenarios => cmd_bench_scenarios(),
+        BenchCmd::Cleanup => cmd_bench_cleanup(),
+        BenchCmd::Generator(a) => cmd_bench_generator(a),
+        BenchCmd::Gate(a) => cmd_bench_gate(a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("sluice bench: error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// The `sluice` binary beside this one: the bench runs its `serve`, `send`,
+/// `run` and `status`.
+fn sluice_exe() -> Result<PathBuf> {
+    let exe = std::env::current_exe()?.with_file_name("sluice");
+    anyhow::ensure!(exe.exists(), "{} not found: sluice-bench runs the sluice binary installed beside it", exe.display());
+    Ok(exe)
+}
+
+/// results/PREFIX-UNIXTIME.
+fn default_out(prefix: &str) -> Result<PathBuf> {
+    let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs();
+    Ok(PathBuf::from(format!("results/{prefix}-{stamp}")))
+}
+
+fn cmd_bench_run(a: BenchRunArgs) -> Result<()> {
+    let mut sc = scenario::load(&a.scenario)?;
+    if let Some(d) = a.duration {
+        sc.duration = d.as_secs_f64();
+    }
+    if let Some(r) = a.repeats {
+        sc.repeats = r;
+    }
+    sc.validate().context("after --duration/--repeats")?;
+    let out = a.out.map_or_else(|| default_out(&sc.name), Ok)?;
+    let opts = sweep::SweepOpts { exe: sluice_exe()?, progress: true, interrupted: stop_flag()? };
+    eprintln!("sluice bench: scenario {}, writing to {}", sc.name, out.display());
+    let r = sweep::run(&sc, &opts, |partial| report::write_all(partial, &out))?;
+    print!("{}", report::summary(&r));
+    println!("report: {}", out.join("report.html").display());
+    Ok(())
+}
+
+fn cmd_bench_step(a: StepArgs) -> Result<()> {
+    let sc = scenario::load(&a.scenario)?;
+    let out = a.out.map_or_else(|| default_out("step"), Ok)?;
+    let opts = step::StepOpts {
+        models: a.models,
+        configs: a.configs,
+        phase_secs: a.phase,
+        flood: a.flood,
+        exe: sluice_exe()?,
+        progress: true,
+    };
+    eprintln!("sluice bench step: writing to {}", out.display());
+    let r = step::run(&sc, &opts)?;
+    step::write_all(&r, &out)?;
+    print!("{}", step::summary(&r));
+    println!("figures: {}", out.display());
+    Ok(())
+}
+
+fn cmd_bench_demo(a: DemoArgs) -> Result<()> {
+    let o = demo::DemoOpts {
+        exe: sluice_exe()?,
+        secs: a.duration.as_secs_f64(),
+        work_ns: a.work_ns,
+        limit: format!("{}", a.limit as u64),
+    };
+    demo::run(&o)?;
+    Ok(())
+}
+
+fn cmd_bench_report(a: ReportArgs) -> Result<()> {
+    let file = if a.path.is_dir() { a.path.join("results.json") } else { a.path };
+    let r = report::load(&file)?;
+    let dir = file.parent().unwrap_or(Path::new("."));
+    report::write_all(&r, dir)?;
+    print!("{}", report::summary(&r));
+    println!("report: {}", dir.join("report.html").display());
+    Ok(())
+}
+
+fn cmd_bench_scenarios() -> Result<()> {
+    for (name, _, what) in scenario::BUILTIN {
+        println!("{name:<10} {what}");
+    }
+    Ok(())
+}
+
+fn cmd_bench_cleanup() -> Result<()> {
+    let removed = victim::cleanup_leftovers()?;
+    let names = if removed.is_empty() { String::new() } else { format!(": {}", removed.join(", ")) };
+    println!("removed {} namespaces{names}", removed.len());
+    Ok(())
+}
+
+fn cmd_bench_generator(a: GeneratorArgs) -> Result<()> {
+    println!("{:>10} {:>12} {:>10} {:>10} {:>12} {:>9}", "asked/s", "arrived/s", "late", "ring drops", "XDP seen", "error");
+    for c in gencheck::check(&a.rates, a.duration.as_secs_f64(), a.batch)? {
+        println!(
+            "{:>10} {:>12} {:>10} {:>10} {:>12} {:>+8.2}%{}",
+            stats::human(c.asked_pps),
+            stats::human((c.xdp_seen + c.ring_drops) as f64 / c.secs),
+            c.late,
+            c.ring_drops,
+            c.xdp_seen,
+            c.error * 100.0,
+            if c.error.abs() > 0.02 { "  (short by more than 2%: a bench run would be invalid)" } else { "" }
+        );
+    }
+    Ok(())
+}
+
+fn cmd_bench_gate(a: GateArgs) -> Result<()> {
+    let r = gate_cost::run(a.repeat, a.rounds as usize, !a.json)?;
+    print_json_or(a.json, &r, gate_cost::render)
+}

@@ -1,0 +1,147 @@
+//! The bench's testbed: the one testbed (`sluice::testbed`: namespaces A and
+//! B, the veth pair, addresses) under the bench's namespace prefix, plus the
+//! victim model that decides which CPU runs which receive stage. Dropping it
+//! removes the namespaces; `cleanup_leftovers` removes those of a killed run.
+use std::time::Duration;
+
+use anyhow::{bail, Result};
+use serde::{Deserialize, Serialize};
+
+use sluice::netns::sh;
+use sluice::testbed::{Testbed, TestbedOpts};
+pub use sluice::testbed::{IF_A, IF_B};
+
+/// Every bench namespace's name starts with this.
+pub const NS_PREFIX: &str = "sluice-bench-";
+
+/// Which CPU runs which receive stage on the victim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum VictimModel {
+    /// Threaded NAPI on the victim interface, its kthread pinned to the victim
+    /// CPU with the service: receive work (XDP, the stack) competes with the
+    /// service for one core.
+    SameCore,
+    /// NAPI and XDP on the generator's CPU (like a NIC that drops in hardware),
+    /// RPS sending the IP/UDP stack's work to the victim CPU, where it runs in
+    /// softirq and pre-empts the service: the mode that livelocks.
+    Nic,
+}
+
+impl VictimModel {
+    pub fn name(self) -> &'static str {
+        match self {
+            VictimModel::SameCore => "same-core",
+            VictimModel::Nic => "nic",
+        }
+    }
+
+    pub fn parse(s: &str) -> anyhow::Result<VictimModel> {
+        match s {
+            "same-core" => Ok(VictimModel::SameCore),
+            "nic" => Ok(VictimModel::Nic),
+            other => anyhow::bail!("unknown victim model \"{other}\"; valid: \"nic\", \"same-core\""),
+        }
+    }
+
+    /// Which CPU runs which stage, for the report.
+    pub fn stages(self, gen_cpu: usize, victim_cpu: usize) -> Vec<(String, usize)> {
+        let (napi, stack) = match self {
+            VictimModel::SameCore => (victim_cpu, victim_cpu),
+            VictimModel::Nic => (gen_cpu, victim_cpu),
+        };
+        vec![
+            ("generator (BPF live frames)".into(), gen_cpu),
+            ("veth NAPI + XDP gate".into(), napi),
+            ("IP/UDP stack (softirq)".into(), stack),
+            ("service".into(), victim_cpu),
+        ]
+    }
+}
+
+/// The testbed with a victim model in place.
+pub struct VictimBed {
+    pub net: Testbed,
+    pub model: VictimModel,
+    pub gen_cpu: usize,
+    pub victim_cpu: usize,
+}
+
+impl VictimBed {
+    /// Make the testbed (sluice-bench-PID-TAG-a/b, with IPv6). The model is
+    /// put in place by `apply_model`, after the XDP programs are attached.
+    pub fn create(tag: &str, model: VictimModel, gen_cpu: usize, victim_cpu: usize) -> Result<VictimBed> {
+        let opts = TestbedOpts { prefix: NS_PREFIX, ipv6: true };
+        let net = Testbed::create(opts, &format!("{}-{tag}", std::process::id()))?;
+        Ok(VictimBed { net, model, gen_cpu, victim_cpu })
+    }
+
+    /// Put the victim model in place. Call it after every XDP attach on vb:
+    /// attaching re-creates the threaded-NAPI kthread, unpinned.
+    pub fn apply_model(&self) -> Result<()> {
+        let rps = format!("/sys/class/net/{IF_B}/queues/rx-0/rps_cpus");
+        let threaded = format!("/sys/class/net/{IF_B}/threaded");
+        match self.model {
+            VictimModel::SameCore => {
+                self.net.write_in_b(&rps, "0")?;
+                self.net.write_in_b(&threaded, "1")?;
+                let pids = self.napi_threads()?;
+                if pids.is_empty() {
+                    bail!("threaded NAPI on {IF_B} made no napi/{IF_B}-* kthread (is an XDP program attached?)");
+                }
+                for pid in pids {
+                    sh(&["taskset", "-pc", &self.victim_cpu.to_string(), &pid.to_string()])?;
+                }
+            }
+            VictimModel::Nic => {
+                self.net.write_in_b(&threaded, "0")?;
+                self.net.write_in_b(&rps, &format!("{:x}", 1u64 << self.victim_cpu))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Pids of the napi/vb-* kthreads, waiting for them a moment: they
+    /// appear a little after threaded NAPI is switched on. A napi kthread
+    /// carries no namespace: one bench testbed runs at a time (`sluice bench`
+    /// and its tests never run two), so any napi/vb-* is ours.
+    pub fn napi_threads(&self) -> Result<Vec<i32>> {
+        for _ in 0..50 {
+            let pids = sluice::sched::napi_threads(IF_B);
+            if !pids.is_empty() {
+                return Ok(pids);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(vec![])
+    }
+}
+
+
+/// An interface's packet counters (`ip -s link`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct LinkStats {
+    pub rx_packets: u64,
+    pub rx_dropped: u64,
+    pub tx_packets: u64,
+    /// On a veth end: frames the peer's full ring refused.
+    pub tx_dropped: u64,
+}
+
+pub fn link_stats(ns: &str, ifname: &str) -> Result<LinkStats> {
+    let out = sh(&["ip", "-n", ns, "-s", "-j", "link", "show", ifname])?;
+    let v: serde_json::Value = serde_json::from_str(&out)?;
+    let st = &v[0]["stats64"];
+    let n = |a: &str, b: &str| st[a][b].as_u64().unwrap_or(0);
+    Ok(LinkStats {
+        rx_packets: n("rx", "packets"),
+        rx_dropped: n("rx", "dropped"),
+        tx_packets: n("tx", "packets"),
+        tx_dropped: n("tx", "dropped"),
+    })
+}
+
+/// Delete the namespaces a killed bench left behind; returns their names.
+pub fn cleanup_leftovers() -> Result<Vec<String>> {
+    sluice::testbed::cleanup_leftovers(NS_PREFIX)
+}

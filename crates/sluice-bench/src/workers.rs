@@ -1,0 +1,115 @@
+//! The bench's threads inside namespace A: the generator, pinned to the
+//! generator CPU, and the socket that receives the echoed legitimate requests.
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, RwLock};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+
+use crate::gen::{mono_ns, Generator, StreamCount};
+use sluice::netns;
+
+/// What a generator run returns: the per-stream counts and the seconds it sent for.
+pub(crate) type GenDone = Result<(Vec<StreamCount>, f64)>;
+
+/// One legitimate reply: when its request was sent and when the reply came back.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Reply {
+    pub sent_ns: u64,
+    pub recv_ns: u64,
+}
+
+/// The socket in A that receives the echoed legitimate requests.
+pub(crate) struct ReplyRx {
+    replies: Arc<Mutex<Vec<Reply>>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl ReplyRx {
+    pub fn start(ns: &str, bind: SocketAddr) -> Result<ReplyRx> {
+        let replies = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (r, s, ns) = (replies.clone(), stop.clone(), ns.to_string());
+        let (tx, rx) = mpsc::channel();
+        let thread = std::thread::spawn(move || {
+            let sock = (|| -> Result<UdpSocket> {
+                netns::enter(&ns)?;
+                let sock = UdpSocket::bind(bind)?;
+                sock.set_read_timeout(Some(Duration::from_millis(50)))?;
+                Ok(sock)
+            })();
+            let sock = match sock {
+                Ok(s) => {
+                    let _ = tx.send(Ok(()));
+                    s
+                }
+                Err(e) => {
+                    let _ = tx.send(Err(e));
+                    return;
+                }
+            };
+            let mut buf = [0u8; 2048];
+            while !s.load(Ordering::Relaxed) {
+                if let Ok(n) = sock.recv(&mut buf) {
+                    if n >= 16 {
+                        let sent_ns = u64::from_ne_bytes(buf[0..8].try_into().unwrap());
+                        r.lock().unwrap().push(Reply { sent_ns, recv_ns: mono_ns() });
+                    }
+                }
+            }
+        });
+        rx.recv().context("reply receiver")??;
+        Ok(ReplyRx { replies, stop, thread: Some(thread) })
+    }
+
+    pub fn take(&self) -> Vec<Reply> {
+        std::mem::take(&mut *self.replies.lock().unwrap())
+    }
+}
+
+impl Drop for ReplyRx {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The generator, on a thread that lives in A, pinned to the generator CPU.
+pub(crate) struct GenWorker {
+    pub gen: Arc<RwLock<Generator>>,
+    jobs: mpsc::Sender<(Duration, u32, mpsc::Sender<GenDone>)>,
+}
+
+impl GenWorker {
+    pub fn start(ns: &str, cpu: usize, ifindex: u32) -> Result<GenWorker> {
+        let gen = Arc::new(RwLock::new(Generator::load()?));
+        let (jobs, rx) = mpsc::channel::<(Duration, u32, mpsc::Sender<GenDone>)>();
+        let (g, ns) = (gen.clone(), ns.to_string());
+        let (ready_tx, ready_rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let setup = netns::enter(&ns).and_then(|_| netns::pin_thread(cpu));
+            let ok = setup.is_ok();
+            let _ = ready_tx.send(setup);
+            if !ok {
+                return;
+            }
+            for (d, batch, reply) in rx {
+                let _ = reply.send(g.read().unwrap().run(ifindex, d, batch));
+            }
+        });
+        ready_rx.recv().context("generator thread")??;
+        Ok(GenWorker { gen, jobs })
+    }
+
+    pub fn send_for(&self, d: Duration, batch: u32) -> mpsc::Receiver<GenDone> {
+        let (tx, rx) = mpsc::channel();
+        let _ = self.jobs.send((d, batch, tx));
+        rx
+    }
+}
