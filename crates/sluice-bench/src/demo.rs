@@ -50,10 +50,16 @@ pub fn run(o: &DemoOpts) -> Result<DemoResult> {
         "== testbed: namespaces {} (sender, CPU {GEN_CPU}) and {} (service, CPU {VICTIM_CPU}), veth va <-> vb",
         bed.net.a, bed.net.b
     );
-    println!("== the service spends {} ns per datagram on CPU {VICTIM_CPU}; the flood is as fast as one socket sender goes", o.work_ns);
+    println!(
+        "== the service spends {} ns per datagram on CPU {VICTIM_CPU}; the flood is as fast as one socket sender goes",
+        o.work_ns
+    );
     let result = (|| -> Result<DemoResult> {
         let off = demo.phase("without sluice", None)?;
-        let static_limit = demo.phase(&format!("with sluice (static {})", o.limit), Some(&format!("svc:rate={},match=udp:{PORT}", o.limit)))?;
+        let static_limit = demo.phase(
+            &format!("with sluice (static {})", o.limit),
+            Some(&format!("svc:rate={},match=udp:{PORT}", o.limit)),
+        )?;
         let auto = demo.phase("with sluice (rate=auto)", Some(&format!("svc:rate=auto,match=udp:{PORT}")))?;
         Ok(DemoResult { off, static_limit, auto })
     })();
@@ -128,7 +134,18 @@ impl Demo<'_> {
         let serve_secs = format!("{}", secs + 3.0);
         let work = self.o.work_ns.to_string();
         let port = PORT.to_string();
-        let serve_args = ["serve", "udp-echo", "--port", &port, "--work-ns", &work, "--no-echo", "--duration", &serve_secs, "--json"];
+        let serve_args = [
+            "serve",
+            "udp-echo",
+            "--port",
+            &port,
+            "--work-ns",
+            &work,
+            "--no-echo",
+            "--duration",
+            &serve_secs,
+            "--json",
+        ];
         let serve = Proc::spawn(self.sluice(b, Some(VICTIM_CPU), &serve_args), "the service")?;
         std::thread::sleep(Duration::from_millis(500));
         let sock = self.dir.join(format!("{}.sock", label.len()));
@@ -140,7 +157,8 @@ impl Demo<'_> {
             None => None,
         };
         let dst = format!("{}:{PORT}", self.bed.net.ip_b);
-        let send_args = ["send", "--dst", &dst, "--rate", "0", "--duration", &secs.to_string(), "--flows", "16", "--json"];
+        let send_args =
+            ["send", "--dst", &dst, "--rate", "0", "--duration", &secs.to_string(), "--flows", "16", "--json"];
         let send = Proc::spawn(self.sluice(&self.bed.net.a, Some(GEN_CPU), &send_args), "the sender")?;
         if gate.is_some() {
             std::thread::sleep(Duration::from_secs_f64(secs / 2.0 + 0.5));
@@ -162,7 +180,17 @@ impl Demo<'_> {
 
     /// `sluice run` on vb; returns once its statistics socket answers.
     fn start_gate(&self, class: &str, sock: &Path) -> Result<Proc> {
-        let args = ["run", "--iface", IF_B, "--class", class, "--socket", sock.to_str().unwrap_or_default(), "--metrics", "off"];
+        let args = [
+            "run",
+            "--iface",
+            IF_B,
+            "--class",
+            class,
+            "--socket",
+            sock.to_str().unwrap_or_default(),
+            "--metrics",
+            "off",
+        ];
         let mut gate = Proc::spawn(self.sluice(&self.bed.net.b, None, &args), "sluice run")?;
         let deadline = Instant::now() + Duration::from_secs(10);
         while std::os::unix::net::UnixStream::connect(sock).is_err() {

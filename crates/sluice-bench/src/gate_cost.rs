@@ -6,12 +6,12 @@ use std::fmt::Write as _;
 use anyhow::Result;
 use serde::Serialize;
 
+use indicatif::{ProgressBar, ProgressStyle};
 use sluice::classify;
 use sluice::config::{self, Config, Limit};
-use sluice::share::share;
-use indicatif::{ProgressBar, ProgressStyle};
 use sluice::gate::{Gate, Prog, XDP_DROP, XDP_PASS};
 use sluice::packet::{v6, Frame};
+use sluice::share::share;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Row {
@@ -152,13 +152,15 @@ fn pin_to_cpu(cpu: usize) {
 pub fn render(r: &Report) -> String {
     let mut o = String::new();
     let cell = |med: f64, min: f64| format!("{med:.0} ({min:.0}) ns");
-    let _ = writeln!(o, "| case (64-byte frames) | verdict | 1 rule | 64 rules | 1024 rules | 1024 vs 1 rule (median) |");
+    let _ =
+        writeln!(o, "| case (64-byte frames) | verdict | 1 rule | 64 rules | 1024 rules | 1024 vs 1 rule (median) |");
     let _ = writeln!(o, "|---|---|---|---|---|---|");
     let _ = writeln!(o, "| no-op XDP program (floor) | PASS | {} | | | |", cell(r.noop_ns, r.noop_min_ns));
     for row in &r.rows {
         let ratio = row.ns[2] / row.ns[0];
         let cells: Vec<String> = row.ns.iter().zip(&row.min_ns).map(|(m, n)| cell(*m, *n)).collect();
-        let _ = writeln!(o, "| {} | {} | {} | {:+.1}% |", row.case, row.verdict, cells.join(" | "), (ratio - 1.0) * 100.0);
+        let _ =
+            writeln!(o, "| {} | {} | {} | {:+.1}% |", row.case, row.verdict, cells.join(" | "), (ratio - 1.0) * 100.0);
     }
     let _ = writeln!(
         o,

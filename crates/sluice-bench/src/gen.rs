@@ -68,13 +68,21 @@ pub fn stream_value(s: &StreamSpec, dst_mac: [u8; 6], src_mac: [u8; 6]) -> Resul
         s.frame_len
     );
     ensure!(s.src.is_ipv4() == s.dst.is_ipv4(), "stream {}: source and destination families differ", s.name);
-    ensure!(s.flows >= 1 && s.dports >= 1 && s.srcs >= 1, "stream {}: flows, dports and srcs must be at least 1", s.name);
+    ensure!(
+        s.flows >= 1 && s.dports >= 1 && s.srcs >= 1,
+        "stream {}: flows, dports and srcs must be at least 1",
+        s.name
+    );
     ensure!(
         s.src.port() as u32 + s.flows <= 65536 && s.dst.port() as u32 + s.dports <= 65536,
         "stream {}: port range passes 65535",
         s.name
     );
-    let mut f = Frame::new(&s.src.ip().to_string(), &s.dst.ip().to_string(), L4::Udp { sport: s.src.port(), dport: s.dst.port() });
+    let mut f = Frame::new(
+        &s.src.ip().to_string(),
+        &s.dst.ip().to_string(),
+        L4::Udp { sport: s.src.port(), dport: s.dst.port() },
+    );
     f.macs = (dst_mac, src_mac);
     f.fill = 0;
     f.payload = 0;
@@ -84,7 +92,8 @@ pub fn stream_value(s: &StreamSpec, dst_mac: [u8; 6], src_mac: [u8; 6]) -> Resul
     let l4 = offs.iter().find(|o| o.0 == "l4").unwrap().1;
     let ip = offs.iter().find(|o| o.0 == "ip").unwrap().1;
     let stamp_off = l4 + 8;
-    let stamp = s.stamp && stamp_off + SLUICE_GEN_STAMP_LEN as usize <= (s.frame_len as usize).min(SLUICE_GEN_TMPL as usize);
+    let stamp =
+        s.stamp && stamp_off + SLUICE_GEN_STAMP_LEN as usize <= (s.frame_len as usize).min(SLUICE_GEN_TMPL as usize);
     ensure!(
         stamp || !s.stamp,
         "stream {}: a stamped frame needs at least {} bytes",
@@ -226,7 +235,8 @@ impl Generator {
     /// started there and moved one interval per frame sent or given up.
     fn first_frame_ns(&self, streams: &[sluice_gen_stream]) -> Result<Option<u64>> {
         let states = self.states()?;
-        let firsts = states.iter().zip(streams).filter_map(|(s, st)| first_due_fp(s.due_fp, s.sent + s.late, st.interval_fp));
+        let firsts =
+            states.iter().zip(streams).filter_map(|(s, st)| first_due_fp(s.due_fp, s.sent + s.late, st.interval_fp));
         Ok(firsts.min().map(|fp| fp >> SLUICE_GEN_FP_SHIFT))
     }
 
@@ -297,9 +307,16 @@ pub fn mono_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-
 /// Shorthand for tests and scenarios.
-pub fn udp_stream(name: &str, rate: f64, frame_len: u32, src: IpAddr, sport: u16, dst: IpAddr, dport: u16) -> StreamSpec {
+pub fn udp_stream(
+    name: &str,
+    rate: f64,
+    frame_len: u32,
+    src: IpAddr,
+    sport: u16,
+    dst: IpAddr,
+    dport: u16,
+) -> StreamSpec {
     StreamSpec {
         name: name.into(),
         rate,

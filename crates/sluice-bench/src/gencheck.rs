@@ -43,7 +43,11 @@ pub fn check(rates: &[f64], secs: f64, batch: u32) -> Result<Vec<GenCheck>> {
     for &rate in rates {
         gate.reset_counters()?;
         let before = link_stats(&tb.net.a, IF_A)?;
-        let v = stream_value(&udp_stream("check", rate, 64, tb.net.ip_a, 4000, tb.net.ip_b, 9), tb.net.mac_b, tb.net.mac_a)?;
+        let v = stream_value(
+            &udp_stream("check", rate, 64, tb.net.ip_a, 4000, tb.net.ip_b, 9),
+            tb.net.mac_b,
+            tb.net.mac_a,
+        )?;
         let (a, ifx, g) = (tb.net.a.clone(), tb.net.ifindex_a, gen.clone());
         let (counts, run_secs) = netns::run_in(&a, move || {
             netns::pin_thread(0)?;

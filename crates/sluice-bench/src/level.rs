@@ -62,7 +62,8 @@ impl Ledger {
     /// Where the packets went between two edges of a window.
     fn between(s0: &WindowEdge, s1: &WindowEdge) -> Ledger {
         let d = |a: u64, b: u64| b.saturating_sub(a);
-        let class_drops: u64 = s0.classes.iter().zip(&s1.classes).map(|(a, b)| d(a.dropped_pkts(), b.dropped_pkts())).sum();
+        let class_drops: u64 =
+            s0.classes.iter().zip(&s1.classes).map(|(a, b)| d(a.dropped_pkts(), b.dropped_pkts())).sum();
         let mut l = Ledger {
             applied: s0.gen.iter().zip(&s1.gen).map(|(a, b)| d(a.sent, b.sent)).sum(),
             ring_drops: d(s0.ring_drops, s1.ring_drops),
@@ -79,8 +80,16 @@ impl Ledger {
     }
 
     /// The columns in order, for the CSV and the report's table.
-    pub const COLUMNS: [&'static str; 8] =
-        ["applied", "ring_drops", "xdp_drops", "nft_drops", "backlog_drops", "socket_drops", "delivered", "unaccounted"];
+    pub const COLUMNS: [&'static str; 8] = [
+        "applied",
+        "ring_drops",
+        "xdp_drops",
+        "nft_drops",
+        "backlog_drops",
+        "socket_drops",
+        "delivered",
+        "unaccounted",
+    ];
 
     pub fn values(&self) -> [i64; 8] {
         [
@@ -177,7 +186,9 @@ impl Rig {
         let softnet_drops = softnet()?.dropped;
         let (classes, gate_global) = {
             let g = self.victim_gate.lock().unwrap();
-            let classes = (0..self.n_classes).map(|i| g.class_counters(i).map(ClassTotals::from)).collect::<Result<Vec<_>, _>>()?;
+            let classes = (0..self.n_classes)
+                .map(|i| g.class_counters(i).map(ClassTotals::from))
+                .collect::<Result<Vec<_>, _>>()?;
             (classes, g.global_counters()?.into())
         };
         let ring_drops = dev_tx_dropped(&p.dev.read()?, IF_A);

@@ -140,7 +140,6 @@ struct GateArgs {
     json: bool,
 }
 
-
 // ---------------------------------------------------------------------------
 // Value parsers: a bad value is refused by clap, naming the flag, before
 // anything runs.
@@ -196,7 +195,11 @@ fn main() -> ExitCode {
 /// `run` and `status`.
 fn sluice_exe() -> Result<PathBuf> {
     let exe = std::env::current_exe()?.with_file_name("sluice");
-    anyhow::ensure!(exe.exists(), "{} not found: sluice-bench runs the sluice binary installed beside it", exe.display());
+    anyhow::ensure!(
+        exe.exists(),
+        "{} not found: sluice-bench runs the sluice binary installed beside it",
+        exe.display()
+    );
     Ok(exe)
 }
 
@@ -279,7 +282,10 @@ fn cmd_bench_cleanup() -> Result<()> {
 }
 
 fn cmd_bench_generator(a: GeneratorArgs) -> Result<()> {
-    println!("{:>10} {:>12} {:>10} {:>10} {:>12} {:>9}", "asked/s", "arrived/s", "late", "ring drops", "XDP seen", "error");
+    println!(
+        "{:>10} {:>12} {:>10} {:>10} {:>12} {:>9}",
+        "asked/s", "arrived/s", "late", "ring drops", "XDP seen", "error"
+    );
     for c in gencheck::check(&a.rates, a.duration.as_secs_f64(), a.batch)? {
         println!(
             "{:>10} {:>12} {:>10} {:>10} {:>12} {:>+8.2}%{}",

@@ -239,7 +239,8 @@ impl Drop for NftCounter {
 pub fn nft_counter_packets(json: &str) -> Result<u64> {
     let v: serde_json::Value = serde_json::from_str(json)
         .with_context(|| format!("`nft -j` printed something that is not JSON: {:.200}", json.trim()))?;
-    let objects = v["nftables"].as_array().with_context(|| format!("no \"nftables\" list in `nft -j` output: {json:.200}"))?;
+    let objects =
+        v["nftables"].as_array().with_context(|| format!("no \"nftables\" list in `nft -j` output: {json:.200}"))?;
     let counters: Vec<u64> = objects
         .iter()
         .filter_map(|o| o["rule"]["expr"].as_array())

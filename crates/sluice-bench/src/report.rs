@@ -18,7 +18,8 @@ use crate::sweep::{summarise, ModelRun, Point, Results};
 /// and a probe with no reply gets no round-trip time instead of 0.
 pub fn load(path: &Path) -> Result<Results> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let v: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?;
+    let v: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?;
     let version = v["schema_version"].as_u64().unwrap_or(0);
     if version != SCHEMA_VERSION as u64 && version != 1 {
         bail!("{}: schema version {version}, this sluice reads versions 1 and {SCHEMA_VERSION}", path.display());
@@ -102,7 +103,9 @@ type Metric = fn(&Point) -> Option<f64>;
 const FIGURES: &[(&str, &str, &str, Metric)] = &[
     ("delivered", "delivered vs applied load", "delivered (datagrams/s)", |p| p.delivered_pps.median),
     ("cpu", "victim CPU vs applied load", "victim CPU busy (%)", |p| p.cpu_busy.median.map(|c| c * 100.0)),
-    ("ns_per_delivered", "victim CPU per delivered datagram", "ns per delivered datagram", |p| p.ns_per_delivered.median),
+    ("ns_per_delivered", "victim CPU per delivered datagram", "ns per delivered datagram", |p| {
+        p.ns_per_delivered.median
+    }),
     ("legit_p99", "legitimate probe p99 round trip", "p99 RTT (us)", |p| p.legit_p99_us.median),
 ];
 
@@ -131,7 +134,11 @@ pub(crate) fn register_font() -> Result<()> {
     .map_err(|e| anyhow::anyhow!(e))
 }
 
-fn draw<DB: DrawingBackend>(root: DrawingArea<DB, plotters::coord::Shift>, m: &ModelRun, fig: &(&str, &str, &str, Metric)) -> Result<()>
+fn draw<DB: DrawingBackend>(
+    root: DrawingArea<DB, plotters::coord::Shift>,
+    m: &ModelRun,
+    fig: &(&str, &str, &str, Metric),
+) -> Result<()>
 where
     DB::ErrorType: 'static,
 {
@@ -162,18 +169,16 @@ where
     configs.sort_by_key(|c| c.name());
     configs.dedup();
     for c in configs {
-        let line: Vec<(f64, f64)> = pts
-            .iter()
-            .filter(|p| p.config == c)
-            .filter_map(|p| value(p))
-            .collect();
+        let line: Vec<(f64, f64)> = pts.iter().filter(|p| p.config == c).filter_map(|p| value(p)).collect();
         let col = colour(c);
         chart
             .draw_series(LineSeries::new(line.clone(), col.stroke_width(2)))
             .map_err(|e| anyhow::anyhow!("{e:?}"))?
             .label(c.name())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], col.stroke_width(2)));
-        chart.draw_series(line.iter().map(|&p| Circle::new(p, 3, col.filled()))).map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        chart
+            .draw_series(line.iter().map(|&p| Circle::new(p, 3, col.filled())))
+            .map_err(|e| anyhow::anyhow!("{e:?}"))?;
     }
     chart
         .configure_series_labels()

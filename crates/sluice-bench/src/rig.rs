@@ -18,12 +18,12 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
-use sluice::auto::AutoLoop;
 use crate::gen::{stream_value, StreamCount, StreamSpec};
 use crate::measure::{udp_counters, IdleMeter, NftCounter, NsFile};
 use crate::scenario::{ConfigKind, Scenario};
 use crate::victim::{VictimBed, VictimModel, IF_A, IF_B};
 use crate::workers::{GenDone, GenWorker, ReplyRx};
+use sluice::auto::AutoLoop;
 use sluice::config::{self, NapiSched, XdpMode};
 use sluice::gate::Gate;
 use sluice::sched::set_napi;
@@ -105,7 +105,8 @@ impl Rig {
         let tb = VictimBed::create(tag, model, gen_cpu, victim_cpu)?;
         add_flood_neighbours(&tb, scenario)?;
         // A's side: only legitimate replies (and ARP/ND) reach A's stack.
-        let replies_only = [format!("replies:match=udp:{LEGIT_SPORT}"), "default:rate=blocked,match=icmp,match=icmpv6".into()];
+        let replies_only =
+            [format!("replies:match=udp:{LEGIT_SPORT}"), "default:rate=blocked,match=icmp,match=icmpv6".into()];
         let filter = attach_gate(&tb.net.a, IF_A, replies_only.to_vec())?;
         // The victim's gate, pass-through until a configuration is applied.
         let victim = attach_gate(&tb.net.b, IF_B, vec![format!("svc:match=udp:{}", scenario.victim.port)])?;
@@ -232,7 +233,10 @@ impl Rig {
     /// Load the streams of `level_pps` into the generator; returns them.
     pub fn load_streams(&mut self, level_pps: f64) -> Result<Vec<(StreamSpec, bool)>> {
         let streams = self.streams(level_pps)?;
-        let values = streams.iter().map(|(s, _)| stream_value(s, self.tb.net.mac_b, self.tb.net.mac_a)).collect::<Result<Vec<_>>>()?;
+        let values = streams
+            .iter()
+            .map(|(s, _)| stream_value(s, self.tb.net.mac_b, self.tb.net.mac_a))
+            .collect::<Result<Vec<_>>>()?;
         self.gen.gen.write().unwrap().set_streams(&values)?;
         Ok(streams)
     }
@@ -254,7 +258,10 @@ impl Rig {
 
     /// Replies to the legitimate stream since the last call: (sent_ns, recv_ns).
     pub fn take_replies(&self) -> Vec<(u64, u64)> {
-        self.replies.as_ref().map(|r| r.take().into_iter().map(|x| (x.sent_ns, x.recv_ns)).collect()).unwrap_or_default()
+        self.replies
+            .as_ref()
+            .map(|r| r.take().into_iter().map(|x| (x.sent_ns, x.recv_ns)).collect())
+            .unwrap_or_default()
     }
 
     /// Set the main service's per-datagram work to `ns` (None: back to the
@@ -395,7 +402,18 @@ fn start_service(tb: &VictimBed, s: &Scenario, exe: &PathBuf, port_num: u16) -> 
     match &s.victim.command {
         Some(c) => cmd.args(["sh", "-c", &c.replace("{port}", &port)]),
         None => {
-            cmd.arg(exe).args(["serve", "udp-echo", "--addr", "::", "--port", &port, "--work-ns", &s.victim.work_ns.to_string(), "--readers", &s.victim.readers.to_string()]);
+            cmd.arg(exe).args([
+                "serve",
+                "udp-echo",
+                "--addr",
+                "::",
+                "--port",
+                &port,
+                "--work-ns",
+                &s.victim.work_ns.to_string(),
+                "--readers",
+                &s.victim.readers.to_string(),
+            ]);
             if let Some(b) = s.victim.rcvbuf {
                 cmd.args(["--rcvbuf", &b.to_string()]);
             }

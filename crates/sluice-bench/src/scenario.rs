@@ -61,8 +61,14 @@ pub enum ConfigKind {
 }
 
 impl ConfigKind {
-    pub const ALL: [ConfigKind; 6] =
-        [ConfigKind::Off, ConfigKind::Nft, ConfigKind::Static, ConfigKind::Auto, ConfigKind::AutoPno, ConfigKind::AutoIdle];
+    pub const ALL: [ConfigKind; 6] = [
+        ConfigKind::Off,
+        ConfigKind::Nft,
+        ConfigKind::Static,
+        ConfigKind::Auto,
+        ConfigKind::AutoPno,
+        ConfigKind::AutoIdle,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -215,7 +221,11 @@ impl Scenario {
     /// Check what serde cannot; errors name the field.
     pub fn validate(&self) -> Result<()> {
         ensure!(!self.models.is_empty(), "field `models`: name at least one of \"nic\", \"same-core\"");
-        ensure!(!self.configs.is_empty(), "field `configs`: name at least one of {:?}", ConfigKind::ALL.map(|c| c.name()));
+        ensure!(
+            !self.configs.is_empty(),
+            "field `configs`: name at least one of {:?}",
+            ConfigKind::ALL.map(|c| c.name())
+        );
         ensure!(
             !self.configs.contains(&ConfigKind::AutoIdle) || self.models.contains(&VictimModel::SameCore),
             "field `configs`: \"auto-idle\" needs the same-core model (the nic model has no napi kthread)"
@@ -232,20 +242,31 @@ impl Scenario {
         ensure!(self.warmup >= 0.0 && self.warmup <= 60.0, "field `warmup`: 0 to 60 seconds");
         ensure!((1..=20).contains(&self.repeats), "field `repeats`: 1 to 20");
         ensure!(self.max_rate >= 1000.0 && self.max_rate <= 20e6, "field `max_rate`: 1000 to 20000000 packets/s");
-        ensure!(self.static_rate > 0.0 && self.static_rate <= 10.0, "field `static_rate`: a multiple of the peak, above 0 and at most 10");
+        ensure!(
+            self.static_rate > 0.0 && self.static_rate <= 10.0,
+            "field `static_rate`: a multiple of the peak, above 0 and at most 10"
+        );
         ensure!((1..=256).contains(&self.gen_batch), "field `gen_batch`: 1 to 256 frames per flush");
         ensure!(self.victim.port > 0, "field `victim.port`: 1 to 65535");
         ensure!(self.victim.work_ns <= 10_000_000, "field `victim.work_ns`: at most 10000000 ns");
         ensure!((1..=256).contains(&self.victim.readers), "field `victim.readers`: 1 to 256");
-        ensure!(self.victim.rcvbuf.is_none_or(|b| (4096..=1 << 30).contains(&b)), "field `victim.rcvbuf`: 4096 to 1073741824 bytes");
+        ensure!(
+            self.victim.rcvbuf.is_none_or(|b| (4096..=1 << 30).contains(&b)),
+            "field `victim.rcvbuf`: 4096 to 1073741824 bytes"
+        );
         ensure!(!self.streams.is_empty(), "field `stream`: at least one [[stream]]");
         ensure!(self.streams.len() <= 8, "field `stream`: at most 8 streams");
-        ensure!(self.streams.iter().filter(|s| s.legit).count() <= 1, "field `stream.legit`: at most one legitimate stream");
+        ensure!(
+            self.streams.iter().filter(|s| s.legit).count() <= 1,
+            "field `stream.legit`: at most one legitimate stream"
+        );
         for s in &self.streams {
             let f = |x: &str| format!("field `stream.{x}` (stream \"{}\")", s.name);
             match (s.rate, s.share) {
                 (Some(r), None) => ensure!(r > 0.0 && r <= 20e6, "{}: 1 to 20000000 packets/s", f("rate")),
-                (None, Some(sh)) => ensure!(sh > 0.0 && sh <= 1.0, "{}: a fraction of the level, above 0 and at most 1", f("share")),
+                (None, Some(sh)) => {
+                    ensure!(sh > 0.0 && sh <= 1.0, "{}: a fraction of the level, above 0 and at most 1", f("share"))
+                }
                 _ => bail!("{}: give exactly one of rate (packets/s) or share (of the level)", f("rate")),
             }
             ensure!((60..=1514).contains(&s.frame), "{}: 60 to 1514 bytes", f("frame"));
@@ -384,7 +405,10 @@ mod tests {
         }
         let q = load("quick").unwrap();
         assert_eq!((q.levels.clone(), q.duration, q.repeats), (vec![0.5, 3.0], 1.0, 1));
-        assert_eq!(q.streams.iter().map(|s| (s.flows, s.sources, s.rate)).collect::<Vec<_>>(), [(16, 8, None), (1, 1, Some(500.0))]);
+        assert_eq!(
+            q.streams.iter().map(|s| (s.flows, s.sources, s.rate)).collect::<Vec<_>>(),
+            [(16, 8, None), (1, 1, Some(500.0))]
+        );
     }
 
     #[test]

@@ -24,9 +24,9 @@ use plotters::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::rig::Rig;
-use sluice::summary::{coefficient_of_variation, missing_or, percentile};
 use crate::scenario::{ConfigKind, Scenario};
 use crate::victim::VictimModel;
+use sluice::summary::{coefficient_of_variation, missing_or, percentile};
 
 /// The sampling period of the time series.
 pub const SAMPLE: Duration = Duration::from_millis(10);
@@ -107,7 +107,8 @@ pub fn settle(points: &[StepPoint], start: f64, steady_from: f64) -> (f64, Optio
     let settle = (0..smooth.len())
         .find(|&i| {
             let until = smooth[i].0 + HOLD_SECS;
-            smooth[i..].iter().take_while(|p| p.0 <= until).all(|p| inside(p.1)) && smooth.last().is_some_and(|l| l.0 >= until)
+            smooth[i..].iter().take_while(|p| p.0 <= until).all(|p| inside(p.1))
+                && smooth.last().is_some_and(|l| l.0 >= until)
         })
         .map(|i| (smooth[i].0 - start).max(0.0));
     let peak = smooth.iter().map(|p| p.1).fold(0.0, f64::max);
@@ -170,11 +171,15 @@ fn one_run(env: &mut Rig, config: ConfigKind, peak: f64, o: &StepOpts) -> Result
             let (start, end) = (k as f64 * o.phase_secs, (k + 1) as f64 * o.phase_secs);
             let pts: Vec<StepPoint> = trace.iter().copied().filter(|p| p.t > start && p.t <= end).collect();
             let (steady, settle_secs, overshoot) = settle(&pts, start, end - 0.4 * o.phase_secs);
-            let deliv: Vec<f64> = pts.iter().filter(|p| p.t >= end - 0.4 * o.phase_secs).map(|p| p.delivered_pps).collect();
+            let deliv: Vec<f64> =
+                pts.iter().filter(|p| p.t >= end - 0.4 * o.phase_secs).map(|p| p.delivered_pps).collect();
             let cv: Vec<f64> = pts.iter().filter(|p| p.t >= end - 1.0).map(|p| p.admitted_pps).collect();
             let (s_ns, e_ns) = (mono0 + (start * 1e9) as u64, mono0 + (end * 1e9) as u64);
-            let mut rtts: Vec<f64> =
-                replies.iter().filter(|r| r.0 >= s_ns && r.0 < e_ns).map(|r| r.1.saturating_sub(r.0) as f64 / 1e3).collect();
+            let mut rtts: Vec<f64> = replies
+                .iter()
+                .filter(|r| r.0 >= s_ns && r.0 < e_ns)
+                .map(|r| r.1.saturating_sub(r.0) as f64 / 1e3)
+                .collect();
             rtts.sort_by(f64::total_cmp);
             let sent = legit_sent_at[k + 1].saturating_sub(legit_sent_at[k]);
             PhaseStats {
@@ -191,13 +196,26 @@ fn one_run(env: &mut Rig, config: ConfigKind, peak: f64, o: &StepOpts) -> Result
         })
         .collect();
     let controller = env.auto_trace();
-    Ok(StepRun { model: env.tb.model, config, peak_pps: peak, flood_pps, phase_secs: o.phase_secs, phases, trace, controller })
+    Ok(StepRun {
+        model: env.tb.model,
+        config,
+        peak_pps: peak,
+        flood_pps,
+        phase_secs: o.phase_secs,
+        phases,
+        trace,
+        controller,
+    })
 }
 
 /// Run the step experiment for every model and configuration.
 pub fn run(scenario: &Scenario, o: &StepOpts) -> Result<StepResults> {
     sluice::gate::check_privileges()?;
-    let bar = if o.progress { indicatif::ProgressBar::new((o.models.len() * o.configs.len()) as u64) } else { indicatif::ProgressBar::hidden() };
+    let bar = if o.progress {
+        indicatif::ProgressBar::new((o.models.len() * o.configs.len()) as u64)
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
     bar.set_style(indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} {msg} ({elapsed})").unwrap());
     let mut runs = vec![];
     for &model in &o.models {
@@ -229,7 +247,11 @@ pub fn summary(r: &StepResults) -> String {
             sluice::stats::human(run.flood_pps),
             run.phase_secs
         );
-        let _ = writeln!(o, "  {:<12} {:>9} {:>9} {:>8} {:>9} {:>6} {:>7} {:>8}", "phase", "admit/s", "deliv/s", "settle", "overshoot", "cv", "loss", "p99 us");
+        let _ = writeln!(
+            o,
+            "  {:<12} {:>9} {:>9} {:>8} {:>9} {:>6} {:>7} {:>8}",
+            "phase", "admit/s", "deliv/s", "settle", "overshoot", "cv", "loss", "p99 us"
+        );
         for p in &run.phases {
             let _ = writeln!(
                 o,
@@ -248,7 +270,11 @@ pub fn summary(r: &StepResults) -> String {
     o
 }
 
-fn draw<DB: DrawingBackend>(root: DrawingArea<DB, plotters::coord::Shift>, runs: &[&StepRun], delivered: bool) -> Result<()>
+fn draw<DB: DrawingBackend>(
+    root: DrawingArea<DB, plotters::coord::Shift>,
+    runs: &[&StepRun],
+    delivered: bool,
+) -> Result<()>
 where
     DB::ErrorType: 'static,
 {
@@ -256,7 +282,11 @@ where
     root.fill(&WHITE).map_err(e)?;
     let what = if delivered { "delivered" } else { "admitted" };
     let t1 = runs.iter().flat_map(|r| r.trace.last()).map(|p| p.t).fold(1.0, f64::max);
-    let y1 = runs.iter().flat_map(|r| r.trace.iter()).map(|p| if delivered { p.delivered_pps } else { p.admitted_pps }).fold(1.0, f64::max);
+    let y1 = runs
+        .iter()
+        .flat_map(|r| r.trace.iter())
+        .map(|p| if delivered { p.delivered_pps } else { p.admitted_pps })
+        .fold(1.0, f64::max);
     let y1 = y1.min(runs.iter().map(|r| r.peak_pps * 2.5).fold(1.0, f64::max));
     let mut chart = ChartBuilder::on(&root)
         .caption(format!("{what} rate through the steps ({} model)", runs[0].model.name()), ("sans-serif", 20))
@@ -277,7 +307,13 @@ where
         let pts: Vec<(f64, f64)> = r
             .trace
             .windows(SMOOTH_TICKS)
-            .map(|w| (w[w.len() - 1].t, w.iter().map(|p| if delivered { p.delivered_pps } else { p.admitted_pps }).sum::<f64>() / w.len() as f64))
+            .map(|w| {
+                (
+                    w[w.len() - 1].t,
+                    w.iter().map(|p| if delivered { p.delivered_pps } else { p.admitted_pps }).sum::<f64>()
+                        / w.len() as f64,
+                )
+            })
             .collect();
         chart
             .draw_series(LineSeries::new(pts, col.stroke_width(2)))
@@ -297,7 +333,15 @@ pub fn write_all(r: &StepResults, dir: &Path) -> Result<()> {
     let mut csv = String::from("model,config,t,offered_pps,admitted_pps,delivered_pps\n");
     for run in &r.runs {
         for p in &run.trace {
-            csv += &format!("{},{},{:.3},{:.0},{:.0},{:.0}\n", run.model.name(), run.config.name(), p.t, p.offered_pps, p.admitted_pps, p.delivered_pps);
+            csv += &format!(
+                "{},{},{:.3},{:.0},{:.0},{:.0}\n",
+                run.model.name(),
+                run.config.name(),
+                p.t,
+                p.offered_pps,
+                p.admitted_pps,
+                p.delivered_pps
+            );
         }
     }
     std::fs::write(dir.join("step.csv"), csv)?;
@@ -310,7 +354,11 @@ pub fn write_all(r: &StepResults, dir: &Path) -> Result<()> {
         for delivered in [false, true] {
             let stem = format!("step-{}-{}", m.name(), if delivered { "delivered" } else { "admitted" });
             draw(SVGBackend::new(&dir.join(format!("{stem}.svg")), (900, 460)).into_drawing_area(), &runs, delivered)?;
-            draw(BitMapBackend::new(&dir.join(format!("{stem}.png")), (900, 460)).into_drawing_area(), &runs, delivered)?;
+            draw(
+                BitMapBackend::new(&dir.join(format!("{stem}.png")), (900, 460)).into_drawing_area(),
+                &runs,
+                delivered,
+            )?;
         }
     }
     Ok(())
@@ -321,7 +369,15 @@ mod tests {
     use super::*;
 
     fn pts(v: &[f64]) -> Vec<StepPoint> {
-        v.iter().enumerate().map(|(i, &a)| StepPoint { t: (i + 1) as f64 * 0.01, offered_pps: 0.0, admitted_pps: a, delivered_pps: 0.0 }).collect()
+        v.iter()
+            .enumerate()
+            .map(|(i, &a)| StepPoint {
+                t: (i + 1) as f64 * 0.01,
+                offered_pps: 0.0,
+                admitted_pps: a,
+                delivered_pps: 0.0,
+            })
+            .collect()
     }
 
     #[test]

@@ -212,7 +212,8 @@ pub fn calibrate(env: &mut Rig, max_rate: f64, bar: &ProgressBar) -> Result<Vec<
         rate *= 2.0;
     }
     // Refine around the best point: the doubling steps are coarse near the knee.
-    let best_sent = points.iter().max_by(|a, b| a.delivered_pps.total_cmp(&b.delivered_pps)).map(|p| p.sent_pps).unwrap_or(0.0);
+    let best_sent =
+        points.iter().max_by(|a, b| a.delivered_pps.total_cmp(&b.delivered_pps)).map(|p| p.sent_pps).unwrap_or(0.0);
     for f in [1.25, 1.5] {
         let rate = best_sent * f;
         if rate > max_rate {
@@ -239,8 +240,10 @@ pub fn run(scenario: &Scenario, opts: &SweepOpts, mut on_model: impl FnMut(&Resu
         started,
         models: vec![],
     };
-    let configs_of = |m: VictimModel| -> Vec<ConfigKind> { scenario.configs.iter().copied().filter(|c| c.applies_to(m)).collect() };
-    let total: usize = scenario.models.iter().map(|&m| scenario.levels.len() * configs_of(m).len() * scenario.repeats as usize).sum();
+    let configs_of =
+        |m: VictimModel| -> Vec<ConfigKind> { scenario.configs.iter().copied().filter(|c| c.applies_to(m)).collect() };
+    let total: usize =
+        scenario.models.iter().map(|&m| scenario.levels.len() * configs_of(m).len() * scenario.repeats as usize).sum();
     let bar = if opts.progress { ProgressBar::new(total as u64) } else { ProgressBar::hidden() };
     bar.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len} {msg} ({elapsed}, ~{eta} left)").unwrap());
     for &model in &scenario.models {

@@ -117,7 +117,6 @@ impl VictimBed {
     }
 }
 
-
 /// An interface's packet counters (`ip -s link`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct LinkStats {

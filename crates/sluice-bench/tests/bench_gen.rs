@@ -3,17 +3,19 @@
 //! time: each makes a same-core testbed that owns both CPUs.
 use std::time::Duration;
 
-use sluice_bench::gen::{stream_value, udp_stream, Generator};
-use sluice_bench::victim::{link_stats, VictimBed, VictimModel, IF_A, IF_B};
 use sluice::gate::Gate;
 use sluice::{classify, config, netns};
+use sluice_bench::gen::{stream_value, udp_stream, Generator};
+use sluice_bench::victim::{link_stats, VictimBed, VictimModel, IF_A, IF_B};
 
 static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 #[test]
 fn generator_rates_match_the_victims_xdp_counters_within_2_percent() {
     let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
-    for c in sluice_bench::gencheck::check(&[10_000.0, 100_000.0, 500_000.0], 2.0, sluice_bench::gen::DEFAULT_BATCH).unwrap() {
+    for c in
+        sluice_bench::gencheck::check(&[10_000.0, 100_000.0, 500_000.0], 2.0, sluice_bench::gen::DEFAULT_BATCH).unwrap()
+    {
         eprintln!("{c:?}");
         assert!(c.error.abs() <= 0.02, "at {} pps: {:+.2}%", c.asked_pps, c.error * 100.0);
         // Every frame sent is either seen by the victim's XDP or refused by the

@@ -1,7 +1,6 @@
 //! A short real bench run: every applied packet is accounted for in the ledger.
 mod common;
 
-
 use sluice_bench::rig::Rig;
 use sluice_bench::scenario::{self, ConfigKind};
 use sluice_bench::victim::VictimModel;
@@ -25,7 +24,10 @@ fn ipv6_streams_are_delivered() {
     let mut env = Rig::start(&sc, VictimModel::SameCore, &exe, "v6").unwrap();
     env.apply_config(ConfigKind::Off, 0.0).unwrap();
     let r = env.measure(ConfigKind::Off, 1.0, 20_000.0, 0).unwrap();
-    eprintln!("IPv6: sent {:.0}/s delivered {:.0}/s legit {}/{} ledger {:?}", r.sent_pps, r.delivered_pps, r.legit_replies, r.legit_sent, r.ledger);
+    eprintln!(
+        "IPv6: sent {:.0}/s delivered {:.0}/s legit {}/{} ledger {:?}",
+        r.sent_pps, r.delivered_pps, r.legit_replies, r.legit_sent, r.ledger
+    );
     assert!(r.delivered_pps >= 0.8 * r.sent_pps, "IPv6 datagrams delivered: {} of {}", r.delivered_pps, r.sent_pps);
     assert!(r.legit_replies as f64 >= 0.8 * r.legit_sent as f64, "IPv6 echoes came back");
 }
@@ -37,7 +39,12 @@ fn the_ledger_balances_on_a_short_real_run() {
     let exe = common::sluice_exe();
     for model in [VictimModel::Nic, VictimModel::SameCore] {
         let mut env = Rig::start(&sc, model, &exe, "ledger").unwrap();
-        for (config, rate) in [(ConfigKind::Off, 0.0), (ConfigKind::Static, 100_000.0), (ConfigKind::Nft, 100_000.0), (ConfigKind::Auto, 0.0)] {
+        for (config, rate) in [
+            (ConfigKind::Off, 0.0),
+            (ConfigKind::Static, 100_000.0),
+            (ConfigKind::Nft, 100_000.0),
+            (ConfigKind::Auto, 0.0),
+        ] {
             env.apply_config(config, rate).unwrap();
             for level in [100_000.0, 600_000.0] {
                 let r = env.measure(config, 1.0, level, 0).unwrap();
@@ -49,7 +56,11 @@ fn the_ledger_balances_on_a_short_real_run() {
                 );
                 assert!(l.applied > 0);
                 // 600k pkt/s is a tenth of what the generator sends from one core.
-                assert!(r.valid, "{what}: the generator reached the asked rate ({:.0} of {:.0})", r.sent_pps, r.asked_pps);
+                assert!(
+                    r.valid,
+                    "{what}: the generator reached the asked rate ({:.0} of {:.0})",
+                    r.sent_pps, r.asked_pps
+                );
                 // Only the auto configuration has a controller to report on.
                 assert_eq!(r.ctl_cpu_pct.is_some(), config == ConfigKind::Auto, "{:?}", r.ctl_cpu_pct);
                 assert_eq!(r.admitted_cv.is_some(), config == ConfigKind::Auto);
@@ -67,7 +78,12 @@ fn the_ledger_balances_on_a_short_real_run() {
                 assert!(r.legit_replies > 0, "{what}: no legitimate reply");
                 let p99 = r.rtt.p99_us.expect("replies have a p99");
                 assert!(p99 > 0.0 && p99 < 1e6, "{what}: p99 {p99} us");
-                assert!((l.unaccounted.unsigned_abs() as f64) <= 0.01 * l.applied as f64, "ledger off by {} of {}", l.unaccounted, l.applied);
+                assert!(
+                    (l.unaccounted.unsigned_abs() as f64) <= 0.01 * l.applied as f64,
+                    "ledger off by {} of {}",
+                    l.unaccounted,
+                    l.applied
+                );
             }
         }
     }

@@ -71,12 +71,21 @@ fn report_renders_from_the_fixture() {
         }
     }
     let svg = std::fs::read_to_string(dir.join(format!("{}-delivered.svg", m.model.name()))).unwrap();
-    assert!(svg.contains("delivered vs applied load") && svg.contains("static"), "the figure has its title and a line per configuration");
+    assert!(
+        svg.contains("delivered vs applied load") && svg.contains("static"),
+        "the figure has its title and a line per configuration"
+    );
     let csv = std::fs::read_to_string(dir.join("results.csv")).unwrap();
     assert_eq!(csv.lines().count(), 1 + m.results.len(), "one CSV row per measurement");
     let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
-    assert!(html.contains("Ledger") && html.contains(&format!("{}", m.results[0].ledger.applied)), "the ledger is in the report");
-    assert!(html.contains(&r.machine.kernel) && html.contains("on CPU"), "machine and stage placement are in the report");
+    assert!(
+        html.contains("Ledger") && html.contains(&format!("{}", m.results[0].ledger.applied)),
+        "the ledger is in the report"
+    );
+    assert!(
+        html.contains(&r.machine.kernel) && html.contains("on CPU"),
+        "machine and stage placement are in the report"
+    );
     let summary = report::summary(&r);
     assert!(summary.contains("peak") && summary.contains("static"), "{summary}");
     std::fs::remove_dir_all(&dir).unwrap();

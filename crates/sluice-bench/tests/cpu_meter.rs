@@ -6,9 +6,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sluice_bench::measure::IdleMeter;
-use sluice_bench::level::CPU_METERS_BOUND;
 use sluice::netns::pin_thread;
+use sluice_bench::level::CPU_METERS_BOUND;
+use sluice_bench::measure::IdleMeter;
 
 const CPU: usize = 1;
 

@@ -37,5 +37,8 @@ fn the_readme_scenario_is_the_default_with_the_stated_differences() {
     }
     assert_eq!(readme_sc, want);
     let text = read("README.md");
-    assert!(text.contains("9 levels (no 0.75x), one flood source address instead\nof 16, and 3 s x 1 per level"), "the README's description of scenarios/readme.toml");
+    assert!(
+        text.contains("9 levels (no 0.75x), one flood source address instead\nof 16, and 3 s x 1 per level"),
+        "the README's description of scenarios/readme.toml"
+    );
 }

@@ -155,7 +155,11 @@ impl AutoLoop {
             });
         }
         let algo = classes[0].spec.algo;
-        let tuning = Tuning { pno_step: cfg.auto.pno_step as f64, hold_secs: cfg.auto.hold_ms as f64 / 1000.0, ..Default::default() };
+        let tuning = Tuning {
+            pno_step: cfg.auto.pno_step as f64,
+            hold_secs: cfg.auto.hold_ms as f64 / 1000.0,
+            ..Default::default()
+        };
         let (snmp, snmp6) = match ns {
             Some(ns) => (NsFile::open(ns, "snmp")?, NsFile::open(ns, "snmp6")?),
             None => (NsFile::open_here("snmp")?, NsFile::open_here("snmp6")?),
@@ -232,7 +236,8 @@ impl AutoLoop {
                 .zip(&offered)
                 .map(|(c, &o)| ClassDemand { priority: c.priority, min_share: c.spec.min_share(), offered: o })
                 .collect();
-            let fallbacks: Vec<Option<f64>> = self.classes.iter().map(|c| c.spec.fallback_pps.map(|p| p as f64)).collect();
+            let fallbacks: Vec<Option<f64>> =
+                self.classes.iter().map(|c| c.spec.fallback_pps.map(|p| p as f64)).collect();
             let d = decide(&mut self.ctl, &sig, &demand, &fallbacks);
             self.apply(gate, &d)?;
             self.trace(&now, &sig, d.target);

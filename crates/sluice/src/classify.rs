@@ -154,10 +154,9 @@ fn add_group(
                 sluice_v4_key { prefixlen, group: (group as u32).to_be(), addr: u32::from(a).to_be() },
                 class as u32,
             )),
-            IpAddr::V6(a) => v6.push((
-                sluice_v6_key { prefixlen, group: (group as u32).to_be(), addr: a.octets() },
-                class as u32,
-            )),
+            IpAddr::V6(a) => {
+                v6.push((sluice_v6_key { prefixlen, group: (group as u32).to_be(), addr: a.octets() }, class as u32))
+            }
         }
     }
 }
@@ -175,9 +174,11 @@ impl Tables {
         let v4 = self.v4.iter().filter(|(k, _)| k.group == group).map(|(k, c)| {
             (Prefix { addr: IpAddr::V4(u32::from_be(k.addr).into()), len: (k.prefixlen - 32) as u8 }, *c)
         });
-        let v6 = self.v6.iter().filter(|(k, _)| k.group == group).map(|(k, c)| {
-            (Prefix { addr: IpAddr::V6(k.addr.into()), len: (k.prefixlen - 32) as u8 }, *c)
-        });
+        let v6 = self
+            .v6
+            .iter()
+            .filter(|(k, _)| k.group == group)
+            .map(|(k, c)| (Prefix { addr: IpAddr::V6(k.addr.into()), len: (k.prefixlen - 32) as u8 }, *c));
         let host = Prefix { addr: p.src, len: if p.src.is_ipv4() { 32 } else { 128 } };
         let best = v4.chain(v6).filter(|(pre, _)| pre.contains(&host)).max_by_key(|(pre, _)| pre.len).map(|(_, c)| c);
         best.map_or(cell.class_id as usize, |c| c as usize)
@@ -351,5 +352,4 @@ match = [{ proto = "udp", port = 1500 }]
         assert_eq!(t.lookup(&probe(SLUICE_SLOT_UDP, 16384, "1.1.1.1")), cfg.default_class, "past the last rule");
         assert_eq!(t.lookup(&probe(SLUICE_SLOT_TCP, 17, "1.1.1.1")), cfg.default_class, "udp rules only");
     }
-
 }

@@ -112,7 +112,10 @@ pub enum Verdict {
 pub enum Limit {
     Unlimited,
     Blocked,
-    Rate { pps: u64, burst: u64 },
+    Rate {
+        pps: u64,
+        burst: u64,
+    },
     /// The controller picks the rate (see `controller`).
     Auto(AutoSpec),
 }
@@ -199,10 +202,18 @@ impl fmt::Display for Prefix {
 }
 
 fn mask_v4(a: u32, len: u8) -> u32 {
-    if len == 0 { 0 } else { a & (u32::MAX << (32 - len as u32)) }
+    if len == 0 {
+        0
+    } else {
+        a & (u32::MAX << (32 - len as u32))
+    }
 }
 fn mask_v6(a: u128, len: u8) -> u128 {
-    if len == 0 { 0 } else { a & (u128::MAX << (128 - len as u32)) }
+    if len == 0 {
+        0
+    } else {
+        a & (u128::MAX << (128 - len as u32))
+    }
 }
 
 /// One match rule: protocol, optional destination port range, optional source prefix.
@@ -270,10 +281,8 @@ pub fn parse_count(s: &str) -> Result<u64, String> {
         Some('g' | 'G') => (&t[..t.len() - 1], 1e9),
         _ => (t, 1.0),
     };
-    let v: f64 = num
-        .trim()
-        .parse()
-        .map_err(|_| format!("\"{s}\" is not a number (examples: 20000, \"450k\", \"1.5M\")"))?;
+    let v: f64 =
+        num.trim().parse().map_err(|_| format!("\"{s}\" is not a number (examples: 20000, \"450k\", \"1.5M\")"))?;
     let v = v * mult;
     if !v.is_finite() || v < 0.0 || v.fract() != 0.0 {
         return Err(format!("\"{s}\" is not a whole non-negative number of packets"));
@@ -289,10 +298,18 @@ fn parse_limit(rate: &str, burst: Option<u64>) -> Result<Limit, (&'static str, S
         "auto" => Limit::Auto(AutoSpec::default()),
         other => {
             let pps = parse_count(other).map_err(|m| {
-                ("rate", format!("{m}; valid: packets/s (20000, \"450k\", \"1.5M\"), \"unlimited\", \"blocked\" or \"auto\""))
+                (
+                    "rate",
+                    format!(
+                        "{m}; valid: packets/s (20000, \"450k\", \"1.5M\"), \"unlimited\", \"blocked\" or \"auto\""
+                    ),
+                )
             })?;
             if pps == 0 || pps > u64::from(SLUICE_MAX_RATE) {
-                return Err(("rate", format!("{pps} is out of range: 1 to {SLUICE_MAX_RATE} packets/s (or \"blocked\")")));
+                return Err((
+                    "rate",
+                    format!("{pps} is out of range: 1 to {SLUICE_MAX_RATE} packets/s (or \"blocked\")"),
+                ));
             }
             let burst = burst.unwrap_or_else(|| default_burst(pps));
             if burst == 0 || burst > u64::from(SLUICE_MAX_BURST) {
@@ -315,7 +332,9 @@ fn auto_keys(
     fallback: Option<&str>,
 ) -> Result<Limit, (&'static str, String)> {
     let Limit::Auto(spec) = &mut limit else {
-        for (key, given) in [("algo", algo.is_some()), ("min_share", min_share.is_some()), ("fallback", fallback.is_some())] {
+        for (key, given) in
+            [("algo", algo.is_some()), ("min_share", min_share.is_some()), ("fallback", fallback.is_some())]
+        {
             if given {
                 return Err((key, format!("{key} only applies to rate = \"auto\"")));
             }
@@ -326,7 +345,9 @@ fn auto_keys(
         spec.algo = match a.trim() {
             "knee" => Algo::Knee,
             "pno" => Algo::Pno,
-            other => return Err(("algo", format!("unknown algorithm \"{other}\"; valid: \"knee\" (default) or \"pno\""))),
+            other => {
+                return Err(("algo", format!("unknown algorithm \"{other}\"; valid: \"knee\" (default) or \"pno\"")))
+            }
         };
     }
     if let Some(m) = min_share {
@@ -471,19 +492,15 @@ fn finish(
     if classes.len() > SLUICE_MAX_CLASSES as usize {
         return Err(err(
             "class",
-            format!(
-                "{} classes (with the default class); at most {SLUICE_MAX_CLASSES} are supported",
-                classes.len()
-            ),
+            format!("{} classes (with the default class); at most {SLUICE_MAX_CLASSES} are supported", classes.len()),
         ));
     }
     Ok((classes, default))
 }
 
 fn check_name(name: &str) -> Result<(), String> {
-    let ok = !name.is_empty()
-        && name.len() <= 32
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    let ok =
+        !name.is_empty() && name.len() <= 32 && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
     if ok {
         Ok(())
     } else {
@@ -586,7 +603,11 @@ pub fn from_toml(src: &str, path: &Path) -> Result<Config, ConfigError> {
                 at(span, &field(f), m)
             })?,
             None if burst.is_some() => {
-                return Err(at(rc.burst.as_ref().unwrap().span(), &field("burst"), "a burst needs a packets/s rate".into()))
+                return Err(at(
+                    rc.burst.as_ref().unwrap().span(),
+                    &field("burst"),
+                    "a burst needs a packets/s rate".into(),
+                ))
             }
             None => Limit::Unlimited,
         };
@@ -623,7 +644,8 @@ pub fn from_toml(src: &str, path: &Path) -> Result<Config, ConfigError> {
                 Some(s) => Some(parse_prefix(s.get_ref()).map_err(|m| at(s.span(), &field("match.src"), m))?),
                 None => None,
             };
-            let rule = make_rule(proto, ports, src_prefix).map_err(|(f, m)| at(rspan.clone(), &field(&format!("match.{f}")), m))?;
+            let rule = make_rule(proto, ports, src_prefix)
+                .map_err(|(f, m)| at(rspan.clone(), &field(&format!("match.{f}")), m))?;
             rules.push(rule);
         }
         if rules.is_empty() && classes.len() < raw.classes.len() && name != DEFAULT_CLASS {
@@ -637,16 +659,19 @@ pub fn from_toml(src: &str, path: &Path) -> Result<Config, ConfigError> {
     }
 
     let dspan = raw.default_class.as_ref().map_or(0..0, |d| d.span());
-    let (classes, default_class) = finish(
-        classes,
-        raw.default_class.as_ref().map(|d| d.get_ref().as_str()),
-        &|f, m| at(if f == "default_class" { dspan.clone() } else { 0..0 }, f, m),
-    )?;
+    let (classes, default_class) =
+        finish(classes, raw.default_class.as_ref().map(|d| d.get_ref().as_str()), &|f, m| {
+            at(if f == "default_class" { dspan.clone() } else { 0..0 }, f, m)
+        })?;
     let metrics = match &raw.metrics {
         None => Some(DEFAULT_METRICS.parse().unwrap()),
         Some(m) if m.get_ref() == "off" => None,
         Some(m) => Some(m.get_ref().parse().map_err(|_| {
-            at(m.span(), "metrics", format!("\"{}\" is not an address:port; valid: \"127.0.0.1:9786\" or \"off\"", m.get_ref()))
+            at(
+                m.span(),
+                "metrics",
+                format!("\"{}\" is not an address:port; valid: \"127.0.0.1:9786\" or \"off\"", m.get_ref()),
+            )
         })?),
     };
     let mut auto = AutoSettings::default();
@@ -660,7 +685,11 @@ pub fn from_toml(src: &str, path: &Path) -> Result<Config, ConfigError> {
         }
         if let Some(p) = a.pno_step {
             if p == 0 || p > u64::from(SLUICE_MAX_RATE) {
-                return Err(at(span, "auto.pno_step", format!("{p} is out of range; valid: 1 to {SLUICE_MAX_RATE} packets/s")));
+                return Err(at(
+                    span,
+                    "auto.pno_step",
+                    format!("{p} is out of range; valid: 1 to {SLUICE_MAX_RATE} packets/s"),
+                ));
             }
             auto.pno_step = p;
         }
@@ -697,24 +726,29 @@ const FLAG_KEYS: &str = "priority, rate, burst, match, algo, min_share, fallback
 
 /// Parse one `--class` flag into a class (not yet validated against the others).
 pub fn parse_class_flag(spec: &str) -> Result<Class, ConfigError> {
-    let err = |field: &str, message: String| ConfigError { origin: Origin::Flag(spec.into()), field: field.into(), message };
+    let err =
+        |field: &str, message: String| ConfigError { origin: Origin::Flag(spec.into()), field: field.into(), message };
     let (name, rest) = spec.split_once(':').unwrap_or((spec, ""));
     check_name(name.trim()).map_err(|m| err("name", m))?;
     let (mut priority, mut rate, mut burst, mut rules) = (DEFAULT_PRIORITY, None, None, Vec::new());
     let (mut algo, mut min_share, mut fallback) = (None, None, None);
     for kv in rest.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        let (k, v) = kv
-            .split_once('=')
-            .ok_or_else(|| err(kv, format!("expected key=value with key one of {FLAG_KEYS}")))?;
+        let (k, v) =
+            kv.split_once('=').ok_or_else(|| err(kv, format!("expected key=value with key one of {FLAG_KEYS}")))?;
         match k.trim() {
             "priority" => {
-                priority = v.trim().parse().map_err(|_| err("priority", format!("\"{v}\" is not 0-255 (0 = highest)")))?
+                priority =
+                    v.trim().parse().map_err(|_| err("priority", format!("\"{v}\" is not 0-255 (0 = highest)")))?
             }
             "rate" => rate = Some(v.to_string()),
             "burst" => burst = Some(parse_count(v).map_err(|m| err("burst", m))?),
             "algo" => algo = Some(v.to_string()),
             "min_share" => {
-                min_share = Some(v.trim().parse::<f64>().map_err(|_| err("min_share", format!("\"{v}\" is not a number; valid: 0 to 1")))?)
+                min_share = Some(
+                    v.trim()
+                        .parse::<f64>()
+                        .map_err(|_| err("min_share", format!("\"{v}\" is not a number; valid: 0 to 1")))?,
+                )
             }
             "fallback" => fallback = Some(v.to_string()),
             "match" => {
@@ -747,8 +781,11 @@ pub fn parse_class_flag(spec: &str) -> Result<Class, ConfigError> {
 pub fn from_flags(specs: &[String]) -> Result<Config, ConfigError> {
     let classes = specs.iter().map(|s| parse_class_flag(s)).collect::<Result<Vec<_>, _>>()?;
     let first = specs.first().cloned().unwrap_or_default();
-    let (classes, default_class) =
-        finish(classes, None, &|f, m| ConfigError { origin: Origin::Flag(first.clone()), field: f.into(), message: m })?;
+    let (classes, default_class) = finish(classes, None, &|f, m| ConfigError {
+        origin: Origin::Flag(first.clone()),
+        field: f.into(),
+        message: m,
+    })?;
     Ok(Config {
         interface: None,
         xdp_mode: XdpMode::Native,
@@ -770,7 +807,12 @@ pub fn resolve(file: Option<&Path>, flags: &[String]) -> Result<Config, ConfigEr
         return Ok(cfg);
     }
     // Take the implicit default class out; `finish` adds it back last.
-    let implicit = Class { name: DEFAULT_CLASS.into(), priority: IMPLICIT_DEFAULT_PRIORITY, limit: Limit::Unlimited, rules: vec![] };
+    let implicit = Class {
+        name: DEFAULT_CLASS.into(),
+        priority: IMPLICIT_DEFAULT_PRIORITY,
+        limit: Limit::Unlimited,
+        rules: vec![],
+    };
     let default_name = cfg.classes[cfg.default_class].name.clone();
     let mut classes = cfg.classes;
     let explicit_default = classes.last() != Some(&implicit) || default_name != DEFAULT_CLASS;
@@ -877,7 +919,8 @@ match = [{ proto = "udp", port = "5000-5999", src = "10.0.0.0/8" }, { proto = "i
 
     #[test]
     fn duplicate_and_missing_default() {
-        let e = cfg("[[class]]\nname='a'\nmatch=[{proto='udp'}]\n[[class]]\nname='a'\nmatch=[{proto='tcp'}]\n").unwrap_err();
+        let e = cfg("[[class]]\nname='a'\nmatch=[{proto='udp'}]\n[[class]]\nname='a'\nmatch=[{proto='tcp'}]\n")
+            .unwrap_err();
         assert_eq!(e.field, "name");
         let e = cfg("default_class = 'x'\n[[class]]\nname='a'\nmatch=[{proto='udp'}]\n").unwrap_err();
         assert_eq!(e.field, "default_class");
@@ -908,7 +951,10 @@ match = [{ proto = "udp", port = "5000-5999", src = "10.0.0.0/8" }, { proto = "i
         assert_eq!(c.name, "web");
         assert_eq!(c.priority, 2);
         assert_eq!(c.limit, Limit::Rate { pps: 1_500_000, burst: 3000 });
-        assert_eq!(c.rules[0], Rule { proto: Proto::Tcp, ports: Some((80, 443)), src: Some(parse_prefix("10.1.0.0/16").unwrap()) });
+        assert_eq!(
+            c.rules[0],
+            Rule { proto: Proto::Tcp, ports: Some((80, 443)), src: Some(parse_prefix("10.1.0.0/16").unwrap()) }
+        );
         assert_eq!(c.rules[1], Rule { proto: Proto::Number(1), ports: None, src: None });
         let e = parse_class_flag("web:rate=lots,match=udp").unwrap_err();
         assert_eq!(e.field, "rate");
@@ -947,21 +993,31 @@ match = [{ proto = "udp", port = "5000-5999", src = "10.0.0.0/8" }, { proto = "i
         assert_eq!(c.auto_classes(), vec![0]);
         assert_eq!(c.classes[0].udp_ports(), vec![(8000, 8001)]);
         let f = from_flags(&["api:rate=auto,min_share=0.1,fallback=unlimited,match=udp:53".into()]).unwrap();
-        assert_eq!(f.classes[0].limit, Limit::Auto(AutoSpec { algo: Algo::Knee, min_share_permille: 100, fallback_pps: None }));
+        assert_eq!(
+            f.classes[0].limit,
+            Limit::Auto(AutoSpec { algo: Algo::Knee, min_share_permille: 100, fallback_pps: None })
+        );
         assert_eq!(f.auto, AutoSettings::default());
     }
 
     #[test]
     fn auto_errors_name_the_class_and_field() {
         // No UDP port: the controller could not find the service.
-        let e = cfg("[[class]]\nname = \"web\"\nrate = \"auto\"\nmatch = [{ proto = \"tcp\", port = 80 }]\n").unwrap_err();
+        let e =
+            cfg("[[class]]\nname = \"web\"\nrate = \"auto\"\nmatch = [{ proto = \"tcp\", port = 80 }]\n").unwrap_err();
         assert_eq!(e.field, "rate");
         assert!(e.message.contains("\"web\"") && e.message.contains("UDP port"), "{e}");
         // Auto-only keys on a static class.
         let e = parse_class_flag("x:rate=1k,min_share=0.2,match=udp:1").unwrap_err();
         assert_eq!(e.field, "min_share");
-        let e = cfg("[[class]]\nname = \"x\"\nrate = \"auto\"\nalgo = \"fuzzy\"\nmatch = [{ proto = \"udp\", port = 1 }]\n").unwrap_err();
-        assert_eq!((e.field.as_str(), e.origin.clone()), ("class.algo (class \"x\")", Origin::File { path: "t.toml".into(), line: 4, column: 8 }));
+        let e = cfg(
+            "[[class]]\nname = \"x\"\nrate = \"auto\"\nalgo = \"fuzzy\"\nmatch = [{ proto = \"udp\", port = 1 }]\n",
+        )
+        .unwrap_err();
+        assert_eq!(
+            (e.field.as_str(), e.origin.clone()),
+            ("class.algo (class \"x\")", Origin::File { path: "t.toml".into(), line: 4, column: 8 })
+        );
         assert!(e.message.contains("\"knee\""), "{e}");
         assert_eq!(parse_class_flag("x:rate=auto,min_share=1.5,match=udp:1").unwrap_err().field, "min_share");
         assert_eq!(parse_class_flag("x:rate=auto,fallback=0,match=udp:1").unwrap_err().field, "fallback");

@@ -14,12 +14,15 @@ use anyhow::{bail, Context, Result};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
 use crate::auto::AutoLoop;
-use crate::tick::Ticker;
-use crate::sched::{apply_napi, check_napi, realtime_thread};
 use crate::classify;
 use crate::config::{self, Config, NapiSched, XdpMode};
 use crate::gate::{self, Gate};
-use crate::stats::{class_snapshots, prometheus_text, prometheus_text_004, ClassRates, ClassTotals, GlobalTotals, Snapshot, SNAPSHOT_VERSION};
+use crate::sched::{apply_napi, check_napi, realtime_thread};
+use crate::stats::{
+    class_snapshots, prometheus_text, prometheus_text_004, ClassRates, ClassTotals, GlobalTotals, Snapshot,
+    SNAPSHOT_VERSION,
+};
+use crate::tick::Ticker;
 
 /// Directory of the statistics sockets.
 pub const SOCKET_DIR: &str = "/run/sluice";
@@ -162,7 +165,12 @@ impl Daemon {
             cfg.metrics.map(|a| format!(", metrics on http://{a}/metrics")).unwrap_or_default()
         ));
         if let Some(a) = &auto {
-            log(format_args!("auto ({}) controls {:?} every {} ms", a.algo().name(), a.class_names(), TICK.as_millis()));
+            log(format_args!(
+                "auto ({}) controls {:?} every {} ms",
+                a.algo().name(),
+                a.class_names(),
+                TICK.as_millis()
+            ));
         }
         let last_cpu = (Instant::now(), process_cpu_secs());
         let history = vec![History::new(); cfg.classes.len()];
@@ -266,7 +274,10 @@ impl Daemon {
             let cfg = resolve_config(&self.opts)?;
             if let Some(i) = &cfg.interface {
                 if self.opts.iface.is_none() && i != &self.iface {
-                    bail!("the config moves the gate from {} to {i}; restart sluice to change the interface", self.iface);
+                    bail!(
+                        "the config moves the gate from {} to {i}; restart sluice to change the interface",
+                        self.iface
+                    );
                 }
             }
             if cfg.xdp_mode != self.cfg.xdp_mode {
@@ -366,9 +377,10 @@ fn serve_metrics(server: tiny_http::Server, shared: Arc<Shared>) {
         for req in server.incoming_requests() {
             let resp = if req.url() == "/metrics" {
                 // OpenMetrics to those who ask for it (Prometheus does), the 0.0.4 text format to the rest.
-                let openmetrics = req.headers().iter().any(|h| {
-                    h.field.equiv("Accept") && h.value.as_str().contains("application/openmetrics-text")
-                });
+                let openmetrics = req
+                    .headers()
+                    .iter()
+                    .any(|h| h.field.equiv("Accept") && h.value.as_str().contains("application/openmetrics-text"));
                 let snap = shared.snapshot.lock().unwrap();
                 let (body, ct) = if openmetrics {
                     (prometheus_text(&snap), "Content-Type: application/openmetrics-text; version=1.0.0; charset=utf-8")
@@ -387,7 +399,10 @@ fn serve_metrics(server: tiny_http::Server, shared: Arc<Shared>) {
 /// Client side: fetch a snapshot from a daemon's socket.
 pub fn fetch_snapshot(path: &Path) -> Result<Snapshot> {
     let mut conn = UnixStream::connect(path).with_context(|| {
-        format!("cannot reach a sluice daemon at {} (is `sluice run` running? pass --socket or --iface)", path.display())
+        format!(
+            "cannot reach a sluice daemon at {} (is `sluice run` running? pass --socket or --iface)",
+            path.display()
+        )
     })?;
     conn.set_read_timeout(Some(Duration::from_secs(5)))?;
     let mut buf = String::new();
@@ -409,6 +424,9 @@ pub fn find_socket(socket: Option<&Path>, iface: Option<&str>) -> Result<PathBuf
     match socks.as_slice() {
         [one] => Ok(one.clone()),
         [] => bail!("no sluice daemon found (no socket in {SOCKET_DIR}); start one with `sluice run --iface IFACE`"),
-        many => bail!("several sluice daemons run ({}); pick one with --iface or --socket", many.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")),
+        many => bail!(
+            "several sluice daemons run ({}); pick one with --iface or --socket",
+            many.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+        ),
     }
 }

@@ -26,7 +26,9 @@ pub const XDP_PASS: u32 = libbpf_sys::XDP_PASS;
 /// What can go wrong between sluice and the kernel, said so a user can act on it.
 #[derive(Debug, thiserror::Error)]
 pub enum GateError {
-    #[error("sluice needs CAP_BPF and CAP_NET_ADMIN (or CAP_SYS_ADMIN) to load and attach XDP programs: run it as root")]
+    #[error(
+        "sluice needs CAP_BPF and CAP_NET_ADMIN (or CAP_SYS_ADMIN) to load and attach XDP programs: run it as root"
+    )]
     NotPermitted,
     #[error("no network interface named \"{0}\" (in this network namespace); list them with `ip link`")]
     NoInterface(String),
@@ -418,7 +420,9 @@ impl Gate {
         // Past the check, a program still there is netlink-attached and `replace` is set.
         if let Some(id) = attached_prog_id(ifidx) {
             // SAFETY: a plain syscall wrapper; a null opts pointer means "no options".
-            if unsafe { libbpf_sys::bpf_xdp_detach(ifidx, 0, std::ptr::null()) } != 0 || attached_prog_id(ifidx).is_some() {
+            if unsafe { libbpf_sys::bpf_xdp_detach(ifidx, 0, std::ptr::null()) } != 0
+                || attached_prog_id(ifidx).is_some()
+            {
                 return Err(GateError::HeldByLink { iface: iface.into(), id });
             }
         }

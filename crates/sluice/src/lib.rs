@@ -31,22 +31,21 @@ pub mod gate_skel {
     include!(concat!(env!("OUT_DIR"), "/gate.skel.rs"));
 }
 
-
+pub mod auto;
 pub mod classify;
 pub mod cli;
 pub mod config;
-pub mod gate;
-pub mod share;
 pub mod controller;
-pub mod signals;
-pub mod auto;
-pub mod sched;
-pub mod tick;
-pub mod packet;
-pub mod stats;
-pub mod summary;
 pub mod daemon;
+pub mod gate;
+pub mod netns;
+pub mod packet;
+pub mod sched;
 pub mod send;
 pub mod serve;
-pub mod netns;
+pub mod share;
+pub mod signals;
+pub mod stats;
+pub mod summary;
 pub mod testbed;
+pub mod tick;

@@ -10,8 +10,8 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 
-use sluice::config::XdpMode;
 use sluice::cli::{parse_secs, print_json_or, stop_flag};
+use sluice::config::XdpMode;
 use sluice::{classify, config, daemon, send, serve, stats};
 
 /// sluice keeps Linux network services at full speed under packet floods: an
@@ -83,7 +83,6 @@ struct RunArgs {
     #[arg(long)]
     json: bool,
 }
-
 
 /// Show a running daemon's classes, rates and counters.
 #[derive(Args)]
@@ -174,7 +173,6 @@ struct SendArgs {
     #[arg(long)]
     json: bool,
 }
-
 
 // ---------------------------------------------------------------------------
 // Value parsers: a bad value is refused by clap, naming the flag, before
@@ -288,7 +286,10 @@ fn cmd_bench(args: Vec<std::ffi::OsString>) -> Result<()> {
     let beside = std::env::current_exe()?.with_file_name("sluice-bench");
     let exe = if beside.exists() { beside } else { PathBuf::from("sluice-bench") };
     let err = std::process::Command::new(&exe).args(args).exec();
-    Err(anyhow::anyhow!("running {}: {err} (the bench is the sluice-bench binary: `make build` builds it)", exe.display()))
+    Err(anyhow::anyhow!(
+        "running {}: {err} (the bench is the sluice-bench binary: `make build` builds it)",
+        exe.display()
+    ))
 }
 
 fn cmd_serve_udp_echo(a: UdpEchoArgs) -> Result<()> {
@@ -317,7 +318,13 @@ fn cmd_send(a: SendArgs) -> Result<()> {
     if a.json {
         println!("{}", serde_json::to_string(&r)?);
     } else {
-        println!("sent {} datagrams in {:.1} s ({}/s), {} refused by the kernel", r.sent, r.secs, stats::human(r.rate()), r.refused);
+        println!(
+            "sent {} datagrams in {:.1} s ({}/s), {} refused by the kernel",
+            r.sent,
+            r.secs,
+            stats::human(r.rate()),
+            r.refused
+        );
     }
     Ok(())
 }

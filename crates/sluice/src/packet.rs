@@ -22,12 +22,21 @@ pub const IPPROTO_DSTOPTS: u8 = 60;
 /// The L4 part of a frame.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum L4 {
-    Udp { sport: u16, dport: u16 },
-    Tcp { sport: u16, dport: u16 },
+    Udp {
+        sport: u16,
+        dport: u16,
+    },
+    Tcp {
+        sport: u16,
+        dport: u16,
+    },
     /// ICMP (IPv4) or ICMPv6 (IPv6): an echo request header.
     Icmp,
     /// Raw bytes after the IP header(s), with this protocol number.
-    Raw { proto: u8, bytes: Vec<u8> },
+    Raw {
+        proto: u8,
+        bytes: Vec<u8>,
+    },
 }
 
 impl L4 {
@@ -68,7 +77,10 @@ pub enum Ext {
     Routing,
     DestOpts,
     /// Fragment header with this offset (in 8-byte units) and more-fragments flag.
-    Fragment { offset: u16, more: bool },
+    Fragment {
+        offset: u16,
+        more: bool,
+    },
     Auth,
 }
 
@@ -329,8 +341,7 @@ mod tests {
         assert_eq!(l4, 14 + 8 + 28);
         assert_eq!(&f[12..14], &ETH_P_8021AD.to_be_bytes());
         assert_eq!(&f[l4 + 2..l4 + 4], &80u16.to_be_bytes());
-        let (f, offs) =
-            Frame::udp(&v6(1), &v6(2), 1, 53).ext(Ext::HopByHop).ext(Ext::Auth).build_with_offsets();
+        let (f, offs) = Frame::udp(&v6(1), &v6(2), 1, 53).ext(Ext::HopByHop).ext(Ext::Auth).build_with_offsets();
         let l4 = offs.iter().find(|o| o.0 == "l4").unwrap().1;
         assert_eq!(l4, 14 + 40 + 16 + 24);
         assert_eq!(f[14 + 6], IPPROTO_HOPOPTS);

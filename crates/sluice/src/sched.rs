@@ -21,7 +21,9 @@ pub fn napi_threads(iface: &str) -> Vec<i32> {
     let Ok(dir) = std::fs::read_dir("/proc") else { return vec![] };
     dir.flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim_end().starts_with(&prefix)))
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim_end().starts_with(&prefix))
+        })
         .collect()
 }
 

@@ -48,9 +48,8 @@ pub fn send_udp(o: &SendOpts) -> io::Result<SendReport> {
         })
         .collect::<io::Result<_>>()?;
     let payload = vec![0x5au8; o.payload];
-    let mut iov: Vec<libc::iovec> = (0..BATCH)
-        .map(|_| libc::iovec { iov_base: payload.as_ptr() as *mut _, iov_len: payload.len() })
-        .collect();
+    let mut iov: Vec<libc::iovec> =
+        (0..BATCH).map(|_| libc::iovec { iov_base: payload.as_ptr() as *mut _, iov_len: payload.len() }).collect();
     let mut msgs: Vec<libc::mmsghdr> = iov
         .iter_mut()
         .map(|v| {

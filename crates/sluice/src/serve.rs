@@ -51,13 +51,20 @@ fn spin(ns: u64) {
 
 /// A UDP socket bound to `addr`, in a SO_REUSEPORT group when `shared`.
 fn bind(addr: SocketAddr, shared: bool, rcvbuf: Option<usize>) -> io::Result<UdpSocket> {
-    let s = socket2::Socket::new(socket2::Domain::for_address(addr), socket2::Type::DGRAM, Some(socket2::Protocol::UDP))?;
+    let s =
+        socket2::Socket::new(socket2::Domain::for_address(addr), socket2::Type::DGRAM, Some(socket2::Protocol::UDP))?;
     if let Some(bytes) = rcvbuf {
         // SO_RCVBUFFORCE passes net.core.rmem_max (needs CAP_NET_ADMIN); else SO_RCVBUF, capped.
         let v = bytes.min(i32::MAX as usize / 2) as libc::c_int;
         // SAFETY: setsockopt with an int we own, on a socket we own.
         let forced = unsafe {
-            libc::setsockopt(s.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, (&v as *const libc::c_int).cast(), 4)
+            libc::setsockopt(
+                s.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVBUFFORCE,
+                (&v as *const libc::c_int).cast(),
+                4,
+            )
         } == 0;
         if !forced {
             s.set_recv_buffer_size(bytes)?;
@@ -86,7 +93,8 @@ pub fn udp_echo(o: &ServeOpts, stop: Arc<AtomicBool>) -> io::Result<ServeReport>
     let work = Arc::new(AtomicU64::new(o.work_ns));
     {
         let (work, base, file) = (work.clone(), o.work_ns, o.work_file.clone());
-        let mut sig = signal_hook::iterator::Signals::new([signal_hook::consts::SIGUSR1, signal_hook::consts::SIGUSR2])?;
+        let mut sig =
+            signal_hook::iterator::Signals::new([signal_hook::consts::SIGUSR1, signal_hook::consts::SIGUSR2])?;
         std::thread::spawn(move || {
             for s in sig.forever() {
                 let text = file.as_ref().and_then(|f| std::fs::read_to_string(f).ok());
@@ -133,7 +141,8 @@ fn reader(sock: UdpSocket, o: &ServeOpts, stop: Arc<AtomicBool>, work: &AtomicU6
             iov[i].iov_len = BUF;
         }
         // SAFETY: msgs/iov/addrs are valid for BATCH entries.
-        let n = unsafe { libc::recvmmsg(fd, msgs.as_mut_ptr(), BATCH as u32, libc::MSG_WAITFORONE, std::ptr::null_mut()) };
+        let n =
+            unsafe { libc::recvmmsg(fd, msgs.as_mut_ptr(), BATCH as u32, libc::MSG_WAITFORONE, std::ptr::null_mut()) };
         if n < 0 {
             let e = io::Error::last_os_error();
             if matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::EINTR)) {

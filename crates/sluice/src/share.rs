@@ -1,6 +1,9 @@
 //! Per-CPU split of a class's rate (pure logic; see the design comment in
 //! `bpf/gate.bpf.c` for why the split follows each CPU's recent arrivals).
-use crate::bpf_intf::{sluice_share, SLUICE_CLOCK_SKIP, SLUICE_MODE_BLOCKED, SLUICE_MODE_LIMITED, SLUICE_MODE_UNLIMITED, SLUICE_TOKEN_SCALE};
+use crate::bpf_intf::{
+    sluice_share, SLUICE_CLOCK_SKIP, SLUICE_MODE_BLOCKED, SLUICE_MODE_LIMITED, SLUICE_MODE_UNLIMITED,
+    SLUICE_TOKEN_SCALE,
+};
 use crate::config::Limit;
 
 /// Every CPU keeps at least 1/FLOOR_DIV of an even share, so a CPU that starts
@@ -34,7 +37,9 @@ pub fn split_rate(total: u64, arrivals: &[u64]) -> Vec<u64> {
 pub fn shares_for(limit: &Limit, arrivals: &[u64]) -> Vec<sluice_share> {
     match *limit {
         // An auto class admits everything until the controller's first tick sets its rate.
-        Limit::Unlimited | Limit::Auto(_) => vec![sluice_share { mode: SLUICE_MODE_UNLIMITED, ..Default::default() }; arrivals.len()],
+        Limit::Unlimited | Limit::Auto(_) => {
+            vec![sluice_share { mode: SLUICE_MODE_UNLIMITED, ..Default::default() }; arrivals.len()]
+        }
         Limit::Blocked => vec![sluice_share { mode: SLUICE_MODE_BLOCKED, ..Default::default() }; arrivals.len()],
         Limit::Rate { pps, burst } => split_rate(pps, arrivals)
             .into_iter()

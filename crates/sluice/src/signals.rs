@@ -33,7 +33,11 @@ pub fn parse_snmp_udp(text: &str) -> UdpCounters {
     let mut lines = text.lines().filter(|l| l.starts_with("Udp:"));
     let (Some(h), Some(v)) = (lines.next(), lines.next()) else { return UdpCounters::default() };
     let get = |name: &str| {
-        h.split_whitespace().position(|x| x == name).and_then(|i| v.split_whitespace().nth(i)).and_then(|x| x.parse().ok()).unwrap_or(0)
+        h.split_whitespace()
+            .position(|x| x == name)
+            .and_then(|i| v.split_whitespace().nth(i))
+            .and_then(|x| x.parse().ok())
+            .unwrap_or(0)
     };
     UdpCounters {
         in_datagrams: get("InDatagrams"),
@@ -113,7 +117,6 @@ pub fn softnet() -> Result<Softnet> {
     Ok(parse_softnet(&std::fs::read_to_string("/proc/net/softnet_stat")?))
 }
 
-
 // ---------------------------------------------------------------------------
 // sock_diag: the UDP sockets behind a class's ports.
 
@@ -131,7 +134,12 @@ pub struct SockStats {
 
 impl SockStats {
     pub fn add(&self, o: &SockStats) -> SockStats {
-        SockStats { sockets: self.sockets + o.sockets, queued: self.queued + o.queued, rcvbuf: self.rcvbuf + o.rcvbuf, drops: self.drops + o.drops }
+        SockStats {
+            sockets: self.sockets + o.sockets,
+            queued: self.queued + o.queued,
+            rcvbuf: self.rcvbuf + o.rcvbuf,
+            drops: self.drops + o.drops,
+        }
     }
 }
 
@@ -160,7 +168,8 @@ impl SockDiag {
         let open = || -> Result<SockDiag> {
             use std::os::fd::FromRawFd;
             // SAFETY: plain socket(2); the fd is owned from here on.
-            let fd = unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, libc::NETLINK_SOCK_DIAG) };
+            let fd =
+                unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, libc::NETLINK_SOCK_DIAG) };
             if fd < 0 {
                 return Err(std::io::Error::last_os_error()).context("opening a NETLINK_SOCK_DIAG socket");
             }
@@ -223,7 +232,7 @@ impl SockDiag {
         r[1] = protocol;
         r[2] = 1 << (INET_DIAG_SKMEMINFO - 1);
         r[4..8].copy_from_slice(&u32::MAX.to_ne_bytes()); // every state
-        // SAFETY: send(2) of a byte buffer we own.
+                                                          // SAFETY: send(2) of a byte buffer we own.
         let n = unsafe { libc::send(self.fd.as_raw_fd(), req.as_ptr().cast(), req.len(), 0) };
         if n < 0 {
             return Err(std::io::Error::last_os_error()).context("sock_diag request");
@@ -273,7 +282,8 @@ pub fn parse_diag_reply(mut b: &[u8], seq: u32, each: &mut dyn FnMut(u16, &[u32]
                             break;
                         }
                         if u16_at(a, 2) == INET_DIAG_SKMEMINFO {
-                            let mem: Vec<u32> = a[4..alen].chunks_exact(4).map(|c| u32::from_ne_bytes(c.try_into().unwrap())).collect();
+                            let mem: Vec<u32> =
+                                a[4..alen].chunks_exact(4).map(|c| u32::from_ne_bytes(c.try_into().unwrap())).collect();
                             if mem.len() > SK_MEMINFO_DROPS {
                                 each(port, &mem);
                             }

@@ -336,7 +336,11 @@ pub fn prometheus_text(s: &Snapshot) -> String {
             auto_pps.get_or_create(&l("rate")).set(a.rate_pps.unwrap_or(f64::INFINITY));
             auto_queue.get_or_create(&vec![("class".to_string(), c.name.clone())]).set(a.queued_bytes as f64);
             auto_lost.get_or_create(&vec![("class".to_string(), c.name.clone())]).set(a.lost_secs);
-            let st = vec![("class".to_string(), c.name.clone()), ("algo".to_string(), a.algo.clone()), ("state".to_string(), a.state.clone())];
+            let st = vec![
+                ("class".to_string(), c.name.clone()),
+                ("algo".to_string(), a.algo.clone()),
+                ("state".to_string(), a.state.clone()),
+            ];
             auto_state.get_or_create(&st).set(1.0);
         }
     }
@@ -355,11 +359,23 @@ pub fn prometheus_text(s: &Snapshot) -> String {
     reg.register("class_bytes", "Bytes per class and verdict", bytes);
     reg.register("class_rate_limit_pps", "Configured packets/s limit of limited classes", limit);
     reg.register("global_packets", "Packets outside the classes: non-IP, malformed, and informational counts", global);
-    reg.register("auto_rate_pps", "Auto classes: capacity estimate, controller target (all auto classes) and the class's current rate", auto_pps);
+    reg.register(
+        "auto_rate_pps",
+        "Auto classes: capacity estimate, controller target (all auto classes) and the class's current rate",
+        auto_pps,
+    );
     reg.register("auto_socket_queued_bytes", "Auto classes: bytes queued in the class's sockets", auto_queue);
-    reg.register("auto_signals_lost_seconds", "Auto classes: seconds without signals (holding, then fallback)", auto_lost);
+    reg.register(
+        "auto_signals_lost_seconds",
+        "Auto classes: seconds without signals (holding, then fallback)",
+        auto_lost,
+    );
     reg.register("auto_state", "Auto classes: the controller's state (value 1 on the current state)", auto_state);
-    reg.register("daemon_cpu_seconds", "CPU time used by the daemon (user + system)", ConstCounter::new(s.daemon_cpu_secs));
+    reg.register(
+        "daemon_cpu_seconds",
+        "CPU time used by the daemon (user + system)",
+        ConstCounter::new(s.daemon_cpu_secs),
+    );
     let uptime = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
     uptime.set(s.uptime_secs);
     reg.register("uptime_seconds", "Seconds since the gate was attached", uptime);
@@ -398,7 +414,9 @@ pub fn lint_004(text: &str) -> Result<Vec<(String, String)>, String> {
             }
             match (kind, name.ends_with("_total")) {
                 ("counter", false) => return Err(format!("{name}: a counter's name must end in _total")),
-                ("gauge", true) => return Err(format!("{name}: a gauge must not end in _total (it reads as a counter)")),
+                ("gauge", true) => {
+                    return Err(format!("{name}: a gauge must not end in _total (it reads as a counter)"))
+                }
                 _ => {}
             }
             families.push((name.to_string(), kind.to_string()));
@@ -416,10 +434,7 @@ pub fn lint_004(text: &str) -> Result<Vec<(String, String)>, String> {
 }
 
 fn openmetrics_to_004(om: &str) -> String {
-    let counters: Vec<&str> = om
-        .lines()
-        .filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" counter"))
-        .collect();
+    let counters: Vec<&str> = om.lines().filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" counter")).collect();
     let mut out = String::with_capacity(om.len());
     for line in om.lines() {
         if line == "# EOF" || line.starts_with("# UNIT ") {
@@ -443,12 +458,7 @@ mod tests {
     fn snap() -> Snapshot {
         let cfg = crate::config::from_flags(&["dns:priority=0,rate=1k,match=udp:53".into()]).unwrap();
         let mut classes = class_snapshots(&cfg);
-        classes[0].totals = ClassTotals {
-            seen_pkts: 10,
-            admitted_pkts: 7,
-            dropped_rate_pkts: 3,
-            ..Default::default()
-        };
+        classes[0].totals = ClassTotals { seen_pkts: 10, admitted_pkts: 7, dropped_rate_pkts: 3, ..Default::default() };
         classes[1].totals.seen_pkts = 5;
         classes[1].totals.admitted_pkts = 5;
         Snapshot {

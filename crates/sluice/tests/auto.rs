@@ -14,7 +14,17 @@ fn auto_without_a_service_socket_names_the_class() {
     let sock = tb.socket();
     let out = tb.sluice(
         &tb.b,
-        &["run", "--iface", tb.if_b, "--socket", sock.to_str().unwrap(), "--metrics", "off", "--class", "api:rate=auto,match=udp:7000"],
+        &[
+            "run",
+            "--iface",
+            tb.if_b,
+            "--socket",
+            sock.to_str().unwrap(),
+            "--metrics",
+            "off",
+            "--class",
+            "api:rate=auto,match=udp:7000",
+        ],
     );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "started without a service socket: {err}");
@@ -29,7 +39,10 @@ fn auto_limits_a_flood_then_holds_and_falls_back_when_the_service_goes() {
     let mut tb = Testbed::new();
     // 20 us per datagram: the service takes about 50k/s, far below the flood.
     let b = tb.b.clone();
-    let sink = tb.spawn(&b, &["serve", "udp-echo", "--port", "7000", "--no-echo", "--work-ns", "20000", "--duration", "6", "--json"]);
+    let sink = tb.spawn(
+        &b,
+        &["serve", "udp-echo", "--port", "7000", "--no-echo", "--work-ns", "20000", "--duration", "6", "--json"],
+    );
     std::thread::sleep(Duration::from_millis(300));
     let cfg = tb.write(
         "auto.toml",
@@ -45,7 +58,11 @@ fn auto_limits_a_flood_then_holds_and_falls_back_when_the_service_goes() {
     assert!(a.capacity_pps > 0.0, "no capacity estimate: {a:?}");
     let rate = a.rate_pps.expect("a rate while the service is there");
     assert!(rate < 0.5 * sent as f64 / secs, "the rate {rate} does not limit a flood of {:.0}/s", sent as f64 / secs);
-    assert!(api.totals.dropped_rate_pkts > 0 && api.totals.admitted_pkts < api.totals.seen_pkts / 2, "{:?}", api.totals);
+    assert!(
+        api.totals.dropped_rate_pkts > 0 && api.totals.admitted_pkts < api.totals.seen_pkts / 2,
+        "{:?}",
+        api.totals
+    );
 
     // The service exits (its --duration): the rate is held, then the fallback applies.
     tb.wait(sink);

@@ -7,7 +7,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-
 use common::TestGate;
 use sluice::config::Limit;
 use sluice::gate::Prog;
@@ -61,7 +60,12 @@ fn last_refill(g: &TestGate, class: usize) -> u64 {
 fn within(what: &str, got: f64, want: f64, tol: f64) {
     let err = (got - want) / want;
     eprintln!("{what}: admitted {got:.0}, expected {want:.0} ({:+.2}%)", err * 100.0);
-    assert!(err.abs() <= tol, "{what}: admitted {got:.0}, expected {want:.0}: off by {:+.2}% (tolerance {}%)", err * 100.0, tol * 100.0);
+    assert!(
+        err.abs() <= tol,
+        "{what}: admitted {got:.0}, expected {want:.0}: off by {:+.2}% (tolerance {}%)",
+        err * 100.0,
+        tol * 100.0
+    );
 }
 
 #[test]

@@ -22,7 +22,10 @@ enum Fate {
     Malformed,
     /// Headers past the parse depth: the default class.
     Depth,
-    Classified { probe: Probe, fragment: bool },
+    Classified {
+        probe: Probe,
+        fragment: bool,
+    },
 }
 
 fn be16(p: &[u8], at: usize) -> u16 {
@@ -66,7 +69,10 @@ fn reference_v4(p: &[u8], at: usize) -> Fate {
     let src = IpAddr::V4(Ipv4Addr::new(p[at + 12], p[at + 13], p[at + 14], p[at + 15]));
     let proto = p[at + 9];
     if be16(p, at + 6) & 0x1fff != 0 {
-        return Fate::Classified { probe: Probe { slot: SLUICE_SLOT_PORTLESS, port: proto as u16, src }, fragment: true };
+        return Fate::Classified {
+            probe: Probe { slot: SLUICE_SLOT_PORTLESS, port: proto as u16, src },
+            fragment: true,
+        };
     }
     reference_l4(p, at + hlen, proto, src)
 }

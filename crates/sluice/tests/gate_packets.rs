@@ -4,7 +4,7 @@ mod common;
 
 use common::{Landed::*, TestGate};
 use sluice::config::Verdict;
-use sluice::packet::{non_ip, v6, Ext, Frame, L4, ETH_P_ARP, ETH_P_LLDP};
+use sluice::packet::{non_ip, v6, Ext, Frame, ETH_P_ARP, ETH_P_LLDP, L4};
 
 const CLASSES: &[&str] = &[
     "dns:priority=0,match=udp:53,match=tcp:53",
@@ -81,11 +81,15 @@ fn vlan_tags() {
     let b = g.counters().global.depth_exceeded;
     g.expect("three tags: beyond the parse depth", &f.clone().vlan(1).vlan(2).vlan(3).build(), adm("default"));
     assert_eq!(g.counters().global.depth_exceeded, b + 1, "depth_exceeded counted");
-    g.expect("VLAN-tagged ARP", &{
-        let mut a = non_ip(0x8100);
-        a[14..18].copy_from_slice(&[0, 5, 0x08, 0x06]);
-        a
-    }, NonIp);
+    g.expect(
+        "VLAN-tagged ARP",
+        &{
+            let mut a = non_ip(0x8100);
+            a[14..18].copy_from_slice(&[0, 5, 0x08, 0x06]);
+            a
+        },
+        NonIp,
+    );
 }
 
 #[test]
@@ -113,11 +117,7 @@ fn ipv6_extension_headers() {
     g.expect("routing + destination options", &f.clone().ext(Ext::Routing).ext(Ext::DestOpts).build(), adm("dns"));
     g.expect("authentication header", &f.clone().ext(Ext::Auth).build(), adm("dns"));
     g.expect("fragment header, offset 0", &f.clone().ext(Ext::Fragment { offset: 0, more: true }).build(), adm("dns"));
-    g.expect(
-        "non-first fragment",
-        &f.clone().ext(Ext::Fragment { offset: 10, more: false }).build(),
-        adm("default"),
-    );
+    g.expect("non-first fragment", &f.clone().ext(Ext::Fragment { offset: 10, more: false }).build(), adm("default"));
     let six = (0..6).fold(f.clone(), |f, _| f.ext(Ext::DestOpts));
     g.expect("six extension headers: at the depth limit", &six.build(), adm("dns"));
     let b = g.counters().global.depth_exceeded;
@@ -143,7 +143,11 @@ fn non_ip_always_passes() {
     let g = TestGate::new(&["all:rate=blocked,match=any"]);
     g.expect("ARP", &non_ip(ETH_P_ARP), NonIp);
     g.expect("LLDP", &non_ip(ETH_P_LLDP), NonIp);
-    g.expect("IP packet into the blocked class", &Frame::udp("10.0.0.1", "10.0.0.2", 1, 2).build(), DroppedBlocked("all".into()));
+    g.expect(
+        "IP packet into the blocked class",
+        &Frame::udp("10.0.0.1", "10.0.0.2", 1, 2).build(),
+        DroppedBlocked("all".into()),
+    );
 }
 
 /// Every cut between the start of the IP header and the end of the minimal L4
@@ -154,7 +158,12 @@ fn truncation_at_every_header_boundary() {
         ("v4 udp, 2 vlans, options", Frame::udp("10.0.0.1", "10.0.0.2", 1, 53).vlan(1).vlan(2).options(8), 8, "dns"),
         ("v4 tcp", Frame::tcp("10.0.0.1", "10.0.0.2", 1, 80), 20, "web"),
         ("v4 icmp", Frame::icmp("10.0.0.1", "10.0.0.2"), 8, "ping"),
-        ("v6 udp, ext headers", Frame::udp(&v6(1), &v6(2), 1, 53).ext(Ext::HopByHop).ext(Ext::Fragment { offset: 0, more: true }), 8, "dns"),
+        (
+            "v6 udp, ext headers",
+            Frame::udp(&v6(1), &v6(2), 1, 53).ext(Ext::HopByHop).ext(Ext::Fragment { offset: 0, more: true }),
+            8,
+            "dns",
+        ),
         ("v6 tcp", Frame::tcp(&v6(1), &v6(2), 1, 443), 20, "web"),
         ("v6 icmpv6", Frame::icmp(&v6(1), &v6(2)), 4, "ping"),
     ];
@@ -203,5 +212,9 @@ fn reapplying_a_config_moves_classes_and_clears_old_prefixes() {
     g.gate.apply(&cfg, &sluice::classify::compile(&cfg).unwrap()).unwrap();
     g.cfg = cfg;
     g.expect("after: the prefix rule is gone", &p, adm("other"));
-    g.expect("after: unmatched goes to the new default", &Frame::udp("10.1.7.7", "10.0.0.2", 1, 53).build(), adm("default"));
+    g.expect(
+        "after: unmatched goes to the new default",
+        &Frame::udp("10.1.7.7", "10.0.0.2", 1, 53).build(),
+        adm("default"),
+    );
 }

@@ -72,7 +72,10 @@ fn a_reload_that_keeps_the_classes_keeps_every_counter() {
 #[test]
 fn a_reload_that_fails_part_way_puts_the_previous_config_back() {
     let prefixes = |second: u8| -> String {
-        (0..40_000u32).map(|i| format!("match=udp:53@10.{second}.{}.{}/32", i / 250, i % 250)).collect::<Vec<_>>().join(",")
+        (0..40_000u32)
+            .map(|i| format!("match=udp:53@10.{second}.{}.{}/32", i / 250, i % 250))
+            .collect::<Vec<_>>()
+            .join(",")
     };
     let old = cfg(&[format!("a:{}", prefixes(1)), "other:match=udp:54".to_string()]);
     let new = cfg(&[format!("b:{}", prefixes(2)), "other:match=udp:54".to_string()]);

@@ -9,7 +9,12 @@ use std::time::Duration;
 fn within(what: &str, got: f64, want: f64, tol: f64) {
     let err = (got - want) / want;
     eprintln!("{what}: got {got:.0}, expected {want:.0} ({:+.2}%)", err * 100.0);
-    assert!(err.abs() <= tol, "{what}: got {got:.0}, expected {want:.0}, off by {:+.2}% (tolerance {}%)", err * 100.0, tol * 100.0);
+    assert!(
+        err.abs() <= tol,
+        "{what}: got {got:.0}, expected {want:.0}, off by {:+.2}% (tolerance {}%)",
+        err * 100.0,
+        tol * 100.0
+    );
 }
 
 mod limits {
@@ -31,14 +36,35 @@ mod limits {
     #[test]
     fn unlimited_priority_class_is_unaffected_by_a_limited_flood() {
         let mut tb = Testbed::new();
-        tb.start_gate(&["--class", "hi:priority=0,match=udp:7001", "--class", "flood:priority=5,rate=5k,match=udp:7000"]);
+        tb.start_gate(&[
+            "--class",
+            "hi:priority=0,match=udp:7001",
+            "--class",
+            "flood:priority=5,rate=5k,match=udp:7000",
+        ]);
         let hi = tb.start_sink(7001, 4.5);
         let lo = tb.start_sink(7000, 4.5);
         let flood = {
             let (a, ip) = (tb.a.clone(), tb.ip_b.clone());
             std::thread::spawn(move || {
                 let out = std::process::Command::new("ip")
-                    .args(["netns", "exec", &a, "taskset", "-c", "0", BIN, "send", "--dst", &format!("{ip}:7000"), "--rate", "60000", "--duration", "3", "--json"])
+                    .args([
+                        "netns",
+                        "exec",
+                        &a,
+                        "taskset",
+                        "-c",
+                        "0",
+                        BIN,
+                        "send",
+                        "--dst",
+                        &format!("{ip}:7000"),
+                        "--rate",
+                        "60000",
+                        "--duration",
+                        "3",
+                        "--json",
+                    ])
                     .output()
                     .unwrap();
                 let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -65,7 +91,10 @@ mod serve {
     fn readers_share_one_port() {
         let mut tb = Testbed::new();
         let b = tb.b.clone();
-        let pid = tb.spawn(&b, &["serve", "udp-echo", "--port", "7000", "--readers", "2", "--no-echo", "--json", "--duration", "2.5"]);
+        let pid = tb.spawn(
+            &b,
+            &["serve", "udp-echo", "--port", "7000", "--readers", "2", "--no-echo", "--json", "--duration", "2.5"],
+        );
         std::thread::sleep(Duration::from_millis(300));
         let (sent, _) = tb.send(7000, 5_000, 1.0);
         assert_eq!(tb.sink_received(pid), sent);
@@ -75,7 +104,7 @@ mod serve {
 mod status {
     use super::*;
     use libbpf_rs::libbpf_sys;
-    use std::os::fd::{FromRawFd, OwnedFd, AsRawFd};
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
     /// Per-class counters read straight from the kernel: the daemon's
     /// class_state map found through its program id (maps are not per namespace).
@@ -83,7 +112,8 @@ mod status {
         unsafe {
             let pfd = OwnedFd::from_raw_fd(libbpf_sys::bpf_prog_get_fd_by_id(prog_id));
             let mut ids = [0u32; 16];
-            let mut info = libbpf_sys::bpf_prog_info { nr_map_ids: 16, map_ids: ids.as_mut_ptr() as u64, ..Default::default() };
+            let mut info =
+                libbpf_sys::bpf_prog_info { nr_map_ids: 16, map_ids: ids.as_mut_ptr() as u64, ..Default::default() };
             let mut len = std::mem::size_of::<libbpf_sys::bpf_prog_info>() as u32;
             assert_eq!(libbpf_sys::bpf_prog_get_info_by_fd(pfd.as_raw_fd(), &mut info, &mut len), 0);
             for &id in &ids[..info.nr_map_ids as usize] {
@@ -99,7 +129,10 @@ mod status {
                 let vsize = mi.value_size as usize;
                 let mut buf = vec![0u8; vsize * ncpus];
                 let key = class.to_ne_bytes();
-                assert_eq!(libbpf_sys::bpf_map_lookup_elem(mfd.as_raw_fd(), key.as_ptr().cast(), buf.as_mut_ptr().cast()), 0);
+                assert_eq!(
+                    libbpf_sys::bpf_map_lookup_elem(mfd.as_raw_fd(), key.as_ptr().cast(), buf.as_mut_ptr().cast()),
+                    0
+                );
                 let (mut seen, mut admitted) = (0, 0);
                 let counters = std::mem::offset_of!(sluice::bpf_intf::sluice_class_state, cnt);
                 for cpu in buf.chunks(vsize) {
@@ -144,7 +177,10 @@ mod status {
         let mut tb = Testbed::new();
         let sock = tb.socket();
         let b = tb.b.clone();
-        let pid = tb.spawn(&b, &["run", "--iface", tb.if_b, "--socket", sock.to_str().unwrap(), "--class", "svc:rate=3k,match=udp:7000"]);
+        let pid = tb.spawn(
+            &b,
+            &["run", "--iface", tb.if_b, "--socket", sock.to_str().unwrap(), "--class", "svc:rate=3k,match=udp:7000"],
+        );
         let body = in_netns(&b, || {
             use std::io::{Read, Write};
             let deadline = std::time::Instant::now() + Duration::from_secs(20);
@@ -155,7 +191,10 @@ mod status {
                     c.read_to_string(&mut s).unwrap();
                     let mut om = String::new();
                     let mut c = std::net::TcpStream::connect("127.0.0.1:9786").unwrap();
-                    c.write_all(b"GET /metrics HTTP/1.0\r\nAccept: application/openmetrics-text; version=1.0.0\r\n\r\n").unwrap();
+                    c.write_all(
+                        b"GET /metrics HTTP/1.0\r\nAccept: application/openmetrics-text; version=1.0.0\r\n\r\n",
+                    )
+                    .unwrap();
                     c.read_to_string(&mut om).unwrap();
                     return (s, om);
                 }
@@ -225,7 +264,9 @@ mod reload {
     #[test]
     fn sighup_changes_the_limit_without_detaching_and_refuses_a_bad_config() {
         let mut tb = Testbed::new();
-        let cfg = |rate: &str| format!("[[class]]\nname = \"svc\"\nrate = \"{rate}\"\nburst = 50\nmatch = [{{ proto = \"udp\", port = 7000 }}]\n");
+        let cfg = |rate: &str| {
+            format!("[[class]]\nname = \"svc\"\nrate = \"{rate}\"\nburst = 50\nmatch = [{{ proto = \"udp\", port = 7000 }}]\n")
+        };
         let path = tb.write("sluice.toml", &cfg("5k"));
         let pid = tb.start_gate(&["--config", path.to_str().unwrap()]);
         let prog = tb.attached_prog();
@@ -276,12 +317,21 @@ mod errors {
     #[test]
     fn bad_configs_name_the_file_line_and_field() {
         let tb = Testbed::new();
-        let p = tb.write("bad.toml", "[[class]]\nname = \"a\"\npriority = 1\nrate = \"lots\"\nmatch = [{ proto = \"udp\" }]\n");
-        for args in [vec!["check-config", p.to_str().unwrap()], vec!["run", "--iface", tb.if_b, "--config", p.to_str().unwrap()]] {
+        let p = tb.write(
+            "bad.toml",
+            "[[class]]\nname = \"a\"\npriority = 1\nrate = \"lots\"\nmatch = [{ proto = \"udp\" }]\n",
+        );
+        for args in [
+            vec!["check-config", p.to_str().unwrap()],
+            vec!["run", "--iface", tb.if_b, "--config", p.to_str().unwrap()],
+        ] {
             let o = tb.sluice(&tb.b, &args);
             assert_eq!(o.status.code(), Some(1), "{args:?}");
             let e = stderr(&o);
-            assert!(e.contains("bad.toml:4:") && e.contains("field `class.rate (class \"a\")`") && e.contains("unlimited"), "{e}");
+            assert!(
+                e.contains("bad.toml:4:") && e.contains("field `class.rate (class \"a\")`") && e.contains("unlimited"),
+                "{e}"
+            );
         }
         let o = tb.sluice(&tb.b, &["run", "--iface", tb.if_b, "--class", "a:rate=1k,match=sctp"]);
         assert!(!o.status.success());
@@ -296,14 +346,41 @@ mod errors {
         let mut tb = Testbed::new();
         tb.start_gate(&["--class", "x:match=udp"]);
         let first = tb.attached_prog();
-        let o = tb.sluice(&tb.b, &["run", "--iface", tb.if_b, "--class", "x:match=udp", "--metrics", "off", "--socket", "/tmp/unused-sluice.sock"]);
+        let o = tb.sluice(
+            &tb.b,
+            &[
+                "run",
+                "--iface",
+                tb.if_b,
+                "--class",
+                "x:match=udp",
+                "--metrics",
+                "off",
+                "--socket",
+                "/tmp/unused-sluice.sock",
+            ],
+        );
         assert!(!o.status.success());
         let e = stderr(&o);
         // Held by a bpf_link: only its owner can remove it, so no netlink advice and no --replace.
         assert!(e.contains(&format!("id {first}")) && e.contains("only its owner can remove"), "{e}");
         assert!(!e.contains("xdp off") && !e.contains("--replace"), "no advice that cannot work: {e}");
         // --replace cannot take over a bpf_link: said plainly.
-        let o = tb.sluice(&tb.b, &["run", "--iface", tb.if_b, "--replace", "--class", "x:match=udp", "--metrics", "off", "--socket", "/tmp/unused-sluice.sock"]);
+        let o = tb.sluice(
+            &tb.b,
+            &[
+                "run",
+                "--iface",
+                tb.if_b,
+                "--replace",
+                "--class",
+                "x:match=udp",
+                "--metrics",
+                "off",
+                "--socket",
+                "/tmp/unused-sluice.sock",
+            ],
+        );
         assert!(!o.status.success());
         assert!(stderr(&o).contains("bpf_link"), "{}", stderr(&o));
         assert_eq!(tb.attached_prog(), first, "the first daemon keeps the interface");
@@ -338,7 +415,20 @@ mod errors {
     fn replace_takes_over_a_netlink_attached_program() {
         let mut tb = Testbed::new();
         let foreign = attach_foreign_program(&tb);
-        let o = tb.sluice(&tb.b, &["run", "--iface", tb.if_b, "--class", "x:match=udp", "--metrics", "off", "--socket", "/tmp/unused-sluice.sock"]);
+        let o = tb.sluice(
+            &tb.b,
+            &[
+                "run",
+                "--iface",
+                tb.if_b,
+                "--class",
+                "x:match=udp",
+                "--metrics",
+                "off",
+                "--socket",
+                "/tmp/unused-sluice.sock",
+            ],
+        );
         assert!(!o.status.success());
         let e = stderr(&o);
         assert!(e.contains(&format!("id {foreign}")) && e.contains("other_prog") && e.contains("xdp off"), "{e}");
@@ -378,16 +468,37 @@ mod errors {
     fn native_xdp_missing_is_said_plainly() {
         let tb = Testbed::new();
         let sock = tb.dir.join("lo.sock");
-        let o = tb.sluice(&tb.b, &["run", "--iface", "lo", "--class", "x:match=udp", "--metrics", "off", "--socket", sock.to_str().unwrap()]);
+        let o = tb.sluice(
+            &tb.b,
+            &["run", "--iface", "lo", "--class", "x:match=udp", "--metrics", "off", "--socket", sock.to_str().unwrap()],
+        );
         assert!(!o.status.success());
-        assert!(stderr(&o).contains("does not support native (driver-mode) XDP; pass --xdp-mode generic"), "{}", stderr(&o));
+        assert!(
+            stderr(&o).contains("does not support native (driver-mode) XDP; pass --xdp-mode generic"),
+            "{}",
+            stderr(&o)
+        );
     }
 
     #[test]
     fn without_privileges_it_says_so() {
         let tb = Testbed::new();
         let o = tb
-            .cmd(&tb.b, &["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", BIN, "run", "--iface", tb.if_b, "--class", "x:match=udp"])
+            .cmd(
+                &tb.b,
+                &[
+                    "setpriv",
+                    "--reuid=65534",
+                    "--regid=65534",
+                    "--clear-groups",
+                    BIN,
+                    "run",
+                    "--iface",
+                    tb.if_b,
+                    "--class",
+                    "x:match=udp",
+                ],
+            )
             .output()
             .unwrap();
         assert!(!o.status.success());

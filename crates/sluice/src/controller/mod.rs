@@ -386,11 +386,8 @@ pub struct Decision {
 /// class's fallback rate once the signals have been lost for too long.
 pub fn decide(ctl: &mut Controller, sig: &Signals, demand: &[ClassDemand], fallbacks: &[Option<f64>]) -> Decision {
     let target = ctl.step(sig);
-    let rates = if ctl.in_fallback() {
-        fallbacks.to_vec()
-    } else {
-        allocate(target, demand).into_iter().map(Some).collect()
-    };
+    let rates =
+        if ctl.in_fallback() { fallbacks.to_vec() } else { allocate(target, demand).into_iter().map(Some).collect() };
     Decision { target, rates }
 }
 

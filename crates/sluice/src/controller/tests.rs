@@ -14,7 +14,13 @@ struct Tick {
 }
 
 /// Run the loop for `secs`; `event(time, plant)` changes the plant as it goes.
-fn run(plant: &mut Plant, ctl: &mut Controller, prio: &[(u8, f64)], secs: f64, event: &mut dyn FnMut(f64, &mut Plant)) -> Vec<Tick> {
+fn run(
+    plant: &mut Plant,
+    ctl: &mut Controller,
+    prio: &[(u8, f64)],
+    secs: f64,
+    event: &mut dyn FnMut(f64, &mut Plant),
+) -> Vec<Tick> {
     let mut out = vec![];
     let mut last_seen: Vec<u64> = plant.classes.iter().map(|c| c.seen).collect();
     for _ in 0..(secs * TICK_HZ).round() as usize {
@@ -26,7 +32,11 @@ fn run(plant: &mut Plant, ctl: &mut Controller, prio: &[(u8, f64)], secs: f64, e
             .iter()
             .zip(prio)
             .zip(&last_seen)
-            .map(|((c, &(priority, min_share)), &l)| ClassDemand { priority, min_share, offered: (c.seen - l) as f64 / DT })
+            .map(|((c, &(priority, min_share)), &l)| ClassDemand {
+                priority,
+                min_share,
+                offered: (c.seen - l) as f64 / DT,
+            })
             .collect();
         last_seen = plant.classes.iter().map(|c| c.seen).collect();
         // No fallback rate: a class in fallback is unlimited.
@@ -214,4 +224,3 @@ fn lost_signals_hold_the_last_rate_then_fall_back() {
     assert_ne!(c.state, CtlState::Fallback);
     assert!(ticks.last().unwrap().delivered > 0.9 * p.peak());
 }
-

@@ -4,8 +4,8 @@
 
 use sluice::classify;
 use sluice::config::{self, Config, Limit, Verdict};
-use sluice::share::share;
 use sluice::gate::{Gate, Prog, XDP_DROP, XDP_PASS};
+use sluice::share::share;
 use sluice::stats::{ClassTotals, GlobalTotals};
 
 /// The counter a packet is expected to land in.

@@ -10,7 +10,6 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-
 pub const BIN: &str = env!("CARGO_BIN_EXE_sluice");
 
 #[allow(unused_imports)]
@@ -69,13 +68,7 @@ impl Testbed {
 
     /// Start `sluice ARGS` inside `ns` in the background; killed when the testbed drops.
     pub fn spawn(&mut self, ns: &str, args: &[&str]) -> u32 {
-        let child = self
-            .cmd(ns, &[BIN])
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let child = self.cmd(ns, &[BIN]).args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
         let pid = child.id();
         self.children.push(child);
         pid
@@ -127,7 +120,10 @@ impl Testbed {
     /// Start a UDP sink on B's port; stops by itself after `secs`.
     pub fn start_sink(&mut self, port: u16, secs: f64) -> u32 {
         let b = self.b.clone();
-        let pid = self.spawn(&b, &["serve", "udp-echo", "--port", &port.to_string(), "--no-echo", "--json", "--duration", &secs.to_string()]);
+        let pid = self.spawn(
+            &b,
+            &["serve", "udp-echo", "--port", &port.to_string(), "--no-echo", "--json", "--duration", &secs.to_string()],
+        );
         std::thread::sleep(Duration::from_millis(300));
         pid
     }
