@@ -8,7 +8,7 @@ APT_PACKAGES := clang llvm libclang-dev libbpf-dev libelf-dev zlib1g-dev pkg-con
 CARGO ?= cargo
 BIN := target/release/sluice
 
-.PHONY: all deps build demo test bench bench-full clean
+.PHONY: all deps build demo test lint bench bench-full clean
 
 all: build
 
@@ -21,6 +21,8 @@ deps:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	fi
 	@command -v $(CARGO) >/dev/null || { echo "cargo not found: install Rust (1.82 or newer) with rustup" >&2; exit 1; }
+	@$(CARGO) fmt --version >/dev/null 2>&1 || rustup component add rustfmt
+	@$(CARGO) clippy --version >/dev/null 2>&1 || rustup component add clippy
 
 build: deps
 	$(CARGO) build --release --locked
@@ -30,6 +32,12 @@ build: deps
 demo: build
 	$(BIN) bench run --scenario demo --out results/demo
 	$(BIN) bench demo
+
+# What a reviewer checks: formatting, clippy's lints, rustdoc, all as errors.
+lint: deps
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --release --locked --workspace --all-targets -- -D warnings
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps --locked --workspace
 
 test: deps
 	$(CARGO) test --release --locked --workspace

@@ -268,7 +268,7 @@ fn cmd_bench_report(a: ReportArgs) -> Result<()> {
 }
 
 fn cmd_bench_scenarios() -> Result<()> {
-    for (name, _, what) in scenario::BUILTIN {
+    for scenario::Builtin { name, what, .. } in scenario::BUILTIN {
         println!("{name:<10} {what}");
     }
     Ok(())

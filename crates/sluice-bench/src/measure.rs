@@ -72,7 +72,7 @@ impl IdleMeter {
                 }
                 prev = now;
                 n += 1;
-                if n % 1024 == 0 {
+                if n.is_multiple_of(1024) {
                     i.fetch_add(local, Ordering::Relaxed);
                     local = 0;
                 }

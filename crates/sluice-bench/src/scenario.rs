@@ -370,25 +370,40 @@ fn quick() -> Scenario {
     s
 }
 
+/// A built-in scenario: its name, how it is made, and what it measures.
+pub struct Builtin {
+    pub name: &'static str,
+    pub make: fn() -> Scenario,
+    pub what: &'static str,
+}
+
+fn default_scenario() -> Scenario {
+    from_toml(DEFAULT, "built-in scenario default").expect("the default scenario is valid")
+}
+
 /// Built-in scenarios by name.
-pub const BUILTIN: &[(&str, fn() -> Scenario, &str)] = &[
-    ("default", || from_toml(DEFAULT, "built-in scenario default").expect("valid"), "both victim models, off/nft/static, 10 levels, 5 s x 3 (about 40 minutes)"),
-    ("demo", demo, "nic model, off vs static vs auto, 5 levels, 2 s x 1 (about 1.5 minutes)"),
-    ("auto", auto, "both models, off/static/auto/auto-pno (+auto-idle on same-core), 6 levels, 3 s x 2 (about 10 minutes)"),
-    ("priority", priority, "both models, a priority-0 service's probe beside a flood to a priority-1 service, off/static/auto (+auto-idle on same-core), 4 levels (about 5 minutes)"),
-    ("quick", quick, "nic model, off/static/auto, 2 levels, 1 s (for tests)"),
+pub const BUILTIN: &[Builtin] = &[
+    Builtin {
+        name: "default",
+        make: default_scenario,
+        what: "both victim models, off/nft/static, 10 levels, 5 s x 3 (about 40 minutes)",
+    },
+    Builtin { name: "demo", make: demo, what: "nic model, off vs static vs auto, 5 levels, 2 s x 1 (about 1.5 minutes)" },
+    Builtin { name: "auto", make: auto, what: "both models, off/static/auto/auto-pno (+auto-idle on same-core), 6 levels, 3 s x 2 (about 10 minutes)" },
+    Builtin { name: "priority", make: priority, what: "both models, a priority-0 service's probe beside a flood to a priority-1 service, off/static/auto (+auto-idle on same-core), 4 levels (about 5 minutes)" },
+    Builtin { name: "quick", make: quick, what: "nic model, off/static/auto, 2 levels, 1 s (for tests)" },
 ];
 
 /// A built-in name or a TOML file.
 pub fn load(name_or_path: &str) -> Result<Scenario> {
-    if let Some((_, make, _)) = BUILTIN.iter().find(|(n, _, _)| *n == name_or_path) {
+    if let Some(Builtin { make, .. }) = BUILTIN.iter().find(|b| b.name == name_or_path) {
         let s = make();
         s.validate().with_context(|| format!("built-in scenario {name_or_path}"))?;
         return Ok(s);
     }
     let p = Path::new(name_or_path);
     if !p.exists() {
-        let names: Vec<_> = BUILTIN.iter().map(|b| b.0).collect();
+        let names: Vec<_> = BUILTIN.iter().map(|b| b.name).collect();
         bail!("no scenario \"{name_or_path}\": give a TOML file or one of {names:?}");
     }
     from_toml(&std::fs::read_to_string(p)?, &p.display().to_string())
@@ -400,7 +415,7 @@ mod tests {
 
     #[test]
     fn builtins_are_valid() {
-        for (n, _, _) in BUILTIN {
+        for Builtin { name: n, .. } in BUILTIN {
             assert_eq!(&load(n).unwrap().name, n);
         }
         let q = load("quick").unwrap();

@@ -195,7 +195,7 @@ impl AutoLoop {
             rcvbuf: 0,
             present: true,
         };
-        let rediscover = self.ticks % REDISCOVER_TICKS == 0;
+        let rediscover = self.ticks.is_multiple_of(REDISCOVER_TICKS);
         for c in &mut self.classes {
             c.sock = if rediscover || c.families.is_empty() {
                 let (families, sock) = self.diag.udp_found(&c.ports)?;

@@ -206,10 +206,10 @@ impl Daemon {
             }
             self.ticker.tick(&self.gate, |m| log(m))?;
             ticks += 1;
-            if ticks % STATS_EVERY == 0 {
+            if ticks.is_multiple_of(STATS_EVERY) {
                 self.refresh_stats()?;
             }
-            if ticks % NAPI_EVERY == 0 && self.cfg.auto.napi != NapiSched::Keep {
+            if ticks.is_multiple_of(NAPI_EVERY) && self.cfg.auto.napi != NapiSched::Keep {
                 if let Err(e) = apply_napi(&self.iface, self.cfg.auto.napi) {
                     log(format_args!("{e:#}"));
                 }

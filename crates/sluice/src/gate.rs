@@ -402,9 +402,7 @@ impl Gate {
             Prog::Gate => &self.skel.progs.sluice_gate,
             Prog::Noop => &self.skel.progs.sluice_noop,
         };
-        let mut input = libbpf_rs::ProgramInput::default();
-        input.data_in = Some(packet);
-        input.repeat = repeat;
+        let input = libbpf_rs::ProgramInput { data_in: Some(packet), repeat, ..Default::default() };
         let out = p.test_run(input)?;
         Ok((out.return_value, out.duration))
     }

@@ -22,7 +22,7 @@ pub fn split_rate(total: u64, arrivals: &[u64]) -> Vec<u64> {
     let mut shares: Vec<u64> = arrivals
         .iter()
         .map(|&a| {
-            let extra = if sum == 0 { spread / n } else { (spread as u128 * a as u128 / sum) as u64 };
+            let extra = (spread as u128 * a as u128).checked_div(sum).map_or(spread / n, |x| x as u64);
             floor + extra
         })
         .collect();

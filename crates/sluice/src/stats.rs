@@ -106,7 +106,7 @@ pub struct ClassSnapshot {
     pub name: String,
     /// 0 = highest.
     pub priority: u8,
-    /// "unlimited", "blocked" or "<rate> pps".
+    /// "unlimited", "blocked" or "RATE pps".
     pub limit: String,
     /// Packets/s limit, if the class has one.
     pub rate_pps: Option<u64>,
@@ -275,7 +275,7 @@ pub fn render_table(s: &Snapshot) -> String {
                 human(a.target_pps),
                 a.rate_pps.map_or("unlimited".into(), human),
                 a.sockets,
-                if a.rcvbuf_bytes > 0 { 100 * a.queued_bytes / a.rcvbuf_bytes } else { 0 },
+                (100 * a.queued_bytes).checked_div(a.rcvbuf_bytes).unwrap_or(0),
                 a.lost_secs
             );
         }

@@ -171,7 +171,7 @@ fn mutate(rng: &mut impl Rng, mut p: Vec<u8>) -> Vec<u8> {
             }
             2 => {
                 // A header field that drives parsing: EtherType, IP version/ihl, next header, ext length.
-                let i = *[12usize, 13, 14, 16, 18, 20, 23, 54, 55].iter().nth(rng.gen_range(0..9)).unwrap();
+                let i = *[12usize, 13, 14, 16, 18, 20, 23, 54, 55].get(rng.gen_range(0..9)).unwrap();
                 if i < p.len() {
                     p[i] = rng.gen();
                 }

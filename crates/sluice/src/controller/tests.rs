@@ -54,7 +54,7 @@ fn run(
     out
 }
 
-fn window<'a>(ticks: &'a [Tick], from: f64, to: f64) -> impl Iterator<Item = &'a Tick> {
+fn window(ticks: &[Tick], from: f64, to: f64) -> impl Iterator<Item = &Tick> {
     ticks.iter().filter(move |k| k.t > from && k.t <= to)
 }
 
