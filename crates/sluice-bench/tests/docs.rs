@@ -13,7 +13,7 @@ fn read(rel: &str) -> String {
 #[test]
 fn the_mlfrr_threshold_is_the_one_the_docs_state() {
     let stated = format!("{}% loss", LOSS_FREE * 100.0);
-    for doc in ["docs/results-schema.md", "README.md"] {
+    for doc in ["docs/results-schema.md", "docs/bench.md"] {
         let text = read(doc);
         assert!(text.contains(&stated), "{doc} does not state the MLFRR threshold as \"{stated}\"");
         for other in ["0.1% loss", "0.2% loss", "1% loss"] {
@@ -36,9 +36,9 @@ fn the_readme_scenario_is_the_default_with_the_stated_differences() {
         s.sources = 1;
     }
     assert_eq!(readme_sc, want);
-    let text = read("README.md");
+    let text = read("docs/results.md");
     assert!(
         text.contains("9 levels (no 0.75x), one flood source address instead\nof 16, and 3 s x 1 per level"),
-        "the README's description of scenarios/readme.toml"
+        "docs/results.md's description of scenarios/readme.toml"
     );
 }

@@ -341,46 +341,28 @@ mod errors {
         assert_eq!(tb.attached_prog(), 0, "nothing attached on error");
     }
 
+    /// `sluice run` on B's interface with one class, no metrics and a socket of
+    /// its own, plus `extra` flags: for starts that must be refused.
+    fn run_refused(tb: &Testbed, extra: &[&str]) -> std::process::Output {
+        let mut args = vec!["run", "--iface", tb.if_b, "--class", "x:match=udp"];
+        args.extend_from_slice(&["--metrics", "off", "--socket", "/tmp/unused-sluice.sock"]);
+        args.extend_from_slice(extra);
+        tb.sluice(&tb.b, &args)
+    }
+
     #[test]
     fn an_attached_program_is_named_and_refused() {
         let mut tb = Testbed::new();
         tb.start_gate(&["--class", "x:match=udp"]);
         let first = tb.attached_prog();
-        let o = tb.sluice(
-            &tb.b,
-            &[
-                "run",
-                "--iface",
-                tb.if_b,
-                "--class",
-                "x:match=udp",
-                "--metrics",
-                "off",
-                "--socket",
-                "/tmp/unused-sluice.sock",
-            ],
-        );
+        let o = run_refused(&tb, &[]);
         assert!(!o.status.success());
         let e = stderr(&o);
         // Held by a bpf_link: only its owner can remove it, so no netlink advice and no --replace.
         assert!(e.contains(&format!("id {first}")) && e.contains("only its owner can remove"), "{e}");
         assert!(!e.contains("xdp off") && !e.contains("--replace"), "no advice that cannot work: {e}");
         // --replace cannot take over a bpf_link: said plainly.
-        let o = tb.sluice(
-            &tb.b,
-            &[
-                "run",
-                "--iface",
-                tb.if_b,
-                "--replace",
-                "--class",
-                "x:match=udp",
-                "--metrics",
-                "off",
-                "--socket",
-                "/tmp/unused-sluice.sock",
-            ],
-        );
+        let o = run_refused(&tb, &["--replace"]);
         assert!(!o.status.success());
         assert!(stderr(&o).contains("bpf_link"), "{}", stderr(&o));
         assert_eq!(tb.attached_prog(), first, "the first daemon keeps the interface");
@@ -415,20 +397,7 @@ mod errors {
     fn replace_takes_over_a_netlink_attached_program() {
         let mut tb = Testbed::new();
         let foreign = attach_foreign_program(&tb);
-        let o = tb.sluice(
-            &tb.b,
-            &[
-                "run",
-                "--iface",
-                tb.if_b,
-                "--class",
-                "x:match=udp",
-                "--metrics",
-                "off",
-                "--socket",
-                "/tmp/unused-sluice.sock",
-            ],
-        );
+        let o = run_refused(&tb, &[]);
         assert!(!o.status.success());
         let e = stderr(&o);
         assert!(e.contains(&format!("id {foreign}")) && e.contains("other_prog") && e.contains("xdp off"), "{e}");
