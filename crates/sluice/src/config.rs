@@ -580,34 +580,70 @@ fn line_col(src: &str, offset: usize) -> (usize, usize) {
 
 /// Parse and validate a TOML config held in `src`, read from `path`.
 pub fn from_toml(src: &str, path: &Path) -> Result<Config, ConfigError> {
-    let at = |span: std::ops::Range<usize>, field: &str, message: String| {
-        let (line, column) = line_col(src, span.start);
-        ConfigError { origin: Origin::File { path: path.to_path_buf(), line, column }, field: field.into(), message }
-    };
-    let raw: RawConfig = toml::from_str(src).map_err(|e| {
-        let span = e.span().unwrap_or(0..0);
-        at(span, "", e.message().to_string())
-    })?;
-
+    let loc = Locator { src, path };
+    let raw: RawConfig =
+        toml::from_str(src).map_err(|e| loc.at(e.span().unwrap_or(0..0), "", e.message().to_string()))?;
     let mut classes = Vec::new();
     for rc in &raw.classes {
+        let class = loc.class(rc)?;
+        if class.rules.is_empty() && class.name != DEFAULT_CLASS {
+            // A class without rules only receives traffic as the default class; allowed, but say so when it is not.
+            let is_default = raw.default_class.as_ref().is_some_and(|d| d.get_ref() == &class.name);
+            if !is_default {
+                let field = format!("class.match (class \"{}\")", class.name);
+                return Err(loc.at(rc.span(), &field, "the class has no match rules and is not the default class, so no packet could reach it; add match = [{ proto = \"udp\", port = 53 }] or similar".into()));
+            }
+        }
+        classes.push(class);
+    }
+    let dspan = raw.default_class.as_ref().map_or(0..0, |d| d.span());
+    let (classes, default_class) =
+        finish(classes, raw.default_class.as_ref().map(|d| d.get_ref().as_str()), &|f, m| {
+            loc.at(if f == "default_class" { dspan.clone() } else { 0..0 }, f, m)
+        })?;
+    Ok(Config {
+        auto: raw.auto.as_ref().map_or(Ok(AutoSettings::default()), |a| loc.auto(a))?,
+        metrics: loc.metrics(raw.metrics.as_ref())?,
+        interface: raw.interface,
+        xdp_mode: raw.xdp_mode.unwrap_or_default(),
+        malformed: raw.malformed.unwrap_or_default(),
+        default_class,
+        socket: raw.socket,
+        classes,
+    })
+}
+
+/// A config file's text and path, to turn a span into file:line:column.
+struct Locator<'a> {
+    src: &'a str,
+    path: &'a Path,
+}
+
+impl Locator<'_> {
+    fn at(&self, span: std::ops::Range<usize>, field: &str, message: String) -> ConfigError {
+        let (line, column) = line_col(self.src, span.start);
+        ConfigError {
+            origin: Origin::File { path: self.path.to_path_buf(), line, column },
+            field: field.into(),
+            message,
+        }
+    }
+
+    fn class(&self, rc: &Spanned<RawClass>) -> Result<Class, ConfigError> {
         let cspan = rc.span();
         let rc = rc.get_ref();
         let name = rc.name.get_ref().clone();
-        check_name(&name).map_err(|m| at(rc.name.span(), "name", m))?;
+        check_name(&name).map_err(|m| self.at(rc.name.span(), "name", m))?;
         let field = |f: &str| format!("class.{f} (class \"{name}\")");
         let burst = rc.burst.as_ref().map(|b| *b.get_ref());
         let limit = match &rc.rate {
             Some(r) => parse_limit(&r.get_ref().text(), burst).map_err(|(f, m)| {
                 let span = if f == "burst" { rc.burst.as_ref().map_or(r.span(), |b| b.span()) } else { r.span() };
-                at(span, &field(f), m)
+                self.at(span, &field(f), m)
             })?,
             None if burst.is_some() => {
-                return Err(at(
-                    rc.burst.as_ref().unwrap().span(),
-                    &field("burst"),
-                    "a burst needs a packets/s rate".into(),
-                ))
+                let span = rc.burst.as_ref().map_or(cspan.clone(), |b| b.span());
+                return Err(self.at(span, &field("burst"), "a burst needs a packets/s rate".into()));
             }
             None => Limit::Unlimited,
         };
@@ -623,90 +659,65 @@ pub fn from_toml(src: &str, path: &Path) -> Result<Config, ConfigError> {
                 "min_share" => rc.min_share.as_ref().map(|x| x.span()),
                 _ => rc.fallback.as_ref().map(|x| x.span()),
             };
-            at(span.unwrap_or(cspan.clone()), &field(f), m)
+            self.at(span.unwrap_or(cspan.clone()), &field(f), m)
         })?;
-        let mut rules = Vec::new();
-        for rr in &rc.rules {
-            let rspan = rr.span();
-            let rr = rr.get_ref();
-            let proto = match &rr.proto {
-                Some(p) => parse_proto(&p.get_ref().text()).map_err(|m| at(p.span(), &field("match.proto"), m))?,
-                None if rr.port.is_some() => {
-                    return Err(at(rspan, &field("match.proto"), "a port needs proto = \"udp\" or \"tcp\"".into()))
-                }
-                None => Proto::Any,
-            };
-            let ports = match &rr.port {
-                Some(p) => Some(parse_ports(&p.get_ref().text()).map_err(|m| at(p.span(), &field("match.port"), m))?),
-                None => None,
-            };
-            let src_prefix = match &rr.src {
-                Some(s) => Some(parse_prefix(s.get_ref()).map_err(|m| at(s.span(), &field("match.src"), m))?),
-                None => None,
-            };
-            let rule = make_rule(proto, ports, src_prefix)
-                .map_err(|(f, m)| at(rspan.clone(), &field(&format!("match.{f}")), m))?;
-            rules.push(rule);
-        }
-        if rules.is_empty() && classes.len() < raw.classes.len() && name != DEFAULT_CLASS {
-            // A class without rules only receives traffic as the default class; allowed, but say so when it is not.
-            let is_default = raw.default_class.as_ref().is_some_and(|d| d.get_ref() == &name);
-            if !is_default {
-                return Err(at(cspan, &field("match"), "the class has no match rules and is not the default class, so no packet could reach it; add match = [{ proto = \"udp\", port = 53 }] or similar".into()));
-            }
-        }
-        classes.push(Class { name, priority: rc.priority.unwrap_or(DEFAULT_PRIORITY), limit, rules });
+        let rules = rc.rules.iter().map(|rr| self.rule(rr, &field)).collect::<Result<Vec<_>, _>>()?;
+        Ok(Class { name, priority: rc.priority.unwrap_or(DEFAULT_PRIORITY), limit, rules })
     }
 
-    let dspan = raw.default_class.as_ref().map_or(0..0, |d| d.span());
-    let (classes, default_class) =
-        finish(classes, raw.default_class.as_ref().map(|d| d.get_ref().as_str()), &|f, m| {
-            at(if f == "default_class" { dspan.clone() } else { 0..0 }, f, m)
-        })?;
-    let metrics = match &raw.metrics {
-        None => Some(DEFAULT_METRICS.parse().unwrap()),
-        Some(m) if m.get_ref() == "off" => None,
-        Some(m) => Some(m.get_ref().parse().map_err(|_| {
-            at(
-                m.span(),
-                "metrics",
-                format!("\"{}\" is not an address:port; valid: \"127.0.0.1:9786\" or \"off\"", m.get_ref()),
-            )
-        })?),
-    };
-    let mut auto = AutoSettings::default();
-    if let Some(a) = &raw.auto {
+    fn rule(&self, rr: &Spanned<RawRule>, field: &dyn Fn(&str) -> String) -> Result<Rule, ConfigError> {
+        let rspan = rr.span();
+        let rr = rr.get_ref();
+        let proto = match &rr.proto {
+            Some(p) => parse_proto(&p.get_ref().text()).map_err(|m| self.at(p.span(), &field("match.proto"), m))?,
+            None if rr.port.is_some() => {
+                return Err(self.at(rspan, &field("match.proto"), "a port needs proto = \"udp\" or \"tcp\"".into()))
+            }
+            None => Proto::Any,
+        };
+        let ports = match &rr.port {
+            Some(p) => Some(parse_ports(&p.get_ref().text()).map_err(|m| self.at(p.span(), &field("match.port"), m))?),
+            None => None,
+        };
+        let src_prefix = match &rr.src {
+            Some(s) => Some(parse_prefix(s.get_ref()).map_err(|m| self.at(s.span(), &field("match.src"), m))?),
+            None => None,
+        };
+        make_rule(proto, ports, src_prefix).map_err(|(f, m)| self.at(rspan.clone(), &field(&format!("match.{f}")), m))
+    }
+
+    fn metrics(&self, m: Option<&Spanned<String>>) -> Result<Option<SocketAddr>, ConfigError> {
+        match m {
+            None => Ok(Some(DEFAULT_METRICS.parse().expect("the default metrics address parses"))),
+            Some(m) if m.get_ref() == "off" => Ok(None),
+            Some(m) => m.get_ref().parse().map(Some).map_err(|_| {
+                let msg = format!("\"{}\" is not an address:port; valid: \"127.0.0.1:9786\" or \"off\"", m.get_ref());
+                self.at(m.span(), "metrics", msg)
+            }),
+        }
+    }
+
+    fn auto(&self, a: &Spanned<RawAuto>) -> Result<AutoSettings, ConfigError> {
         let (span, a) = (a.span(), a.get_ref());
+        let mut auto = AutoSettings::default();
         if let Some(h) = a.hold {
             if !(0.0..=3600.0).contains(&h) {
-                return Err(at(span, "auto.hold", format!("{h} is out of range; valid: 0 to 3600 seconds")));
+                return Err(self.at(span, "auto.hold", format!("{h} is out of range; valid: 0 to 3600 seconds")));
             }
             auto.hold_ms = (h * 1000.0).round() as u64;
         }
         if let Some(p) = a.pno_step {
             if p == 0 || p > u64::from(SLUICE_MAX_RATE) {
-                return Err(at(
-                    span,
-                    "auto.pno_step",
-                    format!("{p} is out of range; valid: 1 to {SLUICE_MAX_RATE} packets/s"),
-                ));
+                let msg = format!("{p} is out of range; valid: 1 to {SLUICE_MAX_RATE} packets/s");
+                return Err(self.at(span, "auto.pno_step", msg));
             }
             auto.pno_step = p;
         }
         if let Some(n) = a.napi {
             auto.napi = n;
         }
+        Ok(auto)
     }
-    Ok(Config {
-        auto,
-        interface: raw.interface,
-        xdp_mode: raw.xdp_mode.unwrap_or_default(),
-        malformed: raw.malformed.unwrap_or_default(),
-        default_class,
-        metrics,
-        socket: raw.socket,
-        classes,
-    })
 }
 
 /// Read and validate a config file.

@@ -40,6 +40,7 @@ pub fn set_napi(iface: &str, policy: NapiSched) -> Result<usize> {
             continue;
         }
         let p = libc::sched_param { sched_priority: 0 };
+        // SAFETY: as above; a pid that exited only makes the call fail.
         if unsafe { libc::sched_setscheduler(pid, want, &p) } != 0 {
             bail!("setting the policy of napi kthread {pid}: {}", std::io::Error::last_os_error());
         }

@@ -129,6 +129,7 @@ fn reader(sock: UdpSocket, o: &ServeOpts, stop: Arc<AtomicBool>, work: &AtomicU6
     let mut addrs: Vec<libc::sockaddr_storage> = vec![unsafe { std::mem::zeroed() }; BATCH];
     let mut iov: Vec<libc::iovec> =
         bufs.iter_mut().map(|b| libc::iovec { iov_base: b.as_mut_ptr().cast(), iov_len: BUF }).collect();
+    // SAFETY: as above: a zeroed mmsghdr is valid; its pointers are set before each call.
     let mut msgs: Vec<libc::mmsghdr> = vec![unsafe { std::mem::zeroed() }; BATCH];
     let start = Instant::now();
     let mut rep = ServeReport::default();

@@ -2,6 +2,11 @@
 //! Prometheus text, and the table `sluice status` prints. Pure: no kernel here.
 use std::fmt::Write as _;
 
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
 use serde::{Deserialize, Serialize};
 
 use crate::bpf_intf::*;
@@ -292,58 +297,12 @@ pub fn render_table(s: &Snapshot) -> String {
 
 /// Prometheus text exposition of a snapshot.
 pub fn prometheus_text(s: &Snapshot) -> String {
-    use prometheus_client::encoding::text::encode;
-    use prometheus_client::metrics::counter::{ConstCounter, Counter};
-    use prometheus_client::metrics::family::Family;
-    use prometheus_client::metrics::gauge::Gauge;
-    use prometheus_client::registry::Registry;
-
-    type Labels = Vec<(String, String)>;
-    type U64Counter = Counter<u64, std::sync::atomic::AtomicU64>;
     let mut reg = Registry::with_prefix("sluice");
+    register_class_families(&mut reg, &s.classes);
+    register_auto_families(&mut reg, &s.classes);
     // The kernel's counters are totals: each scrape builds a new registry and
-    // counts them in once, so they are served as counters.
-    let pkts = Family::<Labels, U64Counter>::default();
-    let bytes = Family::<Labels, U64Counter>::default();
-    let limit = Family::<Labels, Gauge<u64, std::sync::atomic::AtomicU64>>::default();
+    // counts them in once, so they are served as counters (the encoder adds _total).
     let global = Family::<Labels, U64Counter>::default();
-    type F64Gauge = Gauge<f64, std::sync::atomic::AtomicU64>;
-    let (auto_pps, auto_queue, auto_lost, auto_state) = (
-        Family::<Labels, F64Gauge>::default(),
-        Family::<Labels, F64Gauge>::default(),
-        Family::<Labels, F64Gauge>::default(),
-        Family::<Labels, F64Gauge>::default(),
-    );
-    for c in &s.classes {
-        let t = &c.totals;
-        for (verdict, p, b) in [
-            ("seen", t.seen_pkts, t.seen_bytes),
-            ("admitted", t.admitted_pkts, t.admitted_bytes),
-            ("dropped_rate", t.dropped_rate_pkts, t.dropped_rate_bytes),
-            ("dropped_blocked", t.dropped_blocked_pkts, t.dropped_blocked_bytes),
-        ] {
-            let l = vec![("class".to_string(), c.name.clone()), ("verdict".to_string(), verdict.to_string())];
-            pkts.get_or_create(&l).inc_by(p);
-            bytes.get_or_create(&l).inc_by(b);
-        }
-        if let Some(r) = c.rate_pps {
-            limit.get_or_create(&vec![("class".to_string(), c.name.clone())]).set(r);
-        }
-        if let Some(a) = &c.auto {
-            let l = |k: &str| vec![("class".to_string(), c.name.clone()), ("kind".to_string(), k.to_string())];
-            auto_pps.get_or_create(&l("capacity")).set(a.capacity_pps);
-            auto_pps.get_or_create(&l("target")).set(a.target_pps);
-            auto_pps.get_or_create(&l("rate")).set(a.rate_pps.unwrap_or(f64::INFINITY));
-            auto_queue.get_or_create(&vec![("class".to_string(), c.name.clone())]).set(a.queued_bytes as f64);
-            auto_lost.get_or_create(&vec![("class".to_string(), c.name.clone())]).set(a.lost_secs);
-            let st = vec![
-                ("class".to_string(), c.name.clone()),
-                ("algo".to_string(), a.algo.clone()),
-                ("state".to_string(), a.state.clone()),
-            ];
-            auto_state.get_or_create(&st).set(1.0);
-        }
-    }
     let g = &s.global;
     for (k, v) in [
         ("non_ip_pass", g.non_ip_pass),
@@ -352,36 +311,78 @@ pub fn prometheus_text(s: &Snapshot) -> String {
         ("depth_exceeded", g.depth_exceeded),
         ("fragments", g.fragments),
     ] {
-        global.get_or_create(&vec![("kind".to_string(), k.to_string())]).inc_by(v);
+        global.get_or_create(&vec![label("kind", k)]).inc_by(v);
     }
-    // Counters get their _total suffix from the encoder.
-    reg.register("class_packets", "Packets per class and verdict (seen = all classified)", pkts);
-    reg.register("class_bytes", "Bytes per class and verdict", bytes);
-    reg.register("class_rate_limit_pps", "Configured packets/s limit of limited classes", limit);
     reg.register("global_packets", "Packets outside the classes: non-IP, malformed, and informational counts", global);
-    reg.register(
-        "auto_rate_pps",
-        "Auto classes: capacity estimate, controller target (all auto classes) and the class's current rate",
-        auto_pps,
-    );
-    reg.register("auto_socket_queued_bytes", "Auto classes: bytes queued in the class's sockets", auto_queue);
-    reg.register(
-        "auto_signals_lost_seconds",
-        "Auto classes: seconds without signals (holding, then fallback)",
-        auto_lost,
-    );
-    reg.register("auto_state", "Auto classes: the controller's state (value 1 on the current state)", auto_state);
-    reg.register(
-        "daemon_cpu_seconds",
-        "CPU time used by the daemon (user + system)",
-        ConstCounter::new(s.daemon_cpu_secs),
-    );
-    let uptime = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+    let cpu = ConstCounter::new(s.daemon_cpu_secs);
+    reg.register("daemon_cpu_seconds", "CPU time used by the daemon (user + system)", cpu);
+    let uptime = F64Gauge::default();
     uptime.set(s.uptime_secs);
     reg.register("uptime_seconds", "Seconds since the gate was attached", uptime);
     let mut out = String::new();
     encode(&mut out, &reg).expect("writing to a String cannot fail");
     out
+}
+
+type Labels = Vec<(String, String)>;
+type U64Counter = Counter<u64, std::sync::atomic::AtomicU64>;
+type U64Gauge = Gauge<u64, std::sync::atomic::AtomicU64>;
+type F64Gauge = Gauge<f64, std::sync::atomic::AtomicU64>;
+
+fn label(k: &str, v: &str) -> (String, String) {
+    (k.to_string(), v.to_string())
+}
+
+/// Packets and bytes per class and verdict, and the limit of limited classes.
+fn register_class_families(reg: &mut Registry, classes: &[ClassSnapshot]) {
+    let pkts = Family::<Labels, U64Counter>::default();
+    let bytes = Family::<Labels, U64Counter>::default();
+    let limit = Family::<Labels, U64Gauge>::default();
+    for c in classes {
+        let t = &c.totals;
+        for (verdict, p, b) in [
+            ("seen", t.seen_pkts, t.seen_bytes),
+            ("admitted", t.admitted_pkts, t.admitted_bytes),
+            ("dropped_rate", t.dropped_rate_pkts, t.dropped_rate_bytes),
+            ("dropped_blocked", t.dropped_blocked_pkts, t.dropped_blocked_bytes),
+        ] {
+            let l = vec![label("class", &c.name), label("verdict", verdict)];
+            pkts.get_or_create(&l).inc_by(p);
+            bytes.get_or_create(&l).inc_by(b);
+        }
+        if let Some(r) = c.rate_pps {
+            limit.get_or_create(&vec![label("class", &c.name)]).set(r);
+        }
+    }
+    reg.register("class_packets", "Packets per class and verdict (seen = all classified)", pkts);
+    reg.register("class_bytes", "Bytes per class and verdict", bytes);
+    reg.register("class_rate_limit_pps", "Configured packets/s limit of limited classes", limit);
+}
+
+/// The controller's view of each auto class.
+fn register_auto_families(reg: &mut Registry, classes: &[ClassSnapshot]) {
+    let (pps, queue, lost, state) = (
+        Family::<Labels, F64Gauge>::default(),
+        Family::<Labels, F64Gauge>::default(),
+        Family::<Labels, F64Gauge>::default(),
+        Family::<Labels, F64Gauge>::default(),
+    );
+    for c in classes {
+        let Some(a) = &c.auto else { continue };
+        let class = || vec![label("class", &c.name)];
+        let kind = |k: &str| vec![label("class", &c.name), label("kind", k)];
+        pps.get_or_create(&kind("capacity")).set(a.capacity_pps);
+        pps.get_or_create(&kind("target")).set(a.target_pps);
+        pps.get_or_create(&kind("rate")).set(a.rate_pps.unwrap_or(f64::INFINITY));
+        queue.get_or_create(&class()).set(a.queued_bytes as f64);
+        lost.get_or_create(&class()).set(a.lost_secs);
+        state.get_or_create(&vec![label("class", &c.name), label("algo", &a.algo), label("state", &a.state)]).set(1.0);
+    }
+    let what = "Auto classes: capacity estimate, controller target (all auto classes) and the class's current rate";
+    reg.register("auto_rate_pps", what, pps);
+    reg.register("auto_socket_queued_bytes", "Auto classes: bytes queued in the class's sockets", queue);
+    reg.register("auto_signals_lost_seconds", "Auto classes: seconds without signals (holding, then fallback)", lost);
+    reg.register("auto_state", "Auto classes: the controller's state (value 1 on the current state)", state);
 }
 
 /// The same metrics in the Prometheus text format 0.0.4, for scrapers that
