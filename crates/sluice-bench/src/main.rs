@@ -247,6 +247,18 @@ fn cmd_bench_step(a: StepArgs) -> Result<()> {
 }
 
 fn cmd_bench_demo(a: DemoArgs) -> Result<()> {
+    // Ctrl-C or SIGTERM: remove this run's namespaces (and with them the veth
+    // pair and the gate), then exit; the children stop on the same signal or
+    // at the end of their --duration.
+    let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])?;
+    std::thread::spawn(move || {
+        if let Some(sig) = signals.forever().next() {
+            let mine = format!("{}{}-", victim::NS_PREFIX, std::process::id());
+            let _ = sluice::testbed::cleanup_leftovers(&mine);
+            eprintln!("sluice bench demo: interrupted; the testbed is removed");
+            std::process::exit(128 + sig);
+        }
+    });
     let o = demo::DemoOpts {
         exe: sluice_exe()?,
         secs: a.duration.as_secs_f64(),
