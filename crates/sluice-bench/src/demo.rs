@@ -24,8 +24,8 @@ pub struct DemoOpts {
     pub secs: f64,
     /// The service's CPU cost per datagram.
     pub work_ns: u64,
-    /// The static phase's limit (a --class rate: "110k").
-    pub limit: String,
+    /// The static phase's limit, packets/s.
+    pub limit: u64,
 }
 
 /// Delivered datagrams/s of each phase.
@@ -57,7 +57,7 @@ pub fn run(o: &DemoOpts) -> Result<DemoResult> {
     let result = (|| -> Result<DemoResult> {
         let off = demo.phase("without sluice", None)?;
         let static_limit = demo.phase(
-            &format!("with sluice (static {})", o.limit),
+            &format!("with sluice (static {})", sluice::stats::human(o.limit as f64)),
             Some(&format!("svc:rate={},match=udp:{PORT}", o.limit)),
         )?;
         let auto = demo.phase("with sluice (rate=auto)", Some(&format!("svc:rate=auto,match=udp:{PORT}")))?;

@@ -263,7 +263,7 @@ fn cmd_bench_demo(a: DemoArgs) -> Result<()> {
         exe: sluice_exe()?,
         secs: a.duration.as_secs_f64(),
         work_ns: a.work_ns,
-        limit: format!("{}", a.limit as u64),
+        limit: a.limit as u64,
     };
     demo::run(&o)?;
     Ok(())
