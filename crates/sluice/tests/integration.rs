@@ -416,8 +416,11 @@ mod errors {
         let foreign = attach_foreign_program(&tb);
         let sock = tb.dir.join("replace.sock");
         let sock = sock.to_str().unwrap();
-        let tries: [(&[&str], &str); 2] = [
-            // An address this namespace does not have: the metrics bind fails.
+        // The case: the metrics port taken by another process in B.
+        let taken = in_netns(&tb.b, || std::net::TcpListener::bind("127.0.0.1:9786").expect("binding 9786 in B"));
+        let tries: [(&[&str], &str); 3] = [
+            (&["--metrics", "127.0.0.1:9786"], "cannot serve metrics on 127.0.0.1:9786"),
+            // An address this namespace does not have: the metrics bind fails too.
             (&["--metrics", "192.0.2.1:9786"], "cannot serve metrics on 192.0.2.1:9786"),
             (&["--metrics", "off", "--class", "a:rate=auto,match=udp:5999"], "no UDP socket is bound"),
         ];
@@ -430,6 +433,7 @@ mod errors {
             assert_eq!(tb.attached_prog(), foreign, "{extra:?}: the foreign program is still attached");
             assert!(!std::path::Path::new(sock).exists(), "{extra:?}: the statistics socket file was removed");
         }
+        drop(taken);
     }
 
     /// A driver without native XDP (loopback) is said plainly; generic mode works there.
