@@ -116,6 +116,40 @@ pub fn settle(points: &[StepPoint], start: f64, steady_from: f64) -> (f64, Optio
     (steady, settle, overshoot)
 }
 
+/// Phase `k`'s figures from the run's trace, the probe's (sent, received)
+/// times, the run's start on the monotonic clock, and the probe's sent count
+/// at the phase's start and end.
+fn phase_stats(
+    k: usize,
+    phase_secs: f64,
+    trace: &[StepPoint],
+    replies: &[(u64, u64)],
+    mono0: u64,
+    legit_sent: (u64, u64),
+) -> PhaseStats {
+    let (start, end) = (k as f64 * phase_secs, (k + 1) as f64 * phase_secs);
+    let pts: Vec<StepPoint> = trace.iter().copied().filter(|p| p.t > start && p.t <= end).collect();
+    let (steady, settle_secs, overshoot) = settle(&pts, start, end - 0.4 * phase_secs);
+    let deliv: Vec<f64> = pts.iter().filter(|p| p.t >= end - 0.4 * phase_secs).map(|p| p.delivered_pps).collect();
+    let cv: Vec<f64> = pts.iter().filter(|p| p.t >= end - 1.0).map(|p| p.admitted_pps).collect();
+    let (s_ns, e_ns) = (mono0 + (start * 1e9) as u64, mono0 + (end * 1e9) as u64);
+    let mut rtts: Vec<f64> =
+        replies.iter().filter(|r| r.0 >= s_ns && r.0 < e_ns).map(|r| r.1.saturating_sub(r.0) as f64 / 1e3).collect();
+    rtts.sort_by(f64::total_cmp);
+    let sent = legit_sent.1.saturating_sub(legit_sent.0);
+    PhaseStats {
+        name: PHASES[k].into(),
+        start,
+        steady_admitted_pps: steady,
+        steady_delivered_pps: deliv.iter().sum::<f64>() / deliv.len().max(1) as f64,
+        settle_secs,
+        overshoot,
+        admitted_cv: coefficient_of_variation(&cv),
+        legit_loss: if sent > 0 { 1.0 - (rtts.len() as f64 / sent as f64).min(1.0) } else { 0.0 },
+        legit_p99_us: percentile(&rtts, 0.99),
+    }
+}
+
 fn one_run(env: &mut Rig, config: ConfigKind, peak: f64, o: &StepOpts) -> Result<StepRun> {
     env.apply_config(config, peak)?;
     let flood_pps = o.flood * peak;
@@ -167,33 +201,7 @@ fn one_run(env: &mut Rig, config: ConfigKind, peak: f64, o: &StepOpts) -> Result
     std::thread::sleep(Duration::from_millis(200));
     let replies = env.take_replies();
     let phases = (0..PHASES.len())
-        .map(|k| {
-            let (start, end) = (k as f64 * o.phase_secs, (k + 1) as f64 * o.phase_secs);
-            let pts: Vec<StepPoint> = trace.iter().copied().filter(|p| p.t > start && p.t <= end).collect();
-            let (steady, settle_secs, overshoot) = settle(&pts, start, end - 0.4 * o.phase_secs);
-            let deliv: Vec<f64> =
-                pts.iter().filter(|p| p.t >= end - 0.4 * o.phase_secs).map(|p| p.delivered_pps).collect();
-            let cv: Vec<f64> = pts.iter().filter(|p| p.t >= end - 1.0).map(|p| p.admitted_pps).collect();
-            let (s_ns, e_ns) = (mono0 + (start * 1e9) as u64, mono0 + (end * 1e9) as u64);
-            let mut rtts: Vec<f64> = replies
-                .iter()
-                .filter(|r| r.0 >= s_ns && r.0 < e_ns)
-                .map(|r| r.1.saturating_sub(r.0) as f64 / 1e3)
-                .collect();
-            rtts.sort_by(f64::total_cmp);
-            let sent = legit_sent_at[k + 1].saturating_sub(legit_sent_at[k]);
-            PhaseStats {
-                name: PHASES[k].into(),
-                start,
-                steady_admitted_pps: steady,
-                steady_delivered_pps: deliv.iter().sum::<f64>() / deliv.len().max(1) as f64,
-                settle_secs,
-                overshoot,
-                admitted_cv: coefficient_of_variation(&cv),
-                legit_loss: if sent > 0 { 1.0 - (rtts.len() as f64 / sent as f64).min(1.0) } else { 0.0 },
-                legit_p99_us: percentile(&rtts, 0.99),
-            }
-        })
+        .map(|k| phase_stats(k, o.phase_secs, &trace, &replies, mono0, (legit_sent_at[k], legit_sent_at[k + 1])))
         .collect();
     let controller = env.auto_trace();
     Ok(StepRun {

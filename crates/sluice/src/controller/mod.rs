@@ -295,27 +295,9 @@ impl Controller {
         let busy = queued(s.queue_start) && queued(s.queue_end);
         // The gate is the bottleneck when it refuses part of what is offered.
         let limiting = s.offered > s.admitted * LIMITING_MARGIN + 1.0;
-        let ewma = |c: f64, x: f64| if c > 0.0 { (1.0 - CAPACITY_EWMA) * c + CAPACITY_EWMA * x } else { x };
         self.drop_ticks = if s.sock_drops > 0 { self.drop_ticks + 1 } else { 0 };
         if s.sock_drops > 0 {
-            // A stall of the service (pre-empted, a VM hiccup, the napi
-            // kthread's turn) overflows a buffer a few ms deep just as
-            // overload does. It ends with the queue drained, or shows as a
-            // tick or three in which the service took far less than its
-            // capacity: leave `T`, the estimate and the quiet count alone.
-            let slow = s.delivered < STALL_SHARE * self.capacity;
-            if !queued(s.queue_end) || (slow && self.drop_ticks <= STALL_TICKS) {
-                self.state = CtlState::Backoff;
-                return self.target;
-            }
-            // Overload: the queue is full and stays full. At the capacity
-            // (the service keeps pace) the target is just above it: come down
-            // below it. Far below the capacity for longer than a stall: the
-            // capacity itself fell; take what the service does now.
-            self.capacity = if slow { ewma(self.capacity, s.delivered) } else { self.capacity.min(self.target) };
-            self.quiet_ticks = 0;
-            self.state = CtlState::Backoff;
-            return BACKOFF * self.target.min(self.capacity);
+            return self.knee_socket_drops(s, queued(s.queue_end));
         }
         if s.backlog_drops > 0 || s.squeeze > 0 {
             // Loss before the socket: the queue cannot tell; did more in give more out?
@@ -333,7 +315,7 @@ impl Controller {
         };
         if busy {
             // The service never waited in this tick: what it took is its capacity.
-            self.capacity = ewma(self.capacity, s.delivered);
+            self.capacity = capacity_ewma(self.capacity, s.delivered);
         } else if limiting {
             // It took this much without a queue: a lower bound on capacity.
             self.capacity = self.capacity.max(self.delivered_avg);
@@ -369,6 +351,38 @@ impl Controller {
         }
         let k = (self.quiet_ticks - PROBE_AFTER_TICKS - 1).min(4);
         self.target.max(s.delivered) * (1.0 + PROBE_GAIN * f64::from(1u32 << k))
+    }
+
+    /// Knee, socket drops in the tick: a stall (leave everything alone) or
+    /// overload (back off below the lower of target and capacity).
+    fn knee_socket_drops(&mut self, s: &Signals, queue_stands: bool) -> f64 {
+        // A stall of the service (pre-empted, a VM hiccup, the napi
+        // kthread's turn) overflows a buffer a few ms deep just as
+        // overload does. It ends with the queue drained, or shows as a
+        // tick or three in which the service took far less than its
+        // capacity: leave `T`, the estimate and the quiet count alone.
+        let slow = s.delivered < STALL_SHARE * self.capacity;
+        if !queue_stands || (slow && self.drop_ticks <= STALL_TICKS) {
+            self.state = CtlState::Backoff;
+            return self.target;
+        }
+        // Overload: the queue is full and stays full. At the capacity
+        // (the service keeps pace) the target is just above it: come down
+        // below it. Far below the capacity for longer than a stall: the
+        // capacity itself fell; take what the service does now.
+        self.capacity = if slow { capacity_ewma(self.capacity, s.delivered) } else { self.capacity.min(self.target) };
+        self.quiet_ticks = 0;
+        self.state = CtlState::Backoff;
+        BACKOFF * self.target.min(self.capacity)
+    }
+}
+
+/// The capacity estimate with a new sample `x` (the first sample is taken as it is).
+fn capacity_ewma(c: f64, x: f64) -> f64 {
+    if c > 0.0 {
+        (1.0 - CAPACITY_EWMA) * c + CAPACITY_EWMA * x
+    } else {
+        x
     }
 }
 
