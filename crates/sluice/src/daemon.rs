@@ -303,7 +303,12 @@ impl Daemon {
                 self.cfg = cfg;
             }
             Err(e) => {
-                log(format_args!("reload refused, the previous config stays active: {e:#}"));
+                // Only a rollback that failed too leaves anything but the previous config.
+                if matches!(e.downcast_ref::<gate::GateError>(), Some(gate::GateError::RollbackFailed { .. })) {
+                    log(format_args!("reload failed: {e:#}"));
+                } else {
+                    log(format_args!("reload refused, the previous config stays active: {e:#}"));
+                }
                 snap_err = Some(format!("{e:#}"));
             }
         }
