@@ -195,7 +195,11 @@ impl Gate {
     ///   new one, never a mix. The error says which.
     pub fn apply(&mut self, cfg: &Config, tables: &Tables) -> Result<()> {
         let previous = self.applied.take();
-        let saved_state = match &previous {
+        // The class state is read (to move it, or to put it back) only when classes move.
+        let moves = previous
+            .as_ref()
+            .filter(|p| !p.names.iter().map(String::as_str).eq(cfg.classes.iter().map(|c| c.name.as_str())));
+        let saved_state = match moves {
             Some(p) => Some(self.class_states(p.names.len())?),
             None => None,
         };
@@ -212,7 +216,7 @@ impl Gate {
                 let Some(p) = previous else { return Err(err) };
                 let restored = self
                     .write_config(&p.cfg, &p.tables)
-                    .and_then(|()| self.write_class_states(saved_state.as_deref().unwrap_or_default()));
+                    .and_then(|()| saved_state.as_deref().map_or(Ok(()), |saved| self.write_class_states(saved)));
                 self.applied = Some(p);
                 match restored {
                     Ok(()) => Err(GateError::RolledBack(Box::new(err))),
@@ -277,15 +281,12 @@ impl Gate {
     }
 
     /// Move each class's state to its index in `cfg` by name; new classes and
-    /// indexes no class uses any more start from zero. Nothing is written when
-    /// the names are unchanged, so a reload that keeps the classes loses no
-    /// packet counted while it runs. (When classes move, packets counted
-    /// between the read above and this write are lost: microseconds.)
+    /// indexes no class uses any more start from zero. `apply` calls it only
+    /// when the names changed, so a reload that keeps the classes touches no
+    /// counter. (When classes move, packets counted between `apply`'s read and
+    /// this write are lost: microseconds.)
     fn carry_states(&self, old_names: &[String], saved: &[Vec<sluice_class_state>], cfg: &Config) -> Result<()> {
         let new_names: Vec<&str> = cfg.classes.iter().map(|c| c.name.as_str()).collect();
-        if new_names.iter().copied().eq(old_names.iter().map(String::as_str)) {
-            return Ok(());
-        }
         let zero = vec![sluice_class_state::default(); self.ncpus];
         let moved: Vec<Vec<sluice_class_state>> = (0..old_names.len().max(new_names.len()))
             .map(|new_id| {
