@@ -194,15 +194,13 @@ impl Gate {
     ///   previous config back, so the gate runs either the old config or the
     ///   new one, never a mix. The error says which.
     pub fn apply(&mut self, cfg: &Config, tables: &Tables) -> Result<()> {
-        let previous = self.applied.take();
         // The class state is read (to move it, or to put it back) only when classes move.
-        let moves = previous
+        let moves = self
+            .applied
             .as_ref()
             .filter(|p| !p.names.iter().map(String::as_str).eq(cfg.classes.iter().map(|c| c.name.as_str())));
-        let saved_state = match moves {
-            Some(p) => Some(self.class_states(p.names.len())?),
-            None => None,
-        };
+        let saved_state = moves.map(|p| self.class_states(p.names.len())).transpose()?;
+        let previous = self.applied.take();
         let result = self.write_config(cfg, tables).and_then(|()| match (&previous, &saved_state) {
             (Some(p), Some(saved)) => self.carry_states(&p.names, saved, cfg),
             _ => Ok(()),
