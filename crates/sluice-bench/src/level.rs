@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::gen::{mono_ns, stream_value, StreamCount, StreamSpec};
+use crate::gen::{mono_ns, StreamCount};
 use crate::measure::{dev_tx_dropped, softnet, udp_counters, CpuSample, UdpCounters};
 use crate::rig::Rig;
 use crate::scenario::ConfigKind;
@@ -208,8 +208,8 @@ impl Rig {
 
     /// Measure one level: warm up, then count over `duration`.
     pub fn measure(&mut self, config: ConfigKind, multiple: f64, level_pps: f64, repeat: u32) -> Result<LevelResult> {
-        let streams = self.streams(level_pps)?;
-        let w = self.run_window(&streams)?;
+        let streams = self.load_streams(level_pps)?;
+        let w = self.run_window()?;
         let (s0, s1) = (&w.start, &w.end);
         let secs = (s1.t_ns - s0.t_ns) as f64 / 1e9;
         let d = |a: u64, b: u64| b.saturating_sub(a);
@@ -251,16 +251,11 @@ impl Rig {
         })
     }
 
-    /// Load the streams, send for warm-up + window, and read the counters at
+    /// Send the loaded streams for warm-up + window, and read the counters at
     /// the window's edges.
-    fn run_window(&mut self, streams: &[(StreamSpec, bool)]) -> Result<Window> {
-        let values = streams
-            .iter()
-            .map(|(s, _)| stream_value(s, self.tb.net.mac_b, self.tb.net.mac_a))
-            .collect::<Result<Vec<_>>>()?;
-        self.gen.gen.write().unwrap().set_streams(&values)?;
+    fn run_window(&mut self) -> Result<Window> {
         let (warmup, duration) = (self.scenario.warmup, self.scenario.duration);
-        let done = self.gen.send_for(Duration::from_secs_f64(warmup + duration + 0.3), self.scenario.gen_batch);
+        let done = self.send_for(Duration::from_secs_f64(warmup + duration + 0.3));
         std::thread::sleep(Duration::from_secs_f64(warmup + 0.02));
         if let Some(r) = &self.replies {
             r.take();
