@@ -11,6 +11,7 @@
 //! default_class = "default"     # class for unmatched IP traffic (an unlimited "default" class is added if absent)
 //! metrics = "127.0.0.1:9786"    # Prometheus listen address, or "off"
 //! socket = "/run/sluice/eth0.sock"
+//! discover = true               # a class for each listening service no class matches (default true)
 //!
 //! [[class]]
 //! name = "dns"
@@ -28,7 +29,7 @@
 //! [[class]]
 //! name = "api"
 //! priority = 1
-//! rate = "auto"                 # the controller picks the rate (needs UDP port rules)
+//! rate = "auto"                 # the controller picks the rate (needs UDP or TCP port rules)
 //! algo = "knee"                 # "knee" (default) or "pno"; all auto classes share one
 //! min_share = 0.1               # fraction of capacity kept under any flood (default 0)
 //! fallback = "unlimited"        # limit once signals are lost past auto.hold: packets/s or "unlimited"
@@ -232,6 +233,9 @@ pub struct Class {
     pub priority: u8,
     pub limit: Limit,
     pub rules: Vec<Rule>,
+    /// For a class made by discovery (`discover`), where its priority came
+    /// from; None for a configured class.
+    pub discovered: Option<String>,
 }
 
 /// A validated configuration. Class ids are indexes into `classes`.
@@ -248,6 +252,8 @@ pub struct Config {
     pub socket: Option<PathBuf>,
     pub classes: Vec<Class>,
     pub auto: AutoSettings,
+    /// Find the listening services and add a class for each (`discover`).
+    pub discover: bool,
 }
 
 impl Config {
@@ -264,7 +270,16 @@ impl Config {
 impl Class {
     /// The UDP destination port ranges of the class's rules (where its service's sockets are).
     pub fn udp_ports(&self) -> Vec<(u16, u16)> {
-        self.rules.iter().filter(|r| r.proto == Proto::Udp).filter_map(|r| r.ports).collect()
+        self.ports_of(Proto::Udp)
+    }
+
+    /// The TCP destination port ranges of the class's rules (where its listeners are).
+    pub fn tcp_ports(&self) -> Vec<(u16, u16)> {
+        self.ports_of(Proto::Tcp)
+    }
+
+    fn ports_of(&self, proto: Proto) -> Vec<(u16, u16)> {
+        self.rules.iter().filter(|r| r.proto == proto).filter_map(|r| r.ports).collect()
     }
 }
 
@@ -456,10 +471,10 @@ fn finish(
             return Err(err("name", format!("class \"{}\" is defined twice; class names must be unique", c.name)));
         }
         if let Limit::Auto(spec) = c.limit {
-            if c.udp_ports().is_empty() {
+            if c.udp_ports().is_empty() && c.tcp_ports().is_empty() {
                 return Err(err(
                     "rate",
-                    format!("class \"{}\" has rate = \"auto\" but no UDP port rule: the controller finds the service by its sockets' ports; add match = [{{ proto = \"udp\", port = 53 }}] or set a packets/s rate", c.name),
+                    format!("class \"{}\" has rate = \"auto\" but no UDP or TCP port rule: the controller finds the service by its sockets' ports; add match = [{{ proto = \"udp\", port = 53 }}] or set a packets/s rate", c.name),
                 ));
             }
             let first = classes.iter().find_map(|o| if let Limit::Auto(s) = o.limit { Some((o, s)) } else { None });
@@ -484,6 +499,7 @@ fn finish(
                     priority: IMPLICIT_DEFAULT_PRIORITY,
                     limit: Limit::Unlimited,
                     rules: vec![],
+                    discovered: None,
                 });
                 classes.len() - 1
             }
@@ -520,6 +536,7 @@ struct RawConfig {
     default_class: Option<Spanned<String>>,
     metrics: Option<Spanned<String>>,
     socket: Option<PathBuf>,
+    discover: Option<bool>,
     #[serde(default, rename = "class")]
     classes: Vec<Spanned<RawClass>>,
     auto: Option<Spanned<RawAuto>>,
@@ -610,6 +627,7 @@ pub fn from_toml(src: &str, path: &Path) -> Result<Config, ConfigError> {
         default_class,
         socket: raw.socket,
         classes,
+        discover: raw.discover.unwrap_or(true),
     })
 }
 
@@ -662,7 +680,7 @@ impl Locator<'_> {
             self.at(span.unwrap_or(cspan.clone()), &field(f), m)
         })?;
         let rules = rc.rules.iter().map(|rr| self.rule(rr, &field)).collect::<Result<Vec<_>, _>>()?;
-        Ok(Class { name, priority: rc.priority.unwrap_or(DEFAULT_PRIORITY), limit, rules })
+        Ok(Class { name, priority: rc.priority.unwrap_or(DEFAULT_PRIORITY), limit, rules, discovered: None })
     }
 
     fn rule(&self, rr: &Spanned<RawRule>, field: &dyn Fn(&str) -> String) -> Result<Rule, ConfigError> {
@@ -785,7 +803,7 @@ pub fn parse_class_flag(spec: &str) -> Result<Class, ConfigError> {
         None => Limit::Unlimited,
     };
     let limit = auto_keys(limit, algo.as_deref(), min_share, fallback.as_deref()).map_err(|(f, m)| err(f, m))?;
-    Ok(Class { name: name.trim().into(), priority, limit, rules })
+    Ok(Class { name: name.trim().into(), priority, limit, rules, discovered: None })
 }
 
 /// Build a config from `--class` flags alone.
@@ -806,6 +824,7 @@ pub fn from_flags(specs: &[String]) -> Result<Config, ConfigError> {
         socket: None,
         classes,
         auto: AutoSettings::default(),
+        discover: true,
     })
 }
 
@@ -823,6 +842,7 @@ pub fn resolve(file: Option<&Path>, flags: &[String]) -> Result<Config, ConfigEr
         priority: IMPLICIT_DEFAULT_PRIORITY,
         limit: Limit::Unlimited,
         rules: vec![],
+        discovered: None,
     };
     let default_name = cfg.classes[cfg.default_class].name.clone();
     let mut classes = cfg.classes;

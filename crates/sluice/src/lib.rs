@@ -32,11 +32,13 @@ pub mod gate_skel {
 }
 
 pub mod auto;
+pub mod budget;
 pub mod classify;
 pub mod cli;
 pub mod config;
 pub mod controller;
 pub mod daemon;
+pub mod discover;
 pub mod gate;
 pub mod netns;
 pub mod packet;

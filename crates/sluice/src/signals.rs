@@ -146,9 +146,9 @@ impl SockStats {
 // From linux/inet_diag.h and linux/sock_diag.h.
 const SOCK_DIAG_BY_FAMILY: u16 = 20;
 const INET_DIAG_SKMEMINFO: u16 = 7;
-const SK_MEMINFO_RMEM_ALLOC: usize = 0;
-const SK_MEMINFO_RCVBUF: usize = 1;
-const SK_MEMINFO_DROPS: usize = 8;
+pub const SK_MEMINFO_RMEM_ALLOC: usize = 0;
+pub const SK_MEMINFO_RCVBUF: usize = 1;
+pub const SK_MEMINFO_DROPS: usize = 8;
 const NLMSG_HDRLEN: usize = 16;
 /// struct inet_diag_req_v2: family, protocol, ext, pad, states, 48-byte sockid.
 const REQ_LEN: usize = 56;
@@ -206,20 +206,21 @@ impl SockDiag {
     /// The UDP sockets of one address family whose local port is in one of `ports`.
     pub fn udp_in(&mut self, family: u8, ports: &[(u16, u16)]) -> Result<SockStats> {
         let mut total = SockStats::default();
-        {
-            self.dump(family, libc::IPPROTO_UDP as u8, &mut |port, mem| {
-                if ports.iter().any(|&(lo, hi)| (lo..=hi).contains(&port)) {
-                    total.sockets += 1;
-                    total.queued += u64::from(mem[SK_MEMINFO_RMEM_ALLOC]);
-                    total.rcvbuf += u64::from(mem[SK_MEMINFO_RCVBUF]);
-                    total.drops += u64::from(mem[SK_MEMINFO_DROPS]);
-                }
-            })?;
-        }
+        self.dump(family, libc::IPPROTO_UDP as u8, u32::MAX, &mut |s| {
+            if let Some(mem) = s.mem.filter(|_| ports.iter().any(|&(lo, hi)| (lo..=hi).contains(&s.sport))) {
+                total.sockets += 1;
+                total.queued += u64::from(mem[SK_MEMINFO_RMEM_ALLOC]);
+                total.rcvbuf += u64::from(mem[SK_MEMINFO_RCVBUF]);
+                total.drops += u64::from(mem[SK_MEMINFO_DROPS]);
+            }
+        })?;
         Ok(total)
     }
 
-    fn dump(&mut self, family: u8, protocol: u8, each: &mut dyn FnMut(u16, &[u32])) -> Result<()> {
+    /// Dump the sockets of one family and protocol whose TCP state is in the
+    /// bit set `states` (`1 << TCP_LISTEN`, ...; UDP sockets are in
+    /// TCP_CLOSE when unconnected), calling `each` per socket.
+    pub fn dump(&mut self, family: u8, protocol: u8, states: u32, each: &mut dyn FnMut(&DiagSock)) -> Result<()> {
         use std::os::fd::AsRawFd;
         self.seq = self.seq.wrapping_add(1);
         let mut req = [0u8; NLMSG_HDRLEN + REQ_LEN];
@@ -231,8 +232,8 @@ impl SockDiag {
         r[0] = family;
         r[1] = protocol;
         r[2] = 1 << (INET_DIAG_SKMEMINFO - 1);
-        r[4..8].copy_from_slice(&u32::MAX.to_ne_bytes()); // every state
-                                                          // SAFETY: send(2) of a byte buffer we own.
+        r[4..8].copy_from_slice(&states.to_ne_bytes());
+        // SAFETY: send(2) of a byte buffer we own.
         let n = unsafe { libc::send(self.fd.as_raw_fd(), req.as_ptr().cast(), req.len(), 0) };
         if n < 0 {
             return Err(std::io::Error::last_os_error()).context("sock_diag request");
@@ -251,9 +252,59 @@ impl SockDiag {
     }
 }
 
-/// Walk one datagram of sock_diag replies, calling `each(local port, meminfo)`
-/// per socket. Returns true at the end of the dump (NLMSG_DONE).
-pub fn parse_diag_reply(mut b: &[u8], seq: u32, each: &mut dyn FnMut(u16, &[u32])) -> Result<bool> {
+/// TCP states as sock_diag numbers them (include/net/tcp_states.h).
+pub const TCP_ESTABLISHED: u8 = 1;
+pub const TCP_CLOSE: u8 = 7;
+pub const TCP_LISTEN: u8 = 10;
+
+/// One socket of a sock_diag dump.
+#[derive(Debug, Clone, Copy)]
+pub struct DiagSock<'a> {
+    pub family: u8,
+    /// TCP state (UDP: TCP_CLOSE unconnected, TCP_ESTABLISHED connected).
+    pub state: u8,
+    /// Local and remote port.
+    pub sport: u16,
+    pub dport: u16,
+    /// Local address (unspecified: the wildcard).
+    pub src: std::net::IpAddr,
+    /// Interface the socket is bound to (SO_BINDTODEVICE), 0 for none.
+    pub ifindex: u32,
+    /// Listeners: the accept queue's length and its limit; others: bytes
+    /// in the receive and send queues.
+    pub rqueue: u32,
+    pub wqueue: u32,
+    pub inode: u32,
+    /// INET_DIAG_SKMEMINFO, if the kernel sent it (SK_MEMINFO_* indexes).
+    pub mem: Option<&'a [u32]>,
+}
+
+impl DiagSock<'_> {
+    fn parse(m: &[u8]) -> DiagSock<'_> {
+        let u32_at = |o: usize| u32::from_ne_bytes(m[o..o + 4].try_into().unwrap());
+        let src = if m[0] == libc::AF_INET6 as u8 {
+            std::net::IpAddr::from(<[u8; 16]>::try_from(&m[8..24]).unwrap())
+        } else {
+            std::net::IpAddr::from(<[u8; 4]>::try_from(&m[8..12]).unwrap())
+        };
+        DiagSock {
+            family: m[0],
+            state: m[1],
+            sport: u16::from_be_bytes([m[4], m[5]]),
+            dport: u16::from_be_bytes([m[6], m[7]]),
+            src,
+            ifindex: u32_at(40),
+            rqueue: u32_at(56),
+            wqueue: u32_at(60),
+            inode: u32_at(68),
+            mem: None,
+        }
+    }
+}
+
+/// Walk one datagram of sock_diag replies, calling `each` per socket.
+/// Returns true at the end of the dump (NLMSG_DONE).
+pub fn parse_diag_reply(mut b: &[u8], seq: u32, each: &mut dyn FnMut(&DiagSock)) -> Result<bool> {
     let u32_at = |b: &[u8], o: usize| u32::from_ne_bytes(b[o..o + 4].try_into().unwrap());
     let u16_at = |b: &[u8], o: usize| u16::from_ne_bytes(b[o..o + 2].try_into().unwrap());
     while b.len() >= NLMSG_HDRLEN {
@@ -273,23 +324,25 @@ pub fn parse_diag_reply(mut b: &[u8], seq: u32, each: &mut dyn FnMut(u16, &[u32]
                 }
                 _ if len >= NLMSG_HDRLEN + MSG_LEN => {
                     let m = &msg[NLMSG_HDRLEN..];
-                    let port = u16::from_be_bytes([m[4], m[5]]);
+                    let mut sock = DiagSock::parse(m);
                     // Attributes after the fixed part, 4-byte aligned.
                     let mut a = &m[MSG_LEN..];
+                    let mut mem = vec![];
                     while a.len() >= 4 {
                         let alen = u16_at(a, 0) as usize;
                         if alen < 4 || alen > a.len() {
                             break;
                         }
                         if u16_at(a, 2) == INET_DIAG_SKMEMINFO {
-                            let mem: Vec<u32> =
+                            mem =
                                 a[4..alen].chunks_exact(4).map(|c| u32::from_ne_bytes(c.try_into().unwrap())).collect();
-                            if mem.len() > SK_MEMINFO_DROPS {
-                                each(port, &mem);
-                            }
                         }
                         a = &a[alen.next_multiple_of(4).min(a.len())..];
                     }
+                    if mem.len() > SK_MEMINFO_DROPS {
+                        sock.mem = Some(&mem);
+                    }
+                    each(&sock);
                 }
                 _ => {}
             }
@@ -327,7 +380,7 @@ mod tests {
     fn a_truncated_diag_reply_is_an_error_not_a_panic() {
         let mut msg = vec![0u8; 20];
         msg[0..4].copy_from_slice(&200u32.to_ne_bytes());
-        assert!(parse_diag_reply(&msg, 1, &mut |_, _| {}).is_err());
-        assert!(!parse_diag_reply(&msg[..8], 1, &mut |_, _| {}).unwrap());
+        assert!(parse_diag_reply(&msg, 1, &mut |_| {}).is_err());
+        assert!(!parse_diag_reply(&msg[..8], 1, &mut |_| {}).unwrap());
     }
 }

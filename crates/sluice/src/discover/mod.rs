@@ -1,0 +1,329 @@
+//! Zero configuration: find the services listening in this network namespace
+//! and give each a class of its own, with a priority taken from the process
+//! that owns it (seed 002: the scheduler already knows what matters more).
+//!
+//! What counts as a service (one sock_diag dump per protocol and family):
+//! - a TCP socket in LISTEN;
+//! - an unconnected UDP socket whose port is outside the namespace's
+//!   ephemeral range (ip_local_port_range: those are clients' sockets);
+//! - bound to the wildcard or to any address but a loopback one (Linux
+//!   delivers a packet to any local address whichever interface it came in
+//!   on, but drops one from the wire to 127/8 or ::1), and not bound by
+//!   SO_BINDTODEVICE to another interface.
+//!
+//! Who owns it: the processes holding the socket's inode open
+//! (/proc/PID/fd/* -> "socket:[INODE]"; the scan runs only when a socket
+//! not seen before appears). Its priority is 20 + the owner's nice value
+//! (nice -20 -> 0, the highest; nice 0 -> 20; nice 19 -> 39); with several
+//! owners, the highest. A nice that cannot be read (the process left, /proc
+//! refuses) or an owner that cannot be found (a process in another mount of
+//! /proc, a kernel socket) counts as nice 0, and the class says so.
+//!
+//! Services that go away keep their class for LINGER, so a service that
+//! restarts, or binds and closes many times a second, does not make its
+//! class (and its counters and controller state) come and go.
+use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use serde::{Deserialize, Serialize};
+
+use crate::bpf_intf::SLUICE_MAX_CLASSES;
+use crate::config::{AutoSpec, Class, Config, Limit, Proto, Rule};
+use crate::signals::{DiagSock, SockDiag, TCP_CLOSE, TCP_LISTEN};
+
+/// How long a service that is no longer seen keeps its class.
+pub const LINGER: Duration = Duration::from_secs(3);
+/// Priority of a service whose owner's nice is 0 (or unknown).
+pub const NICE_ZERO_PRIORITY: u8 = 20;
+
+/// The two protocols a service can listen on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum L4 {
+    Udp,
+    Tcp,
+}
+
+impl L4 {
+    pub fn name(self) -> &'static str {
+        match self {
+            L4::Udp => "udp",
+            L4::Tcp => "tcp",
+        }
+    }
+    fn proto(self) -> Proto {
+        match self {
+            L4::Udp => Proto::Udp,
+            L4::Tcp => Proto::Tcp,
+        }
+    }
+}
+
+/// A process holding a service's socket.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Owner {
+    pub pid: u32,
+    pub comm: String,
+    /// The nice value, or why it could not be read.
+    pub nice: Result<i8, String>,
+}
+
+/// A listening port and the processes behind it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Service {
+    pub l4: L4,
+    pub port: u16,
+    pub owners: Vec<Owner>,
+}
+
+impl Service {
+    /// The priority (0 = highest) and a sentence saying where it came from.
+    pub fn priority(&self) -> (u8, String) {
+        let known = self.owners.iter().filter_map(|o| o.nice.as_ref().ok().map(|n| (*n, o))).min_by_key(|(n, _)| *n);
+        match known {
+            Some((nice, o)) => {
+                let p = (i16::from(NICE_ZERO_PRIORITY) + i16::from(nice)).clamp(0, 39) as u8;
+                let others = if self.owners.len() > 1 {
+                    format!(" (highest of {} owners)", self.owners.len())
+                } else {
+                    String::new()
+                };
+                (p, format!("{} pid {} has nice {nice}{others}: priority 20{nice:+} = {p}", o.comm, o.pid))
+            }
+            None => {
+                let why = match self.owners.first() {
+                    Some(o) => {
+                        format!("the nice of {} pid {} cannot be read ({})", o.comm, o.pid, o.nice.clone().unwrap_err())
+                    }
+                    None => "no process visible in /proc holds the socket".to_string(),
+                };
+                (NICE_ZERO_PRIORITY, format!("{why}: nice 0 assumed, priority {NICE_ZERO_PRIORITY}"))
+            }
+        }
+    }
+
+    /// The process name the class is named after ("unknown" without owners).
+    fn comm(&self) -> String {
+        let c = self.owners.first().map_or("unknown", |o| o.comm.as_str());
+        let c: String = c
+            .chars()
+            .map(|ch| if ch.is_ascii_alphanumeric() || ch == '-' || ch == '.' { ch } else { '_' })
+            .take(15)
+            .collect();
+        if c.is_empty() {
+            "unknown".into()
+        } else {
+            c
+        }
+    }
+
+    /// The class name: process/protocol:port ("nsd/udp:53").
+    pub fn class_name(&self) -> String {
+        format!("{}/{}:{}", self.comm(), self.l4.name(), self.port)
+    }
+}
+
+/// Is a socket one a service listens on, for an interface with index `ifindex`?
+pub fn is_listener(s: &DiagSock, l4: L4, ifindex: u32, ephemeral: (u16, u16)) -> bool {
+    let state_ok = match l4 {
+        L4::Tcp => s.state == TCP_LISTEN,
+        L4::Udp => s.state == TCP_CLOSE && s.dport == 0 && !(ephemeral.0..=ephemeral.1).contains(&s.sport),
+    };
+    let loopback = match s.src {
+        IpAddr::V4(a) => a.is_loopback(),
+        IpAddr::V6(a) => a.is_loopback() || a.to_ipv4_mapped().is_some_and(|m| m.is_loopback()),
+    };
+    state_ok && s.sport != 0 && !loopback && (s.ifindex == 0 || s.ifindex == ifindex)
+}
+
+/// "32768\t60999" -> (32768, 60999); anything else -> the kernel's default range.
+pub fn parse_port_range(text: &str) -> (u16, u16) {
+    let v: Vec<u16> = text.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+    match v.as_slice() {
+        [lo, hi] if lo <= hi => (*lo, *hi),
+        _ => (32768, 60999),
+    }
+}
+
+/// The nice value from the text of /proc/PID/stat (field 19; the name in
+/// field 2 may hold spaces and parentheses, so count from its closing one).
+pub fn parse_nice(stat: &str) -> Result<i8, String> {
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).ok_or("no ')' after the process name")?;
+    let field = rest.split_whitespace().nth(16).ok_or("fewer than 19 fields")?;
+    field.parse::<i8>().map_err(|_| format!("field 19 is \"{field}\", not a nice value"))
+}
+
+/// Read one process's name and nice.
+fn owner(pid: u32) -> Owner {
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).map(|c| c.trim().to_string()).unwrap_or_default();
+    let nice = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map_err(|e| format!("/proc/{pid}/stat: {e}"))
+        .and_then(|s| parse_nice(&s));
+    Owner { pid, comm: if comm.is_empty() { "unknown".into() } else { comm }, nice }
+}
+
+/// Every socket inode held open by a process, and the processes holding it.
+fn socket_owners() -> HashMap<u32, Vec<u32>> {
+    let mut map: HashMap<u32, Vec<u32>> = HashMap::new();
+    let Ok(procs) = std::fs::read_dir("/proc") else { return map };
+    for p in procs.flatten() {
+        let Some(pid) = p.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+        let Ok(fds) = std::fs::read_dir(p.path().join("fd")) else { continue };
+        for fd in fds.flatten() {
+            let Ok(link) = std::fs::read_link(fd.path()) else { continue };
+            let inode = link.to_str().and_then(|l| l.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok());
+            if let Some(inode) = inode {
+                let pids = map.entry(inode).or_default();
+                if !pids.contains(&pid) {
+                    pids.push(pid);
+                }
+            }
+        }
+    }
+    map
+}
+
+/// The discovery state the daemon keeps between polls.
+pub struct Discovery {
+    diag: SockDiag,
+    ifindex: u32,
+    /// Socket inode -> owning pids, from the last /proc scan.
+    owners: HashMap<u32, Vec<u32>>,
+    /// Every service seen, and when it was last seen.
+    seen: BTreeMap<(L4, u16), (Service, Instant)>,
+}
+
+impl Discovery {
+    /// Discovery for the interface `ifindex`, in the current network namespace.
+    pub fn new(ifindex: u32) -> Result<Discovery> {
+        Ok(Discovery { diag: SockDiag::open(None)?, ifindex, owners: HashMap::new(), seen: BTreeMap::new() })
+    }
+
+    /// Look again: the services listening now, plus those gone for less than LINGER.
+    pub fn poll(&mut self) -> Result<Vec<Service>> {
+        let ephemeral =
+            parse_port_range(&std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap_or_default());
+        let mut found: BTreeMap<(L4, u16), Vec<u32>> = BTreeMap::new();
+        for (l4, proto, states) in
+            [(L4::Udp, libc::IPPROTO_UDP, 1u32 << TCP_CLOSE), (L4::Tcp, libc::IPPROTO_TCP, 1 << TCP_LISTEN)]
+        {
+            for family in [libc::AF_INET as u8, libc::AF_INET6 as u8] {
+                let ifindex = self.ifindex;
+                self.diag.dump(family, proto as u8, states, &mut |s| {
+                    if is_listener(s, l4, ifindex, ephemeral) {
+                        found.entry((l4, s.sport)).or_default().push(s.inode);
+                    }
+                })?;
+            }
+        }
+        if found.values().flatten().any(|i| !self.owners.contains_key(i)) {
+            self.owners = socket_owners();
+        }
+        let now = Instant::now();
+        for ((l4, port), inodes) in found {
+            let mut pids: Vec<u32> = inodes.iter().filter_map(|i| self.owners.get(i)).flatten().copied().collect();
+            pids.sort_unstable();
+            pids.dedup();
+            let owners = pids.into_iter().map(owner).collect();
+            self.seen.insert((l4, port), (Service { l4, port, owners }, now));
+        }
+        self.seen.retain(|_, (_, at)| now.duration_since(*at) < LINGER);
+        Ok(self.seen.values().map(|(s, _)| s.clone()).collect())
+    }
+}
+
+/// Does a configured class already cover this service's port (config wins)?
+fn covered(cfg: &Config, s: &Service) -> bool {
+    cfg.classes.iter().flat_map(|c| &c.rules).any(|r| {
+        let proto = r.proto == Proto::Any || r.proto == s.l4.proto();
+        proto && r.src.is_none() && r.ports.is_none_or(|(lo, hi)| (lo..=hi).contains(&s.port))
+    })
+}
+
+/// A class for a group of services (one service, or many once the class
+/// table is too small for one each).
+fn group_class(name: String, services: &[&Service], algo: crate::controller::Algo) -> Class {
+    let (priority, why) = services.iter().map(|s| s.priority()).min_by_key(|(p, _)| *p).expect("a group has a service");
+    let why = if services.len() > 1 { format!("{} ports; {why}", services.len()) } else { why };
+    Class {
+        name,
+        priority,
+        limit: Limit::Auto(AutoSpec { algo, ..AutoSpec::default() }),
+        rules: services
+            .iter()
+            .map(|s| Rule { proto: s.l4.proto(), ports: Some((s.port, s.port)), src: None })
+            .collect(),
+        discovered: Some(why),
+    }
+}
+
+/// Group services into at most `room` classes: one each if they fit, else
+/// one per process and priority, else one per priority, else the lowest
+/// priorities share the last class.
+fn groups<'a>(services: &[&'a Service], room: usize) -> Vec<(String, Vec<&'a Service>)> {
+    let one_each: Vec<_> = services.iter().map(|s| (s.class_name(), vec![*s])).collect();
+    if one_each.len() <= room {
+        return one_each;
+    }
+    let by = |key: &dyn Fn(&Service) -> String| {
+        let mut m: BTreeMap<(u8, String), Vec<&'a Service>> = BTreeMap::new();
+        for s in services {
+            m.entry((s.priority().0, key(s))).or_default().push(*s);
+        }
+        m.into_iter().map(|((_, k), v)| (format!("{k}/{}ports", v.len()), v)).collect::<Vec<_>>()
+    };
+    let by_process = by(&|s| format!("{}.p{}", s.comm(), s.priority().0));
+    if by_process.len() <= room {
+        return by_process;
+    }
+    let mut by_prio = by(&|s| format!("prio{}", s.priority().0));
+    if by_prio.len() > room && room > 0 {
+        let rest: Vec<&Service> = by_prio.drain(room - 1..).flat_map(|(_, v)| v).collect();
+        by_prio.push((format!("lowest/{}ports", rest.len()), rest));
+    }
+    by_prio.truncate(room);
+    by_prio
+}
+
+/// What merging found, for the daemon's log.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct MergeNote {
+    /// Services a configured class covers already.
+    pub covered: usize,
+    /// Services that had to share a class (too many for one each).
+    pub grouped: bool,
+    /// Services left without a class (no class slot at all): they go to the default class.
+    pub unplaced: usize,
+}
+
+/// The config with a class for each discovered service that no configured
+/// class covers, placed before the default class if it is the last one.
+pub fn merge(base: &Config, services: &[Service]) -> (Config, MergeNote) {
+    let mut cfg = base.clone();
+    let mut note = MergeNote::default();
+    let mut todo: Vec<&Service> = services.iter().filter(|s| !covered(base, s)).collect();
+    note.covered = services.len() - todo.len();
+    todo.sort_by_key(|s| (s.priority().0, s.l4, s.port));
+    let room = (SLUICE_MAX_CLASSES as usize).saturating_sub(base.classes.len());
+    let algo = base
+        .classes
+        .iter()
+        .find_map(|c| if let Limit::Auto(a) = c.limit { Some(a.algo) } else { None })
+        .unwrap_or_default();
+    let groups = groups(&todo, room);
+    note.grouped = groups.len() < todo.len();
+    note.unplaced = todo.len() - groups.iter().map(|(_, v)| v.len()).sum::<usize>();
+    let new: Vec<Class> = groups.into_iter().map(|(name, v)| group_class(name, &v, algo)).collect();
+    let at = if base.default_class == base.classes.len() - 1 { base.default_class } else { base.classes.len() };
+    let n = new.len();
+    cfg.classes.splice(at..at, new);
+    if cfg.default_class >= at {
+        cfg.default_class += n;
+    }
+    (cfg, note)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,146 @@
+use super::*;
+use crate::config::from_flags;
+
+fn svc(l4: L4, port: u16, owners: &[(u32, &str, Result<i8, String>)]) -> Service {
+    let owners = owners
+        .iter()
+        .map(|(pid, comm, nice)| Owner { pid: *pid, comm: comm.to_string(), nice: nice.clone() })
+        .collect();
+    Service { l4, port, owners }
+}
+
+#[test]
+fn priority_is_twenty_plus_the_highest_owners_nice() {
+    let s = svc(L4::Udp, 53, &[(10, "nsd", Ok(5)), (11, "nsd", Ok(-3))]);
+    let (p, why) = s.priority();
+    assert_eq!(p, 17);
+    assert!(why.contains("pid 11") && why.contains("nice -3") && why.contains("highest of 2"), "{why}");
+    assert_eq!(svc(L4::Tcp, 80, &[(1, "x", Ok(-20))]).priority().0, 0);
+    assert_eq!(svc(L4::Tcp, 80, &[(1, "x", Ok(19))]).priority().0, 39);
+}
+
+#[test]
+fn an_unreadable_nice_counts_as_nice_zero_and_says_why() {
+    let s = svc(L4::Udp, 53, &[(10, "nsd", Err("/proc/10/stat: No such process".into()))]);
+    let (p, why) = s.priority();
+    assert_eq!(p, NICE_ZERO_PRIORITY);
+    assert!(why.contains("cannot be read") && why.contains("nice 0 assumed"), "{why}");
+    // A readable owner wins over an unreadable one.
+    let s = svc(L4::Udp, 53, &[(10, "a", Err("gone".into())), (11, "b", Ok(4))]);
+    assert_eq!(s.priority().0, 24);
+    let (p, why) = svc(L4::Udp, 53, &[]).priority();
+    assert_eq!(p, NICE_ZERO_PRIORITY);
+    assert!(why.contains("no process"), "{why}");
+}
+
+#[test]
+fn nice_is_field_nineteen_even_with_odd_process_names() {
+    let stat = "1234 (a (b) c) S 1 1234 1234 0 -1 4194560 100 0 0 0 5 3 0 0 20 -7 1 0 100 0 0";
+    assert_eq!(parse_nice(stat), Ok(-7));
+    assert!(parse_nice("1234 (x) S 1 2").is_err());
+    assert!(parse_nice("no parenthesis").is_err());
+    assert!(parse_nice("1 (x) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 zz 1").is_err());
+}
+
+#[test]
+fn class_names_are_process_protocol_port() {
+    assert_eq!(svc(L4::Udp, 53, &[(1, "nsd", Ok(0))]).class_name(), "nsd/udp:53");
+    assert_eq!(svc(L4::Tcp, 8080, &[(1, "my server!", Ok(0))]).class_name(), "my_server_/tcp:8080");
+    assert_eq!(svc(L4::Tcp, 22, &[]).class_name(), "unknown/tcp:22");
+}
+
+#[test]
+fn the_port_range_falls_back_to_the_kernel_default() {
+    assert_eq!(parse_port_range("32768\t60999\n"), (32768, 60999));
+    assert_eq!(parse_port_range("1024 2000"), (1024, 2000));
+    assert_eq!(parse_port_range("garbage"), (32768, 60999));
+    assert_eq!(parse_port_range("5 1"), (32768, 60999));
+}
+
+#[test]
+fn merge_adds_one_auto_class_per_service_before_the_default_class() {
+    let base = from_flags(&[]).unwrap();
+    let services = [svc(L4::Udp, 53, &[(1, "nsd", Ok(0))]), svc(L4::Tcp, 22, &[(2, "sshd", Ok(-5))])];
+    let (cfg, note) = merge(&base, &services);
+    let names: Vec<_> = cfg.classes.iter().map(|c| c.name.as_str()).collect();
+    // Highest priority first; the default class stays last and stays the default.
+    assert_eq!(names, ["sshd/tcp:22", "nsd/udp:53", "default"]);
+    assert_eq!(cfg.default_class, 2);
+    assert_eq!(cfg.classes[0].priority, 15);
+    assert!(matches!(cfg.classes[1].limit, Limit::Auto(_)));
+    assert!(cfg.classes[1].discovered.as_deref().unwrap().contains("nsd pid 1"));
+    assert_eq!(note, MergeNote::default());
+    // The result is a valid config: it compiles, and port 53 goes to nsd's class.
+    let t = crate::classify::compile(&cfg).unwrap();
+    let probe =
+        crate::classify::Probe { slot: crate::bpf_intf::SLUICE_SLOT_UDP, port: 53, src: "10.0.0.1".parse().unwrap() };
+    assert_eq!(t.lookup(&probe), 1);
+}
+
+#[test]
+fn a_configured_class_wins_over_discovery() {
+    let base = from_flags(&["dns:priority=0,rate=auto,match=udp:53".into()]).unwrap();
+    let services = [svc(L4::Udp, 53, &[(1, "nsd", Ok(0))]), svc(L4::Udp, 123, &[(2, "chronyd", Ok(0))])];
+    let (cfg, note) = merge(&base, &services);
+    let names: Vec<_> = cfg.classes.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["dns", "chronyd/udp:123", "default"]);
+    assert_eq!(note.covered, 1);
+}
+
+#[test]
+fn a_thousand_ports_share_classes_instead_of_overflowing_the_table() {
+    let base = from_flags(&[]).unwrap();
+    let services: Vec<Service> = (0..1000u16)
+        .map(|i| {
+            svc(
+                L4::Tcp,
+                10_000 + i,
+                &[(100 + u32::from(i % 3), ["a", "b", "c"][usize::from(i % 3)], Ok((i % 3) as i8))],
+            )
+        })
+        .collect();
+    let (cfg, note) = merge(&base, &services);
+    assert!(cfg.classes.len() <= SLUICE_MAX_CLASSES as usize);
+    assert!(note.grouped);
+    assert_eq!(note.unplaced, 0);
+    let names: Vec<_> = cfg.classes.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["a.p20/334ports", "b.p21/333ports", "c.p22/333ports", "default"]);
+    crate::classify::compile(&cfg).unwrap();
+    // Too many distinct processes for a class each: one class per priority.
+    let services: Vec<Service> =
+        (0..1000u16).map(|i| svc(L4::Udp, 1000 + i, &[(u32::from(i), &format!("p{i}"), Ok(0))])).collect();
+    let (cfg, note) = merge(&base, &services);
+    assert_eq!(cfg.classes.len(), 2, "{:?}", cfg.classes.iter().map(|c| &c.name).collect::<Vec<_>>());
+    assert_eq!(cfg.classes[0].name, "prio20/1000ports");
+    assert_eq!(note.unplaced, 0);
+}
+
+#[test]
+fn with_no_class_slot_left_services_go_to_the_default_class() {
+    let flags: Vec<String> = (0..63).map(|i| format!("c{i}:match=udp:{}", 1000 + i)).collect();
+    let base = from_flags(&flags).unwrap();
+    assert_eq!(base.classes.len(), 64);
+    let (cfg, note) = merge(&base, &[svc(L4::Udp, 53, &[])]);
+    assert_eq!(cfg.classes.len(), 64);
+    assert_eq!(note.unplaced, 1);
+}
+
+/// A real UDP socket on the wildcard and a TCP listener are found, with this
+/// process as their owner; a loopback-bound one is not.
+#[test]
+fn discovery_finds_this_processes_listeners() {
+    let udp = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+    let tcp = std::net::TcpListener::bind("[::]:0").unwrap();
+    let lo = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let (up, tp, lp) =
+        (udp.local_addr().unwrap().port(), tcp.local_addr().unwrap().port(), lo.local_addr().unwrap().port());
+    let mut d = Discovery::new(1).unwrap();
+    let found = d.poll().unwrap();
+    let me = std::process::id();
+    let find = |l4, port| found.iter().find(|s| s.l4 == l4 && s.port == port);
+    // Ports picked by the kernel are ephemeral, so the UDP one is skipped as a client's.
+    assert!(find(L4::Udp, up).is_none(), "an ephemeral UDP port is a client's socket");
+    let t = find(L4::Tcp, tp).expect("the TCP listener is found");
+    assert!(t.owners.iter().any(|o| o.pid == me && o.nice.is_ok()), "{t:?}");
+    assert!(find(L4::Udp, lp).is_none(), "a loopback-bound socket is not reachable from the interface");
+}
