@@ -1,79 +1,123 @@
-//! `sluice bench demo`: the daemon a user runs, in action. A UDP service in
-//! namespace B (on CPU 1, the `nic` victim model) is flooded from A by a
-//! socket sender on CPU 0, three times: without sluice, with `sluice run` at
-//! a static limit, and with `sluice run` choosing the rate (`rate=auto`).
-//! Midway through each gated flood it prints `sluice status`. Everything runs
-//! as child processes of the real binary inside the one testbed; dropping the
-//! testbed removes it all. Traffic stays inside the two namespaces.
+//! `sluice bench demo`: the daemon a user runs, protecting a real DNS server.
+//! Debian's NSD in namespace B (pinned to CPU 1, the `nic` victim model:
+//! the IP/UDP stack runs in softirq on the service's CPU) answers dnsperf at
+//! a steady rate plus a low-rate probe that times every answer, both from
+//! namespace A. Three phases: no flood (the reference latency), a flood to a
+//! closed UDP port without sluice, and the same flood with `sluice run --iface
+//! vb` and no configuration at all (it finds NSD by itself). Midway through
+//! the protected flood it prints `sluice status`. The flood is `sluice send`
+//! (one socket sender, as fast as it goes) on CPU 0, where the clients run
+//! too: with two CPUs the clients cannot have a CPU of their own, and a run
+//! where dnsperf could not send its asked rate is marked. Everything runs as
+//! child processes inside the one testbed; dropping it removes it all.
+//! Traffic stays inside the two namespaces.
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
+use crate::dns;
 use crate::victim::{VictimBed, VictimModel, IF_B};
 
-pub const PORT: u16 = 7000;
+/// The closed port the flood goes to (nothing listens there).
+pub const FLOOD_PORT: u16 = 9;
 const GEN_CPU: usize = 0;
 const VICTIM_CPU: usize = 1;
+/// The latency probe's rate (queries/s).
+const PROBE_QPS: f64 = 200.0;
 
 pub struct DemoOpts {
-    /// The sluice binary (its `serve`, `send`, `run` and `status`).
+    /// The sluice binary (its `send`, `run` and `status`).
     pub exe: PathBuf,
-    /// Seconds of flood per phase.
+    /// Seconds per phase.
     pub secs: f64,
-    /// The service's CPU cost per datagram.
-    pub work_ns: u64,
-    /// The static phase's limit, packets/s.
-    pub limit: u64,
+    /// dnsperf's rate, queries/s.
+    pub qps: u64,
 }
 
-/// Delivered datagrams/s of each phase.
-#[derive(Debug, Clone, Copy)]
-pub struct DemoResult {
-    pub off: f64,
-    pub static_limit: f64,
-    pub auto: f64,
+/// One phase's figures.
+#[derive(Debug, Clone, Default)]
+pub struct Phase {
+    pub label: String,
+    /// Flood packets/s the sender managed (None: no flood).
+    pub flood_pps: Option<f64>,
+    pub perf: dns::Dnsperf,
+    pub probe: dns::Probe,
 }
 
-/// Run the three phases; prints as it goes.
-pub fn run(o: &DemoOpts) -> Result<DemoResult> {
+impl Phase {
+    /// dnsperf's answered share (None if it sent nothing).
+    pub fn answered(&self) -> Option<f64> {
+        (self.perf.sent > 0).then(|| self.perf.completed as f64 / self.perf.sent as f64)
+    }
+    fn pct(&self, p: f64) -> Option<f64> {
+        sluice::summary::percentile(&self.probe.rtt_ms, p)
+    }
+}
+
+/// Run the three phases; prints as it goes, then the verdict and the table.
+pub fn run(o: &DemoOpts) -> Result<Vec<Phase>> {
     sluice::gate::check_privileges()?;
     let bed = VictimBed::create("demo", VictimModel::Nic, GEN_CPU, VICTIM_CPU)?;
     // The nic model's receive side: the IP/UDP stack on the victim CPU (RPS),
-    // beside the service. (No XDP is attached yet, so threaded NAPI stays off.)
+    // beside the service.
     bed.net.write_in_b(&format!("/sys/class/net/{IF_B}/queues/rx-0/rps_cpus"), &format!("{:x}", 1u64 << VICTIM_CPU))?;
     let dir = std::env::temp_dir().join(format!("{}-files", bed.net.b));
     std::fs::create_dir_all(&dir)?;
     let demo = Demo { o, bed: &bed, dir: &dir };
     println!(
-        "== testbed: namespaces {} (sender, CPU {GEN_CPU}) and {} (service, CPU {VICTIM_CPU}), veth va <-> vb",
+        "== testbed: namespaces {} (clients and flood, CPU {GEN_CPU}) and {} (NSD, CPU {VICTIM_CPU}), veth va <-> vb",
         bed.net.a, bed.net.b
     );
-    println!(
-        "== the service spends {} ns per datagram on CPU {VICTIM_CPU}; the flood is as fast as one socket sender goes",
-        o.work_ns
-    );
-    let result = (|| -> Result<DemoResult> {
-        let off = demo.phase("without sluice", None)?;
-        let static_limit = demo.phase(
-            &format!("with sluice (static {})", sluice::stats::human(o.limit as f64)),
-            Some(&format!("svc:rate={},match=udp:{PORT}", o.limit)),
-        )?;
-        let auto = demo.phase("with sluice (rate=auto)", Some(&format!("svc:rate=auto,match=udp:{PORT}")))?;
-        Ok(DemoResult { off, static_limit, auto })
+    let result = (|| -> Result<Vec<Phase>> {
+        let _nsd = demo.start_nsd()?;
+        let calm = demo.phase("no flood, no sluice", false, false)?;
+        let off = demo.phase("flood, without sluice", true, false)?;
+        let zero = demo.phase("flood, sluice run --iface vb (no config)", true, true)?;
+        Ok(vec![calm, off, zero])
     })();
     let _ = std::fs::remove_dir_all(&dir);
-    let r = result?;
-    println!(
-        "\n== delivered: {:.1}k pkt/s without sluice, {:.1}k pkt/s with sluice static ({:.2}x), {:.1}k pkt/s with rate=auto ({:.2}x)",
-        r.off / 1e3,
-        r.static_limit / 1e3,
-        r.static_limit / r.off.max(1.0),
-        r.auto / 1e3,
-        r.auto / r.off.max(1.0)
+    let phases = result?;
+    print!("{}", summary(&phases, o.qps));
+    Ok(phases)
+}
+
+/// The verdict line, then one line per phase.
+pub fn summary(p: &[Phase], qps: u64) -> String {
+    let pct = |v: Option<f64>| v.map_or("n/a".to_string(), |v| format!("{:.2}%", 100.0 * v));
+    let ms = |v: Option<f64>| v.map_or("n/a".to_string(), |v| format!("{v:.2} ms"));
+    let mut s = String::from("\n");
+    if let [calm, off, zero] = p {
+        s += &format!(
+            "verdict: under a {} pkt/s flood to a closed port, NSD answered {} of its clients' queries with `sluice run --iface vb` alone, {} without sluice (p99 {} vs {} unflooded)\n",
+            off.flood_pps.map_or("n/a".into(), sluice::stats::human),
+            pct(zero.answered()),
+            pct(off.answered()),
+            ms(zero.pct(99.0)),
+            ms(calm.pct(99.0)),
+        );
+    }
+    s += &format!(
+        "{:<42} {:>10} {:>10} {:>9} {:>10} {:>10} {:>9}\n",
+        "phase", "flood/s", "dnsperf/s", "answered", "probe p50", "probe p99", "probe ok"
     );
-    Ok(r)
+    for ph in p {
+        let short = if ph.perf.sent_qps < 0.95 * qps as f64 { " (!)" } else { "" };
+        s += &format!(
+            "{:<42} {:>10} {:>10} {:>9} {:>10} {:>10} {:>9}\n",
+            ph.label,
+            ph.flood_pps.map_or("-".into(), sluice::stats::human),
+            format!("{}{short}", sluice::stats::human(ph.perf.sent_qps)),
+            pct(ph.answered()),
+            ms(ph.pct(50.0)),
+            ms(ph.pct(99.0)),
+            pct(ph.probe.answered_share()),
+        );
+    }
+    s += &format!("(!) = dnsperf sent under 95% of the asked {qps}/s (its CPU is shared with the flood's sender)\n");
+    s += "answered = dnsperf's completed/sent; probe = a separate 200 queries/s client timing each answer\n";
+    s
 }
 
 struct Demo<'a> {
@@ -116,81 +160,106 @@ impl Drop for Proc {
 impl Demo<'_> {
     /// `sluice ARGS` in namespace `ns` on `cpu`, stdout piped.
     fn sluice(&self, ns: &str, cpu: Option<usize>, args: &[&str]) -> Command {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", ns]);
-        if let Some(cpu) = cpu {
-            c.args(["taskset", "-c", &cpu.to_string()]);
-        }
+        let mut c = in_ns(ns, cpu);
         c.arg(&self.o.exe).args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
         c
     }
 
-    /// One flood; `class` starts `sluice run` with that --class once the
-    /// service listens (rate=auto finds the service by its socket).
-    /// Returns the datagrams/s the service took.
-    fn phase(&self, label: &str, class: Option<&str>) -> Result<f64> {
-        let b = &self.bed.net.b;
+    /// NSD in B on the victim CPU; returns once it answers.
+    fn start_nsd(&self) -> Result<Proc> {
+        let ip = self.bed.net.ip_b.to_string();
+        let nsd = dns::prepare(self.dir, &ip)?;
+        let mut c = in_ns(&self.bed.net.b, Some(VICTIM_CPU));
+        c.arg(nsd.get_program()).args(nsd.get_args()).stdout(Stdio::null()).stderr(Stdio::piped());
+        let mut p = Proc::spawn(c, "nsd")?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let probe = self.probe(20.0, 0.2)?;
+            if !probe.rtt_ms.is_empty() {
+                println!("== NSD answers on {ip}:53 (one server process, rrl off), pinned to CPU {VICTIM_CPU}");
+                return Ok(p);
+            }
+            if let Some(status) = p.try_wait()? {
+                bail!("nsd exited ({status}): {}", String::from_utf8_lossy(&p.into_output()?.stderr));
+            }
+            if Instant::now() > deadline {
+                bail!("nsd did not answer within 10 s");
+            }
+        }
+    }
+
+    /// The latency probe from A.
+    fn probe(&self, rate: f64, secs: f64) -> Result<dns::Probe> {
+        let sock = sluice::netns::run_in(&self.bed.net.a, || Ok(std::net::UdpSocket::bind("0.0.0.0:0")?))?;
+        dns::probe(sock, format!("{}:53", self.bed.net.ip_b).parse()?, rate, secs)
+    }
+
+    /// One phase: dnsperf and the probe for `secs`, with or without the
+    /// flood, with or without `sluice run --iface vb` and nothing else.
+    fn phase(&self, label: &str, flood: bool, gate: bool) -> Result<Phase> {
         let secs = self.o.secs;
-        let serve_secs = format!("{}", secs + 3.0);
-        let work = self.o.work_ns.to_string();
-        let port = PORT.to_string();
-        let serve_args = [
-            "serve",
-            "udp-echo",
-            "--port",
-            &port,
-            "--work-ns",
-            &work,
-            "--no-echo",
-            "--duration",
-            &serve_secs,
-            "--json",
-        ];
-        let serve = Proc::spawn(self.sluice(b, Some(VICTIM_CPU), &serve_args), "the service")?;
+        let sock = self.dir.join("sluice.sock");
+        let gate = if gate {
+            println!("== sluice run --iface {IF_B}");
+            Some(self.start_gate(&sock)?)
+        } else {
+            None
+        };
+        let dst = format!("{}:{FLOOD_PORT}", self.bed.net.ip_b);
+        let flood_args =
+            ["send", "--dst", &dst, "--rate", "0", "--duration", &(secs + 1.0).to_string(), "--flows", "16", "--json"];
+        let sender = flood
+            .then(|| Proc::spawn(self.sluice(&self.bed.net.a, Some(GEN_CPU), &flood_args), "the flood"))
+            .transpose()?;
         std::thread::sleep(Duration::from_millis(500));
-        let sock = self.dir.join(format!("{}.sock", label.len()));
-        let gate = match class {
-            Some(c) => {
-                println!("== sluice run --iface {IF_B} --class '{c}'");
-                Some(self.start_gate(c, &sock)?)
+        let server = self.bed.net.ip_b.to_string();
+        let mut perf = in_ns(&self.bed.net.a, Some(GEN_CPU));
+        let cmd = dns::dnsperf_cmd(self.dir, &server, self.o.qps, secs);
+        perf.arg(cmd.get_program()).args(cmd.get_args()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let perf = Proc::spawn(perf, "dnsperf")?;
+        let status = gate.is_some().then(|| {
+            let sock = sock.clone();
+            let (b, exe) = (self.bed.net.b.clone(), self.o.exe.clone());
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_secs_f64(secs / 2.0));
+                in_ns(&b, None).arg(exe).args(["status", "--socket", sock.to_str().unwrap_or_default()]).output()
+            })
+        });
+        let probe = self.probe(PROBE_QPS, secs)?;
+        let out = perf.into_output()?;
+        if !out.status.success() {
+            bail!("dnsperf failed: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        let perf = dns::parse_dnsperf(&String::from_utf8_lossy(&out.stdout), secs)?;
+        if let Some(st) = status.and_then(|t| t.join().ok()).transpose()? {
+            println!("== sluice status, during the flood");
+            print!("{}", String::from_utf8_lossy(&st.stdout));
+        }
+        let flood_pps = match sender {
+            Some(s) => {
+                let v = json_of(s.into_output()?, "the flood")?;
+                Some(
+                    v["sent"].as_f64().context("the flood's count")?
+                        / v["secs"].as_f64().context("the flood's seconds")?,
+                )
             }
             None => None,
         };
-        let dst = format!("{}:{PORT}", self.bed.net.ip_b);
-        let send_args =
-            ["send", "--dst", &dst, "--rate", "0", "--duration", &secs.to_string(), "--flows", "16", "--json"];
-        let send = Proc::spawn(self.sluice(&self.bed.net.a, Some(GEN_CPU), &send_args), "the sender")?;
-        if gate.is_some() {
-            std::thread::sleep(Duration::from_secs_f64(secs / 2.0 + 0.5));
-            println!("== sluice status, during the flood");
-            let st = self.sluice(b, None, &["status", "--socket", sock.to_str().unwrap_or_default()]).output()?;
-            print!("{}", String::from_utf8_lossy(&st.stdout));
-        }
-        let sent = json_of(send.into_output()?, "the sender")?;
-        let served = json_of(serve.into_output()?, "the service")?;
         if let Some(g) = gate {
             stop_gate(g)?;
         }
-        let secs = sent["secs"].as_f64().context("the sender's seconds")?;
-        let offered = sent["sent"].as_f64().context("the sender's count")? / secs;
-        let delivered = served["received"].as_f64().context("the service's count")? / secs;
-        println!("{label:<34} offered {:8.1}k pkt/s   service delivered {:8.1}k pkt/s", offered / 1e3, delivered / 1e3);
-        Ok(delivered)
+        let ph = Phase { label: label.into(), flood_pps, perf, probe };
+        println!(
+            "{label:<42} dnsperf answered {}   probe p99 {}",
+            ph.answered().map_or("n/a".into(), |a| format!("{:.2}%", 100.0 * a)),
+            ph.pct(99.0).map_or("n/a".into(), |v| format!("{v:.2} ms"))
+        );
+        Ok(ph)
     }
 
-    /// `sluice run` on vb; returns once its statistics socket answers.
-    fn start_gate(&self, class: &str, sock: &Path) -> Result<Proc> {
-        let args = [
-            "run",
-            "--iface",
-            IF_B,
-            "--class",
-            class,
-            "--socket",
-            sock.to_str().unwrap_or_default(),
-            "--metrics",
-            "off",
-        ];
+    /// `sluice run --iface vb` and nothing else; returns once its statistics socket answers.
+    fn start_gate(&self, sock: &Path) -> Result<Proc> {
+        let args = ["run", "--iface", IF_B, "--socket", sock.to_str().unwrap_or_default(), "--metrics", "off"];
         let mut gate = Proc::spawn(self.sluice(&self.bed.net.b, None, &args), "sluice run")?;
         let deadline = Instant::now() + Duration::from_secs(10);
         while std::os::unix::net::UnixStream::connect(sock).is_err() {
@@ -205,6 +274,16 @@ impl Demo<'_> {
         }
         Ok(gate)
     }
+}
+
+/// `ip netns exec NS [taskset -c CPU]`, to which the command is appended.
+fn in_ns(ns: &str, cpu: Option<usize>) -> Command {
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", ns]);
+    if let Some(cpu) = cpu {
+        c.args(["taskset", "-c", &cpu.to_string()]);
+    }
+    c
 }
 
 /// SIGTERM (the daemon detaches and prints its totals), then wait.

@@ -26,6 +26,7 @@ pub mod gen_skel {
 }
 
 pub mod demo;
+pub mod dns;
 pub mod gate_cost;
 pub mod gen;
 pub mod gencheck;

@@ -96,16 +96,12 @@ struct StepArgs {
 
 #[derive(Args)]
 struct DemoArgs {
-    /// Seconds of flood per phase.
-    #[arg(long, value_name = "SECS", default_value = "5", value_parser = parse_secs)]
+    /// Seconds per phase (three phases: no flood, flood without sluice, flood with sluice).
+    #[arg(long, value_name = "SECS", default_value = "10", value_parser = parse_secs)]
     duration: Duration,
-    /// The service's CPU cost per datagram (ns).
-    #[arg(long, default_value_t = 4000)]
-    work_ns: u64,
-    /// The static phase's limit, packets/s (a little under what the service
-    /// delivers on one core of the reference VM).
-    #[arg(long, default_value = "110k", value_parser = parse_rate)]
-    limit: f64,
+    /// dnsperf's steady rate of legitimate queries, queries/s.
+    #[arg(long, default_value = "5k", value_parser = parse_rate)]
+    qps: f64,
 }
 
 #[derive(Args)]
@@ -259,12 +255,7 @@ fn cmd_bench_demo(a: DemoArgs) -> Result<()> {
             std::process::exit(128 + sig);
         }
     });
-    let o = demo::DemoOpts {
-        exe: sluice_exe()?,
-        secs: a.duration.as_secs_f64(),
-        work_ns: a.work_ns,
-        limit: a.limit as u64,
-    };
+    let o = demo::DemoOpts { exe: sluice_exe()?, secs: a.duration.as_secs_f64(), qps: a.qps as u64 };
     demo::run(&o)?;
     Ok(())
 }

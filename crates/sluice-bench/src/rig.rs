@@ -23,7 +23,6 @@ use crate::measure::{udp_counters, IdleMeter, NftCounter, NsFile};
 use crate::scenario::{ConfigKind, Scenario};
 use crate::victim::{VictimBed, VictimModel, IF_A, IF_B};
 use crate::workers::{GenDone, GenWorker, ReplyRx};
-use sluice::auto::AutoLoop;
 use sluice::config::{self, NapiSched, XdpMode};
 use sluice::gate::Gate;
 use sluice::sched::set_napi;
@@ -179,14 +178,18 @@ impl Rig {
             flags.push(class("bulk", 1, b));
         }
         let cfg = config::from_flags(&flags)?;
-        let auto = AutoLoop::new(&cfg, Some(&self.tb.net.b), self.victim_gate.lock().unwrap().ncpus())?;
+        // `off` and `nft` measure the kernel without sluice's control: no tick.
+        let ticker = match kind {
+            ConfigKind::Off | ConfigKind::Nft => None,
+            _ => Some(Ticker::new(&cfg, Some(&self.tb.net.b), true)?),
+        };
         {
             // Lock order: the gate, then the control state (as the control thread does).
             let mut gate = self.victim_gate.lock().unwrap();
             let mut c = self.control.lock().unwrap();
             c.ticker = Ticker::idle();
             gate.apply(&cfg, &classify::compile(&cfg)?)?;
-            c.ticker = Ticker::new(&cfg, auto);
+            c.ticker = ticker.unwrap_or_else(Ticker::idle);
         }
         self.n_classes = cfg.classes.len();
         if self.tb.model == VictimModel::SameCore {

@@ -1,22 +1,24 @@
-//! The auto loop: reads the signals of `rate = "auto"` classes every tick,
-//! runs the controller (`controller`), and writes each class's rate into the
-//! gate. `sluice run` and the bench's `auto` configurations both use it.
+//! The auto loop: takes the signals of the `rate = "auto"` classes with UDP
+//! sockets every tick (the tick's `Health`, read once for the budget and for
+//! this loop), runs the controller (`controller`) and keeps each class's rate
+//! for the tick (`tick`) to write into the gate. `sluice run` and the
+//! bench's `auto` configurations both use it. Auto classes with TCP
+//! listeners only are governed by the budget alone (`budget`).
 //!
-//! Cost per tick (measured by the bench, reported as the controller's CPU):
-//! one per-CPU map read per auto class, a sock_diag dump of the UDP sockets
-//! of the families the class's sockets are in (both, once a second),
-//! re-reading /proc/net/snmp, snmp6 and softnet_stat, and one per-CPU map
-//! write per auto class.
+//! Cost per tick on top of the health read (measured by the bench, reported
+//! as the controller's CPU): one per-CPU map read per auto class and
+//! re-reading /proc/net/snmp and snmp6.
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::config::{default_burst, AutoSpec, Config, Limit};
-use crate::controller::{decide, Algo, ClassDemand, Controller, Decision, Signals, Tuning, TICK_HZ};
+use crate::config::{AutoSpec, Config, Limit};
+use crate::controller::{decide, Algo, ClassDemand, Controller, Signals, Tuning, TICK_HZ};
 use crate::gate::Gate;
-use crate::signals::{softnet, udp_counters, NsFile, SockDiag, SockStats};
+use crate::health::Health;
+use crate::signals::{udp_counters, NsFile, SockDiag, SockStats};
 use crate::stats::AutoStatus;
 
 /// The controller's tick: 100 Hz, the rate Macpherson's perturb-and-observe
@@ -24,21 +26,14 @@ use crate::stats::AutoStatus;
 pub const TICK: Duration = Duration::from_millis((1000.0 / TICK_HZ) as u64);
 /// Ticks kept in the trace (60 s).
 const TRACE_LEN: usize = 6_000;
-/// Every this many ticks (1 s) both address families are dumped again.
-const REDISCOVER_TICKS: u64 = 100;
 
 struct AutoClass {
     id: usize,
     name: String,
     priority: u8,
     spec: AutoSpec,
-    ports: Vec<(u16, u16)>,
-    /// Address families the class's sockets were found in (dumped every tick;
-    /// both are dumped again every REDISCOVER_TICKS or when none is found).
-    families: Vec<u8>,
-    /// Per-CPU seen packets at the last rebalance (the gate's per-CPU split).
-    last_seen_percpu: Vec<u64>,
     sock: SockStats,
+    /// The rate the controller picked at the last tick; None = unlimited.
     rate: Option<f64>,
 }
 
@@ -99,7 +94,6 @@ pub struct TracePoint {
 pub struct AutoLoop {
     classes: Vec<AutoClass>,
     pub ctl: Controller,
-    diag: SockDiag,
     snmp: NsFile,
     snmp6: NsFile,
     last: Option<Sample>,
@@ -118,11 +112,14 @@ fn thread_cpu_ns() -> u64 {
 }
 
 impl AutoLoop {
-    /// Set up the loop for `cfg`'s auto classes, reading the service's
-    /// namespace `ns` (None: the current one). None if there are no auto
-    /// classes; an error naming the class if a class's sockets are not found.
-    pub fn new(cfg: &Config, ns: Option<&str>, ncpus: usize) -> Result<Option<AutoLoop>> {
-        let ids = cfg.auto_classes();
+    /// Set up the loop for `cfg`'s auto classes with UDP ports, reading the
+    /// service's namespace `ns` (None: the current one). None if there are
+    /// none. With `require_sockets` (configured classes), an error naming
+    /// the class if its sockets are not found; discovered classes found them
+    /// a moment ago, and one that just closed is held like a lost signal.
+    pub fn new(cfg: &Config, ns: Option<&str>, require_sockets: bool) -> Result<Option<AutoLoop>> {
+        let ids: Vec<usize> =
+            cfg.auto_classes().into_iter().filter(|&id| !cfg.classes[id].udp_ports().is_empty()).collect();
         if ids.is_empty() {
             return Ok(None);
         }
@@ -132,8 +129,8 @@ impl AutoLoop {
             let c = &cfg.classes[id];
             let Limit::Auto(spec) = c.limit else { unreachable!() };
             let ports = c.udp_ports();
-            let (families, sock) = diag.udp_found(&ports)?;
-            if sock.sockets == 0 {
+            let sock = diag.udp(&ports)?;
+            if sock.sockets == 0 && require_sockets && c.tcp_ports().is_empty() {
                 bail!(
                     "class \"{}\" has rate = \"auto\" but no UDP socket is bound to its ports {} in {}: the controller \
                      reads the service's socket queue; start the service first, or give the class a packets/s rate",
@@ -142,17 +139,7 @@ impl AutoLoop {
                     ns.map_or("this network namespace".to_string(), |n| format!("namespace {n}"))
                 );
             }
-            classes.push(AutoClass {
-                id,
-                name: c.name.clone(),
-                priority: c.priority,
-                spec,
-                ports,
-                families,
-                last_seen_percpu: vec![0; ncpus],
-                sock,
-                rate: None,
-            });
+            classes.push(AutoClass { id, name: c.name.clone(), priority: c.priority, spec, sock, rate: None });
         }
         let algo = classes[0].spec.algo;
         let tuning = Tuning {
@@ -167,7 +154,6 @@ impl AutoLoop {
         Ok(Some(AutoLoop {
             classes,
             ctl: Controller::new(algo, tuning),
-            diag,
             snmp,
             snmp6,
             last: None,
@@ -182,7 +168,19 @@ impl AutoLoop {
         self.ctl.algo
     }
 
-    fn sample(&mut self, gate: &Gate) -> Result<Sample> {
+    /// Keep what `old` learnt: the controller, its trace and CPU account,
+    /// and the rates of the classes that are in both (by name).
+    pub fn carry_from(&mut self, old: AutoLoop) {
+        for c in &mut self.classes {
+            c.rate = old.classes.iter().find(|o| o.name == c.name).and_then(|o| o.rate);
+        }
+        let algo = self.ctl.algo;
+        (self.ctl, self.trace, self.started, self.cpu_ns, self.ticks) =
+            (old.ctl, old.trace, old.started, old.cpu_ns, old.ticks);
+        self.ctl.algo = algo;
+    }
+
+    fn sample(&mut self, gate: &Gate, health: &Health) -> Result<Sample> {
         let mut s = Sample {
             at: Instant::now(),
             seen: vec![],
@@ -195,19 +193,8 @@ impl AutoLoop {
             rcvbuf: 0,
             present: true,
         };
-        let rediscover = self.ticks.is_multiple_of(REDISCOVER_TICKS);
         for c in &mut self.classes {
-            c.sock = if rediscover || c.families.is_empty() {
-                let (families, sock) = self.diag.udp_found(&c.ports)?;
-                c.families = families;
-                sock
-            } else {
-                let mut t = SockStats::default();
-                for &f in &c.families {
-                    t = t.add(&self.diag.udp_in(f, &c.ports)?);
-                }
-                t
-            };
+            c.sock = health.classes.get(c.id).map(|h| h.udp).unwrap_or_default();
             s.present &= c.sock.sockets > 0;
             s.sock_drops += c.sock.drops;
             s.queued += c.sock.queued;
@@ -217,17 +204,16 @@ impl AutoLoop {
             s.admitted.push(t.admitted_pkts);
         }
         s.in_datagrams = udp_counters(&self.snmp.read()?, &self.snmp6.read()?).in_datagrams;
-        let sn = softnet()?;
-        (s.backlog_drops, s.squeeze) = (sn.dropped, sn.time_squeeze);
+        (s.backlog_drops, s.squeeze) = (health.softnet.dropped, health.softnet.time_squeeze);
         Ok(s)
     }
 
     /// One tick: sample the counters, take the deltas since the last tick,
-    /// decide, write the classes' rates into the gate, and trace. The first
+    /// decide each class's rate ([`AutoLoop::rates`]), and trace. The first
     /// tick only samples.
-    pub fn tick(&mut self, gate: &Gate) -> Result<()> {
+    pub fn tick(&mut self, gate: &Gate, health: &Health) -> Result<()> {
         let cpu0 = thread_cpu_ns();
-        let now = self.sample(gate)?;
+        let now = self.sample(gate, health)?;
         if let Some(prev) = self.last.take() {
             let (sig, offered) = delta(&prev, &now);
             let demand: Vec<ClassDemand> = self
@@ -239,7 +225,9 @@ impl AutoLoop {
             let fallbacks: Vec<Option<f64>> =
                 self.classes.iter().map(|c| c.spec.fallback_pps.map(|p| p as f64)).collect();
             let d = decide(&mut self.ctl, &sig, &demand, &fallbacks);
-            self.apply(gate, &d)?;
+            for (c, r) in self.classes.iter_mut().zip(&d.rates) {
+                c.rate = r.map(|r| r.round().max(1.0));
+            }
             self.trace(&now, &sig, d.target);
         }
         self.last = Some(now);
@@ -248,16 +236,9 @@ impl AutoLoop {
         Ok(())
     }
 
-    /// Write each class's rate into the gate (None: unlimited), split over
-    /// CPUs by the arrivals each saw.
-    fn apply(&mut self, gate: &Gate, d: &Decision) -> Result<()> {
-        for (c, r) in self.classes.iter_mut().zip(&d.rates) {
-            let pps = r.map(|r| r.round().max(1.0) as u64);
-            c.rate = pps.map(|p| p as f64);
-            let limit = pps.map_or(Limit::Unlimited, |pps| Limit::Rate { pps, burst: default_burst(pps) });
-            gate.rebalance(c.id, &limit, &mut c.last_seen_percpu)?;
-        }
-        Ok(())
+    /// Each auto class's rate from the last tick, by class id (None: unlimited).
+    pub fn rates(&self) -> impl Iterator<Item = (usize, Option<f64>)> + '_ {
+        self.classes.iter().map(|c| (c.id, c.rate))
     }
 
     fn trace(&mut self, now: &Sample, sig: &Signals, target: f64) {

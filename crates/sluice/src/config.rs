@@ -1033,11 +1033,12 @@ match = [{ proto = "udp", port = "5000-5999", src = "10.0.0.0/8" }, { proto = "i
 
     #[test]
     fn auto_errors_name_the_class_and_field() {
-        // No UDP port: the controller could not find the service.
-        let e =
-            cfg("[[class]]\nname = \"web\"\nrate = \"auto\"\nmatch = [{ proto = \"tcp\", port = 80 }]\n").unwrap_err();
+        // No UDP or TCP port: the controller could not find the service.
+        let e = cfg("[[class]]\nname = \"web\"\nrate = \"auto\"\nmatch = [{ proto = \"icmp\" }]\n").unwrap_err();
         assert_eq!(e.field, "rate");
-        assert!(e.message.contains("\"web\"") && e.message.contains("UDP port"), "{e}");
+        assert!(e.message.contains("\"web\"") && e.message.contains("UDP or TCP port"), "{e}");
+        // A TCP service can be auto (its listeners are its health signals).
+        cfg("[[class]]\nname = \"web\"\nrate = \"auto\"\nmatch = [{ proto = \"tcp\", port = 80 }]\n").unwrap();
         // Auto-only keys on a static class.
         let e = parse_class_flag("x:rate=1k,min_share=0.2,match=udp:1").unwrap_err();
         assert_eq!(e.field, "min_share");

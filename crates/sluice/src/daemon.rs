@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
-use crate::auto::AutoLoop;
 use crate::classify;
 use crate::config::{self, Config, NapiSched, XdpMode};
+use crate::discover::{self, Discovery};
 use crate::gate::{self, Gate};
 use crate::sched::{apply_napi, check_napi, realtime_thread};
 use crate::stats::{
@@ -38,6 +38,8 @@ const STATS_EVERY: u64 = 10;
 const NAPI_EVERY: u64 = 100;
 /// Window of the per-second rates in the statistics, in refreshes.
 const RATE_WINDOW: usize = 10;
+/// The listening services are looked for again this often (1 s).
+const DISCOVER_EVERY: u64 = 100;
 
 /// Default statistics socket of an interface.
 pub fn default_socket(iface: &str) -> PathBuf {
@@ -55,6 +57,8 @@ pub struct RunOpts {
     pub socket: Option<PathBuf>,
     /// Overrides the config's metrics address: Some(None) turns metrics off.
     pub metrics: Option<Option<SocketAddr>>,
+    /// --no-discover: no classes for the listening services.
+    pub no_discover: bool,
 }
 
 fn log(msg: impl std::fmt::Display) {
@@ -70,6 +74,22 @@ fn resolve_config(opts: &RunOpts) -> Result<Config> {
     if let Some(m) = opts.metrics {
         cfg.metrics = m;
     }
+    cfg.discover &= !opts.no_discover;
+    Ok(cfg)
+}
+
+/// Look for the services and merge a class for each into `base`; log what
+/// merging had to do.
+fn discovered(base: &Config, d: &mut Discovery) -> Result<Config> {
+    let (cfg, note) = discover::merge(base, &d.poll()?);
+    if note.grouped {
+        log(format_args!(
+            "discover: more services than free class slots; services share classes (see `sluice status`)"
+        ));
+    }
+    if note.unplaced > 0 {
+        log(format_args!("discover: {} services have no class slot left and go to the default class", note.unplaced));
+    }
     Ok(cfg)
 }
 
@@ -84,7 +104,13 @@ type History = std::collections::VecDeque<(Instant, ClassTotals)>;
 
 pub struct Daemon {
     opts: RunOpts,
+    /// The config as resolved from the file and flags, before discovery.
+    base: Config,
+    /// The config in force: `base` plus a class per discovered service.
     cfg: Config,
+    discovery: Option<Discovery>,
+    /// Polls of the services that failed.
+    discover_errors: u64,
     iface: String,
     gate: Gate,
     shared: Arc<Shared>,
@@ -111,20 +137,25 @@ impl Daemon {
     /// Nothing touches the interface before the last check passed, so a start
     /// that fails (even with --replace) leaves the interface as it was.
     pub fn start(opts: RunOpts) -> Result<Daemon> {
-        let cfg = resolve_config(&opts)?;
+        let base = resolve_config(&opts)?;
         let iface = opts
             .iface
             .clone()
-            .or_else(|| cfg.interface.clone())
+            .or_else(|| base.interface.clone())
             .context("no interface: pass --iface IFACE or set interface = \"...\" in the config file")?;
         gate::check_privileges()?;
         let ifindex = gate::ifindex(&iface)?;
+        let mut discovery = if base.discover { Some(Discovery::new(ifindex)?) } else { None };
+        let cfg = match &mut discovery {
+            Some(d) => discovered(&base, d)?,
+            None => base.clone(),
+        };
         let tables = classify::compile(&cfg)?;
         let mut gate = Gate::load()?;
         gate.apply(&cfg, &tables)?;
         gate.check_attachable(&iface, opts.replace)?;
-        // The auto classes' sockets must be there.
-        let auto = AutoLoop::new(&cfg, None, gate.ncpus())?;
+        // The configured auto classes' sockets must be there.
+        let ticker = Ticker::new(&cfg, None, true)?;
         check_napi(&iface, cfg.auto.napi)?;
         let socket = opts.socket.clone().or_else(|| cfg.socket.clone()).unwrap_or_else(|| default_socket(&iface));
         let listener = SocketFile::bind(&socket)?;
@@ -150,6 +181,8 @@ impl Daemon {
             global: GlobalTotals::default(),
             daemon_cpu_secs: 0.0,
             daemon_cpu_pct: 0.0,
+            discover: cfg.discover,
+            distress: None,
         };
         let shared = Arc::new(Shared { snapshot: Mutex::new(snapshot) });
         let socket = listener.serve(shared.clone());
@@ -164,7 +197,8 @@ impl Daemon {
             socket.display(),
             cfg.metrics.map(|a| format!(", metrics on http://{a}/metrics")).unwrap_or_default()
         ));
-        if let Some(a) = &auto {
+        log_classes(&cfg, &[]);
+        if let Some(a) = &ticker.auto {
             log(format_args!(
                 "auto ({}) controls {:?} every {} ms",
                 a.algo().name(),
@@ -174,8 +208,21 @@ impl Daemon {
         }
         let last_cpu = (Instant::now(), process_cpu_secs());
         let history = vec![History::new(); cfg.classes.len()];
-        let ticker = Ticker::new(&cfg, auto);
-        Ok(Daemon { opts, cfg, iface, gate, shared, history, started: Instant::now(), socket, ticker, last_cpu })
+        Ok(Daemon {
+            opts,
+            base,
+            cfg,
+            discovery,
+            discover_errors: 0,
+            iface,
+            gate,
+            shared,
+            history,
+            started: Instant::now(),
+            socket,
+            ticker,
+            last_cpu,
+        })
     }
 
     /// Run until SIGINT/SIGTERM; returns the final snapshot after detaching.
@@ -190,9 +237,7 @@ impl Daemon {
                 }
             }
         });
-        if self.ticker.auto.is_some() {
-            self.realtime();
-        }
+        self.realtime();
         let mut next = Instant::now();
         let mut ticks = 0u64;
         loop {
@@ -206,6 +251,9 @@ impl Daemon {
             }
             self.ticker.tick(&self.gate, |m| log(m))?;
             ticks += 1;
+            if ticks.is_multiple_of(DISCOVER_EVERY) {
+                self.rediscover();
+            }
             if ticks.is_multiple_of(STATS_EVERY) {
                 self.refresh_stats()?;
             }
@@ -228,10 +276,64 @@ impl Daemon {
     /// sample cut by a pre-emption would mix counters read milliseconds apart.
     fn realtime(&self) {
         if realtime_thread() {
-            log("auto: the control loop runs at SCHED_FIFO priority 1 (its CPU use is in `sluice status`)");
+            log("the control loop runs at SCHED_FIFO priority 1 (its CPU use is in `sluice status`)");
         } else {
-            log("auto: could not run the control loop at SCHED_FIFO; pre-emptions may skew its samples");
+            log("could not run the control loop at SCHED_FIFO; pre-emptions may skew its samples");
         }
+    }
+
+    /// Look for the services again; if the class list changed, switch to it.
+    fn rediscover(&mut self) {
+        let Some(d) = &mut self.discovery else { return };
+        let cfg = match discovered(&self.base, d) {
+            Ok(cfg) => cfg,
+            Err(e) => {
+                self.discover_errors += 1;
+                if self.discover_errors.is_power_of_two() {
+                    log(format_args!(
+                        "discover: looking for services failed ({} times so far): {e:#}",
+                        self.discover_errors
+                    ));
+                }
+                return;
+            }
+        };
+        if cfg.classes == self.cfg.classes {
+            return;
+        }
+        let result = classify::compile(&cfg).map_err(anyhow::Error::from).and_then(|t| self.switch_to(cfg, &t, false));
+        if let Err(e) = result {
+            log(format_args!("discover: the new class list was refused, the previous one stays: {e:#}"));
+        }
+    }
+
+    /// Put `cfg` in force: the gate's tables (class state kept by name), the
+    /// tick (control state kept by name), the statistics.
+    fn switch_to(&mut self, cfg: Config, tables: &classify::Tables, require_sockets: bool) -> Result<()> {
+        // The new auto classes' sockets must be found before anything changes.
+        let mut ticker = Ticker::new(&cfg, None, require_sockets)?;
+        self.gate.apply(&cfg, tables)?;
+        let old = std::mem::replace(&mut self.cfg, cfg);
+        log_classes(&self.cfg, &old.classes);
+        ticker.carry_from(std::mem::replace(&mut self.ticker, Ticker::idle()));
+        self.ticker = ticker;
+        let keep = |c: &config::Class| old.classes.iter().position(|o| o.name == c.name);
+        let mut history = std::mem::take(&mut self.history);
+        self.history = self
+            .cfg
+            .classes
+            .iter()
+            .map(|c| keep(c).map(|i| std::mem::take(&mut history[i])).unwrap_or_default())
+            .collect();
+        let mut snap = self.shared.snapshot.lock().unwrap();
+        let mut classes = class_snapshots(&self.cfg);
+        for c in &mut classes {
+            if let Some(o) = snap.classes.iter().find(|o| o.name == c.name) {
+                (c.totals, c.rates) = (o.totals, o.rates);
+            }
+        }
+        snap.classes = classes;
+        Ok(())
     }
 
     /// Read the counters into the served snapshot.
@@ -265,6 +367,11 @@ impl Daemon {
                 snap.classes[id].auto = Some(st);
             }
         }
+        let (distress, throttles) = self.ticker.budget_status();
+        snap.distress = distress.map(|(p, why)| format!("priority {p}: {why}"));
+        for (c, t) in snap.classes.iter_mut().zip(throttles.iter().chain(std::iter::repeat(&None))) {
+            c.throttle_pps = *t;
+        }
         Ok(())
     }
 
@@ -287,20 +394,23 @@ impl Daemon {
             Ok((cfg, tables))
         })();
         let mut snap_err = None;
-        match result.and_then(|(cfg, tables)| {
-            // The new auto classes' sockets must be found before anything changes.
-            let auto = AutoLoop::new(&cfg, None, self.gate.ncpus())?;
-            self.gate.apply(&cfg, &tables)?;
-            Ok((cfg, auto))
+        match result.and_then(|(base, tables)| {
+            if !base.discover {
+                self.discovery = None;
+            } else if self.discovery.is_none() {
+                self.discovery = Some(Discovery::new(gate::ifindex(&self.iface)?)?);
+            }
+            let cfg = match &mut self.discovery {
+                Some(d) if base.discover => discovered(&base, d)?,
+                _ => base.clone(),
+            };
+            let tables = if cfg.classes == base.classes { tables } else { classify::compile(&cfg)? };
+            self.switch_to(cfg, &tables, true)?;
+            self.base = base;
+            Ok(())
         }) {
-            Ok((cfg, auto)) => {
-                log(format_args!("reloaded the config: {} classes", cfg.classes.len()));
-                self.history = vec![History::new(); cfg.classes.len()];
-                if auto.is_some() && self.ticker.auto.is_none() {
-                    self.realtime();
-                }
-                self.ticker = Ticker::new(&cfg, auto);
-                self.cfg = cfg;
+            Ok(()) => {
+                log(format_args!("reloaded the config: {} classes", self.cfg.classes.len()));
             }
             Err(e) => {
                 // Only a rollback that failed too leaves anything but the previous config.
@@ -315,9 +425,22 @@ impl Daemon {
         let mut snap = self.shared.snapshot.lock().unwrap();
         if snap_err.is_none() {
             snap.reloads += 1;
-            snap.classes = class_snapshots(&self.cfg);
         }
         snap.last_reload_error = snap_err;
+    }
+}
+
+/// Log the classes that `cfg` adds to `old` and those it removes.
+fn log_classes(cfg: &Config, old: &[config::Class]) {
+    for c in cfg.classes.iter().filter(|c| !old.iter().any(|o| o.name == c.name)) {
+        match &c.discovered {
+            Some(why) => log(format_args!("class {} (priority {}): discovered; {why}", c.name, c.priority)),
+            None if !old.is_empty() => log(format_args!("class {} (priority {}) added", c.name, c.priority)),
+            None => {}
+        }
+    }
+    for o in old.iter().filter(|o| !cfg.classes.iter().any(|c| c.name == o.name)) {
+        log(format_args!("class {} removed", o.name));
     }
 }
 

@@ -40,6 +40,7 @@ pub mod controller;
 pub mod daemon;
 pub mod discover;
 pub mod gate;
+pub mod health;
 pub mod netns;
 pub mod packet;
 pub mod sched;

@@ -43,6 +43,12 @@ enum Cmd {
 
 /// Attach the gate to an interface and enforce the classes until stopped.
 ///
+/// With no config at all (`sluice run --iface eth0`), every UDP and TCP service
+/// listening in this network namespace gets a class of its own (found again every
+/// second), its priority from its process's nice value; traffic to no service goes
+/// to the lowest class, and when a service shows distress the classes below it are
+/// throttled, lowest first, until it recovers.
+///
 /// Loads the XDP program, attaches it through a bpf_link (so it detaches if the
 /// daemon dies), and applies the classes from --config and/or --class. Serves
 /// statistics on a Unix socket (mode 0600, default /run/sluice/IFACE.sock) and
@@ -50,7 +56,7 @@ enum Cmd {
 /// the config file (a bad one is refused and the old one stays); SIGINT or
 /// SIGTERM detach and print totals. Classes with rate=auto get their rate from
 /// a controller that runs every 10 ms on the signals of the service's sockets
-/// (found by the class's UDP ports; the service must be listening first).
+/// (found by the class's ports; a configured service must be listening first).
 #[derive(Args)]
 struct RunArgs {
     /// Interface to attach to (else `interface` from the config file).
@@ -70,6 +76,11 @@ struct RunArgs {
     /// Detach an XDP program already on the interface (attached with netlink) instead of refusing.
     #[arg(long)]
     replace: bool,
+    /// Do not add a class for each listening service (same as discover = false in the file).
+    /// By default every UDP and TCP service listening in this network namespace that no
+    /// configured class matches gets an auto class, its priority from its process's nice value.
+    #[arg(long)]
+    no_discover: bool,
     /// XDP mode: native (in the driver, the default) or generic (after skb allocation).
     #[arg(long, value_parser = parse_mode)]
     xdp_mode: Option<XdpMode>,
@@ -234,6 +245,7 @@ impl From<RunArgs> for daemon::RunOpts {
                 Metrics::Off => None,
                 Metrics::On(addr) => Some(addr),
             }),
+            no_discover: a.no_discover,
         }
     }
 }

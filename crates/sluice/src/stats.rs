@@ -122,6 +122,13 @@ pub struct ClassSnapshot {
     /// The controller's view, for `rate = "auto"` classes.
     #[serde(default)]
     pub auto: Option<AutoStatus>,
+    /// For a class made by discovery: where its priority came from.
+    #[serde(default)]
+    pub discovered: Option<String>,
+    /// The budget's throttle on the class (packets/s), while a service of
+    /// higher priority is or was in distress; None = not throttled.
+    #[serde(default)]
+    pub throttle_pps: Option<f64>,
 }
 
 /// The auto controller's state for one class.
@@ -169,6 +176,12 @@ pub struct Snapshot {
     pub daemon_cpu_secs: f64,
     #[serde(default)]
     pub daemon_cpu_pct: f64,
+    /// Whether the daemon adds a class for each listening service.
+    #[serde(default)]
+    pub discover: bool,
+    /// The highest priority whose service is in distress, and why (the budget).
+    #[serde(default)]
+    pub distress: Option<String>,
 }
 
 impl Snapshot {
@@ -202,6 +215,8 @@ pub fn class_snapshots(cfg: &Config) -> Vec<ClassSnapshot> {
                 rates: ClassRates::default(),
                 totals: ClassTotals::default(),
                 auto: None,
+                discovered: c.discovered.clone(),
+                throttle_pps: None,
             }
         })
         .collect()
@@ -243,14 +258,14 @@ pub fn render_table(s: &Snapshot) -> String {
     }
     let _ = writeln!(
         o,
-        "{:<16} {:>4} {:>14} {:>10} {:>10} {:>10} {:>14} {:>14} {:>14}",
+        "{:<24} {:>4} {:>14} {:>10} {:>10} {:>10} {:>14} {:>14} {:>14}",
         "CLASS", "PRIO", "LIMIT", "SEEN/s", "ADMIT/s", "DROP/s", "SEEN", "ADMITTED", "DROPPED"
     );
     for c in &s.classes {
         let name = if c.is_default { format!("{}*", c.name) } else { c.name.clone() };
         let _ = writeln!(
             o,
-            "{:<16} {:>4} {:>14} {:>10} {:>10} {:>10} {:>14} {:>14} {:>14}",
+            "{:<24} {:>4} {:>14} {:>10} {:>10} {:>10} {:>14} {:>14} {:>14}",
             name,
             c.priority,
             c.limit,
@@ -265,14 +280,14 @@ pub fn render_table(s: &Snapshot) -> String {
     if s.classes.iter().any(|c| c.auto.is_some()) {
         let _ = writeln!(
             o,
-            "{:<16} {:>5} {:>9} {:>10} {:>10} {:>10} {:>5} {:>7} {:>12}",
+            "{:<24} {:>5} {:>9} {:>10} {:>10} {:>10} {:>5} {:>7} {:>12}",
             "AUTO CLASS", "ALGO", "STATE", "CAPACITY", "TARGET", "RATE", "SOCKS", "QUEUE", "SIGNALS LOST"
         );
         for c in &s.classes {
             let Some(a) = &c.auto else { continue };
             let _ = writeln!(
                 o,
-                "{:<16} {:>5} {:>9} {:>10} {:>10} {:>10} {:>5} {:>6}% {:>11.1}s",
+                "{:<24} {:>5} {:>9} {:>10} {:>10} {:>10} {:>5} {:>6}% {:>11.1}s",
                 c.name,
                 a.algo,
                 a.state,
@@ -285,6 +300,7 @@ pub fn render_table(s: &Snapshot) -> String {
             );
         }
     }
+    render_budget(&mut o, s);
     let _ = writeln!(o, "daemon CPU {:.1}% of one CPU ({:.1} s in total)", s.daemon_cpu_pct, s.daemon_cpu_secs);
     let g = &s.global;
     let _ = writeln!(
@@ -293,6 +309,27 @@ pub fn render_table(s: &Snapshot) -> String {
         g.non_ip_pass, g.malformed_drop, g.malformed_pass, g.depth_exceeded, g.fragments
     );
     o
+}
+
+/// The budget's throttles and the discovered classes' priorities.
+fn render_budget(o: &mut String, s: &Snapshot) {
+    match &s.distress {
+        Some(d) => _ = writeln!(o, "budget: a service is in distress ({d}); classes below it are throttled"),
+        None => _ = writeln!(o, "budget: no service in distress"),
+    }
+    for c in s.classes.iter().filter(|c| c.throttle_pps.is_some()) {
+        _ = writeln!(o, "  {} throttled to {}/s", c.name, human(c.throttle_pps.unwrap_or(0.0)));
+    }
+    if !s.discover {
+        _ = writeln!(o, "discovery off (discover = false or --no-discover)");
+    } else if s.classes.iter().all(|c| c.discovered.is_none()) {
+        _ = writeln!(o, "discovery on: no listening service without a configured class was found");
+    }
+    for c in s.classes.iter() {
+        if let Some(why) = &c.discovered {
+            _ = writeln!(o, "  discovered {}: {why}", c.name);
+        }
+    }
 }
 
 /// Prometheus text exposition of a snapshot.
@@ -477,7 +514,23 @@ mod tests {
             global: GlobalTotals { non_ip_pass: 2, malformed_drop: 1, ..Default::default() },
             daemon_cpu_secs: 1.5,
             daemon_cpu_pct: 0.4,
+            discover: true,
+            distress: None,
         }
+    }
+
+    #[test]
+    fn status_shows_discovered_classes_and_the_budget() {
+        let mut s = snap();
+        s.classes[0].discovered = Some("nsd pid 7 has nice 0: priority 20+0 = 20".into());
+        s.classes[1].throttle_pps = Some(1500.0);
+        s.distress = Some("priority 20: socket queue".into());
+        let t = render_table(&s);
+        assert!(t.contains("discovered dns: nsd pid 7 has nice 0"), "{t}");
+        assert!(t.contains("in distress (priority 20: socket queue)"), "{t}");
+        assert!(t.contains("default throttled to 1500/s"), "{t}");
+        s.discover = false;
+        assert!(render_table(&s).contains("discovery off"));
     }
 
     #[test]

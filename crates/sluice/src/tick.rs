@@ -1,64 +1,194 @@
 //! The control tick that `sluice run` runs every 10 ms, and the bench runs in
 //! its control thread, so every bench figure measures the loop users run:
-//! re-split each limited class's rate over CPUs by the arrivals each CPU saw
-//! (see the design comment in gate.bpf.c), then run the auto controller.
+//!
+//! 1. read the services' health once (`health`);
+//! 2. run the auto controller on it (`auto`): a rate for each auto class
+//!    with UDP sockets;
+//! 3. run the budget on it (`budget`): a throttle for the classes below a
+//!    service in distress;
+//! 4. write each class's limit, the tightest of its own (static rate or
+//!    auto rate) and the budget's throttle, split over CPUs by the arrivals
+//!    each CPU saw (see the design comment in gate.bpf.c).
 use std::fmt::Display;
 
 use anyhow::Result;
 
 use crate::auto::AutoLoop;
-use crate::config::{Config, Limit};
+use crate::budget::{Budget, BudgetClass};
+use crate::config::{default_burst, Config, Limit};
 use crate::gate::Gate;
+use crate::health::{distress, path_distress, Health, HealthReader};
+use crate::stats::ClassTotals;
 
-/// A class with a packets/s limit, and its per-CPU arrivals at the last split.
-struct Split {
-    class: usize,
+/// One class as the tick keeps it.
+struct TickClass {
+    name: String,
+    priority: u8,
+    /// The class's own limit from the config.
     limit: Limit,
+    /// Seen and admitted packets at the last tick.
+    totals: Option<ClassTotals>,
+    /// Per-CPU arrivals at the last split.
     last_seen: Vec<u64>,
+    /// The limit written at the last tick (None: not written yet).
+    written: Option<Limit>,
 }
 
 /// What runs every tick for one config.
 pub struct Ticker {
-    splits: Vec<Split>,
-    /// The controller of the `rate = "auto"` classes, if any.
+    classes: Vec<TickClass>,
+    health: Option<HealthReader>,
+    last: Option<(std::time::Instant, Health)>,
+    /// The controller of the `rate = "auto"` classes with UDP sockets, if any.
     pub auto: Option<AutoLoop>,
-    /// Ticks whose auto signals could not be read.
-    pub auto_errors: u64,
+    pub budget: Budget,
+    /// Ticks whose signals could not be read.
+    pub signal_errors: u64,
 }
 
 impl Ticker {
-    pub fn new(cfg: &Config, auto: Option<AutoLoop>) -> Ticker {
-        let splits = cfg
+    /// The tick for `cfg`, reading the services in namespace `ns` (None: the
+    /// current one). `require_sockets`: see [`AutoLoop::new`].
+    pub fn new(cfg: &Config, ns: Option<&str>, require_sockets: bool) -> Result<Ticker> {
+        let auto = AutoLoop::new(cfg, ns, require_sockets)?;
+        let classes = cfg
             .classes
             .iter()
-            .enumerate()
-            .filter(|(_, c)| matches!(c.limit, Limit::Rate { .. }))
-            .map(|(class, c)| Split { class, limit: c.limit, last_seen: vec![] })
+            .map(|c| TickClass {
+                name: c.name.clone(),
+                priority: c.priority,
+                limit: c.limit,
+                totals: None,
+                last_seen: vec![],
+                written: None,
+            })
             .collect();
-        Ticker { splits, auto, auto_errors: 0 }
+        let health = Some(HealthReader::new(cfg, ns)?);
+        Ok(Ticker { classes, health, last: None, auto, budget: Budget::default(), signal_errors: 0 })
     }
 
     /// A ticker with nothing to do (no config in place yet).
     pub fn idle() -> Ticker {
-        Ticker { splits: vec![], auto: None, auto_errors: 0 }
+        Ticker { classes: vec![], health: None, last: None, auto: None, budget: Budget::default(), signal_errors: 0 }
     }
 
-    /// One tick. A per-CPU split that cannot be written is an error (the
-    /// gate's maps refuse writes: nothing later will work either). An auto
-    /// signal that cannot be read is not: the gate keeps the last rates, and
-    /// `log` hears of it at the 1st, 2nd, 4th, 8th... failure.
-    pub fn tick(&mut self, gate: &Gate, log: impl Fn(&dyn Display)) -> Result<()> {
-        for s in &mut self.splits {
-            gate.rebalance(s.class, &s.limit, &mut s.last_seen)?;
+    /// Take over what `old` learnt (the controller, the budget's throttles,
+    /// the per-CPU arrivals), matching classes by name: a class list that
+    /// changes (discovery, a reload) does not restart the control.
+    pub fn carry_from(&mut self, old: Ticker) {
+        let map: Vec<Option<usize>> =
+            self.classes.iter().map(|c| old.classes.iter().position(|o| o.name == c.name)).collect();
+        for (c, o) in self.classes.iter_mut().zip(&map) {
+            if let Some(o) = o.map(|i| &old.classes[i]) {
+                c.last_seen = o.last_seen.clone();
+            }
         }
-        if let Some(a) = &mut self.auto {
-            if let Err(e) = a.tick(gate) {
-                self.auto_errors += 1;
-                if self.auto_errors.is_power_of_two() {
-                    log(&format_args!("auto: reading signals failed ({} times so far): {e:#}", self.auto_errors));
+        self.budget = old.budget;
+        self.budget.remap(&map);
+        if let (Some(new), Some(old)) = (&mut self.auto, old.auto) {
+            new.carry_from(old);
+        }
+    }
+
+    /// One tick. A limit that cannot be written is an error (the gate's maps
+    /// refuse writes: nothing later will work either). Signals that cannot
+    /// be read are not: the gate keeps the last limits, and `log` hears of
+    /// it at the 1st, 2nd, 4th, 8th... failure.
+    pub fn tick(&mut self, gate: &Gate, log: impl Fn(&dyn Display)) -> Result<()> {
+        let throttles = match self.control(gate) {
+            Ok(t) => t,
+            Err(e) => {
+                self.signal_errors += 1;
+                if self.signal_errors.is_power_of_two() {
+                    log(&format_args!("reading signals failed ({} times so far): {e:#}", self.signal_errors));
                 }
+                self.budget.limits.clone()
+            }
+        };
+        let auto: Vec<(usize, Option<f64>)> = self.auto.iter().flat_map(|a| a.rates()).collect();
+        for (id, c) in self.classes.iter_mut().enumerate() {
+            let own = auto.iter().find(|(i, _)| *i == id).map_or(c.limit, |(_, r)| rate_limit(*r));
+            let limit = tightest(own, throttles.get(id).copied().flatten());
+            // An unlimited or blocked class needs writing only when it changes.
+            let fixed = matches!(limit, Limit::Unlimited | Limit::Blocked | Limit::Auto(_));
+            if !fixed || c.written != Some(limit) {
+                gate.rebalance(id, &limit, &mut c.last_seen)?;
+                c.written = Some(limit);
             }
         }
         Ok(())
+    }
+
+    /// Read the health, run the auto controller and the budget; the budget's throttles.
+    fn control(&mut self, gate: &Gate) -> Result<Vec<Option<f64>>> {
+        let Some(reader) = &mut self.health else { return Ok(vec![]) };
+        let now = (std::time::Instant::now(), reader.read()?);
+        if let Some(a) = &mut self.auto {
+            a.tick(gate, &now.1)?;
+        }
+        let mut demand = Vec::with_capacity(self.classes.len());
+        for (id, c) in self.classes.iter_mut().enumerate() {
+            let t = ClassTotals::from(gate.class_counters(id)?);
+            let rate =
+                |f: fn(&ClassTotals) -> u64, dt: f64| c.totals.map_or(0.0, |o| f(&t).saturating_sub(f(&o)) as f64 / dt);
+            let dt = self.last.as_ref().map_or(1.0, |(at, _)| now.0.duration_since(*at).as_secs_f64().max(1e-4));
+            demand.push(BudgetClass {
+                priority: c.priority,
+                offered: rate(|t| t.seen_pkts, dt),
+                admitted: rate(|t| t.admitted_pkts, dt),
+                distress: self.last.as_ref().and_then(|(_, prev)| distress(prev, &now.1, id)),
+            });
+            c.totals = Some(t);
+        }
+        let path = self.last.as_ref().is_some_and(|(_, prev)| path_distress(prev, &now.1));
+        let limits =
+            if self.last.is_some() { self.budget.step(&demand, path).to_vec() } else { self.budget.limits.clone() };
+        self.last = Some(now);
+        Ok(limits)
+    }
+
+    /// The budget's view for status: the highest distressed priority and why,
+    /// and each class's throttle by class id.
+    pub fn budget_status(&self) -> (Option<(u8, &'static str)>, &[Option<f64>]) {
+        (self.budget.distress, &self.budget.limits)
+    }
+}
+
+/// A packets/s limit for a rate (None: unlimited).
+fn rate_limit(r: Option<f64>) -> Limit {
+    r.map_or(Limit::Unlimited, |r| {
+        let pps = r.round().max(1.0) as u64;
+        Limit::Rate { pps, burst: default_burst(pps) }
+    })
+}
+
+/// The tighter of a class's own limit and the budget's throttle.
+fn tightest(own: Limit, throttle: Option<f64>) -> Limit {
+    let Some(t) = throttle else {
+        return match own {
+            Limit::Auto(_) => Limit::Unlimited,
+            l => l,
+        };
+    };
+    match own {
+        Limit::Blocked => Limit::Blocked,
+        Limit::Rate { pps, burst } if (pps as f64) <= t => Limit::Rate { pps, burst },
+        _ => rate_limit(Some(t)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_static_rate_stays_a_cap_and_blocked_stays_blocked() {
+        let r = |pps| Limit::Rate { pps, burst: default_burst(pps) };
+        assert_eq!(tightest(r(1000), Some(5000.0)), r(1000));
+        assert_eq!(tightest(r(10_000), Some(5000.0)), r(5000));
+        assert_eq!(tightest(Limit::Unlimited, Some(5000.0)), r(5000));
+        assert_eq!(tightest(Limit::Unlimited, None), Limit::Unlimited);
+        assert_eq!(tightest(Limit::Blocked, Some(5000.0)), Limit::Blocked);
+        assert_eq!(tightest(Limit::Auto(Default::default()), None), Limit::Unlimited);
     }
 }

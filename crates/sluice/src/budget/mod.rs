@@ -15,8 +15,10 @@
 //! - its TCP listeners hold a standing accept queue (over 1/8 of the backlog
 //!   at both edges), or the namespace counted listen overflows, listen drops
 //!   or TCP backlog drops in the tick (/proc/net/netstat `TcpExt`);
+//!
 //! and the receive path as a whole is in distress when the per-CPU backlogs
 //! dropped packets (/proc/net/softnet_stat), which no socket sees.
+//!
 //! All of these are counters the kernel keeps anyway, read with a few
 //! syscalls per tick: none costs anything per packet.
 //!

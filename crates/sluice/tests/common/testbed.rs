@@ -74,6 +74,20 @@ impl Testbed {
         pid
     }
 
+    /// Start any command inside `ns` in the background (output discarded);
+    /// killed when the testbed drops. `ip netns exec` execs it, so the pid is the command's.
+    pub fn spawn_cmd(&mut self, ns: &str, args: &[&str]) -> u32 {
+        let child = self.cmd(ns, args).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+        let pid = child.id();
+        self.children.push(child);
+        pid
+    }
+
+    /// Is a spawned process still running?
+    pub fn is_running(&mut self, pid: u32) -> bool {
+        self.children.iter_mut().find(|c| c.id() == pid).is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
     /// Wait for a spawned process to exit; returns its output.
     pub fn wait(&mut self, pid: u32) -> Output {
         let i = self.children.iter().position(|c| c.id() == pid).expect("a spawned pid");

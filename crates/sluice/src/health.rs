@@ -1,0 +1,258 @@
+//! Each class's service health, read once per tick for the budget
+//! (`budget`) and the auto controller (`auto`): the class's UDP sockets and
+//! TCP listeners (sock_diag), the namespace's TCP listen and backlog drop
+//! counters (/proc/net/netstat) and the per-CPU backlog drops (softnet_stat).
+use anyhow::Result;
+
+use crate::config::Config;
+use crate::signals::{
+    softnet, NsFile, SockDiag, SockStats, Softnet, SK_MEMINFO_DROPS, SK_MEMINFO_RCVBUF, SK_MEMINFO_RMEM_ALLOC,
+    TCP_LISTEN,
+};
+
+/// Every this many ticks (1 s) both address families are dumped again.
+const REDISCOVER_TICKS: u64 = 100;
+/// A socket queue over this share of the receive buffer at both edges of a
+/// tick is a standing one (the same threshold as the knee controller's).
+const QUEUE_STANDS: f64 = crate::controller::QUEUE_LOW;
+/// An accept queue over this share of the listen backlog at both edges of a tick stands.
+const ACCEPT_STANDS: f64 = 0.125;
+
+/// A class's TCP listeners.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ListenStats {
+    pub sockets: u32,
+    /// Connections waiting to be accepted, and the backlog limit, summed.
+    pub accept_queue: u64,
+    pub backlog: u64,
+}
+
+/// The namespace's TCP counters that say a listener or a socket lost packets.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TcpExt {
+    pub listen_overflows: u64,
+    pub listen_drops: u64,
+    pub backlog_drop: u64,
+}
+
+/// Parse the `TcpExt:` header and value lines of /proc/net/netstat.
+pub fn parse_tcpext(text: &str) -> TcpExt {
+    let mut lines = text.lines().filter(|l| l.starts_with("TcpExt:"));
+    let (Some(h), Some(v)) = (lines.next(), lines.next()) else { return TcpExt::default() };
+    let get = |name: &str| {
+        h.split_whitespace()
+            .position(|x| x == name)
+            .and_then(|i| v.split_whitespace().nth(i)?.parse().ok())
+            .unwrap_or(0)
+    };
+    TcpExt {
+        listen_overflows: get("ListenOverflows"),
+        listen_drops: get("ListenDrops"),
+        backlog_drop: get("TCPBacklogDrop"),
+    }
+}
+
+/// One class's service at one tick.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ClassHealth {
+    pub udp: SockStats,
+    pub listen: ListenStats,
+}
+
+/// Everything read at one tick.
+#[derive(Debug, Clone, Default)]
+pub struct Health {
+    /// By class id.
+    pub classes: Vec<ClassHealth>,
+    pub softnet: Softnet,
+    pub tcp: TcpExt,
+}
+
+/// Why a class's service is in distress between two ticks, if it is.
+pub fn distress(prev: &Health, now: &Health, class: usize) -> Option<&'static str> {
+    let (p, n) = (prev.classes.get(class)?, now.classes.get(class)?);
+    let stands =
+        |a: u64, b: u64, of: u64, share: f64| of > 0 && a as f64 > share * of as f64 && b as f64 > share * of as f64;
+    if n.udp.sockets > 0 && n.udp.drops > p.udp.drops && p.udp.sockets == n.udp.sockets {
+        return Some("socket drops");
+    }
+    if n.udp.sockets > 0 && stands(p.udp.queued, n.udp.queued, n.udp.rcvbuf, QUEUE_STANDS) {
+        return Some("socket queue");
+    }
+    if n.listen.sockets > 0 {
+        if stands(p.listen.accept_queue, n.listen.accept_queue, n.listen.backlog, ACCEPT_STANDS) {
+            return Some("accept queue");
+        }
+        let (a, b) = (prev.tcp, now.tcp);
+        if b.listen_overflows > a.listen_overflows || b.listen_drops > a.listen_drops {
+            return Some("listen overflows");
+        }
+        if b.backlog_drop > a.backlog_drop {
+            return Some("tcp backlog drops");
+        }
+    }
+    None
+}
+
+/// True if the per-CPU backlogs dropped packets between two ticks.
+pub fn path_distress(prev: &Health, now: &Health) -> bool {
+    now.softnet.dropped > prev.softnet.dropped
+}
+
+/// Reads [`Health`] for one config's classes.
+pub struct HealthReader {
+    diag: SockDiag,
+    /// By class id: the UDP and TCP port ranges of its rules.
+    udp: Vec<Vec<(u16, u16)>>,
+    tcp: Vec<Vec<(u16, u16)>>,
+    /// Address families the UDP sockets were found in at the last full dump.
+    families: Vec<u8>,
+    netstat: Option<NsFile>,
+    ticks: u64,
+}
+
+impl HealthReader {
+    /// For `cfg`'s classes, in namespace `ns` (None: the current one).
+    pub fn new(cfg: &Config, ns: Option<&str>) -> Result<HealthReader> {
+        let udp: Vec<_> = cfg.classes.iter().map(|c| c.udp_ports()).collect();
+        let tcp: Vec<_> = cfg.classes.iter().map(|c| c.tcp_ports()).collect();
+        let netstat = if tcp.iter().any(|t| !t.is_empty()) {
+            Some(match ns {
+                Some(ns) => NsFile::open(ns, "netstat")?,
+                None => NsFile::open_here("netstat")?,
+            })
+        } else {
+            None
+        };
+        Ok(HealthReader { diag: SockDiag::open(ns)?, udp, tcp, families: vec![], netstat, ticks: 0 })
+    }
+
+    /// Read this tick's health.
+    pub fn read(&mut self) -> Result<Health> {
+        let mut h = Health { classes: vec![ClassHealth::default(); self.udp.len()], ..Default::default() };
+        self.read_udp(&mut h)?;
+        if self.tcp.iter().any(|t| !t.is_empty()) {
+            self.read_tcp(&mut h)?;
+        }
+        if let Some(f) = &mut self.netstat {
+            h.tcp = parse_tcpext(&f.read()?);
+        }
+        h.softnet = softnet()?;
+        self.ticks += 1;
+        Ok(h)
+    }
+
+    /// The first class whose ports hold `port`, in `ports` (first match wins, as in the gate).
+    fn class_of(ports: &[Vec<(u16, u16)>], port: u16) -> Option<usize> {
+        ports.iter().position(|r| r.iter().any(|&(lo, hi)| (lo..=hi).contains(&port)))
+    }
+
+    /// The classes' UDP sockets: only the families they were found in,
+    /// except every REDISCOVER_TICKS or while none was found.
+    fn read_udp(&mut self, h: &mut Health) -> Result<()> {
+        if self.udp.iter().all(|u| u.is_empty()) {
+            return Ok(());
+        }
+        let all = [libc::AF_INET as u8, libc::AF_INET6 as u8];
+        let rediscover = self.ticks.is_multiple_of(REDISCOVER_TICKS) || self.families.is_empty();
+        let families = if rediscover { all.to_vec() } else { self.families.clone() };
+        let mut found = vec![];
+        for f in families {
+            let (udp, classes) = (&self.udp, &mut h.classes);
+            let mut any = false;
+            self.diag.dump(f, libc::IPPROTO_UDP as u8, u32::MAX, &mut |s| {
+                let (Some(c), Some(mem)) = (Self::class_of(udp, s.sport), s.mem) else { return };
+                any = true;
+                let u = &mut classes[c].udp;
+                *u = u.add(&SockStats {
+                    sockets: 1,
+                    queued: u64::from(mem[SK_MEMINFO_RMEM_ALLOC]),
+                    rcvbuf: u64::from(mem[SK_MEMINFO_RCVBUF]),
+                    drops: u64::from(mem[SK_MEMINFO_DROPS]),
+                });
+            })?;
+            if any {
+                found.push(f);
+            }
+        }
+        if rediscover {
+            self.families = found;
+        }
+        Ok(())
+    }
+
+    /// The classes' TCP listeners (the listening hash only: a short walk).
+    fn read_tcp(&mut self, h: &mut Health) -> Result<()> {
+        for f in [libc::AF_INET as u8, libc::AF_INET6 as u8] {
+            let (tcp, classes) = (&self.tcp, &mut h.classes);
+            self.diag.dump(f, libc::IPPROTO_TCP as u8, 1 << TCP_LISTEN, &mut |s| {
+                let Some(c) = Self::class_of(tcp, s.sport) else { return };
+                let l = &mut classes[c].listen;
+                l.sockets += 1;
+                l.accept_queue += u64::from(s.rqueue);
+                l.backlog += u64::from(s.wqueue);
+            })?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tcpext_counters_are_found_by_name() {
+        let text = "TcpExt: SyncookiesSent ListenOverflows ListenDrops TCPBacklogDrop\nTcpExt: 1 2 3 4\nIpExt: InNoRoutes\nIpExt: 0\n";
+        assert_eq!(parse_tcpext(text), TcpExt { listen_overflows: 2, listen_drops: 3, backlog_drop: 4 });
+        assert_eq!(parse_tcpext("garbage"), TcpExt::default());
+    }
+
+    fn health(udp: SockStats, listen: ListenStats, tcp: TcpExt) -> Health {
+        Health { classes: vec![ClassHealth { udp, listen }], tcp, ..Default::default() }
+    }
+
+    #[test]
+    fn a_standing_queue_or_drops_are_distress_a_passing_queue_is_not() {
+        let sock = |queued, drops| SockStats { sockets: 1, queued, rcvbuf: 160_000, drops };
+        let none = ListenStats::default();
+        let t = TcpExt::default();
+        let d = |a: SockStats, b: SockStats| distress(&health(a, none, t), &health(b, none, t), 0);
+        assert_eq!(d(sock(0, 0), sock(50_000, 0)), None, "a queue at one edge only is passing");
+        assert_eq!(d(sock(20_000, 0), sock(50_000, 0)), Some("socket queue"));
+        assert_eq!(d(sock(0, 5), sock(0, 6)), Some("socket drops"));
+        // A restarted service's socket starts its drop count again: not a drop.
+        assert_eq!(d(sock(0, 5), SockStats { sockets: 2, ..sock(0, 6) }), None);
+        assert_eq!(distress(&Health::default(), &health(sock(0, 0), none, t), 0), None, "no previous tick");
+    }
+
+    #[test]
+    fn tcp_distress_comes_from_the_accept_queue_and_the_namespace_counters() {
+        let l = |q| ListenStats { sockets: 1, accept_queue: q, backlog: 128 };
+        let s = SockStats::default();
+        let t0 = TcpExt::default();
+        assert_eq!(distress(&health(s, l(0), t0), &health(s, l(0), t0), 0), None);
+        assert_eq!(distress(&health(s, l(20), t0), &health(s, l(30), t0), 0), Some("accept queue"));
+        let t1 = TcpExt { listen_overflows: 1, ..t0 };
+        assert_eq!(distress(&health(s, l(0), t0), &health(s, l(0), t1), 0), Some("listen overflows"));
+        let t2 = TcpExt { backlog_drop: 1, ..t0 };
+        assert_eq!(distress(&health(s, l(0), t0), &health(s, l(0), t2), 0), Some("tcp backlog drops"));
+        // A class without listeners does not take the namespace's TCP drops as its own.
+        assert_eq!(distress(&health(s, ListenStats::default(), t0), &health(s, ListenStats::default(), t1), 0), None);
+    }
+
+    /// A real listener's accept queue is seen by the reader.
+    #[test]
+    fn the_reader_sees_a_listeners_accept_queue() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let cfg = crate::config::from_flags(&[format!("web:rate=auto,match=tcp:{port}")]).unwrap();
+        let mut r = HealthReader::new(&cfg, None).unwrap();
+        let before = r.read().unwrap().classes[0].listen;
+        assert_eq!((before.sockets, before.accept_queue), (1, 0));
+        assert!(before.backlog > 0);
+        let _c: Vec<_> = (0..3).map(|_| std::net::TcpStream::connect(("127.0.0.1", port)).unwrap()).collect();
+        let after = r.read().unwrap().classes[0].listen;
+        assert_eq!(after.accept_queue, 3, "{after:?}");
+    }
+}

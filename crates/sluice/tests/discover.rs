@@ -1,0 +1,162 @@
+//! Zero configuration and the budget, end to end: `sluice run --iface IFACE`
+//! alone, in a namespace this test makes, finds the services listening there
+//! and follows them; a service in distress gets the classes below it throttled.
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::testbed::{Testbed, BIN};
+use sluice::stats::{ClassSnapshot, Snapshot};
+
+/// Poll the daemon's status until `ok` holds (or panic after `secs`).
+fn wait_for(tb: &Testbed, secs: u64, what: &str, ok: impl Fn(&Snapshot) -> bool) -> Snapshot {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let s = tb.status();
+        if ok(&s) {
+            return s;
+        }
+        let names: Vec<_> = s.classes.iter().map(|c| (c.name.clone(), c.priority)).collect();
+        assert!(Instant::now() < deadline, "{what}: not within {secs} s; classes {names:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn class<'a>(s: &'a Snapshot, suffix: &str) -> Option<&'a ClassSnapshot> {
+    s.classes.iter().find(|c| c.name.ends_with(suffix))
+}
+
+/// A TCP listener (python3) in namespace `ns` on `port`, for `secs`.
+fn tcp_listener(tb: &mut Testbed, port: u16, secs: u32) -> u32 {
+    let code = format!(
+        "import socket,time\ns=socket.socket(socket.AF_INET6)\ns.bind(('::',{port}))\ns.listen(64)\ntime.sleep({secs})"
+    );
+    let ns = tb.b.clone();
+    tb.spawn_cmd(&ns, &["python3", "-c", &code])
+}
+
+#[test]
+fn zero_config_gives_each_listening_service_a_class_and_follows_it() {
+    let mut tb = Testbed::new();
+    tb.start_gate(&[]);
+    let s = tb.status();
+    assert!(s.discover);
+    assert_eq!(s.classes.len(), 1, "an empty namespace has the default class alone: {:?}", s.classes);
+    // A UDP service at nice 5 and a TCP listener at nice 0.
+    let ns = tb.b.clone();
+    let udp = tb.spawn_cmd(
+        &ns,
+        &["nice", "-n", "5", BIN, "serve", "udp-echo", "--port", "7100", "--no-echo", "--duration", "30"],
+    );
+    let tcp = tcp_listener(&mut tb, 7200, 30);
+    let s = wait_for(&tb, 4, "both services discovered", |s| {
+        class(s, "/udp:7100").is_some() && class(s, "/tcp:7200").is_some()
+    });
+    let u = class(&s, "/udp:7100").unwrap();
+    assert_eq!(u.name, "sluice/udp:7100");
+    assert_eq!(u.priority, 25, "20 + nice 5");
+    assert!(u.discovered.as_deref().unwrap().contains("nice 5"), "{:?}", u.discovered);
+    assert!(u.limit.starts_with("auto"), "{}", u.limit);
+    assert_eq!(class(&s, "/tcp:7200").unwrap().priority, 20);
+    // The default class stays last and lowest.
+    let d = s.classes.iter().find(|c| c.is_default).unwrap();
+    assert_eq!((d.name.as_str(), d.priority), ("default", 255));
+    // Traffic to the service lands in its class; to a closed port, in the default class.
+    tb.send(7100, 2_000, 1.0);
+    tb.send(7999, 2_000, 1.0);
+    let s = wait_for(&tb, 2, "counted", |s| class(s, "/udp:7100").unwrap().totals.seen_pkts >= 1_900);
+    assert!(s.classes.iter().find(|c| c.is_default).unwrap().totals.seen_pkts >= 1_900);
+    let kept = class(&s, "/udp:7100").unwrap().totals.seen_pkts;
+    // A change of nice is followed.
+    assert!(Command::new("renice")
+        .args(["-n", "-5", "-p", &tcp.to_string()])
+        .stdout(Stdio::null())
+        .status()
+        .unwrap()
+        .success());
+    wait_for(&tb, 3, "the renice followed", |s| class(s, "/tcp:7200").is_some_and(|c| c.priority == 15));
+    // The surviving class kept its counters through the class list changes.
+    assert!(class(&tb.status(), "/udp:7100").unwrap().totals.seen_pkts >= kept);
+    // A service that goes away loses its class (after the linger time).
+    tb.signal(udp, libc::SIGTERM);
+    wait_for(&tb, 8, "the closed service's class removed", |s| class(s, "/udp:7100").is_none());
+}
+
+#[test]
+fn no_discover_turns_discovery_off() {
+    let mut tb = Testbed::new();
+    let ns = tb.b.clone();
+    tb.spawn_cmd(&ns, &[BIN, "serve", "udp-echo", "--port", "7100", "--no-echo", "--duration", "20"]);
+    std::thread::sleep(Duration::from_millis(300));
+    tb.start_gate(&["--no-discover"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let s = tb.status();
+    assert!(!s.discover);
+    assert_eq!(s.classes.len(), 1, "{:?}", s.classes);
+}
+
+/// A service that binds and closes its port a hundred times a second: the
+/// daemon keeps running, the class list does not flap (the linger time), and
+/// a steady service's class keeps counting.
+#[test]
+fn a_churning_service_neither_crashes_the_daemon_nor_flaps_its_class() {
+    let mut tb = Testbed::new();
+    let ns = tb.b.clone();
+    tb.spawn_cmd(&ns, &[BIN, "serve", "udp-echo", "--port", "7100", "--no-echo", "--duration", "30"]);
+    let pid = tb.start_gate(&[]);
+    let churn = "import socket,time\nend=time.time()+6\nwhile time.time()<end:\n s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n s.bind(('0.0.0.0',7300))\n time.sleep(0.005)\n s.close()\n time.sleep(0.005)";
+    tb.spawn_cmd(&ns, &["python3", "-c", churn]);
+    wait_for(&tb, 4, "the churning service discovered", |s| class(s, "/udp:7300").is_some());
+    let mut last = 0;
+    for _ in 0..8 {
+        tb.send(7100, 1_000, 0.3);
+        let s = tb.status();
+        assert!(class(&s, "/udp:7300").is_some(), "the churning class flapped away");
+        let seen = class(&s, "/udp:7100").expect("the steady class stays").totals.seen_pkts;
+        assert!(seen >= last, "counters went back: {seen} < {last}");
+        last = seen;
+    }
+    assert!(last > 2_000, "{last}");
+    assert!(tb.is_running(pid), "the daemon died");
+}
+
+/// The budget: a configured service of high priority overloaded by its own
+/// clients is in distress, and a closed-port flood in the default class is
+/// throttled for it, while the service's own class drops nothing.
+#[test]
+fn a_service_in_distress_gets_the_lower_classes_throttled() {
+    let mut tb = Testbed::new();
+    tb.start_gate(&["--no-discover", "--class", "svc:priority=0,match=udp:7100"]);
+    let ns = tb.b.clone();
+    // 100 µs of work per datagram: about 10k/s at most, offered 20k/s.
+    let sink = tb.spawn_cmd(
+        &ns,
+        &[BIN, "serve", "udp-echo", "--port", "7100", "--no-echo", "--work-ns", "100000", "--duration", "6"],
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let flood = {
+        let (a, ip) = (tb.a.clone(), tb.ip_b.clone());
+        std::thread::spawn(move || {
+            Command::new("ip")
+                .args(["netns", "exec", &a, "taskset", "-c", "0", BIN, "send", "--dst", &format!("{ip}:7999")])
+                .args(["--rate", "20000", "--duration", "3", "--json"])
+                .output()
+                .unwrap()
+        })
+    };
+    tb.send(7100, 20_000, 3.0);
+    assert!(flood.join().unwrap().status.success());
+    let s = tb.status();
+    let svc = s.classes.iter().find(|c| c.name == "svc").unwrap();
+    let d = s.classes.iter().find(|c| c.is_default).unwrap();
+    eprintln!("svc {:?}\ndefault {:?}\ndistress {:?}", svc.totals, d.totals, s.distress);
+    assert_eq!(svc.totals.dropped_pkts(), 0, "the unlimited high-priority class is never throttled");
+    assert!(d.totals.seen_pkts > 50_000, "{:?}", d.totals);
+    assert!(
+        (d.totals.admitted_pkts as f64) < 0.2 * d.totals.seen_pkts as f64,
+        "the default class was not throttled: {:?}",
+        d.totals
+    );
+    tb.signal(sink, libc::SIGTERM);
+}
