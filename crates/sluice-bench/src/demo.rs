@@ -94,8 +94,8 @@ pub fn summary(p: &[Phase], qps: u64) -> String {
             off.flood_pps.map_or("n/a".into(), sluice::stats::human),
             pct(zero.answered()),
             pct(off.answered()),
-            ms(zero.pct(99.0)),
-            ms(calm.pct(99.0)),
+            ms(zero.pct(0.99)),
+            ms(calm.pct(0.99)),
         );
     }
     s += &format!(
@@ -110,8 +110,8 @@ pub fn summary(p: &[Phase], qps: u64) -> String {
             ph.flood_pps.map_or("-".into(), sluice::stats::human),
             format!("{}{short}", sluice::stats::human(ph.perf.sent_qps)),
             pct(ph.answered()),
-            ms(ph.pct(50.0)),
-            ms(ph.pct(99.0)),
+            ms(ph.pct(0.50)),
+            ms(ph.pct(0.99)),
             pct(ph.probe.answered_share()),
         );
     }
@@ -188,10 +188,18 @@ impl Demo<'_> {
         }
     }
 
-    /// The latency probe from A.
+    /// The latency probe from A, on the clients' CPU (on veth the receive
+    /// side runs on the sender's CPU: a probe that wandered between CPUs
+    /// would move its arrivals between the gate's per-CPU buckets).
     fn probe(&self, rate: f64, secs: f64) -> Result<dns::Probe> {
         let sock = sluice::netns::run_in(&self.bed.net.a, || Ok(std::net::UdpSocket::bind("0.0.0.0:0")?))?;
-        dns::probe(sock, format!("{}:53", self.bed.net.ip_b).parse()?, rate, secs)
+        let server = format!("{}:53", self.bed.net.ip_b).parse()?;
+        std::thread::spawn(move || {
+            sluice::netns::pin_thread(GEN_CPU)?;
+            dns::probe(sock, server, rate, secs)
+        })
+        .join()
+        .map_err(|_| anyhow::anyhow!("the probe thread panicked"))?
     }
 
     /// One phase: dnsperf and the probe for `secs`, with or without the
@@ -252,7 +260,7 @@ impl Demo<'_> {
         println!(
             "{label:<42} dnsperf answered {}   probe p99 {}",
             ph.answered().map_or("n/a".into(), |a| format!("{:.2}%", 100.0 * a)),
-            ph.pct(99.0).map_or("n/a".into(), |v| format!("{v:.2} ms"))
+            ph.pct(0.99).map_or("n/a".into(), |v| format!("{v:.2} ms"))
         );
         Ok(ph)
     }

@@ -24,8 +24,8 @@ pub fn nsd_conf(dir: &Path, addr: &str) -> String {
     format!(
         "server:\n  ip-address: {addr}\n  port: 53\n  server-count: 1\n  username: \"\"\n  chroot: \"\"\n  \
          zonesdir: \"{d}\"\n  database: \"\"\n  zonelistfile: \"{d}/zone.list\"\n  xfrdfile: \"{d}/xfrd.state\"\n  \
-         pidfile: \"{d}/nsd.pid\"\n  verbosity: 0\n  rrl-ratelimit: 0\n  rrl-whitelist-ratelimit: 0\n  \
-         so-rcvbuf: 1048576\nremote-control:\n  control-enable: no\nzone:\n  name: \"{ZONE}\"\n  zonefile: \"{d}/example.zone\"\n"
+         pidfile: \"{d}/nsd.pid\"\n  verbosity: 0\n  rrl-ratelimit: 0\n  rrl-whitelist-ratelimit: 0\n\
+         remote-control:\n  control-enable: no\nzone:\n  name: \"{ZONE}\"\n  zonefile: \"{d}/example.zone\"\n"
     )
 }
 

@@ -14,11 +14,16 @@ use std::fmt::Display;
 use anyhow::Result;
 
 use crate::auto::AutoLoop;
-use crate::budget::{Budget, BudgetClass};
+use crate::budget::{Budget, BudgetClass, FLOOR_PPS};
 use crate::config::{default_burst, Config, Limit};
 use crate::gate::Gate;
 use crate::health::{distress, path_distress, Health, HealthReader};
 use crate::stats::ClassTotals;
+
+/// An auto class whose rate is over this many times what it was offered in
+/// the last tick admits everything until its traffic comes closer (a flood
+/// that starts is limited from the next tick, 10 ms later).
+const AUTO_IDLE: f64 = 2.0;
 
 /// One class as the tick keeps it.
 struct TickClass {
@@ -26,8 +31,10 @@ struct TickClass {
     priority: u8,
     /// The class's own limit from the config.
     limit: Limit,
-    /// Seen and admitted packets at the last tick.
+    /// Seen and admitted packets at the last tick, and the packets/s offered in it.
     totals: Option<ClassTotals>,
+    offered: f64,
+    admitted: f64,
     /// Per-CPU arrivals at the last split.
     last_seen: Vec<u64>,
     /// The limit written at the last tick (None: not written yet).
@@ -59,6 +66,8 @@ impl Ticker {
                 priority: c.priority,
                 limit: c.limit,
                 totals: None,
+                offered: 0.0,
+                admitted: 0.0,
                 last_seen: vec![],
                 written: None,
             })
@@ -106,8 +115,17 @@ impl Ticker {
             }
         };
         let auto: Vec<(usize, Option<f64>)> = self.auto.iter().flat_map(|a| a.rates()).collect();
+        // (priority, admitted) of every class, to see who is below whom.
+        let admitted: Vec<(u8, f64)> = self.classes.iter().map(|c| (c.priority, c.admitted)).collect();
         for (id, c) in self.classes.iter_mut().enumerate() {
-            let own = auto.iter().find(|(i, _)| *i == id).map_or(c.limit, |(_, r)| rate_limit(*r));
+            // An auto rate far above what arrives is not written: the per-CPU
+            // split would hold a CPU that starts receiving to a small share.
+            // Nor is one below what arrives while classes of lower priority
+            // still get more than the budget's floor: a service starved by
+            // their traffic has them throttled first, not its own clients.
+            let lower_busy = admitted.iter().any(|&(p, a)| p > c.priority && a > FLOOR_PPS);
+            let pass = |r: &Option<f64>| r.is_some_and(|r| r > AUTO_IDLE * c.offered || (lower_busy && r < c.offered));
+            let own = auto.iter().find(|(i, _)| *i == id).map_or(c.limit, |(_, r)| rate_limit(r.filter(|_| !pass(r))));
             let limit = tightest(own, throttles.get(id).copied().flatten());
             // An unlimited or blocked class needs writing only when it changes.
             let fixed = matches!(limit, Limit::Unlimited | Limit::Blocked | Limit::Auto(_));
@@ -132,6 +150,8 @@ impl Ticker {
             let rate =
                 |f: fn(&ClassTotals) -> u64, dt: f64| c.totals.map_or(0.0, |o| f(&t).saturating_sub(f(&o)) as f64 / dt);
             let dt = self.last.as_ref().map_or(1.0, |(at, _)| now.0.duration_since(*at).as_secs_f64().max(1e-4));
+            c.offered = rate(|t| t.seen_pkts, dt);
+            c.admitted = rate(|t| t.admitted_pkts, dt);
             demand.push(BudgetClass {
                 priority: c.priority,
                 offered: rate(|t| t.seen_pkts, dt),

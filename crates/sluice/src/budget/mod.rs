@@ -30,10 +30,12 @@
 //!   COOL_TICKS (the distress signals lag by a tick or two); the next level
 //!   up is cut only when the lowest is at the floor;
 //! - with no distress at or above it, the highest throttled level that is
-//!   still limiting grows by GROW per tick (GROW_NEAR once within 10% of
-//!   the rate it was cut at, so it approaches the knee slowly), and is
-//!   released (None) once its limit is over twice what it is offered and no
-//!   distress was seen for RELEASE_TICKS.
+//!   still limiting grows by GROW per tick up to CEILING of the rate it was
+//!   cut at, stays there for HOLD_TICKS, then creeps up by GROW_NEAR per
+//!   tick to look for more room (each distress costs the service a few ms of
+//!   queueing, so the knee is probed seldom); a level is released (None)
+//!   once its limit is over twice what it is offered and no distress was
+//!   seen for RELEASE_TICKS.
 //!
 //! Classes at the highest distressed priority and above are never throttled
 //! by the budget (an unlimited class of higher priority stays unlimited);
@@ -45,8 +47,11 @@ pub const FLOOR_PPS: f64 = 100.0;
 pub const CUT: f64 = 0.5;
 /// Ticks between two cuts: the signals lag by a tick or two.
 pub const COOL_TICKS: u32 = 3;
-/// Per-tick growth of a throttled level far below, and near, its last cut.
+/// Per-tick growth of a throttled level below CEILING of the rate it was
+/// last cut at; ticks it then holds; per-tick growth after the hold.
 pub const GROW: f64 = 0.05;
+pub const CEILING: f64 = 0.85;
+pub const HOLD_TICKS: u32 = 200;
 pub const GROW_NEAR: f64 = 0.005;
 /// Healthy ticks before a level whose limit is far above its traffic is released.
 pub const RELEASE_TICKS: u32 = 200;
@@ -70,6 +75,8 @@ pub struct Budget {
     pub limits: Vec<Option<f64>>,
     /// The rate a class admitted when it was last cut (the knee it grows back to).
     cut_at: Vec<f64>,
+    /// Ticks a class still holds at its ceiling.
+    hold: Vec<u32>,
     /// Ticks since the last cut, and since the last distress.
     since_cut: u32,
     pub healthy_ticks: u32,
@@ -79,7 +86,7 @@ pub struct Budget {
 
 impl Default for Budget {
     fn default() -> Self {
-        Budget { limits: vec![], cut_at: vec![], since_cut: u32::MAX, healthy_ticks: 0, distress: None }
+        Budget { limits: vec![], cut_at: vec![], hold: vec![], since_cut: u32::MAX, healthy_ticks: 0, distress: None }
     }
 }
 
@@ -88,6 +95,7 @@ impl Budget {
     pub fn step(&mut self, classes: &[BudgetClass], path_distress: bool) -> &[Option<f64>] {
         self.limits.resize(classes.len(), None);
         self.cut_at.resize(classes.len(), f64::INFINITY);
+        self.hold.resize(classes.len(), 0);
         self.since_cut = self.since_cut.saturating_add(1);
         let mut worst = classes.iter().filter_map(|c| c.distress.map(|d| (c.priority, d))).min_by_key(|(p, _)| *p);
         if path_distress {
@@ -116,6 +124,7 @@ impl Budget {
         let Some(level) = level else { return };
         for (i, c) in classes.iter().enumerate().filter(|(_, c)| c.priority == level) {
             self.cut_at[i] = c.admitted;
+            self.hold[i] = HOLD_TICKS;
             self.limits[i] = Some((c.admitted * CUT).max(FLOOR_PPS));
         }
         self.since_cut = 0;
@@ -129,8 +138,15 @@ impl Budget {
         for (i, c) in classes.iter().enumerate() {
             let Some(l) = self.limits[i] else { continue };
             if Some(c.priority) == level {
-                let g = if l >= 0.9 * self.cut_at[i] { GROW_NEAR } else { GROW };
-                self.limits[i] = Some(l * (1.0 + g));
+                let ceiling = CEILING * self.cut_at[i];
+                self.limits[i] = Some(if l < ceiling {
+                    (l * (1.0 + GROW)).min(ceiling)
+                } else if self.hold[i] > 0 {
+                    self.hold[i] -= 1;
+                    l
+                } else {
+                    l * (1.0 + GROW_NEAR)
+                });
             } else if self.healthy_ticks >= RELEASE_TICKS && l > 2.0 * c.offered {
                 self.limits[i] = None;
                 self.cut_at[i] = f64::INFINITY;
@@ -140,9 +156,11 @@ impl Budget {
 
     /// Carry the throttles over to a new class list (`map[new] = Some(old)`).
     pub fn remap(&mut self, map: &[Option<usize>]) {
-        let (limits, cut_at) = (std::mem::take(&mut self.limits), std::mem::take(&mut self.cut_at));
+        let (limits, cut_at, hold) =
+            (std::mem::take(&mut self.limits), std::mem::take(&mut self.cut_at), std::mem::take(&mut self.hold));
         self.limits = map.iter().map(|o| o.and_then(|i| limits.get(i).copied().flatten())).collect();
         self.cut_at = map.iter().map(|o| o.and_then(|i| cut_at.get(i).copied()).unwrap_or(f64::INFINITY)).collect();
+        self.hold = map.iter().map(|o| o.and_then(|i| hold.get(i).copied()).unwrap_or(0)).collect();
     }
 }
 

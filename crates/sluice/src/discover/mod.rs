@@ -106,7 +106,8 @@ impl Service {
 
     /// The process name the class is named after ("unknown" without owners).
     fn comm(&self) -> String {
-        let c = self.owners.first().map_or("unknown", |o| o.comm.as_str());
+        // A process may retitle itself ("nsd: xfrd"): the name is the part before a colon.
+        let c = self.owners.first().map_or("unknown", |o| o.comm.split(':').next().unwrap_or_default().trim());
         let c: String = c
             .chars()
             .map(|ch| if ch.is_ascii_alphanumeric() || ch == '-' || ch == '.' { ch } else { '_' })

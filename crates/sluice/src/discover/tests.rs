@@ -47,6 +47,7 @@ fn class_names_are_process_protocol_port() {
     assert_eq!(svc(L4::Udp, 53, &[(1, "nsd", Ok(0))]).class_name(), "nsd/udp:53");
     assert_eq!(svc(L4::Tcp, 8080, &[(1, "my server!", Ok(0))]).class_name(), "my_server_/tcp:8080");
     assert_eq!(svc(L4::Tcp, 22, &[]).class_name(), "unknown/tcp:22");
+    assert_eq!(svc(L4::Udp, 53, &[(1, "nsd: xfrd", Ok(0))]).class_name(), "nsd/udp:53");
 }
 
 #[test]
