@@ -35,8 +35,8 @@ build: deps
 # The bench's short built-in scenario (a flooded echo service, off vs static vs auto,
 # figures and report in results/demo), then the daemon in action (sluice bench demo).
 demo: build
-	$(BIN) bench run --scenario demo --out results/demo
 	$(BIN) bench demo
+	$(BIN) bench run --scenario demo --out results/demo
 
 # What a reviewer checks: formatting, clippy's lints, rustdoc, all as errors.
 lint: deps

@@ -285,10 +285,34 @@ fn cmd_check_config(a: CheckArgs) -> Result<()> {
         tables.v4.len(),
         tables.v6.len()
     );
+    if cfg.discover {
+        print_discovered(&cfg);
+    }
     if a.json {
         println!("{}", serde_json::to_string_pretty(&cfg)?);
     }
     Ok(())
+}
+
+/// What discovery would add to `cfg` here and now (read-only: sock_diag and /proc).
+fn print_discovered(cfg: &config::Config) {
+    let services = sluice::discover::Discovery::new(0).and_then(|mut d| d.poll());
+    match services {
+        Ok(services) => {
+            let (merged, note) = sluice::discover::merge(cfg, &services);
+            let added: Vec<_> = merged.classes.iter().filter(|c| c.discovered.is_some()).collect();
+            println!(
+                "discover = true: {} services listen in this network namespace; {} covered by configured classes, {} would get classes:",
+                services.len(),
+                note.covered,
+                added.len()
+            );
+            for c in added {
+                println!("  {} (priority {}): {}", c.name, c.priority, c.discovered.as_deref().unwrap_or_default());
+            }
+        }
+        Err(e) => println!("discover = true: the listening services could not be read here ({e:#})"),
+    }
 }
 
 /// `sluice bench ARGS`: run `sluice-bench ARGS`, found beside this binary

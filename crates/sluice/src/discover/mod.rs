@@ -12,7 +12,7 @@
 //!   SO_BINDTODEVICE to another interface.
 //!
 //! Who owns it: the processes holding the socket's inode open
-//! (/proc/PID/fd/* -> "socket:[INODE]"; the scan runs only when a socket
+//! (`/proc/PID/fd/*` -> `socket:[INODE]`; the scan runs only when a socket
 //! not seen before appears). Its priority is 20 + the owner's nice value
 //! (nice -20 -> 0, the highest; nice 0 -> 20; nice 19 -> 39); with several
 //! owners, the highest. A nice that cannot be read (the process left, /proc
