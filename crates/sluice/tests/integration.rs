@@ -76,7 +76,15 @@ mod limits {
         let (hi_got, lo_got) = (tb.sink_received(hi), tb.sink_received(lo));
         eprintln!("hi: sent {hi_sent} got {hi_got}; flood: sent {flood_sent} got {lo_got}");
         assert!(hi_got as f64 >= 0.99 * hi_sent as f64, "high-priority class lost packets: {hi_got} of {hi_sent}");
-        within("flood class at its 5k limit", lo_got as f64, 5_000.0 * flood_secs + 50.0, 0.05);
+        // At most its 5k limit. Not exactly the limit: the budget may throttle
+        // the lower class further while `hi` or the receive path shows distress
+        // (softnet backlog drops are counted host-wide, so floods of tests
+        // running beside this one count too: see README, Limits).
+        let cap = 5_000.0 * flood_secs + 50.0;
+        assert!(
+            lo_got as f64 <= cap * 1.05 && lo_got as f64 >= cap * 0.5,
+            "flood class: {lo_got} against a cap of {cap:.0}"
+        );
         let s = tb.status();
         let hi_c = s.classes.iter().find(|c| c.name == "hi").unwrap();
         assert_eq!(hi_c.totals.dropped_pkts(), 0);
