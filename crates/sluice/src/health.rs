@@ -5,10 +5,7 @@
 use anyhow::Result;
 
 use crate::config::Config;
-use crate::signals::{
-    softnet, NsFile, SockDiag, SockStats, Softnet, SK_MEMINFO_DROPS, SK_MEMINFO_RCVBUF, SK_MEMINFO_RMEM_ALLOC,
-    TCP_LISTEN,
-};
+use crate::signals::{proc_counter, softnet, NsFile, SockDiag, SockStats, Softnet, TCP_LISTEN};
 
 /// Every this many ticks (1 s) both address families are dumped again.
 const REDISCOVER_TICKS: u64 = 100;
@@ -37,14 +34,7 @@ pub struct TcpExt {
 
 /// Parse the `TcpExt:` header and value lines of /proc/net/netstat.
 pub fn parse_tcpext(text: &str) -> TcpExt {
-    let mut lines = text.lines().filter(|l| l.starts_with("TcpExt:"));
-    let (Some(h), Some(v)) = (lines.next(), lines.next()) else { return TcpExt::default() };
-    let get = |name: &str| {
-        h.split_whitespace()
-            .position(|x| x == name)
-            .and_then(|i| v.split_whitespace().nth(i)?.parse().ok())
-            .unwrap_or(0)
-    };
+    let get = |name: &str| proc_counter(text, "TcpExt:", name);
     TcpExt {
         listen_overflows: get("ListenOverflows"),
         listen_drops: get("ListenDrops"),
@@ -164,12 +154,7 @@ impl HealthReader {
                 let (Some(c), Some(mem)) = (Self::class_of(udp, s.sport), s.mem) else { return };
                 any = true;
                 let u = &mut classes[c].udp;
-                *u = u.add(&SockStats {
-                    sockets: 1,
-                    queued: u64::from(mem[SK_MEMINFO_RMEM_ALLOC]),
-                    rcvbuf: u64::from(mem[SK_MEMINFO_RCVBUF]),
-                    drops: u64::from(mem[SK_MEMINFO_DROPS]),
-                });
+                *u = u.add(&SockStats::of_socket(mem));
             })?;
             if any {
                 found.push(f);

@@ -28,17 +28,18 @@ pub struct UdpCounters {
     pub out_datagrams: u64,
 }
 
+/// The counter `name` from the first pair of lines starting with `prefix`
+/// (a header line of names, then a line of values), as /proc/net/snmp and
+/// /proc/net/netstat write them; 0 if absent.
+pub fn proc_counter(text: &str, prefix: &str, name: &str) -> u64 {
+    let mut lines = text.lines().filter(|l| l.starts_with(prefix));
+    let (Some(h), Some(v)) = (lines.next(), lines.next()) else { return 0 };
+    h.split_whitespace().position(|x| x == name).and_then(|i| v.split_whitespace().nth(i)?.parse().ok()).unwrap_or(0)
+}
+
 /// Parse the "Udp:" header and value lines of /proc/net/snmp.
 pub fn parse_snmp_udp(text: &str) -> UdpCounters {
-    let mut lines = text.lines().filter(|l| l.starts_with("Udp:"));
-    let (Some(h), Some(v)) = (lines.next(), lines.next()) else { return UdpCounters::default() };
-    let get = |name: &str| {
-        h.split_whitespace()
-            .position(|x| x == name)
-            .and_then(|i| v.split_whitespace().nth(i))
-            .and_then(|x| x.parse().ok())
-            .unwrap_or(0)
-    };
+    let get = |name: &str| proc_counter(text, "Udp:", name);
     UdpCounters {
         in_datagrams: get("InDatagrams"),
         no_ports: get("NoPorts"),
@@ -133,6 +134,16 @@ pub struct SockStats {
 }
 
 impl SockStats {
+    /// One socket's figures from its INET_DIAG_SKMEMINFO array.
+    pub fn of_socket(mem: &[u32]) -> SockStats {
+        SockStats {
+            sockets: 1,
+            queued: u64::from(mem[SK_MEMINFO_RMEM_ALLOC]),
+            rcvbuf: u64::from(mem[SK_MEMINFO_RCVBUF]),
+            drops: u64::from(mem[SK_MEMINFO_DROPS]),
+        }
+    }
+
     pub fn add(&self, o: &SockStats) -> SockStats {
         SockStats {
             sockets: self.sockets + o.sockets,
@@ -146,9 +157,9 @@ impl SockStats {
 // From linux/inet_diag.h and linux/sock_diag.h.
 const SOCK_DIAG_BY_FAMILY: u16 = 20;
 const INET_DIAG_SKMEMINFO: u16 = 7;
-pub const SK_MEMINFO_RMEM_ALLOC: usize = 0;
-pub const SK_MEMINFO_RCVBUF: usize = 1;
-pub const SK_MEMINFO_DROPS: usize = 8;
+const SK_MEMINFO_RMEM_ALLOC: usize = 0;
+const SK_MEMINFO_RCVBUF: usize = 1;
+const SK_MEMINFO_DROPS: usize = 8;
 const NLMSG_HDRLEN: usize = 16;
 /// struct inet_diag_req_v2: family, protocol, ext, pad, states, 48-byte sockid.
 const REQ_LEN: usize = 56;
@@ -184,23 +195,8 @@ impl SockDiag {
 
     /// The UDP sockets (IPv4 and IPv6) whose local port is in one of `ports`.
     pub fn udp(&mut self, ports: &[(u16, u16)]) -> Result<SockStats> {
-        Ok(self.udp_found(ports)?.1)
-    }
-
-    /// The same, and the address families (AF_INET, AF_INET6) the sockets are
-    /// in. A dump walks the whole UDP hash table of a family (tens of
-    /// thousands of slots on a large machine: about 0.2 ms), so the auto loop
-    /// then dumps only those families with [`SockDiag::udp_in`].
-    pub fn udp_found(&mut self, ports: &[(u16, u16)]) -> Result<(Vec<u8>, SockStats)> {
-        let (mut families, mut total) = (vec![], SockStats::default());
-        for f in [libc::AF_INET as u8, libc::AF_INET6 as u8] {
-            let s = self.udp_in(f, ports)?;
-            if s.sockets > 0 {
-                families.push(f);
-            }
-            total = total.add(&s);
-        }
-        Ok((families, total))
+        let v4 = self.udp_in(libc::AF_INET as u8, ports)?;
+        Ok(v4.add(&self.udp_in(libc::AF_INET6 as u8, ports)?))
     }
 
     /// The UDP sockets of one address family whose local port is in one of `ports`.
@@ -208,10 +204,7 @@ impl SockDiag {
         let mut total = SockStats::default();
         self.dump(family, libc::IPPROTO_UDP as u8, u32::MAX, &mut |s| {
             if let Some(mem) = s.mem.filter(|_| ports.iter().any(|&(lo, hi)| (lo..=hi).contains(&s.sport))) {
-                total.sockets += 1;
-                total.queued += u64::from(mem[SK_MEMINFO_RMEM_ALLOC]);
-                total.rcvbuf += u64::from(mem[SK_MEMINFO_RCVBUF]);
-                total.drops += u64::from(mem[SK_MEMINFO_DROPS]);
+                total = total.add(&SockStats::of_socket(mem));
             }
         })?;
         Ok(total)

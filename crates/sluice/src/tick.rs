@@ -141,21 +141,23 @@ impl Ticker {
     fn control(&mut self, gate: &Gate) -> Result<Vec<Option<f64>>> {
         let Some(reader) = &mut self.health else { return Ok(vec![]) };
         let now = (std::time::Instant::now(), reader.read()?);
+        // One read of each class's counters serves the auto loop and the budget.
+        let totals = (0..self.classes.len())
+            .map(|id| Ok(ClassTotals::from(gate.class_counters(id)?)))
+            .collect::<Result<Vec<_>>>()?;
         if let Some(a) = &mut self.auto {
-            a.tick(gate, &now.1)?;
+            a.tick(&totals, &now.1)?;
         }
         let mut demand = Vec::with_capacity(self.classes.len());
-        for (id, c) in self.classes.iter_mut().enumerate() {
-            let t = ClassTotals::from(gate.class_counters(id)?);
-            let rate =
-                |f: fn(&ClassTotals) -> u64, dt: f64| c.totals.map_or(0.0, |o| f(&t).saturating_sub(f(&o)) as f64 / dt);
-            let dt = self.last.as_ref().map_or(1.0, |(at, _)| now.0.duration_since(*at).as_secs_f64().max(1e-4));
-            c.offered = rate(|t| t.seen_pkts, dt);
-            c.admitted = rate(|t| t.admitted_pkts, dt);
+        let dt = self.last.as_ref().map_or(1.0, |(at, _)| now.0.duration_since(*at).as_secs_f64().max(1e-4));
+        for ((id, c), &t) in self.classes.iter_mut().enumerate().zip(&totals) {
+            let rate = |f: fn(&ClassTotals) -> u64| c.totals.map_or(0.0, |o| f(&t).saturating_sub(f(&o)) as f64 / dt);
+            c.offered = rate(|t| t.seen_pkts);
+            c.admitted = rate(|t| t.admitted_pkts);
             demand.push(BudgetClass {
                 priority: c.priority,
-                offered: rate(|t| t.seen_pkts, dt),
-                admitted: rate(|t| t.admitted_pkts, dt),
+                offered: c.offered,
+                admitted: c.admitted,
                 distress: self.last.as_ref().and_then(|(_, prev)| distress(prev, &now.1, id)),
             });
             c.totals = Some(t);
