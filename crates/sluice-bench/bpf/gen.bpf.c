@@ -173,9 +173,9 @@ int sluice_gen(struct xdp_md *ctx)
 				return XDP_DROP;
 			isum = csum_add_change(csum_add_change((__u16)~*c, o0, n0), o1, n1);
 			*c = ~csum_fold(isum);
-		} else {
-			sum = csum_add_change(csum_add_change(sum, o0, n0), o1, n1);
 		}
+		/* The source address is in the L4 pseudo-header of both families. */
+		sum = csum_add_change(csum_add_change(sum, o0, n0), o1, n1);
 	}
 
 	if (st->stamp_off) {

@@ -27,10 +27,10 @@ struct sluice_gen_stream {
 	__u16 sport_base;  /* host order */
 	__u16 dport_base;  /* host order */
 	__u16 sport_off;   /* offset of the UDP source port in the frame */
-	__u16 csum_off;    /* offset of the UDP checksum to update (IPv6); 0 = none (IPv4 sends 0) */
+	__u16 csum_off;    /* offset of the L4 checksum to update (TCP, UDP over IPv6); 0 = none (UDP over IPv4 sends 0) */
 	__u16 stamp_off;   /* offset of the stamp in the payload; 0 = none */
 	__u16 saddr_off;   /* offset of the last 4 bytes of the source address */
-	__u16 ipcsum_off;  /* offset of the IPv4 header checksum; 0 = IPv6 (the UDP checksum covers the address) */
+	__u16 ipcsum_off;  /* offset of the IPv4 header checksum; 0 = IPv6 (no header checksum) */
 	__u16 _pad;
 	__u32 srcs;        /* source addresses: the template's, plus 0 .. srcs - 1 on its last 32 bits */
 	__u32 _pad2;

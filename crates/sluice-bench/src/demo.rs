@@ -11,13 +11,15 @@
 //! where dnsperf could not send its asked rate is marked. Everything runs as
 //! child processes inside the one testbed; dropping it removes it all.
 //! Traffic stays inside the two namespaces.
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
 use crate::dns;
+use crate::procs::{daemon_status, in_ns, json_of, start_daemon, Proc};
 use crate::victim::{VictimBed, VictimModel, IF_B};
 
 /// The closed port the flood goes to (nothing listens there).
@@ -126,37 +128,6 @@ struct Demo<'a> {
     dir: &'a Path,
 }
 
-/// A child process, killed (if still running) when dropped.
-struct Proc(Option<Child>);
-
-impl Proc {
-    fn spawn(mut c: Command, what: &str) -> Result<Proc> {
-        Ok(Proc(Some(c.spawn().with_context(|| format!("starting {what}"))?)))
-    }
-
-    fn id(&self) -> u32 {
-        self.0.as_ref().map_or(0, Child::id)
-    }
-
-    fn try_wait(&mut self) -> Result<Option<std::process::ExitStatus>> {
-        Ok(self.0.as_mut().map(Child::try_wait).transpose()?.flatten())
-    }
-
-    /// Wait for the process and take its output.
-    fn into_output(mut self) -> Result<std::process::Output> {
-        Ok(self.0.take().context("a process waited for twice")?.wait_with_output()?)
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        if let Some(c) = &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
 impl Demo<'_> {
     /// `sluice ARGS` in namespace `ns` on `cpu`, stdout piped.
     fn sluice(&self, ns: &str, cpu: Option<usize>, args: &[&str]) -> Command {
@@ -168,38 +139,19 @@ impl Demo<'_> {
     /// NSD in B on the victim CPU; returns once it answers.
     fn start_nsd(&self) -> Result<Proc> {
         let ip = self.bed.net.ip_b.to_string();
-        let nsd = dns::prepare(self.dir, &ip)?;
-        let mut c = in_ns(&self.bed.net.b, Some(VICTIM_CPU));
-        c.arg(nsd.get_program()).args(nsd.get_args()).stdout(Stdio::null()).stderr(Stdio::piped());
-        let mut p = Proc::spawn(c, "nsd")?;
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let probe = self.probe(20.0, 0.2)?;
-            if !probe.rtt_ms.is_empty() {
-                println!("== NSD answers on {ip}:53 (one server process, rrl off), pinned to CPU {VICTIM_CPU}");
-                return Ok(p);
-            }
-            if let Some(status) = p.try_wait()? {
-                bail!("nsd exited ({status}): {}", String::from_utf8_lossy(&p.into_output()?.stderr));
-            }
-            if Instant::now() > deadline {
-                bail!("nsd did not answer within 10 s");
-            }
-        }
+        let p = dns::start_nsd(
+            self.dir,
+            &self.bed.net.b,
+            VICTIM_CPU,
+            std::slice::from_ref(&ip),
+            (&self.bed.net.a, GEN_CPU),
+        )?;
+        println!("== NSD answers on {ip}:53 (one server process, rrl off), pinned to CPU {VICTIM_CPU}");
+        Ok(p)
     }
 
-    /// The latency probe from A, on the clients' CPU (on veth the receive
-    /// side runs on the sender's CPU: a probe that wandered between CPUs
-    /// would move its arrivals between the gate's per-CPU buckets).
     fn probe(&self, rate: f64, secs: f64) -> Result<dns::Probe> {
-        let sock = sluice::netns::run_in(&self.bed.net.a, || Ok(std::net::UdpSocket::bind("0.0.0.0:0")?))?;
-        let server = format!("{}:53", self.bed.net.ip_b).parse()?;
-        std::thread::spawn(move || {
-            sluice::netns::pin_thread(GEN_CPU)?;
-            dns::probe(sock, server, rate, secs)
-        })
-        .join()
-        .map_err(|_| anyhow::anyhow!("the probe thread panicked"))?
+        dns::probe_from(&self.bed.net.a, GEN_CPU, SocketAddr::new(self.bed.net.ip_b, 53), rate, secs)
     }
 
     /// One phase: dnsperf and the probe for `secs`, with or without the
@@ -209,7 +161,7 @@ impl Demo<'_> {
         let sock = self.dir.join("sluice.sock");
         let gate = if gate {
             println!("== sluice run --iface {IF_B}");
-            Some(self.start_gate(&sock)?)
+            Some(start_daemon(&self.o.exe, &self.bed.net.b, IF_B, &sock, &[], &self.dir.join("sluice-run.log"))?)
         } else {
             None
         };
@@ -222,7 +174,7 @@ impl Demo<'_> {
         std::thread::sleep(Duration::from_millis(500));
         let server = self.bed.net.ip_b.to_string();
         let mut perf = in_ns(&self.bed.net.a, Some(GEN_CPU));
-        let cmd = dns::dnsperf_cmd(self.dir, &server, self.o.qps, secs);
+        let cmd = dns::dnsperf_cmd(self.dir, &server, Some(self.o.qps), secs);
         perf.arg(cmd.get_program()).args(cmd.get_args()).stdout(Stdio::piped()).stderr(Stdio::piped());
         let perf = Proc::spawn(perf, "dnsperf")?;
         let status = gate.is_some().then(|| {
@@ -230,7 +182,7 @@ impl Demo<'_> {
             let (b, exe) = (self.bed.net.b.clone(), self.o.exe.clone());
             std::thread::spawn(move || {
                 std::thread::sleep(Duration::from_secs_f64(secs / 2.0));
-                in_ns(&b, None).arg(exe).args(["status", "--socket", sock.to_str().unwrap_or_default()]).output()
+                daemon_status(&exe, &b, &sock)
             })
         });
         let probe = self.probe(PROBE_QPS, secs)?;
@@ -241,7 +193,7 @@ impl Demo<'_> {
         let perf = dns::parse_dnsperf(&String::from_utf8_lossy(&out.stdout), secs)?;
         if let Some(st) = status.and_then(|t| t.join().ok()).transpose()? {
             println!("== sluice status, during the flood");
-            print!("{}", String::from_utf8_lossy(&st.stdout));
+            print!("{st}");
         }
         let flood_pps = match sender {
             Some(s) => {
@@ -254,7 +206,7 @@ impl Demo<'_> {
             None => None,
         };
         if let Some(g) = gate {
-            stop_gate(g)?;
+            g.terminate("sluice run")?;
         }
         let ph = Phase { label: label.into(), flood_pps, perf, probe };
         println!(
@@ -264,52 +216,4 @@ impl Demo<'_> {
         );
         Ok(ph)
     }
-
-    /// `sluice run --iface vb` and nothing else; returns once its statistics socket answers.
-    fn start_gate(&self, sock: &Path) -> Result<Proc> {
-        let args = ["run", "--iface", IF_B, "--socket", sock.to_str().unwrap_or_default(), "--metrics", "off"];
-        let mut gate = Proc::spawn(self.sluice(&self.bed.net.b, None, &args), "sluice run")?;
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::os::unix::net::UnixStream::connect(sock).is_err() {
-            if let Some(status) = gate.try_wait()? {
-                let out = gate.into_output()?;
-                bail!("sluice run exited ({status}): {}", String::from_utf8_lossy(&out.stderr));
-            }
-            if Instant::now() > deadline {
-                bail!("sluice run did not open {} within 10 s", sock.display());
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Ok(gate)
-    }
-}
-
-/// `ip netns exec NS [taskset -c CPU]`, to which the command is appended.
-fn in_ns(ns: &str, cpu: Option<usize>) -> Command {
-    let mut c = Command::new("ip");
-    c.args(["netns", "exec", ns]);
-    if let Some(cpu) = cpu {
-        c.args(["taskset", "-c", &cpu.to_string()]);
-    }
-    c
-}
-
-/// SIGTERM (the daemon detaches and prints its totals), then wait.
-fn stop_gate(g: Proc) -> Result<()> {
-    // SAFETY: kill(2) on our own child's pid.
-    if unsafe { libc::kill(g.id() as i32, libc::SIGTERM) } != 0 {
-        bail!("stopping sluice run: {}", std::io::Error::last_os_error());
-    }
-    let out = g.into_output()?;
-    if !out.status.success() {
-        bail!("sluice run failed: {}", String::from_utf8_lossy(&out.stderr));
-    }
-    Ok(())
-}
-
-fn json_of(out: std::process::Output, what: &str) -> Result<serde_json::Value> {
-    if !out.status.success() {
-        bail!("{what} failed: {}", String::from_utf8_lossy(&out.stderr));
-    }
-    serde_json::from_slice(&out.stdout).with_context(|| format!("{what}'s JSON report"))
 }

@@ -14,15 +14,18 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
+use crate::procs::{in_ns, Proc};
+
 /// The zone NSD serves, and the name the clients ask for.
 pub const ZONE: &str = "example.";
 pub const QNAME: &str = "www.example.";
 
-/// nsd.conf for a foreground NSD with one server process, its files in `dir`.
-pub fn nsd_conf(dir: &Path, addr: &str) -> String {
+/// nsd.conf for a foreground NSD with one server process on `addrs`, its files in `dir`.
+pub fn nsd_conf(dir: &Path, addrs: &[String]) -> String {
     let d = dir.display();
+    let ips: String = addrs.iter().map(|a| format!("  ip-address: {a}\n")).collect();
     format!(
-        "server:\n  ip-address: {addr}\n  port: 53\n  server-count: 1\n  username: \"\"\n  chroot: \"\"\n  \
+        "server:\n{ips}  port: 53\n  server-count: 1\n  username: \"\"\n  chroot: \"\"\n  \
          zonesdir: \"{d}\"\n  database: \"\"\n  zonelistfile: \"{d}/zone.list\"\n  xfrdfile: \"{d}/xfrd.state\"\n  \
          pidfile: \"{d}/nsd.pid\"\n  verbosity: 0\n  rrl-ratelimit: 0\n  rrl-whitelist-ratelimit: 0\n\
          remote-control:\n  control-enable: no\nzone:\n  name: \"{ZONE}\"\n  zonefile: \"{d}/example.zone\"\n"
@@ -38,8 +41,8 @@ pub fn zone_file() -> String {
 }
 
 /// Write the config, zone and dnsperf's query file into `dir`; the nsd command (foreground).
-pub fn prepare(dir: &Path, addr: &str) -> Result<Command> {
-    std::fs::write(dir.join("nsd.conf"), nsd_conf(dir, addr))?;
+pub fn prepare(dir: &Path, addrs: &[String]) -> Result<Command> {
+    std::fs::write(dir.join("nsd.conf"), nsd_conf(dir, addrs))?;
     std::fs::write(dir.join("example.zone"), zone_file())?;
     std::fs::write(dir.join("queries.txt"), format!("{QNAME} A\n"))?;
     let out = Command::new("nsd-checkconf")
@@ -52,6 +55,42 @@ pub fn prepare(dir: &Path, addr: &str) -> Result<Command> {
     let mut c = Command::new("nsd");
     c.args(["-d", "-c"]).arg(dir.join("nsd.conf")).stdout(Stdio::null()).stderr(Stdio::piped());
     Ok(c)
+}
+
+/// NSD on `addrs` in namespace `ns` pinned to `cpu`, its files in `dir`;
+/// returns once it answers a probe from `client` (namespace, CPU) at the first address.
+pub fn start_nsd(dir: &Path, ns: &str, cpu: usize, addrs: &[String], client: (&str, usize)) -> Result<Proc> {
+    let nsd = prepare(dir, addrs)?;
+    let mut c = in_ns(ns, Some(cpu));
+    c.arg(nsd.get_program()).args(nsd.get_args()).stdout(Stdio::null()).stderr(Stdio::piped());
+    let mut p = Proc::spawn(c, "nsd")?;
+    let server = SocketAddr::new(addrs[0].parse()?, 53);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if !probe_from(client.0, client.1, server, 20.0, 0.2)?.rtt_ms.is_empty() {
+            return Ok(p);
+        }
+        if let Some(status) = p.try_wait()? {
+            bail!("nsd exited ({status}): {}", String::from_utf8_lossy(&p.into_output()?.stderr));
+        }
+        if Instant::now() > deadline {
+            bail!("nsd did not answer within 10 s");
+        }
+    }
+}
+
+/// The latency probe from namespace `ns`, on `cpu` (on veth the receive side
+/// runs on the sender's CPU: a probe that wandered between CPUs would move
+/// its arrivals between the gate's per-CPU buckets).
+pub fn probe_from(ns: &str, cpu: usize, server: SocketAddr, rate: f64, secs: f64) -> Result<Probe> {
+    let any = if server.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" };
+    let sock = sluice::netns::run_in(ns, move || Ok(UdpSocket::bind(any)?))?;
+    std::thread::spawn(move || {
+        sluice::netns::pin_thread(cpu)?;
+        probe(sock, server, rate, secs)
+    })
+    .join()
+    .map_err(|_| anyhow::anyhow!("the probe thread panicked"))?
 }
 
 /// A DNS query for QNAME type A with the given id (RD off).
@@ -75,20 +114,16 @@ pub struct Dnsperf {
     pub sent_qps: f64,
 }
 
-/// The dnsperf command for `qps` queries/s over `secs` at `server`.
-pub fn dnsperf_cmd(dir: &Path, server: &str, qps: u64, secs: f64) -> Command {
+/// The dnsperf command for `qps` queries/s (None: as fast as it goes, 200
+/// outstanding) over `secs` at `server`.
+pub fn dnsperf_cmd(dir: &Path, server: &str, qps: Option<u64>, secs: f64) -> Command {
     let mut c = Command::new("dnsperf");
-    // -q: outstanding queries = rate x timeout (1 s), so lost answers do not slow the sending.
-    c.args(["-s", server, "-d"]).arg(dir.join("queries.txt")).args([
-        "-Q",
-        &qps.to_string(),
-        "-q",
-        &qps.max(100).to_string(),
-        "-t",
-        "1",
-        "-l",
-        &format!("{secs}"),
-    ]);
+    c.args(["-s", server, "-d"]).arg(dir.join("queries.txt")).args(["-t", "1", "-l", &format!("{secs}")]);
+    match qps {
+        // -q: outstanding queries = rate x timeout (1 s), so lost answers do not slow the sending.
+        Some(q) => c.args(["-Q", &q.to_string(), "-q", &q.max(100).to_string()]),
+        None => c.args(["-q", "200"]),
+    };
     c.stdout(Stdio::piped()).stderr(Stdio::piped());
     c
 }

@@ -38,6 +38,9 @@ pub struct StreamSpec {
     pub dports: u32,
     /// Carry a send-time stamp (for round trips through an echo service).
     pub stamp: bool,
+    /// TCP SYNs instead of UDP datagrams (a SYN flood; no stamp).
+    #[serde(default)]
+    pub syn: bool,
 }
 
 fn one() -> u32 {
@@ -81,7 +84,11 @@ pub fn stream_value(s: &StreamSpec, dst_mac: [u8; 6], src_mac: [u8; 6]) -> Resul
     let mut f = Frame::new(
         &s.src.ip().to_string(),
         &s.dst.ip().to_string(),
-        L4::Udp { sport: s.src.port(), dport: s.dst.port() },
+        if s.syn {
+            L4::Tcp { sport: s.src.port(), dport: s.dst.port() }
+        } else {
+            L4::Udp { sport: s.src.port(), dport: s.dst.port() }
+        },
     );
     f.macs = (dst_mac, src_mac);
     f.fill = 0;
@@ -92,6 +99,7 @@ pub fn stream_value(s: &StreamSpec, dst_mac: [u8; 6], src_mac: [u8; 6]) -> Resul
     let l4 = offs.iter().find(|o| o.0 == "l4").unwrap().1;
     let ip = offs.iter().find(|o| o.0 == "ip").unwrap().1;
     let stamp_off = l4 + 8;
+    ensure!(!(s.syn && s.stamp), "stream {}: a SYN carries no stamp", s.name);
     let stamp =
         s.stamp && stamp_off + SLUICE_GEN_STAMP_LEN as usize <= (s.frame_len as usize).min(SLUICE_GEN_TMPL as usize);
     ensure!(
@@ -108,7 +116,11 @@ pub fn stream_value(s: &StreamSpec, dst_mac: [u8; 6], src_mac: [u8; 6]) -> Resul
         sport_base: s.src.port(),
         dport_base: s.dst.port(),
         sport_off: l4 as u16,
-        csum_off: if s.src.is_ipv6() { (l4 + 6) as u16 } else { 0 },
+        csum_off: match (s.syn, s.src.is_ipv6()) {
+            (true, _) => (l4 + 16) as u16,
+            (false, true) => (l4 + 6) as u16,
+            (false, false) => 0,
+        },
         stamp_off: if stamp { stamp_off as u16 } else { 0 },
         saddr_off: if s.src.is_ipv4() { ip + 12 } else { ip + 20 } as u16,
         ipcsum_off: if s.src.is_ipv4() { (ip + 10) as u16 } else { 0 },
@@ -327,6 +339,7 @@ pub fn udp_stream(
         dports: 1,
         srcs: 1,
         stamp: false,
+        syn: false,
     }
 }
 

@@ -11,7 +11,7 @@ use sluice::cli::{parse_rate, parse_secs, print_json_or, stop_flag};
 use sluice::stats;
 use sluice_bench::scenario::ConfigKind;
 use sluice_bench::victim::VictimModel;
-use sluice_bench::{demo, gate_cost, gencheck, report, scenario, step, sweep, victim};
+use sluice_bench::{demo, gate_cost, gencheck, report, scenario, services, step, sweep, victim};
 
 /// The sluice bench: a flooded service in two network namespaces this
 /// command makes (and removes), measured with and without sluice. Needs root.
@@ -58,7 +58,7 @@ enum BenchCmd {
 
 #[derive(Args)]
 struct BenchRunArgs {
-    /// A built-in scenario name or a TOML scenario file.
+    /// A built-in scenario name (`sluice bench scenarios`; `dns` and `http` run real services) or a TOML scenario file.
     #[arg(long, short, default_value = "default")]
     scenario: String,
     /// Output folder (default: results/SCENARIO-TIMESTAMP).
@@ -70,6 +70,12 @@ struct BenchRunArgs {
     /// Override the scenario's repeats per level.
     #[arg(long)]
     repeats: Option<u32>,
+    /// dns scenario: dnsperf's steady rate of legitimate queries, queries/s.
+    #[arg(long, default_value = "5k", value_parser = parse_rate)]
+    qps: f64,
+    /// http scenario: wrk's connections (each request on a new one).
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    conns: u32,
 }
 
 #[derive(Args)]
@@ -206,6 +212,9 @@ fn default_out(prefix: &str) -> Result<PathBuf> {
 }
 
 fn cmd_bench_run(a: BenchRunArgs) -> Result<()> {
+    if let Some(svc) = services::Service::parse(&a.scenario) {
+        return cmd_bench_services(svc, a);
+    }
     let mut sc = scenario::load(&a.scenario)?;
     if let Some(d) = a.duration {
         sc.duration = d.as_secs_f64();
@@ -220,6 +229,32 @@ fn cmd_bench_run(a: BenchRunArgs) -> Result<()> {
     let r = sweep::run(&sc, &opts, |partial| report::write_all(partial, &out))?;
     print!("{}", report::summary(&r));
     println!("report: {}", out.join("report.html").display());
+    Ok(())
+}
+
+/// `bench run --scenario dns|http`: a real service (see services.rs).
+fn cmd_bench_services(svc: services::Service, a: BenchRunArgs) -> Result<()> {
+    let secs = a.duration.map_or(8.0, |d| d.as_secs_f64());
+    anyhow::ensure!(
+        (2.0..=120.0).contains(&secs),
+        "--duration: 2 to 120 seconds per cell for --scenario {}",
+        svc.name()
+    );
+    let repeats = a.repeats.unwrap_or(1);
+    anyhow::ensure!((1..=20).contains(&repeats), "--repeats: 1 to 20");
+    let out = a.out.map_or_else(|| default_out(svc.name()), Ok)?;
+    let o = services::ServiceOpts {
+        exe: sluice_exe()?,
+        secs,
+        repeats,
+        qps: a.qps as u64,
+        conns: a.conns,
+        interrupted: stop_flag()?,
+    };
+    eprintln!("sluice bench: scenario {}, writing to {}", svc.name(), out.display());
+    let r = services::run(svc, &o, &out)?;
+    print!("{}", services::summary(&r));
+    println!("results: {}", out.join("results.json").display());
     Ok(())
 }
 
@@ -272,6 +307,9 @@ fn cmd_bench_report(a: ReportArgs) -> Result<()> {
 
 fn cmd_bench_scenarios() -> Result<()> {
     for scenario::Builtin { name, what, .. } in scenario::BUILTIN {
+        println!("{name:<10} {what}");
+    }
+    for (_, name, what) in services::Service::ALL {
         println!("{name:<10} {what}");
     }
     Ok(())

@@ -102,7 +102,7 @@ impl Rig {
     pub fn start(scenario: &Scenario, model: VictimModel, exe: &PathBuf, tag: &str) -> Result<Rig> {
         let (gen_cpu, victim_cpu) = (0, 1);
         let tb = VictimBed::create(tag, model, gen_cpu, victim_cpu)?;
-        add_flood_neighbours(&tb, scenario)?;
+        add_flood_neighbours(&tb, scenario.streams.iter().map(|s| s.sources).max().unwrap_or(1))?;
         // A's side: only legitimate replies (and ARP/ND) reach A's stack.
         let replies_only =
             [format!("replies:match=udp:{LEGIT_SPORT}"), "default:rate=blocked,match=icmp,match=icmpv6".into()];
@@ -119,7 +119,7 @@ impl Rig {
             Some(p) => Some(start_service(&tb, scenario, exe, p)?),
             None => None,
         };
-        let gen = GenWorker::start(&tb.net.a, gen_cpu, tb.net.ifindex_a)?;
+        let gen = GenWorker::start(&tb.net.a, gen_cpu, tb.net.ifindex_a, 0)?;
         let legit_v6 = scenario.streams.iter().any(|s| s.legit && s.ipv6);
         let replies = if scenario.streams.iter().any(|s| s.legit) {
             let ip = if legit_v6 { tb.net.ip6_a } else { tb.net.ip_a };
@@ -328,6 +328,7 @@ impl Rig {
                     dst: SocketAddr::new(dst_ip, s.port.unwrap_or(self.scenario.victim.port)),
                     dports: s.dports,
                     stamp: s.legit,
+                    syn: false,
                 };
                 Ok((spec, s.legit))
             })
@@ -337,9 +338,8 @@ impl Rig {
 
 /// Flood sources: more addresses behind A (FLOOD_SRC_V4/V6 and the next
 /// `sources - 1`), made known to B as neighbours at A's MAC in one `ip -batch`.
-fn add_flood_neighbours(tb: &VictimBed, scenario: &Scenario) -> Result<()> {
+pub(crate) fn add_flood_neighbours(tb: &VictimBed, sources: u32) -> Result<()> {
     let mac = sluice::testbed::format_mac(tb.net.mac_a);
-    let sources = scenario.streams.iter().map(|s| s.sources).max().unwrap_or(1);
     let mut batch = String::new();
     for i in 0..sources {
         let v4 = std::net::Ipv4Addr::from(u32::from(FLOOD_SRC_V4.parse::<std::net::Ipv4Addr>()?) + i);
@@ -356,7 +356,7 @@ fn add_flood_neighbours(tb: &VictimBed, scenario: &Scenario) -> Result<()> {
 }
 
 /// A gate with the classes `flags`, attached to `iface` in namespace `ns`.
-fn attach_gate(ns: &str, iface: &'static str, flags: Vec<String>) -> Result<Gate> {
+pub(crate) fn attach_gate(ns: &str, iface: &'static str, flags: Vec<String>) -> Result<Gate> {
     netns::run_in(ns, move || {
         let cfg = config::from_flags(&flags)?;
         let mut g = Gate::load()?;

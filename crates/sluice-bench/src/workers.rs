@@ -87,13 +87,16 @@ pub(crate) struct GenWorker {
 }
 
 impl GenWorker {
-    pub fn start(ns: &str, cpu: usize, ifindex: u32) -> Result<GenWorker> {
+    /// The generator thread in `ns`, pinned to `cpu`, at `nice` (19: it takes
+    /// only the CPU time the other tasks there leave, as a flood that must not
+    /// starve the legitimate clients sharing its CPU).
+    pub fn start(ns: &str, cpu: usize, ifindex: u32, nice: i32) -> Result<GenWorker> {
         let gen = Arc::new(RwLock::new(Generator::load()?));
         let (jobs, rx) = mpsc::channel::<(Duration, u32, mpsc::Sender<GenDone>)>();
         let (g, ns) = (gen.clone(), ns.to_string());
         let (ready_tx, ready_rx) = mpsc::channel();
         std::thread::spawn(move || {
-            let setup = netns::enter(&ns).and_then(|_| netns::pin_thread(cpu));
+            let setup = netns::enter(&ns).and_then(|_| netns::pin_thread(cpu)).and_then(|_| set_thread_nice(nice));
             let ok = setup.is_ok();
             let _ = ready_tx.send(setup);
             if !ok {
@@ -112,4 +115,12 @@ impl GenWorker {
         let _ = self.jobs.send((d, batch, tx));
         rx
     }
+}
+
+/// Set the calling thread's nice value (Linux: a thread is a task of its own for setpriority).
+fn set_thread_nice(nice: i32) -> Result<()> {
+    // SAFETY: setpriority on our own thread id.
+    let r = unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, nice) };
+    anyhow::ensure!(r == 0, "setting the generator's nice to {nice}: {}", std::io::Error::last_os_error());
+    Ok(())
 }

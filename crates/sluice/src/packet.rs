@@ -268,23 +268,26 @@ impl Frame {
         let (mut b, offs) = self.build_with_offsets();
         let ip = offs.iter().find(|o| o.0 == "ip").unwrap().1;
         let l4 = offs.iter().find(|o| o.0 == "l4").unwrap().1;
-        match self.src {
-            IpAddr::V4(_) => {
-                let c = checksum(&b[ip..l4], 0);
-                b[ip + 10..ip + 12].copy_from_slice(&c.to_be_bytes());
-            }
-            IpAddr::V6(_) => {
-                if let L4::Udp { .. } = self.l4 {
-                    let len = (b.len() - l4) as u32;
-                    // Pseudo-header: source, destination, UDP length, next header.
-                    let mut pseudo = b[ip + 8..ip + 40].to_vec();
-                    pseudo.extend(len.to_be_bytes());
-                    pseudo.extend([0, 0, 0, IPPROTO_UDP]);
-                    let c = checksum(&b[l4..], sum16(&pseudo));
-                    let c = if c == 0 { 0xffff } else { c };
-                    b[l4 + 6..l4 + 8].copy_from_slice(&c.to_be_bytes());
-                }
-            }
+        let v6 = self.src.is_ipv6();
+        if !v6 {
+            let c = checksum(&b[ip..l4], 0);
+            b[ip + 10..ip + 12].copy_from_slice(&c.to_be_bytes());
+        }
+        // The L4 checksum: TCP always, UDP over IPv6 (optional over IPv4: left 0).
+        let csum_at = match self.l4 {
+            L4::Tcp { .. } => Some(l4 + 16),
+            L4::Udp { .. } if v6 => Some(l4 + 6),
+            _ => None,
+        };
+        if let Some(at) = csum_at {
+            let len = (b.len() - l4) as u32;
+            // Pseudo-header: source, destination, L4 length, protocol.
+            let mut pseudo = if v6 { b[ip + 8..ip + 40].to_vec() } else { b[ip + 12..ip + 20].to_vec() };
+            pseudo.extend(len.to_be_bytes());
+            pseudo.extend([0, 0, 0, self.l4.proto(v6)]);
+            let c = checksum(&b[l4..], sum16(&pseudo));
+            let c = if c == 0 && matches!(self.l4, L4::Udp { .. }) { 0xffff } else { c };
+            b[at..at + 2].copy_from_slice(&c.to_be_bytes());
         }
         b
     }
@@ -359,6 +362,17 @@ mod tests {
         pseudo.extend(((f.len() - 54) as u32).to_be_bytes());
         pseudo.extend([0, 0, 0, 17]);
         assert_eq!(checksum(&f[54..], sum16(&pseudo)), 0, "IPv6 UDP");
+        let f = Frame::tcp("10.0.0.1", "10.0.0.2", 1, 80).payload(6).build_valid();
+        let mut pseudo = f[26..34].to_vec();
+        pseudo.extend(((f.len() - 34) as u32).to_be_bytes());
+        pseudo.extend([0, 0, 0, 6]);
+        assert_ne!(&f[50..52], &[0, 0], "a TCP checksum is written");
+        assert_eq!(checksum(&f[34..], sum16(&pseudo)), 0, "IPv4 TCP");
+        let f = Frame::tcp(&v6(1), &v6(2), 1, 80).build_valid();
+        let mut pseudo = f[22..54].to_vec();
+        pseudo.extend(((f.len() - 54) as u32).to_be_bytes());
+        pseudo.extend([0, 0, 0, 6]);
+        assert_eq!(checksum(&f[54..], sum16(&pseudo)), 0, "IPv6 TCP");
     }
 
     #[test]

@@ -1,0 +1,157 @@
+//! A real HTTP service for the `http` scenario: Debian's nginx (one worker)
+//! answering a fixed 200 from memory, and wrk as its legitimate clients,
+//! all inside the testbed's namespaces. wrk is closed-loop (each connection
+//! sends its next request when the answer came): it has no asked rate, so
+//! its figure is the requests/s it got. Every request opens a connection
+//! (`Connection: close`), so the listen queue and SYN handling are in the
+//! legitimate path, as they are for a site's many short-lived clients.
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+use crate::procs::{in_ns, Proc};
+
+pub const PORT: u16 = 80;
+
+/// nginx.conf: foreground, one worker, port 80 on both families, no logs, no files served.
+pub fn nginx_conf(dir: &Path) -> String {
+    let d = dir.display();
+    format!(
+        "daemon off;\nmaster_process on;\nworker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log error;\n\
+         events {{ worker_connections 4096; }}\n\
+         http {{\n  access_log off;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n  \
+         fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n  \
+         server {{\n    listen {PORT};\n    listen [::]:{PORT};\n    \
+         location / {{ return 200 \"sluice bench\\n\"; }}\n  }}\n}}\n"
+    )
+}
+
+/// nginx in namespace `ns` pinned to `cpu`, its files in `dir`; returns once
+/// a connection from `client_ns` to `addr` port 80 is accepted.
+pub fn start_nginx(dir: &Path, ns: &str, cpu: usize, client_ns: &str, addr: std::net::IpAddr) -> Result<Proc> {
+    let conf = dir.join("nginx.conf");
+    std::fs::write(&conf, nginx_conf(dir))?;
+    let mut c = in_ns(ns, Some(cpu));
+    c.args(["nginx", "-p"]).arg(dir).arg("-e").arg(dir.join("error.log")).arg("-c").arg(&conf);
+    c.stdout(Stdio::null()).stderr(Stdio::piped());
+    let mut p = Proc::spawn(c, "nginx (is it installed? make deps installs it)")?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let to = SocketAddr::new(addr, PORT);
+    loop {
+        let connected =
+            sluice::netns::run_in(client_ns, move || Ok(TcpStream::connect_timeout(&to, Duration::from_millis(200))?));
+        if connected.is_ok() {
+            return Ok(p);
+        }
+        if let Some(status) = p.try_wait()? {
+            bail!("nginx exited ({status}): {}", String::from_utf8_lossy(&p.into_output()?.stderr));
+        }
+        if Instant::now() > deadline {
+            bail!("nginx did not accept a connection on {to} within 10 s");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The wrk command: `conns` connections from one thread for `secs` at `url`.
+pub fn wrk_cmd(url: &str, conns: u32, secs: f64) -> Command {
+    let mut c = Command::new("wrk");
+    c.args(["-t1", "-c", &conns.to_string(), "-d", &format!("{}s", secs.round().max(1.0))]);
+    c.args(["--latency", "--timeout", "2s", "-H", "Connection: close", url]);
+    c.stdout(Stdio::piped()).stderr(Stdio::piped());
+    c
+}
+
+/// What wrk reported.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Wrk {
+    pub requests: u64,
+    pub rps: f64,
+    /// Connect, read and write errors and timeouts, and answers other than 2xx/3xx.
+    pub errors: u64,
+    pub p50_ms: Option<f64>,
+    pub p99_ms: Option<f64>,
+}
+
+/// A wrk duration ("250.12us", "1.5ms", "2.00s", "1.2m") in ms.
+fn wrk_ms(v: &str) -> Option<f64> {
+    let split = v.find(|c: char| c.is_ascii_alphabetic())?;
+    let (n, unit) = v.split_at(split);
+    let n: f64 = n.parse().ok()?;
+    Some(match unit {
+        "us" => n / 1e3,
+        "ms" => n,
+        "s" => n * 1e3,
+        "m" => n * 60e3,
+        _ => return None,
+    })
+}
+
+/// Parse wrk's report (with --latency).
+pub fn parse_wrk(text: &str) -> Result<Wrk> {
+    let line = |key: &str| text.lines().map(str::trim).find_map(|l| l.strip_prefix(key)).map(str::trim);
+    let rps = line("Requests/sec:").and_then(|v| v.parse().ok());
+    let requests = text.lines().find_map(|l| l.trim().split_once(" requests in ")?.0.parse().ok());
+    let (Some(rps), Some(requests)) = (rps, requests) else {
+        bail!("wrk's report has no 'requests in' / 'Requests/sec:' lines:\n{text}");
+    };
+    let mut errors = 0;
+    if let Some(e) = line("Socket errors:") {
+        // "connect 0, read 0, write 0, timeout 5"
+        errors += e.split(',').filter_map(|p| p.split_whitespace().nth(1)?.parse::<u64>().ok()).sum::<u64>();
+    }
+    errors += line("Non-2xx or 3xx responses:").and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    let pct = |p: &str| line(p).and_then(wrk_ms);
+    Ok(Wrk { requests, rps, errors, p50_ms: pct("50%"), p99_ms: pct("99%") })
+}
+
+/// Run wrk from namespace `ns` on `cpu` against `addr` for `secs`.
+pub fn run_wrk(ns: &str, cpu: usize, addr: std::net::IpAddr, conns: u32, secs: f64) -> Result<Wrk> {
+    let url = format!("http://{}/", SocketAddr::new(addr, PORT));
+    let cmd = wrk_cmd(&url, conns, secs);
+    let mut c = in_ns(ns, Some(cpu));
+    c.arg(cmd.get_program()).args(cmd.get_args()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let out = c.output().context("running wrk (is it installed? make deps installs it)")?;
+    if !out.status.success() {
+        bail!("wrk failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    parse_wrk(&String::from_utf8_lossy(&out.stdout))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const REPORT: &str = "Running 8s test @ http://10.77.0.2/\n  1 threads and 16 connections\n  \
+        Thread Stats   Avg      Stdev     Max   +/- Stdev\n    Latency   1.23ms  200.00us  15.00ms   90.00%\n  \
+        Latency Distribution\n     50%  250.50us\n     75%    1.00ms\n     90%    1.20ms\n     99%    1.50s\n  \
+        80000 requests in 8.00s, 12.00MB read\n  Socket errors: connect 3, read 0, write 1, timeout 5\n  \
+        Non-2xx or 3xx responses: 2\nRequests/sec:  10000.50\nTransfer/sec:      1.50MB\n";
+
+    #[test]
+    fn wrk_report_is_parsed_with_units_and_errors() {
+        let w = parse_wrk(REPORT).unwrap();
+        assert_eq!(w.requests, 80_000);
+        assert_eq!(w.rps, 10_000.5);
+        assert_eq!(w.errors, 3 + 1 + 5 + 2);
+        assert_eq!(w.p50_ms, Some(0.2505));
+        assert_eq!(w.p99_ms, Some(1500.0));
+    }
+
+    #[test]
+    fn a_report_without_totals_is_an_error_and_missing_percentiles_stay_missing() {
+        assert!(parse_wrk("unable to connect to 10.77.0.2:80 Connection refused").is_err());
+        let w = parse_wrk("  0 requests in 8.00s, 0B read\nRequests/sec:      0.00\n").unwrap();
+        assert_eq!((w.requests, w.p50_ms, w.p99_ms), (0, None, None));
+    }
+
+    #[test]
+    fn nginx_conf_listens_on_both_families_without_logs() {
+        let c = nginx_conf(Path::new("/tmp/x"));
+        assert!(c.contains("listen 80;") && c.contains("listen [::]:80;"));
+        assert!(c.contains("access_log off;") && c.contains("worker_processes 1;"));
+    }
+}

@@ -1,0 +1,131 @@
+//! Child processes inside the testbed: a killed-on-drop handle, `ip netns
+//! exec` with a CPU pin, and the daemon (`sluice run`) started and stopped as
+//! a user would. The demo and the real-service scenarios run through these.
+use std::path::Path;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+/// A child process, killed (if still running) when dropped.
+pub struct Proc(Option<Child>);
+
+impl Proc {
+    pub fn spawn(mut c: Command, what: &str) -> Result<Proc> {
+        Ok(Proc(Some(c.spawn().with_context(|| format!("starting {what}"))?)))
+    }
+
+    pub fn id(&self) -> u32 {
+        self.0.as_ref().map_or(0, Child::id)
+    }
+
+    pub fn try_wait(&mut self) -> Result<Option<std::process::ExitStatus>> {
+        Ok(self.0.as_mut().map(Child::try_wait).transpose()?.flatten())
+    }
+
+    /// Wait for the process and take its output.
+    pub fn into_output(mut self) -> Result<std::process::Output> {
+        Ok(self.0.take().context("a process waited for twice")?.wait_with_output()?)
+    }
+
+    /// SIGTERM, then wait; an error if it then exits unsuccessfully.
+    pub fn terminate(self, what: &str) -> Result<std::process::Output> {
+        // SAFETY: kill(2) on our own child's pid.
+        if unsafe { libc::kill(self.id() as i32, libc::SIGTERM) } != 0 {
+            bail!("stopping {what}: {}", std::io::Error::last_os_error());
+        }
+        let out = self.into_output()?;
+        if !out.status.success() {
+            bail!("{what} failed: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        Ok(out)
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// `ip netns exec NS [taskset -c CPU]`, to which the command is appended.
+pub fn in_ns(ns: &str, cpu: Option<usize>) -> Command {
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", ns]);
+    if let Some(cpu) = cpu {
+        c.args(["taskset", "-c", &cpu.to_string()]);
+    }
+    c
+}
+
+/// `sluice run --iface IFACE --socket SOCK --metrics off ARGS` in `ns`, as a
+/// user runs it, its output to `log` (a file: a pipe nobody reads could fill
+/// and stop it); returns once its statistics socket answers (the gate is attached then).
+pub fn start_daemon(exe: &Path, ns: &str, iface: &str, sock: &Path, args: &[String], log: &Path) -> Result<Proc> {
+    let mut c = in_ns(ns, None);
+    c.arg(exe).args(["run", "--iface", iface, "--metrics", "off", "--socket"]).arg(sock).args(args);
+    let log_path = log;
+    let log = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+    c.stdout(log.try_clone()?).stderr(log);
+    let _ = std::fs::remove_file(sock);
+    let mut daemon = Proc::spawn(c, "sluice run")?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::os::unix::net::UnixStream::connect(sock).is_err() {
+        if let Some(status) = daemon.try_wait()? {
+            bail!("sluice run exited ({status}): {}", std::fs::read_to_string(log_path).unwrap_or_default());
+        }
+        if Instant::now() > deadline {
+            bail!("sluice run did not open {} within 10 s", sock.display());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(daemon)
+}
+
+/// `sluice status --socket SOCK` in `ns`: its text.
+pub fn daemon_status(exe: &Path, ns: &str, sock: &Path) -> Result<String> {
+    let out = in_ns(ns, None).arg(exe).args(["status", "--socket"]).arg(sock).output()?;
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// A finished child's stdout as JSON.
+pub fn json_of(out: std::process::Output, what: &str) -> Result<serde_json::Value> {
+    if !out.status.success() {
+        bail!("{what} failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    serde_json::from_slice(&out.stdout).with_context(|| format!("{what}'s JSON report"))
+}
+
+/// CPU seconds (user + system) used so far by process `pid` and its
+/// descendants (a server's workers); processes that ended are not counted.
+pub fn tree_cpu_secs(pid: u32) -> f64 {
+    let tick = 100.0; // USER_HZ on Linux
+    let mut stats = vec![];
+    if let Ok(dir) = std::fs::read_dir("/proc") {
+        for e in dir.flatten() {
+            if let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() {
+                if let Ok(s) = std::fs::read_to_string(format!("/proc/{p}/stat")) {
+                    stats.push((p, s));
+                }
+            }
+        }
+    }
+    let fields = |s: &str| -> Option<(u32, f64)> {
+        // After the last ')': state ppid ... utime(14) stime(15), counting from field 3.
+        let f: Vec<&str> = s.rsplit_once(')')?.1.split_whitespace().collect();
+        Some((f.get(1)?.parse().ok()?, f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?))
+    };
+    let procs: Vec<(u32, u32, f64)> =
+        stats.iter().filter_map(|(p, s)| fields(s).map(|(ppid, t)| (*p, ppid, t))).collect();
+    let mut tree = vec![pid];
+    let mut i = 0;
+    while i < tree.len() {
+        let parent = tree[i];
+        tree.extend(procs.iter().filter(|(_, pp, _)| *pp == parent).map(|(p, _, _)| *p));
+        i += 1;
+    }
+    procs.iter().filter(|(p, _, _)| tree.contains(p)).map(|(_, _, t)| t / tick).sum()
+}

@@ -1,0 +1,738 @@
+//! `sluice bench run --scenario dns|http`: real services a user would run,
+//! flooded, without sluice and with the daemon a user runs.
+//!
+//! The victim is Debian's NSD (`dns`, legitimate load: dnsperf at a steady
+//! rate plus a 200 queries/s probe that times every answer) or nginx (`http`,
+//! legitimate load: wrk, a new connection per request), pinned to CPU 1 of the
+//! `nic` model (the IP/UDP/TCP stack runs in softirq there, beside the
+//! service). The flood is the bench's BPF generator asked for FLOOD_PPS
+//! (more than it reaches: it sends at its top rate), from 16-64 spoofed
+//! sources behind A. Four floods, each over IPv4 and IPv6, and the legitimate
+//! clients use the flood's family:
+//! - `closed-v4`/`closed-v6`: UDP to port 9, where nothing listens;
+//! - `own-v4`/`own-v6`: to the service's own port: junk UDP to NSD's port 53
+//!   (an all-zero header, answered by NSD or not, it costs NSD a read), a SYN
+//!   flood to nginx's port 80 (answered by the kernel's SYN cookies).
+//!
+//! Configurations, interleaved within each flood and repeat:
+//! - `off`: the gate attached with no limit (the generator's live frames need
+//!   an XDP program on the receiving veth), no daemon: the kernel alone;
+//! - `zero`: `sluice run --iface vb` and nothing else;
+//! - `static`: `sluice run --no-discover` with the hand-tuned best classes: the
+//!   service's port(s) at priority 0 (NSD capped at its capacity measured by
+//!   dnsperf at the start; nginx unlimited), everything else capped at 1k/s;
+//! - `blocked`: the service's ports unlimited, everything else blocked: "the
+//!   flood blocked entirely", the reference of the `http` target (closed-port
+//!   floods only: an own-port flood cannot be told apart by port).
+//!
+//! CPU 0 carries the generator, the legitimate clients and the XDP gate's work
+//! (veth runs the receiving NAPI on the sending CPU); with two CPUs the clients
+//! cannot have a CPU of their own. The generator runs at nice 19, so the
+//! clients get the CPU time they ask for and the flood takes what is left (its
+//! rate is measured and shown per cell); a cell whose dnsperf still could not
+//! send 95% of its asked rate is marked.
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::gen::{stream_value, StreamSpec};
+use crate::procs::{daemon_status, in_ns, start_daemon, tree_cpu_secs, Proc};
+use crate::rig::{add_flood_neighbours, attach_gate, FLOOD_SRC_V4, FLOOD_SRC_V6};
+use crate::victim::{link_stats, VictimBed, VictimModel, IF_A, IF_B};
+use crate::workers::GenWorker;
+use crate::{dns, http};
+use sluice::gate::Gate;
+
+const GEN_CPU: usize = 0;
+const VICTIM_CPU: usize = 1;
+/// What the generator is asked for: above its top rate on this VM, so it sends as fast as it can.
+pub const FLOOD_PPS: f64 = 8e6;
+/// The closed port of the `closed-*` floods.
+pub const CLOSED_PORT: u16 = 9;
+/// The latency probe's rate (queries/s), beside dnsperf.
+const PROBE_QPS: f64 = 200.0;
+/// A's filter passes replies to the clients' ephemeral ports (32768 and up);
+/// the flood's source ports stay below, so its answers (ICMP errors, NSD's
+/// replies, SYN-ACKs) are dropped on A's side and cost the clients nothing.
+const CLIENT_PORTS: &str = "32768-65535";
+
+/// The real service a scenario runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Service {
+    Dns,
+    Http,
+}
+
+impl Service {
+    /// The scenario names `bench run --scenario` takes for these.
+    pub const ALL: [(Service, &'static str, &'static str); 2] = [
+        (
+            Service::Dns,
+            "dns",
+            "NSD + dnsperf under closed-port and own-port UDP floods, IPv4 and IPv6: off / zero / static",
+        ),
+        (
+            Service::Http,
+            "http",
+            "nginx + wrk under closed-port UDP floods and SYN floods, IPv4 and IPv6: off / zero / static",
+        ),
+    ];
+
+    pub fn parse(name: &str) -> Option<Service> {
+        Service::ALL.iter().find(|s| s.1 == name).map(|s| s.0)
+    }
+
+    pub fn name(self) -> &'static str {
+        Service::ALL.iter().find(|s| s.0 == self).map_or("?", |s| s.1)
+    }
+
+    /// Its classes when configured by hand (`static`, `blocked`): match rules.
+    fn matches(self) -> &'static str {
+        match self {
+            Service::Dns => "match=udp:53,match=tcp:53",
+            Service::Http => "match=tcp:80",
+        }
+    }
+}
+
+/// One flood.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Flood {
+    pub name: &'static str,
+    pub v6: bool,
+    /// To the service's own port (else to CLOSED_PORT).
+    pub own_port: bool,
+}
+
+pub const FLOODS: [Flood; 4] = [
+    Flood { name: "closed-v4", v6: false, own_port: false },
+    Flood { name: "closed-v6", v6: true, own_port: false },
+    Flood { name: "own-v4", v6: false, own_port: true },
+    Flood { name: "own-v6", v6: true, own_port: true },
+];
+
+/// A configuration of the victim (see the module comment).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Setup {
+    Off,
+    Zero,
+    Static,
+    Blocked,
+}
+
+impl Setup {
+    pub fn name(self) -> &'static str {
+        match self {
+            Setup::Off => "off",
+            Setup::Zero => "zero",
+            Setup::Static => "static",
+            Setup::Blocked => "blocked",
+        }
+    }
+
+    /// The configurations measured under `flood` (None: the unflooded reference).
+    fn for_flood(flood: Option<&Flood>) -> &'static [Setup] {
+        match flood {
+            None => &[Setup::Off],
+            Some(f) if f.own_port => &[Setup::Off, Setup::Zero, Setup::Static],
+            Some(_) => &[Setup::Off, Setup::Zero, Setup::Static, Setup::Blocked],
+        }
+    }
+}
+
+pub struct ServiceOpts {
+    pub exe: PathBuf,
+    /// Seconds the legitimate clients run per cell.
+    pub secs: f64,
+    pub repeats: u32,
+    /// dnsperf's asked rate (dns).
+    pub qps: u64,
+    /// wrk's connections (http).
+    pub conns: u32,
+    /// Set by Ctrl-C: stop after the current cell.
+    pub interrupted: Arc<AtomicBool>,
+}
+
+/// One measured cell.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Cell {
+    /// A flood's name, or "none".
+    pub flood: String,
+    pub config: Setup,
+    pub repeat: u32,
+    /// Flood packets/s the generator sent (None: no flood).
+    pub flood_pps: Option<f64>,
+    /// dnsperf's sent queries/s, or wrk's completed requests/s.
+    pub client_rate: f64,
+    /// dnsperf sent under 95% of its asked rate.
+    pub client_short: bool,
+    /// Answered share of dnsperf's queries, or wrk's requests / (requests + errors).
+    pub success: Option<f64>,
+    /// The probe's (dns) or wrk's (http) latency percentiles, ms.
+    pub p50_ms: Option<f64>,
+    pub p99_ms: Option<f64>,
+    /// The service's CPU (all its processes), % of one core.
+    pub service_cpu: f64,
+    /// Frames/s vb's full receive ring refused (va's tx drops): lost before
+    /// any XDP program ran, the flood's and the clients' alike (a NIC's ring overflowing).
+    #[serde(default)]
+    pub ring_drops: f64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ServiceRun {
+    pub service: Service,
+    pub secs: f64,
+    pub repeats: u32,
+    /// dns: NSD's answered queries/s with dnsperf unpaced (the static cap).
+    pub capacity: Option<f64>,
+    pub cells: Vec<Cell>,
+}
+
+/// Run the scenario: every repeat x flood x configuration, printing a line
+/// per cell; writes results.json and summary.txt into `out` as it goes.
+pub fn run(svc: Service, o: &ServiceOpts, out: &Path) -> Result<ServiceRun> {
+    sluice::gate::check_privileges()?;
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let bed = VictimBed::create(svc.name(), VictimModel::Nic, GEN_CPU, VICTIM_CPU)?;
+    let dir = std::env::temp_dir().join(format!("{}-files", bed.net.b));
+    std::fs::create_dir_all(&dir)?;
+    let result = (|| {
+        let b = Bench::start(svc, o, &bed, &dir)?;
+        b.run_all(out)
+    })();
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+/// The running testbed of one scenario.
+struct Bench<'a> {
+    svc: Service,
+    o: &'a ServiceOpts,
+    bed: &'a VictimBed,
+    dir: &'a Path,
+    service: Proc,
+    gen: GenWorker,
+    capacity: Option<f64>,
+    _filter: Gate,
+}
+
+/// What carries the configuration during a cell.
+enum Installed {
+    /// The pass-through gate, attached while held.
+    Pass {
+        _gate: Box<Gate>,
+    },
+    Daemon(Proc, PathBuf),
+}
+
+impl<'a> Bench<'a> {
+    fn start(svc: Service, o: &'a ServiceOpts, bed: &'a VictimBed, dir: &'a Path) -> Result<Bench<'a>> {
+        add_flood_neighbours(bed, 64)?;
+        let filter = attach_gate(
+            &bed.net.a,
+            IF_A,
+            vec![
+                format!("clients:match=udp:{CLIENT_PORTS},match=tcp:{CLIENT_PORTS}"),
+                "default:rate=blocked,match=icmp,match=icmpv6".into(),
+            ],
+        )?;
+        // The nic model's receive side: the stack on the victim CPU (RPS), beside the service.
+        bed.net
+            .write_in_b(&format!("/sys/class/net/{IF_B}/queues/rx-0/rps_cpus"), &format!("{:x}", 1u64 << VICTIM_CPU))?;
+        let (a, b) = (&bed.net.a, &bed.net.b);
+        let service = match svc {
+            Service::Dns => {
+                let addrs = [bed.net.ip_b.to_string(), bed.net.ip6_b.to_string()];
+                dns::start_nsd(dir, b, VICTIM_CPU, &addrs, (a, GEN_CPU))?
+            }
+            Service::Http => http::start_nginx(dir, b, VICTIM_CPU, a, bed.net.ip_b)?,
+        };
+        // At nice 19: the clients on its CPU send what they ask; the flood takes the rest.
+        let gen = GenWorker::start(a, GEN_CPU, bed.net.ifindex_a, 19)?;
+        eprintln!(
+            "== {}: namespaces {a} (clients, generator: CPU {GEN_CPU}) and {b} ({}, CPU {VICTIM_CPU}, nic model)",
+            svc.name(),
+            if svc == Service::Dns { "NSD" } else { "nginx" }
+        );
+        let mut bench = Bench { svc, o, bed, dir, service, gen, capacity: None, _filter: filter };
+        if svc == Service::Dns {
+            bench.capacity = Some(bench.dns_capacity()?);
+        }
+        Ok(bench)
+    }
+
+    /// NSD's answered queries/s with dnsperf unpaced for 2 s (dnsperf's own
+    /// CPU may be the limit: then this is below NSD's true capacity, and the
+    /// static cap only safer).
+    fn dns_capacity(&self) -> Result<f64> {
+        let mut c = in_ns(&self.bed.net.a, Some(GEN_CPU));
+        let cmd = dns::dnsperf_cmd(self.dir, &self.bed.net.ip_b.to_string(), None, 2.0);
+        c.arg(cmd.get_program()).args(cmd.get_args());
+        let out = c.output().context("running dnsperf")?;
+        let perf = dns::parse_dnsperf(&String::from_utf8_lossy(&out.stdout), 2.0)?;
+        let cap = perf.completed as f64 / 2.0;
+        eprintln!("== NSD capacity (dnsperf unpaced, 2 s): {}/s answered; the static cap", sluice::stats::human(cap));
+        Ok(cap)
+    }
+
+    fn run_all(&self, out: &Path) -> Result<ServiceRun> {
+        let mut r = ServiceRun {
+            service: self.svc,
+            secs: self.o.secs,
+            repeats: self.o.repeats,
+            capacity: self.capacity,
+            cells: vec![],
+        };
+        let floods: Vec<Option<&Flood>> = std::iter::once(None).chain(FLOODS.iter().map(Some)).collect();
+        let mut shown_status = false;
+        for repeat in 0..self.o.repeats {
+            for flood in &floods {
+                for &setup in Setup::for_flood(*flood) {
+                    if self.o.interrupted.load(Ordering::Relaxed) {
+                        bail!("interrupted");
+                    }
+                    let show = !shown_status && setup == Setup::Zero;
+                    shown_status |= show;
+                    let cell = self.cell(*flood, setup, repeat, show)?;
+                    eprintln!("[{}/{}] {}", repeat + 1, self.o.repeats, cell_line(self.svc, &cell));
+                    r.cells.push(cell);
+                    write_all(&r, out)?;
+                }
+            }
+        }
+        Ok(r)
+    }
+
+    /// One cell: the configuration, the flood from 0.5 s before the clients
+    /// to their end, the clients for `secs`.
+    fn cell(&self, flood: Option<&Flood>, setup: Setup, repeat: u32, show_status: bool) -> Result<Cell> {
+        let installed = self.install(setup)?;
+        let secs = self.o.secs;
+        let gen = match flood {
+            Some(f) => {
+                let spec = self.flood_stream(f);
+                let v = stream_value(&spec, self.bed.net.mac_b, self.bed.net.mac_a)?;
+                self.gen.gen.write().unwrap().set_streams(&[v])?;
+                let rx = self.gen.send_for(Duration::from_secs_f64(secs + 1.5), crate::gen::DEFAULT_BATCH);
+                std::thread::sleep(Duration::from_millis(500));
+                Some(rx)
+            }
+            None => None,
+        };
+        let status = match (&installed, show_status) {
+            (Installed::Daemon(_, sock), true) => {
+                let (exe, b, sock) = (self.o.exe.clone(), self.bed.net.b.clone(), sock.clone());
+                Some(std::thread::spawn(move || {
+                    std::thread::sleep(Duration::from_secs_f64(secs / 2.0));
+                    daemon_status(&exe, &b, &sock)
+                }))
+            }
+            _ => None,
+        };
+        let v6 = flood.is_some_and(|f| f.v6);
+        let ring0 = link_stats(&self.bed.net.a, IF_A)?.tx_dropped;
+        let (cpu0, t0) = (tree_cpu_secs(self.service.id()), Instant::now());
+        let mut cell = match self.svc {
+            Service::Dns => self.dns_clients(v6)?,
+            Service::Http => self.http_clients(v6)?,
+        };
+        let secs_run = t0.elapsed().as_secs_f64();
+        cell.service_cpu = 100.0 * (tree_cpu_secs(self.service.id()) - cpu0) / secs_run;
+        cell.ring_drops = link_stats(&self.bed.net.a, IF_A)?.tx_dropped.saturating_sub(ring0) as f64 / secs_run;
+        if let Some(st) = status.and_then(|t| t.join().ok()).transpose()? {
+            eprintln!("== sluice status during the {} flood (zero config):\n{st}", flood.map_or("", |f| f.name));
+        }
+        if let Some(rx) = gen {
+            let (counts, gsecs) = rx.recv().context("the generator thread ended")??;
+            cell.flood_pps = Some(counts[0].sent as f64 / gsecs.max(1e-9));
+        }
+        self.uninstall(installed)?;
+        cell.flood = flood.map_or("none", |f| f.name).into();
+        cell.config = setup;
+        cell.repeat = repeat;
+        Ok(cell)
+    }
+
+    /// The flood's stream: UDP to the closed port or NSD's port, or SYNs to nginx's.
+    fn flood_stream(&self, f: &Flood) -> StreamSpec {
+        let net = &self.bed.net;
+        let (src, dst) = if f.v6 {
+            (FLOOD_SRC_V6.parse().expect("an address"), net.ip6_b)
+        } else {
+            (FLOOD_SRC_V4.parse().expect("an address"), net.ip_b)
+        };
+        let syn = f.own_port && self.svc == Service::Http;
+        let dport = match (f.own_port, self.svc) {
+            (false, _) => CLOSED_PORT,
+            (true, Service::Dns) => 53,
+            (true, Service::Http) => http::PORT,
+        };
+        // Many source ports and addresses for SYNs (distinct connections), below the clients' ports.
+        let (sport, flows, srcs) = if syn { (1024, 30_000, 64) } else { (20_000, 64, 16) };
+        StreamSpec {
+            name: f.name.into(),
+            rate: FLOOD_PPS,
+            frame_len: if syn && f.v6 { 80 } else { 64 },
+            src: std::net::SocketAddr::new(src, sport),
+            flows,
+            srcs,
+            dst: std::net::SocketAddr::new(dst, dport),
+            dports: 1,
+            stamp: false,
+            syn,
+        }
+    }
+
+    /// Put `setup` in place on vb.
+    fn install(&self, setup: Setup) -> Result<Installed> {
+        let svc_class = format!("svc:priority=0,{}", self.svc.matches());
+        let args: Vec<String> = match setup {
+            Setup::Off => {
+                let g = attach_gate(&self.bed.net.b, IF_B, vec![svc_class])?;
+                return Ok(Installed::Pass { _gate: Box::new(g) });
+            }
+            Setup::Zero => vec![],
+            Setup::Static => {
+                let cap = self.capacity.map(|c| format!("rate={},", c.round().max(1.0) as u64)).unwrap_or_default();
+                let svc = format!("svc:priority=0,{cap}{}", self.svc.matches());
+                ["--no-discover", "--class", &svc, "--class", "default:rate=1k"].map(String::from).to_vec()
+            }
+            Setup::Blocked => {
+                ["--no-discover", "--class", &svc_class, "--class", "default:rate=blocked"].map(String::from).to_vec()
+            }
+        };
+        let sock = self.dir.join("sluice.sock");
+        let p = start_daemon(&self.o.exe, &self.bed.net.b, IF_B, &sock, &args, &self.dir.join("sluice-run.log"))?;
+        // Zero config: the first discovery is at start; a tick or two for the first rates.
+        std::thread::sleep(Duration::from_millis(300));
+        Ok(Installed::Daemon(p, sock))
+    }
+
+    fn uninstall(&self, i: Installed) -> Result<()> {
+        if let Installed::Daemon(p, _) = i {
+            if let Err(e) = p.terminate("sluice run").map(drop) {
+                let log = std::fs::read_to_string(self.dir.join("sluice-run.log")).unwrap_or_default();
+                bail!("{e:#}\n{log}");
+            }
+        }
+        Ok(())
+    }
+
+    /// dnsperf and the probe, side by side, for `secs`.
+    fn dns_clients(&self, v6: bool) -> Result<Cell> {
+        let net = &self.bed.net;
+        let server = if v6 { net.ip6_b } else { net.ip_b };
+        let cmd = dns::dnsperf_cmd(self.dir, &server.to_string(), Some(self.o.qps), self.o.secs);
+        let mut perf = in_ns(&net.a, Some(GEN_CPU));
+        perf.arg(cmd.get_program())
+            .args(cmd.get_args())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let perf = Proc::spawn(perf, "dnsperf (is it installed? make deps installs it)")?;
+        let probe = dns::probe_from(&net.a, GEN_CPU, std::net::SocketAddr::new(server, 53), PROBE_QPS, self.o.secs)?;
+        let out = perf.into_output()?;
+        if !out.status.success() {
+            bail!("dnsperf failed: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        let p = dns::parse_dnsperf(&String::from_utf8_lossy(&out.stdout), self.o.secs)?;
+        Ok(Cell {
+            client_rate: p.sent_qps,
+            client_short: p.sent_qps < 0.95 * self.o.qps as f64,
+            success: (p.sent > 0).then(|| p.completed as f64 / p.sent as f64),
+            p50_ms: sluice::summary::percentile(&probe.rtt_ms, 0.5),
+            p99_ms: sluice::summary::percentile(&probe.rtt_ms, 0.99),
+            ..Cell::empty()
+        })
+    }
+
+    /// wrk for `secs`.
+    fn http_clients(&self, v6: bool) -> Result<Cell> {
+        let net = &self.bed.net;
+        let w = http::run_wrk(&net.a, GEN_CPU, if v6 { net.ip6_b } else { net.ip_b }, self.o.conns, self.o.secs)?;
+        let tried = w.requests + w.errors;
+        Ok(Cell {
+            client_rate: w.rps,
+            success: (tried > 0).then(|| w.requests as f64 / tried as f64),
+            p50_ms: w.p50_ms,
+            p99_ms: w.p99_ms,
+            ..Cell::empty()
+        })
+    }
+}
+
+impl Cell {
+    fn empty() -> Cell {
+        Cell {
+            flood: String::new(),
+            config: Setup::Off,
+            repeat: 0,
+            flood_pps: None,
+            client_rate: 0.0,
+            client_short: false,
+            success: None,
+            p50_ms: None,
+            p99_ms: None,
+            service_cpu: 0.0,
+            ring_drops: 0.0,
+        }
+    }
+}
+
+fn pct(v: Option<f64>) -> String {
+    v.map_or("n/a".into(), |v| format!("{:.2}%", 100.0 * v))
+}
+
+fn ms(v: Option<f64>) -> String {
+    v.map_or("n/a".into(), |v| if v < 10.0 { format!("{v:.2} ms") } else { format!("{v:.0} ms") })
+}
+
+/// A cell as one progress line.
+fn cell_line(svc: Service, c: &Cell) -> String {
+    let rate = sluice::stats::human(c.client_rate);
+    format!(
+        "{:<9} {:<7} flood {:>6}/s (ring drops {}/s)  {} {rate}{}/s  ok {}  p50 {}  p99 {}  service CPU {:.0}%",
+        c.flood,
+        c.config.name(),
+        c.flood_pps.map_or("-".into(), sluice::stats::human),
+        sluice::stats::human(c.ring_drops),
+        if svc == Service::Dns { "dnsperf sent" } else { "wrk" },
+        if c.client_short { " (!)" } else { "" },
+        pct(c.success),
+        ms(c.p50_ms),
+        ms(c.p99_ms),
+        c.service_cpu
+    )
+}
+
+/// The cells of (flood, config) across repeats.
+fn group<'c>(r: &'c ServiceRun, flood: &str, config: Setup) -> Vec<&'c Cell> {
+    r.cells.iter().filter(|c| c.flood == flood && c.config == config).collect()
+}
+
+/// Median of a field over cells (None if any cell lacks it: a missing value is not dropped).
+fn med(cells: &[&Cell], f: impl Fn(&Cell) -> Option<f64>) -> Option<f64> {
+    let v: Option<Vec<f64>> = cells.iter().map(|c| f(c)).collect();
+    sluice::summary::median(&v?)
+}
+
+/// "median (min-max)" of a field, or just the median with one repeat.
+fn spread(cells: &[&Cell], f: impl Fn(&Cell) -> Option<f64>, show: impl Fn(Option<f64>) -> String) -> String {
+    let v: Vec<f64> = cells.iter().filter_map(|c| f(c)).collect();
+    let m = show(med(cells, &f));
+    if v.len() < 2 {
+        return m;
+    }
+    let (lo, hi) =
+        (v.iter().copied().fold(f64::INFINITY, f64::min), v.iter().copied().fold(f64::NEG_INFINITY, f64::max));
+    format!("{m} ({}-{})", show(Some(lo)), show(Some(hi)))
+}
+
+/// The table (medians over repeats, spread of the key figure), then the targets.
+pub fn summary(r: &ServiceRun) -> String {
+    let dns = r.service == Service::Dns;
+    let mut s = format!(
+        "\nscenario {} ({} s per cell, {} repeat(s), medians; (min-max) over repeats){}\n",
+        r.service.name(),
+        r.secs,
+        r.repeats,
+        r.capacity.map_or(String::new(), |c| format!("; NSD capacity {}/s", sluice::stats::human(c)))
+    );
+    s += &format!(
+        "{:<10} {:<8} {:>8} {:>8} {:>12} {:>24} {:>9} {:>9} {:>8}\n",
+        "flood",
+        "config",
+        "flood/s",
+        "ring/s",
+        if dns { "dnsperf/s" } else { "requests/s" },
+        if dns { "answered" } else { "ok" },
+        "p50",
+        "p99",
+        "svc CPU"
+    );
+    let names = std::iter::once("none").chain(FLOODS.iter().map(|f| f.name));
+    for flood in names {
+        let f = FLOODS.iter().find(|x| x.name == flood);
+        for &setup in Setup::for_flood(f) {
+            let cells = group(r, flood, setup);
+            if cells.is_empty() {
+                continue;
+            }
+            let short = if cells.iter().any(|c| c.client_short) { " (!)" } else { "" };
+            let key = if dns {
+                spread(&cells, |c| c.success, pct)
+            } else {
+                spread(&cells, |c| Some(c.client_rate), |v| v.map_or("n/a".into(), sluice::stats::human))
+            };
+            s += &format!(
+                "{:<10} {:<8} {:>8} {:>8} {:>12} {:>24} {:>9} {:>9} {:>7.0}%\n",
+                flood,
+                setup.name(),
+                med(&cells, |c| c.flood_pps).map_or("-".into(), sluice::stats::human),
+                med(&cells, |c| Some(c.ring_drops)).map_or("-".into(), sluice::stats::human),
+                format!("{}{short}", med(&cells, |c| Some(c.client_rate)).map_or("n/a".into(), sluice::stats::human)),
+                if dns { key } else { format!("{key} {}", pct(med(&cells, |c| c.success))) },
+                ms(med(&cells, |c| c.p50_ms)),
+                ms(med(&cells, |c| c.p99_ms)),
+                med(&cells, |c| Some(c.service_cpu)).unwrap_or(0.0)
+            );
+        }
+    }
+    if dns {
+        s += "(!) = dnsperf sent under 95% of its asked rate in a repeat (its CPU is shared with the generator)\n";
+        s += "answered = dnsperf's completed/sent; p50/p99 = a separate 200 queries/s probe timing each answer\n";
+    } else {
+        s += "requests/s = wrk's completed requests (a new connection each); ok = requests / (requests + errors)\n";
+    }
+    s += "ring/s = frames/s vb's full ring refused before any XDP ran (flood and clients alike: the CPU 0 NAPI is saturated)\n";
+    s + &targets(r)
+}
+
+/// The issue's targets, each MET or MISSED with its figures; a missing figure is "not measured".
+pub fn targets(r: &ServiceRun) -> String {
+    let mut s = String::from("targets (zero config):\n");
+    let verdict = |ok: Option<bool>| match ok {
+        Some(true) => "MET",
+        Some(false) => "MISSED",
+        None => "not measured",
+    };
+    let calm_p99 = med(&group(r, "none", Setup::Off), |c| c.p99_ms);
+    for f in FLOODS.iter().filter(|f| !f.own_port) {
+        let zero = group(r, f.name, Setup::Zero);
+        if r.service == Service::Dns {
+            let (ans, p99) = (med(&zero, |c| c.success), med(&zero, |c| c.p99_ms));
+            s += &format!(
+                "  dns {}: answered {} (>= 99.9%: {}); p99 {} vs {} unflooded (within 2x: {})\n",
+                f.name,
+                pct(ans),
+                verdict(ans.map(|a| a >= 0.999)),
+                ms(p99),
+                ms(calm_p99),
+                verdict(p99.zip(calm_p99).map(|(p, c)| p <= 2.0 * c))
+            );
+        } else {
+            let z = med(&zero, |c| Some(c.client_rate));
+            let blocked = med(&group(r, f.name, Setup::Blocked), |c| Some(c.client_rate));
+            let ratio = z.zip(blocked).filter(|(_, b)| *b > 0.0).map(|(z, b)| z / b);
+            s += &format!(
+                "  http {}: {} requests/s, {} of the flood blocked entirely (>= 90%: {})\n",
+                f.name,
+                z.map_or("n/a".into(), sluice::stats::human),
+                pct(ratio),
+                verdict(ratio.map(|x| x >= 0.9))
+            );
+        }
+    }
+    if r.service == Service::Http {
+        for f in FLOODS.iter().filter(|f| f.own_port) {
+            let z = med(&group(r, f.name, Setup::Zero), |c| Some(c.client_rate));
+            let off = med(&group(r, f.name, Setup::Off), |c| Some(c.client_rate));
+            let ratio = z.zip(off).filter(|(_, o)| *o > 0.0).map(|(z, o)| z / o);
+            s += &format!(
+                "  http {} (SYN flood): {} of the kernel alone's requests/s (never worse, within 5% noise: {})\n",
+                f.name,
+                pct(ratio),
+                verdict(ratio.map(|x| x >= 0.95))
+            );
+        }
+    }
+    s
+}
+
+/// results.json and summary.txt.
+pub fn write_all(r: &ServiceRun, out: &Path) -> Result<()> {
+    std::fs::write(out.join("results.json"), serde_json::to_string_pretty(r)?)?;
+    std::fs::write(out.join("summary.txt"), summary(r))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cell(flood: &str, config: Setup, rate: f64, success: Option<f64>, p99: Option<f64>) -> Cell {
+        Cell { flood: flood.into(), config, client_rate: rate, success, p99_ms: p99, ..Cell::empty() }
+    }
+
+    fn run(service: Service, cells: Vec<Cell>) -> ServiceRun {
+        ServiceRun { service, secs: 8.0, repeats: 1, capacity: None, cells }
+    }
+
+    #[test]
+    fn dns_targets_compare_with_the_unflooded_p99_and_say_missing_when_missing() {
+        let r = run(
+            Service::Dns,
+            vec![
+                cell("none", Setup::Off, 5000.0, Some(1.0), Some(0.05)),
+                cell("closed-v4", Setup::Zero, 5000.0, Some(0.9995), Some(0.09)),
+                cell("closed-v6", Setup::Zero, 5000.0, Some(0.99), None),
+            ],
+        );
+        let t = targets(&r);
+        assert!(
+            t.contains("closed-v4: answered 99.95% (>= 99.9%: MET); p99 0.09 ms vs 0.05 ms unflooded (within 2x: MET)"),
+            "{t}"
+        );
+        assert!(
+            t.contains(
+                "closed-v6: answered 99.00% (>= 99.9%: MISSED); p99 n/a vs 0.05 ms unflooded (within 2x: not measured)"
+            ),
+            "{t}"
+        );
+    }
+
+    #[test]
+    fn http_targets_are_ratios_to_the_blocked_and_the_off_runs() {
+        let r = run(
+            Service::Http,
+            vec![
+                cell("closed-v4", Setup::Zero, 900.0, Some(1.0), None),
+                cell("closed-v4", Setup::Blocked, 1000.0, Some(1.0), None),
+                cell("own-v4", Setup::Zero, 500.0, Some(1.0), None),
+                cell("own-v4", Setup::Off, 1000.0, Some(1.0), None),
+            ],
+        );
+        let t = targets(&r);
+        assert!(
+            t.contains("http closed-v4: 900 requests/s, 90.00% of the flood blocked entirely (>= 90%: MET)"),
+            "{t}"
+        );
+        assert!(
+            t.contains("closed-v6: n/a requests/s, n/a of the flood blocked entirely (>= 90%: not measured)"),
+            "{t}"
+        );
+        assert!(
+            t.contains(
+                "own-v4 (SYN flood): 50.00% of the kernel alone's requests/s (never worse, within 5% noise: MISSED)"
+            ),
+            "{t}"
+        );
+    }
+
+    #[test]
+    fn the_median_of_two_repeats_is_their_mean_and_a_missing_one_makes_it_missing() {
+        let a = cell("x", Setup::Zero, 100.0, Some(0.5), Some(1.0));
+        let b = cell("x", Setup::Zero, 300.0, Some(1.0), None);
+        assert_eq!(med(&[&a, &b], |c| Some(c.client_rate)), Some(200.0));
+        assert_eq!(med(&[&a, &b], |c| c.p99_ms), None);
+        assert_eq!(spread(&[&a, &b], |c| c.success, pct), "75.00% (50.00%-100.00%)");
+    }
+
+    #[test]
+    fn every_flood_has_off_zero_and_static_and_only_closed_port_floods_a_blocked_reference() {
+        for f in &FLOODS {
+            let s = Setup::for_flood(Some(f));
+            assert!(s.starts_with(&[Setup::Off, Setup::Zero, Setup::Static]));
+            assert_eq!(s.contains(&Setup::Blocked), !f.own_port);
+        }
+        assert_eq!(Setup::for_flood(None), &[Setup::Off]);
+        assert_eq!(Service::parse("http"), Some(Service::Http));
+        assert_eq!(Service::parse("default"), None);
+    }
+}
