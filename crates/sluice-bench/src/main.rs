@@ -11,7 +11,7 @@ use sluice::cli::{parse_rate, parse_secs, print_json_or, stop_flag};
 use sluice::stats;
 use sluice_bench::scenario::ConfigKind;
 use sluice_bench::victim::VictimModel;
-use sluice_bench::{demo, gate_cost, gencheck, report, scenario, services, step, sweep, victim};
+use sluice_bench::{demo, gate_cost, gencheck, report, scenario, services, step, sweep, tick_cost, victim};
 
 /// The sluice bench: a flooded service in two network namespaces this
 /// command makes (and removes), measured with and without sluice. Needs root.
@@ -38,11 +38,12 @@ enum BenchCmd {
     /// the admitted rate's coefficient of variation per phase; writes
     /// step.json, step.csv, figures and summary.txt.
     Step(StepArgs),
-    /// The daemon in action: a UDP service flooded without sluice, with `sluice
-    /// run` at a static limit, and with rate=auto; `sluice status` midway.
+    /// The daemon in action: a real DNS server (NSD) answering dnsperf, with
+    /// no flood, under a closed-port flood without sluice, and under the same
+    /// flood with `sluice run --iface vb` and nothing else; `sluice status` midway.
     ///
     /// Makes its own namespaces (sluice-bench-*) and removes them; traffic
-    /// stays inside them. About 3 x (SECS + 4) seconds.
+    /// stays inside them. About 3 x (SECS + 2) seconds.
     Demo(DemoArgs),
     /// Render the outputs again from a results.json.
     Report(ReportArgs),
@@ -54,6 +55,25 @@ enum BenchCmd {
     Generator(GeneratorArgs),
     /// Gate cost in ns per packet (BPF_PROG_TEST_RUN) with 1, 64 and 1024 rules, beside a no-op floor.
     Gate(GateArgs),
+    /// The daemon's own CPU: its 10 ms tick and each read it makes (sock_diag,
+    /// /proc, gate counters) and discovery, in CPU µs per call and % of one core.
+    Tick(TickArgs),
+}
+
+#[derive(Args)]
+struct TickArgs {
+    /// UDP services and TCP listeners to hold (each gets a class).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(0..=60))]
+    services: u32,
+    /// Interleaved rounds (the median is reported).
+    #[arg(long, default_value_t = 11, value_parser = clap::value_parser!(u64).range(1..1000))]
+    rounds: u64,
+    /// Calls per read per round.
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(10..=100_000))]
+    calls: u32,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -76,6 +96,9 @@ struct BenchRunArgs {
     /// http scenario: wrk's connections (each request on a new one).
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=1000))]
     conns: u32,
+    /// dns and http scenarios: the floods to run (closed-v4, closed-v6, own-v4, own-v6; default all).
+    #[arg(long, value_delimiter = ',', value_parser = parse_flood_name)]
+    floods: Vec<services::Flood>,
 }
 
 #[derive(Args)]
@@ -162,6 +185,10 @@ fn parse_flood(s: &str) -> Result<f64, String> {
     Ok(v)
 }
 
+fn parse_flood_name(s: &str) -> Result<services::Flood, String> {
+    services::Flood::parse(s).map_err(|e| e.to_string())
+}
+
 fn parse_model(s: &str) -> Result<VictimModel, String> {
     VictimModel::parse(s).map_err(|e| e.to_string())
 }
@@ -183,6 +210,7 @@ fn main() -> ExitCode {
         BenchCmd::Cleanup => cmd_bench_cleanup(),
         BenchCmd::Generator(a) => cmd_bench_generator(a),
         BenchCmd::Gate(a) => cmd_bench_gate(a),
+        BenchCmd::Tick(a) => cmd_bench_tick(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -249,6 +277,7 @@ fn cmd_bench_services(svc: services::Service, a: BenchRunArgs) -> Result<()> {
         repeats,
         qps: a.qps as u64,
         conns: a.conns,
+        floods: if a.floods.is_empty() { services::FLOODS.to_vec() } else { a.floods },
         interrupted: stop_flag()?,
     };
     eprintln!("sluice bench: scenario {}, writing to {}", svc.name(), out.display());
@@ -340,6 +369,11 @@ fn cmd_bench_generator(a: GeneratorArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+fn cmd_bench_tick(a: TickArgs) -> Result<()> {
+    let r = tick_cost::run(a.services, a.rounds as usize, a.calls)?;
+    print_json_or(a.json, &r, tick_cost::render)
 }
 
 fn cmd_bench_gate(a: GateArgs) -> Result<()> {

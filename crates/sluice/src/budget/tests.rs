@@ -96,6 +96,9 @@ fn the_budget_settles_below_the_knee_of_a_shared_receive_path() {
         }
     }
     let flood_avg = flood_sum / 2000.0;
-    assert!(sick_ticks < 200, "the service was in distress {sick_ticks} of 2000 ticks");
-    assert!(flood_avg > 0.5 * (cap - legit) && flood_avg < cap, "the flood got {flood_avg:.0}/s");
+    // The trade the constants make: the service is almost never touched
+    // (each touch queues its requests), the flood keeps over a third of the
+    // spare capacity (measured: 1 tick in distress, 41%).
+    assert!(sick_ticks < 20, "the service was in distress {sick_ticks} of 2000 ticks");
+    assert!(flood_avg > 0.35 * (cap - legit) && flood_avg < cap, "the flood got {flood_avg:.0}/s");
 }

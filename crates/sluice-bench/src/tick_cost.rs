@@ -1,0 +1,166 @@
+//! `sluice bench tick`: what the daemon's own loop costs, read by read.
+//!
+//! In a namespace of its own with `services` UDP sockets and as many TCP
+//! listeners (this process holds them), it builds the zero-config class list
+//! the daemon would (discovery + merge), attaches the gate, and times, in
+//! interleaved rounds, the daemon's whole 10 ms tick and each read it makes:
+//! the sock_diag dumps, the /proc files, the gate's counters, and discovery
+//! (once a second in the daemon). Cost is the calling thread's CPU time
+//! (CLOCK_THREAD_CPUTIME_ID: steal time and waiting do not count), reported
+//! as µs per call and as % of one core at the daemon's call rates.
+use std::fmt::Write as _;
+use std::net::{TcpListener, UdpSocket};
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+
+use sluice::config::{self, XdpMode};
+use sluice::discover::{self, Discovery};
+use sluice::gate::{self, Gate};
+use sluice::health::HealthReader;
+use sluice::signals::{softnet, NsFile, SockDiag, TCP_LISTEN};
+use sluice::testbed::{Testbed, TestbedOpts, IF_B};
+use sluice::tick::Ticker;
+use sluice::{classify, netns};
+
+use crate::victim::NS_PREFIX;
+
+/// One timed read.
+#[derive(Debug, Clone, Serialize)]
+pub struct Part {
+    pub name: &'static str,
+    /// Calls per second in the daemon.
+    pub per_sec: f64,
+    /// Median over rounds of the mean CPU µs per call, and the lowest round's.
+    pub us: f64,
+    pub min_us: f64,
+}
+
+impl Part {
+    /// % of one core at the daemon's call rate.
+    pub fn core_pct(&self) -> f64 {
+        self.us * self.per_sec / 1e4
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub services: u32,
+    pub classes: usize,
+    pub rounds: usize,
+    pub calls: u32,
+    pub parts: Vec<Part>,
+}
+
+/// The calling thread's CPU time, ns.
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: valid out pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Mean CPU µs of `calls` calls of `f`.
+fn time(calls: u32, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+    let t0 = thread_cpu_ns();
+    for _ in 0..calls {
+        f()?;
+    }
+    Ok((thread_cpu_ns() - t0) as f64 / 1e3 / calls as f64)
+}
+
+/// Run in a fresh testbed; `rounds` rounds of `calls` calls per read.
+pub fn run(services: u32, rounds: usize, calls: u32) -> Result<Report> {
+    gate::check_privileges()?;
+    let tb = Testbed::create(TestbedOpts { prefix: NS_PREFIX, ipv6: true }, &format!("{}-tick", std::process::id()))?;
+    let b = tb.b.clone();
+    std::thread::spawn(move || -> Result<Report> {
+        netns::enter(&b)?;
+        measure(services, rounds, calls)
+    })
+    .join()
+    .map_err(|_| anyhow::anyhow!("the measuring thread panicked"))?
+}
+
+/// Inside the namespace: the services, the config, the gate, the timings.
+fn measure(services: u32, rounds: usize, calls: u32) -> Result<Report> {
+    let mut held = (vec![], vec![]);
+    for i in 0..services as u16 {
+        held.0.push(UdpSocket::bind(("0.0.0.0", 7000 + i)).context("a UDP service socket")?);
+        held.1.push(TcpListener::bind(("0.0.0.0", 8000 + i)).context("a TCP listener")?);
+    }
+    let ifindex = gate::ifindex(IF_B)?;
+    let mut discovery = Discovery::new(ifindex)?;
+    let base = config::from_flags(&[])?;
+    let (cfg, _) = discover::merge(&base, &discovery.poll()?);
+    let mut gate = Gate::load()?;
+    gate.apply(&cfg, &classify::compile(&cfg)?)?;
+    gate.attach(IF_B, XdpMode::Native, false)?;
+    let mut ticker = Ticker::new(&cfg, None, false)?;
+    let mut health = HealthReader::new(&cfg, None)?;
+    let mut diag = SockDiag::open(None)?;
+    let mut netstat = NsFile::open_here("netstat")?;
+    let families = [libc::AF_INET as u8, libc::AF_INET6 as u8];
+    let names: [(&'static str, f64); 8] = [
+        ("the whole tick (health, auto, budget, limits)", 100.0),
+        ("  health: every signal below, once", 100.0),
+        ("  sock_diag UDP dump, IPv4 + IPv6", 100.0),
+        ("  sock_diag TCP LISTEN dump, IPv4 + IPv6", 100.0),
+        ("  /proc/net/netstat (TcpExt)", 100.0),
+        ("  /proc/net/softnet_stat", 100.0),
+        ("  gate counters, every class", 100.0),
+        ("discovery (once a second)", 1.0),
+    ];
+    let mut samples: Vec<Vec<f64>> = vec![vec![]; names.len()];
+    for _ in 0..rounds {
+        let s = [
+            time(calls, || ticker.tick(&gate, |_| {}))?,
+            time(calls, || health.read().map(drop))?,
+            time(calls, || {
+                families.iter().try_for_each(|&f| diag.dump(f, libc::IPPROTO_UDP as u8, u32::MAX, &mut |_| {}))
+            })?,
+            time(calls, || {
+                families.iter().try_for_each(|&f| diag.dump(f, libc::IPPROTO_TCP as u8, 1 << TCP_LISTEN, &mut |_| {}))
+            })?,
+            time(calls, || {
+                netstat.read().map(|t| {
+                    let _ = sluice::health::parse_tcpext(&t);
+                })
+            })?,
+            time(calls, || softnet().map(drop))?,
+            time(calls, || Ok((0..cfg.classes.len()).try_for_each(|i| gate.class_counters(i).map(drop))?))?,
+            time((calls / 10).max(1), || discovery.poll().map(drop))?,
+        ];
+        for (v, x) in samples.iter_mut().zip(s) {
+            v.push(x);
+        }
+    }
+    let parts = names
+        .iter()
+        .zip(&samples)
+        .map(|(&(name, per_sec), v)| Part {
+            name,
+            per_sec,
+            us: sluice::summary::median(v).unwrap_or(f64::NAN),
+            min_us: v.iter().copied().fold(f64::INFINITY, f64::min),
+        })
+        .collect();
+    drop(held);
+    Ok(Report { services, classes: cfg.classes.len(), rounds, calls, parts })
+}
+
+/// The table.
+pub fn render(r: &Report) -> String {
+    let mut s = format!(
+        "the daemon's loop with {} UDP services and {} TCP listeners ({} classes), {} rounds x {} calls, thread CPU time\n",
+        r.services, r.services, r.classes, r.rounds, r.calls
+    );
+    let _ = writeln!(s, "{:<48} {:>10} {:>10} {:>8} {:>12}", "read", "us/call", "min us", "calls/s", "% of a core");
+    for p in &r.parts {
+        let _ =
+            writeln!(s, "{:<48} {:>10.1} {:>10.1} {:>8} {:>11.2}%", p.name, p.us, p.min_us, p.per_sec, p.core_pct());
+    }
+    let total = r.parts.iter().filter(|p| !p.name.starts_with(' ')).map(Part::core_pct).sum::<f64>();
+    let _ = writeln!(s, "daemon loop total (tick + discovery): {total:.2}% of one core (target of issue 8: <= 1%)");
+    s
+}

@@ -1,0 +1,84 @@
+//! The real-service scenarios (`bench run --scenario dns|http`) run end to
+//! end, short: NSD and nginx start, their clients get answers, the BPF
+//! generator's UDP and SYN floods reach the victim (a SYN with a wrong
+//! checksum would never make the kernel send a cookie), the daemon's
+//! configurations hold a closed-port flood off, and the summary carries the
+//! targets. The figures are too short to be the benchmark: only what a
+//! broken build gets wrong is asserted.
+mod common;
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use sluice_bench::services::{self, Cell, Flood, Service, ServiceOpts, Setup};
+
+fn opts(floods: &[&str]) -> ServiceOpts {
+    ServiceOpts {
+        exe: common::sluice_exe(),
+        secs: 2.0,
+        repeats: 1,
+        qps: 2000,
+        conns: 8,
+        floods: floods.iter().map(|f| Flood::parse(f).unwrap()).collect(),
+        interrupted: Arc::new(AtomicBool::new(false)),
+    }
+}
+
+fn cell<'a>(cells: &'a [Cell], flood: &str, config: Setup) -> &'a Cell {
+    cells
+        .iter()
+        .find(|c| c.flood == flood && c.config == config)
+        .unwrap_or_else(|| panic!("no {flood}/{config:?} cell"))
+}
+
+/// The results folder, removed at the end.
+struct Out(std::path::PathBuf);
+
+impl Out {
+    fn path(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for Out {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// One test: the two scenarios each take both CPUs.
+#[test]
+fn dns_and_http_scenarios_run_real_services_under_real_floods() {
+    let dir = std::env::temp_dir().join(format!("sluice-bench-services-test-{}", std::process::id()));
+    let out = Out(dir);
+    let r = services::run(Service::Dns, &opts(&["closed-v4", "own-v6"]), out.path()).unwrap();
+    assert!(r.capacity.unwrap() > 10_000.0, "NSD answers more than 10k/s: {:?}", r.capacity);
+    let calm = cell(&r.cells, "none", Setup::Off);
+    assert!(calm.success.unwrap() > 0.99 && calm.p99_ms.is_some() && calm.flood_pps.is_none(), "{calm:?}");
+    for setup in [Setup::Off, Setup::Zero, Setup::Static, Setup::Blocked] {
+        let c = cell(&r.cells, "closed-v4", setup);
+        assert!(c.flood_pps.unwrap() > 100_000.0, "the flood ran: {c:?}");
+    }
+    let blocked = cell(&r.cells, "closed-v4", Setup::Blocked);
+    assert!(blocked.success.unwrap() > 0.95, "the flood blocked at the gate leaves NSD its clients: {blocked:?}");
+    let zero = cell(&r.cells, "closed-v4", Setup::Zero);
+    assert!(zero.success.unwrap() > 0.9, "zero config protects NSD from a closed-port flood: {zero:?}");
+    let own = cell(&r.cells, "own-v6", Setup::Off);
+    assert!(own.service_cpu > 20.0, "junk to NSD's own port over IPv6 reaches NSD: {own:?}");
+    assert!(
+        !r.cells.iter().any(|c| c.config == Setup::Blocked && c.flood == "own-v6"),
+        "no blocked reference for an own-port flood"
+    );
+    let text = std::fs::read_to_string(out.path().join("summary.txt")).unwrap();
+    assert!(text.contains("dns closed-v4: answered"), "{text}");
+
+    let r = services::run(Service::Http, &opts(&["own-v4"]), out.path()).unwrap();
+    let calm = cell(&r.cells, "none", Setup::Off);
+    assert!(calm.client_rate > 100.0 && calm.success.unwrap() > 0.99, "wrk gets answers from nginx: {calm:?}");
+    let syn = cell(&r.cells, "own-v4", Setup::Off);
+    assert!(syn.syn_cookies > 1_000.0, "the SYN flood's frames are valid TCP and fill the SYN queue: {syn:?}");
+    let saved: services::ServiceRun =
+        serde_json::from_str(&std::fs::read_to_string(out.path().join("results.json")).unwrap()).unwrap();
+    let key = |c: &Cell| (c.flood.clone(), c.config, (c.client_rate * 1e3).round());
+    assert_eq!(saved.cells.iter().map(key).collect::<Vec<_>>(), r.cells.iter().map(key).collect::<Vec<_>>());
+}
