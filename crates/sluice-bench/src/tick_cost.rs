@@ -14,6 +14,7 @@ use std::net::{TcpListener, UdpSocket};
 use anyhow::{Context, Result};
 use serde::Serialize;
 
+use sluice::auto::thread_cpu_ns;
 use sluice::config::{self, XdpMode};
 use sluice::discover::{self, Discovery};
 use sluice::gate::{self, Gate};
@@ -50,14 +51,6 @@ pub struct Report {
     pub rounds: usize,
     pub calls: u32,
     pub parts: Vec<Part>,
-}
-
-/// The calling thread's CPU time, ns.
-fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: valid out pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// Mean CPU µs of `calls` calls of `f`.

@@ -103,7 +103,8 @@ pub struct AutoLoop {
     pub trace: VecDeque<TracePoint>,
 }
 
-fn thread_cpu_ns() -> u64 {
+/// The calling thread's CPU time, ns (CLOCK_THREAD_CPUTIME_ID).
+pub fn thread_cpu_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime writes into the timespec we own.
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
