@@ -63,7 +63,7 @@ pub fn start_nsd(dir: &Path, ns: &str, cpu: usize, addrs: &[String], client: (&s
     let nsd = prepare(dir, addrs)?;
     let mut c = in_ns(ns, Some(cpu));
     c.arg(nsd.get_program()).args(nsd.get_args()).stdout(Stdio::null()).stderr(Stdio::piped());
-    let mut p = Proc::spawn(c, "nsd")?;
+    let mut p = Proc::spawn_server(c, "nsd")?;
     let server = SocketAddr::new(addrs[0].parse()?, 53);
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {

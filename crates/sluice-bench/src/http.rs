@@ -37,7 +37,7 @@ pub fn start_nginx(dir: &Path, ns: &str, cpu: usize, client_ns: &str, addr: std:
     let mut c = in_ns(ns, Some(cpu));
     c.args(["nginx", "-p"]).arg(dir).arg("-e").arg(dir.join("error.log")).arg("-c").arg(&conf);
     c.stdout(Stdio::null()).stderr(Stdio::piped());
-    let mut p = Proc::spawn(c, "nginx (is it installed? make deps installs it)")?;
+    let mut p = Proc::spawn_server(c, "nginx (is it installed? make deps installs it)")?;
     let deadline = Instant::now() + Duration::from_secs(10);
     let to = SocketAddr::new(addr, PORT);
     loop {

@@ -8,11 +8,21 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 
 /// A child process, killed (if still running) when dropped.
-pub struct Proc(Option<Child>);
+pub struct Proc(Option<Child>, bool);
 
 impl Proc {
     pub fn spawn(mut c: Command, what: &str) -> Result<Proc> {
-        Ok(Proc(Some(c.spawn().with_context(|| format!("starting {what}"))?)))
+        Ok(Proc(Some(c.spawn().with_context(|| format!("starting {what}"))?), false))
+    }
+
+    /// A server with worker processes (nginx, NSD): dropping it sends SIGTERM
+    /// and waits up to 3 s for it to stop its workers, then kills it. (A
+    /// killed nginx master leaves its workers running, and they keep the
+    /// testbed's namespace alive.)
+    pub fn spawn_server(c: Command, what: &str) -> Result<Proc> {
+        let mut p = Proc::spawn(c, what)?;
+        p.1 = true;
+        Ok(p)
     }
 
     pub fn id(&self) -> u32 {
@@ -44,10 +54,17 @@ impl Proc {
 
 impl Drop for Proc {
     fn drop(&mut self) {
-        if let Some(c) = &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
+        let Some(c) = &mut self.0 else { return };
+        if self.1 {
+            // SAFETY: kill(2) on our own child's pid.
+            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+            let deadline = Instant::now() + Duration::from_secs(3);
+            while matches!(c.try_wait(), Ok(None)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
         }
+        let _ = c.kill();
+        let _ = c.wait();
     }
 }
 

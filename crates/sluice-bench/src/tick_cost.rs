@@ -1,7 +1,7 @@
 //! `sluice bench tick`: what the daemon's own loop costs, read by read.
 //!
 //! In a namespace of its own with `services` UDP sockets and as many TCP
-//! listeners (this process holds them), it builds the zero-config class list
+//! listeners (this process holds them; half IPv4, half IPv6), it builds the zero-config class list
 //! the daemon would (discovery + merge), attaches the gate, and times, in
 //! interleaved rounds, the daemon's whole 10 ms tick and each read it makes:
 //! the sock_diag dumps, the /proc files, the gate's counters, and discovery
@@ -78,9 +78,11 @@ pub fn run(services: u32, rounds: usize, calls: u32) -> Result<Report> {
 /// Inside the namespace: the services, the config, the gate, the timings.
 fn measure(services: u32, rounds: usize, calls: u32) -> Result<Report> {
     let mut held = (vec![], vec![]);
+    // Half IPv4, half IPv6 (dual-stack): both families have sockets to dump.
     for i in 0..services as u16 {
-        held.0.push(UdpSocket::bind(("0.0.0.0", 7000 + i)).context("a UDP service socket")?);
-        held.1.push(TcpListener::bind(("0.0.0.0", 8000 + i)).context("a TCP listener")?);
+        let any = if i % 2 == 0 { "0.0.0.0" } else { "::" };
+        held.0.push(UdpSocket::bind((any, 7000 + i)).context("a UDP service socket")?);
+        held.1.push(TcpListener::bind((any, 8000 + i)).context("a TCP listener")?);
     }
     let ifindex = gate::ifindex(IF_B)?;
     let mut discovery = Discovery::new(ifindex)?;
@@ -93,14 +95,16 @@ fn measure(services: u32, rounds: usize, calls: u32) -> Result<Report> {
     let mut health = HealthReader::new(&cfg, None)?;
     let mut diag = SockDiag::open(None)?;
     let mut netstat = NsFile::open_here("netstat")?;
+    let (mut snmp, mut snmp6) = (NsFile::open_here("snmp")?, NsFile::open_here("snmp6")?);
     let families = [libc::AF_INET as u8, libc::AF_INET6 as u8];
-    let names: [(&'static str, f64); 8] = [
+    let names: [(&'static str, f64); 9] = [
         ("the whole tick (health, auto, budget, limits)", 100.0),
         ("  health: every signal below, once", 100.0),
         ("  sock_diag UDP dump, IPv4 + IPv6", 100.0),
         ("  sock_diag TCP LISTEN dump, IPv4 + IPv6", 100.0),
         ("  /proc/net/netstat (TcpExt)", 100.0),
         ("  /proc/net/softnet_stat", 100.0),
+        ("  /proc/net/snmp + snmp6 (auto: datagrams taken)", 100.0),
         ("  gate counters, every class", 100.0),
         ("discovery (once a second)", 1.0),
     ];
@@ -121,6 +125,11 @@ fn measure(services: u32, rounds: usize, calls: u32) -> Result<Report> {
                 })
             })?,
             time(calls, || softnet().map(drop))?,
+            time(calls, || {
+                let (a, b) = (snmp.read()?, snmp6.read()?);
+                let _ = sluice::signals::udp_counters(&a, &b);
+                Ok(())
+            })?,
             time(calls, || Ok((0..cfg.classes.len()).try_for_each(|i| gate.class_counters(i).map(drop))?))?,
             time((calls / 10).max(1), || discovery.poll().map(drop))?,
         ];

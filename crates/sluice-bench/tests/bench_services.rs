@@ -46,9 +46,21 @@ impl Drop for Out {
     }
 }
 
+/// Processes named nsd or nginx on the host.
+fn servers() -> usize {
+    let comm = |e: std::fs::DirEntry| std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .map(comm)
+        .filter(|c| c.starts_with("nsd") || c.starts_with("nginx"))
+        .count()
+}
+
 /// One test: the two scenarios each take both CPUs.
 #[test]
 fn dns_and_http_scenarios_run_real_services_under_real_floods() {
+    let before = servers();
     let dir = std::env::temp_dir().join(format!("sluice-bench-services-test-{}", std::process::id()));
     let out = Out(dir);
     let r = services::run(Service::Dns, &opts(&["closed-v4", "own-v6"]), out.path()).unwrap();
@@ -79,6 +91,7 @@ fn dns_and_http_scenarios_run_real_services_under_real_floods() {
     assert!(syn.syn_cookies > 1_000.0, "the SYN flood's frames are valid TCP and fill the SYN queue: {syn:?}");
     let saved: services::ServiceRun =
         serde_json::from_str(&std::fs::read_to_string(out.path().join("results.json")).unwrap()).unwrap();
+    assert_eq!(servers(), before, "NSD and nginx, with their workers, are gone after the runs");
     let key = |c: &Cell| (c.flood.clone(), c.config, (c.client_rate * 1e3).round());
     assert_eq!(saved.cells.iter().map(key).collect::<Vec<_>>(), r.cells.iter().map(key).collect::<Vec<_>>());
 }

@@ -5,7 +5,7 @@
 use anyhow::Result;
 
 use crate::config::Config;
-use crate::signals::{proc_counter, softnet, NsFile, SockDiag, SockStats, Softnet, TCP_LISTEN};
+use crate::signals::{proc_counter, softnet, DiagSock, NsFile, SockDiag, SockStats, Softnet, TCP_LISTEN};
 
 /// Every this many ticks (1 s) both address families are dumped again.
 const REDISCOVER_TICKS: u64 = 100;
@@ -14,6 +14,10 @@ const REDISCOVER_TICKS: u64 = 100;
 const QUEUE_STANDS: f64 = crate::controller::QUEUE_LOW;
 /// An accept queue over this share of the listen backlog at both edges of a tick stands.
 const ACCEPT_STANDS: f64 = 0.125;
+/// /proc/net/netstat is read every this many ticks (40 ms): the kernel prints
+/// every MIB counter to make it (the costliest read of a tick), and a listener
+/// that overflows shows a standing accept queue, read every tick, first.
+const NETSTAT_TICKS: u64 = 4;
 
 /// A class's TCP listeners.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -95,9 +99,11 @@ pub struct HealthReader {
     /// By class id: the UDP and TCP port ranges of its rules.
     udp: Vec<Vec<(u16, u16)>>,
     tcp: Vec<Vec<(u16, u16)>>,
-    /// Address families the UDP sockets were found in at the last full dump.
-    families: Vec<u8>,
+    udp_families: Families,
+    tcp_families: Families,
     netstat: Option<NsFile>,
+    /// TcpExt as last read (every NETSTAT_TICKS).
+    last_tcp: TcpExt,
     ticks: u64,
 }
 
@@ -114,19 +120,32 @@ impl HealthReader {
         } else {
             None
         };
-        Ok(HealthReader { diag: SockDiag::open(ns)?, udp, tcp, families: vec![], netstat, ticks: 0 })
+        Ok(HealthReader {
+            diag: SockDiag::open(ns)?,
+            udp,
+            tcp,
+            udp_families: Families::default(),
+            tcp_families: Families::default(),
+            netstat,
+            last_tcp: TcpExt::default(),
+            ticks: 0,
+        })
     }
 
     /// Read this tick's health.
     pub fn read(&mut self) -> Result<Health> {
         let mut h = Health { classes: vec![ClassHealth::default(); self.udp.len()], ..Default::default() };
-        self.read_udp(&mut h)?;
+        if self.udp.iter().any(|u| !u.is_empty()) {
+            self.read_udp(&mut h)?;
+        }
         if self.tcp.iter().any(|t| !t.is_empty()) {
             self.read_tcp(&mut h)?;
         }
-        if let Some(f) = &mut self.netstat {
-            h.tcp = parse_tcpext(&f.read()?);
-        }
+        h.tcp = match &mut self.netstat {
+            Some(f) if self.ticks.is_multiple_of(NETSTAT_TICKS) => parse_tcpext(&f.read()?),
+            _ => self.last_tcp,
+        };
+        self.last_tcp = h.tcp;
         h.softnet = softnet()?;
         self.ticks += 1;
         Ok(h)
@@ -137,46 +156,61 @@ impl HealthReader {
         ports.iter().position(|r| r.iter().any(|&(lo, hi)| (lo..=hi).contains(&port)))
     }
 
-    /// The classes' UDP sockets: only the families they were found in,
-    /// except every REDISCOVER_TICKS or while none was found.
+    /// The classes' UDP sockets.
     fn read_udp(&mut self, h: &mut Health) -> Result<()> {
-        if self.udp.iter().all(|u| u.is_empty()) {
-            return Ok(());
-        }
-        let all = [libc::AF_INET as u8, libc::AF_INET6 as u8];
-        let rediscover = self.ticks.is_multiple_of(REDISCOVER_TICKS) || self.families.is_empty();
-        let families = if rediscover { all.to_vec() } else { self.families.clone() };
+        let (udp, classes) = (&self.udp, &mut h.classes);
+        self.udp_families.dump(&mut self.diag, self.ticks, libc::IPPROTO_UDP as u8, u32::MAX, &mut |s| {
+            let (Some(c), Some(mem)) = (Self::class_of(udp, s.sport), s.mem) else { return false };
+            let u = &mut classes[c].udp;
+            *u = u.add(&SockStats::of_socket(mem));
+            true
+        })
+    }
+
+    /// The classes' TCP listeners (the listening hash only: a short walk).
+    fn read_tcp(&mut self, h: &mut Health) -> Result<()> {
+        let (tcp, classes) = (&self.tcp, &mut h.classes);
+        self.tcp_families.dump(&mut self.diag, self.ticks, libc::IPPROTO_TCP as u8, 1 << TCP_LISTEN, &mut |s| {
+            let Some(c) = Self::class_of(tcp, s.sport) else { return false };
+            let l = &mut classes[c].listen;
+            l.sockets += 1;
+            l.accept_queue += u64::from(s.rqueue);
+            l.backlog += u64::from(s.wqueue);
+            true
+        })
+    }
+}
+
+/// The address families a protocol's class sockets were found in: each tick
+/// dumps only those, except every REDISCOVER_TICKS (or while none was found),
+/// when both are dumped again (a dump walks a hash table of its own: one
+/// family fewer is half the cost).
+#[derive(Default)]
+struct Families(Vec<u8>);
+
+impl Families {
+    /// Dump `proto` sockets in `states`; `each` says whether a socket was one of ours.
+    fn dump(
+        &mut self,
+        diag: &mut SockDiag,
+        tick: u64,
+        proto: u8,
+        states: u32,
+        each: &mut dyn FnMut(&DiagSock) -> bool,
+    ) -> Result<()> {
+        let rediscover = tick.is_multiple_of(REDISCOVER_TICKS) || self.0.is_empty();
+        let all = vec![libc::AF_INET as u8, libc::AF_INET6 as u8];
+        let families = if rediscover { all } else { self.0.clone() };
         let mut found = vec![];
         for f in families {
-            let (udp, classes) = (&self.udp, &mut h.classes);
             let mut any = false;
-            self.diag.dump(f, libc::IPPROTO_UDP as u8, u32::MAX, &mut |s| {
-                let (Some(c), Some(mem)) = (Self::class_of(udp, s.sport), s.mem) else { return };
-                any = true;
-                let u = &mut classes[c].udp;
-                *u = u.add(&SockStats::of_socket(mem));
-            })?;
+            diag.dump(f, proto, states, &mut |s| any |= each(s))?;
             if any {
                 found.push(f);
             }
         }
         if rediscover {
-            self.families = found;
-        }
-        Ok(())
-    }
-
-    /// The classes' TCP listeners (the listening hash only: a short walk).
-    fn read_tcp(&mut self, h: &mut Health) -> Result<()> {
-        for f in [libc::AF_INET as u8, libc::AF_INET6 as u8] {
-            let (tcp, classes) = (&self.tcp, &mut h.classes);
-            self.diag.dump(f, libc::IPPROTO_TCP as u8, 1 << TCP_LISTEN, &mut |s| {
-                let Some(c) = Self::class_of(tcp, s.sport) else { return };
-                let l = &mut classes[c].listen;
-                l.sockets += 1;
-                l.accept_queue += u64::from(s.rqueue);
-                l.backlog += u64::from(s.wqueue);
-            })?;
+            self.0 = found;
         }
         Ok(())
     }
