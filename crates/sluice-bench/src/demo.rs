@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 
 use crate::dns;
 use crate::procs::{daemon_status, in_ns, json_of, start_daemon, Proc};
@@ -173,10 +173,7 @@ impl Demo<'_> {
             .transpose()?;
         std::thread::sleep(Duration::from_millis(500));
         let server = self.bed.net.ip_b.to_string();
-        let mut perf = in_ns(&self.bed.net.a, Some(GEN_CPU));
-        let cmd = dns::dnsperf_cmd(self.dir, &server, Some(self.o.qps), secs);
-        perf.arg(cmd.get_program()).args(cmd.get_args()).stdout(Stdio::piped()).stderr(Stdio::piped());
-        let perf = Proc::spawn(perf, "dnsperf")?;
+        let perf = dns::spawn_dnsperf(&self.bed.net.a, GEN_CPU, self.dir, &server, Some(self.o.qps), secs)?;
         let status = gate.is_some().then(|| {
             let sock = sock.clone();
             let (b, exe) = (self.bed.net.b.clone(), self.o.exe.clone());
@@ -186,11 +183,7 @@ impl Demo<'_> {
             })
         });
         let probe = self.probe(PROBE_QPS, secs)?;
-        let out = perf.into_output()?;
-        if !out.status.success() {
-            bail!("dnsperf failed: {}", String::from_utf8_lossy(&out.stderr));
-        }
-        let perf = dns::parse_dnsperf(&String::from_utf8_lossy(&out.stdout), secs)?;
+        let perf = dns::finish_dnsperf(perf, self.dir, secs)?;
         if let Some(st) = status.and_then(|t| t.join().ok()).transpose()? {
             println!("== sluice status, during the flood");
             print!("{st}");

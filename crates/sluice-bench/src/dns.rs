@@ -114,18 +114,31 @@ pub struct Dnsperf {
     pub sent_qps: f64,
 }
 
-/// The dnsperf command for `qps` queries/s (None: as fast as it goes, 200
-/// outstanding) over `secs` at `server`.
-pub fn dnsperf_cmd(dir: &Path, server: &str, qps: Option<u64>, secs: f64) -> Command {
-    let mut c = Command::new("dnsperf");
-    c.args(["-s", server, "-d"]).arg(dir.join("queries.txt")).args(["-t", "1", "-l", &format!("{secs}")]);
+/// dnsperf from namespace `ns` on `cpu` at `server`, `qps` queries/s (None:
+/// as fast as it goes, 200 outstanding) for `secs`, started. Its report is
+/// piped; its warnings go to DIR/dnsperf.err: answers that come after their
+/// timeout make it print a line each, and a pipe nobody reads until the end
+/// fills and stalls it (it then sends a fraction of its rate).
+pub fn spawn_dnsperf(ns: &str, cpu: usize, dir: &Path, server: &str, qps: Option<u64>, secs: f64) -> Result<Proc> {
+    let mut c = in_ns(ns, Some(cpu));
+    c.args(["dnsperf", "-s", server, "-d"]).arg(dir.join("queries.txt")).args(["-t", "1", "-l", &format!("{secs}")]);
     match qps {
         // -q: outstanding queries = rate x timeout (1 s), so lost answers do not slow the sending.
         Some(q) => c.args(["-Q", &q.to_string(), "-q", &q.max(100).to_string()]),
         None => c.args(["-q", "200"]),
     };
-    c.stdout(Stdio::piped()).stderr(Stdio::piped());
-    c
+    c.stdout(Stdio::piped()).stderr(std::fs::File::create(dir.join("dnsperf.err"))?);
+    Proc::spawn(c, "dnsperf (is it installed? make deps installs it)")
+}
+
+/// Wait for a dnsperf from [`spawn_dnsperf`] and parse its report.
+pub fn finish_dnsperf(p: Proc, dir: &Path, secs: f64) -> Result<Dnsperf> {
+    let out = p.into_output()?;
+    if !out.status.success() {
+        let err = std::fs::read_to_string(dir.join("dnsperf.err")).unwrap_or_default();
+        bail!("dnsperf failed ({}): {}", out.status, err.lines().take(5).collect::<Vec<_>>().join("\n"));
+    }
+    parse_dnsperf(&String::from_utf8_lossy(&out.stdout), secs)
 }
 
 /// Parse dnsperf's "Queries sent:" and "Queries completed:" lines.

@@ -40,7 +40,7 @@ use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::gen::{stream_value, StreamSpec};
-use crate::procs::{daemon_status, in_ns, start_daemon, tree_cpu_secs, Proc};
+use crate::procs::{daemon_status, start_daemon, tree_cpu_secs, Proc};
 use crate::rig::{add_flood_neighbours, attach_gate, FLOOD_SRC_V4, FLOOD_SRC_V6};
 use crate::victim::{link_stats, VictimBed, VictimModel, IF_A, IF_B};
 use crate::workers::GenWorker;
@@ -293,11 +293,8 @@ impl<'a> Bench<'a> {
     /// CPU may be the limit: then this is below NSD's true capacity, and the
     /// static cap only safer).
     fn dns_capacity(&self) -> Result<f64> {
-        let mut c = in_ns(&self.bed.net.a, Some(GEN_CPU));
-        let cmd = dns::dnsperf_cmd(self.dir, &self.bed.net.ip_b.to_string(), None, 2.0);
-        c.arg(cmd.get_program()).args(cmd.get_args());
-        let out = c.output().context("running dnsperf")?;
-        let perf = dns::parse_dnsperf(&String::from_utf8_lossy(&out.stdout), 2.0)?;
+        let p = dns::spawn_dnsperf(&self.bed.net.a, GEN_CPU, self.dir, &self.bed.net.ip_b.to_string(), None, 2.0)?;
+        let perf = dns::finish_dnsperf(p, self.dir, 2.0)?;
         let cap = perf.completed as f64 / 2.0;
         eprintln!("== NSD capacity (dnsperf unpaced, 2 s): {}/s answered; the static cap", sluice::stats::human(cap));
         Ok(cap)
@@ -460,19 +457,9 @@ impl<'a> Bench<'a> {
     fn dns_clients(&self, v6: bool) -> Result<Cell> {
         let net = &self.bed.net;
         let server = if v6 { net.ip6_b } else { net.ip_b };
-        let cmd = dns::dnsperf_cmd(self.dir, &server.to_string(), Some(self.o.qps), self.o.secs);
-        let mut perf = in_ns(&net.a, Some(GEN_CPU));
-        perf.arg(cmd.get_program())
-            .args(cmd.get_args())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped());
-        let perf = Proc::spawn(perf, "dnsperf (is it installed? make deps installs it)")?;
+        let perf = dns::spawn_dnsperf(&net.a, GEN_CPU, self.dir, &server.to_string(), Some(self.o.qps), self.o.secs)?;
         let probe = dns::probe_from(&net.a, GEN_CPU, std::net::SocketAddr::new(server, 53), PROBE_QPS, self.o.secs)?;
-        let out = perf.into_output()?;
-        if !out.status.success() {
-            bail!("dnsperf failed: {}", String::from_utf8_lossy(&out.stderr));
-        }
-        let p = dns::parse_dnsperf(&String::from_utf8_lossy(&out.stdout), self.o.secs)?;
+        let p = dns::finish_dnsperf(perf, self.dir, self.o.secs)?;
         Ok(Cell {
             client_rate: p.sent_qps,
             client_short: p.sent_qps < 0.95 * self.o.qps as f64,
@@ -628,7 +615,7 @@ pub fn summary(r: &ServiceRun) -> String {
         }
     }
     if dns {
-        s += "(!) = dnsperf sent under 95% of its asked rate in a repeat (its CPU is shared with the generator)\n";
+        s += "(!) = dnsperf sent under 95% of its asked rate in a repeat (CPU 0 is shared with the generator and the gate's work)\n";
         s += "answered = dnsperf's completed/sent; p50/p99 = a separate 200 queries/s probe timing each answer\n";
     } else {
         s += "requests/s = wrk's completed requests (a new connection each); ok = requests / (requests + errors)\n";

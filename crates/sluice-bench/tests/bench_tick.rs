@@ -1,0 +1,23 @@
+//! `sluice bench tick` measures the daemon's own loop: every read it names
+//! is timed (a read that was skipped or failed would show 0 or NaN), the
+//! whole tick costs at least its health reads, and discovery finds the
+//! services it holds (one class each, plus the default class).
+#[test]
+fn the_tick_bench_times_every_read_of_the_daemons_loop() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sluice-bench"))
+        .args(["tick", "--services", "4", "--rounds", "3", "--calls", "20", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["classes"], 9, "4 UDP + 4 TCP services and the default class: {r}");
+    let parts = r["parts"].as_array().unwrap();
+    assert_eq!(parts.len(), 9);
+    for p in parts {
+        let us = p["us"].as_f64().unwrap_or(f64::NAN);
+        assert!(us > 0.1 && us < 100_000.0, "{p}");
+    }
+    let us = |i: usize| parts[i]["us"].as_f64().unwrap();
+    assert!(us(0) > us(1), "the whole tick includes its health reads: {r}");
+    assert!(us(1) > us(5), "the health read includes softnet_stat: {r}");
+}
