@@ -157,11 +157,7 @@ impl Drop for IdleMeter {
 /// CPU time (utime + stime, clock ticks) of a thread of this process.
 pub fn thread_ticks(tid: i32) -> u64 {
     let s = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap_or_default();
-    // Fields after the ")" that ends the command name: state is field 3, utime 14, stime 15.
-    let rest = s.rsplit_once(')').map(|x| x.1).unwrap_or("");
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let n = |i: usize| f.get(i).and_then(|x| x.parse::<u64>().ok()).unwrap_or(0);
-    n(11) + n(12)
+    sluice::signals::stat_cpu_ticks(&s).unwrap_or(0)
 }
 
 /// One CPU's line of /proc/stat: (busy, total) in clock ticks.

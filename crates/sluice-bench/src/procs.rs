@@ -7,6 +7,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
+use sluice::signals::{stat_cpu_ticks, stat_fields};
+
 /// A child process, killed (if still running) when dropped.
 pub struct Proc(Option<Child>, bool);
 
@@ -130,11 +132,9 @@ pub fn tree_cpu_secs(pid: u32) -> f64 {
             }
         }
     }
-    let fields = |s: &str| -> Option<(u32, f64)> {
-        // After the last ')': state ppid ... utime(14) stime(15), counting from field 3.
-        let f: Vec<&str> = s.rsplit_once(')')?.1.split_whitespace().collect();
-        Some((f.get(1)?.parse().ok()?, f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?))
-    };
+    // (ppid: field 4, CPU ticks).
+    let fields =
+        |s: &str| -> Option<(u32, f64)> { Some((stat_fields(s)?.get(1)?.parse().ok()?, stat_cpu_ticks(s)? as f64)) };
     let procs: Vec<(u32, u32, f64)> =
         stats.iter().filter_map(|(p, s)| fields(s).map(|(ppid, t)| (*p, ppid, t))).collect();
     let mut tree = vec![pid];

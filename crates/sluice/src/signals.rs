@@ -28,6 +28,19 @@ pub struct UdpCounters {
     pub out_datagrams: u64,
 }
 
+/// The fields of a /proc/PID/stat text from field 3 (the state) on: field N
+/// of proc(5) is index N - 3. The name in field 2 may hold spaces and
+/// parentheses, so the fields are counted from its closing one. None without it.
+pub fn stat_fields(stat: &str) -> Option<Vec<&str>> {
+    Some(stat.rsplit_once(')')?.1.split_whitespace().collect())
+}
+
+/// utime + stime (fields 14 and 15, clock ticks) of a /proc/PID/stat text.
+pub fn stat_cpu_ticks(stat: &str) -> Option<u64> {
+    let f = stat_fields(stat)?;
+    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+}
+
 /// The counter `name` from the first pair of lines starting with `prefix`
 /// (a header line of names, then a line of values), as /proc/net/snmp and
 /// /proc/net/netstat write them; 0 if absent.
@@ -348,6 +361,15 @@ pub fn parse_diag_reply(mut b: &[u8], seq: u32, each: &mut dyn FnMut(&DiagSock))
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stat_fields_count_from_the_names_closing_parenthesis() {
+        let stat = "42 (a (b) c) S 1 42 42 0 -1 4194560 100 0 0 0 7 5 0 0 20 0 1";
+        assert_eq!(stat_fields(stat).unwrap()[..2], ["S", "1"]);
+        assert_eq!(stat_cpu_ticks(stat), Some(12), "utime 7 + stime 5");
+        assert_eq!(stat_cpu_ticks("42 (x) S 1"), None, "too few fields");
+        assert_eq!(stat_fields("no name here"), None);
+    }
 
     /// sock_diag finds a real socket by its port and sees its queue grow.
     #[test]

@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::bpf_intf::SLUICE_MAX_CLASSES;
 use crate::config::{AutoSpec, Class, Config, Limit, Proto, Rule};
-use crate::signals::{DiagSock, SockDiag, TCP_CLOSE, TCP_LISTEN};
+use crate::signals::{stat_fields, DiagSock, SockDiag, TCP_CLOSE, TCP_LISTEN};
 
 /// How long a service that is no longer seen keeps its class.
 pub const LINGER: Duration = Duration::from_secs(3);
@@ -151,8 +151,8 @@ pub fn parse_port_range(text: &str) -> (u16, u16) {
 /// The nice value from the text of /proc/PID/stat (field 19; the name in
 /// field 2 may hold spaces and parentheses, so count from its closing one).
 pub fn parse_nice(stat: &str) -> Result<i8, String> {
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).ok_or("no ')' after the process name")?;
-    let field = rest.split_whitespace().nth(16).ok_or("fewer than 19 fields")?;
+    let fields = stat_fields(stat).ok_or("no ')' after the process name")?;
+    let field = *fields.get(16).ok_or("fewer than 19 fields")?;
     field.parse::<i8>().map_err(|_| format!("field 19 is \"{field}\", not a nice value"))
 }
 
