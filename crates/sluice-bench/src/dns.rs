@@ -40,8 +40,8 @@ pub fn zone_file() -> String {
     )
 }
 
-/// Write the config, zone and dnsperf's query file into `dir`; the nsd command (foreground).
-pub fn prepare(dir: &Path, addrs: &[String]) -> Result<Command> {
+/// Write the config, zone and dnsperf's query file into `dir`, and check the config.
+fn prepare(dir: &Path, addrs: &[String]) -> Result<()> {
     std::fs::write(dir.join("nsd.conf"), nsd_conf(dir, addrs))?;
     std::fs::write(dir.join("example.zone"), zone_file())?;
     std::fs::write(dir.join("queries.txt"), format!("{QNAME} A\n"))?;
@@ -52,31 +52,20 @@ pub fn prepare(dir: &Path, addrs: &[String]) -> Result<Command> {
     if !out.status.success() {
         bail!("nsd-checkconf refused the demo's config: {}", String::from_utf8_lossy(&out.stderr));
     }
-    let mut c = Command::new("nsd");
-    c.args(["-d", "-c"]).arg(dir.join("nsd.conf")).stdout(Stdio::null()).stderr(Stdio::piped());
-    Ok(c)
+    Ok(())
 }
 
 /// NSD on `addrs` in namespace `ns` pinned to `cpu`, its files in `dir`;
 /// returns once it answers a probe from `client` (namespace, CPU) at the first address.
 pub fn start_nsd(dir: &Path, ns: &str, cpu: usize, addrs: &[String], client: (&str, usize)) -> Result<Proc> {
-    let nsd = prepare(dir, addrs)?;
+    prepare(dir, addrs)?;
     let mut c = in_ns(ns, Some(cpu));
-    c.arg(nsd.get_program()).args(nsd.get_args()).stdout(Stdio::null()).stderr(Stdio::piped());
-    let mut p = Proc::spawn_server(c, "nsd")?;
+    // Foreground (-d); its stderr is read only if it exits while starting.
+    c.args(["nsd", "-d", "-c"]).arg(dir.join("nsd.conf")).stdout(Stdio::null()).stderr(Stdio::piped());
     let server = SocketAddr::new(addrs[0].parse()?, 53);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if !probe_from(client.0, client.1, server, 20.0, 0.2)?.rtt_ms.is_empty() {
-            return Ok(p);
-        }
-        if let Some(status) = p.try_wait()? {
-            bail!("nsd exited ({status}): {}", String::from_utf8_lossy(&p.into_output()?.stderr));
-        }
-        if Instant::now() > deadline {
-            bail!("nsd did not answer within 10 s");
-        }
-    }
+    Proc::spawn_server(c, "nsd")?.wait_ready("nsd", &format!("answering on {server}"), Duration::from_secs(10), || {
+        Ok(!probe_from(client.0, client.1, server, 20.0, 0.2)?.rtt_ms.is_empty())
+    })
 }
 
 /// The latency probe from namespace `ns`, on `cpu` (on veth the receive side

@@ -7,8 +7,8 @@
 //! legitimate path, as they are for a site's many short-lived clients.
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Stdio;
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
@@ -37,32 +37,12 @@ pub fn start_nginx(dir: &Path, ns: &str, cpu: usize, client_ns: &str, addr: std:
     let mut c = in_ns(ns, Some(cpu));
     c.args(["nginx", "-p"]).arg(dir).arg("-e").arg(dir.join("error.log")).arg("-c").arg(&conf);
     c.stdout(Stdio::null()).stderr(Stdio::piped());
-    let mut p = Proc::spawn_server(c, "nginx (is it installed? make deps installs it)")?;
-    let deadline = Instant::now() + Duration::from_secs(10);
     let to = SocketAddr::new(addr, PORT);
-    loop {
-        let connected =
-            sluice::netns::run_in(client_ns, move || Ok(TcpStream::connect_timeout(&to, Duration::from_millis(200))?));
-        if connected.is_ok() {
-            return Ok(p);
-        }
-        if let Some(status) = p.try_wait()? {
-            bail!("nginx exited ({status}): {}", String::from_utf8_lossy(&p.into_output()?.stderr));
-        }
-        if Instant::now() > deadline {
-            bail!("nginx did not accept a connection on {to} within 10 s");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-/// The wrk command: `conns` connections from one thread for `secs` at `url`.
-pub fn wrk_cmd(url: &str, conns: u32, secs: f64) -> Command {
-    let mut c = Command::new("wrk");
-    c.args(["-t1", "-c", &conns.to_string(), "-d", &format!("{}s", secs.round().max(1.0))]);
-    c.args(["--latency", "--timeout", "2s", "-H", "Connection: close", url]);
-    c.stdout(Stdio::piped()).stderr(Stdio::piped());
-    c
+    let p = Proc::spawn_server(c, "nginx (is it installed? make deps installs it)")?;
+    p.wait_ready("nginx", &format!("accepting connections on {to}"), Duration::from_secs(10), || {
+        let connect = move || Ok(TcpStream::connect_timeout(&to, Duration::from_millis(200))?);
+        Ok(sluice::netns::run_in(client_ns, connect).is_ok())
+    })
 }
 
 /// What wrk reported.
@@ -108,12 +88,13 @@ pub fn parse_wrk(text: &str) -> Result<Wrk> {
     Ok(Wrk { requests, rps, errors, p50_ms: pct("50%"), p99_ms: pct("99%") })
 }
 
-/// Run wrk from namespace `ns` on `cpu` against `addr` for `secs`.
+/// Run wrk from namespace `ns` on `cpu` against `addr`: `conns` connections
+/// from one thread for `secs`.
 pub fn run_wrk(ns: &str, cpu: usize, addr: std::net::IpAddr, conns: u32, secs: f64) -> Result<Wrk> {
     let url = format!("http://{}/", SocketAddr::new(addr, PORT));
-    let cmd = wrk_cmd(&url, conns, secs);
     let mut c = in_ns(ns, Some(cpu));
-    c.arg(cmd.get_program()).args(cmd.get_args()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    c.args(["wrk", "-t1", "-c", &conns.to_string(), "-d", &format!("{}s", secs.round().max(1.0))]);
+    c.args(["--latency", "--timeout", "2s", "-H", "Connection: close", &url]);
     let out = c.output().context("running wrk (is it installed? make deps installs it)")?;
     if !out.status.success() {
         bail!("wrk failed: {}", String::from_utf8_lossy(&out.stderr));

@@ -40,6 +40,31 @@ impl Proc {
         Ok(self.0.take().context("a process waited for twice")?.wait_with_output()?)
     }
 
+    /// Poll `ready` until it says yes, for at most `within`: the process, or
+    /// an error if it exits first (with its stderr, if piped) or time runs
+    /// out (`waiting` says for what: "answering on ...").
+    pub fn wait_ready(
+        mut self,
+        what: &str,
+        waiting: &str,
+        within: Duration,
+        mut ready: impl FnMut() -> Result<bool>,
+    ) -> Result<Proc> {
+        let deadline = Instant::now() + within;
+        loop {
+            if ready()? {
+                return Ok(self);
+            }
+            if let Some(status) = self.try_wait()? {
+                bail!("{what} exited ({status}): {}", String::from_utf8_lossy(&self.into_output()?.stderr));
+            }
+            if Instant::now() > deadline {
+                bail!("{what} was not {waiting} within {} s", within.as_secs());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// SIGTERM, then wait; an error if it then exits unsuccessfully.
     pub fn terminate(self, what: &str) -> Result<std::process::Output> {
         // SAFETY: kill(2) on our own child's pid.
@@ -86,22 +111,15 @@ pub fn in_ns(ns: &str, cpu: Option<usize>) -> Command {
 pub fn start_daemon(exe: &Path, ns: &str, iface: &str, sock: &Path, args: &[String], log: &Path) -> Result<Proc> {
     let mut c = in_ns(ns, None);
     c.arg(exe).args(["run", "--iface", iface, "--metrics", "off", "--socket"]).arg(sock).args(args);
-    let log_path = log;
-    let log = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
-    c.stdout(log.try_clone()?).stderr(log);
+    let file = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+    c.stdout(file.try_clone()?).stderr(file);
     let _ = std::fs::remove_file(sock);
-    let mut daemon = Proc::spawn(c, "sluice run")?;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::os::unix::net::UnixStream::connect(sock).is_err() {
-        if let Some(status) = daemon.try_wait()? {
-            bail!("sluice run exited ({status}): {}", std::fs::read_to_string(log_path).unwrap_or_default());
-        }
-        if Instant::now() > deadline {
-            bail!("sluice run did not open {} within 10 s", sock.display());
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Ok(daemon)
+    let waiting = format!("serving {}", sock.display());
+    Proc::spawn(c, "sluice run")?
+        .wait_ready("sluice run", &waiting, Duration::from_secs(10), || {
+            Ok(std::os::unix::net::UnixStream::connect(sock).is_ok())
+        })
+        .map_err(|e| anyhow::anyhow!("{e:#}\n{}", std::fs::read_to_string(log).unwrap_or_default()))
 }
 
 /// `sluice status --socket SOCK` in `ns`: its text.
