@@ -129,9 +129,10 @@ pub const FLOODS: [Flood; 4] = [
 ];
 
 /// A configuration of the victim (see the module comment).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Setup {
+    #[default]
     Off,
     Zero,
     Static,
@@ -174,7 +175,7 @@ pub struct ServiceOpts {
 }
 
 /// One measured cell.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Cell {
     /// A flood's name, or "none".
     pub flood: String,
@@ -466,7 +467,7 @@ impl<'a> Bench<'a> {
             success: (p.sent > 0).then(|| p.completed as f64 / p.sent as f64),
             p50_ms: sluice::summary::percentile(&probe.rtt_ms, 0.5),
             p99_ms: sluice::summary::percentile(&probe.rtt_ms, 0.99),
-            ..Cell::empty()
+            ..Cell::default()
         })
     }
 
@@ -480,28 +481,8 @@ impl<'a> Bench<'a> {
             success: (tried > 0).then(|| w.requests as f64 / tried as f64),
             p50_ms: w.p50_ms,
             p99_ms: w.p99_ms,
-            ..Cell::empty()
+            ..Cell::default()
         })
-    }
-}
-
-impl Cell {
-    fn empty() -> Cell {
-        Cell {
-            flood: String::new(),
-            config: Setup::Off,
-            repeat: 0,
-            flood_pps: None,
-            client_rate: 0.0,
-            client_short: false,
-            success: None,
-            p50_ms: None,
-            p99_ms: None,
-            service_cpu: 0.0,
-            ring_drops: 0.0,
-            syn_cookies: 0.0,
-            daemon_cpu: None,
-        }
     }
 }
 
@@ -690,7 +671,7 @@ mod tests {
     use super::*;
 
     fn cell(flood: &str, config: Setup, rate: f64, success: Option<f64>, p99: Option<f64>) -> Cell {
-        Cell { flood: flood.into(), config, client_rate: rate, success, p99_ms: p99, ..Cell::empty() }
+        Cell { flood: flood.into(), config, client_rate: rate, success, p99_ms: p99, ..Cell::default() }
     }
 
     fn run(service: Service, cells: Vec<Cell>) -> ServiceRun {
