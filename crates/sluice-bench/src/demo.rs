@@ -11,7 +11,6 @@
 //! where dnsperf could not send its asked rate is marked. Everything runs as
 //! child processes inside the one testbed; dropping it removes it all.
 //! Traffic stays inside the two namespaces.
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -19,15 +18,13 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 
 use crate::dns;
-use crate::procs::{daemon_status, in_ns, json_of, start_daemon, Proc};
+use crate::procs::{in_ns, json_of, start_daemon, status_after, Proc};
 use crate::victim::{VictimBed, VictimModel, IF_B};
 
 /// The closed port the flood goes to (nothing listens there).
 pub const FLOOD_PORT: u16 = 9;
 const GEN_CPU: usize = 0;
 const VICTIM_CPU: usize = 1;
-/// The latency probe's rate (queries/s).
-const PROBE_QPS: f64 = 200.0;
 
 pub struct DemoOpts {
     /// The sluice binary (its `send`, `run` and `status`).
@@ -150,10 +147,6 @@ impl Demo<'_> {
         Ok(p)
     }
 
-    fn probe(&self, rate: f64, secs: f64) -> Result<dns::Probe> {
-        dns::probe_from(&self.bed.net.a, GEN_CPU, SocketAddr::new(self.bed.net.ip_b, 53), rate, secs)
-    }
-
     /// One phase: dnsperf and the probe for `secs`, with or without the
     /// flood, with or without `sluice run --iface vb` and nothing else.
     fn phase(&self, label: &str, flood: bool, gate: bool) -> Result<Phase> {
@@ -172,18 +165,9 @@ impl Demo<'_> {
             .then(|| Proc::spawn(self.sluice(&self.bed.net.a, Some(GEN_CPU), &flood_args), "the flood"))
             .transpose()?;
         std::thread::sleep(Duration::from_millis(500));
-        let server = self.bed.net.ip_b.to_string();
-        let perf = dns::spawn_dnsperf(&self.bed.net.a, GEN_CPU, self.dir, &server, Some(self.o.qps), secs)?;
-        let status = gate.is_some().then(|| {
-            let sock = sock.clone();
-            let (b, exe) = (self.bed.net.b.clone(), self.o.exe.clone());
-            std::thread::spawn(move || {
-                std::thread::sleep(Duration::from_secs_f64(secs / 2.0));
-                daemon_status(&exe, &b, &sock)
-            })
-        });
-        let probe = self.probe(PROBE_QPS, secs)?;
-        let perf = dns::finish_dnsperf(perf, self.dir, secs)?;
+        let half = Duration::from_secs_f64(secs / 2.0);
+        let status = gate.is_some().then(|| status_after(&self.o.exe, &self.bed.net.b, &sock, half));
+        let (perf, probe) = dns::clients(&self.bed.net.a, GEN_CPU, self.dir, self.bed.net.ip_b, self.o.qps, secs)?;
         if let Some(st) = status.and_then(|t| t.join().ok()).transpose()? {
             println!("== sluice status, during the flood");
             print!("{st}");

@@ -7,7 +7,7 @@
 //! limiting is off (it would drop the repeated legitimate queries), and
 //! dnsperf's outstanding-query window is rate x timeout so it does not slow
 //! its own sending when answers are lost.
-use std::net::{SocketAddr, UdpSocket};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -15,6 +15,9 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 
 use crate::procs::{in_ns, Proc};
+
+/// The latency probe's rate (queries/s), beside dnsperf.
+pub const PROBE_QPS: f64 = 200.0;
 
 /// The zone NSD serves, and the name the clients ask for.
 pub const ZONE: &str = "example.";
@@ -118,6 +121,14 @@ pub fn spawn_dnsperf(ns: &str, cpu: usize, dir: &Path, server: &str, qps: Option
     };
     c.stdout(Stdio::piped()).stderr(std::fs::File::create(dir.join("dnsperf.err"))?);
     Proc::spawn(c, "dnsperf (is it installed? make deps installs it)")
+}
+
+/// The legitimate clients side by side for `secs`, from namespace `ns` on
+/// `cpu` to `server` port 53: dnsperf at `qps` and the PROBE_QPS probe.
+pub fn clients(ns: &str, cpu: usize, dir: &Path, server: IpAddr, qps: u64, secs: f64) -> Result<(Dnsperf, Probe)> {
+    let perf = spawn_dnsperf(ns, cpu, dir, &server.to_string(), Some(qps), secs)?;
+    let probe = probe_from(ns, cpu, SocketAddr::new(server, 53), PROBE_QPS, secs)?;
+    Ok((finish_dnsperf(perf, dir, secs)?, probe))
 }
 
 /// Wait for a dnsperf from [`spawn_dnsperf`] and parse its report.

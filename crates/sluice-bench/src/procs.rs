@@ -123,9 +123,19 @@ pub fn start_daemon(exe: &Path, ns: &str, iface: &str, sock: &Path, args: &[Stri
 }
 
 /// `sluice status --socket SOCK` in `ns`: its text.
-pub fn daemon_status(exe: &Path, ns: &str, sock: &Path) -> Result<String> {
+fn daemon_status(exe: &Path, ns: &str, sock: &Path) -> Result<String> {
     let out = in_ns(ns, None).arg(exe).args(["status", "--socket"]).arg(sock).output()?;
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// `sluice status` in `ns` after `after`, on a thread of its own (to show the
+/// daemon's view in the middle of a measurement).
+pub fn status_after(exe: &Path, ns: &str, sock: &Path, after: Duration) -> std::thread::JoinHandle<Result<String>> {
+    let (exe, ns, sock) = (exe.to_path_buf(), ns.to_string(), sock.to_path_buf());
+    std::thread::spawn(move || {
+        std::thread::sleep(after);
+        daemon_status(&exe, &ns, &sock)
+    })
 }
 
 /// A finished child's stdout as JSON.

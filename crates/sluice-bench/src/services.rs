@@ -40,7 +40,7 @@ use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::gen::{stream_value, StreamSpec};
-use crate::procs::{daemon_status, start_daemon, tree_cpu_secs, Proc};
+use crate::procs::{start_daemon, status_after, tree_cpu_secs, Proc};
 use crate::rig::{add_flood_neighbours, attach_gate, FLOOD_SRC_V4, FLOOD_SRC_V6};
 use crate::victim::{link_stats, VictimBed, VictimModel, IF_A, IF_B};
 use crate::workers::GenWorker;
@@ -54,8 +54,6 @@ const VICTIM_CPU: usize = 1;
 pub const FLOOD_PPS: f64 = 8e6;
 /// The closed port of the `closed-*` floods.
 pub const CLOSED_PORT: u16 = 9;
-/// The latency probe's rate (queries/s), beside dnsperf.
-const PROBE_QPS: f64 = 200.0;
 /// A's filter passes replies to the clients' ephemeral ports (32768 and up);
 /// the flood's source ports stay below, so its answers (ICMP errors, NSD's
 /// replies, SYN-ACKs) are dropped on A's side and cost the clients nothing.
@@ -347,11 +345,7 @@ impl<'a> Bench<'a> {
         };
         let status = match (&installed, show_status) {
             (Installed::Daemon(_, sock), true) => {
-                let (exe, b, sock) = (self.o.exe.clone(), self.bed.net.b.clone(), sock.clone());
-                Some(std::thread::spawn(move || {
-                    std::thread::sleep(Duration::from_secs_f64(secs / 2.0));
-                    daemon_status(&exe, &b, &sock)
-                }))
+                Some(status_after(&self.o.exe, &self.bed.net.b, sock, Duration::from_secs_f64(secs / 2.0)))
             }
             _ => None,
         };
@@ -458,9 +452,7 @@ impl<'a> Bench<'a> {
     fn dns_clients(&self, v6: bool) -> Result<Cell> {
         let net = &self.bed.net;
         let server = if v6 { net.ip6_b } else { net.ip_b };
-        let perf = dns::spawn_dnsperf(&net.a, GEN_CPU, self.dir, &server.to_string(), Some(self.o.qps), self.o.secs)?;
-        let probe = dns::probe_from(&net.a, GEN_CPU, std::net::SocketAddr::new(server, 53), PROBE_QPS, self.o.secs)?;
-        let p = dns::finish_dnsperf(perf, self.dir, self.o.secs)?;
+        let (p, probe) = dns::clients(&net.a, GEN_CPU, self.dir, server, self.o.qps, self.o.secs)?;
         Ok(Cell {
             client_rate: p.sent_qps,
             client_short: p.sent_qps < 0.95 * self.o.qps as f64,
