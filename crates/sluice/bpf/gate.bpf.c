@@ -73,6 +73,7 @@
 #include <linux/in.h>
 #include <linux/ip.h>
 #include <linux/ipv6.h>
+#include <linux/pkt_cls.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
@@ -119,6 +120,28 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SLUICE_MAX_CLASSES);
+	__type(key, __u32);
+	__type(value, struct sluice_fair);
+} fairness SEC(".maps");
+
+/* Per-source counts of unknown sources; user space may resize it before load. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, SLUICE_SOURCES_DEFAULT);
+	__type(key, struct sluice_src_key);
+	__type(value, struct sluice_src);
+} sources SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, SLUICE_KNOWN_ENTRIES);
+	__type(key, struct sluice_src_key);
+	__type(value, struct sluice_known);
+} known SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, SLUICE_GS_NR);
 	__type(key, __u32);
 	__type(value, __u64);
@@ -129,6 +152,9 @@ volatile struct sluice_settings settings = {
 	.malformed_verdict = XDP_DROP,
 	.default_class = 0,
 };
+
+#define TCP_FLAG_RST 0x04
+#define TCP_FLAG_SYN 0x02
 
 static __always_inline void global_inc(__u32 idx)
 {
@@ -146,12 +172,19 @@ enum parse_result {
 	PARSE_DEPTH,     /* headers beyond the parse depth */
 };
 
+/*
+ * What the parser found. The parsers take `egress` as a compile-time constant
+ * (they are always inlined): on ingress (the gate) the port is the destination
+ * port and the peer the source address; on egress (the learner) the port is
+ * the source port (the service's) and the peer the destination (the client).
+ */
 struct pkt {
 	__u32 slot;  /* enum sluice_slot */
-	__u32 port;  /* destination port (host order) or, port-less, the IP protocol */
+	__u32 port;  /* the service's port (host order) or, port-less, the IP protocol */
 	__u32 family; /* 4 or 6 */
-	__u32 src4;  /* IPv4 source, network order */
-	struct in6_addr src6;
+	__u32 peer4; /* IPv4 peer, network order */
+	struct in6_addr peer6;
+	__u8 tcp_flags; /* TCP only: the flags byte */
 };
 
 struct vlan_hdr {
@@ -198,8 +231,10 @@ static __always_inline int parse_eth(void **pos, void *end, __be16 *proto)
  * port-less. pos past the end means the headers before it claimed more bytes
  * than the packet has (an IPv6 extension header's length): malformed.
  */
-static __always_inline int parse_l4(void *pos, void *end, __u8 proto, struct pkt *pk)
+static __always_inline int parse_l4(void *pos, void *end, __u8 proto, struct pkt *pk, int egress)
 {
+	__u32 port_off = egress ? 0 : 2;
+
 	if (pos > end)
 		return PARSE_MALFORMED;
 	switch (proto) {
@@ -207,13 +242,14 @@ static __always_inline int parse_l4(void *pos, void *end, __u8 proto, struct pkt
 		if (pos + SLUICE_UDP_HLEN > end)
 			return PARSE_MALFORMED;
 		pk->slot = SLUICE_SLOT_UDP;
-		pk->port = bpf_ntohs(*(__be16 *)(pos + 2));
+		pk->port = bpf_ntohs(*(__be16 *)(pos + port_off));
 		return PARSE_OK;
 	case IPPROTO_TCP:
 		if (pos + SLUICE_TCP_HLEN > end)
 			return PARSE_MALFORMED;
 		pk->slot = SLUICE_SLOT_TCP;
-		pk->port = bpf_ntohs(*(__be16 *)(pos + 2));
+		pk->port = bpf_ntohs(*(__be16 *)(pos + port_off));
+		pk->tcp_flags = *(__u8 *)(pos + 13);
 		return PARSE_OK;
 	case IPPROTO_ICMP:
 		if (pos + SLUICE_ICMP_HLEN > end)
@@ -229,7 +265,7 @@ static __always_inline int parse_l4(void *pos, void *end, __u8 proto, struct pkt
 	return PARSE_OK;
 }
 
-static __always_inline int parse_ipv4(void *pos, void *end, struct pkt *pk)
+static __always_inline int parse_ipv4(void *pos, void *end, struct pkt *pk, int egress)
 {
 	struct iphdr *ip = pos;
 	__u32 hlen;
@@ -242,7 +278,7 @@ static __always_inline int parse_ipv4(void *pos, void *end, struct pkt *pk)
 	if (pos + hlen > end)
 		return PARSE_MALFORMED;
 	pk->family = 4;
-	pk->src4 = ip->saddr;
+	pk->peer4 = egress ? ip->daddr : ip->saddr;
 	if (ip->frag_off & bpf_htons(0x1fff)) {
 		/* Non-first fragment: no L4 header, classify by protocol only. */
 		global_inc(SLUICE_GS_FRAGMENTS);
@@ -250,7 +286,7 @@ static __always_inline int parse_ipv4(void *pos, void *end, struct pkt *pk)
 		pk->port = ip->protocol;
 		return PARSE_OK;
 	}
-	return parse_l4(pos + hlen, end, ip->protocol, pk);
+	return parse_l4(pos + hlen, end, ip->protocol, pk, egress);
 }
 
 struct ipv6_opt_hdr_min {
@@ -258,7 +294,7 @@ struct ipv6_opt_hdr_min {
 	__u8 hdrlen;
 };
 
-static __always_inline int parse_ipv6(void *pos, void *end, struct pkt *pk)
+static __always_inline int parse_ipv6(void *pos, void *end, struct pkt *pk, int egress)
 {
 	struct ipv6hdr *ip6 = pos;
 	__u8 nexthdr;
@@ -269,7 +305,7 @@ static __always_inline int parse_ipv6(void *pos, void *end, struct pkt *pk)
 	if (ip6->version != 6)
 		return PARSE_MALFORMED;
 	pk->family = 6;
-	pk->src6 = ip6->saddr;
+	pk->peer6 = egress ? ip6->daddr : ip6->saddr;
 	nexthdr = ip6->nexthdr;
 	p = ip6 + 1;
 
@@ -309,7 +345,7 @@ static __always_inline int parse_ipv6(void *pos, void *end, struct pkt *pk)
 			break;
 		}
 		default:
-			return parse_l4(p, end, nexthdr, pk);
+			return parse_l4(p, end, nexthdr, pk, egress);
 		}
 	}
 	switch (nexthdr) {
@@ -320,7 +356,7 @@ static __always_inline int parse_ipv6(void *pos, void *end, struct pkt *pk)
 	case IPPROTO_FRAGMENT:
 		return PARSE_DEPTH;
 	}
-	return parse_l4(p, end, nexthdr, pk);
+	return parse_l4(p, end, nexthdr, pk, egress);
 }
 
 static __always_inline __u32 classify(struct pkt *pk)
@@ -337,7 +373,7 @@ static __always_inline __u32 classify(struct pkt *pk)
 		struct sluice_v4_key k = {
 			.prefixlen = 64,
 			.group = bpf_htonl(cell->group),
-			.addr = pk->src4,
+			.addr = pk->peer4,
 		};
 
 		cls = bpf_map_lookup_elem(&prefix_v4, &k);
@@ -347,7 +383,7 @@ static __always_inline __u32 classify(struct pkt *pk)
 			.group = bpf_htonl(cell->group),
 		};
 
-		__builtin_memcpy(k.addr, &pk->src6, 16);
+		__builtin_memcpy(k.addr, &pk->peer6, 16);
 		cls = bpf_map_lookup_elem(&prefix_v6, &k);
 	}
 	return cls ? *cls : cell->class_id;
@@ -389,6 +425,129 @@ static __always_inline int bucket_take(const struct sluice_share *sh, struct slu
 	return 0;
 }
 
+/* Ethernet, then IPv4 or IPv6 and the L4 header. */
+static __always_inline int parse(void *data, void *end, struct pkt *pk, int egress)
+{
+	void *pos = data;
+	__be16 proto = 0;
+	int res;
+
+	res = parse_eth(&pos, end, &proto);
+	if (res != PARSE_OK)
+		return res;
+	if (proto == bpf_htons(ETH_P_IP))
+		return parse_ipv4(pos, end, pk, egress);
+	if (proto == bpf_htons(ETH_P_IPV6))
+		return parse_ipv6(pos, end, pk, egress);
+	return PARSE_NON_IP;
+}
+
+/*
+ * The peer's key at prefix length plen (32/64 for one address): the class,
+ * the family and the address with the bits past plen cleared. plen is a
+ * multiple of 8 (the daemon writes 16, 24, 32, 48 or 64).
+ */
+static __always_inline void src_key(struct sluice_src_key *k, const struct pkt *pk, __u32 cls, __u32 plen)
+{
+	k->class_id = cls;
+	k->family = pk->family;
+	k->plen = plen;
+	if (pk->family == 4) {
+		__u32 a = bpf_ntohl(pk->peer4);
+
+		a = plen >= 32 ? a : a & ~(0xffffffffU >> plen);
+		*(__u32 *)k->addr = bpf_htonl(a);
+		return;
+	}
+	__builtin_memcpy(k->addr, &pk->peer6, 8);
+	if (plen < 64)
+		*(__u32 *)&k->addr[4] = plen >= 48 ? *(__u32 *)&k->addr[4] & bpf_htonl(0xffff0000) : 0;
+}
+
+static __always_inline int is_known(const struct pkt *pk, __u32 cls)
+{
+	struct sluice_src_key k = {};
+	struct sluice_known *v;
+
+	src_key(&k, pk, cls, pk->family == 4 ? 32 : 64);
+	v = bpf_map_lookup_elem(&known, &k);
+	return v && settings.now - v->last <= settings.known_ttl;
+}
+
+/*
+ * Count an unknown packet against its source in this epoch; 1 if the source
+ * is within its quota. A source the map has no room for cannot be counted: it
+ * is within (the unknown tier's bucket still caps it) and counted SRC_FULL.
+ */
+static __always_inline int within_quota(const struct pkt *pk, __u32 cls, const struct sluice_fair *f,
+					struct sluice_class_state *st)
+{
+	struct sluice_src_key k = {};
+	struct sluice_src *s, fresh = { .epoch = settings.epoch };
+	__u32 epoch = settings.epoch;
+
+	src_key(&k, pk, cls, pk->family == 4 ? f->plen4 : f->plen6);
+	s = bpf_map_lookup_elem(&sources, &k);
+	if (!s) {
+		st->cnt[SLUICE_CS_SRC_INSERTS] += 1;
+		bpf_map_update_elem(&sources, &k, &fresh, BPF_NOEXIST);
+		s = bpf_map_lookup_elem(&sources, &k);
+		if (!s) {
+			st->cnt[SLUICE_CS_SRC_FULL] += 1;
+			return 1;
+		}
+	}
+	if (s->epoch != epoch) {
+		s->epoch = epoch;
+		s->pkts = 0;
+	}
+	/* Plain (not atomic) updates: two CPUs counting one source may lose a count. */
+	s->pkts += 1;
+	if (s->pkts == 1)
+		st->cnt[SLUICE_CS_SRC_ACTIVE] += 1;
+	if (s->pkts <= f->quota)
+		return 1;
+	if (s->pkts == f->quota + 1)
+		st->cnt[SLUICE_CS_SRC_OVER] += 1;
+	s->drops += 1;
+	return 0;
+}
+
+/* Count a packet in one of the class's verdict pairs (packets, bytes). */
+static __always_inline void verdict_add(struct sluice_class_state *st, __u32 idx, __u64 bytes)
+{
+	if (idx + 1 < SLUICE_CS_NR) {
+		st->cnt[idx] += 1;
+		st->cnt[idx + 1] += bytes;
+	}
+}
+
+/*
+ * A limited class: with source fairness on, known sources take the class's
+ * bucket and unknown ones their quota, then the unknown tier's bucket.
+ * Returns the verdict counter pair (SLUICE_CS_*_PKTS) the packet lands in.
+ */
+static __always_inline __u32 admit_limited(const struct pkt *pk, __u32 cls, const struct sluice_share *sh,
+					   struct sluice_class_state *st)
+{
+	struct sluice_fair *f = bpf_map_lookup_elem(&fairness, &cls);
+
+	if (!f || !f->on || pk->family == 0)
+		return bucket_take(sh, &st->bucket) ? SLUICE_CS_ADMIT_PKTS : SLUICE_CS_DROP_RATE_PKTS;
+	if (is_known(pk, cls)) {
+		st->cnt[SLUICE_CS_KNOWN_PKTS] += 1;
+		if (!bucket_take(sh, &st->bucket))
+			return SLUICE_CS_DROP_RATE_PKTS;
+		st->cnt[SLUICE_CS_KNOWN_ADMIT_PKTS] += 1;
+		return SLUICE_CS_ADMIT_PKTS;
+	}
+	st->cnt[SLUICE_CS_UNKNOWN_PKTS] += 1;
+	if (!within_quota(pk, cls, f, st))
+		return SLUICE_CS_DROP_SHARE_PKTS;
+	st->cnt[SLUICE_CS_UNDER_PKTS] += 1;
+	return bucket_take(&f->unknown, &st->unknown) ? SLUICE_CS_ADMIT_PKTS : SLUICE_CS_DROP_RATE_PKTS;
+}
+
 SEC("xdp")
 int sluice_gate(struct xdp_md *ctx)
 {
@@ -396,28 +555,16 @@ int sluice_gate(struct xdp_md *ctx)
 	void *end = (void *)(long)ctx->data_end;
 	__u64 bytes = end - data;
 	struct pkt pk = {};
-	void *pos = data;
-	__be16 proto = 0;
-	__u32 cls;
-	int res;
+	__u32 cls, idx;
 
-	res = parse_eth(&pos, end, &proto);
-	if (res == PARSE_OK) {
-		if (proto == bpf_htons(ETH_P_IP))
-			res = parse_ipv4(pos, end, &pk);
-		else if (proto == bpf_htons(ETH_P_IPV6))
-			res = parse_ipv6(pos, end, &pk);
-		else
-			res = PARSE_NON_IP;
-	}
-
-	switch (res) {
+	switch (parse(data, end, &pk, 0)) {
 	case PARSE_OK:
 		cls = classify(&pk);
 		break;
 	case PARSE_DEPTH:
 		global_inc(SLUICE_GS_DEPTH_EXCEEDED);
 		cls = settings.default_class;
+		pk.family = 0; /* no source to count it against */
 		break;
 	case PARSE_NON_IP:
 		global_inc(SLUICE_GS_NON_IP_PASS);
@@ -440,19 +587,62 @@ int sluice_gate(struct xdp_md *ctx)
 
 	st->cnt[SLUICE_CS_SEEN_PKTS] += 1;
 	st->cnt[SLUICE_CS_SEEN_BYTES] += bytes;
-	if (sh->mode == SLUICE_MODE_BLOCKED) {
-		st->cnt[SLUICE_CS_DROP_BLOCKED_PKTS] += 1;
-		st->cnt[SLUICE_CS_DROP_BLOCKED_BYTES] += bytes;
-		return XDP_DROP;
+	if (sh->mode == SLUICE_MODE_BLOCKED)
+		idx = SLUICE_CS_DROP_BLOCKED_PKTS;
+	else if (sh->mode == SLUICE_MODE_LIMITED)
+		idx = admit_limited(&pk, cls, sh, st);
+	else
+		idx = SLUICE_CS_ADMIT_PKTS;
+	verdict_add(st, idx, bytes);
+	return idx == SLUICE_CS_ADMIT_PKTS ? XDP_PASS : XDP_DROP;
+}
+
+/*
+ * The egress learner (TC, tcx egress of the gate's interface): a packet the
+ * service sends from a port of a class to a client makes that client known
+ * for the class, while the class's fairness says learn (the daemon sets it
+ * after a calm second: the class dropped nothing and its service was
+ * healthy, so what it answered was asked by someone who receives answers).
+ * The class is the one of the service's port (its cell), as ingress would
+ * classify a packet to that port without source-prefix rules. A TCP SYN-ACK or RST proves nothing (a
+ * spoofed SYN gets one) and is skipped. It never changes the packet's fate.
+ */
+SEC("tc")
+int sluice_learn(struct __sk_buff *skb)
+{
+	void *data = (void *)(long)skb->data;
+	void *end = (void *)(long)skb->data_end;
+	struct sluice_src_key k = {};
+	struct sluice_known *v, fresh = { .answers = 1 };
+	struct pkt pk = {};
+	__u32 idx, now, cls;
+	struct sluice_fair *f;
+	struct sluice_cell *cell;
+
+	if (parse(data, end, &pk, 1) != PARSE_OK || pk.slot == SLUICE_SLOT_PORTLESS)
+		return TC_ACT_OK;
+	if (pk.slot == SLUICE_SLOT_TCP && (pk.tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_RST)))
+		return TC_ACT_OK;
+	idx = pk.slot * SLUICE_PORTS_PER_SLOT + pk.port;
+	cell = bpf_map_lookup_elem(&cells, &idx);
+	if (!cell)
+		return TC_ACT_OK;
+	cls = cell->class_id & (SLUICE_MAX_CLASSES - 1);
+	f = bpf_map_lookup_elem(&fairness, &cls);
+	if (!f || !f->learn)
+		return TC_ACT_OK;
+	src_key(&k, &pk, cls, pk.family == 4 ? 32 : 64);
+	now = bpf_ktime_get_ns() >> SLUICE_COARSE_SHIFT;
+	v = bpf_map_lookup_elem(&known, &k);
+	if (v) {
+		v->last = now;
+		if (v->answers != 0xffffffff)
+			v->answers += 1;
+		return TC_ACT_OK;
 	}
-	if (sh->mode == SLUICE_MODE_LIMITED && !bucket_take(sh, &st->bucket)) {
-		st->cnt[SLUICE_CS_DROP_RATE_PKTS] += 1;
-		st->cnt[SLUICE_CS_DROP_RATE_BYTES] += bytes;
-		return XDP_DROP;
-	}
-	st->cnt[SLUICE_CS_ADMIT_PKTS] += 1;
-	st->cnt[SLUICE_CS_ADMIT_BYTES] += bytes;
-	return XDP_PASS;
+	fresh.last = now;
+	bpf_map_update_elem(&known, &k, &fresh, BPF_ANY);
+	return TC_ACT_OK;
 }
 
 /* The floor for `sluice bench gate`: an XDP program that does nothing. */

@@ -86,6 +86,61 @@ struct sluice_share {
 	__u32 clock_skip; /* empty-bucket drops between clock reads, < burst (see gate.bpf.c) */
 };
 
+/*
+ * Source fairness of a limited class ("fairness" per-CPU array, indexed by
+ * class). Written by the daemon only, every tick; all zero = off.
+ *
+ * While it is on, a packet from a known source (the "known" map: the
+ * service answered it while it was healthy) takes the class's bucket
+ * (struct sluice_share); any other packet is counted against its source
+ * (the "sources" map, keyed at plen4/plen6) in the current epoch and
+ * dropped once that source sent more than `quota` packets in the epoch,
+ * else it takes the unknown tier's bucket `unknown`.
+ */
+struct sluice_fair {
+	struct sluice_share unknown; /* the unknown sources' bucket parameters on this CPU */
+	__u32 on;     /* 1: source fairness applies to this class */
+	__u32 quota;  /* packets one unknown source may send per epoch */
+	__u8 plen4;   /* IPv4 prefix length a source is counted at (32, 24 or 16) */
+	__u8 plen6;   /* IPv6 prefix length (64, 48 or 32) */
+	__u8 learn;   /* 1: the egress learner records this class's clients (on or off) */
+	__u8 _pad[5];
+};
+
+/*
+ * Key of the "sources" and "known" maps: a source prefix within a class.
+ * addr holds the IPv4 address in its first 4 bytes; bits past plen are zero.
+ */
+struct sluice_src_key {
+	__u8 class_id;
+	__u8 family; /* 4 or 6 */
+	__u8 plen;
+	__u8 _pad;
+	__u8 addr[16];
+};
+
+/* Value of the LRU "sources" map. Written by the gate only. */
+struct sluice_src {
+	__u32 epoch; /* settings.epoch when pkts was last reset */
+	__u32 pkts;  /* packets in that epoch */
+	__u64 drops; /* packets dropped over the quota, ever */
+};
+
+/*
+ * Value of the LRU "known" map: a client the service answered. Written by the
+ * egress learner (sluice_learn) while the class's fairness says learn, and by the daemon
+ * (restoring its state file). Times in SLUICE_COARSE_SHIFT units of
+ * CLOCK_MONOTONIC (bpf_ktime_get_ns() >> SLUICE_COARSE_SHIFT, about 1.07 s).
+ */
+struct sluice_known {
+	__u32 last;    /* coarse time of the last answer */
+	__u32 answers; /* answers seen (saturating) */
+};
+#define SLUICE_COARSE_SHIFT 30
+/* Entries of the "known" map; "sources" is sized at load (default below). */
+#define SLUICE_KNOWN_ENTRIES 65536
+#define SLUICE_SOURCES_DEFAULT 262144
+
 /* One CPU's token bucket of a class (in struct sluice_class_state). Written by the gate only. */
 struct sluice_bucket {
 	__u64 tokens;  /* in 1/SLUICE_TOKEN_SCALE packets */
@@ -104,6 +159,17 @@ enum sluice_class_stat {
 	SLUICE_CS_DROP_RATE_BYTES,
 	SLUICE_CS_DROP_BLOCKED_PKTS, /* class is blocked */
 	SLUICE_CS_DROP_BLOCKED_BYTES,
+	SLUICE_CS_DROP_SHARE_PKTS, /* source over its fair share (struct sluice_fair) */
+	SLUICE_CS_DROP_SHARE_BYTES,
+	/* The rest are informational (source fairness, only while it is on): */
+	SLUICE_CS_KNOWN_PKTS,     /* from a known source (took the class bucket) */
+	SLUICE_CS_KNOWN_ADMIT_PKTS,
+	SLUICE_CS_UNKNOWN_PKTS,   /* from an unknown source */
+	SLUICE_CS_UNDER_PKTS,     /* unknown, within its source's quota */
+	SLUICE_CS_SRC_ACTIVE,     /* sources that sent their first packet of an epoch */
+	SLUICE_CS_SRC_OVER,       /* sources that went over the quota in an epoch */
+	SLUICE_CS_SRC_INSERTS,    /* new entries in the "sources" map */
+	SLUICE_CS_SRC_FULL,       /* a source with no entry (insert failed): took the unknown bucket */
 	SLUICE_CS_NR,
 };
 
@@ -114,6 +180,7 @@ enum sluice_class_stat {
  */
 struct sluice_class_state {
 	struct sluice_bucket bucket;
+	struct sluice_bucket unknown; /* the unknown sources' bucket (struct sluice_fair) */
 	__u64 cnt[SLUICE_CS_NR]; /* indexed by enum sluice_class_stat */
 };
 
@@ -146,6 +213,9 @@ enum sluice_global_stat {
 struct sluice_settings {
 	__u32 malformed_verdict; /* XDP_DROP or XDP_PASS */
 	__u32 default_class;     /* class for headers beyond the parse depth */
+	__u32 epoch;             /* the daemon's tick count: source quotas are per epoch */
+	__u32 now;               /* coarse time (SLUICE_COARSE_SHIFT), written every tick */
+	__u32 known_ttl;         /* a known source older than this (coarse units) is unknown again */
 };
 
 #endif /* SLUICE_H */

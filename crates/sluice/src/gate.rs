@@ -12,8 +12,8 @@ use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, OpenObject};
 
 use crate::bpf_intf::{
-    sluice_bucket, sluice_cell, sluice_class_state, sluice_share, SLUICE_CELLS, SLUICE_CS_NR, SLUICE_GS_NR,
-    SLUICE_MAX_CLASSES,
+    sluice_bucket, sluice_cell, sluice_class_state, sluice_fair, sluice_known, sluice_share, sluice_src,
+    sluice_src_key, SLUICE_CELLS, SLUICE_CS_NR, SLUICE_GS_NR, SLUICE_MAX_CLASSES, SLUICE_SOURCES_DEFAULT,
 };
 use crate::classify::Tables;
 use crate::config::{Config, Verdict, XdpMode};
@@ -48,6 +48,10 @@ pub enum GateError {
     Load(#[source] libbpf_rs::Error),
     #[error("attaching the XDP gate to {iface} failed: {err}")]
     Attach { iface: String, err: std::io::Error },
+    #[error(
+        "attaching the egress learner (tcx, Linux 6.6 or later) to {iface} failed: {err}; the gate was not left attached"
+    )]
+    AttachLearner { iface: String, err: std::io::Error },
     #[error("BPF map operation on `{map}` failed: {err}")]
     Map { map: &'static str, err: libbpf_rs::Error },
     #[error("{0}")]
@@ -112,12 +116,40 @@ pub type ClassCounters = [u64; SLUICE_CS_NR as usize];
 /// Global counters summed over CPUs, indexed by `enum sluice_global_stat`.
 pub type GlobalCounters = [u64; SLUICE_GS_NR as usize];
 
+/// The run-time settings of source fairness (see `Gate::set_clock`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Clock {
+    pub epoch: u32,
+    /// CLOCK_MONOTONIC >> SLUICE_COARSE_SHIFT (the learner's clock).
+    pub now: u32,
+    pub known_ttl: u32,
+}
+
+impl Clock {
+    /// CLOCK_MONOTONIC (the clock bpf_ktime_get_ns() reads) in coarse units.
+    pub fn coarse_now() -> u32 {
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: a valid out pointer.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+        let ns = ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64;
+        (ns >> crate::bpf_intf::SLUICE_COARSE_SHIFT) as u32
+    }
+
+    /// Seconds in coarse units (2^SLUICE_COARSE_SHIFT ns, about 1.07 s), rounded up.
+    pub fn coarse(secs: u64) -> u32 {
+        ((secs as u128 * 1_000_000_000).div_ceil(1u128 << crate::bpf_intf::SLUICE_COARSE_SHIFT)).min(u32::MAX as u128)
+            as u32
+    }
+}
+
 /// Which program of the object to test-run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Prog {
     Gate,
     /// XDP_PASS and nothing else: the floor for benchmarks.
     Noop,
+    /// The egress learner (a TC program; test-run on a frame as it leaves).
+    Learn,
 }
 
 /// A loaded (and perhaps attached) gate.
@@ -125,6 +157,8 @@ pub struct Gate {
     skel: GateSkel<'static>,
     ncpus: usize,
     link: Option<OwnedFd>,
+    /// The egress learner's tcx link (attached with the gate).
+    learn_link: Option<OwnedFd>,
     /// Keys written into the tries, to delete the stale ones on reload.
     tries: TrieKeys,
     /// The config in force, to carry class state by name and to roll back to.
@@ -170,14 +204,22 @@ impl Applied {
 }
 
 impl Gate {
-    /// Open and load the BPF object (no attach).
+    /// Open and load the BPF object (no attach), with the default size of
+    /// the per-source map (SLUICE_SOURCES_DEFAULT entries).
     pub fn load() -> Result<Gate> {
+        Gate::load_with(SLUICE_SOURCES_DEFAULT)
+    }
+
+    /// Load with room for `sources` unknown sources (the LRU "sources" map;
+    /// its kernel memory is allocated at load: see `sources_memory`).
+    pub fn load_with(sources: u32) -> Result<Gate> {
         // The open object must outlive the skeleton; one small allocation per load.
         let storage: &'static mut MaybeUninit<OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
-        let open = GateSkelBuilder::default().open(storage).map_err(GateError::Load)?;
+        let mut open = GateSkelBuilder::default().open(storage).map_err(GateError::Load)?;
+        open.maps.sources.set_max_entries(sources.max(1)).map_err(GateError::Load)?;
         let skel = open.load().map_err(GateError::Load)?;
         let ncpus = libbpf_rs::num_possible_cpus().map_err(GateError::Load)?;
-        Ok(Gate { skel, ncpus, link: None, tries: TrieKeys::default(), applied: None })
+        Ok(Gate { skel, ncpus, link: None, learn_link: None, tries: TrieKeys::default(), applied: None })
     }
 
     pub fn ncpus(&self) -> usize {
@@ -336,6 +378,76 @@ impl Gate {
         Ok(())
     }
 
+    /// Set one class's per-CPU source fairness (all zero: off).
+    pub fn set_fairness(&self, class: usize, fair: &[sluice_fair]) -> Result<()> {
+        assert_eq!(fair.len(), self.ncpus);
+        let values: Vec<Vec<u8>> = fair.iter().map(|s| bytes_of(s).to_vec()).collect();
+        self.skel
+            .maps
+            .fairness
+            .update_percpu(&(class as u32).to_ne_bytes(), &values, MapFlags::ANY)
+            .map_err(|err| GateError::Map { map: "fairness", err })
+    }
+
+    /// One class's per-CPU source fairness as the gate has it.
+    pub fn fairness(&self, class: usize) -> Result<Vec<sluice_fair>> {
+        self.percpu(&self.skel.maps.fairness, "fairness", class)
+    }
+
+    /// The run-time clock of source fairness, written every tick: the epoch
+    /// (source quotas count per epoch), the coarse time, how long a known
+    /// source stays known.
+    pub fn set_clock(&mut self, clock: &Clock) {
+        let data = self.skel.maps.data_data.as_deref_mut().expect(".data is mmap'ed after load");
+        data.settings.epoch = clock.epoch;
+        data.settings.now = clock.now;
+        data.settings.known_ttl = clock.known_ttl;
+    }
+
+    /// Entries the "sources" map holds at most.
+    pub fn sources_capacity(&self) -> u32 {
+        self.skel.maps.sources.max_entries()
+    }
+
+    /// Every entry of the "sources" map (batched reads; 1M entries take about a second).
+    pub fn sources(&self) -> Result<Vec<(sluice_src_key, sluice_src)>> {
+        self.dump(&self.skel.maps.sources, "sources")
+    }
+
+    /// Every entry of the "known" map.
+    pub fn known(&self) -> Result<Vec<(sluice_src_key, sluice_known)>> {
+        self.dump(&self.skel.maps.known, "known")
+    }
+
+    /// Add (or overwrite) known sources: the daemon restoring its state file.
+    pub fn insert_known(&self, entries: &[(sluice_src_key, sluice_known)]) -> Result<()> {
+        for (k, v) in entries {
+            self.skel
+                .maps
+                .known
+                .update(bytes_of(k), bytes_of(v), MapFlags::ANY)
+                .map_err(|err| GateError::Map { map: "known", err })?;
+        }
+        Ok(())
+    }
+
+    fn dump<K: Copy + Default, V: Copy + Default>(
+        &self,
+        map: &libbpf_rs::Map,
+        name: &'static str,
+    ) -> Result<Vec<(K, V)>> {
+        let mut out = Vec::new();
+        let iter = match map.lookup_batch(4096, MapFlags::ANY, MapFlags::ANY) {
+            Ok(it) => it,
+            Err(e) if e.kind() == libbpf_rs::ErrorKind::NotFound => return Ok(out),
+            Err(err) => return Err(GateError::Map { map: name, err }),
+        };
+        for (k, v) in iter {
+            out.push((from_bytes::<K>(&k), from_bytes::<V>(&v)));
+        }
+        Ok(out)
+    }
+
     /// One class's per-CPU shares as the gate has them.
     pub fn shares(&self, class: usize) -> Result<Vec<sluice_share>> {
         self.percpu(&self.skel.maps.shares, "shares", class)
@@ -400,6 +512,7 @@ impl Gate {
         let p = match prog {
             Prog::Gate => &self.skel.progs.sluice_gate,
             Prog::Noop => &self.skel.progs.sluice_noop,
+            Prog::Learn => &self.skel.progs.sluice_learn,
         };
         let input = libbpf_rs::ProgramInput { data_in: Some(packet), repeat, ..Default::default() };
         let out = p.test_run(input)?;
@@ -449,6 +562,26 @@ impl Gate {
         }
         // SAFETY: bpf_link_create returned a new file descriptor that we now own.
         self.link = Some(unsafe { OwnedFd::from_raw_fd(fd) });
+        self.attach_learner(iface, ifidx)
+    }
+
+    /// Attach the egress learner (tcx egress, a bpf_link like the gate's).
+    /// On failure the gate is detached again: the two go together.
+    fn attach_learner(&mut self, iface: &str, ifidx: i32) -> Result<()> {
+        let opts = libbpf_sys::bpf_link_create_opts {
+            sz: std::mem::size_of::<libbpf_sys::bpf_link_create_opts>() as _,
+            ..Default::default()
+        };
+        let prog_fd = self.skel.progs.sluice_learn.as_fd().as_raw_fd();
+        // SAFETY: as for the gate's link above.
+        let fd = unsafe { libbpf_sys::bpf_link_create(prog_fd, ifidx, libbpf_sys::BPF_TCX_EGRESS, &opts) };
+        if fd < 0 {
+            self.link = None;
+            let err = std::io::Error::from_raw_os_error(-fd);
+            return Err(GateError::AttachLearner { iface: iface.into(), err });
+        }
+        // SAFETY: bpf_link_create returned a new file descriptor that we now own.
+        self.learn_link = Some(unsafe { OwnedFd::from_raw_fd(fd) });
         Ok(())
     }
 
@@ -470,6 +603,7 @@ impl Gate {
     /// Detach (drop the link).
     pub fn detach(&mut self) {
         self.link = None;
+        self.learn_link = None;
     }
 
     /// The id of the loaded gate program.

@@ -39,6 +39,7 @@ pub mod config;
 pub mod controller;
 pub mod daemon;
 pub mod discover;
+pub mod fair;
 pub mod gate;
 pub mod health;
 pub mod netns;

@@ -31,6 +31,11 @@ pub struct ClassTotals {
     /// Packets dropped because the class is blocked.
     pub dropped_blocked_pkts: u64,
     pub dropped_blocked_bytes: u64,
+    /// Packets dropped because their source was over its fair share.
+    #[serde(default)]
+    pub dropped_share_pkts: u64,
+    #[serde(default)]
+    pub dropped_share_bytes: u64,
 }
 
 impl From<ClassCounters> for ClassTotals {
@@ -44,13 +49,15 @@ impl From<ClassCounters> for ClassTotals {
             dropped_rate_bytes: c[SLUICE_CS_DROP_RATE_BYTES as usize],
             dropped_blocked_pkts: c[SLUICE_CS_DROP_BLOCKED_PKTS as usize],
             dropped_blocked_bytes: c[SLUICE_CS_DROP_BLOCKED_BYTES as usize],
+            dropped_share_pkts: c[SLUICE_CS_DROP_SHARE_PKTS as usize],
+            dropped_share_bytes: c[SLUICE_CS_DROP_SHARE_BYTES as usize],
         }
     }
 }
 
 impl ClassTotals {
     pub fn dropped_pkts(&self) -> u64 {
-        self.dropped_rate_pkts + self.dropped_blocked_pkts
+        self.dropped_rate_pkts + self.dropped_blocked_pkts + self.dropped_share_pkts
     }
 }
 

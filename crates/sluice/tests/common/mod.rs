@@ -14,6 +14,7 @@ pub enum Landed {
     Admitted(String),
     DroppedRate(String),
     DroppedBlocked(String),
+    DroppedShare(String),
     NonIp,
     MalformedDrop,
     MalformedPass,
@@ -94,8 +95,11 @@ impl TestGate {
             if d(|t| t.dropped_blocked_pkts) > 0 {
                 moved.push((Landed::DroppedBlocked(name.clone()), d(|t| t.dropped_blocked_pkts)));
             }
+            if d(|t| t.dropped_share_pkts) > 0 {
+                moved.push((Landed::DroppedShare(name.clone()), d(|t| t.dropped_share_pkts)));
+            }
             let seen = d(|t| t.seen_pkts);
-            let verdicts = d(|t| t.admitted_pkts) + d(|t| t.dropped_rate_pkts) + d(|t| t.dropped_blocked_pkts);
+            let verdicts = d(|t| t.admitted_pkts) + d(|t| t.dropped_pkts());
             assert_eq!(seen, verdicts, "{what}: class {name}: seen moved {seen}, verdicts {verdicts}");
             if seen > 0 {
                 assert_eq!(d(|t| t.seen_bytes), pkt.len() as u64, "{what}: class {name}: seen bytes");

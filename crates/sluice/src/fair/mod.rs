@@ -1,0 +1,205 @@
+//! Source fairness inside a limited class (pure logic: the tick feeds it the
+//! gate's counters, the unit tests feed it numbers).
+//!
+//! Why: a class's token bucket drops whatever arrives when it is empty, so a
+//! flood takes the class's admission in proportion to its arrivals and a
+//! light client behind the same limit loses nearly everything (seed 003,
+//! ch. 8: tail drop locks light flows out). The gate therefore splits a
+//! limited class in two tiers (see "Source fairness" in gate.bpf.c):
+//!
+//! - known sources (clients the service answered while the class was healthy,
+//!   recorded by the egress learner) take the class's own bucket, sized here
+//!   at KNOWN_HEADROOM times what they sent in the last tick, at most
+//!   1 - UNKNOWN_MIN of the class rate;
+//! - every other source is counted per epoch (one tick) in the LRU
+//!   "sources" map and may send at most `quota` packets per epoch; what is
+//!   within its quota takes the unknown tier's bucket, the rest of the rate
+//!   and never less than UNKNOWN_MIN of it (new clients are never locked out).
+//!
+//! The quota is the max-min fair share, found from what the gate counted
+//! in the last epoch with the quota then in force (q): `under` packets were
+//! within quota, of which `over` sources sent q each and wanted more. The
+//! light sources' packets are L = under - over * q; the budget of an epoch
+//! is B = unknown rate x tick, so the share that fills it is (B - L) / over.
+//! With no source over the quota, the quota grows by what is left of B;
+//! when the light sources alone fill B, it shrinks in proportion.
+//!
+//! When even a quota of one packet per epoch cannot hold the unknown tier to
+//! its rate (many addresses, each sending little: a spoofed flood), or the
+//! sources map turns over faster than every CHURN_SECS, sources are counted
+//! by a shorter prefix: /24 and /48, then /16 and /32 (PLENS), one step per
+//! AGG_TICKS at most, back to single addresses after OFF_TICKS without
+//! fairness. Known sources are never aggregated.
+//!
+//! And when the class's own sockets are in distress while unknown sources
+//! are admitted (the queue the known clients share with the flood is full),
+//! the unknown tier's rate is halved (every COOL_TICKS at most, down to
+//! UNKNOWN_MIN of the class rate) and grows back by REGROW per tick.
+
+/// The unknown tier keeps at least this share of the class rate.
+pub const UNKNOWN_MIN: f64 = 0.1;
+/// The known tier's bucket is this many times what known sources sent.
+pub const KNOWN_HEADROOM: f64 = 1.25;
+/// ... and at least this rate (a known client that comes back).
+pub const KNOWN_FLOOR_PPS: f64 = 100.0;
+/// Socket distress halves the unknown tier, every COOL_TICKS at most; it
+/// grows back by REGROW per healthy tick.
+pub const CUT: f64 = 0.5;
+pub const COOL_TICKS: u32 = 3;
+pub const REGROW: f64 = 0.02;
+/// Prefix lengths sources are counted at: (IPv4, IPv6), by aggregation level.
+pub const PLENS: [(u8, u8); 3] = [(32, 64), (24, 48), (16, 32)];
+/// Ticks a level is held before the next step up.
+pub const AGG_TICKS: u32 = 100;
+/// The sources map may turn over at most once in this many seconds.
+pub const CHURN_SECS: f64 = 10.0;
+/// Ticks without fairness before sources are counted one by one again.
+pub const OFF_TICKS: u32 = 500;
+/// Healthy ticks (no drop, no distress) before the learner records clients.
+pub const LEARN_CALM_TICKS: u32 = 100;
+
+/// What the gate counted for one class in one tick (differences of its
+/// SLUICE_CS_* counters).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct FairCounts {
+    pub known: u64,
+    pub unknown: u64,
+    pub under: u64,
+    pub active: u64,
+    pub over: u64,
+    pub inserts: u64,
+}
+
+/// One tick of a limited class.
+#[derive(Debug, Clone, Copy)]
+pub struct FairTick {
+    /// The class's limit, packets/s.
+    pub rate: f64,
+    /// The tick's length, seconds.
+    pub dt: f64,
+    pub counts: FairCounts,
+    /// The class's own sockets are in distress.
+    pub distress: bool,
+    /// Entries of the sources map.
+    pub capacity: u32,
+}
+
+/// What the gate is told for the next tick.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FairOut {
+    pub known_pps: f64,
+    pub unknown_pps: f64,
+    pub quota: u32,
+    pub plen4: u8,
+    pub plen6: u8,
+}
+
+/// One class's fairness state between ticks.
+#[derive(Debug, Clone)]
+pub struct Fair {
+    /// The quota in force (None: fairness just started).
+    quota: Option<f64>,
+    /// Index into PLENS, and ticks spent at it.
+    level: usize,
+    level_ticks: u32,
+    /// Share of the unknown tier's rate left by socket distress (0..1].
+    cut: f64,
+    since_cut: u32,
+    off_ticks: u32,
+    calm_ticks: u32,
+}
+
+impl Default for Fair {
+    fn default() -> Self {
+        Fair { quota: None, level: 0, level_ticks: 0, cut: 1.0, since_cut: u32::MAX, off_ticks: 0, calm_ticks: 0 }
+    }
+}
+
+impl Fair {
+    /// One tick of a class that is limited: the tiers' rates and the quota.
+    pub fn step(&mut self, t: &FairTick) -> FairOut {
+        self.off_ticks = 0;
+        let known_pps = (t.counts.known as f64 / t.dt * KNOWN_HEADROOM)
+            .max(KNOWN_FLOOR_PPS)
+            .min(t.rate * (1.0 - UNKNOWN_MIN));
+        let unknown_pps = self.unknown_rate(t, t.rate - known_pps);
+        let budget = (unknown_pps * t.dt).max(1.0);
+        let quota = self.next_quota(&t.counts, budget);
+        self.aggregate(t, budget, quota);
+        let (plen4, plen6) = PLENS[self.level];
+        FairOut { known_pps, unknown_pps, quota: self.quota.unwrap_or(budget.floor()) as u32, plen4, plen6 }
+    }
+
+    /// A tick with the class not limited.
+    pub fn idle(&mut self) {
+        self.quota = None;
+        self.cut = 1.0;
+        self.off_ticks = self.off_ticks.saturating_add(1);
+        if self.off_ticks >= OFF_TICKS {
+            (self.level, self.level_ticks) = (0, 0);
+        }
+    }
+
+    /// Does the egress learner record this class's clients? Only after
+    /// LEARN_CALM_TICKS healthy ticks in a row: what a service answers while
+    /// it is flooded may be the flood's spoofed addresses.
+    pub fn learn(&mut self, healthy: bool) -> bool {
+        self.calm_ticks = if healthy { self.calm_ticks.saturating_add(1) } else { 0 };
+        self.calm_ticks >= LEARN_CALM_TICKS
+    }
+
+    /// Prefix lengths in force (IPv4, IPv6).
+    pub fn plens(&self) -> (u8, u8) {
+        PLENS[self.level]
+    }
+
+    /// The unknown tier's rate: what the known tier leaves, less the socket cut.
+    fn unknown_rate(&mut self, t: &FairTick, left: f64) -> f64 {
+        let floor = UNKNOWN_MIN * t.rate;
+        self.since_cut = self.since_cut.saturating_add(1);
+        if t.distress && t.counts.unknown > 0 {
+            if self.since_cut >= COOL_TICKS {
+                self.cut = (self.cut * CUT).max(floor / left.max(floor));
+                self.since_cut = 0;
+            }
+        } else {
+            self.cut = (self.cut * (1.0 + REGROW)).min(1.0);
+        }
+        (left * self.cut).max(floor)
+    }
+
+    /// The max-min fair quota for an epoch budget of `budget` packets.
+    fn next_quota(&mut self, c: &FairCounts, budget: f64) -> f64 {
+        let q = self.quota.unwrap_or(budget);
+        let under = c.under as f64;
+        let over = c.over as f64;
+        let light = (under - over * q).max(0.0);
+        let next = if over > 0.0 && budget > light {
+            (budget - light) / over
+        } else if over > 0.0 || under > budget {
+            q * budget / under.max(1.0)
+        } else {
+            q + (budget - under)
+        };
+        // Whole packets: the gate compares a count with it.
+        let next = next.clamp(1.0, budget).floor();
+        self.quota = Some(next);
+        next
+    }
+
+    /// Count by a shorter prefix when single addresses cannot be told apart
+    /// (quota at 1 and still twice over budget) or the map churns.
+    fn aggregate(&mut self, t: &FairTick, budget: f64, quota: f64) {
+        self.level_ticks = self.level_ticks.saturating_add(1);
+        let crowded = quota <= 1.0 && t.counts.under as f64 > 2.0 * budget;
+        let churn = t.counts.inserts as f64 / t.dt > t.capacity as f64 / CHURN_SECS;
+        if (crowded || churn) && self.level + 1 < PLENS.len() && self.level_ticks >= AGG_TICKS {
+            self.level += 1;
+            self.level_ticks = 0;
+            self.quota = None;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,139 @@
+use super::*;
+
+const DT: f64 = 0.01;
+
+fn tick(rate: f64, counts: FairCounts) -> FairTick {
+    FairTick { rate, dt: DT, counts, distress: false, capacity: 1 << 18 }
+}
+
+/// One epoch of the gate for unknown sources with these demands (packets per
+/// epoch): each gets min(demand, quota), what is within quota is capped by
+/// the unknown tier's budget. Returns what each source got and the counts.
+fn epoch(demands: &[u64], out: &FairOut) -> (Vec<u64>, FairCounts) {
+    let q = out.quota as u64;
+    let within: Vec<u64> = demands.iter().map(|&d| d.min(q)).collect();
+    let under: u64 = within.iter().sum();
+    let budget = (out.unknown_pps * DT) as u64;
+    // The bucket admits `budget` of the within-quota packets, spread evenly.
+    let got = within.iter().map(|&w| if under <= budget { w } else { w * budget / under }).collect();
+    let counts = FairCounts {
+        unknown: demands.iter().sum(),
+        under,
+        active: demands.iter().filter(|&&d| d > 0).count() as u64,
+        over: demands.iter().filter(|&&d| d > q).count() as u64,
+        ..Default::default()
+    };
+    (got, counts)
+}
+
+/// Run `ticks` epochs of a class at `rate` with these unknown demands.
+fn run(rate: f64, demands: &[u64], ticks: usize) -> (Fair, FairOut, Vec<u64>) {
+    let mut f = Fair::default();
+    let mut out = f.step(&tick(rate, FairCounts::default()));
+    let mut got = vec![];
+    for _ in 0..ticks {
+        let (g, counts) = epoch(demands, &out);
+        got = g;
+        out = f.step(&tick(rate, counts));
+    }
+    (f, out, got)
+}
+
+#[test]
+fn one_heavy_source_is_cut_to_what_the_light_ones_leave() {
+    // 100k/s class: 90k/s for the unknown tier, 900 per epoch. Three light
+    // clients of 50 per epoch, one flood of 50,000.
+    let (_, out, got) = run(100_000.0, &[50, 50, 50, 50_000], 20);
+    assert_eq!(&got[..3], &[50, 50, 50], "light sources are never cut: {got:?}");
+    let budget = out.unknown_pps * DT;
+    assert!((got[3] as f64) > 0.8 * (budget - 150.0), "the flood gets the rest: {got:?} of {budget}");
+    assert!(got.iter().sum::<u64>() as f64 <= budget * 1.01);
+}
+
+#[test]
+fn sixteen_heavy_sources_share_equally_and_light_ones_keep_theirs() {
+    let mut demands = vec![20_000u64; 16];
+    demands.extend([30, 30, 30, 30]);
+    let (_, out, got) = run(100_000.0, &demands, 30);
+    assert!(got[16..].iter().all(|&g| g == 30), "{got:?}");
+    let share = (out.unknown_pps * DT - 120.0) / 16.0;
+    for g in &got[..16] {
+        assert!((*g as f64 - share).abs() <= share * 0.1 + 1.0, "max-min share {share}: {got:?}");
+    }
+}
+
+#[test]
+fn under_the_limit_nobody_is_cut() {
+    let (_, out, got) = run(100_000.0, &[100, 200, 300], 10);
+    assert_eq!(got, vec![100, 200, 300]);
+    assert!(out.quota >= 300, "quota {}", out.quota);
+}
+
+#[test]
+fn a_spoofed_flood_of_single_packets_moves_counting_to_shorter_prefixes() {
+    let mut f = Fair::default();
+    // 60,000 sources of one packet each per epoch against a 900-packet budget.
+    let counts = FairCounts { unknown: 60_000, under: 60_000, active: 60_000, over: 0, ..Default::default() };
+    for _ in 0..AGG_TICKS + 5 {
+        f.step(&tick(100_000.0, counts));
+    }
+    assert_eq!(f.plens(), (24, 48));
+    for _ in 0..AGG_TICKS + 5 {
+        f.step(&tick(100_000.0, counts));
+    }
+    assert_eq!(f.plens(), (16, 32), "one more step, no further");
+    for _ in 0..OFF_TICKS {
+        f.idle();
+    }
+    assert_eq!(f.plens(), (32, 64), "back to addresses once the class is no longer limited");
+}
+
+#[test]
+fn churn_of_the_sources_map_aggregates_too() {
+    let mut f = Fair::default();
+    let mut t = tick(100_000.0, FairCounts { inserts: 1_000, under: 10, ..Default::default() });
+    t.capacity = 100_000; // 1000 per 10 ms = 100k/s: the whole map every second
+    for _ in 0..AGG_TICKS + 1 {
+        f.step(&t);
+    }
+    assert_eq!(f.plens(), (24, 48));
+}
+
+#[test]
+fn known_sources_get_headroom_and_unknown_ones_keep_a_minimum() {
+    let mut f = Fair::default();
+    let out = f.step(&tick(100_000.0, FairCounts { known: 100, ..Default::default() }));
+    assert_eq!(out.known_pps, 100.0 / DT * KNOWN_HEADROOM);
+    assert!((out.known_pps + out.unknown_pps - 100_000.0).abs() < 1e-6);
+    let out = f.step(&tick(100_000.0, FairCounts { known: 5_000, ..Default::default() }));
+    assert_eq!(out.known_pps, 90_000.0, "known sources cannot take the unknown minimum");
+    assert_eq!(out.unknown_pps, 10_000.0);
+}
+
+#[test]
+fn socket_distress_halves_the_unknown_tier_down_to_its_minimum_and_it_grows_back() {
+    let mut f = Fair::default();
+    let mut t = tick(100_000.0, FairCounts { known: 10, unknown: 5_000, under: 900, ..Default::default() });
+    let first = f.step(&t).unknown_pps;
+    t.distress = true;
+    let cut = f.step(&t).unknown_pps;
+    assert!((cut - first * CUT).abs() < 1.0, "{first} -> {cut}");
+    assert_eq!(f.step(&t).unknown_pps, cut, "no second cut within COOL_TICKS");
+    for _ in 0..100 {
+        f.step(&t);
+    }
+    assert_eq!(f.step(&t).unknown_pps, UNKNOWN_MIN * 100_000.0);
+    t.distress = false;
+    for _ in 0..200 {
+        f.step(&t);
+    }
+    assert!((f.step(&t).unknown_pps - first).abs() < 1.0, "grown back");
+}
+
+#[test]
+fn learning_needs_a_calm_second() {
+    let mut f = Fair::default();
+    assert!(!(0..LEARN_CALM_TICKS - 1).map(|_| f.learn(true)).any(|l| l));
+    assert!(f.learn(true));
+    assert!(!f.learn(false), "one bad tick stops it");
+}

@@ -1,0 +1,216 @@
+//! Source fairness and known sources in the gate, by BPF_PROG_TEST_RUN with
+//! crafted sources (fair/mod.rs has the controller's logic, tested alone).
+//! Needs root (CI is root).
+mod common;
+
+use common::{Landed::*, TestGate};
+use sluice::bpf_intf::*;
+use sluice::gate::{Clock, Gate, Prog};
+use sluice::packet::{Ext, Frame};
+use sluice::share::share;
+
+/// A limited class "dns" on udp:53 and tcp:53, the default class for the rest.
+fn gate() -> TestGate {
+    TestGate::new(&["dns:rate=1000000,burst=1000000,match=udp:53,match=tcp:53", "icmp:rate=1000000,match=icmp"])
+}
+
+/// Source fairness for `class` on every CPU: `quota` packets per source and
+/// epoch, the unknown tier at `rate` (burst `burst`), counted at /plen4, /plen6.
+fn fair(g: &TestGate, class: &str, quota: u32, rate: u64, burst: u64, plens: (u8, u8)) {
+    let f = sluice_fair {
+        unknown: share(rate, burst),
+        on: 1,
+        quota,
+        plen4: plens.0,
+        plen6: plens.1,
+        learn: 1,
+        ..Default::default()
+    };
+    g.gate.set_fairness(g.class(class), &vec![f; g.gate.ncpus()]).unwrap();
+}
+
+fn clock(g: &mut TestGate, epoch: u32) {
+    g.gate.set_clock(&Clock { epoch, now: Clock::coarse_now(), known_ttl: Clock::coarse(3600) });
+}
+
+fn counter(g: &TestGate, class: &str, idx: u32) -> u64 {
+    g.gate.class_counters(g.class(class)).unwrap()[idx as usize]
+}
+
+fn dns_from(src: &str) -> Vec<u8> {
+    Frame::udp(src, "10.0.0.2", 4000, 53).build()
+}
+
+#[test]
+fn a_source_over_its_quota_is_dropped_and_a_light_one_is_not() {
+    let mut g = gate();
+    fair(&g, "dns", 5, 1_000_000, 1_000_000, (32, 64));
+    clock(&mut g, 1);
+    for i in 0..5 {
+        g.expect(&format!("heavy packet {i}"), &dns_from("192.0.2.1"), Admitted("dns".into()));
+    }
+    for i in 0..3 {
+        g.expect(&format!("heavy packet over quota {i}"), &dns_from("192.0.2.1"), DroppedShare("dns".into()));
+    }
+    for i in 0..5 {
+        g.expect(&format!("light packet {i}"), &dns_from("192.0.2.2"), Admitted("dns".into()));
+    }
+    assert_eq!(counter(&g, "dns", SLUICE_CS_SRC_ACTIVE), 2);
+    assert_eq!(counter(&g, "dns", SLUICE_CS_SRC_OVER), 1, "one source went over, counted once");
+    assert_eq!(counter(&g, "dns", SLUICE_CS_UNDER_PKTS), 10);
+    clock(&mut g, 2);
+    g.expect("a new epoch gives the heavy source a new quota", &dns_from("192.0.2.1"), Admitted("dns".into()));
+    assert_eq!(counter(&g, "dns", SLUICE_CS_SRC_ACTIVE), 3);
+    let heavy = g.gate.sources().unwrap().into_iter().find(|(k, _)| k.addr[..4] == [192, 0, 2, 1]).unwrap();
+    assert_eq!((heavy.1.epoch, heavy.1.pkts, heavy.1.drops), (2, 1, 3));
+}
+
+#[test]
+fn fairness_off_or_an_unlimited_class_touches_no_source_state() {
+    let mut g = gate();
+    clock(&mut g, 1);
+    for _ in 0..10 {
+        g.expect("limited, fairness off", &dns_from("192.0.2.1"), Admitted("dns".into()));
+        g.expect("unlimited default class", &Frame::udp("192.0.2.1", "10.0.0.2", 1, 9).build(), Admitted("default".into()));
+    }
+    assert!(g.gate.sources().unwrap().is_empty());
+}
+
+#[test]
+fn known_sources_take_the_class_bucket_while_unknown_ones_find_theirs_empty() {
+    let mut g = gate();
+    // The unknown tier holds one packet and refills at 1/s.
+    fair(&g, "dns", 100, 1, 1, (32, 64));
+    clock(&mut g, 1);
+    let key = |a: [u8; 4]| {
+        let mut addr = [0u8; 16];
+        addr[..4].copy_from_slice(&a);
+        sluice_src_key { class_id: g.class("dns") as u8, family: 4, plen: 32, addr, ..Default::default() }
+    };
+    let fresh = sluice_known { last: Clock::coarse_now(), answers: 3 };
+    let stale = sluice_known { last: Clock::coarse_now().saturating_sub(Clock::coarse(7200)), answers: 3 };
+    g.gate.insert_known(&[(key([198, 51, 100, 7]), fresh), (key([198, 51, 100, 8]), stale)]).unwrap();
+    g.expect("unknown takes the one token", &dns_from("192.0.2.1"), Admitted("dns".into()));
+    g.expect("unknown finds it empty", &dns_from("192.0.2.1"), DroppedRate("dns".into()));
+    for i in 0..20 {
+        g.expect(&format!("known {i}"), &dns_from("198.51.100.7"), Admitted("dns".into()));
+    }
+    g.expect("known too long ago is unknown", &dns_from("198.51.100.8"), DroppedRate("dns".into()));
+    assert_eq!(counter(&g, "dns", SLUICE_CS_KNOWN_PKTS), 20);
+    assert_eq!(counter(&g, "dns", SLUICE_CS_KNOWN_ADMIT_PKTS), 20);
+    assert_eq!(counter(&g, "dns", SLUICE_CS_UNKNOWN_PKTS), 3);
+}
+
+/// An egress frame from the service (port 53) to `client`.
+fn answer(client: &str, tcp_flags: Option<u8>) -> Vec<u8> {
+    let server = if client.contains(':') { "2001:db8::2" } else { "10.0.0.2" };
+    let Some(flags) = tcp_flags else { return Frame::udp(server, client, 53, 4000).build() };
+    let (mut b, offs) = Frame::tcp(server, client, 53, 4000).build_with_offsets();
+    let l4 = offs.iter().find(|o| o.0 == "l4").unwrap().1;
+    b[l4 + 13] = flags;
+    b
+}
+
+#[test]
+fn the_learner_records_answered_clients_only_while_told_to_and_never_from_a_syn_ack() {
+    let g = gate();
+    let learn = |on: u8| {
+        let f = sluice_fair { learn: on, ..Default::default() };
+        g.gate.set_fairness(g.class("dns"), &vec![f; g.gate.ncpus()]).unwrap();
+    };
+    let run = |pkt: &[u8]| assert_eq!(g.gate.test_run(Prog::Learn, pkt, 1).unwrap().0, 0, "TC_ACT_OK");
+    run(&answer("198.51.100.1", None));
+    assert!(g.gate.known().unwrap().is_empty(), "learning is off until the daemon says so");
+    learn(1);
+    run(&answer("198.51.100.1", None));
+    run(&answer("198.51.100.1", None));
+    run(&answer("2001:db8::1", None));
+    run(&answer("198.51.100.2", Some(0x12))); // SYN-ACK: a spoofed SYN gets one too
+    run(&answer("198.51.100.3", Some(0x04))); // RST
+    run(&answer("198.51.100.4", Some(0x10))); // ACK of an established connection
+    run(&Frame::udp("10.0.0.2", "198.51.100.5", 9999, 4000).build()); // not a class's port
+    let mut known: Vec<(Vec<u8>, u32)> = g
+        .gate
+        .known()
+        .unwrap()
+        .into_iter()
+        .map(|(k, v)| (k.addr[..if k.family == 4 { 4 } else { 16 }].to_vec(), v.answers))
+        .collect();
+    known.sort();
+    let v6: Vec<u8> = "2001:db8::1".parse::<std::net::Ipv6Addr>().unwrap().octets()[..8].iter().copied().chain([0; 8]).collect();
+    assert_eq!(known, vec![(v6, 1), (vec![198, 51, 100, 1], 2), (vec![198, 51, 100, 4], 1)]);
+    let now = Clock::coarse_now();
+    assert!(g.gate.known().unwrap().iter().all(|(_, v)| v.last.abs_diff(now) <= 1));
+}
+
+#[test]
+fn more_sources_than_the_map_holds_are_evicted_and_counted_never_lost() {
+    let flags = ["dns:rate=1000000,burst=1000000,match=udp:53"];
+    let cfg = sluice::config::from_flags(&flags.map(String::from)).unwrap();
+    let mut gate = Gate::load_with(64).unwrap();
+    gate.apply(&cfg, &sluice::classify::compile(&cfg).unwrap()).unwrap();
+    let mut g = TestGate { gate, cfg };
+    g.gate.set_shares(g.class("dns"), &vec![share(1_000_000, 1_000_000); g.gate.ncpus()]).unwrap();
+    fair(&g, "dns", 1, 1_000_000, 1_000_000, (32, 64));
+    clock(&mut g, 1);
+    for i in 0..1000u32 {
+        let src = format!("10.{}.{}.{}", i >> 16, (i >> 8) & 255, i & 255);
+        g.expect(&format!("source {i}"), &dns_from(&src), Admitted("dns".into()));
+    }
+    let held = g.gate.sources().unwrap().len();
+    assert!(held <= 64 && held > 0, "the LRU map holds at most its size: {held}");
+    assert_eq!(counter(&g, "dns", SLUICE_CS_SRC_INSERTS), 1000);
+    assert_eq!(counter(&g, "dns", SLUICE_CS_SRC_ACTIVE) + counter(&g, "dns", SLUICE_CS_SRC_FULL), 1000);
+}
+
+#[test]
+fn an_ipv6_flood_rotating_the_lower_64_bits_is_one_source() {
+    let mut g = gate();
+    fair(&g, "dns", 10, 1_000_000, 1_000_000, (32, 64));
+    clock(&mut g, 1);
+    let mut dropped = 0;
+    for i in 0..100u32 {
+        let src = format!("2001:db8:7:7:{:x}:{:x}:{:x}:1", i * 7919 % 65536, i, i * 31);
+        let (verdict, _, _) = g.run(&Frame::udp(&src, "2001:db8::2", 4000, 53).build());
+        dropped += (verdict == sluice::gate::XDP_DROP) as u32;
+    }
+    assert_eq!(dropped, 90, "one /64: ten packets within the quota");
+    assert_eq!(g.gate.sources().unwrap().len(), 1);
+}
+
+#[test]
+fn aggregated_counting_makes_a_slash_24_and_a_slash_48_one_source() {
+    let mut g = gate();
+    fair(&g, "dns", 10, 1_000_000, 1_000_000, (24, 48));
+    clock(&mut g, 1);
+    for i in 0..20u32 {
+        g.run(&dns_from(&format!("203.0.113.{}", i + 1)));
+        g.run(&Frame::udp(&format!("2001:db8:9:{:x}::1", i), "2001:db8::2", 4000, 53).build());
+    }
+    let mut keys: Vec<(u8, u8, Vec<u8>, u32)> =
+        g.gate.sources().unwrap().into_iter().map(|(k, v)| (k.family, k.plen, k.addr[..8].to_vec(), v.pkts)).collect();
+    keys.sort();
+    assert_eq!(
+        keys,
+        vec![(4, 24, vec![203, 0, 113, 0, 0, 0, 0, 0], 20), (6, 48, vec![0x20, 0x01, 0x0d, 0xb8, 0, 9, 0, 0], 20)]
+    );
+    assert_eq!(counter(&g, "dns", SLUICE_CS_DROP_SHARE_PKTS), 20);
+}
+
+#[test]
+fn fragments_and_headers_past_the_parse_depth_are_classified_as_before() {
+    let mut g = gate();
+    fair(&g, "icmp", 1, 1_000_000, 1_000_000, (32, 64));
+    fair(&g, "default", 1, 1_000_000, 1_000_000, (32, 64));
+    clock(&mut g, 1);
+    // A non-first fragment has no ports: its protocol's class, counted by source.
+    let frag = Frame::icmp("192.0.2.9", "10.0.0.2").fragment(100, false).build();
+    g.expect("fragment within quota", &frag, Admitted("icmp".into()));
+    g.expect("fragment over quota", &frag, DroppedShare("icmp".into()));
+    // Past the parse depth: the default class, not counted against a source
+    // (the default class here is unlimited, so nothing is dropped).
+    let deep = (0..7).fold(Frame::udp("2001:db8::9", "2001:db8::2", 1, 53), |f, _| f.ext(Ext::DestOpts)).build();
+    for _ in 0..3 {
+        g.expect("too deep", &deep, Admitted("default".into()));
+    }
+}
