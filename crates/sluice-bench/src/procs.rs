@@ -108,9 +108,14 @@ pub fn in_ns(ns: &str, cpu: Option<usize>) -> Command {
 /// `sluice run --iface IFACE --socket SOCK --metrics off ARGS` in `ns`, as a
 /// user runs it, its output to `log` (a file: a pipe nobody reads could fill
 /// and stop it); returns once its statistics socket answers (the gate is attached then).
+/// Its state directory (known sources) is SOCK.state, emptied first: every
+/// start begins with no client known, so cells do not inherit each other's.
 pub fn start_daemon(exe: &Path, ns: &str, iface: &str, sock: &Path, args: &[String], log: &Path) -> Result<Proc> {
+    let state = sock.with_extension("state");
+    let _ = std::fs::remove_dir_all(&state);
     let mut c = in_ns(ns, None);
-    c.arg(exe).args(["run", "--iface", iface, "--metrics", "off", "--socket"]).arg(sock).args(args);
+    c.arg(exe).args(["run", "--iface", iface, "--metrics", "off", "--socket"]).arg(sock);
+    c.arg("--state-dir").arg(&state).args(args);
     let file = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
     c.stdout(file.try_clone()?).stderr(file);
     let _ = std::fs::remove_file(sock);

@@ -378,10 +378,10 @@ fn spawn_control(gate: Arc<Mutex<Gate>>, control: Arc<Mutex<ControlState>>, stop
         while !stop.load(Ordering::Relaxed) {
             {
                 // Lock order: the gate, then the control state (as apply_config does).
-                let g = gate.lock().unwrap();
+                let mut g = gate.lock().unwrap();
                 let mut c = control.lock().unwrap();
                 if c.failed.is_none() {
-                    if let Err(e) = c.ticker.tick(&g, |m| eprintln!("sluice bench: {m}")) {
+                    if let Err(e) = c.ticker.tick(&mut g, |m| eprintln!("sluice bench: {m}")) {
                         c.failed = Some(format!("{e:#}"));
                     }
                 }

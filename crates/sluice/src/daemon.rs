@@ -16,13 +16,15 @@ use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use crate::classify;
 use crate::config::{self, Config, NapiSched, XdpMode};
 use crate::discover::{self, Discovery};
-use crate::gate::{self, Gate};
+use crate::gate::{self, Clock, Gate};
+use crate::known::{self, Known};
+use crate::sources;
 use crate::sched::{apply_napi, check_napi, realtime_thread};
 use crate::stats::{
     class_snapshots, prometheus_text, prometheus_text_004, ClassRates, ClassTotals, GlobalTotals, Snapshot,
     SNAPSHOT_VERSION,
 };
-use crate::tick::Ticker;
+use crate::tick::{Ticker, KNOWN_TTL_SECS};
 
 /// Directory of the statistics sockets.
 pub const SOCKET_DIR: &str = "/run/sluice";
@@ -59,6 +61,8 @@ pub struct RunOpts {
     pub metrics: Option<Option<SocketAddr>>,
     /// --no-discover: no classes for the listening services.
     pub no_discover: bool,
+    /// Where the known sources are kept across restarts (None: known::STATE_DIR).
+    pub state_dir: Option<PathBuf>,
 }
 
 fn log(msg: impl std::fmt::Display) {
@@ -121,6 +125,24 @@ pub struct Daemon {
     ticker: Ticker,
     /// Process CPU time at the last statistics refresh (s).
     last_cpu: (Instant, f64),
+    /// The known sources' state file, entries of classes not there yet, and
+    /// how often writing it failed.
+    known_file: PathBuf,
+    pending_known: Vec<Known>,
+    state_errors: u64,
+    /// The last scan of the gate's source maps.
+    scan: Option<Scan>,
+}
+
+/// The known sources are written to their state file this often (60 s), and on exit.
+const SAVE_EVERY: u64 = 6000;
+
+/// What the last scan of the source maps found.
+struct Scan {
+    per_class: Vec<(u64, u64, Vec<sources::TopSource>)>,
+    entries: u64,
+    known: u64,
+    ms: f64,
 }
 
 /// CPU time of this process (user + system), seconds.
@@ -183,6 +205,7 @@ impl Daemon {
             daemon_cpu_pct: 0.0,
             discover: cfg.discover,
             distress: None,
+            sources: Default::default(),
         };
         let shared = Arc::new(Shared { snapshot: Mutex::new(snapshot) });
         let socket = listener.serve(shared.clone());
@@ -208,7 +231,18 @@ impl Daemon {
         }
         let last_cpu = (Instant::now(), process_cpu_secs());
         let history = vec![History::new(); cfg.classes.len()];
-        Ok(Daemon {
+        let known_file = known::path(opts.state_dir.as_deref().unwrap_or(Path::new(known::STATE_DIR)), &iface);
+        let pending_known = match known::load(&known_file) {
+            Ok(k) => {
+                log(format_args!("known sources: {} read from {}", k.len(), known_file.display()));
+                k
+            }
+            Err(e) => {
+                log(format_args!("known sources: {e}; starting with none"));
+                vec![]
+            }
+        };
+        let mut daemon = Daemon {
             opts,
             base,
             cfg,
@@ -222,7 +256,64 @@ impl Daemon {
             socket,
             ticker,
             last_cpu,
-        })
+            known_file,
+            pending_known,
+            state_errors: 0,
+            scan: None,
+        };
+        daemon.restore_known(None);
+        Ok(daemon)
+    }
+
+    /// Put known sources in the gate's map for the classes in force: with
+    /// `old_names`, the entries already there move to their classes' new ids
+    /// (class ids change with the class list); the pending entries of the
+    /// state file go in once their class exists.
+    fn restore_known(&mut self, old_names: Option<&[String]>) {
+        let names: Vec<String> = self.cfg.classes.iter().map(|c| c.name.clone()).collect();
+        let now = Clock::coarse_now();
+        let mut entries = std::mem::take(&mut self.pending_known);
+        let result = (|| -> Result<()> {
+            if let Some(old) = old_names.filter(|o| *o != names.as_slice()) {
+                entries.extend(known::from_map(&self.gate.known()?, old, now, KNOWN_TTL_SECS));
+                self.gate.clear_known()?;
+            }
+            let (map, later) = known::to_map(std::mem::take(&mut entries), &names, now);
+            self.gate.insert_known(&map)?;
+            self.pending_known = later;
+            Ok(())
+        })();
+        if let Err(e) = result {
+            log(format_args!("known sources: could not restore them: {e:#}"));
+        }
+    }
+
+    /// Write the known sources to the state file (a failure is logged at
+    /// the 1st, 2nd, 4th, ... time: the gate goes on without it).
+    fn save_known(&mut self) {
+        let names: Vec<String> = self.cfg.classes.iter().map(|c| c.name.clone()).collect();
+        let result = self.gate.known().map_err(anyhow::Error::from).and_then(|map| {
+            let mut all = known::from_map(&map, &names, Clock::coarse_now(), KNOWN_TTL_SECS);
+            all.extend(self.pending_known.iter().cloned());
+            known::save(&self.known_file, &all)
+        });
+        if let Err(e) = result {
+            self.state_errors += 1;
+            if self.state_errors.is_power_of_two() {
+                log(format_args!("known sources: not saved ({} times so far): {e:#}", self.state_errors));
+            }
+        }
+    }
+
+    /// Read the source maps for status: per class, the entries, the known
+    /// sources and the heaviest droppers.
+    fn scan_sources(&mut self) -> Result<()> {
+        let t = Instant::now();
+        let (sources, known) = (self.gate.sources()?, self.gate.known()?);
+        let per_class = sources::scan(&sources, &known, self.cfg.classes.len());
+        let ms = t.elapsed().as_secs_f64() * 1e3;
+        self.scan = Some(Scan { per_class, entries: sources.len() as u64, known: known.len() as u64, ms });
+        Ok(())
     }
 
     /// Run until SIGINT/SIGTERM; returns the final snapshot after detaching.
@@ -249,13 +340,19 @@ impl Daemon {
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
                 Err(mpsc::RecvTimeoutError::Disconnected) => break,
             }
-            self.ticker.tick(&self.gate, |m| log(m))?;
+            self.ticker.tick(&mut self.gate, |m| log(m))?;
             ticks += 1;
             if ticks.is_multiple_of(DISCOVER_EVERY) {
                 self.rediscover();
             }
+            if ticks.is_multiple_of(sources::SCAN_TICKS) {
+                self.scan_sources()?;
+            }
             if ticks.is_multiple_of(STATS_EVERY) {
                 self.refresh_stats()?;
+            }
+            if ticks.is_multiple_of(SAVE_EVERY) {
+                self.save_known();
             }
             if ticks.is_multiple_of(NAPI_EVERY) && self.cfg.auto.napi != NapiSched::Keep {
                 if let Err(e) = apply_napi(&self.iface, self.cfg.auto.napi) {
@@ -265,6 +362,7 @@ impl Daemon {
         }
         handle.close();
         self.refresh_stats()?;
+        self.save_known();
         self.gate.detach();
         let _ = std::fs::remove_file(&self.socket);
         let snap = self.shared.snapshot.lock().unwrap().clone();
@@ -315,6 +413,8 @@ impl Daemon {
         self.gate.apply(&cfg, tables)?;
         let old = std::mem::replace(&mut self.cfg, cfg);
         log_classes(&self.cfg, &old.classes);
+        let old_names: Vec<String> = old.classes.iter().map(|c| c.name.clone()).collect();
+        self.restore_known(Some(&old_names));
         ticker.carry_from(std::mem::replace(&mut self.ticker, Ticker::idle()));
         self.ticker = ticker;
         let keep = |c: &config::Class| old.classes.iter().position(|o| o.name == c.name);
@@ -372,7 +472,44 @@ impl Daemon {
         for (c, t) in snap.classes.iter_mut().zip(throttles.iter().chain(std::iter::repeat(&None))) {
             c.throttle_pps = *t;
         }
+        self.fill_sources(&mut snap);
         Ok(())
+    }
+
+    /// Source fairness into the snapshot: the tick's quotas, the counters'
+    /// rates, the last scan's tables.
+    fn fill_sources(&self, snap: &mut Snapshot) {
+        let fair = self.ticker.fair_status();
+        for (id, c) in snap.classes.iter_mut().enumerate() {
+            let (learning, quota) = fair.get(id).copied().unwrap_or((false, None));
+            let scanned = self.scan.as_ref().and_then(|s| s.per_class.get(id));
+            if !learning && quota.is_none() && scanned.is_none_or(|s| s.0 == 0 && s.1 == 0) {
+                c.sources = None;
+                continue;
+            }
+            let (p4, p6) = quota.map_or(crate::fair::PLENS[0], |q| (q.1, q.2));
+            c.sources = Some(sources::ClassSources {
+                learning,
+                quota: quota.map(|q| q.0),
+                plen4: p4,
+                plen6: p6,
+                active_per_epoch: c.rates.source_epochs_ps * TICK.as_secs_f64(),
+                known_pps: c.rates.known_pps,
+                share_dropped_pps: c.rates.share_dropped_pps,
+                known: scanned.map(|s| s.1),
+                tracked: scanned.map(|s| s.0),
+                top: scanned.map(|s| s.2.clone()).unwrap_or_default(),
+            });
+        }
+        let inserts = snap.classes.iter().map(|c| c.totals.source_inserts).sum();
+        snap.sources = sources::SourcesMap {
+            capacity: self.gate.sources_capacity(),
+            entries: self.scan.as_ref().map(|s| s.entries),
+            inserts,
+            evictions: self.scan.as_ref().map(|s| inserts.saturating_sub(s.entries)),
+            known: self.scan.as_ref().map(|s| s.known),
+            scan_ms: self.scan.as_ref().map(|s| s.ms),
+        };
     }
 
     /// SIGHUP: re-read the config; a bad one is refused and the old one stays.

@@ -16,7 +16,7 @@ use crate::bpf_intf::{
     sluice_src_key, SLUICE_CELLS, SLUICE_CS_NR, SLUICE_GS_NR, SLUICE_MAX_CLASSES, SLUICE_SOURCES_DEFAULT,
 };
 use crate::classify::Tables;
-use crate::config::{Config, Verdict, XdpMode};
+use crate::config::{Config, Limit, Verdict, XdpMode};
 use crate::gate_skel::{GateSkel, GateSkelBuilder};
 use crate::share::shares_for;
 
@@ -115,6 +115,34 @@ pub fn from_bytes<T: Copy + Default>(b: &[u8]) -> T {
 pub type ClassCounters = [u64; SLUICE_CS_NR as usize];
 /// Global counters summed over CPUs, indexed by `enum sluice_global_stat`.
 pub type GlobalCounters = [u64; SLUICE_GS_NR as usize];
+
+/// What a class's buckets get in a tick (see `Gate::rebalance`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tiers {
+    /// The class bucket: the whole class, or its known sources with `fair`.
+    pub limit: Limit,
+    /// Source fairness, for a limited class.
+    pub fair: Option<FairTier>,
+    /// The egress learner records the class's clients.
+    pub learn: bool,
+}
+
+impl Tiers {
+    /// One bucket for the whole class, no fairness, no learning.
+    pub fn plain(limit: Limit) -> Tiers {
+        Tiers { limit, fair: None, learn: false }
+    }
+}
+
+/// The unknown sources' tier of a limited class.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FairTier {
+    pub unknown: Limit,
+    /// Packets per unknown source and epoch.
+    pub quota: u32,
+    /// Prefix lengths unknown sources are counted at (IPv4, IPv6).
+    pub plens: (u8, u8),
+}
 
 /// The run-time settings of source fairness (see `Gate::set_clock`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -359,10 +387,11 @@ impl Gate {
             .map_err(|err| GateError::Map { map: "shares", err })
     }
 
-    /// Re-split a limited class's rate over CPUs by the arrivals each CPU saw
-    /// since the last call (`last_seen`: per-CPU seen packets, updated here).
+    /// Re-split a class's limits over CPUs by the arrivals each CPU saw
+    /// since the last call (`last_seen`: per-CPU seen packets, updated here):
+    /// the class bucket's, and with source fairness the unknown tier's.
     /// The daemon calls this every tick; see the design comment in gate.bpf.c.
-    pub fn rebalance(&self, class: usize, limit: &crate::config::Limit, last_seen: &mut Vec<u64>) -> Result<()> {
+    pub fn rebalance(&self, class: usize, tiers: &Tiers, last_seen: &mut Vec<u64>) -> Result<()> {
         let seen: Vec<u64> = self
             .class_counters_percpu(class)?
             .iter()
@@ -371,11 +400,26 @@ impl Gate {
         last_seen.resize(seen.len(), 0);
         let arrivals: Vec<u64> = seen.iter().zip(last_seen.iter()).map(|(n, o)| n.saturating_sub(*o)).collect();
         *last_seen = seen;
-        let shares = shares_for(limit, &arrivals);
+        let shares = shares_for(&tiers.limit, &arrivals);
         if self.shares(class)? != shares {
             self.set_shares(class, &shares)?;
         }
-        Ok(())
+        let fair: Vec<sluice_fair> = match &tiers.fair {
+            None => vec![sluice_fair { learn: tiers.learn as u8, ..Default::default() }; self.ncpus],
+            Some(f) => shares_for(&f.unknown, &arrivals)
+                .into_iter()
+                .map(|unknown| sluice_fair {
+                    unknown,
+                    on: 1,
+                    quota: f.quota,
+                    plen4: f.plens.0,
+                    plen6: f.plens.1,
+                    learn: tiers.learn as u8,
+                    ..Default::default()
+                })
+                .collect(),
+        };
+        self.set_fairness(class, &fair)
     }
 
     /// Set one class's per-CPU source fairness (all zero: off).
@@ -427,6 +471,15 @@ impl Gate {
                 .known
                 .update(bytes_of(k), bytes_of(v), MapFlags::ANY)
                 .map_err(|err| GateError::Map { map: "known", err })?;
+        }
+        Ok(())
+    }
+
+    /// Remove every known source (before they are put back under new class ids).
+    pub fn clear_known(&self) -> Result<()> {
+        let keys: Vec<Vec<u8>> = self.skel.maps.known.keys().collect();
+        for k in keys {
+            delete_present(&self.skel.maps.known, &k).map_err(|err| GateError::Map { map: "known", err })?;
         }
         Ok(())
     }

@@ -28,6 +28,7 @@ struct Cli {
 enum Cmd {
     Run(RunArgs),
     Status(StatusArgs),
+    Sources(SourcesArgs),
     CheckConfig(CheckArgs),
     /// Benchmarks that print numbers: runs `sluice-bench ARGS` (installed beside
     /// sluice); `sluice bench --help` lists them.
@@ -90,6 +91,12 @@ struct RunArgs {
     /// Prometheus listen address ADDR:PORT, or "off".
     #[arg(long, value_parser = parse_metrics)]
     metrics: Option<Metrics>,
+    /// Directory of the known sources' state file (known-IFACE.json): the
+    /// clients each service answered while healthy, which come first under a
+    /// flood, kept across restarts. Created if missing; a file that cannot be
+    /// read is ignored with a log line.
+    #[arg(long, value_name = "DIR", default_value = sluice::known::STATE_DIR)]
+    state_dir: PathBuf,
     /// Print the totals as JSON when stopping.
     #[arg(long)]
     json: bool,
@@ -104,6 +111,26 @@ struct StatusArgs {
     /// Refresh every SECS seconds until interrupted.
     #[arg(long, value_name = "SECS", value_parser = parse_secs)]
     watch: Option<Duration>,
+    /// The daemon's interface (finds /run/sluice/IFACE.sock).
+    #[arg(long, short)]
+    iface: Option<String>,
+    /// The daemon's statistics socket.
+    #[arg(long)]
+    socket: Option<PathBuf>,
+}
+
+/// Show one class's source fairness: its quota per unknown source, the
+/// prefix length sources are counted at, known and tracked sources, and the
+/// sources that lost the most packets over their quota (from the daemon's
+/// last scan of its maps, every 5 s).
+#[derive(Args)]
+struct SourcesArgs {
+    /// The class (as `sluice status` names it).
+    #[arg(long)]
+    class: String,
+    /// Print the class's part of the snapshot as JSON.
+    #[arg(long)]
+    json: bool,
     /// The daemon's interface (finds /run/sluice/IFACE.sock).
     #[arg(long, short)]
     iface: Option<String>,
@@ -218,6 +245,7 @@ fn main() -> ExitCode {
     let result = match Cli::parse().cmd {
         Cmd::Run(a) => cmd_run(a),
         Cmd::Status(a) => cmd_status(a),
+        Cmd::Sources(a) => cmd_sources(a),
         Cmd::CheckConfig(a) => cmd_check_config(a),
         Cmd::Bench { args } => cmd_bench(args),
         Cmd::Serve(ServeCmd::UdpEcho(a)) => cmd_serve_udp_echo(a),
@@ -246,6 +274,7 @@ impl From<RunArgs> for daemon::RunOpts {
                 Metrics::On(addr) => Some(addr),
             }),
             no_discover: a.no_discover,
+            state_dir: Some(a.state_dir),
         }
     }
 }
@@ -269,6 +298,19 @@ fn cmd_status(a: StatusArgs) -> Result<()> {
             None => return Ok(()),
         }
     }
+}
+
+fn cmd_sources(a: SourcesArgs) -> Result<()> {
+    let path = daemon::find_socket(a.socket.as_deref(), a.iface.as_deref())?;
+    let snap = daemon::fetch_snapshot(&path)?;
+    let table = sluice::sources::render_class(&snap, &a.class).map_err(anyhow::Error::msg)?;
+    if a.json {
+        let c = snap.classes.iter().find(|c| c.name == a.class).expect("render_class found it");
+        println!("{}", serde_json::to_string_pretty(&c.sources)?);
+    } else {
+        print!("{table}");
+    }
+    Ok(())
 }
 
 fn cmd_check_config(a: CheckArgs) -> Result<()> {

@@ -36,6 +36,15 @@ pub struct ClassTotals {
     pub dropped_share_pkts: u64,
     #[serde(default)]
     pub dropped_share_bytes: u64,
+    /// Packets from known sources, and source-epochs (a source's first
+    /// packet in a 10 ms epoch), while the class counts sources.
+    #[serde(default)]
+    pub known_pkts: u64,
+    #[serde(default)]
+    pub source_epochs: u64,
+    /// Entries this class made in the per-source map.
+    #[serde(default)]
+    pub source_inserts: u64,
 }
 
 impl From<ClassCounters> for ClassTotals {
@@ -51,6 +60,9 @@ impl From<ClassCounters> for ClassTotals {
             dropped_blocked_bytes: c[SLUICE_CS_DROP_BLOCKED_BYTES as usize],
             dropped_share_pkts: c[SLUICE_CS_DROP_SHARE_PKTS as usize],
             dropped_share_bytes: c[SLUICE_CS_DROP_SHARE_BYTES as usize],
+            known_pkts: c[SLUICE_CS_KNOWN_PKTS as usize],
+            source_epochs: c[SLUICE_CS_SRC_ACTIVE as usize],
+            source_inserts: c[SLUICE_CS_SRC_INSERTS as usize],
         }
     }
 }
@@ -94,6 +106,13 @@ pub struct ClassRates {
     pub seen_pps: f64,
     pub admitted_pps: f64,
     pub dropped_pps: f64,
+    #[serde(default)]
+    pub known_pps: f64,
+    #[serde(default)]
+    pub share_dropped_pps: f64,
+    /// Source-epochs per second (divide by 100 for sources per epoch).
+    #[serde(default)]
+    pub source_epochs_ps: f64,
 }
 
 impl ClassRates {
@@ -107,6 +126,9 @@ impl ClassRates {
             seen_pps: r(old.seen_pkts, new.seen_pkts),
             admitted_pps: r(old.admitted_pkts, new.admitted_pkts),
             dropped_pps: r(old.dropped_pkts(), new.dropped_pkts()),
+            known_pps: r(old.known_pkts, new.known_pkts),
+            share_dropped_pps: r(old.dropped_share_pkts, new.dropped_share_pkts),
+            source_epochs_ps: r(old.source_epochs, new.source_epochs),
         }
     }
 }
@@ -136,6 +158,9 @@ pub struct ClassSnapshot {
     /// higher priority is or was in distress; None = not throttled.
     #[serde(default)]
     pub throttle_pps: Option<f64>,
+    /// Source fairness and learning, for a class that is limited or learns.
+    #[serde(default)]
+    pub sources: Option<crate::sources::ClassSources>,
 }
 
 /// The auto controller's state for one class.
@@ -189,6 +214,9 @@ pub struct Snapshot {
     /// The highest priority whose service is in distress, and why (the budget).
     #[serde(default)]
     pub distress: Option<String>,
+    /// The per-source map and the known sources.
+    #[serde(default)]
+    pub sources: crate::sources::SourcesMap,
 }
 
 impl Snapshot {
@@ -224,6 +252,7 @@ pub fn class_snapshots(cfg: &Config) -> Vec<ClassSnapshot> {
                 auto: None,
                 discovered: c.discovered.clone(),
                 throttle_pps: None,
+                sources: None,
             }
         })
         .collect()
@@ -308,6 +337,7 @@ pub fn render_table(s: &Snapshot) -> String {
         }
     }
     render_budget(&mut o, s);
+    crate::sources::render_status(&mut o, s);
     let _ = writeln!(o, "daemon CPU {:.1}% of one CPU ({:.1} s in total)", s.daemon_cpu_pct, s.daemon_cpu_secs);
     let g = &s.global;
     let _ = writeln!(
@@ -363,6 +393,11 @@ pub fn prometheus_text(s: &Snapshot) -> String {
     let uptime = F64Gauge::default();
     uptime.set(s.uptime_secs);
     reg.register("uptime_seconds", "Seconds since the gate was attached", uptime);
+    let inserts = ConstCounter::new(s.sources.inserts);
+    reg.register("source_inserts", "Entries made in the per-source map (every class)", inserts);
+    if let Some(e) = s.sources.evictions {
+        reg.register("source_evictions", "Entries evicted from the full per-source map (at the last scan)", ConstCounter::new(e));
+    }
     let mut out = String::new();
     encode(&mut out, &reg).expect("writing to a String cannot fail");
     out
@@ -389,6 +424,7 @@ fn register_class_families(reg: &mut Registry, classes: &[ClassSnapshot]) {
             ("admitted", t.admitted_pkts, t.admitted_bytes),
             ("dropped_rate", t.dropped_rate_pkts, t.dropped_rate_bytes),
             ("dropped_blocked", t.dropped_blocked_pkts, t.dropped_blocked_bytes),
+            ("dropped_share", t.dropped_share_pkts, t.dropped_share_bytes),
         ] {
             let l = vec![label("class", &c.name), label("verdict", verdict)];
             pkts.get_or_create(&l).inc_by(p);
@@ -401,6 +437,22 @@ fn register_class_families(reg: &mut Registry, classes: &[ClassSnapshot]) {
     reg.register("class_packets", "Packets per class and verdict (seen = all classified)", pkts);
     reg.register("class_bytes", "Bytes per class and verdict", bytes);
     reg.register("class_rate_limit_pps", "Configured packets/s limit of limited classes", limit);
+    let (active, known, quota) =
+        (Family::<Labels, F64Gauge>::default(), Family::<Labels, F64Gauge>::default(), Family::<Labels, U64Gauge>::default());
+    for c in classes {
+        let Some(x) = &c.sources else { continue };
+        let l = vec![label("class", &c.name)];
+        active.get_or_create(&l).set(x.active_per_epoch);
+        if let Some(k) = x.known {
+            known.get_or_create(&l).set(k as f64);
+        }
+        if let Some(q) = x.quota {
+            quota.get_or_create(&l).set(q as u64);
+        }
+    }
+    reg.register("class_sources_active", "Distinct unknown sources per 10 ms epoch (mean over a second)", active);
+    reg.register("class_sources_known", "Known sources of the class (clients it answered while healthy)", known);
+    reg.register("class_source_quota", "Packets one unknown source may send per 10 ms epoch (limited classes)", quota);
 }
 
 /// The controller's view of each auto class.
@@ -523,7 +575,37 @@ mod tests {
             daemon_cpu_pct: 0.4,
             discover: true,
             distress: None,
+            sources: Default::default(),
         }
+    }
+
+    #[test]
+    fn status_metrics_and_the_sources_table_show_source_fairness() {
+        let mut s = snap();
+        s.classes[0].totals.dropped_share_pkts = 40;
+        s.classes[0].sources = Some(crate::sources::ClassSources {
+            learning: false,
+            quota: Some(12),
+            plen4: 24,
+            plen6: 48,
+            active_per_epoch: 300.0,
+            known: Some(3),
+            tracked: Some(900),
+            top: vec![crate::sources::TopSource { prefix: "192.0.2.0/24".into(), drops: 40, pkts: 30, epoch: 9 }],
+            ..Default::default()
+        });
+        s.sources = crate::sources::SourcesMap { capacity: 1024, entries: Some(900), evictions: Some(7), ..Default::default() };
+        let t = render_table(&s);
+        assert!(t.contains("SOURCES") && t.contains("/24 /48") && t.contains("900 of 1024 entries, 7 evicted"), "{t}");
+        let m = prometheus_text(&s);
+        assert!(m.contains("sluice_class_source_quota{class=\"dns\"} 12"), "{m}");
+        assert!(m.contains("verdict=\"dropped_share\"} 40"), "{m}");
+        assert!(m.contains("sluice_source_evictions_total 7"), "{m}");
+        let c = crate::sources::render_class(&s, "dns").unwrap();
+        assert!(c.contains("quota 12 per 10 ms epoch, counted at /24 /48") && c.contains("192.0.2.0/24"), "{c}");
+        assert!(crate::sources::render_class(&s, "nope").unwrap_err().contains("no class named"));
+        let d = crate::sources::render_class(&s, "default").unwrap();
+        assert!(d.contains("no source state"), "{d}");
     }
 
     #[test]

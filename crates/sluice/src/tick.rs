@@ -8,15 +8,20 @@
 //!    service in distress;
 //! 4. write each class's limit, the tightest of its own (static rate or
 //!    auto rate) and the budget's throttle, split over CPUs by the arrivals
-//!    each CPU saw (see the design comment in gate.bpf.c).
+//!    each CPU saw (see the design comment in gate.bpf.c); a limited class
+//!    is split again between its known and unknown sources, with a quota per
+//!    unknown source (`fair`);
+//! 5. tell the gate the epoch and the time (source quotas count per tick).
 use std::fmt::Display;
 
 use anyhow::Result;
 
 use crate::auto::AutoLoop;
 use crate::budget::{Budget, BudgetClass, FLOOR_PPS};
+use crate::bpf_intf::*;
 use crate::config::{default_burst, Config, Limit};
-use crate::gate::Gate;
+use crate::fair::{Fair, FairCounts, FairTick};
+use crate::gate::{ClassCounters, Clock, Gate, Tiers};
 use crate::health::{distress, path_distress, Health, HealthReader};
 use crate::stats::ClassTotals;
 
@@ -39,7 +44,18 @@ struct TickClass {
     last_seen: Vec<u64>,
     /// The limit written at the last tick (None: not written yet).
     written: Option<Limit>,
+    /// Source fairness, and the gate's counters at the last tick for it.
+    fair: Fair,
+    raw: Option<ClassCounters>,
+    counts: FairCounts,
+    /// The class's sockets were in distress in the last tick.
+    distress: bool,
+    /// The tiers written at the last tick.
+    tiers: Option<Tiers>,
 }
+
+/// A known source stays known this long after its last answer (7 days).
+pub const KNOWN_TTL_SECS: u64 = 7 * 24 * 3600;
 
 /// What runs every tick for one config.
 pub struct Ticker {
@@ -51,6 +67,8 @@ pub struct Ticker {
     pub budget: Budget,
     /// Ticks whose signals could not be read.
     pub signal_errors: u64,
+    /// Ticks run (the gate's epoch).
+    epoch: u32,
 }
 
 impl Ticker {
@@ -70,15 +88,28 @@ impl Ticker {
                 admitted: 0.0,
                 last_seen: vec![],
                 written: None,
+                fair: Fair::default(),
+                raw: None,
+                counts: FairCounts::default(),
+                distress: false,
+                tiers: None,
             })
             .collect();
         let health = Some(HealthReader::new(cfg, ns)?);
-        Ok(Ticker { classes, health, last: None, auto, budget: Budget::default(), signal_errors: 0 })
+        Ok(Ticker { classes, health, last: None, auto, budget: Budget::default(), signal_errors: 0, epoch: 0 })
     }
 
     /// A ticker with nothing to do (no config in place yet).
     pub fn idle() -> Ticker {
-        Ticker { classes: vec![], health: None, last: None, auto: None, budget: Budget::default(), signal_errors: 0 }
+        Ticker {
+            classes: vec![],
+            health: None,
+            last: None,
+            auto: None,
+            budget: Budget::default(),
+            signal_errors: 0,
+            epoch: 0,
+        }
     }
 
     /// Take over what `old` learnt (the controller, the budget's throttles,
@@ -90,8 +121,10 @@ impl Ticker {
         for (c, o) in self.classes.iter_mut().zip(&map) {
             if let Some(o) = o.map(|i| &old.classes[i]) {
                 c.last_seen = o.last_seen.clone();
+                c.fair = o.fair.clone();
             }
         }
+        self.epoch = old.epoch;
         self.budget = old.budget;
         self.budget.remap(&map);
         if let (Some(new), Some(old)) = (&mut self.auto, old.auto) {
@@ -103,7 +136,13 @@ impl Ticker {
     /// refuse writes: nothing later will work either). Signals that cannot
     /// be read are not: the gate keeps the last limits, and `log` hears of
     /// it at the 1st, 2nd, 4th, 8th... failure.
-    pub fn tick(&mut self, gate: &Gate, log: impl Fn(&dyn Display)) -> Result<()> {
+    pub fn tick(&mut self, gate: &mut Gate, log: impl Fn(&dyn Display)) -> Result<()> {
+        self.epoch = self.epoch.wrapping_add(1);
+        gate.set_clock(&Clock {
+            epoch: self.epoch,
+            now: Clock::coarse_now(),
+            known_ttl: Clock::coarse(KNOWN_TTL_SECS),
+        });
         let throttles = match self.control(gate) {
             Ok(t) => t,
             Err(e) => {
@@ -127,24 +166,37 @@ impl Ticker {
             let pass = |r: &Option<f64>| r.is_some_and(|r| r > AUTO_IDLE * c.offered || (lower_busy && r < c.offered));
             let own = auto.iter().find(|(i, _)| *i == id).map_or(c.limit, |(_, r)| rate_limit(r.filter(|_| !pass(r))));
             let limit = tightest(own, throttles.get(id).copied().flatten());
+            let tiers = c.tiers(limit, gate.sources_capacity());
             // An unlimited or blocked class needs writing only when it changes.
             let fixed = matches!(limit, Limit::Unlimited | Limit::Blocked | Limit::Auto(_));
-            if !fixed || c.written != Some(limit) {
-                gate.rebalance(id, &limit, &mut c.last_seen)?;
+            if !fixed || c.written != Some(limit) || c.tiers.as_ref() != Some(&tiers) {
+                gate.rebalance(id, &tiers, &mut c.last_seen)?;
                 c.written = Some(limit);
+                c.tiers = Some(tiers);
             }
         }
         Ok(())
+    }
+
+    /// Each class's source fairness as status shows it: (learning, quota and
+    /// prefix lengths in force if the class is limited).
+    pub fn fair_status(&self) -> Vec<(bool, Option<(u32, u8, u8)>)> {
+        self.classes
+            .iter()
+            .map(|c| match &c.tiers {
+                Some(t) => (t.learn, t.fair.as_ref().map(|f| (f.quota, f.plens.0, f.plens.1))),
+                None => (false, None),
+            })
+            .collect()
     }
 
     /// Read the health, run the auto controller and the budget; the budget's throttles.
     fn control(&mut self, gate: &Gate) -> Result<Vec<Option<f64>>> {
         let Some(reader) = &mut self.health else { return Ok(vec![]) };
         let now = (std::time::Instant::now(), reader.read()?);
-        // One read of each class's counters serves the auto loop and the budget.
-        let totals = (0..self.classes.len())
-            .map(|id| Ok(ClassTotals::from(gate.class_counters(id)?)))
-            .collect::<Result<Vec<_>>>()?;
+        // One read of each class's counters serves the auto loop, the budget and fairness.
+        let raw = (0..self.classes.len()).map(|id| Ok(gate.class_counters(id)?)).collect::<Result<Vec<_>>>()?;
+        let totals: Vec<ClassTotals> = raw.iter().map(|&r| ClassTotals::from(r)).collect();
         if let Some(a) = &mut self.auto {
             a.tick(&totals, &now.1)?;
         }
@@ -154,13 +206,11 @@ impl Ticker {
             let rate = |f: fn(&ClassTotals) -> u64| c.totals.map_or(0.0, |o| f(&t).saturating_sub(f(&o)) as f64 / dt);
             c.offered = rate(|t| t.seen_pkts);
             c.admitted = rate(|t| t.admitted_pkts);
-            demand.push(BudgetClass {
-                priority: c.priority,
-                offered: c.offered,
-                admitted: c.admitted,
-                distress: self.last.as_ref().and_then(|(_, prev)| distress(prev, &now.1, id)),
-            });
+            let why = self.last.as_ref().and_then(|(_, prev)| distress(prev, &now.1, id));
+            c.distress = why.is_some();
+            demand.push(BudgetClass { priority: c.priority, offered: c.offered, admitted: c.admitted, distress: why });
             c.totals = Some(t);
+            c.counts_from(raw[id]);
         }
         let path = self.last.as_ref().is_some_and(|(_, prev)| path_distress(prev, &now.1));
         let limits =
@@ -173,6 +223,50 @@ impl Ticker {
     /// and each class's throttle by class id.
     pub fn budget_status(&self) -> (Option<(u8, &'static str)>, &[Option<f64>]) {
         (self.budget.distress, &self.budget.limits)
+    }
+}
+
+impl TickClass {
+    /// The fairness counters of the last tick, from the gate's raw counters.
+    fn counts_from(&mut self, raw: ClassCounters) {
+        let old = self.raw.replace(raw).unwrap_or(raw);
+        let d = |i: u32| raw[i as usize].saturating_sub(old[i as usize]);
+        self.counts = FairCounts {
+            known: d(SLUICE_CS_KNOWN_PKTS),
+            unknown: d(SLUICE_CS_UNKNOWN_PKTS),
+            under: d(SLUICE_CS_UNDER_PKTS),
+            active: d(SLUICE_CS_SRC_ACTIVE),
+            over: d(SLUICE_CS_SRC_OVER),
+            inserts: d(SLUICE_CS_SRC_INSERTS),
+        };
+    }
+
+    /// What the class's buckets get: a limited class is split between known
+    /// and unknown sources; any class lets the learner record its clients
+    /// once it has been healthy (nothing dropped, no distress) for a while.
+    fn tiers(&mut self, limit: Limit, capacity: u32) -> Tiers {
+        let healthy = !self.distress && self.admitted >= self.offered;
+        let learn = self.fair.learn(healthy);
+        let Limit::Rate { pps, burst } = limit else {
+            self.fair.idle();
+            return Tiers { limit, fair: None, learn };
+        };
+        let dt = crate::daemon::TICK.as_secs_f64();
+        let t = FairTick { rate: pps as f64, dt, counts: self.counts, distress: self.distress, capacity };
+        let out = self.fair.step(&t);
+        let tier = |r: f64| {
+            let pps = r.round().max(1.0) as u64;
+            Limit::Rate { pps, burst: default_burst(pps).min(burst) }
+        };
+        Tiers {
+            limit: tier(out.known_pps),
+            fair: Some(crate::gate::FairTier {
+                unknown: tier(out.unknown_pps),
+                quota: out.quota,
+                plens: (out.plen4, out.plen6),
+            }),
+            learn,
+        }
     }
 }
 

@@ -108,7 +108,7 @@ fn two_cpus_together_admit_the_configured_total_within_5_percent() {
         std::thread::spawn(move || {
             let (mut last, mut samples) = (Vec::new(), Vec::new());
             while !done.load(Ordering::Relaxed) {
-                g.gate.rebalance(id, &limit, &mut last).unwrap();
+                g.gate.rebalance(id, &sluice::gate::Tiers::plain(limit), &mut last).unwrap();
                 samples.push((mono_ns(), g.gate.class_counters(id).unwrap()[2]));
                 std::thread::sleep(Duration::from_millis(100));
             }

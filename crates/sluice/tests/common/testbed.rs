@@ -106,7 +106,9 @@ impl Testbed {
     /// Start `sluice run` on B's interface; returns once its socket answers.
     pub fn start_gate(&mut self, extra: &[&str]) -> u32 {
         let sock = self.socket();
+        let state = self.dir.join("state");
         let mut args = vec!["run", "--iface", self.if_b, "--socket", sock.to_str().unwrap(), "--metrics", "off"];
+        args.extend(["--state-dir", state.to_str().unwrap()]);
         args.extend_from_slice(extra);
         let b = self.b.clone();
         let pid = self.spawn(&b, &args);

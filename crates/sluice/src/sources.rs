@@ -1,0 +1,210 @@
+//! What `status`, the metrics and `sluice sources` show of source fairness
+//! (pure: the daemon feeds it the gate's maps and counters).
+//!
+//! The counts per tick come from the class counters (cheap, every refresh);
+//! the table of sources comes from reading the whole "sources" and "known"
+//! maps, which the daemon does every SCAN_TICKS while some class counts
+//! sources (a full 256k-entry map takes tens of ms to read).
+use std::fmt::Write as _;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use serde::{Deserialize, Serialize};
+
+use crate::bpf_intf::{sluice_known, sluice_src, sluice_src_key};
+use crate::stats::{human, Snapshot};
+
+/// The heaviest droppers kept per class.
+pub const TOP_SOURCES: usize = 10;
+/// Ticks between two scans of the maps (5 s).
+pub const SCAN_TICKS: u64 = 500;
+
+/// Source fairness of one class.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ClassSources {
+    /// The egress learner records the class's answered clients (the class
+    /// has been healthy for a second).
+    pub learning: bool,
+    /// While the class is limited: packets one unknown source may send per
+    /// 10 ms epoch, and the prefix lengths sources are counted at.
+    pub quota: Option<u32>,
+    pub plen4: u8,
+    pub plen6: u8,
+    /// Distinct unknown sources per epoch, mean over the last second.
+    pub active_per_epoch: f64,
+    /// Packets/s from known sources, and dropped over a source's quota.
+    pub known_pps: f64,
+    pub share_dropped_pps: f64,
+    /// At the last scan (None: not scanned yet): known sources of the class,
+    /// entries of the sources map, and the heaviest droppers.
+    pub known: Option<u64>,
+    pub tracked: Option<u64>,
+    pub top: Vec<TopSource>,
+}
+
+/// One source prefix and what it lost.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TopSource {
+    /// "ADDR/LEN".
+    pub prefix: String,
+    /// Packets dropped over its quota since its entry was made.
+    pub drops: u64,
+    /// Its packets in the last epoch it sent in, and that epoch.
+    pub pkts: u32,
+    pub epoch: u32,
+}
+
+/// The sources map as a whole.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SourcesMap {
+    /// Entries it holds at most, and held at the last scan.
+    pub capacity: u32,
+    pub entries: Option<u64>,
+    /// Entries made since the gate was loaded (every class), and evicted:
+    /// inserts less the entries held (nothing else removes one).
+    pub inserts: u64,
+    pub evictions: Option<u64>,
+    /// Known sources (every class), at the last scan.
+    pub known: Option<u64>,
+    /// How long the last scan took (ms).
+    pub scan_ms: Option<f64>,
+}
+
+/// The prefix of a map key, as text.
+pub fn prefix(k: &sluice_src_key) -> String {
+    let ip = match k.family {
+        4 => IpAddr::V4(Ipv4Addr::new(k.addr[0], k.addr[1], k.addr[2], k.addr[3])),
+        _ => IpAddr::V6(Ipv6Addr::from(k.addr)),
+    };
+    format!("{ip}/{}", k.plen)
+}
+
+/// Per class: (entries, known, top droppers) from the two maps.
+pub fn scan(
+    sources: &[(sluice_src_key, sluice_src)],
+    known: &[(sluice_src_key, sluice_known)],
+    classes: usize,
+) -> Vec<(u64, u64, Vec<TopSource>)> {
+    let mut out: Vec<(u64, u64, Vec<TopSource>)> = vec![(0, 0, vec![]); classes];
+    for (k, v) in sources {
+        let Some(c) = out.get_mut(k.class_id as usize) else { continue };
+        c.0 += 1;
+        if v.drops > 0 {
+            c.2.push(TopSource { prefix: prefix(k), drops: v.drops, pkts: v.pkts, epoch: v.epoch });
+        }
+    }
+    for (k, _) in known {
+        if let Some(c) = out.get_mut(k.class_id as usize) {
+            c.1 += 1;
+        }
+    }
+    for c in &mut out {
+        c.2.sort_by(|a, b| b.drops.cmp(&a.drops).then_with(|| a.prefix.cmp(&b.prefix)));
+        c.2.truncate(TOP_SOURCES);
+    }
+    out
+}
+
+/// The lines `sluice status` adds for classes that count sources or learn.
+pub fn render_status(o: &mut String, s: &Snapshot) {
+    let shown: Vec<_> = s.classes.iter().filter_map(|c| c.sources.as_ref().map(|x| (c, x))).collect();
+    if shown.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        o,
+        "{:<24} {:>8} {:>8} {:>9} {:>9} {:>10} {:>8} {:>8}",
+        "SOURCES", "LEARNING", "QUOTA", "COUNT AT", "ACTIVE", "SHARE DROP/s", "KNOWN", "TRACKED"
+    );
+    for (c, x) in shown {
+        let opt = |v: Option<u64>| v.map_or("-".to_string(), |v| v.to_string());
+        let _ = writeln!(
+            o,
+            "{:<24} {:>8} {:>8} {:>9} {:>9} {:>12} {:>8} {:>8}",
+            c.name,
+            if x.learning { "yes" } else { "no" },
+            x.quota.map_or("-".into(), |q| q.to_string()),
+            format!("/{} /{}", x.plen4, x.plen6),
+            human(x.active_per_epoch),
+            human(x.share_dropped_pps),
+            opt(x.known),
+            opt(x.tracked)
+        );
+    }
+    let m = &s.sources;
+    let opt = |v: Option<u64>| v.map_or("not scanned yet".to_string(), |v| v.to_string());
+    let _ = writeln!(
+        o,
+        "sources map: {} of {} entries, {} evicted, {} known sources",
+        opt(m.entries),
+        m.capacity,
+        opt(m.evictions),
+        opt(m.known)
+    );
+}
+
+/// `sluice sources --class NAME`: one class's fairness and its heaviest droppers.
+pub fn render_class(s: &Snapshot, class: &str) -> Result<String, String> {
+    let c = s.classes.iter().find(|c| c.name == class).ok_or_else(|| {
+        let names: Vec<&str> = s.classes.iter().map(|c| c.name.as_str()).collect();
+        format!("no class named \"{class}\"; classes: {names:?}")
+    })?;
+    let mut o = String::new();
+    let Some(x) = &c.sources else {
+        let _ = writeln!(o, "{}: no source state (the class is not limited and does not learn)", c.name);
+        return Ok(o);
+    };
+    let _ = writeln!(
+        o,
+        "{}: quota {} per 10 ms epoch, counted at /{} /{}; {} active sources per epoch; learning {}",
+        c.name,
+        x.quota.map_or("- (not limited)".into(), |q| q.to_string()),
+        x.plen4,
+        x.plen6,
+        human(x.active_per_epoch),
+        if x.learning { "yes" } else { "no" }
+    );
+    let _ = writeln!(
+        o,
+        "known sources {}, tracked sources {} (last scan; scanned every {} s)",
+        x.known.map_or("-".into(), |v| v.to_string()),
+        x.tracked.map_or("-".into(), |v| v.to_string()),
+        SCAN_TICKS / 100
+    );
+    if x.top.is_empty() {
+        let _ = writeln!(o, "no source was dropped over its quota");
+        return Ok(o);
+    }
+    let _ = writeln!(o, "{:<44} {:>14} {:>12} {:>10}", "SOURCE", "DROPPED", "LAST EPOCH", "EPOCH");
+    for t in &x.top {
+        let _ = writeln!(o, "{:<44} {:>14} {:>12} {:>10}", t.prefix, t.drops, t.pkts, t.epoch);
+    }
+    Ok(o)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(class: u8, a: [u8; 4], plen: u8) -> sluice_src_key {
+        let mut addr = [0u8; 16];
+        addr[..4].copy_from_slice(&a);
+        sluice_src_key { class_id: class, family: 4, plen, addr, ..Default::default() }
+    }
+
+    #[test]
+    fn the_scan_counts_per_class_and_keeps_the_heaviest_droppers_first() {
+        let mut sources: Vec<_> = (0..30u8)
+            .map(|i| (key(1, [10, 0, 0, i], 32), sluice_src { epoch: 5, pkts: 3, drops: i as u64 * 10 }))
+            .collect();
+        sources.push((key(2, [192, 0, 2, 0], 24), sluice_src { epoch: 5, pkts: 1, drops: 0 }));
+        sources.push((key(63, [1, 2, 3, 4], 32), sluice_src::default()));
+        let known = vec![(key(1, [198, 51, 100, 1], 32), sluice_known::default())];
+        let s = scan(&sources, &known, 3);
+        assert_eq!((s[1].0, s[1].1, s[2].0, s[2].1), (30, 1, 1, 0));
+        assert_eq!(s[1].2.len(), TOP_SOURCES);
+        assert_eq!(s[1].2[0].prefix, "10.0.0.29/32");
+        assert_eq!(s[1].2[0].drops, 290);
+        assert!(s[2].2.is_empty(), "a source that lost nothing is not a top dropper");
+        assert_eq!(prefix(&key(0, [192, 0, 2, 0], 24)), "192.0.2.0/24");
+    }
+}
