@@ -160,7 +160,7 @@ int sluice_gen(struct xdp_md *ctx)
 		o0 = a[0];
 		o1 = a[1];
 		base = bpf_ntohl(((__u32)o1 << 16 | o0));
-		addr = bpf_htonl(base + (__u32)(seq % st->srcs));
+		addr = bpf_htonl(base + (st->random ? bpf_get_prandom_u32() : (__u32)seq) % st->srcs);
 		n0 = addr & 0xffff;
 		n1 = addr >> 16;
 		a[0] = n0;

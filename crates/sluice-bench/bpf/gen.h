@@ -29,11 +29,11 @@ struct sluice_gen_stream {
 	__u16 sport_off;   /* offset of the UDP source port in the frame */
 	__u16 csum_off;    /* offset of the L4 checksum to update (TCP, UDP over IPv6); 0 = none (UDP over IPv4 sends 0) */
 	__u16 stamp_off;   /* offset of the stamp in the payload; 0 = none */
-	__u16 saddr_off;   /* offset of the last 4 bytes of the source address */
+	__u16 saddr_off;   /* offset of the 4 source-address bytes that vary: IPv4's last 4, IPv6's bytes 4-7 (distinct /64s) */
 	__u16 ipcsum_off;  /* offset of the IPv4 header checksum; 0 = IPv6 (no header checksum) */
 	__u16 _pad;
-	__u32 srcs;        /* source addresses: the template's, plus 0 .. srcs - 1 on its last 32 bits */
-	__u32 _pad2;
+	__u32 srcs;        /* source addresses: the template's, plus 0 .. srcs - 1 on the 32 bits at saddr_off */
+	__u32 random;      /* 1: each frame's source is drawn at random from those srcs (else in turn) */
 	__u8 tmpl[SLUICE_GEN_TMPL]; /* the frame's first bytes, headers with valid checksums */
 };
 

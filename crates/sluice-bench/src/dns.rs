@@ -75,8 +75,14 @@ pub fn start_nsd(dir: &Path, ns: &str, cpu: usize, addrs: &[String], client: (&s
 /// runs on the sender's CPU: a probe that wandered between CPUs would move
 /// its arrivals between the gate's per-CPU buckets).
 pub fn probe_from(ns: &str, cpu: usize, server: SocketAddr, rate: f64, secs: f64) -> Result<Probe> {
-    let any = if server.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" };
-    let sock = sluice::netns::run_in(ns, move || Ok(UdpSocket::bind(any)?))?;
+    probe_bound(ns, cpu, None, server, rate, secs)
+}
+
+/// [`probe_from`] from a given local address (None: the kernel picks).
+pub fn probe_bound(ns: &str, cpu: usize, bind: Option<IpAddr>, server: SocketAddr, rate: f64, secs: f64) -> Result<Probe> {
+    let any: IpAddr = if server.is_ipv4() { std::net::Ipv4Addr::UNSPECIFIED.into() } else { std::net::Ipv6Addr::UNSPECIFIED.into() };
+    let local = SocketAddr::new(bind.unwrap_or(any), 0);
+    let sock = sluice::netns::run_in(ns, move || Ok(UdpSocket::bind(local)?))?;
     std::thread::spawn(move || {
         sluice::netns::pin_thread(cpu)?;
         probe(sock, server, rate, secs)

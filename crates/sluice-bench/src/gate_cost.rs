@@ -9,7 +9,8 @@ use serde::Serialize;
 use indicatif::{ProgressBar, ProgressStyle};
 use sluice::classify;
 use sluice::config::{self, Config, Limit};
-use sluice::gate::{Gate, Prog, XDP_DROP, XDP_PASS};
+use sluice::bpf_intf::{sluice_fair, sluice_known, sluice_src_key};
+use sluice::gate::{Clock, Gate, Prog, XDP_DROP, XDP_PASS};
 use sluice::packet::{v6, Frame};
 use sluice::share::share;
 
@@ -29,9 +30,18 @@ pub struct Report {
     pub noop_ns: f64,
     pub noop_min_ns: f64,
     pub rows: Vec<Row>,
+    /// The per-source path, with 1 and SOURCES_MANY sources in the map (`ns` by that).
+    pub source_rows: Vec<Row>,
+    /// Kernel memory of the sources map sized for SOURCES_MANY (fdinfo memlock), bytes.
+    pub sources_map_bytes: Option<u64>,
+    /// This process's RSS after reading that full map once, as the daemon's scan does (bytes).
+    pub rss_after_scan_bytes: Option<u64>,
     pub repeat: u32,
     pub rounds: usize,
 }
+
+/// The per-source rows' large case: active sources in the map.
+pub const SOURCES_MANY: u32 = 1 << 20;
 
 /// A config with `n` port rules in 63 classes; the bench's packets match the
 /// class "bench" (rule n-1, the last one) whose limit is `rate`.
@@ -95,6 +105,7 @@ pub fn run(repeat: u32, rounds: usize, progress: bool) -> Result<Report> {
         ("IPv4 TCP, admitted", &v4_tcp, "1G", XDP_PASS, false),
         ("IPv4 UDP, source-prefix rules, admitted", &v4_udp, "1G", XDP_PASS, true),
     ];
+    let (mut source_cells, memory) = source_cells(&v4_udp)?;
     let mut cells: Vec<Vec<Cell>> = Vec::new();
     for (_, pkt, rate, verdict, prefixes) in &cases {
         let mut row = Vec::new();
@@ -118,7 +129,7 @@ pub fn run(repeat: u32, rounds: usize, progress: bool) -> Result<Report> {
     let mut noop = Vec::new();
     for _ in 0..rounds {
         noop.push(measure(&cells[0][0].gate, Prog::Noop, &v4_udp, XDP_PASS, repeat)?);
-        for c in cells.iter_mut().flatten() {
+        for c in cells.iter_mut().flatten().chain(source_cells.iter_mut().flatten()) {
             let ns = measure(&c.gate, Prog::Gate, &c.pkt, c.verdict, repeat)?;
             c.samples.push(ns);
         }
@@ -135,8 +146,95 @@ pub fn run(repeat: u32, rounds: usize, progress: bool) -> Result<Report> {
             min_ns: row.iter().map(|c| c.samples.iter().copied().fold(f64::INFINITY, f64::min)).collect(),
         })
         .collect();
+    let source_rows = SOURCE_CASES
+        .iter()
+        .zip(source_cells.iter_mut())
+        .map(|((name, verdict, _), row)| Row {
+            case: name.to_string(),
+            verdict: if *verdict == XDP_PASS { "PASS" } else { "DROP" }.into(),
+            ns: row.iter_mut().map(|c| median(&mut c.samples)).collect(),
+            min_ns: row.iter().map(|c| c.samples.iter().copied().fold(f64::INFINITY, f64::min)).collect(),
+        })
+        .collect();
     let noop_min_ns = noop.iter().copied().fold(f64::INFINITY, f64::min);
-    Ok(Report { rules, noop_ns: median(&mut noop), noop_min_ns, rows, repeat, rounds })
+    Ok(Report {
+        rules,
+        noop_ns: median(&mut noop),
+        noop_min_ns,
+        rows,
+        source_rows,
+        sources_map_bytes: memory.0,
+        rss_after_scan_bytes: memory.1,
+        repeat,
+        rounds,
+    })
+}
+
+/// The per-source cases: (name, verdict, how the class is set up).
+const SOURCE_CASES: [(&str, u32, SourceCase); 3] = [
+    ("IPv4 UDP, unknown source within its quota, admitted", XDP_PASS, SourceCase::Within),
+    ("IPv4 UDP, unknown source over its quota, dropped", XDP_DROP, SourceCase::Over),
+    ("IPv4 UDP, known source, admitted", XDP_PASS, SourceCase::Known),
+];
+
+#[derive(Clone, Copy, PartialEq)]
+enum SourceCase {
+    Within,
+    Over,
+    Known,
+}
+
+/// Gates for the per-source cases, with 1 and SOURCES_MANY sources in the
+/// map; and the memory of the large map (memlock, RSS after a full scan).
+fn source_cells(pkt: &[u8]) -> Result<(Vec<Vec<Cell>>, (Option<u64>, Option<u64>))> {
+    let mut memory = (None, None);
+    let mut cells = Vec::new();
+    for (_, verdict, case) in SOURCE_CASES {
+        let mut row = Vec::new();
+        for many in [false, true] {
+            let cfg = config::from_flags(&["bench:rate=1G,burst=1000000,match=udp:7000".to_string()])?;
+            let mut gate = Gate::load_with(if many { SOURCES_MANY } else { 1024 })?;
+            gate.apply(&cfg, &classify::compile(&cfg)?)?;
+            let id = cfg.class_id("bench").expect("the bench class");
+            gate.set_shares(id, &vec![share(1_000_000_000, 1_000_000); gate.ncpus()])?;
+            let quota = if case == SourceCase::Over { 1 } else { u32::MAX };
+            let fair = sluice_fair {
+                unknown: share(1_000_000_000, 1_000_000),
+                on: 1,
+                quota,
+                plen4: 32,
+                plen6: 64,
+                ..Default::default()
+            };
+            gate.set_fairness(id, &vec![fair; gate.ncpus()])?;
+            gate.set_clock(&Clock { epoch: 1, now: Clock::coarse_now(), known_ttl: Clock::coarse(3600) });
+            if many {
+                gate.fill_sources(id as u8, SOURCES_MANY - 1, 1)?;
+                if memory.0.is_none() {
+                    memory.0 = gate.map_memlock("sources");
+                    let _ = gate.sources()?;
+                    memory.1 = rss_bytes();
+                }
+            }
+            if case == SourceCase::Known {
+                let mut addr = [0u8; 16];
+                addr[..4].copy_from_slice(&[10, 0, 0, 1]);
+                let key = sluice_src_key { class_id: id as u8, family: 4, plen: 32, addr, ..Default::default() };
+                gate.insert_known(&[(key, sluice_known { last: Clock::coarse_now(), answers: 1 })])?;
+            }
+            gate.test_run(Prog::Gate, pkt, 1000)?;
+            row.push(Cell { gate, pkt: pkt.to_vec(), verdict, samples: vec![] });
+        }
+        cells.push(row);
+    }
+    Ok((cells, memory))
+}
+
+/// This process's resident set (VmRSS), bytes.
+fn rss_bytes() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kb: u64 = s.lines().find(|l| l.starts_with("VmRSS:"))?.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
 }
 
 fn pin_to_cpu(cpu: usize) {
@@ -167,6 +265,30 @@ pub fn render(r: &Report) -> String {
         "\nns per packet: median (fastest) of {} interleaved rounds, one BPF_PROG_TEST_RUN call of {} repeats \
          per case and round, on CPU 0; the kernel reports whole ns. The gate minus the floor is what it adds.",
         r.rounds, r.repeat
+    );
+    let _ = writeln!(o, "\n| per-source path (a limited class, fairness on) | verdict | 1 source | {} sources | many vs 1 |", SOURCES_MANY);
+    let _ = writeln!(o, "|---|---|---|---|---|");
+    for row in &r.source_rows {
+        let cells: Vec<String> = row.ns.iter().zip(&row.min_ns).map(|(m, n)| cell(*m, *n)).collect();
+        let ratio = row.ns[1] / row.ns[0];
+        let _ = writeln!(o, "| {} | {} | {} | {:+.1}% |", row.case, row.verdict, cells.join(" | "), (ratio - 1.0) * 100.0);
+    }
+    let admitted = r.rows.first().map(|row| row.ns[0] - r.noop_ns);
+    let fair = r.source_rows.first().map(|row| row.ns[1] - r.noop_ns);
+    if let (Some(a), Some(f)) = (admitted, fair) {
+        let _ = writeln!(
+            o,
+            "\nover the floor: the per-source path (1M sources, admitted) adds {f:.0} ns, today's admitted IPv4 UDP {a:.0} ns: {:.1}x (target: at most 2x)",
+            f / a.max(1e-9)
+        );
+    }
+    let mib = |b: Option<u64>| b.map_or("not measured".to_string(), |b| format!("{:.1} MiB", b as f64 / (1 << 20) as f64));
+    let _ = writeln!(
+        o,
+        "sources map for {} entries: {} of kernel memory (memlock); this process's RSS after reading it whole once: {}",
+        SOURCES_MANY,
+        mib(r.sources_map_bytes),
+        mib(r.rss_after_scan_bytes)
     );
     o
 }

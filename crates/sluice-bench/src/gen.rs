@@ -30,9 +30,13 @@ pub struct StreamSpec {
     /// Source address and first source port; `flows` ports from there.
     pub src: SocketAddr,
     pub flows: u32,
-    /// Source addresses: `src`'s and the next srcs - 1 (on the last 32 bits).
+    /// Source addresses: `src`'s and the next srcs - 1 (IPv4: on the last
+    /// 32 bits; IPv6: on bits 32-63, so each is a /64 of its own).
     #[serde(default = "one")]
     pub srcs: u32,
+    /// Draw each frame's source at random from those (else in turn).
+    #[serde(default)]
+    pub random_srcs: bool,
     /// Destination address and first destination port; `dports` ports from there.
     pub dst: SocketAddr,
     pub dports: u32,
@@ -122,9 +126,11 @@ pub fn stream_value(s: &StreamSpec, dst_mac: [u8; 6], src_mac: [u8; 6]) -> Resul
             (false, false) => 0,
         },
         stamp_off: if stamp { stamp_off as u16 } else { 0 },
-        saddr_off: if s.src.is_ipv4() { ip + 12 } else { ip + 20 } as u16,
+        // IPv4's source address, or bytes 4-7 of IPv6's (both at IP header + 12).
+        saddr_off: (ip + 12) as u16,
         ipcsum_off: if s.src.is_ipv4() { (ip + 10) as u16 } else { 0 },
         srcs: s.srcs,
+        random: s.random_srcs as u32,
         ..Default::default()
     };
     let n = bytes.len().min(SLUICE_GEN_TMPL as usize);
@@ -338,6 +344,7 @@ pub fn udp_stream(
         dst: SocketAddr::new(dst, dport),
         dports: 1,
         srcs: 1,
+        random_srcs: false,
         stamp: false,
         syn: false,
     }

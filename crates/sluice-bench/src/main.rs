@@ -243,6 +243,9 @@ fn cmd_bench_run(a: BenchRunArgs) -> Result<()> {
     if let Some(svc) = services::Service::parse(&a.scenario) {
         return cmd_bench_services(svc, a);
     }
+    if a.scenario == "sources" {
+        return cmd_bench_services(services::Service::Dns, a);
+    }
     let mut sc = scenario::load(&a.scenario)?;
     if let Some(d) = a.duration {
         sc.duration = d.as_secs_f64();
@@ -270,17 +273,24 @@ fn cmd_bench_services(svc: services::Service, a: BenchRunArgs) -> Result<()> {
     );
     let repeats = a.repeats.unwrap_or(1);
     anyhow::ensure!((1..=20).contains(&repeats), "--repeats: 1 to 20");
-    let out = a.out.map_or_else(|| default_out(svc.name()), Ok)?;
+    let sources = a.scenario == "sources";
+    let out = a.out.map_or_else(|| default_out(&a.scenario), Ok)?;
+    let floods = match (a.floods.is_empty(), sources) {
+        (false, _) => a.floods,
+        (true, false) => services::FLOODS.to_vec(),
+        (true, true) => services::SOURCE_FLOODS.to_vec(),
+    };
     let o = services::ServiceOpts {
         exe: sluice_exe()?,
         secs,
         repeats,
         qps: a.qps as u64,
         conns: a.conns,
-        floods: if a.floods.is_empty() { services::FLOODS.to_vec() } else { a.floods },
+        floods,
+        sources,
         interrupted: stop_flag()?,
     };
-    eprintln!("sluice bench: scenario {}, writing to {}", svc.name(), out.display());
+    eprintln!("sluice bench: scenario {}, writing to {}", a.scenario, out.display());
     let r = services::run(svc, &o, &out)?;
     print!("{}", services::summary(&r));
     println!("results: {}", out.join("results.json").display());

@@ -325,6 +325,7 @@ impl Rig {
                     src: SocketAddr::new(src_ip, sport),
                     flows: s.flows,
                     srcs: s.sources,
+                    random_srcs: false,
                     dst: SocketAddr::new(dst_ip, s.port.unwrap_or(self.scenario.victim.port)),
                     dports: s.dports,
                     stamp: s.legit,
@@ -337,13 +338,17 @@ impl Rig {
 }
 
 /// Flood sources: more addresses behind A (FLOOD_SRC_V4/V6 and the next
-/// `sources - 1`), made known to B as neighbours at A's MAC in one `ip -batch`.
+/// `sources - 1`, as the generator counts them: IPv6 on bits 32-63), made
+/// known to B as neighbours at A's MAC in one `ip -batch`; and routes on B
+/// through A for the sources past those (10.0.0.0/8, fd77::/16), so answers
+/// to any flood source leave B as they would to a remote client.
 pub(crate) fn add_flood_neighbours(tb: &VictimBed, sources: u32) -> Result<()> {
     let mac = sluice::testbed::format_mac(tb.net.mac_a);
-    let mut batch = String::new();
+    let mut batch = format!("route replace 10.0.0.0/8 via {}\n", tb.net.ip_a);
+    batch += &format!("-6 route replace fd77::/16 via {}\n", tb.net.ip6_a);
     for i in 0..sources {
         let v4 = std::net::Ipv4Addr::from(u32::from(FLOOD_SRC_V4.parse::<std::net::Ipv4Addr>()?) + i);
-        let v6 = std::net::Ipv6Addr::from(u128::from(FLOOD_SRC_V6.parse::<std::net::Ipv6Addr>()?) + i as u128);
+        let v6 = std::net::Ipv6Addr::from(u128::from(FLOOD_SRC_V6.parse::<std::net::Ipv6Addr>()?) + ((i as u128) << 64));
         for ip in [v4.to_string(), v6.to_string()] {
             batch += &format!("neigh replace {ip} lladdr {mac} dev {IF_B} nud permanent\n");
         }

@@ -46,6 +46,7 @@ use crate::victim::{link_stats, VictimBed, VictimModel, IF_A, IF_B};
 use crate::workers::GenWorker;
 use crate::{dns, http};
 use sluice::gate::Gate;
+use sluice::netns;
 use sluice::signals::{proc_counter, NsFile};
 
 const GEN_CPU: usize = 0;
@@ -106,25 +107,58 @@ pub struct Flood {
     pub v6: bool,
     /// To the service's own port (else to CLOSED_PORT).
     pub own_port: bool,
+    /// Source addresses (UDP floods; a SYN flood uses SYN_SRCS), drawn at
+    /// random per frame when more than 16.
+    pub srcs: u32,
+    /// The legitimate clients run CALM_SECS before the flood starts (so the
+    /// service answers them while healthy and they become known); else the
+    /// flood starts first.
+    pub calm: bool,
 }
 
 impl Flood {
     /// The flood named `name`.
     pub fn parse(name: &str) -> Result<Flood> {
-        FLOODS
-            .iter()
-            .find(|f| f.name == name)
-            .copied()
-            .ok_or_else(|| anyhow::anyhow!("unknown flood \"{name}\"; valid: {}", FLOODS.map(|f| f.name).join(", ")))
+        let all = || FLOODS.iter().chain(&SOURCE_FLOODS);
+        all().find(|f| f.name == name).copied().ok_or_else(|| {
+            let names: Vec<&str> = all().map(|f| f.name).collect();
+            anyhow::anyhow!("unknown flood \"{name}\"; valid: {}", names.join(", "))
+        })
     }
 }
 
+const fn flood(name: &'static str, v6: bool, own_port: bool, srcs: u32, calm: bool) -> Flood {
+    Flood { name, v6, own_port, srcs, calm }
+}
+
+/// The `dns` and `http` scenarios' floods.
 pub const FLOODS: [Flood; 4] = [
-    Flood { name: "closed-v4", v6: false, own_port: false },
-    Flood { name: "closed-v6", v6: true, own_port: false },
-    Flood { name: "own-v4", v6: false, own_port: true },
-    Flood { name: "own-v6", v6: true, own_port: true },
+    flood("closed-v4", false, false, 16, false),
+    flood("closed-v6", true, false, 16, false),
+    flood("own-v4", false, true, 16, false),
+    flood("own-v6", true, true, 16, false),
 ];
+
+/// The `sources` scenario's floods: junk DNS to NSD's port from 1, 16 and
+/// 65,536 sources after a calm period, and from 65,536 starting first.
+pub const SOURCE_FLOODS: [Flood; 6] = [
+    flood("src1-v4", false, true, 1, true),
+    flood("src16-v4", false, true, 16, true),
+    flood("src64k-v4", false, true, 65_536, true),
+    flood("src16-v6", true, true, 16, true),
+    flood("src64k-v6", true, true, 65_536, true),
+    flood("first64k-v4", false, true, 65_536, false),
+];
+
+/// Sources of a SYN flood (distinct connections: also 30,000 source ports).
+const SYN_SRCS: u32 = 64;
+/// Seconds the clients run before a `calm` flood starts: learning needs a
+/// healthy second (fair.rs, LEARN_CALM_TICKS), then answers.
+pub const CALM_SECS: f64 = 3.0;
+/// A client that first appears during the flood (the `sources` scenario):
+/// a probe from these addresses, added to A.
+pub const NEW_CLIENT_V4: &str = "10.77.0.200";
+pub const NEW_CLIENT_V6: &str = "fd77::200";
 
 /// A configuration of the victim (see the module comment).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -166,8 +200,11 @@ pub struct ServiceOpts {
     pub qps: u64,
     /// wrk's connections (http).
     pub conns: u32,
-    /// The floods to run (names from FLOODS), in this order.
+    /// The floods to run (names from FLOODS or SOURCE_FLOODS), in this order.
     pub floods: Vec<Flood>,
+    /// The `sources` scenario: `static` gives the legitimate client's
+    /// address a class of its own, a new client probes during each flood.
+    pub sources: bool,
     /// Set by Ctrl-C: stop after the current cell.
     pub interrupted: Arc<AtomicBool>,
 }
@@ -203,6 +240,10 @@ pub struct Cell {
     /// The daemon's own CPU (`zero`, `static`, `blocked`), % of one core.
     #[serde(default)]
     pub daemon_cpu: Option<f64>,
+    /// `sources`: the answered share of a probe from an address first seen
+    /// during the flood (NEW_CLIENT_V4/V6).
+    #[serde(default)]
+    pub new_client: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -255,6 +296,11 @@ enum Installed {
 impl<'a> Bench<'a> {
     fn start(svc: Service, o: &'a ServiceOpts, bed: &'a VictimBed, dir: &'a Path) -> Result<Bench<'a>> {
         add_flood_neighbours(bed, 64)?;
+        if o.sources {
+            let a = &bed.net.a;
+            netns::sh(&["ip", "-n", a, "addr", "add", &format!("{NEW_CLIENT_V4}/24"), "dev", IF_A])?;
+            netns::sh(&["ip", "-n", a, "addr", "add", &format!("{NEW_CLIENT_V6}/64"), "dev", IF_A, "nodad"])?;
+        }
         let filter = attach_gate(
             &bed.net.a,
             IF_A,
@@ -328,10 +374,14 @@ impl<'a> Bench<'a> {
     }
 
     /// One cell: the configuration, the flood from 0.5 s before the clients
-    /// to their end, the clients for `secs`.
+    /// to their end (a `calm` flood: after the clients ran CALM_SECS alone),
+    /// the clients for `secs`.
     fn cell(&self, flood: Option<&Flood>, setup: Setup, repeat: u32, show_status: bool) -> Result<Cell> {
         let installed = self.install(setup)?;
         let secs = self.o.secs;
+        if flood.is_some_and(|f| f.calm) {
+            self.dns_clients(flood.is_some_and(|f| f.v6), CALM_SECS)?;
+        }
         let gen = match flood {
             Some(f) => {
                 let spec = self.flood_stream(f);
@@ -359,10 +409,15 @@ impl<'a> Bench<'a> {
         };
         let daemon0 = daemon.map(tree_cpu_secs);
         let (cpu0, t0) = (tree_cpu_secs(self.service.id()), Instant::now());
+        let newcomer = (self.o.sources && flood.is_some()).then(|| self.new_client(v6));
         let mut cell = match self.svc {
-            Service::Dns => self.dns_clients(v6)?,
+            Service::Dns => self.dns_clients(v6, secs)?,
             Service::Http => self.http_clients(v6)?,
         };
+        if let Some(t) = newcomer {
+            let probe = t.join().map_err(|_| anyhow::anyhow!("the new client's probe panicked"))??;
+            cell.new_client = probe.answered_share();
+        }
         let secs_run = t0.elapsed().as_secs_f64();
         cell.service_cpu = 100.0 * (tree_cpu_secs(self.service.id()) - cpu0) / secs_run;
         cell.daemon_cpu = daemon.zip(daemon0).map(|(pid, c0)| 100.0 * (tree_cpu_secs(pid) - c0) / secs_run);
@@ -398,7 +453,7 @@ impl<'a> Bench<'a> {
             (true, Service::Http) => http::PORT,
         };
         // Many source ports and addresses for SYNs (distinct connections), below the clients' ports.
-        let (sport, flows, srcs) = if syn { (1024, 30_000, 64) } else { (20_000, 64, 16) };
+        let (sport, flows, srcs) = if syn { (1024, 30_000, SYN_SRCS) } else { (20_000, 64, f.srcs) };
         StreamSpec {
             name: f.name.into(),
             rate: FLOOD_PPS,
@@ -406,6 +461,7 @@ impl<'a> Bench<'a> {
             src: std::net::SocketAddr::new(src, sport),
             flows,
             srcs,
+            random_srcs: srcs > 16,
             dst: std::net::SocketAddr::new(dst, dport),
             dports: 1,
             stamp: false,
@@ -424,8 +480,15 @@ impl<'a> Bench<'a> {
             Setup::Zero => vec![],
             Setup::Static => {
                 let cap = self.capacity.map(|c| format!("rate={},", c.round().max(1.0) as u64)).unwrap_or_default();
-                let svc = format!("svc:priority=0,{cap}{}", self.svc.matches());
-                ["--no-discover", "--class", &svc, "--class", "default:rate=1k"].map(String::from).to_vec()
+                let svc = format!("svc:priority=1,{cap}{}", self.svc.matches());
+                let mut args: Vec<String> = ["--no-discover", "--class", &svc, "--class", "default:rate=1k"].map(String::from).to_vec();
+                if self.o.sources {
+                    // The hand-tuned best against an own-port flood: the resolver's address first.
+                    let (a4, a6) = (self.bed.net.ip_a, self.bed.net.ip6_a);
+                    args.push("--class".into());
+                    args.push(format!("resolver:priority=0,match=udp:53@{a4}/32,match=udp:53@{a6}/128"));
+                }
+                args
             }
             Setup::Blocked => {
                 ["--no-discover", "--class", &svc_class, "--class", "default:rate=blocked"].map(String::from).to_vec()
@@ -448,11 +511,22 @@ impl<'a> Bench<'a> {
         Ok(())
     }
 
+    /// A PROBE_QPS probe for `secs` from an address the service never saw before the flood.
+    fn new_client(&self, v6: bool) -> std::thread::JoinHandle<Result<dns::Probe>> {
+        let net = &self.bed.net;
+        let (bind, server) = if v6 { (NEW_CLIENT_V6, net.ip6_b) } else { (NEW_CLIENT_V4, net.ip_b) };
+        let (ns, secs) = (net.a.clone(), self.o.secs);
+        let bind: std::net::IpAddr = bind.parse().expect("an address");
+        std::thread::spawn(move || {
+            dns::probe_bound(&ns, GEN_CPU, Some(bind), std::net::SocketAddr::new(server, 53), dns::PROBE_QPS, secs)
+        })
+    }
+
     /// dnsperf and the probe, side by side, for `secs`.
-    fn dns_clients(&self, v6: bool) -> Result<Cell> {
+    fn dns_clients(&self, v6: bool, secs: f64) -> Result<Cell> {
         let net = &self.bed.net;
         let server = if v6 { net.ip6_b } else { net.ip_b };
-        let (p, probe) = dns::clients(&net.a, GEN_CPU, self.dir, server, self.o.qps, self.o.secs)?;
+        let (p, probe) = dns::clients(&net.a, GEN_CPU, self.dir, server, self.o.qps, secs)?;
         Ok(Cell {
             client_rate: p.sent_qps,
             client_short: p.sent_qps < 0.95 * self.o.qps as f64,
@@ -490,7 +564,7 @@ fn ms(v: Option<f64>) -> String {
 fn cell_line(svc: Service, c: &Cell) -> String {
     let rate = sluice::stats::human(c.client_rate);
     format!(
-        "{:<9} {:<7} flood {:>6}/s (ring drops {}/s, SYN cookies {}/s)  {} {rate}{}/s  ok {}  p50 {}  p99 {}  service CPU {:.0}%  sluice CPU {}",
+        "{:<11} {:<7} flood {:>6}/s (ring drops {}/s, SYN cookies {}/s)  {} {rate}{}/s  ok {}{}  p50 {}  p99 {}  service CPU {:.0}%  sluice CPU {}",
         c.flood,
         c.config.name(),
         c.flood_pps.map_or("-".into(), sluice::stats::human),
@@ -499,6 +573,7 @@ fn cell_line(svc: Service, c: &Cell) -> String {
         if svc == Service::Dns { "dnsperf sent" } else { "wrk" },
         if c.client_short { " (!)" } else { "" },
         pct(c.success),
+        c.new_client.map_or(String::new(), |n| format!("  new client {}", pct(Some(n)))),
         ms(c.p50_ms),
         ms(c.p99_ms),
         c.service_cpu,
@@ -553,9 +628,9 @@ pub fn summary(r: &ServiceRun) -> String {
         "sluice CPU",
         if dns { "" } else { "  cookies/s" }
     );
-    let names = std::iter::once("none").chain(FLOODS.iter().map(|f| f.name));
+    let names = std::iter::once("none").chain(FLOODS.iter().chain(&SOURCE_FLOODS).map(|f| f.name));
     for flood in names {
-        let f = FLOODS.iter().find(|x| x.name == flood);
+        let f = FLOODS.iter().chain(&SOURCE_FLOODS).find(|x| x.name == flood);
         for &setup in Setup::for_flood(f) {
             let cells = group(r, flood, setup);
             if cells.is_empty() {
@@ -579,7 +654,9 @@ pub fn summary(r: &ServiceRun) -> String {
                 ms(med(&cells, |c| c.p99_ms)),
                 med(&cells, |c| Some(c.service_cpu)).unwrap_or(0.0),
                 med(&cells, |c| c.daemon_cpu).map_or("-".into(), |v| format!("{v:.1}%")),
-                if dns {
+                if r.cells.iter().any(|c| c.new_client.is_some()) {
+                    format!("  new client {}", spread(&cells, |c| c.new_client, pct))
+                } else if dns {
                     String::new()
                 } else {
                     format!("{:>11}", med(&cells, |c| Some(c.syn_cookies)).map_or("-".into(), sluice::stats::human))
@@ -634,6 +711,19 @@ pub fn targets(r: &ServiceRun) -> String {
                 verdict(ratio.map(|x| x >= 0.9))
             );
         }
+    }
+    for f in SOURCE_FLOODS.iter().filter(ran) {
+        let zero = group(r, f.name, Setup::Zero);
+        let (ans, new) = (med(&zero, |c| c.success), med(&zero, |c| c.new_client));
+        let goal = if f.srcs <= 16 { 0.999 } else { 0.99 };
+        s += &format!(
+            "  sources {}: {} answered (>= {}: {}); a client new during the flood: {} answered (reported)\n",
+            f.name,
+            pct(ans),
+            pct(Some(goal)),
+            verdict(ans.filter(|_| f.calm).map(|a| a >= goal)),
+            pct(new)
+        );
     }
     if r.service == Service::Http {
         for f in FLOODS.iter().filter(ran).filter(|f| f.own_port) {

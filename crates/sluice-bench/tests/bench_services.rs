@@ -20,6 +20,7 @@ fn opts(floods: &[&str]) -> ServiceOpts {
         qps: 2000,
         conns: 8,
         floods: floods.iter().map(|f| Flood::parse(f).unwrap()).collect(),
+        sources: false,
         interrupted: Arc::new(AtomicBool::new(false)),
     }
 }

@@ -59,6 +59,27 @@
  * period (the daemon's tick, 10 ms: src/tick.rs). This is user-space work
  * once per tick, not per packet.
  *
+ * Source fairness (a limited class; the daemon's side is src/fair/mod.rs)
+ * ---------------
+ * One bucket per class lets a flood take the class's admission in proportion
+ * to its arrivals. So while a class is limited the daemon turns on its
+ * "fairness" entry and the class has two tiers:
+ *   - known sources (the "known" map: clients the service answered while it
+ *     was healthy, recorded on egress by sluice_learn below) take the class's
+ *     bucket, which the daemon sizes to what they sent, with headroom;
+ *   - every other source is counted in the LRU "sources" map, keyed by its
+ *     address cut to plen4/plen6 (/32 and /64, or /24 and /48, /16 and /32
+ *     when the daemon aggregates), per epoch (settings.epoch, the daemon's
+ *     tick). Within `quota` packets in the epoch it takes the unknown tier's
+ *     bucket; over it, it may take only the top half of that bucket. So a
+ *     light source finds tokens while heavy ones share what the light ones
+ *     leave, and a lone heavy source still gets the whole rate (max-min fair
+ *     and work-conserving). The daemon sets the quota to the max-min share
+ *     from last epoch's counts (SRC_ACTIVE, SRC_OVER, UNDER_PKTS).
+ * All per-packet: one LRU-hash lookup for the source (and an insert for a
+ * new one), one hash lookup in "known", no lock and no atomic: two CPUs
+ * counting one source may each miss a count of the other.
+ *
  * Verdicts for odd input (also in the README):
  *   - not IPv4/IPv6 (ARP, LLDP, ...): XDP_PASS, counted NON_IP_PASS;
  *   - frame too short for its Ethernet/VLAN header, IP header invalid or
@@ -389,25 +410,14 @@ static __always_inline __u32 classify(struct pkt *pk)
 	return cls ? *cls : cell->class_id;
 }
 
-/*
- * Take one token from this CPU's bucket; 1 if there was one. The clock is read
- * only when the bucket holds less than a token (see "Reading the clock").
- */
-static __always_inline int bucket_take(const struct sluice_share *sh, struct sluice_bucket *b)
+/* Credit the time since the last refill (capped at the burst); the tokens now held. */
+static __always_inline __u64 bucket_refill(const struct sluice_share *sh, struct sluice_bucket *b)
 {
-	__u64 now, elapsed, tokens, cap;
+	__u64 now = bpf_ktime_get_ns();
+	__u64 cap = sh->burst * SLUICE_TOKEN_SCALE;
+	__u64 elapsed = now - b->last_ns;
+	__u64 tokens;
 
-	if (b->tokens >= SLUICE_TOKEN_SCALE) {
-		b->tokens -= SLUICE_TOKEN_SCALE;
-		return 1;
-	}
-	if (b->skip) {
-		b->skip--;
-		return 0;
-	}
-	now = bpf_ktime_get_ns();
-	cap = sh->burst * SLUICE_TOKEN_SCALE;
-	elapsed = now - b->last_ns;
 	b->last_ns = now;
 	if (elapsed >= sh->fill_ns) {
 		tokens = cap;
@@ -416,13 +426,40 @@ static __always_inline int bucket_take(const struct sluice_share *sh, struct slu
 		if (tokens > cap)
 			tokens = cap;
 	}
-	if (tokens >= SLUICE_TOKEN_SCALE) {
-		b->tokens = tokens - SLUICE_TOKEN_SCALE;
+	b->tokens = tokens;
+	return tokens;
+}
+
+/*
+ * Take one token from this CPU's bucket if that leaves at least `reserve`
+ * units in it; 1 if it did. The clock is read only when the bucket holds too
+ * little (see "Reading the clock"). reserve is 0 but for packets of a
+ * source over its quota, which may use only the top half of the unknown
+ * tier's bucket (see "Source fairness").
+ */
+static __always_inline int bucket_take_above(const struct sluice_share *sh, struct sluice_bucket *b, __u64 reserve)
+{
+	__u64 need = reserve + SLUICE_TOKEN_SCALE;
+
+	if (b->tokens >= need) {
+		b->tokens -= SLUICE_TOKEN_SCALE;
 		return 1;
 	}
-	b->tokens = tokens;
+	if (b->skip) {
+		b->skip--;
+		return 0;
+	}
+	if (bucket_refill(sh, b) >= need) {
+		b->tokens -= SLUICE_TOKEN_SCALE;
+		return 1;
+	}
 	b->skip = sh->clock_skip;
 	return 0;
+}
+
+static __always_inline int bucket_take(const struct sluice_share *sh, struct sluice_bucket *b)
+{
+	return bucket_take_above(sh, b, 0);
 }
 
 /* Ethernet, then IPv4 or IPv6 and the L4 header. */
@@ -475,9 +512,12 @@ static __always_inline int is_known(const struct pkt *pk, __u32 cls)
 }
 
 /*
- * Count an unknown packet against its source in this epoch; 1 if the source
- * is within its quota. A source the map has no room for cannot be counted: it
- * is within (the unknown tier's bucket still caps it) and counted SRC_FULL.
+ * Count an unknown packet against its source in this epoch: 1 if the source
+ * is within its quota, 2 if it is over but took a token from the spare half
+ * of the unknown tier's bucket, 0 if it is to be dropped. A source the map
+ * has no room for cannot be counted: it is within (the unknown tier's bucket
+ * still caps it) and counted SRC_FULL.
+ * Over the quota, s->drops counts the packet only if it is then dropped.
  */
 static __always_inline int within_quota(const struct pkt *pk, __u32 cls, const struct sluice_fair *f,
 					struct sluice_class_state *st)
@@ -509,6 +549,9 @@ static __always_inline int within_quota(const struct pkt *pk, __u32 cls, const s
 		return 1;
 	if (s->pkts == f->quota + 1)
 		st->cnt[SLUICE_CS_SRC_OVER] += 1;
+	/* Over the quota: the top half of the unknown tier's bucket only. */
+	if (bucket_take_above(&f->unknown, &st->unknown, f->unknown.burst * (SLUICE_TOKEN_SCALE / 2)))
+		return 2;
 	s->drops += 1;
 	return 0;
 }
@@ -542,8 +585,12 @@ static __always_inline __u32 admit_limited(const struct pkt *pk, __u32 cls, cons
 		return SLUICE_CS_ADMIT_PKTS;
 	}
 	st->cnt[SLUICE_CS_UNKNOWN_PKTS] += 1;
-	if (!within_quota(pk, cls, f, st))
+	switch (within_quota(pk, cls, f, st)) {
+	case 0:
 		return SLUICE_CS_DROP_SHARE_PKTS;
+	case 2:
+		return SLUICE_CS_ADMIT_PKTS; /* over the quota, from the spare half of the bucket */
+	}
 	st->cnt[SLUICE_CS_UNDER_PKTS] += 1;
 	return bucket_take(&f->unknown, &st->unknown) ? SLUICE_CS_ADMIT_PKTS : SLUICE_CS_DROP_RATE_PKTS;
 }

@@ -475,6 +475,40 @@ impl Gate {
         Ok(())
     }
 
+    /// Fill the sources map with `n` IPv4 sources of `class` (11.0.0.0 and
+    /// up, counted in `epoch`): the benchmark of a map under a spoofed flood.
+    pub fn fill_sources(&self, class: u8, n: u32, epoch: u32) -> Result<()> {
+        let value = sluice_src { epoch, pkts: 1, drops: 0 };
+        for start in (0..n).step_by(65_536) {
+            let count = (n - start).min(65_536);
+            let (mut keys, mut values) = (Vec::new(), Vec::new());
+            for i in start..start + count {
+                let mut addr = [0u8; 16];
+                addr[..4].copy_from_slice(&(0x0b00_0000u32 + i).to_be_bytes());
+                let k = sluice_src_key { class_id: class, family: 4, plen: 32, addr, ..Default::default() };
+                keys.extend_from_slice(bytes_of(&k));
+                values.extend_from_slice(bytes_of(&value));
+            }
+            self.skel
+                .maps
+                .sources
+                .update_batch(&keys, &values, count, MapFlags::ANY, MapFlags::ANY)
+                .map_err(|err| GateError::Map { map: "sources", err })?;
+        }
+        Ok(())
+    }
+
+    /// Kernel memory a map of the gate takes (its fdinfo's memlock), bytes.
+    pub fn map_memlock(&self, name: &str) -> Option<u64> {
+        let map = match name {
+            "sources" => &self.skel.maps.sources,
+            "known" => &self.skel.maps.known,
+            _ => return None,
+        };
+        let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", map.as_fd().as_raw_fd())).ok()?;
+        info.lines().find_map(|l| l.strip_prefix("memlock:")).and_then(|v| v.trim().parse().ok())
+    }
+
     /// Remove every known source (before they are put back under new class ids).
     pub fn clear_known(&self) -> Result<()> {
         let keys: Vec<Vec<u8>> = self.skel.maps.known.keys().collect();

@@ -395,9 +395,12 @@ pub fn prometheus_text(s: &Snapshot) -> String {
     reg.register("uptime_seconds", "Seconds since the gate was attached", uptime);
     let inserts = ConstCounter::new(s.sources.inserts);
     reg.register("source_inserts", "Entries made in the per-source map (every class)", inserts);
+    // No sample until the daemon's first scan of the map (5 s): missing, not 0.
+    let evictions = Family::<Labels, U64Counter>::default();
     if let Some(e) = s.sources.evictions {
-        reg.register("source_evictions", "Entries evicted from the full per-source map (at the last scan)", ConstCounter::new(e));
+        evictions.get_or_create(&vec![]).inc_by(e);
     }
+    reg.register("source_evictions", "Entries evicted from the full per-source map (at the last scan)", evictions);
     let mut out = String::new();
     encode(&mut out, &reg).expect("writing to a String cannot fail");
     out

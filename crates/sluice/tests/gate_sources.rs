@@ -44,7 +44,9 @@ fn dns_from(src: &str) -> Vec<u8> {
 #[test]
 fn a_source_over_its_quota_is_dropped_and_a_light_one_is_not() {
     let mut g = gate();
-    fair(&g, "dns", 5, 1_000_000, 1_000_000, (32, 64));
+    // The unknown tier holds 10 tokens (and refills at 1/s): over its quota a
+    // source may use only the top half, so after its 5 the heavy one is dropped.
+    fair(&g, "dns", 5, 1, 10, (32, 64));
     clock(&mut g, 1);
     for i in 0..5 {
         g.expect(&format!("heavy packet {i}"), &dns_from("192.0.2.1"), Admitted("dns".into()));
@@ -59,10 +61,29 @@ fn a_source_over_its_quota_is_dropped_and_a_light_one_is_not() {
     assert_eq!(counter(&g, "dns", SLUICE_CS_SRC_OVER), 1, "one source went over, counted once");
     assert_eq!(counter(&g, "dns", SLUICE_CS_UNDER_PKTS), 10);
     clock(&mut g, 2);
-    g.expect("a new epoch gives the heavy source a new quota", &dns_from("192.0.2.1"), Admitted("dns".into()));
+    g.expect("a new epoch: within quota, but the bucket is empty now", &dns_from("192.0.2.1"), DroppedRate("dns".into()));
     assert_eq!(counter(&g, "dns", SLUICE_CS_SRC_ACTIVE), 3);
     let heavy = g.gate.sources().unwrap().into_iter().find(|(k, _)| k.addr[..4] == [192, 0, 2, 1]).unwrap();
     assert_eq!((heavy.1.epoch, heavy.1.pkts, heavy.1.drops), (2, 1, 3));
+}
+
+#[test]
+fn over_its_quota_a_source_takes_only_the_spare_half_of_the_bucket() {
+    let mut g = gate();
+    fair(&g, "dns", 5, 1, 100, (32, 64));
+    clock(&mut g, 1);
+    let (mut admitted, mut dropped) = (0, 0);
+    for _ in 0..100 {
+        match g.run(&dns_from("192.0.2.1")).0 {
+            sluice::gate::XDP_PASS => admitted += 1,
+            _ => dropped += 1,
+        }
+    }
+    assert_eq!((admitted, dropped), (50, 50), "5 within the quota, then down to half the bucket");
+    assert_eq!(counter(&g, "dns", SLUICE_CS_DROP_SHARE_PKTS), 50);
+    for i in 0..5 {
+        g.expect(&format!("a light source still finds tokens {i}"), &dns_from("192.0.2.2"), Admitted("dns".into()));
+    }
 }
 
 #[test]
@@ -166,7 +187,8 @@ fn more_sources_than_the_map_holds_are_evicted_and_counted_never_lost() {
 #[test]
 fn an_ipv6_flood_rotating_the_lower_64_bits_is_one_source() {
     let mut g = gate();
-    fair(&g, "dns", 10, 1_000_000, 1_000_000, (32, 64));
+    // A bucket of twice the quota: over the quota, the top half is gone.
+    fair(&g, "dns", 10, 1, 20, (32, 64));
     clock(&mut g, 1);
     let mut dropped = 0;
     for i in 0..100u32 {
@@ -181,7 +203,7 @@ fn an_ipv6_flood_rotating_the_lower_64_bits_is_one_source() {
 #[test]
 fn aggregated_counting_makes_a_slash_24_and_a_slash_48_one_source() {
     let mut g = gate();
-    fair(&g, "dns", 10, 1_000_000, 1_000_000, (24, 48));
+    fair(&g, "dns", 10, 1, 40, (24, 48));
     clock(&mut g, 1);
     for i in 0..20u32 {
         g.run(&dns_from(&format!("203.0.113.{}", i + 1)));
@@ -200,7 +222,7 @@ fn aggregated_counting_makes_a_slash_24_and_a_slash_48_one_source() {
 #[test]
 fn fragments_and_headers_past_the_parse_depth_are_classified_as_before() {
     let mut g = gate();
-    fair(&g, "icmp", 1, 1_000_000, 1_000_000, (32, 64));
+    fair(&g, "icmp", 1, 1, 2, (32, 64));
     fair(&g, "default", 1, 1_000_000, 1_000_000, (32, 64));
     clock(&mut g, 1);
     // A non-first fragment has no ports: its protocol's class, counted by source.
