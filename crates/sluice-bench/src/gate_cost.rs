@@ -220,7 +220,8 @@ fn source_cells(pkt: &[u8]) -> Result<(Vec<Vec<Cell>>, (Option<u64>, Option<u64>
                 let mut addr = [0u8; 16];
                 addr[..4].copy_from_slice(&[10, 0, 0, 1]);
                 let key = sluice_src_key { class_id: id as u8, family: 4, plen: 32, addr, ..Default::default() };
-                gate.insert_known(&[(key, sluice_known { last: Clock::coarse_now(), answers: 1 })])?;
+                let last = Clock::coarse_now();
+                gate.insert_known(&[(key, sluice_known { first: last - 2, last, answers: 1, ..Default::default() })])?;
             }
             gate.test_run(Prog::Gate, pkt, 1000)?;
             row.push(Cell { gate, pkt: pkt.to_vec(), verdict, samples: vec![] });

@@ -345,7 +345,7 @@ impl Rig {
 pub(crate) fn add_flood_neighbours(tb: &VictimBed, sources: u32) -> Result<()> {
     let mac = sluice::testbed::format_mac(tb.net.mac_a);
     let mut batch = format!("route replace 10.0.0.0/8 via {}\n", tb.net.ip_a);
-    batch += &format!("-6 route replace fd77::/16 via {}\n", tb.net.ip6_a);
+    batch += &format!("route replace fd77::/16 via {}\n", tb.net.ip6_a);
     for i in 0..sources {
         let v4 = std::net::Ipv4Addr::from(u32::from(FLOOD_SRC_V4.parse::<std::net::Ipv4Addr>()?) + i);
         let v6 = std::net::Ipv6Addr::from(u128::from(FLOOD_SRC_V6.parse::<std::net::Ipv6Addr>()?) + ((i as u128) << 64));

@@ -508,7 +508,7 @@ static __always_inline int is_known(const struct pkt *pk, __u32 cls)
 
 	src_key(&k, pk, cls, pk->family == 4 ? 32 : 64);
 	v = bpf_map_lookup_elem(&known, &k);
-	return v && settings.now - v->last <= settings.known_ttl;
+	return v && v->last - v->first >= SLUICE_KNOWN_SPAN && settings.now - v->last <= settings.known_ttl;
 }
 
 /*
@@ -687,6 +687,7 @@ int sluice_learn(struct __sk_buff *skb)
 			v->answers += 1;
 		return TC_ACT_OK;
 	}
+	fresh.first = now;
 	fresh.last = now;
 	bpf_map_update_elem(&known, &k, &fresh, BPF_ANY);
 	return TC_ACT_OK;

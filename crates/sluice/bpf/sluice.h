@@ -133,10 +133,18 @@ struct sluice_src {
  * CLOCK_MONOTONIC (bpf_ktime_get_ns() >> SLUICE_COARSE_SHIFT, about 1.07 s).
  */
 struct sluice_known {
+	__u32 first;   /* coarse time of the first answer */
 	__u32 last;    /* coarse time of the last answer */
 	__u32 answers; /* answers seen (saturating) */
+	__u32 _pad;
 };
 #define SLUICE_COARSE_SHIFT 30
+/*
+ * A client is known once the service answered it over at least this span
+ * (coarse units): a flood that is answered for the few ticks before the
+ * daemon sees it never spans a second, a client that came back does.
+ */
+#define SLUICE_KNOWN_SPAN 1
 /* Entries of the "known" map; "sources" is sized at load (default below). */
 #define SLUICE_KNOWN_ENTRIES 65536
 #define SLUICE_SOURCES_DEFAULT 262144

@@ -29,8 +29,11 @@ pub struct Known {
     pub class: String,
     /// The address (IPv4) or the /64 prefix (IPv6, lower 64 bits zero).
     pub addr: IpAddr,
-    /// Seconds since the service last answered it.
+    /// Seconds since the service last answered it, and over how many
+    /// seconds it answered it (known takes SLUICE_KNOWN_SPAN).
     pub age_secs: u64,
+    #[serde(default)]
+    pub span_secs: u64,
     pub answers: u32,
 }
 
@@ -68,7 +71,8 @@ pub fn from_map(map: &[(sluice_src_key, sluice_known)], names: &[String], now: u
                 6 => IpAddr::V6(Ipv6Addr::from(k.addr)),
                 _ => return None,
             };
-            (age_secs <= ttl_secs).then_some(Known { class, addr, age_secs, answers: v.answers })
+            let span_secs = coarse_secs(v.last.saturating_sub(v.first));
+            (age_secs <= ttl_secs).then_some(Known { class, addr, age_secs, span_secs, answers: v.answers })
         })
         .collect()
 }
@@ -96,7 +100,8 @@ pub fn to_map(entries: Vec<Known>, names: &[String], now: u32) -> (Vec<(sluice_s
             }
         }
         let last = now.saturating_sub(crate::gate::Clock::coarse(e.age_secs));
-        map.push((key, sluice_known { last, answers: e.answers }));
+        let first = last.saturating_sub(crate::gate::Clock::coarse(e.span_secs));
+        map.push((key, sluice_known { first, last, answers: e.answers, ..Default::default() }));
     }
     (map, later)
 }
@@ -145,8 +150,14 @@ mod tests {
 
     fn entries() -> Vec<Known> {
         vec![
-            Known { class: "udp-53".into(), addr: "198.51.100.7".parse().unwrap(), age_secs: 60, answers: 9 },
-            Known { class: "udp-53".into(), addr: "2001:db8:1:2::".parse().unwrap(), age_secs: 3600, answers: 1 },
+            Known { class: "udp-53".into(), addr: "198.51.100.7".parse().unwrap(), age_secs: 60, span_secs: 30, answers: 9 },
+            Known {
+                class: "udp-53".into(),
+                addr: "2001:db8:1:2::".parse().unwrap(),
+                age_secs: 3600,
+                span_secs: 5,
+                answers: 1,
+            },
         ]
     }
 
@@ -169,6 +180,7 @@ mod tests {
         for (a, b) in again.iter().zip(entries()) {
             assert_eq!((&a.class, a.addr), (&b.class, b.addr));
             assert!(a.age_secs.abs_diff(b.age_secs) <= 2, "{} vs {}", a.age_secs, b.age_secs);
+            assert!(a.span_secs.abs_diff(b.span_secs) <= 2, "{} vs {}", a.span_secs, b.span_secs);
         }
         assert!(!dir.path().join("known-vb.json.tmp").exists(), "the temporary file is renamed");
     }

@@ -398,7 +398,7 @@ pub fn prometheus_text(s: &Snapshot) -> String {
     // No sample until the daemon's first scan of the map (5 s): missing, not 0.
     let evictions = Family::<Labels, U64Counter>::default();
     if let Some(e) = s.sources.evictions {
-        evictions.get_or_create(&vec![]).inc_by(e);
+        evictions.get_or_create(&vec![label("map", "sources")]).inc_by(e);
     }
     reg.register("source_evictions", "Entries evicted from the full per-source map (at the last scan)", evictions);
     let mut out = String::new();
@@ -603,7 +603,7 @@ mod tests {
         let m = prometheus_text(&s);
         assert!(m.contains("sluice_class_source_quota{class=\"dns\"} 12"), "{m}");
         assert!(m.contains("verdict=\"dropped_share\"} 40"), "{m}");
-        assert!(m.contains("sluice_source_evictions_total 7"), "{m}");
+        assert!(m.contains("sluice_source_evictions_total{map=\"sources\"} 7"), "{m}");
         let c = crate::sources::render_class(&s, "dns").unwrap();
         assert!(c.contains("quota 12 per 10 ms epoch, counted at /24 /48") && c.contains("192.0.2.0/24"), "{c}");
         assert!(crate::sources::render_class(&s, "nope").unwrap_err().contains("no class named"));

@@ -246,7 +246,7 @@ impl TickClass {
     /// once it has been healthy (nothing dropped, no distress) for a while.
     fn tiers(&mut self, limit: Limit, capacity: u32) -> Tiers {
         let healthy = !self.distress && self.admitted >= self.offered;
-        let learn = self.fair.learn(healthy);
+        let learn = self.fair.learn(healthy, self.offered);
         let Limit::Rate { pps, burst } = limit else {
             self.fair.idle();
             return Tiers { limit, fair: None, learn };

@@ -108,18 +108,26 @@ fn known_sources_take_the_class_bucket_while_unknown_ones_find_theirs_empty() {
         addr[..4].copy_from_slice(&a);
         sluice_src_key { class_id: g.class("dns") as u8, family: 4, plen: 32, addr, ..Default::default() }
     };
-    let fresh = sluice_known { last: Clock::coarse_now(), answers: 3 };
-    let stale = sluice_known { last: Clock::coarse_now().saturating_sub(Clock::coarse(7200)), answers: 3 };
-    g.gate.insert_known(&[(key([198, 51, 100, 7]), fresh), (key([198, 51, 100, 8]), stale)]).unwrap();
+    let known = |ago: u64, span: u64| {
+        let last = Clock::coarse_now().saturating_sub(Clock::coarse(ago));
+        sluice_known { first: last - Clock::coarse(span), last, answers: 3, ..Default::default() }
+    };
+    let entries = [
+        (key([198, 51, 100, 7]), known(0, 10)),
+        (key([198, 51, 100, 8]), known(7200, 10)),
+        (key([198, 51, 100, 9]), known(0, 0)),
+    ];
+    g.gate.insert_known(&entries).unwrap();
     g.expect("unknown takes the one token", &dns_from("192.0.2.1"), Admitted("dns".into()));
     g.expect("unknown finds it empty", &dns_from("192.0.2.1"), DroppedRate("dns".into()));
     for i in 0..20 {
         g.expect(&format!("known {i}"), &dns_from("198.51.100.7"), Admitted("dns".into()));
     }
     g.expect("known too long ago is unknown", &dns_from("198.51.100.8"), DroppedRate("dns".into()));
+    g.expect("answered only within one second: not known", &dns_from("198.51.100.9"), DroppedRate("dns".into()));
     assert_eq!(counter(&g, "dns", SLUICE_CS_KNOWN_PKTS), 20);
     assert_eq!(counter(&g, "dns", SLUICE_CS_KNOWN_ADMIT_PKTS), 20);
-    assert_eq!(counter(&g, "dns", SLUICE_CS_UNKNOWN_PKTS), 3);
+    assert_eq!(counter(&g, "dns", SLUICE_CS_UNKNOWN_PKTS), 4);
 }
 
 /// An egress frame from the service (port 53) to `client`.
@@ -161,7 +169,7 @@ fn the_learner_records_answered_clients_only_while_told_to_and_never_from_a_syn_
     let v6: Vec<u8> = "2001:db8::1".parse::<std::net::Ipv6Addr>().unwrap().octets()[..8].iter().copied().chain([0; 8]).collect();
     assert_eq!(known, vec![(v6, 1), (vec![198, 51, 100, 1], 2), (vec![198, 51, 100, 4], 1)]);
     let now = Clock::coarse_now();
-    assert!(g.gate.known().unwrap().iter().all(|(_, v)| v.last.abs_diff(now) <= 1));
+    assert!(g.gate.known().unwrap().iter().all(|(_, v)| v.last.abs_diff(now) <= 1 && v.first <= v.last));
 }
 
 #[test]

@@ -55,8 +55,13 @@ pub const AGG_TICKS: u32 = 100;
 pub const CHURN_SECS: f64 = 10.0;
 /// Ticks without fairness before sources are counted one by one again.
 pub const OFF_TICKS: u32 = 500;
-/// Healthy ticks (no drop, no distress) before the learner records clients.
+/// Healthy ticks (no drop, no distress, no surge) before the learner records clients.
 pub const LEARN_CALM_TICKS: u32 = 100;
+/// A tick whose arrivals are over LEARN_SURGE times the class's usual
+/// (a slow mean over healthy ticks) plus LEARN_SLACK_PPS is a surge: a flood
+/// starting, whose sources the service may answer before anything is limited.
+pub const LEARN_SURGE: f64 = 4.0;
+pub const LEARN_SLACK_PPS: f64 = 1000.0;
 
 /// What the gate counted for one class in one tick (differences of its
 /// SLUICE_CS_* counters).
@@ -107,11 +112,22 @@ pub struct Fair {
     since_cut: u32,
     off_ticks: u32,
     calm_ticks: u32,
+    /// The class's usual arrivals (packets/s), a slow mean over healthy ticks.
+    usual_pps: Option<f64>,
 }
 
 impl Default for Fair {
     fn default() -> Self {
-        Fair { quota: None, level: 0, level_ticks: 0, cut: 1.0, since_cut: u32::MAX, off_ticks: 0, calm_ticks: 0 }
+        Fair {
+            quota: None,
+            level: 0,
+            level_ticks: 0,
+            cut: 1.0,
+            since_cut: u32::MAX,
+            off_ticks: 0,
+            calm_ticks: 0,
+            usual_pps: None,
+        }
     }
 }
 
@@ -141,10 +157,19 @@ impl Fair {
     }
 
     /// Does the egress learner record this class's clients? Only after
-    /// LEARN_CALM_TICKS healthy ticks in a row: what a service answers while
-    /// it is flooded may be the flood's spoofed addresses.
-    pub fn learn(&mut self, healthy: bool) -> bool {
-        self.calm_ticks = if healthy { self.calm_ticks.saturating_add(1) } else { 0 };
+    /// LEARN_CALM_TICKS healthy ticks in a row with no surge of arrivals
+    /// (`offered`, packets/s): what a service answers while it is flooded, or
+    /// in the ticks before a flood is limited, may be the flood's addresses.
+    pub fn learn(&mut self, healthy: bool, offered: f64) -> bool {
+        let usual = *self.usual_pps.get_or_insert(offered);
+        let surge = offered > LEARN_SURGE * usual + LEARN_SLACK_PPS;
+        // The usual follows healthy ticks over about a second, surges over
+        // about ten (a service whose load grew for good learns again).
+        let follow = if surge { 0.001 } else { 0.01 };
+        if healthy {
+            self.usual_pps = Some(usual + follow * (offered - usual));
+        }
+        self.calm_ticks = if healthy && !surge { self.calm_ticks.saturating_add(1) } else { 0 };
         self.calm_ticks >= LEARN_CALM_TICKS
     }
 

@@ -131,9 +131,14 @@ fn socket_distress_halves_the_unknown_tier_down_to_its_minimum_and_it_grows_back
 }
 
 #[test]
-fn learning_needs_a_calm_second() {
+fn learning_needs_a_calm_second_and_stops_at_a_surge() {
     let mut f = Fair::default();
-    assert!(!(0..LEARN_CALM_TICKS - 1).map(|_| f.learn(true)).any(|l| l));
-    assert!(f.learn(true));
-    assert!(!f.learn(false), "one bad tick stops it");
+    assert!(!(0..LEARN_CALM_TICKS - 1).map(|_| f.learn(true, 5_000.0)).any(|l| l));
+    assert!(f.learn(true, 5_000.0));
+    assert!(!f.learn(false, 5_000.0), "one bad tick stops it");
+    assert!(!(0..LEARN_CALM_TICKS - 1).map(|_| f.learn(true, 6_000.0)).any(|l| l));
+    assert!(f.learn(true, 6_000.0), "a slow rise is no surge");
+    assert!(!f.learn(true, 3_000_000.0), "a flood starting, not limited yet, stops it at once");
+    let learnt = (0..3000).position(|_| f.learn(true, 3_000_000.0)).expect("a lasting healthy rise is learnt again");
+    assert!(learnt > 200, "after seconds, not ticks: {learnt}");
 }
