@@ -39,7 +39,7 @@
 /// The unknown tier keeps at least this share of the class rate.
 pub const UNKNOWN_MIN: f64 = 0.1;
 /// The known tier's bucket is this many times what known sources sent.
-pub const KNOWN_HEADROOM: f64 = 1.25;
+pub const KNOWN_HEADROOM: f64 = 2.0;
 /// ... and at least this rate (a known client that comes back).
 pub const KNOWN_FLOOR_PPS: f64 = 100.0;
 /// Socket distress halves the unknown tier, every COOL_TICKS at most; it
@@ -51,6 +51,9 @@ pub const REGROW: f64 = 0.02;
 pub const PLENS: [(u8, u8); 3] = [(32, 64), (24, 48), (16, 32)];
 /// Ticks a level is held before the next step up.
 pub const AGG_TICKS: u32 = 100;
+/// Fewer active sources per epoch than this are never aggregated: a few
+/// heavy sources are cut by their quota, not by their neighbours' count.
+pub const AGG_MIN_SOURCES: u64 = 256;
 /// The sources map may turn over at most once in this many seconds.
 pub const CHURN_SECS: f64 = 10.0;
 /// Ticks without fairness before sources are counted one by one again.
@@ -112,8 +115,11 @@ pub struct Fair {
     since_cut: u32,
     off_ticks: u32,
     calm_ticks: u32,
-    /// The class's usual arrivals (packets/s), a slow mean over healthy ticks.
-    usual_pps: Option<f64>,
+    /// The class's usual arrivals (packets/s), a slow mean over healthy
+    /// ticks, and the healthy ticks seen (the first LEARN_CALM_TICKS set it
+    /// up, with no surge check: a service's first load is its usual).
+    usual_pps: f64,
+    healthy_ticks: u32,
 }
 
 impl Default for Fair {
@@ -126,7 +132,8 @@ impl Default for Fair {
             since_cut: u32::MAX,
             off_ticks: 0,
             calm_ticks: 0,
-            usual_pps: None,
+            usual_pps: 0.0,
+            healthy_ticks: 0,
         }
     }
 }
@@ -161,13 +168,16 @@ impl Fair {
     /// (`offered`, packets/s): what a service answers while it is flooded, or
     /// in the ticks before a flood is limited, may be the flood's addresses.
     pub fn learn(&mut self, healthy: bool, offered: f64) -> bool {
-        let usual = *self.usual_pps.get_or_insert(offered);
-        let surge = offered > LEARN_SURGE * usual + LEARN_SLACK_PPS;
-        // The usual follows healthy ticks over about a second, surges over
-        // about ten (a service whose load grew for good learns again).
-        let follow = if surge { 0.001 } else { 0.01 };
+        let usual = self.usual_pps;
+        let warming = self.healthy_ticks < LEARN_CALM_TICKS;
+        let surge = !warming && offered > LEARN_SURGE * usual + LEARN_SLACK_PPS;
+        // The usual follows healthy ticks over about a second (a tenth of
+        // that while warming up), surges over about ten (a service whose
+        // load grew for good learns again).
+        let follow = if warming { 0.1 } else if surge { 0.001 } else { 0.01 };
         if healthy {
-            self.usual_pps = Some(usual + follow * (offered - usual));
+            self.usual_pps = usual + follow * (offered - usual);
+            self.healthy_ticks = self.healthy_ticks.saturating_add(1);
         }
         self.calm_ticks = if healthy && !surge { self.calm_ticks.saturating_add(1) } else { 0 };
         self.calm_ticks >= LEARN_CALM_TICKS
@@ -216,7 +226,7 @@ impl Fair {
     /// (quota at 1 and still twice over budget) or the map churns.
     fn aggregate(&mut self, t: &FairTick, budget: f64, quota: f64) {
         self.level_ticks = self.level_ticks.saturating_add(1);
-        let crowded = quota <= 1.0 && t.counts.under as f64 > 2.0 * budget;
+        let crowded = quota <= 1.0 && t.counts.under as f64 > 2.0 * budget && t.counts.active >= AGG_MIN_SOURCES;
         let churn = t.counts.inserts as f64 / t.dt > t.capacity as f64 / CHURN_SECS;
         if (crowded || churn) && self.level + 1 < PLENS.len() && self.level_ticks >= AGG_TICKS {
             self.level += 1;
