@@ -312,7 +312,8 @@ impl Daemon {
         let (sources, known) = (self.gate.sources()?, self.gate.known()?);
         let per_class = sources::scan(&sources, &known, self.cfg.classes.len());
         let ms = t.elapsed().as_secs_f64() * 1e3;
-        self.scan = Some(Scan { per_class, entries: sources.len() as u64, known: known.len() as u64, ms });
+        let known = per_class.iter().map(|c| c.1).sum();
+        self.scan = Some(Scan { per_class, entries: sources.len() as u64, known, ms });
         Ok(())
     }
 

@@ -34,7 +34,7 @@
 //! And when the class's own sockets are in distress while unknown sources
 //! are admitted (the queue the known clients share with the flood is full),
 //! the unknown tier's rate is halved (every COOL_TICKS at most, down to
-//! UNKNOWN_MIN of the class rate) and grows back by REGROW per tick.
+//! CUT_FLOOR of the class rate) and grows back by REGROW per tick.
 
 /// The unknown tier keeps at least this share of the class rate.
 pub const UNKNOWN_MIN: f64 = 0.1;
@@ -42,9 +42,13 @@ pub const UNKNOWN_MIN: f64 = 0.1;
 pub const KNOWN_HEADROOM: f64 = 2.0;
 /// ... and at least this rate (a known client that comes back).
 pub const KNOWN_FLOOR_PPS: f64 = 100.0;
-/// Socket distress halves the unknown tier, every COOL_TICKS at most; it
-/// grows back by REGROW per healthy tick.
+/// Socket distress halves the unknown tier, every COOL_TICKS at most, down
+/// to CUT_FLOOR of the class rate (at least KNOWN_FLOOR_PPS: new clients
+/// keep a way in); it grows back by REGROW per healthy tick. The floor is
+/// far below UNKNOWN_MIN because the class rate itself may be far above what
+/// the service can take (the auto controller's estimate, mid-probe).
 pub const CUT: f64 = 0.5;
+pub const CUT_FLOOR: f64 = 0.01;
 pub const COOL_TICKS: u32 = 3;
 pub const REGROW: f64 = 0.02;
 /// Prefix lengths sources are counted at: (IPv4, IPv6), by aggregation level.
@@ -190,7 +194,7 @@ impl Fair {
 
     /// The unknown tier's rate: what the known tier leaves, less the socket cut.
     fn unknown_rate(&mut self, t: &FairTick, left: f64) -> f64 {
-        let floor = UNKNOWN_MIN * t.rate;
+        let floor = (CUT_FLOOR * t.rate).max(KNOWN_FLOOR_PPS).min(left);
         self.since_cut = self.since_cut.saturating_add(1);
         if t.distress && t.counts.unknown > 0 {
             if self.since_cut >= COOL_TICKS {

@@ -118,7 +118,7 @@ fn known_sources_get_headroom_and_unknown_ones_keep_a_minimum() {
 }
 
 #[test]
-fn socket_distress_halves_the_unknown_tier_down_to_its_minimum_and_it_grows_back() {
+fn socket_distress_halves_the_unknown_tier_down_to_its_floor_and_it_grows_back() {
     let mut f = Fair::default();
     let mut t = tick(100_000.0, FairCounts { known: 10, unknown: 5_000, under: 900, ..Default::default() });
     let first = f.step(&t).unknown_pps;
@@ -129,9 +129,9 @@ fn socket_distress_halves_the_unknown_tier_down_to_its_minimum_and_it_grows_back
     for _ in 0..100 {
         f.step(&t);
     }
-    assert_eq!(f.step(&t).unknown_pps, UNKNOWN_MIN * 100_000.0);
+    assert_eq!(f.step(&t).unknown_pps, CUT_FLOOR * 100_000.0);
     t.distress = false;
-    for _ in 0..200 {
+    for _ in 0..300 {
         f.step(&t);
     }
     assert!((f.step(&t).unknown_pps - first).abs() < 1.0, "grown back");
