@@ -197,9 +197,13 @@ fn source_cells(pkt: &[u8]) -> Result<(Vec<Vec<Cell>>, (Option<u64>, Option<u64>
             gate.apply(&cfg, &classify::compile(&cfg)?)?;
             let id = cfg.class_id("bench").expect("the bench class");
             gate.set_shares(id, &vec![share(1_000_000_000, 1_000_000); gate.ncpus()])?;
-            let quota = if case == SourceCase::Over { 1 } else { u32::MAX };
+            // Over the quota: an unknown tier too small to lend its spare half.
+            let (quota, unknown) = match case {
+                SourceCase::Over => (1, share(1, 2)),
+                _ => (u32::MAX, share(1_000_000_000, 1_000_000)),
+            };
             let fair = sluice_fair {
-                unknown: share(1_000_000_000, 1_000_000),
+                unknown,
                 on: 1,
                 quota,
                 plen4: 32,

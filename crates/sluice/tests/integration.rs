@@ -496,3 +496,61 @@ mod errors {
         assert!(!netns_exists(&names.0) && !netns_exists(&names.1));
     }
 }
+
+mod known {
+    use super::*;
+
+    /// The state file as the daemon writes it, with two known sources: one
+    /// of the configured class, one of a class that does not exist (yet).
+    fn state(tb: &Testbed) -> std::path::PathBuf {
+        let dir = tb.dir.join("state");
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = sluice::known::path(&dir, tb.if_b);
+        let known = |class: &str, addr: &str| sluice::known::Known {
+            class: class.into(),
+            addr: addr.parse().unwrap(),
+            age_secs: 10,
+            span_secs: 30,
+            answers: 5,
+        };
+        sluice::known::save(&file, &[known("svc", "10.77.0.1"), known("later", "10.77.0.9")]).unwrap();
+        file
+    }
+
+    /// Known sources are read at start by class name, held in the gate (the
+    /// status counts them after the first scan), and written back at exit
+    /// with the ones whose class is not there kept; a corrupt file is refused
+    /// with a log line, the daemon runs and writes a good one at exit.
+    #[test]
+    fn known_sources_survive_a_restart_and_a_corrupt_state_file_is_ignored() {
+        let mut tb = Testbed::new();
+        let file = state(&tb);
+        let pid = tb.start_gate(&["--no-discover", "--class", "svc:match=udp:7000"]);
+        let deadline = std::time::Instant::now() + Duration::from_secs(15);
+        let known = loop {
+            let snap = tb.status();
+            let svc = snap.classes.iter().find(|c| c.name == "svc").unwrap();
+            if let Some(k) = svc.sources.as_ref().and_then(|s| s.known) {
+                break k;
+            }
+            assert!(std::time::Instant::now() < deadline, "no scan of the known sources in 15 s");
+            std::thread::sleep(Duration::from_millis(200));
+        };
+        assert_eq!(known, 1, "the svc class's known source is in the gate");
+        tb.signal(pid, libc::SIGTERM);
+        let out = tb.wait(pid);
+        assert!(String::from_utf8_lossy(&out.stderr).contains("known sources: 2 read from"));
+        let saved = sluice::known::load(&file).unwrap();
+        let addrs: Vec<String> = saved.iter().map(|k| format!("{} {}", k.class, k.addr)).collect();
+        assert_eq!(addrs, vec!["svc 10.77.0.1", "later 10.77.0.9"], "written back at exit");
+
+        std::fs::write(&file, b"{\"version\":1,\"saved_unix\":").unwrap();
+        let pid = tb.start_gate(&["--no-discover", "--class", "svc:match=udp:7000"]);
+        tb.signal(pid, libc::SIGTERM);
+        let out = tb.wait(pid);
+        assert!(out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("is not a sluice state file") && err.contains("starting with none"), "{err}");
+        assert_eq!(sluice::known::load(&file), Ok(vec![]), "a good (empty) file replaces the corrupt one");
+    }
+}
