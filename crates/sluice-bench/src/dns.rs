@@ -79,8 +79,16 @@ pub fn probe_from(ns: &str, cpu: usize, server: SocketAddr, rate: f64, secs: f64
 }
 
 /// [`probe_from`] from a given local address (None: the kernel picks).
-pub fn probe_bound(ns: &str, cpu: usize, bind: Option<IpAddr>, server: SocketAddr, rate: f64, secs: f64) -> Result<Probe> {
-    let any: IpAddr = if server.is_ipv4() { std::net::Ipv4Addr::UNSPECIFIED.into() } else { std::net::Ipv6Addr::UNSPECIFIED.into() };
+pub fn probe_bound(
+    ns: &str,
+    cpu: usize,
+    bind: Option<IpAddr>,
+    server: SocketAddr,
+    rate: f64,
+    secs: f64,
+) -> Result<Probe> {
+    let any: IpAddr =
+        if server.is_ipv4() { std::net::Ipv4Addr::UNSPECIFIED.into() } else { std::net::Ipv6Addr::UNSPECIFIED.into() };
     let local = SocketAddr::new(bind.unwrap_or(any), 0);
     let sock = sluice::netns::run_in(ns, move || Ok(UdpSocket::bind(local)?))?;
     std::thread::spawn(move || {

@@ -7,9 +7,9 @@ use anyhow::Result;
 use serde::Serialize;
 
 use indicatif::{ProgressBar, ProgressStyle};
+use sluice::bpf_intf::{sluice_fair, sluice_known, sluice_src_key};
 use sluice::classify;
 use sluice::config::{self, Config, Limit};
-use sluice::bpf_intf::{sluice_fair, sluice_known, sluice_src_key};
 use sluice::gate::{Clock, Gate, Prog, XDP_DROP, XDP_PASS};
 use sluice::packet::{v6, Frame};
 use sluice::share::share;
@@ -184,10 +184,14 @@ enum SourceCase {
     Known,
 }
 
+/// The large sources map's kernel memory (memlock) and this process's RSS
+/// after reading it whole, bytes.
+type Memory = (Option<u64>, Option<u64>);
+
 /// Gates for the per-source cases, with 1 and SOURCES_MANY sources in the
-/// map; and the memory of the large map (memlock, RSS after a full scan).
-fn source_cells(pkt: &[u8]) -> Result<(Vec<Vec<Cell>>, (Option<u64>, Option<u64>))> {
-    let mut memory = (None, None);
+/// map; and the memory of the large map.
+fn source_cells(pkt: &[u8]) -> Result<(Vec<Vec<Cell>>, Memory)> {
+    let mut memory: Memory = (None, None);
     let mut cells = Vec::new();
     for (_, verdict, case) in SOURCE_CASES {
         let mut row = Vec::new();
@@ -202,14 +206,7 @@ fn source_cells(pkt: &[u8]) -> Result<(Vec<Vec<Cell>>, (Option<u64>, Option<u64>
                 SourceCase::Over => (1, share(1, 2)),
                 _ => (u32::MAX, share(1_000_000_000, 1_000_000)),
             };
-            let fair = sluice_fair {
-                unknown,
-                on: 1,
-                quota,
-                plen4: 32,
-                plen6: 64,
-                ..Default::default()
-            };
+            let fair = sluice_fair { unknown, on: 1, quota, plen4: 32, plen6: 64, ..Default::default() };
             gate.set_fairness(id, &vec![fair; gate.ncpus()])?;
             gate.set_clock(&Clock { epoch: 1, now: Clock::coarse_now(), known_ttl: Clock::coarse(3600) });
             if many {
@@ -217,7 +214,7 @@ fn source_cells(pkt: &[u8]) -> Result<(Vec<Vec<Cell>>, (Option<u64>, Option<u64>
                 if memory.0.is_none() {
                     memory.0 = gate.map_memlock("sources");
                     let _ = gate.sources()?;
-                    memory.1 = rss_bytes();
+                    memory.1 = sluice::stats::rss_bytes();
                 }
             }
             if case == SourceCase::Known {
@@ -233,13 +230,6 @@ fn source_cells(pkt: &[u8]) -> Result<(Vec<Vec<Cell>>, (Option<u64>, Option<u64>
         cells.push(row);
     }
     Ok((cells, memory))
-}
-
-/// This process's resident set (VmRSS), bytes.
-fn rss_bytes() -> Option<u64> {
-    let s = std::fs::read_to_string("/proc/self/status").ok()?;
-    let kb: u64 = s.lines().find(|l| l.starts_with("VmRSS:"))?.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
 }
 
 fn pin_to_cpu(cpu: usize) {
@@ -271,12 +261,17 @@ pub fn render(r: &Report) -> String {
          per case and round, on CPU 0; the kernel reports whole ns. The gate minus the floor is what it adds.",
         r.rounds, r.repeat
     );
-    let _ = writeln!(o, "\n| per-source path (a limited class, fairness on) | verdict | 1 source | {} sources | many vs 1 |", SOURCES_MANY);
+    let _ = writeln!(
+        o,
+        "\n| per-source path (a limited class, fairness on) | verdict | 1 source | {} sources | many vs 1 |",
+        SOURCES_MANY
+    );
     let _ = writeln!(o, "|---|---|---|---|---|");
     for row in &r.source_rows {
         let cells: Vec<String> = row.ns.iter().zip(&row.min_ns).map(|(m, n)| cell(*m, *n)).collect();
         let ratio = row.ns[1] / row.ns[0];
-        let _ = writeln!(o, "| {} | {} | {} | {:+.1}% |", row.case, row.verdict, cells.join(" | "), (ratio - 1.0) * 100.0);
+        let _ =
+            writeln!(o, "| {} | {} | {} | {:+.1}% |", row.case, row.verdict, cells.join(" | "), (ratio - 1.0) * 100.0);
     }
     let admitted = r.rows.first().map(|row| row.ns[0] - r.noop_ns);
     let fair = r.source_rows.first().map(|row| row.ns[1] - r.noop_ns);
@@ -287,7 +282,8 @@ pub fn render(r: &Report) -> String {
             f / a.max(1e-9)
         );
     }
-    let mib = |b: Option<u64>| b.map_or("not measured".to_string(), |b| format!("{:.1} MiB", b as f64 / (1 << 20) as f64));
+    let mib =
+        |b: Option<u64>| b.map_or("not measured".to_string(), |b| format!("{:.1} MiB", b as f64 / (1 << 20) as f64));
     let _ = writeln!(
         o,
         "sources map for {} entries: {} of kernel memory (memlock); this process's RSS after reading it whole once: {}",

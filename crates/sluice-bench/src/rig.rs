@@ -348,7 +348,8 @@ pub(crate) fn add_flood_neighbours(tb: &VictimBed, sources: u32) -> Result<()> {
     batch += &format!("route replace fd77::/16 via {}\n", tb.net.ip6_a);
     for i in 0..sources {
         let v4 = std::net::Ipv4Addr::from(u32::from(FLOOD_SRC_V4.parse::<std::net::Ipv4Addr>()?) + i);
-        let v6 = std::net::Ipv6Addr::from(u128::from(FLOOD_SRC_V6.parse::<std::net::Ipv6Addr>()?) + ((i as u128) << 64));
+        let v6 =
+            std::net::Ipv6Addr::from(u128::from(FLOOD_SRC_V6.parse::<std::net::Ipv6Addr>()?) + ((i as u128) << 64));
         for ip in [v4.to_string(), v6.to_string()] {
             batch += &format!("neigh replace {ip} lladdr {mac} dev {IF_B} nud permanent\n");
         }

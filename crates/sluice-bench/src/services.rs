@@ -479,7 +479,8 @@ impl<'a> Bench<'a> {
             Setup::Static => {
                 let cap = self.capacity.map(|c| format!("rate={},", c.round().max(1.0) as u64)).unwrap_or_default();
                 let svc = format!("svc:priority=1,{cap}{}", self.svc.matches());
-                let mut args: Vec<String> = ["--no-discover", "--class", &svc, "--class", "default:rate=1k"].map(String::from).to_vec();
+                let mut args: Vec<String> =
+                    ["--no-discover", "--class", &svc, "--class", "default:rate=1k"].map(String::from).to_vec();
                 if self.o.sources {
                     // The hand-tuned best against an own-port flood: the resolver's address first.
                     let (a4, a6) = (self.bed.net.ip_a, self.bed.net.ip6_a);

@@ -18,8 +18,8 @@ use crate::config::{self, Config, NapiSched, XdpMode};
 use crate::discover::{self, Discovery};
 use crate::gate::{self, Clock, Gate};
 use crate::known::{self, Known};
-use crate::sources;
 use crate::sched::{apply_napi, check_napi, realtime_thread};
+use crate::sources;
 use crate::stats::{
     class_snapshots, prometheus_text, prometheus_text_004, ClassRates, ClassTotals, GlobalTotals, Snapshot,
     SNAPSHOT_VERSION,
@@ -203,6 +203,7 @@ impl Daemon {
             global: GlobalTotals::default(),
             daemon_cpu_secs: 0.0,
             daemon_cpu_pct: 0.0,
+            daemon_rss_bytes: None,
             discover: cfg.discover,
             distress: None,
             sources: Default::default(),
@@ -459,6 +460,7 @@ impl Daemon {
         snap.global = global;
         snap.daemon_cpu_secs = cpu;
         snap.daemon_cpu_pct = 100.0 * (cpu - c0) / now.duration_since(t0).as_secs_f64().max(1e-3);
+        snap.daemon_rss_bytes = crate::stats::rss_bytes();
         for (c, (totals, rates)) in snap.classes.iter_mut().zip(classes) {
             c.totals = totals;
             c.rates = rates;
@@ -482,18 +484,17 @@ impl Daemon {
     fn fill_sources(&self, snap: &mut Snapshot) {
         let fair = self.ticker.fair_status();
         for (id, c) in snap.classes.iter_mut().enumerate() {
-            let (learning, quota) = fair.get(id).copied().unwrap_or((false, None));
+            let Some(f) = fair.get(id) else { continue };
             let scanned = self.scan.as_ref().and_then(|s| s.per_class.get(id));
-            if !learning && quota.is_none() && scanned.is_none_or(|s| s.0 == 0 && s.1 == 0) {
+            if !f.learning && f.quota.is_none() && scanned.is_none_or(|s| s.0 == 0 && s.1 == 0) {
                 c.sources = None;
                 continue;
             }
-            let (p4, p6) = quota.map_or(crate::fair::PLENS[0], |q| (q.1, q.2));
             c.sources = Some(sources::ClassSources {
-                learning,
-                quota: quota.map(|q| q.0),
-                plen4: p4,
-                plen6: p6,
+                learning: f.learning,
+                quota: f.quota,
+                plen4: f.plens.0,
+                plen6: f.plens.1,
                 active_per_epoch: c.rates.source_epochs_ps * TICK.as_secs_f64(),
                 known_pps: c.rates.known_pps,
                 share_dropped_pps: c.rates.share_dropped_pps,

@@ -150,7 +150,13 @@ mod tests {
 
     fn entries() -> Vec<Known> {
         vec![
-            Known { class: "udp-53".into(), addr: "198.51.100.7".parse().unwrap(), age_secs: 60, span_secs: 30, answers: 9 },
+            Known {
+                class: "udp-53".into(),
+                addr: "198.51.100.7".parse().unwrap(),
+                age_secs: 60,
+                span_secs: 30,
+                answers: 9,
+            },
             Known {
                 class: "udp-53".into(),
                 addr: "2001:db8:1:2::".parse().unwrap(),

@@ -208,6 +208,10 @@ pub struct Snapshot {
     pub daemon_cpu_secs: f64,
     #[serde(default)]
     pub daemon_cpu_pct: f64,
+    /// The daemon's resident memory (VmRSS), bytes; None if it could not be read.
+    /// The gate's maps are kernel memory, not in it (see `sources`).
+    #[serde(default)]
+    pub daemon_rss_bytes: Option<u64>,
     /// Whether the daemon adds a class for each listening service.
     #[serde(default)]
     pub discover: bool,
@@ -225,6 +229,13 @@ impl Snapshot {
         let classes: u64 = self.classes.iter().map(|c| c.totals.admitted_pkts + c.totals.dropped_pkts()).sum();
         classes + self.global.non_ip_pass + self.global.malformed_drop + self.global.malformed_pass
     }
+}
+
+/// This process's resident memory (VmRSS in /proc/self/status), bytes.
+pub fn rss_bytes() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kb: u64 = s.lines().find(|l| l.starts_with("VmRSS:"))?.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
 }
 
 /// The class part of a snapshot from a config (totals and rates zero).
@@ -338,7 +349,12 @@ pub fn render_table(s: &Snapshot) -> String {
     }
     render_budget(&mut o, s);
     crate::sources::render_status(&mut o, s);
-    let _ = writeln!(o, "daemon CPU {:.1}% of one CPU ({:.1} s in total)", s.daemon_cpu_pct, s.daemon_cpu_secs);
+    let rss = s.daemon_rss_bytes.map_or("not read".into(), |b| format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64));
+    let _ = writeln!(
+        o,
+        "daemon CPU {:.1}% of one CPU ({:.1} s in total), resident memory {rss}",
+        s.daemon_cpu_pct, s.daemon_cpu_secs
+    );
     let g = &s.global;
     let _ = writeln!(
         o,
@@ -440,8 +456,11 @@ fn register_class_families(reg: &mut Registry, classes: &[ClassSnapshot]) {
     reg.register("class_packets", "Packets per class and verdict (seen = all classified)", pkts);
     reg.register("class_bytes", "Bytes per class and verdict", bytes);
     reg.register("class_rate_limit_pps", "Configured packets/s limit of limited classes", limit);
-    let (active, known, quota) =
-        (Family::<Labels, F64Gauge>::default(), Family::<Labels, F64Gauge>::default(), Family::<Labels, U64Gauge>::default());
+    let (active, known, quota) = (
+        Family::<Labels, F64Gauge>::default(),
+        Family::<Labels, F64Gauge>::default(),
+        Family::<Labels, U64Gauge>::default(),
+    );
     for c in classes {
         let Some(x) = &c.sources else { continue };
         let l = vec![label("class", &c.name)];
@@ -576,6 +595,7 @@ mod tests {
             global: GlobalTotals { non_ip_pass: 2, malformed_drop: 1, ..Default::default() },
             daemon_cpu_secs: 1.5,
             daemon_cpu_pct: 0.4,
+            daemon_rss_bytes: None,
             discover: true,
             distress: None,
             sources: Default::default(),
@@ -597,7 +617,8 @@ mod tests {
             top: vec![crate::sources::TopSource { prefix: "192.0.2.0/24".into(), drops: 40, pkts: 30, epoch: 9 }],
             ..Default::default()
         });
-        s.sources = crate::sources::SourcesMap { capacity: 1024, entries: Some(900), evictions: Some(7), ..Default::default() };
+        s.sources =
+            crate::sources::SourcesMap { capacity: 1024, entries: Some(900), evictions: Some(7), ..Default::default() };
         let t = render_table(&s);
         assert!(t.contains("SOURCES") && t.contains("/24 /48") && t.contains("900 of 1024 entries, 7 evicted"), "{t}");
         let m = prometheus_text(&s);

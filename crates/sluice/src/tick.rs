@@ -17,8 +17,8 @@ use std::fmt::Display;
 use anyhow::Result;
 
 use crate::auto::AutoLoop;
-use crate::budget::{Budget, BudgetClass, FLOOR_PPS};
 use crate::bpf_intf::*;
+use crate::budget::{Budget, BudgetClass, FLOOR_PPS};
 use crate::config::{default_burst, Config, Limit};
 use crate::fair::{Fair, FairCounts, FairTick};
 use crate::gate::{ClassCounters, Clock, Gate, Tiers};
@@ -52,6 +52,17 @@ struct TickClass {
     distress: bool,
     /// The tiers written at the last tick.
     tiers: Option<Tiers>,
+}
+
+/// A class's source fairness as the tick last wrote it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FairStatus {
+    /// The egress learner records the class's clients.
+    pub learning: bool,
+    /// Packets per unknown source and epoch, while the class is limited.
+    pub quota: Option<u32>,
+    /// Prefix lengths unknown sources are counted at (IPv4, IPv6).
+    pub plens: (u8, u8),
 }
 
 /// A known source stays known this long after its last answer (7 days).
@@ -178,14 +189,17 @@ impl Ticker {
         Ok(())
     }
 
-    /// Each class's source fairness as status shows it: (learning, quota and
-    /// prefix lengths in force if the class is limited).
-    pub fn fair_status(&self) -> Vec<(bool, Option<(u32, u8, u8)>)> {
+    /// Each class's source fairness as the tick last wrote it (for status).
+    pub fn fair_status(&self) -> Vec<FairStatus> {
         self.classes
             .iter()
             .map(|c| match &c.tiers {
-                Some(t) => (t.learn, t.fair.as_ref().map(|f| (f.quota, f.plens.0, f.plens.1))),
-                None => (false, None),
+                Some(t) => FairStatus {
+                    learning: t.learn,
+                    quota: t.fair.as_ref().map(|f| f.quota),
+                    plens: t.fair.as_ref().map_or(crate::fair::PLENS[0], |f| f.plens),
+                },
+                None => FairStatus { learning: false, quota: None, plens: crate::fair::PLENS[0] },
             })
             .collect()
     }

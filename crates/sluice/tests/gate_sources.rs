@@ -61,7 +61,11 @@ fn a_source_over_its_quota_is_dropped_and_a_light_one_is_not() {
     assert_eq!(counter(&g, "dns", SLUICE_CS_SRC_OVER), 1, "one source went over, counted once");
     assert_eq!(counter(&g, "dns", SLUICE_CS_UNDER_PKTS), 10);
     clock(&mut g, 2);
-    g.expect("a new epoch: within quota, but the bucket is empty now", &dns_from("192.0.2.1"), DroppedRate("dns".into()));
+    g.expect(
+        "a new epoch: within quota, but the bucket is empty now",
+        &dns_from("192.0.2.1"),
+        DroppedRate("dns".into()),
+    );
     assert_eq!(counter(&g, "dns", SLUICE_CS_SRC_ACTIVE), 3);
     let heavy = g.gate.sources().unwrap().into_iter().find(|(k, _)| k.addr[..4] == [192, 0, 2, 1]).unwrap();
     assert_eq!((heavy.1.epoch, heavy.1.pkts, heavy.1.drops), (2, 1, 3));
@@ -92,7 +96,11 @@ fn fairness_off_or_an_unlimited_class_touches_no_source_state() {
     clock(&mut g, 1);
     for _ in 0..10 {
         g.expect("limited, fairness off", &dns_from("192.0.2.1"), Admitted("dns".into()));
-        g.expect("unlimited default class", &Frame::udp("192.0.2.1", "10.0.0.2", 1, 9).build(), Admitted("default".into()));
+        g.expect(
+            "unlimited default class",
+            &Frame::udp("192.0.2.1", "10.0.0.2", 1, 9).build(),
+            Admitted("default".into()),
+        );
     }
     assert!(g.gate.sources().unwrap().is_empty());
 }
@@ -166,7 +174,8 @@ fn the_learner_records_answered_clients_only_while_told_to_and_never_from_a_syn_
         .map(|(k, v)| (k.addr[..if k.family == 4 { 4 } else { 16 }].to_vec(), v.answers))
         .collect();
     known.sort();
-    let v6: Vec<u8> = "2001:db8::1".parse::<std::net::Ipv6Addr>().unwrap().octets()[..8].iter().copied().chain([0; 8]).collect();
+    let v6: Vec<u8> =
+        "2001:db8::1".parse::<std::net::Ipv6Addr>().unwrap().octets()[..8].iter().copied().chain([0; 8]).collect();
     assert_eq!(known, vec![(v6, 1), (vec![198, 51, 100, 1], 2), (vec![198, 51, 100, 4], 1)]);
     let now = Clock::coarse_now();
     assert!(g.gate.known().unwrap().iter().all(|(_, v)| v.last.abs_diff(now) <= 1 && v.first <= v.last));

@@ -146,9 +146,8 @@ impl Fair {
     /// One tick of a class that is limited: the tiers' rates and the quota.
     pub fn step(&mut self, t: &FairTick) -> FairOut {
         self.off_ticks = 0;
-        let known_pps = (t.counts.known as f64 / t.dt * KNOWN_HEADROOM)
-            .max(KNOWN_FLOOR_PPS)
-            .min(t.rate * (1.0 - UNKNOWN_MIN));
+        let known_pps =
+            (t.counts.known as f64 / t.dt * KNOWN_HEADROOM).max(KNOWN_FLOOR_PPS).min(t.rate * (1.0 - UNKNOWN_MIN));
         let unknown_pps = self.unknown_rate(t, t.rate - known_pps);
         let budget = (unknown_pps * t.dt).max(1.0);
         let quota = self.next_quota(&t.counts, budget);
@@ -178,7 +177,13 @@ impl Fair {
         // The usual follows healthy ticks over about a second (a tenth of
         // that while warming up), surges over about ten (a service whose
         // load grew for good learns again).
-        let follow = if warming { 0.1 } else if surge { 0.001 } else { 0.01 };
+        let follow = if warming {
+            0.1
+        } else if surge {
+            0.001
+        } else {
+            0.01
+        };
         if healthy {
             self.usual_pps = usual + follow * (offered - usual);
             self.healthy_ticks = self.healthy_ticks.saturating_add(1);
