@@ -132,6 +132,9 @@ pub struct Daemon {
     state_errors: u64,
     /// The last scan of the gate's source maps.
     scan: Option<Scan>,
+    /// SIGHUP, SIGINT and SIGTERM, caught from before the statistics socket
+    /// answers (a signal sent as soon as it does stops the daemon cleanly).
+    signals: Option<signal_hook::iterator::Signals>,
 }
 
 /// The known sources are written to their state file this often (60 s), and on exit.
@@ -180,6 +183,9 @@ impl Daemon {
         let ticker = Ticker::new(&cfg, None, true)?;
         check_napi(&iface, cfg.auto.napi)?;
         let socket = opts.socket.clone().or_else(|| cfg.socket.clone()).unwrap_or_else(|| default_socket(&iface));
+        // Caught from before the socket is bound: a client may connect (and
+        // signal) as soon as it listens.
+        let signals = Some(signal_hook::iterator::Signals::new([SIGHUP, SIGINT, SIGTERM])?);
         let listener = SocketFile::bind(&socket)?;
         let metrics = cfg.metrics.map(bind_metrics).transpose()?;
 
@@ -261,6 +267,7 @@ impl Daemon {
             pending_known,
             state_errors: 0,
             scan: None,
+            signals,
         };
         daemon.restore_known(None);
         Ok(daemon)
@@ -321,7 +328,7 @@ impl Daemon {
     /// Run until SIGINT/SIGTERM; returns the final snapshot after detaching.
     pub fn run(mut self) -> Result<Snapshot> {
         let (tx, rx) = mpsc::channel();
-        let mut signals = signal_hook::iterator::Signals::new([SIGHUP, SIGINT, SIGTERM])?;
+        let mut signals = self.signals.take().expect("run once");
         let handle = signals.handle();
         std::thread::spawn(move || {
             for sig in signals.forever() {

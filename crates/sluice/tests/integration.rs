@@ -548,8 +548,8 @@ mod known {
         let pid = tb.start_gate(&["--no-discover", "--class", "svc:match=udp:7000"]);
         tb.signal(pid, libc::SIGTERM);
         let out = tb.wait(pid);
-        assert!(out.status.success());
         let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{}: {err}", out.status);
         assert!(err.contains("is not a sluice state file") && err.contains("starting with none"), "{err}");
         assert_eq!(sluice::known::load(&file), Ok(vec![]), "a good (empty) file replaces the corrupt one");
     }

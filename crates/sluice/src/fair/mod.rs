@@ -31,19 +31,20 @@
 //! AGG_TICKS at most, back to single addresses after OFF_TICKS without
 //! fairness. Known sources are never aggregated.
 //!
-//! And when the class's own sockets are in distress while unknown sources
-//! are admitted (the queue the known clients share with the flood is full),
+//! And when the class's own sockets are in distress while known clients and
+//! unknown sources are both admitted (the queue they share is full),
 //! the unknown tier's rate is halved (every COOL_TICKS at most, down to
 //! CUT_FLOOR of the class rate) and grows back by REGROW per tick.
 
 /// The unknown tier keeps at least this share of the class rate.
 pub const UNKNOWN_MIN: f64 = 0.1;
-/// The known tier's bucket is this many times what known sources sent.
+/// The known tier's bucket is this many times what known sources sent in
+/// the last tick (a known client that comes back waits a tick for room).
 pub const KNOWN_HEADROOM: f64 = 2.0;
-/// ... and at least this rate (a known client that comes back).
-pub const KNOWN_FLOOR_PPS: f64 = 100.0;
+/// The unknown tier is never cut below this rate.
+pub const UNKNOWN_FLOOR_PPS: f64 = 100.0;
 /// Socket distress halves the unknown tier, every COOL_TICKS at most, down
-/// to CUT_FLOOR of the class rate (at least KNOWN_FLOOR_PPS: new clients
+/// to CUT_FLOOR of the class rate (at least UNKNOWN_FLOOR_PPS: new clients
 /// keep a way in); it grows back by REGROW per healthy tick. The floor is
 /// far below UNKNOWN_MIN because the class rate itself may be far above what
 /// the service can take (the auto controller's estimate, mid-probe).
@@ -146,14 +147,16 @@ impl Fair {
     /// One tick of a class that is limited: the tiers' rates and the quota.
     pub fn step(&mut self, t: &FairTick) -> FairOut {
         self.off_ticks = 0;
-        let known_pps =
-            (t.counts.known as f64 / t.dt * KNOWN_HEADROOM).max(KNOWN_FLOOR_PPS).min(t.rate * (1.0 - UNKNOWN_MIN));
+        let known_pps = (t.counts.known as f64 / t.dt * KNOWN_HEADROOM).min(t.rate * (1.0 - UNKNOWN_MIN));
         let unknown_pps = self.unknown_rate(t, t.rate - known_pps);
         let budget = (unknown_pps * t.dt).max(1.0);
         let quota = self.next_quota(&t.counts, budget);
         self.aggregate(t, budget, quota);
         let (plen4, plen6) = PLENS[self.level];
-        FairOut { known_pps, unknown_pps, quota: self.quota.unwrap_or(budget.floor()) as u32, plen4, plen6 }
+        // One source alone has nobody to share with: its quota is moot, and
+        // a tick that runs long would cut it below the rate.
+        let quota = if t.counts.active <= 1 { u32::MAX } else { self.quota.unwrap_or(budget.floor()) as u32 };
+        FairOut { known_pps, unknown_pps, quota, plen4, plen6 }
     }
 
     /// A tick with the class not limited.
@@ -199,9 +202,12 @@ impl Fair {
 
     /// The unknown tier's rate: what the known tier leaves, less the socket cut.
     fn unknown_rate(&mut self, t: &FairTick, left: f64) -> f64 {
-        let floor = (CUT_FLOOR * t.rate).max(KNOWN_FLOOR_PPS).min(left);
+        let floor = (CUT_FLOOR * t.rate).max(UNKNOWN_FLOOR_PPS).min(left);
         self.since_cut = self.since_cut.saturating_add(1);
-        if t.distress && t.counts.unknown > 0 {
+        // Only when known clients share the socket with admitted unknown
+        // traffic: with nobody to protect, a cut would only lower the
+        // class's intake below its limit.
+        if t.distress && t.counts.unknown > 0 && t.counts.known > 0 {
             if self.since_cut >= COOL_TICKS {
                 self.cut = (self.cut * CUT).max(floor / left.max(floor));
                 self.since_cut = 0;

@@ -29,7 +29,8 @@ fn epoch(demands: &[u64], out: &FairOut) -> (Vec<u64>, FairCounts) {
 /// Run `ticks` epochs of a class at `rate` with these unknown demands.
 fn run(rate: f64, demands: &[u64], ticks: usize) -> (Fair, FairOut, Vec<u64>) {
     let mut f = Fair::default();
-    let mut out = f.step(&tick(rate, FairCounts::default()));
+    let first = FairCounts { active: demands.len() as u64, ..Default::default() };
+    let mut out = f.step(&tick(rate, first));
     let mut got = vec![];
     for _ in 0..ticks {
         let (g, counts) = epoch(demands, &out);
@@ -60,6 +61,13 @@ fn sixteen_heavy_sources_share_equally_and_light_ones_keep_theirs() {
     for g in &got[..16] {
         assert!((*g as f64 - share).abs() <= share * 0.1 + 1.0, "max-min share {share}: {got:?}");
     }
+}
+
+#[test]
+fn a_lone_source_has_no_quota() {
+    let mut f = Fair::default();
+    let out = f.step(&tick(10_000.0, FairCounts { unknown: 300, under: 99, active: 1, over: 1, ..Default::default() }));
+    assert_eq!(out.quota, u32::MAX);
 }
 
 #[test]
@@ -135,6 +143,10 @@ fn socket_distress_halves_the_unknown_tier_down_to_its_floor_and_it_grows_back()
         f.step(&t);
     }
     assert!((f.step(&t).unknown_pps - first).abs() < 1.0, "grown back");
+    t.counts.known = 0;
+    let before = f.step(&t).unknown_pps;
+    t.distress = true;
+    assert_eq!(f.step(&t).unknown_pps, before, "no known client to protect: no cut");
 }
 
 #[test]
