@@ -163,6 +163,11 @@ impl Clock {
         (ns >> crate::bpf_intf::SLUICE_COARSE_SHIFT) as u32
     }
 
+    /// Coarse units to seconds, rounded down (the inverse of `coarse`).
+    pub fn secs(units: u32) -> u64 {
+        ((units as u64) << crate::bpf_intf::SLUICE_COARSE_SHIFT) / 1_000_000_000
+    }
+
     /// Seconds in coarse units (2^SLUICE_COARSE_SHIFT ns, about 1.07 s), rounded up.
     pub fn coarse(secs: u64) -> u32 {
         ((secs as u128 * 1_000_000_000).div_ceil(1u128 << crate::bpf_intf::SLUICE_COARSE_SHIFT)).min(u32::MAX as u128)
@@ -338,12 +343,7 @@ impl Gate {
     /// Write per-CPU class states back, class i from `states[i]`.
     fn write_class_states(&self, states: &[Vec<sluice_class_state>]) -> Result<()> {
         for (id, per_cpu) in states.iter().enumerate() {
-            let values: Vec<Vec<u8>> = per_cpu.iter().map(|s| bytes_of(s).to_vec()).collect();
-            self.skel
-                .maps
-                .class_state
-                .update_percpu(&(id as u32).to_ne_bytes(), &values, MapFlags::ANY)
-                .map_err(|err| GateError::Map { map: "class_state", err })?;
+            self.set_percpu(&self.skel.maps.class_state, "class_state", id, per_cpu)?;
         }
         Ok(())
     }
@@ -378,13 +378,7 @@ impl Gate {
 
     /// Set one class's per-CPU bucket parameters (one value per possible CPU).
     pub fn set_shares(&self, class: usize, shares: &[sluice_share]) -> Result<()> {
-        assert_eq!(shares.len(), self.ncpus);
-        let values: Vec<Vec<u8>> = shares.iter().map(|s| bytes_of(s).to_vec()).collect();
-        self.skel
-            .maps
-            .shares
-            .update_percpu(&(class as u32).to_ne_bytes(), &values, MapFlags::ANY)
-            .map_err(|err| GateError::Map { map: "shares", err })
+        self.set_percpu(&self.skel.maps.shares, "shares", class, shares)
     }
 
     /// Re-split a class's limits over CPUs by the arrivals each CPU saw
@@ -424,13 +418,7 @@ impl Gate {
 
     /// Set one class's per-CPU source fairness (all zero: off).
     pub fn set_fairness(&self, class: usize, fair: &[sluice_fair]) -> Result<()> {
-        assert_eq!(fair.len(), self.ncpus);
-        let values: Vec<Vec<u8>> = fair.iter().map(|s| bytes_of(s).to_vec()).collect();
-        self.skel
-            .maps
-            .fairness
-            .update_percpu(&(class as u32).to_ne_bytes(), &values, MapFlags::ANY)
-            .map_err(|err| GateError::Map { map: "fairness", err })
+        self.set_percpu(&self.skel.maps.fairness, "fairness", class, fair)
     }
 
     /// One class's per-CPU source fairness as the gate has it.
@@ -544,6 +532,14 @@ impl Gate {
     pub fn buckets(&self, class: usize) -> Result<Vec<sluice_bucket>> {
         let v: Vec<sluice_class_state> = self.percpu(&self.skel.maps.class_state, "class_state", class)?;
         Ok(v.into_iter().map(|s| s.bucket).collect())
+    }
+
+    /// Write entry `idx` of a per-CPU array: one value per possible CPU.
+    fn set_percpu<T: Copy>(&self, map: &libbpf_rs::Map, name: &'static str, idx: usize, per_cpu: &[T]) -> Result<()> {
+        assert_eq!(per_cpu.len(), self.ncpus);
+        let values: Vec<Vec<u8>> = per_cpu.iter().map(|v| bytes_of(v).to_vec()).collect();
+        map.update_percpu(&(idx as u32).to_ne_bytes(), &values, MapFlags::ANY)
+            .map_err(|err| GateError::Map { map: name, err })
     }
 
     fn percpu<T: Copy + Default>(&self, map: &libbpf_rs::Map, name: &'static str, idx: usize) -> Result<Vec<T>> {

@@ -16,7 +16,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use crate::bpf_intf::{sluice_known, sluice_src_key, SLUICE_COARSE_SHIFT};
+use crate::bpf_intf::{sluice_known, sluice_src_key};
+use crate::gate::Clock;
 
 /// Where state files go unless `--state-dir` says otherwise.
 pub const STATE_DIR: &str = "/var/lib/sluice";
@@ -54,24 +55,19 @@ fn unix_now() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
-/// Coarse units (2^SLUICE_COARSE_SHIFT ns) to seconds.
-fn coarse_secs(units: u32) -> u64 {
-    ((units as u64) << SLUICE_COARSE_SHIFT) / 1_000_000_000
-}
-
 /// The gate's known map as entries, with class ids named by `names`;
 /// entries older than `ttl_secs` or of a class that no longer exists are left out.
 pub fn from_map(map: &[(sluice_src_key, sluice_known)], names: &[String], now: u32, ttl_secs: u64) -> Vec<Known> {
     map.iter()
         .filter_map(|(k, v)| {
             let class = names.get(k.class_id as usize)?.clone();
-            let age_secs = coarse_secs(now.saturating_sub(v.last));
+            let age_secs = Clock::secs(now.saturating_sub(v.last));
             let addr = match k.family {
                 4 => IpAddr::V4(Ipv4Addr::new(k.addr[0], k.addr[1], k.addr[2], k.addr[3])),
                 6 => IpAddr::V6(Ipv6Addr::from(k.addr)),
                 _ => return None,
             };
-            let span_secs = coarse_secs(v.last.saturating_sub(v.first));
+            let span_secs = Clock::secs(v.last.saturating_sub(v.first));
             (age_secs <= ttl_secs).then_some(Known { class, addr, age_secs, span_secs, answers: v.answers })
         })
         .collect()
@@ -99,8 +95,8 @@ pub fn to_map(entries: Vec<Known>, names: &[String], now: u32) -> (Vec<(sluice_s
                 key.addr[..8].copy_from_slice(&a.octets()[..8]);
             }
         }
-        let last = now.saturating_sub(crate::gate::Clock::coarse(e.age_secs));
-        let first = last.saturating_sub(crate::gate::Clock::coarse(e.span_secs));
+        let last = now.saturating_sub(Clock::coarse(e.age_secs));
+        let first = last.saturating_sub(Clock::coarse(e.span_secs));
         map.push((key, sluice_known { first, last, answers: e.answers, ..Default::default() }));
     }
     (map, later)

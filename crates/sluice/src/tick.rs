@@ -42,15 +42,13 @@ struct TickClass {
     admitted: f64,
     /// Per-CPU arrivals at the last split.
     last_seen: Vec<u64>,
-    /// The limit written at the last tick (None: not written yet).
-    written: Option<Limit>,
     /// Source fairness, and the gate's counters at the last tick for it.
     fair: Fair,
     raw: Option<ClassCounters>,
     counts: FairCounts,
     /// The class's sockets were in distress in the last tick.
     distress: bool,
-    /// The tiers written at the last tick.
+    /// The tiers written at the last tick (None: not written yet).
     tiers: Option<Tiers>,
 }
 
@@ -98,7 +96,6 @@ impl Ticker {
                 offered: 0.0,
                 admitted: 0.0,
                 last_seen: vec![],
-                written: None,
                 fair: Fair::default(),
                 raw: None,
                 counts: FairCounts::default(),
@@ -178,11 +175,11 @@ impl Ticker {
             let own = auto.iter().find(|(i, _)| *i == id).map_or(c.limit, |(_, r)| rate_limit(r.filter(|_| !pass(r))));
             let limit = tightest(own, throttles.get(id).copied().flatten());
             let tiers = c.tiers(limit, gate.sources_capacity());
-            // An unlimited or blocked class needs writing only when it changes.
+            // An unlimited or blocked class needs writing only when its tiers
+            // (its limit, its learning) change.
             let fixed = matches!(limit, Limit::Unlimited | Limit::Blocked | Limit::Auto(_));
-            if !fixed || c.written != Some(limit) || c.tiers.as_ref() != Some(&tiers) {
+            if !fixed || c.tiers.as_ref() != Some(&tiers) {
                 gate.rebalance(id, &tiers, &mut c.last_seen)?;
-                c.written = Some(limit);
                 c.tiers = Some(tiers);
             }
         }
