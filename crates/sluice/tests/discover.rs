@@ -102,16 +102,18 @@ fn no_discover_turns_discovery_off() {
 
 /// A service that binds and closes its port a hundred times a second: the
 /// daemon keeps running, the class list does not flap (the linger time), and
-/// a steady service's class keeps counting.
+/// a steady service's class keeps counting. The port is bound half the time
+/// and discovery looks once a second, so one look misses it with odds 1/2:
+/// the test waits for up to 12 looks (a miss of all has odds 1/4096).
 #[test]
 fn a_churning_service_neither_crashes_the_daemon_nor_flaps_its_class() {
     let mut tb = Testbed::new();
     let ns = tb.b.clone();
     tb.spawn_cmd(&ns, &[BIN, "serve", "udp-echo", "--port", "7100", "--no-echo", "--duration", "30"]);
     let pid = tb.start_gate(&[]);
-    let churn = "import socket,time\nend=time.time()+6\nwhile time.time()<end:\n s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n s.bind(('0.0.0.0',7300))\n time.sleep(0.005)\n s.close()\n time.sleep(0.005)";
+    let churn = "import socket,time\nend=time.time()+20\nwhile time.time()<end:\n s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n s.bind(('0.0.0.0',7300))\n time.sleep(0.005)\n s.close()\n time.sleep(0.005)";
     tb.spawn_cmd(&ns, &["python3", "-c", churn]);
-    wait_for(&tb, 4, "the churning service discovered", |s| class(s, "/udp:7300").is_some());
+    wait_for(&tb, 12, "the churning service discovered", |s| class(s, "/udp:7300").is_some());
     let mut last = 0;
     for _ in 0..8 {
         tb.send(7100, 1_000, 0.3);
