@@ -1,4 +1,5 @@
-//! Build script: compiles the XDP gate with clang into a libbpf skeleton, and
+//! Build script: compiles the BPF programs (the XDP gate, the reader steering)
+//! with clang into libbpf skeletons, and
 //! generates the Rust view of the shared header `bpf/sluice.h` with bindgen,
 //! so no C struct, enum or constant is ever copied into Rust by hand.
 use std::env;
@@ -6,19 +7,22 @@ use std::path::PathBuf;
 
 use libbpf_cargo::SkeletonBuilder;
 
-const GATE_SRC: &str = "bpf/gate.bpf.c";
+/// Each BPF source and the skeleton it becomes.
+const PROGRAMS: [(&str, &str); 2] = [("bpf/gate.bpf.c", "gate.skel.rs"), ("bpf/steer.bpf.c", "steer.skel.rs")];
 const HEADER: &str = "bpf/sluice.h";
 
 fn main() {
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR is set by cargo"));
     let arch_include = format!("-I/usr/include/{}-linux-gnu", env::var("CARGO_CFG_TARGET_ARCH").unwrap());
 
-    SkeletonBuilder::new()
-        .source(GATE_SRC)
-        .clang_args(["-Wall", "-Werror", "-O2", "-Ibpf", arch_include.as_str()])
-        .build_and_generate(out.join("gate.skel.rs"))
-        .unwrap_or_else(|e| panic!("building {GATE_SRC} failed (is clang installed? run `make deps`): {e:#}"));
-    println!("cargo:rerun-if-changed={GATE_SRC}");
+    for (src, skel) in PROGRAMS {
+        SkeletonBuilder::new()
+            .source(src)
+            .clang_args(["-Wall", "-Werror", "-O2", "-Ibpf", arch_include.as_str()])
+            .build_and_generate(out.join(skel))
+            .unwrap_or_else(|e| panic!("building {src} failed (is clang installed? run `make deps`): {e:#}"));
+        println!("cargo:rerun-if-changed={src}");
+    }
 
     bindgen::Builder::default()
         .header(HEADER)

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
- * sluice.h - the ONE header shared by the XDP gate (gate.bpf.c) and user space.
+ * sluice.h - the ONE header shared by the BPF programs (the XDP gate in gate.bpf.c,
+ * the reader steering in steer.bpf.c) and user space.
  *
  * Every constant, enum and struct that both sides use lives here. build.rs runs
  * bindgen over this file, so the Rust side (crate::bpf_intf) is generated from it
@@ -224,6 +225,41 @@ struct sluice_settings {
 	__u32 epoch;             /* the daemon's tick count: source quotas are per epoch */
 	__u32 now;               /* coarse time (SLUICE_COARSE_SHIFT), written every tick */
 	__u32 known_ttl;         /* a known source older than this (coarse units) is unknown again */
+};
+
+/*
+ * Reader steering (steer.bpf.c): an SK_REUSEPORT program picks which socket
+ * of a service's reuseport group gets each datagram. A group is known by
+ * protocol and local port (key: proto << 16 | port); its readers are the
+ * sockarray slots index * SLUICE_READERS_MAX .. + n - 1.
+ */
+#define SLUICE_GROUPS_MAX 16
+#define SLUICE_READERS_MAX 32
+#define SLUICE_READER_SLOTS (SLUICE_GROUPS_MAX * SLUICE_READERS_MAX)
+
+enum sluice_readers {
+	SLUICE_READERS_HASH = 0,         /* the kernel's own choice: a hash of the 4-tuple */
+	SLUICE_READERS_ROUND_ROBIN = 1,  /* each CPU deals datagrams to the readers in turn */
+	SLUICE_READERS_LEAST_LOADED = 2, /* the reader with the fewest datagrams queued */
+};
+
+struct sluice_group {
+	__u32 index;  /* daemon: the group's number, 0..SLUICE_GROUPS_MAX-1 */
+	__u32 n;      /* daemon: readers in the group's slots, 1..SLUICE_READERS_MAX */
+	__u32 policy; /* daemon: enum sluice_readers */
+	__u32 _pad;
+};
+
+/* Per-group counters (per-CPU array, index group * SLUICE_STEER_STAT_NR + stat). */
+enum sluice_steer_stat {
+	SLUICE_SS_HASHED = 0, /* left to the kernel's hash: policy hash, or the daemon is gone */
+	SLUICE_SS_MISSED = 1, /* the chosen reader had closed: left to the kernel's hash */
+	SLUICE_SS_NR = 2,
+};
+
+/* Run-time settings, steer.bpf.c's .data section. Written by the daemon through mmap. */
+struct sluice_steer_settings {
+	__u64 alive_until; /* CLOCK_MONOTONIC ns: past it the daemon is gone and the kernel hashes */
 };
 
 #endif /* SLUICE_H */

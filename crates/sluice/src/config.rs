@@ -33,6 +33,7 @@
 //! algo = "knee"                 # "knee" (default) or "pno"; all auto classes share one
 //! min_share = 0.1               # fraction of capacity kept under any flood (default 0)
 //! fallback = "unlimited"        # limit once signals are lost past auto.hold: packets/s or "unlimited"
+//! readers = "least-loaded"      # a reuseport group's socket per datagram: "hash", "round-robin", "least-loaded"
 //! match = [{ proto = "udp", port = 8053 }]
 //!
 //! [auto]
@@ -137,6 +138,41 @@ impl AutoSpec {
     }
 }
 
+/// Which socket of a UDP service's SO_REUSEPORT group gets each datagram
+/// (the `readers` key; see `crate::steer`). Unset: `least-loaded` for a
+/// group of 2+ sockets while discovery is on, else the kernel's hash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Readers {
+    /// The kernel's own choice, a hash of the 4-tuple (sluice steers nothing).
+    Hash,
+    /// In turn (each CPU deals to the readers in order).
+    RoundRobin,
+    /// The reader with the fewest datagrams queued.
+    LeastLoaded,
+}
+
+impl Readers {
+    pub const NAMES: &'static str = "\"hash\", \"round-robin\" or \"least-loaded\"";
+
+    pub fn parse(s: &str) -> Result<Readers, String> {
+        match s.trim() {
+            "hash" => Ok(Readers::Hash),
+            "round-robin" => Ok(Readers::RoundRobin),
+            "least-loaded" => Ok(Readers::LeastLoaded),
+            other => Err(format!("\"{other}\" is not a readers policy; valid: {}", Readers::NAMES)),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Readers::Hash => "hash",
+            Readers::RoundRobin => "round-robin",
+            Readers::LeastLoaded => "least-loaded",
+        }
+    }
+}
+
 /// What the daemon does to the napi kthreads of a threaded-NAPI interface.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -236,6 +272,8 @@ pub struct Class {
     /// For a class made by discovery (`discover`), where its priority came
     /// from; None for a configured class.
     pub discovered: Option<String>,
+    /// How its UDP services' reuseport groups are steered; None: the default (see `Readers`).
+    pub readers: Option<Readers>,
 }
 
 /// A validated configuration. Class ids are indexes into `classes`.
@@ -500,6 +538,7 @@ fn finish(
                     limit: Limit::Unlimited,
                     rules: vec![],
                     discovered: None,
+                    readers: None,
                 });
                 classes.len() - 1
             }
@@ -560,6 +599,7 @@ struct RawClass {
     algo: Option<Spanned<String>>,
     min_share: Option<Spanned<f64>>,
     fallback: Option<Spanned<IntOrString>>,
+    readers: Option<Spanned<String>>,
     #[serde(default, rename = "match")]
     rules: Vec<Spanned<RawRule>>,
 }
@@ -680,7 +720,12 @@ impl Locator<'_> {
             self.at(span.unwrap_or(cspan.clone()), &field(f), m)
         })?;
         let rules = rc.rules.iter().map(|rr| self.rule(rr, &field)).collect::<Result<Vec<_>, _>>()?;
-        Ok(Class { name, priority: rc.priority.unwrap_or(DEFAULT_PRIORITY), limit, rules, discovered: None })
+        let readers = match &rc.readers {
+            Some(r) => Some(Readers::parse(r.get_ref()).map_err(|m| self.at(r.span(), &field("readers"), m))?),
+            None => None,
+        };
+        let priority = rc.priority.unwrap_or(DEFAULT_PRIORITY);
+        Ok(Class { name, priority, limit, rules, discovered: None, readers })
     }
 
     fn rule(&self, rr: &Spanned<RawRule>, field: &dyn Fn(&str) -> String) -> Result<Rule, ConfigError> {
@@ -751,7 +796,7 @@ pub fn load_file(path: &Path) -> Result<Config, ConfigError> {
 // ---------------------------------------------------------------------------
 // Flag syntax: --class 'NAME:priority=P,rate=R,burst=B,match=PROTO[:PORTS][@PREFIX],...'
 
-const FLAG_KEYS: &str = "priority, rate, burst, match, algo, min_share, fallback";
+const FLAG_KEYS: &str = "priority, rate, burst, match, algo, min_share, fallback, readers";
 
 /// Parse one `--class` flag into a class (not yet validated against the others).
 pub fn parse_class_flag(spec: &str) -> Result<Class, ConfigError> {
@@ -760,7 +805,7 @@ pub fn parse_class_flag(spec: &str) -> Result<Class, ConfigError> {
     let (name, rest) = spec.split_once(':').unwrap_or((spec, ""));
     check_name(name.trim()).map_err(|m| err("name", m))?;
     let (mut priority, mut rate, mut burst, mut rules) = (DEFAULT_PRIORITY, None, None, Vec::new());
-    let (mut algo, mut min_share, mut fallback) = (None, None, None);
+    let (mut algo, mut min_share, mut fallback, mut readers) = (None, None, None, None);
     for kv in rest.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let (k, v) =
             kv.split_once('=').ok_or_else(|| err(kv, format!("expected key=value with key one of {FLAG_KEYS}")))?;
@@ -780,6 +825,7 @@ pub fn parse_class_flag(spec: &str) -> Result<Class, ConfigError> {
                 )
             }
             "fallback" => fallback = Some(v.to_string()),
+            "readers" => readers = Some(Readers::parse(v).map_err(|m| err("readers", m))?),
             "match" => {
                 let (pp, src) = match v.split_once('@') {
                     Some((pp, s)) => (pp, Some(parse_prefix(s).map_err(|m| err("match", m))?)),
@@ -803,7 +849,7 @@ pub fn parse_class_flag(spec: &str) -> Result<Class, ConfigError> {
         None => Limit::Unlimited,
     };
     let limit = auto_keys(limit, algo.as_deref(), min_share, fallback.as_deref()).map_err(|(f, m)| err(f, m))?;
-    Ok(Class { name: name.trim().into(), priority, limit, rules, discovered: None })
+    Ok(Class { name: name.trim().into(), priority, limit, rules, discovered: None, readers })
 }
 
 /// Build a config from `--class` flags alone.
@@ -843,6 +889,7 @@ pub fn resolve(file: Option<&Path>, flags: &[String]) -> Result<Config, ConfigEr
         limit: Limit::Unlimited,
         rules: vec![],
         discovered: None,
+        readers: None,
     };
     let default_name = cfg.classes[cfg.default_class].name.clone();
     let mut classes = cfg.classes;

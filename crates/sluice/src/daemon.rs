@@ -16,6 +16,7 @@ use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use crate::classify;
 use crate::config::{self, Config, NapiSched, XdpMode};
 use crate::discover::{self, Discovery};
+use crate::steer::{self, Steer};
 use crate::gate::{self, Clock, Gate};
 use crate::known::{self, Known};
 use crate::sched::{apply_napi, check_napi, realtime_thread};
@@ -82,6 +83,17 @@ fn resolve_config(opts: &RunOpts) -> Result<Config> {
     Ok(cfg)
 }
 
+/// The reader steering, or None with a log line saying why not.
+fn load_steer(ifindex: u32) -> Option<(Steer, steer::Finder)> {
+    match Steer::load().and_then(|s| Ok((s, steer::Finder::new(ifindex)?))) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            log(format_args!("steer: reader steering is off, the kernel's hash stays: {e:#}"));
+            None
+        }
+    }
+}
+
 /// Look for the services and merge a class for each into `base`; log what
 /// merging had to do.
 fn discovered(base: &Config, d: &mut Discovery) -> Result<Config> {
@@ -132,6 +144,9 @@ pub struct Daemon {
     state_errors: u64,
     /// The last scan of the gate's source maps.
     scan: Option<Scan>,
+    /// Reader steering and the finder of reuseport groups; None if the
+    /// kernel refused the program (said once in the log).
+    steer: Option<(Steer, steer::Finder)>,
     /// SIGHUP, SIGINT and SIGTERM, caught from before the statistics socket
     /// answers (a signal sent as soon as it does stops the daemon cleanly).
     signals: Option<signal_hook::iterator::Signals>,
@@ -213,6 +228,7 @@ impl Daemon {
             discover: cfg.discover,
             distress: None,
             sources: Default::default(),
+            readers: vec![],
         };
         let shared = Arc::new(Shared { snapshot: Mutex::new(snapshot) });
         let socket = listener.serve(shared.clone());
@@ -267,8 +283,10 @@ impl Daemon {
             pending_known,
             state_errors: 0,
             scan: None,
+            steer: load_steer(ifindex),
             signals,
         };
+        daemon.resteer();
         daemon.restore_known(None);
         Ok(daemon)
     }
@@ -350,9 +368,13 @@ impl Daemon {
                 Err(mpsc::RecvTimeoutError::Disconnected) => break,
             }
             self.ticker.tick(&mut self.gate, |m| log(m))?;
+            if let Some((s, _)) = &mut self.steer {
+                s.keep_alive(Clock::now_ns());
+            }
             ticks += 1;
             if ticks.is_multiple_of(DISCOVER_EVERY) {
                 self.rediscover();
+                self.resteer();
             }
             if ticks.is_multiple_of(sources::SCAN_TICKS) {
                 self.scan_sources()?;
@@ -372,6 +394,9 @@ impl Daemon {
         handle.close();
         self.refresh_stats()?;
         self.save_known();
+        if let Some((s, _)) = &mut self.steer {
+            s.detach_all();
+        }
         self.gate.detach();
         let _ = std::fs::remove_file(&self.socket);
         let snap = self.shared.snapshot.lock().unwrap().clone();
@@ -386,6 +411,23 @@ impl Daemon {
             log("the control loop runs at SCHED_FIFO priority 1 (its CPU use is in `sluice status`)");
         } else {
             log("could not run the control loop at SCHED_FIFO; pre-emptions may skew its samples");
+        }
+    }
+
+    /// Steer the reuseport groups the config in force asks for (see `steer`).
+    fn resteer(&mut self) {
+        let Some((steer, finder)) = &mut self.steer else { return };
+        steer.keep_alive(Clock::now_ns());
+        match finder.groups(&self.cfg) {
+            Ok(groups) => {
+                for line in steer.sync(&groups) {
+                    if line.contains("not steered") {
+                        finder.rescan();
+                    }
+                    log(format_args!("{line}"));
+                }
+            }
+            Err(e) => log(format_args!("steer: looking for reuseport groups failed: {e:#}")),
         }
     }
 
@@ -483,6 +525,7 @@ impl Daemon {
             c.throttle_pps = *t;
         }
         self.fill_sources(&mut snap);
+        snap.readers = self.steer.as_ref().map(|(s, _)| s.status()).unwrap_or_default();
         Ok(())
     }
 

@@ -154,13 +154,17 @@ pub struct Clock {
 }
 
 impl Clock {
-    /// CLOCK_MONOTONIC (the clock bpf_ktime_get_ns() reads) in coarse units.
-    pub fn coarse_now() -> u32 {
+    /// CLOCK_MONOTONIC (the clock bpf_ktime_get_ns() reads), ns.
+    pub fn now_ns() -> u64 {
         let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
         // SAFETY: a valid out pointer.
         unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-        let ns = ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64;
-        (ns >> crate::bpf_intf::SLUICE_COARSE_SHIFT) as u32
+        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    }
+
+    /// CLOCK_MONOTONIC in coarse units.
+    pub fn coarse_now() -> u32 {
+        (Clock::now_ns() >> crate::bpf_intf::SLUICE_COARSE_SHIFT) as u32
     }
 
     /// Coarse units to seconds, rounded down (the inverse of `coarse`).

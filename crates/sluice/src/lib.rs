@@ -31,6 +31,12 @@ pub mod gate_skel {
     include!(concat!(env!("OUT_DIR"), "/gate.skel.rs"));
 }
 
+/// The libbpf skeleton of `bpf/steer.bpf.c` (reader steering), generated in build.rs.
+pub mod steer_skel {
+    #![allow(clippy::all, non_camel_case_types, dead_code, unused_imports)]
+    include!(concat!(env!("OUT_DIR"), "/steer.skel.rs"));
+}
+
 pub mod auto;
 pub mod budget;
 pub mod classify;
@@ -52,6 +58,7 @@ pub mod share;
 pub mod signals;
 pub mod sources;
 pub mod stats;
+pub mod steer;
 pub mod summary;
 pub mod testbed;
 pub mod tick;

@@ -221,6 +221,9 @@ pub struct Snapshot {
     /// The per-source map and the known sources.
     #[serde(default)]
     pub sources: crate::sources::SourcesMap,
+    /// The reuseport groups sluice steers, and their readers.
+    #[serde(default)]
+    pub readers: Vec<crate::steer::GroupStatus>,
 }
 
 impl Snapshot {

@@ -165,25 +165,30 @@ fn owner(pid: u32) -> Owner {
     Owner { pid, comm: if comm.is_empty() { "unknown".into() } else { comm }, nice }
 }
 
-/// Every socket inode held open by a process, and the processes holding it.
-fn socket_owners() -> HashMap<u32, Vec<u32>> {
-    let mut map: HashMap<u32, Vec<u32>> = HashMap::new();
+/// Every socket inode held open by a process, and each (pid, fd) holding it.
+pub fn socket_holders() -> HashMap<u32, Vec<(u32, i32)>> {
+    let mut map: HashMap<u32, Vec<(u32, i32)>> = HashMap::new();
     let Ok(procs) = std::fs::read_dir("/proc") else { return map };
     for p in procs.flatten() {
         let Some(pid) = p.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
         let Ok(fds) = std::fs::read_dir(p.path().join("fd")) else { continue };
         for fd in fds.flatten() {
+            let Some(num) = fd.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
             let Ok(link) = std::fs::read_link(fd.path()) else { continue };
             let inode = link.to_str().and_then(|l| l.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok());
             if let Some(inode) = inode {
-                let pids = map.entry(inode).or_default();
-                if !pids.contains(&pid) {
-                    pids.push(pid);
-                }
+                map.entry(inode).or_default().push((pid, num));
             }
         }
     }
     map
+}
+
+/// Every socket inode held open by a process, and the processes holding it.
+fn socket_owners() -> HashMap<u32, Vec<u32>> {
+    let mut map = socket_holders();
+    map.values_mut().for_each(|v| v.dedup_by_key(|(pid, _)| *pid));
+    map.into_iter().map(|(inode, v)| (inode, v.into_iter().map(|(pid, _)| pid).collect())).collect()
 }
 
 /// The discovery state the daemon keeps between polls.
@@ -257,6 +262,7 @@ fn group_class(name: String, services: &[&Service], algo: crate::controller::Alg
             .map(|s| Rule { proto: s.l4.proto(), ports: Some((s.port, s.port)), src: None })
             .collect(),
         discovered: Some(why),
+        readers: None,
     }
 }
 

@@ -1,0 +1,218 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * steer.bpf.c - which reader of a service gets each datagram.
+ *
+ * A service that reads with several threads can give each its own socket in
+ * an SO_REUSEPORT group (seed 001: threads sharing one socket serialise on
+ * its locks). The kernel then picks a socket by a hash of the 4-tuple, which
+ * keeps a few heavy flows on a few readers and keeps feeding a reader that
+ * has stalled. This file lets the daemon choose instead:
+ *
+ *   steer         (SK_REUSEPORT, attached to the group through one of its
+ *                 sockets) picks a slot of the `readers` sockarray by the
+ *                 group's policy: round-robin (a per-CPU turn: exact on each
+ *                 CPU), least-loaded (the fewest datagrams queued, ties taken
+ *                 in turn), or hash (returns without choosing: the kernel's
+ *                 own pick, unchanged).
+ *   steer_queued  (tp_btf sk_data_ready: a datagram was queued to a socket)
+ *   steer_read    (tp_btf sock_recv_length: a reader took one)
+ *                 record the queue length of a group's socket, found by its
+ *                 socket cookie in `slot_of`; least-loaded reads them.
+ *
+ * User space (src/steer/) finds the groups, takes a duplicate of each socket
+ * from the service (pidfd_getfd), fills `readers`, `slot_of` and `groups`,
+ * attaches `steer`, and closes its duplicates: it never holds the service's
+ * sockets open. A socket that closes leaves its slot empty (the kernel clears
+ * it); a datagram steered there falls back to the kernel's hash (counted as
+ * MISSED) until the daemon's next look at the group. If the daemon stops
+ * writing `alive_until` (it died), every datagram falls back to the hash,
+ * so stale queue lengths cannot pin a group to one reader.
+ *
+ * No locks, no atomics: queue lengths are plain stores of the kernel's own
+ * counts, counters are per CPU.
+ */
+#include <linux/bpf.h>
+#include <linux/types.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+
+#include "sluice.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+/* Only the kernel fields read here; CO-RE finds their offsets in this kernel. */
+struct sk_buff_head {
+	__u32 qlen;
+} __attribute__((preserve_access_index));
+
+struct sock_common {
+	struct {
+		__s64 counter;
+	} skc_cookie;
+} __attribute__((preserve_access_index));
+
+struct sock {
+	struct sock_common __sk_common;
+	struct sk_buff_head sk_receive_queue;
+	__u16 sk_protocol;
+} __attribute__((preserve_access_index));
+
+/* UDP moves the receive queue to this one in a batch when a reader empties it. */
+struct udp_sock {
+	struct sk_buff_head reader_queue;
+} __attribute__((preserve_access_index));
+
+struct sluice_steer_settings settings SEC(".data") = {};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_REUSEPORT_SOCKARRAY);
+	__uint(max_entries, SLUICE_READER_SLOTS);
+	__type(key, __u32);
+	__type(value, __u64);
+} readers SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, SLUICE_GROUPS_MAX);
+	__type(key, __u32); /* proto << 16 | local port */
+	__type(value, struct sluice_group);
+} groups SEC(".maps");
+
+/* Socket cookie -> slot, for the tracepoints. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, SLUICE_READER_SLOTS);
+	__type(key, __u64);
+	__type(value, __u32);
+} slot_of SEC(".maps");
+
+/* Datagrams queued at each slot's socket, as last seen by a tracepoint. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, SLUICE_READER_SLOTS);
+	__type(key, __u32);
+	__type(value, __u32);
+} depth SEC(".maps");
+
+/* Datagrams steered to each slot. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SLUICE_READER_SLOTS);
+	__type(key, __u32);
+	__type(value, __u64);
+} steered SEC(".maps");
+
+/* enum sluice_steer_stat per group. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SLUICE_GROUPS_MAX * SLUICE_SS_NR);
+	__type(key, __u32);
+	__type(value, __u64);
+} group_stats SEC(".maps");
+
+/* Each CPU's turn within each group (round-robin, and least-loaded's ties). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SLUICE_GROUPS_MAX);
+	__type(key, __u32);
+	__type(value, __u32);
+} turn SEC(".maps");
+
+static __always_inline void count(__u32 group, __u32 stat)
+{
+	__u32 key = group * SLUICE_SS_NR + stat;
+	__u64 *c = bpf_map_lookup_elem(&group_stats, &key);
+
+	if (c)
+		*c += 1;
+}
+
+/* The reader with the fewest queued datagrams, looking from `start` on. */
+static __always_inline __u32 least_loaded(__u32 base, __u32 n, __u32 start)
+{
+	__u32 best = start, best_depth = 0xffffffff;
+
+	for (__u32 i = 0; i < SLUICE_READERS_MAX; i++) {
+		if (i >= n)
+			break;
+		__u32 j = start + i;
+		if (j >= n)
+			j -= n;
+		__u32 slot = base + j;
+		__u32 *d = bpf_map_lookup_elem(&depth, &slot);
+		if (d && *d < best_depth) {
+			best_depth = *d;
+			best = j;
+		}
+	}
+	return best;
+}
+
+SEC("sk_reuseport")
+int steer(struct sk_reuseport_md *ctx)
+{
+	struct bpf_sock *sk = ctx->sk;
+
+	if (!sk)
+		return SK_PASS;
+	__u32 key = ctx->ip_protocol << 16 | (sk->src_port & 0xffff);
+	struct sluice_group *g = bpf_map_lookup_elem(&groups, &key);
+	if (!g)
+		return SK_PASS;
+	__u32 index = g->index, n = g->n;
+	if (index >= SLUICE_GROUPS_MAX)
+		return SK_PASS;
+	if (g->policy == SLUICE_READERS_HASH || n == 0 || n > SLUICE_READERS_MAX ||
+	    bpf_ktime_get_coarse_ns() > settings.alive_until) {
+		count(index, SLUICE_SS_HASHED);
+		return SK_PASS;
+	}
+	__u32 *t = bpf_map_lookup_elem(&turn, &index);
+	if (!t)
+		return SK_PASS;
+	__u32 start = *t % n;
+	*t += 1;
+	__u32 pick = g->policy == SLUICE_READERS_LEAST_LOADED ? least_loaded(index * SLUICE_READERS_MAX, n, start) : start;
+	__u32 slot = index * SLUICE_READERS_MAX + pick;
+	if (bpf_sk_select_reuseport(ctx, &readers, &slot, 0)) {
+		count(index, SLUICE_SS_MISSED);
+		return SK_PASS;
+	}
+	__u64 *c = bpf_map_lookup_elem(&steered, &slot);
+	if (c)
+		*c += 1;
+	return SK_PASS;
+}
+
+/* Record the queue length of `sk` if it is one of the groups' readers. */
+static __always_inline void note_depth(struct sock *sk)
+{
+	__u64 cookie = BPF_CORE_READ(sk, __sk_common.skc_cookie.counter);
+
+	if (!cookie) /* the kernel gives a cookie on first ask: every reader was asked */
+		return;
+	__u32 *slot = bpf_map_lookup_elem(&slot_of, &cookie);
+	if (!slot)
+		return;
+	__u32 q = BPF_CORE_READ(sk, sk_receive_queue.qlen);
+	if (BPF_CORE_READ(sk, sk_protocol) == 17 /* IPPROTO_UDP */)
+		q += BPF_CORE_READ((struct udp_sock *)sk, reader_queue.qlen);
+	__u32 *d = bpf_map_lookup_elem(&depth, slot);
+	if (d)
+		*d = q;
+}
+
+SEC("tp_btf/sk_data_ready")
+int BPF_PROG(steer_queued, struct sock *sk)
+{
+	note_depth(sk);
+	return 0;
+}
+
+SEC("tp_btf/sock_recv_length")
+int BPF_PROG(steer_read, struct sock *sk, int ret, int flags)
+{
+	note_depth(sk);
+	return 0;
+}

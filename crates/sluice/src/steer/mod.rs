@@ -1,0 +1,389 @@
+//! Reader steering (seed 001): a UDP service that reads with several sockets
+//! in an SO_REUSEPORT group gets each datagram sent to the socket its class's
+//! `readers` policy picks, by the SK_REUSEPORT program in `bpf/steer.bpf.c`.
+//!
+//! sluice attaches to a running service without changing it: for each socket
+//! of the group it takes a duplicate from the process that holds it
+//! (pidfd_open + pidfd_getfd, which needs the right to ptrace that process:
+//! root, or CAP_SYS_PTRACE), puts it in the program's sockarray, reads its
+//! cookie (so the queue tracepoints know it), attaches the program to the
+//! group through it (SO_ATTACH_REUSEPORT_EBPF), and closes the duplicate at
+//! once: the service's sockets close when the service closes them.
+//!
+//! When the group changes (a reader added or closed) the daemon's next look
+//! (every second) re-fills the group's slots; in between, a datagram for a
+//! closed reader goes to the kernel's hash (counted as missed) and a new
+//! reader gets only what the hash gives it. When the service restarts, its
+//! new sockets form a new group without the program, and the next look
+//! attaches to it. When the daemon stops it detaches the program
+//! (SO_DETACH_REUSEPORT_BPF); if it dies instead, the program finds
+//! `alive_until` past within 2 s and leaves every datagram to the hash.
+//!
+//! With nothing configured, a UDP port served by 2+ sockets on one address
+//! gets `least-loaded` while discovery is on (`groups::policy_for`).
+pub mod groups;
+
+use std::collections::{BTreeMap, HashMap};
+use std::io;
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+use anyhow::{bail, Context, Result};
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{Link, MapCore, MapFlags, OpenObject};
+use serde::{Deserialize, Serialize};
+
+use crate::bpf_intf::{
+    sluice_group, SLUICE_GROUPS_MAX, SLUICE_READERS_MAX, SLUICE_READER_SLOTS, SLUICE_SS_HASHED, SLUICE_SS_MISSED,
+    SLUICE_SS_NR,
+};
+use crate::config::{Config, Readers};
+use crate::discover::{is_listener, parse_port_range, socket_holders, L4};
+use crate::signals::{SockDiag, TCP_CLOSE};
+use crate::steer_skel::{SteerSkel, SteerSkelBuilder};
+pub use groups::{Group, Listener, Reader};
+
+/// How long the program trusts the daemon's queue view without a new tick.
+const ALIVE_NS: u64 = 2_000_000_000;
+/// setsockopt names from <asm-generic/socket.h> that the libc crate lacks.
+const SO_ATTACH_REUSEPORT_EBPF: libc::c_int = 52;
+const SO_DETACH_REUSEPORT_BPF: libc::c_int = 68;
+const SO_COOKIE: libc::c_int = 57;
+
+/// A group the program steers now.
+struct Attached {
+    index: u32,
+    readers: Vec<Reader>,
+    policy: Readers,
+}
+
+/// One reader's view in `status`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ReaderStatus {
+    pub pid: u32,
+    pub inode: u32,
+    /// Datagrams the program sent to it.
+    pub steered: u64,
+    /// Datagrams queued at its socket, as last seen by the tracepoints
+    /// (least-loaded only: None when the tracepoints are not attached).
+    pub queued: Option<u32>,
+}
+
+/// One steered group in `status`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GroupStatus {
+    pub port: u16,
+    pub policy: String,
+    pub readers: Vec<ReaderStatus>,
+    /// Datagrams left to the kernel's hash (the daemon's view was stale).
+    pub hashed: u64,
+    /// Datagrams whose chosen reader had closed (left to the hash).
+    pub missed: u64,
+}
+
+/// The loaded program and the groups it steers.
+pub struct Steer {
+    skel: SteerSkel<'static>,
+    ncpus: usize,
+    /// The two queue tracepoints, attached while a group is least-loaded.
+    tracepoints: Option<(Link, Link)>,
+    attached: BTreeMap<u16, Attached>,
+}
+
+/// A duplicate of fd `fd` of process `pid` (pidfd_getfd).
+pub fn take_fd(pid: u32, fd: RawFd) -> io::Result<OwnedFd> {
+    // SAFETY: plain syscalls with integer arguments; a returned fd is new and ours.
+    unsafe {
+        let pidfd = libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0);
+        if pidfd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let pidfd = OwnedFd::from_raw_fd(pidfd as RawFd);
+        let dup = libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0);
+        if dup < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(OwnedFd::from_raw_fd(dup as RawFd))
+    }
+}
+
+fn setsockopt_int(fd: &OwnedFd, name: libc::c_int, value: libc::c_int) -> io::Result<()> {
+    // SAFETY: setsockopt with an int we own, on a socket we hold.
+    let r = unsafe {
+        libc::setsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, name, (&value as *const libc::c_int).cast(), 4)
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The socket's cookie (the kernel gives it one on the first ask).
+fn cookie(fd: &OwnedFd) -> io::Result<u64> {
+    let mut c = 0u64;
+    let mut len = 8 as libc::socklen_t;
+    // SAFETY: getsockopt into a u64 we own, with its length.
+    let r = unsafe {
+        libc::getsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, SO_COOKIE, (&mut c as *mut u64).cast(), &mut len)
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(c)
+}
+
+fn policy_code(p: Readers) -> u32 {
+    match p {
+        Readers::Hash => crate::bpf_intf::SLUICE_READERS_HASH,
+        Readers::RoundRobin => crate::bpf_intf::SLUICE_READERS_ROUND_ROBIN,
+        Readers::LeastLoaded => crate::bpf_intf::SLUICE_READERS_LEAST_LOADED,
+    }
+}
+
+fn group_key(port: u16) -> [u8; 4] {
+    ((libc::IPPROTO_UDP as u32) << 16 | u32::from(port)).to_ne_bytes()
+}
+
+impl Steer {
+    /// Load the program (nothing is attached yet).
+    pub fn load() -> Result<Steer> {
+        // The open object must outlive the skeleton; one small allocation per load.
+        let storage: &'static mut MaybeUninit<OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
+        let open = SteerSkelBuilder::default().open(storage).context("opening the steering program")?;
+        let skel = open.load().context("loading the steering program (bpf/steer.bpf.c)")?;
+        let ncpus = libbpf_rs::num_possible_cpus()?;
+        Ok(Steer { skel, ncpus, tracepoints: None, attached: BTreeMap::new() })
+    }
+
+    /// Tell the program the daemon is alive (every tick): `now` is CLOCK_MONOTONIC ns.
+    pub fn keep_alive(&mut self, now_ns: u64) {
+        let data = self.skel.maps.data_data.as_deref_mut().expect(".data is mmap'ed after load");
+        data.settings.alive_until = now_ns + ALIVE_NS;
+    }
+
+    /// The program's id and its kernel run statistics (run_time_ns, run_cnt),
+    /// counted only while kernel.bpf_stats_enabled is 1.
+    pub fn prog_stats(&self) -> Result<(u32, u64, u64)> {
+        let fd = self.skel.progs.steer.as_fd().as_raw_fd();
+        let mut info = libbpf_rs::libbpf_sys::bpf_prog_info::default();
+        let mut len = std::mem::size_of_val(&info) as u32;
+        // SAFETY: the kernel fills at most `len` bytes of `info`, which we own.
+        let r = unsafe { libbpf_rs::libbpf_sys::bpf_prog_get_info_by_fd(fd, &mut info, &mut len) };
+        if r < 0 {
+            return Err(io::Error::from_raw_os_error(-r).into());
+        }
+        Ok((info.id, info.run_time_ns, info.run_cnt))
+    }
+
+    /// Steer exactly `want`: attach new groups, re-fill changed ones, detach
+    /// the ones gone. Returns a line per change (for the log) and per group
+    /// that could not be attached (it stays with the kernel's hash).
+    pub fn sync(&mut self, want: &[Group]) -> Vec<String> {
+        let mut log = Vec::new();
+        let gone: Vec<u16> = self.attached.keys().filter(|p| !want.iter().any(|g| g.port == **p)).copied().collect();
+        for port in gone {
+            let a = self.attached.remove(&port).expect("listed above");
+            self.clear_group(port, &a);
+            log.push(format!("steer: udp:{port}: no longer a group of 2+ readers; left to the kernel's hash"));
+        }
+        for g in want {
+            let same = self.attached.get(&g.port).is_some_and(|a| a.readers == g.readers && a.policy == g.policy);
+            if same {
+                continue;
+            }
+            match self.attach_group(g) {
+                Ok(()) => log.push(format!("steer: udp:{}: {} readers, {}", g.port, g.readers.len(), g.policy.name())),
+                Err(e) => log.push(format!("steer: udp:{}: not steered, the kernel's hash stays: {e:#}", g.port)),
+            }
+        }
+        if let Err(e) = self.want_tracepoints() {
+            log.push(format!("steer: queue tracepoints: {e:#}; least-loaded sees no queues and deals in turn"));
+        }
+        log
+    }
+
+    fn free_index(&self) -> Option<u32> {
+        (0..SLUICE_GROUPS_MAX).find(|i| !self.attached.values().any(|a| a.index == *i))
+    }
+
+    /// Fill a group's slots and attach the program to it.
+    fn attach_group(&mut self, g: &Group) -> Result<()> {
+        if g.readers.len() > SLUICE_READERS_MAX as usize {
+            bail!("{} readers, at most {SLUICE_READERS_MAX} are steered", g.readers.len());
+        }
+        let index = match self.attached.remove(&g.port) {
+            Some(a) => {
+                self.clear_slots(&a);
+                a.index
+            }
+            None => self.free_index().context(format!("already {SLUICE_GROUPS_MAX} groups steered"))?,
+        };
+        let mut first = None;
+        for (i, r) in g.readers.iter().enumerate() {
+            let fd = take_fd(r.pid, r.fd).with_context(|| {
+                format!("taking fd {} of pid {} (pidfd_getfd needs root or CAP_SYS_PTRACE)", r.fd, r.pid)
+            })?;
+            let slot = index * SLUICE_READERS_MAX + i as u32;
+            let c = cookie(&fd).context("SO_COOKIE")?;
+            let value = (fd.as_raw_fd() as u64).to_ne_bytes();
+            self.skel.maps.readers.update(&slot.to_ne_bytes(), &value, MapFlags::ANY).with_context(|| {
+                format!("putting pid {}'s socket in the sockarray (is it in an SO_REUSEPORT group?)", r.pid)
+            })?;
+            self.skel.maps.slot_of.update(&c.to_ne_bytes(), &slot.to_ne_bytes(), MapFlags::ANY)?;
+            self.skel.maps.depth.update(&slot.to_ne_bytes(), &0u32.to_ne_bytes(), MapFlags::ANY)?;
+            first.get_or_insert(fd);
+        }
+        let info = sluice_group { index, n: g.readers.len() as u32, policy: policy_code(g.policy), _pad: 0 };
+        // SAFETY: sluice_group is a plain #[repr(C)] struct of u32s with no padding bytes.
+        let bytes = unsafe {
+            std::slice::from_raw_parts((&info as *const sluice_group).cast::<u8>(), std::mem::size_of::<sluice_group>())
+        };
+        self.skel.maps.groups.update(&group_key(g.port), bytes, MapFlags::ANY)?;
+        let fd = first.context("a group has readers")?;
+        setsockopt_int(&fd, SO_ATTACH_REUSEPORT_EBPF, self.skel.progs.steer.as_fd().as_raw_fd())
+            .context("SO_ATTACH_REUSEPORT_EBPF")?;
+        self.attached.insert(g.port, Attached { index, readers: g.readers.clone(), policy: g.policy });
+        Ok(())
+    }
+
+    /// Empty a group's slots and its cookies (the program then hashes a missed datagram).
+    fn clear_slots(&mut self, a: &Attached) {
+        for i in 0..SLUICE_READERS_MAX {
+            let slot = (a.index * SLUICE_READERS_MAX + i).to_ne_bytes();
+            let _ = self.skel.maps.readers.delete(&slot);
+        }
+        let cookies: Vec<Vec<u8>> = self
+            .skel
+            .maps
+            .slot_of
+            .keys()
+            .filter(|k| {
+                let slot = self.skel.maps.slot_of.lookup(k, MapFlags::ANY).ok().flatten();
+                slot.and_then(|v| v.try_into().ok()).map(u32::from_ne_bytes).is_some_and(|s| s / SLUICE_READERS_MAX == a.index)
+            })
+            .collect();
+        for k in cookies {
+            let _ = self.skel.maps.slot_of.delete(&k);
+        }
+    }
+
+    /// Detach the program from a group (through any reader still open) and forget it.
+    fn clear_group(&mut self, port: u16, a: &Attached) {
+        let _ = self.skel.maps.groups.delete(&group_key(port));
+        self.clear_slots(a);
+        for r in &a.readers {
+            if let Ok(fd) = take_fd(r.pid, r.fd) {
+                if setsockopt_int(&fd, SO_DETACH_REUSEPORT_BPF, 0).is_ok() {
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Attach the queue tracepoints while some group is least-loaded, and only then.
+    fn want_tracepoints(&mut self) -> Result<()> {
+        let need = self.attached.values().any(|a| a.policy == Readers::LeastLoaded);
+        if !need {
+            self.tracepoints = None;
+        } else if self.tracepoints.is_none() {
+            let queued = self.skel.progs.steer_queued.attach().context("tp_btf/sk_data_ready")?;
+            let read = self.skel.progs.steer_read.attach().context("tp_btf/sock_recv_length")?;
+            self.tracepoints = Some((queued, read));
+        }
+        Ok(())
+    }
+
+    fn sum_percpu(&self, map: &libbpf_rs::Map, key: u32) -> u64 {
+        let per_cpu = map.lookup_percpu(&key.to_ne_bytes(), MapFlags::ANY).ok().flatten().unwrap_or_default();
+        per_cpu.iter().take(self.ncpus).filter_map(|v| v.as_slice().try_into().ok()).map(u64::from_ne_bytes).sum()
+    }
+
+    /// Each steered group, its readers' counts and queues.
+    pub fn status(&self) -> Vec<GroupStatus> {
+        let maps = &self.skel.maps;
+        self.attached
+            .iter()
+            .map(|(port, a)| {
+                let readers = a
+                    .readers
+                    .iter()
+                    .enumerate()
+                    .map(|(i, r)| {
+                        let slot = a.index * SLUICE_READERS_MAX + i as u32;
+                        let queued = self.tracepoints.as_ref().and_then(|_| {
+                            let v = maps.depth.lookup(&slot.to_ne_bytes(), MapFlags::ANY).ok().flatten()?;
+                            Some(u32::from_ne_bytes(v.as_slice().try_into().ok()?))
+                        });
+                        ReaderStatus { pid: r.pid, inode: r.inode, steered: self.sum_percpu(&maps.steered, slot), queued }
+                    })
+                    .collect();
+                let stat = |s: u32| self.sum_percpu(&maps.group_stats, a.index * SLUICE_SS_NR + s);
+                GroupStatus {
+                    port: *port,
+                    policy: a.policy.name().into(),
+                    readers,
+                    hashed: stat(SLUICE_SS_HASHED),
+                    missed: stat(SLUICE_SS_MISSED),
+                }
+            })
+            .collect()
+    }
+
+    /// Detach from every group (the daemon's exit).
+    pub fn detach_all(&mut self) {
+        let ports: Vec<u16> = self.attached.keys().copied().collect();
+        for port in ports {
+            let a = self.attached.remove(&port).expect("listed above");
+            self.clear_group(port, &a);
+        }
+        self.tracepoints = None;
+    }
+}
+
+/// Finds the UDP reuseport groups in the daemon's network namespace: one
+/// sock_diag dump per family, and a /proc scan for the sockets' holders
+/// when a socket not seen before appears (or a holder went away).
+pub struct Finder {
+    diag: SockDiag,
+    ifindex: u32,
+    holders: HashMap<u32, Vec<(u32, i32)>>,
+    rescan: bool,
+}
+
+impl Finder {
+    pub fn new(ifindex: u32) -> Result<Finder> {
+        Ok(Finder { diag: SockDiag::open(None)?, ifindex, holders: HashMap::new(), rescan: true })
+    }
+
+    /// Look for the holders again at the next `groups` (an fd could not be taken).
+    pub fn rescan(&mut self) {
+        self.rescan = true;
+    }
+
+    /// The groups to steer now under `cfg`.
+    pub fn groups(&mut self, cfg: &Config) -> Result<Vec<Group>> {
+        let ephemeral =
+            parse_port_range(&std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap_or_default());
+        let mut listeners = Vec::new();
+        for family in [libc::AF_INET as u8, libc::AF_INET6 as u8] {
+            let ifindex = self.ifindex;
+            self.diag.dump(family, libc::IPPROTO_UDP as u8, 1 << TCP_CLOSE, &mut |s| {
+                if is_listener(s, L4::Udp, ifindex, ephemeral) {
+                    listeners.push(Listener { port: s.sport, addr: s.src, inode: s.inode });
+                }
+            })?;
+        }
+        if std::mem::take(&mut self.rescan) || listeners.iter().any(|l| !self.holders.contains_key(&l.inode)) {
+            self.holders = socket_holders();
+        }
+        Ok(groups::find(&listeners, &self.holders, cfg, SLUICE_READERS_MAX as usize))
+    }
+}
+
+impl Drop for Steer {
+    fn drop(&mut self) {
+        self.detach_all();
+    }
+}
+
+const _: () = assert!(SLUICE_READER_SLOTS == SLUICE_GROUPS_MAX * SLUICE_READERS_MAX);
