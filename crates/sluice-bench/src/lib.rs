@@ -14,6 +14,7 @@
 //! - real services: [`services`] (`bench run --scenario dns|http`), [`dns`]
 //!   (NSD, dnsperf, the probe), [`http`] (nginx, wrk), [`procs`] (child
 //!   processes, the daemon as a user runs it);
+//! - [`readers`] (`bench run --scenario readers`: a service's readers, seed 001);
 //! - [`demo`] (the daemon in action), [`gate_cost`] (the gate's ns per packet)
 //!   and [`tick_cost`] (the daemon's loop, read by read).
 
@@ -38,6 +39,7 @@ pub mod http;
 pub mod level;
 pub mod measure;
 pub mod procs;
+pub mod readers;
 pub mod report;
 pub mod rig;
 pub mod scenario;

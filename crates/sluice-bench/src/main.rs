@@ -11,7 +11,7 @@ use sluice::cli::{parse_rate, parse_secs, print_json_or, stop_flag};
 use sluice::stats;
 use sluice_bench::scenario::ConfigKind;
 use sluice_bench::victim::VictimModel;
-use sluice_bench::{demo, gate_cost, gencheck, report, scenario, services, step, sweep, tick_cost, victim};
+use sluice_bench::{demo, gate_cost, gencheck, readers, report, scenario, services, step, sweep, tick_cost, victim};
 
 /// The sluice bench: a flooded service in two network namespaces this
 /// command makes (and removes), measured with and without sluice. Needs root.
@@ -246,6 +246,9 @@ fn cmd_bench_run(a: BenchRunArgs) -> Result<()> {
     if a.scenario == "sources" {
         return cmd_bench_services(services::Service::Dns, a);
     }
+    if a.scenario == "readers" {
+        return cmd_bench_readers(a);
+    }
     let mut sc = scenario::load(&a.scenario)?;
     if let Some(d) = a.duration {
         sc.duration = d.as_secs_f64();
@@ -293,6 +296,21 @@ fn cmd_bench_services(svc: services::Service, a: BenchRunArgs) -> Result<()> {
     eprintln!("sluice bench: scenario {}, writing to {}", a.scenario, out.display());
     let r = services::run(svc, &o, &out)?;
     print!("{}", services::summary(&r));
+    println!("results: {}", out.join("results.json").display());
+    Ok(())
+}
+
+/// `bench run --scenario readers` (see readers.rs).
+fn cmd_bench_readers(a: BenchRunArgs) -> Result<()> {
+    let secs = a.duration.map_or(4.0, |d| d.as_secs_f64());
+    anyhow::ensure!((1.0..=60.0).contains(&secs), "--duration: 1 to 60 seconds per cell for --scenario readers");
+    let repeats = a.repeats.unwrap_or(1);
+    anyhow::ensure!((1..=20).contains(&repeats), "--repeats: 1 to 20");
+    let out = a.out.map_or_else(|| default_out("readers"), Ok)?;
+    let o = readers::ReadersOpts { exe: sluice_exe()?, secs, repeats, interrupted: stop_flag()? };
+    eprintln!("sluice bench: scenario readers, writing to {}", out.display());
+    let cells = readers::run(&o, &out)?;
+    print!("{}", readers::summary(&cells));
     println!("results: {}", out.join("results.json").display());
     Ok(())
 }
@@ -351,6 +369,7 @@ fn cmd_bench_scenarios() -> Result<()> {
     for (_, name, what) in services::Service::ALL {
         println!("{name:<10} {what}");
     }
+    println!("{:<10} a service's readers: one shared socket vs reuseport (hash, round-robin, least-loaded), and a stalling reader", "readers");
     Ok(())
 }
 

@@ -229,9 +229,9 @@ struct sluice_settings {
 
 /*
  * Reader steering (steer.bpf.c): an SK_REUSEPORT program picks which socket
- * of a service's reuseport group gets each datagram. A group is known by
- * protocol and local port (key: proto << 16 | port); its readers are the
- * sockarray slots index * SLUICE_READERS_MAX .. + n - 1.
+ * of a UDP service's reuseport group gets each datagram. A group is known by
+ * its local port (the `groups` array's index); its readers are the sockarray
+ * slots index * SLUICE_READERS_MAX .. + n - 1.
  */
 #define SLUICE_GROUPS_MAX 16
 #define SLUICE_READERS_MAX 32

@@ -72,10 +72,12 @@ struct {
 	__type(value, __u64);
 } readers SEC(".maps");
 
+/* Indexed by local UDP port; n == 0: not a steered group. An array (1 MiB)
+ * and not a hash: its lookup is an inlined load, on every datagram. */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, SLUICE_GROUPS_MAX);
-	__type(key, __u32); /* proto << 16 | local port */
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
 	__type(value, struct sluice_group);
 } groups SEC(".maps");
 
@@ -154,11 +156,11 @@ int steer(struct sk_reuseport_md *ctx)
 {
 	struct bpf_sock *sk = ctx->sk;
 
-	if (!sk)
+	if (!sk || ctx->ip_protocol != 17 /* IPPROTO_UDP */)
 		return SK_PASS;
-	__u32 key = ctx->ip_protocol << 16 | (sk->src_port & 0xffff);
-	struct sluice_group *g = bpf_map_lookup_elem(&groups, &key);
-	if (!g)
+	__u32 port = sk->src_port & 0xffff;
+	struct sluice_group *g = bpf_map_lookup_elem(&groups, &port);
+	if (!g || g->n == 0)
 		return SK_PASS;
 	__u32 index = g->index, n = g->n;
 	if (index >= SLUICE_GROUPS_MAX)

@@ -977,6 +977,18 @@ match = [{ proto = "udp", port = "5000-5999", src = "10.0.0.0/8" }, { proto = "i
     }
 
     #[test]
+    fn readers_policy_is_read_from_file_and_flag_and_a_bad_one_named() {
+        let c = cfg("[[class]]\nname = 'a'\nreaders = 'round-robin'\nmatch=[{proto='udp', port=53}]\n").unwrap();
+        assert_eq!(c.classes[0].readers, Some(Readers::RoundRobin));
+        let e = cfg("[[class]]\nname = 'a'\nreaders = 'fastest'\nmatch=[{proto='udp'}]\n").unwrap_err();
+        assert_eq!(e.field, "class.readers (class \"a\")");
+        assert!(matches!(e.origin, Origin::File { line: 3, .. }), "{e}");
+        assert!(e.message.contains("least-loaded"), "says what is valid: {e}");
+        assert_eq!(parse_class_flag("a:match=udp:53,readers=least-loaded").unwrap().readers, Some(Readers::LeastLoaded));
+        assert_eq!(parse_class_flag("a:readers=lifo").unwrap_err().field, "readers");
+    }
+
+    #[test]
     fn unknown_field_is_refused_with_line() {
         let e = cfg("[[class]]\nname = 'a'\nrat = 5\n").unwrap_err();
         assert!(matches!(e.origin, Origin::File { line: 3, .. }), "{e}");

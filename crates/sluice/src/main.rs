@@ -173,9 +173,19 @@ struct UdpEchoArgs {
     /// Receive only, send no replies.
     #[arg(long)]
     no_echo: bool,
-    /// Reader threads, each with its own socket in one SO_REUSEPORT group.
+    /// Reader sockets, in one SO_REUSEPORT group when 2 or more.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
     readers: u16,
+    /// Threads reading each socket (seed 001's shared socket: --readers 1 --threads 8).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    threads: u16,
+    /// The first reader stops reading for MS milliseconds every --stall-every
+    /// (a reader held up by a lock, a page fault, a slow request).
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    stall: Option<u64>,
+    /// The period of --stall, milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    stall_every: u64,
     /// Socket receive buffer in bytes (SO_RCVBUF; SO_RCVBUFFORCE as root,
     /// past net.core.rmem_max). Default: the kernel's.
     #[arg(long)]
@@ -377,6 +387,8 @@ fn cmd_serve_udp_echo(a: UdpEchoArgs) -> Result<()> {
         duration: a.duration,
         no_echo: a.no_echo,
         readers: a.readers as usize,
+        threads: a.threads as usize,
+        stall: a.stall.map(|ms| (Duration::from_millis(ms), Duration::from_millis(a.stall_every))),
         rcvbuf: a.rcvbuf,
         work_file: a.work_file,
     };

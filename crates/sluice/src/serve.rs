@@ -1,8 +1,10 @@
 //! `sluice serve udp-echo`: a victim service. It echoes each datagram after
 //! spending `work_ns` of CPU on it (a stand-in for a real service's cost),
 //! reading and writing in batches with recvmmsg/sendmmsg. With `readers` > 1,
-//! each reader thread has its own socket in one SO_REUSEPORT group (the
-//! kernel spreads datagrams over them by flow hash). SIGUSR1 doubles the
+//! each reader has its own socket in one SO_REUSEPORT group (the kernel
+//! spreads datagrams over them by flow hash, or sluice's steering does);
+//! `threads` threads read each socket (seed 001's experiment); with `stall`,
+//! the first reader stops for a while every period. SIGUSR1 doubles the
 //! per-request work (or sets it to the number in `work_file`) and SIGUSR2
 //! restores it: the bench's capacity step.
 use std::io;
@@ -23,8 +25,12 @@ pub struct ServeOpts {
     pub duration: Option<Duration>,
     /// Do not send replies (a sink).
     pub no_echo: bool,
-    /// Reader threads, each with its own socket.
+    /// Reader sockets, in one SO_REUSEPORT group when 2 or more.
     pub readers: usize,
+    /// Threads reading each socket.
+    pub threads: usize,
+    /// The first socket's first thread sleeps `.0` every `.1`.
+    pub stall: Option<(Duration, Duration)>,
     /// SO_RCVBUF of each socket (None: the kernel's default).
     pub rcvbuf: Option<usize>,
     /// Where SIGUSR1 reads the new work (ns) from; None: SIGUSR1 doubles it.
@@ -104,13 +110,15 @@ pub fn udp_echo(o: &ServeOpts, stop: Arc<AtomicBool>) -> io::Result<ServeReport>
         });
     }
     let socks = (0..readers).map(|_| bind(o.bind, readers > 1, o.rcvbuf)).collect::<io::Result<Vec<_>>>()?;
-    let threads: Vec<_> = socks
-        .into_iter()
-        .map(|sock| {
+    let mut threads = Vec::new();
+    for (i, sock) in socks.into_iter().enumerate() {
+        for t in 0..o.threads.max(1) {
+            let sock = sock.try_clone()?;
+            let stall = if i == 0 && t == 0 { o.stall } else { None };
             let (o, stop, work) = (o.clone(), stop.clone(), work.clone());
-            std::thread::spawn(move || reader(sock, &o, stop, &work))
-        })
-        .collect();
+            threads.push(std::thread::spawn(move || reader(sock, &o, stop, &work, stall)));
+        }
+    }
     let mut total = ServeReport::default();
     for t in threads {
         let r = t.join().map_err(|_| io::Error::other("a reader thread panicked"))??;
@@ -121,7 +129,13 @@ pub fn udp_echo(o: &ServeOpts, stop: Arc<AtomicBool>) -> io::Result<ServeReport>
     Ok(total)
 }
 
-fn reader(sock: UdpSocket, o: &ServeOpts, stop: Arc<AtomicBool>, work: &AtomicU64) -> io::Result<ServeReport> {
+fn reader(
+    sock: UdpSocket,
+    o: &ServeOpts,
+    stop: Arc<AtomicBool>,
+    work: &AtomicU64,
+    stall: Option<(Duration, Duration)>,
+) -> io::Result<ServeReport> {
     sock.set_read_timeout(Some(Duration::from_millis(100)))?;
     let fd = sock.as_raw_fd();
     let mut bufs = vec![[0u8; BUF]; BATCH];
@@ -133,7 +147,14 @@ fn reader(sock: UdpSocket, o: &ServeOpts, stop: Arc<AtomicBool>, work: &AtomicU6
     let mut msgs: Vec<libc::mmsghdr> = vec![unsafe { std::mem::zeroed() }; BATCH];
     let start = Instant::now();
     let mut rep = ServeReport::default();
+    let mut next_stall = stall.map(|(_, every)| start + every);
     while !stop.load(Ordering::Relaxed) && o.duration.is_none_or(|d| start.elapsed() < d) {
+        if let (Some(at), Some((pause, every))) = (next_stall, stall) {
+            if Instant::now() >= at {
+                std::thread::sleep(pause);
+                next_stall = Some(at + every);
+            }
+        }
         for i in 0..BATCH {
             msgs[i].msg_hdr.msg_name = (&mut addrs[i] as *mut libc::sockaddr_storage).cast();
             msgs[i].msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;

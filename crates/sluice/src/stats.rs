@@ -352,6 +352,7 @@ pub fn render_table(s: &Snapshot) -> String {
     }
     render_budget(&mut o, s);
     crate::sources::render_status(&mut o, s);
+    crate::steer::render_status(&mut o, &s.readers);
     let rss = s.daemon_rss_bytes.map_or("not read".into(), |b| format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64));
     let _ = writeln!(
         o,
@@ -602,6 +603,7 @@ mod tests {
             discover: true,
             distress: None,
             sources: Default::default(),
+            readers: vec![],
         }
     }
 

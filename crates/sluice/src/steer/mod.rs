@@ -141,7 +141,7 @@ fn policy_code(p: Readers) -> u32 {
 }
 
 fn group_key(port: u16) -> [u8; 4] {
-    ((libc::IPPROTO_UDP as u32) << 16 | u32::from(port)).to_ne_bytes()
+    u32::from(port).to_ne_bytes()
 }
 
 impl Steer {
@@ -269,7 +269,8 @@ impl Steer {
 
     /// Detach the program from a group (through any reader still open) and forget it.
     fn clear_group(&mut self, port: u16, a: &Attached) {
-        let _ = self.skel.maps.groups.delete(&group_key(port));
+        let none = [0u8; std::mem::size_of::<sluice_group>()];
+        let _ = self.skel.maps.groups.update(&group_key(port), &none, MapFlags::ANY);
         self.clear_slots(a);
         for r in &a.readers {
             if let Ok(fd) = take_fd(r.pid, r.fd) {
@@ -380,6 +381,25 @@ impl Finder {
     }
 }
 
+/// The lines `sluice status` adds for the steered groups: per reader, its
+/// share of what the program steered and its queue.
+pub fn render_status(o: &mut String, groups: &[GroupStatus]) {
+    use std::fmt::Write;
+    for g in groups {
+        let total: u64 = g.readers.iter().map(|r| r.steered).sum();
+        let _ = writeln!(
+            o,
+            "READERS udp:{} ({}): {} steered, {} left to the hash, {} to a closed reader",
+            g.port, g.policy, total, g.hashed, g.missed
+        );
+        for (i, r) in g.readers.iter().enumerate() {
+            let share = if total > 0 { format!("{:.1}%", 100.0 * r.steered as f64 / total as f64) } else { "-".into() };
+            let queued = r.queued.map_or("-".to_string(), |q| q.to_string());
+            let _ = writeln!(o, "  reader {i:<3} pid {:<8} {:>12} {:>7}  queued {queued}", r.pid, r.steered, share);
+        }
+    }
+}
+
 impl Drop for Steer {
     fn drop(&mut self) {
         self.detach_all();
@@ -387,3 +407,26 @@ impl Drop for Steer {
 }
 
 const _: () = assert!(SLUICE_READER_SLOTS == SLUICE_GROUPS_MAX * SLUICE_READERS_MAX);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_shows_each_readers_share_and_a_missing_queue_as_missing() {
+        let g = GroupStatus {
+            port: 53,
+            policy: "round-robin".into(),
+            readers: vec![
+                ReaderStatus { pid: 7, inode: 1, steered: 300, queued: None },
+                ReaderStatus { pid: 7, inode: 2, steered: 100, queued: None },
+            ],
+            hashed: 5,
+            missed: 0,
+        };
+        let mut o = String::new();
+        render_status(&mut o, &[g]);
+        assert!(o.contains("READERS udp:53 (round-robin): 400 steered, 5 left to the hash"), "{o}");
+        assert!(o.contains("75.0%") && o.contains("25.0%") && o.contains("queued -"), "{o}");
+    }
+}

@@ -1,0 +1,365 @@
+//! `sluice bench run --scenario readers`: how a service's readers share its
+//! datagrams (seed 001), measured on the `nic` victim model.
+//!
+//! - part `threads`: N threads reading ONE socket (seed 001's experiment)
+//!   against N sockets in a reuseport group, steered by the kernel's hash,
+//!   round-robin or least-loaded, for N = 1, 2, 4, 8; offered more than the
+//!   service can serve, so the delivered rate is its capacity. The service
+//!   may run on both CPUs (as a threaded server would), so 2+ readers can
+//!   read in parallel and contend for a shared socket;
+//! - part `stall`: 4 reuseport readers on the victim CPU (1), the first
+//!   stalling 20 ms every 200 ms (`serve --stall`), at a rate they serve
+//!   easily, with the kernel's default buffer size (212,992 bytes) set
+//!   explicitly: loss and p99 per policy, with and without the stall.
+//!
+//! Every cell starts the daemon as a user would (`sluice run --no-discover
+//! --class svc:match=udp:PORT,readers=POLICY`; with `hash` sluice attaches
+//! nothing to the group). The client runs in namespace A on CPU 0, where
+//! the veth's NAPI and the gate also run; RPS hands the stack work to CPU 1.
+//! This machine has 2 CPUs and the client takes much of CPU 0: the service
+//! has about 1.5 CPUs whatever its readers, so part `threads` can show the
+//! cost of sharing a socket between 2 CPUs but not scaling to 8. With more
+//! cores the readers would run in parallel; that is where seed 001 saw the
+//! shared socket stop scaling.
+//!
+//! The steering program's cost is read from the kernel's own BPF run
+//! statistics (kernel.bpf_stats_enabled, switched on for the run).
+use std::net::UdpSocket;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+
+use sluice::summary::median;
+
+use crate::measure::IdleMeter;
+use crate::procs::{in_ns, start_daemon, tree_cpu_secs, Proc};
+use crate::victim::{VictimBed, VictimModel};
+
+const PORT: u16 = 7500;
+const FLOWS: usize = 16;
+const GEN_CPU: usize = 0;
+const VICTIM_CPU: usize = 1;
+/// Part `threads`: offered load and the service's work per datagram.
+const THREADS_RATE: u64 = 120_000;
+const THREADS_WORK_NS: u64 = 10_000;
+/// Part `stall`: offered load, work, and the stall of the first reader.
+const STALL_RATE: u64 = 40_000;
+const STALL_WORK_NS: u64 = 5_000;
+const STALL_MS: u64 = 20;
+const STALL_EVERY_MS: u64 = 200;
+/// Part `stall`: each socket's buffer (the kernel's usual rmem_default).
+const STALL_RCVBUF: u64 = 212_992;
+/// Replies later than this after the last send are counted lost.
+const DRAIN: Duration = Duration::from_millis(300);
+
+pub struct ReadersOpts {
+    pub exe: PathBuf,
+    pub secs: f64,
+    pub repeats: u32,
+    pub interrupted: Arc<AtomicBool>,
+}
+
+/// One measured cell.
+#[derive(Debug, Clone, Serialize)]
+pub struct Cell {
+    pub part: &'static str,
+    /// "shared" (one socket, N threads) or the reuseport policy.
+    pub layout: String,
+    pub readers: usize,
+    pub stall: bool,
+    pub repeat: u32,
+    pub offered_pps: u64,
+    pub sent: u64,
+    pub answered: u64,
+    pub lost: u64,
+    pub delivered_pps: f64,
+    /// Victim CPU busy time per answered datagram (all of CPU 1: service
+    /// and softirq), by the idle-thread meter.
+    pub cpu_ns_per_dgram: Option<f64>,
+    /// The service's own CPU time (user + system, every thread, on any CPU)
+    /// per answered datagram: what its readers spend, lock waits included.
+    pub service_ns_per_dgram: Option<f64>,
+    pub p50_us: Option<f64>,
+    pub p99_us: Option<f64>,
+    /// The steering program's mean run time from the kernel's BPF stats
+    /// (None for `shared` and `hash`, where no program runs).
+    pub prog_ns: Option<f64>,
+    pub prog_runs: Option<u64>,
+}
+
+/// What one cell runs.
+#[derive(Debug, Clone)]
+struct Setup {
+    part: &'static str,
+    layout: &'static str,
+    readers: usize,
+    stall: bool,
+}
+
+fn plan() -> Vec<Setup> {
+    let mut v = vec![];
+    for n in [1, 2, 4, 8] {
+        for layout in ["shared", "hash", "round-robin", "least-loaded"] {
+            if n == 1 && layout != "shared" {
+                continue; // one socket is one socket
+            }
+            v.push(Setup { part: "threads", layout, readers: n, stall: false });
+        }
+    }
+    for stall in [false, true] {
+        for layout in ["hash", "round-robin", "least-loaded"] {
+            v.push(Setup { part: "stall", layout, readers: 4, stall });
+        }
+    }
+    v
+}
+
+/// Run every cell `repeats` times (each repeat runs the cells in order, so
+/// configurations interleave); results go to OUT/results.json as they come.
+pub fn run(o: &ReadersOpts, out: &Path) -> Result<Vec<Cell>> {
+    std::fs::create_dir_all(out)?;
+    let bed = VictimBed::create("readers", VictimModel::Nic, GEN_CPU, VICTIM_CPU)?;
+    let stats = BpfStats::enable()?;
+    let meter = IdleMeter::start(VICTIM_CPU)?;
+    let plan = plan();
+    let mut cells = vec![];
+    for repeat in 0..o.repeats {
+        for (i, s) in plan.iter().enumerate() {
+            anyhow::ensure!(!o.interrupted.load(Ordering::Relaxed), "interrupted");
+            eprintln!(
+                "readers: repeat {}/{} cell {}/{}: {} {} x{}{}",
+                repeat + 1,
+                o.repeats,
+                i + 1,
+                plan.len(),
+                s.part,
+                s.layout,
+                s.readers,
+                if s.stall { " stalling" } else { "" }
+            );
+            let c = cell(o, &bed, &meter, s, repeat, out).with_context(|| format!("cell {} {} x{}", s.part, s.layout, s.readers))?;
+            cells.push(c);
+            std::fs::write(out.join("results.json"), serde_json::to_string_pretty(&cells)?)?;
+        }
+    }
+    drop(stats);
+    Ok(cells)
+}
+
+/// The service for one cell, pinned to the victim CPU.
+fn start_service(o: &ReadersOpts, bed: &VictimBed, s: &Setup) -> Result<Proc> {
+    let (sockets, threads) = if s.layout == "shared" { (1, s.readers) } else { (s.readers, 1) };
+    let work = if s.part == "threads" { THREADS_WORK_NS } else { STALL_WORK_NS };
+    let cpu = if s.part == "threads" { None } else { Some(VICTIM_CPU) };
+    let mut c = in_ns(&bed.net.b, cpu);
+    c.arg(&o.exe).args(["serve", "udp-echo", "--port", &PORT.to_string(), "--json"]);
+    c.args(["--readers", &sockets.to_string(), "--threads", &threads.to_string()]);
+    c.args(["--work-ns", &work.to_string(), "--duration", &format!("{}", o.secs + 10.0)]);
+    if s.part == "stall" {
+        c.args(["--rcvbuf", &STALL_RCVBUF.to_string()]);
+    }
+    if s.stall {
+        c.args(["--stall", &STALL_MS.to_string(), "--stall-every", &STALL_EVERY_MS.to_string()]);
+    }
+    c.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
+    let p = Proc::spawn(c, "sluice serve")?;
+    std::thread::sleep(Duration::from_millis(300));
+    Ok(p)
+}
+
+fn cell(o: &ReadersOpts, bed: &VictimBed, meter: &IdleMeter, s: &Setup, repeat: u32, out: &Path) -> Result<Cell> {
+    let service = start_service(o, bed, s)?;
+    let policy = if s.layout == "shared" { "hash" } else { s.layout };
+    let sock = out.join("sluice.sock");
+    let args = vec!["--no-discover".to_string(), "--class".into(), format!("svc:match=udp:{PORT},readers={policy}")];
+    let daemon = start_daemon(&o.exe, &bed.net.b, sluice::testbed::IF_B, &sock, &args, &out.join("daemon.log"))?;
+    bed.apply_model()?;
+    if policy != "hash" {
+        wait_steered(&o.exe, &bed.net.b, &sock)?;
+    }
+    let rate = if s.part == "threads" { THREADS_RATE } else { STALL_RATE };
+    let before = prog_stats();
+    let cpu0 = meter.sample(VICTIM_CPU)?;
+    let svc0 = tree_cpu_secs(service.id());
+    let load = client(&bed.net.a, &format!("{}:{PORT}", bed.net.ip_b), rate, o.secs)?;
+    let cpu1 = meter.sample(VICTIM_CPU)?;
+    let svc_ns = (tree_cpu_secs(service.id()) - svc0) * 1e9;
+    let after = prog_stats();
+    daemon.terminate("sluice run")?;
+    drop(service);
+    let busy = meter.busy_between(&cpu0, &cpu1).idle_thread;
+    let busy_ns = busy.map(|b| b * cpu1.t_ns.saturating_sub(cpu0.t_ns) as f64);
+    let (prog_ns, prog_runs) = match (policy, before, after) {
+        ("hash", _, _) => (None, None),
+        (_, b, Some(a)) => {
+            let (t, n) = b.map_or(a, |b| (a.0.saturating_sub(b.0), a.1.saturating_sub(b.1)));
+            ((n > 0).then(|| t as f64 / n as f64), Some(n))
+        }
+        _ => (None, None),
+    };
+    Ok(Cell {
+        part: s.part,
+        layout: s.layout.into(),
+        readers: s.readers,
+        stall: s.stall,
+        repeat,
+        offered_pps: rate,
+        sent: load.sent,
+        answered: load.rtts_us.len() as u64,
+        lost: load.sent.saturating_sub(load.rtts_us.len() as u64),
+        delivered_pps: load.rtts_us.len() as f64 / o.secs,
+        cpu_ns_per_dgram: busy_ns.filter(|_| !load.rtts_us.is_empty()).map(|b| b / load.rtts_us.len() as f64),
+        service_ns_per_dgram: (!load.rtts_us.is_empty()).then(|| svc_ns / load.rtts_us.len() as f64),
+        p50_us: percentile(&load.rtts_us, 0.50),
+        p99_us: percentile(&load.rtts_us, 0.99),
+        prog_ns,
+        prog_runs,
+    })
+}
+
+/// Wait until the daemon says it steers the group (it looks once a second).
+fn wait_steered(exe: &Path, ns: &str, sock: &Path) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let out = in_ns(ns, None).arg(exe).args(["status", "--json", "--socket"]).arg(sock).output()?;
+        let snap: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        if snap["readers"].as_array().is_some_and(|g| !g.is_empty()) {
+            return Ok(());
+        }
+        anyhow::ensure!(Instant::now() < deadline, "the daemon did not steer udp:{PORT} within 5 s");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// What the client saw.
+struct Load {
+    sent: u64,
+    rtts_us: Vec<u32>,
+}
+
+/// Send `rate` datagrams/s over FLOWS flows for `secs` from namespace `ns`
+/// (on GEN_CPU), each carrying its send time; the echoes give the RTTs.
+fn client(ns: &str, dst: &str, rate: u64, secs: f64) -> Result<Load> {
+    let (ns, dst) = (ns.to_string(), dst.to_string());
+    sluice::netns::run_in(&ns, move || {
+        sluice::netns::pin_thread(GEN_CPU)?;
+        let socks = (0..FLOWS)
+            .map(|_| {
+                let s = UdpSocket::bind("0.0.0.0:0")?;
+                s.set_nonblocking(true)?;
+                s.connect(&dst)?;
+                Ok(s)
+            })
+            .collect::<std::io::Result<Vec<_>>>()?;
+        let start = Instant::now();
+        let end = start + Duration::from_secs_f64(secs);
+        let gap = Duration::from_secs_f64(FLOWS as f64 / rate as f64);
+        let (mut sent, mut rtts, mut next) = (0u64, Vec::with_capacity((rate as f64 * secs) as usize), start);
+        while Instant::now() < end + DRAIN {
+            let now = Instant::now();
+            if now >= next && now < end {
+                let t = now.duration_since(start).as_nanos() as u64;
+                for s in &socks {
+                    if s.send(&t.to_ne_bytes()).is_ok() {
+                        sent += 1;
+                    }
+                }
+                next += gap;
+            }
+            receive(&socks, start, &mut rtts);
+        }
+        Ok(Load { sent, rtts_us: rtts })
+    })
+}
+
+/// Take every echo waiting on the sockets.
+fn receive(socks: &[UdpSocket], start: Instant, rtts: &mut Vec<u32>) {
+    let mut buf = [0u8; 64];
+    for s in socks {
+        while let Ok(8) = s.recv(&mut buf) {
+            let t = u64::from_ne_bytes(buf[..8].try_into().expect("8 bytes"));
+            let now = start.elapsed().as_nanos() as u64;
+            rtts.push((now.saturating_sub(t) / 1_000).min(u32::MAX as u64) as u32);
+        }
+    }
+}
+
+/// The p-quantile of the RTTs; None without any.
+fn percentile(v: &[u32], p: f64) -> Option<f64> {
+    let mut s: Vec<f64> = v.iter().map(|&x| f64::from(x)).collect();
+    s.sort_by(f64::total_cmp);
+    sluice::summary::percentile(&s, p)
+}
+
+/// The newest loaded `steer` program's (run_time_ns, run_cnt).
+fn prog_stats() -> Option<(u64, u64)> {
+    libbpf_rs::query::ProgInfoIter::default()
+        .filter(|p| p.name.to_str() == Some("steer"))
+        .max_by_key(|p| p.id)
+        .map(|p| (p.run_time_ns, p.run_cnt))
+}
+
+/// kernel.bpf_stats_enabled on for the run, the old value back after.
+struct BpfStats(String);
+
+const BPF_STATS: &str = "/proc/sys/kernel/bpf_stats_enabled";
+
+impl BpfStats {
+    fn enable() -> Result<BpfStats> {
+        let old = std::fs::read_to_string(BPF_STATS).with_context(|| format!("reading {BPF_STATS}"))?;
+        std::fs::write(BPF_STATS, "1").with_context(|| format!("writing {BPF_STATS}"))?;
+        Ok(BpfStats(old.trim().to_string()))
+    }
+}
+
+impl Drop for BpfStats {
+    fn drop(&mut self) {
+        let _ = std::fs::write(BPF_STATS, &self.0);
+    }
+}
+
+/// The summary table: per cell, the median over repeats and the spread (min-max).
+pub fn summary(cells: &[Cell]) -> String {
+    use std::fmt::Write;
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "{:<8} {:<13} {:>3} {:>5} {:>12} {:>8} {:>10} {:>10} {:>20} {:>8}",
+        "PART", "LAYOUT", "N", "STALL", "DELIVERED/s", "LOST %", "CPU1 ns/dg", "SVC ns/dg", "p99 us (min-max)", "PROG ns"
+    );
+    for s in plan() {
+        let same: Vec<&Cell> = cells
+            .iter()
+            .filter(|c| c.part == s.part && c.layout == s.layout && c.readers == s.readers && c.stall == s.stall)
+            .collect();
+        if same.is_empty() {
+            continue;
+        }
+        let med = |f: &dyn Fn(&Cell) -> Option<f64>| median(&same.iter().filter_map(|c| f(c)).collect::<Vec<_>>());
+        let fmt = |v: Option<f64>, d: usize| v.map_or("-".to_string(), |v| format!("{v:.d$}"));
+        let p99: Vec<f64> = same.iter().filter_map(|c| c.p99_us).collect();
+        let spread = match (p99.iter().cloned().reduce(f64::min), p99.iter().cloned().reduce(f64::max)) {
+            (Some(a), Some(b)) => format!("{} ({a:.0}-{b:.0})", fmt(median(&p99), 0)),
+            _ => "-".into(),
+        };
+        let _ = writeln!(
+            o,
+            "{:<8} {:<13} {:>3} {:>5} {:>12} {:>8} {:>10} {:>10} {:>20} {:>8}",
+            s.part,
+            s.layout,
+            s.readers,
+            if s.stall { "yes" } else { "no" },
+            fmt(med(&|c| Some(c.delivered_pps)), 0),
+            fmt(med(&|c| Some(100.0 * c.lost as f64 / c.sent.max(1) as f64)), 3),
+            fmt(med(&|c| c.cpu_ns_per_dgram), 0),
+            fmt(med(&|c| c.service_ns_per_dgram), 0),
+            spread,
+            fmt(med(&|c| c.prog_ns), 1),
+        );
+    }
+    o
+}
