@@ -23,12 +23,14 @@ pub const PROBE_QPS: f64 = 200.0;
 pub const ZONE: &str = "example.";
 pub const QNAME: &str = "www.example.";
 
-/// nsd.conf for a foreground NSD with one server process on `addrs`, its files in `dir`.
-pub fn nsd_conf(dir: &Path, addrs: &[String]) -> String {
+/// nsd.conf for a foreground NSD with `servers` server processes on `addrs`
+/// (2 or more: each with its own socket in a reuseport group), its files in `dir`.
+pub fn nsd_conf(dir: &Path, addrs: &[String], servers: u32) -> String {
     let d = dir.display();
     let ips: String = addrs.iter().map(|a| format!("  ip-address: {a}\n")).collect();
+    let reuse = if servers > 1 { "  reuseport: yes\n" } else { "" };
     format!(
-        "server:\n{ips}  port: 53\n  server-count: 1\n  username: \"\"\n  chroot: \"\"\n  \
+        "server:\n{ips}  port: 53\n  server-count: {servers}\n{reuse}  username: \"\"\n  chroot: \"\"\n  \
          zonesdir: \"{d}\"\n  database: \"\"\n  zonelistfile: \"{d}/zone.list\"\n  xfrdfile: \"{d}/xfrd.state\"\n  \
          pidfile: \"{d}/nsd.pid\"\n  verbosity: 0\n  rrl-ratelimit: 0\n  rrl-whitelist-ratelimit: 0\n\
          remote-control:\n  control-enable: no\nzone:\n  name: \"{ZONE}\"\n  zonefile: \"{d}/example.zone\"\n"
@@ -44,8 +46,8 @@ pub fn zone_file() -> String {
 }
 
 /// Write the config, zone and dnsperf's query file into `dir`, and check the config.
-fn prepare(dir: &Path, addrs: &[String]) -> Result<()> {
-    std::fs::write(dir.join("nsd.conf"), nsd_conf(dir, addrs))?;
+fn prepare(dir: &Path, addrs: &[String], servers: u32) -> Result<()> {
+    std::fs::write(dir.join("nsd.conf"), nsd_conf(dir, addrs, servers))?;
     std::fs::write(dir.join("example.zone"), zone_file())?;
     std::fs::write(dir.join("queries.txt"), format!("{QNAME} A\n"))?;
     let out = Command::new("nsd-checkconf")
@@ -58,10 +60,23 @@ fn prepare(dir: &Path, addrs: &[String]) -> Result<()> {
     Ok(())
 }
 
-/// NSD on `addrs` in namespace `ns` pinned to `cpu`, its files in `dir`;
-/// returns once it answers a probe from `client` (namespace, CPU) at the first address.
+/// NSD (one server process) on `addrs` in namespace `ns` pinned to `cpu`,
+/// its files in `dir`; returns once it answers a probe from `client`
+/// (namespace, CPU) at the first address.
 pub fn start_nsd(dir: &Path, ns: &str, cpu: usize, addrs: &[String], client: (&str, usize)) -> Result<Proc> {
-    prepare(dir, addrs)?;
+    start_nsd_servers(dir, ns, cpu, addrs, client, 1)
+}
+
+/// [`start_nsd`] with `servers` server processes (a reuseport group when 2+).
+pub fn start_nsd_servers(
+    dir: &Path,
+    ns: &str,
+    cpu: usize,
+    addrs: &[String],
+    client: (&str, usize),
+    servers: u32,
+) -> Result<Proc> {
+    prepare(dir, addrs, servers)?;
     let mut c = in_ns(ns, Some(cpu));
     // Foreground (-d); its stderr is read only if it exits while starting.
     c.args(["nsd", "-d", "-c"]).arg(dir.join("nsd.conf")).stdout(Stdio::null()).stderr(Stdio::piped());

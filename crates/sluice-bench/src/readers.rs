@@ -10,7 +10,13 @@
 //! - part `stall`: 4 reuseport readers on the victim CPU (1), the first
 //!   stalling 20 ms every 200 ms (`serve --stall`), at a rate they serve
 //!   easily, with the kernel's default buffer size (212,992 bytes) set
-//!   explicitly: loss and p99 per policy, with and without the stall.
+//!   explicitly: loss and p99 per policy, with and without the stall. A
+//!   stall queues 20 ms x 15k/s = 300 datagrams at a hashed reader.
+//!
+//! - part `nsd`: a real service, NSD with 2 server processes and
+//!   `reuseport: yes`, on the victim CPU, under dnsperf at 20k queries/s:
+//!   the kernel's hash against least-loaded (what zero-config discovery
+//!   gives it; here set by a flag in both cells, so only the policy differs).
 //!
 //! Every cell starts the daemon as a user would (`sluice run --no-discover
 //! --class svc:match=udp:PORT,readers=POLICY`; with `hash` sluice attaches
@@ -36,6 +42,7 @@ use serde::Serialize;
 use sluice::summary::median;
 
 use crate::measure::IdleMeter;
+use crate::dns;
 use crate::procs::{in_ns, start_daemon, tree_cpu_secs, Proc};
 use crate::victim::{VictimBed, VictimModel};
 
@@ -47,12 +54,16 @@ const VICTIM_CPU: usize = 1;
 const THREADS_RATE: u64 = 120_000;
 const THREADS_WORK_NS: u64 = 10_000;
 /// Part `stall`: offered load, work, and the stall of the first reader.
-const STALL_RATE: u64 = 40_000;
+const STALL_RATE: u64 = 60_000;
 const STALL_WORK_NS: u64 = 5_000;
 const STALL_MS: u64 = 20;
 const STALL_EVERY_MS: u64 = 200;
-/// Part `stall`: each socket's buffer (the kernel's usual rmem_default).
-const STALL_RCVBUF: u64 = 212_992;
+/// Part `stall`: each socket's buffer, as asked of SO_RCVBUF (which doubles
+/// it): 212,992 bytes, the kernel's usual rmem_default.
+const STALL_RCVBUF: u64 = 106_496;
+/// Part `nsd`: NSD's server processes and dnsperf's rate.
+const NSD_SERVERS: u32 = 2;
+const NSD_QPS: u64 = 20_000;
 /// Replies later than this after the last send are counted lost.
 const DRAIN: Duration = Duration::from_millis(300);
 
@@ -115,6 +126,9 @@ fn plan() -> Vec<Setup> {
             v.push(Setup { part: "stall", layout, readers: 4, stall });
         }
     }
+    for layout in ["hash", "least-loaded"] {
+        v.push(Setup { part: "nsd", layout, readers: NSD_SERVERS as usize, stall: false });
+    }
     v
 }
 
@@ -172,20 +186,27 @@ fn start_service(o: &ReadersOpts, bed: &VictimBed, s: &Setup) -> Result<Proc> {
 }
 
 fn cell(o: &ReadersOpts, bed: &VictimBed, meter: &IdleMeter, s: &Setup, repeat: u32, out: &Path) -> Result<Cell> {
-    let service = start_service(o, bed, s)?;
+    let service = if s.part == "nsd" { start_nsd(bed, out)? } else { start_service(o, bed, s)? };
     let policy = if s.layout == "shared" { "hash" } else { s.layout };
     let sock = out.join("sluice.sock");
-    let args = vec!["--no-discover".to_string(), "--class".into(), format!("svc:match=udp:{PORT},readers={policy}")];
-    let daemon = start_daemon(&o.exe, &bed.net.b, sluice::testbed::IF_B, &sock, &args, &out.join("daemon.log"))?;
+    let daemon = start_daemon(&o.exe, &bed.net.b, sluice::testbed::IF_B, &sock, &daemon_args(s), &out.join("daemon.log"))?;
     bed.apply_model()?;
     if policy != "hash" {
         wait_steered(&o.exe, &bed.net.b, &sock)?;
     }
-    let rate = if s.part == "threads" { THREADS_RATE } else { STALL_RATE };
+    let rate = match s.part {
+        "threads" => THREADS_RATE,
+        "stall" => STALL_RATE,
+        _ => NSD_QPS,
+    };
     let before = prog_stats();
     let cpu0 = meter.sample(VICTIM_CPU)?;
     let svc0 = tree_cpu_secs(service.id());
-    let load = client(&bed.net.a, &format!("{}:{PORT}", bed.net.ip_b), rate, o.secs)?;
+    let load = if s.part == "nsd" {
+        dns_load(bed, out, o.secs)?
+    } else {
+        client(&bed.net.a, &format!("{}:{PORT}", bed.net.ip_b), rate, o.secs)?
+    };
     let cpu1 = meter.sample(VICTIM_CPU)?;
     let svc_ns = (tree_cpu_secs(service.id()) - svc0) * 1e9;
     let after = prog_stats();
@@ -201,6 +222,7 @@ fn cell(o: &ReadersOpts, bed: &VictimBed, meter: &IdleMeter, s: &Setup, repeat: 
         }
         _ => (None, None),
     };
+    let per = |ns: f64| (load.answered > 0).then(|| ns / load.answered as f64);
     Ok(Cell {
         part: s.part,
         layout: s.layout.into(),
@@ -209,16 +231,42 @@ fn cell(o: &ReadersOpts, bed: &VictimBed, meter: &IdleMeter, s: &Setup, repeat: 
         repeat,
         offered_pps: rate,
         sent: load.sent,
-        answered: load.rtts_us.len() as u64,
-        lost: load.sent.saturating_sub(load.rtts_us.len() as u64),
-        delivered_pps: load.rtts_us.len() as f64 / o.secs,
-        cpu_ns_per_dgram: busy_ns.filter(|_| !load.rtts_us.is_empty()).map(|b| b / load.rtts_us.len() as f64),
-        service_ns_per_dgram: (!load.rtts_us.is_empty()).then(|| svc_ns / load.rtts_us.len() as f64),
+        answered: load.answered,
+        lost: load.sent.saturating_sub(load.answered),
+        delivered_pps: load.answered as f64 / o.secs,
+        cpu_ns_per_dgram: busy_ns.and_then(per),
+        service_ns_per_dgram: per(svc_ns),
         p50_us: percentile(&load.rtts_us, 0.50),
         p99_us: percentile(&load.rtts_us, 0.99),
         prog_ns,
         prog_runs,
     })
+}
+
+/// The daemon's flags: the service's class with the cell's policy (`hash`:
+/// sluice attaches nothing). The NSD cells keep discovery on and give NSD's
+/// class `rate=auto`, as discovery would: the cells differ by policy only.
+fn daemon_args(s: &Setup) -> Vec<String> {
+    let policy = if s.layout == "shared" { "hash" } else { s.layout };
+    match s.part {
+        "nsd" => vec!["--class".into(), format!("nsd:match=udp:53,rate=auto,readers={policy}")],
+        _ => vec!["--no-discover".into(), "--class".into(), format!("svc:match=udp:{PORT},readers={policy}")],
+    }
+}
+
+/// NSD with NSD_SERVERS server processes (`reuseport: yes`) on the victim CPU.
+fn start_nsd(bed: &VictimBed, out: &Path) -> Result<Proc> {
+    let dir = out.join("nsd");
+    std::fs::create_dir_all(&dir)?;
+    let addrs = [bed.net.ip_b.to_string()];
+    dns::start_nsd_servers(&dir, &bed.net.b, VICTIM_CPU, &addrs, (&bed.net.a, GEN_CPU), NSD_SERVERS)
+}
+
+/// dnsperf at NSD_QPS and the latency probe, from namespace A.
+fn dns_load(bed: &VictimBed, out: &Path, secs: f64) -> Result<Load> {
+    let (perf, probe) = dns::clients(&bed.net.a, GEN_CPU, &out.join("nsd"), bed.net.ip_b, NSD_QPS, secs)?;
+    let rtts_us = probe.rtt_ms.iter().map(|ms| (ms * 1000.0) as u32).collect();
+    Ok(Load { sent: perf.sent, answered: perf.completed, rtts_us })
 }
 
 /// Wait until the daemon says it steers the group (it looks once a second).
@@ -235,9 +283,11 @@ fn wait_steered(exe: &Path, ns: &str, sock: &Path) -> Result<()> {
     }
 }
 
-/// What the client saw.
+/// What the clients saw.
 struct Load {
     sent: u64,
+    answered: u64,
+    /// Round trips of the answered requests (NSD: of the probe's queries only).
     rtts_us: Vec<u32>,
 }
 
@@ -272,7 +322,7 @@ fn client(ns: &str, dst: &str, rate: u64, secs: f64) -> Result<Load> {
             }
             receive(&socks, start, &mut rtts);
         }
-        Ok(Load { sent, rtts_us: rtts })
+        Ok(Load { sent, answered: rtts.len() as u64, rtts_us: rtts })
     })
 }
 
