@@ -41,8 +41,8 @@ use serde::Serialize;
 
 use sluice::summary::median;
 
-use crate::measure::IdleMeter;
 use crate::dns;
+use crate::measure::IdleMeter;
 use crate::procs::{in_ns, start_daemon, tree_cpu_secs, Proc};
 use crate::victim::{VictimBed, VictimModel};
 
@@ -155,7 +155,8 @@ pub fn run(o: &ReadersOpts, out: &Path) -> Result<Vec<Cell>> {
                 s.readers,
                 if s.stall { " stalling" } else { "" }
             );
-            let c = cell(o, &bed, &meter, s, repeat, out).with_context(|| format!("cell {} {} x{}", s.part, s.layout, s.readers))?;
+            let c = cell(o, &bed, &meter, s, repeat, out)
+                .with_context(|| format!("cell {} {} x{}", s.part, s.layout, s.readers))?;
             cells.push(c);
             std::fs::write(out.join("results.json"), serde_json::to_string_pretty(&cells)?)?;
         }
@@ -189,7 +190,8 @@ fn cell(o: &ReadersOpts, bed: &VictimBed, meter: &IdleMeter, s: &Setup, repeat: 
     let service = if s.part == "nsd" { start_nsd(bed, out)? } else { start_service(o, bed, s)? };
     let policy = if s.layout == "shared" { "hash" } else { s.layout };
     let sock = out.join("sluice.sock");
-    let daemon = start_daemon(&o.exe, &bed.net.b, sluice::testbed::IF_B, &sock, &daemon_args(s), &out.join("daemon.log"))?;
+    let daemon =
+        start_daemon(&o.exe, &bed.net.b, sluice::testbed::IF_B, &sock, &daemon_args(s), &out.join("daemon.log"))?;
     bed.apply_model()?;
     if policy != "hash" {
         wait_steered(&o.exe, &bed.net.b, &sock)?;
@@ -379,7 +381,16 @@ pub fn summary(cells: &[Cell]) -> String {
     let _ = writeln!(
         o,
         "{:<8} {:<13} {:>3} {:>5} {:>12} {:>8} {:>10} {:>10} {:>20} {:>8}",
-        "PART", "LAYOUT", "N", "STALL", "DELIVERED/s", "LOST %", "CPU1 ns/dg", "SVC ns/dg", "p99 us (min-max)", "PROG ns"
+        "PART",
+        "LAYOUT",
+        "N",
+        "STALL",
+        "DELIVERED/s",
+        "LOST %",
+        "CPU1 ns/dg",
+        "SVC ns/dg",
+        "p99 us (min-max)",
+        "PROG ns"
     );
     for s in plan() {
         let same: Vec<&Cell> = cells

@@ -1,22 +1,23 @@
 //! `sluice bench run --scenario readers` end to end, 1 s cells: every cell
-//! ran and measured, and the stalling reader shows what each policy does.
+//! ran and measured, and least-loaded steers around a stalling reader.
 use std::process::Command;
 
 const BENCH: &str = env!("CARGO_BIN_EXE_sluice-bench");
 
 #[test]
 fn the_readers_scenario_measures_every_cell_and_least_loaded_steers_around_a_stall() {
-    let out = tempfile::tempdir().unwrap();
+    let dir = std::env::temp_dir().join(format!("sluice-bench-readers-test-{}", std::process::id()));
     let run = Command::new(BENCH)
         .args(["run", "--scenario", "readers", "--duration", "1", "--out"])
-        .arg(out.path())
+        .arg(&dir)
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&run.stdout);
     assert!(run.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&run.stderr));
     assert!(stdout.contains("PROG ns"), "the summary is printed: {stdout}");
     let cells: Vec<serde_json::Value> =
-        serde_json::from_slice(&std::fs::read(out.path().join("results.json")).unwrap()).unwrap();
+        serde_json::from_slice(&std::fs::read(dir.join("results.json")).unwrap()).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(cells.len(), 21, "13 threads + 6 stall + 2 nsd cells");
     for c in &cells {
         assert!(c["answered"].as_u64().unwrap() > 0, "{c}");
@@ -27,11 +28,14 @@ fn the_readers_scenario_measures_every_cell_and_least_loaded_steers_around_a_sta
         cells.iter().find(|c| c["part"] == part && c["layout"] == layout && c["stall"] == stall).unwrap()
     };
     let ll = find("stall", "least-loaded", true);
-    let hash = find("stall", "hash", true);
+    let calm = find("stall", "least-loaded", false);
     assert!(
         ll["lost"].as_u64().unwrap() * 1000 <= ll["sent"].as_u64().unwrap(),
         "least-loaded loses (almost) nothing to a stalled reader: {ll}"
     );
-    // A hashed stalled reader holds its share of the traffic for 20 ms.
-    assert!(hash["p99_us"].as_f64().unwrap() > 4.0 * ll["p99_us"].as_f64().unwrap(), "{hash}\n{ll}");
+    // Target 2x; 3x here for a 1 s cell on a noisy VM. (Not asserted: the
+    // hash's figure, which depends on how many of the 16 flows it happens to
+    // put on the stalling reader.)
+    let (p_ll, p_calm) = (ll["p99_us"].as_f64().unwrap(), calm["p99_us"].as_f64().unwrap());
+    assert!(p_ll < 3.0 * p_calm, "p99 {p_ll} us stalling vs {p_calm} us not: {ll}");
 }

@@ -984,7 +984,10 @@ match = [{ proto = "udp", port = "5000-5999", src = "10.0.0.0/8" }, { proto = "i
         assert_eq!(e.field, "class.readers (class \"a\")");
         assert!(matches!(e.origin, Origin::File { line: 3, .. }), "{e}");
         assert!(e.message.contains("least-loaded"), "says what is valid: {e}");
-        assert_eq!(parse_class_flag("a:match=udp:53,readers=least-loaded").unwrap().readers, Some(Readers::LeastLoaded));
+        assert_eq!(
+            parse_class_flag("a:match=udp:53,readers=least-loaded").unwrap().readers,
+            Some(Readers::LeastLoaded)
+        );
         assert_eq!(parse_class_flag("a:readers=lifo").unwrap_err().field, "readers");
     }
 

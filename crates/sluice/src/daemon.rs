@@ -16,7 +16,6 @@ use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use crate::classify;
 use crate::config::{self, Config, NapiSched, XdpMode};
 use crate::discover::{self, Discovery};
-use crate::steer::{self, Steer};
 use crate::gate::{self, Clock, Gate};
 use crate::known::{self, Known};
 use crate::sched::{apply_napi, check_napi, realtime_thread};
@@ -25,6 +24,7 @@ use crate::stats::{
     class_snapshots, prometheus_text, prometheus_text_004, ClassRates, ClassTotals, GlobalTotals, Snapshot,
     SNAPSHOT_VERSION,
 };
+use crate::steer::{self, Steer};
 use crate::tick::{Ticker, KNOWN_TTL_SECS};
 
 /// Directory of the statistics sockets.

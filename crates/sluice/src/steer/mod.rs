@@ -109,9 +109,8 @@ pub fn take_fd(pid: u32, fd: RawFd) -> io::Result<OwnedFd> {
 
 fn setsockopt_int(fd: &OwnedFd, name: libc::c_int, value: libc::c_int) -> io::Result<()> {
     // SAFETY: setsockopt with an int we own, on a socket we hold.
-    let r = unsafe {
-        libc::setsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, name, (&value as *const libc::c_int).cast(), 4)
-    };
+    let r =
+        unsafe { libc::setsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, name, (&value as *const libc::c_int).cast(), 4) };
     if r < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -123,9 +122,8 @@ fn cookie(fd: &OwnedFd) -> io::Result<u64> {
     let mut c = 0u64;
     let mut len = 8 as libc::socklen_t;
     // SAFETY: getsockopt into a u64 we own, with its length.
-    let r = unsafe {
-        libc::getsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, SO_COOKIE, (&mut c as *mut u64).cast(), &mut len)
-    };
+    let r =
+        unsafe { libc::getsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, SO_COOKIE, (&mut c as *mut u64).cast(), &mut len) };
     if r < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -259,7 +257,9 @@ impl Steer {
             .keys()
             .filter(|k| {
                 let slot = self.skel.maps.slot_of.lookup(k, MapFlags::ANY).ok().flatten();
-                slot.and_then(|v| v.try_into().ok()).map(u32::from_ne_bytes).is_some_and(|s| s / SLUICE_READERS_MAX == a.index)
+                slot.and_then(|v| v.try_into().ok())
+                    .map(u32::from_ne_bytes)
+                    .is_some_and(|s| s / SLUICE_READERS_MAX == a.index)
             })
             .collect();
         for k in cookies {
@@ -315,7 +315,12 @@ impl Steer {
                             let v = maps.depth.lookup(&slot.to_ne_bytes(), MapFlags::ANY).ok().flatten()?;
                             Some(u32::from_ne_bytes(v.as_slice().try_into().ok()?))
                         });
-                        ReaderStatus { pid: r.pid, inode: r.inode, steered: self.sum_percpu(&maps.steered, slot), queued }
+                        ReaderStatus {
+                            pid: r.pid,
+                            inode: r.inode,
+                            steered: self.sum_percpu(&maps.steered, slot),
+                            queued,
+                        }
                     })
                     .collect();
                 let stat = |s: u32| self.sum_percpu(&maps.group_stats, a.index * SLUICE_SS_NR + s);
