@@ -15,7 +15,9 @@
  *      does not grow with the number of rules: user space compiles the rules
  *      (first match wins, in config order) into these tables;
  *   3. admit or drop with the class's token bucket;
- *   4. count the packet in exactly one verdict counter.
+ *   4. count the packet in exactly one verdict counter;
+ *   5. an admitted packet of a class sent "away" (CPU protection, below the
+ *      maps) is redirected to another CPU's cpumap entry instead of passed.
  * In user space (the sluice daemon): compiling rules into the tables, the
  * per-CPU rate split (below), reading and serving counters, reloads.
  *
@@ -145,6 +147,29 @@ struct {
 	__type(key, __u32);
 	__type(value, struct sluice_fair);
 } fairness SEC(".maps");
+
+/*
+ * CPU protection (a class's cpu = "away"): while a higher-priority service
+ * is in distress, the daemon writes a target CPU + 1 for the class here (0:
+ * stay), and the class's admitted packets are redirected to that CPU's
+ * entry of `cpus`: their skb is built and their stack work (IP, UDP/TCP,
+ * the socket) done by the cpumap kthread there, not on the CPU that runs
+ * this program. User space sizes `cpus` to the possible CPUs and fills
+ * the entries it targets.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, SLUICE_MAX_CLASSES);
+	__type(key, __u32);
+	__type(value, __u32);
+} away SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_CPUMAP);
+	__uint(max_entries, 1); /* set to the possible CPUs at load */
+	__type(key, __u32);
+	__type(value, struct bpf_cpumap_val);
+} cpus SEC(".maps");
 
 /* Per-source counts of unknown sources; user space may resize it before load. */
 struct {
@@ -595,6 +620,18 @@ static __always_inline __u32 admit_limited(const struct pkt *pk, __u32 cls, cons
 	return bucket_take(&f->unknown, &st->unknown) ? SLUICE_CS_ADMIT_PKTS : SLUICE_CS_DROP_RATE_PKTS;
 }
 
+/* An admitted packet: passed here, or sent away (see `away`). */
+static __always_inline int pass_or_away(__u32 cls, struct sluice_class_state *st)
+{
+	__u32 *to = bpf_map_lookup_elem(&away, &cls);
+
+	if (!to || *to == 0 || *to - 1 == bpf_get_smp_processor_id())
+		return XDP_PASS;
+	st->cnt[SLUICE_CS_AWAY_PKTS] += 1;
+	/* An empty target entry: XDP_PASS here (the low bits of flags). */
+	return bpf_redirect_map(&cpus, *to - 1, XDP_PASS);
+}
+
 SEC("xdp")
 int sluice_gate(struct xdp_md *ctx)
 {
@@ -641,7 +678,7 @@ int sluice_gate(struct xdp_md *ctx)
 	else
 		idx = SLUICE_CS_ADMIT_PKTS;
 	verdict_add(st, idx, bytes);
-	return idx == SLUICE_CS_ADMIT_PKTS ? XDP_PASS : XDP_DROP;
+	return idx == SLUICE_CS_ADMIT_PKTS ? pass_or_away(cls, st) : XDP_DROP;
 }
 
 /*

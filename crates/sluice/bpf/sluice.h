@@ -179,6 +179,7 @@ enum sluice_class_stat {
 	SLUICE_CS_SRC_OVER,       /* sources that went over the quota in an epoch */
 	SLUICE_CS_SRC_INSERTS,    /* new entries in the "sources" map */
 	SLUICE_CS_SRC_FULL,       /* a source with no entry (insert failed): took the unknown bucket */
+	SLUICE_CS_AWAY_PKTS,      /* admitted and sent to another CPU's cpumap kthread (the "away" map) */
 	SLUICE_CS_NR,
 };
 

@@ -22,6 +22,7 @@ use crate::share::shares_for;
 
 pub const XDP_DROP: u32 = libbpf_sys::XDP_DROP;
 pub const XDP_PASS: u32 = libbpf_sys::XDP_PASS;
+pub const XDP_REDIRECT: u32 = libbpf_sys::XDP_REDIRECT;
 
 /// What can go wrong between sluice and the kernel, said so a user can act on it.
 #[derive(Debug, thiserror::Error)]
@@ -179,6 +180,9 @@ impl Clock {
     }
 }
 
+/// Frames a cpumap entry queues for its kthread (the kernel's samples use 192-2048).
+const CPUMAP_QSIZE: u32 = 2048;
+
 /// Which program of the object to test-run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Prog {
@@ -254,6 +258,8 @@ impl Gate {
         let storage: &'static mut MaybeUninit<OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
         let mut open = GateSkelBuilder::default().open(storage).map_err(GateError::Load)?;
         open.maps.sources.set_max_entries(sources.max(1)).map_err(GateError::Load)?;
+        let possible = libbpf_rs::num_possible_cpus().map_err(GateError::Load)?;
+        open.maps.cpus.set_max_entries(possible as u32).map_err(GateError::Load)?;
         let skel = open.load().map_err(GateError::Load)?;
         let ncpus = libbpf_rs::num_possible_cpus().map_err(GateError::Load)?;
         Ok(Gate { skel, ncpus, link: None, learn_link: None, tries: TrieKeys::default(), applied: None })
@@ -423,6 +429,29 @@ impl Gate {
     /// Set one class's per-CPU source fairness (all zero: off).
     pub fn set_fairness(&self, class: usize, fair: &[sluice_fair]) -> Result<()> {
         self.set_percpu(&self.skel.maps.fairness, "fairness", class, fair)
+    }
+
+    /// Send a class's admitted packets to CPU `to`'s cpumap kthread (None:
+    /// pass them where they arrive). The CPU's cpumap entry is made on first use.
+    pub fn set_away(&self, class: usize, to: Option<u32>) -> Result<()> {
+        let err = |err| GateError::Map { map: "cpus", err };
+        if let Some(cpu) = to {
+            let key = cpu.to_ne_bytes();
+            if self.skel.maps.cpus.lookup(&key, MapFlags::ANY).map_err(err)?.is_none() {
+                let val = libbpf_rs::libbpf_sys::bpf_cpumap_val { qsize: CPUMAP_QSIZE, ..Default::default() };
+                // SAFETY: bpf_cpumap_val is a plain C struct; its bytes are its value.
+                let bytes = unsafe {
+                    std::slice::from_raw_parts((&val as *const libbpf_sys::bpf_cpumap_val).cast::<u8>(), size_of_val(&val))
+                };
+                self.skel.maps.cpus.update(&key, bytes, MapFlags::ANY).map_err(err)?;
+            }
+        }
+        let v = to.map_or(0, |c| c + 1);
+        self.skel
+            .maps
+            .away
+            .update(&(class as u32).to_ne_bytes(), &v.to_ne_bytes(), MapFlags::ANY)
+            .map_err(|err| GateError::Map { map: "away", err })
     }
 
     /// One class's per-CPU source fairness as the gate has it.

@@ -45,6 +45,10 @@ pub struct ClassTotals {
     /// Entries this class made in the per-source map.
     #[serde(default)]
     pub source_inserts: u64,
+    /// Admitted packets sent to another CPU (cpu = "away", while a higher
+    /// priority is in distress).
+    #[serde(default)]
+    pub away_pkts: u64,
 }
 
 impl From<ClassCounters> for ClassTotals {
@@ -63,6 +67,7 @@ impl From<ClassCounters> for ClassTotals {
             known_pkts: c[SLUICE_CS_KNOWN_PKTS as usize],
             source_epochs: c[SLUICE_CS_SRC_ACTIVE as usize],
             source_inserts: c[SLUICE_CS_SRC_INSERTS as usize],
+            away_pkts: c[SLUICE_CS_AWAY_PKTS as usize],
         }
     }
 }

@@ -218,3 +218,30 @@ fn reapplying_a_config_moves_classes_and_clears_old_prefixes() {
         adm("default"),
     );
 }
+
+/// CPU protection: an admitted packet of a class sent away is redirected to
+/// the target CPU's cpumap entry (XDP_REDIRECT), counted as away; a packet
+/// already on the target CPU, a dropped packet and another class's packet
+/// are not.
+#[test]
+fn a_class_sent_away_is_redirected_to_the_cpumap_after_admission() {
+    let g = TestGate::new(&["low:priority=5,match=udp:7000", "tight:rate=1,burst=1,match=udp:7001"]);
+    let (low, tight) = (g.class("low"), g.class("tight"));
+    sluice::netns::pin_thread(0).unwrap();
+    let pkt = |port| Frame::udp("10.0.0.1", "10.0.0.2", 999, port).build();
+    g.gate.set_away(low, Some(1)).unwrap();
+    g.gate.set_away(tight, Some(1)).unwrap();
+    let (verdict, b, a) = g.run(&pkt(7000));
+    assert_eq!(verdict, sluice::gate::XDP_REDIRECT, "to CPU 1's cpumap entry");
+    assert_eq!(a.classes[low].admitted_pkts - b.classes[low].admitted_pkts, 1, "still counted as admitted");
+    assert_eq!(a.classes[low].away_pkts - b.classes[low].away_pkts, 1);
+    assert_eq!(g.run(&pkt(7001)).0, sluice::gate::XDP_REDIRECT, "the tight class's one token: admitted, away");
+    let (verdict, b, a) = g.run(&pkt(7001));
+    assert_eq!(verdict, sluice::gate::XDP_DROP, "a dropped packet goes nowhere");
+    assert_eq!(a.classes[tight].away_pkts, b.classes[tight].away_pkts);
+    g.gate.set_away(low, Some(0)).unwrap();
+    let (verdict, _, _) = g.run(&pkt(7000));
+    assert_eq!(verdict, sluice::gate::XDP_PASS, "already on the target CPU: passed here");
+    g.gate.set_away(low, None).unwrap();
+    g.expect("back: passed", &pkt(7000), adm("low"));
+}
