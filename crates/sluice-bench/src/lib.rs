@@ -14,7 +14,9 @@
 //! - real services: [`services`] (`bench run --scenario dns|http`), [`dns`]
 //!   (NSD, dnsperf, the probe), [`http`] (nginx, wrk), [`procs`] (child
 //!   processes, the daemon as a user runs it);
-//! - [`readers`] (`bench run --scenario readers`: a service's readers, seed 001);
+//! - [`readers`] (`bench run --scenario readers`: a service's readers, seed 001),
+//!   [`cpu`] (`--scenario cpu`: two services on one CPU, seed 002), [`echo`]
+//!   (their paced echo client);
 //! - [`demo`] (the daemon in action), [`gate_cost`] (the gate's ns per packet)
 //!   and [`tick_cost`] (the daemon's loop, read by read).
 
@@ -30,8 +32,10 @@ pub mod gen_skel {
     include!(concat!(env!("OUT_DIR"), "/gen.skel.rs"));
 }
 
+pub mod cpu;
 pub mod demo;
 pub mod dns;
+pub mod echo;
 pub mod gate_cost;
 pub mod gen;
 pub mod gencheck;

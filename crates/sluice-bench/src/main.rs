@@ -11,7 +11,9 @@ use sluice::cli::{parse_rate, parse_secs, print_json_or, stop_flag};
 use sluice::stats;
 use sluice_bench::scenario::ConfigKind;
 use sluice_bench::victim::VictimModel;
-use sluice_bench::{demo, gate_cost, gencheck, readers, report, scenario, services, step, sweep, tick_cost, victim};
+use sluice_bench::{
+    cpu, demo, gate_cost, gencheck, readers, report, scenario, services, step, sweep, tick_cost, victim,
+};
 
 /// The sluice bench: a flooded service in two network namespaces this
 /// command makes (and removes), measured with and without sluice. Needs root.
@@ -249,6 +251,9 @@ fn cmd_bench_run(a: BenchRunArgs) -> Result<()> {
     if a.scenario == "readers" {
         return cmd_bench_readers(a);
     }
+    if a.scenario == "cpu" {
+        return cmd_bench_cpu(a);
+    }
     let mut sc = scenario::load(&a.scenario)?;
     if let Some(d) = a.duration {
         sc.duration = d.as_secs_f64();
@@ -315,6 +320,21 @@ fn cmd_bench_readers(a: BenchRunArgs) -> Result<()> {
     Ok(())
 }
 
+/// `bench run --scenario cpu` (see cpu.rs).
+fn cmd_bench_cpu(a: BenchRunArgs) -> Result<()> {
+    let secs = a.duration.map_or(4.0, |d| d.as_secs_f64());
+    anyhow::ensure!((1.0..=60.0).contains(&secs), "--duration: 1 to 60 seconds per cell for --scenario cpu");
+    let repeats = a.repeats.unwrap_or(1);
+    anyhow::ensure!((1..=20).contains(&repeats), "--repeats: 1 to 20");
+    let out = a.out.map_or_else(|| default_out("cpu"), Ok)?;
+    let o = cpu::CpuOpts { exe: sluice_exe()?, secs, repeats, interrupted: stop_flag()? };
+    eprintln!("sluice bench: scenario cpu, writing to {}", out.display());
+    let cells = cpu::run(&o, &out)?;
+    print!("{}", cpu::summary(&cells));
+    println!("results: {}", out.join("results.json").display());
+    Ok(())
+}
+
 fn cmd_bench_step(a: StepArgs) -> Result<()> {
     let sc = scenario::load(&a.scenario)?;
     let out = a.out.map_or_else(|| default_out("step"), Ok)?;
@@ -369,6 +389,7 @@ fn cmd_bench_scenarios() -> Result<()> {
     for (_, name, what) in services::Service::ALL {
         println!("{name:<10} {what}");
     }
+    println!("{:<10} two services on one CPU, the low one flooded: cpu = \"away\" against the budget alone", "cpu");
     println!("{:<10} a service's readers: one shared socket vs reuseport (hash, round-robin, least-loaded), and a stalling reader", "readers");
     Ok(())
 }

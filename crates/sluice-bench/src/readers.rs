@@ -30,7 +30,6 @@
 //!
 //! The steering program's cost is read from the kernel's own BPF run
 //! statistics (kernel.bpf_stats_enabled, switched on for the run).
-use std::net::UdpSocket;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -42,12 +41,12 @@ use serde::Serialize;
 use sluice::summary::median;
 
 use crate::dns;
+use crate::echo::{self, percentile, Load};
 use crate::measure::IdleMeter;
 use crate::procs::{in_ns, start_daemon, tree_cpu_secs, Proc};
 use crate::victim::{VictimBed, VictimModel};
 
 const PORT: u16 = 7500;
-const FLOWS: usize = 16;
 const GEN_CPU: usize = 0;
 const VICTIM_CPU: usize = 1;
 /// Part `threads`: offered load and the service's work per datagram.
@@ -64,8 +63,6 @@ const STALL_RCVBUF: u64 = 106_496;
 /// Part `nsd`: NSD's server processes and dnsperf's rate.
 const NSD_SERVERS: u32 = 2;
 const NSD_QPS: u64 = 20_000;
-/// Replies later than this after the last send are counted lost.
-const DRAIN: Duration = Duration::from_millis(300);
 
 pub struct ReadersOpts {
     pub exe: PathBuf,
@@ -207,7 +204,7 @@ fn cell(o: &ReadersOpts, bed: &VictimBed, meter: &IdleMeter, s: &Setup, repeat: 
     let load = if s.part == "nsd" {
         dns_load(bed, out, o.secs)?
     } else {
-        client(&bed.net.a, &format!("{}:{PORT}", bed.net.ip_b), rate, o.secs)?
+        echo::client(&bed.net.a, GEN_CPU, &format!("{}:{PORT}", bed.net.ip_b), rate, o.secs)?
     };
     let cpu1 = meter.sample(VICTIM_CPU)?;
     let svc_ns = (tree_cpu_secs(service.id()) - svc0) * 1e9;
@@ -283,68 +280,6 @@ fn wait_steered(exe: &Path, ns: &str, sock: &Path) -> Result<()> {
         anyhow::ensure!(Instant::now() < deadline, "the daemon did not steer udp:{PORT} within 5 s");
         std::thread::sleep(Duration::from_millis(200));
     }
-}
-
-/// What the clients saw.
-struct Load {
-    sent: u64,
-    answered: u64,
-    /// Round trips of the answered requests (NSD: of the probe's queries only).
-    rtts_us: Vec<u32>,
-}
-
-/// Send `rate` datagrams/s over FLOWS flows for `secs` from namespace `ns`
-/// (on GEN_CPU), each carrying its send time; the echoes give the RTTs.
-fn client(ns: &str, dst: &str, rate: u64, secs: f64) -> Result<Load> {
-    let (ns, dst) = (ns.to_string(), dst.to_string());
-    sluice::netns::run_in(&ns, move || {
-        sluice::netns::pin_thread(GEN_CPU)?;
-        let socks = (0..FLOWS)
-            .map(|_| {
-                let s = UdpSocket::bind("0.0.0.0:0")?;
-                s.set_nonblocking(true)?;
-                s.connect(&dst)?;
-                Ok(s)
-            })
-            .collect::<std::io::Result<Vec<_>>>()?;
-        let start = Instant::now();
-        let end = start + Duration::from_secs_f64(secs);
-        let gap = Duration::from_secs_f64(FLOWS as f64 / rate as f64);
-        let (mut sent, mut rtts, mut next) = (0u64, Vec::with_capacity((rate as f64 * secs) as usize), start);
-        while Instant::now() < end + DRAIN {
-            let now = Instant::now();
-            if now >= next && now < end {
-                let t = now.duration_since(start).as_nanos() as u64;
-                for s in &socks {
-                    if s.send(&t.to_ne_bytes()).is_ok() {
-                        sent += 1;
-                    }
-                }
-                next += gap;
-            }
-            receive(&socks, start, &mut rtts);
-        }
-        Ok(Load { sent, answered: rtts.len() as u64, rtts_us: rtts })
-    })
-}
-
-/// Take every echo waiting on the sockets.
-fn receive(socks: &[UdpSocket], start: Instant, rtts: &mut Vec<u32>) {
-    let mut buf = [0u8; 64];
-    for s in socks {
-        while let Ok(8) = s.recv(&mut buf) {
-            let t = u64::from_ne_bytes(buf[..8].try_into().expect("8 bytes"));
-            let now = start.elapsed().as_nanos() as u64;
-            rtts.push((now.saturating_sub(t) / 1_000).min(u32::MAX as u64) as u32);
-        }
-    }
-}
-
-/// The p-quantile of the RTTs; None without any.
-fn percentile(v: &[u32], p: f64) -> Option<f64> {
-    let mut s: Vec<f64> = v.iter().map(|&x| f64::from(x)).collect();
-    s.sort_by(f64::total_cmp);
-    sluice::summary::percentile(&s, p)
 }
 
 /// The newest loaded `steer` program's (run_time_ns, run_cnt).

@@ -309,6 +309,7 @@ match = [{ proto = "udp", port = 1500 }]
                     rules: (0..rng.gen_range(1..4)).map(|_| random_rule(&mut rng)).collect(),
                     discovered: None,
                     readers: None,
+                    away: false,
                 })
                 .collect();
             let mut cfg = crate::config::from_flags(&["x:match=udp".into()]).unwrap();

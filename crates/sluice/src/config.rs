@@ -34,6 +34,7 @@
 //! min_share = 0.1               # fraction of capacity kept under any flood (default 0)
 //! fallback = "unlimited"        # limit once signals are lost past auto.hold: packets/s or "unlimited"
 //! readers = "least-loaded"      # a reuseport group's socket per datagram: "hash", "round-robin", "least-loaded"
+//! cpu = "away"                  # admitted packets to another CPU while a higher priority is in distress
 //! match = [{ proto = "udp", port = 8053 }]
 //!
 //! [auto]
@@ -274,6 +275,9 @@ pub struct Class {
     pub discovered: Option<String>,
     /// How its UDP services' reuseport groups are steered; None: the default (see `Readers`).
     pub readers: Option<Readers>,
+    /// `cpu = "away"`: its admitted packets go to another CPU while a higher
+    /// priority is in distress (see `crate::away`); false (`"stay"`, the default): never.
+    pub away: bool,
 }
 
 /// A validated configuration. Class ids are indexes into `classes`.
@@ -539,6 +543,7 @@ fn finish(
                     rules: vec![],
                     discovered: None,
                     readers: None,
+                    away: false,
                 });
                 classes.len() - 1
             }
@@ -600,6 +605,7 @@ struct RawClass {
     min_share: Option<Spanned<f64>>,
     fallback: Option<Spanned<IntOrString>>,
     readers: Option<Spanned<String>>,
+    cpu: Option<Spanned<String>>,
     #[serde(default, rename = "match")]
     rules: Vec<Spanned<RawRule>>,
 }
@@ -724,8 +730,12 @@ impl Locator<'_> {
             Some(r) => Some(Readers::parse(r.get_ref()).map_err(|m| self.at(r.span(), &field("readers"), m))?),
             None => None,
         };
+        let away = match &rc.cpu {
+            Some(c) => parse_cpu(c.get_ref()).map_err(|m| self.at(c.span(), &field("cpu"), m))?,
+            None => false,
+        };
         let priority = rc.priority.unwrap_or(DEFAULT_PRIORITY);
-        Ok(Class { name, priority, limit, rules, discovered: None, readers })
+        Ok(Class { name, priority, limit, rules, discovered: None, readers, away })
     }
 
     fn rule(&self, rr: &Spanned<RawRule>, field: &dyn Fn(&str) -> String) -> Result<Rule, ConfigError> {
@@ -796,7 +806,16 @@ pub fn load_file(path: &Path) -> Result<Config, ConfigError> {
 // ---------------------------------------------------------------------------
 // Flag syntax: --class 'NAME:priority=P,rate=R,burst=B,match=PROTO[:PORTS][@PREFIX],...'
 
-const FLAG_KEYS: &str = "priority, rate, burst, match, algo, min_share, fallback, readers";
+const FLAG_KEYS: &str = "priority, rate, burst, match, algo, min_share, fallback, readers, cpu";
+
+/// The `cpu` key: "away" (true) or "stay" (false).
+fn parse_cpu(s: &str) -> Result<bool, String> {
+    match s.trim() {
+        "away" => Ok(true),
+        "stay" => Ok(false),
+        other => Err(format!("\"{other}\" is not a cpu policy; valid: \"stay\" (default) or \"away\"")),
+    }
+}
 
 /// Parse one `--class` flag into a class (not yet validated against the others).
 pub fn parse_class_flag(spec: &str) -> Result<Class, ConfigError> {
@@ -805,7 +824,7 @@ pub fn parse_class_flag(spec: &str) -> Result<Class, ConfigError> {
     let (name, rest) = spec.split_once(':').unwrap_or((spec, ""));
     check_name(name.trim()).map_err(|m| err("name", m))?;
     let (mut priority, mut rate, mut burst, mut rules) = (DEFAULT_PRIORITY, None, None, Vec::new());
-    let (mut algo, mut min_share, mut fallback, mut readers) = (None, None, None, None);
+    let (mut algo, mut min_share, mut fallback, mut readers, mut away) = (None, None, None, None, false);
     for kv in rest.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let (k, v) =
             kv.split_once('=').ok_or_else(|| err(kv, format!("expected key=value with key one of {FLAG_KEYS}")))?;
@@ -826,6 +845,7 @@ pub fn parse_class_flag(spec: &str) -> Result<Class, ConfigError> {
             }
             "fallback" => fallback = Some(v.to_string()),
             "readers" => readers = Some(Readers::parse(v).map_err(|m| err("readers", m))?),
+            "cpu" => away = parse_cpu(v).map_err(|m| err("cpu", m))?,
             "match" => {
                 let (pp, src) = match v.split_once('@') {
                     Some((pp, s)) => (pp, Some(parse_prefix(s).map_err(|m| err("match", m))?)),
@@ -849,7 +869,7 @@ pub fn parse_class_flag(spec: &str) -> Result<Class, ConfigError> {
         None => Limit::Unlimited,
     };
     let limit = auto_keys(limit, algo.as_deref(), min_share, fallback.as_deref()).map_err(|(f, m)| err(f, m))?;
-    Ok(Class { name: name.trim().into(), priority, limit, rules, discovered: None, readers })
+    Ok(Class { name: name.trim().into(), priority, limit, rules, discovered: None, readers, away })
 }
 
 /// Build a config from `--class` flags alone.
@@ -890,6 +910,7 @@ pub fn resolve(file: Option<&Path>, flags: &[String]) -> Result<Config, ConfigEr
         rules: vec![],
         discovered: None,
         readers: None,
+        away: false,
     };
     let default_name = cfg.classes[cfg.default_class].name.clone();
     let mut classes = cfg.classes;
@@ -989,6 +1010,10 @@ match = [{ proto = "udp", port = "5000-5999", src = "10.0.0.0/8" }, { proto = "i
             Some(Readers::LeastLoaded)
         );
         assert_eq!(parse_class_flag("a:readers=lifo").unwrap_err().field, "readers");
+        assert!(parse_class_flag("a:cpu=away").unwrap().away);
+        let e = cfg("[[class]]\nname = 'a'\ncpu = 'elsewhere'\nmatch=[{proto='udp'}]\n").unwrap_err();
+        assert_eq!(e.field, "class.cpu (class \"a\")");
+        assert!(e.message.contains("away"), "{e}");
     }
 
     #[test]

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
+use crate::away;
 use crate::classify;
 use crate::config::{self, Config, NapiSched, XdpMode};
 use crate::discover::{self, Discovery};
@@ -83,6 +84,16 @@ fn resolve_config(opts: &RunOpts) -> Result<Config> {
     Ok(cfg)
 }
 
+/// CPU protection's state in the daemon.
+#[derive(Default)]
+struct AwayState {
+    hold: away::Hold,
+    /// Where each class goes while the hold lasts (None: nowhere).
+    to: Vec<Option<u32>>,
+    /// Each class's target as written to the gate (empty: all None).
+    applied: Vec<Option<u32>>,
+}
+
 /// The reader steering, or None with a log line saying why not.
 fn load_steer(ifindex: u32) -> Option<(Steer, steer::Finder)> {
     match Steer::load().and_then(|s| Ok((s, steer::Finder::new(ifindex)?))) {
@@ -147,6 +158,8 @@ pub struct Daemon {
     /// Reader steering and the finder of reuseport groups; None if the
     /// kernel refused the program (said once in the log).
     steer: Option<(Steer, steer::Finder)>,
+    /// CPU protection: the hold, the target CPU, each class's target in the gate.
+    away: AwayState,
     /// SIGHUP, SIGINT and SIGTERM, caught from before the statistics socket
     /// answers (a signal sent as soon as it does stops the daemon cleanly).
     signals: Option<signal_hook::iterator::Signals>,
@@ -284,6 +297,7 @@ impl Daemon {
             state_errors: 0,
             scan: None,
             steer: load_steer(ifindex),
+            away: AwayState::default(),
             signals,
         };
         daemon.resteer();
@@ -371,6 +385,7 @@ impl Daemon {
             if let Some((s, _)) = &mut self.steer {
                 s.keep_alive(Clock::now_ns());
             }
+            self.apply_away(ticks);
             ticks += 1;
             if ticks.is_multiple_of(DISCOVER_EVERY) {
                 self.rediscover();
@@ -412,6 +427,66 @@ impl Daemon {
         } else {
             log("could not run the control loop at SCHED_FIFO; pre-emptions may skew its samples");
         }
+    }
+
+    /// CPU protection (`crate::away`): while a service is in distress, the
+    /// classes with `cpu = "away"` go to another CPU; back after the hold.
+    fn apply_away(&mut self, tick: u64) {
+        if !self.cfg.classes.iter().any(|c| c.away) {
+            return;
+        }
+        let was = self.away.hold.until.is_some();
+        let on = self.away.hold.step(tick, self.ticker.budget_status().0.is_some());
+        if on && !was {
+            self.away.to = self.away_targets();
+        }
+        let want = away::targets(&self.cfg, on, &self.away.to);
+        if want == self.away.applied {
+            return;
+        }
+        for (id, t) in want.iter().enumerate() {
+            if self.away.applied.get(id) != Some(t) {
+                if let Err(e) = self.gate.set_away(id, *t) {
+                    log(format_args!("cpu away: class {}: {e:#}", self.cfg.classes[id].name));
+                }
+            }
+        }
+        self.away.applied = want;
+    }
+
+    /// Each class's CPU to go to while the host is overloaded (logged), or None.
+    fn away_targets(&self) -> Vec<Option<u32>> {
+        let ifindex = gate::ifindex(&self.iface).unwrap_or(0);
+        let online = self.gate.ncpus();
+        self.cfg
+            .classes
+            .iter()
+            .map(|c| {
+                if !c.away {
+                    return None;
+                }
+                let to = match away::protected_cpus(&self.cfg, c.priority, ifindex) {
+                    Ok(None) => Err("no class has a higher priority".to_string()),
+                    Ok(Some(p)) => {
+                        let mut cpus: Vec<_> = p.iter().copied().collect();
+                        cpus.sort_unstable();
+                        away::target(&p, online).ok_or(format!("the services above it may run on every CPU ({cpus:?})"))
+                            .map(|t| (t, cpus))
+                    }
+                    Err(e) => Err(format!("the services' CPUs could not be read: {e:#}")),
+                };
+                match to {
+                    Ok((t, cpus)) => {
+                        log(format_args!("cpu away: a service is in distress; class {} goes to CPU {t} (the services above it run on {cpus:?})", c.name));
+                        Some(t)
+                    }
+                    Err(why) => {
+                        log(format_args!("cpu away: a service is in distress; class {} stays: {why}", c.name));
+                        None
+                    }
+                }
+            })
+            .collect()
     }
 
     /// Steer the reuseport groups the config in force asks for (see `steer`).
@@ -462,6 +537,11 @@ impl Daemon {
         // The new auto classes' sockets must be found before anything changes.
         let mut ticker = Ticker::new(&cfg, None, require_sockets)?;
         self.gate.apply(&cfg, tables)?;
+        // Class ids move with the list: take every class back; the next tick sends away again.
+        let applied = std::mem::take(&mut self.away).applied;
+        for (id, _) in applied.iter().enumerate().filter(|(_, t)| t.is_some()) {
+            self.gate.set_away(id, None)?;
+        }
         let old = std::mem::replace(&mut self.cfg, cfg);
         log_classes(&self.cfg, &old.classes);
         let old_names: Vec<String> = old.classes.iter().map(|c| c.name.clone()).collect();

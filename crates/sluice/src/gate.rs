@@ -441,7 +441,10 @@ impl Gate {
                 let val = libbpf_rs::libbpf_sys::bpf_cpumap_val { qsize: CPUMAP_QSIZE, ..Default::default() };
                 // SAFETY: bpf_cpumap_val is a plain C struct; its bytes are its value.
                 let bytes = unsafe {
-                    std::slice::from_raw_parts((&val as *const libbpf_sys::bpf_cpumap_val).cast::<u8>(), size_of_val(&val))
+                    std::slice::from_raw_parts(
+                        (&val as *const libbpf_sys::bpf_cpumap_val).cast::<u8>(),
+                        size_of_val(&val),
+                    )
                 };
                 self.skel.maps.cpus.update(&key, bytes, MapFlags::ANY).map_err(err)?;
             }

@@ -38,6 +38,7 @@ pub mod steer_skel {
 }
 
 pub mod auto;
+pub mod away;
 pub mod budget;
 pub mod classify;
 pub mod cli;

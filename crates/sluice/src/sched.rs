@@ -60,10 +60,13 @@ pub fn apply_napi(iface: &str, policy: NapiSched) -> Result<usize> {
     set_napi(iface, policy)
 }
 
-/// Would `apply_napi` find kthreads to change? Changes nothing (the daemon
-/// checks this before it attaches).
+/// Is threaded NAPI on for `iface`? Changes nothing (the daemon checks this
+/// before it attaches). Threaded NAPI switched on counts even before its
+/// kthreads exist: a veth has NAPI, and so kthreads, only once an XDP
+/// program (the gate) is attached.
 pub fn check_napi(iface: &str, policy: NapiSched) -> Result<()> {
-    if policy != NapiSched::Keep && napi_threads(iface).is_empty() {
+    let threaded = std::fs::read_to_string(format!("/sys/class/net/{iface}/threaded")).is_ok_and(|t| t.trim() == "1");
+    if policy != NapiSched::Keep && !threaded && napi_threads(iface).is_empty() {
         bail!(
             "napi = \"idle\": {iface} has no napi kthreads; threaded NAPI is off \
              (enable it with `echo 1 > /sys/class/net/{iface}/threaded`, or set napi = \"keep\")"

@@ -263,6 +263,7 @@ fn group_class(name: String, services: &[&Service], algo: crate::controller::Alg
             .collect(),
         discovered: Some(why),
         readers: None,
+        away: false,
     }
 }
 

@@ -1,0 +1,74 @@
+//! A paced UDP echo client with round trips: FLOWS flows from a namespace,
+//! each datagram carrying its send time, the echoes timed on arrival. The
+//! `readers` and `cpu` scenarios' legitimate load.
+use std::net::UdpSocket;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+
+/// Flows (source ports) the client sends from.
+pub const FLOWS: usize = 16;
+/// Replies later than this after the last send are counted lost.
+const DRAIN: Duration = Duration::from_millis(300);
+
+/// What the clients saw.
+pub struct Load {
+    pub sent: u64,
+    pub answered: u64,
+    /// Round trips of the answered requests (NSD: of the probe's queries only).
+    pub rtts_us: Vec<u32>,
+}
+
+/// Send `rate` datagrams/s over FLOWS flows for `secs` from namespace `ns`
+/// (pinned to `cpu`), each carrying its send time; the echoes give the RTTs.
+pub fn client(ns: &str, cpu: usize, dst: &str, rate: u64, secs: f64) -> Result<Load> {
+    let (ns, dst) = (ns.to_string(), dst.to_string());
+    sluice::netns::run_in(&ns, move || {
+        sluice::netns::pin_thread(cpu)?;
+        let socks = (0..FLOWS)
+            .map(|_| {
+                let s = UdpSocket::bind("0.0.0.0:0")?;
+                s.set_nonblocking(true)?;
+                s.connect(&dst)?;
+                Ok(s)
+            })
+            .collect::<std::io::Result<Vec<_>>>()?;
+        let start = Instant::now();
+        let end = start + Duration::from_secs_f64(secs);
+        let gap = Duration::from_secs_f64(FLOWS as f64 / rate as f64);
+        let (mut sent, mut rtts, mut next) = (0u64, Vec::with_capacity((rate as f64 * secs) as usize), start);
+        while Instant::now() < end + DRAIN {
+            let now = Instant::now();
+            if now >= next && now < end {
+                let t = now.duration_since(start).as_nanos() as u64;
+                for s in &socks {
+                    if s.send(&t.to_ne_bytes()).is_ok() {
+                        sent += 1;
+                    }
+                }
+                next += gap;
+            }
+            receive(&socks, start, &mut rtts);
+        }
+        Ok(Load { sent, answered: rtts.len() as u64, rtts_us: rtts })
+    })
+}
+
+/// Take every echo waiting on the sockets.
+fn receive(socks: &[UdpSocket], start: Instant, rtts: &mut Vec<u32>) {
+    let mut buf = [0u8; 64];
+    for s in socks {
+        while let Ok(8) = s.recv(&mut buf) {
+            let t = u64::from_ne_bytes(buf[..8].try_into().expect("8 bytes"));
+            let now = start.elapsed().as_nanos() as u64;
+            rtts.push((now.saturating_sub(t) / 1_000).min(u32::MAX as u64) as u32);
+        }
+    }
+}
+
+/// The p-quantile of the RTTs; None without any.
+pub fn percentile(v: &[u32], p: f64) -> Option<f64> {
+    let mut s: Vec<f64> = v.iter().map(|&x| f64::from(x)).collect();
+    s.sort_by(f64::total_cmp);
+    sluice::summary::percentile(&s, p)
+}

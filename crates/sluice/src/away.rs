@@ -1,0 +1,153 @@
+//! CPU protection (seed 002): a class with `cpu = "away"` has its admitted
+//! packets sent to another CPU while the host is overloaded (a service in
+//! distress, at any priority: the budget's signals), so their receive work
+//! (skb, IP, UDP/TCP, the socket) runs on that CPU's cpumap kthread instead
+//! of the CPU the gate runs on, away from the services of higher priority.
+//!
+//! Which CPU: when the overload starts, the daemon looks, for each such
+//! class, at the processes holding the listening sockets of the classes of
+//! higher priority, and takes their allowed CPUs (sched_getaffinity) as the
+//! protected set; the target is the first online CPU outside it. No class
+//! above it, or no CPU outside the set (the services may run anywhere):
+//! the class stays, and the log says so. The packets go back to where they
+//! arrive HOLD_TICKS after the last distress.
+//!
+//! Where it helps: when the gate runs on the protected CPU (its NIC queue's
+//! interrupt, or a threaded NAPI kthread, is there: the bench's `same-core`
+//! model). Where the stack work reaches the protected CPU through RPS (the
+//! `nic` model), a redirected packet is handed to RPS again by the cpumap
+//! kthread and lands on the same CPU: no help (measured by `bench run
+//! --scenario cpu`).
+//!
+//! Unconfigured, a class stays (`cpu = "stay"`): nothing is sent away.
+use std::collections::HashSet;
+
+use crate::config::{Config, Proto};
+use crate::discover::{is_listener, parse_port_range, socket_holders, L4};
+use crate::signals::{SockDiag, TCP_CLOSE, TCP_LISTEN};
+
+/// Ticks (10 ms) a class stays away after the last distress above it.
+pub const HOLD_TICKS: u64 = 200;
+
+/// The overload, with a hold.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Hold {
+    /// The tick until which the host counts as overloaded.
+    pub until: Option<u64>,
+}
+
+impl Hold {
+    /// Whether a service is in distress this tick in; whether away classes go away now out.
+    pub fn step(&mut self, tick: u64, distress: bool) -> bool {
+        if distress {
+            self.until = Some(tick + HOLD_TICKS);
+        } else if self.until.is_some_and(|end| tick >= end) {
+            self.until = None;
+        }
+        self.until.is_some()
+    }
+}
+
+/// The target for a class sent away: the first of `online` CPUs not in `protected`.
+pub fn target(protected: &HashSet<usize>, online: usize) -> Option<u32> {
+    (0..online).find(|c| !protected.contains(c)).map(|c| c as u32)
+}
+
+/// Each class's target now: its `to` while `on`, for the classes with `cpu = "away"`.
+pub fn targets(cfg: &Config, on: bool, to: &[Option<u32>]) -> Vec<Option<u32>> {
+    cfg.classes
+        .iter()
+        .enumerate()
+        .map(|(i, c)| if c.away && on { to.get(i).copied().flatten() } else { None })
+        .collect()
+}
+
+/// The CPUs the processes behind the classes of priority above `p` (a
+/// smaller number) may run on; None if no class is above `p`.
+pub fn protected_cpus(cfg: &Config, p: u8, ifindex: u32) -> anyhow::Result<Option<HashSet<usize>>> {
+    if !cfg.classes.iter().any(|c| c.priority < p) {
+        return Ok(None);
+    }
+    let ports: Vec<(Proto, u16, u16)> = cfg
+        .classes
+        .iter()
+        .filter(|c| c.priority < p)
+        .flat_map(|c| &c.rules)
+        .filter_map(|r| r.ports.map(|(lo, hi)| (r.proto, lo, hi)))
+        .collect();
+    let covers = |l4: L4, port: u16| {
+        ports.iter().any(|(proto, lo, hi)| {
+            let p_ok = matches!((proto, l4), (Proto::Any, _) | (Proto::Udp, L4::Udp) | (Proto::Tcp, L4::Tcp));
+            p_ok && (*lo..=*hi).contains(&port)
+        })
+    };
+    let ephemeral =
+        parse_port_range(&std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap_or_default());
+    let mut diag = SockDiag::open(None)?;
+    let mut inodes = HashSet::new();
+    for (l4, proto, states) in
+        [(L4::Udp, libc::IPPROTO_UDP, 1u32 << TCP_CLOSE), (L4::Tcp, libc::IPPROTO_TCP, 1 << TCP_LISTEN)]
+    {
+        for family in [libc::AF_INET as u8, libc::AF_INET6 as u8] {
+            diag.dump(family, proto as u8, states, &mut |s| {
+                if is_listener(s, l4, ifindex, ephemeral) && covers(l4, s.sport) {
+                    inodes.insert(s.inode);
+                }
+            })?;
+        }
+    }
+    let holders = socket_holders();
+    let pids: HashSet<u32> = inodes.iter().filter_map(|i| holders.get(i)).flatten().map(|(pid, _)| *pid).collect();
+    Ok(Some(pids.into_iter().flat_map(affinity).collect()))
+}
+
+/// The CPUs process `pid` may run on (empty if it cannot be read).
+fn affinity(pid: u32) -> Vec<usize> {
+    // SAFETY: a zeroed cpu_set_t is valid; sched_getaffinity fills it.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above, with its size.
+    let r = unsafe { libc::sched_getaffinity(pid as libc::pid_t, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    if r != 0 {
+        return vec![];
+    }
+    // SAFETY: CPU_ISSET reads the set we own.
+    (0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config;
+
+    #[test]
+    fn distress_turns_it_on_and_a_hold_brings_the_classes_back() {
+        let mut h = Hold::default();
+        assert!(!h.step(0, false), "nothing to protect");
+        assert!(h.step(1, true));
+        assert!(h.step(2, false), "held");
+        assert!(h.step(3, true), "renewed");
+        assert!(h.step(3 + HOLD_TICKS - 1, false));
+        assert!(!h.step(3 + HOLD_TICKS, false), "back after the hold");
+    }
+
+    #[test]
+    fn only_away_classes_go_and_only_while_on() {
+        let cfg = config::from_flags(&[
+            "hi:priority=0,match=udp:53".into(),
+            "lo:priority=5,cpu=away,match=udp:7000".into(),
+            "mid:priority=3,match=udp:7001".into(),
+        ])
+        .unwrap();
+        let to = [Some(0), Some(0), Some(0), None];
+        assert_eq!(targets(&cfg, true, &to)[..3], [None, Some(0), None], "lo goes, mid (not away) and hi stay");
+        assert_eq!(targets(&cfg, false, &to)[1], None);
+        assert_eq!(targets(&cfg, true, &[])[1], None, "no target: stays");
+    }
+
+    #[test]
+    fn the_target_is_the_first_cpu_outside_the_protected_set() {
+        assert_eq!(target(&HashSet::from([1]), 2), Some(0));
+        assert_eq!(target(&HashSet::from([0, 2]), 4), Some(1));
+        assert_eq!(target(&HashSet::from([0, 1]), 2), None, "nowhere to go");
+    }
+}
