@@ -216,7 +216,16 @@ pub fn summary(cells: &[Cell]) -> String {
     let _ = writeln!(
         o,
         "{:<10} {:<10} {:>9} {:>9} {:>9} {:>16} {:>8} {:>11} {:>11} {:>11}",
-        "MODEL", "CONFIG", "HI ans/s", "OF BASE", "HI lost", "HI p99 us (m-M)", "x BASE", "LO away", "LO dropped", "HI dropped"
+        "MODEL",
+        "CONFIG",
+        "HI ans/s",
+        "OF BASE",
+        "HI lost",
+        "HI p99 us (m-M)",
+        "x BASE",
+        "LO away",
+        "LO dropped",
+        "HI dropped"
     );
     for model in ["nic", "same-core"] {
         let of =

@@ -1,6 +1,8 @@
 //! A paced UDP echo client with round trips: FLOWS flows from a namespace,
 //! each datagram carrying its send time, the echoes timed on arrival. The
-//! `readers` and `cpu` scenarios' legitimate load.
+//! `readers` and `cpu` scenarios' legitimate load. Between sends it sleeps in
+//! ppoll on its sockets (woken by an echo or the next send time), so it
+//! leaves its CPU to the generator and the stages that share it.
 use std::net::UdpSocket;
 use std::time::{Duration, Instant};
 
@@ -49,9 +51,21 @@ pub fn client(ns: &str, cpu: usize, dst: &str, rate: u64, secs: f64) -> Result<L
                 next += gap;
             }
             receive(&socks, start, &mut rtts);
+            let until = if Instant::now() < end { next } else { end + DRAIN };
+            wait(&socks, until.saturating_duration_since(Instant::now()));
         }
         Ok(Load { sent, answered: rtts.len() as u64, rtts_us: rtts })
     })
+}
+
+/// Sleep until a socket has an echo or `d` passed.
+fn wait(socks: &[UdpSocket], d: Duration) {
+    use std::os::fd::AsRawFd;
+    let mut fds: Vec<libc::pollfd> =
+        socks.iter().map(|s| libc::pollfd { fd: s.as_raw_fd(), events: libc::POLLIN, revents: 0 }).collect();
+    let ts = libc::timespec { tv_sec: d.as_secs() as libc::time_t, tv_nsec: d.subsec_nanos() as libc::c_long };
+    // SAFETY: fds and ts are valid for the call; a signal or error only ends the wait early.
+    unsafe { libc::ppoll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, &ts, std::ptr::null()) };
 }
 
 /// Take every echo waiting on the sockets.

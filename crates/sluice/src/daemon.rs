@@ -92,6 +92,8 @@ struct AwayState {
     to: Vec<Option<u32>>,
     /// Each class's target as written to the gate (empty: all None).
     applied: Vec<Option<u32>>,
+    /// The napi kthreads moved away, and their CPU masks before.
+    napi: Vec<crate::sched::SavedAffinity>,
 }
 
 /// The reader steering, or None with a log line saying why not.
@@ -412,6 +414,7 @@ impl Daemon {
         if let Some((s, _)) = &mut self.steer {
             s.detach_all();
         }
+        crate::sched::restore_affinity(&self.away.napi);
         self.gate.detach();
         let _ = std::fs::remove_file(&self.socket);
         let snap = self.shared.snapshot.lock().unwrap().clone();
@@ -439,6 +442,24 @@ impl Daemon {
         let on = self.away.hold.step(tick, self.ticker.budget_status().0.is_some());
         if on && !was {
             self.away.to = self.away_targets();
+            // The gate itself runs where the napi kthreads run: move them too.
+            if let Some(cpu) = self.away.to.iter().flatten().next() {
+                match crate::sched::move_napi(&self.iface, *cpu as usize) {
+                    Ok(saved) if !saved.is_empty() => {
+                        log(format_args!(
+                            "cpu away: {} napi kthread(s) of {} moved to CPU {cpu}",
+                            saved.len(),
+                            self.iface
+                        ));
+                        self.away.napi = saved;
+                    }
+                    Ok(_) => {}
+                    Err(e) => log(format_args!("cpu away: {e:#}")),
+                }
+            }
+        } else if !on && was && !self.away.napi.is_empty() {
+            crate::sched::restore_affinity(&std::mem::take(&mut self.away.napi));
+            log(format_args!("cpu away: the napi kthreads of {} are back", self.iface));
         }
         let want = away::targets(&self.cfg, on, &self.away.to);
         if want == self.away.applied {
@@ -538,7 +559,9 @@ impl Daemon {
         let mut ticker = Ticker::new(&cfg, None, require_sockets)?;
         self.gate.apply(&cfg, tables)?;
         // Class ids move with the list: take every class back; the next tick sends away again.
-        let applied = std::mem::take(&mut self.away).applied;
+        let was = std::mem::take(&mut self.away);
+        crate::sched::restore_affinity(&was.napi);
+        let applied = was.applied;
         for (id, _) in applied.iter().enumerate().filter(|(_, t)| t.is_some()) {
             self.gate.set_away(id, None)?;
         }

@@ -1,6 +1,6 @@
 //! Scheduling knobs: the control loop's thread at SCHED_FIFO, and the
-//! interface's napi kthreads (threaded NAPI) at SCHED_IDLE or back to normal
-//! (the `napi` setting).
+//! interface's napi kthreads (threaded NAPI): at SCHED_IDLE or back to
+//! normal (the `napi` setting), moved to another CPU and back (`cpu = "away"`).
 use anyhow::{bail, Result};
 
 use crate::config::NapiSched;
@@ -25,6 +25,41 @@ pub fn napi_threads(iface: &str) -> Vec<i32> {
             std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim_end().starts_with(&prefix))
         })
         .collect()
+}
+
+/// A thread's CPU mask, to put back.
+pub type SavedAffinity = (i32, libc::cpu_set_t);
+
+/// Move the interface's napi kthreads to `cpu` (all of an interface's
+/// receive work, the gate's included, runs in them: where a NIC queue's
+/// interrupt would be). Returns the masks to put back with
+/// `restore_affinity`; none if the interface is not in threaded NAPI.
+pub fn move_napi(iface: &str, cpu: usize) -> Result<Vec<SavedAffinity>> {
+    let mut saved = vec![];
+    for pid in napi_threads(iface) {
+        // SAFETY: zeroed cpu_set_t is valid; get/set affinity of a pid with sets we own.
+        unsafe {
+            let mut old: libc::cpu_set_t = std::mem::zeroed();
+            if libc::sched_getaffinity(pid, std::mem::size_of::<libc::cpu_set_t>(), &mut old) != 0 {
+                continue; // gone
+            }
+            let mut new: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu, &mut new);
+            if libc::sched_setaffinity(pid, std::mem::size_of::<libc::cpu_set_t>(), &new) != 0 {
+                bail!("moving napi kthread {pid} to CPU {cpu}: {}", std::io::Error::last_os_error());
+            }
+            saved.push((pid, old));
+        }
+    }
+    Ok(saved)
+}
+
+/// Put threads' CPU masks back (a thread that is gone is skipped).
+pub fn restore_affinity(saved: &[SavedAffinity]) {
+    for (pid, set) in saved {
+        // SAFETY: set the affinity of a pid with a set we own.
+        unsafe { libc::sched_setaffinity(*pid, std::mem::size_of::<libc::cpu_set_t>(), set) };
+    }
 }
 
 /// Put the interface's napi kthreads under `policy` (`Keep` meaning the
