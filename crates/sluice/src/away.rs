@@ -12,12 +12,19 @@
 //! the class stays, and the log says so. The packets go back to where they
 //! arrive HOLD_TICKS after the last distress.
 //!
-//! Where it helps: when the gate runs on the protected CPU (its NIC queue's
-//! interrupt, or a threaded NAPI kthread, is there: the bench's `same-core`
-//! model). Where the stack work reaches the protected CPU through RPS (the
-//! `nic` model), a redirected packet is handed to RPS again by the cpumap
-//! kthread and lands on the same CPU: no help (measured by `bench run
-//! --scenario cpu`).
+//! Two levers, both while the overload lasts:
+//! - the interface's napi kthreads (threaded NAPI: where the gate and all
+//!   the receive work run, as a NIC queue's interrupt would) are moved to
+//!   the target CPU (seed 002's "stop interrupting the high-priority CPU");
+//!   this is the one that helped in `bench run --scenario cpu` (same-core
+//!   model), as it also takes the gate's drops and the veth ring off the
+//!   protected CPU;
+//! - the class's admitted packets are redirected to the target CPU's
+//!   cpumap kthread when the gate runs elsewhere (not threaded NAPI, or the
+//!   kthreads could not move): only their work after the gate moves. Where
+//!   the stack work reaches the protected CPU through RPS (the `nic` model),
+//!   the cpumap kthread hands the packet to RPS again and it lands there
+//!   anyway.
 //!
 //! Unconfigured, a class stays (`cpu = "stay"`): nothing is sent away.
 use std::collections::HashSet;
