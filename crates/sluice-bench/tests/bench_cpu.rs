@@ -9,7 +9,8 @@ const BENCH: &str = env!("CARGO_BIN_EXE_sluice-bench");
 #[test]
 fn the_cpu_scenario_floods_at_rate_and_away_keeps_the_high_priority_service() {
     let dir = std::env::temp_dir().join(format!("sluice-bench-cpu-test-{}", std::process::id()));
-    let run = Command::new(BENCH).args(["run", "--scenario", "cpu", "--duration", "1", "--out"]).arg(&dir).output().unwrap();
+    let run =
+        Command::new(BENCH).args(["run", "--scenario", "cpu", "--duration", "1", "--out"]).arg(&dir).output().unwrap();
     let stdout = String::from_utf8_lossy(&run.stdout);
     assert!(run.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&run.stderr));
     let cells: Vec<serde_json::Value> =

@@ -11,9 +11,11 @@
  *   steer         (SK_REUSEPORT, attached to the group through one of its
  *                 sockets) picks a slot of the `readers` sockarray by the
  *                 group's policy: round-robin (a per-CPU turn: exact on each
- *                 CPU), least-loaded (the fewest datagrams queued, ties taken
- *                 in turn), or hash (returns without choosing: the kernel's
- *                 own pick, unchanged).
+ *                 CPU), least-loaded (the fewest datagrams queued; among
+ *                 equals the reader the flow's hash names, so a flow stays
+ *                 on one reader while no queue is longer: spreading a flow
+ *                 over idle readers only costs wake-ups), or hash (returns
+ *                 without choosing: the kernel's own pick, unchanged).
  *   steer_queued  (tp_btf sk_data_ready: a datagram was queued to a socket)
  *   steer_read    (tp_btf sock_recv_length: a reader took one)
  *                 record the queue length of a group's socket, found by its
@@ -113,7 +115,7 @@ struct {
 	__type(value, __u64);
 } group_stats SEC(".maps");
 
-/* Each CPU's turn within each group (round-robin, and least-loaded's ties). */
+/* Each CPU's turn within each group (round-robin). */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, SLUICE_GROUPS_MAX);
@@ -130,7 +132,8 @@ static __always_inline void count(__u32 group, __u32 stat)
 		*c += 1;
 }
 
-/* The reader with the fewest queued datagrams, looking from `start` on. */
+/* The reader with the fewest queued datagrams, looking from `start` on (so
+ * `start` wins a tie). */
 static __always_inline __u32 least_loaded(__u32 base, __u32 n, __u32 start)
 {
 	__u32 best = start, best_depth = 0xffffffff;
@@ -170,12 +173,18 @@ int steer(struct sk_reuseport_md *ctx)
 		count(index, SLUICE_SS_HASHED);
 		return SK_PASS;
 	}
-	__u32 *t = bpf_map_lookup_elem(&turn, &index);
-	if (!t)
-		return SK_PASS;
-	__u32 start = *t % n;
-	*t += 1;
-	__u32 pick = g->policy == SLUICE_READERS_LEAST_LOADED ? least_loaded(index * SLUICE_READERS_MAX, n, start) : start;
+	__u32 pick;
+	if (g->policy == SLUICE_READERS_LEAST_LOADED) {
+		/* The kernel's own pick by hash (reciprocal_scale), as the slots
+		 * are in join order (the daemon orders them by inode). */
+		pick = least_loaded(index * SLUICE_READERS_MAX, n, (__u32)(((__u64)ctx->hash * n) >> 32));
+	} else {
+		__u32 *t = bpf_map_lookup_elem(&turn, &index);
+		if (!t)
+			return SK_PASS;
+		pick = *t % n;
+		*t += 1;
+	}
 	__u32 slot = index * SLUICE_READERS_MAX + pick;
 	if (bpf_sk_select_reuseport(ctx, &readers, &slot, 0)) {
 		count(index, SLUICE_SS_MISSED);

@@ -149,7 +149,8 @@ pub enum Readers {
     Hash,
     /// In turn (each CPU deals to the readers in order).
     RoundRobin,
-    /// The reader with the fewest datagrams queued.
+    /// The reader with the fewest datagrams queued (among equals, the one the
+    /// flow's hash names).
     LeastLoaded,
 }
 

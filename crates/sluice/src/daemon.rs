@@ -96,6 +96,23 @@ struct AwayState {
     napi: Vec<crate::sched::SavedAffinity>,
 }
 
+impl AwayState {
+    /// What is away now, for `status`; None while nothing is.
+    fn describe(&self, cfg: &Config, iface: &str) -> Option<String> {
+        let classes: Vec<String> = self
+            .applied
+            .iter()
+            .enumerate()
+            .filter_map(|(id, t)| Some(format!("{} to CPU {}", cfg.classes.get(id)?.name, (*t)?)))
+            .collect();
+        if classes.is_empty() && self.napi.is_empty() {
+            return None;
+        }
+        let napi = if self.napi.is_empty() { String::new() } else { format!("{iface}'s napi kthreads moved; ") };
+        Some(format!("{napi}{}", if classes.is_empty() { "no class redirected".into() } else { classes.join(", ") }))
+    }
+}
+
 /// The reader steering, or None with a log line saying why not.
 fn load_steer(ifindex: u32) -> Option<(Steer, steer::Finder)> {
     match Steer::load().and_then(|s| Ok((s, steer::Finder::new(ifindex)?))) {
@@ -244,6 +261,7 @@ impl Daemon {
             distress: None,
             sources: Default::default(),
             readers: vec![],
+            cpu_away: None,
         };
         let shared = Arc::new(Shared { snapshot: Mutex::new(snapshot) });
         let socket = listener.serve(shared.clone());
@@ -629,6 +647,7 @@ impl Daemon {
         }
         self.fill_sources(&mut snap);
         snap.readers = self.steer.as_ref().map(|(s, _)| s.status()).unwrap_or_default();
+        snap.cpu_away = self.away.describe(&self.cfg, &self.iface);
         Ok(())
     }
 

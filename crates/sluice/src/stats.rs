@@ -229,6 +229,9 @@ pub struct Snapshot {
     /// The reuseport groups sluice steers, and their readers.
     #[serde(default)]
     pub readers: Vec<crate::steer::GroupStatus>,
+    /// CPU protection in force now (`cpu = "away"`): what went where; None: nothing.
+    #[serde(default)]
+    pub cpu_away: Option<String>,
 }
 
 impl Snapshot {
@@ -381,6 +384,9 @@ fn render_budget(o: &mut String, s: &Snapshot) {
     }
     for c in s.classes.iter().filter(|c| c.throttle_pps.is_some()) {
         _ = writeln!(o, "  {} throttled to {}/s", c.name, human(c.throttle_pps.unwrap_or(0.0)));
+    }
+    if let Some(a) = &s.cpu_away {
+        _ = writeln!(o, "cpu away: {a}");
     }
     if !s.discover {
         _ = writeln!(o, "discovery off (discover = false or --no-discover)");
@@ -609,6 +615,7 @@ mod tests {
             distress: None,
             sources: Default::default(),
             readers: vec![],
+            cpu_away: None,
         }
     }
 

@@ -180,6 +180,37 @@ fn hash_leaves_the_kernels_choice_unchanged() {
     assert_eq!(steer.status()[0].hashed, flows as u64, "each datagram ran the program and was left to the hash");
 }
 
+/// Least-loaded with every queue empty sends each flow where the kernel's
+/// hash would (a flow keeps its reader until some queue is longer).
+#[test]
+fn least_loaded_keeps_each_flow_on_its_hashed_reader_while_queues_are_equal() {
+    let tb = Testbed::new();
+    let socks = group_sockets(&tb, 4);
+    let g = group(&socks, Readers::LeastLoaded);
+    let socks = in_order(socks, &g);
+    // One datagram per flow, every queue drained before the next: all equal.
+    let one_by_one = |tb: &Testbed, socks: &[UdpSocket]| -> Vec<usize> {
+        (0..32u32)
+            .map(|i| {
+                let dst = format!("{}:{PORT}", tb.ip_b);
+                in_netns(&tb.b, move || {
+                    let s = UdpSocket::bind(format!("0.0.0.0:{}", 21_000 + i)).unwrap();
+                    s.send_to(&i.to_ne_bytes(), &dst).unwrap();
+                });
+                let got: Vec<usize> = socks.iter().map(|s| drain(s).len()).collect();
+                got.iter().position(|&n| n == 1).expect("the datagram arrived")
+            })
+            .collect()
+    };
+    let without = one_by_one(&tb, &socks);
+    let mut steer = Steer::load().unwrap();
+    steer.keep_alive(now_ns());
+    steer.sync(std::slice::from_ref(&g));
+    let with = one_by_one(&tb, &socks);
+    assert_eq!(without, with);
+    assert!(steer.status()[0].readers.iter().map(|r| r.steered).sum::<u64>() == 32, "the program chose each");
+}
+
 /// Attaching and detaching while datagrams flow loses none of them.
 #[test]
 fn attaching_and_detaching_under_traffic_loses_nothing() {
@@ -253,6 +284,7 @@ fn a_reuseport_service_is_found_and_steered_with_no_config() {
     };
     assert_eq!(s.readers[0].policy, "least-loaded");
     tb.send(PORT, 2_000, 1.0);
+    std::thread::sleep(Duration::from_millis(300)); // the statistics refresh every 100 ms
     let s = tb.status();
     let steered: u64 = s.readers[0].readers.iter().map(|r| r.steered).sum();
     assert!(steered >= 1_900, "{:?}", s.readers);
