@@ -69,7 +69,8 @@ pub struct Cell {
     pub model: String,
     pub config: &'static str,
     pub repeat: u32,
-    /// hi's answered datagrams/s, lost share, and round trips.
+    /// hi's requests sent, answered datagrams/s, lost share, and round trips.
+    pub hi_sent: u64,
     pub hi_pps: f64,
     pub hi_lost: f64,
     pub hi_p50_us: Option<f64>,
@@ -185,6 +186,7 @@ fn cell(o: &CpuOpts, bed: &VictimBed, gen: &GenWorker, config: &'static str, rep
         model: bed.model.name().into(),
         config,
         repeat,
+        hi_sent: load.sent,
         hi_pps: load.answered as f64 / o.secs,
         hi_lost: load.sent.saturating_sub(load.answered) as f64 / load.sent.max(1) as f64,
         hi_p50_us: percentile(&load.rtts_us, 0.50),

@@ -83,16 +83,45 @@ impl Drop for Proc {
     fn drop(&mut self) {
         let Some(c) = &mut self.0 else { return };
         if self.1 {
+            // Its workers, found before they are orphaned: a master may exit
+            // before them (NSD with 2+ servers), and a worker left behind
+            // keeps the testbed's namespace, and a port, busy.
+            let workers = children_of(c.id());
             // SAFETY: kill(2) on our own child's pid.
             unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
             let deadline = Instant::now() + Duration::from_secs(3);
             while matches!(c.try_wait(), Ok(None)) && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(20));
             }
+            while workers.iter().any(|p| is_alive(*p)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            for p in workers.iter().filter(|p| is_alive(**p)) {
+                // SAFETY: kill(2) on a worker of our child, seen alive just now.
+                unsafe { libc::kill(*p as i32, libc::SIGKILL) };
+            }
         }
         let _ = c.kill();
         let _ = c.wait();
     }
+}
+
+/// The pids whose parent is `pid`.
+fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return vec![] };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|p| {
+            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+            stat_fields(&stat).and_then(|f| f.get(1).and_then(|pp| pp.parse::<u32>().ok())) == Some(pid)
+        })
+        .collect()
+}
+
+/// Is process `pid` still there (and not a zombie)?
+fn is_alive(pid: u32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat_fields(&stat).and_then(|f| f.first().copied()).is_some_and(|state| state != "Z")
 }
 
 /// `ip netns exec NS [taskset -c CPU]`, to which the command is appended.

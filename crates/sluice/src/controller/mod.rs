@@ -217,6 +217,11 @@ pub struct Controller {
     delivered_avg: f64,
     /// Knee: consecutive ticks with socket drops.
     drop_ticks: u32,
+    /// Knee: the service has shown a knee (a standing queue, drops, or loss
+    /// before the socket) since the start. Until it does, arrivals that rise
+    /// are let through: a service taking all it is sent is no reason to cap
+    /// it at the rate of its first tick.
+    knee_seen: bool,
 }
 
 impl Controller {
@@ -234,6 +239,7 @@ impl Controller {
             quiet_ticks: 0,
             delivered_avg: 0.0,
             drop_ticks: 0,
+            knee_seen: false,
         }
     }
 
@@ -296,6 +302,7 @@ impl Controller {
         // The gate is the bottleneck when it refuses part of what is offered.
         let limiting = s.offered > s.admitted * LIMITING_MARGIN + 1.0;
         self.drop_ticks = if s.sock_drops > 0 { self.drop_ticks + 1 } else { 0 };
+        self.knee_seen |= busy || s.sock_drops > 0 || s.backlog_drops > 0 || s.squeeze > 0;
         if s.sock_drops > 0 {
             return self.knee_socket_drops(s, queued(s.queue_end));
         }
@@ -320,8 +327,8 @@ impl Controller {
             // It took this much without a queue: a lower bound on capacity.
             self.capacity = self.capacity.max(self.delivered_avg);
         }
-        if !limiting {
-            // Demand below the target: everything passes. Keep T at least at
+        if !limiting || !self.knee_seen {
+            // Demand below the target (or no knee seen yet): everything passes. Keep T at least at
             // the capacity estimate and a little above what arrives, so a
             // returning flood meets the known capacity, not an old low target.
             self.state = CtlState::Idle;

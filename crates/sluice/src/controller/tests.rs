@@ -224,3 +224,33 @@ fn lost_signals_hold_the_last_rate_then_fall_back() {
     assert_ne!(c.state, CtlState::Fallback);
     assert!(ticks.last().unwrap().delivered > 0.9 * p.peak());
 }
+
+/// Regression: the knee started from the first tick's rate and, with no knee
+/// ever seen, capped a service that was taking all it was sent: a step from
+/// 1k/s to 10k/s lost 2-4k packets while T crept back up (the `cpu` bench's
+/// unflooded cells, the zero-config steering test).
+#[test]
+fn knee_lets_a_rising_load_through_until_the_service_shows_a_knee() {
+    let mut c = Controller::new(Algo::Knee, Tuning::default());
+    let quiet = |rate: f64, admitted: f64| Signals {
+        dt: DT,
+        present: true,
+        offered: rate,
+        admitted,
+        delivered: admitted,
+        queue_start: 0,
+        queue_end: 0,
+        rcvbuf: 4 << 20,
+        sock_drops: 0,
+        backlog_drops: 0,
+        squeeze: 0,
+    };
+    let mut t = c.step(&quiet(1_000.0, 1_000.0));
+    for _ in 0..10 {
+        t = c.step(&quiet(1_000.0, 1_000.0_f64.min(t)));
+    }
+    // The step: 10k/s offered, the gate admits at most T.
+    let admitted = 10_000.0_f64.min(t);
+    t = c.step(&quiet(10_000.0, admitted));
+    assert!(t >= 10_000.0, "one tick after the step T is {t}, under what arrives");
+}
