@@ -150,9 +150,7 @@ pub fn start_daemon(exe: &Path, ns: &str, iface: &str, sock: &Path, args: &[Stri
     let _ = std::fs::remove_file(sock);
     let waiting = format!("serving {}", sock.display());
     Proc::spawn(c, "sluice run")?
-        .wait_ready("sluice run", &waiting, Duration::from_secs(10), || {
-            Ok(std::os::unix::net::UnixStream::connect(sock).is_ok())
-        })
+        .wait_ready("sluice run", &waiting, Duration::from_secs(10), || Ok(sluice::daemon::serving(sock)))
         .map_err(|e| anyhow::anyhow!("{e:#}\n{}", std::fs::read_to_string(log).unwrap_or_default()))
 }
 

@@ -835,6 +835,16 @@ fn serve_metrics(server: tiny_http::Server, shared: Arc<Shared>) {
     });
 }
 
+/// Is a daemon serving on `path` yet? Its socket accepts connections from
+/// the moment it is bound, before the gate is attached; a snapshot is
+/// written only once it is (the start is over), so wait for a byte.
+pub fn serving(path: &Path) -> bool {
+    let Ok(mut conn) = UnixStream::connect(path) else { return false };
+    let _ = conn.set_read_timeout(Some(Duration::from_millis(200)));
+    let mut byte = [0u8; 1];
+    matches!(conn.read(&mut byte), Ok(1))
+}
+
 /// Client side: fetch a snapshot from a daemon's socket.
 pub fn fetch_snapshot(path: &Path) -> Result<Snapshot> {
     let mut conn = UnixStream::connect(path).with_context(|| {

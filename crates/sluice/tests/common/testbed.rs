@@ -113,7 +113,7 @@ impl Testbed {
         let b = self.b.clone();
         let pid = self.spawn(&b, &args);
         let deadline = Instant::now() + Duration::from_secs(20);
-        while std::os::unix::net::UnixStream::connect(&sock).is_err() {
+        while !sluice::daemon::serving(&sock) {
             if let Some(c) = self.children.iter_mut().find(|c| c.id() == pid) {
                 if let Ok(Some(status)) = c.try_wait() {
                     let out = self.wait(pid);
