@@ -50,12 +50,19 @@ impl Drop for Out {
 
 /// Processes named nsd or nginx on the host.
 fn servers() -> usize {
-    let comm = |e: std::fs::DirEntry| std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
+    let comm = |e: &std::fs::DirEntry| std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
+    // A zombie is gone (only its exit status is left, for its parent to reap).
+    let zombie = |e: &std::fs::DirEntry| {
+        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+        sluice::signals::stat_fields(&stat).and_then(|f| f.first().map(|s| *s == "Z")).unwrap_or(false)
+    };
     std::fs::read_dir("/proc")
         .unwrap()
         .flatten()
-        .map(comm)
-        .filter(|c| c.starts_with("nsd") || c.starts_with("nginx"))
+        .filter(|e| {
+            let c = comm(e);
+            (c.starts_with("nsd") || c.starts_with("nginx")) && !zombie(e)
+        })
         .count()
 }
 
