@@ -30,8 +30,8 @@
 use std::collections::HashSet;
 
 use crate::config::{Config, Proto};
-use crate::discover::{is_listener, parse_port_range, socket_holders, L4};
-use crate::signals::{SockDiag, TCP_CLOSE, TCP_LISTEN};
+use crate::discover::{each_listener, socket_holders, L4};
+use crate::signals::SockDiag;
 
 /// Ticks (10 ms) a class stays away after the last distress above it.
 pub const HOLD_TICKS: u64 = 200;
@@ -88,21 +88,12 @@ pub fn protected_cpus(cfg: &Config, p: u8, ifindex: u32) -> anyhow::Result<Optio
             p_ok && (*lo..=*hi).contains(&port)
         })
     };
-    let ephemeral =
-        parse_port_range(&std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap_or_default());
-    let mut diag = SockDiag::open(None)?;
     let mut inodes = HashSet::new();
-    for (l4, proto, states) in
-        [(L4::Udp, libc::IPPROTO_UDP, 1u32 << TCP_CLOSE), (L4::Tcp, libc::IPPROTO_TCP, 1 << TCP_LISTEN)]
-    {
-        for family in [libc::AF_INET as u8, libc::AF_INET6 as u8] {
-            diag.dump(family, proto as u8, states, &mut |s| {
-                if is_listener(s, l4, ifindex, ephemeral) && covers(l4, s.sport) {
-                    inodes.insert(s.inode);
-                }
-            })?;
+    each_listener(&mut SockDiag::open(None)?, ifindex, &[L4::Udp, L4::Tcp], &mut |l4, s| {
+        if covers(l4, s.sport) {
+            inodes.insert(s.inode);
         }
-    }
+    })?;
     let holders = socket_holders();
     let pids: HashSet<u32> = inodes.iter().filter_map(|i| holders.get(i)).flatten().map(|(pid, _)| *pid).collect();
     Ok(Some(pids.into_iter().flat_map(affinity).collect()))

@@ -139,6 +139,27 @@ pub fn is_listener(s: &DiagSock, l4: L4, ifindex: u32, ephemeral: (u16, u16)) ->
     state_ok && s.sport != 0 && !loopback && (s.ifindex == 0 || s.ifindex == ifindex)
 }
 
+/// Each socket a service listens on (`is_listener`) for the protocols in
+/// `l4s`, in both families: one sock_diag dump per protocol and family.
+pub fn each_listener(diag: &mut SockDiag, ifindex: u32, l4s: &[L4], each: &mut dyn FnMut(L4, &DiagSock)) -> Result<()> {
+    let ephemeral =
+        parse_port_range(&std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap_or_default());
+    for &l4 in l4s {
+        let (proto, states) = match l4 {
+            L4::Udp => (libc::IPPROTO_UDP, 1u32 << TCP_CLOSE),
+            L4::Tcp => (libc::IPPROTO_TCP, 1 << TCP_LISTEN),
+        };
+        for family in [libc::AF_INET as u8, libc::AF_INET6 as u8] {
+            diag.dump(family, proto as u8, states, &mut |s| {
+                if is_listener(s, l4, ifindex, ephemeral) {
+                    each(l4, s);
+                }
+            })?;
+        }
+    }
+    Ok(())
+}
+
 /// "32768\t60999" -> (32768, 60999); anything else -> the kernel's default range.
 pub fn parse_port_range(text: &str) -> (u16, u16) {
     let v: Vec<u16> = text.split_whitespace().filter_map(|x| x.parse().ok()).collect();
@@ -209,21 +230,10 @@ impl Discovery {
 
     /// Look again: the services listening now, plus those gone for less than LINGER.
     pub fn poll(&mut self) -> Result<Vec<Service>> {
-        let ephemeral =
-            parse_port_range(&std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap_or_default());
         let mut found: BTreeMap<(L4, u16), Vec<u32>> = BTreeMap::new();
-        for (l4, proto, states) in
-            [(L4::Udp, libc::IPPROTO_UDP, 1u32 << TCP_CLOSE), (L4::Tcp, libc::IPPROTO_TCP, 1 << TCP_LISTEN)]
-        {
-            for family in [libc::AF_INET as u8, libc::AF_INET6 as u8] {
-                let ifindex = self.ifindex;
-                self.diag.dump(family, proto as u8, states, &mut |s| {
-                    if is_listener(s, l4, ifindex, ephemeral) {
-                        found.entry((l4, s.sport)).or_default().push(s.inode);
-                    }
-                })?;
-            }
-        }
+        each_listener(&mut self.diag, self.ifindex, &[L4::Udp, L4::Tcp], &mut |l4, s| {
+            found.entry((l4, s.sport)).or_default().push(s.inode)
+        })?;
         if found.values().flatten().any(|i| !self.owners.contains_key(i)) {
             self.owners = socket_owners();
         }

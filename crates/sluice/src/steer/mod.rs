@@ -38,8 +38,8 @@ use crate::bpf_intf::{
     SLUICE_SS_NR,
 };
 use crate::config::{Config, Readers};
-use crate::discover::{is_listener, parse_port_range, socket_holders, L4};
-use crate::signals::{SockDiag, TCP_CLOSE};
+use crate::discover::{each_listener, socket_holders, L4};
+use crate::signals::SockDiag;
 use crate::steer_skel::{SteerSkel, SteerSkelBuilder};
 pub use groups::{Group, Listener, Reader};
 
@@ -368,17 +368,10 @@ impl Finder {
 
     /// The groups to steer now under `cfg`.
     pub fn groups(&mut self, cfg: &Config) -> Result<Vec<Group>> {
-        let ephemeral =
-            parse_port_range(&std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap_or_default());
         let mut listeners = Vec::new();
-        for family in [libc::AF_INET as u8, libc::AF_INET6 as u8] {
-            let ifindex = self.ifindex;
-            self.diag.dump(family, libc::IPPROTO_UDP as u8, 1 << TCP_CLOSE, &mut |s| {
-                if is_listener(s, L4::Udp, ifindex, ephemeral) {
-                    listeners.push(Listener { port: s.sport, addr: s.src, inode: s.inode });
-                }
-            })?;
-        }
+        each_listener(&mut self.diag, self.ifindex, &[L4::Udp], &mut |_, s| {
+            listeners.push(Listener { port: s.sport, addr: s.src, inode: s.inode })
+        })?;
         if std::mem::take(&mut self.rescan) || listeners.iter().any(|l| !self.holders.contains_key(&l.inode)) {
             self.holders = socket_holders();
         }
