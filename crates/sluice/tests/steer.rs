@@ -70,6 +70,30 @@ fn send(tb: &Testbed, flows: usize, count: usize) {
     });
 }
 
+/// A thread per socket draining it every `pause` until told to stop (then
+/// once more); the count of datagrams read, summed.
+fn keep_reading(
+    socks: &[Arc<UdpSocket>],
+    pause: Duration,
+) -> (Arc<AtomicBool>, Arc<AtomicU64>, Vec<std::thread::JoinHandle<()>>) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let read = Arc::new(AtomicU64::new(0));
+    let threads = socks
+        .iter()
+        .map(|s| {
+            let (s, stop, read) = (s.clone(), stop.clone(), read.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    read.fetch_add(drain(&s).len() as u64, Ordering::Relaxed);
+                    std::thread::sleep(pause);
+                }
+                read.fetch_add(drain(&s).len() as u64, Ordering::Relaxed);
+            })
+        })
+        .collect();
+    (stop, read, threads)
+}
+
 /// Everything queued at a socket now: the flow number of each datagram.
 fn drain(s: &UdpSocket) -> Vec<u32> {
     let mut got = vec![];
@@ -109,22 +133,8 @@ fn least_loaded_sends_nothing_more_to_a_reader_that_stopped_reading() {
     let log = steer.sync(std::slice::from_ref(&g));
     assert!(log.iter().all(|l| !l.contains("not steered") && !l.contains("tracepoints")), "{log:?}");
     // Readers 1-3 keep reading; reader 0 never does.
-    let stop = Arc::new(AtomicBool::new(false));
-    let read = Arc::new(AtomicU64::new(0));
     let socks: Vec<Arc<UdpSocket>> = socks.into_iter().map(Arc::new).collect();
-    let threads: Vec<_> = socks[1..]
-        .iter()
-        .map(|s| {
-            let (s, stop, read) = (s.clone(), stop.clone(), read.clone());
-            std::thread::spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
-                    read.fetch_add(drain(&s).len() as u64, Ordering::Relaxed);
-                    std::thread::sleep(Duration::from_micros(200));
-                }
-                read.fetch_add(drain(&s).len() as u64, Ordering::Relaxed);
-            })
-        })
-        .collect();
+    let (stop, read, threads) = keep_reading(&socks[1..], Duration::from_micros(200));
     send_paced(&tb, 2_000, Duration::from_micros(100));
     std::thread::sleep(Duration::from_millis(100));
     stop.store(true, Ordering::Relaxed);
@@ -218,21 +228,7 @@ fn attaching_and_detaching_under_traffic_loses_nothing() {
     let socks = group_sockets(&tb, 4);
     let g = group(&socks, Readers::LeastLoaded);
     let socks: Vec<Arc<UdpSocket>> = socks.into_iter().map(Arc::new).collect();
-    let stop = Arc::new(AtomicBool::new(false));
-    let read = Arc::new(AtomicU64::new(0));
-    let readers: Vec<_> = socks
-        .iter()
-        .map(|s| {
-            let (s, stop, read) = (s.clone(), stop.clone(), read.clone());
-            std::thread::spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
-                    read.fetch_add(drain(&s).len() as u64, Ordering::Relaxed);
-                    std::thread::sleep(Duration::from_micros(500));
-                }
-                read.fetch_add(drain(&s).len() as u64, Ordering::Relaxed);
-            })
-        })
-        .collect();
+    let (stop, read, readers) = keep_reading(&socks, Duration::from_micros(500));
     let sender = {
         let tb_b = tb.b.clone();
         let dst = format!("{}:{PORT}", tb.ip_b);
