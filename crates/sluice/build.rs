@@ -1,4 +1,5 @@
-//! Build script: compiles the BPF programs (the XDP gate, the reader steering)
+//! Build script: compiles the BPF programs (the XDP gate, the reader steering,
+//! the tracer)
 //! with clang into libbpf skeletons, and
 //! generates the Rust view of the shared header `bpf/sluice.h` with bindgen,
 //! so no C struct, enum or constant is ever copied into Rust by hand.
@@ -8,7 +9,8 @@ use std::path::PathBuf;
 use libbpf_cargo::SkeletonBuilder;
 
 /// Each BPF source and the skeleton it becomes.
-const PROGRAMS: [(&str, &str); 2] = [("bpf/gate.bpf.c", "gate.skel.rs"), ("bpf/steer.bpf.c", "steer.skel.rs")];
+const PROGRAMS: [(&str, &str); 3] =
+    [("bpf/gate.bpf.c", "gate.skel.rs"), ("bpf/steer.bpf.c", "steer.skel.rs"), ("bpf/trace.bpf.c", "trace.skel.rs")];
 const HEADER: &str = "bpf/sluice.h";
 
 fn main() {
@@ -40,4 +42,5 @@ fn main() {
         .expect("writing the bindgen output");
 
     println!("cargo:rerun-if-changed={HEADER}");
+    println!("cargo:rerun-if-changed=bpf/classify.h");
 }

@@ -101,31 +101,10 @@
 #include <bpf/bpf_endian.h>
 
 #include "sluice.h"
+#include "classify.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, SLUICE_CELLS);
-	__type(key, __u32);
-	__type(value, struct sluice_cell);
-} cells SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
-	__uint(max_entries, SLUICE_MAX_PREFIX_ENTRIES);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, struct sluice_v4_key);
-	__type(value, __u32);
-} prefix_v4 SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
-	__uint(max_entries, SLUICE_MAX_PREFIX_ENTRIES);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, struct sluice_v6_key);
-	__type(value, __u32);
-} prefix_v6 SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -218,20 +197,6 @@ enum parse_result {
 	PARSE_DEPTH,     /* headers beyond the parse depth */
 };
 
-/*
- * What the parser found. The parsers take `egress` as a compile-time constant
- * (they are always inlined): on ingress (the gate) the port is the destination
- * port and the peer the source address; on egress (the learner) the port is
- * the source port (the service's) and the peer the destination (the client).
- */
-struct pkt {
-	__u32 slot;  /* enum sluice_slot */
-	__u32 port;  /* the service's port (host order) or, port-less, the IP protocol */
-	__u32 family; /* 4 or 6 */
-	__u32 peer4; /* IPv4 peer, network order */
-	struct in6_addr peer6;
-	__u8 tcp_flags; /* TCP only: the flags byte */
-};
 
 struct vlan_hdr {
 	__be16 tci;
@@ -405,35 +370,6 @@ static __always_inline int parse_ipv6(void *pos, void *end, struct pkt *pk, int 
 	return parse_l4(p, end, nexthdr, pk, egress);
 }
 
-static __always_inline __u32 classify(struct pkt *pk)
-{
-	__u32 idx = pk->slot * SLUICE_PORTS_PER_SLOT + pk->port;
-	struct sluice_cell *cell = bpf_map_lookup_elem(&cells, &idx);
-	__u32 *cls = NULL;
-
-	if (!cell)
-		return settings.default_class;
-	if (!(cell->flags & SLUICE_CELL_PREFIX))
-		return cell->class_id;
-	if (pk->family == 4) {
-		struct sluice_v4_key k = {
-			.prefixlen = 64,
-			.group = bpf_htonl(cell->group),
-			.addr = pk->peer4,
-		};
-
-		cls = bpf_map_lookup_elem(&prefix_v4, &k);
-	} else {
-		struct sluice_v6_key k = {
-			.prefixlen = 160,
-			.group = bpf_htonl(cell->group),
-		};
-
-		__builtin_memcpy(k.addr, &pk->peer6, 16);
-		cls = bpf_map_lookup_elem(&prefix_v6, &k);
-	}
-	return cls ? *cls : cell->class_id;
-}
 
 /* Credit the time since the last refill (capped at the burst); the tokens now held. */
 static __always_inline __u64 bucket_refill(const struct sluice_share *sh, struct sluice_bucket *b)
@@ -643,7 +579,7 @@ int sluice_gate(struct xdp_md *ctx)
 
 	switch (parse(data, end, &pk, 0)) {
 	case PARSE_OK:
-		cls = classify(&pk);
+		cls = classify(&pk, settings.default_class);
 		break;
 	case PARSE_DEPTH:
 		global_inc(SLUICE_GS_DEPTH_EXCEEDED);

@@ -263,4 +263,52 @@ struct sluice_steer_settings {
 	__u64 alive_until; /* CLOCK_MONOTONIC ns: past it the daemon is gone and the kernel hashes */
 };
 
+/*
+ * Tracing (trace.bpf.c): where each packet of a class goes after the gate.
+ * Stages a packet passes, in order; each has an "in" counter per class
+ * (per-CPU array `stage_in`, index class * SLUICE_STAGE_NR + stage).
+ */
+enum sluice_stage {
+	SLUICE_STAGE_DRIVER = 0, /* the driver handed an skb to the stack (napi_gro_receive_entry, netif_rx_entry, netif_receive_skb_entry) */
+	SLUICE_STAGE_STACK = 1,  /* the stack took it (netif_receive_skb: after GRO and the per-CPU backlog) */
+	SLUICE_STAGE_QUEUED = 2, /* it was queued to a socket (sk_data_ready) */
+	SLUICE_STAGE_READ = 3,   /* a reader took a datagram, or TCP bytes (sock_recv_length) */
+	SLUICE_STAGE_NR = 4,
+};
+
+/* Class index for packets the tracer could not classify (not IP, or headers unreadable). */
+#define SLUICE_TRACE_UNCLASSIFIED SLUICE_MAX_CLASSES
+#define SLUICE_TRACE_CLASSES (SLUICE_MAX_CLASSES + 1)
+/* Drop reasons counted one by one (enum skb_drop_reason); larger values (subsystem
+ * reasons) are counted under SLUICE_TRACE_REASONS - 1. Per-CPU hash `drops`,
+ * key class << 16 | reason. */
+#define SLUICE_TRACE_REASONS 256
+
+/* Latency intervals of sampled packets, between consecutive stages. */
+enum sluice_interval {
+	SLUICE_IV_DRIVER_STACK = 0, /* driver -> stack: GRO, RPS hand-off, per-CPU backlog */
+	SLUICE_IV_STACK_QUEUED = 1, /* stack -> socket queue: IP and UDP/TCP receive */
+	SLUICE_IV_QUEUED_READ = 2,  /* socket queue -> the application's read */
+	SLUICE_IV_NR = 3,
+};
+#define SLUICE_HIST_BUCKETS 32 /* bucket b holds durations in [2^b, 2^(b+1)) ns; 0 holds 0-1 ns */
+
+/* Per-CPU array `latency`, index class * SLUICE_IV_NR + interval. Written by trace.bpf.c. */
+struct sluice_latency {
+	__u64 count;   /* samples */
+	__u64 sum_ns;  /* sum of durations */
+	__u64 sum_sq;  /* sum of squared durations, in units of (8 ns)^2 so it does not overflow */
+	__u64 hist[SLUICE_HIST_BUCKETS];
+};
+#define SLUICE_SQ_SHIFT 3
+
+/* trace.bpf.c's .data section: what to trace. Written by user space before attach. */
+struct sluice_trace_settings {
+	__u64 netns;         /* inode of the traced network namespace */
+	__u32 ifindex;       /* the traced interface in it */
+	__u32 default_class; /* as the gate's settings.default_class */
+	__u32 sample_every;  /* 1 in N skbs at the driver stage gets timed; 0 = none */
+	__u32 _pad;
+};
+
 #endif /* SLUICE_H */

@@ -37,6 +37,12 @@ pub mod steer_skel {
     include!(concat!(env!("OUT_DIR"), "/steer.skel.rs"));
 }
 
+/// The libbpf skeleton of `bpf/trace.bpf.c` (packet fates and stage latency), generated in build.rs.
+pub mod trace_skel {
+    #![allow(clippy::all, non_camel_case_types, dead_code, unused_imports)]
+    include!(concat!(env!("OUT_DIR"), "/trace.skel.rs"));
+}
+
 pub mod auto;
 pub mod away;
 pub mod budget;
@@ -63,3 +69,4 @@ pub mod steer;
 pub mod summary;
 pub mod testbed;
 pub mod tick;
+pub mod trace;

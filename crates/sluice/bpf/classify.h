@@ -1,0 +1,89 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/*
+ * classify.h - which traffic class a packet belongs to: the tables the daemon
+ * compiles from its rules (src/classify.rs) and the one lookup that reads
+ * them. Included by the gate (gate.bpf.c, on the packet at the driver) and by
+ * the tracer (trace.bpf.c, on the kernel's copy further up the stack), so a
+ * packet gets the same class at every stage. The tracer either shares the
+ * gate's maps (libbpf reuse_fd) or gets its own copy filled from the same
+ * compiled tables.
+ */
+#ifndef SLUICE_CLASSIFY_H
+#define SLUICE_CLASSIFY_H
+
+#include <linux/in6.h>
+#include <bpf/bpf_endian.h>
+
+#include "sluice.h"
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, SLUICE_CELLS);
+	__type(key, __u32);
+	__type(value, struct sluice_cell);
+} cells SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, SLUICE_MAX_PREFIX_ENTRIES);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct sluice_v4_key);
+	__type(value, __u32);
+} prefix_v4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, SLUICE_MAX_PREFIX_ENTRIES);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct sluice_v6_key);
+	__type(value, __u32);
+} prefix_v6 SEC(".maps");
+
+/*
+ * What the parser found. The parsers take `egress` as a compile-time constant
+ * (they are always inlined): on ingress (the gate) the port is the destination
+ * port and the peer the source address; on egress (the learner) the port is
+ * the source port (the service's) and the peer the destination (the client).
+ */
+struct pkt {
+	__u32 slot;  /* enum sluice_slot */
+	__u32 port;  /* the service's port (host order) or, port-less, the IP protocol */
+	__u32 family; /* 4 or 6 */
+	__u32 peer4; /* IPv4 peer, network order */
+	struct in6_addr peer6;
+	__u8 tcp_flags; /* TCP only: the flags byte */
+};
+
+/* The packet's class: the cell of (slot, port), refined by the source-prefix
+ * tries when the cell says rules with a source prefix apply. */
+static __always_inline __u32 classify(const struct pkt *pk, __u32 default_class)
+{
+	__u32 idx = pk->slot * SLUICE_PORTS_PER_SLOT + pk->port;
+	struct sluice_cell *cell = bpf_map_lookup_elem(&cells, &idx);
+	__u32 *cls = NULL;
+
+	if (!cell)
+		return default_class;
+	if (!(cell->flags & SLUICE_CELL_PREFIX))
+		return cell->class_id;
+	if (pk->family == 4) {
+		struct sluice_v4_key k = {
+			.prefixlen = 64,
+			.group = bpf_htonl(cell->group),
+			.addr = pk->peer4,
+		};
+
+		cls = bpf_map_lookup_elem(&prefix_v4, &k);
+	} else {
+		struct sluice_v6_key k = {
+			.prefixlen = 160,
+			.group = bpf_htonl(cell->group),
+		};
+
+		__builtin_memcpy(k.addr, &pk->peer6, 16);
+		cls = bpf_map_lookup_elem(&prefix_v6, &k);
+	}
+	return cls ? *cls : cell->class_id;
+}
+
+#endif /* SLUICE_CLASSIFY_H */

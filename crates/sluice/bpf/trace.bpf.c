@@ -1,0 +1,411 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * trace.bpf.c - where each packet of a class goes after the gate, and how
+ * long each receive stage holds it (seed 004's method, on tracepoints only:
+ * this kernel allows neither kprobes nor fentry).
+ *
+ * Stages and the tracepoints that see them (tp_btf: typed kernel pointers):
+ *   driver   napi_gro_receive_entry, netif_receive_skb_entry,
+ *            netif_receive_skb_list_entry (cpumap), netif_rx_entry:
+ *            the driver (or the gate's cpumap redirect) hands over an skb;
+ *   stack    netif_receive_skb: the stack takes it, after GRO and, with
+ *            RPS, after the per-CPU backlog;
+ *   queued   sk_data_ready: it sits in a socket's receive queue (the newest
+ *            skb of the queue is the one just added);
+ *   read     sock_recv_length: a reader took a datagram.
+ * Each stage counts packets in per class (`stage_in`); kfree_skb counts
+ * drops per class and the kernel's drop reason (`drops`). User space (src/trace/)
+ * adds the gate's own verdicts and closes the ledger: admitted = dropped
+ * somewhere + read + still queued.
+ *
+ * Which packets: skbs on settings.ifindex in the network namespace whose
+ * inode is settings.netns (sockets: in that namespace, and for the queued
+ * stage the skb arrived on that interface). A packet's class is looked up in
+ * the same tables as the gate's (classify.h); at the read stage only the
+ * socket is known, so it is classed by its port alone (no source prefix).
+ *
+ * Latency: one skb in settings.sample_every at the driver stage is
+ * timestamped in `inflight` (keyed by the skb's address); the stack and queued
+ * stages add their times, and when the skb is consumed after it was queued
+ * (a reader took it) the three intervals go into `latency`: count, sum, sum
+ * of squares (so user space gets a mean and a 95% interval, as seed 004
+ * did) and a log2 histogram (for p50/p99). A sampled skb that is dropped or
+ * merged is forgotten; as the kernel reuses skbs, an unsampled skb at the
+ * driver stage clears any entry left at its address. With sample_every = 0
+ * the stages do no lookup at all.
+ *
+ * The daemon loads only trace_drop, for the per-reason drop counters in
+ * `sluice status`; `sluice trace` loads everything for its duration.
+ */
+#include <linux/bpf.h>
+#include <linux/types.h>
+#include <linux/in.h>
+#include <linux/if_ether.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_endian.h>
+
+#include "sluice.h"
+#include "classify.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+/* Only the kernel fields read here; CO-RE finds their offsets in this kernel. */
+struct ns_common {
+	unsigned int inum;
+} __attribute__((preserve_access_index));
+
+struct net {
+	struct ns_common ns;
+} __attribute__((preserve_access_index));
+
+struct sluice_possible_net {
+	struct net *net;
+} __attribute__((preserve_access_index));
+
+struct net_device {
+	int ifindex;
+	struct sluice_possible_net nd_net;
+} __attribute__((preserve_access_index));
+
+struct sk_buff {
+	struct net_device *dev;
+	int skb_iif;
+	__be16 protocol;
+	__u16 network_header;
+	unsigned char *head;
+	unsigned char *data;
+} __attribute__((preserve_access_index));
+
+struct sk_buff_head {
+	struct sk_buff *prev;
+} __attribute__((preserve_access_index));
+
+struct sock_common {
+	__u16 skc_num;
+	struct sluice_possible_net skc_net;
+} __attribute__((preserve_access_index));
+
+struct sock {
+	struct sock_common __sk_common;
+	struct sk_buff_head sk_receive_queue;
+	__u16 sk_protocol;
+} __attribute__((preserve_access_index));
+
+struct sluice_trace_settings settings SEC(".data") = {};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SLUICE_TRACE_CLASSES * SLUICE_STAGE_NR);
+	__type(key, __u32);
+	__type(value, __u64);
+} stage_in SEC(".maps");
+
+/* Key: class << 16 | reason. A hash, so user space reads only the pairs seen. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, __u64);
+} drops SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SLUICE_MAX_CLASSES * SLUICE_IV_NR);
+	__type(key, __u32);
+	__type(value, struct sluice_latency);
+} latency SEC(".maps");
+
+/* A sampled skb on its way: when it passed each stage (0 = not yet). */
+struct flight {
+	__u64 at[SLUICE_STAGE_READ]; /* driver, stack, queued */
+	__u32 class_id;
+	__u32 _pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, struct flight);
+} inflight SEC(".maps");
+
+/* Skbs seen at the driver stage on this CPU since the last sample. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} since_sample SEC(".maps");
+
+static __always_inline int in_netns(struct net *net)
+{
+	return net && net->ns.inum == settings.netns;
+}
+
+static __always_inline int on_iface(struct sk_buff *skb)
+{
+	struct net_device *dev = skb->dev;
+
+	if (!dev)
+		return skb->skb_iif == (int)settings.ifindex;
+	return dev->ifindex == (int)settings.ifindex && in_netns(dev->nd_net.net);
+}
+
+/*
+ * Fill `pk` from the skb's IP header: at `data` (driver and stack stages,
+ * where the MAC header is already pulled) or at the network header once the
+ * stack set it. Returns 0, or -1 if the headers cannot be read.
+ */
+static __always_inline int skb_pkt(struct sk_buff *skb, struct pkt *pk)
+{
+	__u16 nh = skb->network_header;
+	unsigned char *l3 = nh == (__u16)~0U ? skb->data : skb->head + nh;
+	unsigned char *l4;
+	__u8 proto;
+
+	if (skb->protocol == bpf_htons(ETH_P_IP)) {
+		struct iphdr ip;
+
+		if (bpf_probe_read_kernel(&ip, sizeof(ip), l3) || ip.version != 4 || ip.ihl < 5)
+			return -1;
+		pk->family = 4;
+		pk->peer4 = ip.saddr;
+		proto = ip.protocol;
+		l4 = ip.frag_off & bpf_htons(0x1fff) ? NULL : l3 + ip.ihl * 4;
+	} else if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr ip6;
+
+		if (bpf_probe_read_kernel(&ip6, sizeof(ip6), l3) || ip6.version != 6)
+			return -1;
+		pk->family = 6;
+		__builtin_memcpy(&pk->peer6, &ip6.saddr, 16);
+		proto = ip6.nexthdr;
+		l4 = l3 + sizeof(ip6);
+	} else {
+		return -1;
+	}
+	if (l4 && (proto == IPPROTO_UDP || proto == IPPROTO_TCP)) {
+		__be16 ports[2];
+
+		if (bpf_probe_read_kernel(ports, sizeof(ports), l4))
+			return -1;
+		pk->slot = proto == IPPROTO_UDP ? SLUICE_SLOT_UDP : SLUICE_SLOT_TCP;
+		pk->port = bpf_ntohs(ports[1]);
+	} else {
+		/* Non-first fragments and other protocols; IPv6 extension
+		 * headers are not walked here (the gate walks them). */
+		pk->slot = SLUICE_SLOT_PORTLESS;
+		pk->port = proto;
+	}
+	return 0;
+}
+
+static __always_inline __u32 skb_class(struct sk_buff *skb)
+{
+	struct pkt pk = {};
+
+	if (skb_pkt(skb, &pk))
+		return SLUICE_TRACE_UNCLASSIFIED;
+	__u32 cls = classify(&pk, settings.default_class);
+	return cls < SLUICE_MAX_CLASSES ? cls : SLUICE_TRACE_UNCLASSIFIED;
+}
+
+/* A socket's class by its local port alone (the read stage has no packet). */
+static __always_inline __u32 sock_class(struct sock *sk)
+{
+	__u32 slot = sk->sk_protocol == IPPROTO_UDP ? SLUICE_SLOT_UDP : SLUICE_SLOT_TCP;
+	__u32 idx = slot * SLUICE_PORTS_PER_SLOT + sk->__sk_common.skc_num;
+	struct sluice_cell *cell = bpf_map_lookup_elem(&cells, &idx);
+	__u32 cls = cell ? cell->class_id : settings.default_class;
+
+	return cls < SLUICE_MAX_CLASSES ? cls : SLUICE_TRACE_UNCLASSIFIED;
+}
+
+static __always_inline void count_in(__u32 cls, __u32 stage)
+{
+	__u32 key = cls * SLUICE_STAGE_NR + stage;
+	__u64 *c = bpf_map_lookup_elem(&stage_in, &key);
+
+	if (c)
+		*c += 1;
+}
+
+static __always_inline __u32 log2_bucket(__u64 v)
+{
+	__u32 b = 0;
+
+	for (int i = 0; i < SLUICE_HIST_BUCKETS - 1; i++) {
+		if (v < 2)
+			break;
+		v >>= 1;
+		b++;
+	}
+	return b;
+}
+
+static __always_inline void record(__u32 cls, __u32 iv, __u64 from, __u64 to)
+{
+	if (!from || to < from || cls >= SLUICE_MAX_CLASSES)
+		return;
+	__u32 key = cls * SLUICE_IV_NR + iv;
+	struct sluice_latency *l = bpf_map_lookup_elem(&latency, &key);
+	if (!l)
+		return;
+	__u64 d = to - from, q = d >> SLUICE_SQ_SHIFT;
+	__u32 b = log2_bucket(d);
+
+	l->count += 1;
+	l->sum_ns += d;
+	l->sum_sq += q * q;
+	if (b < SLUICE_HIST_BUCKETS)
+		l->hist[b] += 1;
+}
+
+/* The driver stage: count, and start timing one skb in sample_every. */
+static __always_inline void at_driver(struct sk_buff *skb)
+{
+	if (!on_iface(skb))
+		return;
+	__u32 cls = skb_class(skb);
+	count_in(cls, SLUICE_STAGE_DRIVER);
+	if (!settings.sample_every || cls >= SLUICE_MAX_CLASSES)
+		return;
+	__u32 zero = 0, *n = bpf_map_lookup_elem(&since_sample, &zero);
+	__u64 key = (__u64)skb;
+	if (!n || ++*n < settings.sample_every) {
+		/* The kernel reuses skbs: forget a sample this address had
+		 * before, if it was freed where no tracepoint saw it. */
+		bpf_map_delete_elem(&inflight, &key);
+		return;
+	}
+	*n = 0;
+	struct flight f = { .at = { bpf_ktime_get_ns() }, .class_id = cls };
+	bpf_map_update_elem(&inflight, &key, &f, BPF_ANY);
+}
+
+SEC("tp_btf/napi_gro_receive_entry")
+int BPF_PROG(trace_gro, struct sk_buff *skb)
+{
+	at_driver(skb);
+	return 0;
+}
+
+SEC("tp_btf/netif_receive_skb_entry")
+int BPF_PROG(trace_rx_entry, struct sk_buff *skb)
+{
+	at_driver(skb);
+	return 0;
+}
+
+SEC("tp_btf/netif_receive_skb_list_entry")
+int BPF_PROG(trace_list_entry, struct sk_buff *skb)
+{
+	at_driver(skb);
+	return 0;
+}
+
+SEC("tp_btf/netif_rx_entry")
+int BPF_PROG(trace_netif_rx, struct sk_buff *skb)
+{
+	at_driver(skb);
+	return 0;
+}
+
+/* Time a sampled skb at `stage`, if it is one. */
+static __always_inline void stamp(struct sk_buff *skb, __u32 stage)
+{
+	if (!settings.sample_every || stage >= SLUICE_STAGE_READ)
+		return;
+	__u64 key = (__u64)skb;
+	struct flight *f = bpf_map_lookup_elem(&inflight, &key);
+	if (f)
+		f->at[stage] = bpf_ktime_get_ns();
+}
+
+SEC("tp_btf/netif_receive_skb")
+int BPF_PROG(trace_stack, struct sk_buff *skb)
+{
+	if (!on_iface(skb))
+		return 0;
+	count_in(skb_class(skb), SLUICE_STAGE_STACK);
+	stamp(skb, SLUICE_STAGE_STACK);
+	return 0;
+}
+
+SEC("tp_btf/sk_data_ready")
+int BPF_PROG(trace_queued, struct sock *sk)
+{
+	if (!in_netns(sk->__sk_common.skc_net.net))
+		return 0;
+	struct sk_buff *skb = sk->sk_receive_queue.prev;
+	/* An empty queue's prev points at the queue head itself: a reader took
+	 * the datagram (UDP moves the queue to its reader_queue) between the
+	 * enqueue and this call. Count it by its socket. */
+	if (!skb || (void *)skb == (void *)&sk->sk_receive_queue) {
+		if (sk->sk_protocol == IPPROTO_UDP)
+			count_in(sock_class(sk), SLUICE_STAGE_QUEUED);
+		return 0;
+	}
+	if (skb->skb_iif != (int)settings.ifindex)
+		return 0;
+	count_in(skb_class(skb), SLUICE_STAGE_QUEUED);
+	stamp(skb, SLUICE_STAGE_QUEUED);
+	return 0;
+}
+
+SEC("tp_btf/sock_recv_length")
+int BPF_PROG(trace_read, struct sock *sk, int ret, int flags)
+{
+	if (ret < 0 || (flags & 2 /* MSG_PEEK */) || !in_netns(sk->__sk_common.skc_net.net))
+		return 0;
+	if (sk->sk_protocol != IPPROTO_UDP && sk->sk_protocol != IPPROTO_TCP)
+		return 0;
+	count_in(sock_class(sk), SLUICE_STAGE_READ);
+	return 0;
+}
+
+/* A sampled skb is freed: after it was queued, a reader took it. */
+SEC("tp_btf/consume_skb")
+int BPF_PROG(trace_consumed, struct sk_buff *skb)
+{
+	if (!settings.sample_every)
+		return 0;
+	__u64 key = (__u64)skb, now = bpf_ktime_get_ns();
+	struct flight *f = bpf_map_lookup_elem(&inflight, &key);
+	if (!f)
+		return 0;
+	if (f->at[SLUICE_STAGE_QUEUED]) {
+		record(f->class_id, SLUICE_IV_DRIVER_STACK, f->at[SLUICE_STAGE_DRIVER], f->at[SLUICE_STAGE_STACK]);
+		record(f->class_id, SLUICE_IV_STACK_QUEUED, f->at[SLUICE_STAGE_STACK], f->at[SLUICE_STAGE_QUEUED]);
+		record(f->class_id, SLUICE_IV_QUEUED_READ, f->at[SLUICE_STAGE_QUEUED], now);
+	}
+	bpf_map_delete_elem(&inflight, &key);
+	return 0;
+}
+
+SEC("tp_btf/kfree_skb")
+int BPF_PROG(trace_drop, struct sk_buff *skb, void *location, __u32 reason)
+{
+	if (settings.sample_every) {
+		__u64 k = (__u64)skb;
+		bpf_map_delete_elem(&inflight, &k);
+	}
+	if (!on_iface(skb))
+		return 0;
+	/* An skb the gate dropped on veth's skb path is freed with reason
+	 * NOT_SPECIFIED before the stack set skb_iif: the gate counted it. */
+	if (reason == 2 /* SKB_DROP_REASON_NOT_SPECIFIED */ && skb->skb_iif != (int)settings.ifindex)
+		return 0;
+	__u32 r = reason < SLUICE_TRACE_REASONS ? reason : SLUICE_TRACE_REASONS - 1;
+	__u32 key = skb_class(skb) << 16 | r;
+	__u64 *c = bpf_map_lookup_elem(&drops, &key), one = 1;
+	if (c)
+		*c += 1;
+	else
+		bpf_map_update_elem(&drops, &key, &one, BPF_NOEXIST);
+	return 0;
+}
