@@ -26,6 +26,7 @@ use crate::stats::{
     SNAPSHOT_VERSION,
 };
 use crate::steer::{self, Steer};
+use crate::trace::{self, DropBook, Tracer};
 use crate::tick::{Ticker, KNOWN_TTL_SECS};
 
 /// Directory of the statistics sockets.
@@ -124,6 +125,19 @@ fn load_steer(ifindex: u32) -> Option<(Steer, steer::Finder)> {
     }
 }
 
+/// The drop counter (kfree_skb) for the per-reason drops in status, or None
+/// with a log line saying why not.
+fn load_tracer(ifindex: u32, prog_id: u32) -> Option<(Tracer, DropBook)> {
+    let opts = trace::Options { ifindex, default_class: 0, drops_only: true };
+    match Tracer::start(&opts, trace::Tables::Gate(prog_id)) {
+        Ok(t) => Some((t, DropBook::default())),
+        Err(e) => {
+            log(format_args!("trace: drops after the gate are not counted: {e:#}"));
+            None
+        }
+    }
+}
+
 /// Look for the services and merge a class for each into `base`; log what
 /// merging had to do.
 fn discovered(base: &Config, d: &mut Discovery) -> Result<Config> {
@@ -179,6 +193,8 @@ pub struct Daemon {
     steer: Option<(Steer, steer::Finder)>,
     /// CPU protection: the hold, the target CPU, each class's target in the gate.
     away: AwayState,
+    /// The kernel's drops after the gate (kfree_skb), booked by class name.
+    tracer: Option<(Tracer, DropBook)>,
     /// SIGHUP, SIGINT and SIGTERM, caught from before the statistics socket
     /// answers (a signal sent as soon as it does stops the daemon cleanly).
     signals: Option<signal_hook::iterator::Signals>,
@@ -298,6 +314,7 @@ impl Daemon {
                 vec![]
             }
         };
+        let tracer = load_tracer(ifindex, gate.prog_id());
         let mut daemon = Daemon {
             opts,
             base,
@@ -318,6 +335,7 @@ impl Daemon {
             scan: None,
             steer: load_steer(ifindex),
             away: AwayState::default(),
+            tracer,
             signals,
         };
         daemon.resteer();
@@ -648,6 +666,13 @@ impl Daemon {
         self.fill_sources(&mut snap);
         snap.readers = self.steer.as_ref().map(|(s, _)| s.status()).unwrap_or_default();
         snap.cpu_away = self.away.describe(&self.cfg, &self.iface);
+        if let Some((t, book)) = &mut self.tracer {
+            let names: Vec<String> = self.cfg.classes.iter().map(|c| c.name.clone()).collect();
+            book.update(t, &names)?;
+            for c in snap.classes.iter_mut() {
+                c.kernel_drops = book.of(t, &c.name);
+            }
+        }
         Ok(())
     }
 

@@ -166,6 +166,10 @@ pub struct ClassSnapshot {
     /// Source fairness and learning, for a class that is limited or learns.
     #[serde(default)]
     pub sources: Option<crate::sources::ClassSources>,
+    /// Packets the kernel dropped after the gate admitted them, by stage and
+    /// drop reason (since the daemon started; empty if the tracer could not load).
+    #[serde(default)]
+    pub kernel_drops: Vec<crate::trace::fate::Drop>,
 }
 
 /// The auto controller's state for one class.
@@ -275,6 +279,7 @@ pub fn class_snapshots(cfg: &Config) -> Vec<ClassSnapshot> {
                 discovered: c.discovered.clone(),
                 throttle_pps: None,
                 sources: None,
+                kernel_drops: Vec::new(),
             }
         })
         .collect()
@@ -361,6 +366,7 @@ pub fn render_table(s: &Snapshot) -> String {
     render_budget(&mut o, s);
     crate::sources::render_status(&mut o, s);
     crate::steer::render_status(&mut o, &s.readers);
+    render_kernel_drops(&mut o, &s.classes);
     let rss = s.daemon_rss_bytes.map_or("not read".into(), |b| format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64));
     let _ = writeln!(
         o,
@@ -374,6 +380,19 @@ pub fn render_table(s: &Snapshot) -> String {
         g.non_ip_pass, g.malformed_drop, g.malformed_pass, g.depth_exceeded, g.fragments
     );
     o
+}
+
+/// Where the kernel dropped what the gate admitted (since start).
+fn render_kernel_drops(o: &mut String, classes: &[ClassSnapshot]) {
+    if classes.iter().all(|c| c.kernel_drops.is_empty()) {
+        return;
+    }
+    let _ = writeln!(o, "{:<24} {:<10} {:<24} {:>12}", "DROPPED AFTER THE GATE", "STAGE", "REASON", "PACKETS");
+    for c in classes {
+        for d in &c.kernel_drops {
+            let _ = writeln!(o, "{:<24} {:<10} {:<24} {:>12}", c.name, d.stage, d.reason, d.packets);
+        }
+    }
 }
 
 /// The budget's throttles and the discovered classes' priorities.
@@ -471,6 +490,15 @@ fn register_class_families(reg: &mut Registry, classes: &[ClassSnapshot]) {
     reg.register("class_packets", "Packets per class and verdict (seen = all classified)", pkts);
     reg.register("class_bytes", "Bytes per class and verdict", bytes);
     reg.register("class_rate_limit_pps", "Configured packets/s limit of limited classes", limit);
+    let kernel = Family::<Labels, U64Counter>::default();
+    for c in classes {
+        for d in &c.kernel_drops {
+            let l = vec![label("class", &c.name), label("stage", &d.stage), label("reason", &d.reason)];
+            kernel.get_or_create(&l).inc_by(d.packets);
+        }
+    }
+    let what = "Packets of a class the kernel dropped after the gate admitted them, by receive stage and kernel drop reason";
+    reg.register("kernel_drops_packets", what, kernel);
     let (active, known, quota) = (
         Family::<Labels, F64Gauge>::default(),
         Family::<Labels, F64Gauge>::default(),

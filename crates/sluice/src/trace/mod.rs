@@ -203,12 +203,7 @@ impl Tracer {
             }
             c.stage_in.push(row);
         }
-        for key in maps.drops.keys() {
-            let k = u32::from_ne_bytes(key[..4].try_into().expect("4-byte key"));
-            let n = maps.drops.lookup_percpu(&key, MapFlags::ANY)?.unwrap_or_default();
-            let total: u64 = n.iter().map(|v| from_bytes::<u64>(v)).sum();
-            c.drops.insert((k >> 16, k & 0xffff), total);
-        }
+        c.drops = self.drop_counts()?;
         for class in 0..SLUICE_MAX_CLASSES {
             let mut per = Vec::new();
             for iv in 0..SLUICE_IV_NR {
@@ -228,6 +223,18 @@ impl Tracer {
             c.latency.push(per);
         }
         Ok(c)
+    }
+
+    /// (class, drop reason value) -> packets, since load.
+    pub fn drop_counts(&self) -> Result<BTreeMap<(u32, u32), u64>> {
+        let drops = &self.skel.maps.drops;
+        let mut out = BTreeMap::new();
+        for key in drops.keys() {
+            let k = u32::from_ne_bytes(key[..4].try_into().expect("4-byte key"));
+            let n = drops.lookup_percpu(&key, MapFlags::ANY)?.unwrap_or_default();
+            out.insert((k >> 16, k & 0xffff), n.iter().map(|v| from_bytes::<u64>(v)).sum());
+        }
+        Ok(out)
     }
 
     /// Packets in at the driver stage, all classes (to pace the sampling).
@@ -250,6 +257,46 @@ impl Tracer {
                 Drop { stage: fate::stage_of(&reason).to_string(), reason, packets: *n }
             })
             .collect()
+    }
+}
+
+/// The daemon's running totals of kernel drops by class name: class ids
+/// move when the class list changes, so each read's increase is booked
+/// under the names in force at that read.
+#[derive(Default)]
+pub struct DropBook {
+    last: BTreeMap<(u32, u32), u64>,
+    totals: BTreeMap<(String, u32), u64>,
+}
+
+impl DropBook {
+    /// Book what the tracer counted since the last call under `names` (by class id).
+    pub fn update(&mut self, tracer: &Tracer, names: &[String]) -> Result<()> {
+        let now = tracer.drop_counts()?;
+        for (&(class, reason), &n) in &now {
+            let grew = n.saturating_sub(self.last.get(&(class, reason)).copied().unwrap_or(0));
+            let name = names.get(class as usize).cloned().unwrap_or_else(|| "unclassified".to_string());
+            if grew > 0 {
+                *self.totals.entry((name, reason)).or_default() += grew;
+            }
+        }
+        self.last = now;
+        Ok(())
+    }
+
+    /// A class's drops so far, largest first.
+    pub fn of(&self, tracer: &Tracer, name: &str) -> Vec<Drop> {
+        let mut v: Vec<Drop> = self
+            .totals
+            .iter()
+            .filter(|((n, _), _)| n == name)
+            .map(|((_, r), &packets)| {
+                let reason = tracer.reason_name(*r);
+                Drop { stage: fate::stage_of(&reason).to_string(), reason, packets }
+            })
+            .collect();
+        v.sort_by(|a, b| b.packets.cmp(&a.packets));
+        v
     }
 }
 
