@@ -26,8 +26,8 @@ use crate::stats::{
     SNAPSHOT_VERSION,
 };
 use crate::steer::{self, Steer};
-use crate::trace::{self, DropBook, Tracer};
 use crate::tick::{Ticker, KNOWN_TTL_SECS};
+use crate::trace::{self, DropBook, Tracer};
 
 /// Directory of the statistics sockets.
 pub const SOCKET_DIR: &str = "/run/sluice";

@@ -157,6 +157,9 @@ struct TraceArgs {
     /// Without a daemon: do not add a class per listening service.
     #[arg(long)]
     no_discover: bool,
+    /// The daemon's statistics socket, if not /run/sluice/IFACE.sock.
+    #[arg(long)]
+    socket: Option<PathBuf>,
     /// Print the report as JSON (no progress lines).
     #[arg(long)]
     json: bool,
@@ -342,6 +345,7 @@ fn cmd_run(a: RunArgs) -> Result<()> {
 fn cmd_trace(a: TraceArgs) -> Result<()> {
     let opts = sluice::trace::TraceOpts {
         iface: a.iface,
+        socket: a.socket,
         class: a.class,
         duration: a.duration,
         samples_per_sec: a.samples_per_sec,

@@ -497,7 +497,8 @@ fn register_class_families(reg: &mut Registry, classes: &[ClassSnapshot]) {
             kernel.get_or_create(&l).inc_by(d.packets);
         }
     }
-    let what = "Packets of a class the kernel dropped after the gate admitted them, by receive stage and kernel drop reason";
+    let what =
+        "Packets of a class the kernel dropped after the gate admitted them, by receive stage and kernel drop reason";
     reg.register("kernel_drops_packets", what, kernel);
     let (active, known, quota) = (
         Family::<Labels, F64Gauge>::default(),

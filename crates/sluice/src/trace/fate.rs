@@ -372,7 +372,7 @@ mod tests {
         s.sum_sq = q(800) + q(1200);
         let i = Interval::of("x", &s);
         assert_eq!(i.mean_ns, Some(1000.0));
-        let want = 1.96 * (80000.0f64 * 2.0).sqrt() / 2f64.sqrt();
+        let want = 1.96 * 80000f64.sqrt() / 2f64.sqrt();
         assert!((i.ci95_ns.unwrap() - want).abs() < 1.0, "{:?} vs {want}", i.ci95_ns);
         let one = LatencySums { count: 1, sum_ns: 5, sum_sq: 0, hist: vec![0; 32] };
         assert_eq!(Interval::of("x", &one).ci95_ns, None, "no interval from one sample");

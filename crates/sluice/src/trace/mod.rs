@@ -295,7 +295,7 @@ impl DropBook {
                 Drop { stage: fate::stage_of(&reason).to_string(), reason, packets }
             })
             .collect();
-        v.sort_by(|a, b| b.packets.cmp(&a.packets));
+        v.sort_by_key(|d| std::cmp::Reverse(d.packets));
         v
     }
 }
@@ -344,6 +344,8 @@ fn gate_totals(maps: &BTreeMap<String, MapHandle>, n: usize) -> Result<Vec<Class
 /// `sluice trace` options.
 pub struct TraceOpts {
     pub iface: String,
+    /// The daemon's statistics socket (default: /run/sluice/IFACE.sock).
+    pub socket: Option<PathBuf>,
     /// Only this class in the report.
     pub class: Option<String>,
     pub duration: Duration,
@@ -367,7 +369,7 @@ struct Source {
 
 /// The snapshot of a daemon on this interface, if one runs.
 fn daemon_snapshot(o: &TraceOpts, ifindex: u32) -> Option<crate::stats::Snapshot> {
-    crate::daemon::find_socket(None, Some(&o.iface))
+    crate::daemon::find_socket(o.socket.as_deref(), Some(&o.iface))
         .ok()
         .and_then(|p| crate::daemon::fetch_snapshot(&p).ok())
         .filter(|s| s.ifindex == ifindex)
