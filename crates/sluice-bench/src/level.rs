@@ -2,6 +2,7 @@
 //! (`WindowEdge`), and what they give (`LevelResult`): applied and delivered
 //! rates, the legitimate probe, the victim's CPU by two meters, and the
 //! ledger of where every applied packet went.
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -27,10 +28,12 @@ pub(crate) struct WindowEdge {
     softnet_drops: u64,
     nft_drops: u64,
     cpu: CpuSample,
+    /// The kernel's drops after the gate by reason name; None without the tracer.
+    kernel: Option<BTreeMap<String, u64>>,
 }
 
 /// Where the packets of a window went; all counts are packets in the window.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Ledger {
     /// Frames the generator sent.
     pub applied: u64,
@@ -49,6 +52,13 @@ pub struct Ledger {
     /// applied minus every count above: packets in flight at the window's
     /// edges, or lost somewhere not counted (tolerance: 1% of applied).
     pub unaccounted: i64,
+    /// The same packets by the tracer (`sluice trace`'s drop counter): the
+    /// kernel's drops after the gate by stage and reason, and applied minus
+    /// ring, XDP, nft, these and delivered. Empty/None without the tracer.
+    #[serde(default)]
+    pub kernel_drops: Vec<sluice::trace::fate::Drop>,
+    #[serde(default)]
+    pub traced_unaccounted: Option<i64>,
 }
 
 impl LevelResult {
@@ -73,10 +83,32 @@ impl Ledger {
             socket_drops: d(s0.udp.rcvbuf_errors, s1.udp.rcvbuf_errors),
             delivered: d(s0.udp.in_datagrams, s1.udp.in_datagrams),
             unaccounted: 0,
+            kernel_drops: Vec::new(),
+            traced_unaccounted: None,
         };
         l.unaccounted = l.applied as i64
             - (l.ring_drops + l.xdp_drops + l.nft_drops + l.backlog_drops + l.socket_drops + l.delivered) as i64;
+        if let (Some(k0), Some(k1)) = (&s0.kernel, &s1.kernel) {
+            l.kernel_drops = k1
+                .iter()
+                .map(|(reason, &n)| (reason, n.saturating_sub(k0.get(reason).copied().unwrap_or(0))))
+                .filter(|(_, n)| *n > 0)
+                .map(|(reason, packets)| sluice::trace::fate::Drop {
+                    stage: sluice::trace::fate::stage_of(reason).to_string(),
+                    reason: reason.clone(),
+                    packets,
+                })
+                .collect();
+            let kernel: u64 = l.kernel_drops.iter().map(|d| d.packets).sum();
+            l.traced_unaccounted =
+                Some(l.applied as i64 - (l.ring_drops + l.xdp_drops + l.nft_drops + kernel + l.delivered) as i64);
+        }
         l
+    }
+
+    /// Packets dropped after the gate at `stage`, by the tracer.
+    pub fn kernel_at(&self, stage: &str) -> u64 {
+        self.kernel_drops.iter().filter(|d| d.stage == stage).map(|d| d.packets).sum()
     }
 
     /// The columns in order, for the CSV and the report's table.
@@ -191,6 +223,7 @@ impl Rig {
                 .collect::<Result<Vec<_>, _>>()?;
             (classes, g.global_counters()?.into())
         };
+        let kernel = self.kernel_drops()?;
         let ring_drops = dev_tx_dropped(&p.dev.read()?, IF_A);
         let gen = self.gen.gen.read().unwrap().counts()?;
         Ok(WindowEdge {
@@ -203,7 +236,18 @@ impl Rig {
             softnet_drops,
             nft_drops,
             cpu: self.meter.sample(self.tb.victim_cpu)?,
+            kernel,
         })
+    }
+
+    /// The tracer's drop counts (all classes) by reason name.
+    fn kernel_drops(&self) -> Result<Option<BTreeMap<String, u64>>> {
+        let Some(t) = &self.tracer else { return Ok(None) };
+        let mut by_reason = BTreeMap::new();
+        for ((_, reason), n) in t.drop_counts()? {
+            *by_reason.entry(t.reason_name(reason)).or_default() += n;
+        }
+        Ok(Some(by_reason))
     }
 
     /// Measure one level: warm up, then count over `duration`.

@@ -10,7 +10,8 @@
 //!   daemon's tick), [`measure`] (CPU meters, /proc counters, nftables);
 //! - the measurements: [`level`] (one load level and its ledger), [`sweep`]
 //!   (calibration, levels, repeats), [`step`] (settling after changes),
-//!   [`scenario`] (what a run measures), [`report`] (JSON, CSV, figures, HTML);
+//!   [`scenario`] (what a run measures), [`report`] (JSON, CSV, figures, HTML),
+//!   [`fate`] (the per-level chart of where the applied packets went);
 //! - real services: [`services`] (`bench run --scenario dns|http`), [`dns`]
 //!   (NSD, dnsperf, the probe), [`http`] (nginx, wrk), [`procs`] (child
 //!   processes, the daemon as a user runs it);
@@ -36,6 +37,7 @@ pub mod cpu;
 pub mod demo;
 pub mod dns;
 pub mod echo;
+pub mod fate;
 pub mod gate_cost;
 pub mod gen;
 pub mod gencheck;

@@ -203,6 +203,7 @@ pub fn figures(r: &Results, dir: &Path) -> Result<Vec<String>> {
             draw(BitMapBackend::new(&png, (760, 460)).into_drawing_area(), m, fig)?;
             names.push(format!("{stem}.svg"));
         }
+        names.extend(crate::fate::figures(m, dir)?);
     }
     Ok(names)
 }
@@ -306,16 +307,25 @@ pub fn html(r: &Results, figures: &[String]) -> String {
         o.push_str(
             "<h3>Ledger: where the packets of each window went</h3><table><tr><th>config</th><th>level</th><th>repeat</th>\
              <th>applied</th><th>ring drops</th><th>XDP drops</th><th>nft drops</th><th>backlog drops</th><th>socket drops</th>\
-             <th>delivered</th><th>unaccounted</th><th>valid</th></tr>",
+             <th>delivered</th><th>unaccounted</th><th>kernel drops after the gate (traced, by reason)</th>\
+             <th>traced unaccounted</th><th>valid</th></tr>",
         );
         for x in &m.results {
             let _ = write!(o, "<tr><td>{}</td><td>{}x</td><td>{}</td>", x.config.name(), x.multiple, x.repeat);
             for v in x.ledger.values() {
                 let _ = write!(o, "<td>{v}</td>");
             }
+            let kernel: Vec<String> =
+                x.ledger.kernel_drops.iter().map(|d| format!("{} {}", d.reason, d.packets)).collect();
+            let traced = x.ledger.traced_unaccounted.map_or("n/a".to_string(), |u| u.to_string());
+            let _ = write!(o, "<td>{}</td><td>{traced}</td>", esc(&kernel.join(", ")));
             let _ = write!(o, "<td>{}</td></tr>", if x.valid { "yes" } else { "NO" });
         }
-        o.push_str("</table><p>unaccounted = applied minus the other columns: packets in flight at the window's edges (tolerance 1% of applied).</p>");
+        o.push_str(
+            "</table><p>unaccounted = applied minus the other columns: packets in flight at the window's edges \
+             (tolerance 1% of applied). traced unaccounted = applied minus ring, XDP, nft, the traced kernel drops \
+             and delivered (`sluice trace`'s counts).</p>",
+        );
     }
     o.push_str("</body></html>\n");
     o

@@ -81,6 +81,9 @@ pub struct Rig {
     /// The nftables drop counter, while the `nft` configuration is in place.
     pub(crate) nft: Mutex<Option<NftCounter>>,
     pub(crate) _filter: Gate,
+    /// The kernel's drops after the victim's gate, by reason (the daemon's
+    /// drop counter, bpf/trace.bpf.c); None if it could not load (said once).
+    pub(crate) tracer: Option<sluice::trace::Tracer>,
     // Last, so the namespaces go after everything that lives in them.
     pub tb: VictimBed,
 }
@@ -110,6 +113,7 @@ impl Rig {
         // The victim's gate, pass-through until a configuration is applied.
         let victim = attach_gate(&tb.net.b, IF_B, vec![format!("svc:match=udp:{}", scenario.victim.port)])?;
         tb.apply_model()?;
+        let tracer = drop_tracer(&tb.net.b, victim.prog_id());
         let victim_gate = Arc::new(Mutex::new(victim));
         let rebalance_stop = Arc::new(AtomicBool::new(false));
         let control = Arc::new(Mutex::new(ControlState { ticker: Ticker::idle(), failed: None }));
@@ -148,6 +152,7 @@ impl Rig {
             procs,
             nft: Mutex::new(None),
             _filter: filter,
+            tracer,
             tb,
         })
     }
@@ -370,6 +375,23 @@ pub(crate) fn attach_gate(ns: &str, iface: &'static str, flags: Vec<String>) -> 
         g.attach(iface, XdpMode::Native, false)?;
         Ok(g)
     })
+}
+
+/// The daemon's drop counter on the victim's interface, sharing the gate's classes.
+fn drop_tracer(ns: &str, prog_id: u32) -> Option<sluice::trace::Tracer> {
+    let start = || -> Result<sluice::trace::Tracer> {
+        let b = ns.to_string();
+        let ifindex = netns::run_in(ns, move || Ok(sluice::gate::ifindex(IF_B)?))
+            .with_context(|| format!("finding {IF_B} in {b}"))?;
+        let opts = sluice::trace::Options {
+            ifindex,
+            netns: sluice::trace::netns_inode_of(ns)?,
+            default_class: 0,
+            drops_only: true,
+        };
+        sluice::trace::Tracer::start(&opts, sluice::trace::Tables::Gate(prog_id))
+    };
+    start().map_err(|e| eprintln!("bench: kernel drops by reason are not counted: {e:#}")).ok()
 }
 
 /// The control thread: the daemon's tick every TICK, on the generator's CPU

@@ -128,8 +128,11 @@ fn load_steer(ifindex: u32) -> Option<(Steer, steer::Finder)> {
 /// The drop counter (kfree_skb) for the per-reason drops in status, or None
 /// with a log line saying why not.
 fn load_tracer(ifindex: u32, prog_id: u32) -> Option<(Tracer, DropBook)> {
-    let opts = trace::Options { ifindex, default_class: 0, drops_only: true };
-    match Tracer::start(&opts, trace::Tables::Gate(prog_id)) {
+    let start = || {
+        let opts = trace::Options { ifindex, netns: trace::netns_inode()?, default_class: 0, drops_only: true };
+        Tracer::start(&opts, trace::Tables::Gate(prog_id))
+    };
+    match start() {
         Ok(t) => Some((t, DropBook::default())),
         Err(e) => {
             log(format_args!("trace: drops after the gate are not counted: {e:#}"));

@@ -39,7 +39,9 @@ pub enum Tables<'a> {
 
 /// What to trace.
 pub struct Options {
+    /// The traced interface, and the inode of its network namespace.
     pub ifindex: u32,
+    pub netns: u64,
     /// Default class (the config's), for packets no cell names.
     pub default_class: u32,
     /// Attach only the drop counter (the daemon), not the stages and latency.
@@ -68,6 +70,12 @@ pub struct Tracer {
 /// The inode of this thread's network namespace (what the BPF side compares with).
 pub fn netns_inode() -> Result<u64> {
     Ok(std::fs::metadata("/proc/thread-self/ns/net").context("reading /proc/thread-self/ns/net")?.ino())
+}
+
+/// The inode of the network namespace named `name` (`ip netns add NAME`).
+pub fn netns_inode_of(name: &str) -> Result<u64> {
+    let path = std::path::Path::new("/var/run/netns").join(name);
+    Ok(std::fs::metadata(&path).with_context(|| format!("reading {}", path.display()))?.ino())
 }
 
 /// The kernel's drop reason names (`enum skb_drop_reason` in its BTF), by value,
@@ -127,7 +135,7 @@ impl Tracer {
         }
         {
             let data = open.maps.data_data.as_deref_mut().expect(".data is mmap'ed before load");
-            data.settings.netns = netns_inode()?;
+            data.settings.netns = opts.netns;
             data.settings.ifindex = opts.ifindex;
             data.settings.default_class = opts.default_class;
             data.settings.sample_every = 0;
@@ -424,7 +432,7 @@ pub fn run(o: &TraceOpts) -> Result<Report> {
         (None, None) => unreachable!("find_source gives a gate or tables"),
     };
     let gate = src.gate.as_ref().map(|(id, _)| gate_maps(*id)).transpose()?;
-    let opts = Options { ifindex, default_class: src.default_class, drops_only: false };
+    let opts = Options { ifindex, netns: netns_inode()?, default_class: src.default_class, drops_only: false };
     let mut tracer = Tracer::start(&opts, tables)?;
     let gate_before = gate.as_ref().map(|m| gate_totals(m, src.names.len())).transpose()?;
     let stop = crate::cli::stop_flag()?;
