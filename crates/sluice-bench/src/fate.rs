@@ -106,15 +106,16 @@ where
         .margin(10)
         .x_label_area_size(40)
         .y_label_area_size(55)
-        .build_cartesian_2d(0.0..n as f64, 0.0..100.0)
+        .build_cartesian_2d(-0.5..n as f64 - 0.5, 0.0..100.0)
         .map_err(e)?;
     chart
         .configure_mesh()
         .disable_x_mesh()
-        .x_labels(n + 1)
+        .x_labels(n)
         .x_label_formatter(&|x| {
-            let i = (*x - 0.5).round();
-            rows.get(i as usize).filter(|_| (x - 0.5 - i).abs() < 1e-6).map_or(String::new(), |r| format!("{}x", r.0))
+            let i = x.round();
+            let at_bar = (x - i).abs() < 1e-6 && i >= 0.0;
+            rows.get(i as usize).filter(|_| at_bar).map_or(String::new(), |r| format!("{}x", r.0))
         })
         .x_desc("load level (multiple of the calibrated peak)")
         .y_desc("share of applied packets (%)")
@@ -124,7 +125,7 @@ where
         let mut bottom = 0.0;
         for (share, (_, colour)) in shares.iter().zip(PARTS) {
             let top = bottom + share * 100.0;
-            let bar = Rectangle::new([(i as f64 + 0.15, bottom), (i as f64 + 0.85, top)], colour.filled());
+            let bar = Rectangle::new([(i as f64 - 0.35, bottom), (i as f64 + 0.35, top)], colour.filled());
             chart.draw_series(std::iter::once(bar)).map_err(e)?;
             bottom = top;
         }
