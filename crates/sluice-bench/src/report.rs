@@ -10,7 +10,7 @@ use plotters::prelude::*;
 
 use crate::level::{Ledger, Rtt};
 use crate::scenario::{ConfigKind, SCHEMA_VERSION};
-use crate::sweep::{summarise, ModelRun, Point, Results};
+use crate::sweep::{summarise, ModelRun, Point, Results, Stat};
 
 /// Read a results.json, checking its schema version. A version-1 file is
 /// upgraded: its per-level summaries are made again from its measurements
@@ -97,16 +97,15 @@ fn csv_value(v: Option<f64>) -> String {
     v.map_or(String::new(), |v| format!("{v:.1}"))
 }
 
-/// The figures of one model: (file stem, title, y label, metric). A level
-/// whose metric is missing has no point on the line.
-type Metric = fn(&Point) -> Option<f64>;
-const FIGURES: &[(&str, &str, &str, Metric)] = &[
-    ("delivered", "delivered vs applied load", "delivered (datagrams/s)", |p| p.delivered_pps.median),
-    ("cpu", "victim CPU vs applied load", "victim CPU busy (%)", |p| p.cpu_busy.median.map(|c| c * 100.0)),
-    ("ns_per_delivered", "victim CPU per delivered datagram", "ns per delivered datagram", |p| {
-        p.ns_per_delivered.median
-    }),
-    ("legit_p99", "legitimate probe p99 round trip", "p99 RTT (us)", |p| p.legit_p99_us.median),
+/// The figures of one model: (file stem, title, y label, metric, scale).
+/// Each point is the median of the repeats with a bar from min to max; a
+/// level whose metric is missing has no point on the line.
+type Metric = fn(&Point) -> Stat;
+const FIGURES: &[(&str, &str, &str, Metric, f64)] = &[
+    ("delivered", "delivered vs applied load", "delivered (datagrams/s)", |p| p.delivered_pps, 1.0),
+    ("cpu", "victim CPU vs applied load", "victim CPU busy (%)", |p| p.cpu_busy, 100.0),
+    ("ns_per_delivered", "victim CPU per delivered datagram", "ns per delivered datagram", |p| p.ns_per_delivered, 1.0),
+    ("legit_p99", "legitimate probe p99 round trip", "p99 RTT (us)", |p| p.legit_p99_us, 1.0),
 ];
 
 pub(crate) fn colour(c: ConfigKind) -> RGBColor {
@@ -134,59 +133,98 @@ pub(crate) fn register_font() -> Result<()> {
     .map_err(|e| anyhow::anyhow!(e))
 }
 
+/// One point of a line: x (sent, median), median, min, max (scaled).
+fn point_of(p: &Point, fig: &(&str, &str, &str, Metric, f64)) -> Option<(f64, f64, f64, f64)> {
+    let st = (fig.3)(p);
+    let scale = fig.4;
+    let (y, lo, hi) = (st.median? * scale, st.min? * scale, st.max? * scale);
+    [y, lo, hi].iter().all(|v| v.is_finite()).then_some((p.sent_pps.median?.max(1.0), y, lo, hi))
+}
+
 fn draw<DB: DrawingBackend>(
     root: DrawingArea<DB, plotters::coord::Shift>,
     m: &ModelRun,
-    fig: &(&str, &str, &str, Metric),
+    fig: &(&str, &str, &str, Metric, f64),
 ) -> Result<()>
 where
     DB::ErrorType: 'static,
 {
-    root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e:?}"))?;
-    let value = |p: &Point| Some((p.sent_pps.median?.max(1.0), (fig.3)(p).filter(|y| y.is_finite())?));
-    let pts: Vec<&Point> = m.points.iter().filter(|p| value(p).is_some()).collect();
-    let xs: Vec<f64> = pts.iter().filter_map(|p| value(p)).map(|v| v.0).collect();
-    let ys: Vec<f64> = pts.iter().filter_map(|p| value(p)).map(|v| v.1).collect();
-    let (x0, x1) = (xs.iter().copied().fold(f64::MAX, f64::min).min(1e9), xs.iter().copied().fold(1e3, f64::max));
-    let y1 = ys.iter().copied().fold(1.0, f64::max) * 1.1;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(format!("{} ({} model)", fig.1, m.model.name()), ("sans-serif", 20))
+    let e = |e| anyhow::anyhow!("{e:?}");
+    root.fill(&WHITE).map_err(e)?;
+    // The legend has its own column, so it never hides a point.
+    let (plot, legend) = root.split_horizontally(600);
+    let pts: Vec<(&Point, (f64, f64, f64, f64))> =
+        m.points.iter().filter_map(|p| point_of(p, fig).map(|v| (p, v))).collect();
+    let x0 = pts.iter().map(|(_, v)| v.0).fold(f64::MAX, f64::min).min(1e9);
+    let x1 = pts.iter().map(|(_, v)| v.0).fold(1e3, f64::max);
+    let peak_line = (fig.0 == "delivered").then_some(m.peak_pps);
+    let y1 = pts.iter().map(|(_, v)| v.3).chain(peak_line).fold(1.0, f64::max) * 1.1;
+    let peak = m.peak_pps.max(1.0);
+    let mut chart = ChartBuilder::on(&plot)
+        .caption(format!("{} ({} model)", fig.1, m.model.name()), ("sans-serif", 18))
         .margin(12)
         .x_label_area_size(45)
         .y_label_area_size(70)
         .build_cartesian_2d((x0 * 0.8..x1 * 1.25).log_scale(), 0.0..y1)
-        .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        .map_err(e)?;
     chart
         .configure_mesh()
-        .x_desc("applied load (packets/s, sent)")
+        .x_desc("applied load, packets/s sent (multiple of the calibrated peak)")
         .y_desc(fig.2)
-        .x_label_formatter(&|v| sluice::stats::human(*v))
+        .x_label_formatter(&|v| {
+            // Log-scale ticks come at 1..9 x 10^k: label 1, 2 and 5 only, so labels do not overlap.
+            let lead = (v / 10f64.powf(v.log10().floor())).round();
+            if [1.0, 2.0, 5.0].contains(&lead) {
+                format!("{} ({:.1}x)", sluice::stats::human(*v), v / peak)
+            } else {
+                String::new()
+            }
+        })
         .y_label_formatter(&|v| sluice::stats::human(*v))
         .draw()
-        .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        .map_err(e)?;
+    if let Some(p) = peak_line {
+        let dashed = BLACK.mix(0.6).stroke_width(1);
+        chart.draw_series(DashedLineSeries::new([(x0 * 0.8, p), (x1 * 1.25, p)], 6, 4, dashed)).map_err(e)?;
+    }
     let mut configs: Vec<ConfigKind> = m.points.iter().map(|p| p.config).collect();
-    configs.dedup();
     configs.sort_by_key(|c| c.name());
     configs.dedup();
-    for c in configs {
-        let line: Vec<(f64, f64)> = pts.iter().filter(|p| p.config == c).filter_map(|p| value(p)).collect();
+    for &c in &configs {
+        let line: Vec<&(&Point, (f64, f64, f64, f64))> = pts.iter().filter(|(p, _)| p.config == c).collect();
         let col = colour(c);
+        chart.draw_series(LineSeries::new(line.iter().map(|(_, v)| (v.0, v.1)), col.stroke_width(2))).map_err(e)?;
         chart
-            .draw_series(LineSeries::new(line.clone(), col.stroke_width(2)))
-            .map_err(|e| anyhow::anyhow!("{e:?}"))?
-            .label(c.name())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], col.stroke_width(2)));
-        chart
-            .draw_series(line.iter().map(|&p| Circle::new(p, 3, col.filled())))
-            .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+            .draw_series(line.iter().map(|(_, v)| ErrorBar::new_vertical(v.0, v.2, v.1, v.3, col.stroke_width(1), 6)))
+            .map_err(e)?;
+        for (p, v) in &line {
+            // A point whose generator fell short of the asked rate is an X, not a dot.
+            if p.valid {
+                chart.draw_series(std::iter::once(Circle::new((v.0, v.1), 4, col.filled()))).map_err(e)?;
+            } else {
+                chart.draw_series(std::iter::once(Cross::new((v.0, v.1), 6, col.stroke_width(2)))).map_err(e)?;
+            }
+        }
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| anyhow::anyhow!("{e:?}"))?;
-    root.present().map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    let mut y = 50;
+    for c in configs {
+        let col = colour(c);
+        legend.draw(&PathElement::new(vec![(8, y + 7), (30, y + 7)], col.stroke_width(3))).map_err(e)?;
+        legend.draw(&Text::new(c.name().to_string(), (36, y), ("sans-serif", 14))).map_err(e)?;
+        y += 22;
+    }
+    let notes = [
+        "dot: median of the repeats",
+        "bar: min to max",
+        "X: generator short of the",
+        "   asked rate (invalid)",
+    ];
+    let notes = notes.iter().copied().chain(peak_line.map(|_| "dashed: calibrated peak"));
+    for line in notes {
+        y += 18;
+        legend.draw(&Text::new(line.to_string(), (8, y), ("sans-serif", 12))).map_err(e)?;
+    }
+    root.present().map_err(e)?;
     Ok(())
 }
 
