@@ -12,7 +12,7 @@ use sluice::stats;
 use sluice_bench::scenario::ConfigKind;
 use sluice_bench::victim::VictimModel;
 use sluice_bench::{
-    cpu, demo, gate_cost, gencheck, readers, report, scenario, services, step, sweep, tick_cost, victim,
+    cpu, demo, gate_cost, gencheck, readers, report, scenario, services, step, sweep, tick_cost, trace_cost, victim,
 };
 
 /// The sluice bench: a flooded service in two network namespaces this
@@ -57,9 +57,27 @@ enum BenchCmd {
     Generator(GeneratorArgs),
     /// Gate cost in ns per packet (BPF_PROG_TEST_RUN) with 1, 64 and 1024 rules, beside a no-op floor.
     Gate(GateArgs),
+    /// What `sluice trace` costs the service it watches: delivered throughput
+    /// at 1x load with no trace, a counting trace and a sampling trace, in
+    /// interleaved windows (nic model, gate attached); about ROUNDS x 3 x
+    /// (SECS + 2) seconds after a calibration.
+    Trace(TraceCostArgs),
     /// The daemon's own CPU: its 10 ms tick and each read it makes (sock_diag,
     /// /proc, gate counters) and discovery, in CPU µs per call and % of one core.
     Tick(TickArgs),
+}
+
+#[derive(Args)]
+struct TraceCostArgs {
+    /// Rounds (each: untraced, counting, sampling).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=50))]
+    rounds: u32,
+    /// Seconds per window.
+    #[arg(long, value_name = "SECS", default_value = "3", value_parser = parse_secs)]
+    duration: Duration,
+    /// Print the results as JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -213,6 +231,7 @@ fn main() -> ExitCode {
         BenchCmd::Generator(a) => cmd_bench_generator(a),
         BenchCmd::Gate(a) => cmd_bench_gate(a),
         BenchCmd::Tick(a) => cmd_bench_tick(a),
+        BenchCmd::Trace(a) => cmd_bench_trace(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -370,6 +389,12 @@ fn cmd_bench_demo(a: DemoArgs) -> Result<()> {
     let o = demo::DemoOpts { exe: sluice_exe()?, secs: a.duration.as_secs_f64(), qps: a.qps as u64 };
     demo::run(&o)?;
     Ok(())
+}
+
+fn cmd_bench_trace(a: TraceCostArgs) -> Result<()> {
+    let o = trace_cost::Opts { exe: sluice_exe()?, rounds: a.rounds, secs: a.duration.as_secs_f64() };
+    let r = trace_cost::run(&o)?;
+    print_json_or(a.json, &r, trace_cost::summary)
 }
 
 fn cmd_bench_report(a: ReportArgs) -> Result<()> {

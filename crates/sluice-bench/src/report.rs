@@ -213,12 +213,8 @@ where
         legend.draw(&Text::new(c.name().to_string(), (36, y), ("sans-serif", 14))).map_err(e)?;
         y += 22;
     }
-    let notes = [
-        "dot: median of the repeats",
-        "bar: min to max",
-        "X: generator short of the",
-        "   asked rate (invalid)",
-    ];
+    let notes =
+        ["dot: median of the repeats", "bar: min to max", "X: generator short of the", "   asked rate (invalid)"];
     let notes = notes.iter().copied().chain(peak_line.map(|_| "dashed: calibrated peak"));
     for line in notes {
         y += 18;

@@ -12,7 +12,7 @@
  *            RPS, after the per-CPU backlog;
  *   queued   sk_data_ready: it sits in a socket's receive queue (the newest
  *            skb of the queue is the one just added);
- *   read     sock_recv_length: a reader took a datagram.
+ *   read     sock_recv_length: a reader took a datagram (TCP: a read).
  * Each stage counts packets in per class (`stage_in`); kfree_skb counts
  * drops per class and the kernel's drop reason (`drops`). User space (src/trace/)
  * adds the gate's own verdicts and closes the ledger: admitted = dropped
@@ -25,14 +25,17 @@
  * socket is known, so it is classed by its port alone (no source prefix).
  *
  * Latency: one skb in settings.sample_every at the driver stage is
- * timestamped in `inflight` (keyed by the skb's address); the stack and queued
- * stages add their times, and when the skb is consumed after it was queued
- * (a reader took it) the three intervals go into `latency`: count, sum, sum
- * of squares (so user space gets a mean and a 95% interval, as seed 004
- * did) and a log2 histogram (for p50/p99). A sampled skb that is dropped or
- * merged is forgotten; as the kernel reuses skbs, an unsampled skb at the
- * driver stage clears any entry left at its address. With sample_every = 0
- * the stages do no lookup at all.
+ * timestamped in `inflight` (keyed by the skb's address); the stack stage adds
+ * its time. At a UDP socket's queue the sample moves to `waiting`, keyed by
+ * (socket, the datagram's number in that socket's queue): a UDP socket is a
+ * FIFO, so when its reader takes datagram number n (`sockseqs` counts both
+ * ends) the sample's three intervals go into `latency`: count, sum, sum of
+ * squares (so user space gets a mean and a 95% interval, as seed 004 did)
+ * and a log2 histogram (for p50/p99). Not the skb's free: since 6.18 UDP
+ * frees a datagram read on another CPU later, on the CPU that allocated it.
+ * A sampled skb that is dropped or merged is forgotten; as the kernel reuses
+ * skbs, an unsampled skb at the driver stage clears any entry left at its
+ * address. With sample_every = 0 the stages do no lookup at all.
  *
  * The daemon loads only trace_drop, for the per-reason drop counters in
  * `sluice status`; `sluice trace` loads everything for its duration.
@@ -75,13 +78,14 @@ struct sk_buff {
 	struct net_device *dev;
 	int skb_iif;
 	__be16 protocol;
-	__u16 network_header;
+	__u16 mac_header;
 	unsigned char *head;
 	unsigned char *data;
 } __attribute__((preserve_access_index));
 
 struct sk_buff_head {
 	struct sk_buff *prev;
+	__u32 qlen;
 } __attribute__((preserve_access_index));
 
 struct sock_common {
@@ -93,6 +97,11 @@ struct sock {
 	struct sock_common __sk_common;
 	struct sk_buff_head sk_receive_queue;
 	__u16 sk_protocol;
+} __attribute__((preserve_access_index));
+
+/* UDP moves the receive queue to this one in a batch when a reader empties it. */
+struct udp_sock {
+	struct sk_buff_head reader_queue;
 } __attribute__((preserve_access_index));
 
 struct sluice_trace_settings settings SEC(".data") = {};
@@ -133,6 +142,34 @@ struct {
 	__type(value, struct flight);
 } inflight SEC(".maps");
 
+/* Datagrams queued to and read from a UDP socket since tracing saw it
+ * first: a UDP socket is a FIFO, so the datagram queued as number n is the
+ * n-th one read. */
+struct sockseq {
+	__u64 queued;
+	__u64 read;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u64);
+	__type(value, struct sockseq);
+} sockseqs SEC(".maps");
+
+/* A sampled datagram in a socket's queue: (socket, its queue number). */
+struct waiting_key {
+	__u64 sk;
+	__u64 seq;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct waiting_key);
+	__type(value, struct flight);
+} waiting SEC(".maps");
+
 /* Skbs seen at the driver stage on this CPU since the last sample. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -156,14 +193,16 @@ static __always_inline int on_iface(struct sk_buff *skb)
 }
 
 /*
- * Fill `pk` from the skb's IP header: at `data` (driver and stack stages,
- * where the MAC header is already pulled) or at the network header once the
- * stack set it. Returns 0, or -1 if the headers cannot be read.
+ * Fill `pk` from the skb's IP header, found right after the Ethernet header
+ * the driver marked (mac_header, kept at every later stage); an skb without
+ * one is read at `data`. Not the network header: the stack sets it only in
+ * __netif_receive_skb_core, and an skb built from an XDP frame has it at 0
+ * until then. Returns 0, or -1 if the headers cannot be read.
  */
 static __always_inline int skb_pkt(struct sk_buff *skb, struct pkt *pk)
 {
-	__u16 nh = skb->network_header;
-	unsigned char *l3 = nh == (__u16)~0U ? skb->data : skb->head + nh;
+	__u16 mh = skb->mac_header;
+	unsigned char *l3 = mh == (__u16)~0U ? skb->data : skb->head + mh + ETH_HLEN;
 	unsigned char *l4;
 	__u8 proto;
 
@@ -336,25 +375,80 @@ int BPF_PROG(trace_stack, struct sk_buff *skb)
 	return 0;
 }
 
+/* This datagram's number in its UDP socket's queue (numbers start after
+ * what was queued when tracing first saw the socket). */
+static __always_inline __u64 queue_number(struct sock *sk)
+{
+	__u64 key = (__u64)sk;
+	struct sockseq *q = bpf_map_lookup_elem(&sockseqs, &key);
+
+	if (q)
+		return ++q->queued;
+	__u64 queued = sk->sk_receive_queue.qlen + BPF_CORE_READ((struct udp_sock *)sk, reader_queue.qlen);
+	struct sockseq fresh = { .queued = queued };
+	bpf_map_update_elem(&sockseqs, &key, &fresh, BPF_NOEXIST);
+	return 0; /* not numbered: no sample can wait on it */
+}
+
+/* A sampled skb reached a UDP socket's queue: it waits there under its number. */
+static __always_inline void enqueue_sample(struct sock *sk, struct sk_buff *skb, __u64 seq)
+{
+	__u64 key = (__u64)skb;
+	struct flight *f = bpf_map_lookup_elem(&inflight, &key);
+
+	if (!f)
+		return;
+	if (seq) {
+		struct waiting_key w = { .sk = (__u64)sk, .seq = seq };
+		struct flight copy = *f;
+
+		copy.at[SLUICE_STAGE_QUEUED] = bpf_ktime_get_ns();
+		bpf_map_update_elem(&waiting, &w, &copy, BPF_ANY);
+	}
+	bpf_map_delete_elem(&inflight, &key);
+}
+
 SEC("tp_btf/sk_data_ready")
 int BPF_PROG(trace_queued, struct sock *sk)
 {
 	if (!in_netns(sk->__sk_common.skc_net.net))
 		return 0;
+	int udp = sk->sk_protocol == IPPROTO_UDP;
+	__u64 seq = udp && settings.sample_every ? queue_number(sk) : 0;
 	struct sk_buff *skb = sk->sk_receive_queue.prev;
 	/* An empty queue's prev points at the queue head itself: a reader took
 	 * the datagram (UDP moves the queue to its reader_queue) between the
 	 * enqueue and this call. Count it by its socket. */
 	if (!skb || (void *)skb == (void *)&sk->sk_receive_queue) {
-		if (sk->sk_protocol == IPPROTO_UDP)
+		if (udp)
 			count_in(sock_class(sk), SLUICE_STAGE_QUEUED);
 		return 0;
 	}
 	if (skb->skb_iif != (int)settings.ifindex)
 		return 0;
 	count_in(skb_class(skb), SLUICE_STAGE_QUEUED);
-	stamp(skb, SLUICE_STAGE_QUEUED);
+	if (udp && settings.sample_every)
+		enqueue_sample(sk, skb, seq);
 	return 0;
+}
+
+/* A reader took the next datagram of a UDP socket: if it was a sampled one, its times are complete. */
+static __always_inline void dequeue_sample(struct sock *sk)
+{
+	__u64 key = (__u64)sk;
+	struct sockseq *q = bpf_map_lookup_elem(&sockseqs, &key);
+
+	if (!q)
+		return;
+	struct waiting_key w = { .sk = key, .seq = ++q->read };
+	struct flight *f = bpf_map_lookup_elem(&waiting, &w);
+	if (!f)
+		return;
+	__u64 now = bpf_ktime_get_ns();
+	record(f->class_id, SLUICE_IV_DRIVER_STACK, f->at[SLUICE_STAGE_DRIVER], f->at[SLUICE_STAGE_STACK]);
+	record(f->class_id, SLUICE_IV_STACK_QUEUED, f->at[SLUICE_STAGE_STACK], f->at[SLUICE_STAGE_QUEUED]);
+	record(f->class_id, SLUICE_IV_QUEUED_READ, f->at[SLUICE_STAGE_QUEUED], now);
+	bpf_map_delete_elem(&waiting, &w);
 }
 
 SEC("tp_btf/sock_recv_length")
@@ -365,25 +459,8 @@ int BPF_PROG(trace_read, struct sock *sk, int ret, int flags)
 	if (sk->sk_protocol != IPPROTO_UDP && sk->sk_protocol != IPPROTO_TCP)
 		return 0;
 	count_in(sock_class(sk), SLUICE_STAGE_READ);
-	return 0;
-}
-
-/* A sampled skb is freed: after it was queued, a reader took it. */
-SEC("tp_btf/consume_skb")
-int BPF_PROG(trace_consumed, struct sk_buff *skb)
-{
-	if (!settings.sample_every)
-		return 0;
-	__u64 key = (__u64)skb, now = bpf_ktime_get_ns();
-	struct flight *f = bpf_map_lookup_elem(&inflight, &key);
-	if (!f)
-		return 0;
-	if (f->at[SLUICE_STAGE_QUEUED]) {
-		record(f->class_id, SLUICE_IV_DRIVER_STACK, f->at[SLUICE_STAGE_DRIVER], f->at[SLUICE_STAGE_STACK]);
-		record(f->class_id, SLUICE_IV_STACK_QUEUED, f->at[SLUICE_STAGE_STACK], f->at[SLUICE_STAGE_QUEUED]);
-		record(f->class_id, SLUICE_IV_QUEUED_READ, f->at[SLUICE_STAGE_QUEUED], now);
-	}
-	bpf_map_delete_elem(&inflight, &key);
+	if (sk->sk_protocol == IPPROTO_UDP && settings.sample_every)
+		dequeue_sample(sk);
 	return 0;
 }
 

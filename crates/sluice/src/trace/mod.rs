@@ -150,7 +150,6 @@ impl Tracer {
                 &mut p.trace_stack,
                 &mut p.trace_queued,
                 &mut p.trace_read,
-                &mut p.trace_consumed,
             ] {
                 prog.set_autoload(false);
             }
@@ -176,7 +175,6 @@ impl Tracer {
                 ("netif_receive_skb", &p.trace_stack),
                 ("sk_data_ready", &p.trace_queued),
                 ("sock_recv_length", &p.trace_read),
-                ("consume_skb", &p.trace_consumed),
             ]);
         }
         for (tp, prog) in progs {
