@@ -134,7 +134,9 @@ pub(crate) fn register_font() -> Result<()> {
 }
 
 /// One point of a line: x (sent, median), median, min, max (scaled).
-fn point_of(p: &Point, fig: &(&str, &str, &str, Metric, f64)) -> Option<(f64, f64, f64, f64)> {
+type Xy = (f64, f64, f64, f64);
+
+fn point_of(p: &Point, fig: &(&str, &str, &str, Metric, f64)) -> Option<Xy> {
     let st = (fig.3)(p);
     let scale = fig.4;
     let (y, lo, hi) = (st.median? * scale, st.min? * scale, st.max? * scale);
@@ -153,8 +155,7 @@ where
     root.fill(&WHITE).map_err(e)?;
     // The legend has its own column, so it never hides a point.
     let (plot, legend) = root.split_horizontally(600);
-    let pts: Vec<(&Point, (f64, f64, f64, f64))> =
-        m.points.iter().filter_map(|p| point_of(p, fig).map(|v| (p, v))).collect();
+    let pts: Vec<(&Point, Xy)> = m.points.iter().filter_map(|p| point_of(p, fig).map(|v| (p, v))).collect();
     let x0 = pts.iter().map(|(_, v)| v.0).fold(f64::MAX, f64::min).min(1e9);
     let x1 = pts.iter().map(|(_, v)| v.0).fold(1e3, f64::max);
     let peak_line = (fig.0 == "delivered").then_some(m.peak_pps);
@@ -191,7 +192,7 @@ where
     configs.sort_by_key(|c| c.name());
     configs.dedup();
     for &c in &configs {
-        let line: Vec<&(&Point, (f64, f64, f64, f64))> = pts.iter().filter(|(p, _)| p.config == c).collect();
+        let line: Vec<&(&Point, Xy)> = pts.iter().filter(|(p, _)| p.config == c).collect();
         let col = colour(c);
         chart.draw_series(LineSeries::new(line.iter().map(|(_, v)| (v.0, v.1)), col.stroke_width(2))).map_err(e)?;
         chart
