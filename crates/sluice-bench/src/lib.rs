@@ -10,6 +10,7 @@
 //!   daemon's tick), [`measure`] (CPU meters, /proc counters, nftables);
 //! - the measurements: [`level`] (one load level and its ledger), [`sweep`]
 //!   (calibration, levels, repeats), [`step`] (settling after changes),
+//!   [`recovery`] (how long the service takes to come back after a flood),
 //!   [`scenario`] (what a run measures), [`report`] (JSON, CSV, figures, HTML),
 //!   [`fate`] (the per-level chart of where the applied packets went);
 //! - real services: [`services`] (`bench run --scenario dns|http`), [`dns`]
@@ -47,6 +48,7 @@ pub mod level;
 pub mod measure;
 pub mod procs;
 pub mod readers;
+pub mod recovery;
 pub mod report;
 pub mod rig;
 pub mod scenario;

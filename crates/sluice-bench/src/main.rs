@@ -12,7 +12,8 @@ use sluice::stats;
 use sluice_bench::scenario::ConfigKind;
 use sluice_bench::victim::VictimModel;
 use sluice_bench::{
-    cpu, demo, gate_cost, gencheck, readers, report, scenario, services, step, sweep, tick_cost, trace_cost, victim,
+    cpu, demo, gate_cost, gencheck, readers, recovery, report, scenario, services, step, sweep, tick_cost, trace_cost,
+    victim,
 };
 
 /// The sluice bench: a flooded service in two network namespaces this
@@ -57,6 +58,12 @@ enum BenchCmd {
     Generator(GeneratorArgs),
     /// Gate cost in ns per packet (BPF_PROG_TEST_RUN) with 1, 64 and 1024 rules, beside a no-op floor.
     Gate(GateArgs),
+    /// How long the legitimate probe takes to come back after a flood ends
+    /// (seed 000): floods of 10, 30 and 60 s, with and without sluice, one
+    /// continuous run each (calm, flood, after); prints the recovery time and
+    /// writes recovery.json, summary.txt and figures. About 7 minutes per
+    /// model with the defaults.
+    Recovery(RecoveryArgs),
     /// What `sluice trace` costs the service it watches: delivered throughput
     /// at 1x load with no trace, a counting trace and a sampling trace, in
     /// interleaved windows (nic model, gate attached); about ROUNDS x 3 x
@@ -65,6 +72,31 @@ enum BenchCmd {
     /// The daemon's own CPU: its 10 ms tick and each read it makes (sock_diag,
     /// /proc, gate counters) and discovery, in CPU µs per call and % of one core.
     Tick(TickArgs),
+}
+
+#[derive(Args)]
+struct RecoveryArgs {
+    /// Victim models (nic, same-core).
+    #[arg(long, value_delimiter = ',', default_value = "nic", value_parser = parse_model)]
+    models: Vec<VictimModel>,
+    /// Configurations (off, nft, static, auto, auto-pno, auto-idle).
+    #[arg(long, value_delimiter = ',', default_value = "off,auto", value_parser = parse_config_kind)]
+    configs: Vec<ConfigKind>,
+    /// Flood lengths, seconds (each 0.5 to 60).
+    #[arg(long, value_delimiter = ',', default_value = "10,30,60", value_parser = parse_phase)]
+    floods: Vec<f64>,
+    /// Flood rate as a multiple of the calibrated peak (above 0, at most 100).
+    #[arg(long, default_value_t = 10.0, value_parser = parse_flood)]
+    flood: f64,
+    /// Seconds of probe alone before the flood (the baseline), 0.5 to 60.
+    #[arg(long, value_name = "SECS", default_value = "5", value_parser = parse_phase)]
+    calm: f64,
+    /// The scenario whose streams and victim are used.
+    #[arg(long, short, default_value = "default")]
+    scenario: String,
+    /// Output folder (default: results/recovery-TIMESTAMP).
+    #[arg(long, short)]
+    out: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -232,6 +264,7 @@ fn main() -> ExitCode {
         BenchCmd::Gate(a) => cmd_bench_gate(a),
         BenchCmd::Tick(a) => cmd_bench_tick(a),
         BenchCmd::Trace(a) => cmd_bench_trace(a),
+        BenchCmd::Recovery(a) => cmd_bench_recovery(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -388,6 +421,25 @@ fn cmd_bench_demo(a: DemoArgs) -> Result<()> {
     });
     let o = demo::DemoOpts { exe: sluice_exe()?, secs: a.duration.as_secs_f64(), qps: a.qps as u64 };
     demo::run(&o)?;
+    Ok(())
+}
+
+fn cmd_bench_recovery(a: RecoveryArgs) -> Result<()> {
+    let sc = scenario::load(&a.scenario)?;
+    let out = a.out.map_or_else(|| default_out("recovery"), Ok)?;
+    let opts = recovery::RecoveryOpts {
+        models: a.models,
+        configs: a.configs,
+        floods: a.floods,
+        calm: a.calm,
+        flood: a.flood,
+        exe: sluice_exe()?,
+    };
+    eprintln!("sluice bench recovery: writing to {}", out.display());
+    let r = recovery::run(&sc, &opts)?;
+    recovery::write_all(&r, &out)?;
+    print!("{}", recovery::summary(&r));
+    println!("figures: {}", out.display());
     Ok(())
 }
 
