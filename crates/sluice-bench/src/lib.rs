@@ -19,6 +19,7 @@
 //! - [`readers`] (`bench run --scenario readers`: a service's readers, seed 001),
 //!   [`cpu`] (`--scenario cpu`: two services on one CPU, seed 002), [`echo`]
 //!   (their paced echo client);
+//! - [`capture`] (`bench capture`: seed 004's capture experiment, with the gate);
 //! - [`demo`] (the daemon in action), [`gate_cost`] (the gate's ns per packet)
 //!   and [`tick_cost`] (the daemon's loop, read by read), [`trace_cost`]
 //!   (what `sluice trace` costs the service it watches).
@@ -35,6 +36,7 @@ pub mod gen_skel {
     include!(concat!(env!("OUT_DIR"), "/gen.skel.rs"));
 }
 
+pub mod capture;
 pub mod cpu;
 pub mod demo;
 pub mod dns;

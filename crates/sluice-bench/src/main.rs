@@ -12,7 +12,7 @@ use sluice::stats;
 use sluice_bench::scenario::ConfigKind;
 use sluice_bench::victim::VictimModel;
 use sluice_bench::{
-    cpu, demo, gate_cost, gencheck, readers, recovery, report, scenario, services, step, sweep, tick_cost, trace_cost,
+    capture, cpu, demo, gate_cost, gencheck, readers, recovery, report, scenario, services, step, sweep, tick_cost, trace_cost,
     victim,
 };
 
@@ -64,6 +64,13 @@ enum BenchCmd {
     /// writes recovery.json, summary.txt and figures. About 7 minutes per
     /// model with the defaults.
     Recovery(RecoveryArgs),
+    /// Seed 004's capture experiment: tcpdump (AF_PACKET) and a plain raw
+    /// socket on the victim CPU, 10,000 frames of the captured class among
+    /// nine times as many others, 64 and 1500 bytes, no gap and a 1 us gap;
+    /// how many reach the capture program, where the rest die, the
+    /// driver->stack time with a 95% interval; without the gate in front and
+    /// with it admitting only the captured class.
+    Capture(CaptureArgs),
     /// What `sluice trace` costs the service it watches: delivered throughput
     /// at 1x load with no trace, a counting trace and a sampling trace, in
     /// interleaved windows (nic model, gate attached); about ROUNDS x 3 x
@@ -97,6 +104,22 @@ struct RecoveryArgs {
     /// Output folder (default: results/recovery-TIMESTAMP).
     #[arg(long, short)]
     out: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct CaptureArgs {
+    /// Capture programs: tcpdump, raw.
+    #[arg(long, value_delimiter = ',', default_value = "tcpdump,raw", value_parser = ["tcpdump", "raw"])]
+    capturers: Vec<String>,
+    /// Frame sizes, bytes (60 to 1514).
+    #[arg(long, value_delimiter = ',', default_value = "64,1500", value_parser = clap::value_parser!(u32).range(60..=1514))]
+    frames: Vec<u32>,
+    /// Gaps between frames: none (as fast as the generator goes) or 1us.
+    #[arg(long, value_delimiter = ',', default_value = "none,1us", value_parser = ["none", "1us"])]
+    gaps: Vec<String>,
+    /// Print the results as JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -264,6 +287,7 @@ fn main() -> ExitCode {
         BenchCmd::Gate(a) => cmd_bench_gate(a),
         BenchCmd::Tick(a) => cmd_bench_tick(a),
         BenchCmd::Trace(a) => cmd_bench_trace(a),
+        BenchCmd::Capture(a) => cmd_bench_capture(a),
         BenchCmd::Recovery(a) => cmd_bench_recovery(a),
     };
     match result {
@@ -441,6 +465,12 @@ fn cmd_bench_recovery(a: RecoveryArgs) -> Result<()> {
     print!("{}", recovery::summary(&r));
     println!("figures: {}", out.display());
     Ok(())
+}
+
+fn cmd_bench_capture(a: CaptureArgs) -> Result<()> {
+    let o = capture::CaptureOpts { capturers: a.capturers, frames: a.frames, gaps: a.gaps };
+    let runs = capture::run(&o)?;
+    print_json_or(a.json, &runs, |r| capture::summary(r))
 }
 
 fn cmd_bench_trace(a: TraceCostArgs) -> Result<()> {
