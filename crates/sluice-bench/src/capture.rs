@@ -3,9 +3,10 @@
 //! A capture program on the victim's interface (`tcpdump` from Debian over
 //! AF_PACKET with a `udp dst port` filter, or a plain raw-socket reader,
 //! both on the victim CPU of the same-core model) while the generator sends
-//! 10,000 frames of the captured class mixed with nine times as many other
-//! frames, of 64 or 1500 bytes, with no gap (as fast as the generator goes)
-//! or a 1 us gap (1 Mpps in all). Counted: the captured class's frames that
+//! 10,000 frames of the captured class (with no gap: 100 ms of them, about
+//! 60,000) mixed with nine times as many other
+//! frames, of 64 or 1500 bytes, with no gap (6 Mpps asked in all, about the
+//! generator's best here) or a 1 us gap (1 Mpps in all). Counted: the captured class's frames that
 //! reached the capture program, the frames the veth ring refused, and from
 //! `sluice trace`'s tracer where the rest died and the driver->stack time
 //! (mean +- 95% interval); from bpf_stats the gate's ns per frame. Then the
@@ -45,8 +46,12 @@ pub struct CaptureRun {
     pub secs: f64,
     /// Frames the veth ring refused (all classes).
     pub ring_drops: u64,
-    /// Captured-class frames that reached the capture program.
+    /// Captured-class frames that reached the capture program: read by the
+    /// raw reader; for tcpdump, its "packets captured".
     pub captured: u64,
+    /// tcpdump only: its "received by filter" (frames its filter passed) and
+    /// "dropped by kernel" (of those, the ones its AF_PACKET ring had no room for).
+    pub tcpdump_filter_dropped: Option<(u64, u64)>,
     pub captured_share: f64,
     /// Where the tracer saw the captured class die after the gate: (stage, reason, frames).
     pub kernel_drops: Vec<(String, String, u64)>,
@@ -70,7 +75,8 @@ enum Capturer {
 
 fn start_tcpdump(ns: &str, cpu: usize) -> Result<Capturer> {
     let mut child = Command::new("ip")
-        .args(["netns", "exec", ns, "taskset", "-c", &cpu.to_string(), "tcpdump", "-i", IF_B, "-n", "-w", "/dev/null"])
+        .args(["netns", "exec", ns, "taskset", "-c", &cpu.to_string(), "tcpdump", "-i", IF_B, "-n", "--immediate-mode"])
+        .args(["-w", "/dev/null"])
         .args(["udp", "dst", "port", &PORT.to_string()])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -147,21 +153,28 @@ fn is_captured(f: &[u8]) -> bool {
     f[12] == 0x08 && f[13] == 0x00 && f[23] == 17 && u16::from_be_bytes([f[36], f[37]]) == PORT
 }
 
+/// The number before `what` on a line of tcpdump's summary.
+fn tcpdump_count(text: &str, what: &str) -> Result<u64> {
+    let line = text.lines().find(|l| l.contains(what)).with_context(|| format!("tcpdump's \"{what}\" line"))?;
+    line.split_whitespace().next().and_then(|n| n.parse().ok()).with_context(|| format!("tcpdump's {what} count"))
+}
+
 impl Capturer {
-    fn stop(self) -> Result<u64> {
+    /// Stop; the captured-class frames that reached it, and tcpdump's (received by filter, dropped by kernel).
+    fn stop(self) -> Result<(u64, Option<(u64, u64)>)> {
         match self {
             Capturer::Tcpdump(child) => {
                 // SAFETY: kill(2) on our child (ip netns exec execs taskset, which execs tcpdump).
                 unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
                 let out = child.wait_with_output()?;
                 let text = String::from_utf8_lossy(&out.stderr);
-                let line = text.lines().find(|l| l.contains("packets captured")).context("tcpdump's summary line")?;
-                Ok(line.split_whitespace().next().and_then(|n| n.parse().ok()).context("tcpdump's count")?)
+                let filter = (tcpdump_count(&text, "received by filter")?, tcpdump_count(&text, "dropped by kernel")?);
+                Ok((tcpdump_count(&text, "packets captured")?, Some(filter)))
             }
             Capturer::Raw { stop, count, thread } => {
                 stop.store(true, Ordering::Relaxed);
                 thread.join().map_err(|_| anyhow::anyhow!("the raw-socket reader panicked"))??;
-                Ok(count.load(Ordering::Relaxed))
+                Ok((count.load(Ordering::Relaxed), None))
             }
         }
     }
@@ -200,7 +213,8 @@ impl Bed {
 
     fn one(&mut self, capturer: &str, frame: u32, gap: &str, captured_only: bool) -> Result<CaptureRun> {
         self.set_gate(captured_only)?;
-        let total_pps = if gap == "1us" { 1e6 } else { 20e6 };
+        // No gap: about the generator's best on this machine (6 Mpps, ../LINUX-NOTES).
+        let total_pps = if gap == "1us" { 1e6 } else { 6e6 };
         let cap_pps = total_pps / (1.0 + OTHERS);
         let net = &self.tb.net;
         let streams = [
@@ -224,22 +238,21 @@ impl Bed {
         };
         let ring0 = link_stats(&net.a, IF_A)?.tx_dropped;
         let stats0 = gate_stats(&self.gate);
-        // FRAMES captured-class frames at the asked rate; with no gap the
-        // generator falls short of the asked 20 Mpps, so it sends for 20 ms
-        // (about 6 Mpps here: some 12,000 captured-class frames). The share is
-        // of what it really sent.
-        let secs = if gap == "1us" { FRAMES as f64 / cap_pps } else { 0.02 };
+        // FRAMES captured-class frames at the asked rate, but at least 100 ms:
+        // a generator run of a few ms sends erratically (its start costs
+        // about 20 ms). The share is of what the generator really sent.
+        let secs = (FRAMES as f64 / cap_pps).max(0.1);
         let (a, ifx, gen) = (net.a.clone(), net.ifindex_a, self.gen.clone());
         let (counts, run_secs) = netns::run_in(&a, move || {
             netns::pin_thread(0)?;
             gen.lock().unwrap().run(ifx, Duration::from_secs_f64(secs), 64)
         })?;
-        std::thread::sleep(Duration::from_millis(500));
-        let captured = capture.stop()?;
+        std::thread::sleep(Duration::from_millis(1000));
+        let (captured, tcpdump_filter_dropped) = capture.stop()?;
         let ring_drops = link_stats(&net.a, IF_A)?.tx_dropped - ring0;
-        let gate_ns = stats0.zip(gate_stats(&self.gate)).and_then(|((t0, n0), (t1, n1))| {
-            (n1 > n0 && t1 > t0).then(|| (t1 - t0) as f64 / (n1 - n0) as f64)
-        });
+        let gate_ns = stats0
+            .zip(gate_stats(&self.gate))
+            .and_then(|((t0, n0), (t1, n1))| (n1 > n0 && t1 > t0).then(|| (t1 - t0) as f64 / (n1 - n0) as f64));
         let c = tracer.counts()?;
         let kernel_drops = tracer.drops_of(&c, 0).into_iter().map(|d| (d.stage, d.reason, d.packets)).collect();
         let driver_stack = Some(Interval::of(INTERVALS[0], &c.latency[0][0]));
@@ -254,6 +267,7 @@ impl Bed {
             secs: run_secs,
             ring_drops,
             captured,
+            tcpdump_filter_dropped,
             captured_share: captured as f64 / sent_captured.max(1) as f64,
             kernel_drops,
             driver_stack,
@@ -295,7 +309,17 @@ pub fn summary(runs: &[CaptureRun]) -> String {
     );
     o += &format!(
         "  {:<8} {:>5} {:>4} {:<14} {:>9} {:>9} {:>10} {:>9} {:>22} {:>7}  {}\n",
-        "capture", "frame", "gap", "gate", "sent", "captured", "share", "ring drop", "driver->stack mean", "gate ns", "died after the gate"
+        "capture",
+        "frame",
+        "gap",
+        "gate",
+        "sent",
+        "captured",
+        "share",
+        "ring drop",
+        "driver->stack mean",
+        "gate ns",
+        "died after the gate"
     );
     for r in runs {
         let ds = r.driver_stack.as_ref().and_then(|i| Some(format!("{:.0} +- {:.0} ns", i.mean_ns?, i.ci95_ns?)));
@@ -314,6 +338,9 @@ pub fn summary(runs: &[CaptureRun]) -> String {
             r.gate_ns.map_or("n/a".into(), |g| format!("{g:.0}")),
             if died.is_empty() { "-".to_string() } else { died.join(", ") }
         );
+        if let Some((filter, dropped)) = r.tcpdump_filter_dropped {
+            o += &format!("  {:<8} (tcpdump: {filter} received by filter, {dropped} of them dropped by kernel: its ring was full)\n", "");
+        }
     }
     o
 }

@@ -12,8 +12,8 @@ use sluice::stats;
 use sluice_bench::scenario::ConfigKind;
 use sluice_bench::victim::VictimModel;
 use sluice_bench::{
-    capture, cpu, demo, gate_cost, gencheck, readers, recovery, report, scenario, services, step, sweep, tick_cost, trace_cost,
-    victim,
+    capture, cpu, demo, gate_cost, gencheck, readers, recovery, report, scenario, services, step, sweep, tick_cost,
+    trace_cost, victim,
 };
 
 /// The sluice bench: a flooded service in two network namespaces this
@@ -114,7 +114,7 @@ struct CaptureArgs {
     /// Frame sizes, bytes (60 to 1514).
     #[arg(long, value_delimiter = ',', default_value = "64,1500", value_parser = clap::value_parser!(u32).range(60..=1514))]
     frames: Vec<u32>,
-    /// Gaps between frames: none (as fast as the generator goes) or 1us.
+    /// Gaps between frames: none (6 Mpps asked in all) or 1us (1 Mpps in all).
     #[arg(long, value_delimiter = ',', default_value = "none,1us", value_parser = ["none", "1us"])]
     gaps: Vec<String>,
     /// Print the results as JSON.

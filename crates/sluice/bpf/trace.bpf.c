@@ -26,10 +26,10 @@
  *
  * Latency: one skb in settings.sample_every at the driver stage is
  * timestamped in `inflight` (keyed by the skb's address); the stack stage adds
- * its time. At a UDP socket's queue the sample moves to `waiting`, keyed by
+ * its time and records driver->stack. At a UDP socket's queue the sample moves to `waiting`, keyed by
  * (socket, the datagram's number in that socket's queue): a UDP socket is a
  * FIFO, so when its reader takes datagram number n (`sockseqs` counts both
- * ends) the sample's three intervals go into `latency`: count, sum, sum of
+ * ends) the other two intervals go into `latency`: count, sum, sum of
  * squares (so user space gets a mean and a 95% interval, as seed 004 did)
  * and a log2 histogram (for p50/p99). Not the skb's free: since 6.18 UDP
  * frees a datagram read on another CPU later, on the CPU that allocated it.
@@ -354,15 +354,18 @@ int BPF_PROG(trace_netif_rx, struct sk_buff *skb)
 	return 0;
 }
 
-/* Time a sampled skb at `stage`, if it is one. */
-static __always_inline void stamp(struct sk_buff *skb, __u32 stage)
+/* A sampled skb reached the stack: time it, and record driver->stack (every
+ * sample that gets this far, whether a socket takes it or not). */
+static __always_inline void stamp_stack(struct sk_buff *skb)
 {
-	if (!settings.sample_every || stage >= SLUICE_STAGE_READ)
+	if (!settings.sample_every)
 		return;
-	__u64 key = (__u64)skb;
+	__u64 key = (__u64)skb, now = bpf_ktime_get_ns();
 	struct flight *f = bpf_map_lookup_elem(&inflight, &key);
-	if (f)
-		f->at[stage] = bpf_ktime_get_ns();
+	if (!f)
+		return;
+	f->at[SLUICE_STAGE_STACK] = now;
+	record(f->class_id, SLUICE_IV_DRIVER_STACK, f->at[SLUICE_STAGE_DRIVER], now);
 }
 
 SEC("tp_btf/netif_receive_skb")
@@ -371,7 +374,7 @@ int BPF_PROG(trace_stack, struct sk_buff *skb)
 	if (!on_iface(skb))
 		return 0;
 	count_in(skb_class(skb), SLUICE_STAGE_STACK);
-	stamp(skb, SLUICE_STAGE_STACK);
+	stamp_stack(skb);
 	return 0;
 }
 
@@ -445,7 +448,6 @@ static __always_inline void dequeue_sample(struct sock *sk)
 	if (!f)
 		return;
 	__u64 now = bpf_ktime_get_ns();
-	record(f->class_id, SLUICE_IV_DRIVER_STACK, f->at[SLUICE_STAGE_DRIVER], f->at[SLUICE_STAGE_STACK]);
 	record(f->class_id, SLUICE_IV_STACK_QUEUED, f->at[SLUICE_STAGE_STACK], f->at[SLUICE_STAGE_QUEUED]);
 	record(f->class_id, SLUICE_IV_QUEUED_READ, f->at[SLUICE_STAGE_QUEUED], now);
 	bpf_map_delete_elem(&waiting, &w);
