@@ -233,7 +233,8 @@ pub struct Report {
     pub duration_secs: f64,
     /// Where the gate's verdicts came from ("daemon pid N"), or None: no gate.
     pub gate: Option<String>,
-    /// One sampled packet in this many at the driver stage (0: no latency).
+    /// One sampled packet in this many at the driver stage when the trace
+    /// ended (it follows the rate, second by second); 0: no latency.
     pub sample_every: u32,
     pub classes: Vec<ClassFate>,
     /// Drops of packets the tracer could not class (not IP, or unreadable headers).
@@ -264,7 +265,11 @@ pub fn render(r: &Report) -> String {
         r.interface,
         r.duration_secs,
         r.gate.as_deref().unwrap_or("none attached (ledger starts at the driver)"),
-        if r.sample_every == 0 { "off".to_string() } else { format!("1 packet in {}", r.sample_every) }
+        if r.sample_every == 0 {
+            "off".to_string()
+        } else {
+            format!("sampled (1 packet in {} at the end)", r.sample_every)
+        }
     );
     for c in &r.classes {
         out += &format!("\nclass {}\n", c.name);
