@@ -247,6 +247,42 @@ fn pct(x: f64) -> String {
     format!("{:.0}%", x * 100.0)
 }
 
+/// Seed 000's table for one configuration: the highest level with less than
+/// LOSS_FREE lost (delivered against sent, medians), the first level past it
+/// with more, and the per-packet cost the loss-free rate implies (1 / its
+/// sent rate). None where no level qualifies.
+pub fn loss_free(points: &[Point], config: ConfigKind) -> (Option<&Point>, Option<&Point>) {
+    let mut ps: Vec<&Point> = points.iter().filter(|p| p.config == config).collect();
+    ps.sort_by(|a, b| a.multiple.total_cmp(&b.multiple));
+    let lossy = |p: &Point| match (p.sent_pps.median, p.delivered_pps.median) {
+        (Some(s), Some(d)) if s > 0.0 => 1.0 - d / s >= crate::sweep::LOSS_FREE,
+        _ => true,
+    };
+    let first_lossy = ps.iter().position(|p| lossy(p));
+    let highest_free = ps[..first_lossy.unwrap_or(ps.len())].last().copied();
+    (highest_free, first_lossy.map(|i| ps[i]))
+}
+
+fn loss_free_table(o: &mut String, m: &ModelRun) {
+    let _ = writeln!(
+        o,
+        "  seed 000's table: highest loss-free level (< {}% lost), first lossy level, 1 / loss-free rate",
+        crate::sweep::LOSS_FREE * 100.0
+    );
+    let mut configs: Vec<ConfigKind> = m.points.iter().map(|p| p.config).collect();
+    configs.sort_by_key(|c| c.name());
+    configs.dedup();
+    for c in configs {
+        let (free, lossy) = loss_free(&m.points, c);
+        let level = |p: Option<&Point>| {
+            p.and_then(|p| Some(format!("{}x ({}/s)", p.multiple, sluice::stats::human(p.sent_pps.median?))))
+                .unwrap_or_else(|| "none".into())
+        };
+        let cost = free.and_then(|p| p.sent_pps.median).map_or("n/a".into(), |s| format!("{:.0} ns", 1e9 / s));
+        let _ = writeln!(o, "    {:<9} loss-free {:<20} first lossy {:<20} per packet {}", c.name(), level(free), level(lossy), cost);
+    }
+}
+
 /// The summary table: per model, configuration and level, the median of the
 /// repeats with their range, delivered as a share of the calibrated peak,
 /// both CPU meters, cost and the probe's p99. Marks: `NO` in valid (the
@@ -300,6 +336,7 @@ pub fn summary(r: &Results) -> String {
             "  cpu: busy by the idle-thread meter / by /proc/stat; ! = they differ by more than {:.0} points",
             crate::level::CPU_METERS_BOUND * 100.0
         );
+        loss_free_table(&mut o, m);
     }
     o
 }
@@ -374,4 +411,45 @@ pub fn write_all(r: &Results, dir: &Path) -> Result<()> {
     let figs = figures(r, dir)?;
     std::fs::write(dir.join("report.html"), html(r, &figs))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn point(config: ConfigKind, multiple: f64, sent: f64, delivered: f64) -> Point {
+        Point {
+            config,
+            multiple,
+            asked_pps: sent,
+            sent_pps: Stat::of_all([sent]),
+            delivered_pps: Stat::of_all([delivered]),
+            legit_replies_pps: Stat::default(),
+            legit_loss: Stat::default(),
+            legit_p99_us: Stat::default(),
+            cpu_busy: Stat::default(),
+            cpu_busy_procstat: Stat::default(),
+            cpu_meters_disagree: 0,
+            ns_per_delivered: Stat::default(),
+            valid: true,
+        }
+    }
+
+    #[test]
+    fn the_loss_free_level_is_the_last_before_the_first_lossy_one() {
+        let ps = vec![
+            point(ConfigKind::Off, 2.0, 200e3, 150e3),
+            point(ConfigKind::Off, 0.5, 50e3, 50e3),
+            point(ConfigKind::Off, 1.0, 100e3, 99.9e3),
+            point(ConfigKind::Off, 3.0, 300e3, 300e3), // loss-free again past a lossy level: not counted
+            point(ConfigKind::Static, 0.5, 50e3, 40e3),
+        ];
+        let (free, lossy) = loss_free(&ps, ConfigKind::Off);
+        assert_eq!(free.map(|p| p.multiple), Some(1.0));
+        assert_eq!(lossy.map(|p| p.multiple), Some(2.0));
+        let (free, lossy) = loss_free(&ps, ConfigKind::Static);
+        assert!(free.is_none());
+        assert_eq!(lossy.map(|p| p.multiple), Some(0.5));
+        assert_eq!(loss_free(&ps, ConfigKind::Auto), (None, None));
+    }
 }
