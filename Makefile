@@ -4,7 +4,7 @@
 # Both need root (XDP, network namespaces) and a Debian 12 machine (apt).
 
 APT_PACKAGES := clang llvm libclang-dev libbpf-dev libelf-dev zlib1g-dev pkg-config \
-                iproute2 ethtool util-linux python3 procps nftables fonts-dejavu-core tcpdump \
+                iproute2 ethtool util-linux python3 procps nftables fonts-dejavu-core tcpdump iputils-ping \
                 nsd dnsperf nginx wrk
 CARGO ?= cargo
 BIN := target/release/sluice

@@ -30,6 +30,8 @@ pub(crate) struct WindowEdge {
     cpu: CpuSample,
     /// The kernel's drops after the gate by reason name; None without the tracer.
     kernel: Option<BTreeMap<String, u64>>,
+    /// Bytes of the victim's outbound flow received in A.
+    outbound_bytes: u64,
 }
 
 /// Where the packets of a window went; all counts are packets in the window.
@@ -203,6 +205,15 @@ pub struct LevelResult {
     pub admitted_cv: Option<f64>,
     #[serde(default)]
     pub ctl_cpu_pct: Option<f64>,
+    /// Seed 000's side measurements: the victim's steady outbound flow (10
+    /// Mb/s asked) as received, Mb/s; ping from A to the victim: replies
+    /// lost and mean round trip (None: no reply).
+    #[serde(default)]
+    pub outbound_mbps: Option<f64>,
+    #[serde(default)]
+    pub ping_loss: Option<f64>,
+    #[serde(default)]
+    pub ping_avg_us: Option<f64>,
 }
 
 impl Rig {
@@ -237,6 +248,7 @@ impl Rig {
             nft_drops,
             cpu: self.meter.sample(self.tb.victim_cpu)?,
             kernel,
+            outbound_bytes: self.outbound.bytes(),
         })
     }
 
@@ -270,6 +282,8 @@ impl Rig {
         let delivered_pps = ledger.delivered as f64 / secs;
         let sent_pps = ledger.applied as f64 / secs;
         let (admitted_cv, ctl_cpu_pct) = w.controller(secs);
+        let outbound_mbps = Some(d(s0.outbound_bytes, s1.outbound_bytes) as f64 * 8.0 / secs / 1e6);
+        let ping_loss = w.ping.filter(|p| p.sent > 0).map(|p| 1.0 - p.received as f64 / p.sent as f64);
         Ok(LevelResult {
             model: self.tb.model,
             config,
@@ -292,6 +306,9 @@ impl Rig {
             ledger,
             admitted_cv,
             ctl_cpu_pct,
+            outbound_mbps,
+            ping_loss,
+            ping_avg_us: w.ping.and_then(|p| p.avg_us),
         })
     }
 
@@ -304,6 +321,7 @@ impl Rig {
         if let Some(r) = &self.replies {
             r.take();
         }
+        let ping = crate::outbound::Ping::start(&self.tb.net.a, &self.tb.net.ip_b.to_string(), duration);
         let start = self.window_edge()?;
         let auto_start = self.auto_progress();
         std::thread::sleep(Duration::from_secs_f64(duration));
@@ -317,7 +335,9 @@ impl Rig {
         }
         // Let the replies of the window's last requests come back.
         std::thread::sleep(Duration::from_millis(200));
-        Ok(Window { start, end, auto_start, auto_end, trace })
+        // A ping that could not start or printed no summary is a missing figure, not an error.
+        let ping = ping.and_then(|p| p.finish()).ok();
+        Ok(Window { start, end, auto_start, auto_end, trace, ping })
     }
 
     /// The legitimate probe: requests sent in the window, and their replies.
@@ -341,6 +361,7 @@ impl Rig {
 struct Window {
     start: WindowEdge,
     end: WindowEdge,
+    ping: Option<crate::outbound::PingResult>,
     auto_start: Option<(u64, u64)>,
     auto_end: Option<(u64, u64)>,
     trace: Vec<sluice::auto::TracePoint>,

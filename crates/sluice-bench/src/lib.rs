@@ -7,7 +7,8 @@
 //!   accuracy), [`workers`] (its thread and the reply receiver in namespace A);
 //! - the victim: [`victim`] (the testbed with a victim model), [`rig`] (one
 //!   model's running rig: gates, service, control thread running the
-//!   daemon's tick), [`measure`] (CPU meters, /proc counters, nftables);
+//!   daemon's tick), [`measure`] (CPU meters, /proc counters, nftables),
+//!   [`outbound`] (seed 000's outbound flow and ping beside each level);
 //! - the measurements: [`level`] (one load level and its ledger), [`sweep`]
 //!   (calibration, levels, repeats), [`step`] (settling after changes),
 //!   [`recovery`] (how long the service takes to come back after a flood),
@@ -48,6 +49,7 @@ pub mod gencheck;
 pub mod http;
 pub mod level;
 pub mod measure;
+pub mod outbound;
 pub mod procs;
 pub mod readers;
 pub mod recovery;

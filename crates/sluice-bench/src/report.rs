@@ -106,6 +106,8 @@ const FIGURES: &[(&str, &str, &str, Metric, f64)] = &[
     ("cpu", "victim CPU vs applied load", "victim CPU busy (%)", |p| p.cpu_busy, 100.0),
     ("ns_per_delivered", "victim CPU per delivered datagram", "ns per delivered datagram", |p| p.ns_per_delivered, 1.0),
     ("legit_p99", "legitimate probe p99 round trip", "p99 RTT (us)", |p| p.legit_p99_us, 1.0),
+    ("outbound", "the victim's outbound flow (10 Mb/s sent)", "received (Mb/s)", |p| p.outbound_mbps, 1.0),
+    ("ping", "ping from A to the victim", "mean round trip (us)", |p| p.ping_avg_us, 1.0),
 ];
 
 pub(crate) fn colour(c: ConfigKind) -> RGBColor {
@@ -279,7 +281,14 @@ fn loss_free_table(o: &mut String, m: &ModelRun) {
                 .unwrap_or_else(|| "none".into())
         };
         let cost = free.and_then(|p| p.sent_pps.median).map_or("n/a".into(), |s| format!("{:.0} ns", 1e9 / s));
-        let _ = writeln!(o, "    {:<9} loss-free {:<20} first lossy {:<20} per packet {}", c.name(), level(free), level(lossy), cost);
+        let _ = writeln!(
+            o,
+            "    {:<9} loss-free {:<20} first lossy {:<20} per packet {}",
+            c.name(),
+            level(free),
+            level(lossy),
+            cost
+        );
     }
 }
 
@@ -307,8 +316,18 @@ pub fn summary(r: &Results) -> String {
         );
         let _ = writeln!(
             o,
-            "  {:<9} {:>6} {:>8} {:>24} {:>6} {:>11} {:>8} {:>20} {:>6}",
-            "config", "level", "sent/s", "deliv/s", "%peak", "cpu idle/ps", "ns/deliv", "p99 us", "valid"
+            "  {:<9} {:>6} {:>8} {:>24} {:>6} {:>11} {:>8} {:>20} {:>6} {:>8} {:>8}",
+            "config",
+            "level",
+            "sent/s",
+            "deliv/s",
+            "%peak",
+            "cpu idle/ps",
+            "ns/deliv",
+            "p99 us",
+            "valid",
+            "out Mb/s",
+            "ping us"
         );
         for p in &m.points {
             let cpu = format!(
@@ -319,7 +338,7 @@ pub fn summary(r: &Results) -> String {
             );
             let _ = writeln!(
                 o,
-                "  {:<9} {:>5}x {:>8} {:>24} {:>6} {:>11} {:>8} {:>20} {:>6}",
+                "  {:<9} {:>5}x {:>8} {:>24} {:>6} {:>11} {:>8} {:>20} {:>6} {:>8} {:>8}",
                 p.config.name(),
                 p.multiple,
                 p.sent_pps.median.map_or("n/a".into(), sluice::stats::human),
@@ -328,7 +347,9 @@ pub fn summary(r: &Results) -> String {
                 cpu,
                 p.ns_per_delivered.show(|v| format!("{v:.0}")),
                 p.legit_p99_us.show(|v| format!("{v:.0}")),
-                if p.valid { "yes" } else { "NO" }
+                if p.valid { "yes" } else { "NO" },
+                p.outbound_mbps.median.map_or("n/a".into(), |v| format!("{v:.2}")),
+                p.ping_avg_us.median.map_or("n/a".into(), |v| format!("{v:.0}"))
             );
         }
         let _ = writeln!(
@@ -432,6 +453,8 @@ mod tests {
             cpu_meters_disagree: 0,
             ns_per_delivered: Stat::default(),
             valid: true,
+            outbound_mbps: Stat::default(),
+            ping_avg_us: Stat::default(),
         }
     }
 

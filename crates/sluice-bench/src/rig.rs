@@ -84,6 +84,8 @@ pub struct Rig {
     /// The kernel's drops after the victim's gate, by reason (the daemon's
     /// drop counter, bpf/trace.bpf.c); None if it could not load (said once).
     pub(crate) tracer: Option<sluice::trace::Tracer>,
+    /// Seed 000's steady outbound flow from the victim to A.
+    pub(crate) outbound: crate::outbound::Outbound,
     // Last, so the namespaces go after everything that lives in them.
     pub tb: VictimBed,
 }
@@ -107,8 +109,14 @@ impl Rig {
         let tb = VictimBed::create(tag, model, gen_cpu, victim_cpu)?;
         add_flood_neighbours(&tb, scenario.streams.iter().map(|s| s.sources).max().unwrap_or(1))?;
         // A's side: only legitimate replies (and ARP/ND) reach A's stack.
-        let replies_only =
-            [format!("replies:match=udp:{LEGIT_SPORT}"), "default:rate=blocked,match=icmp,match=icmpv6".into()];
+        // A's side: the legitimate replies, the victim's outbound flow and
+        // ping's echo replies; everything else is dropped there.
+        let replies_only = [
+            format!("replies:match=udp:{LEGIT_SPORT}"),
+            format!("outbound:match=udp:{}", crate::outbound::OUT_PORT),
+            "ping:match=icmp".into(),
+            "default:rate=blocked,match=icmpv6".into(),
+        ];
         let filter = attach_gate(&tb.net.a, IF_A, replies_only.to_vec())?;
         // The victim's gate, pass-through until a configuration is applied.
         let victim = attach_gate(&tb.net.b, IF_B, vec![format!("svc:match=udp:{}", scenario.victim.port)])?;
@@ -131,6 +139,7 @@ impl Rig {
         } else {
             None
         };
+        let outbound = crate::outbound::Outbound::start(&tb, exe)?;
         let meter = IdleMeter::start(victim_cpu)?;
         let procs = Mutex::new(ProcFiles {
             snmp: NsFile::open(&tb.net.b, "snmp")?,
@@ -153,6 +162,7 @@ impl Rig {
             nft: Mutex::new(None),
             _filter: filter,
             tracer,
+            outbound,
             tb,
         })
     }

@@ -96,6 +96,12 @@ pub struct Point {
     pub ns_per_delivered: Stat,
     /// Every repeat reached the asked rate (within 2%).
     pub valid: bool,
+    /// Seed 000's side measurements: the victim's outbound flow (Mb/s
+    /// received) and ping's mean round trip (us).
+    #[serde(default)]
+    pub outbound_mbps: Stat,
+    #[serde(default)]
+    pub ping_avg_us: Stat,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -180,6 +186,8 @@ pub(crate) fn summarise(results: &[LevelResult], configs: &[ConfigKind], multipl
                 cpu_meters_disagree: rs.iter().filter(|r| !r.cpu_meters_agree()).count() as u32,
                 ns_per_delivered: Stat::of(rs.iter().map(|r| r.ns_per_delivered)),
                 valid: rs.iter().all(|r| r.valid),
+                outbound_mbps: Stat::of(rs.iter().map(|r| r.outbound_mbps)),
+                ping_avg_us: Stat::of(rs.iter().map(|r| r.ping_avg_us)),
             });
         }
     }

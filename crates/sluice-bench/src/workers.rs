@@ -29,40 +29,56 @@ pub(crate) struct ReplyRx {
     thread: Option<JoinHandle<()>>,
 }
 
+/// A thread in namespace `ns` receiving on a UDP socket bound to `bind`,
+/// handing each datagram to `each`, until `stop` is set; returns once bound.
+pub(crate) fn receive_in(
+    ns: &str,
+    bind: SocketAddr,
+    stop: Arc<AtomicBool>,
+    mut each: impl FnMut(&[u8]) + Send + 'static,
+) -> Result<JoinHandle<()>> {
+    let ns = ns.to_string();
+    let (tx, rx) = mpsc::channel();
+    let thread = std::thread::spawn(move || {
+        let sock = (|| -> Result<UdpSocket> {
+            netns::enter(&ns)?;
+            let sock = UdpSocket::bind(bind)?;
+            sock.set_read_timeout(Some(Duration::from_millis(50)))?;
+            Ok(sock)
+        })();
+        let sock = match sock {
+            Ok(s) => {
+                let _ = tx.send(Ok(()));
+                s
+            }
+            Err(e) => {
+                let _ = tx.send(Err(e));
+                return;
+            }
+        };
+        let mut buf = [0u8; 2048];
+        while !stop.load(Ordering::Relaxed) {
+            if let Ok(n) = sock.recv(&mut buf) {
+                each(&buf[..n]);
+            }
+        }
+    });
+    rx.recv().context("receiver thread")??;
+    Ok(thread)
+}
+
 impl ReplyRx {
     pub fn start(ns: &str, bind: SocketAddr) -> Result<ReplyRx> {
         let replies = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
-        let (r, s, ns) = (replies.clone(), stop.clone(), ns.to_string());
-        let (tx, rx) = mpsc::channel();
-        let thread = std::thread::spawn(move || {
-            let sock = (|| -> Result<UdpSocket> {
-                netns::enter(&ns)?;
-                let sock = UdpSocket::bind(bind)?;
-                sock.set_read_timeout(Some(Duration::from_millis(50)))?;
-                Ok(sock)
-            })();
-            let sock = match sock {
-                Ok(s) => {
-                    let _ = tx.send(Ok(()));
-                    s
-                }
-                Err(e) => {
-                    let _ = tx.send(Err(e));
-                    return;
-                }
-            };
-            let mut buf = [0u8; 2048];
-            while !s.load(Ordering::Relaxed) {
-                if let Ok(n) = sock.recv(&mut buf) {
-                    if n >= 16 {
-                        let sent_ns = u64::from_ne_bytes(buf[0..8].try_into().unwrap());
-                        r.lock().unwrap().push(Reply { sent_ns, recv_ns: mono_ns() });
-                    }
-                }
+        let r = replies.clone();
+        let thread = receive_in(ns, bind, stop.clone(), move |d| {
+            if d.len() >= 16 {
+                let sent_ns = u64::from_ne_bytes(d[0..8].try_into().unwrap());
+                r.lock().unwrap().push(Reply { sent_ns, recv_ns: mono_ns() });
             }
-        });
-        rx.recv().context("reply receiver")??;
+        })
+        .context("reply receiver")?;
         Ok(ReplyRx { replies, stop, thread: Some(thread) })
     }
 

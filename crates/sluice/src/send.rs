@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 
 /// Datagrams per sendmmsg call at most (a burst the victim's backlog absorbs).
 const BATCH: usize = 32;
+/// A wait shorter than this is spun, not slept (a sleep overshoots by tens of us).
+const SLEEP_MIN: Duration = Duration::from_micros(100);
 
 #[derive(Debug, Clone)]
 pub struct SendOpts {
@@ -71,7 +73,15 @@ pub fn send_udp(o: &SendOpts) -> io::Result<SendReport> {
         let due = if o.rate == 0 { u64::MAX } else { (o.rate as f64 * elapsed.as_secs_f64()) as u64 };
         let behind = due.saturating_sub(rep.sent + rep.refused);
         if behind == 0 {
-            std::hint::spin_loop();
+            // Sleep until the next datagram is due, unless that is too close
+            // for the scheduler: a low rate must not take a whole CPU.
+            let next = Duration::from_secs_f64((rep.sent + rep.refused + 1) as f64 / o.rate as f64);
+            let wait = next.saturating_sub(start.elapsed());
+            if wait > SLEEP_MIN {
+                std::thread::sleep(wait - SLEEP_MIN / 2);
+            } else {
+                std::hint::spin_loop();
+            }
             continue;
         }
         let n = behind.min(BATCH as u64) as usize;
