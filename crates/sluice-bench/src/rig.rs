@@ -92,6 +92,9 @@ pub struct Rig {
 
 impl Drop for Rig {
     fn drop(&mut self) {
+        // The outbound flow first: detaching A's XDP program while B still
+        // sends into it once hung in napi_disable.
+        self.outbound.stop();
         self.rebalance_stop.store(true, Ordering::Relaxed);
         for c in std::iter::once(&mut self.service).chain(self.bulk_service.as_mut()) {
             let _ = c.kill();
