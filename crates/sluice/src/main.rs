@@ -130,7 +130,7 @@ struct StatusArgs {
 /// Uses tracepoints only (tp_btf), so it runs where kprobes and fentry do
 /// not. With a daemon running on the interface it shares the gate's class
 /// tables and reads its verdicts; without one, classes come from --config,
-/// --class and service discovery (as `sluice run` would make them) and the
+/// --class-spec and service discovery (as `sluice run` would make them) and the
 /// ledger starts at the driver. Run it in the interface's network namespace.
 /// Everything it attaches is detached when it ends (also on Ctrl-C).
 #[derive(Args)]
@@ -145,7 +145,7 @@ struct TraceArgs {
     #[arg(long, value_name = "SECS", value_parser = parse_secs, default_value = "10")]
     duration: Duration,
     /// Time about this many packets a second for the latency figures (1 in
-    /// N, N set each second from the rate; 0 = no latency, least overhead).
+    /// N, N set every 100 ms from the rate; 0 = no latency, least overhead).
     #[arg(long, value_name = "N", default_value_t = 2000)]
     samples_per_sec: u32,
     /// Without a daemon: the config file the classes come from.
