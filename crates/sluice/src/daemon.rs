@@ -833,34 +833,24 @@ impl Drop for SocketFile {
     }
 }
 
-fn bind_metrics(addr: SocketAddr) -> Result<tiny_http::Server> {
-    tiny_http::Server::http(addr).map_err(|e| {
-        anyhow::anyhow!("cannot serve metrics on {addr}: {e}; set metrics = \"off\" or another address (--metrics)")
-    })
+fn bind_metrics(addr: SocketAddr) -> Result<std::net::TcpListener> {
+    crate::endpoint::bind(addr)
 }
 
-fn serve_metrics(server: tiny_http::Server, shared: Arc<Shared>) {
-    std::thread::spawn(move || {
-        for req in server.incoming_requests() {
-            let resp = if req.url() == "/metrics" {
-                // OpenMetrics to those who ask for it (Prometheus does), the 0.0.4 text format to the rest.
-                let openmetrics = req
-                    .headers()
-                    .iter()
-                    .any(|h| h.field.equiv("Accept") && h.value.as_str().contains("application/openmetrics-text"));
-                let snap = shared.snapshot.lock().unwrap();
-                let (body, ct) = if openmetrics {
-                    (prometheus_text(&snap), "Content-Type: application/openmetrics-text; version=1.0.0; charset=utf-8")
-                } else {
-                    (prometheus_text_004(&snap), "Content-Type: text/plain; version=0.0.4; charset=utf-8")
-                };
-                tiny_http::Response::from_string(body).with_header(ct.parse::<tiny_http::Header>().unwrap())
+/// Serve /metrics: OpenMetrics to those who ask for it (Prometheus does), the
+/// 0.0.4 text format to the rest (src/endpoint.rs bounds the connections).
+fn serve_metrics(listener: std::net::TcpListener, shared: Arc<Shared>) {
+    crate::endpoint::serve(
+        listener,
+        Arc::new(move |openmetrics| {
+            let snap = shared.snapshot.lock().unwrap();
+            if openmetrics {
+                prometheus_text(&snap)
             } else {
-                tiny_http::Response::from_string("sluice: metrics are at /metrics\n").with_status_code(404)
-            };
-            let _ = req.respond(resp);
-        }
-    });
+                prometheus_text_004(&snap)
+            }
+        }),
+    );
 }
 
 /// Is a daemon serving on `path` yet? Its socket accepts connections from

@@ -10,6 +10,7 @@
 //!   [`signals`] (sock_diag, /proc/net counters), [`sched`] (SCHED_FIFO and
 //!   napi kthread policies), [`netns`] (running code in a namespace);
 //! - the daemon: [`daemon`] (`sluice run`: start, statistics, reload),
+//!   [`endpoint`] (the metrics endpoint, bounded in threads, bytes and time),
 //!   [`tick`] (what runs every 10 ms), [`auto`] (the auto loop: signals,
 //!   controller, gate);
 //! - tools around it: [`testbed`] (the namespaces every test, bench and demo
@@ -52,6 +53,7 @@ pub mod config;
 pub mod controller;
 pub mod daemon;
 pub mod discover;
+pub mod endpoint;
 pub mod fair;
 pub mod gate;
 pub mod health;

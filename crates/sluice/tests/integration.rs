@@ -232,6 +232,54 @@ mod status {
         assert!(tb.wait(pid).status.success());
     }
 
+    /// 300 half-open requests to the metrics endpoint (regression: they took
+    /// the daemon from 9 threads to 256): the daemon's thread count does not
+    /// move, and once they are gone a scrape is answered.
+    #[test]
+    fn half_open_metrics_requests_cost_the_daemon_no_thread() {
+        let mut tb = Testbed::new();
+        let sock = tb.socket();
+        let b = tb.b.clone();
+        let pid = tb.spawn(&b, &["run", "--iface", tb.if_b, "--socket", sock.to_str().unwrap(), "--no-discover"]);
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while !sluice::daemon::serving(&sock) {
+            assert!(std::time::Instant::now() < deadline, "sluice run did not come up");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let threads = || std::fs::read_dir(format!("/proc/{pid}/task")).unwrap().count();
+        std::thread::sleep(Duration::from_millis(500));
+        let before = threads();
+        let (during, answer) = in_netns(&b, move || {
+            use std::io::{Read, Write};
+            let idle: Vec<std::net::TcpStream> = (0..300)
+                .filter_map(|_| std::net::TcpStream::connect("127.0.0.1:9786").ok())
+                .map(|mut c| {
+                    let _ = c.write_all(b"GET /met");
+                    c
+                })
+                .collect();
+            std::thread::sleep(Duration::from_millis(500));
+            let during = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap().count();
+            drop(idle);
+            let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            loop {
+                let mut c = std::net::TcpStream::connect("127.0.0.1:9786").unwrap();
+                c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+                c.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+                let mut s = String::new();
+                if c.read_to_string(&mut s).is_ok() && s.starts_with("HTTP/1.1 200") {
+                    return (during, s);
+                }
+                assert!(std::time::Instant::now() < deadline, "no scrape answered after the half-open requests");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        });
+        assert_eq!(during, before, "threads before and with 300 half-open requests");
+        assert!(answer.contains("sluice_uptime_seconds"), "{answer}");
+        tb.signal(pid, libc::SIGTERM);
+        assert!(tb.wait(pid).status.success());
+    }
+
     /// `promtool check metrics` (Debian's prometheus package) on the text, where it
     /// is installed; `lint_004` above checks the same rules everywhere.
     fn promtool_is_clean(text: &str) {
