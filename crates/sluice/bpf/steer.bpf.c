@@ -40,30 +40,9 @@
 #include <bpf/bpf_core_read.h>
 
 #include "sluice.h"
+#include "kernel.h"
 
 char LICENSE[] SEC("license") = "GPL";
-
-/* Only the kernel fields read here; CO-RE finds their offsets in this kernel. */
-struct sk_buff_head {
-	__u32 qlen;
-} __attribute__((preserve_access_index));
-
-struct sock_common {
-	struct {
-		__s64 counter;
-	} skc_cookie;
-} __attribute__((preserve_access_index));
-
-struct sock {
-	struct sock_common __sk_common;
-	struct sk_buff_head sk_receive_queue;
-	__u16 sk_protocol;
-} __attribute__((preserve_access_index));
-
-/* UDP moves the receive queue to this one in a batch when a reader empties it. */
-struct udp_sock {
-	struct sk_buff_head reader_queue;
-} __attribute__((preserve_access_index));
 
 struct sluice_steer_settings settings SEC(".data") = {};
 

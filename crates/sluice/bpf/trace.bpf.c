@@ -52,57 +52,10 @@
 #include <bpf/bpf_endian.h>
 
 #include "sluice.h"
+#include "kernel.h"
 #include "classify.h"
 
 char LICENSE[] SEC("license") = "GPL";
-
-/* Only the kernel fields read here; CO-RE finds their offsets in this kernel. */
-struct ns_common {
-	unsigned int inum;
-} __attribute__((preserve_access_index));
-
-struct net {
-	struct ns_common ns;
-} __attribute__((preserve_access_index));
-
-struct sluice_possible_net {
-	struct net *net;
-} __attribute__((preserve_access_index));
-
-struct net_device {
-	int ifindex;
-	struct sluice_possible_net nd_net;
-} __attribute__((preserve_access_index));
-
-struct sk_buff {
-	struct net_device *dev;
-	int skb_iif;
-	__be16 protocol;
-	__u16 mac_header;
-	unsigned char *head;
-	unsigned char *data;
-} __attribute__((preserve_access_index));
-
-struct sk_buff_head {
-	struct sk_buff *prev;
-	__u32 qlen;
-} __attribute__((preserve_access_index));
-
-struct sock_common {
-	__u16 skc_num;
-	struct sluice_possible_net skc_net;
-} __attribute__((preserve_access_index));
-
-struct sock {
-	struct sock_common __sk_common;
-	struct sk_buff_head sk_receive_queue;
-	__u16 sk_protocol;
-} __attribute__((preserve_access_index));
-
-/* UDP moves the receive queue to this one in a batch when a reader empties it. */
-struct udp_sock {
-	struct sk_buff_head reader_queue;
-} __attribute__((preserve_access_index));
 
 struct sluice_trace_settings settings SEC(".data") = {};
 

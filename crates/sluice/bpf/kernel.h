@@ -1,0 +1,64 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/*
+ * kernel.h - the few kernel structs and fields the tracing programs read
+ * (steer.bpf.c, trace.bpf.c), declared with preserve_access_index: libbpf's
+ * CO-RE finds each field's offset in the running kernel's BTF at load, so
+ * no vmlinux.h is needed and only the fields a program touches must exist.
+ */
+#ifndef SLUICE_KERNEL_H
+#define SLUICE_KERNEL_H
+
+#include <linux/types.h>
+
+struct ns_common {
+	unsigned int inum;
+} __attribute__((preserve_access_index));
+
+struct net {
+	struct ns_common ns;
+} __attribute__((preserve_access_index));
+
+/* possible_net_t: a struct net pointer (with network namespaces built in). */
+struct sluice_possible_net {
+	struct net *net;
+} __attribute__((preserve_access_index));
+
+struct net_device {
+	int ifindex;
+	struct sluice_possible_net nd_net;
+} __attribute__((preserve_access_index));
+
+struct sk_buff {
+	struct net_device *dev;
+	int skb_iif;
+	__be16 protocol;
+	__u16 mac_header;
+	unsigned char *head;
+	unsigned char *data;
+} __attribute__((preserve_access_index));
+
+struct sk_buff_head {
+	struct sk_buff *prev;
+	__u32 qlen;
+} __attribute__((preserve_access_index));
+
+struct sock_common {
+	__u16 skc_num;
+	struct sluice_possible_net skc_net;
+	struct {
+		__s64 counter;
+	} skc_cookie;
+} __attribute__((preserve_access_index));
+
+struct sock {
+	struct sock_common __sk_common;
+	struct sk_buff_head sk_receive_queue;
+	__u16 sk_protocol;
+} __attribute__((preserve_access_index));
+
+/* UDP moves the receive queue to this one in a batch when a reader empties it. */
+struct udp_sock {
+	struct sk_buff_head reader_queue;
+} __attribute__((preserve_access_index));
+
+#endif /* SLUICE_KERNEL_H */
