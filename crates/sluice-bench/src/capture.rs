@@ -226,7 +226,7 @@ impl Bed {
         let ifindex = netns::run_in(&net.b, || Ok(sluice::gate::ifindex(IF_B)?))?;
         let topts = sluice::trace::Options {
             ifindex,
-            netns: sluice::trace::netns_inode_of(&net.b)?,
+            netns: sluice::netns::inode(&net.b)?,
             default_class: 1,
             drops_only: false,
         };

@@ -95,11 +95,7 @@ impl Ledger {
                 .iter()
                 .map(|(reason, &n)| (reason, n.saturating_sub(k0.get(reason).copied().unwrap_or(0))))
                 .filter(|(_, n)| *n > 0)
-                .map(|(reason, packets)| sluice::trace::fate::Drop {
-                    stage: sluice::trace::fate::stage_of(reason).to_string(),
-                    reason: reason.clone(),
-                    packets,
-                })
+                .map(|(reason, packets)| sluice::trace::fate::Drop::new(reason.clone(), packets))
                 .collect();
             let kernel: u64 = l.kernel_drops.iter().map(|d| d.packets).sum();
             l.traced_unaccounted =

@@ -396,12 +396,8 @@ fn drop_tracer(ns: &str, prog_id: u32) -> Option<sluice::trace::Tracer> {
         let b = ns.to_string();
         let ifindex = netns::run_in(ns, move || Ok(sluice::gate::ifindex(IF_B)?))
             .with_context(|| format!("finding {IF_B} in {b}"))?;
-        let opts = sluice::trace::Options {
-            ifindex,
-            netns: sluice::trace::netns_inode_of(ns)?,
-            default_class: 0,
-            drops_only: true,
-        };
+        let opts =
+            sluice::trace::Options { ifindex, netns: sluice::netns::inode(ns)?, default_class: 0, drops_only: true };
         sluice::trace::Tracer::start(&opts, sluice::trace::Tables::Gate(prog_id))
     };
     start().map_err(|e| eprintln!("bench: kernel drops by reason are not counted: {e:#}")).ok()

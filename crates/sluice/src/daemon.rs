@@ -129,7 +129,8 @@ fn load_steer(ifindex: u32) -> Option<(Steer, steer::Finder)> {
 /// with a log line saying why not.
 fn load_tracer(ifindex: u32, prog_id: u32) -> Option<(Tracer, DropBook)> {
     let start = || {
-        let opts = trace::Options { ifindex, netns: trace::netns_inode()?, default_class: 0, drops_only: true };
+        let opts =
+            trace::Options { ifindex, netns: crate::netns::current_inode()?, default_class: 0, drops_only: true };
         Tracer::start(&opts, trace::Tables::Gate(prog_id))
     };
     match start() {

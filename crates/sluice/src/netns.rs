@@ -1,20 +1,37 @@
 //! Network namespace helpers: run code on a thread inside a named namespace
 //! (`ip netns add NAME` makes /var/run/netns/NAME), and run `ip` commands.
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 
+/// Where `ip netns add NAME` puts namespace NAME.
+fn path(ns: &str) -> std::path::PathBuf {
+    Path::new("/var/run/netns").join(ns)
+}
+
 /// Enter namespace `ns` on the calling thread (for good: use a thread of its own).
 pub fn enter(ns: &str) -> Result<()> {
-    let path = Path::new("/var/run/netns").join(ns);
+    let path = path(ns);
     let f = std::fs::File::open(&path).with_context(|| format!("opening network namespace {}", path.display()))?;
     // SAFETY: setns on this thread with a namespace fd we hold open.
     if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
         bail!("entering network namespace {ns}: {}", std::io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// The inode of namespace `ns` (what BPF programs see as its `ns.inum`).
+pub fn inode(ns: &str) -> Result<u64> {
+    let path = path(ns);
+    Ok(std::fs::metadata(&path).with_context(|| format!("reading {}", path.display()))?.ino())
+}
+
+/// The inode of the calling thread's network namespace.
+pub fn current_inode() -> Result<u64> {
+    Ok(std::fs::metadata("/proc/thread-self/ns/net").context("reading /proc/thread-self/ns/net")?.ino())
 }
 
 /// Run `f` on a new thread inside namespace `ns` and return its result.

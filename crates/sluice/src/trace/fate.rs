@@ -56,6 +56,13 @@ pub struct Drop {
     pub packets: u64,
 }
 
+impl Drop {
+    /// `packets` dropped for `reason`, at the reason's stage (`stage_of`).
+    pub fn new(reason: String, packets: u64) -> Drop {
+        Drop { stage: stage_of(&reason).to_string(), reason, packets }
+    }
+}
+
 /// The gate's verdicts on a class while the trace ran.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct GateCounts {

@@ -12,7 +12,6 @@ pub mod fate;
 use std::collections::BTreeMap;
 use std::mem::MaybeUninit;
 use std::os::fd::AsFd;
-use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -63,19 +62,10 @@ pub struct Counts {
 pub struct Tracer {
     skel: TraceSkel<'static>,
     links: Vec<Link>,
+    /// The gate's maps by name, when the tracer shares them (Tables::Gate).
+    gate: Option<BTreeMap<String, MapHandle>>,
     /// `enum skb_drop_reason` names by value, prefix removed.
     reasons: Vec<String>,
-}
-
-/// The inode of this thread's network namespace (what the BPF side compares with).
-pub fn netns_inode() -> Result<u64> {
-    Ok(std::fs::metadata("/proc/thread-self/ns/net").context("reading /proc/thread-self/ns/net")?.ino())
-}
-
-/// The inode of the network namespace named `name` (`ip netns add NAME`).
-pub fn netns_inode_of(name: &str) -> Result<u64> {
-    let path = std::path::Path::new("/var/run/netns").join(name);
-    Ok(std::fs::metadata(&path).with_context(|| format!("reading {}", path.display()))?.ino())
 }
 
 /// The kernel's drop reason names (`enum skb_drop_reason` in its BTF), by value,
@@ -158,7 +148,7 @@ impl Tracer {
         if let Tables::Own(t) = tables {
             write_tables(&skel, t)?;
         }
-        let mut tracer = Tracer { skel, links: Vec::new(), reasons: drop_reason_names()? };
+        let mut tracer = Tracer { skel, links: Vec::new(), gate, reasons: drop_reason_names()? };
         tracer.attach(opts.drops_only)?;
         Ok(tracer)
     }
@@ -231,6 +221,27 @@ impl Tracer {
         Ok(c)
     }
 
+    /// The gate's counters of classes 0..n, read from its class_state map;
+    /// None when the tracer does not share a gate's maps.
+    pub fn gate_totals(&self, n: usize) -> Result<Option<Vec<ClassTotals>>> {
+        let Some(maps) = &self.gate else { return Ok(None) };
+        let state = maps.get("class_state").context("the gate program has no class_state map")?;
+        let totals = (0..n as u32)
+            .map(|class| {
+                let per_cpu = state.lookup_percpu(&class.to_ne_bytes(), MapFlags::ANY)?.unwrap_or_default();
+                let mut sum = [0u64; crate::bpf_intf::SLUICE_CS_NR as usize];
+                for v in per_cpu {
+                    let s: sluice_class_state = from_bytes(&v);
+                    for (a, b) in sum.iter_mut().zip(s.cnt) {
+                        *a += b;
+                    }
+                }
+                Ok(ClassTotals::from(sum))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Some(totals))
+    }
+
     /// (class, drop reason value) -> packets, since load.
     pub fn drop_counts(&self) -> Result<BTreeMap<(u32, u32), u64>> {
         let drops = &self.skel.maps.drops;
@@ -258,10 +269,7 @@ impl Tracer {
             .drops
             .iter()
             .filter(|((c, _), n)| *c == class && **n > 0)
-            .map(|((_, r), n)| {
-                let reason = self.reason_name(*r);
-                Drop { stage: fate::stage_of(&reason).to_string(), reason, packets: *n }
-            })
+            .map(|((_, r), n)| Drop::new(self.reason_name(*r), *n))
             .collect()
     }
 }
@@ -296,10 +304,7 @@ impl DropBook {
             .totals
             .iter()
             .filter(|((n, _), _)| n == name)
-            .map(|((_, r), &packets)| {
-                let reason = tracer.reason_name(*r);
-                Drop { stage: fate::stage_of(&reason).to_string(), reason, packets }
-            })
+            .map(|((_, r), &packets)| Drop::new(tracer.reason_name(*r), packets))
             .collect();
         v.sort_by_key(|d| std::cmp::Reverse(d.packets));
         v
@@ -327,24 +332,6 @@ fn write_tables(skel: &TraceSkel, t: &crate::classify::Tables) -> Result<()> {
         .update_batch(&keys, &values, n, MapFlags::ANY, MapFlags::ANY)
         .context("writing the tracer's class table")?;
     Ok(())
-}
-
-/// The gate's counters of classes 0..n, read from its class_state map.
-fn gate_totals(maps: &BTreeMap<String, MapHandle>, n: usize) -> Result<Vec<ClassTotals>> {
-    let state = maps.get("class_state").context("the gate program has no class_state map")?;
-    (0..n as u32)
-        .map(|class| {
-            let per_cpu = state.lookup_percpu(&class.to_ne_bytes(), MapFlags::ANY)?.unwrap_or_default();
-            let mut sum = [0u64; crate::bpf_intf::SLUICE_CS_NR as usize];
-            for v in per_cpu {
-                let s: sluice_class_state = from_bytes(&v);
-                for (a, b) in sum.iter_mut().zip(s.cnt) {
-                    *a += b;
-                }
-            }
-            Ok(ClassTotals::from(sum))
-        })
-        .collect()
 }
 
 /// `sluice trace` options.
@@ -429,10 +416,10 @@ pub fn run(o: &TraceOpts) -> Result<Report> {
         (None, Some(t)) => Tables::Own(t),
         (None, None) => unreachable!("find_source gives a gate or tables"),
     };
-    let gate = src.gate.as_ref().map(|(id, _)| gate_maps(*id)).transpose()?;
-    let opts = Options { ifindex, netns: netns_inode()?, default_class: src.default_class, drops_only: false };
+    let opts =
+        Options { ifindex, netns: crate::netns::current_inode()?, default_class: src.default_class, drops_only: false };
     let mut tracer = Tracer::start(&opts, tables)?;
-    let gate_before = gate.as_ref().map(|m| gate_totals(m, src.names.len())).transpose()?;
+    let gate_before = tracer.gate_totals(src.names.len())?;
     let stop = crate::cli::stop_flag()?;
     let started = Instant::now();
     let mut last = (Instant::now(), 0u64);
@@ -460,7 +447,7 @@ pub fn run(o: &TraceOpts) -> Result<Report> {
         }
     }
     let counts = tracer.counts()?;
-    let gate_after = gate.as_ref().map(|m| gate_totals(m, src.names.len())).transpose()?;
+    let gate_after = tracer.gate_totals(src.names.len())?;
     let mut notes = Vec::new();
     let gate_counts = match gate_before.zip(gate_after) {
         Some(g) if src.gate.is_some() && daemon_names(o, ifindex).as_ref() != Some(&src.names) => {
