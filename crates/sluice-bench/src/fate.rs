@@ -79,11 +79,7 @@ pub fn figures(m: &ModelRun, dir: &Path) -> Result<Vec<String>> {
         let rows = shares(&m.results, c);
         let stem = format!("{}-fate-{}", m.model.name(), c.name());
         let title = format!("where the applied packets went: {} ({} model)", c.name(), m.model.name());
-        let svg = dir.join(format!("{stem}.svg"));
-        draw(SVGBackend::new(&svg, (760, 460)).into_drawing_area(), &title, &rows)?;
-        let png = dir.join(format!("{stem}.png"));
-        draw(BitMapBackend::new(&png, (760, 460)).into_drawing_area(), &title, &rows)?;
-        names.push(format!("{stem}.svg"));
+        names.push(crate::report::svg_and_png!(dir, stem, (760, 460), |root| draw(root, &title, &rows)));
     }
     Ok(names)
 }

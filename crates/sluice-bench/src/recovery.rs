@@ -221,8 +221,7 @@ pub fn write_all(r: &RecoveryResults, dir: &Path) -> Result<()> {
             r.runs.iter().filter(|x| x.model == model && x.flood_secs as u64 == secs).collect();
         for rtt in [false, true] {
             let stem = format!("recovery-{}-{secs}s-{}", model.name(), if rtt { "rtt" } else { "replies" });
-            draw(SVGBackend::new(&dir.join(format!("{stem}.svg")), (900, 420)).into_drawing_area(), &runs, rtt)?;
-            draw(BitMapBackend::new(&dir.join(format!("{stem}.png")), (900, 420)).into_drawing_area(), &runs, rtt)?;
+            let _svg = crate::report::svg_and_png!(dir, stem, (900, 420), |root| draw(root, &runs, rtt));
         }
     }
     Ok(())

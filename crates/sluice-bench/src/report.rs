@@ -227,6 +227,23 @@ where
     Ok(())
 }
 
+/// Draw one figure as DIR/STEM.svg and DIR/STEM.png and give "STEM.svg":
+/// `$draw` runs once with `$root` bound to each backend's drawing area (a
+/// macro, as the drawing functions are generic over the backend).
+macro_rules! svg_and_png {
+    ($dir:expr, $stem:expr, $size:expr, |$root:ident| $draw:expr) => {{
+        let (dir, stem): (&std::path::Path, &str) = ($dir, &$stem);
+        let svg = dir.join(format!("{stem}.svg"));
+        let $root = plotters::prelude::SVGBackend::new(&svg, $size).into_drawing_area();
+        $draw?;
+        let png = dir.join(format!("{stem}.png"));
+        let $root = plotters::prelude::BitMapBackend::new(&png, $size).into_drawing_area();
+        $draw?;
+        format!("{stem}.svg")
+    }};
+}
+pub(crate) use svg_and_png;
+
 /// Write every figure of every model as SVG and PNG into `dir`; returns the SVG file names.
 pub fn figures(r: &Results, dir: &Path) -> Result<Vec<String>> {
     register_font()?;
@@ -234,11 +251,7 @@ pub fn figures(r: &Results, dir: &Path) -> Result<Vec<String>> {
     for m in &r.models {
         for fig in FIGURES {
             let stem = format!("{}-{}", m.model.name(), fig.0);
-            let svg = dir.join(format!("{stem}.svg"));
-            draw(SVGBackend::new(&svg, (760, 460)).into_drawing_area(), m, fig)?;
-            let png = dir.join(format!("{stem}.png"));
-            draw(BitMapBackend::new(&png, (760, 460)).into_drawing_area(), m, fig)?;
-            names.push(format!("{stem}.svg"));
+            names.push(svg_and_png!(dir, stem, (760, 460), |root| draw(root, m, fig)));
         }
         names.extend(crate::fate::figures(m, dir)?);
     }

@@ -361,12 +361,7 @@ pub fn write_all(r: &StepResults, dir: &Path) -> Result<()> {
         let runs: Vec<&StepRun> = r.runs.iter().filter(|x| x.model == m).collect();
         for delivered in [false, true] {
             let stem = format!("step-{}-{}", m.name(), if delivered { "delivered" } else { "admitted" });
-            draw(SVGBackend::new(&dir.join(format!("{stem}.svg")), (900, 460)).into_drawing_area(), &runs, delivered)?;
-            draw(
-                BitMapBackend::new(&dir.join(format!("{stem}.png")), (900, 460)).into_drawing_area(),
-                &runs,
-                delivered,
-            )?;
+            let _svg = crate::report::svg_and_png!(dir, stem, (900, 460), |root| draw(root, &runs, delivered));
         }
     }
     Ok(())
