@@ -55,15 +55,17 @@ struct pkt {
 };
 
 /* The packet's class: the cell of (slot, port), refined by the source-prefix
- * tries when the cell says rules with a source prefix apply. */
-static __always_inline __u32 classify(const struct pkt *pk, __u32 default_class)
+ * tries when the cell says rules with a source prefix apply. `default_class`
+ * (the caller's settings) is read only if the cell lookup fails: not on the
+ * packet path. */
+static __always_inline __u32 classify(const struct pkt *pk, const volatile __u32 *default_class)
 {
 	__u32 idx = pk->slot * SLUICE_PORTS_PER_SLOT + pk->port;
 	struct sluice_cell *cell = bpf_map_lookup_elem(&cells, &idx);
 	__u32 *cls = NULL;
 
 	if (!cell)
-		return default_class;
+		return *default_class;
 	if (!(cell->flags & SLUICE_CELL_PREFIX))
 		return cell->class_id;
 	if (pk->family == 4) {

@@ -579,7 +579,7 @@ int sluice_gate(struct xdp_md *ctx)
 
 	switch (parse(data, end, &pk, 0)) {
 	case PARSE_OK:
-		cls = classify(&pk, settings.default_class);
+		cls = classify(&pk, &settings.default_class);
 		break;
 	case PARSE_DEPTH:
 		global_inc(SLUICE_GS_DEPTH_EXCEEDED);

@@ -202,7 +202,7 @@ static __always_inline __u32 skb_class(struct sk_buff *skb)
 
 	if (skb_pkt(skb, &pk))
 		return SLUICE_TRACE_UNCLASSIFIED;
-	__u32 cls = classify(&pk, settings.default_class);
+	__u32 cls = classify(&pk, &settings.default_class);
 	return cls < SLUICE_MAX_CLASSES ? cls : SLUICE_TRACE_UNCLASSIFIED;
 }
 
