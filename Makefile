@@ -9,7 +9,13 @@ APT_PACKAGES := clang llvm libclang-dev libbpf-dev libelf-dev zlib1g-dev pkg-con
 CARGO ?= cargo
 BIN := target/release/sluice
 
-.PHONY: all deps build demo test lint bench bench-full clean
+.PHONY: all deps build demo test lint bench bench-full install uninstall deb clean
+
+# Where `make install` puts things (the Debian package uses PREFIX=/usr and
+# UNITDIR=/lib/systemd/system). DESTDIR stages into another root.
+PREFIX ?= /usr/local
+UNITDIR ?= $(PREFIX)/lib/systemd/system
+GEN := target/generated
 
 all: build
 
@@ -52,6 +58,38 @@ bench: build
 
 bench-full: build
 	$(BIN) bench run --scenario default
+
+# The binaries, the systemd unit (its ExecStart pointed at $(PREFIX)/bin),
+# /etc/default/sluice (kept if present), the man pages and the shell
+# completions, which `sluice generate` makes from the command's own
+# definition. Needs the release build (`make build`, or cargo build --release
+# where apt is not the package manager).
+install:
+	@test -x $(BIN) -a -x target/release/sluice-bench || { echo "no release build: run make build (or cargo build --release) first" >&2; exit 1; }
+	rm -rf $(GEN) && $(BIN) generate --out $(GEN)
+	install -Dm755 $(BIN) $(DESTDIR)$(PREFIX)/bin/sluice
+	install -Dm755 target/release/sluice-bench $(DESTDIR)$(PREFIX)/bin/sluice-bench
+	install -d $(DESTDIR)$(UNITDIR) $(DESTDIR)/etc/sluice $(DESTDIR)$(PREFIX)/share/man/man1
+	sed 's|/usr/bin/sluice|$(PREFIX)/bin/sluice|' packaging/systemd/sluice@.service > $(DESTDIR)$(UNITDIR)/sluice@.service
+	test -e $(DESTDIR)/etc/default/sluice || install -Dm644 packaging/default/sluice $(DESTDIR)/etc/default/sluice
+	install -m644 $(GEN)/man/*.1 $(DESTDIR)$(PREFIX)/share/man/man1/
+	install -Dm644 $(GEN)/completions/sluice.bash $(DESTDIR)$(PREFIX)/share/bash-completion/completions/sluice
+	install -Dm644 $(GEN)/completions/_sluice $(DESTDIR)$(PREFIX)/share/zsh/vendor-completions/_sluice
+	install -Dm644 $(GEN)/completions/sluice.fish $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/sluice.fish
+
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/bin/sluice $(DESTDIR)$(PREFIX)/bin/sluice-bench $(DESTDIR)$(UNITDIR)/sluice@.service \
+		$(DESTDIR)$(PREFIX)/share/man/man1/sluice*.1 $(DESTDIR)$(PREFIX)/share/bash-completion/completions/sluice \
+		$(DESTDIR)$(PREFIX)/share/zsh/vendor-completions/_sluice $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/sluice.fish
+
+# target/debian/sluice_VERSION_ARCH.deb: `make install` staged into a
+# directory, packed by dpkg-deb (see packaging/debian/build-deb).
+deb: build
+	@command -v dpkg-shlibdeps >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get install -y -qq dpkg-dev; } \
+		|| { echo "make deb needs dpkg-dev (apt-get install dpkg-dev)" >&2; exit 1; }
+	rm -rf target/debian/root
+	$(MAKE) --no-print-directory install DESTDIR=$(CURDIR)/target/debian/root PREFIX=/usr UNITDIR=/lib/systemd/system
+	packaging/debian/build-deb target/debian/root target/debian
 
 clean:
 	$(CARGO) clean

@@ -230,7 +230,7 @@ impl Bed {
             default_class: 1,
             drops_only: false,
         };
-        let mut tracer = sluice::trace::Tracer::start(&topts, sluice::trace::Tables::Gate(self.gate.prog_id()))?;
+        let mut tracer = sluice::trace::Tracer::start(&topts, sluice::trace::Tables::Gate(self.gate.shared_maps()?))?;
         tracer.set_sample_every(10);
         let capture = match capturer {
             "tcpdump" => start_tcpdump(&net.b, self.tb.victim_cpu)?,

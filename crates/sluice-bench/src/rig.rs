@@ -398,7 +398,7 @@ fn drop_tracer(ns: &str, prog_id: u32) -> Option<sluice::trace::Tracer> {
             .with_context(|| format!("finding {IF_B} in {b}"))?;
         let opts =
             sluice::trace::Options { ifindex, netns: sluice::netns::inode(ns)?, default_class: 0, drops_only: true };
-        sluice::trace::Tracer::start(&opts, sluice::trace::Tables::Gate(prog_id))
+        sluice::trace::Tracer::start(&opts, sluice::trace::Tables::Gate(sluice::trace::gate_maps(prog_id)?))
     };
     start().map_err(|e| eprintln!("bench: kernel drops by reason are not counted: {e:#}")).ok()
 }

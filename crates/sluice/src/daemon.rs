@@ -31,6 +31,9 @@ use crate::trace::{self, DropBook, Tracer};
 
 /// Directory of the statistics sockets.
 pub const SOCKET_DIR: &str = "/run/sluice";
+
+/// Where `sluice run --iface IFACE` looks for IFACE.toml when no --config is given.
+pub const CONFIG_DIR: &str = "/etc/sluice";
 /// How often the daemon runs the auto controller and re-splits limited
 /// classes' rates over CPUs: traffic that moves to another CPU (a migrating
 /// sender on veth, an RSS change) finds only a small share there for up to
@@ -55,7 +58,12 @@ pub fn default_socket(iface: &str) -> PathBuf {
 #[derive(Debug, Clone)]
 pub struct RunOpts {
     pub iface: Option<String>,
+    /// The config file; it must exist.
     pub config: Option<PathBuf>,
+    /// Without `config`: a file read if it exists (`sluice run --iface eth0`
+    /// reads /etc/sluice/eth0.toml), looked for again on every reload; absent
+    /// means zero-config.
+    pub config_if_present: Option<PathBuf>,
     pub classes: Vec<String>,
     pub replace: bool,
     pub xdp_mode: Option<XdpMode>,
@@ -74,7 +82,7 @@ fn log(msg: impl std::fmt::Display) {
 
 /// Resolve the config the daemon runs, with the command line's overrides.
 fn resolve_config(opts: &RunOpts) -> Result<Config> {
-    let mut cfg = config::resolve(opts.config.as_deref(), &opts.classes)?;
+    let mut cfg = config::resolve(config_file(opts).as_deref(), &opts.classes)?;
     if let Some(m) = opts.xdp_mode {
         cfg.xdp_mode = m;
     }
@@ -83,6 +91,11 @@ fn resolve_config(opts: &RunOpts) -> Result<Config> {
     }
     cfg.discover &= !opts.no_discover;
     Ok(cfg)
+}
+
+/// The config file the daemon reads now, if any.
+fn config_file(opts: &RunOpts) -> Option<PathBuf> {
+    opts.config.clone().or_else(|| opts.config_if_present.clone().filter(|p| p.exists()))
 }
 
 /// CPU protection's state in the daemon.
@@ -127,11 +140,11 @@ fn load_steer(ifindex: u32) -> Option<(Steer, steer::Finder)> {
 
 /// The drop counter (kfree_skb) for the per-reason drops in status, or None
 /// with a log line saying why not.
-fn load_tracer(ifindex: u32, prog_id: u32) -> Option<(Tracer, DropBook)> {
+fn load_tracer(ifindex: u32, gate: &Gate) -> Option<(Tracer, DropBook)> {
     let start = || {
         let opts =
             trace::Options { ifindex, netns: crate::netns::current_inode()?, default_class: 0, drops_only: true };
-        Tracer::start(&opts, trace::Tables::Gate(prog_id))
+        Tracer::start(&opts, trace::Tables::Gate(gate.shared_maps()?))
     };
     match start() {
         Ok(t) => Some((t, DropBook::default())),
@@ -269,7 +282,7 @@ impl Daemon {
             prog_id: gate.prog_id(),
             pid: std::process::id(),
             uptime_secs: 0.0,
-            config_file: opts.config.as_ref().map(|p| p.display().to_string()),
+            config_file: config_file(&opts).map(|p| p.display().to_string()),
             reloads: 0,
             last_reload_error: None,
             classes: class_snapshots(&cfg),
@@ -296,6 +309,11 @@ impl Daemon {
             socket.display(),
             cfg.metrics.map(|a| format!(", metrics on http://{a}/metrics")).unwrap_or_default()
         ));
+        log(match (config_file(&opts), &opts.config_if_present) {
+            (Some(f), _) => format!("config file: {}", f.display()),
+            (None, Some(f)) => format!("config file: none ({} does not exist)", f.display()),
+            (None, None) => "config file: none".into(),
+        });
         log_classes(&cfg, &[]);
         if let Some(a) = &ticker.auto {
             log(format_args!(
@@ -318,7 +336,7 @@ impl Daemon {
                 vec![]
             }
         };
-        let tracer = load_tracer(ifindex, gate.prog_id());
+        let tracer = load_tracer(ifindex, &gate);
         let mut daemon = Daemon {
             opts,
             base,

@@ -28,7 +28,7 @@ pub const XDP_REDIRECT: u32 = libbpf_sys::XDP_REDIRECT;
 #[derive(Debug, thiserror::Error)]
 pub enum GateError {
     #[error(
-        "sluice needs CAP_BPF and CAP_NET_ADMIN (or CAP_SYS_ADMIN) to load and attach XDP programs: run it as root"
+        "sluice needs CAP_BPF, CAP_PERFMON and CAP_NET_ADMIN (or CAP_SYS_ADMIN and CAP_NET_ADMIN) to load and attach XDP programs: run it as root"
     )]
     NotPermitted,
     #[error("no network interface named \"{0}\" (in this network namespace); list them with `ip link`")]
@@ -68,6 +68,7 @@ type Result<T, E = GateError> = std::result::Result<T, E>;
 /// Bits of CapEff that sluice needs.
 const CAP_NET_ADMIN: u32 = 12;
 const CAP_SYS_ADMIN: u32 = 21;
+const CAP_PERFMON: u32 = 38;
 const CAP_BPF: u32 = 39;
 
 /// Does a /proc/self/status text grant what sluice needs?
@@ -75,7 +76,8 @@ pub fn caps_sufficient(proc_status: &str) -> bool {
     let Some(eff) = proc_status.lines().find_map(|l| l.strip_prefix("CapEff:")) else { return false };
     let Ok(bits) = u64::from_str_radix(eff.trim(), 16) else { return false };
     let has = |c: u32| bits & (1u64 << c) != 0;
-    has(CAP_NET_ADMIN) && (has(CAP_BPF) || has(CAP_SYS_ADMIN))
+    // The gate reads the clock and does pointer arithmetic: CAP_PERFMON with CAP_BPF.
+    has(CAP_NET_ADMIN) && ((has(CAP_BPF) && has(CAP_PERFMON)) || has(CAP_SYS_ADMIN))
 }
 
 /// Fail early, plainly, without the privileges to load and attach.
@@ -522,6 +524,20 @@ impl Gate {
         Ok(())
     }
 
+    /// The maps the tracer shares (the class tables and the class counters),
+    /// by name, as handles of their own.
+    pub fn shared_maps(&self) -> Result<std::collections::BTreeMap<String, libbpf_rs::MapHandle>, GateError> {
+        let m = &self.skel.maps;
+        let mut out = std::collections::BTreeMap::new();
+        for (name, map) in
+            [("cells", &m.cells), ("prefix_v4", &m.prefix_v4), ("prefix_v6", &m.prefix_v6), ("class_state", &m.class_state)]
+        {
+            let handle = libbpf_rs::MapHandle::try_from(map).map_err(|err| GateError::Map { map: name, err })?;
+            out.insert(name.to_string(), handle);
+        }
+        Ok(out)
+    }
+
     /// Kernel memory a map of the gate takes (its fdinfo's memlock), bytes.
     pub fn map_memlock(&self, name: &str) -> Option<u64> {
         let map = match name {
@@ -803,9 +819,14 @@ mod tests {
     fn capability_parsing() {
         assert!(caps_sufficient("Name:\tx\nCapEff:\t000001ffffffffff\n"));
         assert!(!caps_sufficient("CapEff:\t0000000000000000\n"));
-        // CAP_NET_ADMIN + CAP_BPF without CAP_SYS_ADMIN is enough.
-        assert!(caps_sufficient(&format!("CapEff:\t{:016x}\n", (1u64 << 12) | (1u64 << 39))));
-        assert!(!caps_sufficient(&format!("CapEff:\t{:016x}\n", 1u64 << 39)));
+        // CAP_NET_ADMIN + CAP_BPF + CAP_PERFMON without CAP_SYS_ADMIN is enough (the unit's set)...
+        let caps = |bits: &[u32]| format!("CapEff:\t{:016x}\n", bits.iter().map(|b| 1u64 << b).sum::<u64>());
+        assert!(caps_sufficient(&caps(&[12, 38, 39])));
+        assert!(caps_sufficient(&caps(&[12, 21])));
+        // ...and none of them can be left out (without CAP_PERFMON the load fails with EPERM).
+        assert!(!caps_sufficient(&caps(&[12, 39])));
+        assert!(!caps_sufficient(&caps(&[38, 39])));
+        assert!(!caps_sufficient(&caps(&[39])));
         assert!(!caps_sufficient("garbage"));
     }
 }

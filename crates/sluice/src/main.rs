@@ -3,7 +3,7 @@
 //! them into the library's options, runs it, and prints the result. Exit
 //! codes are decided in `main` only.
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -41,6 +41,7 @@ enum Cmd {
     #[command(subcommand)]
     Serve(ServeCmd),
     Send(SendArgs),
+    Generate(GenerateArgs),
 }
 
 /// Attach the gate to an interface and enforce the classes until stopped.
@@ -64,7 +65,9 @@ struct RunArgs {
     /// Interface to attach to (else `interface` from the config file).
     #[arg(long, short)]
     iface: Option<String>,
-    /// TOML config file (see the README's config reference).
+    /// TOML config file (see the README's config reference). Default:
+    /// /etc/sluice/IFACE.toml if it exists (looked for again on SIGHUP), else
+    /// none: zero-config protection.
     #[arg(long, short)]
     config: Option<PathBuf>,
     /// A class as NAME:KEY=VAL,... with keys priority, rate (packets/s,
@@ -268,6 +271,16 @@ struct SendArgs {
     json: bool,
 }
 
+/// Write the man pages (sluice.1, sluice-run.1, ...) and the bash, zsh and
+/// fish completions, made from this command's own definition, into a
+/// directory (for packagers; `make install` and `make deb` use it).
+#[derive(Args)]
+struct GenerateArgs {
+    /// Directory to write into (created if missing): man/ and completions/ under it.
+    #[arg(long, value_name = "DIR")]
+    out: PathBuf,
+}
+
 // ---------------------------------------------------------------------------
 // Value parsers: a bad value is refused by clap, naming the flag, before
 // anything runs.
@@ -307,6 +320,7 @@ fn main() -> ExitCode {
         Cmd::Bench { args } => cmd_bench(args),
         Cmd::Serve(ServeCmd::UdpEcho(a)) => cmd_serve_udp_echo(a),
         Cmd::Send(a) => cmd_send(a),
+        Cmd::Generate(a) => cmd_generate(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -319,9 +333,14 @@ fn main() -> ExitCode {
 
 impl From<RunArgs> for daemon::RunOpts {
     fn from(a: RunArgs) -> Self {
+        let config_if_present = match (&a.config, &a.iface) {
+            (None, Some(i)) => Some(Path::new(daemon::CONFIG_DIR).join(format!("{i}.toml"))),
+            _ => None,
+        };
         daemon::RunOpts {
             iface: a.iface,
             config: a.config,
+            config_if_present,
             classes: a.classes,
             replace: a.replace,
             xdp_mode: a.xdp_mode,
@@ -441,6 +460,22 @@ fn cmd_bench(args: Vec<std::ffi::OsString>) -> Result<()> {
         "running {}: {err} (the bench is the sluice-bench binary: `make build` builds it)",
         exe.display()
     ))
+}
+
+fn cmd_generate(a: GenerateArgs) -> Result<()> {
+    use clap::CommandFactory;
+    use clap_complete::Shell;
+    let (man, completions) = (a.out.join("man"), a.out.join("completions"));
+    for dir in [&man, &completions] {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    clap_mangen::generate_to(Cli::command(), &man).with_context(|| format!("writing man pages to {}", man.display()))?;
+    for shell in [Shell::Bash, Shell::Zsh, Shell::Fish] {
+        clap_complete::generate_to(shell, &mut Cli::command(), "sluice", &completions)
+            .with_context(|| format!("writing {shell} completions to {}", completions.display()))?;
+    }
+    println!("wrote man pages to {} and completions to {}", man.display(), completions.display());
+    Ok(())
 }
 
 fn cmd_serve_udp_echo(a: UdpEchoArgs) -> Result<()> {

@@ -531,7 +531,7 @@ mod errors {
             .output()
             .unwrap();
         assert!(!o.status.success());
-        assert!(stderr(&o).contains("needs CAP_BPF and CAP_NET_ADMIN"), "{}", stderr(&o));
+        assert!(stderr(&o).contains("needs CAP_BPF, CAP_PERFMON and CAP_NET_ADMIN"), "{}", stderr(&o));
     }
 
     #[test]

@@ -30,8 +30,9 @@ use fate::{ClassFate, Drop, GateCounts, Interval, LatencySums, Report, StageCoun
 
 /// The class tables the tracer looks packets up in.
 pub enum Tables<'a> {
-    /// The maps of the gate program with this id (attached by a daemon).
-    Gate(u32),
+    /// The maps of an attached gate, by name (`gate_maps` finds them from the
+    /// program's id; the daemon passes its own, which needs no CAP_SYS_ADMIN).
+    Gate(BTreeMap<String, MapHandle>),
     /// A copy compiled here (no gate attached): classes as the daemon would make them.
     Own(&'a crate::classify::Tables),
 }
@@ -90,7 +91,8 @@ pub fn drop_reason_names() -> Result<Vec<String>> {
 }
 
 /// The gate program's maps, by name (cells, prefix_v4, prefix_v6, class_state).
-fn gate_maps(prog_id: u32) -> Result<BTreeMap<String, MapHandle>> {
+/// Opening a map by id needs CAP_SYS_ADMIN.
+pub fn gate_maps(prog_id: u32) -> Result<BTreeMap<String, MapHandle>> {
     use libbpf_rs::query::{ProgInfoIter, ProgInfoQueryOptions};
     let opts = ProgInfoQueryOptions::default().include_map_ids(true);
     let Some(info) = ProgInfoIter::with_query_opts(opts).find(|p| p.id == prog_id) else {
@@ -109,9 +111,9 @@ impl Tracer {
     pub fn start(opts: &Options, tables: Tables) -> Result<Tracer> {
         let storage: &'static mut MaybeUninit<OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
         let mut open = TraceSkelBuilder::default().open(storage).context("opening the tracer (bpf/trace.bpf.c)")?;
-        let gate = match tables {
-            Tables::Gate(id) => Some(gate_maps(id)?),
-            Tables::Own(_) => None,
+        let (gate, own) = match tables {
+            Tables::Gate(maps) => (Some(maps), None),
+            Tables::Own(t) => (None, Some(t)),
         };
         if let Some(maps) = &gate {
             for (name, map) in [
@@ -145,7 +147,7 @@ impl Tracer {
             }
         }
         let skel = open.load().context("loading the tracer (needs root and tp_btf tracepoints)")?;
-        if let Tables::Own(t) = tables {
+        if let Some(t) = own {
             write_tables(&skel, t)?;
         }
         let mut tracer = Tracer { skel, links: Vec::new(), gate, reasons: drop_reason_names()? };
@@ -412,7 +414,7 @@ pub fn run(o: &TraceOpts) -> Result<Report> {
         }
     }
     let tables = match (&src.gate, &src.own) {
-        (Some((id, _)), _) => Tables::Gate(*id),
+        (Some((id, _)), _) => Tables::Gate(gate_maps(*id)?),
         (None, Some(t)) => Tables::Own(t),
         (None, None) => unreachable!("find_source gives a gate or tables"),
     };
