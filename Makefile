@@ -9,13 +9,13 @@ APT_PACKAGES := clang llvm libclang-dev libbpf-dev libelf-dev zlib1g-dev pkg-con
 CARGO ?= cargo
 BIN := target/release/sluice
 
-.PHONY: all deps build demo test lint bench bench-full install uninstall deb clean
+.PHONY: all deps build demo test lint bench bench-full install uninstall deb package-deb clean
 
 # Where `make install` puts things (the Debian package uses PREFIX=/usr and
 # UNITDIR=/lib/systemd/system). DESTDIR stages into another root.
 PREFIX ?= /usr/local
 UNITDIR ?= $(PREFIX)/lib/systemd/system
-GEN := target/generated
+GEN ?= target/generated
 
 all: build
 
@@ -50,7 +50,8 @@ lint: deps
 	$(CARGO) clippy --release --locked --workspace --all-targets -- -D warnings
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps --locked --workspace
 
-test: deps
+# The release binaries first: tests/package.rs packs them as `make deb` does.
+test: build
 	$(CARGO) test --release --locked --workspace
 
 bench: build
@@ -82,14 +83,19 @@ uninstall:
 		$(DESTDIR)$(PREFIX)/share/man/man1/sluice*.1 $(DESTDIR)$(PREFIX)/share/bash-completion/completions/sluice \
 		$(DESTDIR)$(PREFIX)/share/zsh/vendor-completions/_sluice $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/sluice.fish
 
-# target/debian/sluice_VERSION_ARCH.deb: `make install` staged into a
-# directory, packed by dpkg-deb (see packaging/debian/build-deb).
+# target/debian/sluice_VERSION_ARCH.deb from a fresh release build.
 deb: build
+	@$(MAKE) --no-print-directory package-deb
+
+# The package from the release build already in target/release: `make
+# install` staged into DEBDIR/root, packed by packaging/debian/build-deb.
+DEBDIR ?= $(CURDIR)/target/debian
+package-deb:
 	@command -v dpkg-shlibdeps >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get install -y -qq dpkg-dev; } \
-		|| { echo "make deb needs dpkg-dev (apt-get install dpkg-dev)" >&2; exit 1; }
-	rm -rf target/debian/root
-	$(MAKE) --no-print-directory install DESTDIR=$(CURDIR)/target/debian/root PREFIX=/usr UNITDIR=/lib/systemd/system
-	packaging/debian/build-deb target/debian/root target/debian
+		|| { echo "building the package needs dpkg-dev (apt-get install dpkg-dev)" >&2; exit 1; }
+	rm -rf $(DEBDIR)/root
+	$(MAKE) --no-print-directory install DESTDIR=$(DEBDIR)/root GEN=$(DEBDIR)/generated PREFIX=/usr UNITDIR=/lib/systemd/system
+	packaging/debian/build-deb $(DEBDIR)/root $(DEBDIR)
 
 clean:
 	$(CARGO) clean

@@ -529,9 +529,12 @@ impl Gate {
     pub fn shared_maps(&self) -> Result<std::collections::BTreeMap<String, libbpf_rs::MapHandle>, GateError> {
         let m = &self.skel.maps;
         let mut out = std::collections::BTreeMap::new();
-        for (name, map) in
-            [("cells", &m.cells), ("prefix_v4", &m.prefix_v4), ("prefix_v6", &m.prefix_v6), ("class_state", &m.class_state)]
-        {
+        for (name, map) in [
+            ("cells", &m.cells),
+            ("prefix_v4", &m.prefix_v4),
+            ("prefix_v6", &m.prefix_v6),
+            ("class_state", &m.class_state),
+        ] {
             let handle = libbpf_rs::MapHandle::try_from(map).map_err(|err| GateError::Map { map: name, err })?;
             out.insert(name.to_string(), handle);
         }

@@ -469,7 +469,8 @@ fn cmd_generate(a: GenerateArgs) -> Result<()> {
     for dir in [&man, &completions] {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
-    clap_mangen::generate_to(Cli::command(), &man).with_context(|| format!("writing man pages to {}", man.display()))?;
+    clap_mangen::generate_to(Cli::command(), &man)
+        .with_context(|| format!("writing man pages to {}", man.display()))?;
     for shell in [Shell::Bash, Shell::Zsh, Shell::Fish] {
         clap_complete::generate_to(shell, &mut Cli::command(), "sluice", &completions)
             .with_context(|| format!("writing {shell} completions to {}", completions.display()))?;
