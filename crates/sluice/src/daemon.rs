@@ -19,6 +19,7 @@ use crate::config::{self, Config, NapiSched, XdpMode};
 use crate::discover::{self, Discovery};
 use crate::gate::{self, Clock, Gate};
 use crate::known::{self, Known};
+use crate::log;
 use crate::sched::{apply_napi, check_napi, realtime_thread};
 use crate::sources;
 use crate::stats::{
@@ -76,10 +77,6 @@ pub struct RunOpts {
     pub state_dir: Option<PathBuf>,
 }
 
-fn log(msg: impl std::fmt::Display) {
-    eprintln!("sluice: {msg}");
-}
-
 /// Resolve the config the daemon runs, with the command line's overrides.
 fn resolve_config(opts: &RunOpts) -> Result<Config> {
     let mut cfg = config::resolve(config_file(opts).as_deref(), &opts.classes)?;
@@ -132,7 +129,7 @@ fn load_steer(ifindex: u32) -> Option<(Steer, steer::Finder)> {
     match Steer::load().and_then(|s| Ok((s, steer::Finder::new(ifindex)?))) {
         Ok(s) => Some(s),
         Err(e) => {
-            log(format_args!("steer: reader steering is off, the kernel's hash stays: {e:#}"));
+            log::warn(format_args!("steer: reader steering is off, the kernel's hash stays: {e:#}"));
             None
         }
     }
@@ -149,7 +146,7 @@ fn load_tracer(ifindex: u32, gate: &Gate) -> Option<(Tracer, DropBook)> {
     match start() {
         Ok(t) => Some((t, DropBook::default())),
         Err(e) => {
-            log(format_args!("trace: drops after the gate are not counted: {e:#}"));
+            log::warn(format_args!("trace: drops after the gate are not counted: {e:#}"));
             None
         }
     }
@@ -160,12 +157,15 @@ fn load_tracer(ifindex: u32, gate: &Gate) -> Option<(Tracer, DropBook)> {
 fn discovered(base: &Config, d: &mut Discovery) -> Result<Config> {
     let (cfg, note) = discover::merge(base, &d.poll()?);
     if note.grouped {
-        log(format_args!(
+        log::info(format_args!(
             "discover: more services than free class slots; services share classes (see `sluice status`)"
         ));
     }
     if note.unplaced > 0 {
-        log(format_args!("discover: {} services have no class slot left and go to the default class", note.unplaced));
+        log::warn(format_args!(
+            "discover: {} services have no class slot left and go to the default class",
+            note.unplaced
+        ));
     }
     Ok(cfg)
 }
@@ -212,6 +212,8 @@ pub struct Daemon {
     away: AwayState,
     /// The kernel's drops after the gate (kfree_skb), booked by class name.
     tracer: Option<(Tracer, DropBook)>,
+    /// Which rate and class changes get a log line (rate-limited).
+    decisions: log::Decisions,
     /// SIGHUP, SIGINT and SIGTERM, caught from before the statistics socket
     /// answers (a signal sent as soon as it does stops the daemon cleanly).
     signals: Option<signal_hook::iterator::Signals>,
@@ -272,7 +274,7 @@ impl Daemon {
         gate.attach(&iface, cfg.xdp_mode, opts.replace)?;
         if cfg.auto.napi != NapiSched::Keep {
             let n = apply_napi(&iface, cfg.auto.napi)?;
-            log(format_args!("napi = {:?}: {n} napi kthread(s) of {iface} set to SCHED_IDLE", cfg.auto.napi));
+            log::info(format_args!("napi = {:?}: {n} napi kthread(s) of {iface} set to SCHED_IDLE", cfg.auto.napi));
         }
         let snapshot = Snapshot {
             version: SNAPSHOT_VERSION,
@@ -301,7 +303,7 @@ impl Daemon {
         if let Some(server) = metrics {
             serve_metrics(server, shared.clone());
         }
-        log(format_args!(
+        log::info(format_args!(
             "gate attached to {iface} ({:?} mode, prog id {}), {} classes; stats on {}{}",
             cfg.xdp_mode,
             gate.prog_id(),
@@ -309,14 +311,15 @@ impl Daemon {
             socket.display(),
             cfg.metrics.map(|a| format!(", metrics on http://{a}/metrics")).unwrap_or_default()
         ));
-        log(match (config_file(&opts), &opts.config_if_present) {
+        log::info(match (config_file(&opts), &opts.config_if_present) {
             (Some(f), _) => format!("config file: {}", f.display()),
             (None, Some(f)) => format!("config file: none ({} does not exist)", f.display()),
             (None, None) => "config file: none".into(),
         });
-        log_classes(&cfg, &[]);
+        let mut decisions = log::Decisions::default();
+        log_classes(&mut decisions, &cfg, &[]);
         if let Some(a) = &ticker.auto {
-            log(format_args!(
+            log::info(format_args!(
                 "auto ({}) controls {:?} every {} ms",
                 a.algo().name(),
                 a.class_names(),
@@ -328,11 +331,11 @@ impl Daemon {
         let known_file = known::path(opts.state_dir.as_deref().unwrap_or(Path::new(known::STATE_DIR)), &iface);
         let pending_known = match known::load(&known_file) {
             Ok(k) => {
-                log(format_args!("known sources: {} read from {}", k.len(), known_file.display()));
+                log::info(format_args!("known sources: {} read from {}", k.len(), known_file.display()));
                 k
             }
             Err(e) => {
-                log(format_args!("known sources: {e}; starting with none"));
+                log::info(format_args!("known sources: {e}; starting with none"));
                 vec![]
             }
         };
@@ -358,6 +361,7 @@ impl Daemon {
             steer: load_steer(ifindex),
             away: AwayState::default(),
             tracer,
+            decisions,
             signals,
         };
         daemon.resteer();
@@ -384,7 +388,7 @@ impl Daemon {
             Ok(())
         })();
         if let Err(e) = result {
-            log(format_args!("known sources: could not restore them: {e:#}"));
+            log::warn(format_args!("known sources: could not restore them: {e:#}"));
         }
     }
 
@@ -400,7 +404,7 @@ impl Daemon {
         if let Err(e) = result {
             self.state_errors += 1;
             if self.state_errors.is_power_of_two() {
-                log(format_args!("known sources: not saved ({} times so far): {e:#}", self.state_errors));
+                log::warn(format_args!("known sources: not saved ({} times so far): {e:#}", self.state_errors));
             }
         }
     }
@@ -441,7 +445,8 @@ impl Daemon {
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
                 Err(mpsc::RecvTimeoutError::Disconnected) => break,
             }
-            self.ticker.tick(&mut self.gate, |m| log(m))?;
+            self.ticker.tick(&mut self.gate, |m| log::warn(m))?;
+            self.log_decisions();
             if let Some((s, _)) = &mut self.steer {
                 s.keep_alive(Clock::now_ns());
             }
@@ -462,7 +467,7 @@ impl Daemon {
             }
             if ticks.is_multiple_of(NAPI_EVERY) && self.cfg.auto.napi != NapiSched::Keep {
                 if let Err(e) = apply_napi(&self.iface, self.cfg.auto.napi) {
-                    log(format_args!("{e:#}"));
+                    log::warn(format_args!("{e:#}"));
                 }
             }
         }
@@ -476,17 +481,27 @@ impl Daemon {
         self.gate.detach();
         let _ = std::fs::remove_file(&self.socket);
         let snap = self.shared.snapshot.lock().unwrap().clone();
-        log(format_args!("detached from {}", self.iface));
+        log::info(format_args!("detached from {}", self.iface));
         Ok(snap)
+    }
+
+    /// A line for each limit the tick changed, as `log::Decisions` allows.
+    fn log_decisions(&mut self) {
+        let now = Instant::now();
+        for &(id, change) in &self.ticker.changes {
+            let Some(c) = self.cfg.classes.get(id) else { continue };
+            self.decisions.rate(now, &c.name, change).iter().for_each(log::write);
+        }
+        self.decisions.flush(now).iter().for_each(log::write);
     }
 
     /// Run the tick loop at SCHED_FIFO 1 (see `sched::realtime_thread`): a
     /// sample cut by a pre-emption would mix counters read milliseconds apart.
     fn realtime(&self) {
         if realtime_thread() {
-            log("the control loop runs at SCHED_FIFO priority 1 (its CPU use is in `sluice status`)");
+            log::info("the control loop runs at SCHED_FIFO priority 1 (its CPU use is in `sluice status`)");
         } else {
-            log("could not run the control loop at SCHED_FIFO; pre-emptions may skew its samples");
+            log::warn("could not run the control loop at SCHED_FIFO; pre-emptions may skew its samples");
         }
     }
 
@@ -504,7 +519,7 @@ impl Daemon {
             if let Some(cpu) = self.away.to.iter().flatten().next() {
                 match crate::sched::move_napi(&self.iface, *cpu as usize) {
                     Ok(saved) if !saved.is_empty() => {
-                        log(format_args!(
+                        log::info(format_args!(
                             "cpu away: {} napi kthread(s) of {} moved to CPU {cpu}",
                             saved.len(),
                             self.iface
@@ -512,12 +527,12 @@ impl Daemon {
                         self.away.napi = saved;
                     }
                     Ok(_) => {}
-                    Err(e) => log(format_args!("cpu away: {e:#}")),
+                    Err(e) => log::warn(format_args!("cpu away: {e:#}")),
                 }
             }
         } else if !on && was && !self.away.napi.is_empty() {
             crate::sched::restore_affinity(&std::mem::take(&mut self.away.napi));
-            log(format_args!("cpu away: the napi kthreads of {} are back", self.iface));
+            log::info(format_args!("cpu away: the napi kthreads of {} are back", self.iface));
         }
         let want = away::targets(&self.cfg, on, &self.away.to);
         if want == self.away.applied {
@@ -526,7 +541,7 @@ impl Daemon {
         for (id, t) in want.iter().enumerate() {
             if self.away.applied.get(id) != Some(t) {
                 if let Err(e) = self.gate.set_away(id, *t) {
-                    log(format_args!("cpu away: class {}: {e:#}", self.cfg.classes[id].name));
+                    log::warn(format_args!("cpu away: class {}: {e:#}", self.cfg.classes[id].name));
                 }
             }
         }
@@ -556,11 +571,11 @@ impl Daemon {
                 };
                 match to {
                     Ok((t, cpus)) => {
-                        log(format_args!("cpu away: a service is in distress; class {} goes to CPU {t} (the services above it run on {cpus:?})", c.name));
+                        log::info(format_args!("cpu away: a service is in distress; class {} goes to CPU {t} (the services above it run on {cpus:?})", c.name));
                         Some(t)
                     }
                     Err(why) => {
-                        log(format_args!("cpu away: a service is in distress; class {} stays: {why}", c.name));
+                        log::info(format_args!("cpu away: a service is in distress; class {} stays: {why}", c.name));
                         None
                     }
                 }
@@ -578,10 +593,10 @@ impl Daemon {
                     if line.contains("not steered") {
                         finder.rescan();
                     }
-                    log(format_args!("{line}"));
+                    log::info(format_args!("{line}"));
                 }
             }
-            Err(e) => log(format_args!("steer: looking for reuseport groups failed: {e:#}")),
+            Err(e) => log::warn(format_args!("steer: looking for reuseport groups failed: {e:#}")),
         }
     }
 
@@ -593,7 +608,7 @@ impl Daemon {
             Err(e) => {
                 self.discover_errors += 1;
                 if self.discover_errors.is_power_of_two() {
-                    log(format_args!(
+                    log::warn(format_args!(
                         "discover: looking for services failed ({} times so far): {e:#}",
                         self.discover_errors
                     ));
@@ -606,7 +621,7 @@ impl Daemon {
         }
         let result = classify::compile(&cfg).map_err(anyhow::Error::from).and_then(|t| self.switch_to(cfg, &t, false));
         if let Err(e) = result {
-            log(format_args!("discover: the new class list was refused, the previous one stays: {e:#}"));
+            log::warn(format_args!("discover: the new class list was refused, the previous one stays: {e:#}"));
         }
     }
 
@@ -624,7 +639,7 @@ impl Daemon {
             self.gate.set_away(id, None)?;
         }
         let old = std::mem::replace(&mut self.cfg, cfg);
-        log_classes(&self.cfg, &old.classes);
+        log_classes(&mut self.decisions, &self.cfg, &old.classes);
         let old_names: Vec<String> = old.classes.iter().map(|c| c.name.clone()).collect();
         self.restore_known(Some(&old_names));
         ticker.carry_from(std::mem::replace(&mut self.ticker, Ticker::idle()));
@@ -768,14 +783,14 @@ impl Daemon {
             Ok(())
         }) {
             Ok(()) => {
-                log(format_args!("reloaded the config: {} classes", self.cfg.classes.len()));
+                log::info(format_args!("reloaded the config: {} classes", self.cfg.classes.len()));
             }
             Err(e) => {
                 // Only a rollback that failed too leaves anything but the previous config.
                 if matches!(e.downcast_ref::<gate::GateError>(), Some(gate::GateError::RollbackFailed { .. })) {
-                    log(format_args!("reload failed: {e:#}"));
+                    log::warn(format_args!("reload failed: {e:#}"));
                 } else {
-                    log(format_args!("reload refused, the previous config stays active: {e:#}"));
+                    log::warn(format_args!("reload refused, the previous config stays active: {e:#}"));
                 }
                 snap_err = Some(format!("{e:#}"));
             }
@@ -788,18 +803,28 @@ impl Daemon {
     }
 }
 
-/// Log the classes that `cfg` adds to `old` and those it removes.
-fn log_classes(cfg: &Config, old: &[config::Class]) {
+/// Log the classes that `cfg` adds to `old` and those it removes (decision
+/// lines: a churning service cannot flood the log).
+fn log_classes(decisions: &mut log::Decisions, cfg: &Config, old: &[config::Class]) {
+    let now = Instant::now();
+    let mut lines = Vec::new();
     for c in cfg.classes.iter().filter(|c| !old.iter().any(|o| o.name == c.name)) {
-        match &c.discovered {
-            Some(why) => log(format_args!("class {} (priority {}): discovered; {why}", c.name, c.priority)),
-            None if !old.is_empty() => log(format_args!("class {} (priority {}) added", c.name, c.priority)),
-            None => {}
+        let (what, msg) = match &c.discovered {
+            Some(why) => ("discovered", format!("class {} (priority {}): discovered; {why}", c.name, c.priority)),
+            None if !old.is_empty() => ("added", format!("class {} (priority {}) added", c.name, c.priority)),
+            None => continue,
+        };
+        if old.is_empty() {
+            // The classes at start: all of them, unlimited.
+            log::info(msg);
+        } else {
+            lines.extend(decisions.class(now, &c.name, what, msg));
         }
     }
     for o in old.iter().filter(|o| !cfg.classes.iter().any(|c| c.name == o.name)) {
-        log(format_args!("class {} removed", o.name));
+        lines.extend(decisions.class(now, &o.name, "removed", format!("class {} removed", o.name)));
     }
+    lines.iter().for_each(log::write);
 }
 
 /// The statistics socket, bound but not yet served: dropping it (a start

@@ -58,6 +58,7 @@ pub mod fair;
 pub mod gate;
 pub mod health;
 pub mod known;
+pub mod log;
 pub mod netns;
 pub mod packet;
 pub mod sched;

@@ -104,6 +104,11 @@ struct RunArgs {
     /// Print the totals as JSON when stopping.
     #[arg(long)]
     json: bool,
+    /// Log lines (stderr, the journal under systemd): "human" (sluice:
+    /// MESSAGE) or "json" (one object per line: ts, level, event, msg and the
+    /// event's fields). A line per limit or class change, at most 10 a second.
+    #[arg(long, value_name = "FORMAT", value_parser = parse_log_format, default_value = "human")]
+    log_format: sluice::log::Format,
 }
 
 /// Show a running daemon's classes, rates and counters.
@@ -293,6 +298,14 @@ fn parse_mode(s: &str) -> Result<XdpMode, String> {
     }
 }
 
+fn parse_log_format(s: &str) -> Result<sluice::log::Format, String> {
+    match s {
+        "human" => Ok(sluice::log::Format::Human),
+        "json" => Ok(sluice::log::Format::Json),
+        _ => Err(format!("\"{s}\": valid formats are human and json")),
+    }
+}
+
 /// "ADDR:PORT" or "off".
 #[derive(Clone, Copy)]
 enum Metrics {
@@ -325,7 +338,8 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("sluice: error: {e:#}");
+            // "sluice: error: ..." (one JSON object with `run --log-format json`).
+            sluice::log::error(format_args!("{e:#}"));
             ExitCode::from(1)
         }
     }
@@ -357,6 +371,7 @@ impl From<RunArgs> for daemon::RunOpts {
 
 fn cmd_run(a: RunArgs) -> Result<()> {
     let json = a.json;
+    sluice::log::set_format(a.log_format);
     let snap = daemon::Daemon::start(a.into())?.run()?;
     print_json_or(json, &snap, stats::render_table)
 }

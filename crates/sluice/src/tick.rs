@@ -23,6 +23,7 @@ use crate::config::{default_burst, Config, Limit};
 use crate::fair::{Fair, FairCounts, FairTick};
 use crate::gate::{ClassCounters, Clock, Gate, Tiers};
 use crate::health::{distress, path_distress, Health, HealthReader};
+use crate::log::{Cause, Change};
 use crate::stats::ClassTotals;
 
 /// An auto class whose rate is over this many times what it was offered in
@@ -50,6 +51,8 @@ struct TickClass {
     distress: bool,
     /// The tiers written at the last tick (None: not written yet).
     tiers: Option<Tiers>,
+    /// The limit decided at the last tick, before the split over sources.
+    decided: Option<Limit>,
 }
 
 /// A class's source fairness as the tick last wrote it.
@@ -78,6 +81,8 @@ pub struct Ticker {
     pub signal_errors: u64,
     /// Ticks run (the gate's epoch).
     epoch: u32,
+    /// The classes (by id) whose limit the last tick changed, and why (for the log).
+    pub changes: Vec<(usize, Change)>,
 }
 
 impl Ticker {
@@ -101,10 +106,20 @@ impl Ticker {
                 counts: FairCounts::default(),
                 distress: false,
                 tiers: None,
+                decided: None,
             })
             .collect();
         let health = Some(HealthReader::new(cfg, ns)?);
-        Ok(Ticker { classes, health, last: None, auto, budget: Budget::default(), signal_errors: 0, epoch: 0 })
+        Ok(Ticker {
+            classes,
+            health,
+            last: None,
+            auto,
+            budget: Budget::default(),
+            signal_errors: 0,
+            epoch: 0,
+            changes: vec![],
+        })
     }
 
     /// A ticker with nothing to do (no config in place yet).
@@ -117,6 +132,7 @@ impl Ticker {
             budget: Budget::default(),
             signal_errors: 0,
             epoch: 0,
+            changes: vec![],
         }
     }
 
@@ -130,6 +146,7 @@ impl Ticker {
             if let Some(o) = o.map(|i| &old.classes[i]) {
                 c.last_seen = o.last_seen.clone();
                 c.fair = o.fair.clone();
+                c.decided = o.decided;
             }
         }
         self.epoch = old.epoch;
@@ -146,6 +163,7 @@ impl Ticker {
     /// it at the 1st, 2nd, 4th, 8th... failure.
     pub fn tick(&mut self, gate: &mut Gate, log: impl Fn(&dyn Display)) -> Result<()> {
         self.epoch = self.epoch.wrapping_add(1);
+        self.changes.clear();
         gate.set_clock(&Clock {
             epoch: self.epoch,
             now: Clock::coarse_now(),
@@ -172,8 +190,17 @@ impl Ticker {
             // their traffic has them throttled first, not its own clients.
             let lower_busy = admitted.iter().any(|&(p, a)| p > c.priority && a > FLOOR_PPS);
             let pass = |r: &Option<f64>| r.is_some_and(|r| r > AUTO_IDLE * c.offered || (lower_busy && r < c.offered));
-            let own = auto.iter().find(|(i, _)| *i == id).map_or(c.limit, |(_, r)| rate_limit(r.filter(|_| !pass(r))));
+            let by_auto = auto.iter().find(|(i, _)| *i == id);
+            let own = by_auto.map_or(c.limit, |(_, r)| rate_limit(r.filter(|_| !pass(r))));
             let limit = tightest(own, throttles.get(id).copied().flatten());
+            let cause = match () {
+                _ if limit != tightest(own, None) => Cause::Budget(self.budget.distress),
+                _ if by_auto.is_some() => Cause::Auto,
+                _ => Cause::Config,
+            };
+            if let Some(from) = c.decided.replace(limit).filter(|&l| l != limit) {
+                self.changes.push((id, Change { from, to: limit, cause }));
+            }
             let tiers = c.tiers(limit, gate.sources_capacity());
             // An unlimited or blocked class needs writing only when its tiers
             // (its limit, its learning) change.

@@ -355,6 +355,74 @@ mod reload {
     }
 }
 
+mod log {
+    use super::*;
+
+    /// With --log-format json every line the daemon writes is one JSON
+    /// object, and a reload that changes a class's rate writes one rate
+    /// line naming the class, both rates and the cause.
+    #[test]
+    fn json_lines_and_a_rate_change_by_reload() {
+        let mut tb = Testbed::new();
+        let cfg = |rate: &str| {
+            format!("[[class]]\nname = \"svc\"\nrate = \"{rate}\"\nmatch = [{{ proto = \"udp\", port = 7000 }}]\n")
+        };
+        let path = tb.write("sluice.toml", &cfg("5k"));
+        let pid = tb.start_gate(&["--config", path.to_str().unwrap(), "--log-format", "json", "--no-discover"]);
+        // Let the tick decide the first rate (a reload before the first tick changes no decided rate).
+        std::thread::sleep(Duration::from_millis(300));
+        std::fs::write(&path, cfg("10k")).unwrap();
+        tb.signal(pid, libc::SIGHUP);
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while tb.status().reloads != 1 {
+            assert!(std::time::Instant::now() < deadline, "no reload");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        tb.signal(pid, libc::SIGTERM);
+        let out = tb.wait(pid);
+        assert!(out.status.success());
+        let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stderr)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+            .collect();
+        assert!(lines.len() >= 4, "{lines:?}");
+        for l in &lines {
+            assert!(l["ts"].as_f64().unwrap() > 1.6e9 && l["level"].is_string() && l["msg"].is_string(), "{l}");
+        }
+        let rates: Vec<_> = lines.iter().filter(|l| l["event"] == "rate").collect();
+        assert_eq!(rates.len(), 1, "one line for the one change: {lines:?}");
+        let r = rates[0];
+        assert_eq!(
+            (r["class"].as_str(), r["from_pps"].as_u64(), r["to_pps"].as_u64()),
+            (Some("svc"), Some(5000), Some(10_000))
+        );
+        assert_eq!(r["cause"], "config");
+        assert!(lines.iter().any(|l| l["msg"].as_str().unwrap().starts_with("reloaded the config")));
+    }
+
+    #[test]
+    fn a_bad_log_format_is_named() {
+        let o = std::process::Command::new(BIN).args(["run", "--iface", "lo", "--log-format", "xml"]).output().unwrap();
+        assert!(!o.status.success());
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert!(e.contains("--log-format") && e.contains("human and json"), "{e}");
+    }
+
+    /// An error that stops `sluice run` is a JSON line too.
+    #[test]
+    fn a_fatal_error_is_a_json_line() {
+        let o = std::process::Command::new(BIN)
+            .args(["run", "--iface", "no-such-if0", "--log-format", "json"])
+            .output()
+            .unwrap();
+        assert!(!o.status.success());
+        let v: serde_json::Value = serde_json::from_slice(o.stderr.trim_ascii()).unwrap();
+        assert_eq!(v["level"], "error");
+        assert!(v["msg"].as_str().unwrap().contains("no-such-if0"), "{v}");
+    }
+}
+
 mod errors {
     use super::*;
 
