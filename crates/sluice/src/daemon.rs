@@ -297,6 +297,7 @@ impl Daemon {
             sources: Default::default(),
             readers: vec![],
             cpu_away: None,
+            attached: true,
         };
         let shared = Arc::new(Shared { snapshot: Mutex::new(snapshot) });
         let socket = listener.serve(shared.clone());
@@ -700,6 +701,17 @@ impl Daemon {
         for (c, t) in snap.classes.iter_mut().zip(throttles.iter().chain(std::iter::repeat(&None))) {
             c.throttle_pps = *t;
         }
+        for (c, d) in snap.classes.iter_mut().zip(self.ticker.distress_secs()) {
+            c.distress_secs = d;
+        }
+        let attached = gate::attached_prog_id(snap.ifindex as i32) == Some(snap.prog_id);
+        if snap.attached && !attached {
+            log::error(format_args!(
+                "the gate (prog id {}) is no longer attached to {}: nothing is protected; restart sluice",
+                snap.prog_id, self.iface
+            ));
+        }
+        snap.attached = attached;
         self.fill_sources(&mut snap);
         snap.readers = self.steer.as_ref().map(|(s, _)| s.status()).unwrap_or_default();
         snap.cpu_away = self.away.describe(&self.cfg, &self.iface);

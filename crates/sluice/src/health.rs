@@ -132,6 +132,11 @@ impl HealthReader {
         })
     }
 
+    /// The class ids whose services are read (those matching UDP or TCP ports).
+    pub fn watched(&self) -> Vec<usize> {
+        (0..self.udp.len()).filter(|&id| !self.udp[id].is_empty() || !self.tcp[id].is_empty()).collect()
+    }
+
     /// Read this tick's health.
     pub fn read(&mut self) -> Result<Health> {
         let mut h = Health { classes: vec![ClassHealth::default(); self.udp.len()], ..Default::default() };

@@ -170,6 +170,10 @@ pub struct ClassSnapshot {
     /// drop reason (since the daemon started; empty if the tracer could not load).
     #[serde(default)]
     pub kernel_drops: Vec<crate::trace::fate::Drop>,
+    /// Seconds (in 10 ms ticks) the class's service showed distress since
+    /// the daemon started (None: the class has no service the daemon reads).
+    #[serde(default)]
+    pub distress_secs: Option<f64>,
 }
 
 /// The auto controller's state for one class.
@@ -236,6 +240,15 @@ pub struct Snapshot {
     /// CPU protection in force now (`cpu = "away"`): what went where; None: nothing.
     #[serde(default)]
     pub cpu_away: Option<String>,
+    /// The daemon's program is the one attached to the interface (checked at
+    /// every statistics refresh: a link detached by hand or an interface
+    /// re-created leaves the service unprotected while the daemon runs).
+    #[serde(default = "yes")]
+    pub attached: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl Snapshot {
@@ -280,6 +293,7 @@ pub fn class_snapshots(cfg: &Config) -> Vec<ClassSnapshot> {
                 throttle_pps: None,
                 sources: None,
                 kernel_drops: Vec::new(),
+                distress_secs: None,
             }
         })
         .collect()
@@ -316,6 +330,13 @@ pub fn render_table(s: &Snapshot) -> String {
         up % 60,
         s.reloads
     );
+    if !s.attached {
+        let _ = writeln!(
+            o,
+            "GATE DETACHED: program {} is no longer attached to {} (link detached or interface re-created): nothing is protected; restart sluice",
+            s.prog_id, s.interface
+        );
+    }
     if let Some(e) = &s.last_reload_error {
         let _ = writeln!(o, "LAST RELOAD REFUSED (old config still active): {e}");
     }
@@ -426,23 +447,27 @@ pub fn prometheus_text(s: &Snapshot) -> String {
     register_auto_families(&mut reg, &s.classes);
     // The kernel's counters are totals: each scrape builds a new registry and
     // counts them in once, so they are served as counters (the encoder adds _total).
-    let global = Family::<Labels, U64Counter>::default();
+    let (unclassified, flagged) = (Family::<Labels, U64Counter>::default(), Family::<Labels, U64Counter>::default());
     let g = &s.global;
-    for (k, v) in [
-        ("non_ip_pass", g.non_ip_pass),
-        ("malformed_drop", g.malformed_drop),
-        ("malformed_pass", g.malformed_pass),
-        ("depth_exceeded", g.depth_exceeded),
-        ("fragments", g.fragments),
-    ] {
-        global.get_or_create(&vec![label("kind", k)]).inc_by(v);
+    for (v, n) in [("non_ip_pass", g.non_ip_pass), ("malformed_drop", g.malformed_drop), ("malformed_pass", g.malformed_pass)]
+    {
+        unclassified.get_or_create(&vec![label("verdict", v)]).inc_by(n);
     }
-    reg.register("global_packets", "Packets outside the classes: non-IP, malformed, and informational counts", global);
+    for (f, n) in [("depth_exceeded", g.depth_exceeded), ("fragment", g.fragments)] {
+        flagged.get_or_create(&vec![label("flag", f)]).inc_by(n);
+    }
+    reg.register("unclassified_packets", "Packets the gate passed or dropped outside the classes (non-IP, malformed)", unclassified);
+    let what = "Classified packets the gate noted (headers past its parse depth, IP fragments); also counted in their class";
+    reg.register("flagged_packets", what, flagged);
     let cpu = ConstCounter::new(s.daemon_cpu_secs);
     reg.register("daemon_cpu_seconds", "CPU time used by the daemon (user + system)", cpu);
-    let uptime = F64Gauge::default();
-    uptime.set(s.uptime_secs);
-    reg.register("uptime_seconds", "Seconds since the gate was attached", uptime);
+    let start = F64Gauge::default();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
+    start.set((now - s.uptime_secs).round());
+    reg.register("start_time_seconds", "When the gate was attached (Unix time)", start);
+    let attached = U64Gauge::default();
+    attached.set(u64::from(s.attached));
+    reg.register("gate_attached", "1 while the daemon's program is attached to the interface, else 0", attached);
     let inserts = ConstCounter::new(s.sources.inserts);
     reg.register("source_inserts", "Entries made in the per-source map (every class)", inserts);
     // No sample until the daemon's first scan of the map (5 s): missing, not 0.
@@ -460,6 +485,7 @@ type Labels = Vec<(String, String)>;
 type U64Counter = Counter<u64, std::sync::atomic::AtomicU64>;
 type U64Gauge = Gauge<u64, std::sync::atomic::AtomicU64>;
 type F64Gauge = Gauge<f64, std::sync::atomic::AtomicU64>;
+type F64Counter = Counter<f64, std::sync::atomic::AtomicU64>;
 
 fn label(k: &str, v: &str) -> (String, String) {
     (k.to_string(), v.to_string())
@@ -472,8 +498,8 @@ fn register_class_families(reg: &mut Registry, classes: &[ClassSnapshot]) {
     let limit = Family::<Labels, U64Gauge>::default();
     for c in classes {
         let t = &c.totals;
+        // Every classified packet gets exactly one verdict: the sum over verdicts is what the class saw.
         for (verdict, p, b) in [
-            ("seen", t.seen_pkts, t.seen_bytes),
             ("admitted", t.admitted_pkts, t.admitted_bytes),
             ("dropped_rate", t.dropped_rate_pkts, t.dropped_rate_bytes),
             ("dropped_blocked", t.dropped_blocked_pkts, t.dropped_blocked_bytes),
@@ -487,9 +513,23 @@ fn register_class_families(reg: &mut Registry, classes: &[ClassSnapshot]) {
             limit.get_or_create(&vec![label("class", &c.name)]).set(r);
         }
     }
-    reg.register("class_packets", "Packets per class and verdict (seen = all classified)", pkts);
+    reg.register("class_packets", "Packets per class and verdict (their sum is every packet of the class)", pkts);
     reg.register("class_bytes", "Bytes per class and verdict", bytes);
-    reg.register("class_rate_limit_pps", "Configured packets/s limit of limited classes", limit);
+    reg.register("class_rate_limit_packets_per_second", "Configured packets/s limit of limited classes", limit);
+    let (throttle, distress) = (Family::<Labels, F64Gauge>::default(), Family::<Labels, F64Counter>::default());
+    for c in classes {
+        let l = vec![label("class", &c.name)];
+        if let Some(t) = c.throttle_pps {
+            throttle.get_or_create(&l).set(t);
+        }
+        if let Some(d) = c.distress_secs {
+            distress.get_or_create(&l).inc_by(d);
+        }
+    }
+    let what = "The budget's throttle on the class while a service of higher priority is or was in distress";
+    reg.register("class_throttle_packets_per_second", what, throttle);
+    let what = "Time the class's service showed distress (socket drops or queue, accept queue, listen overflows)";
+    reg.register("class_distress_seconds", what, distress);
     let kernel = Family::<Labels, U64Counter>::default();
     for c in classes {
         for d in &c.kernel_drops {
@@ -499,7 +539,7 @@ fn register_class_families(reg: &mut Registry, classes: &[ClassSnapshot]) {
     }
     let what =
         "Packets of a class the kernel dropped after the gate admitted them, by receive stage and kernel drop reason";
-    reg.register("kernel_drops_packets", what, kernel);
+    reg.register("kernel_dropped_packets", what, kernel);
     let (active, known, quota) = (
         Family::<Labels, F64Gauge>::default(),
         Family::<Labels, F64Gauge>::default(),
@@ -518,7 +558,7 @@ fn register_class_families(reg: &mut Registry, classes: &[ClassSnapshot]) {
     }
     reg.register("class_sources_active", "Distinct unknown sources per 10 ms epoch (mean over a second)", active);
     reg.register("class_sources_known", "Known sources of the class (clients it answered while healthy)", known);
-    reg.register("class_source_quota", "Packets one unknown source may send per 10 ms epoch (limited classes)", quota);
+    reg.register("class_source_quota_packets", "Packets one unknown source may send per 10 ms epoch (limited classes)", quota);
 }
 
 /// The controller's view of each auto class.
@@ -541,7 +581,7 @@ fn register_auto_families(reg: &mut Registry, classes: &[ClassSnapshot]) {
         state.get_or_create(&vec![label("class", &c.name), label("algo", &a.algo), label("state", &a.state)]).set(1.0);
     }
     let what = "Auto classes: capacity estimate, controller target (all auto classes) and the class's current rate";
-    reg.register("auto_rate_pps", what, pps);
+    reg.register("auto_rate_packets_per_second", what, pps);
     reg.register("auto_socket_queued_bytes", "Auto classes: bytes queued in the class's sockets", queue);
     reg.register("auto_signals_lost_seconds", "Auto classes: seconds without signals (holding, then fallback)", lost);
     reg.register("auto_state", "Auto classes: the controller's state (value 1 on the current state)", state);
@@ -645,6 +685,7 @@ mod tests {
             sources: Default::default(),
             readers: vec![],
             cpu_away: None,
+            attached: true,
         }
     }
 
@@ -668,7 +709,7 @@ mod tests {
         let t = render_table(&s);
         assert!(t.contains("SOURCES") && t.contains("/24 /48") && t.contains("900 of 1024 entries, 7 evicted"), "{t}");
         let m = prometheus_text(&s);
-        assert!(m.contains("sluice_class_source_quota{class=\"dns\"} 12"), "{m}");
+        assert!(m.contains("sluice_class_source_quota_packets{class=\"dns\"} 12"), "{m}");
         assert!(m.contains("verdict=\"dropped_share\"} 40"), "{m}");
         assert!(m.contains("sluice_source_evictions_total{map=\"sources\"} 7"), "{m}");
         let c = crate::sources::render_class(&s, "dns").unwrap();
@@ -714,7 +755,7 @@ mod tests {
         }
         assert!(t.contains("daemon CPU 0.4%"));
         let p = prometheus_text(&s);
-        assert!(p.contains(r#"sluice_auto_rate_pps{class="dns",kind="capacity"} 91000"#), "{p}");
+        assert!(p.contains(r#"sluice_auto_rate_packets_per_second{class="dns",kind="capacity"} 91000"#), "{p}");
         assert!(p.contains(r#"sluice_auto_state{class="dns",algo="knee",state="tracking"} 1"#), "{p}");
         // A snapshot of an older daemon (no auto fields) still parses.
         let mut v = serde_json::to_value(snap()).unwrap();
@@ -741,8 +782,8 @@ mod tests {
         let m = prometheus_text(&s);
         assert!(m.contains("sluice_class_packets_total{class=\"dns\",verdict=\"dropped_rate\"} 3"), "{m}");
         assert!(m.contains("# TYPE sluice_class_packets counter"), "a _total family is a counter: {m}");
-        assert!(m.contains("sluice_class_rate_limit_pps{class=\"dns\"} 1000"), "{m}");
-        assert!(m.contains("sluice_global_packets_total{kind=\"malformed_drop\"} 1"), "{m}");
+        assert!(m.contains("sluice_class_rate_limit_packets_per_second{class=\"dns\"} 1000"), "{m}");
+        assert!(m.contains("sluice_unclassified_packets_total{verdict=\"malformed_drop\"} 1"), "{m}");
     }
 
     /// Regression: _total families were served as gauges, and two counters had no help
@@ -754,7 +795,7 @@ mod tests {
         let kind = |n: &str| families.iter().find(|f| f.0 == n).map(|f| f.1.as_str());
         assert_eq!(kind("sluice_class_packets_total"), Some("counter"));
         assert_eq!(kind("sluice_daemon_cpu_seconds_total"), Some("counter"));
-        assert_eq!(kind("sluice_uptime_seconds"), Some("gauge"));
+        assert_eq!(kind("sluice_start_time_seconds"), Some("gauge"));
         assert!(!text.contains("# EOF") && !text.contains("# UNIT"), "{text}");
         // The rules catch what they are for.
         assert!(lint_004("# HELP a_total x\n# TYPE a_total gauge\na_total 1\n").is_err());

@@ -47,8 +47,9 @@ struct TickClass {
     fair: Fair,
     raw: Option<ClassCounters>,
     counts: FairCounts,
-    /// The class's sockets were in distress in the last tick.
+    /// The class's sockets were in distress in the last tick, and in how many ticks so far.
     distress: bool,
+    distress_ticks: u64,
     /// The tiers written at the last tick (None: not written yet).
     tiers: Option<Tiers>,
     /// The limit decided at the last tick, before the split over sources.
@@ -105,6 +106,7 @@ impl Ticker {
                 raw: None,
                 counts: FairCounts::default(),
                 distress: false,
+                distress_ticks: 0,
                 tiers: None,
                 decided: None,
             })
@@ -147,6 +149,7 @@ impl Ticker {
                 c.last_seen = o.last_seen.clone();
                 c.fair = o.fair.clone();
                 c.decided = o.decided;
+                c.distress_ticks = o.distress_ticks;
             }
         }
         self.epoch = old.epoch;
@@ -246,6 +249,7 @@ impl Ticker {
             c.admitted = rate(|t| t.admitted_pkts);
             let why = self.last.as_ref().and_then(|(_, prev)| distress(prev, &now.1, id));
             c.distress = why.is_some();
+            c.distress_ticks += u64::from(c.distress);
             demand.push(BudgetClass { priority: c.priority, offered: c.offered, admitted: c.admitted, distress: why });
             c.totals = Some(t);
             c.counts_from(raw[id]);
@@ -255,6 +259,18 @@ impl Ticker {
             if self.last.is_some() { self.budget.step(&demand, path).to_vec() } else { self.budget.limits.clone() };
         self.last = Some(now);
         Ok(limits)
+    }
+
+    /// Seconds each class's service has been in distress (by class id;
+    /// None for a class whose health the tick does not read).
+    pub fn distress_secs(&self) -> Vec<Option<f64>> {
+        let read = self.health.as_ref().map(|h| h.watched()).unwrap_or_default();
+        let tick = crate::daemon::TICK.as_secs_f64();
+        self.classes
+            .iter()
+            .enumerate()
+            .map(|(id, c)| read.contains(&id).then_some(c.distress_ticks as f64 * tick))
+            .collect()
     }
 
     /// The budget's view for status: the highest distressed priority and why,

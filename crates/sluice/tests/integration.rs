@@ -212,7 +212,7 @@ mod status {
         });
         let (body, openmetrics) = body;
         assert!(body.starts_with("HTTP/1.0 200") || body.starts_with("HTTP/1.1 200"), "{body}");
-        assert!(body.contains("sluice_class_rate_limit_pps{class=\"svc\"} 3000"), "{body}");
+        assert!(body.contains("sluice_class_rate_limit_packets_per_second{class=\"svc\"} 3000"), "{body}");
         assert!(body.contains("sluice_class_packets_total{class=\"svc\",verdict=\"admitted\"}"), "{body}");
         assert!(openmetrics.contains("application/openmetrics-text") && openmetrics.contains("# EOF"), "{openmetrics}");
         // The 0.0.4 text passes promtool's rules, and its families are the README's table.
@@ -275,7 +275,7 @@ mod status {
             }
         });
         assert_eq!(during, before, "threads before and with 300 half-open requests");
-        assert!(answer.contains("sluice_uptime_seconds"), "{answer}");
+        assert!(answer.contains("sluice_start_time_seconds"), "{answer}");
         tb.signal(pid, libc::SIGTERM);
         assert!(tb.wait(pid).status.success());
     }
@@ -298,6 +298,37 @@ mod status {
         let o = child.wait_with_output().unwrap();
         let said = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
         assert!(o.status.success() && said.trim().is_empty(), "promtool check metrics: {said}");
+    }
+
+    /// A link detached behind the daemon's back (bpftool link detach) is
+    /// seen: status says GATE DETACHED and the snapshot (so the
+    /// sluice_gate_attached metric) says false.
+    #[test]
+    fn a_gate_detached_behind_the_daemons_back_is_reported() {
+        use libbpf_rs::libbpf_sys;
+        let mut tb = Testbed::new();
+        let pid = tb.start_gate(&["--no-discover"]);
+        let s = tb.status();
+        assert!(s.attached);
+        let link = libbpf_rs::query::LinkInfoIter::default()
+            .find(|l| l.prog_id == s.prog_id)
+            .expect("the daemon's XDP link");
+        // SAFETY: plain syscalls on an fd this test owns.
+        unsafe {
+            let fd = libbpf_sys::bpf_link_get_fd_by_id(link.id);
+            assert!(fd >= 0, "link fd");
+            assert_eq!(libbpf_sys::bpf_link_detach(fd), 0, "detach");
+            libc::close(fd);
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while tb.status().attached {
+            assert!(std::time::Instant::now() < deadline, "the detach was not noticed");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let table = tb.sluice(&tb.b, &["status", "--socket", tb.socket().to_str().unwrap()]);
+        assert!(String::from_utf8_lossy(&table.stdout).contains("GATE DETACHED"));
+        tb.signal(pid, libc::SIGTERM);
+        tb.wait(pid);
     }
 
     #[test]
