@@ -1,11 +1,12 @@
-# sluice: the two commands a user needs, each installing what it needs.
+# sluice: the two commands a user needs, each installing what it needs
+# (and make install / make deb for installing sluice itself).
 #   make demo   the main job: a flooded DNS server (NSD) with and without sluice
 #   make test   every test (unit, BPF_PROG_TEST_RUN, namespace integration)
 # Both need root (XDP, network namespaces) and a Debian 12 machine (apt).
 
 APT_PACKAGES := clang llvm libclang-dev libbpf-dev libelf-dev zlib1g-dev pkg-config \
                 iproute2 ethtool util-linux python3 procps nftables fonts-dejavu-core tcpdump iputils-ping \
-                nsd dnsperf nginx wrk
+                nsd dnsperf nginx wrk dpkg-dev prometheus python3-yaml
 CARGO ?= cargo
 BIN := target/release/sluice
 

@@ -449,15 +449,21 @@ pub fn prometheus_text(s: &Snapshot) -> String {
     // counts them in once, so they are served as counters (the encoder adds _total).
     let (unclassified, flagged) = (Family::<Labels, U64Counter>::default(), Family::<Labels, U64Counter>::default());
     let g = &s.global;
-    for (v, n) in [("non_ip_pass", g.non_ip_pass), ("malformed_drop", g.malformed_drop), ("malformed_pass", g.malformed_pass)]
+    for (v, n) in
+        [("non_ip_pass", g.non_ip_pass), ("malformed_drop", g.malformed_drop), ("malformed_pass", g.malformed_pass)]
     {
         unclassified.get_or_create(&vec![label("verdict", v)]).inc_by(n);
     }
     for (f, n) in [("depth_exceeded", g.depth_exceeded), ("fragment", g.fragments)] {
         flagged.get_or_create(&vec![label("flag", f)]).inc_by(n);
     }
-    reg.register("unclassified_packets", "Packets the gate passed or dropped outside the classes (non-IP, malformed)", unclassified);
-    let what = "Classified packets the gate noted (headers past its parse depth, IP fragments); also counted in their class";
+    reg.register(
+        "unclassified_packets",
+        "Packets the gate passed or dropped outside the classes (non-IP, malformed)",
+        unclassified,
+    );
+    let what =
+        "Classified packets the gate noted (headers past its parse depth, IP fragments); also counted in their class";
     reg.register("flagged_packets", what, flagged);
     let cpu = ConstCounter::new(s.daemon_cpu_secs);
     reg.register("daemon_cpu_seconds", "CPU time used by the daemon (user + system)", cpu);
@@ -558,7 +564,11 @@ fn register_class_families(reg: &mut Registry, classes: &[ClassSnapshot]) {
     }
     reg.register("class_sources_active", "Distinct unknown sources per 10 ms epoch (mean over a second)", active);
     reg.register("class_sources_known", "Known sources of the class (clients it answered while healthy)", known);
-    reg.register("class_source_quota_packets", "Packets one unknown source may send per 10 ms epoch (limited classes)", quota);
+    reg.register(
+        "class_source_quota_packets",
+        "Packets one unknown source may send per 10 ms epoch (limited classes)",
+        quota,
+    );
 }
 
 /// The controller's view of each auto class.

@@ -228,6 +228,7 @@ mod status {
         documented.sort();
         assert_eq!(served, documented, "served metric families vs the README's table");
         promtool_is_clean(text);
+        deployed_metrics_are_served(&served);
         tb.signal(pid, libc::SIGTERM);
         assert!(tb.wait(pid).status.success());
     }
@@ -280,6 +281,30 @@ mod status {
         assert!(tb.wait(pid).status.success());
     }
 
+    /// Every sluice_* metric the Grafana dashboard and the alert rules in
+    /// deploy/ name is a family the daemon serves (a renamed metric would
+    /// leave a panel empty and an alert silent).
+    fn deployed_metrics_are_served(served: &[String]) {
+        let top = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/");
+        for file in ["grafana/sluice-dashboard.json", "prometheus/sluice-alerts.yml"] {
+            let text = std::fs::read_to_string(format!("{top}{file}")).unwrap();
+            let mut used: Vec<&str> = text
+                .match_indices("sluice_")
+                .map(|(i, _)| {
+                    let rest = &text[i..];
+                    &rest[..rest.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(rest.len())]
+                })
+                .filter(|n| n.len() > "sluice_".len())
+                .collect();
+            used.sort();
+            used.dedup();
+            assert!(used.len() >= 4, "{file} names {used:?}");
+            for name in used {
+                assert!(served.iter().any(|s| s == name), "{file} uses {name}, which /metrics does not serve");
+            }
+        }
+    }
+
     /// `promtool check metrics` (Debian's prometheus package) on the text, where it
     /// is installed; `lint_004` above checks the same rules everywhere.
     fn promtool_is_clean(text: &str) {
@@ -310,9 +335,8 @@ mod status {
         let pid = tb.start_gate(&["--no-discover"]);
         let s = tb.status();
         assert!(s.attached);
-        let link = libbpf_rs::query::LinkInfoIter::default()
-            .find(|l| l.prog_id == s.prog_id)
-            .expect("the daemon's XDP link");
+        let link =
+            libbpf_rs::query::LinkInfoIter::default().find(|l| l.prog_id == s.prog_id).expect("the daemon's XDP link");
         // SAFETY: plain syscalls on an fd this test owns.
         unsafe {
             let fd = libbpf_sys::bpf_link_get_fd_by_id(link.id);

@@ -1,0 +1,127 @@
+//! The files in deploy/ for running sluice among other tools: the alert
+//! rules pass `promtool check rules` and their own `promtool test rules`
+//! cases, every dashboard query is valid PromQL, and the Kubernetes
+//! DaemonSet agrees with the systemd unit and the daemon (the same
+//! capabilities, the daemon's paths and port, a config the daemon accepts).
+//! That the metrics they name are served is checked against a running
+//! daemon in tests/integration.rs (`metrics_are_served`).
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+
+const TOP: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+
+/// Run promtool; None (said on stderr) where Debian's prometheus package is missing.
+fn promtool(args: &[&str], dir: &Path) -> Option<String> {
+    let Ok(o) = Command::new("promtool").args(args).current_dir(dir).output() else {
+        eprintln!("promtool is not installed (Debian package prometheus): `promtool {}` was not run", args.join(" "));
+        return None;
+    };
+    let said = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "promtool {}: {said}", args.join(" "));
+    Some(said)
+}
+
+#[test]
+fn alert_rules_are_valid_and_fire_when_they_should() {
+    let dir = Path::new(TOP).join("deploy/prometheus");
+    if let Some(said) = promtool(&["check", "rules", "sluice-alerts.yml"], &dir) {
+        assert!(said.contains("SUCCESS: 5 rules found"), "{said}");
+    }
+    promtool(&["test", "rules", "sluice-alerts.test.yml"], &dir);
+}
+
+#[test]
+fn every_dashboard_query_is_valid_promql() {
+    let text = std::fs::read_to_string(Path::new(TOP).join("deploy/grafana/sluice-dashboard.json")).unwrap();
+    let dash: Value = serde_json::from_str(&text).expect("the dashboard is JSON");
+    let exprs: Vec<String> = dash["panels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|p| p["targets"].as_array().unwrap().iter().map(|t| t["expr"].as_str().unwrap().to_string()))
+        .collect();
+    assert!(exprs.len() >= 15, "{exprs:?}");
+    // Grafana's variables become what Grafana would put there; each query a recording rule.
+    let mut rules = String::from("groups:\n  - name: dashboard\n    rules:\n");
+    for (i, e) in exprs.iter().enumerate() {
+        let e = e.replace("$__rate_interval", "5m").replace("$instance", ".*");
+        rules += &format!("      - record: dashboard:query{i}\n        expr: {}\n", serde_json::to_string(&e).unwrap());
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("dashboard-rules.yml"), rules).unwrap();
+    if let Some(said) = promtool(&["check", "rules", "dashboard-rules.yml"], dir.path()) {
+        assert!(said.contains(&format!("SUCCESS: {} rules found", exprs.len())), "{said}");
+    }
+}
+
+/// deploy/kubernetes/sluice.yaml as JSON documents (python3's yaml module).
+fn manifest() -> Vec<Value> {
+    let path = Path::new(TOP).join("deploy/kubernetes/sluice.yaml");
+    let script = "import sys, json, yaml; print(json.dumps(list(yaml.safe_load_all(open(sys.argv[1])))))";
+    let o = Command::new("python3").args(["-c", script]).arg(&path).output().expect("python3");
+    assert!(o.status.success(), "the manifest is not YAML: {}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+#[test]
+fn the_daemonset_agrees_with_the_unit_and_the_daemon() {
+    let docs = manifest();
+    let kind = |k: &str| docs.iter().find(|d| d["kind"] == k).unwrap_or_else(|| panic!("no {k}"));
+    let pod = &kind("DaemonSet")["spec"]["template"];
+    let spec = &pod["spec"];
+    assert_eq!(spec["hostNetwork"], true, "the node's interface and services");
+    assert_eq!(spec["hostPID"], true, "discovery names the processes holding the node's sockets");
+    let c = &spec["containers"][0];
+    let sc = &c["securityContext"];
+    assert_eq!(sc["privileged"], false);
+    assert_eq!(sc["capabilities"]["drop"], serde_json::json!(["ALL"]));
+    let mut added: Vec<String> =
+        sc["capabilities"]["add"].as_array().unwrap().iter().map(|v| format!("CAP_{}", v.as_str().unwrap())).collect();
+    added.sort();
+    let unit = std::fs::read_to_string(Path::new(TOP).join("packaging/systemd/sluice@.service")).unwrap();
+    let mut bounding: Vec<String> = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("CapabilityBoundingSet="))
+        .unwrap()
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+    bounding.sort();
+    assert_eq!(added, bounding, "the pod's capabilities are the unit's");
+
+    let args: Vec<&str> = c["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+    assert_eq!(args[0], "run");
+    assert!(args.contains(&"--metrics=$(NODE_IP):9786") && args.contains(&"--log-format=json"), "{args:?}");
+    assert_eq!(pod["metadata"]["annotations"]["prometheus.io/port"], "9786");
+    let mounts: Vec<&str> =
+        c["volumeMounts"].as_array().unwrap().iter().map(|m| m["mountPath"].as_str().unwrap()).collect();
+    for dir in [sluice::daemon::CONFIG_DIR, sluice::daemon::SOCKET_DIR, sluice::known::STATE_DIR] {
+        assert!(mounts.contains(&dir), "{dir} is not mounted: {mounts:?}");
+    }
+    // Parse the same args as the daemon would (an unknown flag fails here).
+    let o = Command::new(common::testbed::BIN)
+        .args(["run", "--iface", "x", "--metrics", "10.0.0.1:9786", "--log-format", "json", "--help"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+#[test]
+fn the_configmap_holds_configs_the_daemon_accepts() {
+    let docs = manifest();
+    let cm = docs.iter().find(|d| d["kind"] == "ConfigMap").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let data = cm["data"].as_object().unwrap();
+    assert!(!data.is_empty());
+    for (key, text) in data {
+        assert!(key.ends_with(".toml"), "{key}: the daemon reads /etc/sluice/IFACE.toml");
+        let path = dir.path().join(key);
+        std::fs::write(&path, text.as_str().unwrap()).unwrap();
+        let o = Command::new(common::testbed::BIN).arg("check-config").arg(&path).output().unwrap();
+        assert!(o.status.success(), "{key}: {}", String::from_utf8_lossy(&o.stderr));
+    }
+}
