@@ -284,6 +284,9 @@ impl Daemon {
             prog_id: gate.prog_id(),
             pid: std::process::id(),
             uptime_secs: 0.0,
+            started_unix: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64()),
             config_file: config_file(&opts).map(|p| p.display().to_string()),
             reloads: 0,
             last_reload_error: None,
@@ -810,6 +813,8 @@ impl Daemon {
         let mut snap = self.shared.snapshot.lock().unwrap();
         if snap_err.is_none() {
             snap.reloads += 1;
+            // /etc/sluice/IFACE.toml may have appeared or gone since the start.
+            snap.config_file = config_file(&self.opts).map(|p| p.display().to_string());
         }
         snap.last_reload_error = snap_err;
     }

@@ -209,6 +209,9 @@ pub struct Snapshot {
     pub prog_id: u32,
     pub pid: u32,
     pub uptime_secs: f64,
+    /// When the gate was attached (Unix time, seconds).
+    #[serde(default)]
+    pub started_unix: f64,
     pub config_file: Option<String>,
     pub reloads: u64,
     /// The error of the last refused reload, if the last reload failed.
@@ -468,8 +471,7 @@ pub fn prometheus_text(s: &Snapshot) -> String {
     let cpu = ConstCounter::new(s.daemon_cpu_secs);
     reg.register("daemon_cpu_seconds", "CPU time used by the daemon (user + system)", cpu);
     let start = F64Gauge::default();
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
-    start.set((now - s.uptime_secs).round());
+    start.set(s.started_unix);
     reg.register("start_time_seconds", "When the gate was attached (Unix time)", start);
     let attached = U64Gauge::default();
     attached.set(u64::from(s.attached));
@@ -502,6 +504,7 @@ fn register_class_families(reg: &mut Registry, classes: &[ClassSnapshot]) {
     let pkts = Family::<Labels, U64Counter>::default();
     let bytes = Family::<Labels, U64Counter>::default();
     let limit = Family::<Labels, U64Gauge>::default();
+    let (throttle, distress) = (Family::<Labels, F64Gauge>::default(), Family::<Labels, F64Counter>::default());
     for c in classes {
         let t = &c.totals;
         // Every classified packet gets exactly one verdict: the sum over verdicts is what the class saw.
@@ -515,16 +518,10 @@ fn register_class_families(reg: &mut Registry, classes: &[ClassSnapshot]) {
             pkts.get_or_create(&l).inc_by(p);
             bytes.get_or_create(&l).inc_by(b);
         }
-        if let Some(r) = c.rate_pps {
-            limit.get_or_create(&vec![label("class", &c.name)]).set(r);
-        }
-    }
-    reg.register("class_packets", "Packets per class and verdict (their sum is every packet of the class)", pkts);
-    reg.register("class_bytes", "Bytes per class and verdict", bytes);
-    reg.register("class_rate_limit_packets_per_second", "Configured packets/s limit of limited classes", limit);
-    let (throttle, distress) = (Family::<Labels, F64Gauge>::default(), Family::<Labels, F64Counter>::default());
-    for c in classes {
         let l = vec![label("class", &c.name)];
+        if let Some(r) = c.rate_pps {
+            limit.get_or_create(&l).set(r);
+        }
         if let Some(t) = c.throttle_pps {
             throttle.get_or_create(&l).set(t);
         }
@@ -532,6 +529,9 @@ fn register_class_families(reg: &mut Registry, classes: &[ClassSnapshot]) {
             distress.get_or_create(&l).inc_by(d);
         }
     }
+    reg.register("class_packets", "Packets per class and verdict (their sum is every packet of the class)", pkts);
+    reg.register("class_bytes", "Bytes per class and verdict", bytes);
+    reg.register("class_rate_limit_packets_per_second", "Configured packets/s limit of limited classes", limit);
     let what = "The budget's throttle on the class while a service of higher priority is or was in distress";
     reg.register("class_throttle_packets_per_second", what, throttle);
     let what = "Time the class's service showed distress (socket drops or queue, accept queue, listen overflows)";
@@ -682,6 +682,7 @@ mod tests {
             prog_id: 42,
             pid: 1,
             uptime_secs: 3661.0,
+            started_unix: 1.7e9,
             config_file: None,
             reloads: 0,
             last_reload_error: None,
@@ -793,6 +794,7 @@ mod tests {
         assert!(m.contains("sluice_class_packets_total{class=\"dns\",verdict=\"dropped_rate\"} 3"), "{m}");
         assert!(m.contains("# TYPE sluice_class_packets counter"), "a _total family is a counter: {m}");
         assert!(m.contains("sluice_class_rate_limit_packets_per_second{class=\"dns\"} 1000"), "{m}");
+        assert!(m.contains("sluice_start_time_seconds 1700000000.0"), "the start, not now - uptime: {m}");
         assert!(m.contains("sluice_unclassified_packets_total{verdict=\"malformed_drop\"} 1"), "{m}");
     }
 
