@@ -170,6 +170,21 @@ struct Logged {
     changes: u32,
 }
 
+impl Logged {
+    /// A class whose last line said `limit` at `at`.
+    fn since(limit: Limit, at: Instant) -> Logged {
+        Logged { limit, at, pending: None, changes: 0 }
+    }
+
+    /// The line for `ch` (covering the changes since the last one); the
+    /// class's last line is now this one.
+    fn write(&mut self, class: &str, ch: Change, now: Instant) -> Line {
+        let line = rate_line(class, self.limit, ch, self.changes);
+        *self = Logged::since(ch.to, now);
+        line
+    }
+}
+
 impl Default for Decisions {
     fn default() -> Self {
         Decisions { classes: HashMap::new(), tokens: BURST, refilled: None, suppressed: 0 }
@@ -180,15 +195,15 @@ impl Decisions {
     /// A class's limit changed at `now`: the lines to write (none, one, or
     /// a suppression count first).
     pub fn rate(&mut self, now: Instant, class: &str, ch: Change) -> Vec<Line> {
-        let Some(l) = self.classes.get_mut(class) else {
-            self.classes.insert(class.into(), Logged { limit: ch.to, at: now, pending: None, changes: 0 });
-            return self.admit(now, rate_line(class, ch.from, ch, 1));
-        };
+        let first = !self.classes.contains_key(class);
+        if first {
+            self.classes.insert(class.into(), Logged::since(ch.from, now));
+        }
+        let l = self.classes.get_mut(class).expect("inserted above");
         l.changes += 1;
         let kind_changed = std::mem::discriminant(&kind(l.limit)) != std::mem::discriminant(&kind(ch.to));
-        if kind_changed || (material(l.limit, ch.to) && now.duration_since(l.at) >= PER_CLASS) {
-            let line = rate_line(class, l.limit, ch, l.changes);
-            *l = Logged { limit: ch.to, at: now, pending: None, changes: 0 };
+        if first || kind_changed || (material(l.limit, ch.to) && now.duration_since(l.at) >= PER_CLASS) {
+            let line = l.write(class, ch, now);
             return self.admit(now, line);
         }
         l.pending = material(l.limit, ch.to).then_some(ch);
@@ -200,8 +215,7 @@ impl Decisions {
         let mut due = Vec::new();
         for (name, l) in &mut self.classes {
             if let Some(ch) = l.pending.filter(|_| now.duration_since(l.at) >= PER_CLASS) {
-                due.push(rate_line(name, l.limit, ch, l.changes));
-                *l = Logged { limit: ch.to, at: now, pending: None, changes: 0 };
+                due.push(l.write(name, ch, now));
             }
         }
         due.sort_by(|a, b| a.fields["class"].as_str().cmp(&b.fields["class"].as_str()));
