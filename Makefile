@@ -53,7 +53,7 @@ lint: deps
 
 # The release binaries first: tests/package.rs packs them as `make deb` does.
 test: build
-	$(CARGO) test --release --locked --workspace
+	$(CARGO) test --release --locked --workspace --no-fail-fast
 
 bench: build
 	$(BIN) bench gate

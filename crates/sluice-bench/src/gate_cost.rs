@@ -208,7 +208,7 @@ fn source_cells(pkt: &[u8]) -> Result<(Vec<Vec<Cell>>, Memory)> {
             };
             let fair = sluice_fair { unknown, on: 1, quota, plen4: 32, plen6: 64, ..Default::default() };
             gate.set_fairness(id, &vec![fair; gate.ncpus()])?;
-            gate.set_clock(&Clock { epoch: 1, now: Clock::coarse_now(), known_ttl: Clock::coarse(3600) });
+            gate.set_clock(&Clock { epoch: 1, now_ms: Clock::wall_ms(), known_ttl_ms: 3_600_000 });
             if many {
                 gate.fill_sources(id as u8, SOURCES_MANY - 1, 1)?;
                 if memory.0.is_none() {
@@ -221,8 +221,9 @@ fn source_cells(pkt: &[u8]) -> Result<(Vec<Vec<Cell>>, Memory)> {
                 let mut addr = [0u8; 16];
                 addr[..4].copy_from_slice(&[10, 0, 0, 1]);
                 let key = sluice_src_key { class_id: id as u8, family: 4, plen: 32, addr, ..Default::default() };
-                let last = Clock::coarse_now();
-                gate.insert_known(&[(key, sluice_known { first: last - 2, last, answers: 1, ..Default::default() })])?;
+                let last_ms = Clock::wall_ms();
+                let first_ms = last_ms - 2000;
+                gate.insert_known(&[(key, sluice_known { first_ms, last_ms, answers: 1, ..Default::default() })])?;
             }
             gate.test_run(Prog::Gate, pkt, 1000)?;
             row.push(Cell { gate, pkt: pkt.to_vec(), verdict, samples: vec![] });

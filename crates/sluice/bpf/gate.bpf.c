@@ -469,7 +469,10 @@ static __always_inline int is_known(const struct pkt *pk, __u32 cls)
 
 	src_key(&k, pk, cls, pk->family == 4 ? 32 : 64);
 	v = bpf_map_lookup_elem(&known, &k);
-	return v && v->last - v->first >= SLUICE_KNOWN_SPAN && settings.now - v->last <= settings.known_ttl;
+	if (!v || v->last_ms - v->first_ms < SLUICE_KNOWN_SPAN_MS)
+		return 0;
+	/* Signed: a wall clock stepped back makes a recent answer look newer, not ancient. */
+	return (__s64)(settings.now_ms - v->last_ms) <= (__s64)settings.known_ttl_ms;
 }
 
 /*
@@ -635,7 +638,8 @@ int sluice_learn(struct __sk_buff *skb)
 	struct sluice_src_key k = {};
 	struct sluice_known *v, fresh = { .answers = 1 };
 	struct pkt pk = {};
-	__u32 idx, now, cls;
+	__u32 idx, cls;
+	__u64 now;
 	struct sluice_fair *f;
 	struct sluice_cell *cell;
 
@@ -651,17 +655,19 @@ int sluice_learn(struct __sk_buff *skb)
 	f = bpf_map_lookup_elem(&fairness, &cls);
 	if (!f || !f->learn)
 		return TC_ACT_OK;
+	now = settings.now_ms;
+	if (!now)
+		return TC_ACT_OK; /* the daemon has not set the clock yet */
 	src_key(&k, &pk, cls, pk.family == 4 ? 32 : 64);
-	now = bpf_ktime_get_ns() >> SLUICE_COARSE_SHIFT;
 	v = bpf_map_lookup_elem(&known, &k);
 	if (v) {
-		v->last = now;
+		v->last_ms = now;
 		if (v->answers != 0xffffffff)
 			v->answers += 1;
 		return TC_ACT_OK;
 	}
-	fresh.first = now;
-	fresh.last = now;
+	fresh.first_ms = now;
+	fresh.last_ms = now;
 	bpf_map_update_elem(&known, &k, &fresh, BPF_ANY);
 	return TC_ACT_OK;
 }

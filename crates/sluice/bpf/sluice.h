@@ -130,22 +130,24 @@ struct sluice_src {
 /*
  * Value of the LRU "known" map: a client the service answered. Written by the
  * egress learner (sluice_learn) while the class's fairness says learn, and by the daemon
- * (restoring its state file). Times in SLUICE_COARSE_SHIFT units of
- * CLOCK_MONOTONIC (bpf_ktime_get_ns() >> SLUICE_COARSE_SHIFT, about 1.07 s).
+ * (restoring its state file). Times are the gate's clock, settings.now_ms:
+ * wall-clock (CLOCK_REALTIME) milliseconds that the daemon writes every tick.
+ * Not CLOCK_MONOTONIC: it starts near 0 at boot, so on a host up for a minute
+ * "answered two hours ago" (a restored entry) cannot be said in it, and a
+ * state file outlives the boot.
  */
 struct sluice_known {
-	__u32 first;   /* coarse time of the first answer */
-	__u32 last;    /* coarse time of the last answer */
-	__u32 answers; /* answers seen (saturating) */
+	__u64 first_ms; /* gate clock at the first answer */
+	__u64 last_ms;  /* gate clock at the last answer */
+	__u32 answers;  /* answers seen (saturating) */
 	__u32 _pad;
 };
-#define SLUICE_COARSE_SHIFT 30
 /*
  * A client is known once the service answered it over at least this span
- * (coarse units): a flood that is answered for the few ticks before the
- * daemon sees it never spans a second, a client that came back does.
+ * (ms, of the gate clock): a flood that is answered for the few ticks before
+ * the daemon sees it never spans a second, a client that came back does.
  */
-#define SLUICE_KNOWN_SPAN 1
+#define SLUICE_KNOWN_SPAN_MS 1000
 /* Entries of the "known" map; "sources" is sized at load (default below). */
 #define SLUICE_KNOWN_ENTRIES 65536
 #define SLUICE_SOURCES_DEFAULT 262144
@@ -221,11 +223,12 @@ enum sluice_global_stat {
 
 /* Run-time settings, the gate's .data section. Written by the daemon through mmap. */
 struct sluice_settings {
+	__u64 now_ms;            /* the gate clock: wall-clock ms, written every tick (0: not yet) */
+	__u64 known_ttl_ms;      /* a known source not answered for this long is unknown again */
 	__u32 malformed_verdict; /* XDP_DROP or XDP_PASS */
 	__u32 default_class;     /* class for headers beyond the parse depth */
 	__u32 epoch;             /* the daemon's tick count: source quotas are per epoch */
-	__u32 now;               /* coarse time (SLUICE_COARSE_SHIFT), written every tick */
-	__u32 known_ttl;         /* a known source older than this (coarse units) is unknown again */
+	__u32 _pad;
 };
 
 /*

@@ -379,14 +379,13 @@ impl Daemon {
     /// state file go in once their class exists.
     fn restore_known(&mut self, old_names: Option<&[String]>) {
         let names: Vec<String> = self.cfg.classes.iter().map(|c| c.name.clone()).collect();
-        let now = Clock::coarse_now();
         let mut entries = std::mem::take(&mut self.pending_known);
         let result = (|| -> Result<()> {
             if let Some(old) = old_names.filter(|o| *o != names.as_slice()) {
-                entries.extend(known::from_map(&self.gate.known()?, old, now, KNOWN_TTL_SECS));
+                entries.extend(known::from_map(&self.gate.known()?, old, Clock::wall_ms(), KNOWN_TTL_SECS * 1000));
                 self.gate.clear_known()?;
             }
-            let (map, later) = known::to_map(std::mem::take(&mut entries), &names, now);
+            let (map, later) = known::to_map(std::mem::take(&mut entries), &names);
             self.gate.insert_known(&map)?;
             self.pending_known = later;
             Ok(())
@@ -401,7 +400,7 @@ impl Daemon {
     fn save_known(&mut self) {
         let names: Vec<String> = self.cfg.classes.iter().map(|c| c.name.clone()).collect();
         let result = self.gate.known().map_err(anyhow::Error::from).and_then(|map| {
-            let mut all = known::from_map(&map, &names, Clock::coarse_now(), KNOWN_TTL_SECS);
+            let mut all = known::from_map(&map, &names, Clock::wall_ms(), KNOWN_TTL_SECS * 1000);
             all.extend(self.pending_known.iter().cloned());
             known::save(&self.known_file, &all)
         });

@@ -151,9 +151,10 @@ pub struct FairTier {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Clock {
     pub epoch: u32,
-    /// CLOCK_MONOTONIC >> SLUICE_COARSE_SHIFT (the learner's clock).
-    pub now: u32,
-    pub known_ttl: u32,
+    /// The gate clock: wall-clock ms ([`Clock::wall_ms`]), the learner's and
+    /// the known map's time (see `struct sluice_known` in sluice.h).
+    pub now_ms: u64,
+    pub known_ttl_ms: u64,
 }
 
 impl Clock {
@@ -165,20 +166,12 @@ impl Clock {
         ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
     }
 
-    /// CLOCK_MONOTONIC in coarse units.
-    pub fn coarse_now() -> u32 {
-        (Clock::now_ns() >> crate::bpf_intf::SLUICE_COARSE_SHIFT) as u32
-    }
-
-    /// Coarse units to seconds, rounded down (the inverse of `coarse`).
-    pub fn secs(units: u32) -> u64 {
-        ((units as u64) << crate::bpf_intf::SLUICE_COARSE_SHIFT) / 1_000_000_000
-    }
-
-    /// Seconds in coarse units (2^SLUICE_COARSE_SHIFT ns, about 1.07 s), rounded up.
-    pub fn coarse(secs: u64) -> u32 {
-        ((secs as u128 * 1_000_000_000).div_ceil(1u128 << crate::bpf_intf::SLUICE_COARSE_SHIFT)).min(u32::MAX as u128)
-            as u32
+    /// Wall-clock time (CLOCK_REALTIME), ms since the Unix epoch: the gate
+    /// clock. Before 1970 (a clock not set at all) reads as 1 ms, never 0,
+    /// which the gate takes as "not set yet".
+    pub fn wall_ms() -> u64 {
+        let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+        since.map_or(1, |d| d.as_millis() as u64).max(1)
     }
 }
 
@@ -465,13 +458,13 @@ impl Gate {
     }
 
     /// The run-time clock of source fairness, written every tick: the epoch
-    /// (source quotas count per epoch), the coarse time, how long a known
+    /// (source quotas count per epoch), the gate clock, how long a known
     /// source stays known.
     pub fn set_clock(&mut self, clock: &Clock) {
         let data = self.skel.maps.data_data.as_deref_mut().expect(".data is mmap'ed after load");
         data.settings.epoch = clock.epoch;
-        data.settings.now = clock.now;
-        data.settings.known_ttl = clock.known_ttl;
+        data.settings.now_ms = clock.now_ms;
+        data.settings.known_ttl_ms = clock.known_ttl_ms;
     }
 
     /// Entries the "sources" map holds at most.

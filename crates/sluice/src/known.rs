@@ -6,23 +6,23 @@
 //! atomically (a temporary file in the same directory, fsync, rename), so a
 //! crash leaves the old file or the new one, never half of one. Entries are
 //! stored by class name (class ids change when services come and go) with
-//! their age in seconds; the time the daemon was down ages them too. A file
-//! that cannot be read or parsed is ignored: the daemon logs why and starts
-//! with no known sources.
+//! wall-clock times, as the gate's map keeps them (`struct sluice_known`):
+//! the time the daemon or the host was down ages them, and a reboot does
+//! not (monotonic time restarts near 0 at boot; version 1 files kept ages
+//! in it). A file that cannot be read or parsed is ignored: the daemon logs
+//! why and starts with no known sources.
 use std::io::Write as _;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
 use crate::bpf_intf::{sluice_known, sluice_src_key};
-use crate::gate::Clock;
 
 /// Where state files go unless `--state-dir` says otherwise.
 pub const STATE_DIR: &str = "/var/lib/sluice";
-/// Version of the file's format.
-pub const VERSION: u32 = 1;
+/// Version of the file's format (2: wall-clock times; 1: ages, read and converted).
+pub const VERSION: u32 = 2;
 
 /// One known source.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -30,11 +30,10 @@ pub struct Known {
     pub class: String,
     /// The address (IPv4) or the /64 prefix (IPv6, lower 64 bits zero).
     pub addr: IpAddr,
-    /// Seconds since the service last answered it, and over how many
-    /// seconds it answered it (known takes SLUICE_KNOWN_SPAN).
-    pub age_secs: u64,
-    #[serde(default)]
-    pub span_secs: u64,
+    /// Wall-clock ms (Unix time) of the service's first and last answer to
+    /// it (known takes SLUICE_KNOWN_SPAN_MS between them).
+    pub first_unix_ms: u64,
+    pub last_unix_ms: u64,
     pub answers: u32,
 }
 
@@ -46,37 +45,50 @@ struct StateFile {
     sources: Vec<Known>,
 }
 
+/// Version 1's entry: ages relative to `saved_unix`.
+#[derive(Debug, Deserialize)]
+struct KnownV1 {
+    class: String,
+    addr: IpAddr,
+    age_secs: u64,
+    #[serde(default)]
+    span_secs: u64,
+    answers: u32,
+}
+
+#[derive(Debug, Deserialize)]
+struct StateFileV1 {
+    saved_unix: u64,
+    sources: Vec<KnownV1>,
+}
+
 /// The state file of an interface.
 pub fn path(dir: &Path, iface: &str) -> PathBuf {
     dir.join(format!("known-{iface}.json"))
 }
 
-fn unix_now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
-}
-
 /// The gate's known map as entries, with class ids named by `names`;
-/// entries older than `ttl_secs` or of a class that no longer exists are left out.
-pub fn from_map(map: &[(sluice_src_key, sluice_known)], names: &[String], now: u32, ttl_secs: u64) -> Vec<Known> {
+/// entries not answered in the last `ttl_ms` before `now_ms` (the gate
+/// clock) or of a class that no longer exists are left out.
+pub fn from_map(map: &[(sluice_src_key, sluice_known)], names: &[String], now_ms: u64, ttl_ms: u64) -> Vec<Known> {
     map.iter()
+        .filter(|(_, v)| now_ms.saturating_sub(v.last_ms) <= ttl_ms)
         .filter_map(|(k, v)| {
             let class = names.get(k.class_id as usize)?.clone();
-            let age_secs = Clock::secs(now.saturating_sub(v.last));
             let addr = match k.family {
                 4 => IpAddr::V4(Ipv4Addr::new(k.addr[0], k.addr[1], k.addr[2], k.addr[3])),
                 6 => IpAddr::V6(Ipv6Addr::from(k.addr)),
                 _ => return None,
             };
-            let span_secs = Clock::secs(v.last.saturating_sub(v.first));
-            (age_secs <= ttl_secs).then_some(Known { class, addr, age_secs, span_secs, answers: v.answers })
+            Some(Known { class, addr, first_unix_ms: v.first_ms, last_unix_ms: v.last_ms, answers: v.answers })
         })
         .collect()
 }
 
-/// Entries as the gate's map wants them, for the classes `names` has;
-/// `now` is the gate's coarse time. The others are returned apart (their
-/// class may appear later, when discovery finds its service).
-pub fn to_map(entries: Vec<Known>, names: &[String], now: u32) -> (Vec<(sluice_src_key, sluice_known)>, Vec<Known>) {
+/// Entries as the gate's map wants them, for the classes `names` has. The
+/// others are returned apart (their class may appear later, when discovery
+/// finds its service).
+pub fn to_map(entries: Vec<Known>, names: &[String]) -> (Vec<(sluice_src_key, sluice_known)>, Vec<Known>) {
     let mut later = Vec::new();
     let mut map = Vec::new();
     for e in entries {
@@ -95,9 +107,13 @@ pub fn to_map(entries: Vec<Known>, names: &[String], now: u32) -> (Vec<(sluice_s
                 key.addr[..8].copy_from_slice(&a.octets()[..8]);
             }
         }
-        let last = now.saturating_sub(Clock::coarse(e.age_secs));
-        let first = last.saturating_sub(Clock::coarse(e.span_secs));
-        map.push((key, sluice_known { first, last, answers: e.answers, ..Default::default() }));
+        let value = sluice_known {
+            first_ms: e.first_unix_ms,
+            last_ms: e.last_unix_ms,
+            answers: e.answers,
+            ..Default::default()
+        };
+        map.push((key, value));
     }
     (map, later)
 }
@@ -108,7 +124,8 @@ pub fn save(file: &Path, sources: &[Known]) -> anyhow::Result<()> {
     let dir = file.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let tmp = file.with_extension("json.tmp");
-    let state = StateFile { version: VERSION, saved_unix: unix_now(), sources: sources.to_vec() };
+    let saved_unix = crate::gate::Clock::wall_ms() / 1000;
+    let state = StateFile { version: VERSION, saved_unix, sources: sources.to_vec() };
     let write = || -> std::io::Result<()> {
         let mut f = std::fs::File::create(&tmp)?;
         f.write_all(&serde_json::to_vec(&state)?)?;
@@ -118,49 +135,62 @@ pub fn save(file: &Path, sources: &[Known]) -> anyhow::Result<()> {
     write().with_context(|| format!("writing {}", file.display()))
 }
 
-/// Read the entries, aged by the time since the file was written. A missing
-/// file is no error (Ok of nothing); a file that cannot be read or parsed
-/// is, and says why.
+/// Read the entries. A missing file is no error (Ok of nothing); a file
+/// that cannot be read or parsed is, and says why. A version 1 file's ages
+/// are taken back to wall-clock times from the time it was written.
 pub fn load(file: &Path) -> Result<Vec<Known>, String> {
     let text = match std::fs::read(file) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
         Err(e) => return Err(format!("cannot read {}: {e}", file.display())),
     };
-    let state: StateFile =
-        serde_json::from_slice(&text).map_err(|e| format!("{} is not a sluice state file: {e}", file.display()))?;
-    if state.version != VERSION {
-        return Err(format!("{} has version {}, this sluice reads {VERSION}", file.display(), state.version));
+    let not_ours = |e: serde_json::Error| format!("{} is not a sluice state file: {e}", file.display());
+    #[derive(Deserialize)]
+    struct Version {
+        version: u32,
     }
-    let down = unix_now().saturating_sub(state.saved_unix);
-    Ok(state.sources.into_iter().map(|k| Known { age_secs: k.age_secs.saturating_add(down), ..k }).collect())
+    match serde_json::from_slice::<Version>(&text).map_err(not_ours)?.version {
+        VERSION => Ok(serde_json::from_slice::<StateFile>(&text).map_err(not_ours)?.sources),
+        1 => Ok(from_v1(serde_json::from_slice(&text).map_err(not_ours)?)),
+        v => Err(format!("{} has version {v}, this sluice reads {VERSION} and 1", file.display())),
+    }
+}
+
+fn from_v1(state: StateFileV1) -> Vec<Known> {
+    let saved_ms = state.saved_unix.saturating_mul(1000);
+    let at = |ago_secs: u64| saved_ms.saturating_sub(ago_secs.saturating_mul(1000));
+    state
+        .sources
+        .into_iter()
+        .map(|k| Known {
+            first_unix_ms: at(k.age_secs.saturating_add(k.span_secs)),
+            last_unix_ms: at(k.age_secs),
+            class: k.class,
+            addr: k.addr,
+            answers: k.answers,
+        })
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// A wall-clock time to test with: 2026-11-23.
+    const NOW_MS: u64 = 1_795_000_000_000;
+
     fn names() -> Vec<String> {
         vec!["default".into(), "udp-53".into()]
     }
 
+    fn entry(addr: &str, ago_secs: u64, span_secs: u64, answers: u32) -> Known {
+        let last_unix_ms = NOW_MS - ago_secs * 1000;
+        let first_unix_ms = last_unix_ms - span_secs * 1000;
+        Known { class: "udp-53".into(), addr: addr.parse().unwrap(), first_unix_ms, last_unix_ms, answers }
+    }
+
     fn entries() -> Vec<Known> {
-        vec![
-            Known {
-                class: "udp-53".into(),
-                addr: "198.51.100.7".parse().unwrap(),
-                age_secs: 60,
-                span_secs: 30,
-                answers: 9,
-            },
-            Known {
-                class: "udp-53".into(),
-                addr: "2001:db8:1:2::".parse().unwrap(),
-                age_secs: 3600,
-                span_secs: 5,
-                answers: 1,
-            },
-        ]
+        vec![entry("198.51.100.7", 60, 30, 9), entry("2001:db8:1:2::", 3600, 5, 1)]
     }
 
     #[test]
@@ -169,31 +199,47 @@ mod tests {
         let file = path(dir.path(), "vb");
         save(&file, &entries()).unwrap();
         let back = load(&file).unwrap();
-        assert_eq!(back.len(), 2);
-        for (a, b) in back.iter().zip(entries()) {
-            assert_eq!((&a.class, a.addr, a.answers), (&b.class, b.addr, b.answers));
-            assert!(a.age_secs >= b.age_secs && a.age_secs <= b.age_secs + 5, "aged by the write-read gap only");
-        }
-        let now = 1_000_000;
-        let (map, later) = to_map(back, &names(), now);
+        assert_eq!(back, entries(), "wall-clock times are kept as they are");
+        let (map, later) = to_map(back, &names());
         assert!(later.is_empty());
         assert_eq!((map[0].0.class_id, map[0].0.family, map[0].0.plen), (1, 4, 32));
-        let again = from_map(&map, &names(), now, 7 * 86400);
-        for (a, b) in again.iter().zip(entries()) {
-            assert_eq!((&a.class, a.addr), (&b.class, b.addr));
-            assert!(a.age_secs.abs_diff(b.age_secs) <= 2, "{} vs {}", a.age_secs, b.age_secs);
-            assert!(a.span_secs.abs_diff(b.span_secs) <= 2, "{} vs {}", a.span_secs, b.span_secs);
-        }
+        assert_eq!((map[0].1.first_ms, map[0].1.last_ms), (NOW_MS - 90_000, NOW_MS - 60_000));
+        assert_eq!(from_map(&map, &names(), NOW_MS, 7 * 86_400_000), entries());
         assert!(!dir.path().join("known-vb.json.tmp").exists(), "the temporary file is renamed");
+    }
+
+    /// Regression (issue 23, item 1): the gate's known map was kept in
+    /// CLOCK_MONOTONIC seconds, where "two hours ago" saturates to 0 on a
+    /// host booted a minute ago, and a reboot made every entry unknown. The
+    /// map and the file now hold wall-clock times: nothing depends on the
+    /// uptime, and an entry restored after a reboot keeps its age.
+    #[test]
+    fn a_host_booted_a_minute_ago_restores_old_entries_with_their_age() {
+        let old = vec![entry("198.51.100.8", 7200, 10, 3)];
+        let (map, _) = to_map(old.clone(), &names());
+        assert_eq!(map[0].1.last_ms, NOW_MS - 7_200_000, "two hours before now, whatever the uptime");
+        assert_eq!(map[0].1.last_ms - map[0].1.first_ms, 10_000);
+        assert_eq!(from_map(&map, &names(), NOW_MS, 3_600_000), vec![], "past a one-hour ttl: dropped");
+        assert_eq!(from_map(&map, &names(), NOW_MS, 86_400_000), old, "saved again with the same times");
     }
 
     #[test]
     fn entries_of_classes_not_there_yet_wait_and_old_ones_are_dropped() {
-        let (map, later) = to_map(entries(), &["default".to_string()], 1_000_000);
+        let (map, later) = to_map(entries(), &["default".to_string()]);
         assert!(map.is_empty());
         assert_eq!(later.len(), 2);
-        let (map, _) = to_map(entries(), &names(), 1_000_000);
-        assert_eq!(from_map(&map, &names(), 1_000_000, 600).len(), 1, "the hour-old one is past a 10-minute ttl");
+        let (map, _) = to_map(entries(), &names());
+        assert_eq!(from_map(&map, &names(), NOW_MS, 600_000).len(), 1, "the hour-old one is past a 10-minute ttl");
+    }
+
+    #[test]
+    fn a_version_1_file_is_read_with_its_ages_taken_from_its_write_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = path(dir.path(), "vb");
+        let v1 = r#"{"version":1,"saved_unix":1795000000,"sources":[
+            {"class":"udp-53","addr":"198.51.100.7","age_secs":60,"span_secs":30,"answers":9}]}"#;
+        std::fs::write(&file, v1).unwrap();
+        assert_eq!(load(&file).unwrap(), vec![entry("198.51.100.7", 60, 30, 9)]);
     }
 
     #[test]

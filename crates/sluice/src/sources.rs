@@ -10,7 +10,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use serde::{Deserialize, Serialize};
 
-use crate::bpf_intf::{sluice_known, sluice_src, sluice_src_key, SLUICE_KNOWN_SPAN};
+use crate::bpf_intf::{sluice_known, sluice_src, sluice_src_key, SLUICE_KNOWN_SPAN_MS};
 use crate::stats::{human, Snapshot};
 
 /// The heaviest droppers kept per class.
@@ -92,8 +92,9 @@ pub fn scan(
             c.2.push(TopSource { prefix: prefix(k), drops: v.drops, pkts: v.pkts, epoch: v.epoch });
         }
     }
-    // Known as the gate counts them: answered over SLUICE_KNOWN_SPAN at least.
-    for (k, _) in known.iter().filter(|(_, v)| v.last.wrapping_sub(v.first) >= SLUICE_KNOWN_SPAN) {
+    // Known as the gate counts them: answered over SLUICE_KNOWN_SPAN_MS at least.
+    for (k, _) in known.iter().filter(|(_, v)| v.last_ms.saturating_sub(v.first_ms) >= u64::from(SLUICE_KNOWN_SPAN_MS))
+    {
         if let Some(c) = out.get_mut(k.class_id as usize) {
             c.1 += 1;
         }
@@ -200,8 +201,8 @@ mod tests {
         sources.push((key(2, [192, 0, 2, 0], 24), sluice_src { epoch: 5, pkts: 1, drops: 0 }));
         sources.push((key(63, [1, 2, 3, 4], 32), sluice_src::default()));
         let known = vec![
-            (key(1, [198, 51, 100, 1], 32), sluice_known { first: 10, last: 12, ..Default::default() }),
-            (key(1, [198, 51, 100, 2], 32), sluice_known { first: 12, last: 12, ..Default::default() }),
+            (key(1, [198, 51, 100, 1], 32), sluice_known { first_ms: 10_000, last_ms: 12_000, ..Default::default() }),
+            (key(1, [198, 51, 100, 2], 32), sluice_known { first_ms: 12_000, last_ms: 12_500, ..Default::default() }),
         ];
         let s = scan(&sources, &known, 3);
         assert_eq!((s[1].0, s[1].1, s[2].0, s[2].1), (30, 1, 1, 0));

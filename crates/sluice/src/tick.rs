@@ -167,11 +167,7 @@ impl Ticker {
     pub fn tick(&mut self, gate: &mut Gate, log: impl Fn(&dyn Display)) -> Result<()> {
         self.epoch = self.epoch.wrapping_add(1);
         self.changes.clear();
-        gate.set_clock(&Clock {
-            epoch: self.epoch,
-            now: Clock::coarse_now(),
-            known_ttl: Clock::coarse(KNOWN_TTL_SECS),
-        });
+        gate.set_clock(&Clock { epoch: self.epoch, now_ms: Clock::wall_ms(), known_ttl_ms: KNOWN_TTL_SECS * 1000 });
         let throttles = match self.control(gate) {
             Ok(t) => t,
             Err(e) => {

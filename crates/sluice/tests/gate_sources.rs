@@ -30,7 +30,7 @@ fn fair(g: &TestGate, class: &str, quota: u32, rate: u64, burst: u64, plens: (u8
 }
 
 fn clock(g: &mut TestGate, epoch: u32) {
-    g.gate.set_clock(&Clock { epoch, now: Clock::coarse_now(), known_ttl: Clock::coarse(3600) });
+    g.gate.set_clock(&Clock { epoch, now_ms: Clock::wall_ms(), known_ttl_ms: 3_600_000 });
 }
 
 fn counter(g: &TestGate, class: &str, idx: u32) -> u64 {
@@ -116,14 +116,19 @@ fn known_sources_take_the_class_bucket_while_unknown_ones_find_theirs_empty() {
         addr[..4].copy_from_slice(&a);
         sluice_src_key { class_id: g.class("dns") as u8, family: 4, plen: 32, addr, ..Default::default() }
     };
-    let known = |ago: u64, span: u64| {
-        let last = Clock::coarse_now().saturating_sub(Clock::coarse(ago));
-        sluice_known { first: last - Clock::coarse(span), last, answers: 3, ..Default::default() }
+    // Answered `ago` seconds before now (negative: the wall clock has since
+    // stepped back) over `span` seconds.
+    let known = |ago: i64, span: u64| {
+        let last_ms = Clock::wall_ms().checked_add_signed(-ago * 1000).unwrap();
+        sluice_known { first_ms: last_ms - span * 1000, last_ms, answers: 3, ..Default::default() }
     };
     let entries = [
         (key([198, 51, 100, 7]), known(0, 10)),
+        // Two hours: more than a young host's uptime (issue 23, item 1: in
+        // CLOCK_MONOTONIC this saturated to 0 and stayed known).
         (key([198, 51, 100, 8]), known(7200, 10)),
         (key([198, 51, 100, 9]), known(0, 0)),
+        (key([198, 51, 100, 10]), known(-60, 10)),
     ];
     g.gate.insert_known(&entries).unwrap();
     g.expect("unknown takes the one token", &dns_from("192.0.2.1"), Admitted("dns".into()));
@@ -133,8 +138,9 @@ fn known_sources_take_the_class_bucket_while_unknown_ones_find_theirs_empty() {
     }
     g.expect("known too long ago is unknown", &dns_from("198.51.100.8"), DroppedRate("dns".into()));
     g.expect("answered only within one second: not known", &dns_from("198.51.100.9"), DroppedRate("dns".into()));
-    assert_eq!(counter(&g, "dns", SLUICE_CS_KNOWN_PKTS), 20);
-    assert_eq!(counter(&g, "dns", SLUICE_CS_KNOWN_ADMIT_PKTS), 20);
+    g.expect("known after the clock stepped back", &dns_from("198.51.100.10"), Admitted("dns".into()));
+    assert_eq!(counter(&g, "dns", SLUICE_CS_KNOWN_PKTS), 21);
+    assert_eq!(counter(&g, "dns", SLUICE_CS_KNOWN_ADMIT_PKTS), 21);
     assert_eq!(counter(&g, "dns", SLUICE_CS_UNKNOWN_PKTS), 4);
 }
 
@@ -150,15 +156,21 @@ fn answer(client: &str, tcp_flags: Option<u8>) -> Vec<u8> {
 
 #[test]
 fn the_learner_records_answered_clients_only_while_told_to_and_never_from_a_syn_ack() {
-    let g = gate();
-    let learn = |on: u8| {
+    let mut g = gate();
+    let learn = |g: &TestGate, on: u8| {
         let f = sluice_fair { learn: on, ..Default::default() };
         g.gate.set_fairness(g.class("dns"), &vec![f; g.gate.ncpus()]).unwrap();
     };
-    let run = |pkt: &[u8]| assert_eq!(g.gate.test_run(Prog::Learn, pkt, 1).unwrap().0, 0, "TC_ACT_OK");
-    run(&answer("198.51.100.1", None));
+    let run = |g: &TestGate, pkt: &[u8]| assert_eq!(g.gate.test_run(Prog::Learn, pkt, 1).unwrap().0, 0, "TC_ACT_OK");
+    clock(&mut g, 1);
+    run(&g, &answer("198.51.100.1", None));
     assert!(g.gate.known().unwrap().is_empty(), "learning is off until the daemon says so");
-    learn(1);
+    learn(&g, 1);
+    g.gate.set_clock(&Clock::default());
+    run(&g, &answer("198.51.100.1", None));
+    assert!(g.gate.known().unwrap().is_empty(), "nor while the gate clock is not set");
+    clock(&mut g, 1);
+    let run = |pkt: &[u8]| run(&g, pkt);
     run(&answer("198.51.100.1", None));
     run(&answer("198.51.100.1", None));
     run(&answer("2001:db8::1", None));
@@ -177,8 +189,8 @@ fn the_learner_records_answered_clients_only_while_told_to_and_never_from_a_syn_
     let v6: Vec<u8> =
         "2001:db8::1".parse::<std::net::Ipv6Addr>().unwrap().octets()[..8].iter().copied().chain([0; 8]).collect();
     assert_eq!(known, vec![(v6, 1), (vec![198, 51, 100, 1], 2), (vec![198, 51, 100, 4], 1)]);
-    let now = Clock::coarse_now();
-    assert!(g.gate.known().unwrap().iter().all(|(_, v)| v.last.abs_diff(now) <= 1 && v.first <= v.last));
+    let now = Clock::wall_ms();
+    assert!(g.gate.known().unwrap().iter().all(|(_, v)| v.last_ms.abs_diff(now) <= 1000 && v.first_ms <= v.last_ms));
 }
 
 #[test]

@@ -677,11 +677,12 @@ mod known {
         let dir = tb.dir.join("state");
         std::fs::create_dir_all(&dir).unwrap();
         let file = sluice::known::path(&dir, tb.if_b);
+        let now = sluice::gate::Clock::wall_ms();
         let known = |class: &str, addr: &str| sluice::known::Known {
             class: class.into(),
             addr: addr.parse().unwrap(),
-            age_secs: 10,
-            span_secs: 30,
+            first_unix_ms: now - 40_000,
+            last_unix_ms: now - 10_000,
             answers: 5,
         };
         sluice::known::save(&file, &[known("svc", "10.77.0.1"), known("later", "10.77.0.9")]).unwrap();
