@@ -90,6 +90,8 @@
  *   - more VLAN tags or IPv6 extension headers than the parse depth: the
  *     default class, counted DEPTH_EXCEEDED (info) and in that class;
  *   - non-first fragments (no ports): classified by protocol only.
+ * In observe mode (settings.observe) every packet counted as dropped above
+ * is passed instead, and counted OBSERVED_PASS too.
  */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -571,6 +573,19 @@ static __always_inline int pass_or_away(__u32 cls, struct sluice_class_state *st
 	return bpf_redirect_map(&cpus, *to - 1, XDP_PASS);
 }
 
+/*
+ * A packet counted as dropped: XDP_DROP, or in observe mode (an operator
+ * trying sluice out) XDP_PASS, counted OBSERVED_PASS: every counter then
+ * says what enforcing would have done, and nothing is lost.
+ */
+static __always_inline int observe_drop(void)
+{
+	if (!settings.observe)
+		return XDP_DROP;
+	global_inc(SLUICE_GS_OBSERVED_PASS);
+	return XDP_PASS;
+}
+
 SEC("xdp")
 int sluice_gate(struct xdp_md *ctx)
 {
@@ -598,7 +613,7 @@ int sluice_gate(struct xdp_md *ctx)
 			return XDP_PASS;
 		}
 		global_inc(SLUICE_GS_MALFORMED_DROP);
-		return XDP_DROP;
+		return observe_drop();
 	}
 
 	cls &= SLUICE_MAX_CLASSES - 1;
@@ -617,7 +632,7 @@ int sluice_gate(struct xdp_md *ctx)
 	else
 		idx = SLUICE_CS_ADMIT_PKTS;
 	verdict_add(st, idx, bytes);
-	return idx == SLUICE_CS_ADMIT_PKTS ? pass_or_away(cls, st) : XDP_DROP;
+	return idx == SLUICE_CS_ADMIT_PKTS ? pass_or_away(cls, st) : observe_drop();
 }
 
 /*

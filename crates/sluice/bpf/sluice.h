@@ -207,6 +207,7 @@ enum sluice_global_stat {
 	SLUICE_GS_MALFORMED_PASS,  /* verdict: same, passed (settings.malformed_verdict) */
 	SLUICE_GS_DEPTH_EXCEEDED,  /* info: headers beyond the parse depth, sent to the default class */
 	SLUICE_GS_FRAGMENTS,       /* info: non-first fragments, classified without ports */
+	SLUICE_GS_OBSERVED_PASS,   /* info: observe mode: counted as dropped (class or malformed), passed */
 	SLUICE_GS_NR,
 };
 #define SLUICE_GS_VERDICT_NR 3
@@ -228,7 +229,7 @@ struct sluice_settings {
 	__u32 malformed_verdict; /* XDP_DROP or XDP_PASS */
 	__u32 default_class;     /* class for headers beyond the parse depth */
 	__u32 epoch;             /* the daemon's tick count: source quotas are per epoch */
-	__u32 _pad;
+	__u32 observe;           /* 1: observe mode: every verdict counted as usual, nothing dropped */
 };
 
 /*

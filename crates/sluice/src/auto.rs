@@ -1,9 +1,24 @@
 //! The auto loop: takes the signals of the `rate = "auto"` classes with UDP
 //! sockets every tick (the tick's `Health`, read once for the budget and for
-//! this loop), runs the controller (`controller`) and keeps each class's rate
-//! for the tick (`tick`) to write into the gate. `sluice run` and the
-//! bench's `auto` configurations both use it. Auto classes with TCP
-//! listeners only are governed by the budget alone (`budget`).
+//! this loop), runs each class's own controller (`controller`) and keeps
+//! each class's rate for the tick (`tick`) to write into the gate.
+//! `sluice run` and the bench's `auto` configurations both use it. Auto
+//! classes with TCP listeners only are governed by the budget alone
+//! (`budget`).
+//!
+//! Each class's signals are its own (issue 21: one service whose socket
+//! overflows must not limit another): its sockets' queue, buffer and drops
+//! (sock_diag, the sockets bound to its ports), its offered and admitted
+//! packets (the gate's class counters) and its delivered rate. The kernel
+//! counts datagrams taken by readers only per namespace (Udp InDatagrams), so
+//! a class's delivered rate is estimated as what the gate admitted for it
+//! less what its sockets dropped, capped by the namespace's InDatagrams
+//! (it counts a growing queue as delivered: at most a buffer's worth, which
+//! the controller's smoothing absorbs). Loss before the sockets (softnet
+//! backlog drops, time squeezes) belongs to no socket: it is given to a
+//! class only while that class carries at least PATH_SHARE of all that
+//! arrives at the gate, so a flood elsewhere does not move its limit (the
+//! budget throttles lower classes for it).
 //!
 //! Cost per tick on top of the health read and the class counters the tick
 //! reads once for everyone (measured by the bench, reported as the
@@ -15,7 +30,7 @@ use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{AutoSpec, Config, Limit};
-use crate::controller::{decide, Algo, ClassDemand, Controller, Signals, Tuning, TICK_HZ};
+use crate::controller::{decide, Algo, Controller, Signals, Tuning, TICK_HZ};
 use crate::health::Health;
 use crate::signals::{udp_counters, NsFile, SockDiag, SockStats};
 use crate::stats::{AutoStatus, ClassTotals};
@@ -25,53 +40,71 @@ use crate::stats::{AutoStatus, ClassTotals};
 pub const TICK: Duration = Duration::from_millis((1000.0 / TICK_HZ) as u64);
 /// Ticks kept in the trace (60 s).
 const TRACE_LEN: usize = 6_000;
+/// Bytes of receive buffer one queued datagram takes at the least (the
+/// truesize of a small skb; 4 KiB on veth with XDP): a buffer holds at most
+/// its size over this many datagrams. Erring deep is safe: the socket then
+/// drops what it cannot hold, as it would without sluice.
+pub const DATAGRAM_TRUESIZE_MIN: u64 = 768;
+/// Share of all the gate's arrivals a class must carry to be given the
+/// loss before the sockets (softnet drops): then it is the flood.
+pub const PATH_SHARE: f64 = 0.5;
 
 struct AutoClass {
     id: usize,
     name: String,
-    priority: u8,
     spec: AutoSpec,
     sock: SockStats,
+    ctl: Controller,
     /// The rate the controller picked at the last tick; None = unlimited.
     rate: Option<f64>,
 }
 
-/// Totals read at one tick.
-#[derive(Clone)]
-struct Sample {
-    at: Instant,
-    seen: Vec<u64>,
-    admitted: Vec<u64>,
-    in_datagrams: u64,
-    sock_drops: u64,
-    backlog_drops: u64,
-    squeeze: u64,
-    queued: u64,
-    rcvbuf: u64,
-    present: bool,
+/// One class's totals at one tick.
+#[derive(Clone, Copy, Default)]
+pub struct ClassSample {
+    pub seen: u64,
+    pub admitted: u64,
+    pub sock: SockStats,
 }
 
-/// The controller's signals over the time between two samples, and each
-/// class's offered rate (packets/s).
-fn delta(prev: &Sample, now: &Sample) -> (Signals, Vec<f64>) {
+/// Totals read at one tick: each auto class's, and the namespace's.
+#[derive(Clone)]
+pub struct Sample {
+    pub at: Instant,
+    pub classes: Vec<ClassSample>,
+    /// Packets the gate saw over every class (auto or not).
+    pub all_seen: u64,
+    pub in_datagrams: u64,
+    pub backlog_drops: u64,
+    pub squeeze: u64,
+}
+
+/// Class `i`'s signals over the time between two samples (see the module
+/// comment for how its delivered rate and the path signals are had).
+pub fn class_signals(prev: &Sample, now: &Sample, i: usize) -> Signals {
     let dt = now.at.duration_since(prev.at).as_secs_f64().max(1e-4);
     let d = |a: u64, b: u64| b.saturating_sub(a) as f64;
-    let offered: Vec<f64> = prev.seen.iter().zip(&now.seen).map(|(a, b)| d(*a, *b) / dt).collect();
-    let sig = Signals {
+    let (p, n) = (prev.classes[i], now.classes[i]);
+    let offered = d(p.seen, n.seen) / dt;
+    let admitted = d(p.admitted, n.admitted) / dt;
+    // A restarted service's new socket starts its drop count at 0.
+    let sock_drops = n.sock.drops.saturating_sub(p.sock.drops);
+    let delivered = (admitted - sock_drops as f64 / dt).max(0.0).min(d(prev.in_datagrams, now.in_datagrams) / dt);
+    let carries_the_flood = offered >= PATH_SHARE * d(prev.all_seen, now.all_seen) / dt && offered > 0.0;
+    let path = |a: u64, b: u64| if carries_the_flood { b.saturating_sub(a) } else { 0 };
+    Signals {
         dt,
-        present: now.present,
-        offered: offered.iter().sum(),
-        admitted: prev.admitted.iter().zip(&now.admitted).map(|(a, b)| d(*a, *b)).sum::<f64>() / dt,
-        delivered: d(prev.in_datagrams, now.in_datagrams) / dt,
-        queue_start: prev.queued,
-        queue_end: now.queued,
-        rcvbuf: now.rcvbuf,
-        // A restarted service's new socket starts its drop count at 0.
-        sock_drops: now.sock_drops.saturating_sub(prev.sock_drops),
-        backlog_drops: now.backlog_drops.saturating_sub(prev.backlog_drops),
-        squeeze: now.squeeze.saturating_sub(prev.squeeze),
-    };
-    (sig, offered)
+        present: n.sock.sockets > 0,
+        offered,
+        admitted,
+        delivered,
+        queue_start: p.sock.queued,
+        queue_end: n.sock.queued,
+        rcvbuf: n.sock.rcvbuf,
+        sock_drops,
+        backlog_drops: path(prev.backlog_drops, now.backlog_drops),
+        squeeze: path(prev.squeeze, now.squeeze),
+    }
 }
 
 /// One tick of the loop, for the bench's step and oscillation figures.
@@ -92,7 +125,6 @@ pub struct TracePoint {
 
 pub struct AutoLoop {
     classes: Vec<AutoClass>,
-    pub ctl: Controller,
     snmp: NsFile,
     snmp6: NsFile,
     last: Option<Sample>,
@@ -100,6 +132,8 @@ pub struct AutoLoop {
     /// CPU time the loop's ticks took (ns, thread CPU clock).
     pub cpu_ns: u64,
     pub ticks: u64,
+    /// The first auto class's controller, tick by tick (the bench's step
+    /// and oscillation figures: its scenarios have one auto class).
     pub trace: VecDeque<TracePoint>,
 }
 
@@ -124,6 +158,11 @@ impl AutoLoop {
             return Ok(None);
         }
         let mut diag = SockDiag::open(ns)?;
+        let tuning = Tuning {
+            pno_step: cfg.auto.pno_step as f64,
+            hold_secs: cfg.auto.hold_ms as f64 / 1000.0,
+            ..Default::default()
+        };
         let mut classes = vec![];
         for id in ids {
             let c = &cfg.classes[id];
@@ -139,21 +178,15 @@ impl AutoLoop {
                     ns.map_or("this network namespace".to_string(), |n| format!("namespace {n}"))
                 );
             }
-            classes.push(AutoClass { id, name: c.name.clone(), priority: c.priority, spec, sock, rate: None });
+            let ctl = Controller::new(spec.algo, tuning);
+            classes.push(AutoClass { id, name: c.name.clone(), spec, sock, ctl, rate: None });
         }
-        let algo = classes[0].spec.algo;
-        let tuning = Tuning {
-            pno_step: cfg.auto.pno_step as f64,
-            hold_secs: cfg.auto.hold_ms as f64 / 1000.0,
-            ..Default::default()
-        };
         let (snmp, snmp6) = match ns {
             Some(ns) => (NsFile::open(ns, "snmp")?, NsFile::open(ns, "snmp6")?),
             None => (NsFile::open_here("snmp")?, NsFile::open_here("snmp6")?),
         };
         Ok(Some(AutoLoop {
             classes,
-            ctl: Controller::new(algo, tuning),
             snmp,
             snmp6,
             last: None,
@@ -164,71 +197,61 @@ impl AutoLoop {
         }))
     }
 
+    /// The algorithm of the first auto class (for the start-up log line).
     pub fn algo(&self) -> Algo {
-        self.ctl.algo
+        self.classes[0].ctl.algo
     }
 
-    /// Keep what `old` learnt: the controller, its trace and CPU account,
-    /// and the rates of the classes that are in both (by name).
+    /// Keep what `old` learnt: each class's controller and rate (classes
+    /// matched by name; a class's algorithm is the new config's), the trace
+    /// and the CPU account.
     pub fn carry_from(&mut self, old: AutoLoop) {
         for c in &mut self.classes {
-            c.rate = old.classes.iter().find(|o| o.name == c.name).and_then(|o| o.rate);
+            if let Some(o) = old.classes.iter().find(|o| o.name == c.name) {
+                let algo = c.ctl.algo;
+                (c.ctl, c.rate) = (o.ctl.clone(), o.rate);
+                c.ctl.algo = algo;
+            }
         }
-        let algo = self.ctl.algo;
-        (self.ctl, self.trace, self.started, self.cpu_ns, self.ticks) =
-            (old.ctl, old.trace, old.started, old.cpu_ns, old.ticks);
-        self.ctl.algo = algo;
+        (self.trace, self.started, self.cpu_ns, self.ticks) = (old.trace, old.started, old.cpu_ns, old.ticks);
     }
 
     fn sample(&mut self, totals: &[ClassTotals], health: &Health) -> Result<Sample> {
-        let mut s = Sample {
-            at: Instant::now(),
-            seen: vec![],
-            admitted: vec![],
-            in_datagrams: 0,
-            sock_drops: 0,
-            backlog_drops: 0,
-            squeeze: 0,
-            queued: 0,
-            rcvbuf: 0,
-            present: true,
-        };
+        let mut classes = Vec::with_capacity(self.classes.len());
         for c in &mut self.classes {
             c.sock = health.classes.get(c.id).map(|h| h.udp).unwrap_or_default();
-            s.present &= c.sock.sockets > 0;
-            s.sock_drops += c.sock.drops;
-            s.queued += c.sock.queued;
-            s.rcvbuf += c.sock.rcvbuf;
             let t = totals.get(c.id).copied().unwrap_or_default();
-            s.seen.push(t.seen_pkts);
-            s.admitted.push(t.admitted_pkts);
+            classes.push(ClassSample { seen: t.seen_pkts, admitted: t.admitted_pkts, sock: c.sock });
         }
-        s.in_datagrams = udp_counters(&self.snmp.read()?, &self.snmp6.read()?).in_datagrams;
-        (s.backlog_drops, s.squeeze) = (health.softnet.dropped, health.softnet.time_squeeze);
-        Ok(s)
+        Ok(Sample {
+            at: Instant::now(),
+            classes,
+            all_seen: totals.iter().map(|t| t.seen_pkts).sum(),
+            in_datagrams: udp_counters(&self.snmp.read()?, &self.snmp6.read()?).in_datagrams,
+            backlog_drops: health.softnet.dropped,
+            squeeze: health.softnet.time_squeeze,
+        })
     }
 
-    /// One tick: sample the counters, take the deltas since the last tick,
-    /// decide each class's rate ([`AutoLoop::rates`]), and trace. The first
-    /// tick only samples.
+    /// One tick: sample the counters, and for each class take its signals
+    /// since the last tick and decide its rate ([`AutoLoop::rates`]); trace
+    /// the first class. The first tick only samples.
     pub fn tick(&mut self, totals: &[ClassTotals], health: &Health) -> Result<()> {
         let cpu0 = thread_cpu_ns();
         let now = self.sample(totals, health)?;
         if let Some(prev) = self.last.take() {
-            let (sig, offered) = delta(&prev, &now);
-            let demand: Vec<ClassDemand> = self
-                .classes
-                .iter()
-                .zip(&offered)
-                .map(|(c, &o)| ClassDemand { priority: c.priority, min_share: c.spec.min_share(), offered: o })
-                .collect();
-            let fallbacks: Vec<Option<f64>> =
-                self.classes.iter().map(|c| c.spec.fallback_pps.map(|p| p as f64)).collect();
-            let d = decide(&mut self.ctl, &sig, &demand, &fallbacks);
-            for (c, r) in self.classes.iter_mut().zip(&d.rates) {
-                c.rate = r.map(|r| r.round().max(1.0));
+            for (i, c) in self.classes.iter_mut().enumerate() {
+                let sig = class_signals(&prev, &now, i);
+                let fallback = c.spec.fallback_pps.map(|p| p as f64);
+                c.rate = decide(&mut c.ctl, &sig, fallback).map(|r| r.round().max(1.0));
+                if i == 0 {
+                    let point = trace_point(now.at.duration_since(self.started), &c.ctl, &sig);
+                    if self.trace.len() == TRACE_LEN {
+                        self.trace.pop_front();
+                    }
+                    self.trace.push_back(point);
+                }
             }
-            self.trace(&now, &sig, d.target);
         }
         self.last = Some(now);
         self.ticks += 1;
@@ -236,30 +259,21 @@ impl AutoLoop {
         Ok(())
     }
 
-    /// Each auto class's rate from the last tick, by class id (None: unlimited).
-    pub fn rates(&self) -> impl Iterator<Item = (usize, Option<f64>)> + '_ {
-        self.classes.iter().map(|c| (c.id, c.rate))
+    /// Each auto class's rate from the last tick (None: unlimited) and the
+    /// least depth of its bucket (packets: what its sockets' buffers hold
+    /// at most, so the gate never drops a burst the service could queue), by
+    /// class id.
+    pub fn rates(&self) -> impl Iterator<Item = (usize, Option<f64>, u64)> + '_ {
+        self.classes.iter().map(|c| (c.id, c.rate, c.sock.rcvbuf / DATAGRAM_TRUESIZE_MIN))
     }
 
-    fn trace(&mut self, now: &Sample, sig: &Signals, target: f64) {
-        if self.trace.len() == TRACE_LEN {
-            self.trace.pop_front();
-        }
-        self.trace.push_back(TracePoint {
-            t: now.at.duration_since(self.started).as_secs_f64(),
-            offered_pps: sig.offered,
-            admitted_pps: sig.admitted,
-            delivered_pps: sig.delivered,
-            target_pps: target,
-            capacity_pps: self.ctl.capacity,
-            queued_bytes: now.queued,
-            sock_drops: sig.sock_drops,
-            backlog_drops: sig.backlog_drops,
-            state: self.ctl.state,
-        });
+    /// The rate below which the budget may not throttle each auto class:
+    /// its minimum share of its capacity estimate, by class id.
+    pub fn floors(&self) -> impl Iterator<Item = (usize, f64)> + '_ {
+        self.classes.iter().map(|c| (c.id, c.spec.min_share() * c.ctl.capacity))
     }
 
-    /// The controller's view of each auto class, by class id.
+    /// Each auto class's controller as status shows it, by class id.
     pub fn status(&self) -> Vec<(usize, AutoStatus)> {
         self.classes
             .iter()
@@ -267,16 +281,16 @@ impl AutoLoop {
                 (
                     c.id,
                     AutoStatus {
-                        algo: self.ctl.algo.name().into(),
-                        state: self.ctl.state.name().into(),
-                        capacity_pps: self.ctl.capacity,
-                        target_pps: self.ctl.target,
+                        algo: c.ctl.algo.name().into(),
+                        state: c.ctl.state.name().into(),
+                        capacity_pps: c.ctl.capacity,
+                        target_pps: c.ctl.target,
                         rate_pps: c.rate,
                         min_share: c.spec.min_share(),
                         sockets: c.sock.sockets,
                         queued_bytes: c.sock.queued,
                         rcvbuf_bytes: c.sock.rcvbuf,
-                        lost_secs: self.ctl.lost_secs,
+                        lost_secs: c.ctl.lost_secs,
                     },
                 )
             })
@@ -286,5 +300,21 @@ impl AutoLoop {
     /// Names of the auto classes, for logs.
     pub fn class_names(&self) -> Vec<String> {
         self.classes.iter().map(|c| c.name.clone()).collect()
+    }
+}
+
+/// One tick of a class's controller, for the trace.
+fn trace_point(since_start: Duration, ctl: &Controller, sig: &Signals) -> TracePoint {
+    TracePoint {
+        t: since_start.as_secs_f64(),
+        offered_pps: sig.offered,
+        admitted_pps: sig.admitted,
+        delivered_pps: sig.delivered,
+        target_pps: ctl.target,
+        capacity_pps: ctl.capacity,
+        queued_bytes: sig.queue_end,
+        sock_drops: sig.sock_drops,
+        backlog_drops: sig.backlog_drops,
+        state: ctl.state,
     }
 }

@@ -12,6 +12,7 @@
 //! metrics = "127.0.0.1:9786"    # Prometheus listen address, or "off"
 //! socket = "/run/sluice/eth0.sock"
 //! discover = true               # a class for each listening service no class matches (default true)
+//! mode = "enforce"              # "enforce" (default) or "observe": count what would be dropped, drop nothing
 //!
 //! [[class]]
 //! name = "dns"
@@ -297,6 +298,20 @@ pub struct Config {
     pub auto: AutoSettings,
     /// Find the listening services and add a class for each (`discover`).
     pub discover: bool,
+    /// Observe mode (`mode = "observe"`, `sluice run --observe`): everything
+    /// runs and is counted, and the gate drops nothing.
+    pub observe: bool,
+}
+
+/// What the gate does with the packets it counts as dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Drop them (the default).
+    #[default]
+    Enforce,
+    /// Pass them: status, metrics and logs say what would have been dropped.
+    Observe,
 }
 
 impl Config {
@@ -582,6 +597,7 @@ struct RawConfig {
     metrics: Option<Spanned<String>>,
     socket: Option<PathBuf>,
     discover: Option<bool>,
+    mode: Option<Mode>,
     #[serde(default, rename = "class")]
     classes: Vec<Spanned<RawClass>>,
     auto: Option<Spanned<RawAuto>>,
@@ -675,6 +691,7 @@ pub fn from_toml(src: &str, path: &Path) -> Result<Config, ConfigError> {
         socket: raw.socket,
         classes,
         discover: raw.discover.unwrap_or(true),
+        observe: raw.mode == Some(Mode::Observe),
     })
 }
 
@@ -892,6 +909,7 @@ pub fn from_flags(specs: &[String]) -> Result<Config, ConfigError> {
         classes,
         auto: AutoSettings::default(),
         discover: true,
+        observe: false,
     })
 }
 

@@ -75,6 +75,8 @@ pub struct RunOpts {
     pub no_discover: bool,
     /// Where the known sources are kept across restarts (None: known::STATE_DIR).
     pub state_dir: Option<PathBuf>,
+    /// --observe: count what would be dropped, drop nothing (whatever the file says).
+    pub observe: bool,
 }
 
 /// Resolve the config the daemon runs, with the command line's overrides.
@@ -87,6 +89,7 @@ fn resolve_config(opts: &RunOpts) -> Result<Config> {
         cfg.metrics = m;
     }
     cfg.discover &= !opts.no_discover;
+    cfg.observe |= opts.observe;
     Ok(cfg)
 }
 
@@ -296,6 +299,7 @@ impl Daemon {
             daemon_cpu_pct: 0.0,
             daemon_rss_bytes: None,
             discover: cfg.discover,
+            observe: cfg.observe,
             distress: None,
             sources: Default::default(),
             readers: vec![],
@@ -320,6 +324,9 @@ impl Daemon {
             (None, Some(f)) => format!("config file: none ({} does not exist)", f.display()),
             (None, None) => "config file: none".into(),
         });
+        if cfg.observe {
+            log::info(format_args!("observe mode: every verdict is counted, nothing is dropped"));
+        }
         let mut decisions = log::Decisions::default();
         log_classes(&mut decisions, &cfg, &[]);
         if let Some(a) = &ticker.auto {
@@ -663,6 +670,7 @@ impl Daemon {
             }
         }
         snap.classes = classes;
+        snap.observe = self.cfg.observe;
         Ok(())
     }
 

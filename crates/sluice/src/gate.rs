@@ -128,12 +128,15 @@ pub struct Tiers {
     pub fair: Option<FairTier>,
     /// The egress learner records the class's clients.
     pub learn: bool,
+    /// The class arrived under its limit in the last tick: every CPU's
+    /// bucket gets the whole rate (`share::shares_for`).
+    pub under: bool,
 }
 
 impl Tiers {
     /// One bucket for the whole class, no fairness, no learning.
     pub fn plain(limit: Limit) -> Tiers {
-        Tiers { limit, fair: None, learn: false }
+        Tiers { limit, fair: None, learn: false, under: false }
     }
 }
 
@@ -312,8 +315,9 @@ impl Gate {
             Verdict::Pass => XDP_PASS,
         };
         data.settings.default_class = cfg.default_class as u32;
+        data.settings.observe = u32::from(cfg.observe);
         for (id, class) in cfg.classes.iter().enumerate() {
-            self.set_shares(id, &shares_for(&class.limit, &vec![0; self.ncpus]))?;
+            self.set_shares(id, &shares_for(&class.limit, &vec![0; self.ncpus], false))?;
         }
         // Tries first (new groups become reachable only when cells point at them), then cells,
         // then remove trie keys the new tables no longer have. From the first insert on,
@@ -399,13 +403,13 @@ impl Gate {
         last_seen.resize(seen.len(), 0);
         let arrivals: Vec<u64> = seen.iter().zip(last_seen.iter()).map(|(n, o)| n.saturating_sub(*o)).collect();
         *last_seen = seen;
-        let shares = shares_for(&tiers.limit, &arrivals);
+        let shares = shares_for(&tiers.limit, &arrivals, tiers.under);
         if self.shares(class)? != shares {
             self.set_shares(class, &shares)?;
         }
         let fair: Vec<sluice_fair> = match &tiers.fair {
             None => vec![sluice_fair { learn: tiers.learn as u8, ..Default::default() }; self.ncpus],
-            Some(f) => shares_for(&f.unknown, &arrivals)
+            Some(f) => shares_for(&f.unknown, &arrivals, tiers.under)
                 .into_iter()
                 .map(|unknown| sluice_fair {
                     unknown,

@@ -86,6 +86,11 @@ struct RunArgs {
     /// configured class matches gets an auto class, its priority from its process's nice value.
     #[arg(long)]
     no_discover: bool,
+    /// Observe mode (same as mode = "observe" in the file): everything runs and
+    /// is counted, nothing is dropped; status, metrics and the log show what
+    /// would have been dropped. Roll sluice out this way first.
+    #[arg(long)]
+    observe: bool,
     /// XDP mode: native (in the driver, the default) or generic (after skb allocation).
     #[arg(long, value_parser = parse_mode)]
     xdp_mode: Option<XdpMode>,
@@ -271,6 +276,10 @@ struct SendArgs {
     /// Source ports to rotate over.
     #[arg(long, default_value_t = 8)]
     flows: u16,
+    /// Datagrams sent back to back each time, the rate kept on average (a
+    /// burst of N every N/rate seconds); 1 paces them evenly.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    burst: u64,
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
@@ -365,6 +374,7 @@ impl From<RunArgs> for daemon::RunOpts {
             }),
             no_discover: a.no_discover,
             state_dir: Some(a.state_dir),
+            observe: a.observe,
         }
     }
 }
@@ -517,7 +527,14 @@ fn cmd_serve_udp_echo(a: UdpEchoArgs) -> Result<()> {
 }
 
 fn cmd_send(a: SendArgs) -> Result<()> {
-    let o = send::SendOpts { dst: a.dst, rate: a.rate, duration: a.duration, payload: a.payload, flows: a.flows };
+    let o = send::SendOpts {
+        dst: a.dst,
+        rate: a.rate,
+        duration: a.duration,
+        payload: a.payload,
+        flows: a.flows,
+        burst: a.burst,
+    };
     let r = send::send_udp(&o).with_context(|| format!("sending to {}", o.dst))?;
     if a.json {
         println!("{}", serde_json::to_string(&r)?);

@@ -22,6 +22,9 @@ pub struct SendOpts {
     pub payload: usize,
     /// Source ports to rotate over (one socket each), so traffic has several flows.
     pub flows: u16,
+    /// Datagrams sent back to back each time (1: evenly paced); the rate
+    /// is kept on average, so a burst of N comes every N / rate seconds.
+    pub burst: u64,
 }
 
 #[derive(Debug, Clone, Copy, Default, serde::Serialize)]
@@ -70,12 +73,14 @@ pub fn send_udp(o: &SendOpts) -> io::Result<SendReport> {
         if elapsed >= o.duration {
             break;
         }
-        let due = if o.rate == 0 { u64::MAX } else { (o.rate as f64 * elapsed.as_secs_f64()) as u64 };
+        let b = o.burst.max(1);
+        let due = if o.rate == 0 { u64::MAX } else { (o.rate as f64 * elapsed.as_secs_f64()) as u64 / b * b };
         let behind = due.saturating_sub(rep.sent + rep.refused);
         if behind == 0 {
-            // Sleep until the next datagram is due, unless that is too close
-            // for the scheduler: a low rate must not take a whole CPU.
-            let next = Duration::from_secs_f64((rep.sent + rep.refused + 1) as f64 / o.rate as f64);
+            // Sleep until the next datagram (burst) is due, unless that is too
+            // close for the scheduler: a low rate must not take a whole CPU.
+            let next_burst = (rep.sent + rep.refused + 1).div_ceil(b) * b;
+            let next = Duration::from_secs_f64(next_burst as f64 / o.rate as f64);
             let wait = next.saturating_sub(start.elapsed());
             if wait > SLEEP_MIN {
                 std::thread::sleep(wait - SLEEP_MIN / 2);

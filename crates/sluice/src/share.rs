@@ -33,14 +33,21 @@ pub fn split_rate(total: u64, arrivals: &[u64]) -> Vec<u64> {
     shares
 }
 
-/// The per-CPU map values for a class with `limit`, its rate split by `arrivals`.
-pub fn shares_for(limit: &Limit, arrivals: &[u64]) -> Vec<sluice_share> {
+/// The per-CPU map values for a class with `limit`, its rate split by
+/// `arrivals`; with `under` (the class arrived below its limit in the last
+/// period) every CPU gets the whole rate and burst instead: a split by last
+/// period's arrivals would leave a CPU that starts receiving the class's
+/// packets (a flow moved, RSS rehashed) a small share while the class as a
+/// whole is under its rate. The price: for one period after a flood starts
+/// the CPUs together may admit up to their number times the rate.
+pub fn shares_for(limit: &Limit, arrivals: &[u64], under: bool) -> Vec<sluice_share> {
     match *limit {
         // An auto class admits everything until the controller's first tick sets its rate.
         Limit::Unlimited | Limit::Auto(_) => {
             vec![sluice_share { mode: SLUICE_MODE_UNLIMITED, ..Default::default() }; arrivals.len()]
         }
         Limit::Blocked => vec![sluice_share { mode: SLUICE_MODE_BLOCKED, ..Default::default() }; arrivals.len()],
+        Limit::Rate { pps, burst } if under => vec![share(pps, burst); arrivals.len()],
         Limit::Rate { pps, burst } => split_rate(pps, arrivals)
             .into_iter()
             .map(|rate| {
@@ -104,9 +111,21 @@ mod tests {
         assert_eq!(share(0, 1).fill_ns, u64::MAX);
         assert_eq!(share(10, 1).clock_skip, 0, "a one-packet bucket reads the clock on every drop");
         assert_eq!(share(10, 1000).clock_skip, SLUICE_CLOCK_SKIP);
-        let v = shares_for(&Limit::Rate { pps: 1000, burst: 10 }, &[1, 1]);
+        let v = shares_for(&Limit::Rate { pps: 1000, burst: 10 }, &[1, 1], false);
         assert_eq!(v.iter().map(|s| s.rate_pps).sum::<u64>(), 1000);
         assert!(v.iter().all(|s| s.mode == SLUICE_MODE_LIMITED && s.burst == 5));
-        assert!(shares_for(&Limit::Blocked, &[0; 4]).iter().all(|s| s.mode == SLUICE_MODE_BLOCKED));
+        assert!(shares_for(&Limit::Blocked, &[0; 4], false).iter().all(|s| s.mode == SLUICE_MODE_BLOCKED));
+    }
+
+    /// Do no harm (issue 21): a class under its rate with all of its last
+    /// period's packets on CPU 0 must not find CPU 1's bucket nearly empty
+    /// when its packets move there.
+    #[test]
+    fn a_class_under_its_rate_gets_the_whole_rate_on_every_cpu() {
+        let limit = Limit::Rate { pps: 10_000, burst: 100 };
+        let split = shares_for(&limit, &[50, 0], false);
+        assert!(split[1].rate_pps < 200, "over its rate: split by arrivals ({})", split[1].rate_pps);
+        let whole = shares_for(&limit, &[50, 0], true);
+        assert!(whole.iter().all(|s| s.rate_pps == 10_000 && s.burst == 100), "{whole:?}");
     }
 }

@@ -91,6 +91,10 @@ pub struct GlobalTotals {
     pub depth_exceeded: u64,
     /// Non-first fragments (classified without ports).
     pub fragments: u64,
+    /// Observe mode: packets counted as dropped (by a class or as
+    /// malformed) that the gate passed.
+    #[serde(default)]
+    pub observed_pass: u64,
 }
 
 impl From<GlobalCounters> for GlobalTotals {
@@ -101,6 +105,7 @@ impl From<GlobalCounters> for GlobalTotals {
             malformed_pass: g[SLUICE_GS_MALFORMED_PASS as usize],
             depth_exceeded: g[SLUICE_GS_DEPTH_EXCEEDED as usize],
             fragments: g[SLUICE_GS_FRAGMENTS as usize],
+            observed_pass: g[SLUICE_GS_OBSERVED_PASS as usize],
         }
     }
 }
@@ -248,6 +253,10 @@ pub struct Snapshot {
     /// re-created leaves the service unprotected while the daemon runs).
     #[serde(default = "yes")]
     pub attached: bool,
+    /// Observe mode: the gate drops nothing; its drop counters say what
+    /// enforcing would have dropped.
+    #[serde(default)]
+    pub observe: bool,
 }
 
 fn yes() -> bool {
@@ -342,6 +351,13 @@ pub fn render_table(s: &Snapshot) -> String {
     }
     if let Some(e) = &s.last_reload_error {
         let _ = writeln!(o, "LAST RELOAD REFUSED (old config still active): {e}");
+    }
+    if s.observe {
+        let _ = writeln!(
+            o,
+            "OBSERVE MODE: nothing is dropped; the DROP figures are what enforcing would have dropped ({} packets passed so far)",
+            s.global.observed_pass
+        );
     }
     let _ = writeln!(
         o,
@@ -457,7 +473,8 @@ pub fn prometheus_text(s: &Snapshot) -> String {
     {
         unclassified.get_or_create(&vec![label("verdict", v)]).inc_by(n);
     }
-    for (f, n) in [("depth_exceeded", g.depth_exceeded), ("fragment", g.fragments)] {
+    for (f, n) in [("depth_exceeded", g.depth_exceeded), ("fragment", g.fragments), ("observed_pass", g.observed_pass)]
+    {
         flagged.get_or_create(&vec![label("flag", f)]).inc_by(n);
     }
     reg.register(
@@ -465,8 +482,8 @@ pub fn prometheus_text(s: &Snapshot) -> String {
         "Packets the gate passed or dropped outside the classes (non-IP, malformed)",
         unclassified,
     );
-    let what =
-        "Classified packets the gate noted (headers past its parse depth, IP fragments); also counted in their class";
+    let what = "Packets the gate noted (headers past its parse depth, IP fragments, passed in observe mode); \
+                also counted in their class or as unclassified";
     reg.register("flagged_packets", what, flagged);
     let cpu = ConstCounter::new(s.daemon_cpu_secs);
     reg.register("daemon_cpu_seconds", "CPU time used by the daemon (user + system)", cpu);
@@ -697,6 +714,7 @@ mod tests {
             readers: vec![],
             cpu_away: None,
             attached: true,
+            observe: false,
         }
     }
 

@@ -54,6 +54,10 @@ struct TickClass {
     tiers: Option<Tiers>,
     /// The limit decided at the last tick, before the split over sources.
     decided: Option<Limit>,
+    /// The learner may record the class's clients: every class but the
+    /// default one, whose "answers" are the host's own outbound traffic
+    /// (a resolver's upstream queries, a proxy's connections), not clients.
+    learns: bool,
 }
 
 /// A class's source fairness as the tick last wrote it.
@@ -94,7 +98,8 @@ impl Ticker {
         let classes = cfg
             .classes
             .iter()
-            .map(|c| TickClass {
+            .enumerate()
+            .map(|(id, c)| TickClass {
                 name: c.name.clone(),
                 priority: c.priority,
                 limit: c.limit,
@@ -109,6 +114,7 @@ impl Ticker {
                 distress_ticks: 0,
                 tiers: None,
                 decided: None,
+                learns: id != cfg.default_class,
             })
             .collect();
         let health = Some(HealthReader::new(cfg, ns)?);
@@ -178,7 +184,8 @@ impl Ticker {
                 self.budget.limits.clone()
             }
         };
-        let auto: Vec<(usize, Option<f64>)> = self.auto.iter().flat_map(|a| a.rates()).collect();
+        let auto: Vec<(usize, Option<f64>, u64)> = self.auto.iter().flat_map(|a| a.rates()).collect();
+        let floors: Vec<(usize, f64)> = self.auto.iter().flat_map(|a| a.floors()).collect();
         // (priority, admitted) of every class, to see who is below whom.
         let admitted: Vec<(u8, f64)> = self.classes.iter().map(|c| (c.priority, c.admitted)).collect();
         for (id, c) in self.classes.iter_mut().enumerate() {
@@ -189,9 +196,11 @@ impl Ticker {
             // their traffic has them throttled first, not its own clients.
             let lower_busy = admitted.iter().any(|&(p, a)| p > c.priority && a > FLOOR_PPS);
             let pass = |r: &Option<f64>| r.is_some_and(|r| r > AUTO_IDLE * c.offered || (lower_busy && r < c.offered));
-            let by_auto = auto.iter().find(|(i, _)| *i == id);
-            let own = by_auto.map_or(c.limit, |(_, r)| rate_limit(r.filter(|_| !pass(r))));
-            let limit = tightest(own, throttles.get(id).copied().flatten());
+            let by_auto = auto.iter().find(|(i, _, _)| *i == id);
+            let own = by_auto.map_or(c.limit, |(_, r, depth)| rate_limit(r.filter(|_| !pass(r)), *depth));
+            // An auto class's minimum share of its capacity is kept under any throttle.
+            let floor = floors.iter().find(|(i, _)| *i == id).map_or(0.0, |f| f.1);
+            let limit = tightest(own, throttles.get(id).copied().flatten().map(|t| t.max(floor)));
             let cause = match () {
                 _ if limit != tightest(own, None) => Cause::Budget(self.budget.distress),
                 _ if by_auto.is_some() => Cause::Auto,
@@ -292,14 +301,15 @@ impl TickClass {
     }
 
     /// What the class's buckets get: a limited class is split between known
-    /// and unknown sources; any class lets the learner record its clients
-    /// once it has been healthy (nothing dropped, no distress) for a while.
+    /// and unknown sources; any class but the default one lets the learner
+    /// record its clients once it has been healthy (nothing dropped, no
+    /// distress) for a while.
     fn tiers(&mut self, limit: Limit, capacity: u32) -> Tiers {
         let healthy = !self.distress && self.admitted >= self.offered;
-        let learn = self.fair.learn(healthy, self.offered);
+        let learn = self.fair.learn(healthy, self.offered) && self.learns;
         let Limit::Rate { pps, burst } = limit else {
             self.fair.idle();
-            return Tiers { limit, fair: None, learn };
+            return Tiers { limit, fair: None, learn, under: false };
         };
         let dt = crate::daemon::TICK.as_secs_f64();
         let t = FairTick { rate: pps as f64, dt, counts: self.counts, distress: self.distress, capacity };
@@ -316,15 +326,17 @@ impl TickClass {
                 plens: (out.plen4, out.plen6),
             }),
             learn,
+            under: self.offered < pps as f64,
         }
     }
 }
 
-/// A packets/s limit for a rate (None: unlimited).
-fn rate_limit(r: Option<f64>) -> Limit {
+/// A packets/s limit for a rate (None: unlimited), its bucket at least
+/// `depth` packets deep.
+fn rate_limit(r: Option<f64>, depth: u64) -> Limit {
     r.map_or(Limit::Unlimited, |r| {
         let pps = r.round().max(1.0) as u64;
-        Limit::Rate { pps, burst: default_burst(pps) }
+        Limit::Rate { pps, burst: default_burst(pps).max(depth) }
     })
 }
 
@@ -339,7 +351,7 @@ fn tightest(own: Limit, throttle: Option<f64>) -> Limit {
     match own {
         Limit::Blocked => Limit::Blocked,
         Limit::Rate { pps, burst } if (pps as f64) <= t => Limit::Rate { pps, burst },
-        _ => rate_limit(Some(t)),
+        _ => rate_limit(Some(t), 0),
     }
 }
 

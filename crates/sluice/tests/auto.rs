@@ -64,7 +64,11 @@ fn auto_limits_a_flood_then_holds_and_falls_back_when_the_service_goes() {
         api.totals
     );
 
-    // The service exits (its --duration): the rate is held, then the fallback applies.
+    // The service exits (its --duration) while the flood goes on (a flood
+    // that ended would have released the limit a second later): the rate
+    // is held, then the fallback applies.
+    let (a_ns, dst) = (tb.a.clone(), format!("{}:7000", tb.ip_b));
+    tb.spawn(&a_ns, &["send", "--dst", &dst, "--rate", "200000", "--duration", "8"]);
     tb.wait(sink);
     let gone = Instant::now();
     let auto_of = |tb: &Testbed| tb.status().classes.into_iter().find(|c| c.name == "api").unwrap().auto.unwrap();
@@ -90,4 +94,86 @@ fn auto_limits_a_flood_then_holds_and_falls_back_when_the_service_goes() {
         assert!(Instant::now() < deadline, "no fallback after the hold time: {now:?}");
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// The `api` class's gate verdicts from the daemon's status.
+fn class_totals(tb: &Testbed, name: &str) -> sluice::stats::ClassTotals {
+    tb.status().classes.into_iter().find(|c| c.name == name).unwrap().totals
+}
+
+/// Do no harm (issue 21): a service that keeps up with its load, fed in
+/// bursts of 100 datagrams (5k/s on average), is never limited: the gate
+/// drops none of its packets. Before, the controller capped it near the
+/// load it saw (1.05-2x) with a bucket 1/100 s of that deep, and dropped
+/// part of each burst.
+#[test]
+fn a_healthy_auto_class_fed_bursts_drops_nothing() {
+    let mut tb = Testbed::new();
+    let b = tb.b.clone();
+    let sink = tb.spawn(
+        &b,
+        &["serve", "udp-echo", "--port", "7000", "--no-echo", "--rcvbuf", "4194304", "--duration", "8", "--json"],
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    tb.start_gate(&["--no-discover", "--class", "api:rate=auto,match=udp:7000"]);
+    let dst = format!("{}:7000", tb.ip_b);
+    let a = tb.a.clone();
+    let out = tb
+        .cmd(&a, &[common::testbed::BIN, "send", "--dst", &dst, "--rate", "5000", "--burst", "100", "--duration", "4"])
+        .args(["--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "send failed: {}", String::from_utf8_lossy(&out.stderr));
+    let t = class_totals(&tb, "api");
+    let api = tb.status().classes.into_iter().find(|c| c.name == "api").unwrap();
+    eprintln!("sent {}; totals {t:?}; auto {:?}", String::from_utf8_lossy(&out.stdout).trim(), api.auto);
+    assert!(t.seen_pkts >= 15_000, "the bursts did not reach the gate: {t:?}");
+    assert_eq!(t.seen_pkts, t.admitted_pkts, "the gate dropped packets of a healthy service: {t:?}");
+    assert_eq!(api.auto.and_then(|a| a.rate_pps), None, "a healthy service is left unlimited");
+    tb.signal(sink, libc::SIGTERM);
+}
+
+/// Do no harm (issue 21): a local process whose socket never reads (a 2 KiB
+/// buffer, filled over loopback: nothing of it crosses the gate) is in
+/// distress for as long as it runs. Another auto class of the same priority
+/// must not pay for it. Before, all auto classes shared one controller whose
+/// socket drops were summed, and the healthy one was cut to 1000/s.
+#[test]
+fn one_services_full_socket_limits_no_other_auto_class() {
+    let mut tb = Testbed::new();
+    let b = tb.b.clone();
+    let sink = tb.spawn(
+        &b,
+        &["serve", "udp-echo", "--port", "7000", "--no-echo", "--rcvbuf", "4194304", "--duration", "8", "--json"],
+    );
+    let hog = "import socket, time\n\
+               s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
+               s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)\n\
+               s.bind(('0.0.0.0', 7001))\n\
+               time.sleep(8)\n";
+    tb.spawn_cmd(&b, &["python3", "-c", hog]);
+    std::thread::sleep(Duration::from_millis(500));
+    tb.start_gate(&[
+        "--no-discover",
+        "--class",
+        "api:rate=auto,match=udp:7000",
+        "--class",
+        "hog:rate=auto,match=udp:7001",
+    ]);
+    let filler = tb.spawn(&b, &["send", "--dst", "127.0.0.1:7001", "--rate", "20000", "--duration", "5"]);
+    std::thread::sleep(Duration::from_millis(500));
+    let (sent, _) = tb.send(7000, 5000, 3.0);
+    let snap = tb.status();
+    let class = |n: &str| snap.classes.iter().find(|c| c.name == n).unwrap().clone();
+    let (api, hog) = (class("api"), class("hog"));
+    eprintln!("api sent {sent}: {:?} {:?}\nhog: {:?}", api.totals, api.auto, hog.auto);
+    assert!(hog.auto.as_ref().is_some_and(|a| a.sockets == 1), "the hog's socket is its class's: {:?}", hog.auto);
+    assert!(api.totals.seen_pkts >= sent * 9 / 10, "{:?}", api.totals);
+    assert_eq!(
+        api.totals.seen_pkts, api.totals.admitted_pkts,
+        "the healthy class paid for the full socket: {:?}",
+        api.totals
+    );
+    tb.wait(filler);
+    tb.signal(sink, libc::SIGTERM);
 }

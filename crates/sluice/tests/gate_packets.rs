@@ -245,3 +245,30 @@ fn a_class_sent_away_is_redirected_to_the_cpumap_after_admission() {
     g.gate.set_away(low, None).unwrap();
     g.expect("back: passed", &pkt(7000), adm("low"));
 }
+
+/// Observe mode (issue 21): every packet counted as dropped (a blocked
+/// class, an empty bucket, a malformed packet) is passed, and counted in
+/// its drop counter and as observed_pass; admitted packets are untouched.
+#[test]
+fn observe_mode_counts_every_drop_and_passes_the_packet() {
+    let flags: Vec<String> =
+        ["blk:rate=blocked,match=udp:9", "lim:rate=1,burst=1,match=udp:10"].iter().map(|s| s.to_string()).collect();
+    let mut cfg = sluice::config::from_flags(&flags).unwrap();
+    cfg.observe = true;
+    let mut gate = sluice::gate::Gate::load().unwrap();
+    gate.apply(&cfg, &sluice::classify::compile(&cfg).unwrap()).unwrap();
+    // The whole bucket on every CPU: the test run's CPU is whichever the thread is on.
+    gate.set_shares(cfg.class_id("lim").unwrap(), &vec![sluice::share::share(1, 1); gate.ncpus()]).unwrap();
+    let run = |pkt: &[u8]| gate.test_run(sluice::gate::Prog::Gate, pkt, 1).unwrap().0;
+    let udp = |port| Frame::udp("10.0.0.1", "10.0.0.2", 1, port).build();
+    let truncated = &udp(53)[..14 + 20 + 4];
+    for (what, pkt) in [("blocked", udp(9)), ("first of the bucket", udp(10)), ("bucket empty", udp(10))] {
+        assert_eq!(run(&pkt), sluice::gate::XDP_PASS, "{what}: passed in observe mode");
+    }
+    assert_eq!(run(truncated), sluice::gate::XDP_PASS, "malformed: passed in observe mode");
+    let t = |name: &str| sluice::stats::ClassTotals::from(gate.class_counters(cfg.class_id(name).unwrap()).unwrap());
+    let g = sluice::stats::GlobalTotals::from(gate.global_counters().unwrap());
+    assert_eq!(t("blk").dropped_blocked_pkts, 1, "counted as a drop of the blocked class");
+    assert_eq!((t("lim").admitted_pkts, t("lim").dropped_rate_pkts), (1, 1), "the bucket still counts");
+    assert_eq!((g.malformed_drop, g.observed_pass), (1, 3), "3 would-be drops passed: blocked, rate, malformed");
+}

@@ -1,24 +1,32 @@
 //! The "auto" rate controller: pure logic, no kernel, testable without root.
 //!
 //! Every tick (10 ms, the 100 Hz of Macpherson's "Performing Under Overload") the daemon hands [`Controller::step`]
-//! what it measured over the tick ([`Signals`]) and gets back the total rate
-//! the auto classes may admit; [`allocate`] then splits that total over the
-//! classes by priority and minimum share.
+//! what it measured over one auto class in the tick ([`Signals`]) and gets
+//! back the rate `T` that class may admit; [`decide`] turns it into the
+//! class's limit.
 //!
-//! What is controlled is one number, the admitted total `T` of all auto
-//! classes, because they share one bottleneck: the CPU that runs the stack and
-//! the services behind the interface. Two algorithms:
+//! Each auto class has its own controller, fed its own signals: its own
+//! sockets' queue and drops and its own delivered rate (`auto.rs`), so one
+//! service's trouble never moves another's limit (classes meet only in the
+//! budget, `budget`, which throttles lower priorities for a higher one).
+//!
+//! A controller is *engaged* only while its own service shows overload: its
+//! socket overflowing with the queue still standing (not a stall, below),
+//! or, for the class carrying most of the traffic, loss before the socket. A controller that is not engaged leaves its class
+//! unlimited (a healthy service is never limited, whatever its load or its
+//! bursts); it disengages after RELEASE_TICKS with the gate dropping
+//! nothing and no socket drops. While engaged, two algorithms pick the rate:
 //!
 //! - [`Algo::Pno`], perturb and observe as Macpherson's "Performing Under
 //!   Overload" (UNSW thesis, chapter 6) describes it: perturb `T` by a fixed step
 //!   every tick; keep the direction if the delivered rate rose, reverse it if it
 //!   fell, go down if it was flat; reverse at the caps. It must keep moving to
 //!   see the slope, so it always admits a little too much or too little.
-//! - [`Algo::Knee`], ours. While a service socket of the auto classes holds a
+//! - [`Algo::Knee`], ours. While a service socket of the class holds a
 //!   queue (over 1/16 of its buffer: fewer are the datagrams a batch-reading
 //!   service leaves under steady arrivals) at both ends of a tick, the service
 //!   never waited in that tick, so
-//!   what it took (InDatagrams) *is* its capacity: no perturbation is needed
+//!   what it took (its delivered rate) *is* its capacity: no perturbation is needed
 //!   to measure it. A socket buffer holds only a few milliseconds of packets,
 //!   so a queue seen at a tick's edge is a standing queue: the knee. There `T`
 //!   is held; a queue over 1/8 of the buffer eases `T` down by 1% a tick;
@@ -86,6 +94,10 @@ pub const SLOPE_UP: f64 = 1.01;
 pub const DELIVERED_EWMA: f64 = 0.3;
 /// Knee: with demand below the target, keep `T` this much above what arrives.
 pub const IDLE_HEADROOM: f64 = 1.05;
+/// Ticks (1 s) with the gate dropping nothing of the class and no socket
+/// drops before an engaged controller lets go: a flood that ended is
+/// unlimited again a second later, a pause of a few ticks is not an end.
+pub const RELEASE_TICKS: u32 = 100;
 
 /// The rate selection algorithm of the auto classes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, Default)]
@@ -158,11 +170,12 @@ pub struct Signals {
     pub dt: f64,
     /// False when the service's sockets could not be found this tick.
     pub present: bool,
-    /// Packets/s the auto classes' traffic offered at the gate (XDP seen).
+    /// Packets/s the class's traffic offered at the gate (XDP seen).
     pub offered: f64,
-    /// Packets/s the gate admitted for the auto classes.
+    /// Packets/s the gate admitted for the class.
     pub admitted: f64,
-    /// Datagrams/s the services took from their sockets (Udp InDatagrams).
+    /// Datagrams/s the class's service took from its sockets (estimated:
+    /// see `auto.rs`).
     pub delivered: f64,
     /// Bytes queued in the classes' sockets at the start and at the end of the tick.
     pub queue_start: u64,
@@ -194,7 +207,7 @@ impl Default for Tuning {
     }
 }
 
-/// The controller of the auto classes' admitted total.
+/// The controller of one auto class's admitted rate.
 #[derive(Debug, Clone)]
 pub struct Controller {
     pub algo: Algo,
@@ -222,6 +235,11 @@ pub struct Controller {
     /// are let through: a service taking all it is sent is no reason to cap
     /// it at the rate of its first tick.
     knee_seen: bool,
+    /// The service showed distress and the gate has not yet been quiet for
+    /// RELEASE_TICKS: the class is limited to `target` (else unlimited).
+    pub engaged: bool,
+    /// Ticks in a row with nothing dropped by the gate or the socket.
+    calm_ticks: u32,
 }
 
 impl Controller {
@@ -240,6 +258,32 @@ impl Controller {
             delivered_avg: 0.0,
             drop_ticks: 0,
             knee_seen: false,
+            engaged: false,
+            calm_ticks: 0,
+        }
+    }
+
+    /// The class's limit: the target while engaged, None (unlimited) while
+    /// its service shows no distress.
+    pub fn limit(&self) -> Option<f64> {
+        self.engaged.then_some(self.target)
+    }
+
+    /// Engage on the service's own distress; let go after RELEASE_TICKS
+    /// with nothing dropped. `overload`: the tick's signals showed it.
+    fn engage(&mut self, s: &Signals, overload: bool) {
+        let dropping = s.offered > s.admitted * LIMITING_MARGIN + 1.0 || s.sock_drops > 0;
+        self.calm_ticks = if dropping || overload { 0 } else { self.calm_ticks.saturating_add(1) };
+        if overload && !self.engaged {
+            // Engaging: start from what the service takes, never from the
+            // calm load the target followed while the class was unlimited.
+            self.engaged = true;
+            self.capacity = self.capacity.max(s.delivered);
+            self.target = self.target.max(self.capacity).clamp(self.tuning.min_pps, self.tuning.max_pps);
+        } else if overload {
+            self.engaged = true;
+        } else if self.calm_ticks >= RELEASE_TICKS {
+            self.engaged = false;
         }
     }
 
@@ -266,6 +310,7 @@ impl Controller {
             self.capacity = s.delivered;
         }
         self.lost_secs = 0.0;
+        let before = self.target;
         let t = match self.algo {
             Algo::Pno => self.pno(s),
             Algo::Knee => self.knee(s),
@@ -273,7 +318,22 @@ impl Controller {
         self.last_delivered = s.delivered;
         self.last_admitted = s.admitted;
         self.target = t.clamp(self.tuning.min_pps, self.tuning.max_pps);
+        self.engage(s, self.overloaded(s, before));
         self.target
+    }
+
+    /// Did this tick show the service's own overload? Socket drops with the
+    /// queue still standing that are not a stall (the knee backed off), or
+    /// loss before the socket (the auto loop passes path signals only to the
+    /// class that carries most of the traffic). A standing queue alone is
+    /// not: a healthy service near its capacity queues under bursts.
+    fn overloaded(&self, s: &Signals, before: f64) -> bool {
+        let path = s.backlog_drops > 0 || s.squeeze > 0;
+        let drops = match self.algo {
+            Algo::Knee => s.sock_drops > 0 && self.state == CtlState::Backoff && self.target < before,
+            Algo::Pno => s.sock_drops > 0 && s.queue_end as f64 > s.rcvbuf as f64 * QUEUE_LOW,
+        };
+        drops || path
     }
 
     /// Macpherson's section 6.2: the derivative of the output decides the direction.
@@ -377,7 +437,14 @@ impl Controller {
         // (the service keeps pace) the target is just above it: come down
         // below it. Far below the capacity for longer than a stall: the
         // capacity itself fell; take what the service does now.
-        self.capacity = if slow { capacity_ewma(self.capacity, s.delivered) } else { self.capacity.min(self.target) };
+        // It took `delivered` while overflowing: never estimate below that
+        // (a controller that engages starts from what the service takes
+        // under overload, not from the load it saw while healthy).
+        self.capacity = if slow {
+            capacity_ewma(self.capacity, s.delivered)
+        } else {
+            self.capacity.min(self.target).max(s.delivered)
+        };
         self.quiet_ticks = 0;
         self.state = CtlState::Backoff;
         BACKOFF * self.target.min(self.capacity)
@@ -393,54 +460,18 @@ fn capacity_ewma(c: f64, x: f64) -> f64 {
     }
 }
 
-/// One tick's decision: the admitted total, and each class's rate (None:
-/// unlimited, a class in fallback without a fallback rate).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Decision {
-    pub target: f64,
-    pub rates: Vec<Option<f64>>,
-}
-
-/// What the auto loop decides every tick, and what the tests of this module
-/// run against the simulated victim: the controller's step on the tick's
-/// signals, then the classes' rates: the total split by [`allocate`], or each
-/// class's fallback rate once the signals have been lost for too long.
-pub fn decide(ctl: &mut Controller, sig: &Signals, demand: &[ClassDemand], fallbacks: &[Option<f64>]) -> Decision {
-    let target = ctl.step(sig);
-    let rates =
-        if ctl.in_fallback() { fallbacks.to_vec() } else { allocate(target, demand).into_iter().map(Some).collect() };
-    Decision { target, rates }
-}
-
-/// One auto class for [`allocate`].
-#[derive(Debug, Clone, Copy)]
-pub struct ClassDemand {
-    /// 0 = highest.
-    pub priority: u8,
-    /// Fraction of the total the class keeps under any flood (0..1).
-    pub min_share: f64,
-    /// Packets/s the class offered in the last tick.
-    pub offered: f64,
-}
-
-/// Split the admitted total `t` over the classes: in priority order, each
-/// class may use what the classes above it left, minus what the classes below
-/// it are guaranteed (their minimum share, or their demand if smaller). A
-/// class's rate never drops below its minimum share of `t`, so a flood above
-/// cannot shut it out. Returns one rate per class, in input order.
-pub fn allocate(t: f64, classes: &[ClassDemand]) -> Vec<f64> {
-    let mut order: Vec<usize> = (0..classes.len()).collect();
-    order.sort_by_key(|&i| (classes[i].priority, i));
-    let reserve: Vec<f64> = classes.iter().map(|c| (c.min_share * t).min(c.offered)).collect();
-    let mut rates = vec![0.0; classes.len()];
-    let mut left = t;
-    for (k, &i) in order.iter().enumerate() {
-        let below: f64 = order[k + 1..].iter().map(|&j| reserve[j]).sum();
-        let grant = (left - below).max(classes[i].min_share * t).max(0.0);
-        rates[i] = grant;
-        left = (left - grant.min(classes[i].offered)).max(0.0);
+/// What the auto loop decides every tick for one class, and what the tests
+/// of this module run against the simulated victim: the controller's step
+/// on the tick's signals, then the class's rate: the target while the
+/// controller is engaged, None (unlimited) while the service is healthy, or
+/// the class's fallback rate once the signals have been lost for too long.
+pub fn decide(ctl: &mut Controller, sig: &Signals, fallback: Option<f64>) -> Option<f64> {
+    ctl.step(sig);
+    if ctl.in_fallback() {
+        fallback
+    } else {
+        ctl.limit()
     }
-    rates
 }
 
 #[cfg(test)]

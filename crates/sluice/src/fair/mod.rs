@@ -9,8 +9,8 @@
 //!
 //! - known sources (clients the service answered while the class was healthy,
 //!   recorded by the egress learner) take the class's own bucket, sized here
-//!   at KNOWN_HEADROOM times what they sent in the last tick, at most
-//!   1 - UNKNOWN_MIN of the class rate;
+//!   at KNOWN_HEADROOM times the most they sent in a tick lately (decaying
+//!   over seconds), at most 1 - UNKNOWN_MIN of the class rate;
 //! - every other source is counted per epoch (one tick) in the LRU
 //!   "sources" map and may send at most `quota` packets per epoch; what is
 //!   within its quota takes the unknown tier's bucket, the rest of the rate
@@ -38,9 +38,12 @@
 
 /// The unknown tier keeps at least this share of the class rate.
 pub const UNKNOWN_MIN: f64 = 0.1;
-/// The known tier's bucket is this many times what known sources sent in
-/// the last tick (a known client that comes back waits a tick for room).
+/// The known tier's bucket is this many times what known sources sent
+/// recently: the highest rate of a tick, decaying by KNOWN_DECAY a tick
+/// (half in 3.5 s), so a known client's bursts and returns find room sized
+/// over seconds, not by the last 10 ms.
 pub const KNOWN_HEADROOM: f64 = 2.0;
+pub const KNOWN_DECAY: f64 = 0.998;
 /// The unknown tier is never cut below this rate.
 pub const UNKNOWN_FLOOR_PPS: f64 = 100.0;
 /// Socket distress halves the unknown tier, every COOL_TICKS at most, down
@@ -125,6 +128,8 @@ pub struct Fair {
     /// up, with no surge check: a service's first load is its usual).
     usual_pps: f64,
     healthy_ticks: u32,
+    /// The known sources' highest rate of a tick, decaying (KNOWN_DECAY).
+    known_peak_pps: f64,
 }
 
 impl Default for Fair {
@@ -139,6 +144,7 @@ impl Default for Fair {
             calm_ticks: 0,
             usual_pps: 0.0,
             healthy_ticks: 0,
+            known_peak_pps: 0.0,
         }
     }
 }
@@ -147,7 +153,8 @@ impl Fair {
     /// One tick of a class that is limited: the tiers' rates and the quota.
     pub fn step(&mut self, t: &FairTick) -> FairOut {
         self.off_ticks = 0;
-        let known_pps = (t.counts.known as f64 / t.dt * KNOWN_HEADROOM).min(t.rate * (1.0 - UNKNOWN_MIN));
+        self.known_peak_pps = (t.counts.known as f64 / t.dt).max(self.known_peak_pps * KNOWN_DECAY);
+        let known_pps = (self.known_peak_pps * KNOWN_HEADROOM).min(t.rate * (1.0 - UNKNOWN_MIN));
         let unknown_pps = self.unknown_rate(t, t.rate - known_pps);
         let budget = (unknown_pps * t.dt).max(1.0);
         let quota = self.next_quota(&t.counts, budget);
