@@ -174,6 +174,22 @@ struct BenchRunArgs {
     /// dns and http scenarios: the floods to run (closed-v4, closed-v6, own-v4, own-v6; default all).
     #[arg(long, value_delimiter = ',', value_parser = parse_flood_name)]
     floods: Vec<services::Flood>,
+    /// dns scenario: calm cells (no flood), dnsperf at these fractions of
+    /// NSD's measured capacity, off and zero config side by side; "none"
+    /// for none.
+    #[arg(long, value_delimiter = ',', default_value = "0.2,0.5,0.9", value_parser = parse_load)]
+    calm_loads: Vec<Option<f64>>,
+}
+
+/// A calm cell's load: a fraction of capacity in (0, 2], or "none".
+fn parse_load(s: &str) -> Result<Option<f64>, String> {
+    if s == "none" {
+        return Ok(None);
+    }
+    match s.parse::<f64>() {
+        Ok(f) if f > 0.0 && f <= 2.0 => Ok(Some(f)),
+        _ => Err(format!("\"{s}\" is not a fraction of capacity: give 0.2, 0.5, ... (up to 2), or none")),
+    }
 }
 
 #[derive(Args)]
@@ -372,6 +388,7 @@ fn cmd_bench_services(svc: services::Service, a: BenchRunArgs) -> Result<()> {
         conns: a.conns,
         floods,
         sources,
+        calm_loads: if svc == services::Service::Dns { a.calm_loads.into_iter().flatten().collect() } else { vec![] },
         interrupted: stop_flag()?,
     };
     eprintln!("sluice bench: scenario {}, writing to {}", a.scenario, out.display());

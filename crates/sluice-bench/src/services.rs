@@ -205,6 +205,9 @@ pub struct ServiceOpts {
     /// The `sources` scenario: `static` gives the legitimate client's
     /// address a class of its own, a new client probes during each flood.
     pub sources: bool,
+    /// dns: calm cells (no flood) with dnsperf at these fractions of NSD's
+    /// measured capacity, `off` and `zero` side by side (do no harm).
+    pub calm_loads: Vec<f64>,
     /// Set by Ctrl-C: stop after the current cell.
     pub interrupted: Arc<AtomicBool>,
 }
@@ -244,6 +247,14 @@ pub struct Cell {
     /// during the flood (NEW_CLIENT_V4/V6).
     #[serde(default)]
     pub new_client: Option<f64>,
+    /// Calm cells: dnsperf's asked rate as a fraction of NSD's capacity.
+    #[serde(default)]
+    pub load: Option<f64>,
+    /// Packets of the service's classes the gate dropped in the cell (a
+    /// daemon's cells without an own-port flood: then all of them are
+    /// legitimate); None where not measured.
+    #[serde(default)]
+    pub gate_drops: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -354,6 +365,17 @@ impl<'a> Bench<'a> {
         let floods: Vec<Option<&Flood>> = std::iter::once(None).chain(self.o.floods.iter().map(Some)).collect();
         let mut shown_status = false;
         for repeat in 0..self.o.repeats {
+            for &load in &self.o.calm_loads {
+                for setup in [Setup::Off, Setup::Zero] {
+                    if self.o.interrupted.load(Ordering::Relaxed) {
+                        bail!("interrupted");
+                    }
+                    let cell = self.calm_cell(load, setup, repeat)?;
+                    eprintln!("[{}/{}] {}", repeat + 1, self.o.repeats, cell_line(self.svc, &cell));
+                    r.cells.push(cell);
+                    write_all(&r, out)?;
+                }
+            }
             for flood in &floods {
                 for &setup in Setup::for_flood(*flood) {
                     if self.o.interrupted.load(Ordering::Relaxed) {
@@ -369,6 +391,22 @@ impl<'a> Bench<'a> {
             }
         }
         Ok(r)
+    }
+
+    /// A calm cell (do no harm): no flood, dnsperf at `load` times NSD's
+    /// measured capacity, and what the gate dropped of the service's classes.
+    fn calm_cell(&self, load: f64, setup: Setup, repeat: u32) -> Result<Cell> {
+        let qps = (load * self.capacity.unwrap_or(self.o.qps as f64)).round().max(1.0) as u64;
+        let installed = self.install(setup)?;
+        let mut cell = self.dns_clients_at(false, self.o.secs, qps)?;
+        cell.gate_drops = match &installed {
+            Installed::Daemon(_, sock) => Some(service_drops(&self.o.exe, &self.bed.net.b, sock)?),
+            Installed::Pass { .. } => None,
+        };
+        self.uninstall(installed)?;
+        cell.flood = format!("calm-{:.0}", load * 100.0);
+        (cell.config, cell.repeat, cell.load) = (setup, repeat, Some(load));
+        Ok(cell)
     }
 
     /// One cell: the configuration, the flood from 0.5 s before the clients
@@ -428,6 +466,10 @@ impl<'a> Bench<'a> {
         if let Some(rx) = gen {
             let (counts, gsecs) = rx.recv().context("the generator thread ended")??;
             cell.flood_pps = Some(counts[0].sent as f64 / gsecs.max(1e-9));
+        }
+        if let (Installed::Daemon(_, sock), true) = (&installed, flood.is_some_and(|f| !f.own_port)) {
+            // The flood goes to another class: every drop of the service's classes is a client's.
+            cell.gate_drops = Some(service_drops(&self.o.exe, &self.bed.net.b, sock)?);
         }
         self.uninstall(installed)?;
         cell.flood = flood.map_or("none", |f| f.name).into();
@@ -521,14 +563,19 @@ impl<'a> Bench<'a> {
         })
     }
 
-    /// dnsperf and the probe, side by side, for `secs`.
+    /// dnsperf at the scenario's rate and the probe, side by side, for `secs`.
     fn dns_clients(&self, v6: bool, secs: f64) -> Result<Cell> {
+        self.dns_clients_at(v6, secs, self.o.qps)
+    }
+
+    /// dnsperf at `qps` and the probe, side by side, for `secs`.
+    fn dns_clients_at(&self, v6: bool, secs: f64, qps: u64) -> Result<Cell> {
         let net = &self.bed.net;
         let server = if v6 { net.ip6_b } else { net.ip_b };
-        let (p, probe) = dns::clients(&net.a, GEN_CPU, self.dir, server, self.o.qps, secs)?;
+        let (p, probe) = dns::clients(&net.a, GEN_CPU, self.dir, server, qps, secs)?;
         Ok(Cell {
             client_rate: p.sent_qps,
-            client_short: p.sent_qps < 0.95 * self.o.qps as f64,
+            client_short: p.sent_qps < 0.95 * qps as f64,
             success: (p.sent > 0).then(|| p.completed as f64 / p.sent as f64),
             p50_ms: sluice::summary::percentile(&probe.rtt_ms, 0.5),
             p99_ms: sluice::summary::percentile(&probe.rtt_ms, 0.99),
@@ -549,6 +596,14 @@ impl<'a> Bench<'a> {
             ..Cell::default()
         })
     }
+}
+
+/// Packets the daemon's gate dropped of every class but the default one
+/// (the service's classes), since it started.
+fn service_drops(exe: &Path, ns: &str, sock: &Path) -> Result<u64> {
+    let out = crate::procs::in_ns(ns, None).arg(exe).args(["status", "--json", "--socket"]).arg(sock).output()?;
+    let snap: sluice::stats::Snapshot = serde_json::from_value(crate::procs::json_of(out, "sluice status")?)?;
+    Ok(snap.classes.iter().filter(|c| c.name != "default").map(|c| c.totals.dropped_pkts()).sum())
 }
 
 /// The new client's addresses on A: deprecated (preferred_lft 0), so the
@@ -641,10 +696,14 @@ pub fn summary(r: &ServiceRun) -> String {
         "sluice CPU",
         if dns { "" } else { "  cookies/s" }
     );
-    let names = std::iter::once("none").chain(FLOODS.iter().chain(&SOURCE_FLOODS).map(|f| f.name));
+    let mut calm: Vec<&str> = r.cells.iter().filter(|c| c.load.is_some()).map(|c| c.flood.as_str()).collect();
+    calm.dedup();
+    let names =
+        calm.iter().copied().chain(std::iter::once("none")).chain(FLOODS.iter().chain(&SOURCE_FLOODS).map(|f| f.name));
     for flood in names {
         let f = FLOODS.iter().chain(&SOURCE_FLOODS).find(|x| x.name == flood);
-        for &setup in Setup::for_flood(f) {
+        let setups = if calm.contains(&flood) { &[Setup::Off, Setup::Zero][..] } else { Setup::for_flood(f) };
+        for &setup in setups {
             let cells = group(r, flood, setup);
             if cells.is_empty() {
                 continue;
@@ -684,6 +743,9 @@ pub fn summary(r: &ServiceRun) -> String {
         s += "requests/s = wrk's completed requests (a new connection each); ok = requests / (requests + errors)\n";
         s += "cookies/s = SYN cookies the victim's kernel sent (TcpExt SyncookiesSent): SYNs it answered without queueing\n";
     }
+    if !calm.is_empty() {
+        s += "calm-N = no flood, dnsperf asked N% of NSD's measured capacity (do no harm: zero config must answer what off answers)\n";
+    }
     s += "svc CPU / sluice CPU = the service's / the daemon's processes, % of one core (the daemon: its tick, discovery, statistics)\n";
     s += "ring/s = frames/s vb's full ring refused before any XDP ran (flood and clients alike: the CPU 0 NAPI is saturated)\n";
     s + &targets(r)
@@ -697,20 +759,41 @@ pub fn targets(r: &ServiceRun) -> String {
         Some(false) => "MISSED",
         None => "not measured",
     };
+    let mut calm: Vec<&str> = r.cells.iter().filter(|c| c.load.is_some()).map(|c| c.flood.as_str()).collect();
+    calm.dedup();
+    for name in calm {
+        let (off, zero) = (group(r, name, Setup::Off), group(r, name, Setup::Zero));
+        let (a_off, a_zero) = (med(&off, |c| c.success), med(&zero, |c| c.success));
+        let drops: Option<u64> = zero.iter().map(|c| c.gate_drops).sum();
+        s += &format!(
+            "  dns {name} (no flood): answered {} vs {} off (>= off - 0.1 point: {}); gate dropped {} of the service's packets (0: {})\n",
+            pct(a_zero),
+            pct(a_off),
+            verdict(a_zero.zip(a_off).map(|(z, o)| z >= o - 0.001)),
+            drops.map_or("n/a".into(), |d| d.to_string()),
+            verdict(drops.map(|d| d == 0))
+        );
+    }
     let calm_p99 = med(&group(r, "none", Setup::Off), |c| c.p99_ms);
     let ran = |f: &&Flood| r.cells.iter().any(|c| c.flood == f.name);
     for f in FLOODS.iter().filter(ran).filter(|f| !f.own_port) {
         let zero = group(r, f.name, Setup::Zero);
         if r.service == Service::Dns {
             let (ans, p99) = (med(&zero, |c| c.success), med(&zero, |c| c.p99_ms));
+            // The gate's own drops of the clients' queries, as a share of what dnsperf sent.
+            let sent: f64 = zero.iter().map(|c| c.client_rate * r.secs).sum();
+            let dropped: Option<u64> = zero.iter().map(|c| c.gate_drops).sum();
+            let share = dropped.filter(|_| sent > 0.0).map(|d| d as f64 / sent);
             s += &format!(
-                "  dns {}: answered {} (>= 99.9%: {}); p99 {} vs {} unflooded (within 2x: {})\n",
+                "  dns {}: answered {} (>= 99.9%: {}); p99 {} vs {} unflooded (within 2x: {}); gate dropped {} of the clients' queries (<= 0.05%: {})\n",
                 f.name,
                 pct(ans),
                 verdict(ans.map(|a| a >= 0.999)),
                 ms(p99),
                 ms(calm_p99),
-                verdict(p99.zip(calm_p99).map(|(p, c)| p <= 2.0 * c))
+                verdict(p99.zip(calm_p99).map(|(p, c)| p <= 2.0 * c)),
+                share.map_or("n/a".into(), |x| format!("{:.3}%", 100.0 * x)),
+                verdict(share.map(|x| x <= 0.0005))
             );
         } else {
             let z = med(&zero, |c| Some(c.client_rate));

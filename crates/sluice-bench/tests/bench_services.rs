@@ -22,6 +22,7 @@ fn opts(floods: &[&str]) -> ServiceOpts {
         conns: 8,
         floods: floods.iter().map(|f| Flood::parse(f).unwrap()).collect(),
         sources: false,
+        calm_loads: vec![],
         interrupted: Arc::new(AtomicBool::new(false)),
     }
 }
@@ -72,7 +73,12 @@ fn dns_and_http_scenarios_run_real_services_under_real_floods() {
     let before = servers();
     let dir = std::env::temp_dir().join(format!("sluice-bench-services-test-{}", std::process::id()));
     let out = Out(dir);
-    let r = services::run(Service::Dns, &opts(&["closed-v4", "own-v6"]), out.path()).unwrap();
+    let o = ServiceOpts { calm_loads: vec![0.5], ..opts(&["closed-v4", "own-v6"]) };
+    let r = services::run(Service::Dns, &o, out.path()).unwrap();
+    // Do no harm: NSD at half its capacity, no flood: zero config drops none of its queries.
+    let healthy = cell(&r.cells, "calm-50", Setup::Zero);
+    assert_eq!(healthy.gate_drops, Some(0), "the gate dropped queries of a healthy NSD: {healthy:?}");
+    assert!(healthy.success.unwrap() > 0.99, "{healthy:?}");
     assert!(r.capacity.unwrap() > 10_000.0, "NSD answers more than 10k/s: {:?}", r.capacity);
     let calm = cell(&r.cells, "none", Setup::Off);
     assert!(calm.success.unwrap() > 0.99 && calm.p99_ms.is_some() && calm.flood_pps.is_none(), "{calm:?}");
@@ -91,7 +97,7 @@ fn dns_and_http_scenarios_run_real_services_under_real_floods() {
         "no blocked reference for an own-port flood"
     );
     let text = std::fs::read_to_string(out.path().join("summary.txt")).unwrap();
-    assert!(text.contains("dns closed-v4: answered"), "{text}");
+    assert!(text.contains("dns closed-v4: answered") && text.contains("dns calm-50 (no flood): answered"), "{text}");
 
     // sources: a calm period, then junk to NSD's port from 16 addresses; the
     // daemon learns dnsperf's address and keeps it answered (one bucket for
