@@ -9,9 +9,12 @@
 //!   read in parallel and contend for a shared socket;
 //! - part `stall`: 4 reuseport readers on the victim CPU (1), the first
 //!   stalling 20 ms every 200 ms (`serve --stall`), at a rate they serve
-//!   easily, with the kernel's default buffer size (212,992 bytes) set
-//!   explicitly: loss and p99 per policy, with and without the stall. A
-//!   stall queues 20 ms x 15k/s = 300 datagrams at a hashed reader.
+//!   easily: STALL_LOAD of what they were measured to serve on this
+//!   machine (a calibration cell offered more than they take, once per
+//!   run), at most STALL_RATE; with the kernel's default buffer size
+//!   (212,992 bytes) set explicitly: loss and p99 per policy, with and
+//!   without the stall. At 60k/s a stall queues 20 ms x 15k/s = 300
+//!   datagrams at a hashed reader.
 //!
 //! - part `nsd`: a real service, NSD with 2 server processes and
 //!   `reuseport: yes`, on the victim CPU, under dnsperf at 20k queries/s:
@@ -52,8 +55,13 @@ const VICTIM_CPU: usize = 1;
 /// Part `threads`: offered load and the service's work per datagram.
 const THREADS_RATE: u64 = 120_000;
 const THREADS_WORK_NS: u64 = 10_000;
-/// Part `stall`: offered load, work, and the stall of the first reader.
+/// Part `stall`: offered load (at most STALL_RATE, and STALL_LOAD of the
+/// capacity measured offering CALIBRATE_RATE: a fixed rate saturated a
+/// slower machine, whose losses were then the CPU's, not the stall's),
+/// work, and the stall of the first reader.
 const STALL_RATE: u64 = 60_000;
+const STALL_LOAD: f64 = 0.5;
+const CALIBRATE_RATE: u64 = 200_000;
 const STALL_WORK_NS: u64 = 5_000;
 const STALL_MS: u64 = 20;
 const STALL_EVERY_MS: u64 = 200;
@@ -138,6 +146,7 @@ pub fn run(o: &ReadersOpts, out: &Path) -> Result<Vec<Cell>> {
     let meter = IdleMeter::start(VICTIM_CPU)?;
     let plan = plan();
     let mut cells = vec![];
+    let mut stall_rate = None;
     for repeat in 0..o.repeats {
         for (i, s) in plan.iter().enumerate() {
             anyhow::ensure!(!o.interrupted.load(Ordering::Relaxed), "interrupted");
@@ -152,7 +161,15 @@ pub fn run(o: &ReadersOpts, out: &Path) -> Result<Vec<Cell>> {
                 s.readers,
                 if s.stall { " stalling" } else { "" }
             );
-            let c = cell(o, &bed, &meter, s, repeat, out)
+            let rate = match s.part {
+                "threads" => THREADS_RATE,
+                "stall" => match stall_rate {
+                    Some(r) => r,
+                    None => *stall_rate.insert(calibrate_stall(o, &bed, &meter, out)?),
+                },
+                _ => NSD_QPS,
+            };
+            let c = cell(o, &bed, &meter, s, repeat, out, rate)
                 .with_context(|| format!("cell {} {} x{}", s.part, s.layout, s.readers))?;
             cells.push(c);
             std::fs::write(out.join("results.json"), serde_json::to_string_pretty(&cells)?)?;
@@ -183,7 +200,33 @@ fn start_service(o: &ReadersOpts, bed: &VictimBed, s: &Setup) -> Result<Proc> {
     Ok(p)
 }
 
-fn cell(o: &ReadersOpts, bed: &VictimBed, meter: &IdleMeter, s: &Setup, repeat: u32, out: &Path) -> Result<Cell> {
+/// Part `stall`'s rate: STALL_LOAD of what its 4 unstalled readers
+/// delivered offered CALIBRATE_RATE (the kernel's hash), at most STALL_RATE.
+fn calibrate_stall(o: &ReadersOpts, bed: &VictimBed, meter: &IdleMeter, out: &Path) -> Result<u64> {
+    let s = Setup { part: "stall", layout: "hash", readers: 4, stall: false };
+    let c = cell(o, bed, meter, &s, 0, out, CALIBRATE_RATE).context("the stall part's calibration cell")?;
+    let rate = ((STALL_LOAD * c.delivered_pps) as u64).min(STALL_RATE);
+    eprintln!(
+        "readers: 4 readers served {:.0}/s offered {CALIBRATE_RATE}/s; the stall part offers {rate}/s",
+        c.delivered_pps
+    );
+    anyhow::ensure!(
+        rate > 1000,
+        "the calibration cell delivered {:.0}/s: the service does not answer",
+        c.delivered_pps
+    );
+    Ok(rate)
+}
+
+fn cell(
+    o: &ReadersOpts,
+    bed: &VictimBed,
+    meter: &IdleMeter,
+    s: &Setup,
+    repeat: u32,
+    out: &Path,
+    rate: u64,
+) -> Result<Cell> {
     let service = if s.part == "nsd" { start_nsd(bed, out)? } else { start_service(o, bed, s)? };
     let policy = if s.layout == "shared" { "hash" } else { s.layout };
     let sock = out.join("sluice.sock");
@@ -193,11 +236,6 @@ fn cell(o: &ReadersOpts, bed: &VictimBed, meter: &IdleMeter, s: &Setup, repeat: 
     if policy != "hash" {
         wait_steered(&o.exe, &bed.net.b, &sock)?;
     }
-    let rate = match s.part {
-        "threads" => THREADS_RATE,
-        "stall" => STALL_RATE,
-        _ => NSD_QPS,
-    };
     let before = prog_stats();
     let cpu0 = meter.sample(VICTIM_CPU)?;
     let svc0 = tree_cpu_secs(service.id());

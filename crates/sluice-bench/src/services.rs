@@ -398,7 +398,15 @@ impl<'a> Bench<'a> {
     fn calm_cell(&self, load: f64, setup: Setup, repeat: u32) -> Result<Cell> {
         let qps = (load * self.capacity.unwrap_or(self.o.qps as f64)).round().max(1.0) as u64;
         let installed = self.install(setup)?;
+        let daemon = match &installed {
+            Installed::Daemon(p, _) => Some((p.id(), tree_cpu_secs(p.id()))),
+            Installed::Pass { .. } => None,
+        };
+        let (cpu0, t0) = (tree_cpu_secs(self.service.id()), Instant::now());
         let mut cell = self.dns_clients_at(false, self.o.secs, qps)?;
+        let secs_run = t0.elapsed().as_secs_f64();
+        cell.service_cpu = 100.0 * (tree_cpu_secs(self.service.id()) - cpu0) / secs_run;
+        cell.daemon_cpu = daemon.map(|(pid, c0)| 100.0 * (tree_cpu_secs(pid) - c0) / secs_run);
         cell.gate_drops = match &installed {
             Installed::Daemon(_, sock) => Some(service_drops(&self.o.exe, &self.bed.net.b, sock)?),
             Installed::Pass { .. } => None,

@@ -76,9 +76,13 @@ fn dns_and_http_scenarios_run_real_services_under_real_floods() {
     let o = ServiceOpts { calm_loads: vec![0.5], ..opts(&["closed-v4", "own-v6"]) };
     let r = services::run(Service::Dns, &o, out.path()).unwrap();
     // Do no harm: NSD at half its capacity, no flood: zero config drops none of its queries.
-    let healthy = cell(&r.cells, "calm-50", Setup::Zero);
+    // (NSD itself drops some at that rate: its socket holds ~50 datagrams; see LINUX-NOTES.)
+    let (healthy, off) = (cell(&r.cells, "calm-50", Setup::Zero), cell(&r.cells, "calm-50", Setup::Off));
     assert_eq!(healthy.gate_drops, Some(0), "the gate dropped queries of a healthy NSD: {healthy:?}");
-    assert!(healthy.success.unwrap() > 0.99, "{healthy:?}");
+    assert!(
+        healthy.success.unwrap() > off.success.unwrap() - 0.01,
+        "within a 2 s cell's noise of off: {healthy:?} {off:?}"
+    );
     assert!(r.capacity.unwrap() > 10_000.0, "NSD answers more than 10k/s: {:?}", r.capacity);
     let calm = cell(&r.cells, "none", Setup::Off);
     assert!(calm.success.unwrap() > 0.99 && calm.p99_ms.is_some() && calm.flood_pps.is_none(), "{calm:?}");

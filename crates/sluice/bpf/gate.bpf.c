@@ -68,7 +68,9 @@
  * "fairness" entry and the class has two tiers:
  *   - known sources (the "known" map: clients the service answered while it
  *     was healthy, recorded on egress by sluice_learn below) take the class's
- *     bucket, which the daemon sizes to what they sent, with headroom;
+ *     bucket, which the daemon sizes to what they sent, with headroom, each
+ *     only up to its own rate (SLUICE_KNOWN_HEADROOM times the rate it was
+ *     answered at): past it, a known source's packets are an unknown one's;
  *   - every other source is counted in the LRU "sources" map, keyed by its
  *     address cut to plen4/plen6 (/32 and /64, or /24 and /48, /16 and /32
  *     when the daemon aggregates), per epoch (settings.epoch, the daemon's
@@ -79,8 +81,9 @@
  *     and work-conserving). The daemon sets the quota to the max-min share
  *     from last epoch's counts (SRC_ACTIVE, SRC_OVER, UNDER_PKTS).
  * All per-packet: one LRU-hash lookup for the source (and an insert for a
- * new one), one hash lookup in "known", no lock and no atomic: two CPUs
- * counting one source may each miss a count of the other.
+ * new one), one hash lookup in "known" (and a clock read for a known one),
+ * no lock and no atomic: two CPUs counting one source may each miss a count
+ * of the other.
  *
  * Verdicts for odd input (also in the README):
  *   - not IPv4/IPv6 (ARP, LLDP, ...): XDP_PASS, counted NON_IP_PASS;
@@ -464,7 +467,8 @@ static __always_inline void src_key(struct sluice_src_key *k, const struct pkt *
 		*(__u32 *)&k->addr[4] = plen >= 48 ? *(__u32 *)&k->addr[4] & bpf_htonl(0xffff0000) : 0;
 }
 
-static __always_inline int is_known(const struct pkt *pk, __u32 cls)
+/* The peer's known entry, if it is known now (answered over the span, within the ttl). */
+static __always_inline struct sluice_known *known_entry(const struct pkt *pk, __u32 cls)
 {
 	struct sluice_src_key k = {};
 	struct sluice_known *v;
@@ -474,7 +478,36 @@ static __always_inline int is_known(const struct pkt *pk, __u32 cls)
 	if (!v || v->last_ms - v->first_ms < SLUICE_KNOWN_SPAN_MS)
 		return 0;
 	/* Signed: a wall clock stepped back makes a recent answer look newer, not ancient. */
-	return (__s64)(settings.now_ms - v->last_ms) <= (__s64)settings.known_ttl_ms;
+	if ((__s64)(settings.now_ms - v->last_ms) > (__s64)settings.known_ttl_ms)
+		return 0;
+	return v;
+}
+
+/*
+ * Is a known source within its own rate (see SLUICE_KNOWN_HEADROOM)? A
+ * GCRA on the entry's theoretical arrival time: each packet moves it on by
+ * one interval of the source's rate; a packet that finds it more than the
+ * burst ahead of now is over. Plain (not atomic) updates: two CPUs may each
+ * miss the other's step.
+ */
+static __always_inline int known_within_rate(struct sluice_known *v)
+{
+	__u64 span = v->last_ms - v->first_ms;
+	__u64 pps = (__u64)v->answers * 1000 / (span ? span : 1);
+	__u64 now = bpf_ktime_get_ns(), interval, tolerance;
+
+	if (pps < SLUICE_KNOWN_MIN_PPS)
+		pps = SLUICE_KNOWN_MIN_PPS;
+	interval = 1000000000ULL / (pps * SLUICE_KNOWN_HEADROOM);
+	tolerance = SLUICE_KNOWN_BURST_MS * 1000000ULL;
+	if (tolerance < SLUICE_KNOWN_BURST_PKTS * interval)
+		tolerance = SLUICE_KNOWN_BURST_PKTS * interval;
+	if (v->tat_ns < now)
+		v->tat_ns = now;
+	if (v->tat_ns - now > tolerance)
+		return 0;
+	v->tat_ns += interval;
+	return 1;
 }
 
 /*
@@ -543,13 +576,17 @@ static __always_inline __u32 admit_limited(const struct pkt *pk, __u32 cls, cons
 
 	if (!f || !f->on || pk->family == 0)
 		return bucket_take(sh, &st->bucket) ? SLUICE_CS_ADMIT_PKTS : SLUICE_CS_DROP_RATE_PKTS;
-	if (is_known(pk, cls)) {
+	struct sluice_known *v = known_entry(pk, cls);
+
+	if (v && known_within_rate(v)) {
 		st->cnt[SLUICE_CS_KNOWN_PKTS] += 1;
 		if (!bucket_take(sh, &st->bucket))
 			return SLUICE_CS_DROP_RATE_PKTS;
 		st->cnt[SLUICE_CS_KNOWN_ADMIT_PKTS] += 1;
 		return SLUICE_CS_ADMIT_PKTS;
 	}
+	if (v)
+		st->cnt[SLUICE_CS_KNOWN_OVER_PKTS] += 1;
 	st->cnt[SLUICE_CS_UNKNOWN_PKTS] += 1;
 	switch (within_quota(pk, cls, f, st)) {
 	case 0:

@@ -141,6 +141,7 @@ struct sluice_known {
 	__u64 last_ms;  /* gate clock at the last answer */
 	__u32 answers;  /* answers seen (saturating) */
 	__u32 _pad;
+	__u64 tat_ns;   /* gate only: its own rate's theoretical arrival time (bpf_ktime_get_ns), 0 = none yet */
 };
 /*
  * A client is known once the service answered it over at least this span
@@ -148,6 +149,19 @@ struct sluice_known {
  * the daemon sees it never spans a second, a client that came back does.
  */
 #define SLUICE_KNOWN_SPAN_MS 1000
+/*
+ * A known source is admitted as known only up to its own rate: the rate it
+ * was answered at while the class was calm (answers over the span, at
+ * least SLUICE_KNOWN_MIN_PPS) times SLUICE_KNOWN_HEADROOM, with bursts of
+ * SLUICE_KNOWN_BURST_MS of that rate (at least SLUICE_KNOWN_BURST_PKTS
+ * packets). Past it, its packets are an unknown source's (quota, unknown
+ * tier): an address that became known, honestly or not, floods at most at
+ * four times the rate it showed while all was calm.
+ */
+#define SLUICE_KNOWN_HEADROOM 4
+#define SLUICE_KNOWN_MIN_PPS 10
+#define SLUICE_KNOWN_BURST_MS 100
+#define SLUICE_KNOWN_BURST_PKTS 8
 /* Entries of the "known" map; "sources" is sized at load (default below). */
 #define SLUICE_KNOWN_ENTRIES 65536
 #define SLUICE_SOURCES_DEFAULT 262144
@@ -182,6 +196,7 @@ enum sluice_class_stat {
 	SLUICE_CS_SRC_INSERTS,    /* new entries in the "sources" map */
 	SLUICE_CS_SRC_FULL,       /* a source with no entry (insert failed): took the unknown bucket */
 	SLUICE_CS_AWAY_PKTS,      /* admitted and sent to another CPU's cpumap kthread (the "away" map) */
+	SLUICE_CS_KNOWN_OVER_PKTS, /* from a known source over its own rate: taken as unknown */
 	SLUICE_CS_NR,
 };
 

@@ -49,6 +49,9 @@ pub struct ClassTotals {
     /// priority is in distress).
     #[serde(default)]
     pub away_pkts: u64,
+    /// Packets of known sources over their own rate (taken as unknown).
+    #[serde(default)]
+    pub known_over_pkts: u64,
 }
 
 impl From<ClassCounters> for ClassTotals {
@@ -68,6 +71,7 @@ impl From<ClassCounters> for ClassTotals {
             source_epochs: c[SLUICE_CS_SRC_ACTIVE as usize],
             source_inserts: c[SLUICE_CS_SRC_INSERTS as usize],
             away_pkts: c[SLUICE_CS_AWAY_PKTS as usize],
+            known_over_pkts: c[SLUICE_CS_KNOWN_OVER_PKTS as usize],
         }
     }
 }

@@ -120,7 +120,8 @@ fn known_sources_take_the_class_bucket_while_unknown_ones_find_theirs_empty() {
     // stepped back) over `span` seconds.
     let known = |ago: i64, span: u64| {
         let last_ms = Clock::wall_ms().checked_add_signed(-ago * 1000).unwrap();
-        sluice_known { first_ms: last_ms - span * 1000, last_ms, answers: 3, ..Default::default() }
+        // 1000 answers over the span: its own rate is far above this test's 21 packets.
+        sluice_known { first_ms: last_ms - span * 1000, last_ms, answers: 1000, ..Default::default() }
     };
     let entries = [
         (key([198, 51, 100, 7]), known(0, 10)),
@@ -152,6 +153,33 @@ fn answer(client: &str, tcp_flags: Option<u8>) -> Vec<u8> {
     let l4 = offs.iter().find(|o| o.0 == "l4").unwrap().1;
     b[l4 + 13] = flags;
     b
+}
+
+/// Hardening (issue 23, item 4): a known source is known only up to its own
+/// rate. An address answered 10 times over 10 s (1/s; at least
+/// SLUICE_KNOWN_MIN_PPS = 10/s, times SLUICE_KNOWN_HEADROOM = 40/s, bursts of
+/// 200 ms = 8 intervals) sends 11 packets back to back: 9 go as known, the
+/// rest as an unknown source's (the unknown tier's one token, then empty).
+/// Before, a known address flooded inside the known tier with no limit of
+/// its own.
+#[test]
+fn a_known_source_over_its_own_rate_is_an_unknown_one() {
+    let mut g = gate();
+    fair(&g, "dns", 100, 1, 1, (32, 64));
+    clock(&mut g, 1);
+    let mut addr = [0u8; 16];
+    addr[..4].copy_from_slice(&[198, 51, 100, 7]);
+    let key = sluice_src_key { class_id: g.class("dns") as u8, family: 4, plen: 32, addr, ..Default::default() };
+    let last_ms = Clock::wall_ms();
+    let entry = sluice_known { first_ms: last_ms - 10_000, last_ms, answers: 10, ..Default::default() };
+    g.gate.insert_known(&[(key, entry)]).unwrap();
+    for i in 0..9 {
+        g.expect(&format!("within its own rate {i}"), &dns_from("198.51.100.7"), Admitted("dns".into()));
+    }
+    g.expect("over it: the unknown tier's token", &dns_from("198.51.100.7"), Admitted("dns".into()));
+    g.expect("over it: the unknown tier is empty", &dns_from("198.51.100.7"), DroppedRate("dns".into()));
+    assert_eq!(counter(&g, "dns", SLUICE_CS_KNOWN_PKTS), 9);
+    assert_eq!(counter(&g, "dns", SLUICE_CS_KNOWN_OVER_PKTS), 2);
 }
 
 #[test]
