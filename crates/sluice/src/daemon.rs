@@ -711,8 +711,9 @@ impl Daemon {
         for (c, t) in snap.classes.iter_mut().zip(throttles.iter().chain(std::iter::repeat(&None))) {
             c.throttle_pps = *t;
         }
-        for (c, d) in snap.classes.iter_mut().zip(self.ticker.distress_secs()) {
-            c.distress_secs = d;
+        for ((c, d), h) in snap.classes.iter_mut().zip(self.ticker.distress_secs()).zip(self.ticker.dropped_with_room())
+        {
+            (c.distress_secs, c.dropped_with_room_pkts) = (d, h);
         }
         let attached = gate::attached_prog_id(snap.ifindex as i32) == Some(snap.prog_id);
         if snap.attached && !attached {

@@ -183,6 +183,12 @@ pub struct ClassSnapshot {
     /// the daemon started (None: the class has no service the daemon reads).
     #[serde(default)]
     pub distress_secs: Option<f64>,
+    /// Packets the gate dropped in ticks where the class's service had room
+    /// (its UDP sockets showed no distress) and nothing but its own limit
+    /// applied (no static rate, no budget throttle): loss sluice inflicted
+    /// on a healthy service. None: the class has no UDP socket the daemon reads.
+    #[serde(default)]
+    pub dropped_with_room_pkts: Option<u64>,
 }
 
 /// The auto controller's state for one class.
@@ -310,6 +316,7 @@ pub fn class_snapshots(cfg: &Config) -> Vec<ClassSnapshot> {
                 sources: None,
                 kernel_drops: Vec::new(),
                 distress_secs: None,
+                dropped_with_room_pkts: None,
             }
         })
         .collect()
@@ -406,6 +413,14 @@ pub fn render_table(s: &Snapshot) -> String {
                 a.lost_secs
             );
         }
+    }
+    for c in s.classes.iter().filter(|c| c.dropped_with_room_pkts.is_some_and(|n| n > 0)) {
+        let _ = writeln!(
+            o,
+            "SELF-INFLICTED: the gate dropped {} packets of {} while its service had room (no distress)",
+            c.dropped_with_room_pkts.unwrap_or(0),
+            c.name
+        );
     }
     render_budget(&mut o, s);
     crate::sources::render_status(&mut o, s);
@@ -526,6 +541,7 @@ fn register_class_families(reg: &mut Registry, classes: &[ClassSnapshot]) {
     let bytes = Family::<Labels, U64Counter>::default();
     let limit = Family::<Labels, U64Gauge>::default();
     let (throttle, distress) = (Family::<Labels, F64Gauge>::default(), Family::<Labels, F64Counter>::default());
+    let harm = Family::<Labels, U64Counter>::default();
     for c in classes {
         let t = &c.totals;
         // Every classified packet gets exactly one verdict: the sum over verdicts is what the class saw.
@@ -549,6 +565,9 @@ fn register_class_families(reg: &mut Registry, classes: &[ClassSnapshot]) {
         if let Some(d) = c.distress_secs {
             distress.get_or_create(&l).inc_by(d);
         }
+        if let Some(n) = c.dropped_with_room_pkts {
+            harm.get_or_create(&l).inc_by(n);
+        }
     }
     reg.register("class_packets", "Packets per class and verdict (their sum is every packet of the class)", pkts);
     reg.register("class_bytes", "Bytes per class and verdict", bytes);
@@ -557,6 +576,9 @@ fn register_class_families(reg: &mut Registry, classes: &[ClassSnapshot]) {
     reg.register("class_throttle_packets_per_second", what, throttle);
     let what = "Time the class's service showed distress (socket drops or queue, accept queue, listen overflows)";
     reg.register("class_distress_seconds", what, distress);
+    let what =
+        "Packets the gate dropped while the class's service had room (no distress) and only sluice's own limit applied";
+    reg.register("class_dropped_with_room_packets", what, harm);
     let kernel = Family::<Labels, U64Counter>::default();
     for c in classes {
         for d in &c.kernel_drops {
@@ -818,6 +840,22 @@ mod tests {
         assert!(m.contains("sluice_class_rate_limit_packets_per_second{class=\"dns\"} 1000"), "{m}");
         assert!(m.contains("sluice_start_time_seconds 1700000000.0"), "the start, not now - uptime: {m}");
         assert!(m.contains("sluice_unclassified_packets_total{verdict=\"malformed_drop\"} 1"), "{m}");
+    }
+
+    /// Do no harm (issue 21): drops while the service had room are said in
+    /// status and served; observe mode is said at the top.
+    #[test]
+    fn self_inflicted_drops_and_observe_mode_are_shown() {
+        let mut s = snap();
+        assert!(!render_table(&s).contains("SELF-INFLICTED") && !render_table(&s).contains("OBSERVE"));
+        s.classes[0].dropped_with_room_pkts = Some(5);
+        (s.observe, s.global.observed_pass) = (true, 7);
+        let t = render_table(&s);
+        assert!(t.contains("SELF-INFLICTED: the gate dropped 5 packets of dns while its service had room"), "{t}");
+        assert!(t.contains("OBSERVE MODE") && t.contains("7 packets passed so far"), "{t}");
+        let m = prometheus_text(&s);
+        assert!(m.contains("sluice_class_dropped_with_room_packets_total{class=\"dns\"} 5"), "{m}");
+        assert!(m.contains("sluice_flagged_packets_total{flag=\"observed_pass\"} 7"), "{m}");
     }
 
     /// Regression: _total families were served as gauges, and two counters had no help

@@ -50,6 +50,9 @@ struct TickClass {
     /// The class's sockets were in distress in the last tick, and in how many ticks so far.
     distress: bool,
     distress_ticks: u64,
+    /// Packets the gate dropped while the service had room (see
+    /// `ClassSnapshot::dropped_with_room_pkts`).
+    dropped_with_room: u64,
     /// The tiers written at the last tick (None: not written yet).
     tiers: Option<Tiers>,
     /// The limit decided at the last tick, before the split over sources.
@@ -112,6 +115,7 @@ impl Ticker {
                 counts: FairCounts::default(),
                 distress: false,
                 distress_ticks: 0,
+                dropped_with_room: 0,
                 tiers: None,
                 decided: None,
                 learns: id != cfg.default_class,
@@ -156,6 +160,7 @@ impl Ticker {
                 c.fair = o.fair.clone();
                 c.decided = o.decided;
                 c.distress_ticks = o.distress_ticks;
+                c.dropped_with_room = o.dropped_with_room;
             }
         }
         self.epoch = old.epoch;
@@ -255,6 +260,14 @@ impl Ticker {
             let why = self.last.as_ref().and_then(|(_, prev)| distress(prev, &now.1, id));
             c.distress = why.is_some();
             c.distress_ticks += u64::from(c.distress);
+            // Dropped with room: a service with sockets and no distress, under no cap
+            // but sluice's own (no static rate, no budget throttle for a higher class).
+            let own_limit_only = matches!(c.limit, Limit::Auto(_) | Limit::Unlimited)
+                && self.budget.limits.get(id).copied().flatten().is_none();
+            let room = now.1.classes.get(id).is_some_and(|h| h.udp.sockets > 0) && !c.distress;
+            if let (Some(o), true) = (c.totals, room && own_limit_only) {
+                c.dropped_with_room += t.dropped_pkts().saturating_sub(o.dropped_pkts());
+            }
             demand.push(BudgetClass { priority: c.priority, offered: c.offered, admitted: c.admitted, distress: why });
             c.totals = Some(t);
             c.counts_from(raw[id]);
@@ -276,6 +289,13 @@ impl Ticker {
             .enumerate()
             .map(|(id, c)| read.contains(&id).then_some(c.distress_ticks as f64 * tick))
             .collect()
+    }
+
+    /// Packets the gate dropped while each class's service had room (by
+    /// class id; None for a class without UDP sockets the tick reads).
+    pub fn dropped_with_room(&self) -> Vec<Option<u64>> {
+        let read = self.health.as_ref().map(|h| h.watched()).unwrap_or_default();
+        self.classes.iter().enumerate().map(|(id, c)| read.contains(&id).then_some(c.dropped_with_room)).collect()
     }
 
     /// The budget's view for status: the highest distressed priority and why,

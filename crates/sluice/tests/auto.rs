@@ -129,6 +129,7 @@ fn a_healthy_auto_class_fed_bursts_drops_nothing() {
     eprintln!("sent {}; totals {t:?}; auto {:?}", String::from_utf8_lossy(&out.stdout).trim(), api.auto);
     assert!(t.seen_pkts >= 15_000, "the bursts did not reach the gate: {t:?}");
     assert_eq!(t.seen_pkts, t.admitted_pkts, "the gate dropped packets of a healthy service: {t:?}");
+    assert_eq!(api.dropped_with_room_pkts, Some(0), "status counts no self-inflicted loss");
     assert_eq!(api.auto.and_then(|a| a.rate_pps), None, "a healthy service is left unlimited");
     tb.signal(sink, libc::SIGTERM);
 }
@@ -174,6 +175,7 @@ fn one_services_full_socket_limits_no_other_auto_class() {
         "the healthy class paid for the full socket: {:?}",
         api.totals
     );
+    assert_eq!(api.dropped_with_room_pkts, Some(0));
     tb.wait(filler);
     tb.signal(sink, libc::SIGTERM);
 }
