@@ -179,6 +179,11 @@ struct BenchRunArgs {
     /// for none.
     #[arg(long, value_delimiter = ',', default_value = "0.2,0.5,0.9", value_parser = parse_load)]
     calm_loads: Vec<Option<f64>>,
+    /// dns scenario: also calm cells at half NSD's capacity beside a local
+    /// process of user nobody that misbehaves: a UDP socket that never reads
+    /// (filled over loopback), and one bound and closed 100 times a second.
+    #[arg(long)]
+    neighbours: bool,
 }
 
 /// A calm cell's load: a fraction of capacity in (0, 2], or "none".
@@ -389,6 +394,7 @@ fn cmd_bench_services(svc: services::Service, a: BenchRunArgs) -> Result<()> {
         floods,
         sources,
         calm_loads: if svc == services::Service::Dns { a.calm_loads.into_iter().flatten().collect() } else { vec![] },
+        neighbours: svc == services::Service::Dns && a.neighbours,
         interrupted: stop_flag()?,
     };
     eprintln!("sluice bench: scenario {}, writing to {}", a.scenario, out.display());

@@ -160,6 +160,62 @@ pub const CALM_SECS: f64 = 3.0;
 pub const NEW_CLIENT_V4: &str = "10.77.0.200";
 pub const NEW_CLIENT_V6: &str = "fd77::200";
 
+/// A local process beside NSD that misbehaves, run as user nobody in the
+/// victim's namespace with no flood (do no harm: NSD must not pay for it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Neighbour {
+    /// A UDP socket on NEIGHBOUR_PORT with a 2 KiB buffer that never
+    /// reads, filled over loopback (nothing of it crosses the gate).
+    FullSocket,
+    /// Binds a UDP socket on NEIGHBOUR_PORT and closes it, 100 times a second.
+    Churn,
+}
+
+/// The neighbours' port, and the load (of NSD's capacity) of their cells.
+pub const NEIGHBOUR_PORT: u16 = 7777;
+pub const NEIGHBOUR_LOAD: f64 = 0.5;
+
+impl Neighbour {
+    pub fn name(self) -> &'static str {
+        match self {
+            Neighbour::FullSocket => "full-socket",
+            Neighbour::Churn => "churn",
+        }
+    }
+
+    /// The neighbour's Python program, bounded by `secs`.
+    fn program(self, secs: f64) -> String {
+        let body = match self {
+            Neighbour::FullSocket => format!(
+                "r = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
+                 r.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)\n\
+                 r.bind(('0.0.0.0', {NEIGHBOUR_PORT}))\n\
+                 w = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
+                 while time.time() < end:\n    \
+                     for _ in range(50): w.sendto(b'x' * 32, ('127.0.0.1', {NEIGHBOUR_PORT}))\n    \
+                     time.sleep(0.01)\n"
+            ),
+            Neighbour::Churn => format!(
+                "while time.time() < end:\n    \
+                     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n    \
+                     s.bind(('0.0.0.0', {NEIGHBOUR_PORT}))\n    \
+                     s.close()\n    \
+                     time.sleep(0.01)\n"
+            ),
+        };
+        format!("import socket, time\nend = time.time() + {secs}\n{body}")
+    }
+
+    /// Start it in `ns` as user nobody; killed when the handle drops.
+    fn start(self, ns: &str, secs: f64) -> Result<Proc> {
+        let mut c = crate::procs::in_ns(ns, None);
+        c.args(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "python3", "-c"]);
+        c.arg(self.program(secs));
+        c.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
+        Proc::spawn(c, "the neighbour (setpriv, python3)")
+    }
+}
+
 /// A configuration of the victim (see the module comment).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -208,6 +264,9 @@ pub struct ServiceOpts {
     /// dns: calm cells (no flood) with dnsperf at these fractions of NSD's
     /// measured capacity, `off` and `zero` side by side (do no harm).
     pub calm_loads: Vec<f64>,
+    /// dns: calm cells at NEIGHBOUR_LOAD with a misbehaving local neighbour
+    /// beside NSD (see [`Neighbour`]).
+    pub neighbours: bool,
     /// Set by Ctrl-C: stop after the current cell.
     pub interrupted: Arc<AtomicBool>,
 }
@@ -365,12 +424,16 @@ impl<'a> Bench<'a> {
         let floods: Vec<Option<&Flood>> = std::iter::once(None).chain(self.o.floods.iter().map(Some)).collect();
         let mut shown_status = false;
         for repeat in 0..self.o.repeats {
-            for &load in &self.o.calm_loads {
+            let neighbours: &[Option<Neighbour>] =
+                if self.o.neighbours { &[None, Some(Neighbour::FullSocket), Some(Neighbour::Churn)] } else { &[None] };
+            let calm = self.o.calm_loads.iter().map(|&l| (l, None));
+            let beside = neighbours.iter().flatten().map(|&n| (NEIGHBOUR_LOAD, Some(n)));
+            for (load, neighbour) in calm.chain(beside) {
                 for setup in [Setup::Off, Setup::Zero] {
                     if self.o.interrupted.load(Ordering::Relaxed) {
                         bail!("interrupted");
                     }
-                    let cell = self.calm_cell(load, setup, repeat)?;
+                    let cell = self.calm_cell(load, neighbour, setup, repeat)?;
                     eprintln!("[{}/{}] {}", repeat + 1, self.o.repeats, cell_line(self.svc, &cell));
                     r.cells.push(cell);
                     write_all(&r, out)?;
@@ -394,9 +457,13 @@ impl<'a> Bench<'a> {
     }
 
     /// A calm cell (do no harm): no flood, dnsperf at `load` times NSD's
-    /// measured capacity, and what the gate dropped of the service's classes.
-    fn calm_cell(&self, load: f64, setup: Setup, repeat: u32) -> Result<Cell> {
+    /// measured capacity, a misbehaving neighbour beside NSD if asked, and
+    /// what the gate dropped of the service's classes.
+    fn calm_cell(&self, load: f64, neighbour: Option<Neighbour>, setup: Setup, repeat: u32) -> Result<Cell> {
         let qps = (load * self.capacity.unwrap_or(self.o.qps as f64)).round().max(1.0) as u64;
+        // Before the daemon, as a service already running would be (discovery finds it at start).
+        let _neighbour = neighbour.map(|n| n.start(&self.bed.net.b, self.o.secs + 5.0)).transpose()?;
+        std::thread::sleep(Duration::from_millis(300));
         let installed = self.install(setup)?;
         let daemon = match &installed {
             Installed::Daemon(p, _) => Some((p.id(), tree_cpu_secs(p.id()))),
@@ -412,7 +479,8 @@ impl<'a> Bench<'a> {
             Installed::Pass { .. } => None,
         };
         self.uninstall(installed)?;
-        cell.flood = format!("calm-{:.0}", load * 100.0);
+        cell.flood =
+            format!("calm-{:.0}{}", load * 100.0, neighbour.map_or(String::new(), |n| format!("+{}", n.name())));
         (cell.config, cell.repeat, cell.load) = (setup, repeat, Some(load));
         Ok(cell)
     }
@@ -657,6 +725,17 @@ fn cell_line(svc: Service, c: &Cell) -> String {
     )
 }
 
+/// The calm cells' names (no flood: `calm-N`, `calm-N+neighbour`), in run order.
+fn calm_names(r: &ServiceRun) -> Vec<&str> {
+    let mut names: Vec<&str> = vec![];
+    for c in r.cells.iter().filter(|c| c.load.is_some()) {
+        if !names.contains(&c.flood.as_str()) {
+            names.push(&c.flood);
+        }
+    }
+    names
+}
+
 /// The cells of (flood, config) across repeats.
 fn group<'c>(r: &'c ServiceRun, flood: &str, config: Setup) -> Vec<&'c Cell> {
     r.cells.iter().filter(|c| c.flood == flood && c.config == config).collect()
@@ -704,8 +783,7 @@ pub fn summary(r: &ServiceRun) -> String {
         "sluice CPU",
         if dns { "" } else { "  cookies/s" }
     );
-    let mut calm: Vec<&str> = r.cells.iter().filter(|c| c.load.is_some()).map(|c| c.flood.as_str()).collect();
-    calm.dedup();
+    let calm = calm_names(r);
     let names =
         calm.iter().copied().chain(std::iter::once("none")).chain(FLOODS.iter().chain(&SOURCE_FLOODS).map(|f| f.name));
     for flood in names {
@@ -767,8 +845,7 @@ pub fn targets(r: &ServiceRun) -> String {
         Some(false) => "MISSED",
         None => "not measured",
     };
-    let mut calm: Vec<&str> = r.cells.iter().filter(|c| c.load.is_some()).map(|c| c.flood.as_str()).collect();
-    calm.dedup();
+    let calm = calm_names(r);
     for name in calm {
         let (off, zero) = (group(r, name, Setup::Off), group(r, name, Setup::Zero));
         let (a_off, a_zero) = (med(&off, |c| c.success), med(&zero, |c| c.success));
@@ -780,6 +857,21 @@ pub fn targets(r: &ServiceRun) -> String {
             verdict(a_zero.zip(a_off).map(|(z, o)| z >= o - 0.001)),
             drops.map_or("n/a".into(), |d| d.to_string()),
             verdict(drops.map(|d| d == 0))
+        );
+    }
+    let base = format!("calm-{:.0}", NEIGHBOUR_LOAD * 100.0);
+    for n in [Neighbour::FullSocket, Neighbour::Churn] {
+        let name = format!("{base}+{}", n.name());
+        let with = med(&group(r, &name, Setup::Zero), |c| c.success);
+        let without = med(&group(r, &base, Setup::Zero), |c| c.success);
+        if with.is_none() {
+            continue;
+        }
+        s += &format!(
+            "  dns {name}: zero config answered {} beside the neighbour vs {} without it (within 0.1 point: {})\n",
+            pct(with),
+            pct(without),
+            verdict(with.zip(without).map(|(w, o)| w >= o - 0.001))
         );
     }
     let calm_p99 = med(&group(r, "none", Setup::Off), |c| c.p99_ms);

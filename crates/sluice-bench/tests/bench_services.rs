@@ -23,6 +23,7 @@ fn opts(floods: &[&str]) -> ServiceOpts {
         floods: floods.iter().map(|f| Flood::parse(f).unwrap()).collect(),
         sources: false,
         calm_loads: vec![],
+        neighbours: false,
         interrupted: Arc::new(AtomicBool::new(false)),
     }
 }

@@ -233,3 +233,17 @@ fn a_flood_is_limited_at_the_capacity_and_released_a_second_after_it_ends() {
     let released = window(&ticks, 2.0, 5.0).find(|k| k.limit.is_none()).map(|k| k.t).expect("never released");
     assert!((2.9..3.5).contains(&released), "released at {released:.2} s, the flood ended at 2 s");
 }
+
+/// Bad input (issue 21): a quiet service hit by a 10x step of new load (a
+/// flash crowd) that it can serve is not limited: 5% of its peak, then 50%.
+#[test]
+fn a_flash_crowd_the_service_can_serve_is_not_limited() {
+    let mut p = Plant::new(1);
+    let peak = p.peak();
+    let mut c = Controller::new(Algo::Knee, Tuning::default());
+    let ticks = run(&mut p, &mut c, 3.0, &mut |t, p| {
+        p.classes[0].offered = if t < 1.0 { 0.05 * peak } else { 0.5 * peak };
+    });
+    assert!(ticks.iter().all(|t| t.limit.is_none()), "a flash crowd was limited");
+    assert_eq!(p.classes[0].admitted, p.classes[0].seen);
+}
