@@ -11,12 +11,12 @@
 //! budget, `budget`, which throttles lower priorities for a higher one).
 //!
 //! A controller is *engaged* only while its own service shows overload: its
-//! socket overflowing with the queue standing for OVERLOAD_TICKS (not a
-//! stall, below), or, for the class carrying most of the traffic, loss
-//! before the socket for OVERLOAD_TICKS. A controller that is not engaged leaves its class
+//! socket overflowing with the queue over OVERLOAD_QUEUE of the buffer for
+//! OVERLOAD_TICKS (not a stall, below), or, for the class carrying most of
+//! the traffic, loss before the socket for OVERLOAD_TICKS. A controller that is not engaged leaves its class
 //! unlimited (a healthy service is never limited, whatever its load or its
-//! bursts); it disengages after RELEASE_TICKS with the gate dropping
-//! nothing and no socket drops. While engaged, two algorithms pick the rate:
+//! bursts); it disengages after RELEASE_TICKS in which what arrived fitted
+//! under the limit and the service showed no overload. While engaged, two algorithms pick the rate:
 //!
 //! - [`Algo::Pno`], perturb and observe as Macpherson's "Performing Under
 //!   Overload" (UNSW thesis, chapter 6) describes it: perturb `T` by a fixed step
@@ -95,16 +95,21 @@ pub const SLOPE_UP: f64 = 1.01;
 pub const DELIVERED_EWMA: f64 = 0.3;
 /// Knee: with demand below the target, keep `T` this much above what arrives.
 pub const IDLE_HEADROOM: f64 = 1.05;
-/// Ticks (1 s) with the gate dropping nothing of the class and no socket
-/// drops before an engaged controller lets go: a flood that ended is
-/// unlimited again a second later, a pause of a few ticks is not an end.
+/// Ticks (1 s) in which what arrived fitted under the limit and the service
+/// showed no overload before an engaged controller lets go: a flood that
+/// ended is unlimited again a second later, a pause of a few ticks is not
+/// an end, and bursts of a load the service takes on average do not hold
+/// the limit in place.
 pub const RELEASE_TICKS: u32 = 100;
 /// Ticks in a row (30 ms) the service's queue must stand at the tick's end
-/// (over QUEUE_LOW of the buffer), or loss before the socket must recur,
-/// before drops engage the controller: a burst that overflows a buffer a
-/// few ms deep drains in a tick when the service keeps up (dnsperf's bursts
-/// did, at a fifth of NSD's capacity), overload does not.
+/// over OVERLOAD_QUEUE of its buffer, or loss before the socket must recur,
+/// before socket drops engage the controller: a burst that overflows a
+/// buffer a few ms deep drains within a tick when the service keeps up
+/// (dnsperf's bursts overflowed NSD's socket at a fifth of its capacity,
+/// and left a few datagrams queued at tick edges at half of it), a
+/// service under overload keeps its buffer full.
 pub const OVERLOAD_TICKS: u32 = 3;
+pub const OVERLOAD_QUEUE: f64 = 0.5;
 
 /// The rate selection algorithm of the auto classes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, Default)]
@@ -284,8 +289,9 @@ impl Controller {
     /// Engage on the service's own distress; let go after RELEASE_TICKS
     /// with nothing dropped. `overload`: the tick's signals showed it.
     fn engage(&mut self, s: &Signals, overload: bool) {
-        let dropping = s.offered > s.admitted * LIMITING_MARGIN + 1.0 || s.sock_drops > 0;
-        self.calm_ticks = if dropping || overload { 0 } else { self.calm_ticks.saturating_add(1) };
+        // What arrives fits under the limit: the limit binds on bursts at most.
+        let fits = s.offered <= self.target * LIMITING_MARGIN + 1.0;
+        self.calm_ticks = if fits && !overload { self.calm_ticks.saturating_add(1) } else { 0 };
         if overload && !self.engaged {
             // Engaging: start from what the service takes, never from the
             // calm load the target followed while the class was unlimited.
@@ -342,7 +348,7 @@ impl Controller {
     /// to the class that carries most of the traffic). A standing queue
     /// alone is not: a healthy service near its capacity queues under bursts.
     fn overloaded(&mut self, s: &Signals, before: f64) -> bool {
-        let stands = s.queue_end as f64 > s.rcvbuf as f64 * QUEUE_LOW;
+        let stands = s.queue_end as f64 > s.rcvbuf as f64 * OVERLOAD_QUEUE;
         self.standing_ticks = if stands { self.standing_ticks.saturating_add(1) } else { 0 };
         let path = s.backlog_drops > 0 || s.squeeze > 0;
         self.path_ticks = if path { self.path_ticks.saturating_add(1) } else { 0 };
