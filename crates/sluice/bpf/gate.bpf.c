@@ -490,15 +490,27 @@ static __always_inline struct sluice_known *known_entry(const struct pkt *pk, __
  * burst ahead of now is over. Plain (not atomic) updates: two CPUs may each
  * miss the other's step.
  */
-static __always_inline int known_within_rate(struct sluice_known *v)
+static __always_inline __u32 known_interval(const struct sluice_known *v)
 {
 	__u64 span = v->last_ms - v->first_ms;
 	__u64 pps = (__u64)v->answers * 1000 / (span ? span : 1);
-	__u64 now = bpf_ktime_get_ns(), interval, tolerance;
+	__u64 interval;
 
 	if (pps < SLUICE_KNOWN_MIN_PPS)
 		pps = SLUICE_KNOWN_MIN_PPS;
 	interval = 1000000000ULL / (pps * SLUICE_KNOWN_HEADROOM);
+	return interval ? interval : 1; /* at most 25 ms: fits */
+}
+
+static __always_inline int known_within_rate(struct sluice_known *v)
+{
+	/* The coarse clock (jiffies) is cheaper to read and fine at the 100 ms tolerance. */
+	__u64 now = bpf_ktime_get_coarse_ns(), interval, tolerance;
+
+	/* Computed once per change of the entry's answers (the learner resets it). */
+	if (!v->interval_ns)
+		v->interval_ns = known_interval(v);
+	interval = v->interval_ns;
 	tolerance = SLUICE_KNOWN_BURST_MS * 1000000ULL;
 	if (tolerance < SLUICE_KNOWN_BURST_PKTS * interval)
 		tolerance = SLUICE_KNOWN_BURST_PKTS * interval;
@@ -716,6 +728,7 @@ int sluice_learn(struct __sk_buff *skb)
 		v->last_ms = now;
 		if (v->answers != 0xffffffff)
 			v->answers += 1;
+		v->interval_ns = 0; /* its own rate changed: the gate computes it again */
 		return TC_ACT_OK;
 	}
 	fresh.first_ms = now;

@@ -140,8 +140,8 @@ struct sluice_known {
 	__u64 first_ms; /* gate clock at the first answer */
 	__u64 last_ms;  /* gate clock at the last answer */
 	__u32 answers;  /* answers seen (saturating) */
-	__u32 _pad;
-	__u64 tat_ns;   /* gate only: its own rate's theoretical arrival time (bpf_ktime_get_ns), 0 = none yet */
+	__u32 interval_ns; /* gate only: one packet's interval at its own rate; 0 = to compute (the learner resets it) */
+	__u64 tat_ns;   /* gate only: its own rate's theoretical arrival time (bpf_ktime_get_coarse_ns), 0 = none yet */
 };
 /*
  * A client is known once the service answered it over at least this span
