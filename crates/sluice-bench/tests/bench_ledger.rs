@@ -23,13 +23,16 @@ fn ipv6_streams_are_delivered() {
     let exe = common::sluice_exe();
     let mut env = Rig::start(&sc, VictimModel::SameCore, &exe, "v6").unwrap();
     env.apply_config(ConfigKind::Off, 0.0).unwrap();
-    let r = env.measure(ConfigKind::Off, 1.0, 20_000.0, 0).unwrap();
+    // 5k/s: far below what any victim takes, so what is lost is a VM stall's,
+    // not the same-core victim's saturation (at 20k/s the ring dropped a
+    // quarter of the frames once in CI, and 28% of the echoes with them).
+    let r = env.measure(ConfigKind::Off, 1.0, 5_000.0, 0).unwrap();
     eprintln!(
         "IPv6: sent {:.0}/s delivered {:.0}/s legit {}/{} ledger {:?}",
         r.sent_pps, r.delivered_pps, r.legit_replies, r.legit_sent, r.ledger
     );
     // A broken IPv6 path delivers nothing; the bound leaves room for the
-    // socket drops a VM stall causes at 20k/s (3-9% usually, 26% once in CI).
+    // socket drops a VM stall causes (3-9% usually at 20k/s, 26% once in CI).
     assert!(r.delivered_pps >= 0.5 * r.sent_pps, "IPv6 datagrams delivered: {} of {}", r.delivered_pps, r.sent_pps);
     assert!(r.legit_replies as f64 >= 0.8 * r.legit_sent as f64, "IPv6 echoes came back");
 }

@@ -77,13 +77,12 @@ fn dns_and_http_scenarios_run_real_services_under_real_floods() {
     let o = ServiceOpts { calm_loads: vec![0.5], ..opts(&["closed-v4", "own-v6"]) };
     let r = services::run(Service::Dns, &o, out.path()).unwrap();
     // Do no harm: NSD at half its capacity, no flood: zero config drops none of its queries.
-    // (NSD itself drops some at that rate: its socket holds ~50 datagrams; see LINUX-NOTES.)
-    let (healthy, off) = (cell(&r.cells, "calm-50", Setup::Zero), cell(&r.cells, "calm-50", Setup::Off));
+    // (Its answered share is not compared with off's: NSD itself drops dnsperf's bursts
+    // at that rate, its socket holds ~50 datagrams, and the share moves by 10-30 points
+    // between runs with no gate drop at all; docs/results.md, "Do no harm".)
+    let healthy = cell(&r.cells, "calm-50", Setup::Zero);
     assert_eq!(healthy.gate_drops, Some(0), "the gate dropped queries of a healthy NSD: {healthy:?}");
-    assert!(
-        healthy.success.unwrap() > off.success.unwrap() - 0.01,
-        "within a 2 s cell's noise of off: {healthy:?} {off:?}"
-    );
+    assert!(healthy.success.is_some_and(|s| s > 0.5) && healthy.daemon_cpu.is_some(), "{healthy:?}");
     assert!(r.capacity.unwrap() > 10_000.0, "NSD answers more than 10k/s: {:?}", r.capacity);
     let calm = cell(&r.cells, "none", Setup::Off);
     assert!(calm.success.unwrap() > 0.99 && calm.p99_ms.is_some() && calm.flood_pps.is_none(), "{calm:?}");

@@ -96,11 +96,6 @@ fn auto_limits_a_flood_then_holds_and_falls_back_when_the_service_goes() {
     }
 }
 
-/// The `api` class's gate verdicts from the daemon's status.
-fn class_totals(tb: &Testbed, name: &str) -> sluice::stats::ClassTotals {
-    tb.status().classes.into_iter().find(|c| c.name == name).unwrap().totals
-}
-
 /// Do no harm (issue 21): a service that keeps up with its load, fed in
 /// bursts of 100 datagrams (5k/s on average), is never limited: the gate
 /// drops none of its packets. Before, the controller capped it near the
@@ -109,12 +104,7 @@ fn class_totals(tb: &Testbed, name: &str) -> sluice::stats::ClassTotals {
 #[test]
 fn a_healthy_auto_class_fed_bursts_drops_nothing() {
     let mut tb = Testbed::new();
-    let b = tb.b.clone();
-    let sink = tb.spawn(
-        &b,
-        &["serve", "udp-echo", "--port", "7000", "--no-echo", "--rcvbuf", "4194304", "--duration", "8", "--json"],
-    );
-    std::thread::sleep(Duration::from_millis(300));
+    let sink = tb.start_sink_with(7000, 8.0, &["--rcvbuf", "4194304"]);
     tb.start_gate(&["--no-discover", "--class", "api:rate=auto,match=udp:7000"]);
     let dst = format!("{}:7000", tb.ip_b);
     let a = tb.a.clone();
@@ -124,8 +114,8 @@ fn a_healthy_auto_class_fed_bursts_drops_nothing() {
         .output()
         .unwrap();
     assert!(out.status.success(), "send failed: {}", String::from_utf8_lossy(&out.stderr));
-    let t = class_totals(&tb, "api");
     let api = tb.status().classes.into_iter().find(|c| c.name == "api").unwrap();
+    let t = api.totals;
     eprintln!("sent {}; totals {t:?}; auto {:?}", String::from_utf8_lossy(&out.stdout).trim(), api.auto);
     assert!(t.seen_pkts >= 15_000, "the bursts did not reach the gate: {t:?}");
     assert_eq!(t.seen_pkts, t.admitted_pkts, "the gate dropped packets of a healthy service: {t:?}");
@@ -143,10 +133,7 @@ fn a_healthy_auto_class_fed_bursts_drops_nothing() {
 fn one_services_full_socket_limits_no_other_auto_class() {
     let mut tb = Testbed::new();
     let b = tb.b.clone();
-    let sink = tb.spawn(
-        &b,
-        &["serve", "udp-echo", "--port", "7000", "--no-echo", "--rcvbuf", "4194304", "--duration", "8", "--json"],
-    );
+    let sink = tb.start_sink_with(7000, 8.0, &["--rcvbuf", "4194304"]);
     let hog = "import socket, time\n\
                s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
                s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)\n\

@@ -135,11 +135,16 @@ impl Testbed {
 
     /// Start a UDP sink on B's port; stops by itself after `secs`.
     pub fn start_sink(&mut self, port: u16, secs: f64) -> u32 {
+        self.start_sink_with(port, secs, &[])
+    }
+
+    /// A UDP sink with more `serve udp-echo` flags (`--rcvbuf BYTES`, ...).
+    pub fn start_sink_with(&mut self, port: u16, secs: f64, flags: &[&str]) -> u32 {
         let b = self.b.clone();
-        let pid = self.spawn(
-            &b,
-            &["serve", "udp-echo", "--port", &port.to_string(), "--no-echo", "--json", "--duration", &secs.to_string()],
-        );
+        let (port, secs) = (port.to_string(), secs.to_string());
+        let mut args = vec!["serve", "udp-echo", "--port", &port, "--no-echo", "--json", "--duration", &secs];
+        args.extend_from_slice(flags);
+        let pid = self.spawn(&b, &args);
         std::thread::sleep(Duration::from_millis(300));
         pid
     }
