@@ -13,6 +13,7 @@
 //! why and starts with no known sources.
 use std::io::Write as _;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -127,7 +128,19 @@ pub fn save(file: &Path, sources: &[Known]) -> anyhow::Result<()> {
     let saved_unix = crate::gate::Clock::wall_ms() / 1000;
     let state = StateFile { version: VERSION, saved_unix, sources: sources.to_vec() };
     let write = || -> std::io::Result<()> {
-        let mut f = std::fs::File::create(&tmp)?;
+        // The file holds client addresses: mode 0600 from its creation, and
+        // never written through whatever a link at the temporary path points
+        // to (a stale one is removed; O_EXCL | O_NOFOLLOW refuse a new one).
+        match std::fs::remove_file(&tmp) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&tmp)?;
         f.write_all(&serde_json::to_vec(&state)?)?;
         f.sync_all()?;
         std::fs::rename(&tmp, file)
@@ -240,6 +253,23 @@ mod tests {
             {"class":"udp-53","addr":"198.51.100.7","age_secs":60,"span_secs":30,"answers":9}]}"#;
         std::fs::write(&file, v1).unwrap();
         assert_eq!(load(&file).unwrap(), vec![entry("198.51.100.7", 60, 30, 9)]);
+    }
+
+    /// Hardening (issue 23, item 13): the file is 0600 whatever the umask,
+    /// and a symlink planted at the temporary path is replaced, not
+    /// followed (before, the save wrote the addresses into its target).
+    #[test]
+    fn the_state_file_is_private_and_a_planted_link_is_not_followed() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let file = path(dir.path(), "vb");
+        let victim = dir.path().join("elsewhere");
+        std::fs::write(&victim, b"untouched").unwrap();
+        std::os::unix::fs::symlink(&victim, file.with_extension("json.tmp")).unwrap();
+        save(&file, &entries()).unwrap();
+        assert_eq!(std::fs::read(&victim).unwrap(), b"untouched", "the link's target was written");
+        assert_eq!(std::fs::metadata(&file).unwrap().permissions().mode() & 0o777, 0o600);
+        assert_eq!(load(&file).unwrap(), entries());
     }
 
     #[test]
