@@ -42,8 +42,11 @@ mod limits {
             "--class",
             "flood:priority=5,rate=5k,match=udp:7000",
         ]);
-        let hi = tb.start_sink(7001, 4.5);
-        let lo = tb.start_sink(7000, 4.5);
+        // 4 MiB buffers: a VM stall of a few ms overflows the default one (~50
+        // datagrams at XDP's 4 KiB truesize; LINUX-NOTES), and hi's socket
+        // drops then read as its distress, which throttles lo below its limit.
+        let hi = tb.start_sink_with(7001, 4.5, &["--rcvbuf", "4194304"]);
+        let lo = tb.start_sink_with(7000, 4.5, &["--rcvbuf", "4194304"]);
         let flood = {
             let (a, ip) = (tb.a.clone(), tb.ip_b.clone());
             std::thread::spawn(move || {
