@@ -172,8 +172,8 @@ pub fn run(repeat: u32, rounds: usize, progress: bool) -> Result<Report> {
 
 /// The per-source cases: (name, verdict, how the class is set up).
 const SOURCE_CASES: [(&str, u32, SourceCase); 3] = [
-    ("IPv4 UDP, unknown source within its quota, admitted", XDP_PASS, SourceCase::Within),
-    ("IPv4 UDP, unknown source over its quota, dropped", XDP_DROP, SourceCase::Over),
+    ("IPv4 UDP, unknown source within its share, admitted", XDP_PASS, SourceCase::Within),
+    ("IPv4 UDP, unknown source over its share, dropped", XDP_DROP, SourceCase::Over),
     ("IPv4 UDP, known source, admitted", XDP_PASS, SourceCase::Known),
 ];
 
@@ -201,12 +201,22 @@ fn source_cells(pkt: &[u8]) -> Result<(Vec<Vec<Cell>>, Memory)> {
             gate.apply(&cfg, &classify::compile(&cfg)?)?;
             let id = cfg.class_id("bench").expect("the bench class");
             gate.set_shares(id, &vec![share(1_000_000_000, 1_000_000); gate.ncpus()])?;
-            // Over the quota: an unknown tier too small to lend its spare half.
-            let (quota, unknown) = match case {
-                SourceCase::Over => (1, share(1, 2)),
-                _ => (u32::MAX, share(1_000_000_000, 1_000_000)),
+            // Within its share: paced at 1 ns a packet (the clock is read, the
+            // source never falls behind). Over it: one packet a second, and an
+            // unknown tier too small to lend its spare half.
+            let (interval, unknown) = match case {
+                SourceCase::Over => (1_000_000_000, share(1, 2)),
+                _ => (1, share(1_000_000_000, 1_000_000)),
             };
-            let fair = sluice_fair { unknown, on: 1, quota, plen4: 32, plen6: 64, ..Default::default() };
+            let fair = sluice_fair {
+                unknown,
+                on: 1,
+                quota: 1,
+                src_interval_ns: interval,
+                plen4: 32,
+                plen6: 64,
+                ..Default::default()
+            };
             gate.set_fairness(id, &vec![fair; gate.ncpus()])?;
             gate.set_clock(&Clock { epoch: 1, now_ms: Clock::wall_ms(), known_ttl_ms: 3_600_000 });
             if many {

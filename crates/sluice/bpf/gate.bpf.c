@@ -71,19 +71,20 @@
  *     bucket, which the daemon sizes to what they sent, with headroom, each
  *     only up to its own rate (SLUICE_KNOWN_HEADROOM times the rate it was
  *     answered at): past it, a known source's packets are an unknown one's;
- *   - every other source is counted in the LRU "sources" map, keyed by its
+ *   - every other source has an entry in the LRU "sources" map, keyed by its
  *     address cut to plen4/plen6 (/32 and /64, or /24 and /48, /16 and /32
- *     when the daemon aggregates), per epoch (settings.epoch, the daemon's
- *     tick). Within `quota` packets in the epoch it takes the unknown tier's
- *     bucket; over it, it may take only the top half of that bucket. So a
- *     light source finds tokens while heavy ones share what the light ones
- *     leave, and a lone heavy source still gets the whole rate (max-min fair
- *     and work-conserving). The daemon sets the quota to the max-min share
- *     from last epoch's counts (SRC_ACTIVE, SRC_OVER, UNDER_PKTS).
+ *     when the daemon aggregates), and is paced at its share (one packet
+ *     every src_interval_ns, a GCRA: see SLUICE_SRC_BURST_* in sluice.h).
+ *     Within its share it takes the unknown tier's bucket; over it, it may
+ *     take only the top half of that bucket. So a light source finds tokens
+ *     while heavy ones share what the light ones leave, and a lone heavy
+ *     source still gets the whole rate (max-min fair and work-conserving).
+ *     The daemon sets the share to the max-min one from last epoch's counts
+ *     (settings.epoch, its tick: SRC_ACTIVE, SRC_OVER, UNDER_PKTS).
  * All per-packet: one LRU-hash lookup for the source (and an insert for a
- * new one), one hash lookup in "known" (and a clock read for a known one),
- * no lock and no atomic: two CPUs counting one source may each miss a count
- * of the other.
+ * new one; a clock read only for one that looks over its share), one hash lookup in "known" (and a coarse clock
+ * read for a known one), no lock and no atomic: two CPUs counting one source
+ * may each miss a count or a step of the other.
  *
  * Verdicts for odd input (also in the README):
  *   - not IPv4/IPv6 (ARP, LLDP, ...): XDP_PASS, counted NON_IP_PASS;
@@ -400,7 +401,7 @@ static __always_inline __u64 bucket_refill(const struct sluice_share *sh, struct
  * Take one token from this CPU's bucket if that leaves at least `reserve`
  * units in it; 1 if it did. The clock is read only when the bucket holds too
  * little (see "Reading the clock"). reserve is 0 but for packets of a
- * source over its quota, which may use only the top half of the unknown
+ * source over its share, which may use only the top half of the unknown
  * tier's bucket (see "Source fairness").
  */
 static __always_inline int bucket_take_above(const struct sluice_share *sh, struct sluice_bucket *b, __u64 reserve)
@@ -523,19 +524,63 @@ static __always_inline int known_within_rate(struct sluice_known *v)
 }
 
 /*
- * Count an unknown packet against its source in this epoch: 1 if the source
- * is within its quota, 2 if it is over but took a token from the spare half
- * of the unknown tier's bucket, 0 if it is to be dropped. A source the map
- * has no room for cannot be counted: it is within (the unknown tier's bucket
- * still caps it) and counted SRC_FULL.
- * Over the quota, s->drops counts the packet only if it is then dropped.
+ * Is an unknown source within its share? A GCRA on its theoretical arrival
+ * time, as known_within_rate, but on the fine clock: the share's interval is
+ * far below the coarse clock's 4 ms tick. Over its share the pace is not
+ * moved. The fine clock costs as much as the rest of this path (see
+ * "Reading the clock"), so it is read only when a source looks over:
+ *   - p->seen_ns is this CPU's last read (0: none yet, read now), and now
+ *     is at least that, so a source whose pace is within the tolerance of
+ *     seen_ns is within of now, and a light source (the legitimate case)
+ *     reads no clock. The price: after a quiet spell with no read, a source
+ *     may send one burst paced from the old seen_ns, then, once a read
+ *     finds it behind the real now, a second one.
+ *   - after a read that finds a source over, the next clock_skip over-share
+ *     verdicts on this CPU take seen_ns as now, as the bucket does when it
+ *     runs dry. Under a flood that is a few microseconds; its only error is
+ *     a source that came back within its share in them going as over.
  */
-static __always_inline int within_quota(const struct pkt *pk, __u32 cls, const struct sluice_fair *f,
+static __always_inline int src_within_share(struct sluice_src *s, __u32 interval, struct sluice_pacer *p)
+{
+	__u64 now = p->seen_ns, tolerance;
+
+	if (!interval)
+		return 1;
+	tolerance = SLUICE_SRC_BURST_PKTS * (__u64)interval;
+	if (tolerance < SLUICE_SRC_BURST_NS)
+		tolerance = SLUICE_SRC_BURST_NS;
+	if (!now || s->tat_ns > now + tolerance) {
+		if (p->skip) {
+			p->skip--;
+			return 0;
+		}
+		now = bpf_ktime_get_ns();
+		p->seen_ns = now;
+		if (s->tat_ns > now + tolerance) {
+			p->skip = SLUICE_CLOCK_SKIP;
+			return 0;
+		}
+	}
+	if (s->tat_ns < now)
+		s->tat_ns = now;
+	s->tat_ns += interval;
+	return 1;
+}
+
+/*
+ * Count an unknown packet against its source: 1 if the source is within its
+ * share, 2 if it is over but took a token from the spare half of the unknown
+ * tier's bucket, 0 if it is to be dropped. A source the map has no room for
+ * cannot be counted: it is within (the unknown tier's bucket still caps it)
+ * and counted SRC_FULL. Over its share, s->drops counts the packet only if
+ * it is then dropped.
+ */
+static __always_inline int within_share(const struct pkt *pk, __u32 cls, const struct sluice_fair *f,
 					struct sluice_class_state *st)
 {
 	struct sluice_src_key k = {};
-	struct sluice_src *s, fresh = { .epoch = settings.epoch };
 	__u32 epoch = settings.epoch;
+	struct sluice_src *s, fresh = { .epoch = epoch, .over_epoch = epoch - 1 };
 
 	src_key(&k, pk, cls, pk->family == 4 ? f->plen4 : f->plen6);
 	s = bpf_map_lookup_elem(&sources, &k);
@@ -556,11 +601,13 @@ static __always_inline int within_quota(const struct pkt *pk, __u32 cls, const s
 	s->pkts += 1;
 	if (s->pkts == 1)
 		st->cnt[SLUICE_CS_SRC_ACTIVE] += 1;
-	if (s->pkts <= f->quota)
+	if (src_within_share(s, f->src_interval_ns, &st->pacer))
 		return 1;
-	if (s->pkts == f->quota + 1)
+	if (s->over_epoch != epoch) {
+		s->over_epoch = epoch;
 		st->cnt[SLUICE_CS_SRC_OVER] += 1;
-	/* Over the quota: the top half of the unknown tier's bucket only. */
+	}
+	/* Over its share: the top half of the unknown tier's bucket only. */
 	if (bucket_take_above(&f->unknown, &st->unknown, f->unknown.burst * (SLUICE_TOKEN_SCALE / 2)))
 		return 2;
 	s->drops += 1;
@@ -578,7 +625,7 @@ static __always_inline void verdict_add(struct sluice_class_state *st, __u32 idx
 
 /*
  * A limited class: with source fairness on, known sources take the class's
- * bucket and unknown ones their quota, then the unknown tier's bucket.
+ * bucket and unknown ones their share, then the unknown tier's bucket.
  * Returns the verdict counter pair (SLUICE_CS_*_PKTS) the packet lands in.
  */
 static __always_inline __u32 admit_limited(const struct pkt *pk, __u32 cls, const struct sluice_share *sh,
@@ -600,11 +647,11 @@ static __always_inline __u32 admit_limited(const struct pkt *pk, __u32 cls, cons
 	if (v)
 		st->cnt[SLUICE_CS_KNOWN_OVER_PKTS] += 1;
 	st->cnt[SLUICE_CS_UNKNOWN_PKTS] += 1;
-	switch (within_quota(pk, cls, f, st)) {
+	switch (within_share(pk, cls, f, st)) {
 	case 0:
 		return SLUICE_CS_DROP_SHARE_PKTS;
 	case 2:
-		return SLUICE_CS_ADMIT_PKTS; /* over the quota, from the spare half of the bucket */
+		return SLUICE_CS_ADMIT_PKTS; /* over its share, from the spare half of the bucket */
 	}
 	st->cnt[SLUICE_CS_UNDER_PKTS] += 1;
 	return bucket_take(&f->unknown, &st->unknown) ? SLUICE_CS_ADMIT_PKTS : SLUICE_CS_DROP_RATE_PKTS;

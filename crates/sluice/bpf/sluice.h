@@ -94,18 +94,19 @@ struct sluice_share {
  * While it is on, a packet from a known source (the "known" map: the
  * service answered it while it was healthy) takes the class's bucket
  * (struct sluice_share); any other packet is counted against its source
- * (the "sources" map, keyed at plen4/plen6) in the current epoch and
- * dropped once that source sent more than `quota` packets in the epoch,
- * else it takes the unknown tier's bucket `unknown`.
+ * (the "sources" map, keyed at plen4/plen6): within its share (one packet
+ * every src_interval_ns, paced, see SLUICE_SRC_BURST_*) it takes the unknown
+ * tier's bucket `unknown`; over it, only that bucket's top half.
  */
 struct sluice_fair {
 	struct sluice_share unknown; /* the unknown sources' bucket parameters on this CPU */
 	__u32 on;     /* 1: source fairness applies to this class */
-	__u32 quota;  /* packets one unknown source may send per epoch */
+	__u32 quota;  /* one unknown source's share, packets per epoch (the daemon's tick; shown, not read here) */
+	__u32 src_interval_ns; /* the same share as a pace: ns per packet (0: unlimited) */
 	__u8 plen4;   /* IPv4 prefix length a source is counted at (32, 24 or 16) */
 	__u8 plen6;   /* IPv6 prefix length (64, 48 or 32) */
 	__u8 learn;   /* 1: the egress learner records this class's clients (on or off) */
-	__u8 _pad[5];
+	__u8 _pad;
 };
 
 /*
@@ -124,8 +125,26 @@ struct sluice_src_key {
 struct sluice_src {
 	__u32 epoch; /* settings.epoch when pkts was last reset */
 	__u32 pkts;  /* packets in that epoch */
-	__u64 drops; /* packets dropped over the quota, ever */
+	__u64 drops; /* packets dropped over its share, ever */
+	__u64 tat_ns; /* its share's theoretical arrival time (bpf_ktime_get_ns), 0 = none yet */
+	__u32 over_epoch; /* the last epoch it went over its share in (counted SRC_OVER once) */
+	__u32 _pad;
 };
+/*
+ * An unknown source is paced at its share, not counted per epoch: a GCRA
+ * on tat_ns admits a packet unless the source is more than a tolerance
+ * ahead of its pace. The tolerance is SLUICE_SRC_BURST_PKTS intervals, at
+ * least SLUICE_SRC_BURST_NS: a source that was quiet may send that burst
+ * at once, a heavy one then gets one packet per interval. Per-epoch counts
+ * let every heavy source send its whole quota at the start of each epoch,
+ * all at once (clumps a ~50-datagram socket buffer cannot hold); this way
+ * the unknown tier's admitted stream in any 1 ms stays within its rate x
+ * (1 ms + 2 x SLUICE_SRC_BURST_NS) plus 2 x (SLUICE_SRC_BURST_PKTS + 1) per
+ * source (two bursts: one may be paced from a CPU's last clock read, see
+ * src_within_share in gate.bpf.c).
+ */
+#define SLUICE_SRC_BURST_PKTS 4
+#define SLUICE_SRC_BURST_NS 1000000ULL
 
 /*
  * Value of the LRU "known" map: a client the service answered. Written by the
@@ -154,7 +173,7 @@ struct sluice_known {
  * was answered at while the class was calm (answers over the span, at
  * least SLUICE_KNOWN_MIN_PPS) times SLUICE_KNOWN_HEADROOM, with bursts of
  * SLUICE_KNOWN_BURST_MS of that rate (at least SLUICE_KNOWN_BURST_PKTS
- * packets). Past it, its packets are an unknown source's (quota, unknown
+ * packets). Past it, its packets are an unknown source's (share, unknown
  * tier): an address that became known, honestly or not, floods at most at
  * four times the rate it showed while all was calm.
  */
@@ -174,6 +193,16 @@ struct sluice_bucket {
 	__u32 _pad;
 };
 
+/*
+ * The clock of the unknown sources' pacing on one CPU, for one class (in
+ * struct sluice_class_state). Written by the gate only.
+ */
+struct sluice_pacer {
+	__u64 seen_ns; /* the last bpf_ktime_get_ns() it read: now is at least this */
+	__u32 skip;    /* over-share verdicts left before the next clock read */
+	__u32 _pad;
+};
+
 /* Per-class counters, index into struct sluice_class_state's cnt[]. */
 enum sluice_class_stat {
 	SLUICE_CS_SEEN_PKTS = 0,
@@ -190,9 +219,9 @@ enum sluice_class_stat {
 	SLUICE_CS_KNOWN_PKTS,     /* from a known source (took the class bucket) */
 	SLUICE_CS_KNOWN_ADMIT_PKTS,
 	SLUICE_CS_UNKNOWN_PKTS,   /* from an unknown source */
-	SLUICE_CS_UNDER_PKTS,     /* unknown, within its source's quota */
+	SLUICE_CS_UNDER_PKTS,     /* unknown, within its source's share */
 	SLUICE_CS_SRC_ACTIVE,     /* sources that sent their first packet of an epoch */
-	SLUICE_CS_SRC_OVER,       /* sources that went over the quota in an epoch */
+	SLUICE_CS_SRC_OVER,       /* sources that went over their share in an epoch */
 	SLUICE_CS_SRC_INSERTS,    /* new entries in the "sources" map */
 	SLUICE_CS_SRC_FULL,       /* a source with no entry (insert failed): took the unknown bucket */
 	SLUICE_CS_AWAY_PKTS,      /* admitted and sent to another CPU's cpumap kthread (the "away" map) */
@@ -208,6 +237,7 @@ enum sluice_class_stat {
 struct sluice_class_state {
 	struct sluice_bucket bucket;
 	struct sluice_bucket unknown; /* the unknown sources' bucket (struct sluice_fair) */
+	struct sluice_pacer pacer;    /* the unknown sources' clock on this CPU (gate.bpf.c) */
 	__u64 cnt[SLUICE_CS_NR]; /* indexed by enum sluice_class_stat */
 };
 
@@ -243,7 +273,7 @@ struct sluice_settings {
 	__u64 known_ttl_ms;      /* a known source not answered for this long is unknown again */
 	__u32 malformed_verdict; /* XDP_DROP or XDP_PASS */
 	__u32 default_class;     /* class for headers beyond the parse depth */
-	__u32 epoch;             /* the daemon's tick count: source quotas are per epoch */
+	__u32 epoch;             /* the daemon's tick count: source counts are per epoch */
 	__u32 observe;           /* 1: observe mode: every verdict counted as usual, nothing dropped */
 };
 

@@ -150,6 +150,18 @@ pub struct FairTier {
     pub plens: (u8, u8),
 }
 
+impl FairTier {
+    /// The quota as the gate paces it: ns between one source's packets
+    /// (an epoch is one tick; 0: unlimited, a source with nobody to share with).
+    pub fn source_interval_ns(&self) -> u32 {
+        if self.quota == u32::MAX {
+            return 0;
+        }
+        let tick = crate::daemon::TICK.as_nanos() as u64;
+        (tick / self.quota.max(1) as u64).clamp(1, u32::MAX as u64) as u32
+    }
+}
+
 /// The run-time settings of source fairness (see `Gate::set_clock`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Clock {
@@ -415,6 +427,7 @@ impl Gate {
                     unknown,
                     on: 1,
                     quota: f.quota,
+                    src_interval_ns: f.source_interval_ns(),
                     plen4: f.plens.0,
                     plen6: f.plens.1,
                     learn: tiers.learn as u8,
@@ -462,7 +475,7 @@ impl Gate {
     }
 
     /// The run-time clock of source fairness, written every tick: the epoch
-    /// (source quotas count per epoch), the gate clock, how long a known
+    /// (source counts are per epoch), the gate clock, how long a known
     /// source stays known.
     pub fn set_clock(&mut self, clock: &Clock) {
         let data = self.skel.maps.data_data.as_deref_mut().expect(".data is mmap'ed after load");
@@ -501,7 +514,7 @@ impl Gate {
     /// Fill the sources map with `n` IPv4 sources of `class` (11.0.0.0 and
     /// up, counted in `epoch`): the benchmark of a map under a spoofed flood.
     pub fn fill_sources(&self, class: u8, n: u32, epoch: u32) -> Result<()> {
-        let value = sluice_src { epoch, pkts: 1, drops: 0 };
+        let value = sluice_src { epoch, pkts: 1, ..Default::default() };
         for start in (0..n).step_by(65_536) {
             let count = (n - start).min(65_536);
             let (mut keys, mut values) = (Vec::new(), Vec::new());

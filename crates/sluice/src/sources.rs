@@ -157,7 +157,7 @@ pub fn render_class(s: &Snapshot, class: &str) -> Result<String, String> {
     };
     let _ = writeln!(
         o,
-        "{}: quota {} per 10 ms epoch, counted at /{} /{}; {} active sources per epoch; learning {}",
+        "{}: quota {} per 10 ms epoch (paced), counted at /{} /{}; {} active sources per epoch; learning {}",
         c.name,
         x.quota.map_or("- (not limited)".into(), |q| q.to_string()),
         x.plen4,
@@ -196,9 +196,14 @@ mod tests {
     #[test]
     fn the_scan_counts_per_class_and_keeps_the_heaviest_droppers_first() {
         let mut sources: Vec<_> = (0..30u8)
-            .map(|i| (key(1, [10, 0, 0, i], 32), sluice_src { epoch: 5, pkts: 3, drops: i as u64 * 10 }))
+            .map(|i| {
+                (
+                    key(1, [10, 0, 0, i], 32),
+                    sluice_src { epoch: 5, pkts: 3, drops: i as u64 * 10, ..Default::default() },
+                )
+            })
             .collect();
-        sources.push((key(2, [192, 0, 2, 0], 24), sluice_src { epoch: 5, pkts: 1, drops: 0 }));
+        sources.push((key(2, [192, 0, 2, 0], 24), sluice_src { epoch: 5, pkts: 1, ..Default::default() }));
         sources.push((key(63, [1, 2, 3, 4], 32), sluice_src::default()));
         let known = vec![
             (key(1, [198, 51, 100, 1], 32), sluice_known { first_ms: 10_000, last_ms: 12_000, ..Default::default() }),

@@ -609,7 +609,7 @@ fn register_class_families(reg: &mut Registry, classes: &[ClassSnapshot]) {
     reg.register("class_sources_known", "Known sources of the class (clients it answered while healthy)", known);
     reg.register(
         "class_source_quota_packets",
-        "Packets one unknown source may send per 10 ms epoch (limited classes)",
+        "One unknown source's share, packets per 10 ms epoch, paced by the gate (limited classes)",
         quota,
     );
 }
@@ -768,7 +768,7 @@ mod tests {
         assert!(m.contains("verdict=\"dropped_share\"} 40"), "{m}");
         assert!(m.contains("sluice_source_evictions_total{map=\"sources\"} 7"), "{m}");
         let c = crate::sources::render_class(&s, "dns").unwrap();
-        assert!(c.contains("quota 12 per 10 ms epoch, counted at /24 /48") && c.contains("192.0.2.0/24"), "{c}");
+        assert!(c.contains("quota 12 per 10 ms epoch (paced), counted at /24 /48") && c.contains("192.0.2.0/24"), "{c}");
         assert!(crate::sources::render_class(&s, "nope").unwrap_err().contains("no class named"));
         let d = crate::sources::render_class(&s, "default").unwrap();
         assert!(d.contains("no source state"), "{d}");

@@ -14,13 +14,21 @@ fn gate() -> TestGate {
     TestGate::new(&["dns:rate=1000000,burst=1000000,match=udp:53,match=tcp:53", "icmp:rate=1000000,match=icmp"])
 }
 
-/// Source fairness for `class` on every CPU: `quota` packets per source and
-/// epoch, the unknown tier at `rate` (burst `burst`), counted at /plen4, /plen6.
-fn fair(g: &TestGate, class: &str, quota: u32, rate: u64, burst: u64, plens: (u8, u8)) {
+/// One packet a second: a source paced at it has its first
+/// SLUICE_SRC_BURST_PKTS + 1 packets within its share (its burst) and every
+/// later one over it for the length of a test.
+const PACED_NS: u32 = 1_000_000_000;
+const WITHIN: u32 = SLUICE_SRC_BURST_PKTS + 1;
+
+/// Source fairness for `class` on every CPU: each unknown source paced at
+/// `interval_ns` a packet, the unknown tier at `rate` (burst `burst`),
+/// sources counted at /plen4, /plen6.
+fn fair(g: &TestGate, class: &str, interval_ns: u32, rate: u64, burst: u64, plens: (u8, u8)) {
     let f = sluice_fair {
         unknown: share(rate, burst),
         on: 1,
-        quota,
+        quota: 1,
+        src_interval_ns: interval_ns,
         plen4: plens.0,
         plen6: plens.1,
         learn: 1,
@@ -42,52 +50,64 @@ fn dns_from(src: &str) -> Vec<u8> {
 }
 
 #[test]
-fn a_source_over_its_quota_is_dropped_and_a_light_one_is_not() {
+fn a_source_over_its_share_is_dropped_and_a_light_one_is_not() {
     let mut g = gate();
-    // The unknown tier holds 10 tokens (and refills at 1/s): over its quota a
-    // source may use only the top half, so after its 5 the heavy one is dropped.
-    fair(&g, "dns", 5, 1, 10, (32, 64));
+    // The unknown tier holds 10 tokens (and refills at 1/s): over its share a
+    // source may use only the top half, so after its burst of 5 the heavy one is dropped.
+    fair(&g, "dns", PACED_NS, 1, 10, (32, 64));
     clock(&mut g, 1);
-    for i in 0..5 {
+    for i in 0..WITHIN {
         g.expect(&format!("heavy packet {i}"), &dns_from("192.0.2.1"), Admitted("dns".into()));
     }
     for i in 0..3 {
-        g.expect(&format!("heavy packet over quota {i}"), &dns_from("192.0.2.1"), DroppedShare("dns".into()));
+        g.expect(&format!("heavy packet over its share {i}"), &dns_from("192.0.2.1"), DroppedShare("dns".into()));
     }
-    for i in 0..5 {
+    for i in 0..WITHIN {
         g.expect(&format!("light packet {i}"), &dns_from("192.0.2.2"), Admitted("dns".into()));
     }
     assert_eq!(counter(&g, "dns", SLUICE_CS_SRC_ACTIVE), 2);
     assert_eq!(counter(&g, "dns", SLUICE_CS_SRC_OVER), 1, "one source went over, counted once");
-    assert_eq!(counter(&g, "dns", SLUICE_CS_UNDER_PKTS), 10);
+    assert_eq!(counter(&g, "dns", SLUICE_CS_UNDER_PKTS), 2 * WITHIN as u64);
+    // Counted per epoch, a source got its whole quota again at each epoch's
+    // start (all sources at once: clumps); paced, it stays over its share.
     clock(&mut g, 2);
-    g.expect(
-        "a new epoch: within quota, but the bucket is empty now",
-        &dns_from("192.0.2.1"),
-        DroppedRate("dns".into()),
-    );
+    g.expect("a new epoch: still over its share", &dns_from("192.0.2.1"), DroppedShare("dns".into()));
     assert_eq!(counter(&g, "dns", SLUICE_CS_SRC_ACTIVE), 3);
+    assert_eq!(counter(&g, "dns", SLUICE_CS_SRC_OVER), 2, "over again, counted in the new epoch");
     let heavy = g.gate.sources().unwrap().into_iter().find(|(k, _)| k.addr[..4] == [192, 0, 2, 1]).unwrap();
-    assert_eq!((heavy.1.epoch, heavy.1.pkts, heavy.1.drops), (2, 1, 3));
+    assert_eq!((heavy.1.epoch, heavy.1.pkts, heavy.1.drops), (2, 1, 4));
 }
 
+/// Smooth admission (issue 21): a source sending back to back gets its
+/// burst, then one packet per interval, never a clump. In any window the
+/// packets within its share are at most window / interval + two bursts
+/// (tolerance / interval + 1 each: one may be paced from this CPU's last
+/// clock read, see src_within_share), however the sender is scheduled; and a
+/// sender well over its pace for the whole window gets at least a quarter
+/// of it (a slow or stalled test thread sends less, so not more is asserted).
 #[test]
-fn over_its_quota_a_source_takes_only_the_spare_half_of_the_bucket() {
+fn an_unknown_source_is_paced_at_its_share_with_a_bounded_burst() {
     let mut g = gate();
-    fair(&g, "dns", 5, 1, 100, (32, 64));
+    let interval = 200_000u64; // 5,000 packets/s
+    fair(&g, "dns", interval as u32, 1_000_000, 1_000_000, (32, 64));
     clock(&mut g, 1);
-    let (mut admitted, mut dropped) = (0, 0);
-    for _ in 0..100 {
-        match g.run(&dns_from("192.0.2.1")).0 {
-            sluice::gate::XDP_PASS => admitted += 1,
-            _ => dropped += 1,
-        }
+    let pkt = dns_from("192.0.2.7");
+    let start = std::time::Instant::now();
+    let mut sent = 0u64;
+    while start.elapsed() < std::time::Duration::from_millis(50) || sent < 1_000 {
+        g.run(&pkt);
+        sent += 1;
     }
-    assert_eq!((admitted, dropped), (50, 50), "5 within the quota, then down to half the bucket");
-    assert_eq!(counter(&g, "dns", SLUICE_CS_DROP_SHARE_PKTS), 50);
-    for i in 0..5 {
-        g.expect(&format!("a light source still finds tokens {i}"), &dns_from("192.0.2.2"), Admitted("dns".into()));
+    let elapsed = start.elapsed().as_nanos() as u64;
+    let within = counter(&g, "dns", SLUICE_CS_UNDER_PKTS);
+    let tolerance = (SLUICE_SRC_BURST_PKTS as u64 * interval).max(SLUICE_SRC_BURST_NS as u64);
+    let most = elapsed / interval + 2 * (tolerance / interval + 1);
+    assert!(within <= most, "{within} within its share in {elapsed} ns, at most {most}");
+    let pace = elapsed / interval;
+    if sent >= 4 * pace {
+        assert!(within >= pace / 4, "{within} within its share in {elapsed} ns ({sent} sent), pace {pace}");
     }
+    assert!(within < sent, "a sender over its pace is not all within its share: {within} of {sent}");
 }
 
 #[test]
@@ -109,7 +129,7 @@ fn fairness_off_or_an_unlimited_class_touches_no_source_state() {
 fn known_sources_take_the_class_bucket_while_unknown_ones_find_theirs_empty() {
     let mut g = gate();
     // The unknown tier holds one packet and refills at 1/s.
-    fair(&g, "dns", 100, 1, 1, (32, 64));
+    fair(&g, "dns", PACED_NS, 1, 1, (32, 64));
     clock(&mut g, 1);
     let key = |a: [u8; 4]| {
         let mut addr = [0u8; 16];
@@ -165,7 +185,7 @@ fn answer(client: &str, tcp_flags: Option<u8>) -> Vec<u8> {
 #[test]
 fn a_known_source_over_its_own_rate_is_an_unknown_one() {
     let mut g = gate();
-    fair(&g, "dns", 100, 1, 1, (32, 64));
+    fair(&g, "dns", PACED_NS, 1, 1, (32, 64));
     clock(&mut g, 1);
     let mut addr = [0u8; 16];
     addr[..4].copy_from_slice(&[198, 51, 100, 7]);
@@ -229,7 +249,7 @@ fn more_sources_than_the_map_holds_are_evicted_and_counted_never_lost() {
     gate.apply(&cfg, &sluice::classify::compile(&cfg).unwrap()).unwrap();
     let mut g = TestGate { gate, cfg };
     g.gate.set_shares(g.class("dns"), &vec![share(1_000_000, 1_000_000); g.gate.ncpus()]).unwrap();
-    fair(&g, "dns", 1, 1_000_000, 1_000_000, (32, 64));
+    fair(&g, "dns", PACED_NS, 1_000_000, 1_000_000, (32, 64));
     clock(&mut g, 1);
     for i in 0..1000u32 {
         let src = format!("10.{}.{}.{}", i >> 16, (i >> 8) & 255, i & 255);
@@ -244,8 +264,8 @@ fn more_sources_than_the_map_holds_are_evicted_and_counted_never_lost() {
 #[test]
 fn an_ipv6_flood_rotating_the_lower_64_bits_is_one_source() {
     let mut g = gate();
-    // A bucket of twice the quota: over the quota, the top half is gone.
-    fair(&g, "dns", 10, 1, 20, (32, 64));
+    // A bucket of 20: the burst of 5 within its share, then the top half down to 10.
+    fair(&g, "dns", PACED_NS, 1, 20, (32, 64));
     clock(&mut g, 1);
     let mut dropped = 0;
     for i in 0..100u32 {
@@ -253,14 +273,14 @@ fn an_ipv6_flood_rotating_the_lower_64_bits_is_one_source() {
         let (verdict, _, _) = g.run(&Frame::udp(&src, "2001:db8::2", 4000, 53).build());
         dropped += (verdict == sluice::gate::XDP_DROP) as u32;
     }
-    assert_eq!(dropped, 90, "one /64: ten packets within the quota");
+    assert_eq!(dropped, 90, "one /64: its burst, then the top half of the bucket");
     assert_eq!(g.gate.sources().unwrap().len(), 1);
 }
 
 #[test]
 fn aggregated_counting_makes_a_slash_24_and_a_slash_48_one_source() {
     let mut g = gate();
-    fair(&g, "dns", 10, 1, 40, (24, 48));
+    fair(&g, "dns", PACED_NS, 1, 40, (24, 48));
     clock(&mut g, 1);
     for i in 0..20u32 {
         g.run(&dns_from(&format!("203.0.113.{}", i + 1)));
@@ -279,13 +299,15 @@ fn aggregated_counting_makes_a_slash_24_and_a_slash_48_one_source() {
 #[test]
 fn fragments_and_headers_past_the_parse_depth_are_classified_as_before() {
     let mut g = gate();
-    fair(&g, "icmp", 1, 1, 2, (32, 64));
-    fair(&g, "default", 1, 1_000_000, 1_000_000, (32, 64));
+    fair(&g, "icmp", PACED_NS, 1, 2 * WITHIN as u64, (32, 64));
+    fair(&g, "default", PACED_NS, 1_000_000, 1_000_000, (32, 64));
     clock(&mut g, 1);
     // A non-first fragment has no ports: its protocol's class, counted by source.
     let frag = Frame::icmp("192.0.2.9", "10.0.0.2").fragment(100, false).build();
-    g.expect("fragment within quota", &frag, Admitted("icmp".into()));
-    g.expect("fragment over quota", &frag, DroppedShare("icmp".into()));
+    for i in 0..WITHIN {
+        g.expect(&format!("fragment within its share {i}"), &frag, Admitted("icmp".into()));
+    }
+    g.expect("fragment over its share", &frag, DroppedShare("icmp".into()));
     // Past the parse depth: the default class, not counted against a source
     // (the default class here is unlimited, so nothing is dropped).
     let deep = (0..7).fold(Frame::udp("2001:db8::9", "2001:db8::2", 1, 53), |f, _| f.ext(Ext::DestOpts)).build();

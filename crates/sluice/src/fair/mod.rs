@@ -11,9 +11,10 @@
 //!   recorded by the egress learner) take the class's own bucket, sized here
 //!   at KNOWN_HEADROOM times the most they sent in a tick lately (decaying
 //!   over seconds), at most 1 - UNKNOWN_MIN of the class rate;
-//! - every other source is counted per epoch (one tick) in the LRU
-//!   "sources" map and may send at most `quota` packets per epoch; what is
-//!   within its quota takes the unknown tier's bucket, the rest of the rate
+//! - every other source has an entry in the LRU "sources" map and is paced
+//!   at `quota` packets per epoch (one tick; the gate turns it into an
+//!   interval per packet: see SLUICE_SRC_BURST_* in sluice.h); what is
+//!   within its share takes the unknown tier's bucket, the rest of the rate
 //!   and never less than UNKNOWN_MIN of it (new clients are never locked out).
 //!
 //! The quota is the max-min fair share, found from what the gate counted
