@@ -2,29 +2,43 @@
 //! Debian's NSD in namespace B (pinned to CPU 1, the `nic` victim model:
 //! the IP/UDP stack runs in softirq on the service's CPU) answers dnsperf at
 //! a steady rate plus a low-rate probe that times every answer, both from
-//! namespace A. Three phases: no flood (the reference latency), a flood to a
-//! closed UDP port without sluice, and the same flood with `sluice run --iface
-//! vb` and no configuration at all (it finds NSD by itself). Midway through
-//! the protected flood it prints `sluice status`. The flood is `sluice send`
-//! (one socket sender, as fast as it goes) on CPU 0, where the clients run
-//! too: with two CPUs the clients cannot have a CPU of their own, and a run
-//! where dnsperf could not send its asked rate is marked. Everything runs as
-//! child processes inside the one testbed; dropping it removes it all.
-//! Traffic stays inside the two namespaces.
+//! namespace A. First a calibration: the flood alone for CALIBRATE_SECS,
+//! counting what the victim's stack takes of it (B's Udp NoPorts: datagrams
+//! that reached UDP), its capacity for flood packets. Then three phases: no
+//! flood (the reference latency), the flood without sluice, and the same
+//! flood with `sluice run --iface vb` and no configuration at all (it finds
+//! NSD by itself); "without sluice" has a gate on vb that passes everything
+//! (the generator's live frames reach a veth peer only if it runs an XDP
+//! program, LINUX-NOTES), as the `off` cells of the scenarios; midway through the protected flood it prints `sluice
+//! status`. The flood is the `dns` scenario's closed-v4 one: the bench's
+//! BPF generator (live frames) at its top rate from 16 spoofed sources to a
+//! closed port, so it is as far above the victim's capacity as this machine
+//! allows (the aim: at least MIN_RATIO times; a shortfall is printed). It
+//! runs on CPU 0 at nice 19 with the clients: with two CPUs the clients
+//! cannot have a CPU of their own, and a run where dnsperf could not send
+//! its asked rate is marked. Everything runs inside the one testbed;
+//! dropping it removes it all. Traffic stays inside the two namespaces.
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
 use crate::dns;
-use crate::procs::{in_ns, json_of, start_daemon, status_after, Proc};
+use crate::gen::{stream_value, DEFAULT_BATCH};
+use crate::procs::{start_daemon, status_after, Proc};
+use crate::rig::{add_flood_neighbours, attach_gate};
+use crate::services::{attach_client_filter, flood_stream, service_drops, Flood, Service};
 use crate::victim::{VictimBed, VictimModel, IF_B};
+use crate::workers::{GenDone, GenWorker};
+use sluice::signals::{proc_counter, NsFile};
 
-/// The closed port the flood goes to (nothing listens there).
-pub const FLOOD_PORT: u16 = 9;
 const GEN_CPU: usize = 0;
 const VICTIM_CPU: usize = 1;
+/// Seconds of the calibration (the flood alone).
+const CALIBRATE_SECS: f64 = 2.0;
+/// The flood should be at least this many times what the victim takes.
+pub const MIN_RATIO: f64 = 5.0;
 
 pub struct DemoOpts {
     /// The sluice binary (its `send`, `run` and `status`).
@@ -39,10 +53,37 @@ pub struct DemoOpts {
 #[derive(Debug, Clone, Default)]
 pub struct Phase {
     pub label: String,
-    /// Flood packets/s the sender managed (None: no flood).
+    /// Flood packets/s the generator sent (None: no flood).
     pub flood_pps: Option<f64>,
+    /// Packets of NSD's classes the gate dropped (None: no gate).
+    pub gate_drops: Option<u64>,
     pub perf: dns::Dnsperf,
     pub probe: dns::Probe,
+}
+
+/// The calibration: the flood alone, no sluice.
+#[derive(Debug, Clone, Copy)]
+pub struct Calibration {
+    /// Packets/s the generator sent.
+    pub sent_pps: f64,
+    /// Packets/s of it the victim's stack took (reached UDP), its CPU full.
+    pub taken_pps: f64,
+}
+
+impl Calibration {
+    /// How many times what the victim takes a flood of `pps` is (None if it took nothing).
+    pub fn times(&self, pps: f64) -> Option<f64> {
+        (self.taken_pps > 0.0).then(|| pps / self.taken_pps)
+    }
+}
+
+/// "N.Nx what the victim takes", or "n/a ...", with the shortfall said when under MIN_RATIO.
+fn times_text(t: Option<f64>) -> String {
+    match t {
+        None => "n/a what the victim takes".into(),
+        Some(r) if r < MIN_RATIO => format!("{r:.1}x what the victim takes; under the {MIN_RATIO}x aimed for"),
+        Some(r) => format!("{r:.1}x what the victim takes"),
+    }
 }
 
 impl Phase {
@@ -55,42 +96,48 @@ impl Phase {
     }
 }
 
-/// Run the three phases; prints as it goes, then the verdict and the table.
+/// Calibrate, run the three phases; prints as it goes, then the verdict and the table.
 pub fn run(o: &DemoOpts) -> Result<Vec<Phase>> {
     sluice::gate::check_privileges()?;
     let bed = VictimBed::create("demo", VictimModel::Nic, GEN_CPU, VICTIM_CPU)?;
     // The nic model's receive side: the IP/UDP stack on the victim CPU (RPS),
     // beside the service.
     bed.net.write_in_b(&format!("/sys/class/net/{IF_B}/queues/rx-0/rps_cpus"), &format!("{:x}", 1u64 << VICTIM_CPU))?;
+    add_flood_neighbours(&bed, 64)?;
+    let _filter = attach_client_filter(&bed)?;
     let dir = std::env::temp_dir().join(format!("{}-files", bed.net.b));
     std::fs::create_dir_all(&dir)?;
-    let demo = Demo { o, bed: &bed, dir: &dir };
+    // At nice 19: the clients on its CPU send what they ask; the flood takes the rest.
+    let gen = GenWorker::start(&bed.net.a, GEN_CPU, bed.net.ifindex_a, 19)?;
+    let demo = Demo { o, bed: &bed, dir: &dir, gen };
     println!(
-        "== testbed: namespaces {} (clients and flood, CPU {GEN_CPU}) and {} (NSD, CPU {VICTIM_CPU}), veth va <-> vb",
+        "== testbed: namespaces {} (clients and the flood's generator, CPU {GEN_CPU}) and {} (NSD, CPU {VICTIM_CPU}), veth va <-> vb",
         bed.net.a, bed.net.b
     );
-    let result = (|| -> Result<Vec<Phase>> {
+    let result = (|| -> Result<(Calibration, Vec<Phase>)> {
         let _nsd = demo.start_nsd()?;
+        let cal = demo.calibrate()?;
         let calm = demo.phase("no flood, no sluice", false, false)?;
         let off = demo.phase("flood, without sluice", true, false)?;
         let zero = demo.phase("flood, sluice run --iface vb (no config)", true, true)?;
-        Ok(vec![calm, off, zero])
+        Ok((cal, vec![calm, off, zero]))
     })();
     let _ = std::fs::remove_dir_all(&dir);
-    let phases = result?;
-    print!("{}", summary(&phases, o.qps));
+    let (cal, phases) = result?;
+    print!("{}", summary(&cal, &phases, o.qps));
     Ok(phases)
 }
 
 /// The verdict line, then one line per phase.
-pub fn summary(p: &[Phase], qps: u64) -> String {
+pub fn summary(cal: &Calibration, p: &[Phase], qps: u64) -> String {
     let pct = |v: Option<f64>| v.map_or("n/a".to_string(), |v| format!("{:.2}%", 100.0 * v));
     let ms = |v: Option<f64>| v.map_or("n/a".to_string(), |v| format!("{v:.2} ms"));
     let mut s = String::from("\n");
     if let [calm, off, zero] = p {
         s += &format!(
-            "verdict: under a {} pkt/s flood to a closed port, NSD answered {} of its clients' queries with `sluice run --iface vb` alone, {} without sluice (p99 {} vs {} unflooded)\n",
+            "verdict: under a {} pkt/s flood to a closed port ({}), NSD answered {} of its clients' queries with `sluice run --iface vb` alone, {} without sluice (p99 {} vs {} unflooded)\n",
             off.flood_pps.map_or("n/a".into(), sluice::stats::human),
+            times_text(off.flood_pps.and_then(|f| cal.times(f))),
             pct(zero.answered()),
             pct(off.answered()),
             ms(zero.pct(0.99)),
@@ -98,13 +145,22 @@ pub fn summary(p: &[Phase], qps: u64) -> String {
         );
     }
     s += &format!(
-        "{:<42} {:>10} {:>10} {:>9} {:>10} {:>10} {:>9}\n",
-        "phase", "flood/s", "dnsperf/s", "answered", "probe p50", "probe p99", "probe ok"
+        "calibration: the flood alone, {}/s sent; the victim's stack took {}/s of it (Udp NoPorts on B, its CPU full): {}\n",
+        sluice::stats::human(cal.sent_pps),
+        sluice::stats::human(cal.taken_pps),
+        times_text(cal.times(cal.sent_pps)),
+    );
+    if cal.times(cal.sent_pps).is_some_and(|r| r < MIN_RATIO) {
+        s += "  (the generator's CPU is the limit: it also runs vb's receive work and the clients; with two CPUs it has no core of its own)\n";
+    }
+    s += &format!(
+        "{:<42} {:>10} {:>10} {:>9} {:>10} {:>10} {:>9} {:>10}\n",
+        "phase", "flood/s", "dnsperf/s", "answered", "probe p50", "probe p99", "probe ok", "gate drops"
     );
     for ph in p {
         let short = if ph.perf.sent_qps < 0.95 * qps as f64 { " (!)" } else { "" };
         s += &format!(
-            "{:<42} {:>10} {:>10} {:>9} {:>10} {:>10} {:>9}\n",
+            "{:<42} {:>10} {:>10} {:>9} {:>10} {:>10} {:>9} {:>10}\n",
             ph.label,
             ph.flood_pps.map_or("-".into(), sluice::stats::human),
             format!("{}{short}", sluice::stats::human(ph.perf.sent_qps)),
@@ -112,10 +168,12 @@ pub fn summary(p: &[Phase], qps: u64) -> String {
             ms(ph.pct(0.50)),
             ms(ph.pct(0.99)),
             pct(ph.probe.answered_share()),
+            ph.gate_drops.map_or("-".into(), |d| d.to_string()),
         );
     }
-    s += &format!("(!) = dnsperf sent under 95% of the asked {qps}/s (its CPU is shared with the flood's sender)\n");
-    s += "answered = dnsperf's completed/sent; probe = a separate 200 queries/s client timing each answer\n";
+    s += &format!("(!) = dnsperf sent under 95% of the asked {qps}/s (its CPU is shared with the flood's generator)\n");
+    s += "answered = dnsperf's completed/sent; probe = a separate 200 queries/s client timing each answer;\n";
+    s += "gate drops = packets of NSD's classes the gate dropped (all legitimate: the flood goes to another port)\n";
     s
 }
 
@@ -123,16 +181,10 @@ struct Demo<'a> {
     o: &'a DemoOpts,
     bed: &'a VictimBed,
     dir: &'a Path,
+    gen: GenWorker,
 }
 
 impl Demo<'_> {
-    /// `sluice ARGS` in namespace `ns` on `cpu`, stdout piped.
-    fn sluice(&self, ns: &str, cpu: Option<usize>, args: &[&str]) -> Command {
-        let mut c = in_ns(ns, cpu);
-        c.arg(&self.o.exe).args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
-        c
-    }
-
     /// NSD in B on the victim CPU; returns once it answers.
     fn start_nsd(&self) -> Result<Proc> {
         let ip = self.bed.net.ip_b.to_string();
@@ -147,23 +199,58 @@ impl Demo<'_> {
         Ok(p)
     }
 
+    /// Start the flood (the `dns` scenario's closed-v4) for `secs`.
+    fn flood(&self, secs: f64) -> Result<mpsc::Receiver<GenDone>> {
+        let spec = flood_stream(&self.bed.net, Service::Dns, &Flood::parse("closed-v4")?);
+        let v = stream_value(&spec, self.bed.net.mac_b, self.bed.net.mac_a)?;
+        self.gen.gen.write().unwrap().set_streams(&[v])?;
+        Ok(self.gen.send_for(Duration::from_secs_f64(secs), DEFAULT_BATCH))
+    }
+
+    /// Packets/s the generator sent in a finished run.
+    fn flood_rate(rx: mpsc::Receiver<GenDone>) -> Result<f64> {
+        let (counts, secs) = rx.recv().context("the generator thread ended")??;
+        Ok(counts[0].sent as f64 / secs.max(1e-9))
+    }
+
+    /// A gate on vb that passes everything: "without sluice".
+    fn pass_all(&self) -> Result<sluice::gate::Gate> {
+        attach_gate(&self.bed.net.b, IF_B, vec!["nsd:match=udp:53,match=tcp:53".into()])
+    }
+
+    /// The flood alone: what the victim's stack takes of it (B's Udp NoPorts).
+    fn calibrate(&self) -> Result<Calibration> {
+        let _pass = self.pass_all()?;
+        let mut snmp = NsFile::open(&self.bed.net.b, "snmp")?;
+        let rx = self.flood(CALIBRATE_SECS + 0.5)?;
+        std::thread::sleep(Duration::from_millis(500));
+        let (n0, t0) = (proc_counter(&snmp.read()?, "Udp:", "NoPorts"), Instant::now());
+        std::thread::sleep(Duration::from_secs_f64(CALIBRATE_SECS - 0.2));
+        let taken =
+            proc_counter(&snmp.read()?, "Udp:", "NoPorts").saturating_sub(n0) as f64 / t0.elapsed().as_secs_f64();
+        let cal = Calibration { sent_pps: Self::flood_rate(rx)?, taken_pps: taken };
+        println!(
+            "== calibration: the flood alone, {}/s sent, the victim took {}/s: {}",
+            sluice::stats::human(cal.sent_pps),
+            sluice::stats::human(cal.taken_pps),
+            times_text(cal.times(cal.sent_pps))
+        );
+        Ok(cal)
+    }
+
     /// One phase: dnsperf and the probe for `secs`, with or without the
     /// flood, with or without `sluice run --iface vb` and nothing else.
     fn phase(&self, label: &str, flood: bool, gate: bool) -> Result<Phase> {
         let secs = self.o.secs;
         let sock = self.dir.join("sluice.sock");
+        let pass = (!gate).then(|| self.pass_all()).transpose()?;
         let gate = if gate {
             println!("== sluice run --iface {IF_B}");
             Some(start_daemon(&self.o.exe, &self.bed.net.b, IF_B, &sock, &[], &self.dir.join("sluice-run.log"))?)
         } else {
             None
         };
-        let dst = format!("{}:{FLOOD_PORT}", self.bed.net.ip_b);
-        let flood_args =
-            ["send", "--dst", &dst, "--rate", "0", "--duration", &(secs + 1.0).to_string(), "--flows", "16", "--json"];
-        let sender = flood
-            .then(|| Proc::spawn(self.sluice(&self.bed.net.a, Some(GEN_CPU), &flood_args), "the flood"))
-            .transpose()?;
+        let sender = flood.then(|| self.flood(secs + 1.5)).transpose()?;
         std::thread::sleep(Duration::from_millis(500));
         let half = Duration::from_secs_f64(secs / 2.0);
         let status = gate.is_some().then(|| status_after(&self.o.exe, &self.bed.net.b, &sock, half));
@@ -172,25 +259,53 @@ impl Demo<'_> {
             println!("== sluice status, during the flood");
             print!("{st}");
         }
-        let flood_pps = match sender {
-            Some(s) => {
-                let v = json_of(s.into_output()?, "the flood")?;
-                Some(
-                    v["sent"].as_f64().context("the flood's count")?
-                        / v["secs"].as_f64().context("the flood's seconds")?,
-                )
+        let flood_pps = sender.map(Self::flood_rate).transpose()?;
+        let gate_drops = match gate {
+            Some(g) => {
+                let drops = service_drops(&self.o.exe, &self.bed.net.b, &sock)?;
+                g.terminate("sluice run")?;
+                Some(drops)
             }
             None => None,
         };
-        if let Some(g) = gate {
-            g.terminate("sluice run")?;
-        }
-        let ph = Phase { label: label.into(), flood_pps, perf, probe };
+        drop(pass);
+        let ph = Phase { label: label.into(), flood_pps, gate_drops, perf, probe };
         println!(
             "{label:<42} dnsperf answered {}   probe p99 {}",
             ph.answered().map_or("n/a".into(), |a| format!("{:.2}%", 100.0 * a)),
             ph.pct(0.99).map_or("n/a".into(), |v| format!("{v:.2} ms"))
         );
         Ok(ph)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn phase(label: &str, flood: Option<f64>, completed: u64) -> Phase {
+        let perf = dns::Dnsperf { sent: 1000, completed, sent_qps: 5000.0 };
+        Phase { label: label.into(), flood_pps: flood, perf, ..Default::default() }
+    }
+
+    #[test]
+    fn the_verdict_comes_first_with_how_far_above_capacity_the_flood_was() {
+        let p = [phase("calm", None, 1000), phase("off", Some(2e6), 30), phase("zero", Some(2e6), 999)];
+        let s = summary(&Calibration { sent_pps: 2e6, taken_pps: 250e3 }, &p, 5000);
+        let first = s.trim_start().lines().next().unwrap();
+        assert!(
+            first.starts_with("verdict: under a 2.00M pkt/s flood") && first.contains("(8.0x what the victim takes)"),
+            "{first}"
+        );
+        assert!(first.contains("answered 99.90%") && first.contains("3.00% without"), "{first}");
+        assert!(!s.contains("aimed for"), "{s}");
+        let s = summary(&Calibration { sent_pps: 1e6, taken_pps: 500e3 }, &p, 5000);
+        assert!(
+            s.contains("2.0x what the victim takes; under the 5x aimed for")
+                && s.contains("the generator's CPU is the limit"),
+            "{s}"
+        );
+        let s = summary(&Calibration { sent_pps: 1e6, taken_pps: 0.0 }, &p, 5000);
+        assert!(s.contains("(n/a what the victim takes)"), "nothing taken is no ratio, not infinity: {s}");
     }
 }

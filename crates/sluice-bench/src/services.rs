@@ -369,14 +369,7 @@ impl<'a> Bench<'a> {
         if o.sources {
             add_new_client(bed)?;
         }
-        let filter = attach_gate(
-            &bed.net.a,
-            IF_A,
-            vec![
-                format!("clients:match=udp:{CLIENT_PORTS},match=tcp:{CLIENT_PORTS}"),
-                "default:rate=blocked,match=icmp,match=icmpv6".into(),
-            ],
-        )?;
+        let filter = attach_client_filter(bed)?;
         // The nic model's receive side: the stack on the victim CPU (RPS), beside the service.
         bed.net
             .write_in_b(&format!("/sys/class/net/{IF_B}/queues/rx-0/rps_cpus"), &format!("{:x}", 1u64 << VICTIM_CPU))?;
@@ -554,35 +547,8 @@ impl<'a> Bench<'a> {
         Ok(cell)
     }
 
-    /// The flood's stream: UDP to the closed port or NSD's port, or SYNs to nginx's.
     fn flood_stream(&self, f: &Flood) -> StreamSpec {
-        let net = &self.bed.net;
-        let (src, dst) = if f.v6 {
-            (FLOOD_SRC_V6.parse().expect("an address"), net.ip6_b)
-        } else {
-            (FLOOD_SRC_V4.parse().expect("an address"), net.ip_b)
-        };
-        let syn = f.own_port && self.svc == Service::Http;
-        let dport = match (f.own_port, self.svc) {
-            (false, _) => CLOSED_PORT,
-            (true, Service::Dns) => 53,
-            (true, Service::Http) => http::PORT,
-        };
-        // Many source ports and addresses for SYNs (distinct connections), below the clients' ports.
-        let (sport, flows, srcs) = if syn { (1024, 30_000, SYN_SRCS) } else { (20_000, 64, f.srcs) };
-        StreamSpec {
-            name: f.name.into(),
-            rate: FLOOD_PPS,
-            frame_len: if syn && f.v6 { 80 } else { 64 },
-            src: std::net::SocketAddr::new(src, sport),
-            flows,
-            srcs,
-            random_srcs: srcs > 16,
-            dst: std::net::SocketAddr::new(dst, dport),
-            dports: 1,
-            stamp: false,
-            syn,
-        }
+        flood_stream(&self.bed.net, self.svc, f)
     }
 
     /// Put `setup` in place on vb.
@@ -674,9 +640,53 @@ impl<'a> Bench<'a> {
     }
 }
 
+/// A's filter: it passes replies to the clients' ports and drops the rest
+/// (the victim's ICMP errors to the flood's spoofed sources, ...), so the
+/// generator's CPU spends nothing on them.
+pub(crate) fn attach_client_filter(bed: &VictimBed) -> Result<Gate> {
+    attach_gate(
+        &bed.net.a,
+        IF_A,
+        vec![
+            format!("clients:match=udp:{CLIENT_PORTS},match=tcp:{CLIENT_PORTS}"),
+            "default:rate=blocked,match=icmp,match=icmpv6".into(),
+        ],
+    )
+}
+
+/// A flood's stream: UDP to the closed port or NSD's port, or SYNs to nginx's.
+pub(crate) fn flood_stream(net: &sluice::testbed::Testbed, svc: Service, f: &Flood) -> StreamSpec {
+    let (src, dst) = if f.v6 {
+        (FLOOD_SRC_V6.parse().expect("an address"), net.ip6_b)
+    } else {
+        (FLOOD_SRC_V4.parse().expect("an address"), net.ip_b)
+    };
+    let syn = f.own_port && svc == Service::Http;
+    let dport = match (f.own_port, svc) {
+        (false, _) => CLOSED_PORT,
+        (true, Service::Dns) => 53,
+        (true, Service::Http) => http::PORT,
+    };
+    // Many source ports and addresses for SYNs (distinct connections), below the clients' ports.
+    let (sport, flows, srcs) = if syn { (1024, 30_000, SYN_SRCS) } else { (20_000, 64, f.srcs) };
+    StreamSpec {
+        name: f.name.into(),
+        rate: FLOOD_PPS,
+        frame_len: if syn && f.v6 { 80 } else { 64 },
+        src: std::net::SocketAddr::new(src, sport),
+        flows,
+        srcs,
+        random_srcs: srcs > 16,
+        dst: std::net::SocketAddr::new(dst, dport),
+        dports: 1,
+        stamp: false,
+        syn,
+    }
+}
+
 /// Packets the daemon's gate dropped of every class but the default one
 /// (the service's classes), since it started.
-fn service_drops(exe: &Path, ns: &str, sock: &Path) -> Result<u64> {
+pub(crate) fn service_drops(exe: &Path, ns: &str, sock: &Path) -> Result<u64> {
     let out = crate::procs::in_ns(ns, None).arg(exe).args(["status", "--json", "--socket"]).arg(sock).output()?;
     let snap: sluice::stats::Snapshot = serde_json::from_value(crate::procs::json_of(out, "sluice status")?)?;
     Ok(snap.classes.iter().filter(|c| c.name != "default").map(|c| c.totals.dropped_pkts()).sum())

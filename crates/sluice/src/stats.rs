@@ -768,7 +768,10 @@ mod tests {
         assert!(m.contains("verdict=\"dropped_share\"} 40"), "{m}");
         assert!(m.contains("sluice_source_evictions_total{map=\"sources\"} 7"), "{m}");
         let c = crate::sources::render_class(&s, "dns").unwrap();
-        assert!(c.contains("quota 12 per 10 ms epoch (paced), counted at /24 /48") && c.contains("192.0.2.0/24"), "{c}");
+        assert!(
+            c.contains("quota 12 per 10 ms epoch (paced), counted at /24 /48") && c.contains("192.0.2.0/24"),
+            "{c}"
+        );
         assert!(crate::sources::render_class(&s, "nope").unwrap_err().contains("no class named"));
         let d = crate::sources::render_class(&s, "default").unwrap();
         assert!(d.contains("no source state"), "{d}");
