@@ -198,9 +198,9 @@ pub struct AutoStatus {
     pub algo: String,
     /// "tracking", "probing", "backoff", "holding", "fallback", ... (controller::CtlState).
     pub state: String,
-    /// Estimated service capacity (pkt/s, all auto classes together).
+    /// Estimated capacity of this class's service (pkt/s).
     pub capacity_pps: f64,
-    /// Admitted total the controller asks for (pkt/s, all auto classes together).
+    /// What this class's controller would admit while engaged (pkt/s).
     pub target_pps: f64,
     /// This class's current rate (pkt/s); None = unlimited (fallback).
     pub rate_pps: Option<f64>,
@@ -422,6 +422,7 @@ pub fn render_table(s: &Snapshot) -> String {
             c.name
         );
     }
+    render_no_signal(&mut o, &s.classes);
     render_budget(&mut o, s);
     crate::sources::render_status(&mut o, s);
     crate::steer::render_status(&mut o, &s.readers);
@@ -439,6 +440,26 @@ pub fn render_table(s: &Snapshot) -> String {
         g.non_ip_pass, g.malformed_drop, g.malformed_pass, g.depth_exceeded, g.fragments
     );
     o
+}
+
+/// Auto classes with no socket of their own to read (the service stopped,
+/// is restarting, or its sockets could not be dumped): what their rate is
+/// then. A class is never limited for lack of a signal unless it already was.
+fn render_no_signal(o: &mut String, classes: &[ClassSnapshot]) {
+    for c in classes {
+        let Some(a) = c.auto.as_ref().filter(|a| a.sockets == 0) else { continue };
+        let rate = a.rate_pps.map_or("unlimited".into(), |r| format!("{}/s", human(r)));
+        let what = match a.state.as_str() {
+            "holding" => format!("its last rate ({rate}) is held for auto.hold, then its fallback applies"),
+            "fallback" => format!("its fallback applies ({rate})"),
+            _ => format!("not limited on what it cannot see ({rate})"),
+        };
+        let _ = writeln!(
+            o,
+            "NO SIGNAL: {} has no socket to read for {:.1} s (its service stopped or is restarting, or its sockets could not be read): {what}",
+            c.name, a.lost_secs
+        );
+    }
 }
 
 /// Where the kernel dropped what the gate admitted (since start).
@@ -820,6 +841,32 @@ mod tests {
         v.as_object_mut().unwrap().remove("daemon_cpu_secs");
         v["classes"][0].as_object_mut().unwrap().remove("auto");
         assert!(serde_json::from_value::<Snapshot>(v).is_ok());
+    }
+
+    /// Bad input (issue 21): a class whose sockets cannot be read gets a
+    /// line saying so and what its rate is, and a class with sockets none.
+    #[test]
+    fn a_class_with_no_socket_to_read_says_so_and_what_its_rate_is() {
+        let mut s = snap();
+        let auto = |state: &str, sockets, rate_pps| AutoStatus {
+            algo: "knee".into(),
+            state: state.into(),
+            sockets,
+            rate_pps,
+            lost_secs: 1.5,
+            ..Default::default()
+        };
+        s.classes[0].auto = Some(auto("tracking", 1, None));
+        assert!(!render_table(&s).contains("NO SIGNAL"), "{}", render_table(&s));
+        s.classes[0].auto = Some(auto("holding", 0, Some(12_000.0)));
+        let t = render_table(&s);
+        let line = t.lines().find(|l| l.starts_with("NO SIGNAL: dns")).expect(&t);
+        assert!(line.contains("for 1.5 s") && line.contains("its last rate (12.0k/s) is held"), "{line}");
+        s.classes[0].auto = Some(auto("fallback", 0, None));
+        let t = render_table(&s);
+        assert!(t.contains("its fallback applies (unlimited)"), "{t}");
+        s.classes[0].auto = Some(auto("starting", 0, None));
+        assert!(render_table(&s).contains("not limited on what it cannot see (unlimited)"));
     }
 
     #[test]

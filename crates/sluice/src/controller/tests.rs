@@ -247,3 +247,41 @@ fn a_flash_crowd_the_service_can_serve_is_not_limited() {
     assert!(ticks.iter().all(|t| t.limit.is_none()), "a flash crowd was limited");
     assert_eq!(p.classes[0].admitted, p.classes[0].seen);
 }
+
+/// Bad input (issue 21): a healthy class whose sockets cannot be read (the
+/// service stopped, or its sockets vanished from the dump) is never limited:
+/// not while the controller holds, not in fallback (no fallback rate set).
+#[test]
+fn a_healthy_class_whose_sockets_cannot_be_read_is_never_limited() {
+    let mut p = Plant::new(1);
+    let peak = p.peak();
+    let mut c = Controller::new(Algo::Knee, Tuning { hold_secs: 0.5, ..Default::default() });
+    let ticks = run(&mut p, &mut c, 3.0, &mut |t, p| {
+        p.classes[0].offered = 0.5 * peak;
+        p.socket_present = !(1.0..2.5).contains(&t);
+    });
+    assert!(ticks.iter().all(|t| t.limit.is_none()), "limited without a signal");
+}
+
+/// Bad input (issue 21): the service restarts mid-flood (its socket gone for
+/// 0.3 s). The limit is held through the gap, not lifted (the flood would
+/// livelock the new process) and not dropped to nothing; control resumes
+/// when the new socket appears, and the class stays near the service's peak.
+#[test]
+fn a_service_restarting_mid_flood_keeps_its_limit_through_the_gap() {
+    let mut p = Plant::new(1);
+    let peak = p.peak();
+    let mut c = Controller::new(Algo::Knee, Tuning::default());
+    let ticks = run(&mut p, &mut c, 4.0, &mut |t, p| {
+        flood(p, 10.0);
+        p.socket_present = !(2.0..2.3).contains(&t);
+    });
+    // The gap's ticks (a tick or so in from its edges: event times are floats).
+    let gap: Vec<(f64, Option<f64>)> = window(&ticks, 2.02, 2.29).map(|k| (k.t, k.limit)).collect();
+    assert!(gap[0].1.is_some(), "not limited when the socket went");
+    for (t, l) in &gap {
+        assert_eq!(*l, gap[0].1, "at {t:.2} s the limit moved without a signal");
+    }
+    let after = mean(window(&ticks, 3.0, 4.0).map(|k| k.delivered));
+    assert!(after >= 0.9 * peak, "delivered {after:.0} of {peak:.0} after the restart");
+}
