@@ -171,6 +171,22 @@ struct {
 	__type(value, struct sluice_known);
 } known SEC(".maps");
 
+/*
+ * New entries each class may still make in "known" (written by the daemon,
+ * one taken by the learner per new client). One LRU map holds every class's
+ * known clients, so without a part of its own a busy class (or whoever it
+ * answers) would evict another class's clients. The daemon gives each class
+ * an equal part of 90% of the map, and every scan removes a class's oldest
+ * entries past its part (src/known.rs, `bound`); 0 (not yet written): no
+ * learning.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, SLUICE_MAX_CLASSES);
+	__type(key, __u32);
+	__type(value, __s64);
+} known_room SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, SLUICE_GS_NR);
@@ -749,6 +765,7 @@ int sluice_learn(struct __sk_buff *skb)
 	struct sluice_src_key k = {};
 	struct sluice_known *v, fresh = { .answers = 1 };
 	struct pkt pk = {};
+	__s64 *room;
 	__u32 idx, cls;
 	__u64 now;
 	struct sluice_fair *f;
@@ -778,9 +795,13 @@ int sluice_learn(struct __sk_buff *skb)
 		v->interval_ns = 0; /* its own rate changed: the gate computes it again */
 		return TC_ACT_OK;
 	}
+	room = bpf_map_lookup_elem(&known_room, &cls);
+	if (!room || *room <= 0)
+		return TC_ACT_OK; /* the class's part of the map is full until the daemon's next scan */
 	fresh.first_ms = now;
 	fresh.last_ms = now;
-	bpf_map_update_elem(&known, &k, &fresh, BPF_ANY);
+	if (!bpf_map_update_elem(&known, &k, &fresh, BPF_NOEXIST))
+		__sync_fetch_and_add(room, -1);
 	return TC_ACT_OK;
 }
 

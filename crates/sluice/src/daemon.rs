@@ -14,8 +14,9 @@ use anyhow::{bail, Context, Result};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
 use crate::away;
+use crate::bpf_intf::{sluice_known, sluice_src_key};
 use crate::classify;
-use crate::config::{self, Config, NapiSched, XdpMode};
+use crate::config::{self, Config, NapiSched, XdpMode, DEFAULT_CLASS};
 use crate::discover::{self, Discovery};
 use crate::gate::{self, Clock, Gate};
 use crate::known::{self, Known};
@@ -395,7 +396,7 @@ impl Daemon {
             let (map, later) = known::to_map(std::mem::take(&mut entries), &names);
             self.gate.insert_known(&map)?;
             self.pending_known = later;
-            Ok(())
+            self.bound_known(&self.gate.known()?)
         })();
         if let Err(e) = result {
             log::warn(format_args!("known sources: could not restore them: {e:#}"));
@@ -419,11 +420,27 @@ impl Daemon {
         }
     }
 
+    /// Hold every class to its part of the known map (known::bound): a
+    /// class's oldest entries past it go, and the learner is told how many
+    /// new clients each class may still add.
+    fn bound_known(&self, map: &[(sluice_src_key, sluice_known)]) -> Result<()> {
+        let learning = self.cfg.classes.iter().filter(|c| c.name != DEFAULT_CLASS).count();
+        let part = known::part(self.gate.known_capacity(), learning);
+        let (delete, room) = known::bound(map, self.cfg.classes.len(), part);
+        self.gate.delete_known(&delete)?;
+        for (class, r) in room.into_iter().enumerate() {
+            self.gate.set_known_room(class, r)?;
+        }
+        Ok(())
+    }
+
     /// Read the source maps for status: per class, the entries, the known
-    /// sources and the heaviest droppers.
+    /// sources and the heaviest droppers; and hold the classes to their
+    /// parts of the known map.
     fn scan_sources(&mut self) -> Result<()> {
         let t = Instant::now();
         let (sources, known) = (self.gate.sources()?, self.gate.known()?);
+        self.bound_known(&known)?;
         let per_class = sources::scan(&sources, &known, self.cfg.classes.len());
         let ms = t.elapsed().as_secs_f64() * 1e3;
         let known = per_class.iter().map(|c| c.1).sum();

@@ -562,6 +562,29 @@ impl Gate {
         info.lines().find_map(|l| l.strip_prefix("memlock:")).and_then(|v| v.trim().parse().ok())
     }
 
+    /// Entries the "known" map holds at most.
+    pub fn known_capacity(&self) -> u32 {
+        self.skel.maps.known.max_entries()
+    }
+
+    /// How many new known clients `class` may still make (the learner takes
+    /// one per new client; 0 or less: it learns no new one).
+    pub fn set_known_room(&self, class: usize, room: i64) -> Result<()> {
+        self.skel
+            .maps
+            .known_room
+            .update(&(class as u32).to_ne_bytes(), &room.to_ne_bytes(), MapFlags::ANY)
+            .map_err(|err| GateError::Map { map: "known_room", err })
+    }
+
+    /// Remove these known sources (a class past its part of the map).
+    pub fn delete_known(&self, keys: &[sluice_src_key]) -> Result<()> {
+        for k in keys {
+            delete_present(&self.skel.maps.known, bytes_of(k)).map_err(|err| GateError::Map { map: "known", err })?;
+        }
+        Ok(())
+    }
+
     /// Remove every known source (before they are put back under new class ids).
     pub fn clear_known(&self) -> Result<()> {
         let keys: Vec<Vec<u8>> = self.skel.maps.known.keys().collect();

@@ -185,9 +185,80 @@ fn from_v1(state: StateFileV1) -> Vec<Known> {
         .collect()
 }
 
+/// The share of the known map the classes' parts add up to: the LRU map
+/// evicts a little before it is full, and the rest is headroom for what the
+/// learner inserts between two scans past a part (two CPUs at the last room).
+pub const PARTS_OF_MAP: f64 = 0.9;
+/// A class past its part keeps this share of it, its newest entries: room
+/// for new clients until the next scan, rather than none.
+pub const KEEP_OF_PART: f64 = 0.9;
+
+/// One class's part of the known map: an equal share of PARTS_OF_MAP of
+/// `capacity` between the `learning` classes that may learn (every class but
+/// the default one).
+pub fn part(capacity: u32, learning: usize) -> u64 {
+    (capacity as f64 * PARTS_OF_MAP / learning.max(1) as f64) as u64
+}
+
+/// Hold every class to its part of the map: the entries to delete (a class
+/// past `part` keeps its KEEP_OF_PART x part newest, by last answer) and,
+/// per class id, the new entries it may still make.
+pub fn bound(map: &[(sluice_src_key, sluice_known)], classes: usize, part: u64) -> (Vec<sluice_src_key>, Vec<i64>) {
+    let mut per_class: Vec<Vec<(u64, sluice_src_key)>> = vec![vec![]; classes];
+    for (k, v) in map {
+        if let Some(c) = per_class.get_mut(k.class_id as usize) {
+            c.push((v.last_ms, *k));
+        }
+    }
+    let mut delete = vec![];
+    let mut room = vec![];
+    for mut entries in per_class {
+        let mut held = entries.len() as u64;
+        if held > part {
+            let keep = (part as f64 * KEEP_OF_PART) as usize;
+            entries.sort_unstable_by_key(|e| std::cmp::Reverse(e.0));
+            delete.extend(entries.drain(keep..).map(|(_, k)| k));
+            held = keep as u64;
+        }
+        room.push(part as i64 - held as i64);
+    }
+    (delete, room)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn key(class_id: u8, i: u32) -> sluice_src_key {
+        let mut addr = [0u8; 16];
+        addr[..4].copy_from_slice(&i.to_be_bytes());
+        sluice_src_key { class_id, family: 4, plen: 32, addr, ..Default::default() }
+    }
+
+    /// Issue 23, item 4: one class's clients (or whoever it answers) never
+    /// take another class's part of the known map.
+    #[test]
+    fn a_class_past_its_part_of_the_known_map_loses_its_oldest_entries_only() {
+        assert_eq!(part(65_536, 2), 29_491);
+        assert_eq!(part(65_536, 0), 58_982, "no learning class: one part, never a division by zero");
+        let mut map = vec![];
+        for i in 0..150u32 {
+            map.push((key(1, i), sluice_known { last_ms: 1_000 + i as u64, ..Default::default() }));
+        }
+        for i in 0..10u32 {
+            map.push((key(2, 1_000 + i), sluice_known { last_ms: 5, ..Default::default() }));
+        }
+        map.push((key(63, 7), sluice_known::default())); // a class id past the config: left alone
+        let (delete, room) = bound(&map, 3, 100);
+        assert_eq!(delete.len(), 60, "class 1 keeps 90 of its part of 100");
+        assert!(delete.iter().all(|k| k.class_id == 1), "only the class past its part loses entries");
+        let oldest_kept = 1_000 + 60;
+        assert!(
+            delete.iter().all(|k| u32::from_be_bytes(k.addr[..4].try_into().unwrap()) < oldest_kept),
+            "the oldest go"
+        );
+        assert_eq!(room, vec![100, 10, 90]);
+    }
 
     /// A wall-clock time to test with: 2026-11-23.
     const NOW_MS: u64 = 1_795_000_000_000;

@@ -210,6 +210,7 @@ fn the_learner_records_answered_clients_only_while_told_to_and_never_from_a_syn_
         g.gate.set_fairness(g.class("dns"), &vec![f; g.gate.ncpus()]).unwrap();
     };
     let run = |g: &TestGate, pkt: &[u8]| assert_eq!(g.gate.test_run(Prog::Learn, pkt, 1).unwrap().0, 0, "TC_ACT_OK");
+    g.gate.set_known_room(g.class("dns"), 100).unwrap();
     clock(&mut g, 1);
     run(&g, &answer("198.51.100.1", None));
     assert!(g.gate.known().unwrap().is_empty(), "learning is off until the daemon says so");
@@ -239,6 +240,29 @@ fn the_learner_records_answered_clients_only_while_told_to_and_never_from_a_syn_
     assert_eq!(known, vec![(v6, 1), (vec![198, 51, 100, 1], 2), (vec![198, 51, 100, 4], 1)]);
     let now = Clock::wall_ms();
     assert!(g.gate.known().unwrap().iter().all(|(_, v)| v.last_ms.abs_diff(now) <= 1000 && v.first_ms <= v.last_ms));
+}
+
+/// Issue 23, item 4: a class learns new clients only while it has room in
+/// its part of the known map (the daemon writes it; none before it does);
+/// clients it already knows still count their answers.
+#[test]
+fn a_class_learns_new_clients_only_within_its_part_of_the_known_map() {
+    let mut g = gate();
+    let f = sluice_fair { learn: 1, ..Default::default() };
+    g.gate.set_fairness(g.class("dns"), &vec![f; g.gate.ncpus()]).unwrap();
+    clock(&mut g, 1);
+    let run = |g: &TestGate, client: &str| g.gate.test_run(Prog::Learn, &answer(client, None), 1).unwrap();
+    run(&g, "198.51.100.1");
+    assert!(g.gate.known().unwrap().is_empty(), "no room written yet: nothing learned");
+    g.gate.set_known_room(g.class("dns"), 2).unwrap();
+    for i in 1..=5 {
+        run(&g, &format!("198.51.100.{i}"));
+    }
+    run(&g, "198.51.100.1");
+    let known = g.gate.known().unwrap();
+    assert_eq!(known.len(), 2, "room for two new clients");
+    let first = known.iter().find(|(k, _)| k.addr[..4] == [198, 51, 100, 1]).expect("the first client");
+    assert_eq!(first.1.answers, 2, "a known client still counts its answers with the part full");
 }
 
 #[test]

@@ -692,6 +692,28 @@ mod known {
         file
     }
 
+    /// The daemon gives each class its part of the known map (issue 23, item
+    /// 4): a client an echo service answers over a few seconds is learned
+    /// live (the learner learns nothing until the daemon writes the room).
+    #[test]
+    fn a_client_answered_for_seconds_is_learned_by_the_running_daemon() {
+        let mut tb = Testbed::new();
+        tb.start_gate(&["--no-discover", "--class", "svc:match=udp:7000"]);
+        let echo = tb.start_echo(7000, 8.0);
+        tb.send(7000, 200, 3.0);
+        let deadline = std::time::Instant::now() + Duration::from_secs(15);
+        loop {
+            let snap = tb.status();
+            let svc = snap.classes.iter().find(|c| c.name == "svc").unwrap();
+            if svc.sources.as_ref().and_then(|s| s.known).is_some_and(|k| k >= 1) {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "the answered client was not learned in 15 s");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        tb.wait(echo);
+    }
+
     /// Known sources are read at start by class name, held in the gate (the
     /// status counts them after the first scan), and written back at exit
     /// with the ones whose class is not there kept; a corrupt file is refused

@@ -149,6 +149,15 @@ impl Testbed {
         pid
     }
 
+    /// A UDP echo service on B's `port` for `secs` (its replies teach the learner).
+    pub fn start_echo(&mut self, port: u16, secs: f64) -> u32 {
+        let b = self.b.clone();
+        let (port, secs) = (port.to_string(), secs.to_string());
+        let pid = self.spawn(&b, &["serve", "udp-echo", "--port", &port, "--json", "--duration", &secs]);
+        std::thread::sleep(Duration::from_millis(300));
+        pid
+    }
+
     /// Datagrams a sink received (waits for it to end).
     pub fn sink_received(&mut self, pid: u32) -> u64 {
         let out = self.wait(pid);
