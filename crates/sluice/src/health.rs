@@ -88,6 +88,20 @@ pub fn distress(prev: &Health, now: &Health, class: usize) -> Option<&'static st
     None
 }
 
+/// Is a class's service behind and losing: its UDP sockets dropped in the
+/// tick while their queue stood over OVERLOAD_QUEUE of the buffer at both
+/// ends? Socket drops alone are also a burst overflowing a short queue of a
+/// service with CPU to spare, which a cut of admission would only starve.
+pub fn behind(prev: &Health, now: &Health, class: usize) -> bool {
+    let (Some(p), Some(n)) = (prev.classes.get(class), now.classes.get(class)) else { return false };
+    let over = |q: u64| n.udp.rcvbuf > 0 && q as f64 > crate::controller::OVERLOAD_QUEUE * n.udp.rcvbuf as f64;
+    n.udp.sockets > 0
+        && p.udp.sockets == n.udp.sockets
+        && n.udp.drops > p.udp.drops
+        && over(p.udp.queued)
+        && over(n.udp.queued)
+}
+
 /// True if the per-CPU backlogs dropped packets between two ticks.
 pub fn path_distress(prev: &Health, now: &Health) -> bool {
     now.softnet.dropped > prev.softnet.dropped
@@ -236,18 +250,44 @@ mod tests {
         Health { classes: vec![ClassHealth { udp, listen }], tcp, ..Default::default() }
     }
 
+    /// One UDP socket with a 160,000-byte buffer.
+    fn sock(queued: u64, drops: u64) -> SockStats {
+        SockStats { sockets: 1, queued, rcvbuf: 160_000, drops }
+    }
+
+    /// Two ticks of one class's UDP sockets, no listener.
+    fn udp_ticks(a: SockStats, b: SockStats) -> (Health, Health) {
+        let (none, t) = (ListenStats::default(), TcpExt::default());
+        (health(a, none, t), health(b, none, t))
+    }
+
     #[test]
     fn a_standing_queue_or_drops_are_distress_a_passing_queue_is_not() {
-        let sock = |queued, drops| SockStats { sockets: 1, queued, rcvbuf: 160_000, drops };
-        let none = ListenStats::default();
-        let t = TcpExt::default();
-        let d = |a: SockStats, b: SockStats| distress(&health(a, none, t), &health(b, none, t), 0);
+        let d = |a: SockStats, b: SockStats| {
+            let (p, n) = udp_ticks(a, b);
+            distress(&p, &n, 0)
+        };
         assert_eq!(d(sock(0, 0), sock(50_000, 0)), None, "a queue at one edge only is passing");
         assert_eq!(d(sock(20_000, 0), sock(50_000, 0)), Some("socket queue"));
         assert_eq!(d(sock(0, 5), sock(0, 6)), Some("socket drops"));
         // A restarted service's socket starts its drop count again: not a drop.
         assert_eq!(d(sock(0, 5), SockStats { sockets: 2, ..sock(0, 6) }), None);
-        assert_eq!(distress(&Health::default(), &health(sock(0, 0), none, t), 0), None, "no previous tick");
+        assert_eq!(distress(&Health::default(), &udp_ticks(sock(0, 0), sock(0, 0)).1, 0), None, "no previous tick");
+    }
+
+    /// What cuts the unknown sources' tier: drops with the queue standing
+    /// over half the buffer, not a burst overflowing a short queue.
+    #[test]
+    fn behind_is_drops_with_a_queue_over_half_the_buffer_at_both_ends() {
+        let b = |a: SockStats, c: SockStats| {
+            let (p, n) = udp_ticks(a, c);
+            behind(&p, &n, 0)
+        };
+        assert!(b(sock(90_000, 5), sock(100_000, 6)));
+        assert!(!b(sock(10_000, 5), sock(10_000, 6)), "a burst's drops over a short queue: not behind");
+        assert!(!b(sock(90_000, 5), sock(100_000, 5)), "a full queue without drops: not behind");
+        assert!(!b(sock(0, 5), sock(100_000, 6)), "the queue at one end only");
+        assert!(!b(sock(90_000, 5), SockStats { sockets: 2, ..sock(100_000, 6) }), "a restarted service");
     }
 
     #[test]

@@ -22,7 +22,7 @@ use crate::budget::{Budget, BudgetClass, FLOOR_PPS};
 use crate::config::{default_burst, Config, Limit};
 use crate::fair::{Fair, FairCounts, FairTick};
 use crate::gate::{ClassCounters, Clock, Gate, Tiers};
-use crate::health::{distress, path_distress, Health, HealthReader};
+use crate::health::{behind, distress, path_distress, Health, HealthReader};
 use crate::log::{Cause, Change};
 use crate::stats::ClassTotals;
 
@@ -49,6 +49,9 @@ struct TickClass {
     counts: FairCounts,
     /// The class's sockets were in distress in the last tick, and in how many ticks so far.
     distress: bool,
+    /// Its service was behind and losing in the last tick (health::behind):
+    /// what cuts the unknown sources' tier.
+    behind: bool,
     distress_ticks: u64,
     /// Packets the gate dropped while the service had room (see
     /// `ClassSnapshot::dropped_with_room_pkts`).
@@ -114,6 +117,7 @@ impl Ticker {
                 raw: None,
                 counts: FairCounts::default(),
                 distress: false,
+                behind: false,
                 distress_ticks: 0,
                 dropped_with_room: 0,
                 tiers: None,
@@ -259,6 +263,7 @@ impl Ticker {
             c.admitted = rate(|t| t.admitted_pkts);
             let why = self.last.as_ref().and_then(|(_, prev)| distress(prev, &now.1, id));
             c.distress = why.is_some();
+            c.behind = self.last.as_ref().is_some_and(|(_, prev)| behind(prev, &now.1, id));
             c.distress_ticks += u64::from(c.distress);
             // Dropped with room: a service with sockets and no distress, under no cap
             // but sluice's own (no static rate, no budget throttle for a higher class).
@@ -332,7 +337,7 @@ impl TickClass {
             return Tiers { limit, fair: None, learn, under: false };
         };
         let dt = crate::daemon::TICK.as_secs_f64();
-        let t = FairTick { rate: pps as f64, dt, counts: self.counts, distress: self.distress, capacity };
+        let t = FairTick { rate: pps as f64, dt, counts: self.counts, distress: self.behind, capacity };
         let out = self.fair.step(&t);
         let tier = |r: f64| {
             let pps = r.round().max(1.0) as u64;

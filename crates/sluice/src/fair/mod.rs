@@ -32,9 +32,10 @@
 //! AGG_TICKS at most, back to single addresses after OFF_TICKS without
 //! fairness. Known sources are never aggregated.
 //!
-//! And when the class's own sockets are in distress while known clients and
-//! unknown sources are both admitted (the queue they share is full),
-//! the unknown tier's rate is halved (every COOL_TICKS at most, down to
+//! And when the class's own service is behind and losing (its sockets drop
+//! with their queue over half the buffer at both tick ends: health::behind)
+//! while known clients and unknown sources are both admitted (the queue they
+//! share is full), the unknown tier's rate is halved (every COOL_TICKS at most, down to
 //! CUT_FLOOR of the class rate) and grows back by REGROW per tick.
 
 /// The unknown tier keeps at least this share of the class rate.
@@ -95,7 +96,8 @@ pub struct FairTick {
     /// The tick's length, seconds.
     pub dt: f64,
     pub counts: FairCounts,
-    /// The class's own sockets are in distress.
+    /// The class's own service is behind and losing (health::behind): its
+    /// sockets dropped with their queue standing over half the buffer.
     pub distress: bool,
     /// Entries of the sources map.
     pub capacity: u32,
