@@ -83,10 +83,16 @@ fn the_ledger_balances_on_a_short_real_run() {
                 for (meter, busy) in [("idle thread", r.cpu_busy), ("/proc/stat", r.cpu_busy_procstat)] {
                     assert!(busy > 0.05 && busy <= 1.0, "{what}: victim CPU by the {meter}: {busy}");
                 }
-                // The probe's replies came back (500/s for 1 s) with a round trip under a second.
-                assert!(r.legit_replies > 0, "{what}: no legitimate reply");
-                let p99 = r.rtt.p99_us.expect("replies have a p99");
-                assert!(p99 > 0.0 && p99 < 1e6, "{what}: p99 {p99} us");
+                // The probe's replies came back (500/s for 1 s) with a round trip
+                // under a second. Not asked of `off` at the top level: there the
+                // victim may livelock outright (no reply in CI once), which is
+                // what the bench exists to show, not a broken meter.
+                if config != ConfigKind::Off || level < 600_000.0 {
+                    assert!(r.legit_replies > 0, "{what}: no legitimate reply");
+                }
+                if let Some(p99) = r.rtt.p99_us {
+                    assert!(p99 > 0.0 && p99 < 1e6, "{what}: p99 {p99} us");
+                }
                 assert!(
                     (l.unaccounted.unsigned_abs() as f64) <= 0.01 * l.applied as f64,
                     "ledger off by {} of {}",

@@ -32,13 +32,15 @@ fn the_readers_scenario_measures_every_cell_and_least_loaded_steers_around_a_sta
         ll["lost"].as_u64().unwrap() * 1000 <= ll["sent"].as_u64().unwrap(),
         "least-loaded loses (almost) nothing to a stalled reader: {ll}"
     );
-    // A policy that keeps feeding the stalled reader (hash, round-robin)
-    // delays its quarter of the traffic for 10% of the time by up to 20 ms:
-    // a p99 of 10-16 ms. Least-loaded measured 0.2-0.45 ms in 3 s cells, once
-    // 1.2 ms in a 1 s cell in CI; the bound is a quarter of the stall. (The
-    // target, 2x the unstalled p99, is checked by the bench's figures, not
-    // here; nor the hash's, which depends on how many of the 16 flows it
-    // happens to put on the stalling reader.)
+    // A policy that keeps feeding the stalled reader (round-robin) delays its
+    // quarter of the traffic for 10% of the time by up to 20 ms: a p99 of
+    // 10-16 ms. Least-loaded measured 0.2-0.45 ms in 3 s cells, 1.2 ms and
+    // (in a slow hour of CI) 5.7 ms in 1 s cells. So the bound is side by
+    // side in the same run: under half of round-robin's p99. (The target, 2x
+    // the unstalled p99, is checked by the bench's figures, not here; nor the
+    // hash's, which depends on how many of the 16 flows it happens to put on
+    // the stalling reader.)
     let p_ll = ll["p99_us"].as_f64().unwrap();
-    assert!(p_ll < 5_000.0, "p99 {p_ll} us with a reader stalling 20 ms in 200: {ll}");
+    let p_rr = find("stall", "round-robin", true)["p99_us"].as_f64().unwrap();
+    assert!(p_ll < 0.5 * p_rr, "p99 {p_ll} us with a reader stalling 20 ms in 200, round-robin's {p_rr} us: {ll}");
 }
