@@ -79,16 +79,6 @@ pub const BACKOFF: f64 = 0.97;
 /// capacity estimate, for at most STALL_TICKS ticks running, are a stall.
 pub const STALL_SHARE: f64 = 0.7;
 pub const STALL_TICKS: u32 = 3;
-/// Socket drops of more than this share of what reached the socket in a
-/// tick (drops + delivered), for more than STALL_TICKS ticks running, are overload whatever the
-/// queue looked like at the tick ends. A service that reads in batches and
-/// shares its CPU with the receive softirq is often sampled just after a
-/// batch, its queue short, while it loses most of what arrives (the
-/// synthetic scenario's auto 10x cell: 447k of 477k admitted datagrams
-/// dropped at the socket, the CPU 66% busy, the limit four times too high).
-/// A stall loses a buffer or so, in a tick or three; a healthy service's
-/// bursts (dnsperf on NSD) lose far less than half.
-pub const LOSS_OVERLOAD: f64 = 0.5;
 /// Knee: the gate is limiting when more than this much over what it admitted
 /// was offered (1%, plus one packet so an idle class is not "limiting").
 pub const LIMITING_MARGIN: f64 = 1.01;
@@ -265,8 +255,6 @@ pub struct Controller {
     /// Ticks in a row ending with a standing queue, and with loss before the socket.
     standing_ticks: u32,
     path_ticks: u32,
-    /// Ticks in a row whose socket drops were over LOSS_OVERLOAD of what reached the socket.
-    loss_ticks: u32,
 }
 
 impl Controller {
@@ -289,7 +277,6 @@ impl Controller {
             calm_ticks: 0,
             standing_ticks: 0,
             path_ticks: 0,
-            loss_ticks: 0,
         }
     }
 
@@ -355,8 +342,7 @@ impl Controller {
     }
 
     /// Did this tick show the service's own overload? Socket drops with the
-    /// queue standing at the end of OVERLOAD_TICKS ticks in a row, or over
-    /// LOSS_OVERLOAD of what reached the socket for longer than a stall, that are
+    /// queue standing at the end of OVERLOAD_TICKS ticks in a row that are
     /// not a stall (the knee backed off), or loss before the socket in
     /// OVERLOAD_TICKS ticks in a row (the auto loop passes path signals only
     /// to the class that carries most of the traffic). A standing queue
@@ -370,14 +356,8 @@ impl Controller {
             Algo::Knee => self.state == CtlState::Backoff && self.target < before,
             Algo::Pno => true,
         };
-        let evidence = self.standing_ticks >= OVERLOAD_TICKS || self.heavy_loss();
-        let drops = s.sock_drops > 0 && evidence && not_a_stall;
+        let drops = s.sock_drops > 0 && self.standing_ticks >= OVERLOAD_TICKS && not_a_stall;
         drops || self.path_ticks >= OVERLOAD_TICKS
-    }
-
-    /// Heavy socket loss for longer than a stall lasts (LOSS_OVERLOAD).
-    fn heavy_loss(&self) -> bool {
-        self.loss_ticks > STALL_TICKS
     }
 
     /// Macpherson's section 6.2: the derivative of the output decides the direction.
@@ -406,12 +386,9 @@ impl Controller {
         // The gate is the bottleneck when it refuses part of what is offered.
         let limiting = s.offered > s.admitted * LIMITING_MARGIN + 1.0;
         self.drop_ticks = if s.sock_drops > 0 { self.drop_ticks + 1 } else { 0 };
-        let reached = s.sock_drops as f64 + s.delivered * s.dt;
-        let heavy = s.sock_drops as f64 > LOSS_OVERLOAD * reached;
-        self.loss_ticks = if heavy { self.loss_ticks.saturating_add(1) } else { 0 };
         self.knee_seen |= busy || s.sock_drops > 0 || s.backlog_drops > 0 || s.squeeze > 0;
         if s.sock_drops > 0 {
-            return self.knee_socket_drops(s, queued(s.queue_end) || self.heavy_loss());
+            return self.knee_socket_drops(s, queued(s.queue_end));
         }
         if s.backlog_drops > 0 || s.squeeze > 0 {
             // Loss before the socket: the queue cannot tell; did more in give more out?
@@ -469,8 +446,6 @@ impl Controller {
 
     /// Knee, socket drops in the tick: a stall (leave everything alone) or
     /// overload (back off below the lower of target and capacity).
-    /// `queue_stands`: a standing queue at the tick's end, or heavy loss for
-    /// longer than a stall (LOSS_OVERLOAD).
     fn knee_socket_drops(&mut self, s: &Signals, queue_stands: bool) -> f64 {
         // A stall of the service (pre-empted, a VM hiccup, the napi
         // kthread's turn) overflows a buffer a few ms deep just as
