@@ -82,9 +82,10 @@
  *     The daemon sets the share to the max-min one from last epoch's counts
  *     (settings.epoch, its tick: SRC_ACTIVE, SRC_OVER, UNDER_PKTS).
  * All per-packet: one LRU-hash lookup for the source (and an insert for a
- * new one; a clock read only for one that looks over its share), one hash lookup in "known" (and a coarse clock
- * read for a known one), no lock and no atomic: two CPUs counting one source
- * may each miss a count or a step of the other.
+ * new one; a clock read only for one that looks over its share), one hash
+ * lookup in "known" (and a coarse clock read for a known one), no lock and
+ * no atomic: two CPUs counting one source may each miss a count or a step
+ * of the other.
  *
  * Verdicts for odd input (also in the README):
  *   - not IPv4/IPv6 (ARP, LLDP, ...): XDP_PASS, counted NON_IP_PASS;

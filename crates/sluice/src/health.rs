@@ -62,12 +62,21 @@ pub struct Health {
     pub tcp: TcpExt,
 }
 
+/// A queue over `share` of `of` at both ends of a tick (`a`, then `b`).
+fn stands(a: u64, b: u64, of: u64, share: f64) -> bool {
+    of > 0 && a as f64 > share * of as f64 && b as f64 > share * of as f64
+}
+
+/// Did a class's UDP sockets drop in the tick? Not a restarted service's:
+/// its new socket starts its drop count again.
+fn socket_dropped(p: &ClassHealth, n: &ClassHealth) -> bool {
+    n.udp.sockets > 0 && n.udp.drops > p.udp.drops && p.udp.sockets == n.udp.sockets
+}
+
 /// Why a class's service is in distress between two ticks, if it is.
 pub fn distress(prev: &Health, now: &Health, class: usize) -> Option<&'static str> {
     let (p, n) = (prev.classes.get(class)?, now.classes.get(class)?);
-    let stands =
-        |a: u64, b: u64, of: u64, share: f64| of > 0 && a as f64 > share * of as f64 && b as f64 > share * of as f64;
-    if n.udp.sockets > 0 && n.udp.drops > p.udp.drops && p.udp.sockets == n.udp.sockets {
+    if socket_dropped(p, n) {
         return Some("socket drops");
     }
     if n.udp.sockets > 0 && stands(p.udp.queued, n.udp.queued, n.udp.rcvbuf, QUEUE_STANDS) {
@@ -94,12 +103,7 @@ pub fn distress(prev: &Health, now: &Health, class: usize) -> Option<&'static st
 /// service with CPU to spare, which a cut of admission would only starve.
 pub fn behind(prev: &Health, now: &Health, class: usize) -> bool {
     let (Some(p), Some(n)) = (prev.classes.get(class), now.classes.get(class)) else { return false };
-    let over = |q: u64| n.udp.rcvbuf > 0 && q as f64 > crate::controller::OVERLOAD_QUEUE * n.udp.rcvbuf as f64;
-    n.udp.sockets > 0
-        && p.udp.sockets == n.udp.sockets
-        && n.udp.drops > p.udp.drops
-        && over(p.udp.queued)
-        && over(n.udp.queued)
+    socket_dropped(p, n) && stands(p.udp.queued, n.udp.queued, n.udp.rcvbuf, crate::controller::OVERLOAD_QUEUE)
 }
 
 /// True if the per-CPU backlogs dropped packets between two ticks.

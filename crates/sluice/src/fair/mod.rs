@@ -35,8 +35,9 @@
 //! And when the class's own service is behind and losing (its sockets drop
 //! with their queue over half the buffer at both tick ends: health::behind)
 //! while known clients and unknown sources are both admitted (the queue they
-//! share is full), the unknown tier's rate is halved (every COOL_TICKS at most, down to
-//! CUT_FLOOR of the class rate) and grows back by REGROW per tick.
+//! share is full), the unknown tier's rate is halved (every COOL_TICKS at
+//! most, down to CUT_FLOOR of the class rate) and grows back by REGROW per
+//! tick.
 
 /// The unknown tier keeps at least this share of the class rate.
 pub const UNKNOWN_MIN: f64 = 0.1;
