@@ -171,14 +171,17 @@ pub fn run(repeat: u32, rounds: usize, progress: bool) -> Result<Report> {
 }
 
 /// The per-source cases: (name, verdict, how the class is set up).
-const SOURCE_CASES: [(&str, u32, SourceCase); 3] = [
+const SOURCE_CASES: [(&str, u32, SourceCase); 4] = [
     ("IPv4 UDP, unknown source within its share, admitted", XDP_PASS, SourceCase::Within),
     ("IPv4 UDP, unknown source over its share, dropped", XDP_DROP, SourceCase::Over),
     ("IPv4 UDP, known source, admitted", XDP_PASS, SourceCase::Known),
+    ("IPv4 UDP, fairness off, learning (notes who asked), admitted", XDP_PASS, SourceCase::Learning),
 ];
 
 #[derive(Clone, Copy, PartialEq)]
 enum SourceCase {
+    /// Fairness off, the learner on (a calm class): the gate notes who asked.
+    Learning,
     Within,
     Over,
     Known,
@@ -217,6 +220,7 @@ fn source_cells(pkt: &[u8]) -> Result<(Vec<Vec<Cell>>, Memory)> {
                 plen6: 64,
                 ..Default::default()
             };
+            let fair = if case == SourceCase::Learning { sluice_fair { learn: 1, ..Default::default() } } else { fair };
             gate.set_fairness(id, &vec![fair; gate.ncpus()])?;
             gate.set_clock(&Clock { epoch: 1, now_ms: Clock::wall_ms(), known_ttl_ms: 3_600_000 });
             if many {
@@ -276,7 +280,7 @@ pub fn render(r: &Report) -> String {
     );
     let _ = writeln!(
         o,
-        "\n| per-source path (a limited class, fairness on) | verdict | 1 source | {} sources | many vs 1 |",
+        "\n| per-source path (a limited class, fairness on; the last row off, learning) | verdict | 1 source | {} sources | many vs 1 |",
         SOURCES_MANY
     );
     let _ = writeln!(o, "|---|---|---|---|---|");

@@ -181,8 +181,20 @@ struct sluice_known {
 #define SLUICE_KNOWN_MIN_PPS 10
 #define SLUICE_KNOWN_BURST_MS 100
 #define SLUICE_KNOWN_BURST_PKTS 8
-/* Entries of the "known" map; "sources" is sized at load (default below). */
+/*
+ * A reply teaches the learner only if its peer asked first: the gate notes,
+ * in the "asked" table, when each peer last sent a learning class a packet
+ * (at most once per SLUICE_ASKED_REFRESH_MS), and the learner skips replies
+ * to peers not noted in the last SLUICE_ASKED_WINDOW_MS. The host's own
+ * outbound traffic from a service's port (a `sendto` loop, a reply to
+ * nobody) then teaches nothing. A spoofer that sends from an address still
+ * "asks"; what bounds it is the known source's own rate (above).
+ */
+#define SLUICE_ASKED_REFRESH_MS 1000
+#define SLUICE_ASKED_WINDOW_MS 5000
+/* Entries of the "known" map and slots of "asked" (a power of 2); "sources" is sized at load (default below). */
 #define SLUICE_KNOWN_ENTRIES 65536
+#define SLUICE_ASKED_SLOTS 65536
 #define SLUICE_SOURCES_DEFAULT 262144
 
 /* One CPU's token bucket of a class (in struct sluice_class_state). Written by the gate only. */
@@ -253,6 +265,7 @@ enum sluice_global_stat {
 	SLUICE_GS_DEPTH_EXCEEDED,  /* info: headers beyond the parse depth, sent to the default class */
 	SLUICE_GS_FRAGMENTS,       /* info: non-first fragments, classified without ports */
 	SLUICE_GS_OBSERVED_PASS,   /* info: observe mode: counted as dropped (class or malformed), passed */
+	SLUICE_GS_UNASKED,         /* info: the learner skipped a reply to a peer that had asked the class nothing */
 	SLUICE_GS_NR,
 };
 #define SLUICE_GS_VERDICT_NR 3

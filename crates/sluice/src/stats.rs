@@ -99,6 +99,10 @@ pub struct GlobalTotals {
     /// malformed) that the gate passed.
     #[serde(default)]
     pub observed_pass: u64,
+    /// Replies the egress learner saw from a learning class's port to a peer
+    /// that had asked the class nothing (not learned).
+    #[serde(default)]
+    pub unasked_replies: u64,
 }
 
 impl From<GlobalCounters> for GlobalTotals {
@@ -110,6 +114,7 @@ impl From<GlobalCounters> for GlobalTotals {
             depth_exceeded: g[SLUICE_GS_DEPTH_EXCEEDED as usize],
             fragments: g[SLUICE_GS_FRAGMENTS as usize],
             observed_pass: g[SLUICE_GS_OBSERVED_PASS as usize],
+            unasked_replies: g[SLUICE_GS_UNASKED as usize],
         }
     }
 }
@@ -525,6 +530,9 @@ pub fn prometheus_text(s: &Snapshot) -> String {
     let what = "Packets the gate noted (headers past its parse depth, IP fragments, passed in observe mode); \
                 also counted in their class or as unclassified";
     reg.register("flagged_packets", what, flagged);
+    let unasked = ConstCounter::new(g.unasked_replies);
+    let what = "Replies from a learning class's port to a peer that had asked the class nothing (not learned)";
+    reg.register("learner_unasked_replies", what, unasked);
     let cpu = ConstCounter::new(s.daemon_cpu_secs);
     reg.register("daemon_cpu_seconds", "CPU time used by the daemon (user + system)", cpu);
     let start = F64Gauge::default();

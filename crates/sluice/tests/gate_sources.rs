@@ -166,6 +166,12 @@ fn known_sources_take_the_class_bucket_while_unknown_ones_find_theirs_empty() {
 }
 
 /// An egress frame from the service (port 53) to `client`.
+/// What `client` asks the dns class (the learner learns only replies to a peer that asked).
+fn ask(g: &TestGate, client: &str) {
+    let server = if client.contains(':') { "2001:db8::2" } else { "10.0.0.2" };
+    g.run(&Frame::udp(client, server, 4000, 53).build());
+}
+
 fn answer(client: &str, tcp_flags: Option<u8>) -> Vec<u8> {
     let server = if client.contains(':') { "2001:db8::2" } else { "10.0.0.2" };
     let Some(flags) = tcp_flags else { return Frame::udp(server, client, 53, 4000).build() };
@@ -219,6 +225,9 @@ fn the_learner_records_answered_clients_only_while_told_to_and_never_from_a_syn_
     run(&g, &answer("198.51.100.1", None));
     assert!(g.gate.known().unwrap().is_empty(), "nor while the gate clock is not set");
     clock(&mut g, 1);
+    for client in ["198.51.100.1", "2001:db8::1", "198.51.100.2", "198.51.100.3", "198.51.100.4", "198.51.100.5"] {
+        ask(&g, client);
+    }
     let run = |pkt: &[u8]| run(&g, pkt);
     run(&answer("198.51.100.1", None));
     run(&answer("198.51.100.1", None));
@@ -256,6 +265,7 @@ fn a_class_learns_new_clients_only_within_its_part_of_the_known_map() {
     assert!(g.gate.known().unwrap().is_empty(), "no room written yet: nothing learned");
     g.gate.set_known_room(g.class("dns"), 2).unwrap();
     for i in 1..=5 {
+        ask(&g, &format!("198.51.100.{i}"));
         run(&g, &format!("198.51.100.{i}"));
     }
     run(&g, "198.51.100.1");
@@ -263,6 +273,40 @@ fn a_class_learns_new_clients_only_within_its_part_of_the_known_map() {
     assert_eq!(known.len(), 2, "room for two new clients");
     let first = known.iter().find(|(k, _)| k.addr[..4] == [198, 51, 100, 1]).expect("the first client");
     assert_eq!(first.1.answers, 2, "a known client still counts its answers with the part full");
+}
+
+/// Issue 23, item 4: the learner learns only replies to a peer that asked
+/// the class something in the last SLUICE_ASKED_WINDOW_MS (the host's own
+/// outbound traffic from a service's port, to peers that sent nothing,
+/// teaches nothing), and counts the replies it skipped. Without the check
+/// all three replies below are learned.
+#[test]
+fn the_learner_learns_only_replies_to_a_peer_that_asked_first() {
+    let mut g = gate();
+    let f = sluice_fair { learn: 1, ..Default::default() };
+    g.gate.set_fairness(g.class("dns"), &vec![f; g.gate.ncpus()]).unwrap();
+    g.gate.set_known_room(g.class("dns"), 100).unwrap();
+    let now = Clock::wall_ms();
+    let at = |g: &mut TestGate, ms: u64| g.gate.set_clock(&Clock { epoch: 1, now_ms: ms, known_ttl_ms: 3_600_000 });
+    let reply = |g: &TestGate, client: &str| g.gate.test_run(Prog::Learn, &answer(client, None), 1).unwrap();
+    let learned = |g: &TestGate| {
+        let mut v: Vec<u8> = g.gate.known().unwrap().iter().map(|(k, _)| k.addr[3]).collect();
+        v.sort();
+        v
+    };
+    at(&mut g, now);
+    ask(&g, "198.51.100.1");
+    ask(&g, "198.51.100.3");
+    reply(&g, "198.51.100.1");
+    reply(&g, "198.51.100.2"); // asked nothing
+    at(&mut g, now + SLUICE_ASKED_WINDOW_MS as u64 + 1);
+    reply(&g, "198.51.100.3"); // asked, but longer ago than the window
+    assert_eq!(learned(&g), vec![1], "only the peer that asked within the window");
+    let unasked = g.gate.global_counters().unwrap()[SLUICE_GS_UNASKED as usize];
+    assert_eq!(unasked, 2, "the two skipped replies are counted");
+    ask(&g, "198.51.100.3");
+    reply(&g, "198.51.100.3");
+    assert_eq!(learned(&g), vec![1, 3], "asked again: learned");
 }
 
 #[test]
