@@ -104,6 +104,7 @@
 #include <linux/ip.h>
 #include <linux/ipv6.h>
 #include <linux/pkt_cls.h>
+#include <linux/tcp.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
@@ -206,6 +207,14 @@ struct {
 	__type(value, __s64);
 } known_room SEC(".maps");
 
+/* Each TCP class's SYN guard (syncookie.h), written by the daemon. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, SLUICE_MAX_CLASSES);
+	__type(key, __u32);
+	__type(value, struct sluice_syn_guard);
+} syn_guard SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, SLUICE_GS_NR);
@@ -219,8 +228,12 @@ volatile struct sluice_settings settings = {
 	.default_class = 0,
 };
 
-#define TCP_FLAG_RST 0x04
+#define TCP_FLAG_FIN 0x01
 #define TCP_FLAG_SYN 0x02
+#define TCP_FLAG_RST 0x04
+#define TCP_FLAG_ACK 0x10
+
+#include "syncookie.h"
 
 static __always_inline void global_inc(__u32 idx)
 {
@@ -748,6 +761,238 @@ static __always_inline int peer_asked(const struct pkt *pk, __u32 cls, __u64 now
 	return v && (__u32)(*v >> 32) == tag && (__u32)now_ms - (__u32)*v <= SLUICE_ASKED_WINDOW_MS;
 }
 
+/*
+ * SYN cookies at the driver (syncookie.h has the why and the cookie). The
+ * cookie paths take TCP over IPv4 without options or IPv6 with TCP as the
+ * first next header; anything else goes the normal way.
+ */
+#define COOKIE_L3_MAX (ETH_HLEN + 4 * SLUICE_MAX_VLAN)
+#define SYNACK_TCP_LEN 40 /* the SYN-ACK's TCP header: 20 bytes and 20 of options */
+
+/*
+ * The IP header's offset in the frame (at most COOKIE_L3_MAX), or
+ * COOKIE_NO_L3 if the cookie paths do not take the frame; *family 4 or 6.
+ */
+#define COOKIE_NO_L3 0xffff
+
+/*
+ * Mask an offset already checked against COOKIE_L3_MAX, in an instruction
+ * the compiler cannot drop: it knows the bound and would otherwise use the
+ * unmasked copy, whose bound the verifier has lost through a spill.
+ */
+static __always_inline void cookie_bound(__u32 *off)
+{
+	__u32 v = *off;
+
+	asm volatile("%[v] &= 0x1f" : [v] "+r"(v));
+	*off = v;
+}
+static __always_inline __u32 cookie_l3(void *data, void *end, __u32 *family)
+{
+	void *pos = data;
+	__be16 proto = 0;
+
+	if (parse_eth(&pos, end, &proto) != PARSE_OK)
+		return COOKIE_NO_L3;
+	if (proto == bpf_htons(ETH_P_IP)) {
+		struct iphdr *ip = pos;
+
+		if ((void *)(ip + 1) > end || ip->ihl != 5 || ip->protocol != IPPROTO_TCP ||
+		    (ip->frag_off & bpf_htons(0x3fff)))
+			return COOKIE_NO_L3;
+		*family = 4;
+	} else if (proto == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr *ip6 = pos;
+
+		if ((void *)(ip6 + 1) > end || ip6->nexthdr != IPPROTO_TCP)
+			return COOKIE_NO_L3;
+		*family = 6;
+	} else {
+		return COOKIE_NO_L3;
+	}
+	return pos - data;
+}
+
+/* The client's and the server's addresses of a segment the client sent (ip: its IP header, bounds checked). */
+static __always_inline void cookie_addrs_of(const void *ip, __u32 family, struct cookie_addrs *a)
+{
+	a->family = family;
+	if (family == 4) {
+		a->words[0] = ((const struct iphdr *)ip)->saddr;
+		a->words[1] = ((const struct iphdr *)ip)->daddr;
+		return;
+	}
+	__builtin_memcpy(a->words, &((const struct ipv6hdr *)ip)->saddr, 32);
+}
+
+/* The SYN-ACK's TCP header at t (40 bytes, bounds checked), checksum 0. */
+static __always_inline void synack_tcp(struct tcphdr *t, const struct syn_opts *o, __be16 cport, __be16 sport,
+				       __u32 isn, __u32 cookie, __u16 mss)
+{
+	__u8 *op = (__u8 *)(t + 1);
+
+	t->source = sport;
+	t->dest = cport;
+	t->seq = bpf_htonl(cookie);
+	t->ack_seq = bpf_htonl(isn + 1);
+	((__u8 *)t)[12] = (SYNACK_TCP_LEN / 4) << 4;
+	((__u8 *)t)[13] = TCP_FLAG_SYN | TCP_FLAG_ACK;
+	t->window = bpf_htons(65535);
+	t->check = 0;
+	t->urg_ptr = 0;
+	/* MSS (4), SACK-permitted or 2 NOPs, timestamps or 10 NOPs, NOP + window scale or 4 NOPs. */
+	*(__be32 *)op = bpf_htonl(TCPOPT_MSS << 24 | 4 << 16 | mss);
+	*(__be16 *)(op + 4) = bpf_htons(o->sack ? (TCPOPT_SACK_PERM << 8 | 2) : (TCPOPT_NOP << 8 | TCPOPT_NOP));
+	if (o->ts) {
+		*(__be16 *)(op + 6) = bpf_htons(TCPOPT_TIMESTAMP << 8 | 10);
+		*(__be32 *)(op + 8) = bpf_htonl((__u32)settings.now_ms);
+		*(__be32 *)(op + 12) = bpf_htonl(o->tsval);
+	} else {
+		*(__be16 *)(op + 6) = bpf_htons(TCPOPT_NOP << 8 | TCPOPT_NOP);
+		*(__be32 *)(op + 8) = 0x01010101;
+		*(__be32 *)(op + 12) = 0x01010101;
+	}
+	if (o->wscale != COOKIE_WSCALE_NONE)
+		*(__be32 *)(op + 16) = bpf_htonl(TCPOPT_NOP << 24 | TCPOPT_WINDOW << 16 | 3 << 8 | SLUICE_COOKIE_WSCALE);
+	else
+		*(__be32 *)(op + 16) = 0x01010101;
+}
+
+/* The TCP checksum of the 40-byte header at t, given the pseudo header's address words summed. */
+static __always_inline __sum16 synack_csum(struct tcphdr *t, __u64 pseudo)
+{
+	__s64 sum = bpf_csum_diff(0, 0, (__be32 *)t, SYNACK_TCP_LEN, 0);
+
+	if (sum < 0)
+		return 0;
+	return ~csum_fold32(pseudo + (__u32)sum);
+}
+
+static __always_inline void swap_macs(struct ethhdr *eth)
+{
+	__u8 mac[ETH_ALEN];
+
+	__builtin_memcpy(mac, eth->h_source, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, eth->h_dest, ETH_ALEN);
+	__builtin_memcpy(eth->h_dest, mac, ETH_ALEN);
+}
+
+/* Turn the (resized) frame into the SYN-ACK, IPv4. 0 if it is too short (cannot happen after the resize). */
+static __always_inline int synack_v4(void *data, void *end, __u32 l3, const struct syn_opts *o, __be16 cport,
+				     __be16 sport, __u32 isn, __u32 cookie)
+{
+	struct iphdr *ip = data + l3;
+	struct tcphdr *t = (void *)(ip + 1);
+	__be32 client;
+	__s64 sum;
+
+	if ((void *)t + SYNACK_TCP_LEN > end || data + ETH_HLEN > end)
+		return 0;
+	swap_macs(data);
+	client = ip->saddr;
+	ip->saddr = ip->daddr;
+	ip->daddr = client;
+	ip->tos = 0;
+	ip->tot_len = bpf_htons(sizeof(*ip) + SYNACK_TCP_LEN);
+	ip->id = 0;
+	ip->frag_off = bpf_htons(0x4000); /* DF */
+	ip->ttl = 64;
+	ip->check = 0;
+	sum = bpf_csum_diff(0, 0, (__be32 *)ip, sizeof(*ip), 0);
+	ip->check = sum < 0 ? 0 : ~csum_fold32((__u32)sum);
+	synack_tcp(t, o, cport, sport, isn, cookie, settings.syn_mss4 ? settings.syn_mss4 : 1460);
+	t->check = synack_csum(t, (__u64)ip->saddr + ip->daddr + bpf_htons(IPPROTO_TCP) + bpf_htons(SYNACK_TCP_LEN));
+	return 1;
+}
+
+static __always_inline int synack_v6(void *data, void *end, __u32 l3, const struct syn_opts *o, __be16 cport,
+				     __be16 sport, __u32 isn, __u32 cookie)
+{
+	struct ipv6hdr *ip6 = data + l3;
+	struct tcphdr *t = (void *)(ip6 + 1);
+	struct in6_addr client;
+	__u64 pseudo = bpf_htonl(SYNACK_TCP_LEN) + bpf_htonl(IPPROTO_TCP);
+
+	if ((void *)t + SYNACK_TCP_LEN > end || data + ETH_HLEN > end)
+		return 0;
+	swap_macs(data);
+	client = ip6->saddr;
+	ip6->saddr = ip6->daddr;
+	ip6->daddr = client;
+	*(__be32 *)ip6 = bpf_htonl(0x60000000); /* version 6, no traffic class, no flow label */
+	ip6->payload_len = bpf_htons(SYNACK_TCP_LEN);
+	ip6->hop_limit = 64;
+#pragma unroll
+	for (int i = 0; i < 4; i++)
+		pseudo += (__u64)ip6->saddr.in6_u.u6_addr32[i] + ip6->daddr.in6_u.u6_addr32[i];
+	synack_tcp(t, o, cport, sport, isn, cookie, settings.syn_mss6 ? settings.syn_mss6 : 1440);
+	t->check = synack_csum(t, pseudo);
+	return 1;
+}
+
+/*
+ * Answer a SYN with a cookie SYN-ACK built in its own frame (the caller
+ * returns XDP_TX). 1 if the frame now holds the SYN-ACK; 0 if the SYN goes
+ * the normal way: a header the cookie paths do not take, no gate clock or
+ * key yet, a frame that cannot be resized. A SYN's data, if any, is not
+ * kept (the client sends it again, as after the kernel's own cookies).
+ */
+static __always_inline int syn_answer(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	struct cookie_addrs a = {};
+	struct syn_opts o = {};
+	__u64 slot = cookie_slot();
+	__u32 family = 0, iplen, isn, cookie, bits, len;
+	__be16 cport, sport;
+	struct tcphdr *th;
+	__u32 l3;
+
+	if (!slot || !(settings.syn_key[0] | settings.syn_key[1]))
+		return 0;
+	l3 = cookie_l3(data, end, &family);
+	if (l3 > COOKIE_L3_MAX)
+		return 0;
+	cookie_bound(&l3);
+	iplen = family == 4 ? sizeof(struct iphdr) : sizeof(struct ipv6hdr);
+	th = data + l3 + iplen;
+	if ((void *)(th + 1) > end || th->doff < 5)
+		return 0;
+	if ((void *)th - data > COOKIE_L3_MAX + sizeof(struct ipv6hdr))
+		return 0;
+	cookie_addrs_of(data + l3, family, &a);
+	syn_opts_read(data, end, (void *)(th + 1) - data, (void *)th - data + th->doff * 4, &o);
+	isn = bpf_ntohl(th->seq);
+	cport = th->source;
+	sport = th->dest;
+	bits = cookie_data(&o, family) | ((slot & 1) ? COOKIE_SLOT_BIT : 0);
+	cookie = cookie_make(&a, cport, sport, isn, bits, slot);
+	len = l3 + iplen + SYNACK_TCP_LEN;
+	if (bpf_xdp_adjust_tail(ctx, (int)len - (int)(end - data)))
+		return 0;
+	data = (void *)(long)ctx->data;
+	end = (void *)(long)ctx->data_end;
+	if (family == 4)
+		return synack_v4(data, end, l3, &o, cport, sport, isn, cookie);
+	return synack_v6(data, end, l3, &o, cport, sport, isn, cookie);
+}
+
+/* Does the gate answer this SYN (a class whose guard says answer, a client not known)? */
+static __always_inline int syn_guarded(const struct pkt *pk, __u32 cls)
+{
+	struct sluice_syn_guard *g;
+
+	if (pk->slot != SLUICE_SLOT_TCP ||
+	    (pk->tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_ACK | TCP_FLAG_RST | TCP_FLAG_FIN)) != TCP_FLAG_SYN)
+		return 0;
+	g = bpf_map_lookup_elem(&syn_guard, &cls);
+	if (!g || !g->answer || settings.observe)
+		return 0;
+	/* A known client takes the kernel's own path, with every option it offered. */
+	return !known_entry(pk, cls);
+}
+
 /* An admitted packet: passed here, or sent away (see `away`). */
 static __always_inline int pass_or_away(__u32 cls, struct sluice_class_state *st)
 {
@@ -814,6 +1059,10 @@ int sluice_gate(struct xdp_md *ctx)
 	st->cnt[SLUICE_CS_SEEN_BYTES] += bytes;
 	if (pk.family)
 		note_asked(&pk, cls);
+	if (syn_guarded(&pk, cls) && syn_answer(ctx)) {
+		verdict_add(st, SLUICE_CS_SYNACK_PKTS, bytes);
+		return XDP_TX;
+	}
 	if (sh->mode == SLUICE_MODE_BLOCKED)
 		idx = SLUICE_CS_DROP_BLOCKED_PKTS;
 	else if (sh->mode == SLUICE_MODE_LIMITED)
@@ -842,7 +1091,7 @@ int sluice_learn(struct __sk_buff *skb)
 	void *data = (void *)(long)skb->data;
 	void *end = (void *)(long)skb->data_end;
 	struct sluice_src_key k = {};
-	struct sluice_known *v, fresh = { .answers = 1 };
+	struct sluice_known *v, fresh = {};
 	struct pkt pk = {};
 	__s64 *room;
 	__u32 idx, cls;
@@ -881,10 +1130,127 @@ int sluice_learn(struct __sk_buff *skb)
 	room = bpf_map_lookup_elem(&known_room, &cls);
 	if (!room || *room <= 0)
 		return TC_ACT_OK; /* the class's part of the map is full until the daemon's next scan */
+	fresh.answers = 1;
 	fresh.first_ms = now;
 	fresh.last_ms = now;
 	if (!bpf_map_update_elem(&known, &k, &fresh, BPF_NOEXIST))
 		__sync_fetch_and_add(room, -1);
+	return TC_ACT_OK;
+}
+
+struct sock;
+extern int bpf_sk_assign_tcp_reqsk(struct __sk_buff *skb, struct sock *sk, struct bpf_tcp_req_attrs *attrs,
+				   int attrs__sz) __ksym __weak;
+
+/* The request socket's options from a valid cookie's bits and the ACK's own options. */
+static __always_inline void cookie_attrs(__u32 bits, __u32 family, const struct syn_opts *ack,
+					 struct bpf_tcp_req_attrs *r)
+{
+	__u32 mssind = (bits >> COOKIE_MSS_SHIFT) & 3;
+
+	r->mss = cookie_mss(family, mssind);
+	r->snd_wscale = bits & COOKIE_WSCALE_NONE;
+	r->wscale_ok = r->snd_wscale != COOKIE_WSCALE_NONE;
+	if (!r->wscale_ok)
+		r->snd_wscale = 0;
+	r->rcv_wscale = r->wscale_ok ? SLUICE_COOKIE_WSCALE : 0;
+	r->sack_ok = !!(bits & COOKIE_SACK);
+	r->tstamp_ok = ack->ts;
+	r->rcv_tsval = ack->tsval;
+	r->rcv_tsecr = ack->tsecr;
+}
+
+/*
+ * Check an ACK to a listening socket for a gate cookie; hand the listener a
+ * request socket if it carries one. 1: valid (handed over), 0: not a gate
+ * cookie (the kernel decides: a RST, or its own cookie), -1: not a
+ * listener's (a connection's own ACK: nothing to check).
+ */
+static __always_inline int cookie_ack(struct __sk_buff *skb, void *data, void *end, void *ip, struct tcphdr *th,
+				      __u32 family)
+{
+	struct bpf_tcp_req_attrs r = {};
+	struct bpf_sock_tuple tuple = {};
+	struct cookie_addrs a = {};
+	struct syn_opts o = {};
+	struct bpf_sock *skc;
+	struct tcp_sock *tp;
+	__u32 size, bits = 0;
+	int ret = 0;
+
+	cookie_addrs_of(ip, family, &a);
+	if (family == 4) {
+		tuple.ipv4.saddr = a.words[0];
+		tuple.ipv4.daddr = a.words[1];
+		tuple.ipv4.sport = th->source;
+		tuple.ipv4.dport = th->dest;
+		size = sizeof(tuple.ipv4);
+	} else {
+		__builtin_memcpy(tuple.ipv6.saddr, &a.words[0], 16);
+		__builtin_memcpy(tuple.ipv6.daddr, &a.words[4], 16);
+		tuple.ipv6.sport = th->source;
+		tuple.ipv6.dport = th->dest;
+		size = sizeof(tuple.ipv6);
+	}
+	skc = bpf_skc_lookup_tcp(skb, &tuple, size, BPF_F_CURRENT_NETNS, 0);
+	if (!skc)
+		return 0;
+	if (skc->state != BPF_TCP_LISTEN) {
+		bpf_sk_release(skc);
+		return -1;
+	}
+	if (!cookie_check(&a, th->source, th->dest, bpf_ntohl(th->seq) - 1, bpf_ntohl(th->ack_seq) - 1, &bits))
+		goto out;
+	syn_opts_read(data, end, (void *)(th + 1) - data, (void *)th - data + th->doff * 4, &o);
+	cookie_attrs(bits, family, &o, &r);
+	tp = bpf_skc_to_tcp_sock(skc);
+	if (tp && !bpf_sk_assign_tcp_reqsk(skb, (struct sock *)tp, &r, sizeof(r)))
+		ret = 1;
+out:
+	bpf_sk_release(skc);
+	return ret;
+}
+
+/*
+ * The cookie checker (TC, tcx ingress of the gate's interface): an ACK to a
+ * class whose SYN guard is on (or was, within a cookie's life) that finds
+ * only a listening socket is checked for a gate cookie. A valid one gets a
+ * request socket with the options the cookie kept (the listener then
+ * completes the connection as for its own cookie); any other goes on to
+ * the kernel, counted. It never drops.
+ */
+SEC("tc")
+int sluice_cookie_ack(struct __sk_buff *skb)
+{
+	void *data = (void *)(long)skb->data;
+	void *end = (void *)(long)skb->data_end;
+	struct sluice_class_state *st;
+	struct sluice_syn_guard *g;
+	struct pkt pk = {};
+	struct tcphdr *th;
+	__u32 cls, family = 0, l3;
+	int ok;
+
+	if (!bpf_sk_assign_tcp_reqsk)
+		return TC_ACT_OK; /* a kernel before 6.9: the daemon never turns answering on */
+	if (parse(data, end, &pk, 0) != PARSE_OK || pk.slot != SLUICE_SLOT_TCP ||
+	    (pk.tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_ACK | TCP_FLAG_RST)) != TCP_FLAG_ACK)
+		return TC_ACT_OK;
+	cls = classify(&pk, &settings.default_class) & (SLUICE_MAX_CLASSES - 1);
+	g = bpf_map_lookup_elem(&syn_guard, &cls);
+	if (!g || g->check_until_ms < settings.now_ms)
+		return TC_ACT_OK;
+	l3 = cookie_l3(data, end, &family);
+	if (l3 > COOKIE_L3_MAX)
+		return TC_ACT_OK;
+	cookie_bound(&l3);
+	th = data + l3 + (family == 4 ? sizeof(struct iphdr) : sizeof(struct ipv6hdr));
+	if ((void *)(th + 1) > end)
+		return TC_ACT_OK;
+	ok = cookie_ack(skb, data, end, data + l3, th, family);
+	st = bpf_map_lookup_elem(&class_state, &cls);
+	if (st && ok >= 0)
+		st->cnt[ok ? SLUICE_CS_COOKIE_OK : SLUICE_CS_COOKIE_BAD] += 1;
 	return TC_ACT_OK;
 }
 

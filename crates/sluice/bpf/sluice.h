@@ -238,6 +238,10 @@ enum sluice_class_stat {
 	SLUICE_CS_SRC_FULL,       /* a source with no entry (insert failed): took the unknown bucket */
 	SLUICE_CS_AWAY_PKTS,      /* admitted and sent to another CPU's cpumap kthread (the "away" map) */
 	SLUICE_CS_KNOWN_OVER_PKTS, /* from a known source over its own rate: taken as unknown */
+	SLUICE_CS_SYNACK_PKTS,    /* verdict: a SYN the gate answered with a cookie SYN-ACK (XDP_TX) */
+	SLUICE_CS_SYNACK_BYTES,
+	SLUICE_CS_COOKIE_OK,      /* an ACK with a valid gate cookie: the listener got a request socket */
+	SLUICE_CS_COOKIE_BAD,     /* an ACK to a guarded listener with no valid gate cookie (left to the kernel) */
 	SLUICE_CS_NR,
 };
 
@@ -288,6 +292,27 @@ struct sluice_settings {
 	__u32 default_class;     /* class for headers beyond the parse depth */
 	__u32 epoch;             /* the daemon's tick count: source counts are per epoch */
 	__u32 observe;           /* 1: observe mode: every verdict counted as usual, nothing dropped */
+	__u16 syn_mss4;          /* the MSS the gate's SYN-ACKs offer (the interface's MTU - 40) */
+	__u16 syn_mss6;          /* the same for IPv6 (MTU - 60) */
+	__u32 _pad;
+	__u64 syn_key[2];        /* the SYN cookies' SipHash key (random, drawn at start; 0: no cookies) */
+};
+
+/*
+ * SYN cookies at the driver (syncookie.h). A cookie is made in one slot of
+ * SLUICE_COOKIE_SLOT_MS of the gate clock and taken in it and the next.
+ * The gate's SYN-ACKs offer window scale SLUICE_COOKIE_WSCALE (the
+ * kernel's own choice for a default receive buffer) when the client
+ * offered one.
+ */
+#define SLUICE_COOKIE_SLOT_MS 64000
+#define SLUICE_COOKIE_WSCALE 7
+
+/* A TCP class's SYN guard, written by the daemon. */
+struct sluice_syn_guard {
+	__u64 check_until_ms; /* gate clock: ACKs to the class's listeners are checked for a gate cookie until then */
+	__u32 answer;         /* 1: the gate answers the class's SYNs with cookie SYN-ACKs */
+	__u32 _pad;
 };
 
 /*
