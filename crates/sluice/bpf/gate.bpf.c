@@ -110,6 +110,7 @@
 
 #include "sluice.h"
 #include "classify.h"
+#include "kernel.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -979,13 +980,15 @@ static __always_inline int syn_answer(struct xdp_md *ctx)
 }
 
 /* Does the gate answer this SYN (a class whose guard says answer, a client not known)? */
-static __always_inline int syn_guarded(const struct pkt *pk, __u32 cls)
+static __always_inline int syn_guarded(const struct pkt *pk, __u32 cls, struct sluice_class_state *st)
 {
 	struct sluice_syn_guard *g;
 
-	if (pk->slot != SLUICE_SLOT_TCP ||
-	    (pk->tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_ACK | TCP_FLAG_RST | TCP_FLAG_FIN)) != TCP_FLAG_SYN)
+	if (pk->slot != SLUICE_SLOT_TCP || (pk->tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) != TCP_FLAG_SYN)
 		return 0;
+	st->cnt[SLUICE_CS_SYN_PKTS] += 1;
+	if (pk->tcp_flags & (TCP_FLAG_RST | TCP_FLAG_FIN))
+		return 0; /* SYN+FIN, SYN+RST: the normal way (the kernel refuses them) */
 	g = bpf_map_lookup_elem(&syn_guard, &cls);
 	if (!g || !g->answer || settings.observe)
 		return 0;
@@ -1059,7 +1062,7 @@ int sluice_gate(struct xdp_md *ctx)
 	st->cnt[SLUICE_CS_SEEN_BYTES] += bytes;
 	if (pk.family)
 		note_asked(&pk, cls);
-	if (syn_guarded(&pk, cls) && syn_answer(ctx)) {
+	if (syn_guarded(&pk, cls, st) && syn_answer(ctx)) {
 		verdict_add(st, SLUICE_CS_SYNACK_PKTS, bytes);
 		return XDP_TX;
 	}
@@ -1138,7 +1141,13 @@ int sluice_learn(struct __sk_buff *skb)
 	return TC_ACT_OK;
 }
 
-struct sock;
+/*
+ * Did the loaded checker find the kfunc (1) or not (2; 0: never run)? The
+ * daemon test-runs the checker once at start and reads this: libbpf leaves
+ * a weak kfunc it cannot match to the kernel's at 0 without a word.
+ */
+volatile __u32 cookie_kfunc;
+
 extern int bpf_sk_assign_tcp_reqsk(struct __sk_buff *skb, struct sock *sk, struct bpf_tcp_req_attrs *attrs,
 				   int attrs__sz) __ksym __weak;
 
@@ -1162,9 +1171,10 @@ static __always_inline void cookie_attrs(__u32 bits, __u32 family, const struct 
 
 /*
  * Check an ACK to a listening socket for a gate cookie; hand the listener a
- * request socket if it carries one. 1: valid (handed over), 0: not a gate
- * cookie (the kernel decides: a RST, or its own cookie), -1: not a
- * listener's (a connection's own ACK: nothing to check).
+ * request socket if it carries one. 1: a valid cookie (handed over, unless
+ * the kernel refused: then it answers the ACK as without sluice), 0: not a
+ * gate cookie (the kernel decides: a RST, or its own cookie), -1: not a
+ * listener's (a connection's own ACK, or no socket: nothing to check).
  */
 static __always_inline int cookie_ack(struct __sk_buff *skb, void *data, void *end, void *ip, struct tcphdr *th,
 				      __u32 family)
@@ -1194,7 +1204,7 @@ static __always_inline int cookie_ack(struct __sk_buff *skb, void *data, void *e
 	}
 	skc = bpf_skc_lookup_tcp(skb, &tuple, size, BPF_F_CURRENT_NETNS, 0);
 	if (!skc)
-		return 0;
+		return -1; /* no socket: the kernel answers with a RST */
 	if (skc->state != BPF_TCP_LISTEN) {
 		bpf_sk_release(skc);
 		return -1;
@@ -1204,8 +1214,9 @@ static __always_inline int cookie_ack(struct __sk_buff *skb, void *data, void *e
 	syn_opts_read(data, end, (void *)(th + 1) - data, (void *)th - data + th->doff * 4, &o);
 	cookie_attrs(bits, family, &o, &r);
 	tp = bpf_skc_to_tcp_sock(skc);
-	if (tp && !bpf_sk_assign_tcp_reqsk(skb, (struct sock *)tp, &r, sizeof(r)))
-		ret = 1;
+	if (tp)
+		bpf_sk_assign_tcp_reqsk(skb, (struct sock *)tp, &r, sizeof(r));
+	ret = 1;
 out:
 	bpf_sk_release(skc);
 	return ret;
@@ -1231,6 +1242,7 @@ int sluice_cookie_ack(struct __sk_buff *skb)
 	__u32 cls, family = 0, l3;
 	int ok;
 
+	cookie_kfunc = bpf_sk_assign_tcp_reqsk ? 1 : 2;
 	if (!bpf_sk_assign_tcp_reqsk)
 		return TC_ACT_OK; /* a kernel before 6.9: the daemon never turns answering on */
 	if (parse(data, end, &pk, 0) != PARSE_OK || pk.slot != SLUICE_SLOT_TCP ||

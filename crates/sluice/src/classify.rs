@@ -310,6 +310,7 @@ match = [{ proto = "udp", port = 1500 }]
                     discovered: None,
                     readers: None,
                     away: false,
+                    syn_cookies: crate::config::SynCookies::Auto,
                 })
                 .collect();
             let mut cfg = crate::config::from_flags(&["x:match=udp".into()]).unwrap();

@@ -36,6 +36,7 @@
 //! fallback = "unlimited"        # limit once signals are lost past auto.hold: packets/s or "unlimited"
 //! readers = "least-loaded"      # a reuseport group's socket per datagram: "hash", "round-robin", "least-loaded"
 //! cpu = "away"                  # admitted packets to another CPU while a higher priority is in distress
+//! syn_cookies = "auto"          # TCP: the gate answers SYNs with cookies "auto" (under SYN pressure), "on" or "off"
 //! match = [{ proto = "udp", port = 8053 }]
 //!
 //! [auto]
@@ -280,6 +281,34 @@ pub struct Class {
     /// `cpu = "away"`: its admitted packets go to another CPU while a higher
     /// priority is in distress (see `crate::away`); false (`"stay"`, the default): never.
     pub away: bool,
+    /// When the gate answers the class's TCP SYNs with its own cookies (see `crate::syn_guard`).
+    pub syn_cookies: SynCookies,
+}
+
+/// `syn_cookies`: when the gate answers a TCP class's SYNs itself (SYN cookies at the driver).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SynCookies {
+    /// While the class's listeners are under SYN pressure (the default).
+    #[default]
+    Auto,
+    /// Always (a test, or a service known to be flooded).
+    On,
+    /// Never: the kernel answers every SYN, as without sluice.
+    Off,
+}
+
+impl SynCookies {
+    pub fn parse(s: &str) -> Result<SynCookies, String> {
+        match s.trim() {
+            "auto" => Ok(SynCookies::Auto),
+            "on" => Ok(SynCookies::On),
+            "off" => Ok(SynCookies::Off),
+            other => {
+                Err(format!("\"{other}\" is not a syn_cookies policy; valid: \"auto\" (default), \"on\" or \"off\""))
+            }
+        }
+    }
 }
 
 /// A validated configuration. Class ids are indexes into `classes`.
@@ -560,6 +589,7 @@ fn finish(
                     discovered: None,
                     readers: None,
                     away: false,
+                    syn_cookies: SynCookies::Auto,
                 });
                 classes.len() - 1
             }
@@ -623,6 +653,7 @@ struct RawClass {
     fallback: Option<Spanned<IntOrString>>,
     readers: Option<Spanned<String>>,
     cpu: Option<Spanned<String>>,
+    syn_cookies: Option<Spanned<String>>,
     #[serde(default, rename = "match")]
     rules: Vec<Spanned<RawRule>>,
 }
@@ -752,8 +783,12 @@ impl Locator<'_> {
             Some(c) => parse_cpu(c.get_ref()).map_err(|m| self.at(c.span(), &field("cpu"), m))?,
             None => false,
         };
+        let syn_cookies = match &rc.syn_cookies {
+            Some(c) => SynCookies::parse(c.get_ref()).map_err(|m| self.at(c.span(), &field("syn_cookies"), m))?,
+            None => SynCookies::Auto,
+        };
         let priority = rc.priority.unwrap_or(DEFAULT_PRIORITY);
-        Ok(Class { name, priority, limit, rules, discovered: None, readers, away })
+        Ok(Class { name, priority, limit, rules, discovered: None, readers, away, syn_cookies })
     }
 
     fn rule(&self, rr: &Spanned<RawRule>, field: &dyn Fn(&str) -> String) -> Result<Rule, ConfigError> {
@@ -824,7 +859,7 @@ pub fn load_file(path: &Path) -> Result<Config, ConfigError> {
 // ---------------------------------------------------------------------------
 // Flag syntax: --class 'NAME:priority=P,rate=R,burst=B,match=PROTO[:PORTS][@PREFIX],...'
 
-const FLAG_KEYS: &str = "priority, rate, burst, match, algo, min_share, fallback, readers, cpu";
+const FLAG_KEYS: &str = "priority, rate, burst, match, algo, min_share, fallback, readers, cpu, syn_cookies";
 
 /// The `cpu` key: "away" (true) or "stay" (false).
 fn parse_cpu(s: &str) -> Result<bool, String> {
@@ -843,6 +878,7 @@ pub fn parse_class_flag(spec: &str) -> Result<Class, ConfigError> {
     check_name(name.trim()).map_err(|m| err("name", m))?;
     let (mut priority, mut rate, mut burst, mut rules) = (DEFAULT_PRIORITY, None, None, Vec::new());
     let (mut algo, mut min_share, mut fallback, mut readers, mut away) = (None, None, None, None, false);
+    let mut syn_cookies = SynCookies::Auto;
     for kv in rest.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let (k, v) =
             kv.split_once('=').ok_or_else(|| err(kv, format!("expected key=value with key one of {FLAG_KEYS}")))?;
@@ -864,6 +900,7 @@ pub fn parse_class_flag(spec: &str) -> Result<Class, ConfigError> {
             "fallback" => fallback = Some(v.to_string()),
             "readers" => readers = Some(Readers::parse(v).map_err(|m| err("readers", m))?),
             "cpu" => away = parse_cpu(v).map_err(|m| err("cpu", m))?,
+            "syn_cookies" => syn_cookies = SynCookies::parse(v).map_err(|m| err("syn_cookies", m))?,
             "match" => {
                 let (pp, src) = match v.split_once('@') {
                     Some((pp, s)) => (pp, Some(parse_prefix(s).map_err(|m| err("match", m))?)),
@@ -887,7 +924,7 @@ pub fn parse_class_flag(spec: &str) -> Result<Class, ConfigError> {
         None => Limit::Unlimited,
     };
     let limit = auto_keys(limit, algo.as_deref(), min_share, fallback.as_deref()).map_err(|(f, m)| err(f, m))?;
-    Ok(Class { name: name.trim().into(), priority, limit, rules, discovered: None, readers, away })
+    Ok(Class { name: name.trim().into(), priority, limit, rules, discovered: None, readers, away, syn_cookies })
 }
 
 /// Build a config from `--class` flags alone.
@@ -930,6 +967,7 @@ pub fn resolve(file: Option<&Path>, flags: &[String]) -> Result<Config, ConfigEr
         discovered: None,
         readers: None,
         away: false,
+        syn_cookies: SynCookies::Auto,
     };
     let default_name = cfg.classes[cfg.default_class].name.clone();
     let mut classes = cfg.classes;

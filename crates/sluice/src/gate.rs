@@ -20,6 +20,9 @@ use crate::config::{Config, Limit, Verdict, XdpMode};
 use crate::gate_skel::{GateSkel, GateSkelBuilder};
 use crate::share::shares_for;
 
+mod cookies;
+pub use cookies::{kernel_takes_cookies, random_key};
+
 pub const XDP_DROP: u32 = libbpf_sys::XDP_DROP;
 pub const XDP_PASS: u32 = libbpf_sys::XDP_PASS;
 pub const XDP_REDIRECT: u32 = libbpf_sys::XDP_REDIRECT;
@@ -53,6 +56,8 @@ pub enum GateError {
         "attaching the egress learner (tcx, Linux 6.6 or later) to {iface} failed: {err}; the gate was not left attached"
     )]
     AttachLearner { iface: String, err: std::io::Error },
+    #[error("attaching the SYN cookie checker (tcx ingress) to {iface} failed: {err}; the gate was not left attached")]
+    AttachCookies { iface: String, err: std::io::Error },
     #[error("BPF map operation on `{map}` failed: {err}")]
     Map { map: &'static str, err: libbpf_rs::Error },
     #[error("{0}")]
@@ -201,6 +206,8 @@ pub enum Prog {
     Noop,
     /// The egress learner (a TC program; test-run on a frame as it leaves).
     Learn,
+    /// The cookie checker (a TC program at ingress).
+    CookieAck,
 }
 
 /// A loaded (and perhaps attached) gate.
@@ -210,6 +217,8 @@ pub struct Gate {
     link: Option<OwnedFd>,
     /// The egress learner's tcx link (attached with the gate).
     learn_link: Option<OwnedFd>,
+    /// The SYN cookie checker's tcx ingress link (with the gate, where the kernel takes gate cookies).
+    cookie_link: Option<OwnedFd>,
     /// Keys written into the tries, to delete the stale ones on reload.
     tries: TrieKeys,
     /// The config in force, to carry class state by name and to roll back to.
@@ -272,7 +281,15 @@ impl Gate {
         open.maps.cpus.set_max_entries(possible as u32).map_err(GateError::Load)?;
         let skel = open.load().map_err(GateError::Load)?;
         let ncpus = libbpf_rs::num_possible_cpus().map_err(GateError::Load)?;
-        Ok(Gate { skel, ncpus, link: None, learn_link: None, tries: TrieKeys::default(), applied: None })
+        Ok(Gate {
+            skel,
+            ncpus,
+            link: None,
+            learn_link: None,
+            cookie_link: None,
+            tries: TrieKeys::default(),
+            applied: None,
+        })
     }
 
     pub fn ncpus(&self) -> usize {
@@ -677,17 +694,34 @@ impl Gate {
         zero(&self.skel.maps.global_stats, "global_stats", SLUICE_GS_NR)
     }
 
-    /// Run a program on one packet `repeat` times in the kernel (BPF_PROG_TEST_RUN)
-    /// on the calling thread's CPU. Returns the verdict and the mean time per run.
-    pub fn test_run(&self, prog: Prog, packet: &[u8], repeat: u32) -> Result<(u32, Duration), libbpf_rs::Error> {
-        let p = match prog {
+    fn prog(&self, prog: Prog) -> &libbpf_rs::ProgramMut<'static> {
+        match prog {
             Prog::Gate => &self.skel.progs.sluice_gate,
             Prog::Noop => &self.skel.progs.sluice_noop,
             Prog::Learn => &self.skel.progs.sluice_learn,
-        };
+            Prog::CookieAck => &self.skel.progs.sluice_cookie_ack,
+        }
+    }
+
+    /// Run a program on one packet `repeat` times in the kernel (BPF_PROG_TEST_RUN)
+    /// on the calling thread's CPU. Returns the verdict and the mean time per run.
+    pub fn test_run(&self, prog: Prog, packet: &[u8], repeat: u32) -> Result<(u32, Duration), libbpf_rs::Error> {
+        let p = self.prog(prog);
         let input = libbpf_rs::ProgramInput { data_in: Some(packet), repeat, ..Default::default() };
         let out = p.test_run(input)?;
         Ok((out.return_value, out.duration))
+    }
+
+    /// Run a program once on a packet; its verdict and the packet as it left
+    /// it (a rewritten frame: the gate's SYN-ACK).
+    pub fn test_run_out(&self, prog: Prog, packet: &[u8]) -> Result<(u32, Vec<u8>), libbpf_rs::Error> {
+        let p = self.prog(prog);
+        let mut out = vec![0u8; packet.len() + 256];
+        let input = libbpf_rs::ProgramInput { data_in: Some(packet), data_out: Some(&mut out), ..Default::default() };
+        let res = p.test_run(input)?;
+        let (verdict, len) = (res.return_value, res.data.map_or(0, |d| d.len()));
+        out.truncate(len);
+        Ok((verdict, out))
     }
 
     /// Attach to `iface` through a bpf_link (it detaches when the daemon exits,
@@ -739,21 +773,14 @@ impl Gate {
     /// Attach the egress learner (tcx egress, a bpf_link like the gate's).
     /// On failure the gate is detached again: the two go together.
     fn attach_learner(&mut self, iface: &str, ifidx: i32) -> Result<()> {
-        let opts = libbpf_sys::bpf_link_create_opts {
-            sz: std::mem::size_of::<libbpf_sys::bpf_link_create_opts>() as _,
-            ..Default::default()
-        };
-        let prog_fd = self.skel.progs.sluice_learn.as_fd().as_raw_fd();
-        // SAFETY: as for the gate's link above.
-        let fd = unsafe { libbpf_sys::bpf_link_create(prog_fd, ifidx, libbpf_sys::BPF_TCX_EGRESS, &opts) };
-        if fd < 0 {
-            self.link = None;
-            let err = std::io::Error::from_raw_os_error(-fd);
-            return Err(GateError::AttachLearner { iface: iface.into(), err });
+        match tcx_link(&self.skel.progs.sluice_learn, ifidx, libbpf_sys::BPF_TCX_EGRESS) {
+            Ok(link) => self.learn_link = Some(link),
+            Err(err) => {
+                self.link = None;
+                return Err(GateError::AttachLearner { iface: iface.into(), err });
+            }
         }
-        // SAFETY: bpf_link_create returned a new file descriptor that we now own.
-        self.learn_link = Some(unsafe { OwnedFd::from_raw_fd(fd) });
-        Ok(())
+        self.attach_cookie_checker(iface, ifidx)
     }
 
     /// Would `attach` go ahead? Err if another program holds the interface
@@ -775,12 +802,29 @@ impl Gate {
     pub fn detach(&mut self) {
         self.link = None;
         self.learn_link = None;
+        self.cookie_link = None;
     }
 
     /// The id of the loaded gate program.
     pub fn prog_id(&self) -> u32 {
         prog_id_of_fd(self.skel.progs.sluice_gate.as_fd().as_raw_fd())
     }
+}
+
+/// Attach a TC program to an interface's tcx hook (`BPF_TCX_INGRESS` or
+/// `BPF_TCX_EGRESS`) through a bpf_link: it goes when the link is dropped.
+fn tcx_link(prog: &libbpf_rs::ProgramMut<'static>, ifidx: i32, hook: u32) -> std::io::Result<OwnedFd> {
+    let opts = libbpf_sys::bpf_link_create_opts {
+        sz: std::mem::size_of::<libbpf_sys::bpf_link_create_opts>() as _,
+        ..Default::default()
+    };
+    // SAFETY: the program's fd is open while `prog` lives, opts is initialised with its size.
+    let fd = unsafe { libbpf_sys::bpf_link_create(prog.as_fd().as_raw_fd(), ifidx, hook, &opts) };
+    if fd < 0 {
+        return Err(std::io::Error::from_raw_os_error(-fd));
+    }
+    // SAFETY: bpf_link_create returned a new file descriptor that we now own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 fn prog_info(fd: i32) -> libbpf_sys::bpf_prog_info {

@@ -52,6 +52,21 @@ pub struct ClassTotals {
     /// Packets of known sources over their own rate (taken as unknown).
     #[serde(default)]
     pub known_over_pkts: u64,
+    /// TCP SYNs that reached the class, and those the gate answered itself
+    /// with a cookie SYN-ACK (a verdict of their own: neither admitted nor
+    /// dropped).
+    #[serde(default)]
+    pub syn_pkts: u64,
+    #[serde(default)]
+    pub synack_pkts: u64,
+    #[serde(default)]
+    pub synack_bytes: u64,
+    /// ACKs to a guarded listener with a valid gate cookie (a connection
+    /// completed from it), and with none (left to the kernel).
+    #[serde(default)]
+    pub cookies_valid: u64,
+    #[serde(default)]
+    pub cookies_invalid: u64,
 }
 
 impl From<ClassCounters> for ClassTotals {
@@ -72,6 +87,11 @@ impl From<ClassCounters> for ClassTotals {
             source_inserts: c[SLUICE_CS_SRC_INSERTS as usize],
             away_pkts: c[SLUICE_CS_AWAY_PKTS as usize],
             known_over_pkts: c[SLUICE_CS_KNOWN_OVER_PKTS as usize],
+            syn_pkts: c[SLUICE_CS_SYN_PKTS as usize],
+            synack_pkts: c[SLUICE_CS_SYNACK_PKTS as usize],
+            synack_bytes: c[SLUICE_CS_SYNACK_BYTES as usize],
+            cookies_valid: c[SLUICE_CS_COOKIE_OK as usize],
+            cookies_invalid: c[SLUICE_CS_COOKIE_BAD as usize],
         }
     }
 }

@@ -274,6 +274,7 @@ fn group_class(name: String, services: &[&Service], algo: crate::controller::Alg
         discovered: Some(why),
         readers: None,
         away: false,
+        syn_cookies: crate::config::SynCookies::Auto,
     }
 }
 

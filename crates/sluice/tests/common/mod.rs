@@ -118,4 +118,5 @@ impl TestGate {
         assert_eq!(moved, vec![(landed, 1)], "{what}: verdict counters that moved");
     }
 }
+pub mod tcp;
 pub mod testbed;

@@ -1,0 +1,191 @@
+//! SYN cookies at the driver (issue 22) by BPF_PROG_TEST_RUN: the SYN-ACK
+//! the gate builds (addresses, ports, sequence numbers, options,
+//! checksums), which SYNs it leaves to the kernel, and the cookie checker's
+//! verdict on ACKs (against a real listener in this namespace: the checker
+//! looks the listener up). Needs root (CI is root).
+mod common;
+
+use std::net::TcpListener;
+
+use common::tcp::{linux_syn_options, parse, ts_options, Parsed, Segment, ACK, FIN, SYN};
+use common::TestGate;
+use sluice::bpf_intf::*;
+use sluice::gate::{Clock, Prog, XDP_PASS};
+
+const XDP_TX: u32 = 3;
+const KEY: [u64; 2] = [0x0123_4567_89ab_cdef, 0x0fed_cba9_8765_4321];
+
+/// A gate with class "web" on tcp:`port`, its SYN guard answering, the key set and the clock at `now_ms`.
+fn guarded(port: u16, now_ms: u64) -> TestGate {
+    let mut g = TestGate::new(&[&format!("web:match=tcp:{port}")]);
+    g.gate.set_syn_key(KEY, 1500);
+    g.gate.set_clock(&Clock { epoch: 1, now_ms, known_ttl_ms: 3_600_000 });
+    let guard = sluice_syn_guard { answer: 1, check_until_ms: now_ms + 200_000, ..Default::default() };
+    g.gate.set_syn_guard(g.class("web"), &guard).unwrap();
+    g
+}
+
+fn counter(g: &TestGate, idx: u32) -> u64 {
+    g.gate.class_counters(g.class("web")).unwrap()[idx as usize]
+}
+
+/// Run a SYN through the gate: its verdict and the frame it left.
+fn answer(g: &TestGate, syn: &Segment) -> (u32, Parsed) {
+    let (verdict, out) = g.gate.test_run_out(Prog::Gate, &syn.build()).unwrap();
+    (verdict, parse(&out))
+}
+
+#[test]
+fn a_guarded_ipv4_syn_gets_a_syn_ack_with_a_cookie_and_the_clients_options() {
+    let g = guarded(80, Clock::wall_ms());
+    let mut syn = Segment::new("192.0.2.7", "10.0.0.2", 40000, 80, SYN);
+    syn.options = linux_syn_options(1460, 777);
+    let (verdict, sa) = answer(&g, &syn);
+    assert_eq!(verdict, XDP_TX, "sent back out of the interface");
+    assert_eq!((sa.src.to_string(), sa.dst.to_string()), ("10.0.0.2".into(), "192.0.2.7".into()));
+    assert_eq!((sa.sport, sa.dport), (80, 40000));
+    assert_eq!(sa.flags, SYN | ACK);
+    assert_eq!(sa.ack, syn.seq.wrapping_add(1), "acknowledges the client's ISN");
+    assert!(sa.ip_csum_ok && sa.tcp_csum_ok, "checksums: {sa:?}");
+    assert_eq!(sa.option(2), Some(&1460u16.to_be_bytes()[..]), "the MSS of a 1500-byte MTU");
+    assert_eq!(sa.option(3), Some(&[SLUICE_COOKIE_WSCALE as u8][..]), "window scale offered back");
+    assert!(sa.option(4).is_some(), "SACK permitted back");
+    let ts = sa.option(8).expect("timestamps back");
+    assert_eq!(&ts[4..8], &777u32.to_be_bytes(), "TSecr echoes the client's TSval");
+    assert_eq!(sa.payload_len, 0);
+    assert_eq!(sa.seq & 0xf, 7, "the cookie keeps the client's window scale");
+    assert_eq!((sa.seq >> 6) & 3, 3, "and its MSS (1460: the table's last entry)");
+    assert_eq!((counter(&g, SLUICE_CS_SYN_PKTS), counter(&g, SLUICE_CS_SYNACK_PKTS)), (1, 1));
+    assert_eq!(counter(&g, SLUICE_CS_ADMIT_PKTS), 0, "not passed to the kernel");
+    // One SYN, one cookie: the same SYN again gets the same one; another ISN another.
+    assert_eq!(answer(&g, &syn).1.seq, sa.seq);
+    syn.seq += 1;
+    assert_ne!(answer(&g, &syn).1.seq, sa.seq);
+}
+
+#[test]
+fn a_guarded_ipv6_syn_behind_a_vlan_tag_is_answered_too() {
+    let g = guarded(443, Clock::wall_ms());
+    let mut syn = Segment::new("2001:db8::7", "2001:db8::2", 40000, 443, SYN);
+    syn.vlan = Some(42);
+    syn.options = vec![2, 4, 0x05, 0xa0, 1, 1, 4, 2]; // MSS 1440, NOP NOP SACK-permitted
+    let (verdict, sa) = answer(&g, &syn);
+    assert_eq!(verdict, XDP_TX);
+    assert_eq!(sa.vlan, Some(42), "the tag stays");
+    assert_eq!((sa.src.to_string(), sa.dst.to_string()), ("2001:db8::2".into(), "2001:db8::7".into()));
+    assert!(sa.tcp_csum_ok, "{sa:?}");
+    assert_eq!(sa.option(2), Some(&1440u16.to_be_bytes()[..]), "the IPv6 MSS of a 1500-byte MTU");
+    assert!(sa.option(3).is_none() && sa.option(8).is_none(), "no window scale, no timestamps offered");
+    assert!(sa.option(4).is_some());
+    assert_eq!(sa.seq & 0xf, 0xf, "the cookie says: no window scale");
+}
+
+#[test]
+fn what_the_gate_leaves_to_the_kernel() {
+    let now = Clock::wall_ms();
+    let g = guarded(80, now);
+    let syn = |flags: u8| Segment::new("192.0.2.7", "10.0.0.2", 40000, 80, flags);
+    let pass =
+        |what: &str, s: &Segment| assert_eq!(g.gate.test_run(Prog::Gate, &s.build(), 1).unwrap().0, XDP_PASS, "{what}");
+    pass("SYN+FIN", &syn(SYN | FIN));
+    pass("an ACK", &syn(ACK));
+    pass("a SYN to another port", &Segment::new("192.0.2.7", "10.0.0.2", 40000, 81, SYN));
+    assert_eq!(counter(&g, SLUICE_CS_SYNACK_PKTS), 0);
+    // A SYN with data is answered, without its data (the client sends it again).
+    let mut s = syn(SYN);
+    s.payload = vec![7; 100];
+    let (verdict, sa) = answer(&g, &s);
+    assert_eq!((verdict, sa.payload_len), (XDP_TX, 0));
+    assert!(sa.tcp_csum_ok);
+    // Options cut short (a length past the header) are not taken; the SYN is still answered.
+    let mut s = syn(SYN);
+    s.options = vec![2, 4, 0x05, 0xb4, 3, 9, 7, 0];
+    let (verdict, sa) = answer(&g, &s);
+    assert_eq!(verdict, XDP_TX);
+    assert_eq!(sa.option(2), Some(&1460u16.to_be_bytes()[..]));
+    assert!(sa.option(3).is_none(), "the window scale option ran past the header");
+    // The guard off, observe mode, no key: the normal way.
+    let off = sluice_syn_guard { answer: 0, ..Default::default() };
+    g.gate.set_syn_guard(g.class("web"), &off).unwrap();
+    pass("guard off", &syn(SYN));
+    let mut g = guarded(80, now);
+    g.gate.set_syn_key([0, 0], 1500);
+    pass("no key yet", &syn(SYN));
+    g.gate.set_syn_key(KEY, 1500);
+    g.gate.set_clock(&Clock::default());
+    pass("no gate clock yet", &syn(SYN));
+}
+
+/// A listener on 127.0.0.1 (the checker looks it up in this namespace) and a gate guarding its port.
+fn listener() -> (TcpListener, u16) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    (l, port)
+}
+
+/// The client's ACK to a SYN-ACK: seq = ISN + 1, ack = cookie + 1, echoing its TSval.
+fn ack_for(syn: &Segment, sa: &Parsed) -> Segment {
+    let mut a = Segment::new("127.0.0.2", "127.0.0.1", syn.sport, syn.dport, ACK);
+    a.seq = syn.seq.wrapping_add(1);
+    a.ack = sa.seq.wrapping_add(1);
+    let tsval = sa.option(8).map_or(0, |t| u32::from_be_bytes(t[0..4].try_into().unwrap()));
+    a.options = ts_options(778, tsval);
+    a
+}
+
+#[test]
+fn the_checker_takes_a_valid_cookie_and_refuses_a_wrong_or_expired_one() {
+    let (_l, port) = listener();
+    let now = Clock::wall_ms();
+    let mut g = guarded(port, now);
+    let mut syn = Segment::new("127.0.0.2", "127.0.0.1", 40000, port, SYN);
+    syn.options = linux_syn_options(65495, 777);
+    let (verdict, sa) = answer(&g, &syn);
+    assert_eq!(verdict, XDP_TX);
+    let check = |g: &TestGate, a: &Segment| {
+        let before = (counter(g, SLUICE_CS_COOKIE_OK), counter(g, SLUICE_CS_COOKIE_BAD));
+        assert_eq!(g.gate.test_run(Prog::CookieAck, &a.build(), 1).unwrap().0, 0, "TC_ACT_OK: never dropped");
+        (counter(g, SLUICE_CS_COOKIE_OK) - before.0, counter(g, SLUICE_CS_COOKIE_BAD) - before.1)
+    };
+    let good = ack_for(&syn, &sa);
+    assert_eq!(check(&g, &good), (1, 0), "the cookie the gate made");
+    let mut wrong = good.clone();
+    wrong.ack = wrong.ack.wrapping_add(1 << 9);
+    assert_eq!(check(&g, &wrong), (0, 1), "a cookie off by one hash bit");
+    let mut other_port = good.clone();
+    other_port.sport += 1;
+    assert_eq!(check(&g, &other_port), (0, 1), "a cookie for another connection");
+    let mut other_isn = good.clone();
+    other_isn.seq += 1;
+    assert_eq!(check(&g, &other_isn), (0, 1), "a cookie for another ISN");
+    // A cookie lives in its slot and the next: at least one slot, at most two.
+    g.gate.set_clock(&Clock { epoch: 2, now_ms: now + SLUICE_COOKIE_SLOT_MS as u64, known_ttl_ms: 3_600_000 });
+    assert_eq!(check(&g, &good), (1, 0), "one slot later");
+    g.gate.set_clock(&Clock { epoch: 3, now_ms: now + 2 * SLUICE_COOKIE_SLOT_MS as u64, known_ttl_ms: 3_600_000 });
+    assert_eq!(check(&g, &good), (0, 1), "two slots later: expired");
+    // Another key (a restarted daemon): the old cookie is refused.
+    g.gate.set_clock(&Clock { epoch: 4, now_ms: now, known_ttl_ms: 3_600_000 });
+    g.gate.set_syn_key([KEY[0] ^ 1, KEY[1]], 1500);
+    assert_eq!(check(&g, &good), (0, 1), "a cookie of another key");
+}
+
+#[test]
+fn the_checker_leaves_acks_alone_outside_a_guard_or_without_a_listener() {
+    let now = Clock::wall_ms();
+    let (l, port) = listener();
+    let g = guarded(port, now);
+    let mut syn = Segment::new("127.0.0.2", "127.0.0.1", 40000, port, SYN);
+    syn.options = linux_syn_options(65495, 777);
+    let (_, sa) = answer(&g, &syn);
+    let good = ack_for(&syn, &sa);
+    let counted = |g: &TestGate| counter(g, SLUICE_CS_COOKIE_OK) + counter(g, SLUICE_CS_COOKIE_BAD);
+    let past = sluice_syn_guard { answer: 0, check_until_ms: now - 1, ..Default::default() };
+    g.gate.set_syn_guard(g.class("web"), &past).unwrap();
+    g.gate.test_run(Prog::CookieAck, &good.build(), 1).unwrap();
+    assert_eq!(counted(&g), 0, "the guard's checking time is over: not looked at");
+    let on = sluice_syn_guard { answer: 1, check_until_ms: now + 1000, ..Default::default() };
+    g.gate.set_syn_guard(g.class("web"), &on).unwrap();
+    drop(l);
+    g.gate.test_run(Prog::CookieAck, &good.build(), 1).unwrap();
+    assert_eq!(counted(&g), 0, "no listener: the kernel answers (a RST), nothing to count");
+}
