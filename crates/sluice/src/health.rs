@@ -31,6 +31,7 @@ pub struct ListenStats {
 /// The namespace's TCP counters that say a listener or a socket lost packets.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TcpExt {
+    pub syncookies_sent: u64,
     pub listen_overflows: u64,
     pub listen_drops: u64,
     pub backlog_drop: u64,
@@ -40,6 +41,7 @@ pub struct TcpExt {
 pub fn parse_tcpext(text: &str) -> TcpExt {
     let get = |name: &str| proc_counter(text, "TcpExt:", name);
     TcpExt {
+        syncookies_sent: get("SyncookiesSent"),
         listen_overflows: get("ListenOverflows"),
         listen_drops: get("ListenDrops"),
         backlog_drop: get("TCPBacklogDrop"),
@@ -104,6 +106,21 @@ pub fn distress(prev: &Health, now: &Health, class: usize) -> Option<&'static st
 pub fn behind(prev: &Health, now: &Health, class: usize) -> bool {
     let (Some(p), Some(n)) = (prev.classes.get(class), now.classes.get(class)) else { return false };
     socket_dropped(p, n) && stands(p.udp.queued, n.udp.queued, n.udp.rcvbuf, crate::controller::OVERLOAD_QUEUE)
+}
+
+/// Do a class's TCP listeners show SYN pressure between two ticks: the
+/// kernel sent SYN cookies or a listen queue overflowed or dropped (both
+/// namespace-wide counters), or the class's accept queue stands?
+pub fn syn_pressure(prev: &Health, now: &Health, class: usize) -> bool {
+    let (Some(p), Some(n)) = (prev.classes.get(class), now.classes.get(class)) else { return false };
+    if n.listen.sockets == 0 {
+        return false;
+    }
+    let (a, b) = (prev.tcp, now.tcp);
+    b.syncookies_sent > a.syncookies_sent
+        || b.listen_overflows > a.listen_overflows
+        || b.listen_drops > a.listen_drops
+        || stands(p.listen.accept_queue, n.listen.accept_queue, n.listen.backlog, ACCEPT_STANDS)
 }
 
 /// True if the per-CPU backlogs dropped packets between two ticks.
@@ -246,7 +263,10 @@ mod tests {
     #[test]
     fn tcpext_counters_are_found_by_name() {
         let text = "TcpExt: SyncookiesSent ListenOverflows ListenDrops TCPBacklogDrop\nTcpExt: 1 2 3 4\nIpExt: InNoRoutes\nIpExt: 0\n";
-        assert_eq!(parse_tcpext(text), TcpExt { listen_overflows: 2, listen_drops: 3, backlog_drop: 4 });
+        assert_eq!(
+            parse_tcpext(text),
+            TcpExt { syncookies_sent: 1, listen_overflows: 2, listen_drops: 3, backlog_drop: 4 }
+        );
         assert_eq!(parse_tcpext("garbage"), TcpExt::default());
     }
 

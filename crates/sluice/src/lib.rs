@@ -12,7 +12,8 @@
 //! - the daemon: [`daemon`] (`sluice run`: start, statistics, reload),
 //!   [`endpoint`] (the metrics endpoint, bounded in threads, bytes and time),
 //!   [`tick`] (what runs every 10 ms), [`auto`] (the auto loop: signals,
-//!   controller, gate);
+//!   controller, gate), [`syn_guard`] (when the gate answers a TCP class's
+//!   SYNs with its own cookies);
 //! - tools around it: [`testbed`] (the namespaces every test, bench and demo
 //!   uses), [`serve`] and [`send`] (a victim service and a paced sender),
 //!   [`packet`] (crafted frames). The bench is the `sluice-bench` crate.
@@ -70,6 +71,7 @@ pub mod sources;
 pub mod stats;
 pub mod steer;
 pub mod summary;
+pub mod syn_guard;
 pub mod testbed;
 pub mod tick;
 pub mod trace;

@@ -22,9 +22,10 @@ use crate::budget::{Budget, BudgetClass, FLOOR_PPS};
 use crate::config::{default_burst, Config, Limit};
 use crate::fair::{Fair, FairCounts, FairTick};
 use crate::gate::{ClassCounters, Clock, Gate, Tiers};
-use crate::health::{behind, distress, path_distress, Health, HealthReader};
+use crate::health::{behind, distress, path_distress, syn_pressure, Health, HealthReader};
 use crate::log::{Cause, Change};
 use crate::stats::ClassTotals;
+use crate::syn_guard::SynGuards;
 
 /// An auto class whose rate is over this many times what it was offered in
 /// the last tick admits everything until its traffic comes closer (a flood
@@ -88,6 +89,8 @@ pub struct Ticker {
     /// The controller of the `rate = "auto"` classes with UDP sockets, if any.
     pub auto: Option<AutoLoop>,
     pub budget: Budget,
+    /// When the gate answers each TCP class's SYNs itself.
+    pub syn: SynGuards,
     /// Ticks whose signals could not be read.
     pub signal_errors: u64,
     /// Ticks run (the gate's epoch).
@@ -132,6 +135,7 @@ impl Ticker {
             last: None,
             auto,
             budget: Budget::default(),
+            syn: SynGuards::new(cfg),
             signal_errors: 0,
             epoch: 0,
             changes: vec![],
@@ -146,6 +150,7 @@ impl Ticker {
             last: None,
             auto: None,
             budget: Budget::default(),
+            syn: SynGuards::default(),
             signal_errors: 0,
             epoch: 0,
             changes: vec![],
@@ -168,6 +173,7 @@ impl Ticker {
             }
         }
         self.epoch = old.epoch;
+        self.syn.carry_from(&old.syn);
         self.budget = old.budget;
         self.budget.remap(&map);
         if let (Some(new), Some(old)) = (&mut self.auto, old.auto) {
@@ -277,11 +283,27 @@ impl Ticker {
             c.totals = Some(t);
             c.counts_from(raw[id]);
         }
+        self.guard_syns(gate, &raw, &now.1, dt)?;
         let path = self.last.as_ref().is_some_and(|(_, prev)| path_distress(prev, &now.1));
         let limits =
             if self.last.is_some() { self.budget.step(&demand, path).to_vec() } else { self.budget.limits.clone() };
         self.last = Some(now);
         Ok(limits)
+    }
+
+    /// Step each class's SYN guard and write the changed ones to the gate
+    /// (none where the gate cannot answer SYNs: an older kernel).
+    fn guard_syns(&mut self, gate: &Gate, raw: &[ClassCounters], now: &Health, dt: f64) -> Result<()> {
+        if !gate.answers_syns() {
+            return Ok(());
+        }
+        let pressure: Vec<bool> = (0..self.classes.len())
+            .map(|id| self.last.as_ref().is_some_and(|(_, prev)| syn_pressure(prev, now, id)))
+            .collect();
+        for (id, guard) in self.syn.tick(raw, &pressure, dt, Clock::wall_ms()) {
+            gate.set_syn_guard(id, &guard)?;
+        }
+        Ok(())
     }
 
     /// Seconds each class's service has been in distress (by class id;

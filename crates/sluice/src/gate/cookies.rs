@@ -53,6 +53,12 @@ impl Gate {
         data.settings.syn_mss6 = mtu.saturating_sub(60).clamp(1220, 65_475) as u16;
     }
 
+    /// Does the gate answer SYNs where a guard says so: its cookie checker is
+    /// attached (the kernel takes gate cookies) and the key set?
+    pub fn answers_syns(&self) -> bool {
+        self.cookie_link.is_some()
+    }
+
     /// Write a class's SYN guard.
     pub fn set_syn_guard(&self, class: usize, guard: &sluice_syn_guard) -> Result<()> {
         self.skel
