@@ -732,6 +732,9 @@ impl Daemon {
         {
             (c.distress_secs, c.dropped_with_room_pkts) = (d, h);
         }
+        for (c, g) in snap.classes.iter_mut().zip(self.ticker.syn.status(self.gate.answers_syns())) {
+            c.syn_guard = g;
+        }
         let attached = gate::attached_prog_id(snap.ifindex as i32) == Some(snap.prog_id);
         if snap.attached && !attached {
             log::error(format_args!(

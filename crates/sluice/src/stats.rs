@@ -214,6 +214,22 @@ pub struct ClassSnapshot {
     /// on a healthy service. None: the class has no UDP socket the daemon reads.
     #[serde(default)]
     pub dropped_with_room_pkts: Option<u64>,
+    /// SYN cookies at the driver, for a class with TCP ports or
+    /// `syn_cookies = "on"` (None: neither).
+    #[serde(default)]
+    pub syn_guard: Option<SynGuardStatus>,
+}
+
+/// A class's SYN guard (`crate::syn_guard`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SynGuardStatus {
+    /// "auto", "on" or "off".
+    pub policy: String,
+    /// The gate answers the class's SYNs now.
+    pub answering: bool,
+    /// The kernel can complete connections from gate cookies (Linux 6.9's
+    /// bpf_sk_assign_tcp_reqsk); false: the kernel answers every SYN.
+    pub available: bool,
 }
 
 /// The auto controller's state for one class.
@@ -342,6 +358,7 @@ pub fn class_snapshots(cfg: &Config) -> Vec<ClassSnapshot> {
                 kernel_drops: Vec::new(),
                 distress_secs: None,
                 dropped_with_room_pkts: None,
+                syn_guard: None,
             }
         })
         .collect()
@@ -448,6 +465,7 @@ pub fn render_table(s: &Snapshot) -> String {
         );
     }
     render_no_signal(&mut o, &s.classes);
+    render_syn_guards(&mut o, &s.classes);
     render_budget(&mut o, s);
     crate::sources::render_status(&mut o, s);
     crate::steer::render_status(&mut o, &s.readers);
@@ -465,6 +483,30 @@ pub fn render_table(s: &Snapshot) -> String {
         g.non_ip_pass, g.malformed_drop, g.malformed_pass, g.depth_exceeded, g.fragments
     );
     o
+}
+
+/// Classes whose SYNs the gate answers or answered (SYN cookies at the
+/// driver), and one line if this kernel cannot complete connections from
+/// gate cookies while some class has TCP ports.
+fn render_syn_guards(o: &mut String, classes: &[ClassSnapshot]) {
+    let guarded: Vec<(&ClassSnapshot, &SynGuardStatus)> =
+        classes.iter().filter_map(|c| c.syn_guard.as_ref().map(|g| (c, g))).collect();
+    if guarded.iter().any(|(_, g)| !g.available) {
+        let _ = writeln!(
+            o,
+            "SYN COOKIES: unavailable (the kernel lacks bpf_sk_assign_tcp_reqsk, Linux 6.9): the kernel answers every SYN"
+        );
+        return;
+    }
+    for (c, g) in guarded.iter().filter(|(c, g)| g.answering || c.totals.synack_pkts > 0) {
+        let t = &c.totals;
+        let now = if g.answering { "answers its SYNs now" } else { "answered SYNs earlier" };
+        let _ = writeln!(
+            o,
+            "SYN COOKIES: the gate {now} for {} (syn_cookies = {}): SYN-ACKs sent {}, valid cookies back {}, ACKs without one {}",
+            c.name, g.policy, t.synack_pkts, t.cookies_valid, t.cookies_invalid
+        );
+    }
 }
 
 /// Auto classes with no socket of their own to read (the service stopped,
@@ -591,6 +633,7 @@ fn register_class_families(reg: &mut Registry, classes: &[ClassSnapshot]) {
     let limit = Family::<Labels, U64Gauge>::default();
     let (throttle, distress) = (Family::<Labels, F64Gauge>::default(), Family::<Labels, F64Counter>::default());
     let harm = Family::<Labels, U64Counter>::default();
+    let (answering, cookies) = (Family::<Labels, U64Gauge>::default(), Family::<Labels, U64Counter>::default());
     for c in classes {
         let t = &c.totals;
         // Every classified packet gets exactly one verdict: the sum over verdicts is what the class saw.
@@ -599,6 +642,7 @@ fn register_class_families(reg: &mut Registry, classes: &[ClassSnapshot]) {
             ("dropped_rate", t.dropped_rate_pkts, t.dropped_rate_bytes),
             ("dropped_blocked", t.dropped_blocked_pkts, t.dropped_blocked_bytes),
             ("dropped_share", t.dropped_share_pkts, t.dropped_share_bytes),
+            ("syn_cookie", t.synack_pkts, t.synack_bytes),
         ] {
             let l = vec![label("class", &c.name), label("verdict", verdict)];
             pkts.get_or_create(&l).inc_by(p);
@@ -617,7 +661,17 @@ fn register_class_families(reg: &mut Registry, classes: &[ClassSnapshot]) {
         if let Some(n) = c.dropped_with_room_pkts {
             harm.get_or_create(&l).inc_by(n);
         }
+        if let Some(g) = &c.syn_guard {
+            answering.get_or_create(&l).set(u64::from(g.answering));
+            for (result, n) in [("valid", t.cookies_valid), ("invalid", t.cookies_invalid)] {
+                cookies.get_or_create(&vec![label("class", &c.name), label("result", result)]).inc_by(n);
+            }
+        }
     }
+    let what = "1 while the gate answers the class's TCP SYNs with its own cookies (SYN cookies at the driver), else 0";
+    reg.register("syn_guard_answering", what, answering);
+    let what = "ACKs to a guarded class's listener: with a valid gate cookie (the connection completed) or without";
+    reg.register("syn_cookie_acks", what, cookies);
     reg.register("class_packets", "Packets per class and verdict (their sum is every packet of the class)", pkts);
     reg.register("class_bytes", "Bytes per class and verdict", bytes);
     reg.register("class_rate_limit_packets_per_second", "Configured packets/s limit of limited classes", limit);
@@ -934,6 +988,24 @@ mod tests {
         let m = prometheus_text(&s);
         assert!(m.contains("sluice_class_dropped_with_room_packets_total{class=\"dns\"} 5"), "{m}");
         assert!(m.contains("sluice_flagged_packets_total{flag=\"observed_pass\"} 7"), "{m}");
+    }
+
+    #[test]
+    fn a_guarded_class_says_what_its_syn_cookies_did() {
+        let mut s = snap();
+        let g = SynGuardStatus { policy: "auto".into(), answering: false, available: true };
+        s.classes[0].syn_guard = Some(g.clone());
+        assert!(!render_table(&s).contains("SYN COOKIES"), "never answered: no line");
+        s.classes[0].syn_guard = Some(SynGuardStatus { answering: true, ..g.clone() });
+        (s.classes[0].totals.synack_pkts, s.classes[0].totals.cookies_valid) = (900, 12);
+        let t = render_table(&s);
+        assert!(t.contains("SYN COOKIES: the gate answers its SYNs now for dns (syn_cookies = auto): SYN-ACKs sent 900, valid cookies back 12"), "{t}");
+        let m = prometheus_text(&s);
+        assert!(m.contains("sluice_syn_guard_answering{class=\"dns\"} 1"), "{m}");
+        assert!(m.contains("sluice_syn_cookie_acks_total{class=\"dns\",result=\"valid\"} 12"), "{m}");
+        assert!(m.contains("sluice_class_packets_total{class=\"dns\",verdict=\"syn_cookie\"} 900"), "{m}");
+        s.classes[0].syn_guard = Some(SynGuardStatus { available: false, ..g });
+        assert!(render_table(&s).contains("SYN COOKIES: unavailable"));
     }
 
     /// Regression: _total families were served as gauges, and two counters had no help

@@ -131,6 +131,26 @@ impl SynGuards {
         SynGuards { classes: classes.collect() }
     }
 
+    /// Each class's guard for status (by class id): those with TCP ports or
+    /// `syn_cookies = "on"`. `available`: the gate can answer SYNs.
+    pub fn status(&self, available: bool) -> Vec<Option<crate::stats::SynGuardStatus>> {
+        let policy = |p: SynCookies| match p {
+            SynCookies::Auto => "auto",
+            SynCookies::On => "on",
+            SynCookies::Off => "off",
+        };
+        self.classes
+            .iter()
+            .map(|c| {
+                (c.tcp || c.policy == SynCookies::On).then(|| crate::stats::SynGuardStatus {
+                    policy: policy(c.policy).into(),
+                    answering: c.answering && available,
+                    available,
+                })
+            })
+            .collect()
+    }
+
     /// Take over `old`'s state by class name; every guard is written again
     /// (class ids may have moved in the gate's map).
     pub fn carry_from(&mut self, old: &SynGuards) {

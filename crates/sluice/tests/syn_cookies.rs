@@ -158,7 +158,9 @@ fn peer_xdp(tb: &mut Testbed) {
     }
 }
 
+/// Class web's totals (after a pause: the daemon publishes every 100 ms).
 fn web(tb: &Testbed) -> sluice::stats::ClassTotals {
+    std::thread::sleep(Duration::from_millis(250));
     tb.status().classes.into_iter().find(|c| c.name == "web").expect("class web").totals
 }
 
@@ -176,6 +178,11 @@ fn a_client_downloads_through_a_connection_made_from_a_gate_cookie() {
     let t = web(&tb);
     assert_eq!(got, Some(BODY as u64), "the download arrived whole (totals: {t:?})");
     assert_eq!((t.synack_pkts, t.cookies_valid), (1, 1), "one SYN answered by the gate, its cookie came back");
+    let table = tb.sluice(&tb.b, &["status", "--socket", tb.socket().to_str().unwrap()]);
+    let table = String::from_utf8_lossy(&table.stdout);
+    let line =
+        "SYN COOKIES: the gate answers its SYNs now for web (syn_cookies = on): SYN-ACKs sent 1, valid cookies back 1";
+    assert!(table.contains(line), "{table}");
     let (snd, rcv) = seen.lock().unwrap()[0];
     assert!(snd > 0, "the client's window scale is in effect (server sends with scale {snd})");
     assert_eq!(rcv, sluice::bpf_intf::SLUICE_COOKIE_WSCALE as u8, "the scale the gate offered is the listener's");
