@@ -174,6 +174,12 @@ struct BenchRunArgs {
     /// dns and http scenarios: the floods to run (closed-v4, closed-v6, own-v4, own-v6; default all).
     #[arg(long, value_delimiter = ',', value_parser = parse_flood_name)]
     floods: Vec<services::Flood>,
+    /// dns and http scenarios: the generator's asked flood rate, packets/s
+    /// (default: its top rate, 8M/s, more than it reaches). Lower it until
+    /// the ring drops (ring/s) are under 5% of the flood: a flood the gate
+    /// sees whole.
+    #[arg(long, value_name = "PPS", value_parser = parse_rate)]
+    flood_rate: Option<f64>,
     /// dns scenario: calm cells (no flood), dnsperf at these fractions of
     /// NSD's measured capacity, off and zero config side by side; "none"
     /// for none.
@@ -392,6 +398,7 @@ fn cmd_bench_services(svc: services::Service, a: BenchRunArgs) -> Result<()> {
         qps: a.qps as u64,
         conns: a.conns,
         floods,
+        flood_pps: a.flood_rate.unwrap_or(services::FLOOD_PPS),
         sources,
         calm_loads: if svc == services::Service::Dns { a.calm_loads.into_iter().flatten().collect() } else { vec![] },
         neighbours: svc == services::Service::Dns && a.neighbours,

@@ -258,6 +258,8 @@ pub struct ServiceOpts {
     pub conns: u32,
     /// The floods to run (names from FLOODS or SOURCE_FLOODS), in this order.
     pub floods: Vec<Flood>,
+    /// The generator's asked flood rate, packets/s (FLOOD_PPS: its top rate).
+    pub flood_pps: f64,
     /// The `sources` scenario: `static` gives the legitimate client's
     /// address a class of its own, a new client probes during each flood.
     pub sources: bool,
@@ -548,7 +550,7 @@ impl<'a> Bench<'a> {
     }
 
     fn flood_stream(&self, f: &Flood) -> StreamSpec {
-        flood_stream(&self.bed.net, self.svc, f)
+        StreamSpec { rate: self.o.flood_pps, ..flood_stream(&self.bed.net, self.svc, f) }
     }
 
     /// Put `setup` in place on vb.
@@ -815,7 +817,7 @@ pub fn summary(r: &ServiceRun) -> String {
                 flood,
                 setup.name(),
                 med(&cells, |c| c.flood_pps).map_or("-".into(), sluice::stats::human),
-                med(&cells, |c| Some(c.ring_drops)).map_or("-".into(), sluice::stats::human),
+                ring_cell(&cells),
                 format!("{}{short}", med(&cells, |c| Some(c.client_rate)).map_or("n/a".into(), sluice::stats::human)),
                 if dns { key } else { format!("{key} {}", pct(med(&cells, |c| c.success))) },
                 ms(med(&cells, |c| c.p50_ms)),
@@ -843,8 +845,25 @@ pub fn summary(r: &ServiceRun) -> String {
         s += "calm-N = no flood, dnsperf asked N% of NSD's measured capacity (do no harm: zero config must answer what off answers)\n";
     }
     s += "svc CPU / sluice CPU = the service's / the daemon's processes, % of one core (the daemon: its tick, discovery, statistics)\n";
-    s += "ring/s = frames/s vb's full ring refused before any XDP ran (flood and clients alike: the CPU 0 NAPI is saturated)\n";
+    s += "ring/s = frames/s vb's full ring refused before any XDP ran (flood and clients alike: the CPU 0 NAPI is saturated);\n";
+    s += "  (*) = over RING_MARK of the frames never reached the gate: no gate could have saved that cell (lower --flood-rate)\n";
     s + &targets(r)
+}
+
+/// A cell whose ring refused over this share of what was sent is marked:
+/// the gate never saw those frames.
+const RING_MARK: f64 = 0.05;
+
+/// The ring/s column: the median ring drops, marked (*) where they were
+/// over RING_MARK of the flood the generator sent in a repeat.
+fn ring_cell(cells: &[&Cell]) -> String {
+    let over = cells.iter().any(|c| c.flood_pps.is_some_and(|f| c.ring_drops > RING_MARK * f));
+    let v = med(cells, |c| Some(c.ring_drops)).map_or("-".into(), sluice::stats::human);
+    if over {
+        format!("{v} (*)")
+    } else {
+        v
+    }
 }
 
 /// The targets, each MET or MISSED with its figures; a missing figure is "not measured".

@@ -970,8 +970,8 @@ static __always_inline int syn_answer(struct xdp_md *ctx)
 	bits = cookie_data(&o, family) | ((slot & 1) ? COOKIE_SLOT_BIT : 0);
 	cookie = cookie_make(&a, cport, sport, isn, bits, slot);
 	len = l3 + iplen + SYNACK_TCP_LEN;
-	if (bpf_xdp_adjust_tail(ctx, (int)len - (int)(end - data)))
-		return 0;
+	if (len != end - data && bpf_xdp_adjust_tail(ctx, (int)len - (int)(end - data)))
+		return 0; /* a Linux SYN is the SYN-ACK's size already */
 	data = (void *)(long)ctx->data;
 	end = (void *)(long)ctx->data_end;
 	if (family == 4)
