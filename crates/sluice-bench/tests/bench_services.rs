@@ -21,6 +21,7 @@ fn opts(floods: &[&str]) -> ServiceOpts {
         qps: 2000,
         conns: 8,
         floods: floods.iter().map(|f| Flood::parse(f).unwrap()).collect(),
+        flood_pps: services::FLOOD_PPS,
         sources: false,
         calm_loads: vec![],
         neighbours: false,
