@@ -174,8 +174,9 @@ pub fn run(repeat: u32, rounds: usize, progress: bool) -> Result<Report> {
     })
 }
 
-/// A SYN answered by the gate (a cookie SYN-ACK built in the frame, XDP_TX)
-/// beside the same SYN dropped by a class's rate, and the no-op floor.
+/// A SYN answered by the gate (the listener looked up, a cookie SYN-ACK
+/// built in the frame, XDP_TX) beside the same SYN dropped by a class's
+/// rate, and the no-op floor.
 /// Measured one run per test-run call (SYN_CALLS calls, the kernel's mean
 /// per call; the median over the rounds): the answer rewrites the frame,
 /// so a repeated run would answer a SYN-ACK after the first.
@@ -188,9 +189,10 @@ pub struct SynCost {
 
 const SYN_CALLS: u32 = 20_000;
 
-/// A SYN as Linux sends it (MSS, SACK permitted, timestamps, window scale) to port 7000.
-fn syn_frame() -> Vec<u8> {
-    let mut f = Frame::tcp("10.0.0.1", "10.0.0.2", 40000, 7000).payload(0).build();
+/// A SYN as Linux sends it (MSS, SACK permitted, timestamps, window scale)
+/// from 127.0.0.2 to 127.0.0.1:`port`.
+fn syn_frame(port: u16) -> Vec<u8> {
+    let mut f = Frame::tcp("127.0.0.2", "127.0.0.1", 40000, port).payload(0).build();
     let l4 = f.len() - 20;
     f.truncate(l4 + 12);
     f.extend([0xa0, 0x02, 0xfa, 0xf0, 0, 0, 0, 0]); // doff 10, SYN, window, checksum, urgent
@@ -201,9 +203,10 @@ fn syn_frame() -> Vec<u8> {
     f
 }
 
-/// A gate whose class "bench" (tcp:7000) answers SYNs (`answer`) or drops them by its rate.
-fn syn_gate(answer: bool) -> Result<Gate> {
-    let cfg = config_with_rules(1, if answer { "1G" } else { "1" }, false)?;
+/// A gate whose class "bench" (tcp:`port`) answers SYNs (`answer`) or drops them by its rate.
+fn syn_gate(port: u16, answer: bool) -> Result<Gate> {
+    let rate = if answer { "1G" } else { "1" };
+    let cfg = config::from_flags(&[format!("bench:rate={rate},burst=1000000,match=tcp:{port}")])?;
     let mut gate = Gate::load()?;
     gate.apply(&cfg, &classify::compile(&cfg)?)?;
     let bench = cfg.class_id("bench").expect("the bench class");
@@ -230,8 +233,11 @@ fn per_call(gate: &Gate, prog: Prog, pkt: &[u8], want: u32) -> Result<f64> {
 
 fn syn_cost(rounds: usize) -> Result<SynCost> {
     const XDP_TX: u32 = 3;
-    let syn = syn_frame();
-    let (answers, drops) = (syn_gate(true)?, syn_gate(false)?);
+    // The gate answers only SYNs for a listener it finds: a real one, on loopback.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let port = listener.local_addr()?.port();
+    let syn = syn_frame(port);
+    let (answers, drops) = (syn_gate(port, true)?, syn_gate(port, false)?);
     drops.test_run(Prog::Gate, &syn, 2_000_000)?; // drain the burst
     let (mut noop, mut dropped, mut answered) = (vec![], vec![], vec![]);
     for _ in 0..rounds.min(7) {

@@ -826,6 +826,46 @@ static __always_inline void cookie_addrs_of(const void *ip, __u32 family, struct
 	__builtin_memcpy(a->words, &((const struct ipv6hdr *)ip)->saddr, 32);
 }
 
+/* The socket lookup's tuple of a segment the client sent; its size. */
+static __always_inline __u32 cookie_tuple(const struct cookie_addrs *a, const struct tcphdr *th,
+					  struct bpf_sock_tuple *t)
+{
+	if (a->family == 4) {
+		t->ipv4.saddr = a->words[0];
+		t->ipv4.daddr = a->words[1];
+		t->ipv4.sport = th->source;
+		t->ipv4.dport = th->dest;
+		return sizeof(t->ipv4);
+	}
+	__builtin_memcpy(t->ipv6.saddr, &a->words[0], 16);
+	__builtin_memcpy(t->ipv6.daddr, &a->words[4], 16);
+	t->ipv6.sport = th->source;
+	t->ipv6.dport = th->dest;
+	return sizeof(t->ipv6);
+}
+
+/*
+ * Is the SYN for a listener the gate may answer for? The socket lookup
+ * finds the listener for a new connection's SYN. It finds another socket
+ * for a SYN that reuses the 4-tuple of one in TIME_WAIT (a client cycling
+ * connections fast): the kernel must take that SYN, as only it can retire
+ * the old socket (a cookie's ACK would meet the TIME_WAIT socket and never
+ * open the connection). It finds none for a closed port: the kernel's RST.
+ */
+static __always_inline int syn_for_listener(struct xdp_md *ctx, const struct cookie_addrs *a, const struct tcphdr *th)
+{
+	struct bpf_sock_tuple tuple = {};
+	__u32 size = cookie_tuple(a, th, &tuple);
+	struct bpf_sock *skc = bpf_skc_lookup_tcp(ctx, &tuple, size, BPF_F_CURRENT_NETNS, 0);
+	int listener;
+
+	if (!skc)
+		return 0;
+	listener = skc->state == BPF_TCP_LISTEN;
+	bpf_sk_release(skc);
+	return listener;
+}
+
 /* The SYN-ACK's TCP header at t (40 bytes, bounds checked), checksum 0. */
 static __always_inline void synack_tcp(struct tcphdr *t, const struct syn_opts *o, __be16 cport, __be16 sport,
 				       __u32 isn, __u32 cookie, __u16 mss)
@@ -935,7 +975,8 @@ static __always_inline int synack_v6(void *data, void *end, __u32 l3, const stru
  * Answer a SYN with a cookie SYN-ACK built in its own frame (the caller
  * returns XDP_TX). 1 if the frame now holds the SYN-ACK; 0 if the SYN goes
  * the normal way: a header the cookie paths do not take, no gate clock or
- * key yet, a frame that cannot be resized. A SYN's data, if any, is not
+ * key yet, no listener found for it (see syn_for_listener), a frame that
+ * cannot be resized. A SYN's data, if any, is not
  * kept (the client sends it again, as after the kernel's own cookies).
  */
 static __always_inline int syn_answer(struct xdp_md *ctx)
@@ -963,6 +1004,8 @@ static __always_inline int syn_answer(struct xdp_md *ctx)
 	if ((void *)th - data > COOKIE_L3_MAX + sizeof(struct ipv6hdr))
 		return 0;
 	cookie_addrs_of(data + l3, family, &a);
+	if (!syn_for_listener(ctx, &a, th))
+		return 0;
 	syn_opts_read(data, end, (void *)(th + 1) - data, (void *)th - data + th->doff * 4, &o);
 	isn = bpf_ntohl(th->seq);
 	cport = th->source;
@@ -1189,19 +1232,7 @@ static __always_inline int cookie_ack(struct __sk_buff *skb, void *data, void *e
 	int ret = 0;
 
 	cookie_addrs_of(ip, family, &a);
-	if (family == 4) {
-		tuple.ipv4.saddr = a.words[0];
-		tuple.ipv4.daddr = a.words[1];
-		tuple.ipv4.sport = th->source;
-		tuple.ipv4.dport = th->dest;
-		size = sizeof(tuple.ipv4);
-	} else {
-		__builtin_memcpy(tuple.ipv6.saddr, &a.words[0], 16);
-		__builtin_memcpy(tuple.ipv6.daddr, &a.words[4], 16);
-		tuple.ipv6.sport = th->source;
-		tuple.ipv6.dport = th->dest;
-		size = sizeof(tuple.ipv6);
-	}
+	size = cookie_tuple(&a, th, &tuple);
 	skc = bpf_skc_lookup_tcp(skb, &tuple, size, BPF_F_CURRENT_NETNS, 0);
 	if (!skc)
 		return -1; /* no socket: the kernel answers with a RST */

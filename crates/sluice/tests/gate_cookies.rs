@@ -37,13 +37,14 @@ fn answer(g: &TestGate, syn: &Segment) -> (u32, Parsed) {
 
 #[test]
 fn a_guarded_ipv4_syn_gets_a_syn_ack_with_a_cookie_and_the_clients_options() {
-    let g = guarded(80, Clock::wall_ms());
-    let mut syn = Segment::new("192.0.2.7", "10.0.0.2", 40000, 80, SYN);
+    let (_l, port) = listener();
+    let g = guarded(port, Clock::wall_ms());
+    let mut syn = Segment::new("127.0.0.2", "127.0.0.1", 40000, port, SYN);
     syn.options = linux_syn_options(1460, 777);
     let (verdict, sa) = answer(&g, &syn);
     assert_eq!(verdict, XDP_TX, "sent back out of the interface");
-    assert_eq!((sa.src.to_string(), sa.dst.to_string()), ("10.0.0.2".into(), "192.0.2.7".into()));
-    assert_eq!((sa.sport, sa.dport), (80, 40000));
+    assert_eq!((sa.src.to_string(), sa.dst.to_string()), ("127.0.0.1".into(), "127.0.0.2".into()));
+    assert_eq!((sa.sport, sa.dport), (port, 40000));
     assert_eq!(sa.flags, SYN | ACK);
     assert_eq!(sa.ack, syn.seq.wrapping_add(1), "acknowledges the client's ISN");
     assert!(sa.ip_csum_ok && sa.tcp_csum_ok, "checksums: {sa:?}");
@@ -65,14 +66,16 @@ fn a_guarded_ipv4_syn_gets_a_syn_ack_with_a_cookie_and_the_clients_options() {
 
 #[test]
 fn a_guarded_ipv6_syn_behind_a_vlan_tag_is_answered_too() {
-    let g = guarded(443, Clock::wall_ms());
-    let mut syn = Segment::new("2001:db8::7", "2001:db8::2", 40000, 443, SYN);
+    let l = TcpListener::bind("[::1]:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let g = guarded(port, Clock::wall_ms());
+    let mut syn = Segment::new("::1", "::1", 40000, port, SYN);
     syn.vlan = Some(42);
     syn.options = vec![2, 4, 0x05, 0xa0, 1, 1, 4, 2]; // MSS 1440, NOP NOP SACK-permitted
     let (verdict, sa) = answer(&g, &syn);
     assert_eq!(verdict, XDP_TX);
     assert_eq!(sa.vlan, Some(42), "the tag stays");
-    assert_eq!((sa.src.to_string(), sa.dst.to_string()), ("2001:db8::2".into(), "2001:db8::7".into()));
+    assert_eq!((sa.sport, sa.dport), (port, 40000));
     assert!(sa.tcp_csum_ok, "{sa:?}");
     assert_eq!(sa.option(2), Some(&1440u16.to_be_bytes()[..]), "the IPv6 MSS of a 1500-byte MTU");
     assert!(sa.option(3).is_none() && sa.option(8).is_none(), "no window scale, no timestamps offered");
@@ -80,16 +83,29 @@ fn a_guarded_ipv6_syn_behind_a_vlan_tag_is_answered_too() {
     assert_eq!(sa.seq & 0xf, 0xf, "the cookie says: no window scale");
 }
 
+/// Does the gate pass `s` (to the kernel) rather than answer it?
+#[track_caller]
+fn pass(g: &TestGate, what: &str, s: &Segment) {
+    assert_eq!(g.gate.test_run(Prog::Gate, &s.build(), 1).unwrap().0, XDP_PASS, "{what}");
+}
+
 #[test]
 fn what_the_gate_leaves_to_the_kernel() {
     let now = Clock::wall_ms();
-    let g = guarded(80, now);
-    let syn = |flags: u8| Segment::new("192.0.2.7", "10.0.0.2", 40000, 80, flags);
-    let pass =
-        |what: &str, s: &Segment| assert_eq!(g.gate.test_run(Prog::Gate, &s.build(), 1).unwrap().0, XDP_PASS, "{what}");
-    pass("SYN+FIN", &syn(SYN | FIN));
-    pass("an ACK", &syn(ACK));
-    pass("a SYN to another port", &Segment::new("192.0.2.7", "10.0.0.2", 40000, 81, SYN));
+    let (l, port) = listener();
+    let g = guarded(port, now);
+    let syn = |flags: u8| Segment::new("127.0.0.2", "127.0.0.1", 40000, port, flags);
+    pass(&g, "SYN+FIN", &syn(SYN | FIN));
+    pass(&g, "an ACK", &syn(ACK));
+    pass(&g, "a SYN to another port", &Segment::new("127.0.0.2", "127.0.0.1", 40000, port ^ 1, SYN));
+    // A SYN of a 4-tuple the kernel holds a socket for (a connection in
+    // TIME_WAIT whose port a client reuses; here one still open): only the
+    // kernel can retire the old socket.
+    let client = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let (served, _) = l.accept().unwrap();
+    let cport = client.local_addr().unwrap().port();
+    pass(&g, "a SYN of a connection the kernel holds", &Segment::new("127.0.0.1", "127.0.0.1", cport, port, SYN));
+    drop((client, served));
     assert_eq!(counter(&g, SLUICE_CS_SYNACK_PKTS), 0);
     // A SYN with data is answered, without its data (the client sends it again).
     let mut s = syn(SYN);
@@ -104,16 +120,20 @@ fn what_the_gate_leaves_to_the_kernel() {
     assert_eq!(verdict, XDP_TX);
     assert_eq!(sa.option(2), Some(&1460u16.to_be_bytes()[..]));
     assert!(sa.option(3).is_none(), "the window scale option ran past the header");
-    // The guard off, observe mode, no key: the normal way.
+    // The guard off, no key, no gate clock: the normal way.
     let off = sluice_syn_guard { answer: 0, ..Default::default() };
     g.gate.set_syn_guard(g.class("web"), &off).unwrap();
-    pass("guard off", &syn(SYN));
-    let mut g = guarded(80, now);
+    pass(&g, "guard off", &syn(SYN));
+    let mut g = guarded(port, now);
     g.gate.set_syn_key([0, 0], 1500);
-    pass("no key yet", &syn(SYN));
+    pass(&g, "no key yet", &syn(SYN));
     g.gate.set_syn_key(KEY, 1500);
     g.gate.set_clock(&Clock::default());
-    pass("no gate clock yet", &syn(SYN));
+    pass(&g, "no gate clock yet", &syn(SYN));
+    g.gate.set_clock(&Clock { epoch: 1, now_ms: now, known_ttl_ms: 3_600_000 });
+    assert_eq!(answer(&g, &syn(SYN)).0, XDP_TX, "all set again: answered");
+    drop(l);
+    pass(&g, "a SYN to a closed port: the kernel's RST, as before", &syn(SYN));
 }
 
 /// A listener on 127.0.0.1 (the checker looks it up in this namespace) and a gate guarding its port.
