@@ -316,6 +316,10 @@ pub struct Cell {
     /// legitimate); None where not measured.
     #[serde(default)]
     pub gate_drops: Option<u64>,
+    /// http: SYNs/s the daemon's gate answered itself (SYN cookies at the
+    /// driver); None without a daemon.
+    #[serde(default)]
+    pub gate_synacks: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -538,6 +542,9 @@ impl<'a> Bench<'a> {
             let (counts, gsecs) = rx.recv().context("the generator thread ended")??;
             cell.flood_pps = Some(counts[0].sent as f64 / gsecs.max(1e-9));
         }
+        if let (Installed::Daemon(_, sock), Service::Http) = (&installed, self.svc) {
+            cell.gate_synacks = Some(gate_synacks(&self.o.exe, &self.bed.net.b, sock)? as f64 / secs_run);
+        }
         if let (Installed::Daemon(_, sock), true) = (&installed, flood.is_some_and(|f| !f.own_port)) {
             // The flood goes to another class: every drop of the service's classes is a client's.
             cell.gate_drops = Some(service_drops(&self.o.exe, &self.bed.net.b, sock)?);
@@ -689,9 +696,18 @@ pub(crate) fn flood_stream(net: &sluice::testbed::Testbed, svc: Service, f: &Flo
 /// Packets the daemon's gate dropped of every class but the default one
 /// (the service's classes), since it started.
 pub(crate) fn service_drops(exe: &Path, ns: &str, sock: &Path) -> Result<u64> {
-    let out = crate::procs::in_ns(ns, None).arg(exe).args(["status", "--json", "--socket"]).arg(sock).output()?;
-    let snap: sluice::stats::Snapshot = serde_json::from_value(crate::procs::json_of(out, "sluice status")?)?;
+    let snap = daemon_status(exe, ns, sock)?;
     Ok(snap.classes.iter().filter(|c| c.name != "default").map(|c| c.totals.dropped_pkts()).sum())
+}
+
+/// SYNs the daemon's gate answered with a cookie SYN-ACK since it started, all classes.
+fn gate_synacks(exe: &Path, ns: &str, sock: &Path) -> Result<u64> {
+    Ok(daemon_status(exe, ns, sock)?.classes.iter().map(|c| c.totals.synack_pkts).sum())
+}
+
+fn daemon_status(exe: &Path, ns: &str, sock: &Path) -> Result<sluice::stats::Snapshot> {
+    let out = crate::procs::in_ns(ns, None).arg(exe).args(["status", "--json", "--socket"]).arg(sock).output()?;
+    Ok(serde_json::from_value(crate::procs::json_of(out, "sluice status")?)?)
 }
 
 /// The new client's addresses on A: deprecated (preferred_lft 0), so the
@@ -793,7 +809,7 @@ pub fn summary(r: &ServiceRun) -> String {
         "p99",
         "svc CPU",
         "sluice CPU",
-        if dns { "" } else { "  cookies/s" }
+        if dns { "" } else { "  cookies/s  gate SYN-ACKs/s" }
     );
     let calm = calm_names(r);
     let names =
@@ -829,7 +845,12 @@ pub fn summary(r: &ServiceRun) -> String {
                 } else if dns {
                     String::new()
                 } else {
-                    format!("{:>11}", med(&cells, |c| Some(c.syn_cookies)).map_or("-".into(), sluice::stats::human))
+                    let human = |v: Option<f64>| v.map_or("-".into(), sluice::stats::human);
+                    format!(
+                        "{:>11} {:>16}",
+                        human(med(&cells, |c| Some(c.syn_cookies))),
+                        human(med(&cells, |c| c.gate_synacks))
+                    )
                 }
             );
         }
@@ -839,7 +860,8 @@ pub fn summary(r: &ServiceRun) -> String {
         s += "answered = dnsperf's completed/sent; p50/p99 = a separate 200 queries/s probe timing each answer\n";
     } else {
         s += "requests/s = wrk's completed requests (a new connection each); ok = requests / (requests + errors)\n";
-        s += "cookies/s = SYN cookies the victim's kernel sent (TcpExt SyncookiesSent): SYNs it answered without queueing\n";
+        s += "cookies/s = SYN cookies the victim's kernel sent (TcpExt SyncookiesSent): SYNs it answered without queueing;\n";
+        s += "  gate SYN-ACKs/s = SYNs the gate answered itself with a cookie (SYN cookies at the driver; - = no daemon)\n";
     }
     if !calm.is_empty() {
         s += "calm-N = no flood, dnsperf asked N% of NSD's measured capacity (do no harm: zero config must answer what off answers)\n";
