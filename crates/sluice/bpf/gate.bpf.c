@@ -845,14 +845,14 @@ static __always_inline __u32 cookie_tuple(const struct cookie_addrs *a, const st
 }
 
 /*
- * Is the SYN for a listener the gate may answer for? The socket lookup
- * finds the listener for a new connection's SYN. It finds another socket
- * for a SYN that reuses the 4-tuple of one in TIME_WAIT (a client cycling
+ * Does the socket lookup of a segment's 4-tuple find the listener itself?
+ * For a SYN: the gate answers only then. It finds another socket for a SYN
+ * that reuses the 4-tuple of one in TIME_WAIT (a client cycling
  * connections fast): the kernel must take that SYN, as only it can retire
  * the old socket (a cookie's ACK would meet the TIME_WAIT socket and never
  * open the connection). It finds none for a closed port: the kernel's RST.
  */
-static __always_inline int syn_for_listener(struct xdp_md *ctx, const struct cookie_addrs *a, const struct tcphdr *th)
+static __always_inline int finds_listener(struct xdp_md *ctx, const struct cookie_addrs *a, const struct tcphdr *th)
 {
 	struct bpf_sock_tuple tuple = {};
 	__u32 size = cookie_tuple(a, th, &tuple);
@@ -975,7 +975,7 @@ static __always_inline int synack_v6(void *data, void *end, __u32 l3, const stru
  * Answer a SYN with a cookie SYN-ACK built in its own frame (the caller
  * returns XDP_TX). 1 if the frame now holds the SYN-ACK; 0 if the SYN goes
  * the normal way: a header the cookie paths do not take, no gate clock or
- * key yet, no listener found for it (see syn_for_listener), a frame that
+ * key yet, no listener found for it (see finds_listener), a frame that
  * cannot be resized. A SYN's data, if any, is not
  * kept (the client sends it again, as after the kernel's own cookies).
  */
@@ -1004,7 +1004,7 @@ static __always_inline int syn_answer(struct xdp_md *ctx)
 	if ((void *)th - data > COOKIE_L3_MAX + sizeof(struct ipv6hdr))
 		return 0;
 	cookie_addrs_of(data + l3, family, &a);
-	if (!syn_for_listener(ctx, &a, th))
+	if (!finds_listener(ctx, &a, th))
 		return 0;
 	syn_opts_read(data, end, (void *)(th + 1) - data, (void *)th - data + th->doff * 4, &o);
 	isn = bpf_ntohl(th->seq);
@@ -1037,6 +1037,64 @@ static __always_inline int syn_guarded(const struct pkt *pk, __u32 cls, struct s
 		return 0;
 	/* A known client takes the kernel's own path, with every option it offered. */
 	return !known_entry(pk, cls);
+}
+
+/*
+ * Does a valid cookie open the connection this ACK completes: the gate's
+ * (the checker then hands the listener a request socket) or the kernel's
+ * own (sent before the guard engaged, or to a known client)?
+ */
+static __always_inline int ack_has_cookie(void *ip, struct tcphdr *th, const struct cookie_addrs *a)
+{
+	__u32 bits;
+
+	if (cookie_check(a, th->source, th->dest, bpf_ntohl(th->seq) - 1, bpf_ntohl(th->ack_seq) - 1, &bits))
+		return 1;
+	if (a->family == 4)
+		return bpf_tcp_raw_check_syncookie_ipv4(ip, th) == 0;
+	return bpf_tcp_raw_check_syncookie_ipv6(ip, th) == 0;
+}
+
+/*
+ * While a class's SYN guard answers (a SYN flood, often with ACKs and RSTs
+ * of random sequence numbers beside it), is this ACK or RST one of no
+ * connection, to drop? It is if the socket lookup finds only the listener
+ * and it is an RST, or an ACK with no valid cookie: the kernel would spend a
+ * lookup and a RST on each. Packets of established, TIME_WAIT and
+ * half-open connections find their own socket and pass; a closed port
+ * finds none (the kernel's RST, as before). Costs a socket lookup per TCP
+ * packet of the class, only while the guard answers.
+ */
+static __always_inline int no_connection(struct xdp_md *ctx, const struct pkt *pk, __u32 cls)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	struct sluice_syn_guard *g;
+	struct cookie_addrs a = {};
+	struct tcphdr *th;
+	__u32 family = 0, l3;
+	void *ip;
+
+	if (pk->slot != SLUICE_SLOT_TCP || (pk->tcp_flags & TCP_FLAG_SYN) ||
+	    !(pk->tcp_flags & (TCP_FLAG_ACK | TCP_FLAG_RST)))
+		return 0;
+	g = bpf_map_lookup_elem(&syn_guard, &cls);
+	if (!g || !g->answer)
+		return 0;
+	l3 = cookie_l3(data, end, &family);
+	if (l3 > COOKIE_L3_MAX)
+		return 0;
+	cookie_bound(&l3);
+	ip = data + l3;
+	th = ip + (family == 4 ? sizeof(struct iphdr) : sizeof(struct ipv6hdr));
+	if ((void *)(th + 1) > end || ip + sizeof(struct ipv6hdr) > end)
+		return 0;
+	cookie_addrs_of(ip, family, &a);
+	if (!finds_listener(ctx, &a, th))
+		return 0;
+	if (pk->tcp_flags & TCP_FLAG_RST)
+		return 1;
+	return !ack_has_cookie(ip, th, &a);
 }
 
 /* An admitted packet: passed here, or sent away (see `away`). */
@@ -1108,6 +1166,10 @@ int sluice_gate(struct xdp_md *ctx)
 	if (syn_guarded(&pk, cls, st) && syn_answer(ctx)) {
 		verdict_add(st, SLUICE_CS_SYNACK_PKTS, bytes);
 		return XDP_TX;
+	}
+	if (no_connection(ctx, &pk, cls)) {
+		verdict_add(st, SLUICE_CS_DROP_NOCONN_PKTS, bytes);
+		return observe_drop();
 	}
 	if (sh->mode == SLUICE_MODE_BLOCKED)
 		idx = SLUICE_CS_DROP_BLOCKED_PKTS;

@@ -243,6 +243,8 @@ enum sluice_class_stat {
 	SLUICE_CS_COOKIE_OK,      /* an ACK with a valid gate cookie: the listener got a request socket */
 	SLUICE_CS_COOKIE_BAD,     /* an ACK to a guarded listener with no valid gate cookie (left to the kernel) */
 	SLUICE_CS_SYN_PKTS,       /* TCP SYNs (no ACK) that reached the class, answered by the gate or not */
+	SLUICE_CS_DROP_NOCONN_PKTS, /* verdict: while the SYN guard answers, an ACK or RST of no connection (syncookie.h) */
+	SLUICE_CS_DROP_NOCONN_BYTES,
 	SLUICE_CS_NR,
 };
 

@@ -67,6 +67,12 @@ pub struct ClassTotals {
     pub cookies_valid: u64,
     #[serde(default)]
     pub cookies_invalid: u64,
+    /// While the class's SYN guard answers: ACKs and RSTs of no connection
+    /// (only the listener found, no valid cookie) the gate dropped.
+    #[serde(default)]
+    pub dropped_noconn_pkts: u64,
+    #[serde(default)]
+    pub dropped_noconn_bytes: u64,
 }
 
 impl From<ClassCounters> for ClassTotals {
@@ -92,13 +98,15 @@ impl From<ClassCounters> for ClassTotals {
             synack_bytes: c[SLUICE_CS_SYNACK_BYTES as usize],
             cookies_valid: c[SLUICE_CS_COOKIE_OK as usize],
             cookies_invalid: c[SLUICE_CS_COOKIE_BAD as usize],
+            dropped_noconn_pkts: c[SLUICE_CS_DROP_NOCONN_PKTS as usize],
+            dropped_noconn_bytes: c[SLUICE_CS_DROP_NOCONN_BYTES as usize],
         }
     }
 }
 
 impl ClassTotals {
     pub fn dropped_pkts(&self) -> u64 {
-        self.dropped_rate_pkts + self.dropped_blocked_pkts + self.dropped_share_pkts
+        self.dropped_rate_pkts + self.dropped_blocked_pkts + self.dropped_share_pkts + self.dropped_noconn_pkts
     }
 }
 
@@ -503,8 +511,9 @@ fn render_syn_guards(o: &mut String, classes: &[ClassSnapshot]) {
         let now = if g.answering { "answers its SYNs now" } else { "answered SYNs earlier" };
         let _ = writeln!(
             o,
-            "SYN COOKIES: the gate {now} for {} (syn_cookies = {}): SYN-ACKs sent {}, valid cookies back {}, ACKs without one {}",
-            c.name, g.policy, t.synack_pkts, t.cookies_valid, t.cookies_invalid
+            "SYN COOKIES: the gate {now} for {} (syn_cookies = {}): SYN-ACKs sent {}, valid cookies back {}, ACKs without one {}, \
+             ACKs and RSTs of no connection dropped {}",
+            c.name, g.policy, t.synack_pkts, t.cookies_valid, t.cookies_invalid, t.dropped_noconn_pkts
         );
     }
 }
@@ -643,6 +652,7 @@ fn register_class_families(reg: &mut Registry, classes: &[ClassSnapshot]) {
             ("dropped_blocked", t.dropped_blocked_pkts, t.dropped_blocked_bytes),
             ("dropped_share", t.dropped_share_pkts, t.dropped_share_bytes),
             ("syn_cookie", t.synack_pkts, t.synack_bytes),
+            ("dropped_noconn", t.dropped_noconn_pkts, t.dropped_noconn_bytes),
         ] {
             let l = vec![label("class", &c.name), label("verdict", verdict)];
             pkts.get_or_create(&l).inc_by(p);

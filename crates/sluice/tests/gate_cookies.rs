@@ -96,7 +96,7 @@ fn what_the_gate_leaves_to_the_kernel() {
     let g = guarded(port, now);
     let syn = |flags: u8| Segment::new("127.0.0.2", "127.0.0.1", 40000, port, flags);
     pass(&g, "SYN+FIN", &syn(SYN | FIN));
-    pass(&g, "an ACK", &syn(ACK));
+    // An ACK of no connection is dropped while the guard answers: see the last test.
     pass(&g, "a SYN to another port", &Segment::new("127.0.0.2", "127.0.0.1", 40000, port ^ 1, SYN));
     // A SYN of a 4-tuple the kernel holds a socket for (a connection in
     // TIME_WAIT whose port a client reuses; here one still open): only the
@@ -208,4 +208,38 @@ fn the_checker_leaves_acks_alone_outside_a_guard_or_without_a_listener() {
     drop(l);
     g.gate.test_run(Prog::CookieAck, &good.build(), 1).unwrap();
     assert_eq!(counted(&g), 0, "no listener: the kernel answers (a RST), nothing to count");
+}
+
+/// Issue 22, item 3: while the guard answers, an ACK or RST that finds only
+/// the listener (no connection) and carries no valid cookie is dropped,
+/// counted; a valid cookie's ACK, a connection's own packets and anything
+/// while the guard is off pass.
+#[test]
+fn acks_and_rsts_of_no_connection_are_dropped_while_the_guard_answers() {
+    const XDP_DROP: u32 = 1;
+    let (l, port) = listener();
+    let g = guarded(port, Clock::wall_ms());
+    let verdict = |s: &Segment| g.gate.test_run(Prog::Gate, &s.build(), 1).unwrap().0;
+    let mut junk = Segment::new("127.0.0.2", "127.0.0.1", 40001, port, ACK);
+    (junk.seq, junk.ack) = (0x1111_1111, 0x2222_2222);
+    assert_eq!(verdict(&junk), XDP_DROP, "an ACK of no connection with a random cookie");
+    let rst = Segment::new("127.0.0.2", "127.0.0.1", 40002, port, common::tcp::RST);
+    assert_eq!(verdict(&rst), XDP_DROP, "an RST of no connection");
+    assert_eq!(counter(&g, SLUICE_CS_DROP_NOCONN_PKTS), 2);
+    // The ACK of a SYN the gate answered passes (the checker opens the connection).
+    let mut syn = Segment::new("127.0.0.2", "127.0.0.1", 40000, port, SYN);
+    syn.options = linux_syn_options(65495, 777);
+    let (_, sa) = answer(&g, &syn);
+    assert_eq!(verdict(&ack_for(&syn, &sa)), XDP_PASS, "a valid gate cookie");
+    // A connection's own packets find its socket.
+    let client = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let (_served, _) = l.accept().unwrap();
+    let cport = client.local_addr().unwrap().port();
+    let mut own = Segment::new("127.0.0.1", "127.0.0.1", cport, port, ACK);
+    (own.seq, own.ack) = (5, 6);
+    assert_eq!(verdict(&own), XDP_PASS, "a packet of an open connection (whatever its numbers)");
+    let off = sluice_syn_guard { answer: 0, check_until_ms: 0, ..Default::default() };
+    g.gate.set_syn_guard(g.class("web"), &off).unwrap();
+    assert_eq!(verdict(&junk), XDP_PASS, "the guard off: the kernel's RST, as before");
+    assert_eq!(counter(&g, SLUICE_CS_DROP_NOCONN_PKTS), 2);
 }

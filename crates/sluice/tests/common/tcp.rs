@@ -7,6 +7,7 @@ use std::net::IpAddr;
 pub const SYN: u8 = 0x02;
 pub const ACK: u8 = 0x10;
 pub const FIN: u8 = 0x01;
+pub const RST: u8 = 0x04;
 
 /// What a Linux client offers in its SYN: MSS 1460, SACK permitted,
 /// timestamps (TSval `tsval`), a NOP and window scale 7.
