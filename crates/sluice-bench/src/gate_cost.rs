@@ -220,14 +220,20 @@ fn syn_gate(port: u16, answer: bool) -> Result<Gate> {
     Ok(gate)
 }
 
-/// The kernel's mean ns of SYN_CALLS single-run calls, each on a fresh copy of `pkt`.
+/// The kernel's mean ns of SYN_CALLS single-run calls, each on a fresh copy
+/// of `pkt`. All but 1% must get `want`: the rate-limited class refills a
+/// token a second, and a call that finds one passes its SYN.
 fn per_call(gate: &Gate, prog: Prog, pkt: &[u8], want: u32) -> Result<f64> {
-    let mut total = 0.0;
+    let (mut total, mut other) = (0.0, 0u32);
     for _ in 0..SYN_CALLS {
         let (verdict, d) = gate.test_run(prog, pkt, 1)?;
-        anyhow::ensure!(verdict == want, "bench SYN got verdict {verdict}, expected {want}");
+        other += u32::from(verdict != want);
         total += d.as_nanos() as f64;
     }
+    anyhow::ensure!(
+        other <= SYN_CALLS / 100,
+        "bench SYN: {other} of {SYN_CALLS} calls got another verdict than {want}"
+    );
     Ok(total / SYN_CALLS as f64)
 }
 
