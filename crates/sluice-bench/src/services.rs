@@ -150,8 +150,9 @@ pub const SOURCE_FLOODS: [Flood; 6] = [
     flood("first64k-v4", false, true, 65_536, false),
 ];
 
-/// Sources of a SYN flood (distinct connections: also 30,000 source ports).
-const SYN_SRCS: u32 = 64;
+/// Sources of a SYN flood, drawn at random per frame (issue 22: 65,536
+/// spoofed sources), each with 30,000 source ports: distinct connections.
+const SYN_SRCS: u32 = 65_536;
 /// Seconds the clients run before a `calm` flood starts: learning needs a
 /// healthy second (fair.rs, LEARN_CALM_TICKS), then answers.
 pub const CALM_SECS: f64 = 3.0;
