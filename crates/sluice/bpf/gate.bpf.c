@@ -17,7 +17,11 @@
  *   3. admit or drop with the class's token bucket;
  *   4. count the packet in exactly one verdict counter;
  *   5. an admitted packet of a class sent "away" (CPU protection, below the
- *      maps) is redirected to another CPU's cpumap entry instead of passed.
+ *      maps) is redirected to another CPU's cpumap entry instead of passed;
+ *   6. before the bucket (3): while a TCP class's SYN guard answers (a SYN
+ *      flood), its SYNs are answered here with cookie SYN-ACKs (XDP_TX)
+ *      and its ACKs and RSTs of no connection dropped; a tc ingress
+ *      program checks the cookies (syncookie.h has the design).
  * In user space (the sluice daemon): compiling rules into the tables, the
  * per-CPU rate split (below), reading and serving counters, reloads.
  *
