@@ -774,10 +774,6 @@ static __always_inline int peer_asked(const struct pkt *pk, __u32 cls, __u64 now
 #define COOKIE_L3_MAX (ETH_HLEN + 4 * SLUICE_MAX_VLAN)
 #define SYNACK_TCP_LEN 40 /* the SYN-ACK's TCP header: 20 bytes and 20 of options */
 
-/*
- * The IP header's offset in the frame (at most COOKIE_L3_MAX), or
- * COOKIE_NO_L3 if the cookie paths do not take the frame; *family 4 or 6.
- */
 #define COOKIE_NO_L3 0xffff
 
 /*
@@ -792,6 +788,10 @@ static __always_inline void cookie_bound(__u32 *off)
 	asm volatile("%[v] &= 0x1f" : [v] "+r"(v));
 	*off = v;
 }
+/*
+ * The IP header's offset in the frame (at most COOKIE_L3_MAX), or
+ * COOKIE_NO_L3 if the cookie paths do not take the frame; *family 4 or 6.
+ */
 static __always_inline __u32 cookie_l3(void *data, void *end, __u32 *family)
 {
 	void *pos = data;
@@ -816,6 +816,26 @@ static __always_inline __u32 cookie_l3(void *data, void *end, __u32 *family)
 		return COOKIE_NO_L3;
 	}
 	return pos - data;
+}
+
+/*
+ * The TCP header of a frame the cookie paths take, its fixed 20 bytes
+ * within the frame, or NULL. *l3 is then the IP header's offset (at most
+ * COOKIE_L3_MAX, bounded for the verifier) and *family 4 or 6.
+ */
+static __always_inline struct tcphdr *cookie_tcp(void *data, void *end, __u32 *l3, __u32 *family)
+{
+	__u32 off = cookie_l3(data, end, family);
+	struct tcphdr *th;
+
+	if (off > COOKIE_L3_MAX)
+		return NULL;
+	cookie_bound(&off);
+	th = data + off + (*family == 4 ? sizeof(struct iphdr) : sizeof(struct ipv6hdr));
+	if ((void *)(th + 1) > end)
+		return NULL;
+	*l3 = off;
+	return th;
 }
 
 /* The client's and the server's addresses of a segment the client sent (ip: its IP header, bounds checked). */
@@ -997,14 +1017,10 @@ static __always_inline int syn_answer(struct xdp_md *ctx)
 
 	if (!slot || !(settings.syn_key[0] | settings.syn_key[1]))
 		return 0;
-	l3 = cookie_l3(data, end, &family);
-	if (l3 > COOKIE_L3_MAX)
+	th = cookie_tcp(data, end, &l3, &family);
+	if (!th || th->doff < 5)
 		return 0;
-	cookie_bound(&l3);
 	iplen = family == 4 ? sizeof(struct iphdr) : sizeof(struct ipv6hdr);
-	th = data + l3 + iplen;
-	if ((void *)(th + 1) > end || th->doff < 5)
-		return 0;
 	if ((void *)th - data > COOKIE_L3_MAX + sizeof(struct ipv6hdr))
 		return 0;
 	cookie_addrs_of(data + l3, family, &a);
@@ -1085,13 +1101,11 @@ static __always_inline int no_connection(struct xdp_md *ctx, const struct pkt *p
 	g = bpf_map_lookup_elem(&syn_guard, &cls);
 	if (!g || !g->answer)
 		return 0;
-	l3 = cookie_l3(data, end, &family);
-	if (l3 > COOKIE_L3_MAX)
+	th = cookie_tcp(data, end, &l3, &family);
+	if (!th)
 		return 0;
-	cookie_bound(&l3);
 	ip = data + l3;
-	th = ip + (family == 4 ? sizeof(struct iphdr) : sizeof(struct ipv6hdr));
-	if ((void *)(th + 1) > end || ip + sizeof(struct ipv6hdr) > end)
+	if (ip + sizeof(struct ipv6hdr) > end)
 		return 0;
 	cookie_addrs_of(ip, family, &a);
 	if (!finds_listener(ctx, &a, th))
@@ -1349,12 +1363,8 @@ int sluice_cookie_ack(struct __sk_buff *skb)
 	g = bpf_map_lookup_elem(&syn_guard, &cls);
 	if (!g || g->check_until_ms < settings.now_ms)
 		return TC_ACT_OK;
-	l3 = cookie_l3(data, end, &family);
-	if (l3 > COOKIE_L3_MAX)
-		return TC_ACT_OK;
-	cookie_bound(&l3);
-	th = data + l3 + (family == 4 ? sizeof(struct iphdr) : sizeof(struct ipv6hdr));
-	if ((void *)(th + 1) > end)
+	th = cookie_tcp(data, end, &l3, &family);
+	if (!th)
 		return TC_ACT_OK;
 	ok = cookie_ack(skb, data, end, data + l3, th, family);
 	st = bpf_map_lookup_elem(&class_state, &cls);
