@@ -4,6 +4,8 @@
 
 use std::net::IpAddr;
 
+use sluice::packet::checksum;
+
 pub const SYN: u8 = 0x02;
 pub const ACK: u8 = 0x10;
 pub const FIN: u8 = 0x01;
@@ -92,7 +94,7 @@ impl Segment {
                 ip.extend([0, 1, 0x40, 0, 64, 6, 0, 0]);
                 ip.extend(s.octets());
                 ip.extend(d.octets());
-                let sum = !fold(sum16(&ip));
+                let sum = checksum(&ip, 0);
                 ip[10..12].copy_from_slice(&sum.to_be_bytes());
                 f.extend(ip);
             }
@@ -109,17 +111,6 @@ impl Segment {
         f.extend(tcp);
         f
     }
-}
-
-fn sum16(b: &[u8]) -> u64 {
-    b.chunks(2).map(|c| u64::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]))).sum()
-}
-
-fn fold(mut s: u64) -> u16 {
-    while s > 0xffff {
-        s = (s & 0xffff) + (s >> 16);
-    }
-    s as u16
 }
 
 /// The TCP checksum of `tcp` (its checksum field as it is) between two addresses.
@@ -140,7 +131,8 @@ pub fn l4_checksum(src: &IpAddr, dst: &IpAddr, tcp: &[u8]) -> u16 {
         }
         _ => panic!("mixed address families"),
     }
-    !fold(sum16(&pseudo) + sum16(tcp))
+    // The pseudo header is 12 or 40 bytes: whole 16-bit words before the segment.
+    checksum(&[pseudo.as_slice(), tcp].concat(), 0)
 }
 
 /// A SYN-ACK (or any segment) as the tests read it back from a frame.
@@ -179,7 +171,7 @@ pub fn parse(f: &[u8]) -> Parsed {
         let s: [u8; 4] = ip[12..16].try_into().unwrap();
         let d: [u8; 4] = ip[16..20].try_into().unwrap();
         let total = u16::from_be_bytes([ip[2], ip[3]]) as usize;
-        (s.into(), d.into(), off + 20, off + total, fold(sum16(ip)) == 0xffff)
+        (s.into(), d.into(), off + 20, off + total, checksum(ip, 0) == 0)
     } else {
         let ip = &f[off..off + 40];
         let s: [u8; 16] = ip[8..24].try_into().unwrap();
