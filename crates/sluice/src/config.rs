@@ -309,6 +309,15 @@ impl SynCookies {
             }
         }
     }
+
+    /// The name `parse` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            SynCookies::Auto => "auto",
+            SynCookies::On => "on",
+            SynCookies::Off => "off",
+        }
+    }
 }
 
 /// A validated configuration. Class ids are indexes into `classes`.
@@ -1071,6 +1080,21 @@ match = [{ proto = "udp", port = "5000-5999", src = "10.0.0.0/8" }, { proto = "i
         let e = cfg("[[class]]\nname = 'a'\ncpu = 'elsewhere'\nmatch=[{proto='udp'}]\n").unwrap_err();
         assert_eq!(e.field, "class.cpu (class \"a\")");
         assert!(e.message.contains("away"), "{e}");
+    }
+
+    #[test]
+    fn syn_cookies_is_auto_unless_set_and_a_bad_value_names_the_field() {
+        assert_eq!(parse_class_flag("a:match=tcp:80").unwrap().syn_cookies, SynCookies::Auto);
+        assert_eq!(parse_class_flag("a:syn_cookies=off").unwrap().syn_cookies, SynCookies::Off);
+        assert_eq!(parse_class_flag("a:syn_cookies=maybe").unwrap_err().field, "syn_cookies");
+        let c = cfg("[[class]]\nname = 'a'\nsyn_cookies = 'on'\nmatch=[{proto='tcp'}]\n").unwrap();
+        assert_eq!(c.classes[0].syn_cookies, SynCookies::On);
+        let e = cfg("[[class]]\nname = 'a'\nsyn_cookies = 'always'\nmatch=[{proto='tcp'}]\n").unwrap_err();
+        assert_eq!(e.field, "class.syn_cookies (class \"a\")");
+        assert!(e.message.contains("\"auto\" (default), \"on\" or \"off\""), "{e}");
+        for p in [SynCookies::Auto, SynCookies::On, SynCookies::Off] {
+            assert_eq!(SynCookies::parse(p.name()), Ok(p));
+        }
     }
 
     #[test]

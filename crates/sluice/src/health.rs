@@ -88,10 +88,10 @@ pub fn distress(prev: &Health, now: &Health, class: usize) -> Option<&'static st
         if stands(p.listen.accept_queue, n.listen.accept_queue, n.listen.backlog, ACCEPT_STANDS) {
             return Some("accept queue");
         }
-        let (a, b) = (prev.tcp, now.tcp);
-        if b.listen_overflows > a.listen_overflows || b.listen_drops > a.listen_drops {
+        if listen_lost(&prev.tcp, &now.tcp) {
             return Some("listen overflows");
         }
+        let (a, b) = (prev.tcp, now.tcp);
         if b.backlog_drop > a.backlog_drop {
             return Some("tcp backlog drops");
         }
@@ -116,11 +116,14 @@ pub fn syn_pressure(prev: &Health, now: &Health, class: usize) -> bool {
     if n.listen.sockets == 0 {
         return false;
     }
-    let (a, b) = (prev.tcp, now.tcp);
-    b.syncookies_sent > a.syncookies_sent
-        || b.listen_overflows > a.listen_overflows
-        || b.listen_drops > a.listen_drops
+    now.tcp.syncookies_sent > prev.tcp.syncookies_sent
+        || listen_lost(&prev.tcp, &now.tcp)
         || stands(p.listen.accept_queue, n.listen.accept_queue, n.listen.backlog, ACCEPT_STANDS)
+}
+
+/// Did a listen queue of the namespace overflow or drop between two reads?
+fn listen_lost(a: &TcpExt, b: &TcpExt) -> bool {
+    b.listen_overflows > a.listen_overflows || b.listen_drops > a.listen_drops
 }
 
 /// True if the per-CPU backlogs dropped packets between two ticks.

@@ -134,16 +134,11 @@ impl SynGuards {
     /// Each class's guard for status (by class id): those with TCP ports or
     /// `syn_cookies = "on"`. `available`: the gate can answer SYNs.
     pub fn status(&self, available: bool) -> Vec<Option<crate::stats::SynGuardStatus>> {
-        let policy = |p: SynCookies| match p {
-            SynCookies::Auto => "auto",
-            SynCookies::On => "on",
-            SynCookies::Off => "off",
-        };
         self.classes
             .iter()
             .map(|c| {
                 (c.tcp || c.policy == SynCookies::On).then(|| crate::stats::SynGuardStatus {
-                    policy: policy(c.policy).into(),
+                    policy: c.policy.name().into(),
                     answering: c.answering && available,
                     available,
                 })
