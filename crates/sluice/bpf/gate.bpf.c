@@ -682,10 +682,8 @@ static __always_inline void verdict_add(struct sluice_class_state *st, __u32 idx
  * Returns the verdict counter pair (SLUICE_CS_*_PKTS) the packet lands in.
  */
 static __always_inline __u32 admit_limited(const struct pkt *pk, __u32 cls, const struct sluice_share *sh,
-					   struct sluice_class_state *st)
+					   struct sluice_class_state *st, struct sluice_fair *f)
 {
-	struct sluice_fair *f = bpf_map_lookup_elem(&fairness, &cls);
-
 	if (!f || !f->on || pk->family == 0)
 		return bucket_take(sh, &st->bucket) ? SLUICE_CS_ADMIT_PKTS : SLUICE_CS_DROP_RATE_PKTS;
 	struct sluice_known *v = known_entry(pk, cls);
@@ -744,9 +742,8 @@ static __always_inline __u64 *asked_slot(const struct pkt *pk, __u32 cls, __u32 
  * SLUICE_ASKED_REFRESH_MS per peer. Nothing while the class does not learn
  * (a limited class, a flood).
  */
-static __always_inline void note_asked(const struct pkt *pk, __u32 cls)
+static __always_inline void note_asked(const struct pkt *pk, __u32 cls, const struct sluice_fair *f)
 {
-	struct sluice_fair *f = bpf_map_lookup_elem(&fairness, &cls);
 	__u32 now = settings.now_ms, tag;
 	__u64 *v;
 
@@ -1173,6 +1170,8 @@ int sluice_gate(struct xdp_md *ctx)
 	cls &= SLUICE_MAX_CLASSES - 1;
 	struct sluice_share *sh = bpf_map_lookup_elem(&shares, &cls);
 	struct sluice_class_state *st = bpf_map_lookup_elem(&class_state, &cls);
+	/* This CPU's source fairness of the class: the learner's note and a limited class's tiers. */
+	struct sluice_fair *f = bpf_map_lookup_elem(&fairness, &cls);
 
 	if (!sh || !st)
 		return XDP_PASS; /* cannot happen: cls < max_entries */
@@ -1180,7 +1179,7 @@ int sluice_gate(struct xdp_md *ctx)
 	st->cnt[SLUICE_CS_SEEN_PKTS] += 1;
 	st->cnt[SLUICE_CS_SEEN_BYTES] += bytes;
 	if (pk.family)
-		note_asked(&pk, cls);
+		note_asked(&pk, cls, f);
 	if (syn_guarded(&pk, cls, st) && syn_answer(ctx)) {
 		verdict_add(st, SLUICE_CS_SYNACK_PKTS, bytes);
 		return XDP_TX;
@@ -1192,7 +1191,7 @@ int sluice_gate(struct xdp_md *ctx)
 	if (sh->mode == SLUICE_MODE_BLOCKED)
 		idx = SLUICE_CS_DROP_BLOCKED_PKTS;
 	else if (sh->mode == SLUICE_MODE_LIMITED)
-		idx = admit_limited(&pk, cls, sh, st);
+		idx = admit_limited(&pk, cls, sh, st, f);
 	else
 		idx = SLUICE_CS_ADMIT_PKTS;
 	verdict_add(st, idx, bytes);
