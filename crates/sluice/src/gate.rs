@@ -21,7 +21,6 @@ use crate::gate_skel::{GateSkel, GateSkelBuilder};
 use crate::share::shares_for;
 
 mod cookies;
-pub use cookies::{kernel_takes_cookies, random_key};
 
 pub const XDP_DROP: u32 = libbpf_sys::XDP_DROP;
 pub const XDP_PASS: u32 = libbpf_sys::XDP_PASS;

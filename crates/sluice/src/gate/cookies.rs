@@ -5,14 +5,14 @@
 use libbpf_rs::libbpf_sys;
 use libbpf_rs::{MapCore, MapFlags};
 
-use super::{bytes_of, from_bytes, Gate, GateError, Result};
+use super::{bytes_of, Gate, GateError, Result};
 use crate::bpf_intf::sluice_syn_guard;
 
 /// Can this kernel complete a connection from a gate cookie? The loaded
 /// cookie checker found the bpf_sk_assign_tcp_reqsk kfunc (Linux 6.9): it
 /// says so when run once. Without it the daemon never turns answering on
 /// and the kernel answers every SYN, as before.
-pub fn kernel_takes_cookies(gate: &Gate) -> bool {
+fn kernel_takes_cookies(gate: &Gate) -> bool {
     // Any frame will do: the checker notes the kfunc before it parses.
     let frame = [0u8; 64];
     if gate.test_run(super::Prog::CookieAck, &frame, 1).is_err() {
@@ -23,7 +23,7 @@ pub fn kernel_takes_cookies(gate: &Gate) -> bool {
 
 /// 128 random bits for the cookies' SipHash key (getrandom; never all zero,
 /// which the gate takes as "no key").
-pub fn random_key() -> std::io::Result<[u64; 2]> {
+fn random_key() -> std::io::Result<[u64; 2]> {
     let mut key = [0u64; 2];
     // SAFETY: key is 16 writable bytes.
     let n = unsafe { libc::getrandom(key.as_mut_ptr().cast(), 16, 0) };
@@ -66,17 +66,6 @@ impl Gate {
             .syn_guard
             .update(&(class as u32).to_ne_bytes(), bytes_of(guard), MapFlags::ANY)
             .map_err(|err| GateError::Map { map: "syn_guard", err })
-    }
-
-    /// A class's SYN guard as the gate has it.
-    pub fn syn_guard(&self, class: usize) -> Result<sluice_syn_guard> {
-        let v = self
-            .skel
-            .maps
-            .syn_guard
-            .lookup(&(class as u32).to_ne_bytes(), MapFlags::ANY)
-            .map_err(|err| GateError::Map { map: "syn_guard", err })?;
-        Ok(v.map(|b| from_bytes(&b)).unwrap_or_default())
     }
 
     /// Draw the key, read the MTU and attach the cookie checker (tcx
