@@ -85,25 +85,13 @@ fn curl(tb: &Testbed) -> Option<u64> {
 /// (10.200.0.0/16), random ports, as fast as one thread sends on an
 /// AF_PACKET socket. Returns the frames sent.
 fn flood(tb: &Testbed, secs: f64, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
-    let mac_b = std::fs::read_to_string(format!("/sys/class/net/{}/address", tb.if_b));
-    let mac_b = match mac_b {
-        Ok(m) => m,
-        Err(_) => String::from_utf8(
-            tb.cmd(&tb.b, &["cat", &format!("/sys/class/net/{}/address", tb.if_b)]).output().unwrap().stdout,
-        )
-        .unwrap(),
-    };
-    let mac_b = sluice::testbed::parse_mac(mac_b.trim()).unwrap();
-    let if_a = tb.if_a.to_string();
-    let (fd, ifindex) = in_netns(&tb.a, move || {
+    let (mac_b, ifindex) = (tb.mac_b, tb.ifindex_a);
+    let fd = in_netns(&tb.a, || {
         // SAFETY: plain socket(2); the fd is owned below.
         let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0) };
         assert!(fd >= 0, "AF_PACKET socket: {}", std::io::Error::last_os_error());
-        let name = std::ffi::CString::new(if_a).unwrap();
-        // SAFETY: a valid C string.
-        let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) };
         // SAFETY: fd was just opened and is ours.
-        (unsafe { OwnedFd::from_raw_fd(fd) }, ifindex)
+        unsafe { OwnedFd::from_raw_fd(fd) }
     });
     let ip_b = tb.ip_b.clone();
     std::thread::spawn(move || {
@@ -146,16 +134,8 @@ fn flood(tb: &Testbed, secs: f64, stop: Arc<AtomicBool>) -> std::thread::JoinHan
 /// An XDP program on A's end of the veth (a second sluice, passing all):
 /// without one, the SYN-ACKs the gate sends back never arrive.
 fn peer_xdp(tb: &mut Testbed) {
-    let sock = tb.dir.join("a.sock");
-    let state = tb.dir.join("a-state");
-    let a = tb.a.clone();
-    let args = ["run", "--iface", tb.if_a, "--socket", sock.to_str().unwrap(), "--metrics", "off"];
-    tb.spawn(&a, &[&args[..], &["--state-dir", state.to_str().unwrap()]].concat());
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !sluice::daemon::serving(&sock) {
-        assert!(Instant::now() < deadline, "the sluice on A's end did not come up");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let (a, sock, state) = (tb.a.clone(), tb.dir.join("a.sock"), tb.dir.join("a-state"));
+    tb.start_sluice(&a, tb.if_a, &sock, &state, &[]);
 }
 
 /// Class web's totals (after a pause: the daemon publishes every 100 ms).

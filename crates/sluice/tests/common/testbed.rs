@@ -5,7 +5,7 @@
 //! the processes, then removes the namespaces and the folder.
 #![allow(dead_code)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -27,6 +27,9 @@ pub struct Testbed {
     pub if_a: &'static str,
     pub ip_a: String,
     pub ip_b: String,
+    /// B's MAC address, and the index of A's interface inside A.
+    pub mac_b: [u8; 6],
+    pub ifindex_a: u32,
     pub dir: PathBuf,
     children: Vec<Child>,
     // Last, so the namespaces go after the processes that live in them.
@@ -48,6 +51,8 @@ impl Testbed {
             if_a: sluice::testbed::IF_A,
             ip_a: net.ip_a.to_string(),
             ip_b: net.ip_b.to_string(),
+            mac_b: net.mac_b,
+            ifindex_a: net.ifindex_a,
             dir,
             children: vec![],
             net,
@@ -105,15 +110,19 @@ impl Testbed {
 
     /// Start `sluice run` on B's interface; returns once its socket answers.
     pub fn start_gate(&mut self, extra: &[&str]) -> u32 {
-        let sock = self.socket();
-        let state = self.dir.join("state");
-        let mut args = vec!["run", "--iface", self.if_b, "--socket", sock.to_str().unwrap(), "--metrics", "off"];
+        let (b, sock, state) = (self.b.clone(), self.socket(), self.dir.join("state"));
+        self.start_sluice(&b, self.if_b, &sock, &state, extra)
+    }
+
+    /// Start `sluice run` on `iface` inside `ns` with its own socket and
+    /// state folder; returns once its socket answers.
+    pub fn start_sluice(&mut self, ns: &str, iface: &str, sock: &Path, state: &Path, extra: &[&str]) -> u32 {
+        let mut args = vec!["run", "--iface", iface, "--socket", sock.to_str().unwrap(), "--metrics", "off"];
         args.extend(["--state-dir", state.to_str().unwrap()]);
         args.extend_from_slice(extra);
-        let b = self.b.clone();
-        let pid = self.spawn(&b, &args);
+        let pid = self.spawn(ns, &args);
         let deadline = Instant::now() + Duration::from_secs(20);
-        while !sluice::daemon::serving(&sock) {
+        while !sluice::daemon::serving(sock) {
             if let Some(c) = self.children.iter_mut().find(|c| c.id() == pid) {
                 if let Ok(Some(status)) = c.try_wait() {
                     let out = self.wait(pid);
