@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use common::tcp::{linux_syn_options, Segment, SYN};
 use common::testbed::{in_netns, Testbed};
+use common::trace::wait_for_trace;
 
 const PORT: u16 = 8080;
 /// Bytes each response carries (a 10 MB download).
@@ -146,7 +147,8 @@ fn web(tb: &Testbed) -> sluice::stats::ClassTotals {
 
 /// `syn_cookies = "on"`: every SYN is answered by the gate, and the client
 /// gets its download over a connection the listener completed from a gate
-/// cookie, with window scaling in effect on both sides.
+/// cookie, with window scaling in effect on both sides; status and
+/// `sluice trace` say so.
 #[test]
 fn a_client_downloads_through_a_connection_made_from_a_gate_cookie() {
     let mut tb = Testbed::new();
@@ -154,7 +156,14 @@ fn a_client_downloads_through_a_connection_made_from_a_gate_cookie() {
     let seen = serve(&tb, 30.0);
     tb.start_gate(&["--class", &format!("web:match=tcp:{PORT},syn_cookies=on")]);
     std::thread::sleep(Duration::from_millis(300));
+    let (b, sock) = (tb.b.clone(), tb.socket());
+    let tracer =
+        tb.spawn(&b, &["trace", "--iface", tb.if_b, "--socket", sock.to_str().unwrap(), "--duration", "4", "--json"]);
+    wait_for_trace();
     let got = curl(&tb);
+    let traced = tb.wait(tracer);
+    assert!(traced.status.success(), "sluice trace: {}", String::from_utf8_lossy(&traced.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&traced.stdout).unwrap();
     let t = web(&tb);
     assert_eq!(got, Some(BODY as u64), "the download arrived whole (totals: {t:?})");
     assert_eq!((t.synack_pkts, t.cookies_valid), (1, 1), "one SYN answered by the gate, its cookie came back");
@@ -163,6 +172,9 @@ fn a_client_downloads_through_a_connection_made_from_a_gate_cookie() {
     let line =
         "SYN COOKIES: the gate answers its SYNs now for web (syn_cookies = on): SYN-ACKs sent 1, valid cookies back 1";
     assert!(table.contains(line), "{table}");
+    let traced = report["classes"].as_array().unwrap().iter().find(|c| c["name"] == "web").expect("web in the trace");
+    assert_eq!(traced["gate"]["syn_answered"], 1, "the trace counts the gate's SYN-ACK: {traced}");
+    assert_eq!(traced["gate"]["cookies_valid"], 1, "{traced}");
     let (snd, rcv) = seen.lock().unwrap()[0];
     assert!(snd > 0, "the client's window scale is in effect (server sends with scale {snd})");
     assert_eq!(rcv, sluice::bpf_intf::SLUICE_COOKIE_WSCALE as u8, "the scale the gate offered is the listener's");

@@ -9,20 +9,11 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use common::testbed::{in_netns, Testbed};
+use common::trace::{trace_programs, wait_for_trace};
 use serde_json::Value;
 
 /// The checks on loaded programs see every test's programs: one test at a time.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-/// Names of the loaded BPF programs only `sluice trace` loads (the daemon
-/// loads trace_drop alone).
-fn trace_programs() -> Vec<String> {
-    use libbpf_rs::query::ProgInfoIter;
-    ProgInfoIter::default()
-        .map(|p| p.name.to_string_lossy().into_owned())
-        .filter(|n| n.starts_with("trace_") && n != "trace_drop")
-        .collect()
-}
 
 /// Wait up to 10 s for the kernel to free a finished trace's programs (it
 /// frees them after an RCU grace period, not at the process's exit).
@@ -32,17 +23,6 @@ fn none_left() -> Vec<String> {
         std::thread::sleep(Duration::from_millis(100));
     }
     trace_programs()
-}
-
-/// Wait until a `sluice trace` has loaded its programs (it attaches them
-/// right after), then a little longer.
-fn wait_for_trace() {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while trace_programs().is_empty() {
-        assert!(Instant::now() < deadline, "sluice trace did not load its programs");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    std::thread::sleep(Duration::from_millis(300));
 }
 
 fn class<'a>(report: &'a Value, name: &str) -> &'a Value {
@@ -168,7 +148,7 @@ fn the_json_report_keeps_its_schema() {
     assert_eq!(r["interface"], tb.if_b);
     let c = class(&r, "closed");
     assert_eq!(keys(c), ["drops", "gate", "id", "latency", "ledger", "name", "stages"]);
-    assert_eq!(keys(&c["gate"]), ["admitted", "dropped"]);
+    assert_eq!(keys(&c["gate"]), ["admitted", "cookies_invalid", "cookies_valid", "dropped", "dropped_noconn", "syn_answered"]);
     assert_eq!(keys(&c["stages"]), ["driver", "queued", "read", "stack"]);
     assert_eq!(keys(&c["ledger"]), ["applied", "dropped", "queued", "unaccounted", "unaccounted_pct"]);
     assert_eq!(keys(&c["drops"][0]), ["packets", "reason", "stage"]);

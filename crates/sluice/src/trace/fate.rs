@@ -68,6 +68,35 @@ impl Drop {
 pub struct GateCounts {
     pub admitted: u64,
     pub dropped: u64,
+    /// SYNs the gate answered itself with a cookie SYN-ACK (neither
+    /// admitted nor dropped), and the ACKs it checked for a gate cookie.
+    #[serde(default)]
+    pub syn_answered: u64,
+    #[serde(default)]
+    pub cookies_valid: u64,
+    #[serde(default)]
+    pub cookies_invalid: u64,
+    /// Part of `dropped`: ACKs and RSTs of no connection while the SYN guard answered.
+    #[serde(default)]
+    pub dropped_noconn: u64,
+}
+
+impl GateCounts {
+    /// What the gate did between two reads of a class's counters.
+    pub fn between(before: &crate::stats::ClassTotals, after: &crate::stats::ClassTotals) -> GateCounts {
+        GateCounts {
+            admitted: after.admitted_pkts.saturating_sub(before.admitted_pkts),
+            dropped: after.dropped_pkts().saturating_sub(before.dropped_pkts()),
+            syn_answered: after.synack_pkts.saturating_sub(before.synack_pkts),
+            cookies_valid: after.cookies_valid.saturating_sub(before.cookies_valid),
+            cookies_invalid: after.cookies_invalid.saturating_sub(before.cookies_invalid),
+            dropped_noconn: after.dropped_noconn_pkts.saturating_sub(before.dropped_noconn_pkts),
+        }
+    }
+
+    fn any_syn(&self) -> bool {
+        self.syn_answered + self.cookies_valid + self.cookies_invalid + self.dropped_noconn > 0
+    }
 }
 
 /// Packets in at each stage (`STAGES`).
@@ -227,7 +256,7 @@ impl ClassFate {
     /// Whether anything of this class was seen at all.
     pub fn is_empty(&self) -> bool {
         let g = self.gate.unwrap_or_default();
-        g.admitted + g.dropped + self.stages.driver + self.stages.queued + self.stages.read == 0
+        g.admitted + g.dropped + g.syn_answered + self.stages.driver + self.stages.queued + self.stages.read == 0
             && self.drops.is_empty()
     }
 }
@@ -282,6 +311,12 @@ pub fn render(r: &Report) -> String {
         out += &format!("\nclass {}\n", c.name);
         if let Some(g) = c.gate {
             out += &format!("  gate      admitted {:>10}   dropped {:>10}\n", g.admitted, g.dropped);
+            if g.any_syn() {
+                out += &format!(
+                    "  syn       answered {:>10}   cookies valid {} / invalid {}   no-connection dropped {}\n",
+                    g.syn_answered, g.cookies_valid, g.cookies_invalid, g.dropped_noconn
+                );
+            }
         }
         let s = &c.stages;
         out += &format!(
@@ -358,9 +393,61 @@ mod tests {
         assert_eq!(c.ledger.applied, 100);
         assert_eq!(c.ledger.unaccounted, 0);
         assert_eq!(c.drops[0].reason, "SOCKET_RCVBUFF", "largest first");
-        let gated = ClassFate::new(0, "a".into(), Some(GateCounts { admitted: 110, dropped: 5 }), stages, vec![]);
+        let gated = ClassFate::new(
+            0,
+            "a".into(),
+            Some(GateCounts { admitted: 110, dropped: 5, ..GateCounts::default() }),
+            stages,
+            vec![],
+        );
         assert_eq!(gated.ledger.applied, 110);
         assert_eq!(gated.ledger.unaccounted, 50);
+    }
+
+    #[test]
+    fn the_gates_syn_answers_are_counted_and_shown_only_when_there_are_some() {
+        use crate::stats::ClassTotals;
+        let before = ClassTotals { synack_pkts: 100, cookies_valid: 3, dropped_rate_pkts: 7, ..ClassTotals::default() };
+        let after = ClassTotals {
+            admitted_pkts: 40,
+            synack_pkts: 1100,
+            cookies_valid: 13,
+            cookies_invalid: 2,
+            dropped_rate_pkts: 7,
+            dropped_noconn_pkts: 50,
+            ..ClassTotals::default()
+        };
+        let g = GateCounts::between(&before, &after);
+        let want = GateCounts {
+            admitted: 40,
+            dropped: 50,
+            syn_answered: 1000,
+            cookies_valid: 10,
+            cookies_invalid: 2,
+            dropped_noconn: 50,
+        };
+        assert_eq!(g, want);
+        let stages = StageCounts::from_array([40, 40, 40, 40]);
+        let report = |g| Report {
+            version: REPORT_VERSION,
+            interface: "eth0".into(),
+            duration_secs: 1.0,
+            gate: Some("daemon pid 1".into()),
+            sample_every: 0,
+            classes: vec![ClassFate::new(0, "nginx/tcp:80".into(), Some(g), stages, vec![])],
+            unclassified_drops: vec![],
+            notes: vec![],
+        };
+        let text = render(&report(g));
+        assert!(
+            text.contains("answered       1000   cookies valid 10 / invalid 2   no-connection dropped 50"),
+            "{text}"
+        );
+        let calm = render(&report(GateCounts { admitted: 40, ..GateCounts::default() }));
+        assert!(!calm.contains("syn "), "{calm}");
+        // A class the gate only answered for is not left out as empty.
+        let only_syn = GateCounts { syn_answered: 1, ..GateCounts::default() };
+        assert!(!ClassFate::new(0, "a".into(), Some(only_syn), StageCounts::default(), vec![]).is_empty());
     }
 
     #[test]

@@ -484,10 +484,7 @@ fn build_report(
         if o.class.as_ref().is_some_and(|c| c != name) {
             continue;
         }
-        let g = gate.as_ref().map(|(before, after)| GateCounts {
-            admitted: after[id].admitted_pkts.saturating_sub(before[id].admitted_pkts),
-            dropped: after[id].dropped_pkts().saturating_sub(before[id].dropped_pkts()),
-        });
+        let g = gate.as_ref().map(|(before, after)| GateCounts::between(&before[id], &after[id]));
         let stages = StageCounts::from_array(counts.stage_in[id]);
         let mut fate = ClassFate::new(id, name.clone(), g, stages, tracer.drops_of(counts, id as u32));
         fate.latency = INTERVALS.iter().enumerate().map(|(i, n)| Interval::of(n, &counts.latency[id][i])).collect();

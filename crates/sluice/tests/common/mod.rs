@@ -120,3 +120,4 @@ impl TestGate {
 }
 pub mod tcp;
 pub mod testbed;
+pub mod trace;
