@@ -28,6 +28,7 @@ use crate::stats::{
     SNAPSHOT_VERSION,
 };
 use crate::steer::{self, Steer};
+use crate::syn_guard;
 use crate::tick::{Ticker, KNOWN_TTL_SECS};
 use crate::trace::{self, DropBook, Tracer};
 
@@ -749,9 +750,13 @@ impl Daemon {
         if let Some((t, book)) = &mut self.tracer {
             let names: Vec<String> = self.cfg.classes.iter().map(|c| c.name.clone()).collect();
             book.update(t, &names)?;
+            let mut strays = Vec::new();
             for c in snap.classes.iter_mut() {
                 c.kernel_drops = book.of(t, &c.name);
+                let stray = c.kernel_drops.iter().filter(|d| syn_guard::STRAY_REASONS.contains(&d.reason.as_str()));
+                strays.push((c.name.clone(), stray.map(|d| d.packets).sum()));
             }
+            self.ticker.syn.kernel_strays(&strays, std::time::Instant::now());
         }
         Ok(())
     }

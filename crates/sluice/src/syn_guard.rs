@@ -13,8 +13,18 @@
 //! (`health::syn_pressure`). Once the gate answers, the kernel sees no SYN
 //! and shows no pressure; the gate's own counters then say whether the flood
 //! goes on: a flood's SYNs (spoofed) never come back with a valid cookie.
+//!
+//! ACK and RST floods to an open port (random sequence numbers, no
+//! connection) engage the same guard: the kernel drops each such ACK (after
+//! sending an RST) with reason TCP_FLAGS and each such RST with TCP_RESET,
+//! and the daemon's drop tracer counts them by class ("strays" here). While
+//! the guard answers, the gate drops them itself (`dropped_noconn`), and that
+//! count says whether the flood goes on.
+use std::time::Instant;
+
 use crate::bpf_intf::{
-    sluice_syn_guard, SLUICE_COOKIE_SLOT_MS, SLUICE_CS_COOKIE_OK, SLUICE_CS_SYNACK_PKTS, SLUICE_CS_SYN_PKTS,
+    sluice_syn_guard, SLUICE_COOKIE_SLOT_MS, SLUICE_CS_COOKIE_OK, SLUICE_CS_DROP_NOCONN_PKTS, SLUICE_CS_SYNACK_PKTS,
+    SLUICE_CS_SYN_PKTS,
 };
 use crate::config::{Config, SynCookies};
 use crate::gate::ClassCounters;
@@ -27,6 +37,9 @@ pub const ENGAGE_SYNS_PER_SEC: f64 = 1000.0;
 /// ENGAGE_SYNS_PER_SEC and fewer than one SYN in FLOOD_RATIO came back as a
 /// connection (an ACK with a valid cookie).
 pub const FLOOD_RATIO: u64 = 2;
+/// The kernel's drop reasons of a stray ACK (it answered with an RST) and a
+/// stray RST to a listener: packets of no connection.
+pub const STRAY_REASONS: [&str; 2] = ["TCP_FLAGS", "TCP_RESET"];
 /// The guard lets go after this long with neither pressure nor a flood.
 pub const RELEASE_SECS: f64 = 5.0;
 /// The checker keeps looking at ACKs this long after the last answer: a
@@ -42,6 +55,10 @@ pub struct GuardTick {
     pub valid: u64,
     /// The kernel showed SYN pressure on the class's listeners.
     pub pressure: bool,
+    /// ACKs and RSTs of no connection: the gate dropped this tick, and the
+    /// kernel dropped per second at its last read.
+    pub noconn: u64,
+    pub strays_per_sec: f64,
     /// The tick's length, s.
     pub dt: f64,
 }
@@ -56,15 +73,29 @@ pub struct ClassGuard {
     answering: bool,
     /// Seconds with neither pressure nor a flood while answering.
     calm_secs: f64,
-    /// The gate's counters at the last tick: SYNs, answered, valid.
-    last: Option<[u64; 3]>,
+    /// The gate's counters at the last tick: SYNs, answered, valid, no-connection drops.
+    last: Option<[u64; 4]>,
     /// What was last written to the gate: (answer, check_until_ms).
     written: Option<(bool, u64)>,
+    /// The kernel's stray drops of the class (STRAY_REASONS) at the last read,
+    /// and their rate since the read before.
+    strays: Option<(u64, Instant)>,
+    strays_per_sec: f64,
 }
 
 impl ClassGuard {
     pub fn new(name: &str, policy: SynCookies, tcp: bool) -> ClassGuard {
-        ClassGuard { name: name.into(), policy, tcp, answering: false, calm_secs: 0.0, last: None, written: None }
+        ClassGuard {
+            name: name.into(),
+            policy,
+            tcp,
+            answering: false,
+            calm_secs: 0.0,
+            last: None,
+            written: None,
+            strays: None,
+            strays_per_sec: 0.0,
+        }
     }
 
     pub fn answering(&self) -> bool {
@@ -84,12 +115,14 @@ impl ClassGuard {
 
     fn auto(&mut self, t: &GuardTick) -> bool {
         let dt = t.dt.max(1e-4);
+        let fast = |n: u64| n as f64 / dt >= ENGAGE_SYNS_PER_SEC;
+        let strays = t.strays_per_sec >= ENGAGE_SYNS_PER_SEC;
         if !self.answering {
             self.calm_secs = 0.0;
-            return t.pressure && t.syns as f64 / dt >= ENGAGE_SYNS_PER_SEC;
+            return (t.pressure && fast(t.syns)) || strays;
         }
-        let flood = t.answered as f64 / dt >= ENGAGE_SYNS_PER_SEC && t.answered > FLOOD_RATIO * t.valid;
-        if flood || t.pressure {
+        let syn_flood = fast(t.answered) && t.answered > FLOOD_RATIO * t.valid;
+        if syn_flood || fast(t.noconn) || strays || t.pressure {
             self.calm_secs = 0.0;
             return true;
         }
@@ -97,11 +130,24 @@ impl ClassGuard {
         self.calm_secs + 1e-9 < RELEASE_SECS // 1e-9: a sum of ticks falls short of a whole second
     }
 
-    /// This tick's SYNs, answers and valid cookies from the gate's counters.
-    fn counts(&mut self, raw: &ClassCounters) -> (u64, u64, u64) {
-        let now = [SLUICE_CS_SYN_PKTS, SLUICE_CS_SYNACK_PKTS, SLUICE_CS_COOKIE_OK].map(|i| raw[i as usize]);
+    /// This tick's SYNs, answers, valid cookies and no-connection drops
+    /// from the gate's counters.
+    fn counts(&mut self, raw: &ClassCounters) -> [u64; 4] {
+        let ids = [SLUICE_CS_SYN_PKTS, SLUICE_CS_SYNACK_PKTS, SLUICE_CS_COOKIE_OK, SLUICE_CS_DROP_NOCONN_PKTS];
+        let now = ids.map(|i| raw[i as usize]);
         let last = self.last.replace(now).unwrap_or(now);
-        (now[0].saturating_sub(last[0]), now[1].saturating_sub(last[1]), now[2].saturating_sub(last[2]))
+        [0, 1, 2, 3].map(|i| now[i].saturating_sub(last[i]))
+    }
+
+    /// The kernel's stray drops of the class so far, read at `at`.
+    fn note_strays(&mut self, total: u64, at: Instant) {
+        if let Some((t0, at0)) = self.strays {
+            let secs = at.saturating_duration_since(at0).as_secs_f64();
+            if secs > 0.0 {
+                self.strays_per_sec = total.saturating_sub(t0) as f64 / secs;
+            }
+        }
+        self.strays = Some((total, at));
     }
 
     /// The guard to write to the gate at `now_ms`, if it changed: answering
@@ -154,6 +200,18 @@ impl SynGuards {
                 c.answering = o.answering;
                 c.calm_secs = o.calm_secs;
                 c.last = o.last;
+                c.strays = o.strays;
+                c.strays_per_sec = o.strays_per_sec;
+            }
+        }
+    }
+
+    /// The kernel's stray drops so far by class name (the daemon's drop
+    /// tracer, read at `at`); a class not in `totals` keeps its last rate.
+    pub fn kernel_strays(&mut self, totals: &[(String, u64)], at: Instant) {
+        for (name, total) in totals {
+            if let Some(c) = self.classes.iter_mut().find(|c| &c.name == name) {
+                c.note_strays(*total, at);
             }
         }
     }
@@ -170,9 +228,9 @@ impl SynGuards {
         let mut writes = Vec::new();
         for (id, c) in self.classes.iter_mut().enumerate() {
             let Some(r) = raw.get(id) else { continue };
-            let (syns, answered, valid) = c.counts(r);
+            let [syns, answered, valid, noconn] = c.counts(r);
             let pressure = pressure.get(id).copied().unwrap_or(false);
-            c.step(&GuardTick { syns, answered, valid, pressure, dt });
+            c.step(&GuardTick { syns, answered, valid, pressure, noconn, strays_per_sec: c.strays_per_sec, dt });
             if let Some(g) = c.due_write(now_ms) {
                 writes.push((id, g));
             }
@@ -188,7 +246,7 @@ mod tests {
     const TICK: f64 = 0.01;
 
     fn tick(syns: u64, answered: u64, valid: u64, pressure: bool) -> GuardTick {
-        GuardTick { syns, answered, valid, pressure, dt: TICK }
+        GuardTick { syns, answered, valid, pressure, dt: TICK, ..GuardTick::default() }
     }
 
     #[test]
@@ -246,10 +304,44 @@ mod tests {
         let mut g = ClassGuard::new("web", SynCookies::Auto, true);
         let mut raw: ClassCounters = [0; crate::bpf_intf::SLUICE_CS_NR as usize];
         raw[SLUICE_CS_SYN_PKTS as usize] = 100;
-        assert_eq!(g.counts(&raw), (0, 0, 0), "the first read is the baseline");
+        assert_eq!(g.counts(&raw), [0; 4], "the first read is the baseline");
         raw[SLUICE_CS_SYN_PKTS as usize] = 130;
         raw[SLUICE_CS_SYNACK_PKTS as usize] = 20;
         raw[SLUICE_CS_COOKIE_OK as usize] = 5;
-        assert_eq!(g.counts(&raw), (30, 20, 5));
+        raw[SLUICE_CS_DROP_NOCONN_PKTS as usize] = 7;
+        assert_eq!(g.counts(&raw), [30, 20, 5, 7]);
+    }
+
+    #[test]
+    fn a_stray_ack_or_rst_flood_engages_and_the_gates_drops_hold_it() {
+        let mut guards = SynGuards { classes: vec![ClassGuard::new("web", SynCookies::Auto, true)] };
+        let t0 = Instant::now();
+        let at = |ms| t0 + std::time::Duration::from_millis(ms);
+        guards.kernel_strays(&[("web".into(), 1000)], at(0));
+        guards.kernel_strays(&[("web".into(), 1090), ("other".into(), 5)], at(100));
+        let g = &mut guards.classes[0];
+        assert!((g.strays_per_sec - 900.0).abs() < 1e-6, "{}", g.strays_per_sec);
+        // No SYN at all; the gate's no-connection drops and the kernel's last rate.
+        let quiet = |g: &ClassGuard, noconn| GuardTick {
+            noconn,
+            strays_per_sec: g.strays_per_sec,
+            dt: TICK,
+            ..GuardTick::default()
+        };
+        assert!(!g.step(&quiet(g, 0)), "900 strays/s: the kernel copes");
+        g.note_strays(1190, at(200));
+        assert!(g.step(&quiet(g, 0)), "1000 strays/s, no SYN at all: the gate takes them");
+        // The gate drops them now; the kernel sees none.
+        g.note_strays(1190, at(300));
+        let held = (RELEASE_SECS / TICK) as usize * 2;
+        for i in 0..held {
+            assert!(g.step(&quiet(g, 10)), "the gate drops 1000/s: held at tick {i}");
+        }
+        for _ in 0..(RELEASE_SECS / TICK) as usize - 1 {
+            assert!(g.step(&quiet(g, 0)));
+        }
+        assert!(!g.step(&quiet(g, 0)), "the flood ended RELEASE_SECS ago: released");
+        let mut udp = ClassGuard::new("dns", SynCookies::Auto, false);
+        assert!(!udp.step(&GuardTick { strays_per_sec: 1e6, dt: TICK, ..GuardTick::default() }), "not a TCP class");
     }
 }

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::tcp::{linux_syn_options, Segment, SYN};
+use common::tcp::{linux_syn_options, Segment, ACK, RST, SYN};
 use common::testbed::{in_netns, Testbed};
 use common::trace::wait_for_trace;
 
@@ -82,10 +82,11 @@ fn curl(tb: &Testbed) -> Option<u64> {
     out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().parse().ok()).flatten()
 }
 
-/// A SYN flood from A to B's PORT for `secs`: 4096 spoofed sources
+/// A flood of `flags` segments (SYN, or ACK or RST of no connection) from A
+/// to B's PORT for `secs`: 4096 spoofed sources
 /// (10.200.0.0/16), random ports, as fast as one thread sends on an
 /// AF_PACKET socket. Returns the frames sent.
-fn flood(tb: &Testbed, secs: f64, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
+fn flood(tb: &Testbed, flags: u8, secs: f64, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
     let (mac_b, ifindex) = (tb.mac_b, tb.ifindex_a);
     let fd = in_netns(&tb.a, || {
         // SAFETY: plain socket(2); the fd is owned below.
@@ -99,9 +100,12 @@ fn flood(tb: &Testbed, secs: f64, stop: Arc<AtomicBool>) -> std::thread::JoinHan
         let frames: Vec<Vec<u8>> = (0..4096u32)
             .map(|i| {
                 let src = format!("10.200.{}.{}", i >> 8, i & 255);
-                let mut s = Segment::new(&src, &ip_b, 1024 + (i * 7919 % 60000) as u16, PORT, SYN);
+                let mut s = Segment::new(&src, &ip_b, 1024 + (i * 7919 % 60000) as u16, PORT, flags);
                 s.seq = i.wrapping_mul(2_654_435_761);
-                s.options = linux_syn_options(1460, i);
+                s.ack = i.wrapping_mul(40_503).rotate_left(7);
+                if flags == SYN {
+                    s.options = linux_syn_options(1460, i);
+                }
                 let mut f = s.build();
                 f[0..6].copy_from_slice(&mac_b);
                 f
@@ -193,7 +197,7 @@ fn under_a_syn_flood_the_gate_answers_and_clients_still_connect() {
     assert_eq!(curl(&tb), Some(BODY as u64));
     assert_eq!(web(&tb).synack_pkts, 0, "no flood: the kernel answered");
     let stop = Arc::new(AtomicBool::new(false));
-    let sender = flood(&tb, 20.0, stop.clone());
+    let sender = flood(&tb, SYN, 20.0, stop.clone());
     let deadline = Instant::now() + Duration::from_secs(10);
     while web(&tb).synack_pkts == 0 {
         assert!(Instant::now() < deadline, "the gate never answered the flood: {:?}", web(&tb));
@@ -210,4 +214,33 @@ fn under_a_syn_flood_the_gate_answers_and_clients_still_connect() {
     );
     assert_eq!(ok, 5, "every download during the flood arrived whole ({after:?})");
     assert!(after.cookies_valid >= before.cookies_valid + 5, "through gate cookies: {before:?} -> {after:?}");
+}
+
+/// Zero config: a flood of ACKs (then, on a fresh testbed, of RSTs) of no
+/// connection to the open port, with no SYN flood at all, engages the guard
+/// from the kernel's drops (TCP_FLAGS, TCP_RESET); the gate then drops them
+/// itself, and curl's downloads during the flood arrive whole.
+#[test]
+fn an_ack_or_rst_flood_alone_is_dropped_at_the_gate_and_clients_still_connect() {
+    for (name, flags) in [("ACK", ACK), ("RST", RST)] {
+        let mut tb = Testbed::new();
+        peer_xdp(&mut tb);
+        let _seen = serve(&tb, 60.0);
+        tb.start_gate(&["--class", &format!("web:match=tcp:{PORT}")]);
+        std::thread::sleep(Duration::from_millis(300));
+        let stop = Arc::new(AtomicBool::new(false));
+        let sender = flood(&tb, flags, 20.0, stop.clone());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while web(&tb).dropped_noconn_pkts == 0 {
+            assert!(Instant::now() < deadline, "{name} flood: the gate never took it: {:?}", web(&tb));
+        }
+        let before = web(&tb);
+        let ok = (0..3).filter(|_| curl(&tb) == Some(BODY as u64)).count();
+        let after = web(&tb);
+        stop.store(true, Ordering::Relaxed);
+        let sent = sender.join().unwrap();
+        println!("{name} flood: {sent} sent; the gate dropped {} of no connection", after.dropped_noconn_pkts);
+        assert_eq!(ok, 3, "{name} flood: every download arrived whole ({after:?})");
+        assert!(after.dropped_noconn_pkts > before.dropped_noconn_pkts, "{name}: still dropped at the gate: {after:?}");
+    }
 }

@@ -148,7 +148,10 @@ fn the_json_report_keeps_its_schema() {
     assert_eq!(r["interface"], tb.if_b);
     let c = class(&r, "closed");
     assert_eq!(keys(c), ["drops", "gate", "id", "latency", "ledger", "name", "stages"]);
-    assert_eq!(keys(&c["gate"]), ["admitted", "cookies_invalid", "cookies_valid", "dropped", "dropped_noconn", "syn_answered"]);
+    assert_eq!(
+        keys(&c["gate"]),
+        ["admitted", "cookies_invalid", "cookies_valid", "dropped", "dropped_noconn", "syn_answered"]
+    );
     assert_eq!(keys(&c["stages"]), ["driver", "queued", "read", "stack"]);
     assert_eq!(keys(&c["ledger"]), ["applied", "dropped", "queued", "unaccounted", "unaccounted_pct"]);
     assert_eq!(keys(&c["drops"][0]), ["packets", "reason", "stage"]);
