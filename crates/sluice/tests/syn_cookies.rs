@@ -21,16 +21,18 @@ use common::testbed::{in_netns, Testbed};
 use common::trace::wait_for_trace;
 
 const PORT: u16 = 8080;
+/// A port whose SYNs the kernel always answers (`syn_cookies = "off"`).
+const PLAIN_PORT: u16 = 8081;
 /// Bytes each response carries (a 10 MB download).
 const BODY: usize = 10 << 20;
 
 /// What the server saw of each connection: (its send and receive window scales).
 type Seen = Arc<Mutex<Vec<(u8, u8)>>>;
 
-/// A server on B's PORT that answers each request with BODY bytes, for
+/// A server on B's `port` that answers each request with BODY bytes, for
 /// `secs`; it records each connection's window scales (TCP_INFO).
-fn serve(tb: &Testbed, secs: f64) -> Seen {
-    let listener = in_netns(&tb.b, || TcpListener::bind(("0.0.0.0", PORT)).expect("bind the server"));
+fn serve(tb: &Testbed, port: u16, secs: f64) -> Seen {
+    let listener = in_netns(&tb.b, move || TcpListener::bind(("0.0.0.0", port)).expect("bind the server"));
     listener.set_nonblocking(true).unwrap();
     let seen: Seen = Arc::default();
     let out = seen.clone();
@@ -72,14 +74,26 @@ fn wscales(s: &std::net::TcpStream) -> (u8, u8) {
     }
 }
 
-/// curl from A: the bytes it downloaded, or None if it failed.
+/// curl from A to B's PORT: the bytes it downloaded, or None if it failed.
 fn curl(tb: &Testbed) -> Option<u64> {
-    let url = format!("http://{}:{PORT}/", tb.ip_b);
+    curl_at(tb, PORT).map(|(bytes, _)| bytes)
+}
+
+/// curl from A to B's `port`: the bytes it downloaded and its mean speed
+/// (bytes/s), or None if it failed.
+fn curl_at(tb: &Testbed, port: u16) -> Option<(u64, f64)> {
+    let url = format!("http://{}:{port}/", tb.ip_b);
+    let fmt = "%{size_download} %{speed_download}";
     let out = tb
-        .cmd(&tb.a, &["curl", "-s", "-o", "/dev/null", "--max-time", "10", "-w", "%{size_download}", &url])
+        .cmd(&tb.a, &["curl", "-s", "-o", "/dev/null", "--max-time", "10", "-w", fmt, &url])
         .output()
         .expect("curl runs (make deps installs it)");
-    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().parse().ok()).flatten()
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut it = text.split_whitespace().map(|v| v.parse::<f64>().ok());
+    match (out.status.success(), it.next().flatten(), it.next().flatten()) {
+        (true, Some(bytes), Some(speed)) => Some((bytes as u64, speed)),
+        _ => None,
+    }
 }
 
 /// A flood of `flags` segments (SYN, or ACK or RST of no connection) from A
@@ -157,8 +171,10 @@ fn web(tb: &Testbed) -> sluice::stats::ClassTotals {
 fn a_client_downloads_through_a_connection_made_from_a_gate_cookie() {
     let mut tb = Testbed::new();
     peer_xdp(&mut tb);
-    let seen = serve(&tb, 30.0);
-    tb.start_gate(&["--class", &format!("web:match=tcp:{PORT},syn_cookies=on")]);
+    let seen = serve(&tb, PORT, 30.0);
+    let _plain = serve(&tb, PLAIN_PORT, 30.0);
+    let web_spec = format!("web:match=tcp:{PORT},syn_cookies=on");
+    tb.start_gate(&["--class", &web_spec, "--class", &format!("plain:match=tcp:{PLAIN_PORT},syn_cookies=off")]);
     std::thread::sleep(Duration::from_millis(300));
     let (b, sock) = (tb.b.clone(), tb.socket());
     let tracer =
@@ -182,6 +198,36 @@ fn a_client_downloads_through_a_connection_made_from_a_gate_cookie() {
     let (snd, rcv) = seen.lock().unwrap()[0];
     assert!(snd > 0, "the client's window scale is in effect (server sends with scale {snd})");
     assert_eq!(rcv, sluice::bpf_intf::SLUICE_COOKIE_WSCALE as u8, "the scale the gate offered is the listener's");
+    download_speeds(&tb);
+}
+
+/// The 10 MB download over gate-cookie connections against normal ones,
+/// interleaved, five each: every one arrives whole. The ratio of median
+/// speeds is printed, not asserted: single downloads of a few ms on a
+/// shared 2-CPU VM move by more than the 10% the issue's target allows.
+fn download_speeds(tb: &Testbed) {
+    let before = web(tb).cookies_valid;
+    let (mut gated, mut plain) = (Vec::new(), Vec::new());
+    for _ in 0..5 {
+        let g = curl_at(tb, PORT).expect("a download through a gate cookie");
+        let p = curl_at(tb, PLAIN_PORT).expect("a download over a normal connection");
+        assert_eq!((g.0, p.0), (BODY as u64, BODY as u64));
+        gated.push(g.1);
+        plain.push(p.1);
+    }
+    assert_eq!(web(tb).cookies_valid, before + 5, "each of web's downloads came through a gate cookie");
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (g, p) = (median(&mut gated), median(&mut plain));
+    println!(
+        "10 MB download, median of 5 interleaved: gate cookie {:.0} MB/s, normal {:.0} MB/s, ratio {:.2} \
+         (not asserted: timed; gate {gated:.0?}, normal {plain:.0?} B/s)",
+        g / 1e6,
+        p / 1e6,
+        g / p
+    );
 }
 
 /// Zero config for SYN cookies (`auto`): no flood, the kernel answers every
@@ -191,7 +237,7 @@ fn a_client_downloads_through_a_connection_made_from_a_gate_cookie() {
 fn under_a_syn_flood_the_gate_answers_and_clients_still_connect() {
     let mut tb = Testbed::new();
     peer_xdp(&mut tb);
-    let _seen = serve(&tb, 60.0);
+    let _seen = serve(&tb, PORT, 60.0);
     tb.start_gate(&["--class", &format!("web:match=tcp:{PORT}")]);
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(curl(&tb), Some(BODY as u64));
@@ -225,7 +271,7 @@ fn an_ack_or_rst_flood_alone_is_dropped_at_the_gate_and_clients_still_connect() 
     for (name, flags) in [("ACK", ACK), ("RST", RST)] {
         let mut tb = Testbed::new();
         peer_xdp(&mut tb);
-        let _seen = serve(&tb, 60.0);
+        let _seen = serve(&tb, PORT, 60.0);
         tb.start_gate(&["--class", &format!("web:match=tcp:{PORT}")]);
         std::thread::sleep(Duration::from_millis(300));
         let stop = Arc::new(AtomicBool::new(false));
