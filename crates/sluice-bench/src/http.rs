@@ -5,10 +5,16 @@
 //! its figure is the requests/s it got. Every request opens a connection
 //! (`Connection: close`), so the listen queue and SYN handling are in the
 //! legitimate path, as they are for a site's many short-lived clients.
+//!
+//! Beside wrk, [`start_probe`] times new connections (connect p50/p99) and
+//! keeps one connection open for the whole cell, asking a request every
+//! KEPT_INTERVAL over it: the clients a SYN flood must not touch.
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::process::Stdio;
-use std::time::Duration;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
@@ -22,7 +28,7 @@ pub fn nginx_conf(dir: &Path) -> String {
     format!(
         "daemon off;\nmaster_process on;\nworker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log error;\n\
          events {{ worker_connections 4096; }}\n\
-         http {{\n  access_log off;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n  \
+         http {{\n  access_log off;\n  keepalive_requests 1000000;\n  keepalive_timeout 300s;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n  \
          fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n  \
          server {{\n    listen {PORT};\n    listen [::]:{PORT};\n    \
          location / {{ return 200 \"sluice bench\\n\"; }}\n  }}\n}}\n"
@@ -102,6 +108,120 @@ pub fn run_wrk(ns: &str, cpu: usize, addr: std::net::IpAddr, conns: u32, secs: f
     parse_wrk(&String::from_utf8_lossy(&out.stdout))
 }
 
+/// The probe's new connections: one every CONNECT_INTERVAL, each given
+/// CONNECT_TIMEOUT (past the kernel's first SYN retransmit at 1 s).
+const CONNECT_INTERVAL: Duration = Duration::from_millis(10);
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// The long-lived connection asks a request this often (500/s): a client
+/// whose demand the service meets with no flood, so a flood's harm shows as
+/// requests it did not get.
+pub const KEPT_INTERVAL: Duration = Duration::from_millis(2);
+/// nginx's fixed answer's body: a response ends with it.
+const BODY: &[u8] = b"sluice bench\n";
+
+/// What the probe saw.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Probe {
+    /// Each completed connect's time, ms; connects that failed or timed out.
+    pub connect_ms: Vec<f64>,
+    pub connect_failed: u64,
+    /// Requests answered over the long-lived connection, in `kept_secs`, and
+    /// how often it broke (reopened).
+    pub kept: u64,
+    pub kept_secs: f64,
+    pub kept_broken: u64,
+}
+
+impl Probe {
+    /// The long-lived connection's answered requests/s.
+    pub fn kept_rps(&self) -> Option<f64> {
+        (self.kept_secs > 0.0).then(|| self.kept as f64 / self.kept_secs)
+    }
+}
+
+/// Start the probe from namespace `ns` on `cpu` against `addr` for `secs`.
+pub fn start_probe(ns: &str, cpu: usize, addr: std::net::IpAddr, secs: f64) -> JoinHandle<Result<Probe>> {
+    let (ns, to, end) = (ns.to_string(), SocketAddr::new(addr, PORT), Instant::now() + Duration::from_secs_f64(secs));
+    std::thread::spawn(move || {
+        let kept_ns = ns.clone();
+        let kept = std::thread::spawn(move || {
+            sluice::netns::run_in(&kept_ns, move || {
+                sluice::netns::pin_thread(cpu)?;
+                Ok(keep_asking(to, end))
+            })
+        });
+        let connects = sluice::netns::run_in(&ns, move || {
+            sluice::netns::pin_thread(cpu)?;
+            Ok(time_connects(to, end))
+        })?;
+        let (kept, kept_secs, kept_broken) =
+            kept.join().map_err(|_| anyhow::anyhow!("the long-lived client panicked"))??;
+        Ok(Probe { connect_ms: connects.0, connect_failed: connects.1, kept, kept_secs, kept_broken })
+    })
+}
+
+/// A new connection every CONNECT_INTERVAL until `end`: (times in ms, failures).
+fn time_connects(to: SocketAddr, end: Instant) -> (Vec<f64>, u64) {
+    let (mut times, mut failed) = (Vec::new(), 0);
+    let mut next = Instant::now();
+    while next < end {
+        std::thread::sleep(next.saturating_duration_since(Instant::now()));
+        let t = Instant::now();
+        match TcpStream::connect_timeout(&to, CONNECT_TIMEOUT) {
+            Ok(_) => times.push(t.elapsed().as_secs_f64() * 1e3),
+            Err(_) => failed += 1,
+        }
+        next = (next + CONNECT_INTERVAL).max(Instant::now());
+    }
+    (times, failed)
+}
+
+/// One keep-alive connection asking a request every KEPT_INTERVAL until
+/// `end` (reopened if it breaks): (answered, seconds, times broken).
+fn keep_asking(to: SocketAddr, end: Instant) -> (u64, f64, u64) {
+    let (start, mut answered, mut broken) = (Instant::now(), 0, 0);
+    let mut conn: Option<TcpStream> = None;
+    let mut next = Instant::now();
+    while next < end {
+        std::thread::sleep(next.saturating_duration_since(Instant::now()));
+        next += KEPT_INTERVAL;
+        if conn.is_none() {
+            conn = TcpStream::connect_timeout(&to, CONNECT_TIMEOUT).ok();
+            if let Some(c) = &conn {
+                let _ = c.set_read_timeout(Some(Duration::from_secs(2)));
+            }
+        }
+        match conn.as_mut().map(ask) {
+            Some(true) => answered += 1,
+            Some(false) => {
+                broken += 1;
+                conn = None;
+            }
+            None => {}
+        }
+        next = next.max(Instant::now());
+    }
+    (answered, start.elapsed().as_secs_f64(), broken)
+}
+
+/// One request over `c`; true when the whole answer came back.
+fn ask(c: &mut TcpStream) -> bool {
+    if c.write_all(b"GET / HTTP/1.1\r\nHost: bench\r\n\r\n").is_err() {
+        return false;
+    }
+    let (mut buf, mut got) = ([0u8; 1024], 0);
+    while got < buf.len() {
+        match c.read(&mut buf[got..]) {
+            Ok(0) | Err(_) => return false,
+            Ok(n) => got += n,
+        }
+        if buf[..got].ends_with(BODY) {
+            return true;
+        }
+    }
+    false
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -134,5 +254,13 @@ mod tests {
         let c = nginx_conf(Path::new("/tmp/x"));
         assert!(c.contains("listen 80;") && c.contains("listen [::]:80;"));
         assert!(c.contains("access_log off;") && c.contains("worker_processes 1;"));
+        assert!(c.contains("keepalive_requests 1000000;"), "the probe's long-lived connection stays one");
+    }
+
+    #[test]
+    fn a_probe_without_time_has_no_long_lived_rate() {
+        assert_eq!(Probe::default().kept_rps(), None);
+        let p = Probe { kept: 500, kept_secs: 2.0, ..Probe::default() };
+        assert_eq!(p.kept_rps(), Some(250.0));
     }
 }

@@ -321,6 +321,18 @@ pub struct Cell {
     /// driver); None without a daemon.
     #[serde(default)]
     pub gate_synacks: Option<f64>,
+    /// http: the probe's new connections' connect time, ms (a failed or
+    /// timed-out connect counts as its 3 s timeout), and how many failed.
+    #[serde(default)]
+    pub connect_p50_ms: Option<f64>,
+    #[serde(default)]
+    pub connect_p99_ms: Option<f64>,
+    #[serde(default)]
+    pub connects_failed: Option<u64>,
+    /// http: requests/s answered over the probe's one long-lived connection
+    /// (it asks 500/s).
+    #[serde(default)]
+    pub kept_rps: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -635,16 +647,27 @@ impl<'a> Bench<'a> {
         })
     }
 
-    /// wrk for `secs`.
+    /// wrk for `secs`, and beside it the probe (connect times, a long-lived connection).
     fn http_clients(&self, v6: bool) -> Result<Cell> {
         let net = &self.bed.net;
-        let w = http::run_wrk(&net.a, GEN_CPU, if v6 { net.ip6_b } else { net.ip_b }, self.o.conns, self.o.secs)?;
+        let addr = if v6 { net.ip6_b } else { net.ip_b };
+        let probe = http::start_probe(&net.a, GEN_CPU, addr, self.o.secs);
+        let w = http::run_wrk(&net.a, GEN_CPU, addr, self.o.conns, self.o.secs)?;
+        let p = probe.join().map_err(|_| anyhow::anyhow!("the http probe panicked"))??;
         let tried = w.requests + w.errors;
+        let timeout_ms = http::CONNECT_TIMEOUT.as_secs_f64() * 1e3;
+        let mut connects: Vec<f64> =
+            p.connect_ms.iter().copied().chain((0..p.connect_failed).map(|_| timeout_ms)).collect();
+        connects.sort_by(f64::total_cmp);
         Ok(Cell {
             client_rate: w.rps,
             success: (tried > 0).then(|| w.requests as f64 / tried as f64),
             p50_ms: w.p50_ms,
             p99_ms: w.p99_ms,
+            connect_p50_ms: sluice::summary::percentile(&connects, 0.5),
+            connect_p99_ms: sluice::summary::percentile(&connects, 0.99),
+            connects_failed: Some(p.connect_failed),
+            kept_rps: p.kept_rps(),
             ..Cell::default()
         })
     }
@@ -810,7 +833,7 @@ pub fn summary(r: &ServiceRun) -> String {
         "p99",
         "svc CPU",
         "sluice CPU",
-        if dns { "" } else { "  cookies/s  gate SYN-ACKs/s" }
+        if dns { "" } else { "  cookies/s  gate SYN-ACKs/s    connect p50/p99  kept/s" }
     );
     let calm = calm_names(r);
     let names =
@@ -848,9 +871,11 @@ pub fn summary(r: &ServiceRun) -> String {
                 } else {
                     let human = |v: Option<f64>| v.map_or("-".into(), sluice::stats::human);
                     format!(
-                        "{:>11} {:>16}",
+                        "{:>11} {:>16} {:>18} {:>7}",
                         human(med(&cells, |c| Some(c.syn_cookies))),
-                        human(med(&cells, |c| c.gate_synacks))
+                        human(med(&cells, |c| c.gate_synacks)),
+                        format!("{}/{}", ms(med(&cells, |c| c.connect_p50_ms)), ms(med(&cells, |c| c.connect_p99_ms))),
+                        human(med(&cells, |c| c.kept_rps))
                     )
                 }
             );
@@ -863,6 +888,8 @@ pub fn summary(r: &ServiceRun) -> String {
         s += "requests/s = wrk's completed requests (a new connection each); ok = requests / (requests + errors)\n";
         s += "cookies/s = SYN cookies the victim's kernel sent (TcpExt SyncookiesSent): SYNs it answered without queueing;\n";
         s += "  gate SYN-ACKs/s = SYNs the gate answered itself with a cookie (SYN cookies at the driver; - = no daemon)\n";
+        s += "connect p50/p99 = a probe's new connection every 10 ms, timed to the handshake's end (a failed one counts as its 3 s timeout);\n";
+        s += "  kept/s = requests/s answered over the probe's one long-lived connection, which asks 500/s\n";
     }
     if !calm.is_empty() {
         s += "calm-N = no flood, dnsperf asked N% of NSD's measured capacity (do no harm: zero config must answer what off answers)\n";
@@ -889,14 +916,18 @@ fn ring_cell(cells: &[&Cell]) -> String {
     }
 }
 
-/// The issue's targets, each MET or MISSED with its figures; a missing figure is "not measured".
-pub fn targets(r: &ServiceRun) -> String {
-    let mut s = String::from("targets (zero config):\n");
-    let verdict = |ok: Option<bool>| match ok {
+/// A target's verdict; a missing figure is "not measured".
+fn verdict(ok: Option<bool>) -> &'static str {
+    match ok {
         Some(true) => "MET",
         Some(false) => "MISSED",
         None => "not measured",
-    };
+    }
+}
+
+/// The issue's targets, each MET or MISSED with its figures; a missing figure is "not measured".
+pub fn targets(r: &ServiceRun) -> String {
+    let mut s = String::from("targets (zero config):\n");
     let calm = calm_names(r);
     for name in calm {
         let (off, zero) = (group(r, name, Setup::Off), group(r, name, Setup::Zero));
@@ -987,9 +1018,29 @@ pub fn targets(r: &ServiceRun) -> String {
                 pct(ratio),
                 verdict(ratio.map(|x| x >= 0.95))
             );
+            s += &syn_flood_clients(r, f);
         }
     }
     s
+}
+
+/// The SYN-flood targets for clients beside wrk: zero config's connect p99
+/// within 2x of unflooded, the long-lived connection >= 95% of its
+/// unflooded requests/s (unflooded: the `none` cell, the kernel alone).
+fn syn_flood_clients(r: &ServiceRun, f: &Flood) -> String {
+    let (zero, calm) = (group(r, f.name, Setup::Zero), group(r, "none", Setup::Off));
+    let (p99, calm_p99) = (med(&zero, |c| c.connect_p99_ms), med(&calm, |c| c.connect_p99_ms));
+    let (kept, calm_kept) = (med(&zero, |c| c.kept_rps), med(&calm, |c| c.kept_rps));
+    let kept_ratio = kept.zip(calm_kept).filter(|(_, c)| *c > 0.0).map(|(k, c)| k / c);
+    format!(
+        "  http {}: connect p99 {} vs {} unflooded (within 2x: {}); long-lived connection {} of its unflooded requests/s (>= 95%: {})\n",
+        f.name,
+        ms(p99),
+        ms(calm_p99),
+        verdict(p99.zip(calm_p99).map(|(p, c)| p <= 2.0 * c)),
+        pct(kept_ratio),
+        verdict(kept_ratio.map(|k| k >= 0.95))
+    )
 }
 
 /// results.json and summary.txt.
@@ -1056,6 +1107,34 @@ mod tests {
                 "own-v4 (SYN flood): 50.00% of the kernel alone's requests/s (never worse, within 5% noise: MISSED)"
             ),
             "{t}"
+        );
+    }
+
+    #[test]
+    fn syn_flood_clients_compare_with_the_unflooded_kernel_alone() {
+        let probe = |flood: &str, config, p99, kept| Cell {
+            connect_p99_ms: p99,
+            kept_rps: kept,
+            ..cell(flood, config, 100.0, Some(1.0), None)
+        };
+        let r = run(
+            Service::Http,
+            vec![
+                probe("none", Setup::Off, Some(2.0), Some(500.0)),
+                probe("own-v4", Setup::Zero, Some(4.0), Some(480.0)),
+                probe("own-v6", Setup::Zero, Some(4.1), None),
+            ],
+        );
+        let v4 = syn_flood_clients(&r, &Flood::parse("own-v4").unwrap());
+        assert_eq!(
+            v4,
+            "  http own-v4: connect p99 4.00 ms vs 2.00 ms unflooded (within 2x: MET); \
+             long-lived connection 96.00% of its unflooded requests/s (>= 95%: MET)\n"
+        );
+        let v6 = syn_flood_clients(&r, &Flood::parse("own-v6").unwrap());
+        assert!(
+            v6.contains("(within 2x: MISSED)") && v6.contains("n/a of its unflooded requests/s (>= 95%: not measured)"),
+            "{v6}"
         );
     }
 
