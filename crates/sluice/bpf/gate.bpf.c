@@ -97,7 +97,9 @@
  *     truncated, or IP packet truncated before a complete L4 header:
  *     settings.malformed_verdict (default XDP_DROP), counted MALFORMED_*;
  *   - more VLAN tags or IPv6 extension headers than the parse depth: the
- *     default class, counted DEPTH_EXCEEDED (info) and in that class;
+ *     malformed verdict, counted DEPTH_EXCEEDED (info) and MALFORMED_* (its
+ *     port is unknown: in the default class it would skip its port's
+ *     class and its source's share);
  *   - non-first fragments (no ports): classified by protocol only.
  * In observe mode (settings.observe) every packet counted as dropped above
  * is passed instead, and counted OBSERVED_PASS too.
@@ -1150,14 +1152,14 @@ int sluice_gate(struct xdp_md *ctx)
 	case PARSE_OK:
 		cls = classify(&pk, &settings.default_class);
 		break;
-	case PARSE_DEPTH:
-		global_inc(SLUICE_GS_DEPTH_EXCEEDED);
-		cls = settings.default_class;
-		pk.family = 0; /* no source to count it against */
-		break;
 	case PARSE_NON_IP:
 		global_inc(SLUICE_GS_NON_IP_PASS);
 		return XDP_PASS;
+	case PARSE_DEPTH:
+		/* Its port is unknown: classed, it would skip its port's class
+		 * and its source's share. It is malformed input. */
+		global_inc(SLUICE_GS_DEPTH_EXCEEDED);
+		/* fall through */
 	default:
 		if (settings.malformed_verdict == XDP_PASS) {
 			global_inc(SLUICE_GS_MALFORMED_PASS);

@@ -269,7 +269,7 @@ enum sluice_global_stat {
 	SLUICE_GS_NON_IP_PASS = 0, /* verdict: not IPv4/IPv6 (ARP, LLDP, ...), passed */
 	SLUICE_GS_MALFORMED_DROP,  /* verdict: IP packet truncated or invalid, dropped */
 	SLUICE_GS_MALFORMED_PASS,  /* verdict: same, passed (settings.malformed_verdict) */
-	SLUICE_GS_DEPTH_EXCEEDED,  /* info: headers beyond the parse depth, sent to the default class */
+	SLUICE_GS_DEPTH_EXCEEDED,  /* info: headers beyond the parse depth (also counted malformed) */
 	SLUICE_GS_FRAGMENTS,       /* info: non-first fragments, classified without ports */
 	SLUICE_GS_OBSERVED_PASS,   /* info: observe mode: counted as dropped (class or malformed), passed */
 	SLUICE_GS_UNASKED,         /* info: the learner skipped a reply to a peer that had asked the class nothing */
@@ -292,7 +292,7 @@ struct sluice_settings {
 	__u64 now_ms;            /* the gate clock: wall-clock ms, written every tick (0: not yet) */
 	__u64 known_ttl_ms;      /* a known source not answered for this long is unknown again */
 	__u32 malformed_verdict; /* XDP_DROP or XDP_PASS */
-	__u32 default_class;     /* class for headers beyond the parse depth */
+	__u32 default_class;     /* class for a packet no rule matches */
 	__u32 epoch;             /* the daemon's tick count: source counts are per epoch */
 	__u32 observe;           /* 1: observe mode: every verdict counted as usual, nothing dropped */
 	__u16 syn_mss4;          /* the MSS the gate's SYN-ACKs offer (the interface's MTU - 40) */

@@ -20,7 +20,7 @@ use sluice::packet::{non_ip, v6, Ext, Frame, ETH_P_8021AD, ETH_P_8021Q, ETH_P_AR
 enum Fate {
     NonIp,
     Malformed,
-    /// Headers past the parse depth: the default class.
+    /// Headers past the parse depth: malformed (counted as such too).
     Depth,
     Classified {
         probe: Probe,
@@ -216,18 +216,18 @@ fn a_million_packets_get_the_verdicts_and_counts_the_reference_predicts() {
         let class = match fate {
             Fate::NonIp => None,
             Fate::Malformed => None,
-            Fate::Depth => Some(g.cfg.default_class),
+            Fate::Depth => None,
             Fate::Classified { probe, .. } => Some(first_match(&g.cfg, &probe)),
         };
         match fate {
             Fate::NonIp => want.non_ip += 1,
             Fate::Malformed => want.malformed += 1,
-            Fate::Depth => want.depth += 1,
+            Fate::Depth => (want.depth, want.malformed) = (want.depth + 1, want.malformed + 1),
             Fate::Classified { fragment, .. } => want.fragments += fragment as u64,
         }
         let expected_verdict = match (fate, class.map(|c| g.cfg.classes[c].limit)) {
             (Fate::NonIp, _) => Some(XDP_PASS),
-            (Fate::Malformed, _) => Some(XDP_DROP),
+            (Fate::Malformed | Fate::Depth, _) => Some(XDP_DROP),
             (_, Some(Limit::Blocked)) => Some(XDP_DROP),
             (_, Some(Limit::Rate { .. })) => None, // admitted or dropped, by the bucket
             _ => Some(XDP_PASS),

@@ -365,7 +365,7 @@ fn aggregated_counting_makes_a_slash_24_and_a_slash_48_one_source() {
 }
 
 #[test]
-fn fragments_and_headers_past_the_parse_depth_are_classified_as_before() {
+fn fragments_are_paced_by_source_and_headers_past_the_parse_depth_never_reach_a_class() {
     let mut g = gate();
     fair(&g, "icmp", PACED_NS, 1, 2 * WITHIN as u64, (32, 64));
     fair(&g, "default", PACED_NS, 1_000_000, 1_000_000, (32, 64));
@@ -376,10 +376,10 @@ fn fragments_and_headers_past_the_parse_depth_are_classified_as_before() {
         g.expect(&format!("fragment within its share {i}"), &frag, Admitted("icmp".into()));
     }
     g.expect("fragment over its share", &frag, DroppedShare("icmp".into()));
-    // Past the parse depth: the default class, not counted against a source
-    // (the default class here is unlimited, so nothing is dropped).
+    // Past the parse depth: malformed, so it cannot take the (unlimited)
+    // default class around its port's class and its source's share.
     let deep = (0..7).fold(Frame::udp("2001:db8::9", "2001:db8::2", 1, 53), |f, _| f.ext(Ext::DestOpts)).build();
     for _ in 0..3 {
-        g.expect("too deep", &deep, Admitted("default".into()));
+        g.expect("too deep", &deep, MalformedDrop);
     }
 }
