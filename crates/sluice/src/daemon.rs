@@ -886,19 +886,34 @@ struct SocketFile {
 }
 
 impl SocketFile {
-    /// Bind (mode 0600); a live daemon on the path is an error, a stale file is replaced.
+    /// Bind, mode 0600 from the start (the umask is 0177 around the bind, so
+    /// the socket is never reachable with a wider mode). A live daemon on
+    /// the path is an error; a stale socket is replaced; anything else there
+    /// (a file, a link, a directory) is an error and left alone.
     fn bind(path: &Path) -> Result<SocketFile> {
+        use std::os::unix::fs::FileTypeExt;
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         }
-        if path.exists() {
+        if let Ok(meta) = std::fs::symlink_metadata(path) {
+            if !meta.file_type().is_socket() {
+                bail!(
+                    "{} exists and is not a socket (sluice removes only a stale socket of its own): \
+                     remove it or pass --socket PATH",
+                    path.display()
+                );
+            }
             if UnixStream::connect(path).is_ok() {
                 bail!("another sluice daemon serves {} already; stop it or pass --socket PATH", path.display());
             }
             std::fs::remove_file(path).with_context(|| format!("removing the stale socket {}", path.display()))?;
         }
-        let listener =
-            UnixListener::bind(path).with_context(|| format!("binding the statistics socket {}", path.display()))?;
+        // SAFETY: umask(2) only swaps the process's file mode mask.
+        let old = unsafe { libc::umask(0o177) };
+        let bound = UnixListener::bind(path);
+        // SAFETY: as above, putting the old mask back.
+        unsafe { libc::umask(old) };
+        let listener = bound.with_context(|| format!("binding the statistics socket {}", path.display()))?;
         let file = SocketFile { listener: Some(listener), path: Some(path.to_path_buf()) };
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
         Ok(file)
@@ -989,5 +1004,57 @@ pub fn find_socket(socket: Option<&Path>, iface: Option<&str>) -> Result<PathBuf
             "several sluice daemons run ({}); pick one with --iface or --socket",
             many.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::FileTypeExt;
+
+    fn dir() -> tempfile::TempDir {
+        tempfile::tempdir().unwrap()
+    }
+
+    #[test]
+    fn the_statistics_socket_is_0600_whatever_the_umask() {
+        let d = dir();
+        let path = d.path().join("s.sock");
+        // SAFETY: umask(2); a test's own process.
+        let old = unsafe { libc::umask(0) };
+        let bound = SocketFile::bind(&path);
+        // SAFETY: as above.
+        unsafe { libc::umask(old) };
+        let _file = bound.unwrap();
+        let meta = std::fs::symlink_metadata(&path).unwrap();
+        assert!(meta.file_type().is_socket());
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    }
+
+    #[test]
+    fn only_a_stale_socket_is_replaced() {
+        let d = dir();
+        let stale = d.path().join("stale.sock");
+        drop(UnixListener::bind(&stale).unwrap()); // the file stays, nobody listens
+        let _f = SocketFile::bind(&stale).expect("a stale socket is replaced");
+        let live = d.path().join("live.sock");
+        let _other = UnixListener::bind(&live).unwrap();
+        let e = SocketFile::bind(&live).err().expect("a live daemon's socket");
+        assert!(format!("{e:#}").contains("another sluice daemon serves"), "{e:#}");
+    }
+
+    #[test]
+    fn a_file_or_a_link_at_the_socket_path_is_an_error_and_left_alone() {
+        let d = dir();
+        let file = d.path().join("file");
+        std::fs::write(&file, "keep me").unwrap();
+        let e = SocketFile::bind(&file).err().expect("a regular file");
+        assert!(format!("{e:#}").contains("exists and is not a socket"), "{e:#}");
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep me");
+        let link = d.path().join("link");
+        std::os::unix::fs::symlink(&file, &link).unwrap();
+        assert!(SocketFile::bind(&link).is_err(), "a link");
+        assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink(), "the link is left alone");
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep me");
     }
 }
