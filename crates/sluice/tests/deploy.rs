@@ -14,23 +14,21 @@ use serde_json::Value;
 
 const TOP: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
 
-/// Run promtool; None (said on stderr) where Debian's prometheus package is missing.
-fn promtool(args: &[&str], dir: &Path) -> Option<String> {
-    let Ok(o) = Command::new("promtool").args(args).current_dir(dir).output() else {
-        eprintln!("promtool is not installed (Debian package prometheus): `promtool {}` was not run", args.join(" "));
-        return None;
-    };
+/// Run promtool (`make deps` installs it: Debian's prometheus) and return what it said.
+fn promtool(args: &[&str], dir: &Path) -> String {
+    let o = Command::new("promtool").args(args).current_dir(dir).output().unwrap_or_else(|e| {
+        panic!("promtool {}: {e} (install it with `make deps`: Debian package prometheus)", args.join(" "))
+    });
     let said = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
     assert!(o.status.success(), "promtool {}: {said}", args.join(" "));
-    Some(said)
+    said
 }
 
 #[test]
 fn alert_rules_are_valid_and_fire_when_they_should() {
     let dir = Path::new(TOP).join("deploy/prometheus");
-    if let Some(said) = promtool(&["check", "rules", "sluice-alerts.yml"], &dir) {
-        assert!(said.contains("SUCCESS: 5 rules found"), "{said}");
-    }
+    let said = promtool(&["check", "rules", "sluice-alerts.yml"], &dir);
+    assert!(said.contains("SUCCESS: 5 rules found"), "{said}");
     promtool(&["test", "rules", "sluice-alerts.test.yml"], &dir);
 }
 
@@ -53,9 +51,8 @@ fn every_dashboard_query_is_valid_promql() {
     }
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("dashboard-rules.yml"), rules).unwrap();
-    if let Some(said) = promtool(&["check", "rules", "dashboard-rules.yml"], dir.path()) {
-        assert!(said.contains(&format!("SUCCESS: {} rules found", exprs.len())), "{said}");
-    }
+    let said = promtool(&["check", "rules", "dashboard-rules.yml"], dir.path());
+    assert!(said.contains(&format!("SUCCESS: {} rules found", exprs.len())), "{said}");
 }
 
 /// deploy/kubernetes/sluice.yaml as JSON documents (python3's yaml module).
@@ -102,12 +99,16 @@ fn the_daemonset_agrees_with_the_unit_and_the_daemon() {
     for dir in [sluice::daemon::CONFIG_DIR, sluice::daemon::SOCKET_DIR, sluice::known::STATE_DIR] {
         assert!(mounts.contains(&dir), "{dir} is not mounted: {mounts:?}");
     }
-    // Parse the same args as the daemon would (an unknown flag fails here).
-    let o = Command::new(common::testbed::BIN)
-        .args(["run", "--iface", "x", "--metrics", "10.0.0.1:9786", "--log-format", "json", "--help"])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // The manifest's own args, as Kubernetes expands them, parsed by the
+    // daemon (clap reads them in order: an unknown flag or a bad value fails
+    // before the final --help prints).
+    let expanded: Vec<String> =
+        args.iter().map(|a| a.replace("$(SLUICE_IFACE)", "eth0").replace("$(NODE_IP)", "10.0.0.1")).collect();
+    assert!(expanded.iter().all(|a| !a.contains("$(")), "a variable the test does not expand: {expanded:?}");
+    let o = Command::new(common::testbed::BIN).args(&expanded).arg("--help").output().unwrap();
+    assert!(o.status.success(), "{expanded:?}: {}", String::from_utf8_lossy(&o.stderr));
+    let bad = Command::new(common::testbed::BIN).args(&expanded).args(["--no-such-flag", "--help"]).output().unwrap();
+    assert!(!bad.status.success(), "the check can fail: an unknown flag before --help is refused");
 }
 
 #[test]
