@@ -37,7 +37,7 @@ pub struct ClassTotals {
     #[serde(default)]
     pub dropped_share_bytes: u64,
     /// Packets from known sources, and source-epochs (a source's first
-    /// packet in a 10 ms epoch), while the class counts sources.
+    /// packet in a 10 ms epoch), while the class is limited with source fairness on.
     #[serde(default)]
     pub known_pkts: u64,
     #[serde(default)]
