@@ -654,18 +654,20 @@ impl Daemon {
     }
 
     /// Put `cfg` in force: the gate's tables (class state kept by name), the
-    /// tick (control state kept by name), the statistics.
+    /// tick (control state kept by name), the statistics. What can fail comes
+    /// before the gate's apply (which rolls itself back): once the gate has
+    /// the new config, so does the daemon.
     fn switch_to(&mut self, cfg: Config, tables: &classify::Tables, require_sockets: bool) -> Result<()> {
         // The new auto classes' sockets must be found before anything changes.
         let mut ticker = Ticker::new(&cfg, None, require_sockets)?;
-        self.gate.apply(&cfg, tables)?;
-        // Class ids move with the list: take every class back; the next tick sends away again.
+        // Class ids move with the list: take every class back first; the
+        // next tick sends away again (a refused apply then costs only that).
         let was = std::mem::take(&mut self.away);
         crate::sched::restore_affinity(&was.napi);
-        let applied = was.applied;
-        for (id, _) in applied.iter().enumerate().filter(|(_, t)| t.is_some()) {
+        for (id, _) in was.applied.iter().enumerate().filter(|(_, t)| t.is_some()) {
             self.gate.set_away(id, None)?;
         }
+        self.gate.apply(&cfg, tables)?;
         let old = std::mem::replace(&mut self.cfg, cfg);
         log_classes(&mut self.decisions, &self.cfg, &old.classes);
         let old_names: Vec<String> = old.classes.iter().map(|c| c.name.clone()).collect();
@@ -816,17 +818,23 @@ impl Daemon {
         })();
         let mut snap_err = None;
         match result.and_then(|(base, tables)| {
-            if !base.discover {
-                self.discovery = None;
-            } else if self.discovery.is_none() {
-                self.discovery = Some(Discovery::new(gate::ifindex(&self.iface)?)?);
-            }
-            let cfg = match &mut self.discovery {
+            // Discovery follows the new config only once it is in force: a
+            // refused reload leaves it as it was.
+            let mut fresh = match (base.discover, &self.discovery) {
+                (true, None) => Some(Discovery::new(gate::ifindex(&self.iface)?)?),
+                _ => None,
+            };
+            let cfg = match fresh.as_mut().or(self.discovery.as_mut()) {
                 Some(d) if base.discover => discovered(&base, d)?,
                 _ => base.clone(),
             };
             let tables = if cfg.classes == base.classes { tables } else { classify::compile(&cfg)? };
             self.switch_to(cfg, &tables, true)?;
+            if !base.discover {
+                self.discovery = None;
+            } else if fresh.is_some() {
+                self.discovery = fresh;
+            }
             self.base = base;
             Ok(())
         }) {

@@ -408,6 +408,30 @@ mod reload {
         assert!(err.contains("sluice.toml:3") && err.contains("rate"), "{err}");
         assert_eq!(tb.attached_prog(), prog);
     }
+
+    /// A reload refused after it would have turned discovery on leaves
+    /// discovery off (issue 23, item 10): it used to start discovering
+    /// before the new config was in force, and the old config then grew
+    /// discovered classes.
+    #[test]
+    fn a_refused_reload_leaves_discovery_as_it_was() {
+        let mut tb = Testbed::new();
+        let fixed = "discover = false\n[[class]]\nname = \"svc\"\nmatch = [{ proto = \"udp\", port = 7000 }]\n";
+        let path = tb.write("sluice.toml", fixed);
+        let pid = tb.start_gate(&["--config", path.to_str().unwrap()]);
+        let _service = tb.start_sink(7100, 8.0); // what discovery would find
+                                                 // Discovery on, and an auto class whose service is not running: refused.
+        let refused =
+            "discover = true\n[[class]]\nname = \"svc\"\nrate = \"auto\"\nmatch = [{ proto = \"udp\", port = 7200 }]\n";
+        std::fs::write(&path, refused).unwrap();
+        tb.signal(pid, libc::SIGHUP);
+        std::thread::sleep(Duration::from_millis(2500)); // past a rediscovery (every second)
+        let s = tb.status();
+        assert_eq!(s.reloads, 0);
+        assert!(s.last_reload_error.is_some(), "the reload was refused");
+        let names: Vec<&str> = s.classes.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["svc", "default"], "no discovered class after a refused reload");
+    }
 }
 
 mod log {
