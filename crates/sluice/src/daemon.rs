@@ -21,7 +21,7 @@ use crate::discover::{self, Discovery};
 use crate::gate::{self, Clock, Gate};
 use crate::known::{self, Known};
 use crate::log;
-use crate::sched::{apply_napi, check_napi, realtime_thread};
+use crate::sched::{apply_napi, check_napi, realtime_thread, set_napi};
 use crate::sources;
 use crate::stats::{
     class_snapshots, prometheus_text, prometheus_text_004, ClassRates, ClassTotals, GlobalTotals, Snapshot,
@@ -215,6 +215,9 @@ pub struct Daemon {
     steer: Option<(Steer, steer::Finder)>,
     /// CPU protection: the hold, the target CPU, each class's target in the gate.
     away: AwayState,
+    /// This daemon put the interface's napi kthreads at SCHED_IDLE (to put
+    /// back at a stop or a reload to `napi = "keep"`).
+    napi_idle: bool,
     /// The kernel's drops after the gate (kfree_skb), booked by class name.
     tracer: Option<(Tracer, DropBook)>,
     /// Which rate and class changes get a log line (rate-limited).
@@ -277,7 +280,8 @@ impl Daemon {
         let metrics = cfg.metrics.map(bind_metrics).transpose()?;
 
         gate.attach(&iface, cfg.xdp_mode, opts.replace)?;
-        if cfg.auto.napi != NapiSched::Keep {
+        let cfg_napi_idle = cfg.auto.napi == NapiSched::Idle;
+        if cfg_napi_idle {
             let n = apply_napi(&iface, cfg.auto.napi)?;
             log::info(format_args!("napi = {:?}: {n} napi kthread(s) of {iface} set to SCHED_IDLE", cfg.auto.napi));
         }
@@ -373,6 +377,7 @@ impl Daemon {
             scan: None,
             steer: load_steer(ifindex),
             away: AwayState::default(),
+            napi_idle: cfg_napi_idle,
             tracer,
             decisions,
             signals,
@@ -462,6 +467,19 @@ impl Daemon {
             }
         });
         self.realtime();
+        let looped = self.run_loop(&rx);
+        handle.close();
+        if let Err(e) = &looped {
+            log::error(format_args!("the control loop stopped: {e:#}; detaching"));
+        }
+        self.stop();
+        let snap = self.shared.snapshot.lock().unwrap().clone();
+        log::info(format_args!("detached from {}", self.iface));
+        looped.map(|()| snap)
+    }
+
+    /// The tick loop, until SIGINT/SIGTERM (Ok) or a failure (Err).
+    fn run_loop(&mut self, rx: &mpsc::Receiver<i32>) -> Result<()> {
         let mut next = Instant::now();
         let mut ticks = 0u64;
         loop {
@@ -493,24 +511,46 @@ impl Daemon {
             if ticks.is_multiple_of(SAVE_EVERY) {
                 self.save_known();
             }
-            if ticks.is_multiple_of(NAPI_EVERY) && self.cfg.auto.napi != NapiSched::Keep {
-                if let Err(e) = apply_napi(&self.iface, self.cfg.auto.napi) {
-                    log::warn(format_args!("{e:#}"));
-                }
+            if ticks.is_multiple_of(NAPI_EVERY) {
+                self.sync_napi();
             }
         }
-        handle.close();
-        self.refresh_stats()?;
+        Ok(())
+    }
+
+    /// Everything a stop puts back, whatever ended the loop: the last
+    /// statistics and known clients saved, steering detached, the napi
+    /// kthreads as they were, the gate detached, the socket removed.
+    fn stop(&mut self) {
+        if let Err(e) = self.refresh_stats() {
+            log::warn(format_args!("the last statistics were not read: {e:#}"));
+        }
         self.save_known();
         if let Some((s, _)) = &mut self.steer {
             s.detach_all();
         }
         crate::sched::restore_affinity(&self.away.napi);
+        if self.napi_idle {
+            if let Err(e) = set_napi(&self.iface, NapiSched::Keep) {
+                log::warn(format_args!("the napi kthreads of {} stay at SCHED_IDLE: {e:#}", self.iface));
+            }
+        }
         self.gate.detach();
         let _ = std::fs::remove_file(&self.socket);
-        let snap = self.shared.snapshot.lock().unwrap().clone();
-        log::info(format_args!("detached from {}", self.iface));
-        Ok(snap)
+    }
+
+    /// Keep the napi kthreads at the config's `napi`: SCHED_IDLE for "idle"
+    /// (re-applied: a kthread may be new); for "keep", back to SCHED_OTHER if
+    /// this daemon had put them at SCHED_IDLE (a reload from "idle").
+    fn sync_napi(&mut self) {
+        let result = match (self.cfg.auto.napi, self.napi_idle) {
+            (NapiSched::Idle, _) => apply_napi(&self.iface, NapiSched::Idle).map(|_| self.napi_idle = true),
+            (NapiSched::Keep, true) => set_napi(&self.iface, NapiSched::Keep).map(|_| self.napi_idle = false),
+            (NapiSched::Keep, false) => Ok(()),
+        };
+        if let Err(e) = result {
+            log::warn(format_args!("{e:#}"));
+        }
     }
 
     /// A line for each limit the tick changed, as `log::Decisions` allows.

@@ -726,20 +726,37 @@ impl Gate {
     /// Attach to `iface` through a bpf_link (it detaches when the daemon exits,
     /// however it exits). Refuses if another XDP program is there, unless
     /// `replace` and it was attached through netlink (a program held by a
-    /// bpf_link can only be removed by its owner). Call it last, after every
-    /// check that can fail: `replace` detaches the old program at once.
+    /// bpf_link can only be removed by its owner). The tc programs go first
+    /// (they share the interface with any XDP program); a program `replace`
+    /// takes off is put back if the gate's own link then fails: a refused
+    /// attach leaves the interface as it was. Call it after every other check.
     pub fn attach(&mut self, iface: &str, mode: XdpMode, replace: bool) -> Result<()> {
         let ifidx = ifindex(iface)? as i32;
         self.check_attachable(iface, replace)?;
+        self.attach_learner(iface, ifidx)?;
         // Past the check, a program still there is netlink-attached and `replace` is set.
-        if let Some(id) = attached_prog_id(ifidx) {
-            // SAFETY: a plain syscall wrapper; a null opts pointer means "no options".
-            if unsafe { libbpf_sys::bpf_xdp_detach(ifidx, 0, std::ptr::null()) } != 0
-                || attached_prog_id(ifidx).is_some()
-            {
-                return Err(GateError::HeldByLink { iface: iface.into(), id });
+        let old = match attached_prog_id(ifidx) {
+            Some(id) => match Replaced::take_off(iface, ifidx, id) {
+                Ok(old) => Some(old),
+                Err(e) => {
+                    self.detach();
+                    return Err(e);
+                }
+            },
+            None => None,
+        };
+        if let Err(e) = self.link_xdp(iface, ifidx, mode) {
+            self.detach();
+            if let Some(old) = old {
+                old.put_back(iface, ifidx);
             }
+            return Err(e);
         }
+        Ok(())
+    }
+
+    /// The gate's XDP bpf_link on `ifidx`, in `mode`.
+    fn link_xdp(&mut self, iface: &str, ifidx: i32, mode: XdpMode) -> Result<()> {
         let flags = match mode {
             XdpMode::Native => libbpf_sys::XDP_FLAGS_DRV_MODE,
             XdpMode::Generic => libbpf_sys::XDP_FLAGS_SKB_MODE,
@@ -766,16 +783,17 @@ impl Gate {
         }
         // SAFETY: bpf_link_create returned a new file descriptor that we now own.
         self.link = Some(unsafe { OwnedFd::from_raw_fd(fd) });
-        self.attach_learner(iface, ifidx)
+        Ok(())
     }
 
-    /// Attach the egress learner (tcx egress, a bpf_link like the gate's).
-    /// On failure the gate is detached again: the two go together.
+    /// Attach the egress learner (tcx egress, a bpf_link like the gate's),
+    /// then the cookie checker. On failure whatever was attached is detached
+    /// again: they go together.
     fn attach_learner(&mut self, iface: &str, ifidx: i32) -> Result<()> {
         match tcx_link(&self.skel.progs.sluice_learn, ifidx, libbpf_sys::BPF_TCX_EGRESS) {
             Ok(link) => self.learn_link = Some(link),
             Err(err) => {
-                self.link = None;
+                self.detach();
                 return Err(GateError::AttachLearner { iface: iface.into(), err });
             }
         }
@@ -844,6 +862,58 @@ pub fn attached_prog_id(ifindex: i32) -> Option<u32> {
     // SAFETY: writes one u32 into `id`; a bad ifindex only makes the call fail.
     let r = unsafe { libbpf_sys::bpf_xdp_query_id(ifindex, 0, &mut id) };
     (r == 0 && id != 0).then_some(id)
+}
+
+/// A netlink-attached XDP program `--replace` took off an interface, kept
+/// (its fd and attach mode) to put back if the gate then cannot attach.
+struct Replaced {
+    id: u32,
+    fd: OwnedFd,
+    flags: u32,
+}
+
+impl Replaced {
+    fn take_off(iface: &str, ifidx: i32, id: u32) -> Result<Replaced> {
+        // SAFETY: a plain syscall wrapper; returns a new fd or a negative error.
+        let fd = unsafe { libbpf_sys::bpf_prog_get_fd_by_id(id) };
+        if fd < 0 {
+            return Err(GateError::Attach { iface: iface.into(), err: std::io::Error::from_raw_os_error(-fd) });
+        }
+        // SAFETY: a new fd we own.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let mut q = libbpf_sys::bpf_xdp_query_opts {
+            sz: std::mem::size_of::<libbpf_sys::bpf_xdp_query_opts>() as _,
+            ..Default::default()
+        };
+        // SAFETY: q is initialised with its size; the kernel fills it.
+        unsafe { libbpf_sys::bpf_xdp_query(ifidx, 0, &mut q) };
+        let flags = match u32::from(q.attach_mode) {
+            libbpf_sys::XDP_ATTACHED_SKB => libbpf_sys::XDP_FLAGS_SKB_MODE,
+            libbpf_sys::XDP_ATTACHED_HW => libbpf_sys::XDP_FLAGS_HW_MODE,
+            _ => libbpf_sys::XDP_FLAGS_DRV_MODE,
+        };
+        // SAFETY: a plain syscall wrapper; a null opts pointer means "no options".
+        if unsafe { libbpf_sys::bpf_xdp_detach(ifidx, flags, std::ptr::null()) } != 0
+            || attached_prog_id(ifidx).is_some()
+        {
+            return Err(GateError::HeldByLink { iface: iface.into(), id });
+        }
+        Ok(Replaced { id, fd, flags })
+    }
+
+    /// Attach the program again as it was; a failure is logged (the error
+    /// the caller returns is the gate's own).
+    fn put_back(self, iface: &str, ifidx: i32) {
+        // SAFETY: self.fd is an open program fd; a null opts pointer means "no options".
+        let r = unsafe { libbpf_sys::bpf_xdp_attach(ifidx, self.fd.as_raw_fd(), self.flags, std::ptr::null()) };
+        if r != 0 {
+            crate::log::error(format_args!(
+                "the XDP program id {} that --replace took off {iface} could not be put back: {}",
+                self.id,
+                std::io::Error::from_raw_os_error(-r)
+            ));
+        }
+    }
 }
 
 /// A program's name from its id ("?" if it cannot be read).

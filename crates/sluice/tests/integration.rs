@@ -434,6 +434,61 @@ mod reload {
     }
 }
 
+/// `napi = "idle"` is put back (issue 23, item 8): a reload to "keep" and a
+/// stop return the interface's napi kthreads to SCHED_OTHER (they stayed
+/// at SCHED_IDLE for good).
+mod napi {
+    use super::*;
+    use std::time::Instant;
+
+    fn policies(iface: &str) -> Vec<i32> {
+        // SAFETY: sched_getscheduler on kthread pids; an exited one gives -1.
+        sluice::sched::napi_threads(iface).into_iter().map(|p| unsafe { libc::sched_getscheduler(p) }).collect()
+    }
+
+    fn wait_for(iface: &str, policy: i32, what: &str) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let p = policies(iface);
+            if !p.is_empty() && p.iter().all(|&x| x == policy) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{what}: napi kthreads' policies {p:?}, want {policy}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    #[test]
+    fn idle_napi_is_put_back_by_a_reload_to_keep_and_by_a_stop() {
+        let mut tb = Testbed::new();
+        let threaded = format!("/sys/class/net/{}/threaded", tb.if_b);
+        // A veth has NAPI (and so can thread it) only with GRO on or an XDP program.
+        let gro = format!("ethtool -K {} gro on && echo 1 > {threaded}", tb.if_b);
+        let on = tb.cmd(&tb.b, &["sh", "-c", &gro]).output().unwrap();
+        assert!(on.status.success(), "threaded NAPI on: {}", String::from_utf8_lossy(&on.stderr));
+        let cfg = |napi: &str| {
+            format!(
+                "[auto]\nnapi = \"{napi}\"\n[[class]]\nname = \"svc\"\nmatch = [{{ proto = \"udp\", port = 7000 }}]\n"
+            )
+        };
+        let path = tb.write("sluice.toml", &cfg("idle"));
+        let pid = tb.start_gate(&["--config", path.to_str().unwrap(), "--no-discover"]);
+        wait_for(tb.if_b, libc::SCHED_IDLE, "napi = idle");
+        std::fs::write(&path, cfg("keep")).unwrap();
+        tb.signal(pid, libc::SIGHUP);
+        wait_for(tb.if_b, libc::SCHED_OTHER, "reloaded to keep");
+        // Idle again, then a stop.
+        std::fs::write(&path, cfg("idle")).unwrap();
+        tb.signal(pid, libc::SIGHUP);
+        wait_for(tb.if_b, libc::SCHED_IDLE, "reloaded to idle");
+        tb.signal(pid, libc::SIGTERM);
+        let out = tb.wait(pid);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let left = policies(tb.if_b);
+        assert!(left.iter().all(|&p| p != libc::SCHED_IDLE), "after the stop: {left:?}");
+    }
+}
+
 mod log {
     use super::*;
 
@@ -574,6 +629,14 @@ mod errors {
     /// Attach a foreign XDP_PASS program ("other_prog") to B's interface with
     /// netlink, as `ip link set ... xdp obj` does; returns its id.
     fn attach_foreign_program(tb: &Testbed) -> u64 {
+        attach_foreign_program_to(tb, tb.if_b, "xdpdrv");
+        let foreign = tb.attached_prog();
+        assert_ne!(foreign, 0);
+        foreign
+    }
+
+    /// The same on interface `dev` of B, `how` = xdpdrv or xdpgeneric.
+    fn attach_foreign_program_to(tb: &Testbed, dev: &str, how: &str) {
         let src = tb.write("other.bpf.c", "#include <linux/bpf.h>\n__attribute__((section(\"xdp\"), used)) int other_prog(struct xdp_md *c) { return XDP_PASS; }\nchar _l[] __attribute__((section(\"license\"), used)) = \"GPL\";\n");
         let obj = tb.dir.join("other.bpf.o");
         let cc = std::process::Command::new("clang")
@@ -585,13 +648,42 @@ mod errors {
             .unwrap();
         assert!(cc.status.success(), "{}", String::from_utf8_lossy(&cc.stderr));
         let ip = std::process::Command::new("ip")
-            .args(["-n", &tb.b, "link", "set", "dev", tb.if_b, "xdpdrv", "obj", obj.to_str().unwrap(), "sec", "xdp"])
+            .args(["-n", &tb.b, "link", "set", "dev", dev, how, "obj", obj.to_str().unwrap(), "sec", "xdp"])
             .output()
             .unwrap();
         assert!(ip.status.success(), "{}", String::from_utf8_lossy(&ip.stderr));
-        let foreign = tb.attached_prog();
+    }
+
+    /// The XDP program id on interface `dev` of B (0: none), from `ip -j link`.
+    fn xdp_prog_on(tb: &Testbed, dev: &str) -> u64 {
+        let o =
+            std::process::Command::new("ip").args(["-n", &tb.b, "-j", "link", "show", "dev", dev]).output().unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v[0]["xdp"]["prog"]["id"].as_u64().unwrap_or(0)
+    }
+
+    /// --replace takes the old program off before the gate's own link: when
+    /// that link then fails (here native XDP on a bridge, which has
+    /// none), the old program is put back (issue 23, item 8: the interface
+    /// was left bare).
+    #[test]
+    fn a_replace_whose_attach_fails_puts_the_old_program_back() {
+        let tb = Testbed::new();
+        netns_sh(&tb, &["link", "add", "br0", "type", "bridge"]);
+        netns_sh(&tb, &["link", "set", "br0", "up"]);
+        attach_foreign_program_to(&tb, "br0", "xdpgeneric");
+        let foreign = xdp_prog_on(&tb, "br0");
         assert_ne!(foreign, 0);
-        foreign
+        let args = ["run", "--iface", "br0", "--replace", "--class", "x:match=udp", "--metrics", "off"];
+        let o = tb.sluice(&tb.b, &[&args[..], &["--socket", tb.dir.join("d.sock").to_str().unwrap()]].concat());
+        assert!(!o.status.success(), "native XDP on a bridge cannot attach");
+        assert!(stderr(&o).contains("does not support native"), "{}", stderr(&o));
+        assert_eq!(xdp_prog_on(&tb, "br0"), foreign, "the program --replace took off is back");
+    }
+
+    fn netns_sh(tb: &Testbed, args: &[&str]) {
+        let o = std::process::Command::new("ip").args(["-n", &tb.b]).args(args).output().unwrap();
+        assert!(o.status.success(), "ip {args:?}: {}", String::from_utf8_lossy(&o.stderr));
     }
 
     /// A foreign XDP program attached with netlink (`ip link set ... xdp obj`)
