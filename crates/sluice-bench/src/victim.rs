@@ -4,7 +4,7 @@
 //! removes the namespaces; `cleanup_leftovers` removes those of a killed run.
 use std::time::Duration;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
 use sluice::netns::sh;
@@ -131,12 +131,15 @@ pub fn link_stats(ns: &str, ifname: &str) -> Result<LinkStats> {
     let out = sh(&["ip", "-n", ns, "-s", "-j", "link", "show", ifname])?;
     let v: serde_json::Value = serde_json::from_str(&out)?;
     let st = &v[0]["stats64"];
-    let n = |a: &str, b: &str| st[a][b].as_u64().unwrap_or(0);
+    // A counter ip does not show is an error, never 0 drops.
+    let n = |a: &str, b: &str| {
+        st[a][b].as_u64().with_context(|| format!("`ip -s -j link show {ifname}` in {ns} has no stats64.{a}.{b}"))
+    };
     Ok(LinkStats {
-        rx_packets: n("rx", "packets"),
-        rx_dropped: n("rx", "dropped"),
-        tx_packets: n("tx", "packets"),
-        tx_dropped: n("tx", "dropped"),
+        rx_packets: n("rx", "packets")?,
+        rx_dropped: n("rx", "dropped")?,
+        tx_packets: n("tx", "packets")?,
+        tx_dropped: n("tx", "dropped")?,
     })
 }
 

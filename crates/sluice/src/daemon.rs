@@ -236,6 +236,8 @@ struct Scan {
     entries: u64,
     known: u64,
     ms: f64,
+    /// Entries evicted so far, as of this scan (never less than the last's).
+    evictions: u64,
 }
 
 /// CPU time of this process (user + system), seconds.
@@ -307,6 +309,7 @@ impl Daemon {
             discover: cfg.discover,
             observe: cfg.observe,
             distress: None,
+            signals_unreadable: None,
             sources: Default::default(),
             readers: vec![],
             cpu_away: None,
@@ -450,7 +453,13 @@ impl Daemon {
         let per_class = sources::scan(&sources, &known, self.cfg.classes.len());
         let ms = t.elapsed().as_secs_f64() * 1e3;
         let known = per_class.iter().map(|c| c.1).sum();
-        self.scan = Some(Scan { per_class, entries: sources.len() as u64, known, ms });
+        let entries = sources.len() as u64;
+        let inserts = (0..self.cfg.classes.len())
+            .map(|id| Ok(ClassTotals::from(self.gate.class_counters(id)?).source_inserts))
+            .sum::<Result<u64>>()?;
+        let before = self.scan.as_ref().map_or(0, |s| s.evictions);
+        let evictions = sources::evictions(before, inserts, entries);
+        self.scan = Some(Scan { per_class, entries, known, ms, evictions });
         Ok(())
     }
 
@@ -768,6 +777,8 @@ impl Daemon {
         }
         let (distress, throttles) = self.ticker.budget_status();
         snap.distress = distress.map(|(p, why)| format!("priority {p}: {why}"));
+        let w = &self.ticker.signals;
+        snap.signals_unreadable = w.stale_secs().zip(w.last_error.clone());
         for (c, t) in snap.classes.iter_mut().zip(throttles.iter().chain(std::iter::repeat(&None))) {
             c.throttle_pps = *t;
         }
@@ -832,7 +843,7 @@ impl Daemon {
             capacity: self.gate.sources_capacity(),
             entries: self.scan.as_ref().map(|s| s.entries),
             inserts,
-            evictions: self.scan.as_ref().map(|s| inserts.saturating_sub(s.entries)),
+            evictions: self.scan.as_ref().map(|s| s.evictions),
             known: self.scan.as_ref().map(|s| s.known),
             scan_ms: self.scan.as_ref().map(|s| s.ms),
         };

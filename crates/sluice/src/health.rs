@@ -37,6 +37,9 @@ pub struct TcpExt {
     pub backlog_drop: u64,
 }
 
+/// The TcpExt counters the health reads.
+const TCPEXT_NAMES: [&str; 4] = ["SyncookiesSent", "ListenOverflows", "ListenDrops", "TCPBacklogDrop"];
+
 /// Parse the `TcpExt:` header and value lines of /proc/net/netstat.
 pub fn parse_tcpext(text: &str) -> TcpExt {
     let get = |name: &str| proc_counter(text, "TcpExt:", name);
@@ -151,10 +154,18 @@ impl HealthReader {
         let udp: Vec<_> = cfg.classes.iter().map(|c| c.udp_ports()).collect();
         let tcp: Vec<_> = cfg.classes.iter().map(|c| c.tcp_ports()).collect();
         let netstat = if tcp.iter().any(|t| !t.is_empty()) {
-            Some(match ns {
+            let mut f = match ns {
                 Some(ns) => NsFile::open(ns, "netstat")?,
                 None => NsFile::open_here("netstat")?,
-            })
+            };
+            let missing = crate::signals::missing_counters(&f.read()?, "TcpExt:", &TCPEXT_NAMES);
+            if !missing.is_empty() {
+                crate::log::warn(format_args!(
+                    "this kernel's /proc/net/netstat has no TcpExt {}: TCP distress and SYN pressure are not seen through them",
+                    missing.join(", ")
+                ));
+            }
+            Some(f)
         } else {
             None
         };

@@ -50,6 +50,13 @@ pub fn proc_counter(text: &str, prefix: &str, name: &str) -> u64 {
     h.split_whitespace().position(|x| x == name).and_then(|i| v.split_whitespace().nth(i)?.parse().ok()).unwrap_or(0)
 }
 
+/// The counters of `names` that the `prefix` lines of `text` lack (a kernel
+/// without them: `proc_counter` reads them as 0, so they are said once).
+pub fn missing_counters<'a>(text: &str, prefix: &str, names: &[&'a str]) -> Vec<&'a str> {
+    let header = text.lines().find(|l| l.starts_with(prefix)).unwrap_or("");
+    names.iter().copied().filter(|n| !header.split_whitespace().any(|x| x == *n)).collect()
+}
+
 /// Parse the "Udp:" header and value lines of /proc/net/snmp.
 pub fn parse_snmp_udp(text: &str) -> UdpCounters {
     let get = |name: &str| proc_counter(text, "Udp:", name);
@@ -360,6 +367,14 @@ pub fn parse_diag_reply(mut b: &[u8], seq: u32, each: &mut dyn FnMut(&DiagSock))
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn missing_counters_are_named() {
+        let text = "TcpExt: SyncookiesSent ListenDrops\nTcpExt: 1 2\n";
+        let want = ["SyncookiesSent", "ListenOverflows", "ListenDrops"];
+        assert_eq!(super::missing_counters(text, "TcpExt:", &want), ["ListenOverflows"]);
+        assert_eq!(super::missing_counters("", "TcpExt:", &["A"]), ["A"]);
+    }
+
     use super::*;
 
     #[test]

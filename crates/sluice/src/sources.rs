@@ -59,8 +59,8 @@ pub struct SourcesMap {
     /// Entries it holds at most, and held at the last scan.
     pub capacity: u32,
     pub entries: Option<u64>,
-    /// Entries made since the gate was loaded (every class), and evicted:
-    /// inserts less the entries held (nothing else removes one).
+    /// Entries made since the gate was loaded (every class), and evicted
+    /// as of the last scan (see [`evictions`]).
     pub inserts: u64,
     pub evictions: Option<u64>,
     /// Known sources (every class), at the last scan.
@@ -76,6 +76,13 @@ pub fn prefix(k: &sluice_src_key) -> String {
         _ => IpAddr::V6(Ipv6Addr::from(k.addr)),
     };
     format!("{ip}/{}", k.plen)
+}
+
+/// Entries evicted from the full map so far, counted at a scan: the
+/// inserts (every class, read at the scan) less the entries the map holds,
+/// and never fewer than `before` (a removed class takes its inserts along).
+pub fn evictions(before: u64, inserts: u64, entries: u64) -> u64 {
+    before.max(inserts.saturating_sub(entries))
 }
 
 /// Per class: (entries, known, top droppers) from the two maps.
@@ -185,6 +192,13 @@ pub fn render_class(s: &Snapshot, class: &str) -> Result<String, String> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn evictions_never_go_down() {
+        assert_eq!(super::evictions(0, 100, 60), 40);
+        assert_eq!(super::evictions(40, 90, 70), 40, "a class (and its inserts) gone: not fewer evictions");
+        assert_eq!(super::evictions(40, 200, 100), 100);
+    }
+
     use super::*;
 
     fn key(class: u8, a: [u8; 4], plen: u8) -> sluice_src_key {

@@ -298,6 +298,10 @@ pub struct Snapshot {
     /// The highest priority whose service is in distress, and why (the budget).
     #[serde(default)]
     pub distress: Option<String>,
+    /// How long the services' signals have been unreadable in a row, and
+    /// the last error (None: the last read worked).
+    #[serde(default)]
+    pub signals_unreadable: Option<(f64, String)>,
     /// The per-source map and the known sources.
     #[serde(default)]
     pub sources: crate::sources::SourcesMap,
@@ -553,6 +557,14 @@ fn render_kernel_drops(o: &mut String, classes: &[ClassSnapshot]) {
 
 /// The budget's throttles and the discovered classes' priorities.
 fn render_budget(o: &mut String, s: &Snapshot) {
+    if let Some((secs, e)) = &s.signals_unreadable {
+        let what = if *secs >= crate::tick::STALE_TICKS as f64 * crate::daemon::TICK.as_secs_f64() {
+            "stale: throttles released, auto classes unlimited until they can be read"
+        } else {
+            "the last limits are kept for now"
+        };
+        _ = writeln!(o, "SIGNALS UNREADABLE for {secs:.1} s ({e}): {what}");
+    }
     match &s.distress {
         Some(d) => _ = writeln!(o, "budget: a service is in distress ({d}); classes below it are throttled"),
         None => _ = writeln!(o, "budget: no service in distress"),
@@ -849,6 +861,7 @@ mod tests {
             daemon_rss_bytes: None,
             discover: true,
             distress: None,
+            signals_unreadable: None,
             sources: Default::default(),
             readers: vec![],
             cpu_away: None,
@@ -902,6 +915,17 @@ mod tests {
         assert!(t.contains("default throttled to 1500/s"), "{t}");
         s.discover = false;
         assert!(render_table(&s).contains("discovery off"));
+    }
+
+    #[test]
+    fn unreadable_signals_are_shown_and_said_stale_after_a_second() {
+        let mut s = snap();
+        assert!(!render_table(&s).contains("SIGNALS UNREADABLE"), "nothing while they are read");
+        s.signals_unreadable = Some((0.3, "sock_diag: EPERM".into()));
+        let t = render_table(&s);
+        assert!(t.contains("SIGNALS UNREADABLE for 0.3 s (sock_diag: EPERM): the last limits are kept for now"), "{t}");
+        s.signals_unreadable = Some((4.0, "sock_diag: EPERM".into()));
+        assert!(render_table(&s).contains("stale: throttles released, auto classes unlimited"), "{}", render_table(&s));
     }
 
     #[test]

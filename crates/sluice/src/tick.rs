@@ -81,6 +81,48 @@ pub struct FairStatus {
 /// A known source stays known this long after its last answer (7 days).
 pub const KNOWN_TTL_SECS: u64 = 7 * 24 * 3600;
 
+/// Signals unreadable for this many ticks in a row (1 s) are stale: the
+/// tick drops the throttles and auto limits they set.
+pub const STALE_TICKS: u64 = 100;
+/// While they stay unreadable, the log hears of it every this many ticks (10 s).
+const SAY_EVERY_TICKS: u64 = 1000;
+
+/// Whether the services' signals (sock_diag, /proc) could be read: the
+/// failures in a row, in all, and the last error.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SignalWatch {
+    pub failing: u64,
+    pub errors: u64,
+    pub last_error: Option<String>,
+}
+
+impl SignalWatch {
+    /// A failed read: (now stale, worth a log line: the first failure of a
+    /// run, the tick it goes stale, then every SAY_EVERY_TICKS).
+    pub fn failed(&mut self, e: &dyn std::fmt::Display) -> (bool, bool) {
+        self.failing += 1;
+        self.errors += 1;
+        self.last_error = Some(e.to_string());
+        let say = self.failing == 1 || self.failing == STALE_TICKS || self.failing.is_multiple_of(SAY_EVERY_TICKS);
+        (self.stale(), say)
+    }
+
+    /// A good read: Some(failures in the run it ends), if one ended.
+    pub fn ok(&mut self) -> Option<u64> {
+        let ended = std::mem::take(&mut self.failing);
+        (ended > 0).then_some(ended)
+    }
+
+    pub fn stale(&self) -> bool {
+        self.failing >= STALE_TICKS
+    }
+
+    /// How long the reads have failed in a row (None: the last one worked).
+    pub fn stale_secs(&self) -> Option<f64> {
+        (self.failing > 0).then(|| self.failing as f64 * crate::daemon::TICK.as_secs_f64())
+    }
+}
+
 /// What runs every tick for one config.
 pub struct Ticker {
     classes: Vec<TickClass>,
@@ -91,8 +133,8 @@ pub struct Ticker {
     pub budget: Budget,
     /// When the gate answers each TCP class's SYNs itself.
     pub syn: SynGuards,
-    /// Ticks whose signals could not be read.
-    pub signal_errors: u64,
+    /// Whether the services' signals could be read lately.
+    pub signals: SignalWatch,
     /// Ticks run (the gate's epoch).
     epoch: u32,
     /// The classes (by id) whose limit the last tick changed, and why (for the log).
@@ -136,7 +178,7 @@ impl Ticker {
             auto,
             budget: Budget::default(),
             syn: SynGuards::new(cfg),
-            signal_errors: 0,
+            signals: SignalWatch::default(),
             epoch: 0,
             changes: vec![],
         })
@@ -151,7 +193,7 @@ impl Ticker {
             auto: None,
             budget: Budget::default(),
             syn: SynGuards::default(),
-            signal_errors: 0,
+            signals: SignalWatch::default(),
             epoch: 0,
             changes: vec![],
         }
@@ -190,16 +232,34 @@ impl Ticker {
         self.changes.clear();
         gate.set_clock(&Clock { epoch: self.epoch, now_ms: Clock::wall_ms(), known_ttl_ms: KNOWN_TTL_SECS * 1000 });
         let throttles = match self.control(gate) {
-            Ok(t) => t,
-            Err(e) => {
-                self.signal_errors += 1;
-                if self.signal_errors.is_power_of_two() {
-                    log(&format_args!("reading signals failed ({} times so far): {e:#}", self.signal_errors));
+            Ok(t) => {
+                if let Some(n) = self.signals.ok() {
+                    log(&format_args!("reading signals works again, after {n} failed ticks"));
                 }
-                self.budget.limits.clone()
+                t
+            }
+            Err(e) => {
+                let (stale, say) = self.signals.failed(&e);
+                if say {
+                    log(&format_args!(
+                        "reading signals failed for {:.1} s ({} failed ticks in all): {e:#}{}",
+                        self.signals.stale_secs().unwrap_or(0.0),
+                        self.signals.errors,
+                        if stale { "; throttles released and auto classes unlimited until it works again" } else { "" }
+                    ));
+                }
+                if stale {
+                    vec![]
+                } else {
+                    self.budget.limits.clone()
+                }
             }
         };
-        let auto: Vec<(usize, Option<f64>, u64)> = self.auto.iter().flat_map(|a| a.rates()).collect();
+        // Limits from signals that could not be read for STALE_TICKS are not
+        // kept: the gate fails open (do no harm) and status says why.
+        let stale = self.signals.stale();
+        let auto: Vec<(usize, Option<f64>, u64)> =
+            self.auto.iter().filter(|_| !stale).flat_map(|a| a.rates()).collect();
         let floors: Vec<(usize, f64)> = self.auto.iter().flat_map(|a| a.floors()).collect();
         // (priority, admitted) of every class, to see who is below whom.
         let admitted: Vec<(u8, f64)> = self.classes.iter().map(|c| (c.priority, c.admitted)).collect();
@@ -404,6 +464,26 @@ fn tightest(own: Limit, throttle: Option<f64>) -> Limit {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn unreadable_signals_go_stale_after_a_second_and_say_so_sparingly() {
+        let mut w = super::SignalWatch::default();
+        let e = "sock_diag: no such file";
+        assert_eq!(w.failed(&e), (false, true), "the first failure is said");
+        let mut said = 0;
+        for _ in 2..super::STALE_TICKS {
+            let (stale, say) = w.failed(&e);
+            assert!(!stale);
+            said += usize::from(say);
+        }
+        assert_eq!(said, 0, "not again until it goes stale");
+        assert_eq!(w.failed(&e), (true, true), "stale at STALE_TICKS, said");
+        assert!((w.stale_secs().unwrap() - 1.0).abs() < 1e-9);
+        assert_eq!(w.ok(), Some(super::STALE_TICKS), "recovery reports the run");
+        assert!(!w.stale() && w.stale_secs().is_none());
+        assert_eq!(w.errors, super::STALE_TICKS, "failures in all are kept");
+        assert_eq!(w.ok(), None);
+    }
+
     use super::*;
 
     #[test]

@@ -286,6 +286,9 @@ fn exec_start_with_only_the_units_capabilities_protects_and_reloads() {
     assert_ne!(tb.attached_prog(), 0, "the gate is attached");
     let class = snap.classes.iter().find(|c| c.name.ends_with("/udp:5353")).unwrap();
     assert_eq!(class.name, "sluice/udp:5353", "named after its process (needs CAP_SYS_PTRACE + CAP_DAC_READ_SEARCH)");
+    // Run by nobody: the default class's priority, not its nice's (the trust model).
+    assert_eq!(class.priority, sluice::discover::UNTRUSTED_PRIORITY, "{:?}", class.discovered);
+    assert!(class.discovered.as_deref().is_some_and(|d| d.contains("uid 65534")), "{:?}", class.discovered);
     assert_eq!(snap.readers[0].readers.len(), 2, "reader steering (pidfd_getfd)");
     assert_eq!(snap.config_file, None, "no /etc/sluice/{}.toml: zero-config", tb.if_b);
 

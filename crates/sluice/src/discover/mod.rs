@@ -19,6 +19,14 @@
 //! refuses) or an owner that cannot be found (a process in another mount of
 //! /proc, a kernel socket) counts as nice 0, and the class says so.
 //!
+//! Whose nice counts (the trust model): a service run by root or a system
+//! user (a uid below UID_MIN of /etc/login.defs, or above UID_MAX, as
+//! systemd's dynamic users are) keeps its nice-derived priority. One run
+//! only by a login user or by nobody gets UNTRUSTED_PRIORITY, the implicit
+//! default class's: any local user can bind a port, and a service of theirs
+//! must not outrank (nor, in distress, throttle) the host's traffic unless a
+//! configured class says so.
+//!
 //! Services that go away keep their class for LINGER, so a service that
 //! restarts, or binds and closes many times a second, does not make its
 //! class (and its counters and controller state) come and go.
@@ -37,6 +45,10 @@ use crate::signals::{stat_fields, DiagSock, SockDiag, TCP_CLOSE, TCP_LISTEN};
 pub const LINGER: Duration = Duration::from_secs(3);
 /// Priority of a service whose owner's nice is 0 (or unknown).
 pub const NICE_ZERO_PRIORITY: u8 = 20;
+/// Priority of a service run only by login users or nobody.
+pub const UNTRUSTED_PRIORITY: u8 = crate::config::IMPLICIT_DEFAULT_PRIORITY;
+/// The user nobody: unprivileged, whatever its uid's range.
+const NOBODY: u32 = 65534;
 
 /// The two protocols a service can listen on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -68,6 +80,36 @@ pub struct Owner {
     pub comm: String,
     /// The nice value, or why it could not be read.
     pub nice: Result<i8, String>,
+    /// The user it runs as (None: unreadable).
+    #[serde(default)]
+    pub uid: Option<u32>,
+}
+
+/// The login users' uid range, UID_MIN and UID_MAX of /etc/login.defs
+/// (1000 and 60000 where it does not say).
+fn login_uids() -> (u32, u32) {
+    static RANGE: std::sync::OnceLock<(u32, u32)> = std::sync::OnceLock::new();
+    *RANGE.get_or_init(|| parse_login_defs(&std::fs::read_to_string("/etc/login.defs").unwrap_or_default()))
+}
+
+/// UID_MIN and UID_MAX from the text of login.defs.
+pub fn parse_login_defs(text: &str) -> (u32, u32) {
+    let get = |key: &str, or: u32| {
+        text.lines()
+            .rev()
+            .find_map(|l| {
+                let mut w = l.split_whitespace();
+                (w.next() == Some(key)).then(|| w.next()?.parse().ok()).flatten()
+            })
+            .unwrap_or(or)
+    };
+    (get("UID_MIN", 1000), get("UID_MAX", 60000))
+}
+
+/// May a process of `uid` give its service a priority above the default's?
+/// Root and system users may; login users (`logins`, inclusive) and nobody may not.
+pub fn trusted(uid: u32, logins: (u32, u32)) -> bool {
+    uid != NOBODY && !(logins.0..=logins.1).contains(&uid)
 }
 
 /// A listening port and the processes behind it.
@@ -79,8 +121,31 @@ pub struct Service {
 }
 
 impl Service {
-    /// The priority (0 = highest) and a sentence saying where it came from.
+    /// The priority (0 = highest) and a sentence saying where it came from:
+    /// the nice-derived one, or UNTRUSTED_PRIORITY when every owner whose
+    /// user is known runs as a login user or nobody.
     pub fn priority(&self) -> (u8, String) {
+        self.priority_with(login_uids())
+    }
+
+    /// As `priority`, with the login users' uid range given.
+    pub fn priority_with(&self, logins: (u32, u32)) -> (u8, String) {
+        let (p, why) = self.nice_priority();
+        let uids: Vec<u32> = self.owners.iter().filter_map(|o| o.uid).collect();
+        match uids.iter().find(|&&u| !trusted(u, logins)) {
+            Some(uid) if !uids.iter().any(|&u| trusted(u, logins)) => (
+                UNTRUSTED_PRIORITY,
+                format!(
+                    "run by uid {uid} (a login user or nobody), not root or a system user: \
+                     priority {UNTRUSTED_PRIORITY}, the default class's, unless a class is configured ({why})"
+                ),
+            ),
+            _ => (p, why),
+        }
+    }
+
+    /// The priority from the owners' nice values alone.
+    fn nice_priority(&self) -> (u8, String) {
         let known = self.owners.iter().filter_map(|o| o.nice.as_ref().ok().map(|n| (*n, o))).min_by_key(|(n, _)| *n);
         match known {
             Some((nice, o)) => {
@@ -183,7 +248,9 @@ fn owner(pid: u32) -> Owner {
     let nice = std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .map_err(|e| format!("/proc/{pid}/stat: {e}"))
         .and_then(|s| parse_nice(&s));
-    Owner { pid, comm: if comm.is_empty() { "unknown".into() } else { comm }, nice }
+    // /proc/PID belongs to the process's effective user.
+    let uid = std::fs::metadata(format!("/proc/{pid}")).ok().map(|m| std::os::unix::fs::MetadataExt::uid(&m));
+    Owner { pid, comm: if comm.is_empty() { "unknown".into() } else { comm }, nice, uid }
 }
 
 /// Every socket inode held open by a process, and each (pid, fd) holding it.
@@ -291,7 +358,9 @@ fn groups<'a>(services: &[&'a Service], room: usize) -> Vec<(String, Vec<&'a Ser
         for s in services {
             m.entry((s.priority().0, key(s))).or_default().push(*s);
         }
-        m.into_iter().map(|((_, k), v)| (format!("{k}/{}ports", v.len()), v)).collect::<Vec<_>>()
+        // No port count in the name: a class keeps its name (its counters,
+        // controller and known clients) when a port joins or leaves.
+        m.into_iter().map(|((_, k), v)| (format!("{k}/ports"), v)).collect::<Vec<_>>()
     };
     let by_process = by(&|s| format!("{}.p{}", s.comm(), s.priority().0));
     if by_process.len() <= room {
@@ -300,7 +369,7 @@ fn groups<'a>(services: &[&'a Service], room: usize) -> Vec<(String, Vec<&'a Ser
     let mut by_prio = by(&|s| format!("prio{}", s.priority().0));
     if by_prio.len() > room && room > 0 {
         let rest: Vec<&Service> = by_prio.drain(room - 1..).flat_map(|(_, v)| v).collect();
-        by_prio.push((format!("lowest/{}ports", rest.len()), rest));
+        by_prio.push(("lowest/ports".to_string(), rest));
     }
     by_prio.truncate(room);
     by_prio

@@ -4,7 +4,7 @@ use crate::config::from_flags;
 fn svc(l4: L4, port: u16, owners: &[(u32, &str, Result<i8, String>)]) -> Service {
     let owners = owners
         .iter()
-        .map(|(pid, comm, nice)| Owner { pid: *pid, comm: comm.to_string(), nice: nice.clone() })
+        .map(|(pid, comm, nice)| Owner { pid: *pid, comm: comm.to_string(), nice: nice.clone(), uid: None })
         .collect();
     Service { l4, port, owners }
 }
@@ -17,6 +17,35 @@ fn priority_is_twenty_plus_the_highest_owners_nice() {
     assert!(why.contains("pid 11") && why.contains("nice -3") && why.contains("highest of 2"), "{why}");
     assert_eq!(svc(L4::Tcp, 80, &[(1, "x", Ok(-20))]).priority().0, 0);
     assert_eq!(svc(L4::Tcp, 80, &[(1, "x", Ok(19))]).priority().0, 39);
+}
+
+#[test]
+fn login_users_and_nobody_get_the_default_priority_root_and_system_users_their_nice() {
+    let logins = (1000, 60000);
+    let by = |uids: &[u32]| {
+        let mut s = svc(L4::Udp, 7777, &[(10, "x", Ok(-5)), (11, "x", Ok(-5))]);
+        s.owners.truncate(uids.len());
+        for (o, &u) in s.owners.iter_mut().zip(uids) {
+            o.uid = Some(u);
+        }
+        s.priority_with(logins)
+    };
+    assert_eq!(by(&[0]).0, 15, "root: 20 + nice");
+    assert_eq!(by(&[33]).0, 15, "a system user (www-data)");
+    assert_eq!(by(&[61184]).0, 15, "a systemd dynamic user, above UID_MAX");
+    let (p, why) = by(&[1000]);
+    assert_eq!(p, UNTRUSTED_PRIORITY, "a login user: {why}");
+    assert!(why.contains("uid 1000") && why.contains("default class's"), "{why}");
+    assert_eq!(by(&[65534]).0, UNTRUSTED_PRIORITY, "nobody");
+    assert_eq!(by(&[1000, 0]).0, 15, "a root owner among them: trusted");
+    assert_eq!(svc(L4::Udp, 1, &[(1, "x", Ok(0))]).priority_with(logins).0, 20, "uid unknown: the nice, as before");
+}
+
+#[test]
+fn login_defs_give_the_login_range() {
+    assert_eq!(parse_login_defs(""), (1000, 60000));
+    let defs = "# comment\nUID_MIN\t\t\t 500\nUID_MAX  59999\nSYS_UID_MIN 101\n";
+    assert_eq!(parse_login_defs(defs), (500, 59999));
 }
 
 #[test]
@@ -105,14 +134,21 @@ fn a_thousand_ports_share_classes_instead_of_overflowing_the_table() {
     assert!(note.grouped);
     assert_eq!(note.unplaced, 0);
     let names: Vec<_> = cfg.classes.iter().map(|c| c.name.as_str()).collect();
-    assert_eq!(names, ["a.p20/334ports", "b.p21/333ports", "c.p22/333ports", "default"]);
+    assert_eq!(names, ["a.p20/ports", "b.p21/ports", "c.p22/ports", "default"]);
+    assert!(cfg.classes[0].discovered.as_deref().unwrap().starts_with("334 ports;"), "the count is in the reason");
+    // A port more keeps every name (counters, controller and known clients go by it).
+    let mut more = services.clone();
+    more.push(svc(L4::Tcp, 11_000, &[(100, "a", Ok(0))]));
+    let (again, _) = merge(&base, &more);
+    let renamed: Vec<_> = again.classes.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(renamed, names, "names stay when a port joins a group");
     crate::classify::compile(&cfg).unwrap();
     // Too many distinct processes for a class each: one class per priority.
     let services: Vec<Service> =
         (0..1000u16).map(|i| svc(L4::Udp, 1000 + i, &[(u32::from(i), &format!("p{i}"), Ok(0))])).collect();
     let (cfg, note) = merge(&base, &services);
     assert_eq!(cfg.classes.len(), 2, "{:?}", cfg.classes.iter().map(|c| &c.name).collect::<Vec<_>>());
-    assert_eq!(cfg.classes[0].name, "prio20/1000ports");
+    assert_eq!(cfg.classes[0].name, "prio20/ports");
     assert_eq!(note.unplaced, 0);
 }
 
