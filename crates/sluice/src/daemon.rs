@@ -240,6 +240,19 @@ struct Scan {
     evictions: u64,
 }
 
+/// When the tick after one due at `last` runs: a TICK later, or `now` if
+/// the loop fell a whole tick behind (a stall, an overrun). Missed ticks are
+/// skipped, not run back to back: the controller, the budget and fairness
+/// all take a tick to be TICK long.
+fn next_tick(last: Instant, now: Instant) -> Instant {
+    let next = last + TICK;
+    if now >= next + TICK {
+        now
+    } else {
+        next
+    }
+}
+
 /// CPU time of this process (user + system), seconds.
 fn process_cpu_secs() -> f64 {
     // SAFETY: getrusage fills the struct we own.
@@ -492,7 +505,7 @@ impl Daemon {
         let mut next = Instant::now();
         let mut ticks = 0u64;
         loop {
-            next += TICK;
+            next = next_tick(next, Instant::now());
             let wait = next.saturating_duration_since(Instant::now());
             match rx.recv_timeout(wait) {
                 Ok(SIGHUP) => self.reload(),
@@ -1073,6 +1086,16 @@ mod tests {
 
     fn dir() -> tempfile::TempDir {
         tempfile::tempdir().unwrap()
+    }
+
+    #[test]
+    fn after_an_overrun_the_tick_resynchronises_instead_of_catching_up() {
+        let t0 = Instant::now();
+        assert_eq!(next_tick(t0, t0), t0 + TICK, "on time: a tick later");
+        assert_eq!(next_tick(t0, t0 + TICK / 2), t0 + TICK, "a little late: the schedule holds");
+        let late = t0 + 5 * TICK;
+        assert_eq!(next_tick(t0, late), late, "four ticks missed: one tick now, not five back to back");
+        assert_eq!(next_tick(late, late), late + TICK);
     }
 
     #[test]
