@@ -262,6 +262,19 @@ impl Applied {
     }
 }
 
+/// For each class of `new` (by id): the shares in force for the class of
+/// the same name and the same configured limit in `old` (`shares`, by old
+/// id), to keep across an apply; None where the class or its limit is new.
+fn kept_shares(old: &Config, new: &Config, shares: &[Option<Vec<sluice_share>>]) -> Vec<Option<Vec<sluice_share>>> {
+    new.classes
+        .iter()
+        .map(|c| {
+            let at = old.classes.iter().position(|o| o.name == c.name && o.limit == c.limit)?;
+            shares.get(at).cloned().flatten()
+        })
+        .collect()
+}
+
 impl Gate {
     /// Open and load the BPF object (no attach), with the default size of
     /// the per-source map (SLUICE_SOURCES_DEFAULT entries).
@@ -303,7 +316,10 @@ impl Gate {
     /// - a failure part-way (a map update refused, for example the prefix
     ///   tries full while the old and new entries both live in them) puts the
     ///   previous config back, so the gate runs either the old config or the
-    ///   new one, never a mix. The error says which.
+    ///   new one, never a mix. The error says which;
+    /// - a class whose configured limit is unchanged keeps the limit in force
+    ///   (an auto class's controller rate, a budget throttle) until the next
+    ///   tick writes it again: a reload does not open it for a tick.
     pub fn apply(&mut self, cfg: &Config, tables: &Tables) -> Result<()> {
         // The class state is read (to move it, or to put it back) only when classes move.
         let moves = self
@@ -311,8 +327,13 @@ impl Gate {
             .as_ref()
             .filter(|p| !p.names.iter().map(String::as_str).eq(cfg.classes.iter().map(|c| c.name.as_str())));
         let saved_state = moves.map(|p| self.class_states(p.names.len())).transpose()?;
+        let old_shares = match &self.applied {
+            Some(p) => (0..p.names.len()).map(|id| self.shares(id).map(Some)).collect::<Result<Vec<_>>>()?,
+            None => vec![],
+        };
+        let kept = self.applied.as_ref().map_or_else(Vec::new, |p| kept_shares(&p.cfg, cfg, &old_shares));
         let previous = self.applied.take();
-        let result = self.write_config(cfg, tables).and_then(|()| match (&previous, &saved_state) {
+        let result = self.write_config(cfg, tables, &kept).and_then(|()| match (&previous, &saved_state) {
             (Some(p), Some(saved)) => self.carry_states(&p.names, saved, cfg),
             _ => Ok(()),
         });
@@ -324,7 +345,7 @@ impl Gate {
             Err(err) => {
                 let Some(p) = previous else { return Err(err) };
                 let restored = self
-                    .write_config(&p.cfg, &p.tables)
+                    .write_config(&p.cfg, &p.tables, &old_shares)
                     .and_then(|()| saved_state.as_deref().map_or(Ok(()), |saved| self.write_class_states(saved)));
                 self.applied = Some(p);
                 match restored {
@@ -336,7 +357,7 @@ impl Gate {
     }
 
     /// Settings, shares, tries and cells of a config (not the class state).
-    fn write_config(&mut self, cfg: &Config, tables: &Tables) -> Result<()> {
+    fn write_config(&mut self, cfg: &Config, tables: &Tables, kept: &[Option<Vec<sluice_share>>]) -> Result<()> {
         let data = self.skel.maps.data_data.as_deref_mut().expect(".data is mmap'ed after load");
         data.settings.malformed_verdict = match cfg.malformed {
             Verdict::Drop => XDP_DROP,
@@ -345,7 +366,10 @@ impl Gate {
         data.settings.default_class = cfg.default_class as u32;
         data.settings.observe = u32::from(cfg.observe);
         for (id, class) in cfg.classes.iter().enumerate() {
-            self.set_shares(id, &shares_for(&class.limit, &vec![0; self.ncpus], false))?;
+            match kept.get(id).and_then(Option::as_ref) {
+                Some(shares) => self.set_shares(id, shares)?,
+                None => self.set_shares(id, &shares_for(&class.limit, &vec![0; self.ncpus], false))?,
+            }
         }
         // Tries first (new groups become reachable only when cells point at them), then cells,
         // then remove trie keys the new tables no longer have. From the first insert on,

@@ -66,6 +66,30 @@ fn a_reload_that_keeps_the_classes_keeps_every_counter() {
     assert_eq!(seen(&g, &changed, "b"), 4);
 }
 
+/// A reload keeps the limit in force of a class whose configured limit is
+/// unchanged (an auto class's controller rate, here), wherever the class
+/// moves; a class whose limit changed gets the new one (issue 23, item 6:
+/// every auto class was unlimited until the next tick).
+#[test]
+fn a_reload_keeps_the_limit_in_force_of_an_unchanged_class() {
+    use sluice::bpf_intf::SLUICE_MODE_LIMITED;
+    let before = cfg(&flags(&["svc:rate=auto,match=udp:53", "lim:rate=1k,match=udp:54"]));
+    let mut g = Gate::load().unwrap();
+    apply(&mut g, &before).unwrap();
+    // What the tick would write: the controller's rate for svc.
+    let ticked = sluice::share::shares_for(&config::Limit::Rate { pps: 777, burst: 8 }, &vec![0; g.ncpus()], false);
+    g.set_shares(before.class_id("svc").unwrap(), &ticked).unwrap();
+    // svc moves (a class before it), lim's limit changes.
+    let after = cfg(&flags(&["new:match=udp:55", "svc:rate=auto,match=udp:53", "lim:rate=2k,match=udp:54"]));
+    apply(&mut g, &after).unwrap();
+    let svc = g.shares(after.class_id("svc").unwrap()).unwrap();
+    assert_eq!(svc, ticked, "svc keeps its controller's rate at its new id");
+    let lim = g.shares(after.class_id("lim").unwrap()).unwrap();
+    assert!(lim.iter().all(|s| s.mode == SLUICE_MODE_LIMITED), "{lim:?}");
+    let total: u64 = lim.iter().map(|s| s.rate_pps).sum();
+    assert!(total.abs_diff(2000) <= g.ncpus() as u64, "lim gets its new 2k: {lim:?}");
+}
+
 /// Two configs of 40,000 source prefixes each: while both live in the tries
 /// (new entries go in before old ones leave) they need 80,000 entries of the
 /// 65,536 the trie holds, so the update fails part-way.
