@@ -327,6 +327,10 @@ struct sluice_syn_guard {
 #define SLUICE_GROUPS_MAX 16
 #define SLUICE_READERS_MAX 32
 #define SLUICE_READER_SLOTS (SLUICE_GROUPS_MAX * SLUICE_READERS_MAX)
+/* Least-loaded keeps a flow on the reader the kernel's hash names until that
+ * reader has this many datagrams queued (it is behind or stalled): moving a
+ * flow between readers breaks per-socket state (QUIC, DTLS). */
+#define SLUICE_STEER_STALL_DEPTH 16
 
 enum sluice_readers {
 	SLUICE_READERS_HASH = 0,         /* the kernel's own choice: a hash of the 4-tuple */

@@ -11,11 +11,12 @@
  *   steer         (SK_REUSEPORT, attached to the group through one of its
  *                 sockets) picks a slot of the `readers` sockarray by the
  *                 group's policy: round-robin (a per-CPU turn: exact on each
- *                 CPU), least-loaded (the fewest datagrams queued; among
- *                 equals the reader the flow's hash names, so a flow stays
- *                 on one reader while no queue is longer: spreading a flow
- *                 over idle readers only costs wake-ups), or hash (returns
- *                 without choosing: the kernel's own pick, unchanged).
+ *                 CPU), least-loaded (the reader the flow's hash names, as
+ *                 the kernel would, until that reader has
+ *                 SLUICE_STEER_STALL_DEPTH datagrams queued; then the one
+ *                 with the fewest: a flow stays on its reader, and its
+ *                 per-socket state with it, unless the reader is behind), or
+ *                 hash (returns without choosing: the kernel's own pick).
  *   steer_queued  (tp_btf sk_data_ready: a datagram was queued to a socket)
  *   steer_read    (tp_btf sock_recv_length: a reader took one)
  *                 record the queue length of a group's socket, found by its
@@ -156,7 +157,14 @@ int steer(struct sk_reuseport_md *ctx)
 	if (g->policy == SLUICE_READERS_LEAST_LOADED) {
 		/* The kernel's own pick by hash (reciprocal_scale), as the slots
 		 * are in join order (the daemon orders them by inode). */
-		pick = least_loaded(index * SLUICE_READERS_MAX, n, (__u32)(((__u64)ctx->hash * n) >> 32));
+		__u32 own = (__u32)(((__u64)ctx->hash * n) >> 32);
+		__u32 own_slot = index * SLUICE_READERS_MAX + own;
+		__u32 *d = bpf_map_lookup_elem(&depth, &own_slot);
+
+		if (d && *d < SLUICE_STEER_STALL_DEPTH)
+			pick = own;
+		else
+			pick = least_loaded(index * SLUICE_READERS_MAX, n, own);
 	} else {
 		__u32 *t = bpf_map_lookup_elem(&turn, &index);
 		if (!t)

@@ -144,9 +144,10 @@ fn least_loaded_sends_nothing_more_to_a_reader_that_stopped_reading() {
     assert_eq!(st[0].readers[0].queued, Some(stalled as u32), "status showed its queue: {st:?}");
     let total = stalled + read.load(Ordering::Relaxed);
     assert_eq!(total, 2_000, "nothing lost");
-    // At the start every queue is empty, so reader 0 gets a turn or two
-    // before its queue shows; never again after that.
-    assert!(stalled <= 8, "the stalled reader got {stalled} of 2000 (round-robin would give it 500)");
+    // A flow the hash gives reader 0 stays there until its queue holds the
+    // stall depth; never again after that.
+    let most = u64::from(sluice::bpf_intf::SLUICE_STEER_STALL_DEPTH) + 2;
+    assert!(stalled <= most, "the stalled reader got {stalled} of 2000 (round-robin would give it 500)");
 }
 
 /// With the hash policy the program chooses nothing: every flow lands on the
@@ -219,6 +220,47 @@ fn least_loaded_keeps_each_flow_on_its_hashed_reader_while_queues_are_equal() {
     let with = one_by_one(&tb, &socks);
     assert_eq!(without, with);
     assert!(steer.status()[0].readers.iter().map(|r| r.steered).sum::<u64>() == 32, "the program chose each");
+}
+
+/// Least-loaded keeps a flow on its hashed reader while that reader's queue
+/// is under the stall depth, even with other queues shorter (moving a flow
+/// breaks per-socket state); past it the flow goes to the shortest queues
+/// (issue 23, item 9: it moved whenever queues differed).
+#[test]
+fn least_loaded_moves_a_flow_only_off_a_reader_that_fell_behind() {
+    let tb = Testbed::new();
+    let socks = group_sockets(&tb, 4);
+    let g = group(&socks, Readers::LeastLoaded);
+    let socks = in_order(socks, &g);
+    let mut steer = Steer::load().unwrap();
+    steer.keep_alive(now_ns());
+    steer.sync(std::slice::from_ref(&g));
+    let depth = sluice::bpf_intf::SLUICE_STEER_STALL_DEPTH as usize;
+    // Nobody reads: one flow, fewer datagrams than the stall depth.
+    send(&tb, 1, depth - 1);
+    let queued: Vec<usize> = socks.iter().map(|s| drain(s).len()).collect();
+    assert!(queued.contains(&(depth - 1)), "one reader took the whole flow: {queued:?}");
+    // Again, with twice the depth: the flow's reader fills to the depth, the rest spreads.
+    send(&tb, 1, 2 * depth);
+    let queued: Vec<usize> = socks.iter().map(|s| drain(s).len()).collect();
+    assert_eq!(queued.iter().sum::<usize>(), 2 * depth, "{queued:?}");
+    assert!(queued.contains(&depth), "the flow's reader held it up to the stall depth: {queued:?}");
+    assert!(queued.iter().filter(|&&n| n > 0).count() >= 2, "then it moved: {queued:?}");
+}
+
+/// A (pid, fd) pair whose fd is no longer the socket the scan saw (pid or
+/// fd reused) is not steered (issue 23, item 9: it was used unchecked).
+#[test]
+fn a_reader_whose_fd_changed_since_the_scan_is_not_steered() {
+    let tb = Testbed::new();
+    let socks = group_sockets(&tb, 2);
+    let mut g = group(&socks, Readers::LeastLoaded);
+    g.readers[1].inode += 1_000_000; // the fd now holds another file
+    let mut steer = Steer::load().unwrap();
+    steer.keep_alive(now_ns());
+    let log = steer.sync(std::slice::from_ref(&g));
+    assert!(log.iter().any(|l| l.contains("is no longer socket inode")), "{log:?}");
+    assert!(steer.status().is_empty(), "nothing attached: {:?}", steer.status());
 }
 
 /// Attaching and detaching while datagrams flow loses none of them.

@@ -90,6 +90,18 @@ pub struct Steer {
     attached: BTreeMap<u16, Attached>,
 }
 
+/// The inode number of an open file.
+fn inode_of(fd: &OwnedFd) -> io::Result<u64> {
+    // SAFETY: fstat fills the zeroed struct we own; fd is open.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        if libc::fstat(fd.as_raw_fd(), &mut st) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(st.st_ino)
+    }
+}
+
 /// A duplicate of fd `fd` of process `pid` (pidfd_getfd).
 pub fn take_fd(pid: u32, fd: RawFd) -> io::Result<OwnedFd> {
     // SAFETY: plain syscalls with integer arguments; a returned fd is new and ours.
@@ -204,23 +216,43 @@ impl Steer {
         (0..SLUICE_GROUPS_MAX).find(|i| !self.attached.values().any(|a| a.index == *i))
     }
 
-    /// Fill a group's slots and attach the program to it.
+    /// Fill a group's slots and attach the program to it. On failure the
+    /// group's entries are emptied again, and a program sluice had attached
+    /// to it before is detached: the group is left to the kernel's hash.
     fn attach_group(&mut self, g: &Group) -> Result<()> {
         if g.readers.len() > SLUICE_READERS_MAX as usize {
             bail!("{} readers, at most {SLUICE_READERS_MAX} are steered", g.readers.len());
         }
-        let index = match self.attached.remove(&g.port) {
+        let (index, before) = match self.attached.remove(&g.port) {
             Some(a) => {
                 self.clear_slots(&a);
-                a.index
+                (a.index, Some(a))
             }
-            None => self.free_index().context(format!("already {SLUICE_GROUPS_MAX} groups steered"))?,
+            None => (self.free_index().context(format!("already {SLUICE_GROUPS_MAX} groups steered"))?, None),
         };
+        let filled = self.fill_group(g, index);
+        if filled.is_err() {
+            match before {
+                Some(old) => self.clear_group(g.port, &old),
+                None => self.clear_entries(g.port, &Attached { index, readers: vec![], policy: g.policy }),
+            }
+        }
+        filled
+    }
+
+    /// Write a group's slots, cookies and entry, then attach the program through its first socket.
+    fn fill_group(&mut self, g: &Group, index: u32) -> Result<()> {
         let mut first = None;
         for (i, r) in g.readers.iter().enumerate() {
             let fd = take_fd(r.pid, r.fd).with_context(|| {
                 format!("taking fd {} of pid {} (pidfd_getfd needs root or CAP_SYS_PTRACE)", r.fd, r.pid)
             })?;
+            // The (pid, fd) pair comes from an earlier /proc scan: the pid may
+            // have been reused, the fd closed and reopened. Only the socket seen then.
+            let inode = inode_of(&fd).context("fstat")?;
+            if inode != u64::from(r.inode) {
+                bail!("fd {} of pid {} is no longer socket inode {} (now {inode}): left to the next look", r.fd, r.pid, r.inode);
+            }
             let slot = index * SLUICE_READERS_MAX + i as u32;
             let c = cookie(&fd).context("SO_COOKIE")?;
             let value = (fd.as_raw_fd() as u64).to_ne_bytes();
@@ -269,16 +301,25 @@ impl Steer {
 
     /// Detach the program from a group (through any reader still open) and forget it.
     fn clear_group(&mut self, port: u16, a: &Attached) {
+        self.clear_entries(port, a);
+        // Detach through a socket that is still the group's (checked by inode:
+        // the pid or fd may have been reused for another group's socket).
+        for r in &a.readers {
+            let Ok(fd) = take_fd(r.pid, r.fd) else { continue };
+            if inode_of(&fd).is_ok_and(|i| i == u64::from(r.inode))
+                && setsockopt_int(&fd, SO_DETACH_REUSEPORT_BPF, 0).is_ok()
+            {
+                break;
+            }
+        }
+    }
+
+    /// Empty a group's entry and slots (its program, if attached, then
+    /// leaves every datagram to the kernel's hash).
+    fn clear_entries(&mut self, port: u16, a: &Attached) {
         let none = [0u8; std::mem::size_of::<sluice_group>()];
         let _ = self.skel.maps.groups.update(&group_key(port), &none, MapFlags::ANY);
         self.clear_slots(a);
-        for r in &a.readers {
-            if let Ok(fd) = take_fd(r.pid, r.fd) {
-                if setsockopt_int(&fd, SO_DETACH_REUSEPORT_BPF, 0).is_ok() {
-                    break;
-                }
-            }
-        }
     }
 
     /// Attach the queue tracepoints while some group is least-loaded, and only then.
