@@ -58,6 +58,10 @@ fn auto_limits_a_flood_then_holds_and_falls_back_when_the_service_goes() {
     assert!(a.capacity_pps > 0.0, "no capacity estimate: {a:?}");
     let rate = a.rate_pps.expect("a rate while the service is there");
     assert!(rate < 0.5 * sent as f64 / secs, "the rate {rate} does not limit a flood of {:.0}/s", sent as f64 / secs);
+    // And not to nothing: at least 2% of what 20 us of work a datagram allows
+    // (50k/s), so a machine 10x slower passes and a controller stuck near
+    // zero (issue 23, item 14: 1/s passed) does not.
+    assert!(rate >= 0.02 * 50_000.0, "the rate {rate} starves the service: {a:?}");
     assert!(
         api.totals.dropped_rate_pkts > 0 && api.totals.admitted_pkts < api.totals.seen_pkts / 2,
         "{:?}",

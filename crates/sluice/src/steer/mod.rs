@@ -251,7 +251,12 @@ impl Steer {
             // have been reused, the fd closed and reopened. Only the socket seen then.
             let inode = inode_of(&fd).context("fstat")?;
             if inode != u64::from(r.inode) {
-                bail!("fd {} of pid {} is no longer socket inode {} (now {inode}): left to the next look", r.fd, r.pid, r.inode);
+                bail!(
+                    "fd {} of pid {} is no longer socket inode {} (now {inode}): left to the next look",
+                    r.fd,
+                    r.pid,
+                    r.inode
+                );
             }
             let slot = index * SLUICE_READERS_MAX + i as u32;
             let c = cookie(&fd).context("SO_COOKIE")?;
