@@ -208,6 +208,8 @@ pub struct Daemon {
     known_file: PathBuf,
     pending_known: Vec<Known>,
     state_errors: u64,
+    /// Writes the state file off the control thread.
+    saver: known::Saver,
     /// The last scan of the gate's source maps.
     scan: Option<Scan>,
     /// Reader steering and the finder of reuseport groups; None if the
@@ -387,6 +389,7 @@ impl Daemon {
             socket,
             ticker,
             last_cpu,
+            saver: known::Saver::start(known_file.clone()),
             known_file,
             pending_known,
             state_errors: 0,
@@ -425,15 +428,31 @@ impl Daemon {
         }
     }
 
-    /// Write the known sources to the state file (a failure is logged at
-    /// the 1st, 2nd, 4th, ... time: the gate goes on without it).
-    fn save_known(&mut self) {
+    /// The known sources to save: the gate's map by class name, and the
+    /// entries of classes not there yet.
+    fn known_entries(&self) -> Result<Vec<Known>> {
         let names: Vec<String> = self.cfg.classes.iter().map(|c| c.name.clone()).collect();
-        let result = self.gate.known().map_err(anyhow::Error::from).and_then(|map| {
-            let mut all = known::from_map(&map, &names, Clock::wall_ms(), KNOWN_TTL_SECS * 1000);
-            all.extend(self.pending_known.iter().cloned());
-            known::save(&self.known_file, &all)
-        });
+        let map = self.gate.known()?;
+        let mut all = known::from_map(&map, &names, Clock::wall_ms(), KNOWN_TTL_SECS * 1000);
+        all.extend(self.pending_known.iter().cloned());
+        Ok(all)
+    }
+
+    /// Every SAVE_EVERY ticks: the entries to the saver's thread (the write
+    /// and its fsync happen off the control thread).
+    fn offer_known(&mut self) {
+        match self.known_entries() {
+            Ok(all) => _ = self.saver.offer(all),
+            Err(e) => log::warn(format_args!("known sources: the gate's map was not read: {e:#}")),
+        }
+    }
+
+    /// Write the known sources to the state file now, on this thread (at a
+    /// stop, after the saver's last write; a failure is logged at the 1st,
+    /// 2nd, 4th, ... time: the gate goes on without it).
+    fn save_known(&mut self) {
+        self.saver.finish();
+        let result = self.known_entries().and_then(|all| known::save(&self.known_file, &all));
         if let Err(e) = result {
             self.state_errors += 1;
             if self.state_errors.is_power_of_two() {
@@ -531,7 +550,7 @@ impl Daemon {
                 self.refresh_stats()?;
             }
             if ticks.is_multiple_of(SAVE_EVERY) {
-                self.save_known();
+                self.offer_known();
             }
             if ticks.is_multiple_of(NAPI_EVERY) {
                 self.sync_napi();

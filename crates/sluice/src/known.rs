@@ -148,6 +148,49 @@ pub fn save(file: &Path, sources: &[Known]) -> anyhow::Result<()> {
     write().with_context(|| format!("writing {}", file.display()))
 }
 
+/// Writes the state file on a thread of its own, so the control thread
+/// never waits for the disk (the write ends in fsync). One write at a time:
+/// an offer while one is under way is skipped (the next carries newer
+/// entries). A failed write is logged at the 1st, 2nd, 4th, ... time.
+pub struct Saver {
+    tx: Option<std::sync::mpsc::SyncSender<Vec<Known>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Saver {
+    pub fn start(file: PathBuf) -> Saver {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Known>>(0);
+        let thread = std::thread::Builder::new()
+            .name("sluice-save".into())
+            .spawn(move || {
+                let mut errors = 0u64;
+                for entries in rx {
+                    if let Err(e) = save(&file, &entries) {
+                        errors += 1;
+                        if errors.is_power_of_two() {
+                            crate::log::warn(format_args!("known sources: not saved ({errors} times so far): {e:#}"));
+                        }
+                    }
+                }
+            })
+            .expect("starting the state file's writer");
+        Saver { tx: Some(tx), thread: Some(thread) }
+    }
+
+    /// Hand `entries` to the writer; false if it is still busy with the last ones.
+    pub fn offer(&self, entries: Vec<Known>) -> bool {
+        self.tx.as_ref().is_some_and(|tx| tx.try_send(entries).is_ok())
+    }
+
+    /// Wait for the write under way, if any, and end the thread.
+    pub fn finish(&mut self) {
+        self.tx = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 /// Read the entries. A missing file is no error (Ok of nothing); a file
 /// that cannot be read or parsed is, and says why. A version 1 file's ages
 /// are taken back to wall-clock times from the time it was written.
@@ -265,6 +308,22 @@ mod tests {
 
     fn names() -> Vec<String> {
         vec!["default".into(), "udp-53".into()]
+    }
+
+    #[test]
+    fn the_saver_writes_off_thread_and_finishes_its_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("known-x.json");
+        let mut saver = Saver::start(file.clone());
+        let sources = vec![entry("192.0.2.1", 10, 5, 3)];
+        // A write may be under way from an earlier offer: offer until taken.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !saver.offer(sources.clone()) {
+            assert!(std::time::Instant::now() < deadline, "the saver never took an offer");
+        }
+        saver.finish();
+        assert_eq!(load(&file).unwrap(), sources, "the write ended before finish returned");
+        assert!(!saver.offer(sources), "a finished saver takes nothing");
     }
 
     fn entry(addr: &str, ago_secs: u64, span_secs: u64, answers: u32) -> Known {
