@@ -285,6 +285,9 @@ pub struct Discovery {
     ifindex: u32,
     /// Socket inode -> owning pids, from the last /proc scan.
     owners: HashMap<u32, Vec<u32>>,
+    /// When the last /proc scan ran (a socket no process holds waits
+    /// RESCAN_UNOWNED for the next).
+    scanned: Option<Instant>,
     /// Every service seen, and when it was last seen.
     seen: BTreeMap<(L4, u16), (Service, Instant)>,
 }
@@ -292,7 +295,13 @@ pub struct Discovery {
 impl Discovery {
     /// Discovery for the interface `ifindex`, in the current network namespace.
     pub fn new(ifindex: u32) -> Result<Discovery> {
-        Ok(Discovery { diag: SockDiag::open(None)?, ifindex, owners: HashMap::new(), seen: BTreeMap::new() })
+        Ok(Discovery {
+            diag: SockDiag::open(None)?,
+            ifindex,
+            owners: HashMap::new(),
+            scanned: None,
+            seen: BTreeMap::new(),
+        })
     }
 
     /// Look again: the services listening now, plus those gone for less than LINGER.
@@ -301,10 +310,17 @@ impl Discovery {
         each_listener(&mut self.diag, self.ifindex, &[L4::Udp, L4::Tcp], &mut |l4, s| {
             found.entry((l4, s.sport)).or_default().push(s.inode)
         })?;
-        if found.values().flatten().any(|i| !self.owners.contains_key(i)) {
-            self.owners = socket_owners();
-        }
         let now = Instant::now();
+        if rescan_due(found.values().flatten(), &self.owners, self.scanned, now) {
+            self.owners = socket_owners();
+            self.scanned = Some(now);
+            // Found but held by no visible process (a kernel socket, a process
+            // in another mount of /proc): noted, so it alone does not send
+            // every poll through /proc again.
+            for i in found.values().flatten() {
+                self.owners.entry(*i).or_default();
+            }
+        }
         for ((l4, port), inodes) in found {
             let mut pids: Vec<u32> = inodes.iter().filter_map(|i| self.owners.get(i)).flatten().copied().collect();
             pids.sort_unstable();
@@ -315,6 +331,26 @@ impl Discovery {
         self.seen.retain(|_, (_, at)| now.duration_since(*at) < LINGER);
         Ok(self.seen.values().map(|(s, _)| s.clone()).collect())
     }
+}
+
+/// A socket no process was seen holding is looked for again this long after
+/// the last /proc scan (a new one, with an owner, triggers a scan at once).
+pub const RESCAN_UNOWNED: Duration = Duration::from_secs(30);
+
+/// Should a poll scan /proc: a socket inode not seen at the last scan, or
+/// one seen without an owner once RESCAN_UNOWNED has passed?
+fn rescan_due<'a>(
+    found: impl Iterator<Item = &'a u32>,
+    owners: &HashMap<u32, Vec<u32>>,
+    scanned: Option<Instant>,
+    now: Instant,
+) -> bool {
+    let stale = scanned.is_none_or(|t| now.duration_since(t) >= RESCAN_UNOWNED);
+    let mut found = found;
+    found.any(|i| match owners.get(i) {
+        None => true,
+        Some(pids) => pids.is_empty() && stale,
+    })
 }
 
 /// Does a configured class already cover this service's port (config wins)?

@@ -41,6 +41,21 @@ fn login_users_and_nobody_get_the_default_priority_root_and_system_users_their_n
     assert_eq!(svc(L4::Udp, 1, &[(1, "x", Ok(0))]).priority_with(logins).0, 20, "uid unknown: the nice, as before");
 }
 
+/// Issue 23, item 5: a socket no process holds sent every poll (once a
+/// second) through /proc again.
+#[test]
+fn an_unowned_socket_is_looked_for_again_only_after_a_while() {
+    let now = Instant::now();
+    let owners: HashMap<u32, Vec<u32>> = [(1, vec![10]), (2, vec![])].into_iter().collect();
+    let just = Some(now);
+    assert!(!rescan_due([1u32, 2].iter(), &owners, just, now), "known sockets, one unowned: no scan yet");
+    assert!(rescan_due([1u32, 3].iter(), &owners, just, now), "a new socket: scan at once");
+    let later = now + RESCAN_UNOWNED;
+    assert!(rescan_due([2u32].iter(), &owners, just, later), "the unowned one, RESCAN_UNOWNED later");
+    assert!(!rescan_due([1u32].iter(), &owners, just, later), "an owned one never");
+    assert!(rescan_due([1u32].iter(), &HashMap::new(), None, now), "nothing scanned yet");
+}
+
 #[test]
 fn login_defs_give_the_login_range() {
     assert_eq!(parse_login_defs(""), (1000, 60000));
