@@ -255,6 +255,11 @@ fn next_tick(last: Instant, now: Instant) -> Instant {
     }
 }
 
+/// A known-map key's fields, to keep keys in a set.
+fn key_fields(k: &sluice_src_key) -> (u8, u8, u8, [u8; 16]) {
+    (k.class_id, k.family, k.plen, k.addr)
+}
+
 /// CPU time of this process (user + system), seconds.
 fn process_cpu_secs() -> f64 {
     // SAFETY: getrusage fills the struct we own.
@@ -414,11 +419,18 @@ impl Daemon {
         let names: Vec<String> = self.cfg.classes.iter().map(|c| c.name.clone()).collect();
         let mut entries = std::mem::take(&mut self.pending_known);
         let result = (|| -> Result<()> {
+            let mut stale = Vec::new();
             if let Some(old) = old_names.filter(|o| *o != names.as_slice()) {
-                entries.extend(known::from_map(&self.gate.known()?, old, Clock::wall_ms(), KNOWN_TTL_SECS * 1000));
-                self.gate.clear_known()?;
+                let current = self.gate.known()?;
+                entries.extend(known::from_map(&current, old, Clock::wall_ms(), KNOWN_TTL_SECS * 1000));
+                stale = current.into_iter().map(|(k, _)| k).collect();
             }
             let (map, later) = known::to_map(std::mem::take(&mut entries), &names);
+            // Only the keys the new map does not hold go (a class that kept
+            // its id keeps its known clients throughout), then the new ones go in.
+            let keep: std::collections::HashSet<_> = map.iter().map(|(k, _)| key_fields(k)).collect();
+            stale.retain(|k| !keep.contains(&key_fields(k)));
+            self.gate.delete_known(&stale)?;
             self.gate.insert_known(&map)?;
             self.pending_known = later;
             self.bound_known(&self.gate.known()?)

@@ -625,15 +625,6 @@ impl Gate {
         Ok(())
     }
 
-    /// Remove every known source (before they are put back under new class ids).
-    pub fn clear_known(&self) -> Result<()> {
-        let keys: Vec<Vec<u8>> = self.skel.maps.known.keys().collect();
-        for k in keys {
-            delete_present(&self.skel.maps.known, &k).map_err(|err| GateError::Map { map: "known", err })?;
-        }
-        Ok(())
-    }
-
     fn dump<K: Copy + Default, V: Copy + Default>(
         &self,
         map: &libbpf_rs::Map,
