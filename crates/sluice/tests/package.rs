@@ -227,11 +227,16 @@ fn the_unit_verifies_clean_and_is_hardened() {
 /// A service run by another user (nobody) with two reader sockets must be
 /// discovered by its process name, get reader steering, and the drop counter
 /// must count drops after the gate: each needs one of the unit's capabilities.
-#[test]
-fn exec_start_with_only_the_units_capabilities_protects_and_reloads() {
-    let pkg = Package::build();
-    let (_, keys) = pkg.unit();
-    let mut tb = Testbed::new();
+/// A service run by nobody with two reader sockets on B's port 5353, and
+/// the installed unit's ExecStart started in B under the unit's capability
+/// bounding set less `without` (e.g. "CAP_DAC_READ_SEARCH"), no_new_privs
+/// and no inheritable capabilities: the daemon, its pid and its socket.
+fn start_exec_start(
+    pkg: &Package,
+    keys: &std::collections::BTreeMap<String, String>,
+    tb: &mut Testbed,
+    without: Option<&str>,
+) -> (Guard, u32, std::path::PathBuf) {
     let bin = pkg.path("/usr/bin/sluice");
     let bin = bin.to_str().unwrap();
     let b = tb.b.clone();
@@ -244,6 +249,7 @@ fn exec_start_with_only_the_units_capabilities_protects_and_reloads() {
     );
     let bounding = keys["CapabilityBoundingSet"]
         .split_whitespace()
+        .filter(|c| Some(*c) != without)
         .map(|c| format!("+{}", c.trim_start_matches("CAP_").to_lowercase()))
         .collect::<Vec<_>>()
         .join(",");
@@ -262,7 +268,42 @@ fn exec_start_with_only_the_units_capabilities_protects_and_reloads() {
         .spawn()
         .unwrap();
     let pid = child.id();
-    let mut guard = Guard(Some(child));
+    (Guard(Some(child)), pid, sock)
+}
+
+/// Issue 23, item 14: the test below says each of its checks needs one of
+/// the unit's capabilities; this one drops CAP_DAC_READ_SEARCH and sees the
+/// service's owner go unnamed (its /proc/PID/fd, mode 0500 and nobody's,
+/// cannot be listed), so that check can fail.
+#[test]
+fn without_cap_dac_read_search_the_service_is_not_named_after_its_process() {
+    let pkg = Package::build();
+    let (_, keys) = pkg.unit();
+    let mut tb = Testbed::new();
+    let (mut guard, _, sock) = start_exec_start(&pkg, &keys, &mut tb, Some("CAP_DAC_READ_SEARCH"));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let class = loop {
+        if sluice::daemon::serving(&sock) {
+            if let Some(c) = tb.status().classes.into_iter().find(|c| c.name.ends_with("/udp:5353")) {
+                break c;
+            }
+        }
+        let child = guard.0.as_mut().unwrap();
+        if let Ok(Some(st)) = child.try_wait() {
+            panic!("ExecStart exited ({st}): {}", stderr_of(child));
+        }
+        assert!(Instant::now() < deadline, "the service was not found at all");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(class.name, "unknown/udp:5353", "no owner visible without CAP_DAC_READ_SEARCH: {:?}", class.discovered);
+}
+
+#[test]
+fn exec_start_with_only_the_units_capabilities_protects_and_reloads() {
+    let pkg = Package::build();
+    let (_, keys) = pkg.unit();
+    let mut tb = Testbed::new();
+    let (mut guard, pid, sock) = start_exec_start(&pkg, &keys, &mut tb, None);
     let child = guard.0.as_mut().unwrap();
 
     // Up, and the service found, named and steered.
