@@ -111,9 +111,7 @@ fn round_robin_deals_exactly_in_turn() {
     let socks = group_sockets(&tb, 4);
     let g = group(&socks, Readers::RoundRobin);
     let socks = in_order(socks, &g);
-    let mut steer = Steer::load().unwrap();
-    steer.keep_alive(now_ns());
-    let log = steer.sync(std::slice::from_ref(&g));
+    let (steer, log) = steering(&g);
     assert!(log.iter().all(|l| !l.contains("not steered")), "{log:?}");
     send(&tb, 1, 400);
     let counts: Vec<usize> = socks.iter().map(|s| drain(s).len()).collect();
@@ -128,9 +126,7 @@ fn least_loaded_sends_nothing_more_to_a_reader_that_stopped_reading() {
     let socks = group_sockets(&tb, 4);
     let g = group(&socks, Readers::LeastLoaded);
     let socks = in_order(socks, &g);
-    let mut steer = Steer::load().unwrap();
-    steer.keep_alive(now_ns());
-    let log = steer.sync(std::slice::from_ref(&g));
+    let (steer, log) = steering(&g);
     assert!(log.iter().all(|l| !l.contains("not steered") && !l.contains("tracepoints")), "{log:?}");
     // Readers 1-3 keep reading; reader 0 never does.
     let socks: Vec<Arc<UdpSocket>> = socks.into_iter().map(Arc::new).collect();
@@ -181,9 +177,7 @@ fn hash_leaves_the_kernels_choice_unchanged() {
     };
     send_fixed(&tb);
     let without = landing(&socks);
-    let mut steer = Steer::load().unwrap();
-    steer.keep_alive(now_ns());
-    steer.sync(std::slice::from_ref(&g));
+    let (steer, _) = steering(&g);
     send_fixed(&tb);
     let with = landing(&socks);
     assert_eq!(without, with);
@@ -214,9 +208,7 @@ fn least_loaded_keeps_each_flow_on_its_hashed_reader_while_queues_are_equal() {
             .collect()
     };
     let without = one_by_one(&tb, &socks);
-    let mut steer = Steer::load().unwrap();
-    steer.keep_alive(now_ns());
-    steer.sync(std::slice::from_ref(&g));
+    let (steer, _) = steering(&g);
     let with = one_by_one(&tb, &socks);
     assert_eq!(without, with);
     assert!(steer.status()[0].readers.iter().map(|r| r.steered).sum::<u64>() == 32, "the program chose each");
@@ -232,9 +224,7 @@ fn least_loaded_moves_a_flow_only_off_a_reader_that_fell_behind() {
     let socks = group_sockets(&tb, 4);
     let g = group(&socks, Readers::LeastLoaded);
     let socks = in_order(socks, &g);
-    let mut steer = Steer::load().unwrap();
-    steer.keep_alive(now_ns());
-    steer.sync(std::slice::from_ref(&g));
+    let (_steer, _) = steering(&g); // held: dropping it detaches
     let depth = sluice::bpf_intf::SLUICE_STEER_STALL_DEPTH as usize;
     // Nobody reads: one flow, fewer datagrams than the stall depth.
     send(&tb, 1, depth - 1);
@@ -256,9 +246,7 @@ fn a_reader_whose_fd_changed_since_the_scan_is_not_steered() {
     let socks = group_sockets(&tb, 2);
     let mut g = group(&socks, Readers::LeastLoaded);
     g.readers[1].inode += 1_000_000; // the fd now holds another file
-    let mut steer = Steer::load().unwrap();
-    steer.keep_alive(now_ns());
-    let log = steer.sync(std::slice::from_ref(&g));
+    let (steer, log) = steering(&g);
     assert!(log.iter().any(|l| l.contains("is no longer socket inode")), "{log:?}");
     assert!(steer.status().is_empty(), "nothing attached: {:?}", steer.status());
 }
@@ -331,6 +319,14 @@ fn a_reuseport_service_is_found_and_steered_with_no_config() {
     assert_eq!(class.totals.dropped_pkts(), 0, "the gate dropped some of an unflooded 2k/s: {:?}", class.totals);
     assert_eq!(steered, sent, "{steered} of {sent} steered: {:?}", s.readers);
     assert!(s.readers[0].readers.iter().all(|r| r.queued.is_some()), "least-loaded shows the queues");
+}
+
+/// A loaded steering program, kept alive, attached to `g`; and its log lines.
+fn steering(g: &Group) -> (Steer, Vec<String>) {
+    let mut steer = Steer::load().unwrap();
+    steer.keep_alive(now_ns());
+    let log = steer.sync(std::slice::from_ref(g));
+    (steer, log)
 }
 
 fn now_ns() -> u64 {
