@@ -105,8 +105,13 @@ impl Testbed {
 
     /// The id of the XDP program attached to B's interface, if any.
     pub fn attached_prog(&self) -> Result<Option<u64>> {
-        Ok(link_info(&self.b, IF_B)?["xdp"]["prog"]["id"].as_u64())
+        xdp_prog(&self.b, IF_B)
     }
+}
+
+/// The id of the XDP program on interface `ifname` of namespace `ns`, if any.
+pub fn xdp_prog(ns: &str, ifname: &str) -> Result<Option<u64>> {
+    Ok(link_info(ns, ifname)?["xdp"]["prog"]["id"].as_u64())
 }
 
 impl Drop for Testbed {

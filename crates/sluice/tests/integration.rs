@@ -674,12 +674,9 @@ mod errors {
         assert!(ip.status.success(), "{}", String::from_utf8_lossy(&ip.stderr));
     }
 
-    /// The XDP program id on interface `dev` of B (0: none), from `ip -j link`.
+    /// The XDP program id on interface `dev` of B (0: none).
     fn xdp_prog_on(tb: &Testbed, dev: &str) -> u64 {
-        let o =
-            std::process::Command::new("ip").args(["-n", &tb.b, "-j", "link", "show", "dev", dev]).output().unwrap();
-        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-        v[0]["xdp"]["prog"]["id"].as_u64().unwrap_or(0)
+        sluice::testbed::xdp_prog(&tb.b, dev).unwrap().unwrap_or(0)
     }
 
     /// --replace takes the old program off before the gate's own link: when
@@ -689,8 +686,8 @@ mod errors {
     #[test]
     fn a_replace_whose_attach_fails_puts_the_old_program_back() {
         let tb = Testbed::new();
-        netns_sh(&tb, &["link", "add", "br0", "type", "bridge"]);
-        netns_sh(&tb, &["link", "set", "br0", "up"]);
+        sluice::netns::sh(&["ip", "-n", &tb.b, "link", "add", "br0", "type", "bridge"]).unwrap();
+        sluice::netns::sh(&["ip", "-n", &tb.b, "link", "set", "br0", "up"]).unwrap();
         attach_foreign_program_to(&tb, "br0", "xdpgeneric");
         let foreign = xdp_prog_on(&tb, "br0");
         assert_ne!(foreign, 0);
@@ -699,11 +696,6 @@ mod errors {
         assert!(!o.status.success(), "native XDP on a bridge cannot attach");
         assert!(stderr(&o).contains("does not support native"), "{}", stderr(&o));
         assert_eq!(xdp_prog_on(&tb, "br0"), foreign, "the program --replace took off is back");
-    }
-
-    fn netns_sh(tb: &Testbed, args: &[&str]) {
-        let o = std::process::Command::new("ip").args(["-n", &tb.b]).args(args).output().unwrap();
-        assert!(o.status.success(), "ip {args:?}: {}", String::from_utf8_lossy(&o.stderr));
     }
 
     /// A foreign XDP program attached with netlink (`ip link set ... xdp obj`)
