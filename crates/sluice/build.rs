@@ -33,6 +33,7 @@ fn main() {
         .derive_default(true)
         .derive_partialeq(true)
         .derive_eq(true)
+        .derive_hash(true)
         .prepend_enum_name(false)
         .default_enum_style(bindgen::EnumVariation::Consts)
         .layout_tests(true)

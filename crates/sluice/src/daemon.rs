@@ -255,11 +255,6 @@ fn next_tick(last: Instant, now: Instant) -> Instant {
     }
 }
 
-/// A known-map key's fields, to keep keys in a set.
-fn key_fields(k: &sluice_src_key) -> (u8, u8, u8, [u8; 16]) {
-    (k.class_id, k.family, k.plen, k.addr)
-}
-
 /// CPU time of this process (user + system), seconds.
 fn process_cpu_secs() -> f64 {
     // SAFETY: getrusage fills the struct we own.
@@ -428,8 +423,8 @@ impl Daemon {
             let (map, later) = known::to_map(std::mem::take(&mut entries), &names);
             // Only the keys the new map does not hold go (a class that kept
             // its id keeps its known clients throughout), then the new ones go in.
-            let keep: std::collections::HashSet<_> = map.iter().map(|(k, _)| key_fields(k)).collect();
-            stale.retain(|k| !keep.contains(&key_fields(k)));
+            let keep: std::collections::HashSet<sluice_src_key> = map.iter().map(|(k, _)| *k).collect();
+            stale.retain(|k| !keep.contains(k));
             self.gate.delete_known(&stale)?;
             self.gate.insert_known(&map)?;
             self.pending_known = later;
