@@ -50,15 +50,54 @@ struct sock_common {
 	} skc_cookie;
 } __attribute__((preserve_access_index));
 
+struct inode {
+	unsigned long i_ino;
+} __attribute__((preserve_access_index));
+
+struct file {
+	struct inode *f_inode;
+} __attribute__((preserve_access_index));
+
+struct socket {
+	struct file *file;
+} __attribute__((preserve_access_index));
+
+struct bpf_prog_aux {
+	__u32 id;
+} __attribute__((preserve_access_index));
+
+struct bpf_prog {
+	struct bpf_prog_aux *aux;
+} __attribute__((preserve_access_index));
+
+/* An SO_REUSEPORT group's shared part: its program, if any. */
+struct sock_reuseport {
+	struct bpf_prog *prog;
+} __attribute__((preserve_access_index));
+
 struct sock {
 	struct sock_common __sk_common;
 	struct sk_buff_head sk_receive_queue;
 	__u16 sk_protocol;
+	struct sock_reuseport *sk_reuseport_cb;
+	struct socket *sk_socket;
 } __attribute__((preserve_access_index));
 
 /* UDP moves the receive queue to this one in a batch when a reader empties it. */
 struct udp_sock {
 	struct sk_buff_head reader_queue;
+} __attribute__((preserve_access_index));
+
+struct seq_file;
+
+struct bpf_iter_meta {
+	struct seq_file *seq;
+} __attribute__((preserve_access_index));
+
+/* The context of an iter/udp program: one UDP socket of the reader's netns. */
+struct bpf_iter__udp {
+	struct bpf_iter_meta *meta;
+	struct udp_sock *udp_sk;
 } __attribute__((preserve_access_index));
 
 #endif /* SLUICE_KERNEL_H */

@@ -345,6 +345,16 @@ struct sluice_group {
 	__u32 _pad;
 };
 
+/* One UDP socket in an SO_REUSEPORT group, as the `reuseport_socks`
+ * iterator writes it: the group's program, whoever attached it. */
+struct sluice_reuseport_sock {
+	__u64 inode;   /* the socket's inode (as /proc/PID/fd shows it) */
+	__u32 prog_id; /* the group's program's id; 0 for none or classic BPF */
+	__u16 port;    /* local port */
+	__u8 has_prog; /* 1: a program (eBPF or classic) picks the group's socket */
+	__u8 _pad;
+};
+
 /* Per-group counters (per-CPU array, index group * SLUICE_STEER_STAT_NR + stat). */
 enum sluice_steer_stat {
 	SLUICE_SS_HASHED = 0, /* left to the kernel's hash: policy hash, or the daemon is gone */

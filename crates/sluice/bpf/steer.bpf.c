@@ -21,6 +21,8 @@
  *   steer_read    (tp_btf sock_recv_length: a reader took one)
  *                 record the queue length of a group's socket, found by its
  *                 socket cookie in `slot_of`; least-loaded reads them.
+ *   reuseport_socks (iter/udp) lists the reuseport sockets and their
+ *                 group's program, so sluice leaves a service's own alone.
  *
  * User space (src/steer/) finds the groups, takes a duplicate of each socket
  * from the service (pidfd_getfd), fills `readers`, `slot_of` and `groups`,
@@ -212,5 +214,31 @@ SEC("tp_btf/sock_recv_length")
 int BPF_PROG(steer_read, struct sock *sk, int ret, int flags)
 {
 	note_depth(sk);
+	return 0;
+}
+
+/* Every UDP socket of the reading process's netns that is in an SO_REUSEPORT
+ * group, with the group's program: user space attaches `steer` to a group
+ * only when it has no program or `steer` itself, and detaches only its own,
+ * so a service's own reuseport program (eBPF or classic) is never replaced. */
+SEC("iter/udp")
+int reuseport_socks(struct bpf_iter__udp *ctx)
+{
+	struct sock *sk = (struct sock *)ctx->udp_sk;
+
+	if (!sk)
+		return 0;
+	struct sock_reuseport *r = BPF_CORE_READ(sk, sk_reuseport_cb);
+	if (!r)
+		return 0;
+	struct bpf_prog *prog = BPF_CORE_READ(r, prog);
+	struct sluice_reuseport_sock rec = {
+		.inode = BPF_CORE_READ(sk, sk_socket, file, f_inode, i_ino),
+		.port = BPF_CORE_READ(sk, __sk_common.skc_num),
+		.has_prog = prog ? 1 : 0,
+	};
+	if (prog)
+		rec.prog_id = BPF_CORE_READ(prog, aux, id);
+	bpf_seq_write(ctx->meta->seq, &rec, sizeof(rec));
 	return 0;
 }

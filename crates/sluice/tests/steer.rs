@@ -321,6 +321,58 @@ fn a_reuseport_service_is_found_and_steered_with_no_config() {
     assert!(s.readers[0].readers.iter().all(|r| r.queued.is_some()), "least-loaded shows the queues");
 }
 
+/// A service's own reuseport program is never replaced (issue 23, item 9):
+/// a group whose first socket takes everything (a classic BPF program that
+/// returns 0) keeps doing so with round-robin asked for.
+#[test]
+fn a_services_own_reuseport_program_is_left_alone() {
+    let tb = Testbed::new();
+    sluice::netns::enter(&tb.b).unwrap(); // the iterator lists this thread's netns
+    let socks = group_sockets(&tb, 3);
+    attach_cbpf_pick_first(&socks[0]);
+    let g = group(&socks, Readers::RoundRobin);
+    let (steer, log) = steering(&g);
+    assert!(log.iter().any(|l| l.contains("its own SO_REUSEPORT program (classic BPF): left alone")), "{log:?}");
+    assert!(steer.status().is_empty(), "nothing attached: {:?}", steer.status());
+    send(&tb, 1, 300);
+    let counts: Vec<usize> = socks.iter().map(|s| drain(s).len()).collect();
+    assert_eq!(counts, [300, 0, 0], "the service's program still picks its first socket");
+}
+
+/// A program the service puts in after sluice's is not detached at exit.
+#[test]
+fn a_program_the_service_put_in_later_survives_sluices_exit() {
+    let tb = Testbed::new();
+    sluice::netns::enter(&tb.b).unwrap();
+    let socks = group_sockets(&tb, 3);
+    let g = group(&socks, Readers::RoundRobin);
+    let (mut steer, log) = steering(&g);
+    assert!(log.iter().all(|l| !l.contains("not steered")), "{log:?}");
+    attach_cbpf_pick_first(&socks[0]);
+    steer.detach_all();
+    send(&tb, 1, 300);
+    let counts: Vec<usize> = socks.iter().map(|s| drain(s).len()).collect();
+    assert_eq!(counts, [300, 0, 0], "the service's program was detached with sluice's");
+}
+
+/// Attach a classic BPF reuseport program that picks the group's first socket.
+fn attach_cbpf_pick_first(s: &UdpSocket) {
+    const SO_ATTACH_REUSEPORT_CBPF: libc::c_int = 51;
+    let mut ret0 = [libc::sock_filter { code: 0x06 /* BPF_RET | BPF_K */, jt: 0, jf: 0, k: 0 }];
+    let prog = libc::sock_fprog { len: 1, filter: ret0.as_mut_ptr() };
+    // SAFETY: setsockopt with a sock_fprog that points at our filter array, alive for the call.
+    let r = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            SO_ATTACH_REUSEPORT_CBPF,
+            (&prog as *const libc::sock_fprog).cast(),
+            std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(r, 0, "SO_ATTACH_REUSEPORT_CBPF: {}", std::io::Error::last_os_error());
+}
+
 /// A loaded steering program, kept alive, attached to `g`; and its log lines.
 fn steering(g: &Group) -> (Steer, Vec<String>) {
     let mut steer = Steer::load().unwrap();

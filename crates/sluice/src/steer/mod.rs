@@ -19,23 +19,28 @@
 //! (SO_DETACH_REUSEPORT_BPF); if it dies instead, the program finds
 //! `alive_until` past within 2 s and leaves every datagram to the hash.
 //!
+//! A group whose service attached its own reuseport program (eBPF or
+//! classic, nginx's QUIC one for instance) is left alone: before attaching
+//! and before detaching, the `reuseport_socks` iterator tells which program
+//! the group has, and sluice only replaces none or its own.
+//!
 //! With nothing configured, a UDP port served by 2+ sockets on one address
 //! gets `least-loaded` while discovery is on (`groups::policy_for`).
 pub mod groups;
 
 use std::collections::{BTreeMap, HashMap};
-use std::io;
+use std::io::{self, Read};
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 use anyhow::{bail, Context, Result};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{Link, MapCore, MapFlags, OpenObject};
+use libbpf_rs::{Iter, Link, MapCore, MapFlags, OpenObject};
 use serde::{Deserialize, Serialize};
 
 use crate::bpf_intf::{
-    sluice_group, SLUICE_GROUPS_MAX, SLUICE_READERS_MAX, SLUICE_READER_SLOTS, SLUICE_SS_HASHED, SLUICE_SS_MISSED,
-    SLUICE_SS_NR,
+    sluice_group, sluice_reuseport_sock, SLUICE_GROUPS_MAX, SLUICE_READERS_MAX, SLUICE_READER_SLOTS, SLUICE_SS_HASHED,
+    SLUICE_SS_MISSED, SLUICE_SS_NR,
 };
 use crate::config::{Config, Readers};
 use crate::discover::{each_listener, socket_holders, L4};
@@ -223,6 +228,7 @@ impl Steer {
         if g.readers.len() > SLUICE_READERS_MAX as usize {
             bail!("{} readers, at most {SLUICE_READERS_MAX} are steered", g.readers.len());
         }
+        self.check_not_foreign(g)?;
         let (index, before) = match self.attached.remove(&g.port) {
             Some(a) => {
                 self.clear_slots(&a);
@@ -238,6 +244,40 @@ impl Steer {
             }
         }
         filled
+    }
+
+    /// Fail if the group's sockets have a program that is not sluice's: the
+    /// service chose its readers itself.
+    fn check_not_foreign(&self, g: &Group) -> Result<()> {
+        let programs = self.group_programs().context("listing the reuseport sockets' programs (iter/udp)")?;
+        let ours = self.prog_stats()?.0;
+        for r in &g.readers {
+            match programs.get(&u64::from(r.inode)) {
+                Some(Some(id)) if *id != ours => bail!(
+                    "the service attached its own SO_REUSEPORT program ({}): left alone",
+                    if *id == 0 { "classic BPF".to_string() } else { format!("BPF prog id {id}") }
+                ),
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Each reuseport socket of the daemon's netns by inode: the id of its
+    /// group's program (0: classic BPF), None when it has none.
+    fn group_programs(&self) -> Result<HashMap<u64, Option<u32>>> {
+        let link = self.skel.progs.reuseport_socks.attach()?;
+        let mut bytes = Vec::new();
+        Iter::new(&link)?.read_to_end(&mut bytes)?;
+        let size = std::mem::size_of::<sluice_reuseport_sock>();
+        let mut out = HashMap::new();
+        for rec in bytes.chunks_exact(size) {
+            // SAFETY: each record is one sluice_reuseport_sock written whole by
+            // the iterator; read_unaligned copies it out of the byte buffer.
+            let s: sluice_reuseport_sock = unsafe { std::ptr::read_unaligned(rec.as_ptr().cast()) };
+            out.insert(s.inode, (s.has_prog != 0).then_some(s.prog_id));
+        }
+        Ok(out)
     }
 
     /// Write a group's slots, cookies and entry, then attach the program through its first socket.
@@ -307,6 +347,15 @@ impl Steer {
     /// Detach the program from a group (through any reader still open) and forget it.
     fn clear_group(&mut self, port: u16, a: &Attached) {
         self.clear_entries(port, a);
+        // Only sluice's own program is detached: the service may have put its
+        // own in since (or the listing failed: then nothing is detached, and
+        // the emptied entry leaves the group to the kernel's hash).
+        let ours = self.prog_stats().map(|s| s.0).ok();
+        let programs = self.group_programs().unwrap_or_default();
+        let still_ours = a.readers.iter().any(|r| programs.get(&u64::from(r.inode)) == Some(&ours));
+        if !still_ours {
+            return;
+        }
         // Detach through a socket that is still the group's (checked by inode:
         // the pid or fd may have been reused for another group's socket).
         for r in &a.readers {
