@@ -171,10 +171,10 @@ impl HealthReader {
         };
         Ok(HealthReader {
             diag: SockDiag::open(ns)?,
+            udp_families: Families::new(&udp),
+            tcp_families: Families::new(&tcp),
             udp,
             tcp,
-            udp_families: Families::default(),
-            tcp_families: Families::default(),
             netstat,
             last_tcp: TcpExt::default(),
             ticks: 0,
@@ -213,7 +213,7 @@ impl HealthReader {
     /// The classes' UDP sockets.
     fn read_udp(&mut self, h: &mut Health) -> Result<()> {
         let (udp, classes) = (&self.udp, &mut h.classes);
-        self.udp_families.dump(&mut self.diag, self.ticks, libc::IPPROTO_UDP as u8, u32::MAX, &mut |s| {
+        self.udp_families.dump(&mut self.diag, self.ticks, (libc::IPPROTO_UDP as u8, u32::MAX), &mut |s| {
             let (Some(c), Some(mem)) = (Self::class_of(udp, s.sport), s.mem) else { return false };
             let u = &mut classes[c].udp;
             *u = u.add(&SockStats::of_socket(mem));
@@ -224,7 +224,7 @@ impl HealthReader {
     /// The classes' TCP listeners (the listening hash only: a short walk).
     fn read_tcp(&mut self, h: &mut Health) -> Result<()> {
         let (tcp, classes) = (&self.tcp, &mut h.classes);
-        self.tcp_families.dump(&mut self.diag, self.ticks, libc::IPPROTO_TCP as u8, 1 << TCP_LISTEN, &mut |s| {
+        self.tcp_families.dump(&mut self.diag, self.ticks, (libc::IPPROTO_TCP as u8, 1 << TCP_LISTEN), &mut |s| {
             let Some(c) = Self::class_of(tcp, s.sport) else { return false };
             let l = &mut classes[c].listen;
             l.sockets += 1;
@@ -235,36 +235,62 @@ impl HealthReader {
     }
 }
 
+/// Every class's port ranges as one sorted list, overlapping and adjacent ranges joined.
+fn merged(per_class: &[Vec<(u16, u16)>]) -> Vec<(u16, u16)> {
+    let mut all: Vec<(u16, u16)> = per_class.iter().flatten().copied().collect();
+    all.sort_unstable();
+    let mut out: Vec<(u16, u16)> = Vec::with_capacity(all.len());
+    for (lo, hi) in all {
+        match out.last_mut() {
+            Some(last) if u32::from(lo) <= u32::from(last.1) + 1 => last.1 = last.1.max(hi),
+            _ => out.push((lo, hi)),
+        }
+    }
+    out
+}
+
 /// The address families a protocol's class sockets were found in: each tick
 /// dumps only those, except every REDISCOVER_TICKS (or while none was found),
 /// when both are dumped again (a dump walks a hash table of its own: one
 /// family fewer is half the cost).
-#[derive(Default)]
-struct Families(Vec<u8>);
+struct Families {
+    found: Vec<u8>,
+    /// Every class's ranges of the protocol, merged.
+    ports: Vec<(u16, u16)>,
+}
 
 impl Families {
-    /// Dump `proto` sockets in `states`; `each` says whether a socket was one of ours.
+    /// For the classes' port ranges of one protocol.
+    fn new(per_class: &[Vec<(u16, u16)>]) -> Families {
+        Families { found: vec![], ports: merged(per_class) }
+    }
+
+    /// Dump the sockets of a protocol in a set of states whose port is one
+    /// of the classes' (filtered in the kernel; none: no dump); `each` says
+    /// whether a socket was one of ours.
     fn dump(
         &mut self,
         diag: &mut SockDiag,
         tick: u64,
-        proto: u8,
-        states: u32,
+        (proto, states): (u8, u32),
         each: &mut dyn FnMut(&DiagSock) -> bool,
     ) -> Result<()> {
-        let rediscover = tick.is_multiple_of(REDISCOVER_TICKS) || self.0.is_empty();
+        if self.ports.is_empty() {
+            return Ok(());
+        }
+        let rediscover = tick.is_multiple_of(REDISCOVER_TICKS) || self.found.is_empty();
         let all = vec![libc::AF_INET as u8, libc::AF_INET6 as u8];
-        let families = if rediscover { all } else { self.0.clone() };
+        let families = if rediscover { all } else { self.found.clone() };
         let mut found = vec![];
         for f in families {
             let mut any = false;
-            diag.dump(f, proto, states, &mut |s| any |= each(s))?;
+            diag.dump_ports(f, proto, states, &self.ports, &mut |s| any |= each(s))?;
             if any {
                 found.push(f);
             }
         }
         if rediscover {
-            self.0 = found;
+            self.found = found;
         }
         Ok(())
     }
@@ -273,6 +299,14 @@ impl Families {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn class_ports_are_merged_into_one_sorted_list() {
+        let per_class = vec![vec![(53, 53), (8000, 8100)], vec![], vec![(54, 60), (8050, 9000)], vec![(1, 1)]];
+        assert_eq!(merged(&per_class), [(1, 1), (53, 60), (8000, 9000)]);
+        assert_eq!(merged(&[vec![(0, 65535)], vec![(65535, 65535)]]), [(0, 65535)]);
+        assert!(merged(&[]).is_empty());
+    }
 
     #[test]
     fn tcpext_counters_are_found_by_name() {
