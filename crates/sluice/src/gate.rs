@@ -111,6 +111,20 @@ pub fn bytes_of<T: Copy>(v: &T) -> &[u8] {
     unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), std::mem::size_of::<T>()) }
 }
 
+/// Every entry of a hash map of header structs (batched reads).
+pub fn dump_map<K: Copy + Default, V: Copy + Default>(map: &dyn MapCore, name: &'static str) -> Result<Vec<(K, V)>> {
+    let mut out = Vec::new();
+    let iter = match map.lookup_batch(4096, MapFlags::ANY, MapFlags::ANY) {
+        Ok(it) => it,
+        Err(e) if e.kind() == libbpf_rs::ErrorKind::NotFound => return Ok(out),
+        Err(err) => return Err(GateError::Map { map: name, err }),
+    };
+    for (k, v) in iter {
+        out.push((from_bytes::<K>(&k), from_bytes::<V>(&v)));
+    }
+    Ok(out)
+}
+
 /// Read a header struct back from bytes a map returned.
 pub fn from_bytes<T: Copy + Default>(b: &[u8]) -> T {
     assert_eq!(b.len(), std::mem::size_of::<T>(), "map value size matches the header");
@@ -625,21 +639,21 @@ impl Gate {
         Ok(())
     }
 
+    /// Handles of the "sources" and "known" maps (their own fds), for a
+    /// reader on another thread (the daemon's source scan).
+    pub fn source_maps(&self) -> Result<(libbpf_rs::MapHandle, libbpf_rs::MapHandle)> {
+        let handle = |map: &libbpf_rs::Map, name| {
+            libbpf_rs::MapHandle::try_from(map).map_err(|err| GateError::Map { map: name, err })
+        };
+        Ok((handle(&self.skel.maps.sources, "sources")?, handle(&self.skel.maps.known, "known")?))
+    }
+
     fn dump<K: Copy + Default, V: Copy + Default>(
         &self,
         map: &libbpf_rs::Map,
         name: &'static str,
     ) -> Result<Vec<(K, V)>> {
-        let mut out = Vec::new();
-        let iter = match map.lookup_batch(4096, MapFlags::ANY, MapFlags::ANY) {
-            Ok(it) => it,
-            Err(e) if e.kind() == libbpf_rs::ErrorKind::NotFound => return Ok(out),
-            Err(err) => return Err(GateError::Map { map: name, err }),
-        };
-        for (k, v) in iter {
-            out.push((from_bytes::<K>(&k), from_bytes::<V>(&v)));
-        }
-        Ok(out)
+        dump_map(map, name)
     }
 
     /// One class's per-CPU shares as the gate has them.

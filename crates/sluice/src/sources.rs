@@ -3,7 +3,8 @@
 //!
 //! The counts per tick come from the class counters (cheap, every refresh);
 //! the table of sources comes from reading the whole "sources" and "known"
-//! maps, which the daemon does every SCAN_TICKS while some class counts
+//! maps, which the daemon does every SCAN_EVERY, on a thread of its own
+//! (`daemon::source_scan`), while some class counts
 //! sources (a full 256k-entry map takes tens of ms to read).
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -15,8 +16,8 @@ use crate::stats::{human, Snapshot};
 
 /// The heaviest droppers kept per class.
 pub const TOP_SOURCES: usize = 10;
-/// Ticks between two scans of the maps (5 s).
-pub const SCAN_TICKS: u64 = 500;
+/// Time between two scans of the maps.
+pub const SCAN_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Source fairness of one class.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -177,7 +178,7 @@ pub fn render_class(s: &Snapshot, class: &str) -> Result<String, String> {
         "known sources {}, tracked sources {} (last scan; scanned every {} s)",
         x.known.map_or("-".into(), |v| v.to_string()),
         x.tracked.map_or("-".into(), |v| v.to_string()),
-        SCAN_TICKS / 100
+        SCAN_EVERY.as_secs()
     );
     if x.top.is_empty() {
         let _ = writeln!(o, "no source was dropped over its quota");

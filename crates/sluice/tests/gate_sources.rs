@@ -383,3 +383,45 @@ fn fragments_are_paced_by_source_and_headers_past_the_parse_depth_never_reach_a_
         g.expect("too deep", &deep, MalformedDrop);
     }
 }
+
+/// The source scan runs on its own thread (issue 23, item 5: the control
+/// thread read both maps itself): it reads the gate's maps through its own
+/// handles, sums them per class for the config it was told, and follows a
+/// new config from its next scan on; `take` never waits for it.
+#[test]
+fn the_source_scan_reads_the_maps_on_its_own_thread_for_the_config_it_follows() {
+    use sluice::daemon::source_scan::{Shape, SourceScan};
+    use std::time::{Duration, Instant};
+    let mut g = gate();
+    fair(&g, "dns", PACED_NS, 1_000_000, 1_000_000, (32, 64));
+    clock(&mut g, 1);
+    for i in 0..5u8 {
+        g.expect("a new source", &dns_from(&format!("192.0.2.{i}")), Admitted("dns".into()));
+    }
+    let dns = g.class("dns");
+    let classes = g.cfg.classes.len();
+    let shape = |generation| Shape { generation, classes, learning: 1, known_capacity: g.gate.known_capacity() };
+    let scan = SourceScan::start(g.gate.source_maps().unwrap(), shape(1), Duration::from_millis(20));
+    let t = Instant::now();
+    assert!(scan.take().is_none(), "nothing scanned yet, and take did not wait");
+    assert!(t.elapsed() < Duration::from_millis(20));
+    let next = |want: u64| {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            if let Some(f) = scan.take() {
+                let f = f.unwrap();
+                if f.shape.generation == want {
+                    return f;
+                }
+            }
+            assert!(Instant::now() < deadline, "no scan for generation {want}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    let found = next(1);
+    assert_eq!(found.entries, 5);
+    assert_eq!(found.per_class.len(), classes);
+    assert_eq!(found.per_class[dns].0, 5, "the dns class's sources");
+    scan.follow(shape(2));
+    assert_eq!(next(2).entries, 5);
+}

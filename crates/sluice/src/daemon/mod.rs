@@ -31,6 +31,9 @@ use crate::steer::{self, Steer};
 use crate::syn_guard;
 use crate::tick::{Ticker, KNOWN_TTL_SECS};
 use crate::trace::{self, DropBook, Tracer};
+use source_scan::{Found, Shape, SourceScan};
+
+pub mod source_scan;
 
 /// Directory of the statistics sockets.
 pub const SOCKET_DIR: &str = "/run/sluice";
@@ -210,8 +213,12 @@ pub struct Daemon {
     state_errors: u64,
     /// Writes the state file off the control thread.
     saver: known::Saver,
-    /// The last scan of the gate's source maps.
+    /// The scan of the gate's source maps (its own thread), and the last
+    /// one taken for the config in force.
+    source_scan: SourceScan,
     scan: Option<Scan>,
+    /// One more at each config switch (a scan made for an older one is not applied).
+    generation: u64,
     /// Reader steering and the finder of reuseport groups; None if the
     /// kernel refused the program (said once in the log).
     steer: Option<(Steer, steer::Finder)>,
@@ -237,6 +244,8 @@ struct Scan {
     per_class: Vec<(u64, u64, Vec<sources::TopSource>)>,
     entries: u64,
     known: u64,
+    /// The known map as read (what `offer_known` saves).
+    known_map: Vec<(sluice_src_key, sluice_known)>,
     ms: f64,
     /// Entries evicted so far, as of this scan (never less than the last's).
     evictions: u64,
@@ -252,6 +261,17 @@ fn next_tick(last: Instant, now: Instant) -> Instant {
         now
     } else {
         next
+    }
+}
+
+/// What the source scan works for under `cfg`: every class but the
+/// default learns clients.
+fn shape(cfg: &Config, generation: u64, gate: &Gate) -> Shape {
+    Shape {
+        generation,
+        classes: cfg.classes.len(),
+        learning: cfg.classes.iter().filter(|c| c.name != DEFAULT_CLASS).count(),
+        known_capacity: gate.known_capacity(),
     }
 }
 
@@ -375,6 +395,7 @@ impl Daemon {
             }
         };
         let tracer = load_tracer(ifindex, &gate);
+        let source_scan = SourceScan::start(gate.source_maps()?, shape(&cfg, 0, &gate), sources::SCAN_EVERY);
         let mut daemon = Daemon {
             opts,
             base,
@@ -393,7 +414,9 @@ impl Daemon {
             known_file,
             pending_known,
             state_errors: 0,
+            source_scan,
             scan: None,
+            generation: 0,
             steer: load_steer(ifindex),
             away: AwayState::default(),
             napi_idle: cfg_napi_idle,
@@ -438,17 +461,25 @@ impl Daemon {
     /// The known sources to save: the gate's map by class name, and the
     /// entries of classes not there yet.
     fn known_entries(&self) -> Result<Vec<Known>> {
+        Ok(self.known_entries_of(&self.gate.known()?))
+    }
+
+    /// As `known_entries`, from a read of the known map.
+    fn known_entries_of(&self, map: &[(sluice_src_key, sluice_known)]) -> Vec<Known> {
         let names: Vec<String> = self.cfg.classes.iter().map(|c| c.name.clone()).collect();
-        let map = self.gate.known()?;
-        let mut all = known::from_map(&map, &names, Clock::wall_ms(), KNOWN_TTL_SECS * 1000);
+        let mut all = known::from_map(map, &names, Clock::wall_ms(), KNOWN_TTL_SECS * 1000);
         all.extend(self.pending_known.iter().cloned());
-        Ok(all)
+        all
     }
 
     /// Every SAVE_EVERY ticks: the entries to the saver's thread (the write
     /// and its fsync happen off the control thread).
     fn offer_known(&mut self) {
-        match self.known_entries() {
+        let read = match self.scan.as_ref().filter(|s| !s.known_map.is_empty()) {
+            Some(s) => Ok(s.known_map.clone()),
+            None => self.gate.known(),
+        };
+        match read.map(|map| self.known_entries_of(&map)) {
             Ok(all) => _ = self.saver.offer(all),
             Err(e) => log::warn(format_args!("known sources: the gate's map was not read: {e:#}")),
         }
@@ -472,33 +503,42 @@ impl Daemon {
     /// class's oldest entries past it go, and the learner is told how many
     /// new clients each class may still add.
     fn bound_known(&self, map: &[(sluice_src_key, sluice_known)]) -> Result<()> {
-        let learning = self.cfg.classes.iter().filter(|c| c.name != DEFAULT_CLASS).count();
-        let part = known::part(self.gate.known_capacity(), learning);
-        let (delete, room) = known::bound(map, self.cfg.classes.len(), part);
-        self.gate.delete_known(&delete)?;
+        let s = shape(&self.cfg, self.generation, &self.gate);
+        let (delete, room) = known::bound(map, s.classes, known::part(s.known_capacity, s.learning));
+        self.apply_bound(&delete, room)
+    }
+
+    /// Delete the known entries past their class's part; tell the learner each class's room.
+    fn apply_bound(&self, delete: &[sluice_src_key], room: Vec<i64>) -> Result<()> {
+        self.gate.delete_known(delete)?;
         for (class, r) in room.into_iter().enumerate() {
             self.gate.set_known_room(class, r)?;
         }
         Ok(())
     }
 
-    /// Read the source maps for status: per class, the entries, the known
-    /// sources and the heaviest droppers; and hold the classes to their
-    /// parts of the known map.
-    fn scan_sources(&mut self) -> Result<()> {
-        let t = Instant::now();
-        let (sources, known) = (self.gate.sources()?, self.gate.known()?);
-        self.bound_known(&known)?;
-        let per_class = sources::scan(&sources, &known, self.cfg.classes.len());
-        let ms = t.elapsed().as_secs_f64() * 1e3;
+    /// Take the source scan's result, if one came: apply its bound on the
+    /// known map and keep its tables for status, if it was made for the
+    /// config in force.
+    fn take_scan(&mut self) -> Result<()> {
+        let found = match self.source_scan.take() {
+            None => return Ok(()),
+            Some(Ok(f)) if f.shape.generation == self.generation => f,
+            Some(Ok(_)) => return Ok(()),
+            Some(Err(e)) => {
+                log::warn(format_args!("the source maps were not read: {e:#}"));
+                return Ok(());
+            }
+        };
+        let Found { per_class, entries, ms, known: known_map, delete, room, .. } = found;
+        self.apply_bound(&delete, room)?;
         let known = per_class.iter().map(|c| c.1).sum();
-        let entries = sources.len() as u64;
         let inserts = (0..self.cfg.classes.len())
             .map(|id| Ok(ClassTotals::from(self.gate.class_counters(id)?).source_inserts))
             .sum::<Result<u64>>()?;
         let before = self.scan.as_ref().map_or(0, |s| s.evictions);
         let evictions = sources::evictions(before, inserts, entries);
-        self.scan = Some(Scan { per_class, entries, known, ms, evictions });
+        self.scan = Some(Scan { per_class, entries, known, known_map, ms, evictions });
         Ok(())
     }
 
@@ -550,9 +590,7 @@ impl Daemon {
                 self.rediscover();
                 self.resteer();
             }
-            if ticks.is_multiple_of(sources::SCAN_TICKS) {
-                self.scan_sources()?;
-            }
+            self.take_scan()?;
             if ticks.is_multiple_of(STATS_EVERY) {
                 self.refresh_stats()?;
             }
@@ -760,6 +798,12 @@ impl Daemon {
         log_classes(&mut self.decisions, &self.cfg, &old.classes);
         let old_names: Vec<String> = old.classes.iter().map(|c| c.name.clone()).collect();
         self.restore_known(Some(&old_names));
+        // The last scan's tables are by the old class ids.
+        self.generation += 1;
+        self.source_scan.follow(shape(&self.cfg, self.generation, &self.gate));
+        if let Some(scan) = &mut self.scan {
+            (scan.per_class, scan.known_map) = (vec![], vec![]);
+        }
         ticker.carry_from(std::mem::replace(&mut self.ticker, Ticker::idle()));
         self.ticker = ticker;
         let keep = |c: &config::Class| old.classes.iter().position(|o| o.name == c.name);
