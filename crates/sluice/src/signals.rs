@@ -178,6 +178,7 @@ impl SockStats {
 const SOCK_DIAG_BY_FAMILY: u16 = 20;
 const INET_DIAG_SKMEMINFO: u16 = 7;
 const INET_DIAG_REQ_BYTECODE: u16 = 1;
+const INET_DIAG_SKV6ONLY: u16 = 11;
 const INET_DIAG_BC_JMP: u8 = 1;
 const INET_DIAG_BC_S_GE: u8 = 2;
 const INET_DIAG_BC_S_LE: u8 = 3;
@@ -350,6 +351,8 @@ pub struct DiagSock<'a> {
     pub rqueue: u32,
     pub wqueue: u32,
     pub inode: u32,
+    /// An IPv6 socket with IPV6_V6ONLY (it takes no IPv4 packet).
+    pub v6only: bool,
     /// INET_DIAG_SKMEMINFO, if the kernel sent it (SK_MEMINFO_* indexes).
     pub mem: Option<&'a [u32]>,
 }
@@ -372,6 +375,7 @@ impl DiagSock<'_> {
             rqueue: u32_at(56),
             wqueue: u32_at(60),
             inode: u32_at(68),
+            v6only: false,
             mem: None,
         }
     }
@@ -408,9 +412,15 @@ pub fn parse_diag_reply(mut b: &[u8], seq: u32, each: &mut dyn FnMut(&DiagSock))
                         if alen < 4 || alen > a.len() {
                             break;
                         }
-                        if u16_at(a, 2) == INET_DIAG_SKMEMINFO {
-                            mem =
-                                a[4..alen].chunks_exact(4).map(|c| u32::from_ne_bytes(c.try_into().unwrap())).collect();
+                        match u16_at(a, 2) {
+                            INET_DIAG_SKMEMINFO => {
+                                mem = a[4..alen]
+                                    .chunks_exact(4)
+                                    .map(|c| u32::from_ne_bytes(c.try_into().unwrap()))
+                                    .collect()
+                            }
+                            INET_DIAG_SKV6ONLY if alen > 4 => sock.v6only = a[4] != 0,
+                            _ => {}
                         }
                         a = &a[alen.next_multiple_of(4).min(a.len())..];
                     }
@@ -497,6 +507,30 @@ mod tests {
         })
         .unwrap();
         assert!(got >= 4, "{got}");
+    }
+
+    /// IPV6_V6ONLY is read from the dump (issue 23, item 3).
+    #[test]
+    fn sock_diag_says_which_ipv6_sockets_are_v6_only() {
+        let bind = |only: bool| {
+            let s = socket2::Socket::new(socket2::Domain::IPV6, socket2::Type::DGRAM, None).unwrap();
+            s.set_only_v6(only).unwrap();
+            s.bind(&"[::]:0".parse::<std::net::SocketAddr>().unwrap().into()).unwrap();
+            let port = s.local_addr().unwrap().as_socket().unwrap().port();
+            (s, port)
+        };
+        let ((_a, only), (_b, dual)) = (bind(true), bind(false));
+        let mut seen = vec![];
+        let mut diag = SockDiag::open(None).unwrap();
+        let ranges = [(only, only), (dual, dual)];
+        diag.dump_ports(libc::AF_INET6 as u8, libc::IPPROTO_UDP as u8, u32::MAX, &ranges, &mut |s| {
+            seen.push((s.sport, s.v6only))
+        })
+        .unwrap();
+        seen.sort_unstable();
+        let mut want = vec![(only, true), (dual, false)];
+        want.sort_unstable();
+        assert_eq!(seen, want);
     }
 
     #[test]

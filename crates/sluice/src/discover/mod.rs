@@ -38,7 +38,7 @@ use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
 use crate::bpf_intf::SLUICE_MAX_CLASSES;
-use crate::config::{AutoSpec, Class, Config, Limit, Proto, Rule};
+use crate::config::{AutoSpec, Class, Config, Limit, Prefix, Proto, Rule};
 use crate::signals::{stat_fields, DiagSock, SockDiag, TCP_CLOSE, TCP_LISTEN};
 
 /// How long a service that is no longer seen keeps its class.
@@ -70,6 +70,72 @@ impl L4 {
             L4::Udp => Proto::Udp,
             L4::Tcp => Proto::Tcp,
         }
+    }
+}
+
+/// The address families a service's class takes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Family {
+    /// Both: the port's sockets are one service's.
+    #[default]
+    Both,
+    /// IPv4 only, or IPv6 only: the port's IPv4 sockets and its IPv6-only
+    /// ones (IPV6_V6ONLY) are held by different processes, so each is a
+    /// service of its own (a local user's v6-only bind beside a service on
+    /// 0.0.0.0 must not take the service's class for IPv6).
+    V4,
+    V6,
+}
+
+impl Family {
+    /// Which families a listening socket receives.
+    pub fn of(s: &DiagSock) -> Family {
+        match s.src {
+            IpAddr::V4(_) => Family::V4,
+            IpAddr::V6(a) if a.to_ipv4_mapped().is_some() && !a.is_unspecified() => Family::V4,
+            IpAddr::V6(a) if a.is_unspecified() && !s.v6only => Family::Both,
+            IpAddr::V6(_) => Family::V6,
+        }
+    }
+
+    /// The source prefix a class of this family matches (None: any).
+    fn prefix(self) -> Option<Prefix> {
+        let any = |a: IpAddr| Some(Prefix { addr: a, len: 0 });
+        match self {
+            Family::Both => None,
+            Family::V4 => any(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)),
+            Family::V6 => any(IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED)),
+        }
+    }
+
+    /// The suffix of the protocol in a class name ("udp6:53").
+    fn suffix(self) -> &'static str {
+        match self {
+            Family::Both => "",
+            Family::V4 => "4",
+            Family::V6 => "6",
+        }
+    }
+}
+
+/// A port's sockets (inode, families) as services: one, or one per family
+/// when its IPv4 and IPv6-only sockets are held by different processes and
+/// no socket takes both. Each with the pids holding its sockets.
+pub fn by_family(socks: &[(u32, Family)], owners: &HashMap<u32, Vec<u32>>) -> Vec<(Family, Vec<u32>)> {
+    let pids = |want: &dyn Fn(Family) -> bool| {
+        let mut p: Vec<u32> =
+            socks.iter().filter(|(_, f)| want(*f)).filter_map(|(i, _)| owners.get(i)).flatten().copied().collect();
+        p.sort_unstable();
+        p.dedup();
+        p
+    };
+    let has = |f: Family| socks.iter().any(|s| s.1 == f);
+    let (v4, v6) = (pids(&|f| f == Family::V4), pids(&|f| f == Family::V6));
+    if !has(Family::Both) && has(Family::V4) && has(Family::V6) && v4 != v6 {
+        vec![(Family::V4, v4), (Family::V6, v6)]
+    } else {
+        vec![(Family::Both, pids(&|_| true))]
     }
 }
 
@@ -118,6 +184,9 @@ pub struct Service {
     pub l4: L4,
     pub port: u16,
     pub owners: Vec<Owner>,
+    /// Which families it takes (see `Family`).
+    #[serde(default)]
+    pub family: Family,
 }
 
 impl Service {
@@ -185,9 +254,10 @@ impl Service {
         }
     }
 
-    /// The class name: process/protocol:port ("nsd/udp:53").
+    /// The class name: process/protocol:port ("nsd/udp:53"; "nsd/udp4:53"
+    /// and "x/udp6:53" when the port's families are separate services).
     pub fn class_name(&self) -> String {
-        format!("{}/{}:{}", self.comm(), self.l4.name(), self.port)
+        format!("{}/{}{}:{}", self.comm(), self.l4.name(), self.family.suffix(), self.port)
     }
 }
 
@@ -289,7 +359,7 @@ pub struct Discovery {
     /// RESCAN_UNOWNED for the next).
     scanned: Option<Instant>,
     /// Every service seen, and when it was last seen.
-    seen: BTreeMap<(L4, u16), (Service, Instant)>,
+    seen: BTreeMap<(L4, u16, Family), (Service, Instant)>,
 }
 
 impl Discovery {
@@ -306,27 +376,26 @@ impl Discovery {
 
     /// Look again: the services listening now, plus those gone for less than LINGER.
     pub fn poll(&mut self) -> Result<Vec<Service>> {
-        let mut found: BTreeMap<(L4, u16), Vec<u32>> = BTreeMap::new();
+        let mut found: BTreeMap<(L4, u16), Vec<(u32, Family)>> = BTreeMap::new();
         each_listener(&mut self.diag, self.ifindex, &[L4::Udp, L4::Tcp], &mut |l4, s| {
-            found.entry((l4, s.sport)).or_default().push(s.inode)
+            found.entry((l4, s.sport)).or_default().push((s.inode, Family::of(s)))
         })?;
         let now = Instant::now();
-        if rescan_due(found.values().flatten(), &self.owners, self.scanned, now) {
+        if rescan_due(found.values().flatten().map(|(i, _)| i), &self.owners, self.scanned, now) {
             self.owners = socket_owners();
             self.scanned = Some(now);
             // Found but held by no visible process (a kernel socket, a process
             // in another mount of /proc): noted, so it alone does not send
             // every poll through /proc again.
-            for i in found.values().flatten() {
+            for (i, _) in found.values().flatten() {
                 self.owners.entry(*i).or_default();
             }
         }
-        for ((l4, port), inodes) in found {
-            let mut pids: Vec<u32> = inodes.iter().filter_map(|i| self.owners.get(i)).flatten().copied().collect();
-            pids.sort_unstable();
-            pids.dedup();
-            let owners = pids.into_iter().map(owner).collect();
-            self.seen.insert((l4, port), (Service { l4, port, owners }, now));
+        for ((l4, port), socks) in found {
+            for (family, pids) in by_family(&socks, &self.owners) {
+                let owners = pids.into_iter().map(owner).collect();
+                self.seen.insert((l4, port, family), (Service { l4, port, owners, family }, now));
+            }
         }
         self.seen.retain(|_, (_, at)| now.duration_since(*at) < LINGER);
         Ok(self.seen.values().map(|(s, _)| s.clone()).collect())
@@ -372,7 +441,7 @@ fn group_class(name: String, services: &[&Service], algo: crate::controller::Alg
         limit: Limit::Auto(AutoSpec { algo, ..AutoSpec::default() }),
         rules: services
             .iter()
-            .map(|s| Rule { proto: s.l4.proto(), ports: Some((s.port, s.port)), src: None })
+            .map(|s| Rule { proto: s.l4.proto(), ports: Some((s.port, s.port)), src: s.family.prefix() })
             .collect(),
         discovered: Some(why),
         readers: None,

@@ -6,7 +6,7 @@ fn svc(l4: L4, port: u16, owners: &[(u32, &str, Result<i8, String>)]) -> Service
         .iter()
         .map(|(pid, comm, nice)| Owner { pid: *pid, comm: comm.to_string(), nice: nice.clone(), uid: None })
         .collect();
-    Service { l4, port, owners }
+    Service { l4, port, owners, family: Family::Both }
 }
 
 #[test]
@@ -195,4 +195,37 @@ fn discovery_finds_this_processes_listeners() {
     let t = find(L4::Tcp, tp).expect("the TCP listener is found");
     assert!(t.owners.iter().any(|o| o.pid == me && o.nice.is_ok()), "{t:?}");
     assert!(find(L4::Udp, lp).is_none(), "a loopback-bound socket is not reachable from the interface");
+}
+
+/// An IPv6-only socket held by another process beside a service's IPv4 one
+/// is a service of its own (issue 23, item 3: it counted as the service's).
+#[test]
+fn a_v6_only_bind_beside_an_ipv4_service_is_a_service_of_its_own() {
+    let owners: HashMap<u32, Vec<u32>> = [(1, vec![100]), (2, vec![100]), (3, vec![200]), (4, vec![100])].into();
+    use Family::*;
+    assert_eq!(by_family(&[(1, V4), (3, V6)], &owners), [(V4, vec![100]), (V6, vec![200])]);
+    assert_eq!(by_family(&[(1, V4), (2, V6)], &owners), [(Both, vec![100])], "one process: one service");
+    assert_eq!(by_family(&[(1, V4), (4, Both), (3, V6)], &owners), [(Both, vec![100, 200])], "a dual-stack socket");
+    assert_eq!(by_family(&[(3, V6)], &owners), [(Both, vec![200])], "IPv6 alone");
+
+    let mut v4 = svc(L4::Udp, 53, &[(100, "nsd", Ok(-5))]);
+    v4.family = V4;
+    let mut v6 = svc(L4::Udp, 53, &[(200, "mine", Ok(0))]);
+    v6.family = V6;
+    v6.owners[0].uid = Some(1000);
+    let base = from_flags(&[]).unwrap();
+    let (cfg, _) = merge(&base, &[v4, v6]);
+    let class = |name: &str| cfg.classes.iter().find(|c| c.name == name).unwrap_or_else(|| panic!("{name}: {cfg:?}"));
+    let (nsd, mine) = (class("nsd/udp4:53"), class("mine/udp6:53"));
+    assert_eq!(nsd.priority, 15);
+    assert_eq!(mine.priority, UNTRUSTED_PRIORITY);
+    let t = crate::classify::compile(&cfg).unwrap();
+    let probe = |src: &str| crate::classify::Probe {
+        slot: crate::bpf_intf::SLUICE_SLOT_UDP,
+        port: 53,
+        src: src.parse().unwrap(),
+    };
+    let id = |name: &str| cfg.classes.iter().position(|c| c.name == name).unwrap();
+    assert_eq!(t.lookup(&probe("192.0.2.1")), id("nsd/udp4:53"), "IPv4 goes to the IPv4 service");
+    assert_eq!(t.lookup(&probe("2001:db8::1")), id("mine/udp6:53"), "IPv6 to the v6-only one");
 }
