@@ -423,7 +423,7 @@ fn spawn_control(gate: Arc<Mutex<Gate>>, control: Arc<Mutex<ControlState>>, stop
                     }
                 }
             }
-            next += sluice::daemon::TICK;
+            next += sluice::controller::TICK;
             std::thread::sleep(next.saturating_duration_since(std::time::Instant::now()));
         }
     });

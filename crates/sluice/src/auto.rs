@@ -30,14 +30,11 @@ use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{AutoSpec, Config, Limit};
-use crate::controller::{decide, Algo, Controller, Signals, Tuning, TICK_HZ};
+use crate::controller::{decide, Algo, Controller, Signals, Tuning};
 use crate::health::Health;
 use crate::signals::{udp_counters, NsFile, SockDiag, SockStats};
 use crate::stats::{AutoStatus, ClassTotals};
 
-/// The controller's tick: 100 Hz, the rate Macpherson's perturb-and-observe
-/// selector ran at ("Performing Under Overload", UNSW).
-pub const TICK: Duration = Duration::from_millis((1000.0 / TICK_HZ) as u64);
 /// Ticks kept in the trace (60 s).
 const TRACE_LEN: usize = 6_000;
 /// Bytes of receive buffer one queued datagram takes at the least (the
@@ -205,9 +202,9 @@ impl AutoLoop {
     /// Keep what `old` learnt: each class's controller and rate (classes
     /// matched by name; a class's algorithm is the new config's), the trace
     /// and the CPU account.
-    pub fn carry_from(&mut self, old: AutoLoop) {
+    pub fn carry_from(&mut self, old: AutoLoop, remap: &crate::remap::ClassRemap) {
         for c in &mut self.classes {
-            if let Some(o) = old.classes.iter().find(|o| o.name == c.name) {
+            if let Some(o) = remap.old_of(c.id).and_then(|i| old.classes.iter().find(|o| o.id == i)) {
                 let algo = c.ctl.algo;
                 (c.ctl, c.rate) = (o.ctl.clone(), o.rate);
                 c.ctl.algo = algo;

@@ -18,6 +18,7 @@ use crate::bpf_intf::{
 use crate::classify::Tables;
 use crate::config::{Config, Limit, Verdict, XdpMode};
 use crate::gate_skel::{GateSkel, GateSkelBuilder};
+use crate::remap::ClassRemap;
 use crate::share::shares_for;
 
 mod cookies;
@@ -175,7 +176,7 @@ impl FairTier {
         if self.quota == u32::MAX {
             return 0;
         }
-        let tick = crate::daemon::TICK.as_nanos() as u64;
+        let tick = crate::controller::TICK.as_nanos() as u64;
         (tick / self.quota.max(1) as u64).clamp(1, u32::MAX as u64) as u32
     }
 }
@@ -280,10 +281,10 @@ impl Applied {
 /// the same name and the same configured limit in `old` (`shares`, by old
 /// id), to keep across an apply; None where the class or its limit is new.
 fn kept_shares(old: &Config, new: &Config, shares: &[Option<Vec<sluice_share>>]) -> Vec<Option<Vec<sluice_share>>> {
-    new.classes
-        .iter()
-        .map(|c| {
-            let at = old.classes.iter().position(|o| o.name == c.name && o.limit == c.limit)?;
+    let remap = ClassRemap::of(old, new);
+    (0..new.classes.len())
+        .map(|id| {
+            let at = remap.old_of(id).filter(|&i| old.classes[i].limit == new.classes[id].limit)?;
             shares.get(at).cloned().flatten()
         })
         .collect()
@@ -431,12 +432,9 @@ impl Gate {
     fn carry_states(&self, old_names: &[String], saved: &[Vec<sluice_class_state>], cfg: &Config) -> Result<()> {
         let new_names: Vec<&str> = cfg.classes.iter().map(|c| c.name.as_str()).collect();
         let zero = vec![sluice_class_state::default(); self.ncpus];
-        let moved: Vec<Vec<sluice_class_state>> = (0..old_names.len().max(new_names.len()))
-            .map(|new_id| {
-                let old_id = new_names.get(new_id).and_then(|n| old_names.iter().position(|o| o == n));
-                old_id.map_or_else(|| zero.clone(), |i| saved[i].clone())
-            })
-            .collect();
+        let mut moved = ClassRemap::between(old_names, &new_names).carry_or(saved, || zero.clone());
+        // Indexes no class uses any more are zeroed too.
+        moved.resize(old_names.len().max(new_names.len()), zero);
         self.write_class_states(&moved)
     }
 

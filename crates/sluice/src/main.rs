@@ -12,7 +12,7 @@ use clap::{Args, Parser, Subcommand};
 
 use sluice::cli::{parse_secs, print_json_or, stop_flag};
 use sluice::config::XdpMode;
-use sluice::{classify, config, daemon, send, serve, stats};
+use sluice::{classify, client, config, daemon, send, serve, stats};
 
 /// sluice keeps Linux network services at full speed under packet floods: an
 /// XDP program classifies each packet into a traffic class and admits or drops
@@ -403,9 +403,9 @@ fn cmd_trace(a: TraceArgs) -> Result<()> {
 }
 
 fn cmd_status(a: StatusArgs) -> Result<()> {
-    let path = daemon::find_socket(a.socket.as_deref(), a.iface.as_deref())?;
+    let path = client::find_socket(a.socket.as_deref(), a.iface.as_deref())?;
     loop {
-        let snap = daemon::fetch_snapshot(&path)?;
+        let snap = client::fetch_snapshot(&path)?;
         if a.watch.is_some() && !a.json {
             print!("\x1b[2J\x1b[H");
         }
@@ -418,8 +418,8 @@ fn cmd_status(a: StatusArgs) -> Result<()> {
 }
 
 fn cmd_sources(a: SourcesArgs) -> Result<()> {
-    let path = daemon::find_socket(a.socket.as_deref(), a.iface.as_deref())?;
-    let snap = daemon::fetch_snapshot(&path)?;
+    let path = client::find_socket(a.socket.as_deref(), a.iface.as_deref())?;
+    let snap = client::fetch_snapshot(&path)?;
     let table = sluice::sources::render_class(&snap, &a.class).map_err(anyhow::Error::msg)?;
     if a.json {
         let c = snap.classes.iter().find(|c| c.name == a.class).expect("render_class found it");

@@ -558,7 +558,7 @@ fn render_kernel_drops(o: &mut String, classes: &[ClassSnapshot]) {
 /// The budget's throttles and the discovered classes' priorities.
 fn render_budget(o: &mut String, s: &Snapshot) {
     if let Some((secs, e)) = &s.signals_unreadable {
-        let what = if *secs >= crate::tick::STALE_TICKS as f64 * crate::daemon::TICK.as_secs_f64() {
+        let what = if *secs >= crate::tick::STALE_TICKS as f64 * crate::controller::TICK.as_secs_f64() {
             "stale: throttles released, auto classes unlimited until they can be read"
         } else {
             "the last limits are kept for now"

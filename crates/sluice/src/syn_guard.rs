@@ -194,9 +194,9 @@ impl SynGuards {
 
     /// Take over `old`'s state by class name; every guard is written again
     /// (class ids may have moved in the gate's map).
-    pub fn carry_from(&mut self, old: &SynGuards) {
-        for c in &mut self.classes {
-            if let Some(o) = old.classes.iter().find(|o| o.name == c.name) {
+    pub fn carry_from(&mut self, old: &SynGuards, remap: &crate::remap::ClassRemap) {
+        for (id, c) in self.classes.iter_mut().enumerate() {
+            if let Some(o) = remap.old_of(id).and_then(|i| old.classes.get(i)) {
                 c.answering = o.answering;
                 c.calm_secs = o.calm_secs;
                 c.last = o.last;

@@ -24,6 +24,7 @@ use crate::fair::{Fair, FairCounts, FairTick};
 use crate::gate::{ClassCounters, Clock, Gate, Tiers};
 use crate::health::{behind, distress, path_distress, syn_pressure, Health, HealthReader};
 use crate::log::{Cause, Change};
+use crate::remap::ClassRemap;
 use crate::stats::ClassTotals;
 use crate::syn_guard::SynGuards;
 
@@ -34,7 +35,6 @@ const AUTO_IDLE: f64 = 2.0;
 
 /// One class as the tick keeps it.
 struct TickClass {
-    name: String,
     priority: u8,
     /// The class's own limit from the config.
     limit: Limit,
@@ -119,7 +119,7 @@ impl SignalWatch {
 
     /// How long the reads have failed in a row (None: the last one worked).
     pub fn stale_secs(&self) -> Option<f64> {
-        (self.failing > 0).then(|| self.failing as f64 * crate::daemon::TICK.as_secs_f64())
+        (self.failing > 0).then(|| self.failing as f64 * crate::controller::TICK.as_secs_f64())
     }
 }
 
@@ -151,7 +151,6 @@ impl Ticker {
             .iter()
             .enumerate()
             .map(|(id, c)| TickClass {
-                name: c.name.clone(),
                 priority: c.priority,
                 limit: c.limit,
                 totals: None,
@@ -200,13 +199,11 @@ impl Ticker {
     }
 
     /// Take over what `old` learnt (the controller, the budget's throttles,
-    /// the per-CPU arrivals), matching classes by name: a class list that
+    /// the per-CPU arrivals), matching classes by name (`remap`): a class list that
     /// changes (discovery, a reload) does not restart the control.
-    pub fn carry_from(&mut self, old: Ticker) {
-        let map: Vec<Option<usize>> =
-            self.classes.iter().map(|c| old.classes.iter().position(|o| o.name == c.name)).collect();
-        for (c, o) in self.classes.iter_mut().zip(&map) {
-            if let Some(o) = o.map(|i| &old.classes[i]) {
+    pub fn carry_from(&mut self, old: Ticker, remap: &ClassRemap) {
+        for (id, c) in self.classes.iter_mut().enumerate() {
+            if let Some(o) = remap.old_of(id).and_then(|i| old.classes.get(i)) {
                 c.last_seen = o.last_seen.clone();
                 c.fair = o.fair.clone();
                 c.decided = o.decided;
@@ -215,11 +212,11 @@ impl Ticker {
             }
         }
         self.epoch = old.epoch;
-        self.syn.carry_from(&old.syn);
+        self.syn.carry_from(&old.syn, remap);
         self.budget = old.budget;
-        self.budget.remap(&map);
+        self.budget.remap(remap);
         if let (Some(new), Some(old)) = (&mut self.auto, old.auto) {
-            new.carry_from(old);
+            new.carry_from(old, remap);
         }
     }
 
@@ -370,7 +367,7 @@ impl Ticker {
     /// None for a class whose health the tick does not read).
     pub fn distress_secs(&self) -> Vec<Option<f64>> {
         let read = self.health.as_ref().map(|h| h.watched()).unwrap_or_default();
-        let tick = crate::daemon::TICK.as_secs_f64();
+        let tick = crate::controller::TICK.as_secs_f64();
         self.classes
             .iter()
             .enumerate()
@@ -418,7 +415,7 @@ impl TickClass {
             self.fair.idle();
             return Tiers { limit, fair: None, learn, under: false };
         };
-        let dt = crate::daemon::TICK.as_secs_f64();
+        let dt = crate::controller::TICK.as_secs_f64();
         let t = FairTick { rate: pps as f64, dt, counts: self.counts, distress: self.behind, capacity };
         let out = self.fair.step(&t);
         let tier = |r: f64| {

@@ -257,7 +257,7 @@ mod status {
         let b = tb.b.clone();
         let pid = tb.spawn(&b, &["run", "--iface", tb.if_b, "--socket", sock.to_str().unwrap(), "--no-discover"]);
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        while !sluice::daemon::serving(&sock) {
+        while !sluice::client::serving(&sock) {
             assert!(std::time::Instant::now() < deadline, "sluice run did not come up");
             std::thread::sleep(Duration::from_millis(50));
         }

@@ -198,7 +198,7 @@ fn the_unit_verifies_clean_and_is_hardened() {
     let caps = &keys["CapabilityBoundingSet"];
     assert!(!caps.contains("CAP_SYS_ADMIN") && caps.contains("CAP_BPF"), "{caps}");
     // The daemon's defaults are where the unit lets it write.
-    assert_eq!(sluice::daemon::SOCKET_DIR, "/run/sluice");
+    assert_eq!(sluice::client::SOCKET_DIR, "/run/sluice");
     assert_eq!(sluice::known::STATE_DIR, "/var/lib/sluice");
     assert_eq!(sluice::daemon::CONFIG_DIR, "/etc/sluice");
 
@@ -283,7 +283,7 @@ fn without_cap_dac_read_search_the_service_is_not_named_after_its_process() {
     let (mut guard, _, sock) = start_exec_start(&pkg, &keys, &mut tb, Some("CAP_DAC_READ_SEARCH"));
     let deadline = Instant::now() + Duration::from_secs(20);
     let class = loop {
-        if sluice::daemon::serving(&sock) {
+        if sluice::client::serving(&sock) {
             if let Some(c) = tb.status().classes.into_iter().find(|c| c.name.ends_with("/udp:5353")) {
                 break c;
             }
@@ -309,7 +309,7 @@ fn exec_start_with_only_the_units_capabilities_protects_and_reloads() {
     // Up, and the service found, named and steered.
     let deadline = Instant::now() + Duration::from_secs(20);
     let snap = loop {
-        if sluice::daemon::serving(&sock) {
+        if sluice::client::serving(&sock) {
             let s = tb.status();
             if s.classes.iter().any(|c| c.name.ends_with("/udp:5353")) && !s.readers.is_empty() {
                 break s;

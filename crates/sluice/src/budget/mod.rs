@@ -161,13 +161,11 @@ impl Budget {
         }
     }
 
-    /// Carry the throttles over to a new class list (`map[new] = Some(old)`).
-    pub fn remap(&mut self, map: &[Option<usize>]) {
-        let (limits, cut_at, hold) =
-            (std::mem::take(&mut self.limits), std::mem::take(&mut self.cut_at), std::mem::take(&mut self.hold));
-        self.limits = map.iter().map(|o| o.and_then(|i| limits.get(i).copied().flatten())).collect();
-        self.cut_at = map.iter().map(|o| o.and_then(|i| cut_at.get(i).copied()).unwrap_or(f64::INFINITY)).collect();
-        self.hold = map.iter().map(|o| o.and_then(|i| hold.get(i).copied()).unwrap_or(0)).collect();
+    /// Carry the throttles over to a new class list.
+    pub fn remap(&mut self, remap: &crate::remap::ClassRemap) {
+        self.limits = remap.carry(std::mem::take(&mut self.limits));
+        self.cut_at = remap.carry_or(&self.cut_at, || f64::INFINITY);
+        self.hold = remap.carry(std::mem::take(&mut self.hold));
     }
 }
 

@@ -54,6 +54,9 @@ use serde::Serialize;
 
 /// Ticks per second: Macpherson's rate selection ("Performing Under Overload") ran at 100 Hz.
 pub const TICK_HZ: f64 = 100.0;
+/// The tick itself (10 ms): the daemon's control loop, the auto controller,
+/// the per-CPU splits and source fairness all take a tick to be this long.
+pub const TICK: std::time::Duration = std::time::Duration::from_millis((1000.0 / TICK_HZ) as u64);
 /// Knee: per-tick growth of `T` while the gate drops, the service's queue is
 /// empty, and the last sign of the knee (a queue or drops) is recent.
 pub const CREEP: f64 = 0.01;

@@ -1,13 +1,9 @@
 //! `sluice run`: load and attach the gate, keep per-CPU shares in step with
 //! arrivals, serve statistics (Unix socket + Prometheus), reload on SIGHUP,
 //! detach and print totals on SIGINT/SIGTERM.
-use std::io::{Read, Write};
 use std::net::SocketAddr;
-use std::os::unix::fs::PermissionsExt;
-use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -16,27 +12,25 @@ use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use crate::away;
 use crate::bpf_intf::{sluice_known, sluice_src_key};
 use crate::classify;
+use crate::client::default_socket;
 use crate::config::{self, Config, NapiSched, XdpMode, DEFAULT_CLASS};
 use crate::discover::{self, Discovery};
 use crate::gate::{self, Clock, Gate};
 use crate::known::{self, Known};
 use crate::log;
+use crate::remap::ClassRemap;
 use crate::sched::{apply_napi, check_napi, realtime_thread, set_napi};
 use crate::sources;
-use crate::stats::{
-    class_snapshots, prometheus_text, prometheus_text_004, ClassRates, ClassTotals, GlobalTotals, Snapshot,
-    SNAPSHOT_VERSION,
-};
+use crate::stats::{class_snapshots, ClassTotals, GlobalTotals, Snapshot, SNAPSHOT_VERSION};
 use crate::steer::{self, Steer};
 use crate::syn_guard;
 use crate::tick::{Ticker, KNOWN_TTL_SECS};
 use crate::trace::{self, DropBook, Tracer};
+use publish::{bind_metrics, serve_metrics, Publisher, SocketFile};
 use source_scan::{Found, Shape, SourceScan};
 
+mod publish;
 pub mod source_scan;
-
-/// Directory of the statistics sockets.
-pub const SOCKET_DIR: &str = "/run/sluice";
 
 /// Where `sluice run --iface IFACE` looks for IFACE.toml when no --config is given.
 pub const CONFIG_DIR: &str = "/etc/sluice";
@@ -44,21 +38,14 @@ pub const CONFIG_DIR: &str = "/etc/sluice";
 /// classes' rates over CPUs: traffic that moves to another CPU (a migrating
 /// sender on veth, an RSS change) finds only a small share there for up to
 /// one tick.
-pub const TICK: Duration = crate::auto::TICK;
+pub const TICK: Duration = crate::controller::TICK;
 /// Statistics are refreshed every this many ticks (100 ms).
 const STATS_EVERY: u64 = 10;
 /// The napi kthreads' policy is re-applied this often (re-attaching XDP or
 /// toggling threaded mode re-creates them).
 const NAPI_EVERY: u64 = 100;
-/// Window of the per-second rates in the statistics, in refreshes.
-const RATE_WINDOW: usize = 10;
 /// The listening services are looked for again this often (1 s).
 const DISCOVER_EVERY: u64 = 100;
-
-/// Default statistics socket of an interface.
-pub fn default_socket(iface: &str) -> PathBuf {
-    Path::new(SOCKET_DIR).join(format!("{iface}.sock"))
-}
 
 /// What `sluice run` was asked to do.
 #[derive(Debug, Clone)]
@@ -178,15 +165,6 @@ fn discovered(base: &Config, d: &mut Discovery) -> Result<Config> {
     Ok(cfg)
 }
 
-/// Everything the statistics threads read.
-struct Shared {
-    snapshot: Mutex<Snapshot>,
-}
-
-/// A class's totals at the last RATE_WINDOW + 1 statistics refreshes, oldest
-/// first (for the per-second rates).
-type History = std::collections::VecDeque<(Instant, ClassTotals)>;
-
 pub struct Daemon {
     opts: RunOpts,
     /// The config as resolved from the file and flags, before discovery.
@@ -198,14 +176,11 @@ pub struct Daemon {
     discover_errors: u64,
     iface: String,
     gate: Gate,
-    shared: Arc<Shared>,
-    history: Vec<History>,
-    started: Instant,
+    /// The served snapshot, its rates' history and the daemon's CPU account.
+    publish: Publisher,
     socket: PathBuf,
     /// The per-CPU splits and the auto controller, run every tick.
     ticker: Ticker,
-    /// Process CPU time at the last statistics refresh (s).
-    last_cpu: (Instant, f64),
     /// The known sources' state file, entries of classes not there yet, and
     /// how often writing it failed.
     known_file: PathBuf,
@@ -275,15 +250,6 @@ fn shape(cfg: &Config, generation: u64, gate: &Gate) -> Shape {
     }
 }
 
-/// CPU time of this process (user + system), seconds.
-fn process_cpu_secs() -> f64 {
-    // SAFETY: getrusage fills the struct we own.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
-    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    tv(ru.ru_utime) + tv(ru.ru_stime)
-}
-
 impl Daemon {
     /// Check everything that can fail, then attach, then serve statistics.
     /// Nothing touches the interface before the last check passed, so a start
@@ -350,10 +316,10 @@ impl Daemon {
             cpu_away: None,
             attached: true,
         };
-        let shared = Arc::new(Shared { snapshot: Mutex::new(snapshot) });
-        let socket = listener.serve(shared.clone());
+        let publish = Publisher::new(snapshot, cfg.classes.len());
+        let socket = listener.serve(publish.shared.clone());
         if let Some(server) = metrics {
-            serve_metrics(server, shared.clone());
+            serve_metrics(server, publish.shared.clone());
         }
         log::info(format_args!(
             "gate attached to {iface} ({:?} mode, prog id {}), {} classes; stats on {}{}",
@@ -381,8 +347,6 @@ impl Daemon {
                 TICK.as_millis()
             ));
         }
-        let last_cpu = (Instant::now(), process_cpu_secs());
-        let history = vec![History::new(); cfg.classes.len()];
         let known_file = known::path(opts.state_dir.as_deref().unwrap_or(Path::new(known::STATE_DIR)), &iface);
         let pending_known = match known::load(&known_file) {
             Ok(k) => {
@@ -404,12 +368,9 @@ impl Daemon {
             discover_errors: 0,
             iface,
             gate,
-            shared,
-            history,
-            started: Instant::now(),
+            publish,
             socket,
             ticker,
-            last_cpu,
             saver: known::Saver::start(known_file.clone()),
             known_file,
             pending_known,
@@ -561,7 +522,7 @@ impl Daemon {
             log::error(format_args!("the control loop stopped: {e:#}; detaching"));
         }
         self.stop();
-        let snap = self.shared.snapshot.lock().unwrap().clone();
+        let snap = self.publish.snapshot().snapshot.lock().unwrap().clone();
         log::info(format_args!("detached from {}", self.iface));
         looped.map(|()| snap)
     }
@@ -795,6 +756,7 @@ impl Daemon {
         }
         self.gate.apply(&cfg, tables)?;
         let old = std::mem::replace(&mut self.cfg, cfg);
+        let remap = ClassRemap::of(&old, &self.cfg);
         log_classes(&mut self.decisions, &self.cfg, &old.classes);
         let old_names: Vec<String> = old.classes.iter().map(|c| c.name.clone()).collect();
         self.restore_known(Some(&old_names));
@@ -804,55 +766,18 @@ impl Daemon {
         if let Some(scan) = &mut self.scan {
             (scan.per_class, scan.known_map) = (vec![], vec![]);
         }
-        ticker.carry_from(std::mem::replace(&mut self.ticker, Ticker::idle()));
+        ticker.carry_from(std::mem::replace(&mut self.ticker, Ticker::idle()), &remap);
         self.ticker = ticker;
-        let keep = |c: &config::Class| old.classes.iter().position(|o| o.name == c.name);
-        let mut history = std::mem::take(&mut self.history);
-        self.history = self
-            .cfg
-            .classes
-            .iter()
-            .map(|c| keep(c).map(|i| std::mem::take(&mut history[i])).unwrap_or_default())
-            .collect();
-        let mut snap = self.shared.snapshot.lock().unwrap();
-        let mut classes = class_snapshots(&self.cfg);
-        for c in &mut classes {
-            if let Some(o) = snap.classes.iter().find(|o| o.name == c.name) {
-                (c.totals, c.rates) = (o.totals, o.rates);
-            }
-        }
-        snap.classes = classes;
-        snap.observe = self.cfg.observe;
+        self.publish.follow(&remap, class_snapshots(&self.cfg));
+        self.publish.snapshot().snapshot.lock().unwrap().observe = self.cfg.observe;
         Ok(())
     }
 
     /// Read the counters into the served snapshot.
     fn refresh_stats(&mut self) -> Result<()> {
-        let now = Instant::now();
-        let mut classes = Vec::with_capacity(self.cfg.classes.len());
-        for id in 0..self.cfg.classes.len() {
-            let history = &mut self.history[id];
-            let totals = ClassTotals::from(self.gate.class_counters(id)?);
-            history.push_back((now, totals));
-            if history.len() > RATE_WINDOW + 1 {
-                history.pop_front();
-            }
-            let (t0, old) = history.front().copied().unwrap();
-            classes.push((totals, ClassRates::between(&old, &totals, now.duration_since(t0).as_secs_f64())));
-        }
-        let global = GlobalTotals::from(self.gate.global_counters()?);
-        let cpu = process_cpu_secs();
-        let (t0, c0) = std::mem::replace(&mut self.last_cpu, (now, cpu));
-        let mut snap = self.shared.snapshot.lock().unwrap();
-        snap.uptime_secs = self.started.elapsed().as_secs_f64();
-        snap.global = global;
-        snap.daemon_cpu_secs = cpu;
-        snap.daemon_cpu_pct = 100.0 * (cpu - c0) / now.duration_since(t0).as_secs_f64().max(1e-3);
-        snap.daemon_rss_bytes = crate::stats::rss_bytes();
-        for (c, (totals, rates)) in snap.classes.iter_mut().zip(classes) {
-            c.totals = totals;
-            c.rates = rates;
-        }
+        self.publish.counters(&self.gate)?;
+        let shared = self.publish.snapshot();
+        let mut snap = shared.snapshot.lock().unwrap();
         if let Some(a) = &self.ticker.auto {
             for (id, st) in a.status() {
                 snap.classes[id].auto = Some(st);
@@ -985,7 +910,8 @@ impl Daemon {
                 snap_err = Some(format!("{e:#}"));
             }
         }
-        let mut snap = self.shared.snapshot.lock().unwrap();
+        let shared = self.publish.snapshot();
+        let mut snap = shared.snapshot.lock().unwrap();
         if snap_err.is_none() {
             snap.reloads += 1;
             // /etc/sluice/IFACE.toml may have appeared or gone since the start.
@@ -1019,144 +945,9 @@ fn log_classes(decisions: &mut log::Decisions, cfg: &Config, old: &[config::Clas
     lines.iter().for_each(log::write);
 }
 
-/// The statistics socket, bound but not yet served: dropping it (a start
-/// that failed after binding) removes the file again.
-struct SocketFile {
-    listener: Option<UnixListener>,
-    /// Removed on drop unless taken by `serve`.
-    path: Option<PathBuf>,
-}
-
-impl SocketFile {
-    /// Bind, mode 0600 from the start (the umask is 0177 around the bind, so
-    /// the socket is never reachable with a wider mode). A live daemon on
-    /// the path is an error; a stale socket is replaced; anything else there
-    /// (a file, a link, a directory) is an error and left alone.
-    fn bind(path: &Path) -> Result<SocketFile> {
-        use std::os::unix::fs::FileTypeExt;
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        }
-        if let Ok(meta) = std::fs::symlink_metadata(path) {
-            if !meta.file_type().is_socket() {
-                bail!(
-                    "{} exists and is not a socket (sluice removes only a stale socket of its own): \
-                     remove it or pass --socket PATH",
-                    path.display()
-                );
-            }
-            if UnixStream::connect(path).is_ok() {
-                bail!("another sluice daemon serves {} already; stop it or pass --socket PATH", path.display());
-            }
-            std::fs::remove_file(path).with_context(|| format!("removing the stale socket {}", path.display()))?;
-        }
-        // SAFETY: umask(2) only swaps the process's file mode mask.
-        let old = unsafe { libc::umask(0o177) };
-        let bound = UnixListener::bind(path);
-        // SAFETY: as above, putting the old mask back.
-        unsafe { libc::umask(old) };
-        let listener = bound.with_context(|| format!("binding the statistics socket {}", path.display()))?;
-        let file = SocketFile { listener: Some(listener), path: Some(path.to_path_buf()) };
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
-        Ok(file)
-    }
-
-    /// Serve snapshots on a thread: each connection gets the current snapshot
-    /// as JSON, then the socket closes. Returns the path (the daemon removes
-    /// the file when it stops).
-    fn serve(mut self, shared: Arc<Shared>) -> PathBuf {
-        let (listener, path) = (self.listener.take().expect("bound"), self.path.take().expect("bound"));
-        std::thread::spawn(move || {
-            for mut conn in listener.incoming().flatten() {
-                let json = serde_json::to_string(&*shared.snapshot.lock().unwrap()).unwrap_or_default();
-                let _ = conn.write_all(json.as_bytes());
-            }
-        });
-        path
-    }
-}
-
-impl Drop for SocketFile {
-    fn drop(&mut self) {
-        if let Some(p) = &self.path {
-            let _ = std::fs::remove_file(p);
-        }
-    }
-}
-
-fn bind_metrics(addr: SocketAddr) -> Result<std::net::TcpListener> {
-    crate::endpoint::bind(addr)
-}
-
-/// Serve /metrics: OpenMetrics to those who ask for it (Prometheus does), the
-/// 0.0.4 text format to the rest (src/endpoint.rs bounds the connections).
-fn serve_metrics(listener: std::net::TcpListener, shared: Arc<Shared>) {
-    crate::endpoint::serve(
-        listener,
-        Arc::new(move |openmetrics| {
-            let snap = shared.snapshot.lock().unwrap();
-            if openmetrics {
-                prometheus_text(&snap)
-            } else {
-                prometheus_text_004(&snap)
-            }
-        }),
-    );
-}
-
-/// Is a daemon serving on `path` yet? Its socket accepts connections from
-/// the moment it is bound, before the gate is attached; a snapshot is
-/// written only once it is (the start is over), so wait for a byte.
-pub fn serving(path: &Path) -> bool {
-    let Ok(mut conn) = UnixStream::connect(path) else { return false };
-    let _ = conn.set_read_timeout(Some(Duration::from_millis(200)));
-    let mut byte = [0u8; 1];
-    matches!(conn.read(&mut byte), Ok(1))
-}
-
-/// Client side: fetch a snapshot from a daemon's socket.
-pub fn fetch_snapshot(path: &Path) -> Result<Snapshot> {
-    let mut conn = UnixStream::connect(path).with_context(|| {
-        format!(
-            "cannot reach a sluice daemon at {} (is `sluice run` running? pass --socket or --iface)",
-            path.display()
-        )
-    })?;
-    conn.set_read_timeout(Some(Duration::from_secs(5)))?;
-    let mut buf = String::new();
-    conn.read_to_string(&mut buf)?;
-    serde_json::from_str(&buf).with_context(|| format!("the daemon at {} sent an unreadable snapshot", path.display()))
-}
-
-/// The socket `sluice status` should use.
-pub fn find_socket(socket: Option<&Path>, iface: Option<&str>) -> Result<PathBuf> {
-    if let Some(s) = socket {
-        return Ok(s.to_path_buf());
-    }
-    if let Some(i) = iface {
-        return Ok(default_socket(i));
-    }
-    let socks: Vec<PathBuf> = std::fs::read_dir(SOCKET_DIR)
-        .map(|d| d.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e == "sock")).collect())
-        .unwrap_or_default();
-    match socks.as_slice() {
-        [one] => Ok(one.clone()),
-        [] => bail!("no sluice daemon found (no socket in {SOCKET_DIR}); start one with `sluice run --iface IFACE`"),
-        many => bail!(
-            "several sluice daemons run ({}); pick one with --iface or --socket",
-            many.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
-        ),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::FileTypeExt;
-
-    fn dir() -> tempfile::TempDir {
-        tempfile::tempdir().unwrap()
-    }
 
     #[test]
     fn after_an_overrun_the_tick_resynchronises_instead_of_catching_up() {
@@ -1166,47 +957,5 @@ mod tests {
         let late = t0 + 5 * TICK;
         assert_eq!(next_tick(t0, late), late, "four ticks missed: one tick now, not five back to back");
         assert_eq!(next_tick(late, late), late + TICK);
-    }
-
-    #[test]
-    fn the_statistics_socket_is_0600_whatever_the_umask() {
-        let d = dir();
-        let path = d.path().join("s.sock");
-        // SAFETY: umask(2); a test's own process.
-        let old = unsafe { libc::umask(0) };
-        let bound = SocketFile::bind(&path);
-        // SAFETY: as above.
-        unsafe { libc::umask(old) };
-        let _file = bound.unwrap();
-        let meta = std::fs::symlink_metadata(&path).unwrap();
-        assert!(meta.file_type().is_socket());
-        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
-    }
-
-    #[test]
-    fn only_a_stale_socket_is_replaced() {
-        let d = dir();
-        let stale = d.path().join("stale.sock");
-        drop(UnixListener::bind(&stale).unwrap()); // the file stays, nobody listens
-        let _f = SocketFile::bind(&stale).expect("a stale socket is replaced");
-        let live = d.path().join("live.sock");
-        let _other = UnixListener::bind(&live).unwrap();
-        let e = SocketFile::bind(&live).err().expect("a live daemon's socket");
-        assert!(format!("{e:#}").contains("another sluice daemon serves"), "{e:#}");
-    }
-
-    #[test]
-    fn a_file_or_a_link_at_the_socket_path_is_an_error_and_left_alone() {
-        let d = dir();
-        let file = d.path().join("file");
-        std::fs::write(&file, "keep me").unwrap();
-        let e = SocketFile::bind(&file).err().expect("a regular file");
-        assert!(format!("{e:#}").contains("exists and is not a socket"), "{e:#}");
-        assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep me");
-        let link = d.path().join("link");
-        std::os::unix::fs::symlink(&file, &link).unwrap();
-        assert!(SocketFile::bind(&link).is_err(), "a link");
-        assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink(), "the link is left alone");
-        assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep me");
     }
 }

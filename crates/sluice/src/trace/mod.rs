@@ -364,9 +364,9 @@ struct Source {
 
 /// The snapshot of a daemon on this interface, if one runs.
 fn daemon_snapshot(o: &TraceOpts, ifindex: u32) -> Option<crate::stats::Snapshot> {
-    crate::daemon::find_socket(o.socket.as_deref(), Some(&o.iface))
+    crate::client::find_socket(o.socket.as_deref(), Some(&o.iface))
         .ok()
-        .and_then(|p| crate::daemon::fetch_snapshot(&p).ok())
+        .and_then(|p| crate::client::fetch_snapshot(&p).ok())
         .filter(|s| s.ifindex == ifindex)
 }
 

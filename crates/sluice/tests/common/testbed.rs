@@ -122,7 +122,7 @@ impl Testbed {
         args.extend_from_slice(extra);
         let pid = self.spawn(ns, &args);
         let deadline = Instant::now() + Duration::from_secs(20);
-        while !sluice::daemon::serving(sock) {
+        while !sluice::client::serving(sock) {
             if let Some(c) = self.children.iter_mut().find(|c| c.id() == pid) {
                 if let Ok(Some(status)) = c.try_wait() {
                     let out = self.wait(pid);
