@@ -9,26 +9,27 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
-use crate::away;
-use crate::bpf_intf::{sluice_known, sluice_src_key};
 use crate::classify;
 use crate::client::default_socket;
-use crate::config::{self, Config, NapiSched, XdpMode, DEFAULT_CLASS};
+use crate::config::{self, Config, NapiSched, XdpMode};
 use crate::discover::{self, Discovery};
 use crate::gate::{self, Clock, Gate};
-use crate::known::{self, Known};
+use crate::known;
 use crate::log;
 use crate::remap::ClassRemap;
-use crate::sched::{apply_napi, check_napi, realtime_thread, set_napi};
-use crate::sources;
-use crate::stats::{class_snapshots, ClassTotals, GlobalTotals, Snapshot, SNAPSHOT_VERSION};
+use crate::sched::{apply_napi, check_napi, realtime_thread};
+use crate::stats::{class_snapshots, GlobalTotals, Snapshot, SNAPSHOT_VERSION};
 use crate::steer::{self, Steer};
 use crate::syn_guard;
-use crate::tick::{Ticker, KNOWN_TTL_SECS};
+use crate::tick::Ticker;
 use crate::trace::{self, DropBook, Tracer};
+use known_store::KnownStore;
+use protect::Protection;
 use publish::{bind_metrics, serve_metrics, Publisher, SocketFile};
-use source_scan::{Found, Shape, SourceScan};
+use source_scan::SourceTables;
 
+mod known_store;
+mod protect;
 mod publish;
 pub mod source_scan;
 
@@ -88,35 +89,6 @@ fn resolve_config(opts: &RunOpts) -> Result<Config> {
 /// The config file the daemon reads now, if any.
 fn config_file(opts: &RunOpts) -> Option<PathBuf> {
     opts.config.clone().or_else(|| opts.config_if_present.clone().filter(|p| p.exists()))
-}
-
-/// CPU protection's state in the daemon.
-#[derive(Default)]
-struct AwayState {
-    hold: away::Hold,
-    /// Where each class goes while the hold lasts (None: nowhere).
-    to: Vec<Option<u32>>,
-    /// Each class's target as written to the gate (empty: all None).
-    applied: Vec<Option<u32>>,
-    /// The napi kthreads moved away, and their CPU masks before.
-    napi: Vec<crate::sched::SavedAffinity>,
-}
-
-impl AwayState {
-    /// What is away now, for `status`; None while nothing is.
-    fn describe(&self, cfg: &Config, iface: &str) -> Option<String> {
-        let classes: Vec<String> = self
-            .applied
-            .iter()
-            .enumerate()
-            .filter_map(|(id, t)| Some(format!("{} to CPU {}", cfg.classes.get(id)?.name, (*t)?)))
-            .collect();
-        if classes.is_empty() && self.napi.is_empty() {
-            return None;
-        }
-        let napi = if self.napi.is_empty() { String::new() } else { format!("{iface}'s napi kthreads moved; ") };
-        Some(format!("{napi}{}", if classes.is_empty() { "no class redirected".into() } else { classes.join(", ") }))
-    }
 }
 
 /// The reader steering, or None with a log line saying why not.
@@ -181,27 +153,15 @@ pub struct Daemon {
     socket: PathBuf,
     /// The per-CPU splits and the auto controller, run every tick.
     ticker: Ticker,
-    /// The known sources' state file, entries of classes not there yet, and
-    /// how often writing it failed.
-    known_file: PathBuf,
-    pending_known: Vec<Known>,
-    state_errors: u64,
-    /// Writes the state file off the control thread.
-    saver: known::Saver,
-    /// The scan of the gate's source maps (its own thread), and the last
-    /// one taken for the config in force.
-    source_scan: SourceScan,
-    scan: Option<Scan>,
-    /// One more at each config switch (a scan made for an older one is not applied).
-    generation: u64,
+    /// The known sources: the state file and each class's part of the map.
+    known: KnownStore,
+    /// The scan of the gate's source maps (its own thread) and its last result.
+    sources: SourceTables,
     /// Reader steering and the finder of reuseport groups; None if the
     /// kernel refused the program (said once in the log).
     steer: Option<(Steer, steer::Finder)>,
-    /// CPU protection: the hold, the target CPU, each class's target in the gate.
-    away: AwayState,
-    /// This daemon put the interface's napi kthreads at SCHED_IDLE (to put
-    /// back at a stop or a reload to `napi = "keep"`).
-    napi_idle: bool,
+    /// CPU protection and the napi kthreads' policy.
+    protect: Protection,
     /// The kernel's drops after the gate (kfree_skb), booked by class name.
     tracer: Option<(Tracer, DropBook)>,
     /// Which rate and class changes get a log line (rate-limited).
@@ -214,18 +174,6 @@ pub struct Daemon {
 /// The known sources are written to their state file this often (60 s), and on exit.
 const SAVE_EVERY: u64 = 6000;
 
-/// What the last scan of the source maps found.
-struct Scan {
-    per_class: Vec<(u64, u64, Vec<sources::TopSource>)>,
-    entries: u64,
-    known: u64,
-    /// The known map as read (what `offer_known` saves).
-    known_map: Vec<(sluice_src_key, sluice_known)>,
-    ms: f64,
-    /// Entries evicted so far, as of this scan (never less than the last's).
-    evictions: u64,
-}
-
 /// When the tick after one due at `last` runs: a TICK later, or `now` if
 /// the loop fell a whole tick behind (a stall, an overrun). Missed ticks are
 /// skipped, not run back to back: the controller, the budget and fairness
@@ -236,17 +184,6 @@ fn next_tick(last: Instant, now: Instant) -> Instant {
         now
     } else {
         next
-    }
-}
-
-/// What the source scan works for under `cfg`: every class but the
-/// default learns clients.
-fn shape(cfg: &Config, generation: u64, gate: &Gate) -> Shape {
-    Shape {
-        generation,
-        classes: cfg.classes.len(),
-        learning: cfg.classes.iter().filter(|c| c.name != DEFAULT_CLASS).count(),
-        known_capacity: gate.known_capacity(),
     }
 }
 
@@ -348,18 +285,8 @@ impl Daemon {
             ));
         }
         let known_file = known::path(opts.state_dir.as_deref().unwrap_or(Path::new(known::STATE_DIR)), &iface);
-        let pending_known = match known::load(&known_file) {
-            Ok(k) => {
-                log::info(format_args!("known sources: {} read from {}", k.len(), known_file.display()));
-                k
-            }
-            Err(e) => {
-                log::info(format_args!("known sources: {e}; starting with none"));
-                vec![]
-            }
-        };
         let tracer = load_tracer(ifindex, &gate);
-        let source_scan = SourceScan::start(gate.source_maps()?, shape(&cfg, 0, &gate), sources::SCAN_EVERY);
+        let sources = SourceTables::start(&gate, &cfg)?;
         let mut daemon = Daemon {
             opts,
             base,
@@ -371,16 +298,10 @@ impl Daemon {
             publish,
             socket,
             ticker,
-            saver: known::Saver::start(known_file.clone()),
-            known_file,
-            pending_known,
-            state_errors: 0,
-            source_scan,
-            scan: None,
-            generation: 0,
+            known: KnownStore::open(known_file),
+            sources,
             steer: load_steer(ifindex),
-            away: AwayState::default(),
-            napi_idle: cfg_napi_idle,
+            protect: Protection::new(cfg_napi_idle),
             tracer,
             decisions,
             signals,
@@ -390,117 +311,29 @@ impl Daemon {
         Ok(daemon)
     }
 
-    /// Put known sources in the gate's map for the classes in force: with
-    /// `old_names`, the entries already there move to their classes' new ids
-    /// (class ids change with the class list); the pending entries of the
-    /// state file go in once their class exists.
+    /// The class names in force, by id.
+    fn names(&self) -> Vec<String> {
+        self.cfg.classes.iter().map(|c| c.name.clone()).collect()
+    }
+
+    /// Put the known sources in the gate's map for the classes in force
+    /// (`old_names`: the class list before a switch).
     fn restore_known(&mut self, old_names: Option<&[String]>) {
-        let names: Vec<String> = self.cfg.classes.iter().map(|c| c.name.clone()).collect();
-        let mut entries = std::mem::take(&mut self.pending_known);
-        let result = (|| -> Result<()> {
-            let mut stale = Vec::new();
-            if let Some(old) = old_names.filter(|o| *o != names.as_slice()) {
-                let current = self.gate.known()?;
-                entries.extend(known::from_map(&current, old, Clock::wall_ms(), KNOWN_TTL_SECS * 1000));
-                stale = current.into_iter().map(|(k, _)| k).collect();
-            }
-            let (map, later) = known::to_map(std::mem::take(&mut entries), &names);
-            // Only the keys the new map does not hold go (a class that kept
-            // its id keeps its known clients throughout), then the new ones go in.
-            let keep: std::collections::HashSet<sluice_src_key> = map.iter().map(|(k, _)| *k).collect();
-            stale.retain(|k| !keep.contains(k));
-            self.gate.delete_known(&stale)?;
-            self.gate.insert_known(&map)?;
-            self.pending_known = later;
-            self.bound_known(&self.gate.known()?)
-        })();
-        if let Err(e) = result {
-            log::warn(format_args!("known sources: could not restore them: {e:#}"));
-        }
+        let names = self.names();
+        self.known.restore(&self.gate, &names, old_names, self.sources.shape());
     }
 
-    /// The known sources to save: the gate's map by class name, and the
-    /// entries of classes not there yet.
-    fn known_entries(&self) -> Result<Vec<Known>> {
-        Ok(self.known_entries_of(&self.gate.known()?))
-    }
-
-    /// As `known_entries`, from a read of the known map.
-    fn known_entries_of(&self, map: &[(sluice_src_key, sluice_known)]) -> Vec<Known> {
-        let names: Vec<String> = self.cfg.classes.iter().map(|c| c.name.clone()).collect();
-        let mut all = known::from_map(map, &names, Clock::wall_ms(), KNOWN_TTL_SECS * 1000);
-        all.extend(self.pending_known.iter().cloned());
-        all
-    }
-
-    /// Every SAVE_EVERY ticks: the entries to the saver's thread (the write
-    /// and its fsync happen off the control thread).
+    /// Every SAVE_EVERY ticks: the last scan's read of the known map (or a
+    /// read now, before the first) to the saver's thread.
     fn offer_known(&mut self) {
-        let read = match self.scan.as_ref().filter(|s| !s.known_map.is_empty()) {
-            Some(s) => Ok(s.known_map.clone()),
+        let read = match self.sources.known_map() {
+            Some(m) => Ok(m.to_vec()),
             None => self.gate.known(),
         };
-        match read.map(|map| self.known_entries_of(&map)) {
-            Ok(all) => _ = self.saver.offer(all),
+        match read {
+            Ok(map) => self.known.offer(&map, &self.names()),
             Err(e) => log::warn(format_args!("known sources: the gate's map was not read: {e:#}")),
         }
-    }
-
-    /// Write the known sources to the state file now, on this thread (at a
-    /// stop, after the saver's last write; a failure is logged at the 1st,
-    /// 2nd, 4th, ... time: the gate goes on without it).
-    fn save_known(&mut self) {
-        self.saver.finish();
-        let result = self.known_entries().and_then(|all| known::save(&self.known_file, &all));
-        if let Err(e) = result {
-            self.state_errors += 1;
-            if self.state_errors.is_power_of_two() {
-                log::warn(format_args!("known sources: not saved ({} times so far): {e:#}", self.state_errors));
-            }
-        }
-    }
-
-    /// Hold every class to its part of the known map (known::bound): a
-    /// class's oldest entries past it go, and the learner is told how many
-    /// new clients each class may still add.
-    fn bound_known(&self, map: &[(sluice_src_key, sluice_known)]) -> Result<()> {
-        let s = shape(&self.cfg, self.generation, &self.gate);
-        let (delete, room) = known::bound(map, s.classes, known::part(s.known_capacity, s.learning));
-        self.apply_bound(&delete, room)
-    }
-
-    /// Delete the known entries past their class's part; tell the learner each class's room.
-    fn apply_bound(&self, delete: &[sluice_src_key], room: Vec<i64>) -> Result<()> {
-        self.gate.delete_known(delete)?;
-        for (class, r) in room.into_iter().enumerate() {
-            self.gate.set_known_room(class, r)?;
-        }
-        Ok(())
-    }
-
-    /// Take the source scan's result, if one came: apply its bound on the
-    /// known map and keep its tables for status, if it was made for the
-    /// config in force.
-    fn take_scan(&mut self) -> Result<()> {
-        let found = match self.source_scan.take() {
-            None => return Ok(()),
-            Some(Ok(f)) if f.shape.generation == self.generation => f,
-            Some(Ok(_)) => return Ok(()),
-            Some(Err(e)) => {
-                log::warn(format_args!("the source maps were not read: {e:#}"));
-                return Ok(());
-            }
-        };
-        let Found { per_class, entries, ms, known: known_map, delete, room, .. } = found;
-        self.apply_bound(&delete, room)?;
-        let known = per_class.iter().map(|c| c.1).sum();
-        let inserts = (0..self.cfg.classes.len())
-            .map(|id| Ok(ClassTotals::from(self.gate.class_counters(id)?).source_inserts))
-            .sum::<Result<u64>>()?;
-        let before = self.scan.as_ref().map_or(0, |s| s.evictions);
-        let evictions = sources::evictions(before, inserts, entries);
-        self.scan = Some(Scan { per_class, entries, known, known_map, ms, evictions });
-        Ok(())
     }
 
     /// Run until SIGINT/SIGTERM; returns the final snapshot after detaching.
@@ -545,13 +378,14 @@ impl Daemon {
             if let Some((s, _)) = &mut self.steer {
                 s.keep_alive(Clock::now_ns());
             }
-            self.apply_away(ticks);
+            let distress = self.ticker.budget_status().0.is_some();
+            self.protect.step(ticks, distress, &self.cfg, &self.gate, &self.iface);
             ticks += 1;
             if ticks.is_multiple_of(DISCOVER_EVERY) {
                 self.rediscover();
                 self.resteer();
             }
-            self.take_scan()?;
+            self.sources.take(&self.gate)?;
             if ticks.is_multiple_of(STATS_EVERY) {
                 self.refresh_stats()?;
             }
@@ -559,7 +393,7 @@ impl Daemon {
                 self.offer_known();
             }
             if ticks.is_multiple_of(NAPI_EVERY) {
-                self.sync_napi();
+                self.protect.sync_napi(&self.cfg, &self.iface);
             }
         }
         Ok(())
@@ -572,32 +406,14 @@ impl Daemon {
         if let Err(e) = self.refresh_stats() {
             log::warn(format_args!("the last statistics were not read: {e:#}"));
         }
-        self.save_known();
+        let names = self.names();
+        self.known.save(&self.gate, &names);
         if let Some((s, _)) = &mut self.steer {
             s.detach_all();
         }
-        crate::sched::restore_affinity(&self.away.napi);
-        if self.napi_idle {
-            if let Err(e) = set_napi(&self.iface, NapiSched::Keep) {
-                log::warn(format_args!("the napi kthreads of {} stay at SCHED_IDLE: {e:#}", self.iface));
-            }
-        }
+        self.protect.restore(&self.iface);
         self.gate.detach();
         let _ = std::fs::remove_file(&self.socket);
-    }
-
-    /// Keep the napi kthreads at the config's `napi`: SCHED_IDLE for "idle"
-    /// (re-applied: a kthread may be new); for "keep", back to SCHED_OTHER if
-    /// this daemon had put them at SCHED_IDLE (a reload from "idle").
-    fn sync_napi(&mut self) {
-        let result = match (self.cfg.auto.napi, self.napi_idle) {
-            (NapiSched::Idle, _) => apply_napi(&self.iface, NapiSched::Idle).map(|_| self.napi_idle = true),
-            (NapiSched::Keep, true) => set_napi(&self.iface, NapiSched::Keep).map(|_| self.napi_idle = false),
-            (NapiSched::Keep, false) => Ok(()),
-        };
-        if let Err(e) = result {
-            log::warn(format_args!("{e:#}"));
-        }
     }
 
     /// A line for each limit the tick changed, as `log::Decisions` allows.
@@ -618,84 +434,6 @@ impl Daemon {
         } else {
             log::warn("could not run the control loop at SCHED_FIFO; pre-emptions may skew its samples");
         }
-    }
-
-    /// CPU protection (`crate::away`): while a service is in distress, the
-    /// classes with `cpu = "away"` go to another CPU; back after the hold.
-    fn apply_away(&mut self, tick: u64) {
-        if !self.cfg.classes.iter().any(|c| c.away) {
-            return;
-        }
-        let was = self.away.hold.until.is_some();
-        let on = self.away.hold.step(tick, self.ticker.budget_status().0.is_some());
-        if on && !was {
-            self.away.to = self.away_targets();
-            // The gate itself runs where the napi kthreads run: move them too.
-            if let Some(cpu) = self.away.to.iter().flatten().next() {
-                match crate::sched::move_napi(&self.iface, *cpu as usize) {
-                    Ok(saved) if !saved.is_empty() => {
-                        log::info(format_args!(
-                            "cpu away: {} napi kthread(s) of {} moved to CPU {cpu}",
-                            saved.len(),
-                            self.iface
-                        ));
-                        self.away.napi = saved;
-                    }
-                    Ok(_) => {}
-                    Err(e) => log::warn(format_args!("cpu away: {e:#}")),
-                }
-            }
-        } else if !on && was && !self.away.napi.is_empty() {
-            crate::sched::restore_affinity(&std::mem::take(&mut self.away.napi));
-            log::info(format_args!("cpu away: the napi kthreads of {} are back", self.iface));
-        }
-        let want = away::targets(&self.cfg, on, &self.away.to);
-        if want == self.away.applied {
-            return;
-        }
-        for (id, t) in want.iter().enumerate() {
-            if self.away.applied.get(id) != Some(t) {
-                if let Err(e) = self.gate.set_away(id, *t) {
-                    log::warn(format_args!("cpu away: class {}: {e:#}", self.cfg.classes[id].name));
-                }
-            }
-        }
-        self.away.applied = want;
-    }
-
-    /// Each class's CPU to go to while the host is overloaded (logged), or None.
-    fn away_targets(&self) -> Vec<Option<u32>> {
-        let ifindex = gate::ifindex(&self.iface).unwrap_or(0);
-        let online = self.gate.ncpus();
-        self.cfg
-            .classes
-            .iter()
-            .map(|c| {
-                if !c.away {
-                    return None;
-                }
-                let to = match away::protected_cpus(&self.cfg, c.priority, ifindex) {
-                    Ok(None) => Err("no class has a higher priority".to_string()),
-                    Ok(Some(p)) => {
-                        let mut cpus: Vec<_> = p.iter().copied().collect();
-                        cpus.sort_unstable();
-                        away::target(&p, online).ok_or(format!("the services above it may run on every CPU ({cpus:?})"))
-                            .map(|t| (t, cpus))
-                    }
-                    Err(e) => Err(format!("the services' CPUs could not be read: {e:#}")),
-                };
-                match to {
-                    Ok((t, cpus)) => {
-                        log::info(format_args!("cpu away: a service is in distress; class {} goes to CPU {t} (the services above it run on {cpus:?})", c.name));
-                        Some(t)
-                    }
-                    Err(why) => {
-                        log::info(format_args!("cpu away: a service is in distress; class {} stays: {why}", c.name));
-                        None
-                    }
-                }
-            })
-            .collect()
     }
 
     /// Steer the reuseport groups the config in force asks for (see `steer`).
@@ -749,23 +487,14 @@ impl Daemon {
         let mut ticker = Ticker::new(&cfg, None, require_sockets)?;
         // Class ids move with the list: take every class back first; the
         // next tick sends away again (a refused apply then costs only that).
-        let was = std::mem::take(&mut self.away);
-        crate::sched::restore_affinity(&was.napi);
-        for (id, _) in was.applied.iter().enumerate().filter(|(_, t)| t.is_some()) {
-            self.gate.set_away(id, None)?;
-        }
+        self.protect.take_back(&self.gate)?;
         self.gate.apply(&cfg, tables)?;
         let old = std::mem::replace(&mut self.cfg, cfg);
         let remap = ClassRemap::of(&old, &self.cfg);
         log_classes(&mut self.decisions, &self.cfg, &old.classes);
         let old_names: Vec<String> = old.classes.iter().map(|c| c.name.clone()).collect();
+        self.sources.follow(&self.cfg, &self.gate);
         self.restore_known(Some(&old_names));
-        // The last scan's tables are by the old class ids.
-        self.generation += 1;
-        self.source_scan.follow(shape(&self.cfg, self.generation, &self.gate));
-        if let Some(scan) = &mut self.scan {
-            (scan.per_class, scan.known_map) = (vec![], vec![]);
-        }
         ticker.carry_from(std::mem::replace(&mut self.ticker, Ticker::idle()), &remap);
         self.ticker = ticker;
         self.publish.follow(&remap, class_snapshots(&self.cfg));
@@ -805,9 +534,9 @@ impl Daemon {
             ));
         }
         snap.attached = attached;
-        self.fill_sources(&mut snap);
+        self.sources.fill(&mut snap, &self.ticker.fair_status(), self.gate.sources_capacity());
         snap.readers = self.steer.as_ref().map(|(s, _)| s.status()).unwrap_or_default();
-        snap.cpu_away = self.away.describe(&self.cfg, &self.iface);
+        snap.cpu_away = self.protect.describe(&self.cfg, &self.iface);
         if let Some((t, book)) = &mut self.tracer {
             let names: Vec<String> = self.cfg.classes.iter().map(|c| c.name.clone()).collect();
             book.update(t, &names)?;
@@ -820,41 +549,6 @@ impl Daemon {
             self.ticker.syn.kernel_strays(&strays, std::time::Instant::now());
         }
         Ok(())
-    }
-
-    /// Source fairness into the snapshot: the tick's quotas, the counters'
-    /// rates, the last scan's tables.
-    fn fill_sources(&self, snap: &mut Snapshot) {
-        let fair = self.ticker.fair_status();
-        for (id, c) in snap.classes.iter_mut().enumerate() {
-            let Some(f) = fair.get(id) else { continue };
-            let scanned = self.scan.as_ref().and_then(|s| s.per_class.get(id));
-            if !f.learning && f.quota.is_none() && scanned.is_none_or(|s| s.0 == 0 && s.1 == 0) {
-                c.sources = None;
-                continue;
-            }
-            c.sources = Some(sources::ClassSources {
-                learning: f.learning,
-                quota: f.quota,
-                plen4: f.plens.0,
-                plen6: f.plens.1,
-                active_per_epoch: c.rates.source_epochs_ps * TICK.as_secs_f64(),
-                known_pps: c.rates.known_pps,
-                share_dropped_pps: c.rates.share_dropped_pps,
-                known: scanned.map(|s| s.1),
-                tracked: scanned.map(|s| s.0),
-                top: scanned.map(|s| s.2.clone()).unwrap_or_default(),
-            });
-        }
-        let inserts = snap.classes.iter().map(|c| c.totals.source_inserts).sum();
-        snap.sources = sources::SourcesMap {
-            capacity: self.gate.sources_capacity(),
-            entries: self.scan.as_ref().map(|s| s.entries),
-            inserts,
-            evictions: self.scan.as_ref().map(|s| s.evictions),
-            known: self.scan.as_ref().map(|s| s.known),
-            scan_ms: self.scan.as_ref().map(|s| s.ms),
-        };
     }
 
     /// SIGHUP: re-read the config; a bad one is refused and the old one stays.

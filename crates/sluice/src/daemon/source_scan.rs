@@ -17,11 +17,17 @@ use anyhow::Result;
 use libbpf_rs::MapHandle;
 
 use crate::bpf_intf::{sluice_known, sluice_src, sluice_src_key};
-use crate::gate::dump_map;
-use crate::{known, sources};
+use crate::config::{Config, DEFAULT_CLASS};
+use crate::controller::TICK;
+use crate::gate::{dump_map, Gate};
+use crate::log;
+use crate::sources;
+use crate::stats::{ClassTotals, Snapshot};
+use crate::tick::FairStatus;
 
 /// The config a scan works for: its generation (one per switch), its class
-/// count, the classes that learn clients, and the known map's capacity.
+/// count, the classes that learn clients (every class but the default), and
+/// the known map's capacity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Shape {
     pub generation: u64,
@@ -92,6 +98,18 @@ impl SourceScan {
     }
 }
 
+impl Shape {
+    /// The shape of `cfg`, the `generation`th config in force.
+    pub fn of(cfg: &Config, generation: u64, gate: &Gate) -> Shape {
+        Shape {
+            generation,
+            classes: cfg.classes.len(),
+            learning: cfg.classes.iter().filter(|c| c.name != DEFAULT_CLASS).count(),
+            known_capacity: gate.known_capacity(),
+        }
+    }
+}
+
 impl Drop for SourceScan {
     fn drop(&mut self) {
         self.stop = mpsc::channel().0;
@@ -107,8 +125,7 @@ fn scan((sources_map, known_map): &(MapHandle, MapHandle), shape: Shape) -> Resu
     let sources: Vec<(sluice_src_key, sluice_src)> = dump_map(sources_map, "sources")?;
     let known: Vec<(sluice_src_key, sluice_known)> = dump_map(known_map, "known")?;
     let per_class = sources::scan(&sources, &known, shape.classes);
-    let part = known::part(shape.known_capacity, shape.learning);
-    let (delete, room) = known::bound(&known, shape.classes, part);
+    let (delete, room) = super::known_store::bound(&known, shape);
     Ok(Found {
         shape,
         per_class,
@@ -118,4 +135,115 @@ fn scan((sources_map, known_map): &(MapHandle, MapHandle), shape: Shape) -> Resu
         delete,
         room,
     })
+}
+
+/// What the last scan found, by the class ids in force.
+struct Scan {
+    per_class: Vec<(u64, u64, Vec<sources::TopSource>)>,
+    entries: u64,
+    known: u64,
+    /// The known map as read (what the minute's save offers).
+    known_map: Vec<(sluice_src_key, sluice_known)>,
+    ms: f64,
+    /// Entries evicted so far, as of this scan (never less than the last's).
+    evictions: u64,
+}
+
+/// The source scan as the daemon keeps it: the thread, the config it
+/// follows, and the last scan taken.
+pub(super) struct SourceTables {
+    thread: SourceScan,
+    shape: Shape,
+    last: Option<Scan>,
+}
+
+impl SourceTables {
+    /// Scan `gate`'s maps for `cfg`, the first config in force.
+    pub fn start(gate: &Gate, cfg: &Config) -> anyhow::Result<SourceTables> {
+        let shape = Shape::of(cfg, 0, gate);
+        Ok(SourceTables {
+            thread: SourceScan::start(gate.source_maps()?, shape, sources::SCAN_EVERY),
+            shape,
+            last: None,
+        })
+    }
+
+    /// The config in force now (a new generation).
+    pub fn follow(&mut self, cfg: &Config, gate: &Gate) {
+        self.shape = Shape::of(cfg, self.shape.generation + 1, gate);
+        self.thread.follow(self.shape);
+        // The last scan's tables are by the old class ids.
+        if let Some(scan) = &mut self.last {
+            (scan.per_class, scan.known_map) = (vec![], vec![]);
+        }
+    }
+
+    /// The config the scan follows.
+    pub fn shape(&self) -> Shape {
+        self.shape
+    }
+
+    /// The known map as the last scan read it (None: no scan since the last switch).
+    pub fn known_map(&self) -> Option<&[(sluice_src_key, sluice_known)]> {
+        self.last.as_ref().map(|s| s.known_map.as_slice()).filter(|m| !m.is_empty())
+    }
+
+    /// Take the scan's result, if one came: apply its bound on the known map
+    /// and keep its tables for status, if it was made for the config in force.
+    pub fn take(&mut self, gate: &Gate) -> anyhow::Result<()> {
+        let found = match self.thread.take() {
+            None => return Ok(()),
+            Some(Ok(f)) if f.shape == self.shape => f,
+            Some(Ok(_)) => return Ok(()),
+            Some(Err(e)) => {
+                log::warn(format_args!("the source maps were not read: {e:#}"));
+                return Ok(());
+            }
+        };
+        let Found { per_class, entries, ms, known: known_map, delete, room, .. } = found;
+        super::known_store::apply_bound(gate, &delete, room)?;
+        let known = per_class.iter().map(|c| c.1).sum();
+        let inserts = (0..self.shape.classes)
+            .map(|id| Ok(ClassTotals::from(gate.class_counters(id)?).source_inserts))
+            .sum::<anyhow::Result<u64>>()?;
+        let before = self.last.as_ref().map_or(0, |s| s.evictions);
+        let evictions = sources::evictions(before, inserts, entries);
+        self.last = Some(Scan { per_class, entries, known, known_map, ms, evictions });
+        Ok(())
+    }
+
+    /// Source fairness into the snapshot: the tick's quotas (`fair`, by
+    /// class id), the counters' rates, the last scan's tables.
+    pub fn fill(&self, snap: &mut Snapshot, fair: &[FairStatus], capacity: u32) {
+        for (id, c) in snap.classes.iter_mut().enumerate() {
+            let Some(f) = fair.get(id) else { continue };
+            let scanned = self.last.as_ref().and_then(|s| s.per_class.get(id));
+            if !f.learning && f.quota.is_none() && scanned.is_none_or(|s| s.0 == 0 && s.1 == 0) {
+                c.sources = None;
+                continue;
+            }
+            c.sources = Some(sources::ClassSources {
+                learning: f.learning,
+                quota: f.quota,
+                plen4: f.plens.0,
+                plen6: f.plens.1,
+                active_per_epoch: c.rates.source_epochs_ps * TICK.as_secs_f64(),
+                known_pps: c.rates.known_pps,
+                share_dropped_pps: c.rates.share_dropped_pps,
+                known: scanned.map(|s| s.1),
+                tracked: scanned.map(|s| s.0),
+                top: scanned.map(|s| s.2.clone()).unwrap_or_default(),
+            });
+        }
+        let inserts = snap.classes.iter().map(|c| c.totals.source_inserts).sum();
+        let last = self.last.as_ref();
+        snap.sources = sources::SourcesMap {
+            capacity,
+            entries: last.map(|s| s.entries),
+            inserts,
+            evictions: last.map(|s| s.evictions),
+            known: last.map(|s| s.known),
+            scan_ms: last.map(|s| s.ms),
+        };
+    }
 }

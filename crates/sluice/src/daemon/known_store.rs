@@ -1,0 +1,118 @@
+//! The known sources across restarts and reloads: the state file (read at
+//! start, written every minute by the saver's thread and at a stop), the
+//! entries of classes not there yet, and each class's part of the gate's
+//! known map.
+use std::collections::HashSet;
+use std::path::PathBuf;
+
+use anyhow::Result;
+
+use crate::bpf_intf::{sluice_known, sluice_src_key};
+use crate::gate::{Clock, Gate};
+use crate::known::{self, Known};
+use crate::log;
+use crate::tick::KNOWN_TTL_SECS;
+
+use super::source_scan::Shape;
+
+pub(super) struct KnownStore {
+    file: PathBuf,
+    /// Entries of the state file whose class is not in force (yet).
+    pending: Vec<Known>,
+    /// Failed writes at a stop (logged at the 1st, 2nd, 4th, ...).
+    errors: u64,
+    /// Writes the state file off the control thread.
+    saver: known::Saver,
+}
+
+impl KnownStore {
+    /// Read the state file (a file that cannot be read or parsed: none, said in the log).
+    pub fn open(file: PathBuf) -> KnownStore {
+        let pending = match known::load(&file) {
+            Ok(k) => {
+                log::info(format_args!("known sources: {} read from {}", k.len(), file.display()));
+                k
+            }
+            Err(e) => {
+                log::info(format_args!("known sources: {e}; starting with none"));
+                vec![]
+            }
+        };
+        KnownStore { saver: known::Saver::start(file.clone()), file, pending, errors: 0 }
+    }
+
+    /// Put known sources in the gate's map for the classes `names`: with
+    /// `old_names`, the entries already there move to their classes' new ids
+    /// (class ids change with the class list); the pending entries go in once
+    /// their class exists. Then every class is held to its part (`shape`).
+    pub fn restore(&mut self, gate: &Gate, names: &[String], old_names: Option<&[String]>, shape: Shape) {
+        let mut entries = std::mem::take(&mut self.pending);
+        let result = (|| -> Result<()> {
+            let mut stale = Vec::new();
+            if let Some(old) = old_names.filter(|o| *o != names) {
+                let current = gate.known()?;
+                entries.extend(known::from_map(&current, old, Clock::wall_ms(), KNOWN_TTL_SECS * 1000));
+                stale = current.into_iter().map(|(k, _)| k).collect();
+            }
+            let (map, later) = known::to_map(std::mem::take(&mut entries), names);
+            // Only the keys the new map does not hold go (a class that kept
+            // its id keeps its known clients throughout), then the new ones go in.
+            let keep: HashSet<sluice_src_key> = map.iter().map(|(k, _)| *k).collect();
+            stale.retain(|k| !keep.contains(k));
+            gate.delete_known(&stale)?;
+            gate.insert_known(&map)?;
+            self.pending = later;
+            let (delete, room) = bound(&gate.known()?, shape);
+            apply_bound(gate, &delete, room)
+        })();
+        if let Err(e) = result {
+            log::warn(format_args!("known sources: could not restore them: {e:#}"));
+        }
+    }
+
+    /// The entries to save: a read of the gate's known map by class name,
+    /// and the pending ones.
+    fn entries(&self, map: &[(sluice_src_key, sluice_known)], names: &[String]) -> Vec<Known> {
+        let mut all = known::from_map(map, names, Clock::wall_ms(), KNOWN_TTL_SECS * 1000);
+        all.extend(self.pending.iter().cloned());
+        all
+    }
+
+    /// Hand a read of the known map to the saver's thread (the write and its
+    /// fsync happen off the control thread).
+    pub fn offer(&mut self, map: &[(sluice_src_key, sluice_known)], names: &[String]) {
+        let all = self.entries(map, names);
+        _ = self.saver.offer(all);
+    }
+
+    /// Write the state file now, on this thread (at a stop, after the
+    /// saver's last write; a failure is logged: the gate goes on without it).
+    pub fn save(&mut self, gate: &Gate, names: &[String]) {
+        self.saver.finish();
+        let result = gate
+            .known()
+            .map_err(anyhow::Error::from)
+            .and_then(|map| known::save(&self.file, &self.entries(&map, names)));
+        if let Err(e) = result {
+            self.errors += 1;
+            if self.errors.is_power_of_two() {
+                log::warn(format_args!("known sources: not saved ({} times so far): {e:#}", self.errors));
+            }
+        }
+    }
+}
+
+/// Hold every class to its part of the known map (`known::bound`): the
+/// entries past it to delete, and how many new clients each class may still add.
+pub(super) fn bound(map: &[(sluice_src_key, sluice_known)], shape: Shape) -> (Vec<sluice_src_key>, Vec<i64>) {
+    known::bound(map, shape.classes, known::part(shape.known_capacity, shape.learning))
+}
+
+/// Delete the known entries past their class's part; tell the learner each class's room.
+pub(super) fn apply_bound(gate: &Gate, delete: &[sluice_src_key], room: Vec<i64>) -> Result<()> {
+    gate.delete_known(delete)?;
+    for (class, r) in room.into_iter().enumerate() {
+        gate.set_known_room(class, r)?;
+    }
+    Ok(())
+}
