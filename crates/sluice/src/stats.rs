@@ -263,7 +263,7 @@ pub struct AutoStatus {
 }
 
 /// What `sluice status` shows: the daemon's state at one moment.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Snapshot {
     pub version: u32,
     pub interface: String,

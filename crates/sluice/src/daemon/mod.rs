@@ -6,28 +6,28 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::Result;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
 use crate::classify;
 use crate::client::default_socket;
-use crate::config::{self, Config, NapiSched, XdpMode};
-use crate::discover::{self, Discovery};
+use crate::config::{Config, NapiSched, XdpMode};
 use crate::gate::{self, Clock, Gate};
 use crate::known;
 use crate::log;
-use crate::remap::ClassRemap;
 use crate::sched::{apply_napi, check_napi, realtime_thread};
-use crate::stats::{class_snapshots, GlobalTotals, Snapshot, SNAPSHOT_VERSION};
+use crate::stats::{class_snapshots, Snapshot, SNAPSHOT_VERSION};
 use crate::steer::{self, Steer};
 use crate::syn_guard;
 use crate::tick::Ticker;
 use crate::trace::{self, DropBook, Tracer};
+use generation::{log_classes, ConfigSource};
 use known_store::KnownStore;
 use protect::Protection;
 use publish::{bind_metrics, serve_metrics, Publisher, SocketFile};
 use source_scan::SourceTables;
 
+mod generation;
 mod known_store;
 mod protect;
 mod publish;
@@ -40,13 +40,35 @@ pub const CONFIG_DIR: &str = "/etc/sluice";
 /// sender on veth, an RSS change) finds only a small share there for up to
 /// one tick.
 pub const TICK: Duration = crate::controller::TICK;
-/// Statistics are refreshed every this many ticks (100 ms).
-const STATS_EVERY: u64 = 10;
-/// The napi kthreads' policy is re-applied this often (re-attaching XDP or
-/// toggling threaded mode re-creates them).
-const NAPI_EVERY: u64 = 100;
-/// The listening services are looked for again this often (1 s).
-const DISCOVER_EVERY: u64 = 100;
+
+/// What the control loop does besides the tick itself, and every how many
+/// ticks: the daemon is this table over its parts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Duty {
+    /// Take the source scan's result, if its thread has one.
+    TakeScan,
+    /// Look for the listening services (a changed class list is switched to).
+    Rediscover,
+    /// Follow the reuseport groups with the steering program.
+    Resteer,
+    /// Read the counters into the served snapshot.
+    Publish,
+    /// Hand the known sources to the saver's thread.
+    OfferKnown,
+    /// Re-apply the napi kthreads' policy (re-attaching XDP or toggling
+    /// threaded mode re-creates them).
+    Napi,
+}
+
+/// In the order they run when due at the same tick; every 1 tick = 10 ms.
+const CADENCE: [(u64, Duty); 6] = [
+    (100, Duty::Rediscover),
+    (100, Duty::Resteer),
+    (1, Duty::TakeScan),
+    (10, Duty::Publish),
+    (6000, Duty::OfferKnown),
+    (100, Duty::Napi),
+];
 
 /// What `sluice run` was asked to do.
 #[derive(Debug, Clone)]
@@ -70,25 +92,6 @@ pub struct RunOpts {
     pub state_dir: Option<PathBuf>,
     /// --observe: count what would be dropped, drop nothing (whatever the file says).
     pub observe: bool,
-}
-
-/// Resolve the config the daemon runs, with the command line's overrides.
-fn resolve_config(opts: &RunOpts) -> Result<Config> {
-    let mut cfg = config::resolve(config_file(opts).as_deref(), &opts.classes)?;
-    if let Some(m) = opts.xdp_mode {
-        cfg.xdp_mode = m;
-    }
-    if let Some(m) = opts.metrics {
-        cfg.metrics = m;
-    }
-    cfg.discover &= !opts.no_discover;
-    cfg.observe |= opts.observe;
-    Ok(cfg)
-}
-
-/// The config file the daemon reads now, if any.
-fn config_file(opts: &RunOpts) -> Option<PathBuf> {
-    opts.config.clone().or_else(|| opts.config_if_present.clone().filter(|p| p.exists()))
 }
 
 /// The reader steering, or None with a log line saying why not.
@@ -119,33 +122,11 @@ fn load_tracer(ifindex: u32, gate: &Gate) -> Option<(Tracer, DropBook)> {
     }
 }
 
-/// Look for the services and merge a class for each into `base`; log what
-/// merging had to do.
-fn discovered(base: &Config, d: &mut Discovery) -> Result<Config> {
-    let (cfg, note) = discover::merge(base, &d.poll()?);
-    if note.grouped {
-        log::info(format_args!(
-            "discover: more services than free class slots; services share classes (see `sluice status`)"
-        ));
-    }
-    if note.unplaced > 0 {
-        log::warn(format_args!(
-            "discover: {} services have no class slot left and go to the default class",
-            note.unplaced
-        ));
-    }
-    Ok(cfg)
-}
-
 pub struct Daemon {
-    opts: RunOpts,
-    /// The config as resolved from the file and flags, before discovery.
-    base: Config,
-    /// The config in force: `base` plus a class per discovered service.
+    /// Where configs come from: the file and flags, and discovery.
+    source: ConfigSource,
+    /// The config in force: the resolved one plus a class per discovered service.
     cfg: Config,
-    discovery: Option<Discovery>,
-    /// Polls of the services that failed.
-    discover_errors: u64,
     iface: String,
     gate: Gate,
     /// The served snapshot, its rates' history and the daemon's CPU account.
@@ -171,9 +152,6 @@ pub struct Daemon {
     signals: Option<signal_hook::iterator::Signals>,
 }
 
-/// The known sources are written to their state file this often (60 s), and on exit.
-const SAVE_EVERY: u64 = 6000;
-
 /// When the tick after one due at `last` runs: a TICK later, or `now` if
 /// the loop fell a whole tick behind (a stall, an overrun). Missed ticks are
 /// skipped, not run back to back: the controller, the budget and fairness
@@ -187,24 +165,57 @@ fn next_tick(last: Instant, now: Instant) -> Instant {
     }
 }
 
+/// The snapshot served from the start, before the first refresh.
+fn first_snapshot(iface: &str, ifindex: u32, cfg: &Config, gate: &Gate, config_file: Option<PathBuf>) -> Snapshot {
+    Snapshot {
+        version: SNAPSHOT_VERSION,
+        interface: iface.to_string(),
+        ifindex,
+        xdp_mode: format!("{:?}", cfg.xdp_mode).to_lowercase(),
+        prog_id: gate.prog_id(),
+        pid: std::process::id(),
+        started_unix: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64()),
+        config_file: config_file.map(|p| p.display().to_string()),
+        classes: class_snapshots(cfg),
+        discover: cfg.discover,
+        observe: cfg.observe,
+        attached: true,
+        ..Default::default()
+    }
+}
+
+/// The start's log lines: where the gate is attached, the config file, observe mode.
+fn log_start(iface: &str, cfg: &Config, gate: &Gate, socket: &Path, file: (Option<PathBuf>, &Option<PathBuf>)) {
+    log::info(format_args!(
+        "gate attached to {iface} ({:?} mode, prog id {}), {} classes; stats on {}{}",
+        cfg.xdp_mode,
+        gate.prog_id(),
+        cfg.classes.len(),
+        socket.display(),
+        cfg.metrics.map(|a| format!(", metrics on http://{a}/metrics")).unwrap_or_default()
+    ));
+    log::info(match file {
+        (Some(f), _) => format!("config file: {}", f.display()),
+        (None, Some(f)) => format!("config file: none ({} does not exist)", f.display()),
+        (None, None) => "config file: none".into(),
+    });
+    if cfg.observe {
+        log::info(format_args!("observe mode: every verdict is counted, nothing is dropped"));
+    }
+}
+
 impl Daemon {
     /// Check everything that can fail, then attach, then serve statistics.
     /// Nothing touches the interface before the last check passed, so a start
     /// that fails (even with --replace) leaves the interface as it was.
     pub fn start(opts: RunOpts) -> Result<Daemon> {
-        let base = resolve_config(&opts)?;
-        let iface = opts
-            .iface
-            .clone()
-            .or_else(|| base.interface.clone())
-            .context("no interface: pass --iface IFACE or set interface = \"...\" in the config file")?;
+        let (mut source, iface) = ConfigSource::new(opts)?;
         gate::check_privileges()?;
         let ifindex = gate::ifindex(&iface)?;
-        let mut discovery = if base.discover { Some(Discovery::new(ifindex)?) } else { None };
-        let cfg = match &mut discovery {
-            Some(d) => discovered(&base, d)?,
-            None => base.clone(),
-        };
+        let cfg = source.discover_first(ifindex)?;
+        let opts = source.opts.clone();
         let tables = classify::compile(&cfg)?;
         let mut gate = Gate::load()?;
         gate.apply(&cfg, &tables)?;
@@ -225,55 +236,13 @@ impl Daemon {
             let n = apply_napi(&iface, cfg.auto.napi)?;
             log::info(format_args!("napi = {:?}: {n} napi kthread(s) of {iface} set to SCHED_IDLE", cfg.auto.napi));
         }
-        let snapshot = Snapshot {
-            version: SNAPSHOT_VERSION,
-            interface: iface.clone(),
-            ifindex,
-            xdp_mode: format!("{:?}", cfg.xdp_mode).to_lowercase(),
-            prog_id: gate.prog_id(),
-            pid: std::process::id(),
-            uptime_secs: 0.0,
-            started_unix: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0.0, |d| d.as_secs_f64()),
-            config_file: config_file(&opts).map(|p| p.display().to_string()),
-            reloads: 0,
-            last_reload_error: None,
-            classes: class_snapshots(&cfg),
-            global: GlobalTotals::default(),
-            daemon_cpu_secs: 0.0,
-            daemon_cpu_pct: 0.0,
-            daemon_rss_bytes: None,
-            discover: cfg.discover,
-            observe: cfg.observe,
-            distress: None,
-            signals_unreadable: None,
-            sources: Default::default(),
-            readers: vec![],
-            cpu_away: None,
-            attached: true,
-        };
+        let snapshot = first_snapshot(&iface, ifindex, &cfg, &gate, source.config_file());
         let publish = Publisher::new(snapshot, cfg.classes.len());
         let socket = listener.serve(publish.shared.clone());
         if let Some(server) = metrics {
             serve_metrics(server, publish.shared.clone());
         }
-        log::info(format_args!(
-            "gate attached to {iface} ({:?} mode, prog id {}), {} classes; stats on {}{}",
-            cfg.xdp_mode,
-            gate.prog_id(),
-            cfg.classes.len(),
-            socket.display(),
-            cfg.metrics.map(|a| format!(", metrics on http://{a}/metrics")).unwrap_or_default()
-        ));
-        log::info(match (config_file(&opts), &opts.config_if_present) {
-            (Some(f), _) => format!("config file: {}", f.display()),
-            (None, Some(f)) => format!("config file: none ({} does not exist)", f.display()),
-            (None, None) => "config file: none".into(),
-        });
-        if cfg.observe {
-            log::info(format_args!("observe mode: every verdict is counted, nothing is dropped"));
-        }
+        log_start(&iface, &cfg, &gate, &socket, (source.config_file(), &opts.config_if_present));
         let mut decisions = log::Decisions::default();
         log_classes(&mut decisions, &cfg, &[]);
         if let Some(a) = &ticker.auto {
@@ -288,11 +257,8 @@ impl Daemon {
         let tracer = load_tracer(ifindex, &gate);
         let sources = SourceTables::start(&gate, &cfg)?;
         let mut daemon = Daemon {
-            opts,
-            base,
+            source,
             cfg,
-            discovery,
-            discover_errors: 0,
             iface,
             gate,
             publish,
@@ -323,7 +289,7 @@ impl Daemon {
         self.known.restore(&self.gate, &names, old_names, self.sources.shape());
     }
 
-    /// Every SAVE_EVERY ticks: the last scan's read of the known map (or a
+    /// Every minute: the last scan's read of the known map (or a
     /// read now, before the first) to the saver's thread.
     fn offer_known(&mut self) {
         let read = match self.sources.known_map() {
@@ -373,28 +339,39 @@ impl Daemon {
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
                 Err(mpsc::RecvTimeoutError::Disconnected) => break,
             }
-            self.ticker.tick(&mut self.gate, |m| log::warn(m))?;
-            self.log_decisions();
-            if let Some((s, _)) = &mut self.steer {
-                s.keep_alive(Clock::now_ns());
-            }
-            let distress = self.ticker.budget_status().0.is_some();
-            self.protect.step(ticks, distress, &self.cfg, &self.gate, &self.iface);
+            self.tick(ticks)?;
             ticks += 1;
-            if ticks.is_multiple_of(DISCOVER_EVERY) {
-                self.rediscover();
-                self.resteer();
+            for (every, duty) in CADENCE {
+                if ticks.is_multiple_of(every) {
+                    self.duty(duty)?;
+                }
             }
-            self.sources.take(&self.gate)?;
-            if ticks.is_multiple_of(STATS_EVERY) {
-                self.refresh_stats()?;
-            }
-            if ticks.is_multiple_of(SAVE_EVERY) {
-                self.offer_known();
-            }
-            if ticks.is_multiple_of(NAPI_EVERY) {
-                self.protect.sync_napi(&self.cfg, &self.iface);
-            }
+        }
+        Ok(())
+    }
+
+    /// Every tick: the ticker (signals, controller, budget, limits), its
+    /// log lines, the steering program's heartbeat, CPU protection.
+    fn tick(&mut self, tick: u64) -> Result<()> {
+        self.ticker.tick(&mut self.gate, |m| log::warn(m))?;
+        self.log_decisions();
+        if let Some((s, _)) = &mut self.steer {
+            s.keep_alive(Clock::now_ns());
+        }
+        let distress = self.ticker.budget_status().0.is_some();
+        self.protect.step(tick, distress, &self.cfg, &self.gate, &self.iface);
+        Ok(())
+    }
+
+    /// One duty of the cadence table.
+    fn duty(&mut self, duty: Duty) -> Result<()> {
+        match duty {
+            Duty::TakeScan => self.sources.take(&self.gate)?,
+            Duty::Rediscover => self.rediscover(),
+            Duty::Resteer => self.resteer(),
+            Duty::Publish => self.refresh_stats()?,
+            Duty::OfferKnown => self.offer_known(),
+            Duty::Napi => self.protect.sync_napi(&self.cfg, &self.iface),
         }
         Ok(())
     }
@@ -453,55 +430,6 @@ impl Daemon {
         }
     }
 
-    /// Look for the services again; if the class list changed, switch to it.
-    fn rediscover(&mut self) {
-        let Some(d) = &mut self.discovery else { return };
-        let cfg = match discovered(&self.base, d) {
-            Ok(cfg) => cfg,
-            Err(e) => {
-                self.discover_errors += 1;
-                if self.discover_errors.is_power_of_two() {
-                    log::warn(format_args!(
-                        "discover: looking for services failed ({} times so far): {e:#}",
-                        self.discover_errors
-                    ));
-                }
-                return;
-            }
-        };
-        if cfg.classes == self.cfg.classes {
-            return;
-        }
-        let result = classify::compile(&cfg).map_err(anyhow::Error::from).and_then(|t| self.switch_to(cfg, &t, false));
-        if let Err(e) = result {
-            log::warn(format_args!("discover: the new class list was refused, the previous one stays: {e:#}"));
-        }
-    }
-
-    /// Put `cfg` in force: the gate's tables (class state kept by name), the
-    /// tick (control state kept by name), the statistics. What can fail comes
-    /// before the gate's apply (which rolls itself back): once the gate has
-    /// the new config, so does the daemon.
-    fn switch_to(&mut self, cfg: Config, tables: &classify::Tables, require_sockets: bool) -> Result<()> {
-        // The new auto classes' sockets must be found before anything changes.
-        let mut ticker = Ticker::new(&cfg, None, require_sockets)?;
-        // Class ids move with the list: take every class back first; the
-        // next tick sends away again (a refused apply then costs only that).
-        self.protect.take_back(&self.gate)?;
-        self.gate.apply(&cfg, tables)?;
-        let old = std::mem::replace(&mut self.cfg, cfg);
-        let remap = ClassRemap::of(&old, &self.cfg);
-        log_classes(&mut self.decisions, &self.cfg, &old.classes);
-        let old_names: Vec<String> = old.classes.iter().map(|c| c.name.clone()).collect();
-        self.sources.follow(&self.cfg, &self.gate);
-        self.restore_known(Some(&old_names));
-        ticker.carry_from(std::mem::replace(&mut self.ticker, Ticker::idle()), &remap);
-        self.ticker = ticker;
-        self.publish.follow(&remap, class_snapshots(&self.cfg));
-        self.publish.snapshot().snapshot.lock().unwrap().observe = self.cfg.observe;
-        Ok(())
-    }
-
     /// Read the counters into the served snapshot.
     fn refresh_stats(&mut self) -> Result<()> {
         self.publish.counters(&self.gate)?;
@@ -550,93 +478,6 @@ impl Daemon {
         }
         Ok(())
     }
-
-    /// SIGHUP: re-read the config; a bad one is refused and the old one stays.
-    fn reload(&mut self) {
-        let result = (|| -> Result<(Config, classify::Tables)> {
-            let cfg = resolve_config(&self.opts)?;
-            if let Some(i) = &cfg.interface {
-                if self.opts.iface.is_none() && i != &self.iface {
-                    bail!(
-                        "the config moves the gate from {} to {i}; restart sluice to change the interface",
-                        self.iface
-                    );
-                }
-            }
-            if cfg.xdp_mode != self.cfg.xdp_mode {
-                bail!("xdp_mode changed; restart sluice to change the attach mode");
-            }
-            let tables = classify::compile(&cfg)?;
-            Ok((cfg, tables))
-        })();
-        let mut snap_err = None;
-        match result.and_then(|(base, tables)| {
-            // Discovery follows the new config only once it is in force: a
-            // refused reload leaves it as it was.
-            let mut fresh = match (base.discover, &self.discovery) {
-                (true, None) => Some(Discovery::new(gate::ifindex(&self.iface)?)?),
-                _ => None,
-            };
-            let cfg = match fresh.as_mut().or(self.discovery.as_mut()) {
-                Some(d) if base.discover => discovered(&base, d)?,
-                _ => base.clone(),
-            };
-            let tables = if cfg.classes == base.classes { tables } else { classify::compile(&cfg)? };
-            self.switch_to(cfg, &tables, true)?;
-            if !base.discover {
-                self.discovery = None;
-            } else if fresh.is_some() {
-                self.discovery = fresh;
-            }
-            self.base = base;
-            Ok(())
-        }) {
-            Ok(()) => {
-                log::info(format_args!("reloaded the config: {} classes", self.cfg.classes.len()));
-            }
-            Err(e) => {
-                // Only a rollback that failed too leaves anything but the previous config.
-                if matches!(e.downcast_ref::<gate::GateError>(), Some(gate::GateError::RollbackFailed { .. })) {
-                    log::warn(format_args!("reload failed: {e:#}"));
-                } else {
-                    log::warn(format_args!("reload refused, the previous config stays active: {e:#}"));
-                }
-                snap_err = Some(format!("{e:#}"));
-            }
-        }
-        let shared = self.publish.snapshot();
-        let mut snap = shared.snapshot.lock().unwrap();
-        if snap_err.is_none() {
-            snap.reloads += 1;
-            // /etc/sluice/IFACE.toml may have appeared or gone since the start.
-            snap.config_file = config_file(&self.opts).map(|p| p.display().to_string());
-        }
-        snap.last_reload_error = snap_err;
-    }
-}
-
-/// Log the classes that `cfg` adds to `old` and those it removes (decision
-/// lines: a churning service cannot flood the log).
-fn log_classes(decisions: &mut log::Decisions, cfg: &Config, old: &[config::Class]) {
-    let now = Instant::now();
-    let mut lines = Vec::new();
-    for c in cfg.classes.iter().filter(|c| !old.iter().any(|o| o.name == c.name)) {
-        let (what, msg) = match &c.discovered {
-            Some(why) => ("discovered", format!("class {} (priority {}): discovered; {why}", c.name, c.priority)),
-            None if !old.is_empty() => ("added", format!("class {} (priority {}) added", c.name, c.priority)),
-            None => continue,
-        };
-        if old.is_empty() {
-            // The classes at start: all of them, unlimited.
-            log::info(msg);
-        } else {
-            lines.extend(decisions.class(now, &c.name, what, msg));
-        }
-    }
-    for o in old.iter().filter(|o| !cfg.classes.iter().any(|c| c.name == o.name)) {
-        lines.extend(decisions.class(now, &o.name, "removed", format!("class {} removed", o.name)));
-    }
-    lines.iter().for_each(log::write);
 }
 
 #[cfg(test)]
