@@ -31,9 +31,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::{AutoSpec, Config, Limit};
 use crate::controller::{decide, Algo, Controller, Signals, Tuning};
+use crate::gate::counters::ClassTotals;
 use crate::health::Health;
 use crate::signals::{udp_counters, NsFile, SockDiag, SockStats};
-use crate::stats::{AutoStatus, ClassTotals};
 
 /// Ticks kept in the trace (60 s).
 const TRACE_LEN: usize = 6_000;
@@ -314,4 +314,25 @@ fn trace_point(since_start: Duration, ctl: &Controller, sig: &Signals) -> TraceP
         backlog_drops: sig.backlog_drops,
         state: ctl.state,
     }
+}
+/// The auto controller's state for one class.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AutoStatus {
+    /// "knee" or "pno".
+    pub algo: String,
+    /// "tracking", "probing", "backoff", "holding", "fallback", ... (controller::CtlState).
+    pub state: String,
+    /// Estimated capacity of this class's service (pkt/s).
+    pub capacity_pps: f64,
+    /// What this class's controller would admit while engaged (pkt/s).
+    pub target_pps: f64,
+    /// This class's current rate (pkt/s); None = unlimited (fallback).
+    pub rate_pps: Option<f64>,
+    pub min_share: f64,
+    /// The class's sockets found by sock_diag, and the bytes queued in them.
+    pub sockets: u32,
+    pub queued_bytes: u64,
+    pub rcvbuf_bytes: u64,
+    /// Seconds without signals (holding, then fallback).
+    pub lost_secs: f64,
 }

@@ -22,6 +22,7 @@ use crate::remap::ClassRemap;
 use crate::share::shares_for;
 
 mod cookies;
+pub mod counters;
 
 pub const XDP_DROP: u32 = libbpf_sys::XDP_DROP;
 pub const XDP_PASS: u32 = libbpf_sys::XDP_PASS;

@@ -420,7 +420,7 @@ fn cmd_status(a: StatusArgs) -> Result<()> {
 fn cmd_sources(a: SourcesArgs) -> Result<()> {
     let path = client::find_socket(a.socket.as_deref(), a.iface.as_deref())?;
     let snap = client::fetch_snapshot(&path)?;
-    let table = sluice::sources::render_class(&snap, &a.class).map_err(anyhow::Error::msg)?;
+    let table = sluice::stats::render_sources_class(&snap, &a.class).map_err(anyhow::Error::msg)?;
     if a.json {
         let c = snap.classes.iter().find(|c| c.name == a.class).expect("render_class found it");
         println!("{}", serde_json::to_string_pretty(&c.sources)?);

@@ -6,13 +6,11 @@
 //! maps, which the daemon does every SCAN_EVERY, on a thread of its own
 //! (`daemon::source_scan`), while some class counts
 //! sources (a full 256k-entry map takes tens of ms to read).
-use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use serde::{Deserialize, Serialize};
 
 use crate::bpf_intf::{sluice_known, sluice_src, sluice_src_key, SLUICE_KNOWN_SPAN_MS};
-use crate::stats::{human, Snapshot};
 
 /// The heaviest droppers kept per class.
 pub const TOP_SOURCES: usize = 10;
@@ -112,83 +110,6 @@ pub fn scan(
         c.2.truncate(TOP_SOURCES);
     }
     out
-}
-
-/// The lines `sluice status` adds for classes that count sources or learn.
-pub fn render_status(o: &mut String, s: &Snapshot) {
-    let shown: Vec<_> = s.classes.iter().filter_map(|c| c.sources.as_ref().map(|x| (c, x))).collect();
-    if shown.is_empty() {
-        return;
-    }
-    let _ = writeln!(
-        o,
-        "{:<24} {:>8} {:>8} {:>9} {:>9} {:>10} {:>8} {:>8}",
-        "SOURCES", "LEARNING", "QUOTA", "COUNT AT", "ACTIVE", "SHARE DROP/s", "KNOWN", "TRACKED"
-    );
-    for (c, x) in shown {
-        let opt = |v: Option<u64>| v.map_or("-".to_string(), |v| v.to_string());
-        let _ = writeln!(
-            o,
-            "{:<24} {:>8} {:>8} {:>9} {:>9} {:>12} {:>8} {:>8}",
-            c.name,
-            if x.learning { "yes" } else { "no" },
-            x.quota.map_or("-".into(), |q| q.to_string()),
-            format!("/{} /{}", x.plen4, x.plen6),
-            human(x.active_per_epoch),
-            human(x.share_dropped_pps),
-            opt(x.known),
-            opt(x.tracked)
-        );
-    }
-    let m = &s.sources;
-    let opt = |v: Option<u64>| v.map_or("not scanned yet".to_string(), |v| v.to_string());
-    let _ = writeln!(
-        o,
-        "sources map: {} of {} entries, {} evicted, {} known sources",
-        opt(m.entries),
-        m.capacity,
-        opt(m.evictions),
-        opt(m.known)
-    );
-}
-
-/// `sluice sources --class NAME`: one class's fairness and its heaviest droppers.
-pub fn render_class(s: &Snapshot, class: &str) -> Result<String, String> {
-    let c = s.classes.iter().find(|c| c.name == class).ok_or_else(|| {
-        let names: Vec<&str> = s.classes.iter().map(|c| c.name.as_str()).collect();
-        format!("no class named \"{class}\"; classes: {names:?}")
-    })?;
-    let mut o = String::new();
-    let Some(x) = &c.sources else {
-        let _ = writeln!(o, "{}: no source state (the class is not limited and does not learn)", c.name);
-        return Ok(o);
-    };
-    let _ = writeln!(
-        o,
-        "{}: quota {} per 10 ms epoch (paced), counted at /{} /{}; {} active sources per epoch; learning {}",
-        c.name,
-        x.quota.map_or("- (not limited)".into(), |q| q.to_string()),
-        x.plen4,
-        x.plen6,
-        human(x.active_per_epoch),
-        if x.learning { "yes" } else { "no" }
-    );
-    let _ = writeln!(
-        o,
-        "known sources {}, tracked sources {} (last scan; scanned every {} s)",
-        x.known.map_or("-".into(), |v| v.to_string()),
-        x.tracked.map_or("-".into(), |v| v.to_string()),
-        SCAN_EVERY.as_secs()
-    );
-    if x.top.is_empty() {
-        let _ = writeln!(o, "no source was dropped over its quota");
-        return Ok(o);
-    }
-    let _ = writeln!(o, "{:<44} {:>14} {:>12} {:>10}", "SOURCE", "DROPPED", "LAST EPOCH", "EPOCH");
-    for t in &x.top {
-        let _ = writeln!(o, "{:<44} {:>14} {:>12} {:>10}", t.prefix, t.drops, t.pkts, t.epoch);
-    }
-    Ok(o)
 }
 
 #[cfg(test)]

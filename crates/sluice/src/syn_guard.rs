@@ -179,11 +179,11 @@ impl SynGuards {
 
     /// Each class's guard for status (by class id): those with TCP ports or
     /// `syn_cookies = "on"`. `available`: the gate can answer SYNs.
-    pub fn status(&self, available: bool) -> Vec<Option<crate::stats::SynGuardStatus>> {
+    pub fn status(&self, available: bool) -> Vec<Option<SynGuardStatus>> {
         self.classes
             .iter()
             .map(|c| {
-                (c.tcp || c.policy == SynCookies::On).then(|| crate::stats::SynGuardStatus {
+                (c.tcp || c.policy == SynCookies::On).then(|| SynGuardStatus {
                     policy: c.policy.name().into(),
                     answering: c.answering && available,
                     available,
@@ -237,6 +237,18 @@ impl SynGuards {
         }
         writes
     }
+}
+
+/// A class's SYN guard (`crate::syn_guard`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct SynGuardStatus {
+    /// "auto", "on" or "off".
+    pub policy: String,
+    /// The gate answers the class's SYNs now.
+    pub answering: bool,
+    /// The kernel can complete connections from gate cookies (Linux 6.9's
+    /// bpf_sk_assign_tcp_reqsk); false: the kernel answers every SYN.
+    pub available: bool,
 }
 
 #[cfg(test)]

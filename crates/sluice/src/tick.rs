@@ -21,11 +21,11 @@ use crate::bpf_intf::*;
 use crate::budget::{Budget, BudgetClass, FLOOR_PPS};
 use crate::config::{default_burst, Config, Limit};
 use crate::fair::{Fair, FairCounts, FairTick};
+use crate::gate::counters::ClassTotals;
 use crate::gate::{ClassCounters, Clock, Gate, Tiers};
 use crate::health::{behind, distress, path_distress, syn_pressure, Health, HealthReader};
 use crate::log::{Cause, Change};
 use crate::remap::ClassRemap;
-use crate::stats::ClassTotals;
 use crate::syn_guard::SynGuards;
 
 /// An auto class whose rate is over this many times what it was offered in

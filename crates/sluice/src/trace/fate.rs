@@ -406,7 +406,7 @@ mod tests {
 
     #[test]
     fn the_gates_syn_answers_are_counted_and_shown_only_when_there_are_some() {
-        use crate::stats::ClassTotals;
+        use crate::gate::counters::ClassTotals;
         let before = ClassTotals { synack_pkts: 100, cookies_valid: 3, dropped_rate_pkts: 7, ..ClassTotals::default() };
         let after = ClassTotals {
             admitted_pkts: 40,

@@ -23,8 +23,8 @@ use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, OpenObject};
 use crate::bpf_intf::{
     sluice_class_state, sluice_latency, SLUICE_IV_NR, SLUICE_MAX_CLASSES, SLUICE_STAGE_NR, SLUICE_TRACE_CLASSES,
 };
+use crate::gate::counters::ClassTotals;
 use crate::gate::{bytes_of, from_bytes};
-use crate::stats::ClassTotals;
 use crate::trace_skel::{TraceSkel, TraceSkelBuilder};
 use fate::{ClassFate, Drop, GateCounts, Interval, LatencySums, Report, StageCounts, INTERVALS, REPORT_VERSION};
 

@@ -1,0 +1,264 @@
+//! The Prometheus text of a snapshot: OpenMetrics for those who ask for it,
+//! the 0.0.4 text format for the rest, and the 0.0.4 lint the tests use.
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+use super::*;
+
+/// Prometheus text exposition of a snapshot.
+pub fn prometheus_text(s: &Snapshot) -> String {
+    let mut reg = Registry::with_prefix("sluice");
+    register_class_families(&mut reg, &s.classes);
+    register_auto_families(&mut reg, &s.classes);
+    // The kernel's counters are totals: each scrape builds a new registry and
+    // counts them in once, so they are served as counters (the encoder adds _total).
+    let (unclassified, flagged) = (Family::<Labels, U64Counter>::default(), Family::<Labels, U64Counter>::default());
+    let g = &s.global;
+    for (v, n) in
+        [("non_ip_pass", g.non_ip_pass), ("malformed_drop", g.malformed_drop), ("malformed_pass", g.malformed_pass)]
+    {
+        unclassified.get_or_create(&vec![label("verdict", v)]).inc_by(n);
+    }
+    for (f, n) in [("depth_exceeded", g.depth_exceeded), ("fragment", g.fragments), ("observed_pass", g.observed_pass)]
+    {
+        flagged.get_or_create(&vec![label("flag", f)]).inc_by(n);
+    }
+    reg.register(
+        "unclassified_packets",
+        "Packets the gate passed or dropped outside the classes (non-IP, malformed)",
+        unclassified,
+    );
+    let what = "Packets the gate noted (headers past its parse depth, IP fragments, passed in observe mode); \
+                also counted in their class or as unclassified";
+    reg.register("flagged_packets", what, flagged);
+    let unasked = ConstCounter::new(g.unasked_replies);
+    let what = "Replies from a learning class's port to a peer that had asked the class nothing (not learned)";
+    reg.register("learner_unasked_replies", what, unasked);
+    let cpu = ConstCounter::new(s.daemon_cpu_secs);
+    reg.register("daemon_cpu_seconds", "CPU time used by the daemon (user + system)", cpu);
+    let start = F64Gauge::default();
+    start.set(s.started_unix);
+    reg.register("start_time_seconds", "When the gate was attached (Unix time)", start);
+    let attached = U64Gauge::default();
+    attached.set(u64::from(s.attached));
+    reg.register("gate_attached", "1 while the daemon's program is attached to the interface, else 0", attached);
+    let inserts = ConstCounter::new(s.sources.inserts);
+    reg.register("source_inserts", "Entries made in the per-source map (every class)", inserts);
+    // No sample until the daemon's first scan of the map (5 s): missing, not 0.
+    let evictions = Family::<Labels, U64Counter>::default();
+    if let Some(e) = s.sources.evictions {
+        evictions.get_or_create(&vec![label("map", "sources")]).inc_by(e);
+    }
+    reg.register("source_evictions", "Entries evicted from the full per-source map (at the last scan)", evictions);
+    let mut out = String::new();
+    encode(&mut out, &reg).expect("writing to a String cannot fail");
+    out
+}
+
+type Labels = Vec<(String, String)>;
+type U64Counter = Counter<u64, std::sync::atomic::AtomicU64>;
+type U64Gauge = Gauge<u64, std::sync::atomic::AtomicU64>;
+type F64Gauge = Gauge<f64, std::sync::atomic::AtomicU64>;
+type F64Counter = Counter<f64, std::sync::atomic::AtomicU64>;
+
+fn label(k: &str, v: &str) -> (String, String) {
+    (k.to_string(), v.to_string())
+}
+
+/// Packets and bytes per class and verdict, and the limit of limited classes.
+fn register_class_families(reg: &mut Registry, classes: &[ClassSnapshot]) {
+    let pkts = Family::<Labels, U64Counter>::default();
+    let bytes = Family::<Labels, U64Counter>::default();
+    let limit = Family::<Labels, U64Gauge>::default();
+    let (throttle, distress) = (Family::<Labels, F64Gauge>::default(), Family::<Labels, F64Counter>::default());
+    let harm = Family::<Labels, U64Counter>::default();
+    let (answering, cookies) = (Family::<Labels, U64Gauge>::default(), Family::<Labels, U64Counter>::default());
+    for c in classes {
+        let t = &c.totals;
+        // Every classified packet gets exactly one verdict: the sum over verdicts is what the class saw.
+        for (verdict, p, b) in [
+            ("admitted", t.admitted_pkts, t.admitted_bytes),
+            ("dropped_rate", t.dropped_rate_pkts, t.dropped_rate_bytes),
+            ("dropped_blocked", t.dropped_blocked_pkts, t.dropped_blocked_bytes),
+            ("dropped_share", t.dropped_share_pkts, t.dropped_share_bytes),
+            ("syn_cookie", t.synack_pkts, t.synack_bytes),
+            ("dropped_noconn", t.dropped_noconn_pkts, t.dropped_noconn_bytes),
+        ] {
+            let l = vec![label("class", &c.name), label("verdict", verdict)];
+            pkts.get_or_create(&l).inc_by(p);
+            bytes.get_or_create(&l).inc_by(b);
+        }
+        let l = vec![label("class", &c.name)];
+        if let Some(r) = c.rate_pps {
+            limit.get_or_create(&l).set(r);
+        }
+        if let Some(t) = c.throttle_pps {
+            throttle.get_or_create(&l).set(t);
+        }
+        if let Some(d) = c.distress_secs {
+            distress.get_or_create(&l).inc_by(d);
+        }
+        if let Some(n) = c.dropped_with_room_pkts {
+            harm.get_or_create(&l).inc_by(n);
+        }
+        if let Some(g) = &c.syn_guard {
+            answering.get_or_create(&l).set(u64::from(g.answering));
+            for (result, n) in [("valid", t.cookies_valid), ("invalid", t.cookies_invalid)] {
+                cookies.get_or_create(&vec![label("class", &c.name), label("result", result)]).inc_by(n);
+            }
+        }
+    }
+    let what = "1 while the gate answers the class's TCP SYNs with its own cookies (SYN cookies at the driver), else 0";
+    reg.register("syn_guard_answering", what, answering);
+    let what = "ACKs to a guarded class's listener: with a valid gate cookie (the connection completed) or without";
+    reg.register("syn_cookie_acks", what, cookies);
+    reg.register("class_packets", "Packets per class and verdict (their sum is every packet of the class)", pkts);
+    reg.register("class_bytes", "Bytes per class and verdict", bytes);
+    reg.register("class_rate_limit_packets_per_second", "Configured packets/s limit of limited classes", limit);
+    let what = "The budget's throttle on the class while a service of higher priority is or was in distress";
+    reg.register("class_throttle_packets_per_second", what, throttle);
+    let what = "Time the class's service showed distress (socket drops or queue, accept queue, listen overflows)";
+    reg.register("class_distress_seconds", what, distress);
+    let what =
+        "Packets the gate dropped while the class's service had room (no distress) and only sluice's own limit applied";
+    reg.register("class_dropped_with_room_packets", what, harm);
+    register_kernel_drops(reg, classes);
+    register_source_families(reg, classes);
+}
+
+/// Each class's packets the kernel dropped after the gate.
+fn register_kernel_drops(reg: &mut Registry, classes: &[ClassSnapshot]) {
+    let kernel = Family::<Labels, U64Counter>::default();
+    for c in classes {
+        for d in &c.kernel_drops {
+            let l = vec![label("class", &c.name), label("stage", &d.stage), label("reason", &d.reason)];
+            kernel.get_or_create(&l).inc_by(d.packets);
+        }
+    }
+    let what =
+        "Packets of a class the kernel dropped after the gate admitted them, by receive stage and kernel drop reason";
+    reg.register("kernel_dropped_packets", what, kernel);
+}
+
+/// Source fairness of the classes that count sources or learn.
+fn register_source_families(reg: &mut Registry, classes: &[ClassSnapshot]) {
+    let (active, known, quota) = (
+        Family::<Labels, F64Gauge>::default(),
+        Family::<Labels, F64Gauge>::default(),
+        Family::<Labels, U64Gauge>::default(),
+    );
+    for c in classes {
+        let Some(x) = &c.sources else { continue };
+        let l = vec![label("class", &c.name)];
+        active.get_or_create(&l).set(x.active_per_epoch);
+        if let Some(k) = x.known {
+            known.get_or_create(&l).set(k as f64);
+        }
+        if let Some(q) = x.quota {
+            quota.get_or_create(&l).set(q as u64);
+        }
+    }
+    reg.register("class_sources_active", "Distinct unknown sources per 10 ms epoch (mean over a second)", active);
+    reg.register("class_sources_known", "Known sources of the class (clients it answered while healthy)", known);
+    reg.register(
+        "class_source_quota_packets",
+        "One unknown source's share, packets per 10 ms epoch, paced by the gate (limited classes)",
+        quota,
+    );
+}
+
+/// The controller's view of each auto class.
+fn register_auto_families(reg: &mut Registry, classes: &[ClassSnapshot]) {
+    let (pps, queue, lost, state) = (
+        Family::<Labels, F64Gauge>::default(),
+        Family::<Labels, F64Gauge>::default(),
+        Family::<Labels, F64Gauge>::default(),
+        Family::<Labels, F64Gauge>::default(),
+    );
+    for c in classes {
+        let Some(a) = &c.auto else { continue };
+        let class = || vec![label("class", &c.name)];
+        let kind = |k: &str| vec![label("class", &c.name), label("kind", k)];
+        pps.get_or_create(&kind("capacity")).set(a.capacity_pps);
+        pps.get_or_create(&kind("target")).set(a.target_pps);
+        pps.get_or_create(&kind("rate")).set(a.rate_pps.unwrap_or(f64::INFINITY));
+        queue.get_or_create(&class()).set(a.queued_bytes as f64);
+        lost.get_or_create(&class()).set(a.lost_secs);
+        state.get_or_create(&vec![label("class", &c.name), label("algo", &a.algo), label("state", &a.state)]).set(1.0);
+    }
+    let what = "Auto classes: capacity estimate, controller target (all auto classes) and the class's current rate";
+    reg.register("auto_rate_packets_per_second", what, pps);
+    reg.register("auto_socket_queued_bytes", "Auto classes: bytes queued in the class's sockets", queue);
+    reg.register("auto_signals_lost_seconds", "Auto classes: seconds without signals (holding, then fallback)", lost);
+    reg.register("auto_state", "Auto classes: the controller's state (value 1 on the current state)", state);
+}
+
+/// The same metrics in the Prometheus text format 0.0.4, for scrapers that
+/// do not ask for OpenMetrics (curl, promtool, older Prometheus): there a
+/// counter family is named with its `_total` suffix, there is no `# UNIT`
+/// line and no `# EOF`.
+pub fn prometheus_text_004(s: &Snapshot) -> String {
+    openmetrics_to_004(&prometheus_text(s))
+}
+
+/// Check a text-format 0.0.4 exposition against the rules `promtool check
+/// metrics` enforces that apply here: every family has HELP and TYPE; a
+/// counter's name ends in `_total` and a gauge's does not; every sample
+/// belongs to the family declared before it. Returns the families
+/// (name, type) or the first broken rule.
+pub fn lint_004(text: &str) -> Result<Vec<(String, String)>, String> {
+    let mut families: Vec<(String, String)> = vec![];
+    let mut helped: Vec<String> = vec![];
+    for line in text.lines().filter(|l| !l.is_empty()) {
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            let (name, help) = rest.split_once(' ').unwrap_or((rest, ""));
+            if help.trim().is_empty() {
+                return Err(format!("{name}: no help text"));
+            }
+            helped.push(name.to_string());
+        } else if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').ok_or(format!("bad TYPE line: {line}"))?;
+            if !helped.iter().any(|h| h == name) {
+                return Err(format!("{name}: no help text"));
+            }
+            match (kind, name.ends_with("_total")) {
+                ("counter", false) => return Err(format!("{name}: a counter's name must end in _total")),
+                ("gauge", true) => {
+                    return Err(format!("{name}: a gauge must not end in _total (it reads as a counter)"))
+                }
+                _ => {}
+            }
+            families.push((name.to_string(), kind.to_string()));
+        } else if line.starts_with('#') {
+            return Err(format!("unexpected comment line: {line}"));
+        } else {
+            let sample = line.split(['{', ' ']).next().unwrap_or("");
+            match families.last() {
+                Some((name, _)) if name == sample => {}
+                _ => return Err(format!("{sample}: a sample outside its family (no HELP/TYPE before it)")),
+            }
+        }
+    }
+    Ok(families)
+}
+
+fn openmetrics_to_004(om: &str) -> String {
+    let counters: Vec<&str> = om.lines().filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" counter")).collect();
+    let mut out = String::with_capacity(om.len());
+    for line in om.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let renamed = ["# HELP ", "# TYPE "].iter().find_map(|tag| {
+            let rest = line.strip_prefix(tag)?;
+            let (name, tail) = rest.split_once(' ')?;
+            counters.contains(&name).then(|| format!("{tag}{name}_total {tail}"))
+        });
+        out += renamed.as_deref().unwrap_or(line);
+        out.push('\n');
+    }
+    out
+}
