@@ -1,7 +1,6 @@
 //! The bench's traffic generator: BPF live frames from the generator's
 //! namespace, paced inside one long BPF_PROG_RUN call (see the design comment
 //! in `bpf/gen.bpf.c`), ended by a thread-directed timer signal.
-use std::mem::MaybeUninit;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsFd, AsRawFd};
 use std::time::{Duration, Instant};
@@ -9,7 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, ensure, Context, Result};
 use libbpf_rs::libbpf_sys;
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{MapCore, MapFlags, OpenObject};
+use libbpf_rs::{MapCore, MapFlags};
 use serde::{Deserialize, Serialize};
 
 use crate::gen_intf::{
@@ -17,6 +16,7 @@ use crate::gen_intf::{
     SLUICE_GEN_MIN_FRAME, SLUICE_GEN_STAMP_LEN, SLUICE_GEN_TMPL,
 };
 use crate::gen_skel::{GenSkel, GenSkelBuilder};
+use sluice::gate::Owned;
 use sluice::packet::{Frame, L4};
 
 /// One stream of UDP frames.
@@ -197,17 +197,22 @@ impl Drop for ThreadTimer {
     }
 }
 
+// SAFETY: the generator's header structs: integers with explicit padding fields.
+unsafe impl sluice::gate::Pod for sluice_gen_stream {}
+// SAFETY: as above.
+unsafe impl sluice::gate::Pod for sluice_gen_state {}
+
 /// The loaded generator program.
 pub struct Generator {
-    skel: GenSkel<'static>,
+    skel: Owned<GenSkel<'static>>,
     streams: usize,
     values: Vec<sluice_gen_stream>,
 }
 
 impl Generator {
     pub fn load() -> Result<Generator> {
-        let storage: &'static mut MaybeUninit<OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
-        let skel = GenSkelBuilder::default().open(storage)?.load().context("loading the generator program")?;
+        let skel = Owned::new(|storage| GenSkelBuilder::default().open(storage)?.load())
+            .context("loading the generator program")?;
         Ok(Generator { skel, streams: 0, values: vec![] })
     }
 

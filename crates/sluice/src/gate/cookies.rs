@@ -84,7 +84,7 @@ impl Gate {
             Ok(key) => self.set_syn_key(key, mtu(iface)),
             Err(err) => return fail(self, err),
         }
-        match super::tcx_link(&self.skel.progs.sluice_cookie_ack, ifidx, libbpf_sys::BPF_TCX_INGRESS) {
+        match super::attach::tcx_link(&self.skel.progs.sluice_cookie_ack, ifidx, libbpf_sys::BPF_TCX_INGRESS) {
             Ok(link) => self.cookie_link = Some(link),
             Err(err) => return fail(self, err),
         }

@@ -30,12 +30,11 @@ pub mod groups;
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{self, Read};
-use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 use anyhow::{bail, Context, Result};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{Iter, Link, MapCore, MapFlags, OpenObject};
+use libbpf_rs::{Iter, Link, MapCore, MapFlags};
 use serde::{Deserialize, Serialize};
 
 use crate::bpf_intf::{
@@ -44,6 +43,7 @@ use crate::bpf_intf::{
 };
 use crate::config::{Config, Readers};
 use crate::discover::{each_listener, socket_holders, L4};
+use crate::gate::{bytes_of, from_bytes, Owned};
 use crate::signals::SockDiag;
 use crate::steer_skel::{SteerSkel, SteerSkelBuilder};
 pub use groups::{Group, Listener, Reader};
@@ -88,8 +88,7 @@ pub struct GroupStatus {
 
 /// The loaded program and the groups it steers.
 pub struct Steer {
-    skel: SteerSkel<'static>,
-    ncpus: usize,
+    skel: Owned<SteerSkel<'static>>,
     /// The two queue tracepoints, attached while a group is least-loaded.
     tracepoints: Option<(Link, Link)>,
     attached: BTreeMap<u16, Attached>,
@@ -162,12 +161,9 @@ fn group_key(port: u16) -> [u8; 4] {
 impl Steer {
     /// Load the program (nothing is attached yet).
     pub fn load() -> Result<Steer> {
-        // The open object must outlive the skeleton; one small allocation per load.
-        let storage: &'static mut MaybeUninit<OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
-        let open = SteerSkelBuilder::default().open(storage).context("opening the steering program")?;
-        let skel = open.load().context("loading the steering program (bpf/steer.bpf.c)")?;
-        let ncpus = libbpf_rs::num_possible_cpus()?;
-        Ok(Steer { skel, ncpus, tracepoints: None, attached: BTreeMap::new() })
+        let skel = Owned::new(|storage| SteerSkelBuilder::default().open(storage)?.load())
+            .context("loading the steering program (bpf/steer.bpf.c)")?;
+        Ok(Steer { skel, tracepoints: None, attached: BTreeMap::new() })
     }
 
     /// Tell the program the daemon is alive (every tick): `now` is CLOCK_MONOTONIC ns.
@@ -272,9 +268,7 @@ impl Steer {
         let size = std::mem::size_of::<sluice_reuseport_sock>();
         let mut out = HashMap::new();
         for rec in bytes.chunks_exact(size) {
-            // SAFETY: each record is one sluice_reuseport_sock written whole by
-            // the iterator; read_unaligned copies it out of the byte buffer.
-            let s: sluice_reuseport_sock = unsafe { std::ptr::read_unaligned(rec.as_ptr().cast()) };
+            let s: sluice_reuseport_sock = from_bytes(rec);
             out.insert(s.inode, (s.has_prog != 0).then_some(s.prog_id));
         }
         Ok(out)
@@ -309,11 +303,7 @@ impl Steer {
             first.get_or_insert(fd);
         }
         let info = sluice_group { index, n: g.readers.len() as u32, policy: policy_code(g.policy), _pad: 0 };
-        // SAFETY: sluice_group is a plain #[repr(C)] struct of u32s with no padding bytes.
-        let bytes = unsafe {
-            std::slice::from_raw_parts((&info as *const sluice_group).cast::<u8>(), std::mem::size_of::<sluice_group>())
-        };
-        self.skel.maps.groups.update(&group_key(g.port), bytes, MapFlags::ANY)?;
+        self.skel.maps.groups.update(&group_key(g.port), bytes_of(&info), MapFlags::ANY)?;
         let fd = first.context("a group has readers")?;
         setsockopt_int(&fd, SO_ATTACH_REUSEPORT_EBPF, self.skel.progs.steer.as_fd().as_raw_fd())
             .context("SO_ATTACH_REUSEPORT_EBPF")?;
@@ -390,8 +380,7 @@ impl Steer {
     }
 
     fn sum_percpu(&self, map: &libbpf_rs::Map, key: u32) -> u64 {
-        let per_cpu = map.lookup_percpu(&key.to_ne_bytes(), MapFlags::ANY).ok().flatten().unwrap_or_default();
-        per_cpu.iter().take(self.ncpus).filter_map(|v| v.as_slice().try_into().ok()).map(u64::from_ne_bytes).sum()
+        crate::gate::maps::percpu_sum(map, "steer counters", key).unwrap_or(0)
     }
 
     /// Each steered group, its readers' counts and queues.

@@ -10,7 +10,6 @@
 pub mod fate;
 
 use std::collections::BTreeMap;
-use std::mem::MaybeUninit;
 use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -18,13 +17,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, OpenObject};
+use libbpf_rs::{Link, MapCore, MapFlags, MapHandle};
 
 use crate::bpf_intf::{
     sluice_class_state, sluice_latency, SLUICE_IV_NR, SLUICE_MAX_CLASSES, SLUICE_STAGE_NR, SLUICE_TRACE_CLASSES,
 };
 use crate::gate::counters::ClassTotals;
-use crate::gate::{bytes_of, from_bytes};
+use crate::gate::{bytes_of, from_bytes, Owned};
 use crate::trace_skel::{TraceSkel, TraceSkelBuilder};
 use fate::{ClassFate, Drop, GateCounts, Interval, LatencySums, Report, StageCounts, INTERVALS, REPORT_VERSION};
 
@@ -61,7 +60,7 @@ pub struct Counts {
 
 /// The loaded tracer; its programs detach when it is dropped.
 pub struct Tracer {
-    skel: TraceSkel<'static>,
+    skel: Owned<TraceSkel<'static>>,
     links: Vec<Link>,
     /// The gate's maps by name, when the tracer shares them (Tables::Gate).
     gate: Option<BTreeMap<String, MapHandle>>,
@@ -109,44 +108,45 @@ pub fn gate_maps(prog_id: u32) -> Result<BTreeMap<String, MapHandle>> {
 impl Tracer {
     /// Load and attach. Fails plainly without root or without tp_btf support.
     pub fn start(opts: &Options, tables: Tables) -> Result<Tracer> {
-        let storage: &'static mut MaybeUninit<OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
-        let mut open = TraceSkelBuilder::default().open(storage).context("opening the tracer (bpf/trace.bpf.c)")?;
         let (gate, own) = match tables {
             Tables::Gate(maps) => (Some(maps), None),
             Tables::Own(t) => (None, Some(t)),
         };
-        if let Some(maps) = &gate {
-            for (name, map) in [
-                ("cells", &mut open.maps.cells),
-                ("prefix_v4", &mut open.maps.prefix_v4),
-                ("prefix_v6", &mut open.maps.prefix_v6),
-            ] {
-                let m = maps.get(name).with_context(|| format!("the gate program has no map {name}"))?;
-                map.reuse_fd(m.as_fd()).with_context(|| format!("sharing the gate's {name} map"))?;
+        let skel = Owned::new(|storage| -> Result<TraceSkel<'static>> {
+            let mut open = TraceSkelBuilder::default().open(storage).context("opening the tracer (bpf/trace.bpf.c)")?;
+            if let Some(maps) = &gate {
+                for (name, map) in [
+                    ("cells", &mut open.maps.cells),
+                    ("prefix_v4", &mut open.maps.prefix_v4),
+                    ("prefix_v6", &mut open.maps.prefix_v6),
+                ] {
+                    let m = maps.get(name).with_context(|| format!("the gate program has no map {name}"))?;
+                    map.reuse_fd(m.as_fd()).with_context(|| format!("sharing the gate's {name} map"))?;
+                }
             }
-        }
-        {
-            let data = open.maps.data_data.as_deref_mut().expect(".data is mmap'ed before load");
-            data.settings.netns = opts.netns;
-            data.settings.ifindex = opts.ifindex;
-            data.settings.default_class = opts.default_class;
-            data.settings.sample_every = 0;
-        }
-        if opts.drops_only {
-            let p = &mut open.progs;
-            for prog in [
-                &mut p.trace_gro,
-                &mut p.trace_rx_entry,
-                &mut p.trace_list_entry,
-                &mut p.trace_netif_rx,
-                &mut p.trace_stack,
-                &mut p.trace_queued,
-                &mut p.trace_read,
-            ] {
-                prog.set_autoload(false);
+            {
+                let data = open.maps.data_data.as_deref_mut().expect(".data is mmap'ed before load");
+                data.settings.netns = opts.netns;
+                data.settings.ifindex = opts.ifindex;
+                data.settings.default_class = opts.default_class;
+                data.settings.sample_every = 0;
             }
-        }
-        let skel = open.load().context("loading the tracer (needs root and tp_btf tracepoints)")?;
+            if opts.drops_only {
+                let p = &mut open.progs;
+                for prog in [
+                    &mut p.trace_gro,
+                    &mut p.trace_rx_entry,
+                    &mut p.trace_list_entry,
+                    &mut p.trace_netif_rx,
+                    &mut p.trace_stack,
+                    &mut p.trace_queued,
+                    &mut p.trace_read,
+                ] {
+                    prog.set_autoload(false);
+                }
+            }
+            open.load().context("loading the tracer (needs root and tp_btf tracepoints)")
+        })?;
         if let Some(t) = own {
             write_tables(&skel, t)?;
         }
@@ -314,8 +314,7 @@ impl DropBook {
 }
 
 fn sum_u64(map: &libbpf_rs::Map, idx: u32) -> Result<u64> {
-    let v = map.lookup_percpu(&idx.to_ne_bytes(), MapFlags::ANY)?.unwrap_or_default();
-    Ok(v.iter().map(|b| from_bytes::<u64>(b)).sum())
+    Ok(crate::gate::maps::percpu_sum(map, "trace counters", idx)?)
 }
 
 /// Fill the tracer's own copy of the class tables (no gate to share them with).

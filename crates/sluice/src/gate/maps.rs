@@ -1,0 +1,150 @@
+//! The map layer: which types may cross into BPF maps as bytes (`Pod`),
+//! typed reads and writes of hash and per-CPU maps, and a skeleton that owns
+//! the open object it borrows from (`Owned`).
+use std::mem::{ManuallyDrop, MaybeUninit};
+use std::ops::{Deref, DerefMut};
+
+use libbpf_rs::{MapCore, MapFlags, OpenObject};
+
+use crate::bpf_intf::*;
+
+use super::{GateError, Result};
+
+/// A type whose values are plain bytes: it may be copied into and out of a
+/// BPF map as its in-memory representation.
+///
+/// # Safety
+/// Implement only for `#[repr(C)]` types (or integers, or arrays of them)
+/// that have no padding bytes (every byte of a value is initialised) and for
+/// which every bit pattern is a valid value. The header `bpf/sluice.h` gives
+/// its structs explicit padding fields for this.
+pub unsafe trait Pod: Copy + Default + 'static {}
+
+macro_rules! pod {
+    ($($t:ty),* $(,)?) => { $(
+        // SAFETY: integers, or bindgen structs of `bpf/sluice.h` (and the
+        // bench's header) made of integers with explicit padding fields.
+        unsafe impl Pod for $t {}
+    )* };
+}
+
+pod!(u8, u16, u32, u64, i64, [u64; SLUICE_CS_NR as usize]);
+pod!(
+    sluice_bucket,
+    sluice_cell,
+    sluice_class_state,
+    sluice_fair,
+    sluice_group,
+    sluice_known,
+    sluice_latency,
+    sluice_pacer,
+    sluice_reuseport_sock,
+    sluice_share,
+    sluice_src,
+    sluice_src_key,
+    sluice_syn_guard,
+    sluice_v4_key,
+    sluice_v6_key,
+);
+
+/// A value's bytes, to write into a map.
+pub fn bytes_of<T: Pod>(v: &T) -> &[u8] {
+    // SAFETY: T is Pod: every byte is initialised; the slice borrows `v`.
+    unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), std::mem::size_of::<T>()) }
+}
+
+/// A value read back from a map's bytes.
+pub fn from_bytes<T: Pod>(b: &[u8]) -> T {
+    assert_eq!(b.len(), std::mem::size_of::<T>(), "map value size matches the header");
+    // SAFETY: the length is checked and T is Pod: any bit pattern is a value.
+    unsafe { std::ptr::read_unaligned(b.as_ptr().cast::<T>()) }
+}
+
+/// Every entry of a hash map (batched reads).
+pub fn dump_map<K: Pod, V: Pod>(map: &dyn MapCore, name: &'static str) -> Result<Vec<(K, V)>> {
+    let mut out = Vec::new();
+    let iter = match map.lookup_batch(4096, MapFlags::ANY, MapFlags::ANY) {
+        Ok(it) => it,
+        Err(e) if e.kind() == libbpf_rs::ErrorKind::NotFound => return Ok(out),
+        Err(err) => return Err(GateError::Map { map: name, err }),
+    };
+    for (k, v) in iter {
+        out.push((from_bytes::<K>(&k), from_bytes::<V>(&v)));
+    }
+    Ok(out)
+}
+
+/// Entry `idx` of a per-CPU array: one value per possible CPU (empty if absent).
+pub fn percpu<T: Pod>(map: &dyn MapCore, name: &'static str, idx: u32) -> Result<Vec<T>> {
+    let vals = map
+        .lookup_percpu(&idx.to_ne_bytes(), MapFlags::ANY)
+        .map_err(|err| GateError::Map { map: name, err })?
+        .unwrap_or_default();
+    Ok(vals.iter().map(|v| from_bytes::<T>(v)).collect())
+}
+
+/// Entry `idx` of a per-CPU array of u64 counters, summed over CPUs.
+pub fn percpu_sum(map: &dyn MapCore, name: &'static str, idx: u32) -> Result<u64> {
+    Ok(percpu::<u64>(map, name, idx)?.iter().sum())
+}
+
+/// Write entry `idx` of a per-CPU array: one value per possible CPU.
+pub fn set_percpu<T: Pod>(map: &dyn MapCore, name: &'static str, idx: u32, per_cpu: &[T]) -> Result<()> {
+    let values: Vec<Vec<u8>> = per_cpu.iter().map(|v| bytes_of(v).to_vec()).collect();
+    map.update_percpu(&idx.to_ne_bytes(), &values, MapFlags::ANY).map_err(|err| GateError::Map { map: name, err })
+}
+
+/// A libbpf skeleton together with the open object it borrows from: the
+/// object is freed after the skeleton, when this is dropped.
+pub struct Owned<S> {
+    skel: ManuallyDrop<S>,
+    storage: *mut MaybeUninit<OpenObject>,
+}
+
+impl<S> Owned<S> {
+    /// Open and load a skeleton with `make`, over storage this owns.
+    pub fn new<E>(
+        make: impl FnOnce(&'static mut MaybeUninit<OpenObject>) -> std::result::Result<S, E>,
+    ) -> std::result::Result<Owned<S>, E> {
+        let storage = Box::into_raw(Box::new(MaybeUninit::uninit()));
+        // SAFETY: a fresh allocation; only the skeleton borrows it, and Drop
+        // frees it after the skeleton (the 'static borrow never outlives it).
+        match make(unsafe { &mut *storage }) {
+            Ok(skel) => Ok(Owned { skel: ManuallyDrop::new(skel), storage }),
+            Err(e) => {
+                // SAFETY: `make` returned; nothing borrows the storage any more.
+                drop(unsafe { Box::from_raw(storage) });
+                Err(e)
+            }
+        }
+    }
+}
+
+// SAFETY: the storage pointer is owned like a Box, and moves with the
+// skeleton that borrows it; it is Send when a Box of it would be.
+unsafe impl<S: Send> Send for Owned<S> where Box<MaybeUninit<OpenObject>>: Send {}
+// SAFETY: a shared Owned gives out only `&S`; the storage is not touched through it.
+unsafe impl<S: Sync> Sync for Owned<S> where Box<MaybeUninit<OpenObject>>: Sync {}
+
+impl<S> Deref for Owned<S> {
+    type Target = S;
+    fn deref(&self) -> &S {
+        &self.skel
+    }
+}
+
+impl<S> DerefMut for Owned<S> {
+    fn deref_mut(&mut self) -> &mut S {
+        &mut self.skel
+    }
+}
+
+impl<S> Drop for Owned<S> {
+    fn drop(&mut self) {
+        // SAFETY: the skeleton goes first, then the storage it borrowed; each once.
+        unsafe {
+            ManuallyDrop::drop(&mut self.skel);
+            drop(Box::from_raw(self.storage));
+        }
+    }
+}
