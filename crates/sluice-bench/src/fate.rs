@@ -79,7 +79,7 @@ pub fn figures(m: &ModelRun, dir: &Path) -> Result<Vec<String>> {
         let rows = shares(&m.results, c);
         let stem = format!("{}-fate-{}", m.model.name(), c.name());
         let title = format!("where the applied packets went: {} ({} model)", c.name(), m.model.name());
-        names.push(crate::report::svg_and_png!(dir, stem, (760, 460), |root| draw(root, &title, &rows)));
+        names.push(crate::plot::svg_and_png!(dir, stem, (760, 460), |root| draw(root, &title, &rows)));
     }
     Ok(names)
 }

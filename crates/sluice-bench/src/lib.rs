@@ -50,6 +50,7 @@ pub mod http;
 pub mod level;
 pub mod measure;
 pub mod outbound;
+pub mod plot;
 pub mod procs;
 pub mod readers;
 pub mod recovery;

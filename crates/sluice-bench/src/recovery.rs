@@ -213,7 +213,7 @@ pub fn write_all(r: &RecoveryResults, dir: &Path) -> Result<()> {
     std::fs::create_dir_all(dir)?;
     std::fs::write(dir.join("recovery.json"), serde_json::to_string_pretty(r)?)?;
     std::fs::write(dir.join("summary.txt"), summary(r))?;
-    crate::report::register_font()?;
+    crate::plot::register_font()?;
     let mut keys: Vec<(VictimModel, u64)> = r.runs.iter().map(|x| (x.model, x.flood_secs as u64)).collect();
     keys.dedup();
     for (model, secs) in keys {
@@ -221,7 +221,7 @@ pub fn write_all(r: &RecoveryResults, dir: &Path) -> Result<()> {
             r.runs.iter().filter(|x| x.model == model && x.flood_secs as u64 == secs).collect();
         for rtt in [false, true] {
             let stem = format!("recovery-{}-{secs}s-{}", model.name(), if rtt { "rtt" } else { "replies" });
-            let _svg = crate::report::svg_and_png!(dir, stem, (900, 420), |root| draw(root, &runs, rtt));
+            let _svg = crate::plot::svg_and_png!(dir, stem, (900, 420), |root| draw(root, &runs, rtt));
         }
     }
     Ok(())

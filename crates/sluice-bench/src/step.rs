@@ -354,14 +354,14 @@ pub fn write_all(r: &StepResults, dir: &Path) -> Result<()> {
     }
     std::fs::write(dir.join("step.csv"), csv)?;
     std::fs::write(dir.join("summary.txt"), summary(r))?;
-    super::report::register_font()?;
+    crate::plot::register_font()?;
     let mut models: Vec<VictimModel> = r.runs.iter().map(|x| x.model).collect();
     models.dedup();
     for m in models {
         let runs: Vec<&StepRun> = r.runs.iter().filter(|x| x.model == m).collect();
         for delivered in [false, true] {
             let stem = format!("step-{}-{}", m.name(), if delivered { "delivered" } else { "admitted" });
-            let _svg = crate::report::svg_and_png!(dir, stem, (900, 460), |root| draw(root, &runs, delivered));
+            let _svg = crate::plot::svg_and_png!(dir, stem, (900, 460), |root| draw(root, &runs, delivered));
         }
     }
     Ok(())

@@ -40,3 +40,17 @@ pub fn stop_flag() -> Result<Arc<AtomicBool>> {
     }
     Ok(flag)
 }
+
+/// 1234567 -> "1.23M".
+pub fn human(v: f64) -> String {
+    let a = v.abs();
+    if a >= 1e9 {
+        format!("{:.2}G", v / 1e9)
+    } else if a >= 1e6 {
+        format!("{:.2}M", v / 1e6)
+    } else if a >= 1e4 {
+        format!("{:.1}k", v / 1e3)
+    } else {
+        format!("{v:.0}")
+    }
+}

@@ -275,7 +275,7 @@ fn material(from: Limit, to: Limit) -> bool {
 
 fn rate_line(class: &str, from: Limit, ch: Change, changes: u32) -> Line {
     let text = |l: Limit| match l {
-        Limit::Rate { pps, .. } => format!("{} pkt/s", crate::stats::human(pps as f64)),
+        Limit::Rate { pps, .. } => format!("{} pkt/s", crate::cli::human(pps as f64)),
         Limit::Blocked => "blocked".into(),
         Limit::Unlimited | Limit::Auto(_) => "unlimited".into(),
     };

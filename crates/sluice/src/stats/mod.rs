@@ -4,11 +4,12 @@
 use serde::{Deserialize, Serialize};
 
 pub use crate::auto::AutoStatus;
+pub use crate::cli::human;
 use crate::config::{Config, Limit};
 pub use crate::gate::counters::{ClassRates, ClassTotals, GlobalTotals};
 pub use crate::syn_guard::SynGuardStatus;
 pub use metrics::{lint_004, prometheus_text, prometheus_text_004};
-pub use table::{human, render_sources_class, render_table};
+pub use table::{render_sources_class, render_table};
 
 mod metrics;
 mod table;
@@ -47,7 +48,7 @@ pub struct ClassSnapshot {
     /// Packets the kernel dropped after the gate admitted them, by stage and
     /// drop reason (since the daemon started; empty if the tracer could not load).
     #[serde(default)]
-    pub kernel_drops: Vec<crate::trace::fate::Drop>,
+    pub kernel_drops: Vec<KernelDrop>,
     /// Seconds (in 10 ms ticks) the class's service showed distress since
     /// the daemon started (None: the class has no service the daemon reads).
     #[serde(default)]
@@ -62,6 +63,14 @@ pub struct ClassSnapshot {
     /// `syn_cookies = "on"` (None: neither).
     #[serde(default)]
     pub syn_guard: Option<SynGuardStatus>,
+}
+
+/// Drops of one class at one kernel stage for one reason (made by `crate::trace`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KernelDrop {
+    pub stage: String,
+    pub reason: String,
+    pub packets: u64,
 }
 
 /// What `sluice status` shows: the daemon's state at one moment.

@@ -48,13 +48,7 @@ pub fn reason_name(names: &[String], value: u32) -> String {
     names.get(value as usize).cloned().unwrap_or_else(|| format!("REASON_{value}"))
 }
 
-/// Drops of one class at one stage for one reason.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Drop {
-    pub stage: String,
-    pub reason: String,
-    pub packets: u64,
-}
+pub use crate::stats::KernelDrop as Drop;
 
 impl Drop {
     /// `packets` dropped for `reason`, at the reason's stage (`stage_of`).
@@ -83,7 +77,10 @@ pub struct GateCounts {
 
 impl GateCounts {
     /// What the gate did between two reads of a class's counters.
-    pub fn between(before: &crate::stats::ClassTotals, after: &crate::stats::ClassTotals) -> GateCounts {
+    pub fn between(
+        before: &crate::gate::counters::ClassTotals,
+        after: &crate::gate::counters::ClassTotals,
+    ) -> GateCounts {
         GateCounts {
             admitted: after.admitted_pkts.saturating_sub(before.admitted_pkts),
             dropped: after.dropped_pkts().saturating_sub(before.dropped_pkts()),
