@@ -1,4 +1,4 @@
-//! `sluice bench capture`: seed 004's capture experiment, with the gate.
+//! `sluice bench capture`: the capture-cost study's capture experiment, with the gate.
 //!
 //! A capture program on the victim's interface (`tcpdump` from Debian over
 //! AF_PACKET with a `udp dst port` filter, or a plain raw-socket reader,
@@ -26,7 +26,7 @@ use sluice::gate::Gate;
 use sluice::trace::fate::{Interval, INTERVALS};
 use sluice::{classify, config, netns};
 
-/// The captured class's frames per run (seed 004's count).
+/// The captured class's frames per run (the capture-cost study's count).
 pub const FRAMES: u64 = 10_000;
 /// Other frames per captured one.
 pub const OTHERS: f64 = 9.0;

@@ -1,4 +1,4 @@
-//! `sluice bench run --scenario cpu`: CPU protection (seed 002). Two
+//! `sluice bench run --scenario cpu`: CPU protection (the priority-receive study). Two
 //! services share the victim CPU (1): `hi` (an echo service at nice 0, 20 us
 //! per datagram, 10k/s of legitimate load from an echo client) and `lo` (a
 //! sink at nice 19, 50 us per datagram: about 15k/s at most beside hi),

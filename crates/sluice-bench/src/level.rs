@@ -201,7 +201,7 @@ pub struct LevelResult {
     pub admitted_cv: Option<f64>,
     #[serde(default)]
     pub ctl_cpu_pct: Option<f64>,
-    /// Seed 000's side measurements: the victim's steady outbound flow (10
+    /// The NAPI study's side measurements: the victim's steady outbound flow (10
     /// Mb/s asked) as received, Mb/s; ping from A to the victim: replies
     /// lost and mean round trip (None: no reply).
     #[serde(default)]

@@ -8,7 +8,7 @@
 //! - the victim: [`victim`] (the testbed with a victim model), [`rig`] (one
 //!   model's running rig: gates, service, control thread running the
 //!   daemon's tick), [`measure`] (CPU meters, /proc counters, nftables),
-//!   [`outbound`] (seed 000's outbound flow and ping beside each level);
+//!   [`outbound`] (the NAPI study's outbound flow and ping beside each level);
 //! - the measurements: [`level`] (one load level and its ledger), [`sweep`]
 //!   (calibration, levels, repeats), [`step`] (settling after changes),
 //!   [`recovery`] (how long the service takes to come back after a flood),
@@ -17,10 +17,10 @@
 //! - real services: [`services`] (`bench run --scenario dns|http`), [`dns`]
 //!   (NSD, dnsperf, the probe), [`http`] (nginx, wrk), [`procs`] (child
 //!   processes, the daemon as a user runs it);
-//! - [`readers`] (`bench run --scenario readers`: a service's readers, seed 001),
-//!   [`cpu`] (`--scenario cpu`: two services on one CPU, seed 002), [`echo`]
+//! - [`readers`] (`bench run --scenario readers`: a service's readers, the shared-socket study),
+//!   [`cpu`] (`--scenario cpu`: two services on one CPU, the priority-receive study), [`echo`]
 //!   (their paced echo client);
-//! - [`capture`] (`bench capture`: seed 004's capture experiment, with the gate);
+//! - [`capture`] (`bench capture`: the capture-cost study's capture experiment, with the gate);
 //! - [`demo`] (the daemon in action), [`gate_cost`] (the gate's ns per packet)
 //!   and [`tick_cost`] (the daemon's loop, read by read), [`trace_cost`]
 //!   (what `sluice trace` costs the service it watches).

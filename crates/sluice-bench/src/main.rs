@@ -59,12 +59,12 @@ enum BenchCmd {
     /// Gate cost in ns per packet (BPF_PROG_TEST_RUN) with 1, 64 and 1024 rules, beside a no-op floor.
     Gate(GateArgs),
     /// How long the legitimate probe takes to come back after a flood ends
-    /// (seed 000): floods of 10, 30 and 60 s, with and without sluice, one
+    /// (the NAPI study): floods of 10, 30 and 60 s, with and without sluice, one
     /// continuous run each (calm, flood, after); prints the recovery time and
     /// writes recovery.json, summary.txt and figures. About 7 minutes per
     /// model with the defaults.
     Recovery(RecoveryArgs),
-    /// Seed 004's capture experiment: tcpdump (AF_PACKET) and a plain raw
+    /// The capture-cost study's capture experiment: tcpdump (AF_PACKET) and a plain raw
     /// socket on the victim CPU, 10,000 frames of the captured class among
     /// nine times as many others, 64 and 1500 bytes, no gap and a 1 us gap;
     /// how many reach the capture program, where the rest die, the

@@ -1,4 +1,4 @@
-//! Seed 000's two side measurements of every level, beside the service:
+//! The NAPI study's two side measurements of every level, beside the service:
 //! - a steady outbound flow from the victim's namespace (10 Mb/s of
 //!   1470-byte UDP payloads, `sluice send`), measured where it arrives: a
 //!   socket in A counting bytes. The sender runs on the generator's CPU:

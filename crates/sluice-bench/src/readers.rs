@@ -1,7 +1,7 @@
 //! `sluice bench run --scenario readers`: how a service's readers share its
-//! datagrams (seed 001), measured on the `nic` victim model.
+//! datagrams (the shared-socket study), measured on the `nic` victim model.
 //!
-//! - part `threads`: N threads reading ONE socket (seed 001's experiment)
+//! - part `threads`: N threads reading ONE socket (the shared-socket study's experiment)
 //!   against N sockets in a reuseport group, steered by the kernel's hash,
 //!   round-robin or least-loaded, for N = 1, 2, 4, 8; offered more than the
 //!   service can serve, so the delivered rate is its capacity. The service
@@ -28,7 +28,7 @@
 //! This machine has 2 CPUs and the client takes much of CPU 0: the service
 //! has about 1.5 CPUs whatever its readers, so part `threads` can show the
 //! cost of sharing a socket between 2 CPUs but not scaling to 8. With more
-//! cores the readers would run in parallel; that is where seed 001 saw the
+//! cores the readers would run in parallel; that is where the shared-socket study saw the
 //! shared socket stop scaling.
 //!
 //! The steering program's cost is read from the kernel's own BPF run

@@ -1,5 +1,5 @@
 //! `sluice bench recovery`: how long the service takes to come back after a
-//! flood ends (seed 000 saw a server unstable for about as long as the flood
+//! flood ends (the NAPI study saw a server unstable for about as long as the flood
 //! had lasted). One continuous run per (configuration, flood length), the
 //! legitimate probe never stopping:
 //!

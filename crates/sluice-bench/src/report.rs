@@ -231,7 +231,7 @@ fn pct(x: f64) -> String {
     format!("{:.0}%", x * 100.0)
 }
 
-/// Seed 000's table for one configuration: the highest level with less than
+/// The NAPI study's table for one configuration: the highest level with less than
 /// LOSS_FREE lost (delivered against sent, medians), the first level past it
 /// with more, and the per-packet cost the loss-free rate implies (1 / its
 /// sent rate). None where no level qualifies.
@@ -250,7 +250,7 @@ pub fn loss_free(points: &[Point], config: ConfigKind) -> (Option<&Point>, Optio
 fn loss_free_table(o: &mut String, m: &ModelRun) {
     let _ = writeln!(
         o,
-        "  seed 000's table: highest loss-free level (< {}% lost), first lossy level, 1 / loss-free rate",
+        "  the NAPI study's table: highest loss-free level (< {}% lost), first lossy level, 1 / loss-free rate",
         crate::sweep::LOSS_FREE * 100.0
     );
     let mut configs: Vec<ConfigKind> = m.points.iter().map(|p| p.config).collect();

@@ -84,7 +84,7 @@ pub struct Rig {
     /// The kernel's drops after the victim's gate, by reason (the daemon's
     /// drop counter, bpf/trace.bpf.c); None if it could not load (said once).
     pub(crate) tracer: Option<sluice::trace::Tracer>,
-    /// Seed 000's steady outbound flow from the victim to A.
+    /// The NAPI study's steady outbound flow from the victim to A.
     pub(crate) outbound: crate::outbound::Outbound,
     // Last, so the namespaces go after everything that lives in them.
     pub tb: VictimBed,

@@ -96,7 +96,7 @@ pub struct Point {
     pub ns_per_delivered: Stat,
     /// Every repeat reached the asked rate (within 2%).
     pub valid: bool,
-    /// Seed 000's side measurements: the victim's outbound flow (Mb/s
+    /// The NAPI study's side measurements: the victim's outbound flow (Mb/s
     /// received) and ping's mean round trip (us).
     #[serde(default)]
     pub outbound_mbps: Stat,

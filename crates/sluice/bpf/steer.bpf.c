@@ -3,7 +3,7 @@
  * steer.bpf.c - which reader of a service gets each datagram.
  *
  * A service that reads with several threads can give each its own socket in
- * an SO_REUSEPORT group (seed 001: threads sharing one socket serialise on
+ * an SO_REUSEPORT group (the shared-socket study: threads sharing one socket serialise on
  * its locks). The kernel then picks a socket by a hash of the 4-tuple, which
  * keeps a few heavy flows on a few readers and keeps feeding a reader that
  * has stalled. This file lets the daemon choose instead:

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-only
 /*
  * trace.bpf.c - where each packet of a class goes after the gate, and how
- * long each receive stage holds it (seed 004's method, on tracepoints only:
+ * long each receive stage holds it (the capture-cost study's method, on tracepoints only:
  * this kernel allows neither kprobes nor fentry).
  *
  * Stages and the tracepoints that see them (tp_btf: typed kernel pointers):
@@ -30,7 +30,7 @@
  * (socket, the datagram's number in that socket's queue): a UDP socket is a
  * FIFO, so when its reader takes datagram number n (`sockseqs` counts both
  * ends) the other two intervals go into `latency`: count, sum, sum of
- * squares (so user space gets a mean and a 95% interval, as seed 004 did)
+ * squares (so user space gets a mean and a 95% interval, as the capture-cost study did)
  * and a log2 histogram (for p50/p99). Not the skb's free: since 6.18 UDP
  * frees a datagram read on another CPU later, on the CPU that allocated it.
  * A sampled skb that is dropped or merged is forgotten; as the kernel reuses

@@ -1,4 +1,4 @@
-//! CPU protection (seed 002): a class with `cpu = "away"` has its admitted
+//! CPU protection (the priority-receive study): a class with `cpu = "away"` has its admitted
 //! packets sent to another CPU while the host is overloaded (a service in
 //! distress, at any priority: the budget's signals), so their receive work
 //! (skb, IP, UDP/TCP, the socket) runs on that CPU's cpumap kthread instead
@@ -15,7 +15,7 @@
 //! Two levers, both while the overload lasts:
 //! - the interface's napi kthreads (threaded NAPI: where the gate and all
 //!   the receive work run, as a NIC queue's interrupt would) are moved to
-//!   the target CPU (seed 002's "stop interrupting the high-priority CPU");
+//!   the target CPU (the priority-receive study's "stop interrupting the high-priority CPU");
 //!   this is the one that helped in `bench run --scenario cpu` (same-core
 //!   model), as it also takes the gate's drops and the veth ring off the
 //!   protected CPU;

@@ -235,7 +235,7 @@ struct UdpEchoArgs {
     /// Reader sockets, in one SO_REUSEPORT group when 2 or more.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
     readers: u16,
-    /// Threads reading each socket (seed 001's shared socket: --readers 1 --threads 8).
+    /// Threads reading each socket (the shared-socket study's shared socket: --readers 1 --threads 8).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
     threads: u16,
     /// The first reader stops reading for MS milliseconds every --stall-every

@@ -3,7 +3,7 @@
 //! reading and writing in batches with recvmmsg/sendmmsg. With `readers` > 1,
 //! each reader has its own socket in one SO_REUSEPORT group (the kernel
 //! spreads datagrams over them by flow hash, or sluice's steering does);
-//! `threads` threads read each socket (seed 001's experiment); with `stall`,
+//! `threads` threads read each socket (the shared-socket study's experiment); with `stall`,
 //! the first reader stops for a while every period. SIGUSR1 doubles the
 //! per-request work (or sets it to the number in `work_file`) and SIGUSR2
 //! restores it: the bench's capacity step.

@@ -4,7 +4,7 @@
 //! Why: every class's packets cross the same receive path (the driver, the
 //! softirq, the CPU that runs the stack and the services). A flood in one
 //! class, even to a port nobody listens on, spends that path's CPU and
-//! starves the others (seed 003, ch. 3: a shared prefix forces its users to
+//! starves the others (Performing Under Overload, ch. 3: a shared prefix forces its users to
 //! share its limit). So the limit of each class depends on the health of the
 //! classes above it, whatever hurts them.
 //!

@@ -1,6 +1,6 @@
 //! Zero configuration: find the services listening in this network namespace
 //! and give each a class of its own, with a priority taken from the process
-//! that owns it (seed 002: the scheduler already knows what matters more).
+//! that owns it (the priority-receive study: the scheduler already knows what matters more).
 //!
 //! What counts as a service (one sock_diag dump per protocol and family):
 //! - a TCP socket in LISTEN;

@@ -3,7 +3,7 @@
 //!
 //! Why: a class's token bucket drops whatever arrives when it is empty, so a
 //! flood takes the class's admission in proportion to its arrivals and a
-//! light client behind the same limit loses nearly everything (seed 003,
+//! light client behind the same limit loses nearly everything (Performing Under Overload,
 //! ch. 8: tail drop locks light flows out). The gate therefore splits a
 //! limited class in two tiers (see "Source fairness" in gate.bpf.c):
 //!

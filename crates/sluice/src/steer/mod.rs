@@ -1,4 +1,4 @@
-//! Reader steering (seed 001): a UDP service that reads with several sockets
+//! Reader steering (the shared-socket study): a UDP service that reads with several sockets
 //! in an SO_REUSEPORT group gets each datagram sent to the socket its class's
 //! `readers` policy picks, by the SK_REUSEPORT program in `bpf/steer.bpf.c`.
 //!

@@ -1,5 +1,5 @@
 //! `sluice trace`: where every packet of a class goes after the gate, and how
-//! long each receive stage holds it (seed 004), from tracepoints only.
+//! long each receive stage holds it (the capture-cost study), from tracepoints only.
 //!
 //! The BPF side is `bpf/trace.bpf.c` (its top comment lists the stages and
 //! tracepoints). This module loads it, shares the gate's class tables when a
