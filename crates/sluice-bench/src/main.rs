@@ -79,6 +79,11 @@ enum BenchCmd {
     /// The daemon's own CPU: its 10 ms tick and each read it makes (sock_diag,
     /// /proc, gate counters) and discovery, in CPU µs per call and % of one core.
     Tick(TickArgs),
+    /// What an idle daemon costs: `sluice run` in a fresh testbed with no
+    /// traffic, with no service and then with --services idle UDP services,
+    /// its threads' CPU over --window, % of one core; --compare measures
+    /// other builds beside it, interleaved round by round.
+    Idle(IdleArgs),
 }
 
 #[derive(Args)]
@@ -131,6 +136,25 @@ struct TraceCostArgs {
     #[arg(long, value_name = "SECS", default_value = "3", value_parser = parse_secs)]
     duration: Duration,
     /// Print the results as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct IdleArgs {
+    /// Idle UDP services in the second case (each gets a class).
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(0..=60))]
+    services: u32,
+    /// Seconds measured per case (after 4 s to settle).
+    #[arg(long, default_value = "60", value_parser = parse_secs)]
+    window: Duration,
+    /// Interleaved rounds (the median and range are reported).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..100))]
+    rounds: u64,
+    /// Other `sluice` binaries to measure beside this one (an older build).
+    #[arg(long, value_delimiter = ',')]
+    compare: Vec<PathBuf>,
+    /// Print the report as JSON.
     #[arg(long)]
     json: bool,
 }
@@ -313,6 +337,7 @@ fn main() -> ExitCode {
         BenchCmd::Generator(a) => cmd_bench_generator(a),
         BenchCmd::Gate(a) => cmd_bench_gate(a),
         BenchCmd::Tick(a) => cmd_bench_tick(a),
+        BenchCmd::Idle(a) => cmd_bench_idle(a),
         BenchCmd::Trace(a) => cmd_bench_trace(a),
         BenchCmd::Capture(a) => cmd_bench_capture(a),
         BenchCmd::Recovery(a) => cmd_bench_recovery(a),
@@ -556,6 +581,16 @@ fn cmd_bench_generator(a: GeneratorArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+fn cmd_bench_idle(a: IdleArgs) -> Result<()> {
+    let mut binaries = vec![sluice_exe()?];
+    for b in &a.compare {
+        anyhow::ensure!(b.exists(), "--compare {}: no such file", b.display());
+        binaries.push(b.clone());
+    }
+    let r = sluice_bench::idle::run(&binaries, a.services, a.rounds as usize, a.window, !a.json)?;
+    print_json_or(a.json, &r, sluice_bench::idle::render)
 }
 
 fn cmd_bench_tick(a: TickArgs) -> Result<()> {

@@ -229,6 +229,12 @@ struct {
 	__type(value, __u64);
 } global_stats SEC(".maps");
 
+/* Class ids of classes whose arrivals passed their wake mark (sluice_share.wake_at). */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 4096);
+} wake SEC(".maps");
+
 /* Run-time settings, written by the daemon through the mmap'ed .data map. */
 volatile struct sluice_settings settings = {
 	.malformed_verdict = XDP_DROP,
@@ -241,6 +247,14 @@ volatile struct sluice_settings settings = {
 #define TCP_FLAG_ACK 0x10
 
 #include "syncookie.h"
+
+/* The daemon ticks slowly while all is calm: tell it, once per arming,
+ * that a class's arrivals on this CPU jumped (its next tick comes at once). */
+static __always_inline void wake_daemon(struct sluice_share *sh, __u32 cls)
+{
+	sh->wake_at = 0;
+	bpf_ringbuf_output(&wake, &cls, sizeof(cls), 0);
+}
 
 static __always_inline void global_inc(__u32 idx)
 {
@@ -1180,6 +1194,8 @@ int sluice_gate(struct xdp_md *ctx)
 
 	st->cnt[SLUICE_CS_SEEN_PKTS] += 1;
 	st->cnt[SLUICE_CS_SEEN_BYTES] += bytes;
+	if (sh->wake_at && st->cnt[SLUICE_CS_SEEN_PKTS] >= sh->wake_at)
+		wake_daemon(sh, cls);
 	if (pk.family)
 		note_asked(&pk, cls, f);
 	if (syn_guarded(&pk, cls, st) && syn_answer(ctx)) {

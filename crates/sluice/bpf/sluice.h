@@ -85,6 +85,10 @@ struct sluice_share {
 	__u64 fill_ns;  /* time an empty bucket takes to fill: burst * 1e9 / rate, rounded up */
 	__u32 mode;     /* enum sluice_mode */
 	__u32 clock_skip; /* empty-bucket drops between clock reads, < burst (see gate.bpf.c) */
+	/* While the daemon ticks slowly (all calm): the class's seen-packets
+	 * count on this CPU at which the gate wakes it (a class id into the
+	 * "wake" ring); 0: off. The gate clears it when it fires. */
+	__u64 wake_at;
 };
 
 /*

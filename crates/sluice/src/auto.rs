@@ -220,11 +220,20 @@ impl AutoLoop {
             let t = totals.get(c.id).copied().unwrap_or_default();
             classes.push(ClassSample { seen: t.seen_pkts, admitted: t.admitted_pkts, sock: c.sock });
         }
+        // The UDP counters are read only when an auto class saw packets since
+        // the last tick: with none arriving, its delivered rate is 0 whatever
+        // they say (it is capped by what was admitted), and reading the two
+        // files is most of an idle tick's cost.
+        let moved = self.last.as_ref().is_none_or(|p| p.classes.iter().zip(&classes).any(|(a, b)| a.seen != b.seen));
+        let in_datagrams = match (&self.last, moved) {
+            (Some(p), false) => p.in_datagrams,
+            _ => udp_counters(&self.snmp.read()?, &self.snmp6.read()?).in_datagrams,
+        };
         Ok(Sample {
             at: Instant::now(),
             classes,
             all_seen: totals.iter().map(|t| t.seen_pkts).sum(),
-            in_datagrams: udp_counters(&self.snmp.read()?, &self.snmp6.read()?).in_datagrams,
+            in_datagrams,
             backlog_drops: health.softnet.dropped,
             squeeze: health.softnet.time_squeeze,
         })
@@ -292,6 +301,12 @@ impl AutoLoop {
                 )
             })
             .collect()
+    }
+
+    /// Does no auto class need the fast tick: each unlimited, and offered
+    /// (`offered`, packets/s by class id) under half its capacity estimate?
+    pub fn calm(&self, offered: impl Fn(usize) -> f64) -> bool {
+        self.classes.iter().all(|c| c.rate.is_none() && (c.ctl.capacity <= 0.0 || offered(c.id) < 0.5 * c.ctl.capacity))
     }
 
     /// Names of the auto classes, for logs.

@@ -5,7 +5,7 @@
 use anyhow::Result;
 
 use crate::config::Config;
-use crate::signals::{proc_counter, softnet, DiagSock, NsFile, SockDiag, SockStats, Softnet, TCP_LISTEN};
+use crate::signals::{parse_softnet, proc_counter, DiagSock, NsFile, SockDiag, SockStats, Softnet, TCP_LISTEN};
 
 /// Every this many ticks (1 s) both address families are dumped again.
 const REDISCOVER_TICKS: u64 = 100;
@@ -143,6 +143,8 @@ pub struct HealthReader {
     udp_families: Families,
     tcp_families: Families,
     netstat: Option<NsFile>,
+    /// /proc/net/softnet_stat, kept open (read every tick).
+    softnet: NsFile,
     /// TcpExt as last read (every NETSTAT_TICKS).
     last_tcp: TcpExt,
     ticks: u64,
@@ -176,6 +178,7 @@ impl HealthReader {
             udp,
             tcp,
             netstat,
+            softnet: NsFile::open_here("softnet_stat")?,
             last_tcp: TcpExt::default(),
             ticks: 0,
         })
@@ -200,7 +203,7 @@ impl HealthReader {
             _ => self.last_tcp,
         };
         self.last_tcp = h.tcp;
-        h.softnet = softnet()?;
+        h.softnet = parse_softnet(&self.softnet.read()?);
         self.ticks += 1;
         Ok(h)
     }

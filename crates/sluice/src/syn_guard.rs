@@ -206,6 +206,11 @@ impl SynGuards {
         }
     }
 
+    /// Does the gate answer some class's SYNs now?
+    pub fn any_answering(&self) -> bool {
+        self.classes.iter().any(|c| c.answering)
+    }
+
     /// The kernel's stray drops so far by class name (the daemon's drop
     /// tracer, read at `at`); a class not in `totals` keeps its last rate.
     pub fn kernel_strays(&mut self, totals: &[(String, u64)], at: Instant) {

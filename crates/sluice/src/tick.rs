@@ -382,6 +382,34 @@ impl Ticker {
         self.classes.iter().enumerate().map(|(id, c)| read.contains(&id).then_some(c.dropped_with_room)).collect()
     }
 
+    /// Each class's packets/s offered at the last tick, by class id.
+    pub fn offered(&self) -> Vec<f64> {
+        self.classes.iter().map(|c| c.offered).collect()
+    }
+
+    /// Each class's packets seen so far (all CPUs) as of the last tick, by class id.
+    pub fn seen(&self) -> Vec<u64> {
+        self.classes.iter().map(|c| c.totals.map_or(0, |t| t.seen_pkts)).collect()
+    }
+
+    /// Does nothing need the 10 ms tick? No class limited by a rate while
+    /// packets arrive, no throttle, no distress or queue behind, no SYN guard
+    /// answering, signals read fine, no auto class near its capacity. The
+    /// daemon then ticks slowly, and the gate wakes it when arrivals jump.
+    pub fn calm(&self) -> bool {
+        let quiet = |c: &TickClass| {
+            let limited = matches!(c.decided, Some(Limit::Rate { .. })) && c.offered > 0.0;
+            !c.distress && !c.behind && !limited
+        };
+        let offered = |id: usize| self.classes.get(id).map_or(0.0, |c| c.offered);
+        self.signals.failing == 0
+            && self.budget.distress.is_none()
+            && self.budget.limits.iter().all(Option::is_none)
+            && self.classes.iter().all(quiet)
+            && !self.syn.any_answering()
+            && self.auto.as_ref().is_none_or(|a| a.calm(offered))
+    }
+
     /// The budget's view for status: the highest distressed priority and why,
     /// and each class's throttle by class id.
     pub fn budget_status(&self) -> (Option<(u8, &'static str)>, &[Option<f64>]) {

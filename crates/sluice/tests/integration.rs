@@ -4,7 +4,7 @@
 mod common;
 
 use common::testbed::{in_netns, netns_exists, Testbed, BIN};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 fn within(what: &str, got: f64, want: f64, tol: f64) {
     let err = (got - want) / want;
@@ -874,5 +874,40 @@ mod known {
         assert!(out.status.success(), "{}: {err}", out.status);
         assert!(err.contains("is not a sluice state file") && err.contains("starting with none"), "{err}");
         assert_eq!(sluice::known::load(&file), Ok(vec![]), "a good (empty) file replaces the corrupt one");
+    }
+}
+
+/// Issue 25: an always-on daemon with nothing to control ticks slowly, and
+/// the first packets of a flood wake it through the gate: it ticks at 10 ms
+/// again at once (a calm loop runs about 2 ticks a second).
+mod pace {
+    use super::*;
+
+    #[test]
+    fn an_idle_daemon_ticks_slowly_and_the_first_flooded_packets_wake_it() {
+        let mut tb = Testbed::new();
+        tb.start_gate(&[]);
+        let deadline = Instant::now() + Duration::from_secs(8);
+        let calm = loop {
+            let s = tb.status();
+            if s.tick_ms.is_some_and(|t| t >= 100.0) {
+                break s;
+            }
+            assert!(Instant::now() < deadline, "never calm: tick {:?} ms", s.tick_ms);
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        // A calm second: the loop ticks at the calm pace (status refreshes every second).
+        std::thread::sleep(Duration::from_millis(2100));
+        let still = tb.status();
+        let calm_rate = (still.ticks - calm.ticks) as f64 / (still.uptime_secs - calm.uptime_secs);
+        assert!(calm_rate < 8.0, "calm ticks {calm_rate:.1}/s");
+        // 2,000 packets in 50 ms to a closed port (the default class): far
+        // over the wake mark on any CPU they land on.
+        tb.send(9999, 40_000, 0.05);
+        std::thread::sleep(Duration::from_millis(1500));
+        let after = tb.status();
+        assert!(after.wakes > still.wakes, "the gate did not wake the loop: {} wakes", after.wakes);
+        let rate = (after.ticks - still.ticks) as f64 / (after.uptime_secs - still.uptime_secs);
+        assert!(rate > 3.0 * calm_rate.max(1.0), "ticks {rate:.1}/s after the flood, {calm_rate:.1}/s calm");
     }
 }

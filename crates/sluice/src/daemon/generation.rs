@@ -182,6 +182,7 @@ impl Daemon {
         log_classes(&mut self.decisions, &self.cfg, &old.classes);
         let old_names: Vec<String> = old.classes.iter().map(|c| c.name.clone()).collect();
         self.sources.follow(&self.cfg, &self.gate);
+        self.pace.fast();
         self.restore_known(Some(&old_names));
         ticker.carry_from(std::mem::replace(&mut self.ticker, Ticker::idle()), &remap);
         self.ticker = ticker;

@@ -23,12 +23,14 @@ use crate::tick::Ticker;
 use crate::trace::{self, DropBook, Tracer};
 use generation::{log_classes, ConfigSource};
 use known_store::KnownStore;
+use pace::Pace;
 use protect::Protection;
 use publish::{bind_metrics, serve_metrics, Publisher, SocketFile};
 use source_scan::SourceTables;
 
 mod generation;
 mod known_store;
+mod pace;
 mod protect;
 mod publish;
 pub mod source_scan;
@@ -41,8 +43,8 @@ pub const CONFIG_DIR: &str = "/etc/sluice";
 /// one tick.
 pub const TICK: Duration = crate::controller::TICK;
 
-/// What the control loop does besides the tick itself, and every how many
-/// ticks: the daemon is this table over its parts.
+/// What the control loop does besides the tick itself, and how often:
+/// the daemon is this table over its parts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Duty {
     /// Take the source scan's result, if its thread has one.
@@ -60,14 +62,19 @@ enum Duty {
     Napi,
 }
 
-/// In the order they run when due at the same tick; every 1 tick = 10 ms.
-const CADENCE: [(u64, Duty); 6] = [
-    (100, Duty::Rediscover),
-    (100, Duty::Resteer),
-    (1, Duty::TakeScan),
-    (10, Duty::Publish),
-    (6000, Duty::OfferKnown),
-    (100, Duty::Napi),
+const fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// Each duty's period while the loop ticks fast, and while it is calm (see
+/// `pace`), in the order they run when due at the same tick.
+const CADENCE: [(Duration, Duration, Duty); 6] = [
+    (ms(1000), ms(1000), Duty::Rediscover),
+    (ms(1000), ms(1000), Duty::Resteer),
+    (ms(0), ms(0), Duty::TakeScan),
+    (ms(100), ms(1000), Duty::Publish),
+    (ms(60_000), ms(60_000), Duty::OfferKnown),
+    (ms(1000), ms(1000), Duty::Napi),
 ];
 
 /// What `sluice run` was asked to do.
@@ -143,6 +150,8 @@ pub struct Daemon {
     steer: Option<(Steer, steer::Finder)>,
     /// CPU protection and the napi kthreads' policy.
     protect: Protection,
+    /// The tick's pace: 10 ms, or slow while all is calm (woken by the gate).
+    pace: Pace,
     /// The kernel's drops after the gate (kfree_skb), booked by class name.
     tracer: Option<(Tracer, DropBook)>,
     /// Which rate and class changes get a log line (rate-limited).
@@ -152,13 +161,13 @@ pub struct Daemon {
     signals: Option<signal_hook::iterator::Signals>,
 }
 
-/// When the tick after one due at `last` runs: a TICK later, or `now` if
+/// When the tick after one due at `last` runs: `every` later, or `now` if
 /// the loop fell a whole tick behind (a stall, an overrun). Missed ticks are
 /// skipped, not run back to back: the controller, the budget and fairness
-/// all take a tick to be TICK long.
-fn next_tick(last: Instant, now: Instant) -> Instant {
-    let next = last + TICK;
-    if now >= next + TICK {
+/// take a tick's length from the clock, not from a count.
+fn next_tick(last: Instant, now: Instant, every: Duration) -> Instant {
+    let next = last + every;
+    if now >= next + every {
         now
     } else {
         next
@@ -256,6 +265,7 @@ impl Daemon {
         let known_file = known::path(opts.state_dir.as_deref().unwrap_or(Path::new(known::STATE_DIR)), &iface);
         let tracer = load_tracer(ifindex, &gate);
         let sources = SourceTables::start(&gate, &cfg)?;
+        let pace = Pace::new(&gate);
         let mut daemon = Daemon {
             source,
             cfg,
@@ -268,6 +278,7 @@ impl Daemon {
             sources,
             steer: load_steer(ifindex),
             protect: Protection::new(cfg_napi_idle),
+            pace,
             tracer,
             decisions,
             signals,
@@ -326,24 +337,33 @@ impl Daemon {
         looped.map(|()| snap)
     }
 
-    /// The tick loop, until SIGINT/SIGTERM (Ok) or a failure (Err).
+    /// The tick loop, until SIGINT/SIGTERM (Ok) or a failure (Err). A
+    /// signal is seen within a tick (10 ms, or CALM while all is calm).
     fn run_loop(&mut self, rx: &mpsc::Receiver<i32>) -> Result<()> {
-        let mut next = Instant::now();
+        let start = Instant::now();
+        let mut next = start + TICK;
+        let mut due = CADENCE.map(|(every, _, _)| start + every);
         let mut ticks = 0u64;
         loop {
-            next = next_tick(next, Instant::now());
-            let wait = next.saturating_duration_since(Instant::now());
-            match rx.recv_timeout(wait) {
+            let woke = self.pace.wait(next.saturating_duration_since(Instant::now()));
+            match rx.try_recv() {
                 Ok(SIGHUP) => self.reload(),
-                Ok(_) => break,
-                Err(mpsc::RecvTimeoutError::Timeout) => {}
-                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                Ok(_) | Err(mpsc::TryRecvError::Disconnected) => break,
+                Err(mpsc::TryRecvError::Empty) => {}
+            }
+            let now = Instant::now();
+            if !woke && now < next {
+                continue;
             }
             self.tick(ticks)?;
             ticks += 1;
-            for (every, duty) in CADENCE {
-                if ticks.is_multiple_of(every) {
-                    self.duty(duty)?;
+            let calm = self.ticker.calm() && !self.protect.holding();
+            self.pace.after_tick(calm, &self.gate, &self.ticker.offered(), &self.ticker.seen())?;
+            next = next_tick(if woke { now } else { next }, Instant::now(), self.pace.interval());
+            for ((fast, slow, duty), at) in CADENCE.iter().zip(due.iter_mut()) {
+                if now >= *at {
+                    self.duty(*duty)?;
+                    *at = now + if self.pace.is_calm() { *slow } else { *fast };
                 }
             }
         }
@@ -465,6 +485,9 @@ impl Daemon {
         self.sources.fill(&mut snap, &self.ticker.fair_status(), self.gate.sources_capacity());
         snap.readers = self.steer.as_ref().map(|(s, _)| s.status()).unwrap_or_default();
         snap.cpu_away = self.protect.describe(&self.cfg, &self.iface);
+        snap.tick_ms = Some(self.pace.interval().as_secs_f64() * 1e3);
+        snap.wakes = self.pace.wakes;
+        snap.ticks = self.pace.ticks;
         if let Some((t, book)) = &mut self.tracer {
             let names: Vec<String> = self.cfg.classes.iter().map(|c| c.name.clone()).collect();
             book.update(t, &names)?;
@@ -487,10 +510,10 @@ mod tests {
     #[test]
     fn after_an_overrun_the_tick_resynchronises_instead_of_catching_up() {
         let t0 = Instant::now();
-        assert_eq!(next_tick(t0, t0), t0 + TICK, "on time: a tick later");
-        assert_eq!(next_tick(t0, t0 + TICK / 2), t0 + TICK, "a little late: the schedule holds");
+        assert_eq!(next_tick(t0, t0, TICK), t0 + TICK, "on time: a tick later");
+        assert_eq!(next_tick(t0, t0 + TICK / 2, TICK), t0 + TICK, "a little late: the schedule holds");
         let late = t0 + 5 * TICK;
-        assert_eq!(next_tick(t0, late), late, "four ticks missed: one tick now, not five back to back");
-        assert_eq!(next_tick(late, late), late + TICK);
+        assert_eq!(next_tick(t0, late, TICK), late, "four ticks missed: one tick now, not five back to back");
+        assert_eq!(next_tick(late, late, TICK), late + TICK);
     }
 }

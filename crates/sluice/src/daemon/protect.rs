@@ -28,6 +28,11 @@ impl Protection {
         Protection { napi_idle, ..Default::default() }
     }
 
+    /// Is the host held overloaded (classes away, or about to come back)?
+    pub fn holding(&self) -> bool {
+        self.hold.until.is_some()
+    }
+
     /// What is away now, for `status`; None while nothing is.
     pub fn describe(&self, cfg: &Config, iface: &str) -> Option<String> {
         let classes: Vec<String> = self

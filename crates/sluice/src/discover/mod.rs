@@ -39,7 +39,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::bpf_intf::SLUICE_MAX_CLASSES;
 use crate::config::{AutoSpec, Class, Config, Limit, Prefix, Proto, Rule};
-use crate::signals::{stat_fields, DiagSock, SockDiag, TCP_CLOSE, TCP_LISTEN};
+use crate::signals::{DiagSock, SockDiag, TCP_CLOSE, TCP_LISTEN};
 
 /// How long a service that is no longer seen keeps its class.
 pub const LINGER: Duration = Duration::from_secs(3);
@@ -304,23 +304,35 @@ pub fn parse_port_range(text: &str) -> (u16, u16) {
     }
 }
 
-/// The nice value from the text of /proc/PID/stat (field 19; the name in
-/// field 2 may hold spaces and parentheses, so count from its closing one).
-pub fn parse_nice(stat: &str) -> Result<i8, String> {
-    let fields = stat_fields(stat).ok_or("no ')' after the process name")?;
-    let field = *fields.get(16).ok_or("fewer than 19 fields")?;
-    field.parse::<i8>().map_err(|_| format!("field 19 is \"{field}\", not a nice value"))
+/// One process's nice value (getpriority(2): no /proc text to render and parse).
+fn nice_of(pid: u32) -> Result<i8, String> {
+    // SAFETY: errno is cleared first, as getpriority may return -1 as a value.
+    unsafe {
+        *libc::__errno_location() = 0;
+        let n = libc::getpriority(libc::PRIO_PROCESS, pid);
+        let e = std::io::Error::last_os_error();
+        if n == -1 && e.raw_os_error().is_some_and(|c| c != 0) {
+            return Err(format!("getpriority({pid}): {e}"));
+        }
+        Ok(n as i8)
+    }
 }
 
-/// Read one process's name and nice.
-fn owner(pid: u32) -> Owner {
+/// Read one process's name, nice and user. `known` caches the name and user
+/// by pid until the next /proc scan (a pid is reused only after its process
+/// exited, and its sockets with it: the scan that finds the new sockets
+/// clears the cache); the nice is read every time (it may change).
+fn owner(pid: u32, known: &mut HashMap<u32, Owner>) -> Owner {
+    let nice = nice_of(pid);
+    if let Some(o) = known.get(&pid) {
+        return Owner { nice, ..o.clone() };
+    }
     let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).map(|c| c.trim().to_string()).unwrap_or_default();
-    let nice = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map_err(|e| format!("/proc/{pid}/stat: {e}"))
-        .and_then(|s| parse_nice(&s));
     // /proc/PID belongs to the process's effective user.
     let uid = std::fs::metadata(format!("/proc/{pid}")).ok().map(|m| std::os::unix::fs::MetadataExt::uid(&m));
-    Owner { pid, comm: if comm.is_empty() { "unknown".into() } else { comm }, nice, uid }
+    let o = Owner { pid, comm: if comm.is_empty() { "unknown".into() } else { comm }, nice, uid };
+    known.insert(pid, o.clone());
+    o
 }
 
 /// Every socket inode held open by a process, and each (pid, fd) holding it.
@@ -360,6 +372,8 @@ pub struct Discovery {
     scanned: Option<Instant>,
     /// Every service seen, and when it was last seen.
     seen: BTreeMap<(L4, u16, Family), (Service, Instant)>,
+    /// The owners read since the last /proc scan, by pid (see `owner`).
+    processes: HashMap<u32, Owner>,
 }
 
 impl Discovery {
@@ -371,6 +385,7 @@ impl Discovery {
             owners: HashMap::new(),
             scanned: None,
             seen: BTreeMap::new(),
+            processes: HashMap::new(),
         })
     }
 
@@ -384,6 +399,7 @@ impl Discovery {
         if rescan_due(found.values().flatten().map(|(i, _)| i), &self.owners, self.scanned, now) {
             self.owners = socket_owners();
             self.scanned = Some(now);
+            self.processes.clear();
             // Found but held by no visible process (a kernel socket, a process
             // in another mount of /proc): noted, so it alone does not send
             // every poll through /proc again.
@@ -393,7 +409,7 @@ impl Discovery {
         }
         for ((l4, port), socks) in found {
             for (family, pids) in by_family(&socks, &self.owners) {
-                let owners = pids.into_iter().map(owner).collect();
+                let owners = pids.into_iter().map(|p| owner(p, &mut self.processes)).collect();
                 self.seen.insert((l4, port, family), (Service { l4, port, owners, family }, now));
             }
         }

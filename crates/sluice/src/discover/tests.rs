@@ -77,13 +77,14 @@ fn an_unreadable_nice_counts_as_nice_zero_and_says_why() {
     assert!(why.contains("no process"), "{why}");
 }
 
+/// The nice comes from getpriority(2): this process's own, and an error
+/// (not a value) for a pid that does not exist.
 #[test]
-fn nice_is_field_nineteen_even_with_odd_process_names() {
-    let stat = "1234 (a (b) c) S 1 1234 1234 0 -1 4194560 100 0 0 0 5 3 0 0 20 -7 1 0 100 0 0";
-    assert_eq!(parse_nice(stat), Ok(-7));
-    assert!(parse_nice("1234 (x) S 1 2").is_err());
-    assert!(parse_nice("no parenthesis").is_err());
-    assert!(parse_nice("1 (x) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 zz 1").is_err());
+fn nice_is_read_with_getpriority_and_a_missing_process_is_an_error() {
+    // SAFETY: getpriority on this process.
+    let own = unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) };
+    assert_eq!(nice_of(std::process::id()), Ok(own as i8));
+    assert!(nice_of(u32::MAX / 2).is_err_and(|e| e.contains("getpriority")));
 }
 
 #[test]

@@ -103,6 +103,16 @@ pub struct Snapshot {
     /// The gate's maps are kernel memory, not in it (see `sources`).
     #[serde(default)]
     pub daemon_rss_bytes: Option<u64>,
+    /// The control loop's tick now (ms): 10 while something needs control,
+    /// longer while all is calm (None: an older daemon).
+    #[serde(default)]
+    pub tick_ms: Option<f64>,
+    /// Times the gate woke a calm loop (a class's arrivals jumped).
+    #[serde(default)]
+    pub wakes: u64,
+    /// Ticks the control loop ran since the start.
+    #[serde(default)]
+    pub ticks: u64,
     /// Whether the daemon adds a class for each listening service.
     #[serde(default)]
     pub discover: bool,
@@ -217,6 +227,9 @@ mod tests {
             discover: true,
             distress: None,
             signals_unreadable: None,
+            tick_ms: Some(10.0),
+            wakes: 0,
+            ticks: 0,
             sources: Default::default(),
             readers: vec![],
             cpu_away: None,

@@ -24,9 +24,14 @@ pub fn render_table(s: &Snapshot) -> String {
     crate::steer::render_status(&mut o, &s.readers);
     render_kernel_drops(&mut o, &s.classes);
     let rss = s.daemon_rss_bytes.map_or("not read".into(), |b| format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64));
+    let tick = match s.tick_ms {
+        Some(t) if t > 10.0 => format!("tick {t:.0} ms (calm; the gate woke it {} times)", s.wakes),
+        Some(t) => format!("tick {t:.0} ms"),
+        None => "tick not reported".into(),
+    };
     let _ = writeln!(
         o,
-        "daemon CPU {:.1}% of one CPU ({:.1} s in total), resident memory {rss}",
+        "daemon CPU {:.1}% of one CPU ({:.1} s in total), resident memory {rss}, {tick}",
         s.daemon_cpu_pct, s.daemon_cpu_secs
     );
     let g = &s.global;
