@@ -92,6 +92,19 @@ struct Cell {
 /// Run every case with 1, 64 and 1024 rules, and the no-op floor, in
 /// interleaved rounds (so drifts of the machine hit all of them alike); report
 /// the median of the rounds.
+/// A table row per case: its name and verdict, its cells' median and least ns.
+fn rows_of<'a>(cases: impl Iterator<Item = (&'a str, u32)>, cells: &mut [Vec<Cell>]) -> Vec<Row> {
+    cases
+        .zip(cells.iter_mut())
+        .map(|((name, verdict), row)| Row {
+            case: name.to_string(),
+            verdict: if verdict == XDP_PASS { "PASS" } else { "DROP" }.into(),
+            ns: row.iter_mut().map(|c| median(&mut c.samples)).collect(),
+            min_ns: row.iter().map(|c| c.samples.iter().copied().fold(f64::INFINITY, f64::min)).collect(),
+        })
+        .collect()
+}
+
 pub fn run(repeat: u32, rounds: usize, progress: bool) -> Result<Report> {
     sluice::gate::check_privileges()?;
     // Run on one CPU; each gate gives that CPU the class's whole limit.
@@ -138,26 +151,8 @@ pub fn run(repeat: u32, rounds: usize, progress: bool) -> Result<Report> {
         bar.inc(1);
     }
     bar.finish_and_clear();
-    let rows = cases
-        .iter()
-        .zip(cells.iter_mut())
-        .map(|((name, _, _, verdict, _), row)| Row {
-            case: name.to_string(),
-            verdict: if *verdict == XDP_PASS { "PASS" } else { "DROP" }.into(),
-            ns: row.iter_mut().map(|c| median(&mut c.samples)).collect(),
-            min_ns: row.iter().map(|c| c.samples.iter().copied().fold(f64::INFINITY, f64::min)).collect(),
-        })
-        .collect();
-    let source_rows = SOURCE_CASES
-        .iter()
-        .zip(source_cells.iter_mut())
-        .map(|((name, verdict, _), row)| Row {
-            case: name.to_string(),
-            verdict: if *verdict == XDP_PASS { "PASS" } else { "DROP" }.into(),
-            ns: row.iter_mut().map(|c| median(&mut c.samples)).collect(),
-            min_ns: row.iter().map(|c| c.samples.iter().copied().fold(f64::INFINITY, f64::min)).collect(),
-        })
-        .collect();
+    let rows = rows_of(cases.iter().map(|(name, _, _, verdict, _)| (*name, *verdict)), &mut cells);
+    let source_rows = rows_of(SOURCE_CASES.iter().map(|(name, verdict, _)| (*name, *verdict)), &mut source_cells);
     let noop_min_ns = noop.iter().copied().fold(f64::INFINITY, f64::min);
     let syn = syn_cost(rounds)?;
     Ok(Report {

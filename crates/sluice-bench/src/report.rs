@@ -195,8 +195,23 @@ where
             }
         }
     }
+    draw_legend(&legend, &configs, peak_line.is_some())?;
+    root.present().map_err(e)?;
+    Ok(())
+}
+
+/// The legend column: a line per configuration, then what the marks mean.
+fn draw_legend<DB: DrawingBackend>(
+    legend: &DrawingArea<DB, plotters::coord::Shift>,
+    configs: &[ConfigKind],
+    peak_line: bool,
+) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    let e = |e| anyhow::anyhow!("{e:?}");
     let mut y = 50;
-    for c in configs {
+    for &c in configs {
         let col = colour(c);
         legend.draw(&PathElement::new(vec![(8, y + 7), (30, y + 7)], col.stroke_width(3))).map_err(e)?;
         legend.draw(&Text::new(c.name().to_string(), (36, y), ("sans-serif", 14))).map_err(e)?;
@@ -204,12 +219,11 @@ where
     }
     let notes =
         ["dot: median of the repeats", "bar: min to max", "X: generator short of the", "   asked rate (invalid)"];
-    let notes = notes.iter().copied().chain(peak_line.map(|_| "dashed: calibrated peak"));
+    let notes = notes.iter().copied().chain(peak_line.then_some("dashed: calibrated peak"));
     for line in notes {
         y += 18;
         legend.draw(&Text::new(line.to_string(), (8, y), ("sans-serif", 12))).map_err(e)?;
     }
-    root.present().map_err(e)?;
     Ok(())
 }
 

@@ -4,8 +4,6 @@
 use std::collections::HashSet;
 use std::ffi::CStr;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use libbpf_rs::libbpf_sys;
@@ -26,6 +24,7 @@ mod attach;
 mod cookies;
 pub mod counters;
 pub mod maps;
+mod wake;
 
 pub use attach::{attached_prog_id, caps_sufficient, check_privileges, ifindex, prog_name, xdp_link_holding};
 pub use maps::{bytes_of, dump_map, from_bytes, Owned, Pod};
@@ -593,30 +592,6 @@ impl Gate {
 
     fn dump<K: Pod, V: Pod>(&self, map: &libbpf_rs::Map, name: &'static str) -> Result<Vec<(K, V)>> {
         dump_map(map, name)
-    }
-
-    /// Have the gate wake the daemon (`wake_ring`) once `class`'s seen
-    /// packets on each CPU reach `at` (by CPU; 0: never on that CPU).
-    pub fn arm_wake(&self, class: usize, at: &[u64]) -> Result<()> {
-        let mut shares = self.shares(class)?;
-        for (s, &a) in shares.iter_mut().zip(at) {
-            s.wake_at = a;
-        }
-        self.set_shares(class, &shares)
-    }
-
-    /// The ring the gate writes a class id into when its arrivals pass their
-    /// wake mark; `woke` is set for each one consumed (`RingBuffer::poll`).
-    pub fn wake_ring(&self, woke: Arc<AtomicU64>) -> Result<libbpf_rs::RingBuffer<'static>> {
-        let map_err = |err| GateError::Map { map: "wake", err };
-        let handle = libbpf_rs::MapHandle::try_from(&self.skel.maps.wake).map_err(map_err)?;
-        let mut b = libbpf_rs::RingBufferBuilder::new();
-        b.add(&handle, move |_: &[u8]| {
-            woke.fetch_add(1, Ordering::Relaxed);
-            0
-        })
-        .map_err(map_err)?;
-        b.build().map_err(map_err)
     }
 
     /// One class's per-CPU shares as the gate has them.

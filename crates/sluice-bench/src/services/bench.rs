@@ -1,0 +1,390 @@
+//! The running testbed of one scenario: the service, the generator, and
+//! each cell (a flood, a configuration, a repeat) measured in it.
+use super::*;
+
+/// The running testbed of one scenario.
+pub(super) struct Bench<'a> {
+    svc: Service,
+    o: &'a ServiceOpts,
+    bed: &'a VictimBed,
+    dir: &'a Path,
+    service: Proc,
+    gen: GenWorker,
+    capacity: Option<f64>,
+    _filter: Gate,
+}
+
+/// What carries the configuration during a cell.
+pub(super) enum Installed {
+    /// The pass-through gate, attached while held.
+    Pass {
+        _gate: Box<Gate>,
+    },
+    Daemon(Proc, PathBuf),
+}
+
+impl<'a> Bench<'a> {
+    pub(super) fn start(svc: Service, o: &'a ServiceOpts, bed: &'a VictimBed, dir: &'a Path) -> Result<Bench<'a>> {
+        add_flood_neighbours(bed, 64)?;
+        if o.sources {
+            add_new_client(bed)?;
+        }
+        let filter = attach_client_filter(bed)?;
+        // The nic model's receive side: the stack on the victim CPU (RPS), beside the service.
+        bed.net
+            .write_in_b(&format!("/sys/class/net/{IF_B}/queues/rx-0/rps_cpus"), &format!("{:x}", 1u64 << VICTIM_CPU))?;
+        let (a, b) = (&bed.net.a, &bed.net.b);
+        let service = match svc {
+            Service::Dns => {
+                let addrs = [bed.net.ip_b.to_string(), bed.net.ip6_b.to_string()];
+                dns::start_nsd(dir, b, VICTIM_CPU, &addrs, (a, GEN_CPU))?
+            }
+            Service::Http => http::start_nginx(dir, b, VICTIM_CPU, a, bed.net.ip_b)?,
+        };
+        // At nice 19: the clients on its CPU send what they ask; the flood takes the rest.
+        let gen = GenWorker::start(a, GEN_CPU, bed.net.ifindex_a, 19)?;
+        eprintln!(
+            "== {}: namespaces {a} (clients, generator: CPU {GEN_CPU}) and {b} ({}, CPU {VICTIM_CPU}, nic model)",
+            svc.name(),
+            if svc == Service::Dns { "NSD" } else { "nginx" }
+        );
+        let mut bench = Bench { svc, o, bed, dir, service, gen, capacity: None, _filter: filter };
+        if svc == Service::Dns {
+            bench.capacity = Some(bench.dns_capacity()?);
+        }
+        Ok(bench)
+    }
+
+    /// NSD's answered queries/s with dnsperf unpaced for 2 s (dnsperf's own
+    /// CPU may be the limit: then this is below NSD's true capacity, and the
+    /// static cap only safer).
+    pub(super) fn dns_capacity(&self) -> Result<f64> {
+        let p = dns::spawn_dnsperf(&self.bed.net.a, GEN_CPU, self.dir, &self.bed.net.ip_b.to_string(), None, 2.0)?;
+        let perf = dns::finish_dnsperf(p, self.dir, 2.0)?;
+        let cap = perf.completed as f64 / 2.0;
+        eprintln!("== NSD capacity (dnsperf unpaced, 2 s): {}/s answered; the static cap", sluice::stats::human(cap));
+        Ok(cap)
+    }
+
+    pub(super) fn run_all(&self, out: &Path) -> Result<ServiceRun> {
+        let mut r = ServiceRun {
+            service: self.svc,
+            secs: self.o.secs,
+            repeats: self.o.repeats,
+            capacity: self.capacity,
+            cells: vec![],
+        };
+        let floods: Vec<Option<&Flood>> = std::iter::once(None).chain(self.o.floods.iter().map(Some)).collect();
+        let mut shown_status = false;
+        for repeat in 0..self.o.repeats {
+            let neighbours: &[Option<Neighbour>] =
+                if self.o.neighbours { &[None, Some(Neighbour::FullSocket), Some(Neighbour::Churn)] } else { &[None] };
+            let calm = self.o.calm_loads.iter().map(|&l| (l, None));
+            let beside = neighbours.iter().flatten().map(|&n| (NEIGHBOUR_LOAD, Some(n)));
+            for (load, neighbour) in calm.chain(beside) {
+                for setup in [Setup::Off, Setup::Zero] {
+                    if self.o.interrupted.load(Ordering::Relaxed) {
+                        bail!("interrupted");
+                    }
+                    let cell = self.calm_cell(load, neighbour, setup, repeat)?;
+                    eprintln!("[{}/{}] {}", repeat + 1, self.o.repeats, cell_line(self.svc, &cell));
+                    r.cells.push(cell);
+                    write_all(&r, out)?;
+                }
+            }
+            for flood in &floods {
+                for &setup in Setup::for_flood(*flood) {
+                    if self.o.interrupted.load(Ordering::Relaxed) {
+                        bail!("interrupted");
+                    }
+                    let show = !shown_status && setup == Setup::Zero;
+                    shown_status |= show;
+                    let cell = self.cell(*flood, setup, repeat, show)?;
+                    eprintln!("[{}/{}] {}", repeat + 1, self.o.repeats, cell_line(self.svc, &cell));
+                    r.cells.push(cell);
+                    write_all(&r, out)?;
+                }
+            }
+        }
+        Ok(r)
+    }
+
+    /// A calm cell (do no harm): no flood, dnsperf at `load` times NSD's
+    /// measured capacity, a misbehaving neighbour beside NSD if asked, and
+    /// what the gate dropped of the service's classes.
+    pub(super) fn calm_cell(&self, load: f64, neighbour: Option<Neighbour>, setup: Setup, repeat: u32) -> Result<Cell> {
+        let qps = (load * self.capacity.unwrap_or(self.o.qps as f64)).round().max(1.0) as u64;
+        // Before the daemon, as a service already running would be (discovery finds it at start).
+        let _neighbour = neighbour.map(|n| n.start(&self.bed.net.b, self.o.secs + 5.0)).transpose()?;
+        std::thread::sleep(Duration::from_millis(300));
+        let installed = self.install(setup)?;
+        let daemon = match &installed {
+            Installed::Daemon(p, _) => Some((p.id(), tree_cpu_secs(p.id()))),
+            Installed::Pass { .. } => None,
+        };
+        let (cpu0, t0) = (tree_cpu_secs(self.service.id()), Instant::now());
+        let mut cell = self.dns_clients_at(false, self.o.secs, qps)?;
+        let secs_run = t0.elapsed().as_secs_f64();
+        cell.service_cpu = 100.0 * (tree_cpu_secs(self.service.id()) - cpu0) / secs_run;
+        cell.daemon_cpu = daemon.map(|(pid, c0)| 100.0 * (tree_cpu_secs(pid) - c0) / secs_run);
+        cell.gate_drops = match &installed {
+            Installed::Daemon(_, sock) => Some(service_drops(&self.o.exe, &self.bed.net.b, sock)?),
+            Installed::Pass { .. } => None,
+        };
+        self.uninstall(installed)?;
+        cell.flood =
+            format!("calm-{:.0}{}", load * 100.0, neighbour.map_or(String::new(), |n| format!("+{}", n.name())));
+        (cell.config, cell.repeat, cell.load) = (setup, repeat, Some(load));
+        Ok(cell)
+    }
+
+    /// One cell: the configuration, the flood from 0.5 s before the clients
+    /// to their end (a `calm` flood: after the clients ran CALM_SECS alone),
+    /// the clients for `secs`.
+    pub(super) fn cell(&self, flood: Option<&Flood>, setup: Setup, repeat: u32, show_status: bool) -> Result<Cell> {
+        let installed = self.install(setup)?;
+        let secs = self.o.secs;
+        if flood.is_some_and(|f| f.calm) {
+            self.dns_clients(flood.is_some_and(|f| f.v6), CALM_SECS)?;
+        }
+        let gen = match flood {
+            Some(f) => {
+                let spec = self.flood_stream(f);
+                let v = stream_value(&spec, self.bed.net.mac_b, self.bed.net.mac_a)?;
+                self.gen.gen.write().unwrap().set_streams(&[v])?;
+                let rx = self.gen.send_for(Duration::from_secs_f64(secs + 1.5), crate::gen::DEFAULT_BATCH);
+                std::thread::sleep(Duration::from_millis(500));
+                Some(rx)
+            }
+            None => None,
+        };
+        let status = match (&installed, show_status) {
+            (Installed::Daemon(_, sock), true) => {
+                Some(status_after(&self.o.exe, &self.bed.net.b, sock, Duration::from_secs_f64(secs / 2.0)))
+            }
+            _ => None,
+        };
+        let v6 = flood.is_some_and(|f| f.v6);
+        let ring0 = link_stats(&self.bed.net.a, IF_A)?.tx_dropped;
+        let mut netstat = NsFile::open(&self.bed.net.b, "netstat")?;
+        let cookies0 = proc_counter(&netstat.read()?, "TcpExt:", "SyncookiesSent");
+        let daemon = match &installed {
+            Installed::Daemon(p, _) => Some(p.id()),
+            Installed::Pass { .. } => None,
+        };
+        let daemon0 = daemon.map(tree_cpu_secs);
+        let (cpu0, t0) = (tree_cpu_secs(self.service.id()), Instant::now());
+        let newcomer = (self.o.sources && flood.is_some()).then(|| self.new_client(v6));
+        let mut cell = match self.svc {
+            Service::Dns => self.dns_clients(v6, secs)?,
+            Service::Http => self.http_clients(v6)?,
+        };
+        if let Some(t) = newcomer {
+            let probe = t.join().map_err(|_| anyhow::anyhow!("the new client's probe panicked"))??;
+            cell.new_client = probe.answered_share();
+        }
+        let secs_run = t0.elapsed().as_secs_f64();
+        cell.service_cpu = 100.0 * (tree_cpu_secs(self.service.id()) - cpu0) / secs_run;
+        cell.daemon_cpu = daemon.zip(daemon0).map(|(pid, c0)| 100.0 * (tree_cpu_secs(pid) - c0) / secs_run);
+        cell.ring_drops = link_stats(&self.bed.net.a, IF_A)?.tx_dropped.saturating_sub(ring0) as f64 / secs_run;
+        let cookies = proc_counter(&netstat.read()?, "TcpExt:", "SyncookiesSent").saturating_sub(cookies0);
+        cell.syn_cookies = cookies as f64 / secs_run;
+        if let Some(st) = status.and_then(|t| t.join().ok()).transpose()? {
+            eprintln!("== sluice status during the {} flood (zero config):\n{st}", flood.map_or("", |f| f.name));
+        }
+        if let Some(rx) = gen {
+            let (counts, gsecs) = rx.recv().context("the generator thread ended")??;
+            cell.flood_pps = Some(counts[0].sent as f64 / gsecs.max(1e-9));
+        }
+        if let (Installed::Daemon(_, sock), Service::Http) = (&installed, self.svc) {
+            cell.gate_synacks = Some(gate_synacks(&self.o.exe, &self.bed.net.b, sock)? as f64 / secs_run);
+        }
+        if let (Installed::Daemon(_, sock), true) = (&installed, flood.is_some_and(|f| !f.own_port)) {
+            // The flood goes to another class: every drop of the service's classes is a client's.
+            cell.gate_drops = Some(service_drops(&self.o.exe, &self.bed.net.b, sock)?);
+        }
+        self.uninstall(installed)?;
+        cell.flood = flood.map_or("none", |f| f.name).into();
+        cell.config = setup;
+        cell.repeat = repeat;
+        Ok(cell)
+    }
+
+    pub(super) fn flood_stream(&self, f: &Flood) -> StreamSpec {
+        StreamSpec { rate: self.o.flood_pps, ..flood_stream(&self.bed.net, self.svc, f) }
+    }
+
+    /// Put `setup` in place on vb.
+    pub(super) fn install(&self, setup: Setup) -> Result<Installed> {
+        let svc_class = format!("svc:priority=0,{}", self.svc.matches());
+        let args: Vec<String> = match setup {
+            Setup::Off => {
+                let g = attach_gate(&self.bed.net.b, IF_B, vec![svc_class])?;
+                return Ok(Installed::Pass { _gate: Box::new(g) });
+            }
+            Setup::Zero => vec![],
+            Setup::Static => {
+                let cap = self.capacity.map(|c| format!("rate={},", c.round().max(1.0) as u64)).unwrap_or_default();
+                let svc = format!("svc:priority=1,{cap}{}", self.svc.matches());
+                let mut args: Vec<String> =
+                    ["--no-discover", "--class", &svc, "--class", "default:rate=1k"].map(String::from).to_vec();
+                if self.o.sources {
+                    // The hand-tuned best against an own-port flood: the resolver's address first.
+                    let (a4, a6) = (self.bed.net.ip_a, self.bed.net.ip6_a);
+                    args.push("--class".into());
+                    args.push(format!("resolver:priority=0,match=udp:53@{a4}/32,match=udp:53@{a6}/128"));
+                }
+                args
+            }
+            Setup::Blocked => {
+                ["--no-discover", "--class", &svc_class, "--class", "default:rate=blocked"].map(String::from).to_vec()
+            }
+        };
+        let sock = self.dir.join("sluice.sock");
+        let p = start_daemon(&self.o.exe, &self.bed.net.b, IF_B, &sock, &args, &self.dir.join("sluice-run.log"))?;
+        // Zero config: the first discovery is at start; a tick or two for the first rates.
+        std::thread::sleep(Duration::from_millis(300));
+        Ok(Installed::Daemon(p, sock))
+    }
+
+    pub(super) fn uninstall(&self, i: Installed) -> Result<()> {
+        if let Installed::Daemon(p, _) = i {
+            if let Err(e) = p.terminate("sluice run").map(drop) {
+                let log = std::fs::read_to_string(self.dir.join("sluice-run.log")).unwrap_or_default();
+                bail!("{e:#}\n{log}");
+            }
+        }
+        Ok(())
+    }
+
+    /// A PROBE_QPS probe for `secs` from an address the service never saw before the flood.
+    pub(super) fn new_client(&self, v6: bool) -> std::thread::JoinHandle<Result<dns::Probe>> {
+        let net = &self.bed.net;
+        let (bind, server) = if v6 { (NEW_CLIENT_V6, net.ip6_b) } else { (NEW_CLIENT_V4, net.ip_b) };
+        let (ns, secs) = (net.a.clone(), self.o.secs);
+        let bind: std::net::IpAddr = bind.parse().expect("an address");
+        std::thread::spawn(move || {
+            dns::probe_bound(&ns, GEN_CPU, Some(bind), std::net::SocketAddr::new(server, 53), dns::PROBE_QPS, secs)
+        })
+    }
+
+    /// dnsperf at the scenario's rate and the probe, side by side, for `secs`.
+    pub(super) fn dns_clients(&self, v6: bool, secs: f64) -> Result<Cell> {
+        self.dns_clients_at(v6, secs, self.o.qps)
+    }
+
+    /// dnsperf at `qps` and the probe, side by side, for `secs`.
+    pub(super) fn dns_clients_at(&self, v6: bool, secs: f64, qps: u64) -> Result<Cell> {
+        let net = &self.bed.net;
+        let server = if v6 { net.ip6_b } else { net.ip_b };
+        let (p, probe) = dns::clients(&net.a, GEN_CPU, self.dir, server, qps, secs)?;
+        Ok(Cell {
+            client_rate: p.sent_qps,
+            client_short: p.sent_qps < 0.95 * qps as f64,
+            success: (p.sent > 0).then(|| p.completed as f64 / p.sent as f64),
+            p50_ms: sluice::summary::percentile(&probe.rtt_ms, 0.5),
+            p99_ms: sluice::summary::percentile(&probe.rtt_ms, 0.99),
+            ..Cell::default()
+        })
+    }
+
+    /// wrk for `secs`, and beside it the probe (connect times, a long-lived connection).
+    pub(super) fn http_clients(&self, v6: bool) -> Result<Cell> {
+        let net = &self.bed.net;
+        let addr = if v6 { net.ip6_b } else { net.ip_b };
+        let probe = http::start_probe(&net.a, GEN_CPU, addr, self.o.secs);
+        let w = http::run_wrk(&net.a, GEN_CPU, addr, self.o.conns, self.o.secs)?;
+        let p = probe.join().map_err(|_| anyhow::anyhow!("the http probe panicked"))??;
+        let tried = w.requests + w.errors;
+        let timeout_ms = http::CONNECT_TIMEOUT.as_secs_f64() * 1e3;
+        let mut connects: Vec<f64> =
+            p.connect_ms.iter().copied().chain((0..p.connect_failed).map(|_| timeout_ms)).collect();
+        connects.sort_by(f64::total_cmp);
+        Ok(Cell {
+            client_rate: w.rps,
+            success: (tried > 0).then(|| w.requests as f64 / tried as f64),
+            p50_ms: w.p50_ms,
+            p99_ms: w.p99_ms,
+            connect_p50_ms: sluice::summary::percentile(&connects, 0.5),
+            connect_p99_ms: sluice::summary::percentile(&connects, 0.99),
+            connects_failed: Some(p.connect_failed),
+            kept_rps: p.kept_rps(),
+            ..Cell::default()
+        })
+    }
+}
+
+/// A's filter: it passes replies to the clients' ports and drops the rest
+/// (the victim's ICMP errors to the flood's spoofed sources, ...), so the
+/// generator's CPU spends nothing on them.
+pub(crate) fn attach_client_filter(bed: &VictimBed) -> Result<Gate> {
+    attach_gate(
+        &bed.net.a,
+        IF_A,
+        vec![
+            format!("clients:match=udp:{CLIENT_PORTS},match=tcp:{CLIENT_PORTS}"),
+            "default:rate=blocked,match=icmp,match=icmpv6".into(),
+        ],
+    )
+}
+
+/// A flood's stream: UDP to the closed port or NSD's port, or SYNs to nginx's.
+pub(crate) fn flood_stream(net: &sluice::testbed::Testbed, svc: Service, f: &Flood) -> StreamSpec {
+    let (src, dst) = if f.v6 {
+        (FLOOD_SRC_V6.parse().expect("an address"), net.ip6_b)
+    } else {
+        (FLOOD_SRC_V4.parse().expect("an address"), net.ip_b)
+    };
+    let syn = f.own_port && svc == Service::Http;
+    let dport = match (f.own_port, svc) {
+        (false, _) => CLOSED_PORT,
+        (true, Service::Dns) => 53,
+        (true, Service::Http) => http::PORT,
+    };
+    // Many source ports and addresses for SYNs (distinct connections), below the clients' ports.
+    let (sport, flows, srcs) = if syn { (1024, 30_000, SYN_SRCS) } else { (20_000, 64, f.srcs) };
+    StreamSpec {
+        name: f.name.into(),
+        rate: FLOOD_PPS,
+        frame_len: if syn && f.v6 { 80 } else { 64 },
+        src: std::net::SocketAddr::new(src, sport),
+        flows,
+        srcs,
+        random_srcs: srcs > 16,
+        dst: std::net::SocketAddr::new(dst, dport),
+        dports: 1,
+        stamp: false,
+        syn,
+    }
+}
+
+/// Packets the daemon's gate dropped of every class but the default one
+/// (the service's classes), since it started.
+pub(crate) fn service_drops(exe: &Path, ns: &str, sock: &Path) -> Result<u64> {
+    let snap = daemon_status(exe, ns, sock)?;
+    Ok(snap.classes.iter().filter(|c| c.name != "default").map(|c| c.totals.dropped_pkts()).sum())
+}
+
+/// SYNs the daemon's gate answered with a cookie SYN-ACK since it started, all classes.
+pub(super) fn gate_synacks(exe: &Path, ns: &str, sock: &Path) -> Result<u64> {
+    Ok(daemon_status(exe, ns, sock)?.classes.iter().map(|c| c.totals.synack_pkts).sum())
+}
+
+pub(super) fn daemon_status(exe: &Path, ns: &str, sock: &Path) -> Result<sluice::stats::Snapshot> {
+    let out = crate::procs::in_ns(ns, None).arg(exe).args(["status", "--json", "--socket"]).arg(sock).output()?;
+    Ok(serde_json::from_value(crate::procs::json_of(out, "sluice status")?)?)
+}
+
+/// The new client's addresses on A: deprecated (preferred_lft 0), so the
+/// other clients never pick them as their source, and known to B as
+/// neighbours (A's filter blocks ICMPv6, so B could not resolve them).
+pub(super) fn add_new_client(bed: &VictimBed) -> Result<()> {
+    let (a, b) = (&bed.net.a, &bed.net.b);
+    let mac = sluice::testbed::format_mac(bed.net.mac_a);
+    for (ip, len) in [(NEW_CLIENT_V4, 24), (NEW_CLIENT_V6, 64)] {
+        let addr = format!("{ip}/{len}");
+        netns::sh(&["ip", "-n", a, "addr", "add", &addr, "dev", IF_A, "nodad", "preferred_lft", "0"])?;
+        netns::sh(&["ip", "-n", b, "neigh", "replace", ip, "lladdr", &mac, "dev", IF_B, "nud", "permanent"])?;
+    }
+    Ok(())
+}

@@ -1,0 +1,370 @@
+//! `sluice bench run --scenario dns|http`: real services a user would run,
+//! flooded, without sluice and with the daemon a user runs.
+//!
+//! The victim is Debian's NSD (`dns`, legitimate load: dnsperf at a steady
+//! rate plus a 200 queries/s probe that times every answer) or nginx (`http`,
+//! legitimate load: wrk, a new connection per request), pinned to CPU 1 of the
+//! `nic` model (the IP/UDP/TCP stack runs in softirq there, beside the
+//! service). The flood is the bench's BPF generator asked for FLOOD_PPS
+//! (more than it reaches: it sends at its top rate), from 16-64 spoofed
+//! sources behind A. Four floods, each over IPv4 and IPv6, and the legitimate
+//! clients use the flood's family:
+//! - `closed-v4`/`closed-v6`: UDP to port 9, where nothing listens;
+//! - `own-v4`/`own-v6`: to the service's own port: junk UDP to NSD's port 53
+//!   (an all-zero header, answered by NSD or not, it costs NSD a read), a SYN
+//!   flood to nginx's port 80 (answered by the kernel's SYN cookies).
+//!
+//! Configurations, interleaved within each flood and repeat:
+//! - `off`: the gate attached with no limit (the generator's live frames need
+//!   an XDP program on the receiving veth), no daemon: the kernel alone;
+//! - `zero`: `sluice run --iface vb` and nothing else;
+//! - `static`: `sluice run --no-discover` with the hand-tuned best classes: the
+//!   service's port(s) at priority 0 (NSD capped at its capacity measured by
+//!   dnsperf at the start; nginx unlimited), everything else capped at 1k/s;
+//! - `blocked`: the service's ports unlimited, everything else blocked: "the
+//!   flood blocked entirely", the reference of the `http` target (closed-port
+//!   floods only: an own-port flood cannot be told apart by port).
+//!
+//! CPU 0 carries the generator, the legitimate clients and the XDP gate's work
+//! (veth runs the receiving NAPI on the sending CPU); with two CPUs the clients
+//! cannot have a CPU of their own. The generator runs at nice 19, so the
+//! clients get the CPU time they ask for and the flood takes what is left (its
+//! rate is measured and shown per cell); a cell whose dnsperf still could not
+//! send 95% of its asked rate is marked.
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::gen::{stream_value, StreamSpec};
+use crate::procs::{start_daemon, status_after, tree_cpu_secs, Proc};
+use crate::rig::{add_flood_neighbours, attach_gate, FLOOD_SRC_V4, FLOOD_SRC_V6};
+use crate::victim::{link_stats, VictimBed, VictimModel, IF_A, IF_B};
+use crate::workers::GenWorker;
+use crate::{dns, http};
+use sluice::gate::Gate;
+use sluice::netns;
+use sluice::signals::{proc_counter, NsFile};
+
+mod bench;
+mod report;
+
+use bench::Bench;
+pub(crate) use bench::{attach_client_filter, flood_stream, service_drops};
+use report::cell_line;
+pub use report::{summary, targets, write_all};
+
+const GEN_CPU: usize = 0;
+const VICTIM_CPU: usize = 1;
+/// What the generator is asked for: above its top rate on this VM, so it sends as fast as it can.
+pub const FLOOD_PPS: f64 = 8e6;
+/// The closed port of the `closed-*` floods.
+pub const CLOSED_PORT: u16 = 9;
+/// A's filter passes replies to the clients' ephemeral ports (32768 and up);
+/// the flood's source ports stay below, so its answers (ICMP errors, NSD's
+/// replies, SYN-ACKs) are dropped on A's side and cost the clients nothing.
+const CLIENT_PORTS: &str = "32768-65535";
+
+/// The real service a scenario runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Service {
+    Dns,
+    Http,
+}
+
+impl Service {
+    /// The scenario names `bench run --scenario` takes for these.
+    pub const ALL: [(Service, &'static str, &'static str); 2] = [
+        (
+            Service::Dns,
+            "dns",
+            "NSD + dnsperf under closed-port and own-port UDP floods, IPv4 and IPv6: off / zero / static",
+        ),
+        (
+            Service::Http,
+            "http",
+            "nginx + wrk under closed-port UDP floods and SYN floods, IPv4 and IPv6: off / zero / static",
+        ),
+    ];
+
+    pub fn parse(name: &str) -> Option<Service> {
+        Service::ALL.iter().find(|s| s.1 == name).map(|s| s.0)
+    }
+
+    pub fn name(self) -> &'static str {
+        Service::ALL.iter().find(|s| s.0 == self).map_or("?", |s| s.1)
+    }
+
+    /// Its classes when configured by hand (`static`, `blocked`): match rules.
+    fn matches(self) -> &'static str {
+        match self {
+            Service::Dns => "match=udp:53,match=tcp:53",
+            Service::Http => "match=tcp:80",
+        }
+    }
+}
+
+/// One flood.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Flood {
+    pub name: &'static str,
+    pub v6: bool,
+    /// To the service's own port (else to CLOSED_PORT).
+    pub own_port: bool,
+    /// Source addresses (UDP floods; a SYN flood uses SYN_SRCS), drawn at
+    /// random per frame when more than 16.
+    pub srcs: u32,
+    /// The legitimate clients run CALM_SECS before the flood starts (so the
+    /// service answers them while healthy and they become known); else the
+    /// flood starts first.
+    pub calm: bool,
+}
+
+impl Flood {
+    /// The flood named `name`.
+    pub fn parse(name: &str) -> Result<Flood> {
+        let all = || FLOODS.iter().chain(&SOURCE_FLOODS);
+        all().find(|f| f.name == name).copied().ok_or_else(|| {
+            let names: Vec<&str> = all().map(|f| f.name).collect();
+            anyhow::anyhow!("unknown flood \"{name}\"; valid: {}", names.join(", "))
+        })
+    }
+}
+
+const fn flood(name: &'static str, v6: bool, own_port: bool, srcs: u32, calm: bool) -> Flood {
+    Flood { name, v6, own_port, srcs, calm }
+}
+
+/// The `dns` and `http` scenarios' floods.
+pub const FLOODS: [Flood; 4] = [
+    flood("closed-v4", false, false, 16, false),
+    flood("closed-v6", true, false, 16, false),
+    flood("own-v4", false, true, 16, false),
+    flood("own-v6", true, true, 16, false),
+];
+
+/// The `sources` scenario's floods: junk DNS to NSD's port from 1, 16 and
+/// 65,536 sources after a calm period, and from 65,536 starting first.
+pub const SOURCE_FLOODS: [Flood; 6] = [
+    flood("src1-v4", false, true, 1, true),
+    flood("src16-v4", false, true, 16, true),
+    flood("src64k-v4", false, true, 65_536, true),
+    flood("src16-v6", true, true, 16, true),
+    flood("src64k-v6", true, true, 65_536, true),
+    flood("first64k-v4", false, true, 65_536, false),
+];
+
+/// Sources of a SYN flood, drawn at random per frame (issue 22: 65,536
+/// spoofed sources), each with 30,000 source ports: distinct connections.
+const SYN_SRCS: u32 = 65_536;
+/// Seconds the clients run before a `calm` flood starts: learning needs a
+/// healthy second (fair.rs, LEARN_CALM_TICKS), then answers.
+pub const CALM_SECS: f64 = 3.0;
+/// A client that first appears during the flood (the `sources` scenario):
+/// a probe from these addresses, added to A.
+pub const NEW_CLIENT_V4: &str = "10.77.0.200";
+pub const NEW_CLIENT_V6: &str = "fd77::200";
+
+/// A local process beside NSD that misbehaves, run as user nobody in the
+/// victim's namespace with no flood (do no harm: NSD must not pay for it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Neighbour {
+    /// A UDP socket on NEIGHBOUR_PORT with a 2 KiB buffer that never
+    /// reads, filled over loopback (nothing of it crosses the gate).
+    FullSocket,
+    /// Binds a UDP socket on NEIGHBOUR_PORT and closes it, 100 times a second.
+    Churn,
+}
+
+/// The neighbours' port, and the load (of NSD's capacity) of their cells.
+pub const NEIGHBOUR_PORT: u16 = 7777;
+pub const NEIGHBOUR_LOAD: f64 = 0.5;
+
+impl Neighbour {
+    pub fn name(self) -> &'static str {
+        match self {
+            Neighbour::FullSocket => "full-socket",
+            Neighbour::Churn => "churn",
+        }
+    }
+
+    /// The neighbour's Python program, bounded by `secs`.
+    fn program(self, secs: f64) -> String {
+        let body = match self {
+            Neighbour::FullSocket => format!(
+                "r = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
+                 r.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)\n\
+                 r.bind(('0.0.0.0', {NEIGHBOUR_PORT}))\n\
+                 w = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
+                 while time.time() < end:\n    \
+                     for _ in range(50): w.sendto(b'x' * 32, ('127.0.0.1', {NEIGHBOUR_PORT}))\n    \
+                     time.sleep(0.01)\n"
+            ),
+            Neighbour::Churn => format!(
+                "while time.time() < end:\n    \
+                     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n    \
+                     s.bind(('0.0.0.0', {NEIGHBOUR_PORT}))\n    \
+                     s.close()\n    \
+                     time.sleep(0.01)\n"
+            ),
+        };
+        format!("import socket, time\nend = time.time() + {secs}\n{body}")
+    }
+
+    /// Start it in `ns` as user nobody; killed when the handle drops.
+    fn start(self, ns: &str, secs: f64) -> Result<Proc> {
+        let mut c = crate::procs::in_ns(ns, None);
+        c.args(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "python3", "-c"]);
+        c.arg(self.program(secs));
+        c.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
+        Proc::spawn(c, "the neighbour (setpriv, python3)")
+    }
+}
+
+/// A configuration of the victim (see the module comment).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Setup {
+    #[default]
+    Off,
+    Zero,
+    Static,
+    Blocked,
+}
+
+impl Setup {
+    pub fn name(self) -> &'static str {
+        match self {
+            Setup::Off => "off",
+            Setup::Zero => "zero",
+            Setup::Static => "static",
+            Setup::Blocked => "blocked",
+        }
+    }
+
+    /// The configurations measured under `flood` (None: the unflooded reference).
+    fn for_flood(flood: Option<&Flood>) -> &'static [Setup] {
+        match flood {
+            None => &[Setup::Off],
+            Some(f) if f.own_port => &[Setup::Off, Setup::Zero, Setup::Static],
+            Some(_) => &[Setup::Off, Setup::Zero, Setup::Static, Setup::Blocked],
+        }
+    }
+}
+
+pub struct ServiceOpts {
+    pub exe: PathBuf,
+    /// Seconds the legitimate clients run per cell.
+    pub secs: f64,
+    pub repeats: u32,
+    /// dnsperf's asked rate (dns).
+    pub qps: u64,
+    /// wrk's connections (http).
+    pub conns: u32,
+    /// The floods to run (names from FLOODS or SOURCE_FLOODS), in this order.
+    pub floods: Vec<Flood>,
+    /// The generator's asked flood rate, packets/s (FLOOD_PPS: its top rate).
+    pub flood_pps: f64,
+    /// The `sources` scenario: `static` gives the legitimate client's
+    /// address a class of its own, a new client probes during each flood.
+    pub sources: bool,
+    /// dns: calm cells (no flood) with dnsperf at these fractions of NSD's
+    /// measured capacity, `off` and `zero` side by side (do no harm).
+    pub calm_loads: Vec<f64>,
+    /// dns: calm cells at NEIGHBOUR_LOAD with a misbehaving local neighbour
+    /// beside NSD (see [`Neighbour`]).
+    pub neighbours: bool,
+    /// Set by Ctrl-C: stop after the current cell.
+    pub interrupted: Arc<AtomicBool>,
+}
+
+/// One measured cell.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Cell {
+    /// A flood's name, or "none".
+    pub flood: String,
+    pub config: Setup,
+    pub repeat: u32,
+    /// Flood packets/s the generator sent (None: no flood).
+    pub flood_pps: Option<f64>,
+    /// dnsperf's sent queries/s, or wrk's completed requests/s.
+    pub client_rate: f64,
+    /// dnsperf sent under 95% of its asked rate.
+    pub client_short: bool,
+    /// Answered share of dnsperf's queries, or wrk's requests / (requests + errors).
+    pub success: Option<f64>,
+    /// The probe's (dns) or wrk's (http) latency percentiles, ms.
+    pub p50_ms: Option<f64>,
+    pub p99_ms: Option<f64>,
+    /// The service's CPU (all its processes), % of one core.
+    pub service_cpu: f64,
+    /// Frames/s vb's full receive ring refused (va's tx drops): lost before
+    /// any XDP program ran, the flood's and the clients' alike (a NIC's ring overflowing).
+    #[serde(default)]
+    pub ring_drops: f64,
+    /// SYN cookies/s the victim's kernel sent (TcpExt SyncookiesSent): the
+    /// SYN flood's frames were valid and reached TCP.
+    #[serde(default)]
+    pub syn_cookies: f64,
+    /// The daemon's own CPU (`zero`, `static`, `blocked`), % of one core.
+    #[serde(default)]
+    pub daemon_cpu: Option<f64>,
+    /// `sources`: the answered share of a probe from an address first seen
+    /// during the flood (NEW_CLIENT_V4/V6).
+    #[serde(default)]
+    pub new_client: Option<f64>,
+    /// Calm cells: dnsperf's asked rate as a fraction of NSD's capacity.
+    #[serde(default)]
+    pub load: Option<f64>,
+    /// Packets of the service's classes the gate dropped in the cell (a
+    /// daemon's cells without an own-port flood: then all of them are
+    /// legitimate); None where not measured.
+    #[serde(default)]
+    pub gate_drops: Option<u64>,
+    /// http: SYNs/s the daemon's gate answered itself (SYN cookies at the
+    /// driver); None without a daemon.
+    #[serde(default)]
+    pub gate_synacks: Option<f64>,
+    /// http: the probe's new connections' connect time, ms (a failed or
+    /// timed-out connect counts as its 3 s timeout), and how many failed.
+    #[serde(default)]
+    pub connect_p50_ms: Option<f64>,
+    #[serde(default)]
+    pub connect_p99_ms: Option<f64>,
+    #[serde(default)]
+    pub connects_failed: Option<u64>,
+    /// http: requests/s answered over the probe's one long-lived connection
+    /// (it asks 500/s).
+    #[serde(default)]
+    pub kept_rps: Option<f64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ServiceRun {
+    pub service: Service,
+    pub secs: f64,
+    pub repeats: u32,
+    /// dns: NSD's answered queries/s with dnsperf unpaced (the static cap).
+    pub capacity: Option<f64>,
+    pub cells: Vec<Cell>,
+}
+
+/// Run the scenario: every repeat x flood x configuration, printing a line
+/// per cell; writes results.json and summary.txt into `out` as it goes.
+pub fn run(svc: Service, o: &ServiceOpts, out: &Path) -> Result<ServiceRun> {
+    sluice::gate::check_privileges()?;
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let bed = VictimBed::create(svc.name(), VictimModel::Nic, GEN_CPU, VICTIM_CPU)?;
+    let dir = std::env::temp_dir().join(format!("{}-files", bed.net.b));
+    std::fs::create_dir_all(&dir)?;
+    let result = (|| {
+        let b = Bench::start(svc, o, &bed, &dir)?;
+        b.run_all(out)
+    })();
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}

@@ -1,0 +1,434 @@
+//! The scenario's summary table and its targets, and the results files.
+use super::*;
+
+fn pct(v: Option<f64>) -> String {
+    v.map_or("n/a".into(), |v| format!("{:.2}%", 100.0 * v))
+}
+
+fn ms(v: Option<f64>) -> String {
+    v.map_or("n/a".into(), |v| if v < 10.0 { format!("{v:.2} ms") } else { format!("{v:.0} ms") })
+}
+
+/// A cell as one progress line.
+pub(super) fn cell_line(svc: Service, c: &Cell) -> String {
+    let rate = sluice::stats::human(c.client_rate);
+    format!(
+        "{:<11} {:<7} flood {:>6}/s (ring drops {}/s, SYN cookies {}/s)  {} {rate}{}/s  ok {}{}  p50 {}  p99 {}  service CPU {:.0}%  sluice CPU {}",
+        c.flood,
+        c.config.name(),
+        c.flood_pps.map_or("-".into(), sluice::stats::human),
+        sluice::stats::human(c.ring_drops),
+        sluice::stats::human(c.syn_cookies),
+        if svc == Service::Dns { "dnsperf sent" } else { "wrk" },
+        if c.client_short { " (!)" } else { "" },
+        pct(c.success),
+        c.new_client.map_or(String::new(), |n| format!("  new client {}", pct(Some(n)))),
+        ms(c.p50_ms),
+        ms(c.p99_ms),
+        c.service_cpu,
+        c.daemon_cpu.map_or("-".into(), |v| format!("{v:.1}%"))
+    )
+}
+
+/// The calm cells' names (no flood: `calm-N`, `calm-N+neighbour`), in run order.
+fn calm_names(r: &ServiceRun) -> Vec<&str> {
+    let mut names: Vec<&str> = vec![];
+    for c in r.cells.iter().filter(|c| c.load.is_some()) {
+        if !names.contains(&c.flood.as_str()) {
+            names.push(&c.flood);
+        }
+    }
+    names
+}
+
+/// The cells of (flood, config) across repeats.
+fn group<'c>(r: &'c ServiceRun, flood: &str, config: Setup) -> Vec<&'c Cell> {
+    r.cells.iter().filter(|c| c.flood == flood && c.config == config).collect()
+}
+
+/// Median of a field over cells (None if any cell lacks it: a missing value is not dropped).
+fn med(cells: &[&Cell], f: impl Fn(&Cell) -> Option<f64>) -> Option<f64> {
+    let v: Option<Vec<f64>> = cells.iter().map(|c| f(c)).collect();
+    sluice::summary::median(&v?)
+}
+
+/// "median (min-max)" of a field, or just the median with one repeat.
+fn spread(cells: &[&Cell], f: impl Fn(&Cell) -> Option<f64>, show: impl Fn(Option<f64>) -> String) -> String {
+    let v: Vec<f64> = cells.iter().filter_map(|c| f(c)).collect();
+    let m = show(med(cells, &f));
+    if v.len() < 2 {
+        return m;
+    }
+    let (lo, hi) =
+        (v.iter().copied().fold(f64::INFINITY, f64::min), v.iter().copied().fold(f64::NEG_INFINITY, f64::max));
+    format!("{m} ({}-{})", show(Some(lo)), show(Some(hi)))
+}
+
+/// The table (medians over repeats, spread of the key figure), then the targets.
+pub fn summary(r: &ServiceRun) -> String {
+    let dns = r.service == Service::Dns;
+    let mut s = format!(
+        "\nscenario {} ({} s per cell, {} repeat(s), medians; (min-max) over repeats){}\n",
+        r.service.name(),
+        r.secs,
+        r.repeats,
+        r.capacity.map_or(String::new(), |c| format!("; NSD capacity {}/s", sluice::stats::human(c)))
+    );
+    s += &format!(
+        "{:<10} {:<8} {:>8} {:>8} {:>12} {:>24} {:>9} {:>9} {:>8} {:>10}{}\n",
+        "flood",
+        "config",
+        "flood/s",
+        "ring/s",
+        if dns { "dnsperf/s" } else { "requests/s" },
+        if dns { "answered" } else { "ok" },
+        "p50",
+        "p99",
+        "svc CPU",
+        "sluice CPU",
+        if dns { "" } else { "  cookies/s  gate SYN-ACKs/s    connect p50/p99  kept/s" }
+    );
+    let calm = calm_names(r);
+    let names =
+        calm.iter().copied().chain(std::iter::once("none")).chain(FLOODS.iter().chain(&SOURCE_FLOODS).map(|f| f.name));
+    for flood in names {
+        let f = FLOODS.iter().chain(&SOURCE_FLOODS).find(|x| x.name == flood);
+        let setups = if calm.contains(&flood) { &[Setup::Off, Setup::Zero][..] } else { Setup::for_flood(f) };
+        for &setup in setups {
+            let cells = group(r, flood, setup);
+            if cells.is_empty() {
+                continue;
+            }
+            let short = if cells.iter().any(|c| c.client_short) { " (!)" } else { "" };
+            let key = if dns {
+                spread(&cells, |c| c.success, pct)
+            } else {
+                spread(&cells, |c| Some(c.client_rate), |v| v.map_or("n/a".into(), sluice::stats::human))
+            };
+            s += &format!(
+                "{:<10} {:<8} {:>8} {:>8} {:>12} {:>24} {:>9} {:>9} {:>7.0}% {:>10}{}\n",
+                flood,
+                setup.name(),
+                med(&cells, |c| c.flood_pps).map_or("-".into(), sluice::stats::human),
+                ring_cell(&cells),
+                format!("{}{short}", med(&cells, |c| Some(c.client_rate)).map_or("n/a".into(), sluice::stats::human)),
+                if dns { key } else { format!("{key} {}", pct(med(&cells, |c| c.success))) },
+                ms(med(&cells, |c| c.p50_ms)),
+                ms(med(&cells, |c| c.p99_ms)),
+                med(&cells, |c| Some(c.service_cpu)).unwrap_or(0.0),
+                med(&cells, |c| c.daemon_cpu).map_or("-".into(), |v| format!("{v:.1}%")),
+                if r.cells.iter().any(|c| c.new_client.is_some()) {
+                    format!("  new client {}", spread(&cells, |c| c.new_client, pct))
+                } else if dns {
+                    String::new()
+                } else {
+                    let human = |v: Option<f64>| v.map_or("-".into(), sluice::stats::human);
+                    format!(
+                        "{:>11} {:>16} {:>18} {:>7}",
+                        human(med(&cells, |c| Some(c.syn_cookies))),
+                        human(med(&cells, |c| c.gate_synacks)),
+                        format!("{}/{}", ms(med(&cells, |c| c.connect_p50_ms)), ms(med(&cells, |c| c.connect_p99_ms))),
+                        human(med(&cells, |c| c.kept_rps))
+                    )
+                }
+            );
+        }
+    }
+    s += &legend(dns, !calm.is_empty());
+    s + &targets(r)
+}
+
+/// What the summary's columns mean.
+fn legend(dns: bool, calm: bool) -> String {
+    let mut s = String::new();
+    if dns {
+        s += "(!) = dnsperf sent under 95% of its asked rate in a repeat (CPU 0 is shared with the generator and the gate's work)\n";
+        s += "answered = dnsperf's completed/sent; p50/p99 = a separate 200 queries/s probe timing each answer\n";
+    } else {
+        s += "requests/s = wrk's completed requests (a new connection each); ok = requests / (requests + errors)\n";
+        s += "cookies/s = SYN cookies the victim's kernel sent (TcpExt SyncookiesSent): SYNs it answered without queueing;\n";
+        s += "  gate SYN-ACKs/s = SYNs the gate answered itself with a cookie (SYN cookies at the driver; - = no daemon)\n";
+        s += "connect p50/p99 = a probe's new connection every 10 ms, timed to the handshake's end (a failed one counts as its 3 s timeout);\n";
+        s += "  kept/s = requests/s answered over the probe's one long-lived connection, which asks 500/s\n";
+    }
+    if calm {
+        s += "calm-N = no flood, dnsperf asked N% of NSD's measured capacity (do no harm: zero config must answer what off answers)\n";
+    }
+    s += "svc CPU / sluice CPU = the service's / the daemon's processes, % of one core (the daemon: its tick, discovery, statistics)\n";
+    s += "ring/s = frames/s vb's full ring refused before any XDP ran (flood and clients alike: the CPU 0 NAPI is saturated);\n";
+    s += "  (*) = over RING_MARK of the frames never reached the gate: no gate could have saved that cell (lower --flood-rate)\n";
+    s
+}
+
+/// A cell whose ring refused over this share of what was sent is marked:
+/// the gate never saw those frames.
+const RING_MARK: f64 = 0.05;
+
+/// The ring/s column: the median ring drops, marked (*) where they were
+/// over RING_MARK of the flood the generator sent in a repeat.
+fn ring_cell(cells: &[&Cell]) -> String {
+    let over = cells.iter().any(|c| c.flood_pps.is_some_and(|f| c.ring_drops > RING_MARK * f));
+    let v = med(cells, |c| Some(c.ring_drops)).map_or("-".into(), sluice::stats::human);
+    if over {
+        format!("{v} (*)")
+    } else {
+        v
+    }
+}
+
+/// A target's verdict; a missing figure is "not measured".
+fn verdict(ok: Option<bool>) -> &'static str {
+    match ok {
+        Some(true) => "MET",
+        Some(false) => "MISSED",
+        None => "not measured",
+    }
+}
+
+/// The issue's targets, each MET or MISSED with its figures; a missing figure is "not measured".
+pub fn targets(r: &ServiceRun) -> String {
+    let mut s = String::from("targets (zero config):\n");
+    s += &calm_targets(r);
+    let ran = |f: &&Flood| r.cells.iter().any(|c| c.flood == f.name);
+    for f in FLOODS.iter().filter(ran).filter(|f| !f.own_port) {
+        s += &closed_port_target(r, f);
+    }
+    for f in SOURCE_FLOODS.iter().filter(ran) {
+        let zero = group(r, f.name, Setup::Zero);
+        let (ans, new) = (med(&zero, |c| c.success), med(&zero, |c| c.new_client));
+        let goal = if f.srcs <= 16 { 0.999 } else { 0.99 };
+        let target = if f.calm {
+            format!(">= {}: {}", pct(Some(goal)), verdict(ans.map(|a| a >= goal)))
+        } else {
+            "the flood came first, nobody was known: reported".into()
+        };
+        s += &format!(
+            "  sources {}: {} answered ({target}); a client new during the flood: {} answered (reported)\n",
+            f.name,
+            pct(ans),
+            pct(new)
+        );
+    }
+    if r.service == Service::Http {
+        for f in FLOODS.iter().filter(ran).filter(|f| f.own_port) {
+            let z = med(&group(r, f.name, Setup::Zero), |c| Some(c.client_rate));
+            let off = med(&group(r, f.name, Setup::Off), |c| Some(c.client_rate));
+            let ratio = z.zip(off).filter(|(_, o)| *o > 0.0).map(|(z, o)| z / o);
+            s += &format!(
+                "  http {} (SYN flood): {} of the kernel alone's requests/s (never worse, within 5% noise: {})\n",
+                f.name,
+                pct(ratio),
+                verdict(ratio.map(|x| x >= 0.95))
+            );
+            s += &syn_flood_clients(r, f);
+        }
+    }
+    s
+}
+
+/// Do no harm: the unflooded cells (zero config against off) and the
+/// misbehaving neighbours.
+fn calm_targets(r: &ServiceRun) -> String {
+    let mut s = String::new();
+    for name in calm_names(r) {
+        let (off, zero) = (group(r, name, Setup::Off), group(r, name, Setup::Zero));
+        let (a_off, a_zero) = (med(&off, |c| c.success), med(&zero, |c| c.success));
+        let drops: Option<u64> = zero.iter().map(|c| c.gate_drops).sum();
+        s += &format!(
+            "  dns {name} (no flood): answered {} vs {} off (>= off - 0.1 point: {}); gate dropped {} of the service's packets (0: {})\n",
+            pct(a_zero),
+            pct(a_off),
+            verdict(a_zero.zip(a_off).map(|(z, o)| z >= o - 0.001)),
+            drops.map_or("n/a".into(), |d| d.to_string()),
+            verdict(drops.map(|d| d == 0))
+        );
+    }
+    let base = format!("calm-{:.0}", NEIGHBOUR_LOAD * 100.0);
+    for n in [Neighbour::FullSocket, Neighbour::Churn] {
+        let name = format!("{base}+{}", n.name());
+        let with = med(&group(r, &name, Setup::Zero), |c| c.success);
+        let without = med(&group(r, &base, Setup::Zero), |c| c.success);
+        if with.is_none() {
+            continue;
+        }
+        s += &format!(
+            "  dns {name}: zero config answered {} beside the neighbour vs {} without it (within 0.1 point: {})\n",
+            pct(with),
+            pct(without),
+            verdict(with.zip(without).map(|(w, o)| w >= o - 0.001))
+        );
+    }
+    s
+}
+
+/// A flood to a closed port: DNS answered and its p99 against the
+/// unflooded one; HTTP against the flood blocked entirely.
+fn closed_port_target(r: &ServiceRun, f: &Flood) -> String {
+    let zero = group(r, f.name, Setup::Zero);
+    if r.service == Service::Dns {
+        let calm_p99 = med(&group(r, "none", Setup::Off), |c| c.p99_ms);
+        let (ans, p99) = (med(&zero, |c| c.success), med(&zero, |c| c.p99_ms));
+        // The gate's own drops of the clients' queries, as a share of what dnsperf sent.
+        let sent: f64 = zero.iter().map(|c| c.client_rate * r.secs).sum();
+        let dropped: Option<u64> = zero.iter().map(|c| c.gate_drops).sum();
+        let share = dropped.filter(|_| sent > 0.0).map(|d| d as f64 / sent);
+        format!(
+            "  dns {}: answered {} (>= 99.9%: {}); p99 {} vs {} unflooded (within 2x: {}); gate dropped {} of the clients' queries (<= 0.05%: {})\n",
+            f.name,
+            pct(ans),
+            verdict(ans.map(|a| a >= 0.999)),
+            ms(p99),
+            ms(calm_p99),
+            verdict(p99.zip(calm_p99).map(|(p, c)| p <= 2.0 * c)),
+            share.map_or("n/a".into(), |x| format!("{:.3}%", 100.0 * x)),
+            verdict(share.map(|x| x <= 0.0005))
+        )
+    } else {
+        let z = med(&zero, |c| Some(c.client_rate));
+        let blocked = med(&group(r, f.name, Setup::Blocked), |c| Some(c.client_rate));
+        let ratio = z.zip(blocked).filter(|(_, b)| *b > 0.0).map(|(z, b)| z / b);
+        format!(
+            "  http {}: {} requests/s, {} of the flood blocked entirely (>= 90%: {})\n",
+            f.name,
+            z.map_or("n/a".into(), sluice::stats::human),
+            pct(ratio),
+            verdict(ratio.map(|x| x >= 0.9))
+        )
+    }
+}
+
+/// The SYN-flood targets for clients beside wrk: zero config's connect p99
+/// within 2x of unflooded, the long-lived connection >= 95% of its
+/// unflooded requests/s (unflooded: the `none` cell, the kernel alone).
+fn syn_flood_clients(r: &ServiceRun, f: &Flood) -> String {
+    let (zero, calm) = (group(r, f.name, Setup::Zero), group(r, "none", Setup::Off));
+    let (p99, calm_p99) = (med(&zero, |c| c.connect_p99_ms), med(&calm, |c| c.connect_p99_ms));
+    let (kept, calm_kept) = (med(&zero, |c| c.kept_rps), med(&calm, |c| c.kept_rps));
+    let kept_ratio = kept.zip(calm_kept).filter(|(_, c)| *c > 0.0).map(|(k, c)| k / c);
+    format!(
+        "  http {}: connect p99 {} vs {} unflooded (within 2x: {}); long-lived connection {} of its unflooded requests/s (>= 95%: {})\n",
+        f.name,
+        ms(p99),
+        ms(calm_p99),
+        verdict(p99.zip(calm_p99).map(|(p, c)| p <= 2.0 * c)),
+        pct(kept_ratio),
+        verdict(kept_ratio.map(|k| k >= 0.95))
+    )
+}
+
+/// results.json and summary.txt.
+pub fn write_all(r: &ServiceRun, out: &Path) -> Result<()> {
+    std::fs::write(out.join("results.json"), serde_json::to_string_pretty(r)?)?;
+    std::fs::write(out.join("summary.txt"), summary(r))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cell(flood: &str, config: Setup, rate: f64, success: Option<f64>, p99: Option<f64>) -> Cell {
+        Cell { flood: flood.into(), config, client_rate: rate, success, p99_ms: p99, ..Cell::default() }
+    }
+
+    fn run(service: Service, cells: Vec<Cell>) -> ServiceRun {
+        ServiceRun { service, secs: 8.0, repeats: 1, capacity: None, cells }
+    }
+
+    #[test]
+    fn dns_targets_compare_with_the_unflooded_p99_and_say_missing_when_missing() {
+        let r = run(
+            Service::Dns,
+            vec![
+                cell("none", Setup::Off, 5000.0, Some(1.0), Some(0.05)),
+                cell("closed-v4", Setup::Zero, 5000.0, Some(0.9995), Some(0.09)),
+                cell("closed-v6", Setup::Zero, 5000.0, Some(0.99), None),
+            ],
+        );
+        let t = targets(&r);
+        assert!(
+            t.contains("closed-v4: answered 99.95% (>= 99.9%: MET); p99 0.09 ms vs 0.05 ms unflooded (within 2x: MET)"),
+            "{t}"
+        );
+        assert!(
+            t.contains(
+                "closed-v6: answered 99.00% (>= 99.9%: MISSED); p99 n/a vs 0.05 ms unflooded (within 2x: not measured)"
+            ),
+            "{t}"
+        );
+    }
+
+    #[test]
+    fn http_targets_are_ratios_to_the_blocked_and_the_off_runs() {
+        let r = run(
+            Service::Http,
+            vec![
+                cell("closed-v4", Setup::Zero, 900.0, Some(1.0), None),
+                cell("closed-v4", Setup::Blocked, 1000.0, Some(1.0), None),
+                cell("own-v4", Setup::Zero, 500.0, Some(1.0), None),
+                cell("own-v4", Setup::Off, 1000.0, Some(1.0), None),
+            ],
+        );
+        let t = targets(&r);
+        assert!(
+            t.contains("http closed-v4: 900 requests/s, 90.00% of the flood blocked entirely (>= 90%: MET)"),
+            "{t}"
+        );
+        assert!(!t.contains("closed-v6"), "a flood that did not run has no target line: {t}");
+        assert!(
+            t.contains(
+                "own-v4 (SYN flood): 50.00% of the kernel alone's requests/s (never worse, within 5% noise: MISSED)"
+            ),
+            "{t}"
+        );
+    }
+
+    #[test]
+    fn syn_flood_clients_compare_with_the_unflooded_kernel_alone() {
+        let probe = |flood: &str, config, p99, kept| Cell {
+            connect_p99_ms: p99,
+            kept_rps: kept,
+            ..cell(flood, config, 100.0, Some(1.0), None)
+        };
+        let r = run(
+            Service::Http,
+            vec![
+                probe("none", Setup::Off, Some(2.0), Some(500.0)),
+                probe("own-v4", Setup::Zero, Some(4.0), Some(480.0)),
+                probe("own-v6", Setup::Zero, Some(4.1), None),
+            ],
+        );
+        let v4 = syn_flood_clients(&r, &Flood::parse("own-v4").unwrap());
+        assert_eq!(
+            v4,
+            "  http own-v4: connect p99 4.00 ms vs 2.00 ms unflooded (within 2x: MET); \
+             long-lived connection 96.00% of its unflooded requests/s (>= 95%: MET)\n"
+        );
+        let v6 = syn_flood_clients(&r, &Flood::parse("own-v6").unwrap());
+        assert!(
+            v6.contains("(within 2x: MISSED)") && v6.contains("n/a of its unflooded requests/s (>= 95%: not measured)"),
+            "{v6}"
+        );
+    }
+
+    #[test]
+    fn the_median_of_two_repeats_is_their_mean_and_a_missing_one_makes_it_missing() {
+        let a = cell("x", Setup::Zero, 100.0, Some(0.5), Some(1.0));
+        let b = cell("x", Setup::Zero, 300.0, Some(1.0), None);
+        assert_eq!(med(&[&a, &b], |c| Some(c.client_rate)), Some(200.0));
+        assert_eq!(med(&[&a, &b], |c| c.p99_ms), None);
+        assert_eq!(spread(&[&a, &b], |c| c.success, pct), "75.00% (50.00%-100.00%)");
+    }
+
+    #[test]
+    fn every_flood_has_off_zero_and_static_and_only_closed_port_floods_a_blocked_reference() {
+        for f in &FLOODS {
+            let s = Setup::for_flood(Some(f));
+            assert!(s.starts_with(&[Setup::Off, Setup::Zero, Setup::Static]));
+            assert_eq!(s.contains(&Setup::Blocked), !f.own_port);
+        }
+        assert_eq!(Setup::for_flood(None), &[Setup::Off]);
+        assert_eq!(Service::parse("http"), Some(Service::Http));
+        assert_eq!(Service::parse("default"), None);
+    }
+}
