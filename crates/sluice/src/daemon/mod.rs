@@ -303,12 +303,12 @@ impl Daemon {
     /// Every minute: the last scan's read of the known map (or a
     /// read now, before the first) to the saver's thread.
     fn offer_known(&mut self) {
-        let read = match self.sources.known_map() {
-            Some(m) => Ok(m.to_vec()),
-            None => self.gate.known(),
-        };
-        match read {
-            Ok(map) => self.known.offer(&map, &self.names()),
+        let names = self.names();
+        if let Some(map) = self.sources.known_map() {
+            return self.known.offer(map, &names);
+        }
+        match self.gate.known() {
+            Ok(map) => self.known.offer(&map, &names),
             Err(e) => log::warn(format_args!("known sources: the gate's map was not read: {e:#}")),
         }
     }
@@ -357,8 +357,7 @@ impl Daemon {
             }
             self.tick(ticks)?;
             ticks += 1;
-            let calm = self.ticker.calm() && !self.protect.holding();
-            self.pace.after_tick(calm, &self.gate, &self.ticker.offered(), &self.ticker.seen())?;
+            self.pace.after_tick(&self.ticker, self.protect.holding(), &self.gate)?;
             next = next_tick(if woke { now } else { next }, Instant::now(), self.pace.interval());
             for ((fast, slow, duty), at) in CADENCE.iter().zip(due.iter_mut()) {
                 if now >= *at {

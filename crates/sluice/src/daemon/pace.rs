@@ -16,6 +16,7 @@ use crate::bpf_intf::SLUICE_CS_SEEN_PKTS;
 use crate::controller::TICK;
 use crate::gate::Gate;
 use crate::log;
+use crate::tick::Ticker;
 
 /// The tick while all is calm.
 pub const CALM: Duration = Duration::from_millis(500);
@@ -87,21 +88,22 @@ impl Pace {
         woke
     }
 
-    /// After a tick: `calm` if the ticker found nothing to control. Slow
-    /// down once that held for CALM_AFTER (and arm the gate's wake marks at
-    /// calm ticks, from each class's `offered` packets/s and `seen` packets);
-    /// any tick that is not calm makes the loop fast at once.
-    pub fn after_tick(&mut self, calm: bool, gate: &Gate, offered: &[f64], seen: &[u64]) -> Result<()> {
+    /// After a tick: calm if the ticker found nothing to control and CPU
+    /// protection is not `holding`. Slow down once that held for CALM_AFTER
+    /// (and arm the gate's wake marks at calm ticks, from each class's
+    /// offered packets/s and seen packets); any tick that is not calm makes
+    /// the loop fast at once.
+    pub fn after_tick(&mut self, ticker: &Ticker, holding: bool, gate: &Gate) -> Result<()> {
         self.ticks += 1;
         let now = Instant::now();
-        if !calm || self.ring.is_none() {
+        if holding || self.ring.is_none() || !ticker.calm() {
             self.fast();
             return Ok(());
         }
         let since = *self.calm_since.get_or_insert(now);
         if now.duration_since(since) >= CALM_AFTER {
             self.calm = true;
-            self.arm(gate, offered, seen)?;
+            self.arm(gate, &ticker.offered(), &ticker.seen())?;
         }
         Ok(())
     }

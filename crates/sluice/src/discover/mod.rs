@@ -93,7 +93,7 @@ impl Family {
     pub fn of(s: &DiagSock) -> Family {
         match s.src {
             IpAddr::V4(_) => Family::V4,
-            IpAddr::V6(a) if a.to_ipv4_mapped().is_some() && !a.is_unspecified() => Family::V4,
+            IpAddr::V6(a) if a.to_ipv4_mapped().is_some() => Family::V4,
             IpAddr::V6(a) if a.is_unspecified() && !s.v6only => Family::Both,
             IpAddr::V6(_) => Family::V6,
         }
