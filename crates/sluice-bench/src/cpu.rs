@@ -31,8 +31,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use serde::Serialize;
-use sluice::summary::median;
-use sluice::testbed::IF_B;
+use sluice_testkit::summary::median;
+use sluice_testkit::testbed::IF_B;
 
 use crate::echo::{self, percentile};
 use crate::gen::{stream_value, udp_stream};

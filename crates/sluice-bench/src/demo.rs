@@ -92,7 +92,7 @@ impl Phase {
         (self.perf.sent > 0).then(|| self.perf.completed as f64 / self.perf.sent as f64)
     }
     fn pct(&self, p: f64) -> Option<f64> {
-        sluice::summary::percentile(&self.probe.rtt_ms, p)
+        sluice_testkit::summary::percentile(&self.probe.rtt_ms, p)
     }
 }
 

@@ -89,5 +89,5 @@ fn receive(socks: &[UdpSocket], start: Instant, rtts: &mut Vec<u32>) {
 pub fn percentile(v: &[u32], p: f64) -> Option<f64> {
     let mut s: Vec<f64> = v.iter().map(|&x| f64::from(x)).collect();
     s.sort_by(f64::total_cmp);
-    sluice::summary::percentile(&s, p)
+    sluice_testkit::summary::percentile(&s, p)
 }

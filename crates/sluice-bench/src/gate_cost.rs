@@ -11,8 +11,8 @@ use sluice::bpf_intf::{sluice_fair, sluice_known, sluice_src_key, sluice_syn_gua
 use sluice::classify;
 use sluice::config::{self, Config, Limit};
 use sluice::gate::{Clock, Gate, Prog, XDP_DROP, XDP_PASS};
-use sluice::packet::{v6, Frame};
 use sluice::share::share;
+use sluice_testkit::packet::{v6, Frame};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Row {
@@ -78,7 +78,7 @@ fn measure(gate: &Gate, prog: Prog, pkt: &[u8], want: u32, repeat: u32) -> Resul
 
 /// The median of the rounds (there is at least one: `rounds` >= 1 is checked).
 fn median(v: &mut [f64]) -> f64 {
-    sluice::summary::median(v).unwrap_or(f64::NAN)
+    sluice_testkit::summary::median(v).unwrap_or(f64::NAN)
 }
 
 /// One measured configuration: a loaded gate, the packet, the verdict it must get.

@@ -17,7 +17,7 @@ use crate::gen_intf::{
 };
 use crate::gen_skel::{GenSkel, GenSkelBuilder};
 use sluice::gate::Owned;
-use sluice::packet::{Frame, L4};
+use sluice_testkit::packet::{Frame, L4};
 
 /// One stream of UDP frames.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -13,8 +13,8 @@ use serde::Serialize;
 
 use crate::procs::{in_ns, start_daemon, Proc};
 use crate::victim::NS_PREFIX;
-use sluice::summary::median;
-use sluice::testbed::{Testbed, TestbedOpts, IF_B};
+use sluice_testkit::summary::median;
+use sluice_testkit::testbed::{Testbed, TestbedOpts, IF_B};
 
 /// One measurement.
 #[derive(Debug, Clone, Serialize)]

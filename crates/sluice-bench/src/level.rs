@@ -14,7 +14,7 @@ use crate::rig::Rig;
 use crate::scenario::ConfigKind;
 use crate::victim::{VictimModel, IF_A};
 use sluice::stats::ClassTotals;
-use sluice::summary::{coefficient_of_variation, percentile};
+use sluice_testkit::summary::{coefficient_of_variation, percentile};
 
 /// Counters read at one edge of a measurement window.
 #[derive(Debug, Clone)]

@@ -493,7 +493,7 @@ fn cmd_bench_demo(a: DemoArgs) -> Result<()> {
     std::thread::spawn(move || {
         if let Some(sig) = signals.forever().next() {
             let mine = format!("{}{}-", victim::NS_PREFIX, std::process::id());
-            let _ = sluice::testbed::cleanup_leftovers(&mine);
+            let _ = sluice_testkit::testbed::cleanup_leftovers(&mine);
             eprintln!("sluice bench demo: interrupted; the testbed is removed");
             std::process::exit(128 + sig);
         }

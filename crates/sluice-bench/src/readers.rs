@@ -41,7 +41,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use serde::Serialize;
 
-use sluice::summary::median;
+use sluice_testkit::summary::median;
 
 use crate::dns;
 use crate::echo::{self, percentile, Load};
@@ -230,8 +230,14 @@ fn cell(
     let service = if s.part == "nsd" { start_nsd(bed, out)? } else { start_service(o, bed, s)? };
     let policy = if s.layout == "shared" { "hash" } else { s.layout };
     let sock = out.join("sluice.sock");
-    let daemon =
-        start_daemon(&o.exe, &bed.net.b, sluice::testbed::IF_B, &sock, &daemon_args(s), &out.join("daemon.log"))?;
+    let daemon = start_daemon(
+        &o.exe,
+        &bed.net.b,
+        sluice_testkit::testbed::IF_B,
+        &sock,
+        &daemon_args(s),
+        &out.join("daemon.log"),
+    )?;
     bed.apply_model()?;
     if policy != "hash" {
         wait_steered(&o.exe, &bed.net.b, &sock)?;

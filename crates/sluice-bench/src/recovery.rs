@@ -25,7 +25,8 @@ use serde::{Deserialize, Serialize};
 use crate::rig::Rig;
 use crate::scenario::{ConfigKind, Scenario};
 use crate::victim::VictimModel;
-use sluice::summary::{median, missing_or};
+use sluice::cli::missing_or;
+use sluice_testkit::summary::median;
 
 pub const BIN: f64 = 0.25;
 pub const HOLD: f64 = 1.0;

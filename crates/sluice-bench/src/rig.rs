@@ -361,7 +361,7 @@ impl Rig {
 /// through A for the sources past those (10.0.0.0/8, fd77::/16), so answers
 /// to any flood source leave B as they would to a remote client.
 pub(crate) fn add_flood_neighbours(tb: &VictimBed, sources: u32) -> Result<()> {
-    let mac = sluice::testbed::format_mac(tb.net.mac_a);
+    let mac = sluice_testkit::testbed::format_mac(tb.net.mac_a);
     let mut batch = format!("route replace 10.0.0.0/8 via {}\n", tb.net.ip_a);
     batch += &format!("route replace fd77::/16 via {}\n", tb.net.ip6_a);
     for i in 0..sources {

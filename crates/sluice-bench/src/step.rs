@@ -26,7 +26,8 @@ use serde::{Deserialize, Serialize};
 use crate::rig::Rig;
 use crate::scenario::{ConfigKind, Scenario};
 use crate::victim::VictimModel;
-use sluice::summary::{coefficient_of_variation, missing_or, percentile};
+use sluice::cli::missing_or;
+use sluice_testkit::summary::{coefficient_of_variation, percentile};
 
 /// The sampling period of the time series.
 pub const SAMPLE: Duration = Duration::from_millis(10);

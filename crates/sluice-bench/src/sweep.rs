@@ -11,7 +11,7 @@ use crate::level::LevelResult;
 use crate::rig::Rig;
 use crate::scenario::{ConfigKind, Scenario, SCHEMA_VERSION};
 use crate::victim::VictimModel;
-use sluice::summary::median;
+use sluice_testkit::summary::median;
 
 /// Calibration: the load doubles from this rate until the delivered rate falls
 /// below CALIB_STOP of the best seen (past the knee) or the cap is reached.

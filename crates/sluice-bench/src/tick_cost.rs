@@ -20,9 +20,9 @@ use sluice::discover::{self, Discovery};
 use sluice::gate::{self, Gate};
 use sluice::health::HealthReader;
 use sluice::signals::{softnet, NsFile, SockDiag, TCP_LISTEN};
-use sluice::testbed::{Testbed, TestbedOpts, IF_B};
 use sluice::tick::Ticker;
 use sluice::{classify, netns};
+use sluice_testkit::testbed::{Testbed, TestbedOpts, IF_B};
 
 use crate::victim::NS_PREFIX;
 
@@ -143,7 +143,7 @@ fn measure(services: u32, rounds: usize, calls: u32) -> Result<Report> {
         .map(|(&(name, per_sec), v)| Part {
             name,
             per_sec,
-            us: sluice::summary::median(v).unwrap_or(f64::NAN),
+            us: sluice_testkit::summary::median(v).unwrap_or(f64::NAN),
             min_us: v.iter().copied().fold(f64::INFINITY, f64::min),
         })
         .collect();

@@ -1,4 +1,4 @@
-//! The bench's testbed: the one testbed (`sluice::testbed`: namespaces A and
+//! The bench's testbed: the one testbed (`sluice_testkit::testbed`: namespaces A and
 //! B, the veth pair, addresses) under the bench's namespace prefix, plus the
 //! victim model that decides which CPU runs which receive stage. Dropping it
 //! removes the namespaces; `cleanup_leftovers` removes those of a killed run.
@@ -8,8 +8,8 @@ use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
 use sluice::netns::sh;
-use sluice::testbed::{Testbed, TestbedOpts};
-pub use sluice::testbed::{IF_A, IF_B};
+use sluice_testkit::testbed::{Testbed, TestbedOpts};
+pub use sluice_testkit::testbed::{IF_A, IF_B};
 
 /// Every bench namespace's name starts with this.
 pub const NS_PREFIX: &str = "sluice-bench-";
@@ -145,5 +145,5 @@ pub fn link_stats(ns: &str, ifname: &str) -> Result<LinkStats> {
 
 /// Delete the namespaces a killed bench left behind; returns their names.
 pub fn cleanup_leftovers() -> Result<Vec<String>> {
-    sluice::testbed::cleanup_leftovers(NS_PREFIX)
+    sluice_testkit::testbed::cleanup_leftovers(NS_PREFIX)
 }

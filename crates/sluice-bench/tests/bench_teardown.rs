@@ -4,10 +4,10 @@ mod common;
 
 use std::sync::Mutex;
 
-use sluice::testbed::netns_exists;
 use sluice_bench::rig::Rig;
 use sluice_bench::scenario::{self, ConfigKind};
 use sluice_bench::victim::{cleanup_leftovers, VictimModel, NS_PREFIX};
+use sluice_testkit::testbed::netns_exists;
 
 /// One test, so that `bench cleanup` (which removes every bench namespace)
 /// never runs beside a testbed of this binary.

@@ -41,6 +41,12 @@ pub fn stop_flag() -> Result<Arc<AtomicBool>> {
     Ok(flag)
 }
 
+/// A value for a table, or "n/a" where it was not measured (never 0: a
+/// missing measurement must not read as a good one).
+pub fn missing_or(v: Option<f64>, show: impl Fn(f64) -> String) -> String {
+    v.map_or_else(|| "n/a".to_string(), show)
+}
+
 /// 1234567 -> "1.23M".
 pub fn human(v: f64) -> String {
     let a = v.abs();

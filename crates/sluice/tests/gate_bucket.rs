@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use common::TestGate;
 use sluice::config::Limit;
 use sluice::gate::Prog;
-use sluice::packet::Frame;
 use sluice::share::share;
+use sluice_testkit::packet::Frame;
 
 /// The tests here measure time on both CPUs: never two at once.
 static SERIAL: Mutex<()> = Mutex::new(());

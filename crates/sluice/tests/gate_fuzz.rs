@@ -13,7 +13,7 @@ use sluice::bpf_intf::{SLUICE_SLOT_PORTLESS, SLUICE_SLOT_TCP, SLUICE_SLOT_UDP};
 use sluice::classify::{first_match, Probe};
 use sluice::config::Limit;
 use sluice::gate::{Prog, XDP_DROP, XDP_PASS};
-use sluice::packet::{non_ip, v6, Ext, Frame, ETH_P_8021AD, ETH_P_8021Q, ETH_P_ARP, ETH_P_IP, ETH_P_IPV6};
+use sluice_testkit::packet::{non_ip, v6, Ext, Frame, ETH_P_8021AD, ETH_P_8021Q, ETH_P_ARP, ETH_P_IP, ETH_P_IPV6};
 
 /// What the verdict table says becomes of a frame.
 #[derive(Debug, Clone, Copy)]

@@ -4,7 +4,7 @@ mod common;
 
 use common::{Landed::*, TestGate};
 use sluice::config::Verdict;
-use sluice::packet::{non_ip, v6, Ext, Frame, ETH_P_ARP, ETH_P_LLDP, L4};
+use sluice_testkit::packet::{non_ip, v6, Ext, Frame, ETH_P_ARP, ETH_P_LLDP, L4};
 
 const CLASSES: &[&str] = &[
     "dns:priority=0,match=udp:53,match=tcp:53",

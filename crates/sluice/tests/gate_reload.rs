@@ -4,8 +4,8 @@
 use sluice::classify;
 use sluice::config::{self, Config};
 use sluice::gate::{Gate, GateError, Prog, XDP_PASS};
-use sluice::packet::Frame;
 use sluice::stats::ClassTotals;
+use sluice_testkit::packet::Frame;
 
 fn cfg(flags: &[String]) -> Config {
     config::from_flags(flags).expect("test config is valid")

@@ -6,8 +6,8 @@ mod common;
 use common::{Landed::*, TestGate};
 use sluice::bpf_intf::*;
 use sluice::gate::{Clock, Gate, Prog};
-use sluice::packet::{Ext, Frame};
 use sluice::share::share;
+use sluice_testkit::packet::{Ext, Frame};
 
 /// A limited class "dns" on udp:53 and tcp:53, the default class for the rest.
 fn gate() -> TestGate {

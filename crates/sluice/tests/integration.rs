@@ -231,7 +231,11 @@ mod status {
         assert!(openmetrics.contains("application/openmetrics-text") && openmetrics.contains("# EOF"), "{openmetrics}");
         // The 0.0.4 text passes promtool's rules, and its families are the README's table.
         let text = body.split_once("\r\n\r\n").map(|x| x.1).unwrap_or("");
-        let families = sluice::stats::lint_004(text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let families = sluice_testkit::promlint::lint_004(text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let kind = |n: &str| families.iter().find(|f| f.0 == n).map(|f| f.1.clone());
+        assert_eq!(kind("sluice_class_packets_total").as_deref(), Some("counter"));
+        assert_eq!(kind("sluice_daemon_cpu_seconds_total").as_deref(), Some("counter"));
+        assert_eq!(kind("sluice_start_time_seconds").as_deref(), Some("gauge"));
         let mut served: Vec<String> = families.into_iter().map(|f| f.0).collect();
         served.sort();
         let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
@@ -676,7 +680,7 @@ mod errors {
 
     /// The XDP program id on interface `dev` of B (0: none).
     fn xdp_prog_on(tb: &Testbed, dev: &str) -> u64 {
-        sluice::testbed::xdp_prog(&tb.b, dev).unwrap().unwrap_or(0)
+        sluice_testkit::testbed::xdp_prog(&tb.b, dev).unwrap().unwrap_or(0)
     }
 
     /// --replace takes the old program off before the gate's own link: when

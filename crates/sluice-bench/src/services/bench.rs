@@ -282,8 +282,8 @@ impl<'a> Bench<'a> {
             client_rate: p.sent_qps,
             client_short: p.sent_qps < 0.95 * qps as f64,
             success: (p.sent > 0).then(|| p.completed as f64 / p.sent as f64),
-            p50_ms: sluice::summary::percentile(&probe.rtt_ms, 0.5),
-            p99_ms: sluice::summary::percentile(&probe.rtt_ms, 0.99),
+            p50_ms: sluice_testkit::summary::percentile(&probe.rtt_ms, 0.5),
+            p99_ms: sluice_testkit::summary::percentile(&probe.rtt_ms, 0.99),
             ..Cell::default()
         })
     }
@@ -305,8 +305,8 @@ impl<'a> Bench<'a> {
             success: (tried > 0).then(|| w.requests as f64 / tried as f64),
             p50_ms: w.p50_ms,
             p99_ms: w.p99_ms,
-            connect_p50_ms: sluice::summary::percentile(&connects, 0.5),
-            connect_p99_ms: sluice::summary::percentile(&connects, 0.99),
+            connect_p50_ms: sluice_testkit::summary::percentile(&connects, 0.5),
+            connect_p99_ms: sluice_testkit::summary::percentile(&connects, 0.99),
             connects_failed: Some(p.connect_failed),
             kept_rps: p.kept_rps(),
             ..Cell::default()
@@ -329,7 +329,7 @@ pub(crate) fn attach_client_filter(bed: &VictimBed) -> Result<Gate> {
 }
 
 /// A flood's stream: UDP to the closed port or NSD's port, or SYNs to nginx's.
-pub(crate) fn flood_stream(net: &sluice::testbed::Testbed, svc: Service, f: &Flood) -> StreamSpec {
+pub(crate) fn flood_stream(net: &sluice_testkit::testbed::Testbed, svc: Service, f: &Flood) -> StreamSpec {
     let (src, dst) = if f.v6 {
         (FLOOD_SRC_V6.parse().expect("an address"), net.ip6_b)
     } else {
@@ -380,7 +380,7 @@ pub(super) fn daemon_status(exe: &Path, ns: &str, sock: &Path) -> Result<sluice:
 /// neighbours (A's filter blocks ICMPv6, so B could not resolve them).
 pub(super) fn add_new_client(bed: &VictimBed) -> Result<()> {
     let (a, b) = (&bed.net.a, &bed.net.b);
-    let mac = sluice::testbed::format_mac(bed.net.mac_a);
+    let mac = sluice_testkit::testbed::format_mac(bed.net.mac_a);
     for (ip, len) in [(NEW_CLIENT_V4, 24), (NEW_CLIENT_V6, 64)] {
         let addr = format!("{ip}/{len}");
         netns::sh(&["ip", "-n", a, "addr", "add", &addr, "dev", IF_A, "nodad", "preferred_lft", "0"])?;

@@ -49,7 +49,7 @@ fn group<'c>(r: &'c ServiceRun, flood: &str, config: Setup) -> Vec<&'c Cell> {
 /// Median of a field over cells (None if any cell lacks it: a missing value is not dropped).
 fn med(cells: &[&Cell], f: impl Fn(&Cell) -> Option<f64>) -> Option<f64> {
     let v: Option<Vec<f64>> = cells.iter().map(|c| f(c)).collect();
-    sluice::summary::median(&v?)
+    sluice_testkit::summary::median(&v?)
 }
 
 /// "median (min-max)" of a field, or just the median with one repeat.

@@ -48,7 +48,6 @@
 //!
 //! When the signals vanish (the service's socket is gone), the last `T` is held
 //! for a configured time, then each class falls back to its safe limit.
-pub mod plant;
 
 use serde::Serialize;
 
@@ -500,6 +499,3 @@ pub fn decide(ctl: &mut Controller, sig: &Signals, fallback: Option<f64>) -> Opt
         ctl.limit()
     }
 }
-
-#[cfg(test)]
-mod tests;

@@ -280,7 +280,7 @@ pub struct Report {
 pub const REPORT_VERSION: u32 = 1;
 
 fn ns(v: Option<f64>) -> String {
-    crate::summary::missing_or(v, |x| {
+    crate::cli::missing_or(v, |x| {
         if x >= 1e6 {
             format!("{:.2} ms", x / 1e6)
         } else if x >= 1e3 {
@@ -330,7 +330,7 @@ pub fn render(r: &Report) -> String {
             l.queued,
             l.dropped,
             l.unaccounted,
-            crate::summary::missing_or(l.unaccounted_pct, |p| format!("{p:.2}%"))
+            crate::cli::missing_or(l.unaccounted_pct, |p| format!("{p:.2}%"))
         );
         for i in c.latency.iter().filter(|i| i.samples > 0) {
             out += &format!(

@@ -4,7 +4,7 @@
 
 use std::net::IpAddr;
 
-use sluice::packet::checksum;
+use sluice_testkit::packet::checksum;
 
 pub const SYN: u8 = 0x02;
 pub const ACK: u8 = 0x10;

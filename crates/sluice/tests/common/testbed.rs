@@ -1,4 +1,4 @@
-//! The integration tests' host: the library's testbed (`sluice::testbed`:
+//! The integration tests' host: the library's testbed (`sluice_testkit::testbed`:
 //! namespaces A, the sender, and B, the service and the gate, joined by a
 //! veth pair; IPv4 only, so no IPv6 chatter disturbs exact counts), a folder
 //! for sockets and files, and the processes a test starts. Dropping it kills
@@ -15,7 +15,7 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_sluice");
 #[allow(unused_imports)]
 pub use sluice::netns::in_netns;
 #[allow(unused_imports)]
-pub use sluice::testbed::netns_exists;
+pub use sluice_testkit::testbed::netns_exists;
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
 
@@ -33,22 +33,23 @@ pub struct Testbed {
     pub dir: PathBuf,
     children: Vec<Child>,
     // Last, so the namespaces go after the processes that live in them.
-    net: sluice::testbed::Testbed,
+    net: sluice_testkit::testbed::Testbed,
 }
 
 impl Testbed {
     pub fn new() -> Testbed {
         let n = NEXT.fetch_add(1, Ordering::SeqCst);
         let tag = format!("{}-{n}", std::process::id());
-        let opts = sluice::testbed::TestbedOpts { prefix: "sl-t", ipv6: false };
-        let net = sluice::testbed::Testbed::create(opts, &tag).expect("making the test namespaces (tests run as root)");
+        let opts = sluice_testkit::testbed::TestbedOpts { prefix: "sl-t", ipv6: false };
+        let net = sluice_testkit::testbed::Testbed::create(opts, &tag)
+            .expect("making the test namespaces (tests run as root)");
         let dir = std::env::temp_dir().join(format!("sl-t{tag}"));
         std::fs::create_dir_all(&dir).unwrap();
         Testbed {
             a: net.a.clone(),
             b: net.b.clone(),
-            if_b: sluice::testbed::IF_B,
-            if_a: sluice::testbed::IF_A,
+            if_b: sluice_testkit::testbed::IF_B,
+            if_a: sluice_testkit::testbed::IF_A,
             ip_a: net.ip_a.to_string(),
             ip_b: net.ip_b.to_string(),
             mac_b: net.mac_b,

@@ -1,6 +1,6 @@
-//! The controllers against the simulated victim of `plant.rs`.
-use super::plant::Plant;
-use super::*;
+//! The auto controllers against the simulated victim of the test kit's `plant`.
+use sluice::controller::*;
+use sluice_testkit::plant::Plant;
 
 const DT: f64 = 1.0 / TICK_HZ;
 
@@ -79,7 +79,7 @@ fn knee_holds_steady_without_oscillation() {
     let mut c = Controller::new(Algo::Knee, Tuning::default());
     let ticks = run(&mut p, &mut c, 3.0, &mut |_, _| {});
     let admitted: Vec<f64> = window(&ticks, 1.0, 3.0).map(|k| k.admitted).collect();
-    let v = crate::summary::coefficient_of_variation(&admitted).expect("two seconds of ticks");
+    let v = sluice_testkit::summary::coefficient_of_variation(&admitted).expect("two seconds of ticks");
     assert!(v < 0.05, "admitted rate CV {v:.3}");
 }
 

@@ -10,7 +10,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 
-use crate::netns::sh;
+use sluice::netns::sh;
 
 /// The veth end in A and in B.
 pub const IF_A: &str = "va";

@@ -1,7 +1,7 @@
 //! Summaries of measured samples: median, percentiles, coefficient of
-//! variation. Pure functions, used by the bench, the controller's tests and
-//! the gate benchmark alike. A summary of no samples is `None`, never 0: a
-//! missing measurement must not read as a good one.
+//! variation. Pure functions, used by the bench and the controller's tests.
+//! A summary of no samples is `None`, never 0: a missing measurement must not
+//! read as a good one.
 
 /// The median: the middle value, or the mean of the middle two for an even
 /// count (the median of 2 runs is their mean, not the larger). Non-finite
@@ -35,11 +35,6 @@ pub fn coefficient_of_variation(v: &[f64]) -> Option<f64> {
         return None;
     }
     Some((v.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / v.len() as f64).sqrt() / m)
-}
-
-/// A value for a table, or "n/a" where it was not measured.
-pub fn missing_or(v: Option<f64>, show: impl Fn(f64) -> String) -> String {
-    v.map_or_else(|| "n/a".to_string(), show)
 }
 
 #[cfg(test)]
