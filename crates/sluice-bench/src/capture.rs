@@ -22,9 +22,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::gen::{stream_value, udp_stream, Generator};
 use crate::victim::{link_stats, VictimBed, VictimModel, IF_A, IF_B};
-use sluice::gate::Gate;
-use sluice::trace::fate::{Interval, INTERVALS};
-use sluice::{classify, config, netns};
+use sluice::dataplane::gate::Gate;
+use sluice::dataplane::trace::fate::{Interval, INTERVALS};
+use sluice::{dataplane::classify, policy::config, tools::netns};
 
 /// The captured class's frames per run (the capture-cost study's count).
 pub const FRAMES: u64 = 10_000;
@@ -138,7 +138,7 @@ fn raw_socket() -> Result<i32> {
         let mut sll: libc::sockaddr_ll = std::mem::zeroed();
         sll.sll_family = libc::AF_PACKET as u16;
         sll.sll_protocol = proto as u16;
-        sll.sll_ifindex = sluice::gate::ifindex(IF_B)? as i32;
+        sll.sll_ifindex = sluice::dataplane::gate::ifindex(IF_B)? as i32;
         if libc::bind(fd, (&sll as *const libc::sockaddr_ll).cast(), std::mem::size_of_val(&sll) as u32) < 0 {
             bail!("binding the AF_PACKET socket to {IF_B}: {}", std::io::Error::last_os_error());
         }
@@ -223,14 +223,17 @@ impl Bed {
         ];
         let values: Vec<_> = streams.iter().map(|s| stream_value(s, net.mac_b, net.mac_a)).collect::<Result<_>>()?;
         self.gen.lock().unwrap().set_streams(&values)?;
-        let ifindex = netns::run_in(&net.b, || Ok(sluice::gate::ifindex(IF_B)?))?;
-        let topts = sluice::trace::Options {
+        let ifindex = netns::run_in(&net.b, || Ok(sluice::dataplane::gate::ifindex(IF_B)?))?;
+        let topts = sluice::dataplane::trace::Options {
             ifindex,
-            netns: sluice::netns::inode(&net.b)?,
+            netns: sluice::tools::netns::inode(&net.b)?,
             default_class: 1,
             drops_only: false,
         };
-        let mut tracer = sluice::trace::Tracer::start(&topts, sluice::trace::Tables::Gate(self.gate.shared_maps()?))?;
+        let mut tracer = sluice::dataplane::trace::Tracer::start(
+            &topts,
+            sluice::dataplane::trace::Tables::Gate(self.gate.shared_maps()?),
+        )?;
         tracer.set_sample_every(10);
         let capture = match capturer {
             "tcpdump" => start_tcpdump(&net.b, self.tb.victim_cpu)?,
@@ -277,7 +280,7 @@ impl Bed {
 }
 
 pub fn run(o: &CaptureOpts) -> Result<Vec<CaptureRun>> {
-    sluice::gate::check_privileges()?;
+    sluice::dataplane::gate::check_privileges()?;
     let stats_were = std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled").unwrap_or_default();
     std::fs::write("/proc/sys/kernel/bpf_stats_enabled", "1").context("switching on kernel.bpf_stats_enabled")?;
     let result = (|| {

@@ -128,7 +128,7 @@ fn service(o: &CpuOpts, bed: &VictimBed, port: u16, work: u64, nice: i32, echo: 
 
 /// What carries the configuration during a cell (the gate is detached when dropped).
 enum Installed {
-    Pass(#[allow(dead_code)] Box<sluice::gate::Gate>),
+    Pass(#[allow(dead_code)] Box<sluice::dataplane::gate::Gate>),
     Daemon(Proc, PathBuf),
 }
 
@@ -201,7 +201,7 @@ fn cell(o: &CpuOpts, bed: &VictimBed, gen: &GenWorker, config: &'static str, rep
 /// The classes' counters from the daemon: lo's sent away and dropped, hi's dropped.
 fn class_counters(exe: &Path, ns: &str, sock: &Path) -> Result<(Option<u64>, Option<u64>, Option<u64>)> {
     let out = in_ns(ns, None).arg(exe).args(["status", "--json", "--socket"]).arg(sock).output()?;
-    let snap: sluice::stats::Snapshot = serde_json::from_slice(&out.stdout).context("status --json")?;
+    let snap: sluice::surface::stats::Snapshot = serde_json::from_slice(&out.stdout).context("status --json")?;
     let class = |port: u16| {
         let suffix = format!("/udp:{port}");
         snap.classes.iter().find(|c| c.name.ends_with(&suffix) || (port == LO_PORT && c.name == "lo"))

@@ -31,7 +31,7 @@ use crate::rig::{add_flood_neighbours, attach_gate};
 use crate::services::{attach_client_filter, flood_stream, service_drops, Flood, Service};
 use crate::victim::{VictimBed, VictimModel, IF_B};
 use crate::workers::{GenDone, GenWorker};
-use sluice::signals::{proc_counter, NsFile};
+use sluice::signals::{kernel::proc_counter, kernel::NsFile};
 
 const GEN_CPU: usize = 0;
 const VICTIM_CPU: usize = 1;
@@ -98,7 +98,7 @@ impl Phase {
 
 /// Calibrate, run the three phases; prints as it goes, then the verdict and the table.
 pub fn run(o: &DemoOpts) -> Result<Vec<Phase>> {
-    sluice::gate::check_privileges()?;
+    sluice::dataplane::gate::check_privileges()?;
     let bed = VictimBed::create("demo", VictimModel::Nic, GEN_CPU, VICTIM_CPU)?;
     // The nic model's receive side: the IP/UDP stack on the victim CPU (RPS),
     // beside the service.
@@ -136,7 +136,7 @@ pub fn summary(cal: &Calibration, p: &[Phase], qps: u64) -> String {
     if let [calm, off, zero] = p {
         s += &format!(
             "verdict: under a {} pkt/s flood to a closed port ({}), NSD answered {} of its clients' queries with `sluice run --iface vb` alone, {} without sluice (p99 {} vs {} unflooded)\n",
-            off.flood_pps.map_or("n/a".into(), sluice::stats::human),
+            off.flood_pps.map_or("n/a".into(), sluice::surface::stats::human),
             times_text(off.flood_pps.and_then(|f| cal.times(f))),
             pct(zero.answered()),
             pct(off.answered()),
@@ -146,8 +146,8 @@ pub fn summary(cal: &Calibration, p: &[Phase], qps: u64) -> String {
     }
     s += &format!(
         "calibration: the flood alone, {}/s sent; the victim's stack took {}/s of it (Udp NoPorts on B, its CPU full): {}\n",
-        sluice::stats::human(cal.sent_pps),
-        sluice::stats::human(cal.taken_pps),
+        sluice::surface::stats::human(cal.sent_pps),
+        sluice::surface::stats::human(cal.taken_pps),
         times_text(cal.times(cal.sent_pps)),
     );
     if cal.times(cal.sent_pps).is_some_and(|r| r < MIN_RATIO) {
@@ -162,8 +162,8 @@ pub fn summary(cal: &Calibration, p: &[Phase], qps: u64) -> String {
         s += &format!(
             "{:<42} {:>10} {:>10} {:>9} {:>10} {:>10} {:>9} {:>10}\n",
             ph.label,
-            ph.flood_pps.map_or("-".into(), sluice::stats::human),
-            format!("{}{short}", sluice::stats::human(ph.perf.sent_qps)),
+            ph.flood_pps.map_or("-".into(), sluice::surface::stats::human),
+            format!("{}{short}", sluice::surface::stats::human(ph.perf.sent_qps)),
             pct(ph.answered()),
             ms(ph.pct(0.50)),
             ms(ph.pct(0.99)),
@@ -214,7 +214,7 @@ impl Demo<'_> {
     }
 
     /// A gate on vb that passes everything: "without sluice".
-    fn pass_all(&self) -> Result<sluice::gate::Gate> {
+    fn pass_all(&self) -> Result<sluice::dataplane::gate::Gate> {
         attach_gate(&self.bed.net.b, IF_B, vec!["nsd:match=udp:53,match=tcp:53".into()])
     }
 
@@ -231,8 +231,8 @@ impl Demo<'_> {
         let cal = Calibration { sent_pps: Self::flood_rate(rx)?, taken_pps: taken };
         println!(
             "== calibration: the flood alone, {}/s sent, the victim took {}/s: {}",
-            sluice::stats::human(cal.sent_pps),
-            sluice::stats::human(cal.taken_pps),
+            sluice::surface::stats::human(cal.sent_pps),
+            sluice::surface::stats::human(cal.taken_pps),
             times_text(cal.times(cal.sent_pps))
         );
         Ok(cal)

@@ -8,10 +8,10 @@ use serde::Serialize;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use sluice::bpf_intf::{sluice_fair, sluice_known, sluice_src_key, sluice_syn_guard};
-use sluice::classify;
-use sluice::config::{self, Config, Limit};
-use sluice::gate::{Clock, Gate, Prog, XDP_DROP, XDP_PASS};
-use sluice::share::share;
+use sluice::dataplane::classify;
+use sluice::dataplane::gate::{Clock, Gate, Prog, XDP_DROP, XDP_PASS};
+use sluice::dataplane::share::share;
+use sluice::policy::config::{self, Config, Limit};
 use sluice_testkit::packet::{v6, Frame};
 
 #[derive(Debug, Clone, Serialize)]
@@ -106,7 +106,7 @@ fn rows_of<'a>(cases: impl Iterator<Item = (&'a str, u32)>, cells: &mut [Vec<Cel
 }
 
 pub fn run(repeat: u32, rounds: usize, progress: bool) -> Result<Report> {
-    sluice::gate::check_privileges()?;
+    sluice::dataplane::gate::check_privileges()?;
     // Run on one CPU; each gate gives that CPU the class's whole limit.
     pin_to_cpu(0);
     let rules = vec![1usize, 64, 1024];
@@ -307,7 +307,7 @@ fn source_cells(pkt: &[u8]) -> Result<(Vec<Vec<Cell>>, Memory)> {
                 if memory.0.is_none() {
                     memory.0 = gate.map_memlock("sources");
                     let _ = gate.sources()?;
-                    memory.1 = sluice::stats::rss_bytes();
+                    memory.1 = sluice::surface::stats::rss_bytes();
                 }
             }
             if case == SourceCase::Known {

@@ -16,7 +16,7 @@ use crate::gen_intf::{
     SLUICE_GEN_MIN_FRAME, SLUICE_GEN_STAMP_LEN, SLUICE_GEN_TMPL,
 };
 use crate::gen_skel::{GenSkel, GenSkelBuilder};
-use sluice::gate::Owned;
+use sluice::dataplane::gate::Owned;
 use sluice_testkit::packet::{Frame, L4};
 
 /// One stream of UDP frames.
@@ -198,9 +198,9 @@ impl Drop for ThreadTimer {
 }
 
 // SAFETY: the generator's header structs: integers with explicit padding fields.
-unsafe impl sluice::gate::Pod for sluice_gen_stream {}
+unsafe impl sluice::dataplane::gate::Pod for sluice_gen_stream {}
 // SAFETY: as above.
-unsafe impl sluice::gate::Pod for sluice_gen_state {}
+unsafe impl sluice::dataplane::gate::Pod for sluice_gen_state {}
 
 /// The loaded generator program.
 pub struct Generator {
@@ -223,9 +223,9 @@ impl Generator {
         for i in 0..SLUICE_GEN_MAX_STREAMS as usize {
             let v = streams.get(i).copied().unwrap_or_default();
             let key = (i as u32).to_ne_bytes();
-            self.skel.maps.gen_streams.update(&key, sluice::gate::bytes_of(&v), MapFlags::ANY)?;
+            self.skel.maps.gen_streams.update(&key, sluice::dataplane::gate::bytes_of(&v), MapFlags::ANY)?;
             let zero = sluice_gen_state::default();
-            self.skel.maps.gen_state.update(&key, sluice::gate::bytes_of(&zero), MapFlags::ANY)?;
+            self.skel.maps.gen_state.update(&key, sluice::dataplane::gate::bytes_of(&zero), MapFlags::ANY)?;
         }
         self.streams = streams.len();
         Ok(())
@@ -236,7 +236,11 @@ impl Generator {
     pub fn set_rate_live(&self, i: usize, rate: f64) -> Result<()> {
         let mut v = *self.values.get(i).context("no such stream")?;
         v.interval_fp = if rate <= 0.0 { 0 } else { interval_fp(rate) };
-        self.skel.maps.gen_streams.update(&(i as u32).to_ne_bytes(), sluice::gate::bytes_of(&v), MapFlags::ANY)?;
+        self.skel.maps.gen_streams.update(
+            &(i as u32).to_ne_bytes(),
+            sluice::dataplane::gate::bytes_of(&v),
+            MapFlags::ANY,
+        )?;
         Ok(())
     }
 
@@ -244,7 +248,7 @@ impl Generator {
         (0..self.streams)
             .map(|i| {
                 let v = self.skel.maps.gen_state.lookup(&(i as u32).to_ne_bytes(), MapFlags::ANY)?.unwrap_or_default();
-                Ok(sluice::gate::from_bytes(&v))
+                Ok(sluice::dataplane::gate::from_bytes(&v))
             })
             .collect()
     }

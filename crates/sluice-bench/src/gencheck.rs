@@ -11,8 +11,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::gen::{stream_value, udp_stream, Generator};
 use crate::victim::{link_stats, VictimBed, VictimModel, IF_A, IF_B};
-use sluice::gate::Gate;
-use sluice::{classify, config, netns};
+use sluice::dataplane::gate::Gate;
+use sluice::{dataplane::classify, policy::config, tools::netns};
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub struct GenCheck {
@@ -28,7 +28,7 @@ pub struct GenCheck {
 
 /// Send 64-byte frames at each rate for `secs`; one testbed for all of them.
 pub fn check(rates: &[f64], secs: f64, batch: u32) -> Result<Vec<GenCheck>> {
-    sluice::gate::check_privileges()?;
+    sluice::dataplane::gate::check_privileges()?;
     let tb = VictimBed::create("gencheck", VictimModel::SameCore, 0, 1)?;
     let gate = netns::run_in(&tb.net.b, || {
         let cfg = config::from_flags(&["default:rate=blocked".into()])?;

@@ -47,7 +47,7 @@ pub fn start_nginx(dir: &Path, ns: &str, cpu: usize, client_ns: &str, addr: std:
     let p = Proc::spawn_server(c, "nginx (is it installed? make deps installs it)")?;
     p.wait_ready("nginx", &format!("accepting connections on {to}"), Duration::from_secs(10), || {
         let connect = move || Ok(TcpStream::connect_timeout(&to, Duration::from_millis(200))?);
-        Ok(sluice::netns::run_in(client_ns, connect).is_ok())
+        Ok(sluice::tools::netns::run_in(client_ns, connect).is_ok())
     })
 }
 
@@ -145,13 +145,13 @@ pub fn start_probe(ns: &str, cpu: usize, addr: std::net::IpAddr, secs: f64) -> J
     std::thread::spawn(move || {
         let kept_ns = ns.clone();
         let kept = std::thread::spawn(move || {
-            sluice::netns::run_in(&kept_ns, move || {
-                sluice::netns::pin_thread(cpu)?;
+            sluice::tools::netns::run_in(&kept_ns, move || {
+                sluice::tools::netns::pin_thread(cpu)?;
                 Ok(keep_asking(to, end))
             })
         });
-        let connects = sluice::netns::run_in(&ns, move || {
-            sluice::netns::pin_thread(cpu)?;
+        let connects = sluice::tools::netns::run_in(&ns, move || {
+            sluice::tools::netns::pin_thread(cpu)?;
             Ok(time_connects(to, end))
         })?;
         let (kept, kept_secs, kept_broken) =

@@ -76,7 +76,7 @@ fn one(exe: &Path, tb: &Testbed, services: u32, settle: Duration, window: Durati
 
 /// `rounds` rounds; in each, every binary with no service, then with `services`.
 pub fn run(binaries: &[PathBuf], services: u32, rounds: usize, window: Duration, progress: bool) -> Result<Report> {
-    sluice::gate::check_privileges()?;
+    sluice::dataplane::gate::check_privileges()?;
     let tb = Testbed::create(TestbedOpts { prefix: NS_PREFIX, ipv6: true }, &format!("{}-idle", std::process::id()))?;
     // Past the daemon's start, discovery and the first calm second.
     let settle = Duration::from_secs(4);

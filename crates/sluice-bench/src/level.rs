@@ -13,7 +13,7 @@ use crate::measure::{dev_tx_dropped, softnet, udp_counters, CpuSample, UdpCounte
 use crate::rig::Rig;
 use crate::scenario::ConfigKind;
 use crate::victim::{VictimModel, IF_A};
-use sluice::stats::ClassTotals;
+use sluice::surface::stats::ClassTotals;
 use sluice_testkit::summary::{coefficient_of_variation, percentile};
 
 /// Counters read at one edge of a measurement window.
@@ -23,7 +23,7 @@ pub(crate) struct WindowEdge {
     gen: Vec<StreamCount>,
     ring_drops: u64,
     classes: Vec<ClassTotals>,
-    gate_global: sluice::stats::GlobalTotals,
+    gate_global: sluice::surface::stats::GlobalTotals,
     udp: UdpCounters,
     softnet_drops: u64,
     nft_drops: u64,
@@ -58,7 +58,7 @@ pub struct Ledger {
     /// kernel's drops after the gate by stage and reason, and applied minus
     /// ring, XDP, nft, these and delivered. Empty/None without the tracer.
     #[serde(default)]
-    pub kernel_drops: Vec<sluice::trace::fate::Drop>,
+    pub kernel_drops: Vec<sluice::dataplane::trace::fate::Drop>,
     #[serde(default)]
     pub traced_unaccounted: Option<i64>,
 }
@@ -95,7 +95,7 @@ impl Ledger {
                 .iter()
                 .map(|(reason, &n)| (reason, n.saturating_sub(k0.get(reason).copied().unwrap_or(0))))
                 .filter(|(_, n)| *n > 0)
-                .map(|(reason, packets)| sluice::trace::fate::Drop::new(reason.clone(), packets))
+                .map(|(reason, packets)| sluice::dataplane::trace::fate::Drop::new(reason.clone(), packets))
                 .collect();
             let kernel: u64 = l.kernel_drops.iter().map(|d| d.packets).sum();
             l.traced_unaccounted =
@@ -360,7 +360,7 @@ struct Window {
     ping: Option<crate::outbound::PingResult>,
     auto_start: Option<(u64, u64)>,
     auto_end: Option<(u64, u64)>,
-    trace: Vec<sluice::auto::TracePoint>,
+    trace: Vec<sluice::daemon::auto::TracePoint>,
 }
 
 impl Window {

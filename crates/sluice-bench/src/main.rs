@@ -7,8 +7,8 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 
-use sluice::cli::{parse_rate, parse_secs, print_json_or, stop_flag};
-use sluice::stats;
+use sluice::surface::cli::{parse_rate, parse_secs, print_json_or, stop_flag};
+use sluice::surface::stats;
 use sluice_bench::scenario::ConfigKind;
 use sluice_bench::victim::VictimModel;
 use sluice_bench::{

@@ -10,8 +10,11 @@ use std::thread::JoinHandle;
 use anyhow::{Context, Result};
 
 use crate::gen::mono_ns;
-use sluice::netns;
-pub use sluice::signals::{parse_snmp_udp, parse_softnet, softnet, udp_counters, NsFile, UdpCounters};
+pub use sluice::signals::{
+    kernel::parse_snmp_udp, kernel::parse_softnet, kernel::softnet, kernel::udp_counters, kernel::NsFile,
+    kernel::UdpCounters,
+};
+use sluice::tools::netns;
 
 /// A loop iteration longer than this means the idle thread was not running
 /// (pre-empted by anything else on the CPU): that gap is not idle time.
@@ -157,7 +160,7 @@ impl Drop for IdleMeter {
 /// CPU time (utime + stime, clock ticks) of a thread of this process.
 pub fn thread_ticks(tid: i32) -> u64 {
     let s = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap_or_default();
-    sluice::signals::stat_cpu_ticks(&s).unwrap_or(0)
+    sluice::signals::kernel::stat_cpu_ticks(&s).unwrap_or(0)
 }
 
 /// One CPU's line of /proc/stat: (busy, total) in clock ticks.

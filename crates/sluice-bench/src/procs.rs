@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
-use sluice::signals::{stat_cpu_ticks, stat_fields};
+use sluice::signals::{kernel::stat_cpu_ticks, kernel::stat_fields};
 
 /// A child process, killed (if still running) when dropped.
 pub struct Proc(Option<Child>, bool);
@@ -150,7 +150,7 @@ pub fn start_daemon(exe: &Path, ns: &str, iface: &str, sock: &Path, args: &[Stri
     let _ = std::fs::remove_file(sock);
     let waiting = format!("serving {}", sock.display());
     Proc::spawn(c, "sluice run")?
-        .wait_ready("sluice run", &waiting, Duration::from_secs(10), || Ok(sluice::client::serving(sock)))
+        .wait_ready("sluice run", &waiting, Duration::from_secs(10), || Ok(sluice::surface::client::serving(sock)))
         .map_err(|e| anyhow::anyhow!("{e:#}\n{}", std::fs::read_to_string(log).unwrap_or_default()))
 }
 

@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 use crate::rig::Rig;
 use crate::scenario::{ConfigKind, Scenario};
 use crate::victim::VictimModel;
-use sluice::cli::missing_or;
+use sluice::surface::cli::missing_or;
 use sluice_testkit::summary::median;
 
 pub const BIN: f64 = 0.25;
@@ -162,7 +162,7 @@ fn one_run(env: &mut Rig, config: ConfigKind, peak: f64, flood_secs: f64, o: &Re
 }
 
 pub fn run(scenario: &Scenario, o: &RecoveryOpts) -> Result<RecoveryResults> {
-    sluice::gate::check_privileges()?;
+    sluice::dataplane::gate::check_privileges()?;
     let runs_n = o.models.len() * o.configs.len() * o.floods.len();
     let bar = indicatif::ProgressBar::new(runs_n as u64);
     bar.set_style(indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} {msg} ({elapsed})").unwrap());

@@ -23,12 +23,12 @@ use crate::measure::{udp_counters, IdleMeter, NftCounter, NsFile};
 use crate::scenario::{ConfigKind, Scenario};
 use crate::victim::{VictimBed, VictimModel, IF_A, IF_B};
 use crate::workers::{GenDone, GenWorker, ReplyRx};
-use sluice::config::{self, NapiSched, XdpMode};
-use sluice::gate::Gate;
-use sluice::sched::set_napi;
-use sluice::stats::ClassTotals;
-use sluice::tick::Ticker;
-use sluice::{classify, netns};
+use sluice::daemon::sched::set_napi;
+use sluice::daemon::tick::Ticker;
+use sluice::dataplane::gate::Gate;
+use sluice::policy::config::{self, NapiSched, XdpMode};
+use sluice::surface::stats::ClassTotals;
+use sluice::{dataplane::classify, tools::netns};
 
 pub const LEGIT_SPORT: u16 = 40000;
 pub const FLOOD_SPORT: u16 = 20000;
@@ -83,7 +83,7 @@ pub struct Rig {
     pub(crate) _filter: Gate,
     /// The kernel's drops after the victim's gate, by reason (the daemon's
     /// drop counter, bpf/trace.bpf.c); None if it could not load (said once).
-    pub(crate) tracer: Option<sluice::trace::Tracer>,
+    pub(crate) tracer: Option<sluice::dataplane::trace::Tracer>,
     /// The NAPI study's steady outbound flow from the victim to A.
     pub(crate) outbound: crate::outbound::Outbound,
     // Last, so the namespaces go after everything that lives in them.
@@ -305,7 +305,7 @@ impl Rig {
     }
 
     /// The auto loop's trace (10 ms ticks) since the configuration was applied.
-    pub fn auto_trace(&self) -> Vec<sluice::auto::TracePoint> {
+    pub fn auto_trace(&self) -> Vec<sluice::daemon::auto::TracePoint> {
         self.control.lock().unwrap().ticker.auto.as_ref().map(|a| a.trace.iter().copied().collect()).unwrap_or_default()
     }
 
@@ -391,14 +391,21 @@ pub(crate) fn attach_gate(ns: &str, iface: &'static str, flags: Vec<String>) -> 
 }
 
 /// The daemon's drop counter on the victim's interface, sharing the gate's classes.
-fn drop_tracer(ns: &str, prog_id: u32) -> Option<sluice::trace::Tracer> {
-    let start = || -> Result<sluice::trace::Tracer> {
+fn drop_tracer(ns: &str, prog_id: u32) -> Option<sluice::dataplane::trace::Tracer> {
+    let start = || -> Result<sluice::dataplane::trace::Tracer> {
         let b = ns.to_string();
-        let ifindex = netns::run_in(ns, move || Ok(sluice::gate::ifindex(IF_B)?))
+        let ifindex = netns::run_in(ns, move || Ok(sluice::dataplane::gate::ifindex(IF_B)?))
             .with_context(|| format!("finding {IF_B} in {b}"))?;
-        let opts =
-            sluice::trace::Options { ifindex, netns: sluice::netns::inode(ns)?, default_class: 0, drops_only: true };
-        sluice::trace::Tracer::start(&opts, sluice::trace::Tables::Gate(sluice::trace::gate_maps(prog_id)?))
+        let opts = sluice::dataplane::trace::Options {
+            ifindex,
+            netns: sluice::tools::netns::inode(ns)?,
+            default_class: 0,
+            drops_only: true,
+        };
+        sluice::dataplane::trace::Tracer::start(
+            &opts,
+            sluice::dataplane::trace::Tables::Gate(sluice::dataplane::trace::gate_maps(prog_id)?),
+        )
     };
     start().map_err(|e| eprintln!("bench: kernel drops by reason are not counted: {e:#}")).ok()
 }
@@ -410,7 +417,7 @@ fn drop_tracer(ns: &str, prog_id: u32) -> Option<sluice::trace::Tracer> {
 fn spawn_control(gate: Arc<Mutex<Gate>>, control: Arc<Mutex<ControlState>>, stop: Arc<AtomicBool>, cpu: usize) {
     std::thread::spawn(move || {
         let _ = netns::pin_thread(cpu);
-        sluice::sched::realtime_thread();
+        sluice::daemon::sched::realtime_thread();
         let mut next = std::time::Instant::now();
         while !stop.load(Ordering::Relaxed) {
             {
@@ -423,7 +430,7 @@ fn spawn_control(gate: Arc<Mutex<Gate>>, control: Arc<Mutex<ControlState>>, stop
                     }
                 }
             }
-            next += sluice::controller::TICK;
+            next += sluice::policy::controller::TICK;
             std::thread::sleep(next.saturating_duration_since(std::time::Instant::now()));
         }
     });

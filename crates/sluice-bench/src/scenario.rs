@@ -94,10 +94,10 @@ impl ConfigKind {
     }
 
     /// The controller's algorithm, for the auto configurations.
-    pub fn algo(self) -> Option<sluice::controller::Algo> {
+    pub fn algo(self) -> Option<sluice::policy::controller::Algo> {
         match self {
-            ConfigKind::Auto | ConfigKind::AutoIdle => Some(sluice::controller::Algo::Knee),
-            ConfigKind::AutoPno => Some(sluice::controller::Algo::Pno),
+            ConfigKind::Auto | ConfigKind::AutoIdle => Some(sluice::policy::controller::Algo::Knee),
+            ConfigKind::AutoPno => Some(sluice::policy::controller::Algo::Pno),
             _ => None,
         }
     }

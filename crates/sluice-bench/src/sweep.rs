@@ -238,7 +238,7 @@ pub fn calibrate(env: &mut Rig, max_rate: f64, bar: &ProgressBar) -> Result<Vec<
 
 /// Run a scenario; `on_model` is called after each model with the results so far.
 pub fn run(scenario: &Scenario, opts: &SweepOpts, mut on_model: impl FnMut(&Results) -> Result<()>) -> Result<Results> {
-    sluice::gate::check_privileges()?;
+    sluice::dataplane::gate::check_privileges()?;
     anyhow::ensure!(num_cpus() >= 2, "the bench needs 2 CPUs: one generates load, one is the victim");
     let started = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     let mut results = Results {

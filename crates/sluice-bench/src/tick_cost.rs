@@ -14,14 +14,14 @@ use std::net::{TcpListener, UdpSocket};
 use anyhow::{Context, Result};
 use serde::Serialize;
 
-use sluice::auto::thread_cpu_ns;
-use sluice::config::{self, XdpMode};
-use sluice::discover::{self, Discovery};
-use sluice::gate::{self, Gate};
-use sluice::health::HealthReader;
-use sluice::signals::{softnet, NsFile, SockDiag, TCP_LISTEN};
-use sluice::tick::Ticker;
-use sluice::{classify, netns};
+use sluice::daemon::auto::thread_cpu_ns;
+use sluice::daemon::tick::Ticker;
+use sluice::dataplane::gate::{self, Gate};
+use sluice::policy::config::{self, XdpMode};
+use sluice::signals::discover::{self, Discovery};
+use sluice::signals::health::HealthReader;
+use sluice::signals::{kernel::softnet, kernel::NsFile, kernel::SockDiag, kernel::TCP_LISTEN};
+use sluice::{dataplane::classify, tools::netns};
 use sluice_testkit::testbed::{Testbed, TestbedOpts, IF_B};
 
 use crate::victim::NS_PREFIX;
@@ -121,13 +121,13 @@ fn measure(services: u32, rounds: usize, calls: u32) -> Result<Report> {
             })?,
             time(calls, || {
                 netstat.read().map(|t| {
-                    let _ = sluice::health::parse_tcpext(&t);
+                    let _ = sluice::signals::health::parse_tcpext(&t);
                 })
             })?,
             time(calls, || softnet().map(drop))?,
             time(calls, || {
                 let (a, b) = (snmp.read()?, snmp6.read()?);
-                let _ = sluice::signals::udp_counters(&a, &b);
+                let _ = sluice::signals::kernel::udp_counters(&a, &b);
                 Ok(())
             })?,
             time(calls, || Ok((0..cfg.classes.len()).try_for_each(|i| gate.class_counters(i).map(drop))?))?,

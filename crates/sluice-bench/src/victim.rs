@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
-use sluice::netns::sh;
+use sluice::tools::netns::sh;
 use sluice_testkit::testbed::{Testbed, TestbedOpts};
 pub use sluice_testkit::testbed::{IF_A, IF_B};
 
@@ -107,7 +107,7 @@ impl VictimBed {
     /// and its tests never run two), so any napi/vb-* is ours.
     pub fn napi_threads(&self) -> Result<Vec<i32>> {
         for _ in 0..50 {
-            let pids = sluice::sched::napi_threads(IF_B);
+            let pids = sluice::daemon::sched::napi_threads(IF_B);
             if !pids.is_empty() {
                 return Ok(pids);
             }

@@ -3,8 +3,8 @@
 //! time: each makes a same-core testbed that owns both CPUs.
 use std::time::Duration;
 
-use sluice::gate::Gate;
-use sluice::{classify, config, netns};
+use sluice::dataplane::gate::Gate;
+use sluice::{dataplane::classify, policy::config, tools::netns};
 use sluice_bench::gen::{stream_value, udp_stream, Generator};
 use sluice_bench::victim::{link_stats, VictimBed, VictimModel, IF_A, IF_B};
 

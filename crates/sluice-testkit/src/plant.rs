@@ -6,7 +6,7 @@
 //! `1 / (stack + service cost)` reproduces livelock: the stack takes the CPU
 //! and the service starves. Time advances in 20 µs steps; [`Plant::tick`]
 //! returns the controller's [`Signals`] over one 10 ms tick.
-use sluice::controller::Signals;
+use sluice::policy::controller::Signals;
 
 const SUB_NS: f64 = 20_000.0;
 /// Bytes a queued datagram charges to the socket (truesize of a small skb).

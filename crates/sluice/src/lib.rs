@@ -1,31 +1,19 @@
 //! sluice: admission control at the driver for Linux network services under packet floods.
 //!
-//! Layout, by layer (every module, by its job; the ideas come from the five
-//! studies in `docs/seeds.md`):
-//! - the data plane: [`gate`] (the XDP gate: load, apply a config with
-//!   rollback, attach, the map layer, counters, test runs), [`classify`]
-//!   (rules into the gate's tables), [`share`] (a class's rate split over
-//!   CPUs), [`steer`] (reader steering: the SK_REUSEPORT program and its
-//!   groups), [`trace`] (`sluice trace`: packet fates and stage latency);
-//! - policy, pure logic: [`config`] (the TOML file and `--class` flags),
-//!   [`controller`] (the auto rate controller, 100 Hz), [`budget`] (one
-//!   budget by priority), [`fair`] (source fairness in a limited class),
-//!   [`remap`] (class identity across a config switch), [`away`] (CPU
-//!   protection: when and where), [`syn_guard`] (when the gate answers SYNs);
-//! - signals: [`signals`] (sock_diag, /proc/net counters), [`health`] (each
-//!   class's service health per tick), [`discover`] (the listening services
-//!   and their owners), [`sources`] (the source maps summed up), [`known`]
-//!   (the known clients' state file);
-//! - the daemon: [`daemon`] (`sluice run`: a cadence table over its parts),
-//!   [`tick`] (what runs every 10 ms), [`auto`] (the auto loop: signals,
-//!   controller, gate), [`sched`] (SCHED_FIFO, napi kthread policy);
-//! - the user surface: [`cli`] (value parsers and output helpers), [`client`]
-//!   (the statistics client), [`stats`] (the snapshot, status table, metrics
-//!   text), [`endpoint`] (the metrics endpoint, bounded), [`log`] (log lines,
-//!   rate-limited decisions);
-//! - tools around it: [`netns`] (entering a namespace, running a command in
-//!   one), [`serve`] and [`send`] (`sluice serve udp-echo`, `sluice send`: a
-//!   victim service and a paced sender for trying sluice by hand).
+//! Layout, by layer: one folder per layer, each module named by its job (the
+//! ideas come from the five studies in `docs/seeds.md`):
+//! - [`dataplane`]: the XDP gate, classification into its tables, the
+//!   per-CPU share, reader steering, `sluice trace`;
+//! - [`policy`]: pure logic (config, the auto controller, the budget, source
+//!   fairness, class identity across a switch, CPU protection's decision,
+//!   the SYN guard's);
+//! - [`signals`]: the kernel's counters and sock_diag, service health,
+//!   discovery, the source maps, the known clients' file;
+//! - [`daemon`]: `sluice run`, a cadence table over parts that own their
+//!   state, and the tick;
+//! - [`surface`]: the CLI's helpers, the statistics client, the snapshot,
+//!   status table and metrics text, the metrics endpoint, logs;
+//! - [`tools`]: namespaces, a victim service and a paced sender.
 //!
 //! The bench is the `sluice-bench` crate; what the tests and the bench share
 //! (the namespace testbed, crafted frames, sample summaries, the controller's
@@ -59,32 +47,9 @@ pub mod trace_skel {
     include!(concat!(env!("OUT_DIR"), "/trace.skel.rs"));
 }
 
-pub mod auto;
-pub mod away;
-pub mod budget;
-pub mod classify;
-pub mod cli;
-pub mod client;
-pub mod config;
-pub mod controller;
 pub mod daemon;
-pub mod discover;
-pub mod endpoint;
-pub mod fair;
-pub mod gate;
-pub mod health;
-pub mod known;
-pub mod log;
-pub mod netns;
-pub mod remap;
-pub mod sched;
-pub mod send;
-pub mod serve;
-pub mod share;
+pub mod dataplane;
+pub mod policy;
 pub mod signals;
-pub mod sources;
-pub mod stats;
-pub mod steer;
-pub mod syn_guard;
-pub mod tick;
-pub mod trace;
+pub mod surface;
+pub mod tools;

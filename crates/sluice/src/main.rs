@@ -10,9 +10,9 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 
-use sluice::cli::{parse_secs, print_json_or, stop_flag};
-use sluice::config::XdpMode;
-use sluice::{classify, client, config, daemon, send, serve, stats};
+use sluice::policy::config::XdpMode;
+use sluice::surface::cli::{parse_secs, print_json_or, stop_flag};
+use sluice::{daemon, dataplane::classify, policy::config, surface::client, surface::stats, tools::send, tools::serve};
 
 /// sluice keeps Linux network services at full speed under packet floods: an
 /// XDP program classifies each packet into a traffic class and admits or drops
@@ -104,7 +104,7 @@ struct RunArgs {
     /// clients each service answered while healthy, which come first under a
     /// flood, kept across restarts. Created if missing; a file that cannot be
     /// read is ignored with a log line.
-    #[arg(long, value_name = "DIR", default_value = sluice::known::STATE_DIR)]
+    #[arg(long, value_name = "DIR", default_value = sluice::signals::known::STATE_DIR)]
     state_dir: PathBuf,
     /// Print the totals as JSON when stopping.
     #[arg(long)]
@@ -113,7 +113,7 @@ struct RunArgs {
     /// MESSAGE) or "json" (one object per line: ts, level, event, msg and the
     /// event's fields). A line per limit or class change, at most 10 a second.
     #[arg(long, value_name = "FORMAT", value_parser = parse_log_format, default_value = "human")]
-    log_format: sluice::log::Format,
+    log_format: sluice::surface::log::Format,
 }
 
 /// Show a running daemon's classes, rates and counters.
@@ -307,10 +307,10 @@ fn parse_mode(s: &str) -> Result<XdpMode, String> {
     }
 }
 
-fn parse_log_format(s: &str) -> Result<sluice::log::Format, String> {
+fn parse_log_format(s: &str) -> Result<sluice::surface::log::Format, String> {
     match s {
-        "human" => Ok(sluice::log::Format::Human),
-        "json" => Ok(sluice::log::Format::Json),
+        "human" => Ok(sluice::surface::log::Format::Human),
+        "json" => Ok(sluice::surface::log::Format::Json),
         _ => Err(format!("\"{s}\": valid formats are human and json")),
     }
 }
@@ -348,7 +348,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             // "sluice: error: ..." (one JSON object with `run --log-format json`).
-            sluice::log::error(format_args!("{e:#}"));
+            sluice::surface::log::error(format_args!("{e:#}"));
             ExitCode::from(1)
         }
     }
@@ -381,13 +381,13 @@ impl From<RunArgs> for daemon::RunOpts {
 
 fn cmd_run(a: RunArgs) -> Result<()> {
     let json = a.json;
-    sluice::log::set_format(a.log_format);
+    sluice::surface::log::set_format(a.log_format);
     let snap = daemon::Daemon::start(a.into())?.run()?;
     print_json_or(json, &snap, stats::render_table)
 }
 
 fn cmd_trace(a: TraceArgs) -> Result<()> {
-    let opts = sluice::trace::TraceOpts {
+    let opts = sluice::dataplane::trace::TraceOpts {
         iface: a.iface,
         socket: a.socket,
         class: a.class,
@@ -398,8 +398,8 @@ fn cmd_trace(a: TraceArgs) -> Result<()> {
         discover: !a.no_discover,
         progress: !a.json,
     };
-    let report = sluice::trace::run(&opts)?;
-    print_json_or(a.json, &report, sluice::trace::fate::render)
+    let report = sluice::dataplane::trace::run(&opts)?;
+    print_json_or(a.json, &report, sluice::dataplane::trace::fate::render)
 }
 
 fn cmd_status(a: StatusArgs) -> Result<()> {
@@ -420,7 +420,7 @@ fn cmd_status(a: StatusArgs) -> Result<()> {
 fn cmd_sources(a: SourcesArgs) -> Result<()> {
     let path = client::find_socket(a.socket.as_deref(), a.iface.as_deref())?;
     let snap = client::fetch_snapshot(&path)?;
-    let table = sluice::stats::render_sources_class(&snap, &a.class).map_err(anyhow::Error::msg)?;
+    let table = sluice::surface::stats::render_sources_class(&snap, &a.class).map_err(anyhow::Error::msg)?;
     if a.json {
         let c = snap.classes.iter().find(|c| c.name == a.class).expect("render_class found it");
         println!("{}", serde_json::to_string_pretty(&c.sources)?);
@@ -455,10 +455,10 @@ fn cmd_check_config(a: CheckArgs) -> Result<()> {
 
 /// What discovery would add to `cfg` here and now (read-only: sock_diag and /proc).
 fn print_discovered(cfg: &config::Config) {
-    let services = sluice::discover::Discovery::new(0).and_then(|mut d| d.poll());
+    let services = sluice::signals::discover::Discovery::new(0).and_then(|mut d| d.poll());
     match services {
         Ok(services) => {
-            let (merged, note) = sluice::discover::merge(cfg, &services);
+            let (merged, note) = sluice::signals::discover::merge(cfg, &services);
             let added: Vec<_> = merged.classes.iter().filter(|c| c.discovered.is_some()).collect();
             println!(
                 "discover = true: {} services listen in this network namespace; {} covered by configured classes, {} would get classes:",

@@ -1,5 +1,5 @@
 //! The auto controllers against the simulated victim of the test kit's `plant`.
-use sluice::controller::*;
+use sluice::policy::controller::*;
 use sluice_testkit::plant::Plant;
 
 const DT: f64 = 1.0 / TICK_HZ;

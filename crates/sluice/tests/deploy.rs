@@ -96,7 +96,7 @@ fn the_daemonset_agrees_with_the_unit_and_the_daemon() {
     assert_eq!(pod["metadata"]["annotations"]["prometheus.io/port"], "9786");
     let mounts: Vec<&str> =
         c["volumeMounts"].as_array().unwrap().iter().map(|m| m["mountPath"].as_str().unwrap()).collect();
-    for dir in [sluice::daemon::CONFIG_DIR, sluice::client::SOCKET_DIR, sluice::known::STATE_DIR] {
+    for dir in [sluice::daemon::CONFIG_DIR, sluice::surface::client::SOCKET_DIR, sluice::signals::known::STATE_DIR] {
         assert!(mounts.contains(&dir), "{dir} is not mounted: {mounts:?}");
     }
     // The manifest's own args, as Kubernetes expands them, parsed by the

@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::testbed::{Testbed, BIN};
-use sluice::stats::{ClassSnapshot, Snapshot};
+use sluice::surface::stats::{ClassSnapshot, Snapshot};
 
 /// Poll the daemon's status until `ok` holds (or panic after `secs`).
 fn wait_for(tb: &Testbed, secs: u64, what: &str, ok: impl Fn(&Snapshot) -> bool) -> Snapshot {

@@ -8,9 +8,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::TestGate;
-use sluice::config::Limit;
-use sluice::gate::Prog;
-use sluice::share::share;
+use sluice::dataplane::gate::Prog;
+use sluice::dataplane::share::share;
+use sluice::policy::config::Limit;
 use sluice_testkit::packet::Frame;
 
 /// The tests here measure time on both CPUs: never two at once.
@@ -113,7 +113,7 @@ fn two_cpus_together_admit_the_configured_total_within_5_percent() {
     let (per_cpu, burst) = testable(1_000_000, 1000, repeat, 2.0);
     let (rate, burst) = (2 * per_cpu, 2 * burst);
     let limit = Limit::Rate { pps: rate, burst };
-    g.gate.rebalance(id, &sluice::gate::Tiers::plain(limit), &mut Vec::new()).unwrap();
+    g.gate.rebalance(id, &sluice::dataplane::gate::Tiers::plain(limit), &mut Vec::new()).unwrap();
     g.gate.reset_counters().unwrap();
     // The daemon's rebalancing, every 100 ms, while both CPUs flood.
     let done = Arc::new(AtomicBool::new(false));
@@ -122,7 +122,7 @@ fn two_cpus_together_admit_the_configured_total_within_5_percent() {
         std::thread::spawn(move || {
             let (mut last, mut samples) = (Vec::new(), Vec::new());
             while !done.load(Ordering::Relaxed) {
-                g.gate.rebalance(id, &sluice::gate::Tiers::plain(limit), &mut last).unwrap();
+                g.gate.rebalance(id, &sluice::dataplane::gate::Tiers::plain(limit), &mut last).unwrap();
                 samples.push((mono_ns(), g.gate.class_counters(id).unwrap()[2]));
                 std::thread::sleep(Duration::from_millis(100));
             }

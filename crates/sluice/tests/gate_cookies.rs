@@ -10,7 +10,7 @@ use std::net::TcpListener;
 use common::tcp::{linux_syn_options, parse, ts_options, Parsed, Segment, ACK, FIN, SYN};
 use common::TestGate;
 use sluice::bpf_intf::*;
-use sluice::gate::{Clock, Prog, XDP_PASS};
+use sluice::dataplane::gate::{Clock, Prog, XDP_PASS};
 
 const XDP_TX: u32 = 3;
 const KEY: [u64; 2] = [0x0123_4567_89ab_cdef, 0x0fed_cba9_8765_4321];

@@ -10,9 +10,9 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use common::TestGate;
 use rand::{Rng, SeedableRng};
 use sluice::bpf_intf::{SLUICE_SLOT_PORTLESS, SLUICE_SLOT_TCP, SLUICE_SLOT_UDP};
-use sluice::classify::{first_match, Probe};
-use sluice::config::Limit;
-use sluice::gate::{Prog, XDP_DROP, XDP_PASS};
+use sluice::dataplane::classify::{first_match, Probe};
+use sluice::dataplane::gate::{Prog, XDP_DROP, XDP_PASS};
+use sluice::policy::config::Limit;
 use sluice_testkit::packet::{non_ip, v6, Ext, Frame, ETH_P_8021AD, ETH_P_8021Q, ETH_P_ARP, ETH_P_IP, ETH_P_IPV6};
 
 /// What the verdict table says becomes of a frame.
@@ -196,11 +196,11 @@ fn mutate(rng: &mut impl Rng, mut p: Vec<u8>) -> Vec<u8> {
 /// asked paths (issue 23, item 14: it never turned them on).
 fn fairness_and_learning_on(g: &mut TestGate) {
     use sluice::bpf_intf::sluice_fair;
-    use sluice::gate::Clock;
+    use sluice::dataplane::gate::Clock;
     for (id, class) in g.cfg.classes.iter().enumerate() {
         let limited = matches!(class.limit, Limit::Rate { .. });
         let f = sluice_fair {
-            unknown: sluice::share::share(500, 8),
+            unknown: sluice::dataplane::share::share(500, 8),
             on: u32::from(limited),
             quota: 1,
             src_interval_ns: 1_000_000,

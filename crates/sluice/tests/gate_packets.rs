@@ -3,7 +3,7 @@
 mod common;
 
 use common::{Landed::*, TestGate};
-use sluice::config::Verdict;
+use sluice::policy::config::Verdict;
 use sluice_testkit::packet::{non_ip, v6, Ext, Frame, ETH_P_ARP, ETH_P_LLDP, L4};
 
 const CLASSES: &[&str] = &[
@@ -211,8 +211,8 @@ fn reapplying_a_config_moves_classes_and_clears_old_prefixes() {
     let mut g = gate();
     let p = Frame::udp("10.1.7.7", "10.0.0.2", 1, 5500).build();
     g.expect("before", &p, adm("trusted"));
-    let cfg = sluice::config::from_flags(&["other:match=udp:5500".into()]).unwrap();
-    g.gate.apply(&cfg, &sluice::classify::compile(&cfg).unwrap()).unwrap();
+    let cfg = sluice::policy::config::from_flags(&["other:match=udp:5500".into()]).unwrap();
+    g.gate.apply(&cfg, &sluice::dataplane::classify::compile(&cfg).unwrap()).unwrap();
     g.cfg = cfg;
     g.expect("after: the prefix rule is gone", &p, adm("other"));
     g.expect(
@@ -230,21 +230,25 @@ fn reapplying_a_config_moves_classes_and_clears_old_prefixes() {
 fn a_class_sent_away_is_redirected_to_the_cpumap_after_admission() {
     let g = TestGate::new(&["low:priority=5,match=udp:7000", "tight:rate=1,burst=1,match=udp:7001"]);
     let (low, tight) = (g.class("low"), g.class("tight"));
-    sluice::netns::pin_thread(0).unwrap();
+    sluice::tools::netns::pin_thread(0).unwrap();
     let pkt = |port| Frame::udp("10.0.0.1", "10.0.0.2", 999, port).build();
     g.gate.set_away(low, Some(1)).unwrap();
     g.gate.set_away(tight, Some(1)).unwrap();
     let (verdict, b, a) = g.run(&pkt(7000));
-    assert_eq!(verdict, sluice::gate::XDP_REDIRECT, "to CPU 1's cpumap entry");
+    assert_eq!(verdict, sluice::dataplane::gate::XDP_REDIRECT, "to CPU 1's cpumap entry");
     assert_eq!(a.classes[low].admitted_pkts - b.classes[low].admitted_pkts, 1, "still counted as admitted");
     assert_eq!(a.classes[low].away_pkts - b.classes[low].away_pkts, 1);
-    assert_eq!(g.run(&pkt(7001)).0, sluice::gate::XDP_REDIRECT, "the tight class's one token: admitted, away");
+    assert_eq!(
+        g.run(&pkt(7001)).0,
+        sluice::dataplane::gate::XDP_REDIRECT,
+        "the tight class's one token: admitted, away"
+    );
     let (verdict, b, a) = g.run(&pkt(7001));
-    assert_eq!(verdict, sluice::gate::XDP_DROP, "a dropped packet goes nowhere");
+    assert_eq!(verdict, sluice::dataplane::gate::XDP_DROP, "a dropped packet goes nowhere");
     assert_eq!(a.classes[tight].away_pkts, b.classes[tight].away_pkts);
     g.gate.set_away(low, Some(0)).unwrap();
     let (verdict, _, _) = g.run(&pkt(7000));
-    assert_eq!(verdict, sluice::gate::XDP_PASS, "already on the target CPU: passed here");
+    assert_eq!(verdict, sluice::dataplane::gate::XDP_PASS, "already on the target CPU: passed here");
     g.gate.set_away(low, None).unwrap();
     g.expect("back: passed", &pkt(7000), adm("low"));
 }
@@ -256,21 +260,23 @@ fn a_class_sent_away_is_redirected_to_the_cpumap_after_admission() {
 fn observe_mode_counts_every_drop_and_passes_the_packet() {
     let flags: Vec<String> =
         ["blk:rate=blocked,match=udp:9", "lim:rate=1,burst=1,match=udp:10"].iter().map(|s| s.to_string()).collect();
-    let mut cfg = sluice::config::from_flags(&flags).unwrap();
+    let mut cfg = sluice::policy::config::from_flags(&flags).unwrap();
     cfg.observe = true;
-    let mut gate = sluice::gate::Gate::load().unwrap();
-    gate.apply(&cfg, &sluice::classify::compile(&cfg).unwrap()).unwrap();
+    let mut gate = sluice::dataplane::gate::Gate::load().unwrap();
+    gate.apply(&cfg, &sluice::dataplane::classify::compile(&cfg).unwrap()).unwrap();
     // The whole bucket on every CPU: the test run's CPU is whichever the thread is on.
-    gate.set_shares(cfg.class_id("lim").unwrap(), &vec![sluice::share::share(1, 1); gate.ncpus()]).unwrap();
-    let run = |pkt: &[u8]| gate.test_run(sluice::gate::Prog::Gate, pkt, 1).unwrap().0;
+    gate.set_shares(cfg.class_id("lim").unwrap(), &vec![sluice::dataplane::share::share(1, 1); gate.ncpus()]).unwrap();
+    let run = |pkt: &[u8]| gate.test_run(sluice::dataplane::gate::Prog::Gate, pkt, 1).unwrap().0;
     let udp = |port| Frame::udp("10.0.0.1", "10.0.0.2", 1, port).build();
     let truncated = &udp(53)[..14 + 20 + 4];
     for (what, pkt) in [("blocked", udp(9)), ("first of the bucket", udp(10)), ("bucket empty", udp(10))] {
-        assert_eq!(run(&pkt), sluice::gate::XDP_PASS, "{what}: passed in observe mode");
+        assert_eq!(run(&pkt), sluice::dataplane::gate::XDP_PASS, "{what}: passed in observe mode");
     }
-    assert_eq!(run(truncated), sluice::gate::XDP_PASS, "malformed: passed in observe mode");
-    let t = |name: &str| sluice::stats::ClassTotals::from(gate.class_counters(cfg.class_id(name).unwrap()).unwrap());
-    let g = sluice::stats::GlobalTotals::from(gate.global_counters().unwrap());
+    assert_eq!(run(truncated), sluice::dataplane::gate::XDP_PASS, "malformed: passed in observe mode");
+    let t = |name: &str| {
+        sluice::surface::stats::ClassTotals::from(gate.class_counters(cfg.class_id(name).unwrap()).unwrap())
+    };
+    let g = sluice::surface::stats::GlobalTotals::from(gate.global_counters().unwrap());
     assert_eq!(t("blk").dropped_blocked_pkts, 1, "counted as a drop of the blocked class");
     assert_eq!((t("lim").admitted_pkts, t("lim").dropped_rate_pkts), (1, 1), "the bucket still counts");
     assert_eq!((g.malformed_drop, g.observed_pass), (1, 3), "3 would-be drops passed: blocked, rate, malformed");

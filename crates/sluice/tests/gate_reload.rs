@@ -1,10 +1,10 @@
 //! Re-applying a config to a running gate (what SIGHUP does): a class keeps
 //! its counters and bucket by name wherever it moves, and a config that fails
 //! part-way is rolled back whole (BPF_PROG_TEST_RUN on crafted packets).
-use sluice::classify;
-use sluice::config::{self, Config};
-use sluice::gate::{Gate, GateError, Prog, XDP_PASS};
-use sluice::stats::ClassTotals;
+use sluice::dataplane::classify;
+use sluice::dataplane::gate::{Gate, GateError, Prog, XDP_PASS};
+use sluice::policy::config::{self, Config};
+use sluice::surface::stats::ClassTotals;
 use sluice_testkit::packet::Frame;
 
 fn cfg(flags: &[String]) -> Config {
@@ -77,7 +77,8 @@ fn a_reload_keeps_the_limit_in_force_of_an_unchanged_class() {
     let mut g = Gate::load().unwrap();
     apply(&mut g, &before).unwrap();
     // What the tick would write: the controller's rate for svc.
-    let ticked = sluice::share::shares_for(&config::Limit::Rate { pps: 777, burst: 8 }, &vec![0; g.ncpus()], false);
+    let ticked =
+        sluice::dataplane::share::shares_for(&config::Limit::Rate { pps: 777, burst: 8 }, &vec![0; g.ncpus()], false);
     g.set_shares(before.class_id("svc").unwrap(), &ticked).unwrap();
     // svc moves (a class before it), lim's limit changes.
     let after = cfg(&flags(&["new:match=udp:55", "svc:rate=auto,match=udp:53", "lim:rate=2k,match=udp:54"]));

@@ -5,8 +5,8 @@ mod common;
 
 use common::{Landed::*, TestGate};
 use sluice::bpf_intf::*;
-use sluice::gate::{Clock, Gate, Prog};
-use sluice::share::share;
+use sluice::dataplane::gate::{Clock, Gate, Prog};
+use sluice::dataplane::share::share;
 use sluice_testkit::packet::{Ext, Frame};
 
 /// A limited class "dns" on udp:53 and tcp:53, the default class for the rest.
@@ -312,9 +312,9 @@ fn the_learner_learns_only_replies_to_a_peer_that_asked_first() {
 #[test]
 fn more_sources_than_the_map_holds_are_evicted_and_counted_never_lost() {
     let flags = ["dns:rate=1000000,burst=1000000,match=udp:53"];
-    let cfg = sluice::config::from_flags(&flags.map(String::from)).unwrap();
+    let cfg = sluice::policy::config::from_flags(&flags.map(String::from)).unwrap();
     let mut gate = Gate::load_with(64).unwrap();
-    gate.apply(&cfg, &sluice::classify::compile(&cfg).unwrap()).unwrap();
+    gate.apply(&cfg, &sluice::dataplane::classify::compile(&cfg).unwrap()).unwrap();
     let mut g = TestGate { gate, cfg };
     g.gate.set_shares(g.class("dns"), &vec![share(1_000_000, 1_000_000); g.gate.ncpus()]).unwrap();
     fair(&g, "dns", PACED_NS, 1_000_000, 1_000_000, (32, 64));
@@ -339,7 +339,7 @@ fn an_ipv6_flood_rotating_the_lower_64_bits_is_one_source() {
     for i in 0..100u32 {
         let src = format!("2001:db8:7:7:{:x}:{:x}:{:x}:1", i * 7919 % 65536, i, i * 31);
         let (verdict, _, _) = g.run(&Frame::udp(&src, "2001:db8::2", 4000, 53).build());
-        dropped += (verdict == sluice::gate::XDP_DROP) as u32;
+        dropped += (verdict == sluice::dataplane::gate::XDP_DROP) as u32;
     }
     assert_eq!(dropped, 90, "one /64: its burst, then the top half of the bucket");
     assert_eq!(g.gate.sources().unwrap().len(), 1);

@@ -261,7 +261,7 @@ mod status {
         let b = tb.b.clone();
         let pid = tb.spawn(&b, &["run", "--iface", tb.if_b, "--socket", sock.to_str().unwrap(), "--no-discover"]);
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        while !sluice::client::serving(&sock) {
+        while !sluice::surface::client::serving(&sock) {
             assert!(std::time::Instant::now() < deadline, "sluice run did not come up");
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -467,7 +467,7 @@ mod napi {
 
     fn policies(iface: &str) -> Vec<i32> {
         // SAFETY: sched_getscheduler on kthread pids; an exited one gives -1.
-        sluice::sched::napi_threads(iface).into_iter().map(|p| unsafe { libc::sched_getscheduler(p) }).collect()
+        sluice::daemon::sched::napi_threads(iface).into_iter().map(|p| unsafe { libc::sched_getscheduler(p) }).collect()
     }
 
     fn wait_for(iface: &str, policy: i32, what: &str) {
@@ -690,8 +690,8 @@ mod errors {
     #[test]
     fn a_replace_whose_attach_fails_puts_the_old_program_back() {
         let tb = Testbed::new();
-        sluice::netns::sh(&["ip", "-n", &tb.b, "link", "add", "br0", "type", "bridge"]).unwrap();
-        sluice::netns::sh(&["ip", "-n", &tb.b, "link", "set", "br0", "up"]).unwrap();
+        sluice::tools::netns::sh(&["ip", "-n", &tb.b, "link", "add", "br0", "type", "bridge"]).unwrap();
+        sluice::tools::netns::sh(&["ip", "-n", &tb.b, "link", "set", "br0", "up"]).unwrap();
         attach_foreign_program_to(&tb, "br0", "xdpgeneric");
         let foreign = xdp_prog_on(&tb, "br0");
         assert_ne!(foreign, 0);
@@ -808,16 +808,16 @@ mod known {
     fn state(tb: &Testbed) -> std::path::PathBuf {
         let dir = tb.dir.join("state");
         std::fs::create_dir_all(&dir).unwrap();
-        let file = sluice::known::path(&dir, tb.if_b);
-        let now = sluice::gate::Clock::wall_ms();
-        let known = |class: &str, addr: &str| sluice::known::Known {
+        let file = sluice::signals::known::path(&dir, tb.if_b);
+        let now = sluice::dataplane::gate::Clock::wall_ms();
+        let known = |class: &str, addr: &str| sluice::signals::known::Known {
             class: class.into(),
             addr: addr.parse().unwrap(),
             first_unix_ms: now - 40_000,
             last_unix_ms: now - 10_000,
             answers: 5,
         };
-        sluice::known::save(&file, &[known("svc", "10.77.0.1"), known("later", "10.77.0.9")]).unwrap();
+        sluice::signals::known::save(&file, &[known("svc", "10.77.0.1"), known("later", "10.77.0.9")]).unwrap();
         file
     }
 
@@ -866,7 +866,7 @@ mod known {
         tb.signal(pid, libc::SIGTERM);
         let out = tb.wait(pid);
         assert!(String::from_utf8_lossy(&out.stderr).contains("known sources: 2 read from"));
-        let saved = sluice::known::load(&file).unwrap();
+        let saved = sluice::signals::known::load(&file).unwrap();
         let addrs: Vec<String> = saved.iter().map(|k| format!("{} {}", k.class, k.addr)).collect();
         assert_eq!(addrs, vec!["svc 10.77.0.1", "later 10.77.0.9"], "written back at exit");
 
@@ -877,7 +877,7 @@ mod known {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{}: {err}", out.status);
         assert!(err.contains("is not a sluice state file") && err.contains("starting with none"), "{err}");
-        assert_eq!(sluice::known::load(&file), Ok(vec![]), "a good (empty) file replaces the corrupt one");
+        assert_eq!(sluice::signals::known::load(&file), Ok(vec![]), "a good (empty) file replaces the corrupt one");
     }
 }
 

@@ -198,8 +198,8 @@ fn the_unit_verifies_clean_and_is_hardened() {
     let caps = &keys["CapabilityBoundingSet"];
     assert!(!caps.contains("CAP_SYS_ADMIN") && caps.contains("CAP_BPF"), "{caps}");
     // The daemon's defaults are where the unit lets it write.
-    assert_eq!(sluice::client::SOCKET_DIR, "/run/sluice");
-    assert_eq!(sluice::known::STATE_DIR, "/var/lib/sluice");
+    assert_eq!(sluice::surface::client::SOCKET_DIR, "/run/sluice");
+    assert_eq!(sluice::signals::known::STATE_DIR, "/var/lib/sluice");
     assert_eq!(sluice::daemon::CONFIG_DIR, "/etc/sluice");
 
     let v = Command::new("systemd-analyze")
@@ -283,7 +283,7 @@ fn without_cap_dac_read_search_the_service_is_not_named_after_its_process() {
     let (mut guard, _, sock) = start_exec_start(&pkg, &keys, &mut tb, Some("CAP_DAC_READ_SEARCH"));
     let deadline = Instant::now() + Duration::from_secs(20);
     let class = loop {
-        if sluice::client::serving(&sock) {
+        if sluice::surface::client::serving(&sock) {
             if let Some(c) = tb.status().classes.into_iter().find(|c| c.name.ends_with("/udp:5353")) {
                 break c;
             }
@@ -309,7 +309,7 @@ fn exec_start_with_only_the_units_capabilities_protects_and_reloads() {
     // Up, and the service found, named and steered.
     let deadline = Instant::now() + Duration::from_secs(20);
     let snap = loop {
-        if sluice::client::serving(&sock) {
+        if sluice::surface::client::serving(&sock) {
             let s = tb.status();
             if s.classes.iter().any(|c| c.name.ends_with("/udp:5353")) && !s.readers.is_empty() {
                 break s;
@@ -328,7 +328,7 @@ fn exec_start_with_only_the_units_capabilities_protects_and_reloads() {
     let class = snap.classes.iter().find(|c| c.name.ends_with("/udp:5353")).unwrap();
     assert_eq!(class.name, "sluice/udp:5353", "named after its process (needs CAP_SYS_PTRACE + CAP_DAC_READ_SEARCH)");
     // Run by nobody: the default class's priority, not its nice's (the trust model).
-    assert_eq!(class.priority, sluice::discover::UNTRUSTED_PRIORITY, "{:?}", class.discovered);
+    assert_eq!(class.priority, sluice::signals::discover::UNTRUSTED_PRIORITY, "{:?}", class.discovered);
     assert!(class.discovered.as_deref().is_some_and(|d| d.contains("uid 65534")), "{:?}", class.discovered);
     assert_eq!(snap.readers[0].readers.len(), 2, "reader steering (pidfd_getfd)");
     assert_eq!(snap.config_file, None, "no /etc/sluice/{}.toml: zero-config", tb.if_b);

@@ -1,6 +1,6 @@
 //! Reader steering on a real SO_REUSEPORT group, in a namespace each test
 //! makes: the test process opens the group's sockets in namespace B (as a
-//! service would), `sluice::steer` reaches them through pidfd_getfd like it
+//! service would), `sluice::dataplane::steer` reaches them through pidfd_getfd like it
 //! reaches any service's, and datagrams go to B's own address from inside B.
 mod common;
 
@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::testbed::{in_netns, Testbed, BIN};
-use sluice::config::Readers;
-use sluice::steer::{Group, Reader, Steer};
+use sluice::dataplane::steer::{Group, Reader, Steer};
+use sluice::policy::config::Readers;
 
 const PORT: u16 = 7400;
 
@@ -60,7 +60,7 @@ fn in_order(socks: Vec<UdpSocket>, g: &Group) -> Vec<UdpSocket> {
 fn send(tb: &Testbed, flows: usize, count: usize) {
     let dst = format!("{}:{PORT}", tb.ip_b);
     in_netns(&tb.b, move || {
-        sluice::netns::pin_thread(0).unwrap();
+        sluice::tools::netns::pin_thread(0).unwrap();
         let socks: Vec<UdpSocket> = (0..flows).map(|_| UdpSocket::bind("0.0.0.0:0").unwrap()).collect();
         for _ in 0..count {
             for (i, s) in socks.iter().enumerate() {
@@ -263,7 +263,7 @@ fn attaching_and_detaching_under_traffic_loses_nothing() {
         let tb_b = tb.b.clone();
         let dst = format!("{}:{PORT}", tb.ip_b);
         std::thread::spawn(move || {
-            sluice::netns::enter(&tb_b).unwrap();
+            sluice::tools::netns::enter(&tb_b).unwrap();
             let flows: Vec<UdpSocket> = (0..16).map(|_| UdpSocket::bind("0.0.0.0:0").unwrap()).collect();
             for i in 0..20_000u32 {
                 flows[i as usize % 16].send_to(&i.to_ne_bytes(), &dst).unwrap();
@@ -327,7 +327,7 @@ fn a_reuseport_service_is_found_and_steered_with_no_config() {
 #[test]
 fn a_services_own_reuseport_program_is_left_alone() {
     let tb = Testbed::new();
-    sluice::netns::enter(&tb.b).unwrap(); // the iterator lists this thread's netns
+    sluice::tools::netns::enter(&tb.b).unwrap(); // the iterator lists this thread's netns
     let socks = group_sockets(&tb, 3);
     attach_cbpf_pick_first(&socks[0]);
     let g = group(&socks, Readers::RoundRobin);
@@ -343,7 +343,7 @@ fn a_services_own_reuseport_program_is_left_alone() {
 #[test]
 fn a_program_the_service_put_in_later_survives_sluices_exit() {
     let tb = Testbed::new();
-    sluice::netns::enter(&tb.b).unwrap();
+    sluice::tools::netns::enter(&tb.b).unwrap();
     let socks = group_sockets(&tb, 3);
     let g = group(&socks, Readers::RoundRobin);
     let (mut steer, log) = steering(&g);

@@ -158,7 +158,7 @@ fn peer_xdp(tb: &mut Testbed) {
 }
 
 /// Class web's totals (after a pause: the daemon publishes every 100 ms).
-fn web(tb: &Testbed) -> sluice::stats::ClassTotals {
+fn web(tb: &Testbed) -> sluice::surface::stats::ClassTotals {
     std::thread::sleep(Duration::from_millis(250));
     tb.status().classes.into_iter().find(|c| c.name == "web").expect("class web").totals
 }

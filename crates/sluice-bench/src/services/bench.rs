@@ -62,7 +62,10 @@ impl<'a> Bench<'a> {
         let p = dns::spawn_dnsperf(&self.bed.net.a, GEN_CPU, self.dir, &self.bed.net.ip_b.to_string(), None, 2.0)?;
         let perf = dns::finish_dnsperf(p, self.dir, 2.0)?;
         let cap = perf.completed as f64 / 2.0;
-        eprintln!("== NSD capacity (dnsperf unpaced, 2 s): {}/s answered; the static cap", sluice::stats::human(cap));
+        eprintln!(
+            "== NSD capacity (dnsperf unpaced, 2 s): {}/s answered; the static cap",
+            sluice::surface::stats::human(cap)
+        );
         Ok(cap)
     }
 
@@ -370,7 +373,7 @@ pub(super) fn gate_synacks(exe: &Path, ns: &str, sock: &Path) -> Result<u64> {
     Ok(daemon_status(exe, ns, sock)?.classes.iter().map(|c| c.totals.synack_pkts).sum())
 }
 
-pub(super) fn daemon_status(exe: &Path, ns: &str, sock: &Path) -> Result<sluice::stats::Snapshot> {
+pub(super) fn daemon_status(exe: &Path, ns: &str, sock: &Path) -> Result<sluice::surface::stats::Snapshot> {
     let out = crate::procs::in_ns(ns, None).arg(exe).args(["status", "--json", "--socket"]).arg(sock).output()?;
     Ok(serde_json::from_value(crate::procs::json_of(out, "sluice status")?)?)
 }

@@ -45,9 +45,9 @@ use crate::rig::{add_flood_neighbours, attach_gate, FLOOD_SRC_V4, FLOOD_SRC_V6};
 use crate::victim::{link_stats, VictimBed, VictimModel, IF_A, IF_B};
 use crate::workers::GenWorker;
 use crate::{dns, http};
-use sluice::gate::Gate;
-use sluice::netns;
-use sluice::signals::{proc_counter, NsFile};
+use sluice::dataplane::gate::Gate;
+use sluice::signals::{kernel::proc_counter, kernel::NsFile};
+use sluice::tools::netns;
 
 mod bench;
 mod report;
@@ -356,7 +356,7 @@ pub struct ServiceRun {
 /// Run the scenario: every repeat x flood x configuration, printing a line
 /// per cell; writes results.json and summary.txt into `out` as it goes.
 pub fn run(svc: Service, o: &ServiceOpts, out: &Path) -> Result<ServiceRun> {
-    sluice::gate::check_privileges()?;
+    sluice::dataplane::gate::check_privileges()?;
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let bed = VictimBed::create(svc.name(), VictimModel::Nic, GEN_CPU, VICTIM_CPU)?;
     let dir = std::env::temp_dir().join(format!("{}-files", bed.net.b));

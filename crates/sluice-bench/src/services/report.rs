@@ -11,14 +11,14 @@ fn ms(v: Option<f64>) -> String {
 
 /// A cell as one progress line.
 pub(super) fn cell_line(svc: Service, c: &Cell) -> String {
-    let rate = sluice::stats::human(c.client_rate);
+    let rate = sluice::surface::stats::human(c.client_rate);
     format!(
         "{:<11} {:<7} flood {:>6}/s (ring drops {}/s, SYN cookies {}/s)  {} {rate}{}/s  ok {}{}  p50 {}  p99 {}  service CPU {:.0}%  sluice CPU {}",
         c.flood,
         c.config.name(),
-        c.flood_pps.map_or("-".into(), sluice::stats::human),
-        sluice::stats::human(c.ring_drops),
-        sluice::stats::human(c.syn_cookies),
+        c.flood_pps.map_or("-".into(), sluice::surface::stats::human),
+        sluice::surface::stats::human(c.ring_drops),
+        sluice::surface::stats::human(c.syn_cookies),
         if svc == Service::Dns { "dnsperf sent" } else { "wrk" },
         if c.client_short { " (!)" } else { "" },
         pct(c.success),
@@ -72,7 +72,7 @@ pub fn summary(r: &ServiceRun) -> String {
         r.service.name(),
         r.secs,
         r.repeats,
-        r.capacity.map_or(String::new(), |c| format!("; NSD capacity {}/s", sluice::stats::human(c)))
+        r.capacity.map_or(String::new(), |c| format!("; NSD capacity {}/s", sluice::surface::stats::human(c)))
     );
     s += &format!(
         "{:<10} {:<8} {:>8} {:>8} {:>12} {:>24} {:>9} {:>9} {:>8} {:>10}{}\n",
@@ -103,15 +103,18 @@ pub fn summary(r: &ServiceRun) -> String {
             let key = if dns {
                 spread(&cells, |c| c.success, pct)
             } else {
-                spread(&cells, |c| Some(c.client_rate), |v| v.map_or("n/a".into(), sluice::stats::human))
+                spread(&cells, |c| Some(c.client_rate), |v| v.map_or("n/a".into(), sluice::surface::stats::human))
             };
             s += &format!(
                 "{:<10} {:<8} {:>8} {:>8} {:>12} {:>24} {:>9} {:>9} {:>7.0}% {:>10}{}\n",
                 flood,
                 setup.name(),
-                med(&cells, |c| c.flood_pps).map_or("-".into(), sluice::stats::human),
+                med(&cells, |c| c.flood_pps).map_or("-".into(), sluice::surface::stats::human),
                 ring_cell(&cells),
-                format!("{}{short}", med(&cells, |c| Some(c.client_rate)).map_or("n/a".into(), sluice::stats::human)),
+                format!(
+                    "{}{short}",
+                    med(&cells, |c| Some(c.client_rate)).map_or("n/a".into(), sluice::surface::stats::human)
+                ),
                 if dns { key } else { format!("{key} {}", pct(med(&cells, |c| c.success))) },
                 ms(med(&cells, |c| c.p50_ms)),
                 ms(med(&cells, |c| c.p99_ms)),
@@ -122,7 +125,7 @@ pub fn summary(r: &ServiceRun) -> String {
                 } else if dns {
                     String::new()
                 } else {
-                    let human = |v: Option<f64>| v.map_or("-".into(), sluice::stats::human);
+                    let human = |v: Option<f64>| v.map_or("-".into(), sluice::surface::stats::human);
                     format!(
                         "{:>11} {:>16} {:>18} {:>7}",
                         human(med(&cells, |c| Some(c.syn_cookies))),
@@ -168,7 +171,7 @@ const RING_MARK: f64 = 0.05;
 /// over RING_MARK of the flood the generator sent in a repeat.
 fn ring_cell(cells: &[&Cell]) -> String {
     let over = cells.iter().any(|c| c.flood_pps.is_some_and(|f| c.ring_drops > RING_MARK * f));
-    let v = med(cells, |c| Some(c.ring_drops)).map_or("-".into(), sluice::stats::human);
+    let v = med(cells, |c| Some(c.ring_drops)).map_or("-".into(), sluice::surface::stats::human);
     if over {
         format!("{v} (*)")
     } else {
@@ -290,7 +293,7 @@ fn closed_port_target(r: &ServiceRun, f: &Flood) -> String {
         format!(
             "  http {}: {} requests/s, {} of the flood blocked entirely (>= 90%: {})\n",
             f.name,
-            z.map_or("n/a".into(), sluice::stats::human),
+            z.map_or("n/a".into(), sluice::surface::stats::human),
             pct(ratio),
             verdict(ratio.map(|x| x >= 0.9))
         )

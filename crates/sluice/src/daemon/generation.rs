@@ -12,14 +12,14 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 
-use crate::classify::{self, Tables};
-use crate::config::{self, Config};
-use crate::discover::{self, Discovery};
-use crate::gate;
-use crate::log;
-use crate::remap::ClassRemap;
-use crate::stats::class_snapshots;
-use crate::tick::Ticker;
+use crate::daemon::tick::Ticker;
+use crate::dataplane::classify::{self, Tables};
+use crate::dataplane::gate;
+use crate::policy::config::{self, Config};
+use crate::policy::remap::ClassRemap;
+use crate::signals::discover::{self, Discovery};
+use crate::surface::log;
+use crate::surface::stats::class_snapshots;
 
 use super::{Daemon, RunOpts};
 

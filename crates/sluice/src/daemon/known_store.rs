@@ -8,10 +8,10 @@ use std::path::PathBuf;
 use anyhow::Result;
 
 use crate::bpf_intf::{sluice_known, sluice_src_key};
-use crate::gate::{Clock, Gate};
-use crate::known::{self, Known};
-use crate::log;
-use crate::tick::KNOWN_TTL_SECS;
+use crate::daemon::tick::KNOWN_TTL_SECS;
+use crate::dataplane::gate::{Clock, Gate};
+use crate::signals::known::{self, Known};
+use crate::surface::log;
 
 use super::source_scan::Shape;
 

@@ -1,6 +1,14 @@
 //! `sluice run`: load and attach the gate, keep per-CPU shares in step with
 //! arrivals, serve statistics (Unix socket + Prometheus), reload on SIGHUP,
 //! detach and print totals on SIGINT/SIGTERM.
+//!
+//! The daemon's parts: [`tick`] (what runs every tick: shares, wakes, the
+//! auto loop), [`auto`] (signals, controller, gate for the auto classes),
+//! [`sched`] (SCHED_FIFO, napi kthread policy), and the private parts that
+//! own their state: `generation` (the config in force, discovery, reload),
+//! `publish` (snapshot, socket, metrics), [`source_scan`] (the sources
+//! tables on their own thread), `known_store`, `protect` (CPU protection) and
+//! `pace` (the tick's period).
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
@@ -9,18 +17,18 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
-use crate::classify;
-use crate::client::default_socket;
-use crate::config::{Config, NapiSched, XdpMode};
-use crate::gate::{self, Clock, Gate};
-use crate::known;
-use crate::log;
-use crate::sched::{apply_napi, check_napi, realtime_thread};
-use crate::stats::{class_snapshots, Snapshot, SNAPSHOT_VERSION};
-use crate::steer::{self, Steer};
-use crate::syn_guard;
-use crate::tick::Ticker;
-use crate::trace::{self, DropBook, Tracer};
+use crate::daemon::sched::{apply_napi, check_napi, realtime_thread};
+use crate::daemon::tick::Ticker;
+use crate::dataplane::classify;
+use crate::dataplane::gate::{self, Clock, Gate};
+use crate::dataplane::steer::{self, Steer};
+use crate::dataplane::trace::{self, DropBook, Tracer};
+use crate::policy::config::{Config, NapiSched, XdpMode};
+use crate::policy::syn_guard;
+use crate::signals::known;
+use crate::surface::client::default_socket;
+use crate::surface::log;
+use crate::surface::stats::{class_snapshots, Snapshot, SNAPSHOT_VERSION};
 use generation::{log_classes, ConfigSource};
 use known_store::KnownStore;
 use pace::Pace;
@@ -28,12 +36,15 @@ use protect::Protection;
 use publish::{bind_metrics, serve_metrics, Publisher, SocketFile};
 use source_scan::SourceTables;
 
+pub mod auto;
 mod generation;
 mod known_store;
 mod pace;
 mod protect;
 mod publish;
+pub mod sched;
 pub mod source_scan;
+pub mod tick;
 
 /// Where `sluice run --iface IFACE` looks for IFACE.toml when no --config is given.
 pub const CONFIG_DIR: &str = "/etc/sluice";
@@ -41,7 +52,7 @@ pub const CONFIG_DIR: &str = "/etc/sluice";
 /// classes' rates over CPUs: traffic that moves to another CPU (a migrating
 /// sender on veth, an RSS change) finds only a small share there for up to
 /// one tick.
-pub const TICK: Duration = crate::controller::TICK;
+pub const TICK: Duration = crate::policy::controller::TICK;
 
 /// What the control loop does besides the tick itself, and how often:
 /// the daemon is this table over its parts.
@@ -116,8 +127,12 @@ fn load_steer(ifindex: u32) -> Option<(Steer, steer::Finder)> {
 /// with a log line saying why not.
 fn load_tracer(ifindex: u32, gate: &Gate) -> Option<(Tracer, DropBook)> {
     let start = || {
-        let opts =
-            trace::Options { ifindex, netns: crate::netns::current_inode()?, default_class: 0, drops_only: true };
+        let opts = trace::Options {
+            ifindex,
+            netns: crate::tools::netns::current_inode()?,
+            default_class: 0,
+            drops_only: true,
+        };
         Tracer::start(&opts, trace::Tables::Gate(gate.shared_maps()?))
     };
     match start() {

@@ -13,10 +13,10 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 
 use crate::bpf_intf::SLUICE_CS_SEEN_PKTS;
-use crate::controller::TICK;
-use crate::gate::Gate;
-use crate::log;
-use crate::tick::Ticker;
+use crate::daemon::tick::Ticker;
+use crate::dataplane::gate::Gate;
+use crate::policy::controller::TICK;
+use crate::surface::log;
 
 /// The tick while all is calm.
 pub const CALM: Duration = Duration::from_millis(500);

@@ -1,12 +1,16 @@
-//! CPU protection in the daemon (`crate::away`: while a service is in
+//! CPU protection in the daemon (`crate::policy::away`: while a service is in
 //! distress, the classes with `cpu = "away"` and the napi kthreads go to
 //! another CPU; back after the hold), and the napi kthreads' scheduling
 //! policy (`napi = "idle"`), put back at a stop.
-use crate::away;
-use crate::config::{Config, NapiSched};
-use crate::gate::{self, Gate};
-use crate::log;
-use crate::sched::{apply_napi, set_napi};
+use std::collections::HashSet;
+
+use crate::daemon::sched::{apply_napi, set_napi};
+use crate::dataplane::gate::{self, Gate};
+use crate::policy::away;
+use crate::policy::config::{Config, NapiSched, Proto};
+use crate::signals::discover::{each_listener, socket_holders, L4};
+use crate::signals::kernel::SockDiag;
+use crate::surface::log;
 
 #[derive(Default)]
 pub(super) struct Protection {
@@ -16,7 +20,7 @@ pub(super) struct Protection {
     /// Each class's target as written to the gate (empty: all None).
     applied: Vec<Option<u32>>,
     /// The napi kthreads moved away, and their CPU masks before.
-    napi: Vec<crate::sched::SavedAffinity>,
+    napi: Vec<crate::daemon::sched::SavedAffinity>,
     /// This daemon put the interface's napi kthreads at SCHED_IDLE (to put
     /// back at a stop or a reload to `napi = "keep"`).
     napi_idle: bool,
@@ -60,7 +64,7 @@ impl Protection {
             self.to = targets(cfg, gate, iface);
             self.move_napi(iface);
         } else if !on && was && !self.napi.is_empty() {
-            crate::sched::restore_affinity(&std::mem::take(&mut self.napi));
+            crate::daemon::sched::restore_affinity(&std::mem::take(&mut self.napi));
             log::info(format_args!("cpu away: the napi kthreads of {iface} are back"));
         }
         let want = away::targets(cfg, on, &self.to);
@@ -80,7 +84,7 @@ impl Protection {
     /// The gate itself runs where the napi kthreads run: move them with the classes.
     fn move_napi(&mut self, iface: &str) {
         let Some(cpu) = self.to.iter().flatten().next() else { return };
-        match crate::sched::move_napi(iface, *cpu as usize) {
+        match crate::daemon::sched::move_napi(iface, *cpu as usize) {
             Ok(saved) if !saved.is_empty() => {
                 log::info(format_args!("cpu away: {} napi kthread(s) of {iface} moved to CPU {cpu}", saved.len()));
                 self.napi = saved;
@@ -95,7 +99,7 @@ impl Protection {
     pub fn take_back(&mut self, gate: &Gate) -> anyhow::Result<()> {
         let was = std::mem::take(self);
         self.napi_idle = was.napi_idle;
-        crate::sched::restore_affinity(&was.napi);
+        crate::daemon::sched::restore_affinity(&was.napi);
         for (id, _) in was.applied.iter().enumerate().filter(|(_, t)| t.is_some()) {
             gate.set_away(id, None)?;
         }
@@ -118,7 +122,7 @@ impl Protection {
 
     /// At a stop: the napi kthreads' CPUs and policy as they were.
     pub fn restore(&mut self, iface: &str) {
-        crate::sched::restore_affinity(&self.napi);
+        crate::daemon::sched::restore_affinity(&self.napi);
         if self.napi_idle {
             if let Err(e) = set_napi(iface, NapiSched::Keep) {
                 log::warn(format_args!("the napi kthreads of {iface} stay at SCHED_IDLE: {e:#}"));
@@ -137,7 +141,7 @@ fn targets(cfg: &Config, gate: &Gate, iface: &str) -> Vec<Option<u32>> {
             if !c.away {
                 return None;
             }
-            let to = match away::protected_cpus(cfg, c.priority, ifindex) {
+            let to = match protected_cpus(cfg, c.priority, ifindex) {
                 Ok(None) => Err("no class has a higher priority".to_string()),
                 Ok(Some(p)) => {
                     let mut cpus: Vec<_> = p.iter().copied().collect();
@@ -163,4 +167,47 @@ fn targets(cfg: &Config, gate: &Gate, iface: &str) -> Vec<Option<u32>> {
             }
         })
         .collect()
+}
+
+/// The CPUs the processes behind the classes of priority above `p` (a
+/// smaller number) may run on; None if no class is above `p`.
+fn protected_cpus(cfg: &Config, p: u8, ifindex: u32) -> anyhow::Result<Option<HashSet<usize>>> {
+    if !cfg.classes.iter().any(|c| c.priority < p) {
+        return Ok(None);
+    }
+    let ports: Vec<(Proto, u16, u16)> = cfg
+        .classes
+        .iter()
+        .filter(|c| c.priority < p)
+        .flat_map(|c| &c.rules)
+        .filter_map(|r| r.ports.map(|(lo, hi)| (r.proto, lo, hi)))
+        .collect();
+    let covers = |l4: L4, port: u16| {
+        ports.iter().any(|(proto, lo, hi)| {
+            let p_ok = matches!((proto, l4), (Proto::Any, _) | (Proto::Udp, L4::Udp) | (Proto::Tcp, L4::Tcp));
+            p_ok && (*lo..=*hi).contains(&port)
+        })
+    };
+    let mut inodes = HashSet::new();
+    each_listener(&mut SockDiag::open(None)?, ifindex, &[L4::Udp, L4::Tcp], &mut |l4, s| {
+        if covers(l4, s.sport) {
+            inodes.insert(s.inode);
+        }
+    })?;
+    let holders = socket_holders();
+    let pids: HashSet<u32> = inodes.iter().filter_map(|i| holders.get(i)).flatten().map(|(pid, _)| *pid).collect();
+    Ok(Some(pids.into_iter().flat_map(affinity).collect()))
+}
+
+/// The CPUs process `pid` may run on (empty if it cannot be read).
+fn affinity(pid: u32) -> Vec<usize> {
+    // SAFETY: a zeroed cpu_set_t is valid; sched_getaffinity fills it.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above, with its size.
+    let r = unsafe { libc::sched_getaffinity(pid as libc::pid_t, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    if r != 0 {
+        return vec![];
+    }
+    // SAFETY: CPU_ISSET reads the set we own.
+    (0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect()
 }

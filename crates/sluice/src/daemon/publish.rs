@@ -11,9 +11,9 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 
-use crate::gate::Gate;
-use crate::remap::ClassRemap;
-use crate::stats::{prometheus_text, prometheus_text_004, ClassRates, ClassTotals, GlobalTotals, Snapshot};
+use crate::dataplane::gate::Gate;
+use crate::policy::remap::ClassRemap;
+use crate::surface::stats::{prometheus_text, prometheus_text_004, ClassRates, ClassTotals, GlobalTotals, Snapshot};
 
 /// Window of the per-second rates in the statistics, in refreshes.
 const RATE_WINDOW: usize = 10;
@@ -68,7 +68,7 @@ impl Publisher {
         snap.global = global;
         snap.daemon_cpu_secs = cpu;
         snap.daemon_cpu_pct = 100.0 * (cpu - c0) / now.duration_since(t0).as_secs_f64().max(1e-3);
-        snap.daemon_rss_bytes = crate::stats::rss_bytes();
+        snap.daemon_rss_bytes = crate::surface::stats::rss_bytes();
         for (c, (totals, rates)) in snap.classes.iter_mut().zip(classes) {
             c.totals = totals;
             c.rates = rates;
@@ -78,7 +78,7 @@ impl Publisher {
 
     /// A new class list: each class keeps its history and its last totals
     /// and rates by name (`remap`); `classes` are the new list's snapshots.
-    pub fn follow(&mut self, remap: &ClassRemap, mut classes: Vec<crate::stats::ClassSnapshot>) {
+    pub fn follow(&mut self, remap: &ClassRemap, mut classes: Vec<crate::surface::stats::ClassSnapshot>) {
         self.history = remap.carry(std::mem::take(&mut self.history));
         let mut snap = self.shared.snapshot.lock().unwrap();
         for (new, c) in classes.iter_mut().enumerate() {
@@ -171,13 +171,13 @@ impl Drop for SocketFile {
 }
 
 pub(super) fn bind_metrics(addr: SocketAddr) -> Result<std::net::TcpListener> {
-    crate::endpoint::bind(addr)
+    crate::surface::endpoint::bind(addr)
 }
 
 /// Serve /metrics: OpenMetrics to those who ask for it (Prometheus does), the
-/// 0.0.4 text format to the rest (src/endpoint.rs bounds the connections).
+/// 0.0.4 text format to the rest (src/surface/endpoint.rs bounds the connections).
 pub(super) fn serve_metrics(listener: std::net::TcpListener, shared: Arc<Shared>) {
-    crate::endpoint::serve(
+    crate::surface::endpoint::serve(
         listener,
         Arc::new(move |openmetrics| {
             let snap = shared.snapshot.lock().unwrap();

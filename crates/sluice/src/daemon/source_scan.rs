@@ -17,13 +17,13 @@ use anyhow::Result;
 use libbpf_rs::MapHandle;
 
 use crate::bpf_intf::{sluice_known, sluice_src, sluice_src_key};
-use crate::config::{Config, DEFAULT_CLASS};
-use crate::controller::TICK;
-use crate::gate::{dump_map, Gate};
-use crate::log;
-use crate::sources;
-use crate::stats::{ClassTotals, Snapshot};
-use crate::tick::FairStatus;
+use crate::daemon::tick::FairStatus;
+use crate::dataplane::gate::{dump_map, Gate};
+use crate::policy::config::{Config, DEFAULT_CLASS};
+use crate::policy::controller::TICK;
+use crate::signals::sources;
+use crate::surface::log;
+use crate::surface::stats::{ClassTotals, Snapshot};
 
 /// The config a scan works for: its generation (one per switch), its class
 /// count, the classes that learn clients (every class but the default), and

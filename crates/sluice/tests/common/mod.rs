@@ -2,11 +2,11 @@
 //! record of which counter one packet moved.
 #![allow(dead_code)]
 
-use sluice::classify;
-use sluice::config::{self, Config, Limit, Verdict};
-use sluice::gate::{Gate, Prog, XDP_DROP, XDP_PASS};
-use sluice::share::share;
-use sluice::stats::{ClassTotals, GlobalTotals};
+use sluice::dataplane::classify;
+use sluice::dataplane::gate::{Gate, Prog, XDP_DROP, XDP_PASS};
+use sluice::dataplane::share::share;
+use sluice::policy::config::{self, Config, Limit, Verdict};
+use sluice::surface::stats::{ClassTotals, GlobalTotals};
 
 /// The counter a packet is expected to land in.
 #[derive(Debug, Clone, PartialEq, Eq)]

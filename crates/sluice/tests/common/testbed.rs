@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 pub const BIN: &str = env!("CARGO_BIN_EXE_sluice");
 
 #[allow(unused_imports)]
-pub use sluice::netns::in_netns;
+pub use sluice::tools::netns::in_netns;
 #[allow(unused_imports)]
 pub use sluice_testkit::testbed::netns_exists;
 
@@ -123,7 +123,7 @@ impl Testbed {
         args.extend_from_slice(extra);
         let pid = self.spawn(ns, &args);
         let deadline = Instant::now() + Duration::from_secs(20);
-        while !sluice::client::serving(sock) {
+        while !sluice::surface::client::serving(sock) {
             if let Some(c) = self.children.iter_mut().find(|c| c.id() == pid) {
                 if let Ok(Some(status)) = c.try_wait() {
                     let out = self.wait(pid);
@@ -137,7 +137,7 @@ impl Testbed {
     }
 
     /// The daemon's snapshot, via `sluice status --json`.
-    pub fn status(&self) -> sluice::stats::Snapshot {
+    pub fn status(&self) -> sluice::surface::stats::Snapshot {
         let out = self.sluice(&self.b, &["status", "--json", "--socket", self.socket().to_str().unwrap()]);
         assert!(out.status.success(), "status failed: {}", String::from_utf8_lossy(&out.stderr));
         serde_json::from_slice(&out.stdout).unwrap()

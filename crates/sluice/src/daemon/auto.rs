@@ -1,0 +1,353 @@
+//! The auto loop: takes the signals of the `rate = "auto"` classes with UDP
+//! sockets every tick (the tick's `Health`, read once for the budget and for
+//! this loop), runs each class's own controller (`controller`) and keeps
+//! each class's rate for the tick (`tick`) to write into the gate.
+//! `sluice run` and the bench's `auto` configurations both use it. Auto
+//! classes with TCP listeners only are governed by the budget alone
+//! (`budget`).
+//!
+//! Each class's signals are its own (issue 21: one service whose socket
+//! overflows must not limit another): its sockets' queue, buffer and drops
+//! (sock_diag, the sockets bound to its ports), its offered and admitted
+//! packets (the gate's class counters) and its delivered rate. The kernel
+//! counts datagrams taken by readers only per namespace (Udp InDatagrams), so
+//! a class's delivered rate is estimated as what the gate admitted for it
+//! less what its sockets dropped, capped by the namespace's InDatagrams
+//! (it counts a growing queue as delivered: at most a buffer's worth, which
+//! the controller's smoothing absorbs). Loss before the sockets (softnet
+//! backlog drops, time squeezes) belongs to no socket: it is given to a
+//! class only while that class carries at least PATH_SHARE of all that
+//! arrives at the gate, so a flood elsewhere does not move its limit (the
+//! budget throttles lower classes for it).
+//!
+//! Cost per tick on top of the health read and the class counters the tick
+//! reads once for everyone (measured by the bench, reported as the
+//! controller's CPU): re-reading /proc/net/snmp and snmp6.
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::dataplane::gate::counters::ClassTotals;
+use crate::policy::config::{AutoSpec, Config, Limit};
+use crate::policy::controller::{decide, Algo, Controller, Signals, Tuning};
+use crate::signals::health::Health;
+use crate::signals::{kernel::udp_counters, kernel::NsFile, kernel::SockDiag, kernel::SockStats};
+
+/// Ticks kept in the trace (60 s).
+const TRACE_LEN: usize = 6_000;
+/// Bytes of receive buffer one queued datagram takes at the least (the
+/// truesize of a small skb; 4 KiB on veth with XDP): a buffer holds at most
+/// its size over this many datagrams. Erring deep is safe: the socket then
+/// drops what it cannot hold, as it would without sluice.
+pub const DATAGRAM_TRUESIZE_MIN: u64 = 768;
+/// Share of all the gate's arrivals a class must carry to be given the
+/// loss before the sockets (softnet drops): then it is the flood.
+pub const PATH_SHARE: f64 = 0.5;
+
+struct AutoClass {
+    id: usize,
+    name: String,
+    spec: AutoSpec,
+    sock: SockStats,
+    ctl: Controller,
+    /// The rate the controller picked at the last tick; None = unlimited.
+    rate: Option<f64>,
+}
+
+/// One class's totals at one tick.
+#[derive(Clone, Copy, Default)]
+pub struct ClassSample {
+    pub seen: u64,
+    pub admitted: u64,
+    pub sock: SockStats,
+}
+
+/// Totals read at one tick: each auto class's, and the namespace's.
+#[derive(Clone)]
+pub struct Sample {
+    pub at: Instant,
+    pub classes: Vec<ClassSample>,
+    /// Packets the gate saw over every class (auto or not).
+    pub all_seen: u64,
+    pub in_datagrams: u64,
+    pub backlog_drops: u64,
+    pub squeeze: u64,
+}
+
+/// Class `i`'s signals over the time between two samples (see the module
+/// comment for how its delivered rate and the path signals are had).
+pub fn class_signals(prev: &Sample, now: &Sample, i: usize) -> Signals {
+    let dt = now.at.duration_since(prev.at).as_secs_f64().max(1e-4);
+    let d = |a: u64, b: u64| b.saturating_sub(a) as f64;
+    let (p, n) = (prev.classes[i], now.classes[i]);
+    let offered = d(p.seen, n.seen) / dt;
+    let admitted = d(p.admitted, n.admitted) / dt;
+    // A restarted service's new socket starts its drop count at 0.
+    let sock_drops = n.sock.drops.saturating_sub(p.sock.drops);
+    let delivered = (admitted - sock_drops as f64 / dt).max(0.0).min(d(prev.in_datagrams, now.in_datagrams) / dt);
+    let carries_the_flood = offered >= PATH_SHARE * d(prev.all_seen, now.all_seen) / dt && offered > 0.0;
+    let path = |a: u64, b: u64| if carries_the_flood { b.saturating_sub(a) } else { 0 };
+    Signals {
+        dt,
+        present: n.sock.sockets > 0,
+        offered,
+        admitted,
+        delivered,
+        queue_start: p.sock.queued,
+        queue_end: n.sock.queued,
+        rcvbuf: n.sock.rcvbuf,
+        sock_drops,
+        backlog_drops: path(prev.backlog_drops, now.backlog_drops),
+        squeeze: path(prev.squeeze, now.squeeze),
+    }
+}
+
+/// One tick of the loop, for the bench's step and oscillation figures.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+pub struct TracePoint {
+    /// Seconds since the loop started.
+    pub t: f64,
+    pub offered_pps: f64,
+    pub admitted_pps: f64,
+    pub delivered_pps: f64,
+    pub target_pps: f64,
+    pub capacity_pps: f64,
+    pub queued_bytes: u64,
+    pub sock_drops: u64,
+    pub backlog_drops: u64,
+    pub state: crate::policy::controller::CtlState,
+}
+
+pub struct AutoLoop {
+    classes: Vec<AutoClass>,
+    snmp: NsFile,
+    snmp6: NsFile,
+    last: Option<Sample>,
+    started: Instant,
+    /// CPU time the loop's ticks took (ns, thread CPU clock).
+    pub cpu_ns: u64,
+    pub ticks: u64,
+    /// The first auto class's controller, tick by tick (the bench's step
+    /// and oscillation figures: its scenarios have one auto class).
+    pub trace: VecDeque<TracePoint>,
+}
+
+/// The calling thread's CPU time, ns (CLOCK_THREAD_CPUTIME_ID).
+pub fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes into the timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+impl AutoLoop {
+    /// Set up the loop for `cfg`'s auto classes with UDP ports, reading the
+    /// service's namespace `ns` (None: the current one). None if there are
+    /// none. With `require_sockets` (configured classes), an error naming
+    /// the class if its sockets are not found; discovered classes found them
+    /// a moment ago, and one that just closed is held like a lost signal.
+    pub fn new(cfg: &Config, ns: Option<&str>, require_sockets: bool) -> Result<Option<AutoLoop>> {
+        let ids: Vec<usize> =
+            cfg.auto_classes().into_iter().filter(|&id| !cfg.classes[id].udp_ports().is_empty()).collect();
+        if ids.is_empty() {
+            return Ok(None);
+        }
+        let mut diag = SockDiag::open(ns)?;
+        let tuning = Tuning {
+            pno_step: cfg.auto.pno_step as f64,
+            hold_secs: cfg.auto.hold_ms as f64 / 1000.0,
+            ..Default::default()
+        };
+        let mut classes = vec![];
+        for id in ids {
+            let c = &cfg.classes[id];
+            let Limit::Auto(spec) = c.limit else { unreachable!() };
+            let ports = c.udp_ports();
+            let sock = diag.udp(&ports)?;
+            if sock.sockets == 0 && require_sockets && c.tcp_ports().is_empty() {
+                bail!(
+                    "class \"{}\" has rate = \"auto\" but no UDP socket is bound to its ports {} in {}: the controller \
+                     reads the service's socket queue; start the service first, or give the class a packets/s rate",
+                    c.name,
+                    ports.iter().map(|(a, b)| if a == b { a.to_string() } else { format!("{a}-{b}") }).collect::<Vec<_>>().join(","),
+                    ns.map_or("this network namespace".to_string(), |n| format!("namespace {n}"))
+                );
+            }
+            let ctl = Controller::new(spec.algo, tuning);
+            classes.push(AutoClass { id, name: c.name.clone(), spec, sock, ctl, rate: None });
+        }
+        let (snmp, snmp6) = match ns {
+            Some(ns) => (NsFile::open(ns, "snmp")?, NsFile::open(ns, "snmp6")?),
+            None => (NsFile::open_here("snmp")?, NsFile::open_here("snmp6")?),
+        };
+        Ok(Some(AutoLoop {
+            classes,
+            snmp,
+            snmp6,
+            last: None,
+            started: Instant::now(),
+            cpu_ns: 0,
+            ticks: 0,
+            trace: VecDeque::new(),
+        }))
+    }
+
+    /// The algorithm of the first auto class (for the start-up log line).
+    pub fn algo(&self) -> Algo {
+        self.classes[0].ctl.algo
+    }
+
+    /// Keep what `old` learnt: each class's controller and rate (classes
+    /// matched by name; a class's algorithm is the new config's), the trace
+    /// and the CPU account.
+    pub fn carry_from(&mut self, old: AutoLoop, remap: &crate::policy::remap::ClassRemap) {
+        for c in &mut self.classes {
+            if let Some(o) = remap.old_of(c.id).and_then(|i| old.classes.iter().find(|o| o.id == i)) {
+                let algo = c.ctl.algo;
+                (c.ctl, c.rate) = (o.ctl.clone(), o.rate);
+                c.ctl.algo = algo;
+            }
+        }
+        (self.trace, self.started, self.cpu_ns, self.ticks) = (old.trace, old.started, old.cpu_ns, old.ticks);
+    }
+
+    fn sample(&mut self, totals: &[ClassTotals], health: &Health) -> Result<Sample> {
+        let mut classes = Vec::with_capacity(self.classes.len());
+        for c in &mut self.classes {
+            c.sock = health.classes.get(c.id).map(|h| h.udp).unwrap_or_default();
+            let t = totals.get(c.id).copied().unwrap_or_default();
+            classes.push(ClassSample { seen: t.seen_pkts, admitted: t.admitted_pkts, sock: c.sock });
+        }
+        // The UDP counters are read only when an auto class saw packets since
+        // the last tick: with none arriving, its delivered rate is 0 whatever
+        // they say (it is capped by what was admitted), and reading the two
+        // files is most of an idle tick's cost.
+        let moved = self.last.as_ref().is_none_or(|p| p.classes.iter().zip(&classes).any(|(a, b)| a.seen != b.seen));
+        let in_datagrams = match (&self.last, moved) {
+            (Some(p), false) => p.in_datagrams,
+            _ => udp_counters(&self.snmp.read()?, &self.snmp6.read()?).in_datagrams,
+        };
+        Ok(Sample {
+            at: Instant::now(),
+            classes,
+            all_seen: totals.iter().map(|t| t.seen_pkts).sum(),
+            in_datagrams,
+            backlog_drops: health.softnet.dropped,
+            squeeze: health.softnet.time_squeeze,
+        })
+    }
+
+    /// One tick: sample the counters, and for each class take its signals
+    /// since the last tick and decide its rate ([`AutoLoop::rates`]); trace
+    /// the first class. The first tick only samples.
+    pub fn tick(&mut self, totals: &[ClassTotals], health: &Health) -> Result<()> {
+        let cpu0 = thread_cpu_ns();
+        let now = self.sample(totals, health)?;
+        if let Some(prev) = self.last.take() {
+            for (i, c) in self.classes.iter_mut().enumerate() {
+                let sig = class_signals(&prev, &now, i);
+                let fallback = c.spec.fallback_pps.map(|p| p as f64);
+                c.rate = decide(&mut c.ctl, &sig, fallback).map(|r| r.round().max(1.0));
+                if i == 0 {
+                    let point = trace_point(now.at.duration_since(self.started), &c.ctl, &sig);
+                    if self.trace.len() == TRACE_LEN {
+                        self.trace.pop_front();
+                    }
+                    self.trace.push_back(point);
+                }
+            }
+        }
+        self.last = Some(now);
+        self.ticks += 1;
+        self.cpu_ns += thread_cpu_ns().saturating_sub(cpu0);
+        Ok(())
+    }
+
+    /// Each auto class's rate from the last tick (None: unlimited) and the
+    /// least depth of its bucket (packets: what its sockets' buffers hold
+    /// at most, so the gate never drops a burst the service could queue), by
+    /// class id.
+    pub fn rates(&self) -> impl Iterator<Item = (usize, Option<f64>, u64)> + '_ {
+        self.classes.iter().map(|c| (c.id, c.rate, c.sock.rcvbuf / DATAGRAM_TRUESIZE_MIN))
+    }
+
+    /// The rate below which the budget may not throttle each auto class:
+    /// its minimum share of its capacity estimate, by class id.
+    pub fn floors(&self) -> impl Iterator<Item = (usize, f64)> + '_ {
+        self.classes.iter().map(|c| (c.id, c.spec.min_share() * c.ctl.capacity))
+    }
+
+    /// Each auto class's controller as status shows it, by class id.
+    pub fn status(&self) -> Vec<(usize, AutoStatus)> {
+        self.classes
+            .iter()
+            .map(|c| {
+                (
+                    c.id,
+                    AutoStatus {
+                        algo: c.ctl.algo.name().into(),
+                        state: c.ctl.state.name().into(),
+                        capacity_pps: c.ctl.capacity,
+                        target_pps: c.ctl.target,
+                        rate_pps: c.rate,
+                        min_share: c.spec.min_share(),
+                        sockets: c.sock.sockets,
+                        queued_bytes: c.sock.queued,
+                        rcvbuf_bytes: c.sock.rcvbuf,
+                        lost_secs: c.ctl.lost_secs,
+                    },
+                )
+            })
+            .collect()
+    }
+
+    /// Does no auto class need the fast tick: each unlimited, and offered
+    /// (`offered`, packets/s by class id) under half its capacity estimate?
+    pub fn calm(&self, offered: impl Fn(usize) -> f64) -> bool {
+        self.classes.iter().all(|c| c.rate.is_none() && (c.ctl.capacity <= 0.0 || offered(c.id) < 0.5 * c.ctl.capacity))
+    }
+
+    /// Names of the auto classes, for logs.
+    pub fn class_names(&self) -> Vec<String> {
+        self.classes.iter().map(|c| c.name.clone()).collect()
+    }
+}
+
+/// One tick of a class's controller, for the trace.
+fn trace_point(since_start: Duration, ctl: &Controller, sig: &Signals) -> TracePoint {
+    TracePoint {
+        t: since_start.as_secs_f64(),
+        offered_pps: sig.offered,
+        admitted_pps: sig.admitted,
+        delivered_pps: sig.delivered,
+        target_pps: ctl.target,
+        capacity_pps: ctl.capacity,
+        queued_bytes: sig.queue_end,
+        sock_drops: sig.sock_drops,
+        backlog_drops: sig.backlog_drops,
+        state: ctl.state,
+    }
+}
+/// The auto controller's state for one class.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AutoStatus {
+    /// "knee" or "pno".
+    pub algo: String,
+    /// "tracking", "probing", "backoff", "holding", "fallback", ... (controller::CtlState).
+    pub state: String,
+    /// Estimated capacity of this class's service (pkt/s).
+    pub capacity_pps: f64,
+    /// What this class's controller would admit while engaged (pkt/s).
+    pub target_pps: f64,
+    /// This class's current rate (pkt/s); None = unlimited (fallback).
+    pub rate_pps: Option<f64>,
+    pub min_share: f64,
+    /// The class's sockets found by sock_diag, and the bytes queued in them.
+    pub sockets: u32,
+    pub queued_bytes: u64,
+    pub rcvbuf_bytes: u64,
+    /// Seconds without signals (holding, then fallback).
+    pub lost_secs: f64,
+}

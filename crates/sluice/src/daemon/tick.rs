@@ -1,0 +1,524 @@
+//! The control tick that `sluice run` runs every 10 ms, and the bench runs in
+//! its control thread, so every bench figure measures the loop users run:
+//!
+//! 1. read the services' health once (`health`);
+//! 2. run the auto controller on it (`auto`): a rate for each auto class
+//!    with UDP sockets;
+//! 3. run the budget on it (`budget`): a throttle for the classes below a
+//!    service in distress;
+//! 4. write each class's limit, the tightest of its own (static rate or
+//!    auto rate) and the budget's throttle, split over CPUs by the arrivals
+//!    each CPU saw (see the design comment in gate.bpf.c); a limited class
+//!    is split again between its known and unknown sources, with a quota per
+//!    unknown source (`fair`);
+//! 5. tell the gate the epoch and the time (source quotas count per tick).
+use std::fmt::Display;
+
+use anyhow::Result;
+
+use crate::bpf_intf::*;
+use crate::daemon::auto::AutoLoop;
+use crate::dataplane::gate::counters::ClassTotals;
+use crate::dataplane::gate::{ClassCounters, Clock, Gate, Tiers};
+use crate::policy::budget::{Budget, BudgetClass, FLOOR_PPS};
+use crate::policy::config::{default_burst, Config, Limit};
+use crate::policy::fair::{Fair, FairCounts, FairTick};
+use crate::policy::remap::ClassRemap;
+use crate::policy::syn_guard::SynGuards;
+use crate::signals::health::{behind, distress, path_distress, syn_pressure, Health, HealthReader};
+use crate::surface::log::{Cause, Change};
+
+/// An auto class whose rate is over this many times what it was offered in
+/// the last tick admits everything until its traffic comes closer (a flood
+/// that starts is limited from the next tick, 10 ms later).
+const AUTO_IDLE: f64 = 2.0;
+
+/// One class as the tick keeps it.
+struct TickClass {
+    priority: u8,
+    /// The class's own limit from the config.
+    limit: Limit,
+    /// Seen and admitted packets at the last tick, and the packets/s offered in it.
+    totals: Option<ClassTotals>,
+    offered: f64,
+    admitted: f64,
+    /// Per-CPU arrivals at the last split.
+    last_seen: Vec<u64>,
+    /// Source fairness, and the gate's counters at the last tick for it.
+    fair: Fair,
+    raw: Option<ClassCounters>,
+    counts: FairCounts,
+    /// The class's sockets were in distress in the last tick, and in how many ticks so far.
+    distress: bool,
+    /// Its service was behind and losing in the last tick (health::behind):
+    /// what cuts the unknown sources' tier.
+    behind: bool,
+    distress_ticks: u64,
+    /// Packets the gate dropped while the service had room (see
+    /// `ClassSnapshot::dropped_with_room_pkts`).
+    dropped_with_room: u64,
+    /// The tiers written at the last tick (None: not written yet).
+    tiers: Option<Tiers>,
+    /// The limit decided at the last tick, before the split over sources.
+    decided: Option<Limit>,
+    /// The learner may record the class's clients: every class but the
+    /// default one, whose "answers" are the host's own outbound traffic
+    /// (a resolver's upstream queries, a proxy's connections), not clients.
+    learns: bool,
+}
+
+/// A class's source fairness as the tick last wrote it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FairStatus {
+    /// The egress learner records the class's clients.
+    pub learning: bool,
+    /// Packets per unknown source and epoch, while the class is limited.
+    pub quota: Option<u32>,
+    /// Prefix lengths unknown sources are counted at (IPv4, IPv6).
+    pub plens: (u8, u8),
+}
+
+/// A known source stays known this long after its last answer (7 days).
+pub const KNOWN_TTL_SECS: u64 = 7 * 24 * 3600;
+
+/// Signals unreadable for this many ticks in a row (1 s) are stale: the
+/// tick drops the throttles and auto limits they set.
+pub const STALE_TICKS: u64 = 100;
+/// While they stay unreadable, the log hears of it every this many ticks (10 s).
+const SAY_EVERY_TICKS: u64 = 1000;
+
+/// Whether the services' signals (sock_diag, /proc) could be read: the
+/// failures in a row, in all, and the last error.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SignalWatch {
+    pub failing: u64,
+    pub errors: u64,
+    pub last_error: Option<String>,
+}
+
+impl SignalWatch {
+    /// A failed read: (now stale, worth a log line: the first failure of a
+    /// run, the tick it goes stale, then every SAY_EVERY_TICKS).
+    pub fn failed(&mut self, e: &dyn std::fmt::Display) -> (bool, bool) {
+        self.failing += 1;
+        self.errors += 1;
+        self.last_error = Some(e.to_string());
+        let say = self.failing == 1 || self.failing == STALE_TICKS || self.failing.is_multiple_of(SAY_EVERY_TICKS);
+        (self.stale(), say)
+    }
+
+    /// A good read: Some(failures in the run it ends), if one ended.
+    pub fn ok(&mut self) -> Option<u64> {
+        let ended = std::mem::take(&mut self.failing);
+        (ended > 0).then_some(ended)
+    }
+
+    pub fn stale(&self) -> bool {
+        self.failing >= STALE_TICKS
+    }
+
+    /// How long the reads have failed in a row (None: the last one worked).
+    pub fn stale_secs(&self) -> Option<f64> {
+        (self.failing > 0).then(|| self.failing as f64 * crate::policy::controller::TICK.as_secs_f64())
+    }
+}
+
+/// What runs every tick for one config.
+pub struct Ticker {
+    classes: Vec<TickClass>,
+    health: Option<HealthReader>,
+    last: Option<(std::time::Instant, Health)>,
+    /// The controller of the `rate = "auto"` classes with UDP sockets, if any.
+    pub auto: Option<AutoLoop>,
+    pub budget: Budget,
+    /// When the gate answers each TCP class's SYNs itself.
+    pub syn: SynGuards,
+    /// Whether the services' signals could be read lately.
+    pub signals: SignalWatch,
+    /// Ticks run (the gate's epoch).
+    epoch: u32,
+    /// The classes (by id) whose limit the last tick changed, and why (for the log).
+    pub changes: Vec<(usize, Change)>,
+}
+
+impl Ticker {
+    /// The tick for `cfg`, reading the services in namespace `ns` (None: the
+    /// current one). `require_sockets`: see [`AutoLoop::new`].
+    pub fn new(cfg: &Config, ns: Option<&str>, require_sockets: bool) -> Result<Ticker> {
+        let auto = AutoLoop::new(cfg, ns, require_sockets)?;
+        let classes = cfg
+            .classes
+            .iter()
+            .enumerate()
+            .map(|(id, c)| TickClass {
+                priority: c.priority,
+                limit: c.limit,
+                totals: None,
+                offered: 0.0,
+                admitted: 0.0,
+                last_seen: vec![],
+                fair: Fair::default(),
+                raw: None,
+                counts: FairCounts::default(),
+                distress: false,
+                behind: false,
+                distress_ticks: 0,
+                dropped_with_room: 0,
+                tiers: None,
+                decided: None,
+                learns: id != cfg.default_class,
+            })
+            .collect();
+        let health = Some(HealthReader::new(cfg, ns)?);
+        Ok(Ticker {
+            classes,
+            health,
+            last: None,
+            auto,
+            budget: Budget::default(),
+            syn: SynGuards::new(cfg),
+            signals: SignalWatch::default(),
+            epoch: 0,
+            changes: vec![],
+        })
+    }
+
+    /// A ticker with nothing to do (no config in place yet).
+    pub fn idle() -> Ticker {
+        Ticker {
+            classes: vec![],
+            health: None,
+            last: None,
+            auto: None,
+            budget: Budget::default(),
+            syn: SynGuards::default(),
+            signals: SignalWatch::default(),
+            epoch: 0,
+            changes: vec![],
+        }
+    }
+
+    /// Take over what `old` learnt (the controller, the budget's throttles,
+    /// the per-CPU arrivals), matching classes by name (`remap`): a class list that
+    /// changes (discovery, a reload) does not restart the control.
+    pub fn carry_from(&mut self, old: Ticker, remap: &ClassRemap) {
+        for (id, c) in self.classes.iter_mut().enumerate() {
+            if let Some(o) = remap.old_of(id).and_then(|i| old.classes.get(i)) {
+                c.last_seen = o.last_seen.clone();
+                c.fair = o.fair.clone();
+                c.decided = o.decided;
+                c.distress_ticks = o.distress_ticks;
+                c.dropped_with_room = o.dropped_with_room;
+            }
+        }
+        self.epoch = old.epoch;
+        self.syn.carry_from(&old.syn, remap);
+        self.budget = old.budget;
+        self.budget.remap(remap);
+        if let (Some(new), Some(old)) = (&mut self.auto, old.auto) {
+            new.carry_from(old, remap);
+        }
+    }
+
+    /// One tick. A limit that cannot be written is an error (the gate's maps
+    /// refuse writes: nothing later will work either). Signals that cannot
+    /// be read are not: the gate keeps the last limits, and `log` hears of
+    /// it at the 1st, 2nd, 4th, 8th... failure.
+    pub fn tick(&mut self, gate: &mut Gate, log: impl Fn(&dyn Display)) -> Result<()> {
+        self.epoch = self.epoch.wrapping_add(1);
+        self.changes.clear();
+        gate.set_clock(&Clock { epoch: self.epoch, now_ms: Clock::wall_ms(), known_ttl_ms: KNOWN_TTL_SECS * 1000 });
+        let throttles = match self.control(gate) {
+            Ok(t) => {
+                if let Some(n) = self.signals.ok() {
+                    log(&format_args!("reading signals works again, after {n} failed ticks"));
+                }
+                t
+            }
+            Err(e) => {
+                let (stale, say) = self.signals.failed(&e);
+                if say {
+                    log(&format_args!(
+                        "reading signals failed for {:.1} s ({} failed ticks in all): {e:#}{}",
+                        self.signals.stale_secs().unwrap_or(0.0),
+                        self.signals.errors,
+                        if stale { "; throttles released and auto classes unlimited until it works again" } else { "" }
+                    ));
+                }
+                if stale {
+                    vec![]
+                } else {
+                    self.budget.limits.clone()
+                }
+            }
+        };
+        // Limits from signals that could not be read for STALE_TICKS are not
+        // kept: the gate fails open (do no harm) and status says why.
+        let stale = self.signals.stale();
+        let auto: Vec<(usize, Option<f64>, u64)> =
+            self.auto.iter().filter(|_| !stale).flat_map(|a| a.rates()).collect();
+        let floors: Vec<(usize, f64)> = self.auto.iter().flat_map(|a| a.floors()).collect();
+        // (priority, admitted) of every class, to see who is below whom.
+        let admitted: Vec<(u8, f64)> = self.classes.iter().map(|c| (c.priority, c.admitted)).collect();
+        for (id, c) in self.classes.iter_mut().enumerate() {
+            // An auto rate far above what arrives is not written: the per-CPU
+            // split would hold a CPU that starts receiving to a small share.
+            // Nor is one below what arrives while classes of lower priority
+            // still get more than the budget's floor: a service starved by
+            // their traffic has them throttled first, not its own clients.
+            let lower_busy = admitted.iter().any(|&(p, a)| p > c.priority && a > FLOOR_PPS);
+            let pass = |r: &Option<f64>| r.is_some_and(|r| r > AUTO_IDLE * c.offered || (lower_busy && r < c.offered));
+            let by_auto = auto.iter().find(|(i, _, _)| *i == id);
+            let own = by_auto.map_or(c.limit, |(_, r, depth)| rate_limit(r.filter(|_| !pass(r)), *depth));
+            // An auto class's minimum share of its capacity is kept under any throttle.
+            let floor = floors.iter().find(|(i, _)| *i == id).map_or(0.0, |f| f.1);
+            let limit = tightest(own, throttles.get(id).copied().flatten().map(|t| t.max(floor)));
+            let cause = match () {
+                _ if limit != tightest(own, None) => Cause::Budget(self.budget.distress),
+                _ if by_auto.is_some() => Cause::Auto,
+                _ => Cause::Config,
+            };
+            if let Some(from) = c.decided.replace(limit).filter(|&l| l != limit) {
+                self.changes.push((id, Change { from, to: limit, cause }));
+            }
+            let tiers = c.tiers(limit, gate.sources_capacity());
+            // An unlimited or blocked class needs writing only when its tiers
+            // (its limit, its learning) change.
+            let fixed = matches!(limit, Limit::Unlimited | Limit::Blocked | Limit::Auto(_));
+            if !fixed || c.tiers.as_ref() != Some(&tiers) {
+                gate.rebalance(id, &tiers, &mut c.last_seen)?;
+                c.tiers = Some(tiers);
+            }
+        }
+        Ok(())
+    }
+
+    /// Each class's source fairness as the tick last wrote it (for status).
+    pub fn fair_status(&self) -> Vec<FairStatus> {
+        self.classes
+            .iter()
+            .map(|c| match &c.tiers {
+                Some(t) => FairStatus {
+                    learning: t.learn,
+                    quota: t.fair.as_ref().map(|f| f.quota),
+                    plens: t.fair.as_ref().map_or(crate::policy::fair::PLENS[0], |f| f.plens),
+                },
+                None => FairStatus { learning: false, quota: None, plens: crate::policy::fair::PLENS[0] },
+            })
+            .collect()
+    }
+
+    /// Read the health, run the auto controller and the budget; the budget's throttles.
+    fn control(&mut self, gate: &Gate) -> Result<Vec<Option<f64>>> {
+        let Some(reader) = &mut self.health else { return Ok(vec![]) };
+        let now = (std::time::Instant::now(), reader.read()?);
+        // One read of each class's counters serves the auto loop, the budget and fairness.
+        let raw = (0..self.classes.len()).map(|id| Ok(gate.class_counters(id)?)).collect::<Result<Vec<_>>>()?;
+        let totals: Vec<ClassTotals> = raw.iter().map(|&r| ClassTotals::from(r)).collect();
+        if let Some(a) = &mut self.auto {
+            a.tick(&totals, &now.1)?;
+        }
+        let mut demand = Vec::with_capacity(self.classes.len());
+        let dt = self.last.as_ref().map_or(1.0, |(at, _)| now.0.duration_since(*at).as_secs_f64().max(1e-4));
+        for ((id, c), &t) in self.classes.iter_mut().enumerate().zip(&totals) {
+            let rate = |f: fn(&ClassTotals) -> u64| c.totals.map_or(0.0, |o| f(&t).saturating_sub(f(&o)) as f64 / dt);
+            c.offered = rate(|t| t.seen_pkts);
+            c.admitted = rate(|t| t.admitted_pkts);
+            let why = self.last.as_ref().and_then(|(_, prev)| distress(prev, &now.1, id));
+            c.distress = why.is_some();
+            c.behind = self.last.as_ref().is_some_and(|(_, prev)| behind(prev, &now.1, id));
+            c.distress_ticks += u64::from(c.distress);
+            // Dropped with room: a service with sockets and no distress, under no cap
+            // but sluice's own (no static rate, no budget throttle for a higher class).
+            let own_limit_only = matches!(c.limit, Limit::Auto(_) | Limit::Unlimited)
+                && self.budget.limits.get(id).copied().flatten().is_none();
+            let room = now.1.classes.get(id).is_some_and(|h| h.udp.sockets > 0) && !c.distress;
+            if let (Some(o), true) = (c.totals, room && own_limit_only) {
+                c.dropped_with_room += t.dropped_pkts().saturating_sub(o.dropped_pkts());
+            }
+            demand.push(BudgetClass { priority: c.priority, offered: c.offered, admitted: c.admitted, distress: why });
+            c.totals = Some(t);
+            c.counts_from(raw[id]);
+        }
+        self.guard_syns(gate, &raw, &now.1, dt)?;
+        let path = self.last.as_ref().is_some_and(|(_, prev)| path_distress(prev, &now.1));
+        let limits =
+            if self.last.is_some() { self.budget.step(&demand, path).to_vec() } else { self.budget.limits.clone() };
+        self.last = Some(now);
+        Ok(limits)
+    }
+
+    /// Step each class's SYN guard and write the changed ones to the gate
+    /// (none where the gate cannot answer SYNs: an older kernel).
+    fn guard_syns(&mut self, gate: &Gate, raw: &[ClassCounters], now: &Health, dt: f64) -> Result<()> {
+        if !gate.answers_syns() {
+            return Ok(());
+        }
+        let pressure: Vec<bool> = (0..self.classes.len())
+            .map(|id| self.last.as_ref().is_some_and(|(_, prev)| syn_pressure(prev, now, id)))
+            .collect();
+        for (id, guard) in self.syn.tick(raw, &pressure, dt, Clock::wall_ms()) {
+            gate.set_syn_guard(id, &guard)?;
+        }
+        Ok(())
+    }
+
+    /// Seconds each class's service has been in distress (by class id;
+    /// None for a class whose health the tick does not read).
+    pub fn distress_secs(&self) -> Vec<Option<f64>> {
+        let read = self.health.as_ref().map(|h| h.watched()).unwrap_or_default();
+        let tick = crate::policy::controller::TICK.as_secs_f64();
+        self.classes
+            .iter()
+            .enumerate()
+            .map(|(id, c)| read.contains(&id).then_some(c.distress_ticks as f64 * tick))
+            .collect()
+    }
+
+    /// Packets the gate dropped while each class's service had room (by
+    /// class id; None for a class without UDP sockets the tick reads).
+    pub fn dropped_with_room(&self) -> Vec<Option<u64>> {
+        let read = self.health.as_ref().map(|h| h.watched()).unwrap_or_default();
+        self.classes.iter().enumerate().map(|(id, c)| read.contains(&id).then_some(c.dropped_with_room)).collect()
+    }
+
+    /// Each class's packets/s offered at the last tick, by class id.
+    pub fn offered(&self) -> Vec<f64> {
+        self.classes.iter().map(|c| c.offered).collect()
+    }
+
+    /// Each class's packets seen so far (all CPUs) as of the last tick, by class id.
+    pub fn seen(&self) -> Vec<u64> {
+        self.classes.iter().map(|c| c.totals.map_or(0, |t| t.seen_pkts)).collect()
+    }
+
+    /// Does nothing need the 10 ms tick? No class limited by a rate while
+    /// packets arrive, no throttle, no distress or queue behind, no SYN guard
+    /// answering, signals read fine, no auto class near its capacity. The
+    /// daemon then ticks slowly, and the gate wakes it when arrivals jump.
+    pub fn calm(&self) -> bool {
+        let quiet = |c: &TickClass| {
+            let limited = matches!(c.decided, Some(Limit::Rate { .. })) && c.offered > 0.0;
+            !c.distress && !c.behind && !limited
+        };
+        let offered = |id: usize| self.classes.get(id).map_or(0.0, |c| c.offered);
+        self.signals.failing == 0
+            && self.budget.distress.is_none()
+            && self.budget.limits.iter().all(Option::is_none)
+            && self.classes.iter().all(quiet)
+            && !self.syn.any_answering()
+            && self.auto.as_ref().is_none_or(|a| a.calm(offered))
+    }
+
+    /// The budget's view for status: the highest distressed priority and why,
+    /// and each class's throttle by class id.
+    pub fn budget_status(&self) -> (Option<(u8, &'static str)>, &[Option<f64>]) {
+        (self.budget.distress, &self.budget.limits)
+    }
+}
+
+impl TickClass {
+    /// The fairness counters of the last tick, from the gate's raw counters.
+    fn counts_from(&mut self, raw: ClassCounters) {
+        let old = self.raw.replace(raw).unwrap_or(raw);
+        let d = |i: u32| raw[i as usize].saturating_sub(old[i as usize]);
+        self.counts = FairCounts {
+            known: d(SLUICE_CS_KNOWN_PKTS),
+            unknown: d(SLUICE_CS_UNKNOWN_PKTS),
+            under: d(SLUICE_CS_UNDER_PKTS),
+            active: d(SLUICE_CS_SRC_ACTIVE),
+            over: d(SLUICE_CS_SRC_OVER),
+            inserts: d(SLUICE_CS_SRC_INSERTS),
+        };
+    }
+
+    /// What the class's buckets get: a limited class is split between known
+    /// and unknown sources; any class but the default one lets the learner
+    /// record its clients once it has been healthy (nothing dropped, no
+    /// distress) for a while.
+    fn tiers(&mut self, limit: Limit, capacity: u32) -> Tiers {
+        let healthy = !self.distress && self.admitted >= self.offered;
+        let learn = self.fair.learn(healthy, self.offered) && self.learns;
+        let Limit::Rate { pps, burst } = limit else {
+            self.fair.idle();
+            return Tiers { limit, fair: None, learn, under: false };
+        };
+        let dt = crate::policy::controller::TICK.as_secs_f64();
+        let t = FairTick { rate: pps as f64, dt, counts: self.counts, distress: self.behind, capacity };
+        let out = self.fair.step(&t);
+        let tier = |r: f64| {
+            let pps = r.round().max(1.0) as u64;
+            Limit::Rate { pps, burst: default_burst(pps).min(burst) }
+        };
+        Tiers {
+            limit: tier(out.known_pps),
+            fair: Some(crate::dataplane::gate::FairTier {
+                unknown: tier(out.unknown_pps),
+                quota: out.quota,
+                plens: (out.plen4, out.plen6),
+            }),
+            learn,
+            under: self.offered < pps as f64,
+        }
+    }
+}
+
+/// A packets/s limit for a rate (None: unlimited), its bucket at least
+/// `depth` packets deep.
+fn rate_limit(r: Option<f64>, depth: u64) -> Limit {
+    r.map_or(Limit::Unlimited, |r| {
+        let pps = r.round().max(1.0) as u64;
+        Limit::Rate { pps, burst: default_burst(pps).max(depth) }
+    })
+}
+
+/// The tighter of a class's own limit and the budget's throttle.
+fn tightest(own: Limit, throttle: Option<f64>) -> Limit {
+    let Some(t) = throttle else {
+        return match own {
+            Limit::Auto(_) => Limit::Unlimited,
+            l => l,
+        };
+    };
+    match own {
+        Limit::Blocked => Limit::Blocked,
+        Limit::Rate { pps, burst } if (pps as f64) <= t => Limit::Rate { pps, burst },
+        _ => rate_limit(Some(t), 0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn unreadable_signals_go_stale_after_a_second_and_say_so_sparingly() {
+        let mut w = super::SignalWatch::default();
+        let e = "sock_diag: no such file";
+        assert_eq!(w.failed(&e), (false, true), "the first failure is said");
+        let mut said = 0;
+        for _ in 2..super::STALE_TICKS {
+            let (stale, say) = w.failed(&e);
+            assert!(!stale);
+            said += usize::from(say);
+        }
+        assert_eq!(said, 0, "not again until it goes stale");
+        assert_eq!(w.failed(&e), (true, true), "stale at STALE_TICKS, said");
+        assert!((w.stale_secs().unwrap() - 1.0).abs() < 1e-9);
+        assert_eq!(w.ok(), Some(super::STALE_TICKS), "recovery reports the run");
+        assert!(!w.stale() && w.stale_secs().is_none());
+        assert_eq!(w.errors, super::STALE_TICKS, "failures in all are kept");
+        assert_eq!(w.ok(), None);
+    }
+
+    use super::*;
+
+    #[test]
+    fn a_static_rate_stays_a_cap_and_blocked_stays_blocked() {
+        let r = |pps| Limit::Rate { pps, burst: default_burst(pps) };
+        assert_eq!(tightest(r(1000), Some(5000.0)), r(1000));
+        assert_eq!(tightest(r(10_000), Some(5000.0)), r(5000));
+        assert_eq!(tightest(Limit::Unlimited, Some(5000.0)), r(5000));
+        assert_eq!(tightest(Limit::Unlimited, None), Limit::Unlimited);
+        assert_eq!(tightest(Limit::Blocked, Some(5000.0)), Limit::Blocked);
+        assert_eq!(tightest(Limit::Auto(Default::default()), None), Limit::Unlimited);
+    }
+}

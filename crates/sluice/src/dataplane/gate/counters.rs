@@ -1,0 +1,170 @@
+//! The gate's counters as totals (summed over CPUs) and rates: what the
+//! control path (the tick, auto, the trace ledger) and the statistics read.
+use serde::{Deserialize, Serialize};
+
+use crate::bpf_intf::*;
+use crate::dataplane::gate::{ClassCounters, GlobalCounters};
+
+/// Packet and byte totals of one class, summed over CPUs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct ClassTotals {
+    /// Packets classified into this class.
+    pub seen_pkts: u64,
+    pub seen_bytes: u64,
+    /// Packets admitted (XDP_PASS).
+    pub admitted_pkts: u64,
+    pub admitted_bytes: u64,
+    /// Packets dropped because the class's token bucket was empty.
+    pub dropped_rate_pkts: u64,
+    pub dropped_rate_bytes: u64,
+    /// Packets dropped because the class is blocked.
+    pub dropped_blocked_pkts: u64,
+    pub dropped_blocked_bytes: u64,
+    /// Packets dropped because their source was over its fair share.
+    #[serde(default)]
+    pub dropped_share_pkts: u64,
+    #[serde(default)]
+    pub dropped_share_bytes: u64,
+    /// Packets from known sources, and source-epochs (a source's first
+    /// packet in a 10 ms epoch), while the class is limited with source fairness on.
+    #[serde(default)]
+    pub known_pkts: u64,
+    #[serde(default)]
+    pub source_epochs: u64,
+    /// Entries this class made in the per-source map.
+    #[serde(default)]
+    pub source_inserts: u64,
+    /// Admitted packets sent to another CPU (cpu = "away", while a higher
+    /// priority is in distress).
+    #[serde(default)]
+    pub away_pkts: u64,
+    /// Packets of known sources over their own rate (taken as unknown).
+    #[serde(default)]
+    pub known_over_pkts: u64,
+    /// TCP SYNs that reached the class, and those the gate answered itself
+    /// with a cookie SYN-ACK (a verdict of their own: neither admitted nor
+    /// dropped).
+    #[serde(default)]
+    pub syn_pkts: u64,
+    #[serde(default)]
+    pub synack_pkts: u64,
+    #[serde(default)]
+    pub synack_bytes: u64,
+    /// ACKs to a guarded listener with a valid gate cookie (a connection
+    /// completed from it), and with none (left to the kernel).
+    #[serde(default)]
+    pub cookies_valid: u64,
+    #[serde(default)]
+    pub cookies_invalid: u64,
+    /// While the class's SYN guard answers: ACKs and RSTs of no connection
+    /// (only the listener found, no valid cookie) the gate dropped.
+    #[serde(default)]
+    pub dropped_noconn_pkts: u64,
+    #[serde(default)]
+    pub dropped_noconn_bytes: u64,
+}
+
+impl From<ClassCounters> for ClassTotals {
+    fn from(c: ClassCounters) -> Self {
+        ClassTotals {
+            seen_pkts: c[SLUICE_CS_SEEN_PKTS as usize],
+            seen_bytes: c[SLUICE_CS_SEEN_BYTES as usize],
+            admitted_pkts: c[SLUICE_CS_ADMIT_PKTS as usize],
+            admitted_bytes: c[SLUICE_CS_ADMIT_BYTES as usize],
+            dropped_rate_pkts: c[SLUICE_CS_DROP_RATE_PKTS as usize],
+            dropped_rate_bytes: c[SLUICE_CS_DROP_RATE_BYTES as usize],
+            dropped_blocked_pkts: c[SLUICE_CS_DROP_BLOCKED_PKTS as usize],
+            dropped_blocked_bytes: c[SLUICE_CS_DROP_BLOCKED_BYTES as usize],
+            dropped_share_pkts: c[SLUICE_CS_DROP_SHARE_PKTS as usize],
+            dropped_share_bytes: c[SLUICE_CS_DROP_SHARE_BYTES as usize],
+            known_pkts: c[SLUICE_CS_KNOWN_PKTS as usize],
+            source_epochs: c[SLUICE_CS_SRC_ACTIVE as usize],
+            source_inserts: c[SLUICE_CS_SRC_INSERTS as usize],
+            away_pkts: c[SLUICE_CS_AWAY_PKTS as usize],
+            known_over_pkts: c[SLUICE_CS_KNOWN_OVER_PKTS as usize],
+            syn_pkts: c[SLUICE_CS_SYN_PKTS as usize],
+            synack_pkts: c[SLUICE_CS_SYNACK_PKTS as usize],
+            synack_bytes: c[SLUICE_CS_SYNACK_BYTES as usize],
+            cookies_valid: c[SLUICE_CS_COOKIE_OK as usize],
+            cookies_invalid: c[SLUICE_CS_COOKIE_BAD as usize],
+            dropped_noconn_pkts: c[SLUICE_CS_DROP_NOCONN_PKTS as usize],
+            dropped_noconn_bytes: c[SLUICE_CS_DROP_NOCONN_BYTES as usize],
+        }
+    }
+}
+
+impl ClassTotals {
+    pub fn dropped_pkts(&self) -> u64 {
+        self.dropped_rate_pkts + self.dropped_blocked_pkts + self.dropped_share_pkts + self.dropped_noconn_pkts
+    }
+}
+
+/// Global counters, summed over CPUs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct GlobalTotals {
+    /// Not IPv4/IPv6 (ARP, LLDP, ...): passed.
+    pub non_ip_pass: u64,
+    /// Malformed IP packets dropped (malformed = "drop").
+    pub malformed_drop: u64,
+    /// Malformed IP packets passed (malformed = "pass").
+    pub malformed_pass: u64,
+    /// Headers beyond the parse depth (sent to the default class).
+    pub depth_exceeded: u64,
+    /// Non-first fragments (classified without ports).
+    pub fragments: u64,
+    /// Observe mode: packets counted as dropped (by a class or as
+    /// malformed) that the gate passed.
+    #[serde(default)]
+    pub observed_pass: u64,
+    /// Replies the egress learner saw from a learning class's port to a peer
+    /// that had asked the class nothing (not learned).
+    #[serde(default)]
+    pub unasked_replies: u64,
+}
+
+impl From<GlobalCounters> for GlobalTotals {
+    fn from(g: GlobalCounters) -> Self {
+        GlobalTotals {
+            non_ip_pass: g[SLUICE_GS_NON_IP_PASS as usize],
+            malformed_drop: g[SLUICE_GS_MALFORMED_DROP as usize],
+            malformed_pass: g[SLUICE_GS_MALFORMED_PASS as usize],
+            depth_exceeded: g[SLUICE_GS_DEPTH_EXCEEDED as usize],
+            fragments: g[SLUICE_GS_FRAGMENTS as usize],
+            observed_pass: g[SLUICE_GS_OBSERVED_PASS as usize],
+            unasked_replies: g[SLUICE_GS_UNASKED as usize],
+        }
+    }
+}
+
+/// Per-second rates of a class over the last second.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct ClassRates {
+    pub seen_pps: f64,
+    pub admitted_pps: f64,
+    pub dropped_pps: f64,
+    #[serde(default)]
+    pub known_pps: f64,
+    #[serde(default)]
+    pub share_dropped_pps: f64,
+    /// Source-epochs per second (divide by 100 for sources per epoch).
+    #[serde(default)]
+    pub source_epochs_ps: f64,
+}
+
+impl ClassRates {
+    /// Rates between two totals taken `secs` apart.
+    pub fn between(old: &ClassTotals, new: &ClassTotals, secs: f64) -> ClassRates {
+        if secs <= 0.0 {
+            return ClassRates::default();
+        }
+        let r = |a: u64, b: u64| b.saturating_sub(a) as f64 / secs;
+        ClassRates {
+            seen_pps: r(old.seen_pkts, new.seen_pkts),
+            admitted_pps: r(old.admitted_pkts, new.admitted_pkts),
+            dropped_pps: r(old.dropped_pkts(), new.dropped_pkts()),
+            known_pps: r(old.known_pkts, new.known_pkts),
+            share_dropped_pps: r(old.dropped_share_pkts, new.dropped_share_pkts),
+            source_epochs_ps: r(old.source_epochs, new.source_epochs),
+        }
+    }
+}

@@ -1,0 +1,18 @@
+//! Policy: pure logic that decides, with no kernel I/O, so unit tests cover
+//! it without root.
+//! - [`config`]: the TOML file and `--class` flags, checked, into a `Config`;
+//! - [`controller`]: the auto rate controller (100 Hz, after Macpherson's
+//!   rate selection);
+//! - [`budget`]: one packet budget shared by priority;
+//! - [`fair`]: source fairness inside a limited class;
+//! - [`remap`]: class identity across a config switch;
+//! - [`away`]: CPU protection, when and where to move a service;
+//! - [`syn_guard`]: when the gate answers a class's SYNs with cookies.
+
+pub mod away;
+pub mod budget;
+pub mod config;
+pub mod controller;
+pub mod fair;
+pub mod remap;
+pub mod syn_guard;

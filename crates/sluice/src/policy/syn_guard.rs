@@ -1,0 +1,364 @@
+//! When the gate answers a TCP class's SYNs itself (SYN cookies at the
+//! driver; bpf/syncookie.h has the mechanism). With `syn_cookies = "auto"`
+//! (the default) a class's guard engages while its listeners are under SYN
+//! pressure and SYNs arrive fast, and lets go once the SYNs it answers come
+//! back as connections again (or stop) for RELEASE_SECS; "on" answers
+//! always, "off" never. Nobody configured anything: every TCP class is
+//! "auto", and a host whose listeners never overflow never sees the gate
+//! answer a SYN.
+//!
+//! Pressure is what the kernel shows for the class's listeners: it sent
+//! SYN cookies (TcpExt SyncookiesSent), a listen queue overflowed or dropped
+//! (ListenOverflows, ListenDrops), or an accept queue stands
+//! (`health::syn_pressure`). Once the gate answers, the kernel sees no SYN
+//! and shows no pressure; the gate's own counters then say whether the flood
+//! goes on: a flood's SYNs (spoofed) never come back with a valid cookie.
+//!
+//! ACK and RST floods to an open port (random sequence numbers, no
+//! connection) engage the same guard: the kernel drops each such ACK (after
+//! sending an RST) with reason TCP_FLAGS and each such RST with TCP_RESET,
+//! and the daemon's drop tracer counts them by class ("strays" here). While
+//! the guard answers, the gate drops them itself (`dropped_noconn`), and that
+//! count says whether the flood goes on.
+use std::time::Instant;
+
+use crate::bpf_intf::{
+    sluice_syn_guard, SLUICE_COOKIE_SLOT_MS, SLUICE_CS_COOKIE_OK, SLUICE_CS_DROP_NOCONN_PKTS, SLUICE_CS_SYNACK_PKTS,
+    SLUICE_CS_SYN_PKTS,
+};
+use crate::dataplane::gate::ClassCounters;
+use crate::policy::config::{Config, SynCookies};
+
+/// A class whose listeners are under pressure has the gate answer its SYNs
+/// once they arrive at least this fast: a listener's SYN queue holds its
+/// backlog (128 to 4096), so slower SYNs are a busy service, not a flood.
+pub const ENGAGE_SYNS_PER_SEC: f64 = 1000.0;
+/// While answering, a tick is a flood's if the gate answered at least
+/// ENGAGE_SYNS_PER_SEC and fewer than one SYN in FLOOD_RATIO came back as a
+/// connection (an ACK with a valid cookie).
+pub const FLOOD_RATIO: u64 = 2;
+/// The kernel's drop reasons of a stray ACK (it answered with an RST) and a
+/// stray RST to a listener: packets of no connection.
+pub const STRAY_REASONS: [&str; 2] = ["TCP_FLAGS", "TCP_RESET"];
+/// The guard lets go after this long with neither pressure nor a flood.
+pub const RELEASE_SECS: f64 = 5.0;
+/// The checker keeps looking at ACKs this long after the last answer: a
+/// cookie is valid in its slot and the next.
+pub const CHECK_MS: u64 = 2 * SLUICE_COOKIE_SLOT_MS as u64;
+
+/// What one tick saw of a class.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct GuardTick {
+    /// SYNs that reached the class, SYNs the gate answered, valid cookies back.
+    pub syns: u64,
+    pub answered: u64,
+    pub valid: u64,
+    /// The kernel showed SYN pressure on the class's listeners.
+    pub pressure: bool,
+    /// ACKs and RSTs of no connection: the gate dropped this tick, and the
+    /// kernel dropped per second at its last read.
+    pub noconn: u64,
+    pub strays_per_sec: f64,
+    /// The tick's length, s.
+    pub dt: f64,
+}
+
+/// One class's guard.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClassGuard {
+    pub name: String,
+    policy: SynCookies,
+    /// The class matches TCP ports ("auto" guards only those).
+    tcp: bool,
+    answering: bool,
+    /// Seconds with neither pressure nor a flood while answering.
+    calm_secs: f64,
+    /// The gate's counters at the last tick: SYNs, answered, valid, no-connection drops.
+    last: Option<[u64; 4]>,
+    /// What was last written to the gate: (answer, check_until_ms).
+    written: Option<(bool, u64)>,
+    /// The kernel's stray drops of the class (STRAY_REASONS) at the last read,
+    /// and their rate since the read before.
+    strays: Option<(u64, Instant)>,
+    strays_per_sec: f64,
+}
+
+impl ClassGuard {
+    pub fn new(name: &str, policy: SynCookies, tcp: bool) -> ClassGuard {
+        ClassGuard {
+            name: name.into(),
+            policy,
+            tcp,
+            answering: false,
+            calm_secs: 0.0,
+            last: None,
+            written: None,
+            strays: None,
+            strays_per_sec: 0.0,
+        }
+    }
+
+    pub fn answering(&self) -> bool {
+        self.answering
+    }
+
+    /// One tick: whether the gate answers the class's SYNs from now on.
+    pub fn step(&mut self, t: &GuardTick) -> bool {
+        self.answering = match self.policy {
+            SynCookies::On => true,
+            SynCookies::Off => false,
+            SynCookies::Auto if !self.tcp => false,
+            SynCookies::Auto => self.auto(t),
+        };
+        self.answering
+    }
+
+    fn auto(&mut self, t: &GuardTick) -> bool {
+        let dt = t.dt.max(1e-4);
+        let fast = |n: u64| n as f64 / dt >= ENGAGE_SYNS_PER_SEC;
+        let strays = t.strays_per_sec >= ENGAGE_SYNS_PER_SEC;
+        if !self.answering {
+            self.calm_secs = 0.0;
+            return (t.pressure && fast(t.syns)) || strays;
+        }
+        let syn_flood = fast(t.answered) && t.answered > FLOOD_RATIO * t.valid;
+        if syn_flood || fast(t.noconn) || strays || t.pressure {
+            self.calm_secs = 0.0;
+            return true;
+        }
+        self.calm_secs += dt;
+        self.calm_secs + 1e-9 < RELEASE_SECS // 1e-9: a sum of ticks falls short of a whole second
+    }
+
+    /// This tick's SYNs, answers, valid cookies and no-connection drops
+    /// from the gate's counters.
+    fn counts(&mut self, raw: &ClassCounters) -> [u64; 4] {
+        let ids = [SLUICE_CS_SYN_PKTS, SLUICE_CS_SYNACK_PKTS, SLUICE_CS_COOKIE_OK, SLUICE_CS_DROP_NOCONN_PKTS];
+        let now = ids.map(|i| raw[i as usize]);
+        let last = self.last.replace(now).unwrap_or(now);
+        [0, 1, 2, 3].map(|i| now[i].saturating_sub(last[i]))
+    }
+
+    /// The kernel's stray drops of the class so far, read at `at`.
+    fn note_strays(&mut self, total: u64, at: Instant) {
+        if let Some((t0, at0)) = self.strays {
+            let secs = at.saturating_duration_since(at0).as_secs_f64();
+            if secs > 0.0 {
+                self.strays_per_sec = total.saturating_sub(t0) as f64 / secs;
+            }
+        }
+        self.strays = Some((total, at));
+    }
+
+    /// The guard to write to the gate at `now_ms`, if it changed: answering
+    /// refreshes the checking time at most once a second.
+    fn due_write(&mut self, now_ms: u64) -> Option<sluice_syn_guard> {
+        let until = match (self.answering, self.written) {
+            (true, Some((true, until))) if until >= now_ms + CHECK_MS - 1000 => return None,
+            (true, _) => now_ms + CHECK_MS,
+            (false, Some((false, _))) => return None,
+            (false, Some((true, until))) => until,
+            (false, None) => 0,
+        };
+        self.written = Some((self.answering, until));
+        Some(sluice_syn_guard { answer: u32::from(self.answering), check_until_ms: until, ..Default::default() })
+    }
+}
+
+/// Every class's guard, by class id.
+#[derive(Debug, Clone, Default)]
+pub struct SynGuards {
+    pub classes: Vec<ClassGuard>,
+}
+
+impl SynGuards {
+    pub fn new(cfg: &Config) -> SynGuards {
+        let classes = cfg.classes.iter().map(|c| ClassGuard::new(&c.name, c.syn_cookies, !c.tcp_ports().is_empty()));
+        SynGuards { classes: classes.collect() }
+    }
+
+    /// Each class's guard for status (by class id): those with TCP ports or
+    /// `syn_cookies = "on"`. `available`: the gate can answer SYNs.
+    pub fn status(&self, available: bool) -> Vec<Option<SynGuardStatus>> {
+        self.classes
+            .iter()
+            .map(|c| {
+                (c.tcp || c.policy == SynCookies::On).then(|| SynGuardStatus {
+                    policy: c.policy.name().into(),
+                    answering: c.answering && available,
+                    available,
+                })
+            })
+            .collect()
+    }
+
+    /// Take over `old`'s state by class name; every guard is written again
+    /// (class ids may have moved in the gate's map).
+    pub fn carry_from(&mut self, old: &SynGuards, remap: &crate::policy::remap::ClassRemap) {
+        for (id, c) in self.classes.iter_mut().enumerate() {
+            if let Some(o) = remap.old_of(id).and_then(|i| old.classes.get(i)) {
+                c.answering = o.answering;
+                c.calm_secs = o.calm_secs;
+                c.last = o.last;
+                c.strays = o.strays;
+                c.strays_per_sec = o.strays_per_sec;
+            }
+        }
+    }
+
+    /// Does the gate answer some class's SYNs now?
+    pub fn any_answering(&self) -> bool {
+        self.classes.iter().any(|c| c.answering)
+    }
+
+    /// The kernel's stray drops so far by class name (the daemon's drop
+    /// tracer, read at `at`); a class not in `totals` keeps its last rate.
+    pub fn kernel_strays(&mut self, totals: &[(String, u64)], at: Instant) {
+        for (name, total) in totals {
+            if let Some(c) = self.classes.iter_mut().find(|c| &c.name == name) {
+                c.note_strays(*total, at);
+            }
+        }
+    }
+
+    /// One tick: `raw` the gate's counters and `pressure` the kernel's, by
+    /// class id. Returns the guards to write to the gate.
+    pub fn tick(
+        &mut self,
+        raw: &[ClassCounters],
+        pressure: &[bool],
+        dt: f64,
+        now_ms: u64,
+    ) -> Vec<(usize, sluice_syn_guard)> {
+        let mut writes = Vec::new();
+        for (id, c) in self.classes.iter_mut().enumerate() {
+            let Some(r) = raw.get(id) else { continue };
+            let [syns, answered, valid, noconn] = c.counts(r);
+            let pressure = pressure.get(id).copied().unwrap_or(false);
+            c.step(&GuardTick { syns, answered, valid, pressure, noconn, strays_per_sec: c.strays_per_sec, dt });
+            if let Some(g) = c.due_write(now_ms) {
+                writes.push((id, g));
+            }
+        }
+        writes
+    }
+}
+
+/// A class's SYN guard (`crate::policy::syn_guard`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct SynGuardStatus {
+    /// "auto", "on" or "off".
+    pub policy: String,
+    /// The gate answers the class's SYNs now.
+    pub answering: bool,
+    /// The kernel can complete connections from gate cookies (Linux 6.9's
+    /// bpf_sk_assign_tcp_reqsk); false: the kernel answers every SYN.
+    pub available: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TICK: f64 = 0.01;
+
+    fn tick(syns: u64, answered: u64, valid: u64, pressure: bool) -> GuardTick {
+        GuardTick { syns, answered, valid, pressure, dt: TICK, ..GuardTick::default() }
+    }
+
+    #[test]
+    fn auto_engages_on_pressure_with_fast_syns_only() {
+        let mut g = ClassGuard::new("web", SynCookies::Auto, true);
+        assert!(!g.step(&tick(1000, 0, 0, false)), "fast SYNs, listeners fine: the kernel answers");
+        assert!(!g.step(&tick(5, 0, 0, true)), "pressure at 500 SYNs/s: a busy service, not a flood");
+        assert!(g.step(&tick(10, 0, 0, true)), "pressure at 1000 SYNs/s: the gate answers");
+        let mut udp = ClassGuard::new("dns", SynCookies::Auto, false);
+        assert!(!udp.step(&tick(1000, 0, 0, true)), "a class without TCP ports never");
+    }
+
+    #[test]
+    fn auto_holds_through_a_flood_and_lets_go_after_calm() {
+        let mut g = ClassGuard::new("web", SynCookies::Auto, true);
+        g.step(&tick(100, 0, 0, true));
+        // The kernel sees no SYN now (no pressure); the gate answers a flood.
+        for _ in 0..1000 {
+            assert!(g.step(&tick(1000, 1000, 10, false)), "a flood: held");
+        }
+        // Clients only: most SYNs come back as connections.
+        let calm_ticks = (RELEASE_SECS / TICK) as usize;
+        for i in 0..calm_ticks - 1 {
+            assert!(g.step(&tick(50, 50, 45, false)), "calm for {i} ticks: held");
+        }
+        assert!(!g.step(&tick(50, 50, 45, false)), "calm for RELEASE_SECS: released");
+        assert!(!g.step(&tick(50, 0, 0, false)), "and stays off without pressure");
+    }
+
+    #[test]
+    fn on_and_off_ignore_the_signals() {
+        let mut on = ClassGuard::new("a", SynCookies::On, false);
+        let mut off = ClassGuard::new("b", SynCookies::Off, true);
+        assert!(on.step(&tick(0, 0, 0, false)));
+        assert!(!off.step(&tick(100_000, 0, 0, true)));
+    }
+
+    #[test]
+    fn the_gate_is_written_on_changes_and_keeps_checking_after_a_release() {
+        let mut g = ClassGuard::new("web", SynCookies::Auto, true);
+        assert_eq!(g.due_write(1000).map(|w| (w.answer, w.check_until_ms)), Some((0, 0)), "first tick: off");
+        assert_eq!(g.due_write(1010), None, "unchanged");
+        g.answering = true;
+        let w = g.due_write(2000).unwrap();
+        assert_eq!((w.answer, w.check_until_ms), (1, 2000 + CHECK_MS));
+        assert_eq!(g.due_write(2500), None, "refreshed at most once a second");
+        assert_eq!(g.due_write(3001).map(|w| w.check_until_ms), Some(3001 + CHECK_MS));
+        g.answering = false;
+        let w = g.due_write(4000).unwrap();
+        assert_eq!((w.answer, w.check_until_ms), (0, 3001 + CHECK_MS), "cookies out there stay checkable");
+    }
+
+    #[test]
+    fn counts_are_deltas_of_the_gate_counters() {
+        let mut g = ClassGuard::new("web", SynCookies::Auto, true);
+        let mut raw: ClassCounters = [0; crate::bpf_intf::SLUICE_CS_NR as usize];
+        raw[SLUICE_CS_SYN_PKTS as usize] = 100;
+        assert_eq!(g.counts(&raw), [0; 4], "the first read is the baseline");
+        raw[SLUICE_CS_SYN_PKTS as usize] = 130;
+        raw[SLUICE_CS_SYNACK_PKTS as usize] = 20;
+        raw[SLUICE_CS_COOKIE_OK as usize] = 5;
+        raw[SLUICE_CS_DROP_NOCONN_PKTS as usize] = 7;
+        assert_eq!(g.counts(&raw), [30, 20, 5, 7]);
+    }
+
+    #[test]
+    fn a_stray_ack_or_rst_flood_engages_and_the_gates_drops_hold_it() {
+        let mut guards = SynGuards { classes: vec![ClassGuard::new("web", SynCookies::Auto, true)] };
+        let t0 = Instant::now();
+        let at = |ms| t0 + std::time::Duration::from_millis(ms);
+        guards.kernel_strays(&[("web".into(), 1000)], at(0));
+        guards.kernel_strays(&[("web".into(), 1090), ("other".into(), 5)], at(100));
+        let g = &mut guards.classes[0];
+        assert!((g.strays_per_sec - 900.0).abs() < 1e-6, "{}", g.strays_per_sec);
+        // No SYN at all; the gate's no-connection drops and the kernel's last rate.
+        let quiet = |g: &ClassGuard, noconn| GuardTick {
+            noconn,
+            strays_per_sec: g.strays_per_sec,
+            dt: TICK,
+            ..GuardTick::default()
+        };
+        assert!(!g.step(&quiet(g, 0)), "900 strays/s: the kernel copes");
+        g.note_strays(1190, at(200));
+        assert!(g.step(&quiet(g, 0)), "1000 strays/s, no SYN at all: the gate takes them");
+        // The gate drops them now; the kernel sees none.
+        g.note_strays(1190, at(300));
+        let held = (RELEASE_SECS / TICK) as usize * 2;
+        for i in 0..held {
+            assert!(g.step(&quiet(g, 10)), "the gate drops 1000/s: held at tick {i}");
+        }
+        for _ in 0..(RELEASE_SECS / TICK) as usize - 1 {
+            assert!(g.step(&quiet(g, 0)));
+        }
+        assert!(!g.step(&quiet(g, 0)), "the flood ended RELEASE_SECS ago: released");
+        let mut udp = ClassGuard::new("dns", SynCookies::Auto, false);
+        assert!(!udp.step(&GuardTick { strays_per_sec: 1e6, dt: TICK, ..GuardTick::default() }), "not a TCP class");
+    }
+}

@@ -1,0 +1,538 @@
+//! Zero configuration: find the services listening in this network namespace
+//! and give each a class of its own, with a priority taken from the process
+//! that owns it (the priority-receive study: the scheduler already knows what matters more).
+//!
+//! What counts as a service (one sock_diag dump per protocol and family):
+//! - a TCP socket in LISTEN;
+//! - an unconnected UDP socket whose port is outside the namespace's
+//!   ephemeral range (ip_local_port_range: those are clients' sockets);
+//! - bound to the wildcard or to any address but a loopback one (Linux
+//!   delivers a packet to any local address whichever interface it came in
+//!   on, but drops one from the wire to 127/8 or ::1), and not bound by
+//!   SO_BINDTODEVICE to another interface.
+//!
+//! Who owns it: the processes holding the socket's inode open
+//! (`/proc/PID/fd/*` -> `socket:[INODE]`; the scan runs only when a socket
+//! not seen before appears). Its priority is 20 + the owner's nice value
+//! (nice -20 -> 0, the highest; nice 0 -> 20; nice 19 -> 39); with several
+//! owners, the highest. A nice that cannot be read (the process left, /proc
+//! refuses) or an owner that cannot be found (a process in another mount of
+//! /proc, a kernel socket) counts as nice 0, and the class says so.
+//!
+//! Whose nice counts (the trust model): a service run by root or a system
+//! user (a uid below UID_MIN of /etc/login.defs, or above UID_MAX, as
+//! systemd's dynamic users are) keeps its nice-derived priority. One run
+//! only by a login user or by nobody gets UNTRUSTED_PRIORITY, the implicit
+//! default class's: any local user can bind a port, and a service of theirs
+//! must not outrank (nor, in distress, throttle) the host's traffic unless a
+//! configured class says so.
+//!
+//! Services that go away keep their class for LINGER, so a service that
+//! restarts, or binds and closes many times a second, does not make its
+//! class (and its counters and controller state) come and go.
+use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use serde::{Deserialize, Serialize};
+
+use crate::bpf_intf::SLUICE_MAX_CLASSES;
+use crate::policy::config::{AutoSpec, Class, Config, Limit, Prefix, Proto, Rule};
+use crate::signals::{kernel::DiagSock, kernel::SockDiag, kernel::TCP_CLOSE, kernel::TCP_LISTEN};
+
+/// How long a service that is no longer seen keeps its class.
+pub const LINGER: Duration = Duration::from_secs(3);
+/// Priority of a service whose owner's nice is 0 (or unknown).
+pub const NICE_ZERO_PRIORITY: u8 = 20;
+/// Priority of a service run only by login users or nobody.
+pub const UNTRUSTED_PRIORITY: u8 = crate::policy::config::IMPLICIT_DEFAULT_PRIORITY;
+/// The user nobody: unprivileged, whatever its uid's range.
+const NOBODY: u32 = 65534;
+
+/// The two protocols a service can listen on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum L4 {
+    Udp,
+    Tcp,
+}
+
+impl L4 {
+    pub fn name(self) -> &'static str {
+        match self {
+            L4::Udp => "udp",
+            L4::Tcp => "tcp",
+        }
+    }
+    fn proto(self) -> Proto {
+        match self {
+            L4::Udp => Proto::Udp,
+            L4::Tcp => Proto::Tcp,
+        }
+    }
+}
+
+/// The address families a service's class takes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Family {
+    /// Both: the port's sockets are one service's.
+    #[default]
+    Both,
+    /// IPv4 only, or IPv6 only: the port's IPv4 sockets and its IPv6-only
+    /// ones (IPV6_V6ONLY) are held by different processes, so each is a
+    /// service of its own (a local user's v6-only bind beside a service on
+    /// 0.0.0.0 must not take the service's class for IPv6).
+    V4,
+    V6,
+}
+
+impl Family {
+    /// Which families a listening socket receives.
+    pub fn of(s: &DiagSock) -> Family {
+        match s.src {
+            IpAddr::V4(_) => Family::V4,
+            IpAddr::V6(a) if a.to_ipv4_mapped().is_some() => Family::V4,
+            IpAddr::V6(a) if a.is_unspecified() && !s.v6only => Family::Both,
+            IpAddr::V6(_) => Family::V6,
+        }
+    }
+
+    /// The source prefix a class of this family matches (None: any).
+    fn prefix(self) -> Option<Prefix> {
+        let any = |a: IpAddr| Some(Prefix { addr: a, len: 0 });
+        match self {
+            Family::Both => None,
+            Family::V4 => any(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)),
+            Family::V6 => any(IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED)),
+        }
+    }
+
+    /// The suffix of the protocol in a class name ("udp6:53").
+    fn suffix(self) -> &'static str {
+        match self {
+            Family::Both => "",
+            Family::V4 => "4",
+            Family::V6 => "6",
+        }
+    }
+}
+
+/// A port's sockets (inode, families) as services: one, or one per family
+/// when its IPv4 and IPv6-only sockets are held by different processes and
+/// no socket takes both. Each with the pids holding its sockets.
+pub fn by_family(socks: &[(u32, Family)], owners: &HashMap<u32, Vec<u32>>) -> Vec<(Family, Vec<u32>)> {
+    let pids = |want: &dyn Fn(Family) -> bool| {
+        let mut p: Vec<u32> =
+            socks.iter().filter(|(_, f)| want(*f)).filter_map(|(i, _)| owners.get(i)).flatten().copied().collect();
+        p.sort_unstable();
+        p.dedup();
+        p
+    };
+    let has = |f: Family| socks.iter().any(|s| s.1 == f);
+    let (v4, v6) = (pids(&|f| f == Family::V4), pids(&|f| f == Family::V6));
+    if !has(Family::Both) && has(Family::V4) && has(Family::V6) && v4 != v6 {
+        vec![(Family::V4, v4), (Family::V6, v6)]
+    } else {
+        vec![(Family::Both, pids(&|_| true))]
+    }
+}
+
+/// A process holding a service's socket.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Owner {
+    pub pid: u32,
+    pub comm: String,
+    /// The nice value, or why it could not be read.
+    pub nice: Result<i8, String>,
+    /// The user it runs as (None: unreadable).
+    #[serde(default)]
+    pub uid: Option<u32>,
+}
+
+/// The login users' uid range, UID_MIN and UID_MAX of /etc/login.defs
+/// (1000 and 60000 where it does not say).
+fn login_uids() -> (u32, u32) {
+    static RANGE: std::sync::OnceLock<(u32, u32)> = std::sync::OnceLock::new();
+    *RANGE.get_or_init(|| parse_login_defs(&std::fs::read_to_string("/etc/login.defs").unwrap_or_default()))
+}
+
+/// UID_MIN and UID_MAX from the text of login.defs.
+pub fn parse_login_defs(text: &str) -> (u32, u32) {
+    let get = |key: &str, or: u32| {
+        text.lines()
+            .rev()
+            .find_map(|l| {
+                let mut w = l.split_whitespace();
+                (w.next() == Some(key)).then(|| w.next()?.parse().ok()).flatten()
+            })
+            .unwrap_or(or)
+    };
+    (get("UID_MIN", 1000), get("UID_MAX", 60000))
+}
+
+/// May a process of `uid` give its service a priority above the default's?
+/// Root and system users may; login users (`logins`, inclusive) and nobody may not.
+pub fn trusted(uid: u32, logins: (u32, u32)) -> bool {
+    uid != NOBODY && !(logins.0..=logins.1).contains(&uid)
+}
+
+/// A listening port and the processes behind it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Service {
+    pub l4: L4,
+    pub port: u16,
+    pub owners: Vec<Owner>,
+    /// Which families it takes (see `Family`).
+    #[serde(default)]
+    pub family: Family,
+}
+
+impl Service {
+    /// The priority (0 = highest) and a sentence saying where it came from:
+    /// the nice-derived one, or UNTRUSTED_PRIORITY when every owner whose
+    /// user is known runs as a login user or nobody.
+    pub fn priority(&self) -> (u8, String) {
+        self.priority_with(login_uids())
+    }
+
+    /// As `priority`, with the login users' uid range given.
+    pub fn priority_with(&self, logins: (u32, u32)) -> (u8, String) {
+        let (p, why) = self.nice_priority();
+        let uids: Vec<u32> = self.owners.iter().filter_map(|o| o.uid).collect();
+        match uids.iter().find(|&&u| !trusted(u, logins)) {
+            Some(uid) if !uids.iter().any(|&u| trusted(u, logins)) => (
+                UNTRUSTED_PRIORITY,
+                format!(
+                    "run by uid {uid} (a login user or nobody), not root or a system user: \
+                     priority {UNTRUSTED_PRIORITY}, the default class's, unless a class is configured ({why})"
+                ),
+            ),
+            _ => (p, why),
+        }
+    }
+
+    /// The priority from the owners' nice values alone.
+    fn nice_priority(&self) -> (u8, String) {
+        let known = self.owners.iter().filter_map(|o| o.nice.as_ref().ok().map(|n| (*n, o))).min_by_key(|(n, _)| *n);
+        match known {
+            Some((nice, o)) => {
+                let p = (i16::from(NICE_ZERO_PRIORITY) + i16::from(nice)).clamp(0, 39) as u8;
+                let others = if self.owners.len() > 1 {
+                    format!(" (highest of {} owners)", self.owners.len())
+                } else {
+                    String::new()
+                };
+                (p, format!("{} pid {} has nice {nice}{others}: priority 20{nice:+} = {p}", o.comm, o.pid))
+            }
+            None => {
+                let why = match self.owners.first() {
+                    Some(o) => {
+                        format!("the nice of {} pid {} cannot be read ({})", o.comm, o.pid, o.nice.clone().unwrap_err())
+                    }
+                    None => "no process visible in /proc holds the socket".to_string(),
+                };
+                (NICE_ZERO_PRIORITY, format!("{why}: nice 0 assumed, priority {NICE_ZERO_PRIORITY}"))
+            }
+        }
+    }
+
+    /// The process name the class is named after ("unknown" without owners).
+    fn comm(&self) -> String {
+        // A process may retitle itself ("nsd: xfrd"): the name is the part before a colon.
+        let c = self.owners.first().map_or("unknown", |o| o.comm.split(':').next().unwrap_or_default().trim());
+        let c: String = c
+            .chars()
+            .map(|ch| if ch.is_ascii_alphanumeric() || ch == '-' || ch == '.' { ch } else { '_' })
+            .take(15)
+            .collect();
+        if c.is_empty() {
+            "unknown".into()
+        } else {
+            c
+        }
+    }
+
+    /// The class name: process/protocol:port ("nsd/udp:53"; "nsd/udp4:53"
+    /// and "x/udp6:53" when the port's families are separate services).
+    pub fn class_name(&self) -> String {
+        format!("{}/{}{}:{}", self.comm(), self.l4.name(), self.family.suffix(), self.port)
+    }
+}
+
+/// Is a socket one a service listens on, for an interface with index `ifindex`?
+pub fn is_listener(s: &DiagSock, l4: L4, ifindex: u32, ephemeral: (u16, u16)) -> bool {
+    let state_ok = match l4 {
+        L4::Tcp => s.state == TCP_LISTEN,
+        L4::Udp => s.state == TCP_CLOSE && s.dport == 0 && !(ephemeral.0..=ephemeral.1).contains(&s.sport),
+    };
+    let loopback = match s.src {
+        IpAddr::V4(a) => a.is_loopback(),
+        IpAddr::V6(a) => a.is_loopback() || a.to_ipv4_mapped().is_some_and(|m| m.is_loopback()),
+    };
+    state_ok && s.sport != 0 && !loopback && (s.ifindex == 0 || s.ifindex == ifindex)
+}
+
+/// Each socket a service listens on (`is_listener`) for the protocols in
+/// `l4s`, in both families: one sock_diag dump per protocol and family.
+pub fn each_listener(diag: &mut SockDiag, ifindex: u32, l4s: &[L4], each: &mut dyn FnMut(L4, &DiagSock)) -> Result<()> {
+    let ephemeral =
+        parse_port_range(&std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap_or_default());
+    for &l4 in l4s {
+        let (proto, states) = match l4 {
+            L4::Udp => (libc::IPPROTO_UDP, 1u32 << TCP_CLOSE),
+            L4::Tcp => (libc::IPPROTO_TCP, 1 << TCP_LISTEN),
+        };
+        for family in [libc::AF_INET as u8, libc::AF_INET6 as u8] {
+            diag.dump(family, proto as u8, states, &mut |s| {
+                if is_listener(s, l4, ifindex, ephemeral) {
+                    each(l4, s);
+                }
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// "32768\t60999" -> (32768, 60999); anything else -> the kernel's default range.
+pub fn parse_port_range(text: &str) -> (u16, u16) {
+    let v: Vec<u16> = text.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+    match v.as_slice() {
+        [lo, hi] if lo <= hi => (*lo, *hi),
+        _ => (32768, 60999),
+    }
+}
+
+/// One process's nice value (getpriority(2): no /proc text to render and parse).
+fn nice_of(pid: u32) -> Result<i8, String> {
+    // SAFETY: errno is cleared first, as getpriority may return -1 as a value.
+    unsafe {
+        *libc::__errno_location() = 0;
+        let n = libc::getpriority(libc::PRIO_PROCESS, pid);
+        let e = std::io::Error::last_os_error();
+        if n == -1 && e.raw_os_error().is_some_and(|c| c != 0) {
+            return Err(format!("getpriority({pid}): {e}"));
+        }
+        Ok(n as i8)
+    }
+}
+
+/// Read one process's name, nice and user. `known` caches the name and user
+/// by pid until the next /proc scan (a pid is reused only after its process
+/// exited, and its sockets with it: the scan that finds the new sockets
+/// clears the cache); the nice is read every time (it may change).
+fn owner(pid: u32, known: &mut HashMap<u32, Owner>) -> Owner {
+    let nice = nice_of(pid);
+    if let Some(o) = known.get(&pid) {
+        return Owner { nice, ..o.clone() };
+    }
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).map(|c| c.trim().to_string()).unwrap_or_default();
+    // /proc/PID belongs to the process's effective user.
+    let uid = std::fs::metadata(format!("/proc/{pid}")).ok().map(|m| std::os::unix::fs::MetadataExt::uid(&m));
+    let o = Owner { pid, comm: if comm.is_empty() { "unknown".into() } else { comm }, nice, uid };
+    known.insert(pid, o.clone());
+    o
+}
+
+/// Every socket inode held open by a process, and each (pid, fd) holding it.
+pub fn socket_holders() -> HashMap<u32, Vec<(u32, i32)>> {
+    let mut map: HashMap<u32, Vec<(u32, i32)>> = HashMap::new();
+    let Ok(procs) = std::fs::read_dir("/proc") else { return map };
+    for p in procs.flatten() {
+        let Some(pid) = p.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+        let Ok(fds) = std::fs::read_dir(p.path().join("fd")) else { continue };
+        for fd in fds.flatten() {
+            let Some(num) = fd.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
+            let Ok(link) = std::fs::read_link(fd.path()) else { continue };
+            let inode = link.to_str().and_then(|l| l.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok());
+            if let Some(inode) = inode {
+                map.entry(inode).or_default().push((pid, num));
+            }
+        }
+    }
+    map
+}
+
+/// Every socket inode held open by a process, and the processes holding it.
+fn socket_owners() -> HashMap<u32, Vec<u32>> {
+    let mut map = socket_holders();
+    map.values_mut().for_each(|v| v.dedup_by_key(|(pid, _)| *pid));
+    map.into_iter().map(|(inode, v)| (inode, v.into_iter().map(|(pid, _)| pid).collect())).collect()
+}
+
+/// The discovery state the daemon keeps between polls.
+pub struct Discovery {
+    diag: SockDiag,
+    ifindex: u32,
+    /// Socket inode -> owning pids, from the last /proc scan.
+    owners: HashMap<u32, Vec<u32>>,
+    /// When the last /proc scan ran (a socket no process holds waits
+    /// RESCAN_UNOWNED for the next).
+    scanned: Option<Instant>,
+    /// Every service seen, and when it was last seen.
+    seen: BTreeMap<(L4, u16, Family), (Service, Instant)>,
+    /// The owners read since the last /proc scan, by pid (see `owner`).
+    processes: HashMap<u32, Owner>,
+}
+
+impl Discovery {
+    /// Discovery for the interface `ifindex`, in the current network namespace.
+    pub fn new(ifindex: u32) -> Result<Discovery> {
+        Ok(Discovery {
+            diag: SockDiag::open(None)?,
+            ifindex,
+            owners: HashMap::new(),
+            scanned: None,
+            seen: BTreeMap::new(),
+            processes: HashMap::new(),
+        })
+    }
+
+    /// Look again: the services listening now, plus those gone for less than LINGER.
+    pub fn poll(&mut self) -> Result<Vec<Service>> {
+        let mut found: BTreeMap<(L4, u16), Vec<(u32, Family)>> = BTreeMap::new();
+        each_listener(&mut self.diag, self.ifindex, &[L4::Udp, L4::Tcp], &mut |l4, s| {
+            found.entry((l4, s.sport)).or_default().push((s.inode, Family::of(s)))
+        })?;
+        let now = Instant::now();
+        if rescan_due(found.values().flatten().map(|(i, _)| i), &self.owners, self.scanned, now) {
+            self.owners = socket_owners();
+            self.scanned = Some(now);
+            self.processes.clear();
+            // Found but held by no visible process (a kernel socket, a process
+            // in another mount of /proc): noted, so it alone does not send
+            // every poll through /proc again.
+            for (i, _) in found.values().flatten() {
+                self.owners.entry(*i).or_default();
+            }
+        }
+        for ((l4, port), socks) in found {
+            for (family, pids) in by_family(&socks, &self.owners) {
+                let owners = pids.into_iter().map(|p| owner(p, &mut self.processes)).collect();
+                self.seen.insert((l4, port, family), (Service { l4, port, owners, family }, now));
+            }
+        }
+        self.seen.retain(|_, (_, at)| now.duration_since(*at) < LINGER);
+        Ok(self.seen.values().map(|(s, _)| s.clone()).collect())
+    }
+}
+
+/// A socket no process was seen holding is looked for again this long after
+/// the last /proc scan (a new one, with an owner, triggers a scan at once).
+pub const RESCAN_UNOWNED: Duration = Duration::from_secs(30);
+
+/// Should a poll scan /proc: a socket inode not seen at the last scan, or
+/// one seen without an owner once RESCAN_UNOWNED has passed?
+fn rescan_due<'a>(
+    found: impl Iterator<Item = &'a u32>,
+    owners: &HashMap<u32, Vec<u32>>,
+    scanned: Option<Instant>,
+    now: Instant,
+) -> bool {
+    let stale = scanned.is_none_or(|t| now.duration_since(t) >= RESCAN_UNOWNED);
+    let mut found = found;
+    found.any(|i| match owners.get(i) {
+        None => true,
+        Some(pids) => pids.is_empty() && stale,
+    })
+}
+
+/// Does a configured class already cover this service's port (config wins)?
+fn covered(cfg: &Config, s: &Service) -> bool {
+    cfg.classes.iter().flat_map(|c| &c.rules).any(|r| {
+        let proto = r.proto == Proto::Any || r.proto == s.l4.proto();
+        proto && r.src.is_none() && r.ports.is_none_or(|(lo, hi)| (lo..=hi).contains(&s.port))
+    })
+}
+
+/// A class for a group of services (one service, or many once the class
+/// table is too small for one each).
+fn group_class(name: String, services: &[&Service], algo: crate::policy::controller::Algo) -> Class {
+    let (priority, why) = services.iter().map(|s| s.priority()).min_by_key(|(p, _)| *p).expect("a group has a service");
+    let why = if services.len() > 1 { format!("{} ports; {why}", services.len()) } else { why };
+    Class {
+        name,
+        priority,
+        limit: Limit::Auto(AutoSpec { algo, ..AutoSpec::default() }),
+        rules: services
+            .iter()
+            .map(|s| Rule { proto: s.l4.proto(), ports: Some((s.port, s.port)), src: s.family.prefix() })
+            .collect(),
+        discovered: Some(why),
+        readers: None,
+        away: false,
+        syn_cookies: crate::policy::config::SynCookies::Auto,
+    }
+}
+
+/// Group services into at most `room` classes: one each if they fit, else
+/// one per process and priority, else one per priority, else the lowest
+/// priorities share the last class.
+fn groups<'a>(services: &[&'a Service], room: usize) -> Vec<(String, Vec<&'a Service>)> {
+    let one_each: Vec<_> = services.iter().map(|s| (s.class_name(), vec![*s])).collect();
+    if one_each.len() <= room {
+        return one_each;
+    }
+    let by = |key: &dyn Fn(&Service) -> String| {
+        let mut m: BTreeMap<(u8, String), Vec<&'a Service>> = BTreeMap::new();
+        for s in services {
+            m.entry((s.priority().0, key(s))).or_default().push(*s);
+        }
+        // No port count in the name: a class keeps its name (its counters,
+        // controller and known clients) when a port joins or leaves.
+        m.into_iter().map(|((_, k), v)| (format!("{k}/ports"), v)).collect::<Vec<_>>()
+    };
+    let by_process = by(&|s| format!("{}.p{}", s.comm(), s.priority().0));
+    if by_process.len() <= room {
+        return by_process;
+    }
+    let mut by_prio = by(&|s| format!("prio{}", s.priority().0));
+    if by_prio.len() > room && room > 0 {
+        let rest: Vec<&Service> = by_prio.drain(room - 1..).flat_map(|(_, v)| v).collect();
+        by_prio.push(("lowest/ports".to_string(), rest));
+    }
+    by_prio.truncate(room);
+    by_prio
+}
+
+/// What merging found, for the daemon's log.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct MergeNote {
+    /// Services a configured class covers already.
+    pub covered: usize,
+    /// Services that had to share a class (too many for one each).
+    pub grouped: bool,
+    /// Services left without a class (no class slot at all): they go to the default class.
+    pub unplaced: usize,
+}
+
+/// The config with a class for each discovered service that no configured
+/// class covers, placed before the default class if it is the last one.
+pub fn merge(base: &Config, services: &[Service]) -> (Config, MergeNote) {
+    let mut cfg = base.clone();
+    let mut note = MergeNote::default();
+    let mut todo: Vec<&Service> = services.iter().filter(|s| !covered(base, s)).collect();
+    note.covered = services.len() - todo.len();
+    todo.sort_by_key(|s| (s.priority().0, s.l4, s.port));
+    let room = (SLUICE_MAX_CLASSES as usize).saturating_sub(base.classes.len());
+    let algo = base
+        .classes
+        .iter()
+        .find_map(|c| if let Limit::Auto(a) = c.limit { Some(a.algo) } else { None })
+        .unwrap_or_default();
+    let groups = groups(&todo, room);
+    note.grouped = groups.len() < todo.len();
+    note.unplaced = todo.len() - groups.iter().map(|(_, v)| v.len()).sum::<usize>();
+    let new: Vec<Class> = groups.into_iter().map(|(name, v)| group_class(name, &v, algo)).collect();
+    let at = if base.default_class == base.classes.len() - 1 { base.default_class } else { base.classes.len() };
+    let n = new.len();
+    cfg.classes.splice(at..at, new);
+    if cfg.default_class >= at {
+        cfg.default_class += n;
+    }
+    (cfg, note)
+}
+
+#[cfg(test)]
+mod tests;

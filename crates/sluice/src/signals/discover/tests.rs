@@ -1,0 +1,235 @@
+use super::*;
+use crate::policy::config::from_flags;
+
+fn svc(l4: L4, port: u16, owners: &[(u32, &str, Result<i8, String>)]) -> Service {
+    let owners = owners
+        .iter()
+        .map(|(pid, comm, nice)| Owner { pid: *pid, comm: comm.to_string(), nice: nice.clone(), uid: None })
+        .collect();
+    Service { l4, port, owners, family: Family::Both }
+}
+
+#[test]
+fn priority_is_twenty_plus_the_highest_owners_nice() {
+    let s = svc(L4::Udp, 53, &[(10, "nsd", Ok(5)), (11, "nsd", Ok(-3))]);
+    let (p, why) = s.priority();
+    assert_eq!(p, 17);
+    assert!(why.contains("pid 11") && why.contains("nice -3") && why.contains("highest of 2"), "{why}");
+    assert_eq!(svc(L4::Tcp, 80, &[(1, "x", Ok(-20))]).priority().0, 0);
+    assert_eq!(svc(L4::Tcp, 80, &[(1, "x", Ok(19))]).priority().0, 39);
+}
+
+#[test]
+fn login_users_and_nobody_get_the_default_priority_root_and_system_users_their_nice() {
+    let logins = (1000, 60000);
+    let by = |uids: &[u32]| {
+        let mut s = svc(L4::Udp, 7777, &[(10, "x", Ok(-5)), (11, "x", Ok(-5))]);
+        s.owners.truncate(uids.len());
+        for (o, &u) in s.owners.iter_mut().zip(uids) {
+            o.uid = Some(u);
+        }
+        s.priority_with(logins)
+    };
+    assert_eq!(by(&[0]).0, 15, "root: 20 + nice");
+    assert_eq!(by(&[33]).0, 15, "a system user (www-data)");
+    assert_eq!(by(&[61184]).0, 15, "a systemd dynamic user, above UID_MAX");
+    let (p, why) = by(&[1000]);
+    assert_eq!(p, UNTRUSTED_PRIORITY, "a login user: {why}");
+    assert!(why.contains("uid 1000") && why.contains("default class's"), "{why}");
+    assert_eq!(by(&[65534]).0, UNTRUSTED_PRIORITY, "nobody");
+    assert_eq!(by(&[1000, 0]).0, 15, "a root owner among them: trusted");
+    assert_eq!(svc(L4::Udp, 1, &[(1, "x", Ok(0))]).priority_with(logins).0, 20, "uid unknown: the nice, as before");
+}
+
+/// Issue 23, item 5: a socket no process holds sent every poll (once a
+/// second) through /proc again.
+#[test]
+fn an_unowned_socket_is_looked_for_again_only_after_a_while() {
+    let now = Instant::now();
+    let owners: HashMap<u32, Vec<u32>> = [(1, vec![10]), (2, vec![])].into_iter().collect();
+    let just = Some(now);
+    assert!(!rescan_due([1u32, 2].iter(), &owners, just, now), "known sockets, one unowned: no scan yet");
+    assert!(rescan_due([1u32, 3].iter(), &owners, just, now), "a new socket: scan at once");
+    let later = now + RESCAN_UNOWNED;
+    assert!(rescan_due([2u32].iter(), &owners, just, later), "the unowned one, RESCAN_UNOWNED later");
+    assert!(!rescan_due([1u32].iter(), &owners, just, later), "an owned one never");
+    assert!(rescan_due([1u32].iter(), &HashMap::new(), None, now), "nothing scanned yet");
+}
+
+#[test]
+fn login_defs_give_the_login_range() {
+    assert_eq!(parse_login_defs(""), (1000, 60000));
+    let defs = "# comment\nUID_MIN\t\t\t 500\nUID_MAX  59999\nSYS_UID_MIN 101\n";
+    assert_eq!(parse_login_defs(defs), (500, 59999));
+}
+
+#[test]
+fn an_unreadable_nice_counts_as_nice_zero_and_says_why() {
+    let s = svc(L4::Udp, 53, &[(10, "nsd", Err("/proc/10/stat: No such process".into()))]);
+    let (p, why) = s.priority();
+    assert_eq!(p, NICE_ZERO_PRIORITY);
+    assert!(why.contains("cannot be read") && why.contains("nice 0 assumed"), "{why}");
+    // A readable owner wins over an unreadable one.
+    let s = svc(L4::Udp, 53, &[(10, "a", Err("gone".into())), (11, "b", Ok(4))]);
+    assert_eq!(s.priority().0, 24);
+    let (p, why) = svc(L4::Udp, 53, &[]).priority();
+    assert_eq!(p, NICE_ZERO_PRIORITY);
+    assert!(why.contains("no process"), "{why}");
+}
+
+/// The nice comes from getpriority(2): this process's own, and an error
+/// (not a value) for a pid that does not exist.
+#[test]
+fn nice_is_read_with_getpriority_and_a_missing_process_is_an_error() {
+    // SAFETY: getpriority on this process.
+    let own = unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) };
+    assert_eq!(nice_of(std::process::id()), Ok(own as i8));
+    assert!(nice_of(u32::MAX / 2).is_err_and(|e| e.contains("getpriority")));
+}
+
+#[test]
+fn class_names_are_process_protocol_port() {
+    assert_eq!(svc(L4::Udp, 53, &[(1, "nsd", Ok(0))]).class_name(), "nsd/udp:53");
+    assert_eq!(svc(L4::Tcp, 8080, &[(1, "my server!", Ok(0))]).class_name(), "my_server_/tcp:8080");
+    assert_eq!(svc(L4::Tcp, 22, &[]).class_name(), "unknown/tcp:22");
+    assert_eq!(svc(L4::Udp, 53, &[(1, "nsd: xfrd", Ok(0))]).class_name(), "nsd/udp:53");
+}
+
+#[test]
+fn the_port_range_falls_back_to_the_kernel_default() {
+    assert_eq!(parse_port_range("32768\t60999\n"), (32768, 60999));
+    assert_eq!(parse_port_range("1024 2000"), (1024, 2000));
+    assert_eq!(parse_port_range("garbage"), (32768, 60999));
+    assert_eq!(parse_port_range("5 1"), (32768, 60999));
+}
+
+#[test]
+fn merge_adds_one_auto_class_per_service_before_the_default_class() {
+    let base = from_flags(&[]).unwrap();
+    let services = [svc(L4::Udp, 53, &[(1, "nsd", Ok(0))]), svc(L4::Tcp, 22, &[(2, "sshd", Ok(-5))])];
+    let (cfg, note) = merge(&base, &services);
+    let names: Vec<_> = cfg.classes.iter().map(|c| c.name.as_str()).collect();
+    // Highest priority first; the default class stays last and stays the default.
+    assert_eq!(names, ["sshd/tcp:22", "nsd/udp:53", "default"]);
+    assert_eq!(cfg.default_class, 2);
+    assert_eq!(cfg.classes[0].priority, 15);
+    assert!(matches!(cfg.classes[1].limit, Limit::Auto(_)));
+    assert!(cfg.classes[1].discovered.as_deref().unwrap().contains("nsd pid 1"));
+    assert_eq!(note, MergeNote::default());
+    // The result is a valid config: it compiles, and port 53 goes to nsd's class.
+    let t = crate::dataplane::classify::compile(&cfg).unwrap();
+    let probe = crate::dataplane::classify::Probe {
+        slot: crate::bpf_intf::SLUICE_SLOT_UDP,
+        port: 53,
+        src: "10.0.0.1".parse().unwrap(),
+    };
+    assert_eq!(t.lookup(&probe), 1);
+}
+
+#[test]
+fn a_configured_class_wins_over_discovery() {
+    let base = from_flags(&["dns:priority=0,rate=auto,match=udp:53".into()]).unwrap();
+    let services = [svc(L4::Udp, 53, &[(1, "nsd", Ok(0))]), svc(L4::Udp, 123, &[(2, "chronyd", Ok(0))])];
+    let (cfg, note) = merge(&base, &services);
+    let names: Vec<_> = cfg.classes.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["dns", "chronyd/udp:123", "default"]);
+    assert_eq!(note.covered, 1);
+}
+
+#[test]
+fn a_thousand_ports_share_classes_instead_of_overflowing_the_table() {
+    let base = from_flags(&[]).unwrap();
+    let services: Vec<Service> = (0..1000u16)
+        .map(|i| {
+            svc(
+                L4::Tcp,
+                10_000 + i,
+                &[(100 + u32::from(i % 3), ["a", "b", "c"][usize::from(i % 3)], Ok((i % 3) as i8))],
+            )
+        })
+        .collect();
+    let (cfg, note) = merge(&base, &services);
+    assert!(cfg.classes.len() <= SLUICE_MAX_CLASSES as usize);
+    assert!(note.grouped);
+    assert_eq!(note.unplaced, 0);
+    let names: Vec<_> = cfg.classes.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["a.p20/ports", "b.p21/ports", "c.p22/ports", "default"]);
+    assert!(cfg.classes[0].discovered.as_deref().unwrap().starts_with("334 ports;"), "the count is in the reason");
+    // A port more keeps every name (counters, controller and known clients go by it).
+    let mut more = services.clone();
+    more.push(svc(L4::Tcp, 11_000, &[(100, "a", Ok(0))]));
+    let (again, _) = merge(&base, &more);
+    let renamed: Vec<_> = again.classes.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(renamed, names, "names stay when a port joins a group");
+    crate::dataplane::classify::compile(&cfg).unwrap();
+    // Too many distinct processes for a class each: one class per priority.
+    let services: Vec<Service> =
+        (0..1000u16).map(|i| svc(L4::Udp, 1000 + i, &[(u32::from(i), &format!("p{i}"), Ok(0))])).collect();
+    let (cfg, note) = merge(&base, &services);
+    assert_eq!(cfg.classes.len(), 2, "{:?}", cfg.classes.iter().map(|c| &c.name).collect::<Vec<_>>());
+    assert_eq!(cfg.classes[0].name, "prio20/ports");
+    assert_eq!(note.unplaced, 0);
+}
+
+#[test]
+fn with_no_class_slot_left_services_go_to_the_default_class() {
+    let flags: Vec<String> = (0..63).map(|i| format!("c{i}:match=udp:{}", 1000 + i)).collect();
+    let base = from_flags(&flags).unwrap();
+    assert_eq!(base.classes.len(), 64);
+    let (cfg, note) = merge(&base, &[svc(L4::Udp, 53, &[])]);
+    assert_eq!(cfg.classes.len(), 64);
+    assert_eq!(note.unplaced, 1);
+}
+
+/// A real UDP socket on the wildcard and a TCP listener are found, with this
+/// process as their owner; a loopback-bound one is not.
+#[test]
+fn discovery_finds_this_processes_listeners() {
+    let udp = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+    let tcp = std::net::TcpListener::bind("[::]:0").unwrap();
+    let lo = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let (up, tp, lp) =
+        (udp.local_addr().unwrap().port(), tcp.local_addr().unwrap().port(), lo.local_addr().unwrap().port());
+    let mut d = Discovery::new(1).unwrap();
+    let found = d.poll().unwrap();
+    let me = std::process::id();
+    let find = |l4, port| found.iter().find(|s| s.l4 == l4 && s.port == port);
+    // Ports picked by the kernel are ephemeral, so the UDP one is skipped as a client's.
+    assert!(find(L4::Udp, up).is_none(), "an ephemeral UDP port is a client's socket");
+    let t = find(L4::Tcp, tp).expect("the TCP listener is found");
+    assert!(t.owners.iter().any(|o| o.pid == me && o.nice.is_ok()), "{t:?}");
+    assert!(find(L4::Udp, lp).is_none(), "a loopback-bound socket is not reachable from the interface");
+}
+
+/// An IPv6-only socket held by another process beside a service's IPv4 one
+/// is a service of its own (issue 23, item 3: it counted as the service's).
+#[test]
+fn a_v6_only_bind_beside_an_ipv4_service_is_a_service_of_its_own() {
+    let owners: HashMap<u32, Vec<u32>> = [(1, vec![100]), (2, vec![100]), (3, vec![200]), (4, vec![100])].into();
+    use Family::*;
+    assert_eq!(by_family(&[(1, V4), (3, V6)], &owners), [(V4, vec![100]), (V6, vec![200])]);
+    assert_eq!(by_family(&[(1, V4), (2, V6)], &owners), [(Both, vec![100])], "one process: one service");
+    assert_eq!(by_family(&[(1, V4), (4, Both), (3, V6)], &owners), [(Both, vec![100, 200])], "a dual-stack socket");
+    assert_eq!(by_family(&[(3, V6)], &owners), [(Both, vec![200])], "IPv6 alone");
+
+    let mut v4 = svc(L4::Udp, 53, &[(100, "nsd", Ok(-5))]);
+    v4.family = V4;
+    let mut v6 = svc(L4::Udp, 53, &[(200, "mine", Ok(0))]);
+    v6.family = V6;
+    v6.owners[0].uid = Some(1000);
+    let base = from_flags(&[]).unwrap();
+    let (cfg, _) = merge(&base, &[v4, v6]);
+    let class = |name: &str| cfg.classes.iter().find(|c| c.name == name).unwrap_or_else(|| panic!("{name}: {cfg:?}"));
+    let (nsd, mine) = (class("nsd/udp4:53"), class("mine/udp6:53"));
+    assert_eq!(nsd.priority, 15);
+    assert_eq!(mine.priority, UNTRUSTED_PRIORITY);
+    let t = crate::dataplane::classify::compile(&cfg).unwrap();
+    let probe = |src: &str| crate::dataplane::classify::Probe {
+        slot: crate::bpf_intf::SLUICE_SLOT_UDP,
+        port: 53,
+        src: src.parse().unwrap(),
+    };
+    let id = |name: &str| cfg.classes.iter().position(|c| c.name == name).unwrap();
+    assert_eq!(t.lookup(&probe("192.0.2.1")), id("nsd/udp4:53"), "IPv4 goes to the IPv4 service");
+    assert_eq!(t.lookup(&probe("2001:db8::1")), id("mine/udp6:53"), "IPv6 to the v6-only one");
+}

@@ -1,0 +1,554 @@
+//! The signals the auto controller reads each tick, all from the service's
+//! own namespace and all cheap (microseconds, no process started):
+//!
+//! | signal | source | meaning |
+//! |---|---|---|
+//! | admitted / seen per class | the gate's per-CPU counters (one map read) | what the gate let in / what arrived |
+//! | datagrams the services took | /proc/net/snmp and snmp6 `InDatagrams` | service rate |
+//! | socket drops | /proc/net/snmp `RcvbufErrors`; sock_diag `SK_MEMINFO_DROPS` | the socket queue overflowed |
+//! | socket queue, receive buffer | sock_diag `INET_DIAG_SKMEMINFO` (rmem_alloc, rcvbuf) of the class's sockets | is the service busy, how full |
+//! | backlog drops, time squeeze | /proc/net/softnet_stat | loss or congestion before the socket |
+//!
+//! The files are opened once, inside the namespace, and re-read in place; the
+//! sock_diag netlink socket is created once inside the namespace too.
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::tools::netns;
+
+/// UDP counters of a namespace (/proc/net/snmp, "Udp:" lines).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct UdpCounters {
+    /// Datagrams the application took from its sockets.
+    pub in_datagrams: u64,
+    pub no_ports: u64,
+    pub in_errors: u64,
+    /// Datagrams dropped because a socket's receive buffer was full.
+    pub rcvbuf_errors: u64,
+    pub out_datagrams: u64,
+}
+
+/// The fields of a /proc/PID/stat text from field 3 (the state) on: field N
+/// of proc(5) is index N - 3. The name in field 2 may hold spaces and
+/// parentheses, so the fields are counted from its closing one. None without it.
+pub fn stat_fields(stat: &str) -> Option<Vec<&str>> {
+    Some(stat.rsplit_once(')')?.1.split_whitespace().collect())
+}
+
+/// utime + stime (fields 14 and 15, clock ticks) of a /proc/PID/stat text.
+pub fn stat_cpu_ticks(stat: &str) -> Option<u64> {
+    let f = stat_fields(stat)?;
+    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+}
+
+/// The counter `name` from the first pair of lines starting with `prefix`
+/// (a header line of names, then a line of values), as /proc/net/snmp and
+/// /proc/net/netstat write them; 0 if absent.
+pub fn proc_counter(text: &str, prefix: &str, name: &str) -> u64 {
+    let mut lines = text.lines().filter(|l| l.starts_with(prefix));
+    let (Some(h), Some(v)) = (lines.next(), lines.next()) else { return 0 };
+    h.split_whitespace().position(|x| x == name).and_then(|i| v.split_whitespace().nth(i)?.parse().ok()).unwrap_or(0)
+}
+
+/// The counters of `names` that the `prefix` lines of `text` lack (a kernel
+/// without them: `proc_counter` reads them as 0, so they are said once).
+pub fn missing_counters<'a>(text: &str, prefix: &str, names: &[&'a str]) -> Vec<&'a str> {
+    let header = text.lines().find(|l| l.starts_with(prefix)).unwrap_or("");
+    names.iter().copied().filter(|n| !header.split_whitespace().any(|x| x == *n)).collect()
+}
+
+/// Parse the "Udp:" header and value lines of /proc/net/snmp.
+pub fn parse_snmp_udp(text: &str) -> UdpCounters {
+    let get = |name: &str| proc_counter(text, "Udp:", name);
+    UdpCounters {
+        in_datagrams: get("InDatagrams"),
+        no_ports: get("NoPorts"),
+        in_errors: get("InErrors"),
+        rcvbuf_errors: get("RcvbufErrors"),
+        out_datagrams: get("OutDatagrams"),
+    }
+}
+
+/// A /proc/net file of one namespace, opened once from inside it and re-read
+/// in place: reading it costs microseconds, with no thread or process to
+/// start, so the counters at a window's edge are read close together.
+pub struct NsFile(std::fs::File);
+
+impl NsFile {
+    pub fn open(ns: &str, name: &str) -> Result<NsFile> {
+        let path = format!("/proc/thread-self/net/{name}");
+        netns::run_in(ns, move || Ok(NsFile(std::fs::File::open(&path).with_context(|| format!("opening {path}"))?)))
+    }
+
+    /// The file of the current namespace.
+    pub fn open_here(name: &str) -> Result<NsFile> {
+        let path = format!("/proc/thread-self/net/{name}");
+        Ok(NsFile(std::fs::File::open(&path).with_context(|| format!("opening {path}"))?))
+    }
+
+    pub fn read(&mut self) -> Result<String> {
+        use std::io::{Read, Seek};
+        self.0.seek(std::io::SeekFrom::Start(0))?;
+        let mut s = String::new();
+        self.0.read_to_string(&mut s)?;
+        Ok(s)
+    }
+}
+
+/// UDP counters from /proc/net/snmp and snmp6 texts (IPv4 and IPv6 added up).
+pub fn udp_counters(snmp: &str, snmp6: &str) -> UdpCounters {
+    let v4 = parse_snmp_udp(snmp);
+    let g = |n: &str| -> u64 {
+        snmp6.lines().find_map(|l| l.strip_prefix(n).map(|x| x.trim().parse().unwrap_or(0))).unwrap_or(0)
+    };
+    UdpCounters {
+        in_datagrams: v4.in_datagrams + g("Udp6InDatagrams "),
+        no_ports: v4.no_ports + g("Udp6NoPorts "),
+        in_errors: v4.in_errors + g("Udp6InErrors "),
+        rcvbuf_errors: v4.rcvbuf_errors + g("Udp6RcvbufErrors "),
+        out_datagrams: v4.out_datagrams + g("Udp6OutDatagrams "),
+    }
+}
+
+/// The first three columns of /proc/net/softnet_stat, summed over CPUs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Softnet {
+    /// Packets taken from the per-CPU backlogs.
+    pub processed: u64,
+    /// Packets dropped because a backlog was full.
+    pub dropped: u64,
+    /// Times a receive round ran out of budget or time with work left.
+    pub time_squeeze: u64,
+}
+
+pub fn parse_softnet(text: &str) -> Softnet {
+    let mut t = Softnet::default();
+    for l in text.lines() {
+        let v: Vec<u64> = l.split_whitespace().filter_map(|x| u64::from_str_radix(x, 16).ok()).collect();
+        if v.len() >= 3 {
+            t.processed += v[0];
+            t.dropped += v[1];
+            t.time_squeeze += v[2];
+        }
+    }
+    t
+}
+
+pub fn softnet() -> Result<Softnet> {
+    Ok(parse_softnet(&std::fs::read_to_string("/proc/net/softnet_stat")?))
+}
+
+// ---------------------------------------------------------------------------
+// sock_diag: the UDP sockets behind a class's ports.
+
+/// Memory and drops of the sockets bound to some ports, added up.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct SockStats {
+    pub sockets: u32,
+    /// Bytes queued (sk_rmem_alloc).
+    pub queued: u64,
+    /// Receive buffer size (sk_rcvbuf).
+    pub rcvbuf: u64,
+    /// Datagrams dropped by the sockets (sk_drops), since they were created.
+    pub drops: u64,
+}
+
+impl SockStats {
+    /// One socket's figures from its INET_DIAG_SKMEMINFO array.
+    pub fn of_socket(mem: &[u32]) -> SockStats {
+        SockStats {
+            sockets: 1,
+            queued: u64::from(mem[SK_MEMINFO_RMEM_ALLOC]),
+            rcvbuf: u64::from(mem[SK_MEMINFO_RCVBUF]),
+            drops: u64::from(mem[SK_MEMINFO_DROPS]),
+        }
+    }
+
+    pub fn add(&self, o: &SockStats) -> SockStats {
+        SockStats {
+            sockets: self.sockets + o.sockets,
+            queued: self.queued + o.queued,
+            rcvbuf: self.rcvbuf + o.rcvbuf,
+            drops: self.drops + o.drops,
+        }
+    }
+}
+
+// From linux/inet_diag.h and linux/sock_diag.h.
+const SOCK_DIAG_BY_FAMILY: u16 = 20;
+const INET_DIAG_SKMEMINFO: u16 = 7;
+const INET_DIAG_REQ_BYTECODE: u16 = 1;
+const INET_DIAG_SKV6ONLY: u16 = 11;
+const INET_DIAG_BC_JMP: u8 = 1;
+const INET_DIAG_BC_S_GE: u8 = 2;
+const INET_DIAG_BC_S_LE: u8 = 3;
+const SK_MEMINFO_RMEM_ALLOC: usize = 0;
+const SK_MEMINFO_RCVBUF: usize = 1;
+const SK_MEMINFO_DROPS: usize = 8;
+const NLMSG_HDRLEN: usize = 16;
+/// struct inet_diag_req_v2: family, protocol, ext, pad, states, 48-byte sockid.
+const REQ_LEN: usize = 56;
+/// struct inet_diag_msg: family, state, timer, retrans, sockid (48), expires,
+/// rqueue, wqueue, uid, inode.
+const MSG_LEN: usize = 72;
+
+/// A NETLINK_SOCK_DIAG socket, created in one namespace.
+pub struct SockDiag {
+    fd: std::os::fd::OwnedFd,
+    seq: u32,
+}
+
+impl SockDiag {
+    /// Open in namespace `ns` (None: the current one).
+    pub fn open(ns: Option<&str>) -> Result<SockDiag> {
+        let open = || -> Result<SockDiag> {
+            use std::os::fd::FromRawFd;
+            // SAFETY: plain socket(2); the fd is owned from here on.
+            let fd =
+                unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, libc::NETLINK_SOCK_DIAG) };
+            if fd < 0 {
+                return Err(std::io::Error::last_os_error()).context("opening a NETLINK_SOCK_DIAG socket");
+            }
+            // SAFETY: fd is a fresh, valid descriptor.
+            Ok(SockDiag { fd: unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }, seq: 0 })
+        };
+        match ns {
+            Some(ns) => netns::run_in(ns, open),
+            None => open(),
+        }
+    }
+
+    /// The UDP sockets (IPv4 and IPv6) whose local port is in one of `ports`.
+    pub fn udp(&mut self, ports: &[(u16, u16)]) -> Result<SockStats> {
+        let v4 = self.udp_in(libc::AF_INET as u8, ports)?;
+        Ok(v4.add(&self.udp_in(libc::AF_INET6 as u8, ports)?))
+    }
+
+    /// The UDP sockets of one address family whose local port is in one of `ports`.
+    pub fn udp_in(&mut self, family: u8, ports: &[(u16, u16)]) -> Result<SockStats> {
+        let mut total = SockStats::default();
+        if ports.is_empty() {
+            return Ok(total);
+        }
+        self.dump_ports(family, libc::IPPROTO_UDP as u8, u32::MAX, ports, &mut |s| {
+            if let Some(mem) = s.mem.filter(|_| ports.iter().any(|&(lo, hi)| (lo..=hi).contains(&s.sport))) {
+                total = total.add(&SockStats::of_socket(mem));
+            }
+        })?;
+        Ok(total)
+    }
+
+    /// Dump the sockets of one family and protocol whose TCP state is in the
+    /// bit set `states` (`1 << TCP_LISTEN`, ...; UDP sockets are in
+    /// TCP_CLOSE when unconnected), calling `each` per socket.
+    pub fn dump(&mut self, family: u8, protocol: u8, states: u32, each: &mut dyn FnMut(&DiagSock)) -> Result<()> {
+        self.dump_ports(family, protocol, states, &[], each)
+    }
+
+    /// As `dump`, but the kernel sends only the sockets whose local port is
+    /// in one of `ports` (inet_diag bytecode: the others cost no netlink
+    /// message and no parsing); empty `ports`: every socket.
+    pub fn dump_ports(
+        &mut self,
+        family: u8,
+        protocol: u8,
+        states: u32,
+        ports: &[(u16, u16)],
+        each: &mut dyn FnMut(&DiagSock),
+    ) -> Result<()> {
+        use std::os::fd::AsRawFd;
+        self.seq = self.seq.wrapping_add(1);
+        let bc = port_filter(ports);
+        let mut req = vec![0u8; NLMSG_HDRLEN + REQ_LEN];
+        if let Some(bc) = &bc {
+            req.extend_from_slice(&((4 + bc.len()) as u16).to_ne_bytes());
+            req.extend_from_slice(&INET_DIAG_REQ_BYTECODE.to_ne_bytes());
+            req.extend_from_slice(bc);
+        }
+        let len = req.len() as u32;
+        req[0..4].copy_from_slice(&len.to_ne_bytes());
+        req[4..6].copy_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes());
+        req[6..8].copy_from_slice(&((libc::NLM_F_REQUEST | libc::NLM_F_DUMP) as u16).to_ne_bytes());
+        req[8..12].copy_from_slice(&self.seq.to_ne_bytes());
+        let r = &mut req[NLMSG_HDRLEN..];
+        r[0] = family;
+        r[1] = protocol;
+        r[2] = 1 << (INET_DIAG_SKMEMINFO - 1);
+        r[4..8].copy_from_slice(&states.to_ne_bytes());
+        // SAFETY: send(2) of a byte buffer we own.
+        let n = unsafe { libc::send(self.fd.as_raw_fd(), req.as_ptr().cast(), req.len(), 0) };
+        if n < 0 {
+            return Err(std::io::Error::last_os_error()).context("sock_diag request");
+        }
+        let mut buf = vec![0u8; 32 * 1024];
+        loop {
+            // SAFETY: recv(2) into a buffer we own, at most its length.
+            let n = unsafe { libc::recv(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+            if n < 0 {
+                return Err(std::io::Error::last_os_error()).context("sock_diag reply");
+            }
+            if parse_diag_reply(&buf[..n as usize], self.seq, each)? {
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// inet_diag bytecode (linux/inet_diag.h) that accepts a socket whose local
+/// port is in one of `ranges`; None (no filter) for no range or too many to
+/// jump over. The kernel runs it per socket: an op's `yes` or `no` is how
+/// many bytes to skip on a match or a miss; landing exactly on the end
+/// accepts, jumping past it rejects. One block per range:
+///   S_GE lo (yes: next op; no: next block)
+///   S_LE hi (yes: next op; no: next block)
+///   JMP     (always `no`: to the end, accept)
+/// The last block's misses jump past the end. `yes` is a byte, `no` two,
+/// so only the JMP makes the long jump.
+pub fn port_filter(ranges: &[(u16, u16)]) -> Option<Vec<u8>> {
+    const BLOCK: usize = 20;
+    let n = ranges.len();
+    let total = n * BLOCK;
+    if n == 0 || total > usize::from(u16::MAX) - 8 {
+        return None;
+    }
+    let mut bc = Vec::with_capacity(total);
+    let mut op = |code: u8, yes: u8, no: usize| {
+        bc.push(code);
+        bc.push(yes);
+        bc.extend_from_slice(&(no as u16).to_ne_bytes());
+    };
+    for (i, &(lo, hi)) in ranges.iter().enumerate() {
+        let last = i + 1 == n;
+        op(INET_DIAG_BC_S_GE, 8, if last { BLOCK + 4 } else { BLOCK });
+        op(0, 0, usize::from(lo));
+        op(INET_DIAG_BC_S_LE, 8, if last { 12 + 4 } else { 12 });
+        op(0, 0, usize::from(hi));
+        op(INET_DIAG_BC_JMP, 4, total - (i * BLOCK + 16));
+    }
+    Some(bc)
+}
+
+/// TCP states as sock_diag numbers them (include/net/tcp_states.h).
+pub const TCP_ESTABLISHED: u8 = 1;
+pub const TCP_CLOSE: u8 = 7;
+pub const TCP_LISTEN: u8 = 10;
+
+/// One socket of a sock_diag dump.
+#[derive(Debug, Clone, Copy)]
+pub struct DiagSock<'a> {
+    pub family: u8,
+    /// TCP state (UDP: TCP_CLOSE unconnected, TCP_ESTABLISHED connected).
+    pub state: u8,
+    /// Local and remote port.
+    pub sport: u16,
+    pub dport: u16,
+    /// Local address (unspecified: the wildcard).
+    pub src: std::net::IpAddr,
+    /// Interface the socket is bound to (SO_BINDTODEVICE), 0 for none.
+    pub ifindex: u32,
+    /// Listeners: the accept queue's length and its limit; others: bytes
+    /// in the receive and send queues.
+    pub rqueue: u32,
+    pub wqueue: u32,
+    pub inode: u32,
+    /// An IPv6 socket with IPV6_V6ONLY (it takes no IPv4 packet).
+    pub v6only: bool,
+    /// INET_DIAG_SKMEMINFO, if the kernel sent it (SK_MEMINFO_* indexes).
+    pub mem: Option<&'a [u32]>,
+}
+
+impl DiagSock<'_> {
+    fn parse(m: &[u8]) -> DiagSock<'_> {
+        let u32_at = |o: usize| u32::from_ne_bytes(m[o..o + 4].try_into().unwrap());
+        let src = if m[0] == libc::AF_INET6 as u8 {
+            std::net::IpAddr::from(<[u8; 16]>::try_from(&m[8..24]).unwrap())
+        } else {
+            std::net::IpAddr::from(<[u8; 4]>::try_from(&m[8..12]).unwrap())
+        };
+        DiagSock {
+            family: m[0],
+            state: m[1],
+            sport: u16::from_be_bytes([m[4], m[5]]),
+            dport: u16::from_be_bytes([m[6], m[7]]),
+            src,
+            ifindex: u32_at(40),
+            rqueue: u32_at(56),
+            wqueue: u32_at(60),
+            inode: u32_at(68),
+            v6only: false,
+            mem: None,
+        }
+    }
+}
+
+/// Walk one datagram of sock_diag replies, calling `each` per socket.
+/// Returns true at the end of the dump (NLMSG_DONE).
+pub fn parse_diag_reply(mut b: &[u8], seq: u32, each: &mut dyn FnMut(&DiagSock)) -> Result<bool> {
+    let u32_at = |b: &[u8], o: usize| u32::from_ne_bytes(b[o..o + 4].try_into().unwrap());
+    let u16_at = |b: &[u8], o: usize| u16::from_ne_bytes(b[o..o + 2].try_into().unwrap());
+    while b.len() >= NLMSG_HDRLEN {
+        let len = u32_at(b, 0) as usize;
+        if len < NLMSG_HDRLEN || len > b.len() {
+            anyhow::bail!("sock_diag: malformed netlink message (length {len} of {})", b.len());
+        }
+        let (msg, kind) = (&b[..len], u16_at(b, 4) as i32);
+        if u32_at(b, 8) == seq {
+            match kind {
+                libc::NLMSG_DONE => return Ok(true),
+                libc::NLMSG_ERROR => {
+                    let errno = if len >= NLMSG_HDRLEN + 4 { -(u32_at(msg, NLMSG_HDRLEN) as i32) } else { 0 };
+                    if errno != 0 {
+                        return Err(std::io::Error::from_raw_os_error(errno)).context("sock_diag dump");
+                    }
+                }
+                _ if len >= NLMSG_HDRLEN + MSG_LEN => {
+                    let m = &msg[NLMSG_HDRLEN..];
+                    let mut sock = DiagSock::parse(m);
+                    // Attributes after the fixed part, 4-byte aligned.
+                    let mut a = &m[MSG_LEN..];
+                    let mut mem = vec![];
+                    while a.len() >= 4 {
+                        let alen = u16_at(a, 0) as usize;
+                        if alen < 4 || alen > a.len() {
+                            break;
+                        }
+                        match u16_at(a, 2) {
+                            INET_DIAG_SKMEMINFO => {
+                                mem = a[4..alen]
+                                    .chunks_exact(4)
+                                    .map(|c| u32::from_ne_bytes(c.try_into().unwrap()))
+                                    .collect()
+                            }
+                            INET_DIAG_SKV6ONLY if alen > 4 => sock.v6only = a[4] != 0,
+                            _ => {}
+                        }
+                        a = &a[alen.next_multiple_of(4).min(a.len())..];
+                    }
+                    if mem.len() > SK_MEMINFO_DROPS {
+                        sock.mem = Some(&mem);
+                    }
+                    each(&sock);
+                }
+                _ => {}
+            }
+        }
+        b = &b[len.next_multiple_of(4).min(b.len())..];
+    }
+    Ok(false)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn missing_counters_are_named() {
+        let text = "TcpExt: SyncookiesSent ListenDrops\nTcpExt: 1 2\n";
+        let want = ["SyncookiesSent", "ListenOverflows", "ListenDrops"];
+        assert_eq!(super::missing_counters(text, "TcpExt:", &want), ["ListenOverflows"]);
+        assert_eq!(super::missing_counters("", "TcpExt:", &["A"]), ["A"]);
+    }
+
+    use super::*;
+
+    #[test]
+    fn stat_fields_count_from_the_names_closing_parenthesis() {
+        let stat = "42 (a (b) c) S 1 42 42 0 -1 4194560 100 0 0 0 7 5 0 0 20 0 1";
+        assert_eq!(stat_fields(stat).unwrap()[..2], ["S", "1"]);
+        assert_eq!(stat_cpu_ticks(stat), Some(12), "utime 7 + stime 5");
+        assert_eq!(stat_cpu_ticks("42 (x) S 1"), None, "too few fields");
+        assert_eq!(stat_fields("no name here"), None);
+    }
+
+    /// sock_diag finds a real socket by its port and sees its queue grow.
+    #[test]
+    fn sock_diag_sees_a_sockets_queue() {
+        let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let port = rx.local_addr().unwrap().port();
+        let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let mut diag = SockDiag::open(None).unwrap();
+        let empty = diag.udp(&[(port, port)]).unwrap();
+        assert_eq!((empty.sockets, empty.queued), (1, 0), "{empty:?}");
+        assert!(empty.rcvbuf > 0);
+        for _ in 0..10 {
+            tx.send_to(&[0u8; 100], rx.local_addr().unwrap()).unwrap();
+        }
+        let full = diag.udp(&[(port, port)]).unwrap();
+        assert!(full.queued >= 1000, "{full:?}");
+        // Another port range does not see it.
+        let other = diag.udp(&[(port.wrapping_add(1), port.wrapping_add(1))]).unwrap();
+        assert_eq!(other.queued, 0);
+    }
+
+    /// The kernel filters by port (issue 23, item 5): a dump with ranges
+    /// hands back only the sockets in them, with no check in user space.
+    #[test]
+    fn sock_diag_filters_by_port_in_the_kernel() {
+        let socks: Vec<std::net::UdpSocket> =
+            (0..4).map(|_| std::net::UdpSocket::bind("127.0.0.1:0").unwrap()).collect();
+        let port = |i: usize| socks[i].local_addr().unwrap().port();
+        let mut diag = SockDiag::open(None).unwrap();
+        for want in [vec![0], vec![1, 3], vec![0, 1, 2, 3]] {
+            let ranges: Vec<(u16, u16)> = want.iter().map(|&i| (port(i), port(i))).collect();
+            let mut got = vec![];
+            diag.dump_ports(libc::AF_INET as u8, libc::IPPROTO_UDP as u8, u32::MAX, &ranges, &mut |s| {
+                got.push(s.sport)
+            })
+            .unwrap();
+            got.sort_unstable();
+            let mut expect: Vec<u16> = want.iter().map(|&i| port(i)).collect();
+            expect.sort_unstable();
+            assert_eq!(got, expect, "ranges {ranges:?}");
+        }
+        // A range that holds several: every socket of the namespace's UDP in it.
+        let (lo, hi) = ((0..4).map(port).min().unwrap(), (0..4).map(port).max().unwrap());
+        let mut got = 0;
+        diag.dump_ports(libc::AF_INET as u8, libc::IPPROTO_UDP as u8, u32::MAX, &[(lo, hi)], &mut |s| {
+            assert!((lo..=hi).contains(&s.sport));
+            got += 1;
+        })
+        .unwrap();
+        assert!(got >= 4, "{got}");
+    }
+
+    /// IPV6_V6ONLY is read from the dump (issue 23, item 3).
+    #[test]
+    fn sock_diag_says_which_ipv6_sockets_are_v6_only() {
+        let bind = |only: bool| {
+            let s = socket2::Socket::new(socket2::Domain::IPV6, socket2::Type::DGRAM, None).unwrap();
+            s.set_only_v6(only).unwrap();
+            s.bind(&"[::]:0".parse::<std::net::SocketAddr>().unwrap().into()).unwrap();
+            let port = s.local_addr().unwrap().as_socket().unwrap().port();
+            (s, port)
+        };
+        let ((_a, only), (_b, dual)) = (bind(true), bind(false));
+        let mut seen = vec![];
+        let mut diag = SockDiag::open(None).unwrap();
+        let ranges = [(only, only), (dual, dual)];
+        diag.dump_ports(libc::AF_INET6 as u8, libc::IPPROTO_UDP as u8, u32::MAX, &ranges, &mut |s| {
+            seen.push((s.sport, s.v6only))
+        })
+        .unwrap();
+        seen.sort_unstable();
+        let mut want = vec![(only, true), (dual, false)];
+        want.sort_unstable();
+        assert_eq!(seen, want);
+    }
+
+    #[test]
+    fn the_port_filter_is_one_block_per_range_and_none_when_it_cannot_jump() {
+        assert_eq!(port_filter(&[]), None);
+        let bc = port_filter(&[(53, 53), (8000, 8100)]).unwrap();
+        assert_eq!(bc.len(), 40);
+        assert_eq!(&bc[4 + 2..4 + 4], &53u16.to_ne_bytes(), "the low port follows S_GE");
+        assert_eq!(&bc[20 + 12 + 2..20 + 12 + 4], &8100u16.to_ne_bytes());
+        assert_eq!(u16::from_ne_bytes([bc[18], bc[19]]), 40 - 16, "the first JMP lands on the end");
+        assert!(port_filter(&vec![(1, 1); 4000]).is_none(), "65,535 bytes at most");
+    }
+
+    #[test]
+    fn a_truncated_diag_reply_is_an_error_not_a_panic() {
+        let mut msg = vec![0u8; 20];
+        msg[0..4].copy_from_slice(&200u32.to_ne_bytes());
+        assert!(parse_diag_reply(&msg, 1, &mut |_| {}).is_err());
+        assert!(!parse_diag_reply(&msg[..8], 1, &mut |_| {}).unwrap());
+    }
+}

@@ -1,0 +1,421 @@
+//! The known sources' state file: the clients each class's service answered
+//! while it was healthy (the gate's "known" map), kept across a restart of
+//! the daemon (pure file I/O and conversion; the daemon reads and writes it).
+//!
+//! One JSON file per interface, `STATE_DIR/known-IFACE.json`, written
+//! atomically (a temporary file in the same directory, fsync, rename), so a
+//! crash leaves the old file or the new one, never half of one. Entries are
+//! stored by class name (class ids change when services come and go) with
+//! wall-clock times, as the gate's map keeps them (`struct sluice_known`):
+//! the time the daemon or the host was down ages them, and a reboot does
+//! not (monotonic time restarts near 0 at boot; version 1 files kept ages
+//! in it). A file that cannot be read or parsed is ignored: the daemon logs
+//! why and starts with no known sources.
+use std::io::Write as _;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::os::unix::fs::OpenOptionsExt as _;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::bpf_intf::{sluice_known, sluice_src_key};
+
+/// Where state files go unless `--state-dir` says otherwise.
+pub const STATE_DIR: &str = "/var/lib/sluice";
+/// Version of the file's format (2: wall-clock times; 1: ages, read and converted).
+pub const VERSION: u32 = 2;
+
+/// One known source.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Known {
+    pub class: String,
+    /// The address (IPv4) or the /64 prefix (IPv6, lower 64 bits zero).
+    pub addr: IpAddr,
+    /// Wall-clock ms (Unix time) of the service's first and last answer to
+    /// it (known takes SLUICE_KNOWN_SPAN_MS between them).
+    pub first_unix_ms: u64,
+    pub last_unix_ms: u64,
+    pub answers: u32,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct StateFile {
+    version: u32,
+    /// Unix time the file was written.
+    saved_unix: u64,
+    sources: Vec<Known>,
+}
+
+/// Version 1's entry: ages relative to `saved_unix`.
+#[derive(Debug, Deserialize)]
+struct KnownV1 {
+    class: String,
+    addr: IpAddr,
+    age_secs: u64,
+    #[serde(default)]
+    span_secs: u64,
+    answers: u32,
+}
+
+#[derive(Debug, Deserialize)]
+struct StateFileV1 {
+    saved_unix: u64,
+    sources: Vec<KnownV1>,
+}
+
+/// The state file of an interface.
+pub fn path(dir: &Path, iface: &str) -> PathBuf {
+    dir.join(format!("known-{iface}.json"))
+}
+
+/// The gate's known map as entries, with class ids named by `names`;
+/// entries not answered in the last `ttl_ms` before `now_ms` (the gate
+/// clock) or of a class that no longer exists are left out.
+pub fn from_map(map: &[(sluice_src_key, sluice_known)], names: &[String], now_ms: u64, ttl_ms: u64) -> Vec<Known> {
+    map.iter()
+        .filter(|(_, v)| now_ms.saturating_sub(v.last_ms) <= ttl_ms)
+        .filter_map(|(k, v)| {
+            let class = names.get(k.class_id as usize)?.clone();
+            let addr = match k.family {
+                4 => IpAddr::V4(Ipv4Addr::new(k.addr[0], k.addr[1], k.addr[2], k.addr[3])),
+                6 => IpAddr::V6(Ipv6Addr::from(k.addr)),
+                _ => return None,
+            };
+            Some(Known { class, addr, first_unix_ms: v.first_ms, last_unix_ms: v.last_ms, answers: v.answers })
+        })
+        .collect()
+}
+
+/// Entries as the gate's map wants them, for the classes `names` has. The
+/// others are returned apart (their class may appear later, when discovery
+/// finds its service).
+pub fn to_map(entries: Vec<Known>, names: &[String]) -> (Vec<(sluice_src_key, sluice_known)>, Vec<Known>) {
+    let mut later = Vec::new();
+    let mut map = Vec::new();
+    for e in entries {
+        let Some(id) = names.iter().position(|n| *n == e.class) else {
+            later.push(e);
+            continue;
+        };
+        let mut key = sluice_src_key { class_id: id as u8, ..Default::default() };
+        match e.addr {
+            IpAddr::V4(a) => {
+                (key.family, key.plen) = (4, 32);
+                key.addr[..4].copy_from_slice(&a.octets());
+            }
+            IpAddr::V6(a) => {
+                (key.family, key.plen) = (6, 64);
+                key.addr[..8].copy_from_slice(&a.octets()[..8]);
+            }
+        }
+        let value = sluice_known {
+            first_ms: e.first_unix_ms,
+            last_ms: e.last_unix_ms,
+            answers: e.answers,
+            ..Default::default()
+        };
+        map.push((key, value));
+    }
+    (map, later)
+}
+
+/// Write the entries atomically.
+pub fn save(file: &Path, sources: &[Known]) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let dir = file.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let tmp = file.with_extension("json.tmp");
+    let saved_unix = crate::dataplane::gate::Clock::wall_ms() / 1000;
+    let state = StateFile { version: VERSION, saved_unix, sources: sources.to_vec() };
+    let write = || -> std::io::Result<()> {
+        // The file holds client addresses: mode 0600 from its creation, and
+        // never written through whatever a link at the temporary path points
+        // to (a stale one is removed; O_EXCL | O_NOFOLLOW refuse a new one).
+        match std::fs::remove_file(&tmp) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&tmp)?;
+        f.write_all(&serde_json::to_vec(&state)?)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, file)
+    };
+    write().with_context(|| format!("writing {}", file.display()))
+}
+
+/// Writes the state file on a thread of its own, so the control thread
+/// never waits for the disk (the write ends in fsync). One write at a time:
+/// an offer while one is under way is skipped (the next carries newer
+/// entries). A failed write is logged at the 1st, 2nd, 4th, ... time.
+pub struct Saver {
+    tx: Option<std::sync::mpsc::SyncSender<Vec<Known>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Saver {
+    pub fn start(file: PathBuf) -> Saver {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Known>>(0);
+        let thread = std::thread::Builder::new()
+            .name("sluice-save".into())
+            .spawn(move || {
+                let mut errors = 0u64;
+                for entries in rx {
+                    if let Err(e) = save(&file, &entries) {
+                        errors += 1;
+                        if errors.is_power_of_two() {
+                            crate::surface::log::warn(format_args!(
+                                "known sources: not saved ({errors} times so far): {e:#}"
+                            ));
+                        }
+                    }
+                }
+            })
+            .expect("starting the state file's writer");
+        Saver { tx: Some(tx), thread: Some(thread) }
+    }
+
+    /// Hand `entries` to the writer; false if it is still busy with the last ones.
+    pub fn offer(&self, entries: Vec<Known>) -> bool {
+        self.tx.as_ref().is_some_and(|tx| tx.try_send(entries).is_ok())
+    }
+
+    /// Wait for the write under way, if any, and end the thread.
+    pub fn finish(&mut self) {
+        self.tx = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Read the entries. A missing file is no error (Ok of nothing); a file
+/// that cannot be read or parsed is, and says why. A version 1 file's ages
+/// are taken back to wall-clock times from the time it was written.
+pub fn load(file: &Path) -> Result<Vec<Known>, String> {
+    let text = match std::fs::read(file) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
+        Err(e) => return Err(format!("cannot read {}: {e}", file.display())),
+    };
+    let not_ours = |e: serde_json::Error| format!("{} is not a sluice state file: {e}", file.display());
+    #[derive(Deserialize)]
+    struct Version {
+        version: u32,
+    }
+    match serde_json::from_slice::<Version>(&text).map_err(not_ours)?.version {
+        VERSION => Ok(serde_json::from_slice::<StateFile>(&text).map_err(not_ours)?.sources),
+        1 => Ok(from_v1(serde_json::from_slice(&text).map_err(not_ours)?)),
+        v => Err(format!("{} has version {v}, this sluice reads {VERSION} and 1", file.display())),
+    }
+}
+
+fn from_v1(state: StateFileV1) -> Vec<Known> {
+    let saved_ms = state.saved_unix.saturating_mul(1000);
+    let at = |ago_secs: u64| saved_ms.saturating_sub(ago_secs.saturating_mul(1000));
+    state
+        .sources
+        .into_iter()
+        .map(|k| Known {
+            first_unix_ms: at(k.age_secs.saturating_add(k.span_secs)),
+            last_unix_ms: at(k.age_secs),
+            class: k.class,
+            addr: k.addr,
+            answers: k.answers,
+        })
+        .collect()
+}
+
+/// The share of the known map the classes' parts add up to: the LRU map
+/// evicts a little before it is full, and the rest is headroom for what the
+/// learner inserts between two scans past a part (two CPUs at the last room).
+pub const PARTS_OF_MAP: f64 = 0.9;
+/// A class past its part keeps this share of it, its newest entries: room
+/// for new clients until the next scan, rather than none.
+pub const KEEP_OF_PART: f64 = 0.9;
+
+/// One class's part of the known map: an equal share of PARTS_OF_MAP of
+/// `capacity` between the `learning` classes that may learn (every class but
+/// the default one).
+pub fn part(capacity: u32, learning: usize) -> u64 {
+    (capacity as f64 * PARTS_OF_MAP / learning.max(1) as f64) as u64
+}
+
+/// Hold every class to its part of the map: the entries to delete (a class
+/// past `part` keeps its KEEP_OF_PART x part newest, by last answer) and,
+/// per class id, the new entries it may still make.
+pub fn bound(map: &[(sluice_src_key, sluice_known)], classes: usize, part: u64) -> (Vec<sluice_src_key>, Vec<i64>) {
+    let mut per_class: Vec<Vec<(u64, sluice_src_key)>> = vec![vec![]; classes];
+    for (k, v) in map {
+        if let Some(c) = per_class.get_mut(k.class_id as usize) {
+            c.push((v.last_ms, *k));
+        }
+    }
+    let mut delete = vec![];
+    let mut room = vec![];
+    for mut entries in per_class {
+        let mut held = entries.len() as u64;
+        if held > part {
+            let keep = (part as f64 * KEEP_OF_PART) as usize;
+            entries.sort_unstable_by_key(|e| std::cmp::Reverse(e.0));
+            delete.extend(entries.drain(keep..).map(|(_, k)| k));
+            held = keep as u64;
+        }
+        room.push(part as i64 - held as i64);
+    }
+    (delete, room)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(class_id: u8, i: u32) -> sluice_src_key {
+        let mut addr = [0u8; 16];
+        addr[..4].copy_from_slice(&i.to_be_bytes());
+        sluice_src_key { class_id, family: 4, plen: 32, addr, ..Default::default() }
+    }
+
+    /// Issue 23, item 4: one class's clients (or whoever it answers) never
+    /// take another class's part of the known map.
+    #[test]
+    fn a_class_past_its_part_of_the_known_map_loses_its_oldest_entries_only() {
+        assert_eq!(part(65_536, 2), 29_491);
+        assert_eq!(part(65_536, 0), 58_982, "no learning class: one part, never a division by zero");
+        let mut map = vec![];
+        for i in 0..150u32 {
+            map.push((key(1, i), sluice_known { last_ms: 1_000 + i as u64, ..Default::default() }));
+        }
+        for i in 0..10u32 {
+            map.push((key(2, 1_000 + i), sluice_known { last_ms: 5, ..Default::default() }));
+        }
+        map.push((key(63, 7), sluice_known::default())); // a class id past the config: left alone
+        let (delete, room) = bound(&map, 3, 100);
+        assert_eq!(delete.len(), 60, "class 1 keeps 90 of its part of 100");
+        assert!(delete.iter().all(|k| k.class_id == 1), "only the class past its part loses entries");
+        let oldest_kept = 1_000 + 60;
+        assert!(
+            delete.iter().all(|k| u32::from_be_bytes(k.addr[..4].try_into().unwrap()) < oldest_kept),
+            "the oldest go"
+        );
+        assert_eq!(room, vec![100, 10, 90]);
+    }
+
+    /// A wall-clock time to test with: 2026-11-23.
+    const NOW_MS: u64 = 1_795_000_000_000;
+
+    fn names() -> Vec<String> {
+        vec!["default".into(), "udp-53".into()]
+    }
+
+    #[test]
+    fn the_saver_writes_off_thread_and_finishes_its_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("known-x.json");
+        let mut saver = Saver::start(file.clone());
+        let sources = vec![entry("192.0.2.1", 10, 5, 3)];
+        // A write may be under way from an earlier offer: offer until taken.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !saver.offer(sources.clone()) {
+            assert!(std::time::Instant::now() < deadline, "the saver never took an offer");
+        }
+        saver.finish();
+        assert_eq!(load(&file).unwrap(), sources, "the write ended before finish returned");
+        assert!(!saver.offer(sources), "a finished saver takes nothing");
+    }
+
+    fn entry(addr: &str, ago_secs: u64, span_secs: u64, answers: u32) -> Known {
+        let last_unix_ms = NOW_MS - ago_secs * 1000;
+        let first_unix_ms = last_unix_ms - span_secs * 1000;
+        Known { class: "udp-53".into(), addr: addr.parse().unwrap(), first_unix_ms, last_unix_ms, answers }
+    }
+
+    fn entries() -> Vec<Known> {
+        vec![entry("198.51.100.7", 60, 30, 9), entry("2001:db8:1:2::", 3600, 5, 1)]
+    }
+
+    #[test]
+    fn the_map_and_the_file_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = path(dir.path(), "vb");
+        save(&file, &entries()).unwrap();
+        let back = load(&file).unwrap();
+        assert_eq!(back, entries(), "wall-clock times are kept as they are");
+        let (map, later) = to_map(back, &names());
+        assert!(later.is_empty());
+        assert_eq!((map[0].0.class_id, map[0].0.family, map[0].0.plen), (1, 4, 32));
+        assert_eq!((map[0].1.first_ms, map[0].1.last_ms), (NOW_MS - 90_000, NOW_MS - 60_000));
+        assert_eq!(from_map(&map, &names(), NOW_MS, 7 * 86_400_000), entries());
+        assert!(!dir.path().join("known-vb.json.tmp").exists(), "the temporary file is renamed");
+    }
+
+    /// Regression (issue 23, item 1): the gate's known map was kept in
+    /// CLOCK_MONOTONIC seconds, where "two hours ago" saturates to 0 on a
+    /// host booted a minute ago, and a reboot made every entry unknown. The
+    /// map and the file now hold wall-clock times: nothing depends on the
+    /// uptime, and an entry restored after a reboot keeps its age.
+    #[test]
+    fn a_host_booted_a_minute_ago_restores_old_entries_with_their_age() {
+        let old = vec![entry("198.51.100.8", 7200, 10, 3)];
+        let (map, _) = to_map(old.clone(), &names());
+        assert_eq!(map[0].1.last_ms, NOW_MS - 7_200_000, "two hours before now, whatever the uptime");
+        assert_eq!(map[0].1.last_ms - map[0].1.first_ms, 10_000);
+        assert_eq!(from_map(&map, &names(), NOW_MS, 3_600_000), vec![], "past a one-hour ttl: dropped");
+        assert_eq!(from_map(&map, &names(), NOW_MS, 86_400_000), old, "saved again with the same times");
+    }
+
+    #[test]
+    fn entries_of_classes_not_there_yet_wait_and_old_ones_are_dropped() {
+        let (map, later) = to_map(entries(), &["default".to_string()]);
+        assert!(map.is_empty());
+        assert_eq!(later.len(), 2);
+        let (map, _) = to_map(entries(), &names());
+        assert_eq!(from_map(&map, &names(), NOW_MS, 600_000).len(), 1, "the hour-old one is past a 10-minute ttl");
+    }
+
+    #[test]
+    fn a_version_1_file_is_read_with_its_ages_taken_from_its_write_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = path(dir.path(), "vb");
+        let v1 = r#"{"version":1,"saved_unix":1795000000,"sources":[
+            {"class":"udp-53","addr":"198.51.100.7","age_secs":60,"span_secs":30,"answers":9}]}"#;
+        std::fs::write(&file, v1).unwrap();
+        assert_eq!(load(&file).unwrap(), vec![entry("198.51.100.7", 60, 30, 9)]);
+    }
+
+    /// Hardening (issue 23, item 13): the file is 0600 whatever the umask,
+    /// and a symlink planted at the temporary path is replaced, not
+    /// followed (before, the save wrote the addresses into its target).
+    #[test]
+    fn the_state_file_is_private_and_a_planted_link_is_not_followed() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let file = path(dir.path(), "vb");
+        let victim = dir.path().join("elsewhere");
+        std::fs::write(&victim, b"untouched").unwrap();
+        std::os::unix::fs::symlink(&victim, file.with_extension("json.tmp")).unwrap();
+        save(&file, &entries()).unwrap();
+        assert_eq!(std::fs::read(&victim).unwrap(), b"untouched", "the link's target was written");
+        assert_eq!(std::fs::metadata(&file).unwrap().permissions().mode() & 0o777, 0o600);
+        assert_eq!(load(&file).unwrap(), entries());
+    }
+
+    #[test]
+    fn a_corrupt_truncated_or_foreign_file_is_refused_with_the_reason() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = path(dir.path(), "vb");
+        assert_eq!(load(&file), Ok(vec![]), "no file: nothing known, no error");
+        save(&file, &entries()).unwrap();
+        let full = std::fs::read(&file).unwrap();
+        std::fs::write(&file, &full[..full.len() / 2]).unwrap();
+        assert!(load(&file).unwrap_err().contains("is not a sluice state file"));
+        std::fs::write(&file, b"\x00\xff garbage").unwrap();
+        assert!(load(&file).unwrap_err().contains("is not a sluice state file"));
+        std::fs::write(&file, br#"{"version":99,"saved_unix":0,"sources":[]}"#).unwrap();
+        assert!(load(&file).unwrap_err().contains("version 99"));
+    }
+}

@@ -1,0 +1,13 @@
+//! Signals: what the daemon reads about the host and its services.
+//! - [`kernel`]: the kernel's own counters (/proc/net/snmp, softnet_stat,
+//!   /proc/stat) and sock_diag, read in place each tick;
+//! - [`health`]: each class's service health per tick, from those;
+//! - [`discover`]: the listening services and their owners (zero-config);
+//! - [`sources`]: the gate's source maps summed up for status;
+//! - [`known`]: the known clients' state file.
+
+pub mod discover;
+pub mod health;
+pub mod kernel;
+pub mod known;
+pub mod sources;

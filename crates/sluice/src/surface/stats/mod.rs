@@ -1,0 +1,443 @@
+//! Statistics the daemon serves. This file: the snapshot, plain data sent
+//! as JSON over the Unix socket; `table.rs`: the table `sluice status`
+//! prints; `metrics.rs`: the Prometheus text. Pure: no kernel here.
+use serde::{Deserialize, Serialize};
+
+pub use crate::daemon::auto::AutoStatus;
+pub use crate::dataplane::gate::counters::{ClassRates, ClassTotals, GlobalTotals};
+use crate::policy::config::{Config, Limit};
+pub use crate::policy::syn_guard::SynGuardStatus;
+pub use crate::surface::cli::human;
+pub use metrics::{prometheus_text, prometheus_text_004};
+pub use table::{render_sources_class, render_table};
+
+mod metrics;
+mod table;
+
+/// Version of the snapshot JSON; bump on incompatible changes.
+pub const SNAPSHOT_VERSION: u32 = 1;
+
+/// One class in a snapshot.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClassSnapshot {
+    pub id: usize,
+    pub name: String,
+    /// 0 = highest.
+    pub priority: u8,
+    /// "unlimited", "blocked" or "RATE pps".
+    pub limit: String,
+    /// Packets/s limit, if the class has one.
+    pub rate_pps: Option<u64>,
+    pub burst: Option<u64>,
+    pub is_default: bool,
+    pub rates: ClassRates,
+    pub totals: ClassTotals,
+    /// The controller's view, for `rate = "auto"` classes.
+    #[serde(default)]
+    pub auto: Option<AutoStatus>,
+    /// For a class made by discovery: where its priority came from.
+    #[serde(default)]
+    pub discovered: Option<String>,
+    /// The budget's throttle on the class (packets/s), while a service of
+    /// higher priority is or was in distress; None = not throttled.
+    #[serde(default)]
+    pub throttle_pps: Option<f64>,
+    /// Source fairness and learning, for a class that is limited or learns.
+    #[serde(default)]
+    pub sources: Option<crate::signals::sources::ClassSources>,
+    /// Packets the kernel dropped after the gate admitted them, by stage and
+    /// drop reason (since the daemon started; empty if the tracer could not load).
+    #[serde(default)]
+    pub kernel_drops: Vec<KernelDrop>,
+    /// Seconds (in 10 ms ticks) the class's service showed distress since
+    /// the daemon started (None: the class has no service the daemon reads).
+    #[serde(default)]
+    pub distress_secs: Option<f64>,
+    /// Packets the gate dropped in ticks where the class's service had room
+    /// (its UDP sockets showed no distress) and nothing but its own limit
+    /// applied (no static rate, no budget throttle): loss sluice inflicted
+    /// on a healthy service. None: the class has no UDP socket the daemon reads.
+    #[serde(default)]
+    pub dropped_with_room_pkts: Option<u64>,
+    /// SYN cookies at the driver, for a class with TCP ports or
+    /// `syn_cookies = "on"` (None: neither).
+    #[serde(default)]
+    pub syn_guard: Option<SynGuardStatus>,
+}
+
+/// Drops of one class at one kernel stage for one reason (made by `crate::dataplane::trace`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KernelDrop {
+    pub stage: String,
+    pub reason: String,
+    pub packets: u64,
+}
+
+/// What `sluice status` shows: the daemon's state at one moment.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Snapshot {
+    pub version: u32,
+    pub interface: String,
+    pub ifindex: u32,
+    /// "native" or "generic".
+    pub xdp_mode: String,
+    pub prog_id: u32,
+    pub pid: u32,
+    pub uptime_secs: f64,
+    /// When the gate was attached (Unix time, seconds).
+    #[serde(default)]
+    pub started_unix: f64,
+    pub config_file: Option<String>,
+    pub reloads: u64,
+    /// The error of the last refused reload, if the last reload failed.
+    pub last_reload_error: Option<String>,
+    pub classes: Vec<ClassSnapshot>,
+    pub global: GlobalTotals,
+    /// CPU time the daemon used (user + system, seconds) and its share of
+    /// one CPU since the previous statistics refresh (100 ms earlier).
+    #[serde(default)]
+    pub daemon_cpu_secs: f64,
+    #[serde(default)]
+    pub daemon_cpu_pct: f64,
+    /// The daemon's resident memory (VmRSS), bytes; None if it could not be read.
+    /// The gate's maps are kernel memory, not in it (see `sources`).
+    #[serde(default)]
+    pub daemon_rss_bytes: Option<u64>,
+    /// The control loop's tick now (ms): 10 while something needs control,
+    /// longer while all is calm (None: an older daemon).
+    #[serde(default)]
+    pub tick_ms: Option<f64>,
+    /// Times the gate woke a calm loop (a class's arrivals jumped).
+    #[serde(default)]
+    pub wakes: u64,
+    /// Ticks the control loop ran since the start.
+    #[serde(default)]
+    pub ticks: u64,
+    /// Whether the daemon adds a class for each listening service.
+    #[serde(default)]
+    pub discover: bool,
+    /// The highest priority whose service is in distress, and why (the budget).
+    #[serde(default)]
+    pub distress: Option<String>,
+    /// How long the services' signals have been unreadable in a row, and
+    /// the last error (None: the last read worked).
+    #[serde(default)]
+    pub signals_unreadable: Option<(f64, String)>,
+    /// The per-source map and the known sources.
+    #[serde(default)]
+    pub sources: crate::signals::sources::SourcesMap,
+    /// The reuseport groups sluice steers, and their readers.
+    #[serde(default)]
+    pub readers: Vec<crate::dataplane::steer::GroupStatus>,
+    /// CPU protection in force now (`cpu = "away"`): what went where; None: nothing.
+    #[serde(default)]
+    pub cpu_away: Option<String>,
+    /// The daemon's program is the one attached to the interface (checked at
+    /// every statistics refresh: a link detached by hand or an interface
+    /// re-created leaves the service unprotected while the daemon runs).
+    #[serde(default = "yes")]
+    pub attached: bool,
+    /// Observe mode: the gate drops nothing; its drop counters say what
+    /// enforcing would have dropped.
+    #[serde(default)]
+    pub observe: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Snapshot {
+    /// Sum of every verdict counter: each packet the gate ran on lands in exactly one.
+    pub fn verdict_total(&self) -> u64 {
+        let classes: u64 = self.classes.iter().map(|c| c.totals.admitted_pkts + c.totals.dropped_pkts()).sum();
+        classes + self.global.non_ip_pass + self.global.malformed_drop + self.global.malformed_pass
+    }
+}
+
+/// This process's resident memory (VmRSS in /proc/self/status), bytes.
+pub fn rss_bytes() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kb: u64 = s.lines().find(|l| l.starts_with("VmRSS:"))?.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// The class part of a snapshot from a config (totals and rates zero).
+pub fn class_snapshots(cfg: &Config) -> Vec<ClassSnapshot> {
+    cfg.classes
+        .iter()
+        .enumerate()
+        .map(|(id, c)| {
+            let (limit, rate_pps, burst) = match c.limit {
+                Limit::Unlimited => ("unlimited".to_string(), None, None),
+                Limit::Blocked => ("blocked".to_string(), None, None),
+                Limit::Rate { pps, burst } => (format!("{} pps", human(pps as f64)), Some(pps), Some(burst)),
+                Limit::Auto(a) => (format!("auto ({})", a.algo.name()), None, None),
+            };
+            ClassSnapshot {
+                id,
+                name: c.name.clone(),
+                priority: c.priority,
+                limit,
+                rate_pps,
+                burst,
+                is_default: id == cfg.default_class,
+                rates: ClassRates::default(),
+                totals: ClassTotals::default(),
+                auto: None,
+                discovered: c.discovered.clone(),
+                throttle_pps: None,
+                sources: None,
+                kernel_drops: Vec::new(),
+                distress_secs: None,
+                dropped_with_room_pkts: None,
+                syn_guard: None,
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snap() -> Snapshot {
+        let cfg = crate::policy::config::from_flags(&["dns:priority=0,rate=1k,match=udp:53".into()]).unwrap();
+        let mut classes = class_snapshots(&cfg);
+        classes[0].totals = ClassTotals { seen_pkts: 10, admitted_pkts: 7, dropped_rate_pkts: 3, ..Default::default() };
+        classes[1].totals.seen_pkts = 5;
+        classes[1].totals.admitted_pkts = 5;
+        Snapshot {
+            version: SNAPSHOT_VERSION,
+            interface: "veth0".into(),
+            ifindex: 3,
+            xdp_mode: "native".into(),
+            prog_id: 42,
+            pid: 1,
+            uptime_secs: 3661.0,
+            started_unix: 1.7e9,
+            config_file: None,
+            reloads: 0,
+            last_reload_error: None,
+            classes,
+            global: GlobalTotals { non_ip_pass: 2, malformed_drop: 1, ..Default::default() },
+            daemon_cpu_secs: 1.5,
+            daemon_cpu_pct: 0.4,
+            daemon_rss_bytes: None,
+            discover: true,
+            distress: None,
+            signals_unreadable: None,
+            tick_ms: Some(10.0),
+            wakes: 0,
+            ticks: 0,
+            sources: Default::default(),
+            readers: vec![],
+            cpu_away: None,
+            attached: true,
+            observe: false,
+        }
+    }
+
+    #[test]
+    fn status_metrics_and_the_sources_table_show_source_fairness() {
+        let mut s = snap();
+        s.classes[0].totals.dropped_share_pkts = 40;
+        s.classes[0].sources = Some(crate::signals::sources::ClassSources {
+            learning: false,
+            quota: Some(12),
+            plen4: 24,
+            plen6: 48,
+            active_per_epoch: 300.0,
+            known: Some(3),
+            tracked: Some(900),
+            top: vec![crate::signals::sources::TopSource {
+                prefix: "192.0.2.0/24".into(),
+                drops: 40,
+                pkts: 30,
+                epoch: 9,
+            }],
+            ..Default::default()
+        });
+        s.sources = crate::signals::sources::SourcesMap {
+            capacity: 1024,
+            entries: Some(900),
+            evictions: Some(7),
+            ..Default::default()
+        };
+        let t = render_table(&s);
+        assert!(t.contains("SOURCES") && t.contains("/24 /48") && t.contains("900 of 1024 entries, 7 evicted"), "{t}");
+        let m = prometheus_text(&s);
+        assert!(m.contains("sluice_class_source_quota_packets{class=\"dns\"} 12"), "{m}");
+        assert!(m.contains("verdict=\"dropped_share\"} 40"), "{m}");
+        assert!(m.contains("sluice_source_evictions_total{map=\"sources\"} 7"), "{m}");
+        let c = render_sources_class(&s, "dns").unwrap();
+        assert!(
+            c.contains("quota 12 per 10 ms epoch (paced), counted at /24 /48") && c.contains("192.0.2.0/24"),
+            "{c}"
+        );
+        assert!(render_sources_class(&s, "nope").unwrap_err().contains("no class named"));
+        let d = render_sources_class(&s, "default").unwrap();
+        assert!(d.contains("no source state"), "{d}");
+    }
+
+    #[test]
+    fn status_shows_discovered_classes_and_the_budget() {
+        let mut s = snap();
+        s.classes[0].discovered = Some("nsd pid 7 has nice 0: priority 20+0 = 20".into());
+        s.classes[1].throttle_pps = Some(1500.0);
+        s.distress = Some("priority 20: socket queue".into());
+        let t = render_table(&s);
+        assert!(t.contains("discovered dns: nsd pid 7 has nice 0"), "{t}");
+        assert!(t.contains("in distress (priority 20: socket queue)"), "{t}");
+        assert!(t.contains("default throttled to 1500/s"), "{t}");
+        s.discover = false;
+        assert!(render_table(&s).contains("discovery off"));
+    }
+
+    #[test]
+    fn unreadable_signals_are_shown_and_said_stale_after_a_second() {
+        let mut s = snap();
+        assert!(!render_table(&s).contains("SIGNALS UNREADABLE"), "nothing while they are read");
+        s.signals_unreadable = Some((0.3, "sock_diag: EPERM".into()));
+        let t = render_table(&s);
+        assert!(t.contains("SIGNALS UNREADABLE for 0.3 s (sock_diag: EPERM): the last limits are kept for now"), "{t}");
+        s.signals_unreadable = Some((4.0, "sock_diag: EPERM".into()));
+        assert!(render_table(&s).contains("stale: throttles released, auto classes unlimited"), "{}", render_table(&s));
+    }
+
+    #[test]
+    fn auto_classes_show_the_controllers_view() {
+        let mut s = snap();
+        s.classes[0].auto = Some(AutoStatus {
+            algo: "knee".into(),
+            state: "tracking".into(),
+            capacity_pps: 91_000.0,
+            target_pps: 90_500.0,
+            rate_pps: Some(90_500.0),
+            sockets: 1,
+            queued_bytes: 53_000,
+            rcvbuf_bytes: 212_992,
+            ..Default::default()
+        });
+        let t = render_table(&s);
+        assert!(t.contains("AUTO CLASS"), "{t}");
+        let line = t.lines().find(|l| l.starts_with("dns ") && l.contains("knee")).expect(&t);
+        for want in ["tracking", "91.0k", "90.5k", "24%"] {
+            assert!(line.contains(want), "{want} missing in {line}");
+        }
+        assert!(t.contains("daemon CPU 0.4%"));
+        let p = prometheus_text(&s);
+        assert!(p.contains(r#"sluice_auto_rate_packets_per_second{class="dns",kind="capacity"} 91000"#), "{p}");
+        assert!(p.contains(r#"sluice_auto_state{class="dns",algo="knee",state="tracking"} 1"#), "{p}");
+        // A snapshot of an older daemon (no auto fields) still parses.
+        let mut v = serde_json::to_value(snap()).unwrap();
+        v.as_object_mut().unwrap().remove("daemon_cpu_secs");
+        v["classes"][0].as_object_mut().unwrap().remove("auto");
+        assert!(serde_json::from_value::<Snapshot>(v).is_ok());
+    }
+
+    /// Bad input (issue 21): a class whose sockets cannot be read gets a
+    /// line saying so and what its rate is, and a class with sockets none.
+    #[test]
+    fn a_class_with_no_socket_to_read_says_so_and_what_its_rate_is() {
+        let mut s = snap();
+        let auto = |state: &str, sockets, rate_pps| AutoStatus {
+            algo: "knee".into(),
+            state: state.into(),
+            sockets,
+            rate_pps,
+            lost_secs: 1.5,
+            ..Default::default()
+        };
+        s.classes[0].auto = Some(auto("tracking", 1, None));
+        assert!(!render_table(&s).contains("NO SIGNAL"), "{}", render_table(&s));
+        s.classes[0].auto = Some(auto("holding", 0, Some(12_000.0)));
+        let t = render_table(&s);
+        let line = t.lines().find(|l| l.starts_with("NO SIGNAL: dns")).expect(&t);
+        assert!(line.contains("for 1.5 s") && line.contains("its last rate (12.0k/s) is held"), "{line}");
+        s.classes[0].auto = Some(auto("fallback", 0, None));
+        let t = render_table(&s);
+        assert!(t.contains("its fallback applies (unlimited)"), "{t}");
+        s.classes[0].auto = Some(auto("starting", 0, None));
+        assert!(render_table(&s).contains("not limited on what it cannot see (unlimited)"));
+    }
+
+    #[test]
+    fn json_round_trip_and_verdict_total() {
+        let s = snap();
+        let back: Snapshot = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
+        assert_eq!(back, s);
+        assert_eq!(s.verdict_total(), 7 + 3 + 5 + 2 + 1);
+    }
+
+    #[test]
+    fn table_and_metrics_show_classes() {
+        let s = snap();
+        let t = render_table(&s);
+        assert!(t.contains("up 1h01m01s"), "{t}");
+        assert!(t.contains("default*"), "{t}");
+        assert!(t.contains("1000 pps"), "{t}");
+        let m = prometheus_text(&s);
+        assert!(m.contains("sluice_class_packets_total{class=\"dns\",verdict=\"dropped_rate\"} 3"), "{m}");
+        assert!(m.contains("# TYPE sluice_class_packets counter"), "a _total family is a counter: {m}");
+        assert!(m.contains("sluice_class_rate_limit_packets_per_second{class=\"dns\"} 1000"), "{m}");
+        assert!(m.contains("sluice_start_time_seconds 1700000000.0"), "the start, not now - uptime: {m}");
+        assert!(m.contains("sluice_unclassified_packets_total{verdict=\"malformed_drop\"} 1"), "{m}");
+    }
+
+    /// Do no harm (issue 21): drops while the service had room are said in
+    /// status and served; observe mode is said at the top.
+    #[test]
+    fn self_inflicted_drops_and_observe_mode_are_shown() {
+        let mut s = snap();
+        assert!(!render_table(&s).contains("SELF-INFLICTED") && !render_table(&s).contains("OBSERVE"));
+        s.classes[0].dropped_with_room_pkts = Some(5);
+        (s.observe, s.global.observed_pass) = (true, 7);
+        let t = render_table(&s);
+        assert!(t.contains("SELF-INFLICTED: the gate dropped 5 packets of dns while its service had room"), "{t}");
+        assert!(t.contains("OBSERVE MODE") && t.contains("7 packets passed so far"), "{t}");
+        let m = prometheus_text(&s);
+        assert!(m.contains("sluice_class_dropped_with_room_packets_total{class=\"dns\"} 5"), "{m}");
+        assert!(m.contains("sluice_flagged_packets_total{flag=\"observed_pass\"} 7"), "{m}");
+    }
+
+    #[test]
+    fn a_guarded_class_says_what_its_syn_cookies_did() {
+        let mut s = snap();
+        let g = SynGuardStatus { policy: "auto".into(), answering: false, available: true };
+        s.classes[0].syn_guard = Some(g.clone());
+        assert!(!render_table(&s).contains("SYN COOKIES"), "never answered: no line");
+        s.classes[0].syn_guard = Some(SynGuardStatus { answering: true, ..g.clone() });
+        (s.classes[0].totals.synack_pkts, s.classes[0].totals.cookies_valid) = (900, 12);
+        let t = render_table(&s);
+        assert!(t.contains("SYN COOKIES: the gate answers its SYNs now for dns (syn_cookies = auto): SYN-ACKs sent 900, valid cookies back 12"), "{t}");
+        let m = prometheus_text(&s);
+        assert!(m.contains("sluice_syn_guard_answering{class=\"dns\"} 1"), "{m}");
+        assert!(m.contains("sluice_syn_cookie_acks_total{class=\"dns\",result=\"valid\"} 12"), "{m}");
+        assert!(m.contains("sluice_class_packets_total{class=\"dns\",verdict=\"syn_cookie\"} 900"), "{m}");
+        s.classes[0].syn_guard = Some(SynGuardStatus { available: false, ..g });
+        assert!(render_table(&s).contains("SYN COOKIES: unavailable"));
+    }
+
+    /// Regression: _total families were served as gauges, and two counters had no help
+    /// text for the 0.0.4 parser (their HELP named the family without _total). The
+    /// families' kinds are checked against promtool's rules on a running daemon's
+    /// text in `tests/integration.rs` (the rules live in the test kit).
+    #[test]
+    fn the_004_text_follows_prometheus_conventions() {
+        let text = prometheus_text_004(&snap());
+        assert!(text.contains("# TYPE sluice_class_packets_total counter"), "{text}");
+        assert!(text.contains("# TYPE sluice_daemon_cpu_seconds_total counter"), "{text}");
+        assert!(text.contains("# TYPE sluice_start_time_seconds gauge"), "{text}");
+        assert!(!text.contains("# EOF") && !text.contains("# UNIT"), "{text}");
+    }
+
+    #[test]
+    fn rates() {
+        let a = ClassTotals { seen_pkts: 100, admitted_pkts: 50, dropped_rate_pkts: 50, ..Default::default() };
+        let b = ClassTotals { seen_pkts: 300, admitted_pkts: 100, dropped_rate_pkts: 200, ..Default::default() };
+        let r = ClassRates::between(&a, &b, 2.0);
+        assert_eq!((r.seen_pps, r.admitted_pps, r.dropped_pps), (100.0, 25.0, 75.0));
+        assert_eq!(human(1_234_567.0), "1.23M");
+    }
+}

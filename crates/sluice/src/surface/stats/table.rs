@@ -1,0 +1,300 @@
+//! The table `sluice status` prints, and `sluice sources --class NAME`.
+use std::fmt::Write as _;
+
+use super::*;
+
+/// The table `sluice status` prints.
+pub fn render_table(s: &Snapshot) -> String {
+    let mut o = String::new();
+    render_header(&mut o, s);
+    render_classes(&mut o, &s.classes);
+    render_auto(&mut o, &s.classes);
+    for c in s.classes.iter().filter(|c| c.dropped_with_room_pkts.is_some_and(|n| n > 0)) {
+        let _ = writeln!(
+            o,
+            "SELF-INFLICTED: the gate dropped {} packets of {} while its service had room (no distress)",
+            c.dropped_with_room_pkts.unwrap_or(0),
+            c.name
+        );
+    }
+    render_no_signal(&mut o, &s.classes);
+    render_syn_guards(&mut o, &s.classes);
+    render_budget(&mut o, s);
+    render_sources(&mut o, s);
+    crate::dataplane::steer::render_status(&mut o, &s.readers);
+    render_kernel_drops(&mut o, &s.classes);
+    let rss = s.daemon_rss_bytes.map_or("not read".into(), |b| format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64));
+    let tick = match s.tick_ms {
+        Some(t) if t > 10.0 => format!("tick {t:.0} ms (calm; the gate woke it {} times)", s.wakes),
+        Some(t) => format!("tick {t:.0} ms"),
+        None => "tick not reported".into(),
+    };
+    let _ = writeln!(
+        o,
+        "daemon CPU {:.1}% of one CPU ({:.1} s in total), resident memory {rss}, {tick}",
+        s.daemon_cpu_pct, s.daemon_cpu_secs
+    );
+    let g = &s.global;
+    let _ = writeln!(
+        o,
+        "(* = default class)  non-IP passed {}  malformed dropped {}  malformed passed {}  depth exceeded {}  fragments {}",
+        g.non_ip_pass, g.malformed_drop, g.malformed_pass, g.depth_exceeded, g.fragments
+    );
+    o
+}
+
+/// The first lines: the daemon, and what is wrong with it (detached, a
+/// refused reload, observe mode).
+fn render_header(o: &mut String, s: &Snapshot) {
+    let up = s.uptime_secs as u64;
+    let _ = writeln!(
+        o,
+        "sluice on {} (ifindex {}, {} XDP, prog id {}), pid {}, up {}h{:02}m{:02}s, reloads {}",
+        s.interface,
+        s.ifindex,
+        s.xdp_mode,
+        s.prog_id,
+        s.pid,
+        up / 3600,
+        up / 60 % 60,
+        up % 60,
+        s.reloads
+    );
+    if !s.attached {
+        let _ = writeln!(
+            o,
+            "GATE DETACHED: program {} is no longer attached to {} (link detached or interface re-created): nothing is protected; restart sluice",
+            s.prog_id, s.interface
+        );
+    }
+    if let Some(e) = &s.last_reload_error {
+        let _ = writeln!(o, "LAST RELOAD REFUSED (old config still active): {e}");
+    }
+    if s.observe {
+        let _ = writeln!(
+            o,
+            "OBSERVE MODE: nothing is dropped; the DROP figures are what enforcing would have dropped ({} packets passed so far)",
+            s.global.observed_pass
+        );
+    }
+}
+
+/// One line per class: its limit, rates and totals.
+fn render_classes(o: &mut String, classes: &[ClassSnapshot]) {
+    let _ = writeln!(
+        o,
+        "{:<24} {:>4} {:>14} {:>10} {:>10} {:>10} {:>14} {:>14} {:>14}",
+        "CLASS", "PRIO", "LIMIT", "SEEN/s", "ADMIT/s", "DROP/s", "SEEN", "ADMITTED", "DROPPED"
+    );
+    for c in classes {
+        let name = if c.is_default { format!("{}*", c.name) } else { c.name.clone() };
+        let _ = writeln!(
+            o,
+            "{:<24} {:>4} {:>14} {:>10} {:>10} {:>10} {:>14} {:>14} {:>14}",
+            name,
+            c.priority,
+            c.limit,
+            human(c.rates.seen_pps),
+            human(c.rates.admitted_pps),
+            human(c.rates.dropped_pps),
+            c.totals.seen_pkts,
+            c.totals.admitted_pkts,
+            c.totals.dropped_pkts()
+        );
+    }
+}
+
+/// The auto classes' controllers, if any.
+fn render_auto(o: &mut String, classes: &[ClassSnapshot]) {
+    if !classes.iter().any(|c| c.auto.is_some()) {
+        return;
+    }
+    let _ = writeln!(
+        o,
+        "{:<24} {:>5} {:>9} {:>10} {:>10} {:>10} {:>5} {:>7} {:>12}",
+        "AUTO CLASS", "ALGO", "STATE", "CAPACITY", "TARGET", "RATE", "SOCKS", "QUEUE", "SIGNALS LOST"
+    );
+    for c in classes {
+        let Some(a) = &c.auto else { continue };
+        let _ = writeln!(
+            o,
+            "{:<24} {:>5} {:>9} {:>10} {:>10} {:>10} {:>5} {:>6}% {:>11.1}s",
+            c.name,
+            a.algo,
+            a.state,
+            human(a.capacity_pps),
+            human(a.target_pps),
+            a.rate_pps.map_or("unlimited".into(), human),
+            a.sockets,
+            (100 * a.queued_bytes).checked_div(a.rcvbuf_bytes).unwrap_or(0),
+            a.lost_secs
+        );
+    }
+}
+
+/// Classes whose SYNs the gate answers or answered (SYN cookies at the
+/// driver), and one line if this kernel cannot complete connections from
+/// gate cookies while some class has TCP ports.
+fn render_syn_guards(o: &mut String, classes: &[ClassSnapshot]) {
+    let guarded: Vec<(&ClassSnapshot, &SynGuardStatus)> =
+        classes.iter().filter_map(|c| c.syn_guard.as_ref().map(|g| (c, g))).collect();
+    if guarded.iter().any(|(_, g)| !g.available) {
+        let _ = writeln!(
+            o,
+            "SYN COOKIES: unavailable (the kernel lacks bpf_sk_assign_tcp_reqsk, Linux 6.9): the kernel answers every SYN"
+        );
+        return;
+    }
+    for (c, g) in guarded.iter().filter(|(c, g)| g.answering || c.totals.synack_pkts > 0) {
+        let t = &c.totals;
+        let now = if g.answering { "answers its SYNs now" } else { "answered SYNs earlier" };
+        let _ = writeln!(
+            o,
+            "SYN COOKIES: the gate {now} for {} (syn_cookies = {}): SYN-ACKs sent {}, valid cookies back {}, ACKs without one {}, \
+             ACKs and RSTs of no connection dropped {}",
+            c.name, g.policy, t.synack_pkts, t.cookies_valid, t.cookies_invalid, t.dropped_noconn_pkts
+        );
+    }
+}
+
+/// Auto classes with no socket of their own to read (the service stopped,
+/// is restarting, or its sockets could not be dumped): what their rate is
+/// then. A class is never limited for lack of a signal unless it already was.
+fn render_no_signal(o: &mut String, classes: &[ClassSnapshot]) {
+    for c in classes {
+        let Some(a) = c.auto.as_ref().filter(|a| a.sockets == 0) else { continue };
+        let rate = a.rate_pps.map_or("unlimited".into(), |r| format!("{}/s", human(r)));
+        let what = match a.state.as_str() {
+            "holding" => format!("its last rate ({rate}) is held for auto.hold, then its fallback applies"),
+            "fallback" => format!("its fallback applies ({rate})"),
+            _ => format!("not limited on what it cannot see ({rate})"),
+        };
+        let _ = writeln!(
+            o,
+            "NO SIGNAL: {} has no socket to read for {:.1} s (its service stopped or is restarting, or its sockets could not be read): {what}",
+            c.name, a.lost_secs
+        );
+    }
+}
+
+/// Where the kernel dropped what the gate admitted (since start).
+fn render_kernel_drops(o: &mut String, classes: &[ClassSnapshot]) {
+    if classes.iter().all(|c| c.kernel_drops.is_empty()) {
+        return;
+    }
+    let _ = writeln!(o, "{:<24} {:<10} {:<24} {:>12}", "DROPPED AFTER THE GATE", "STAGE", "REASON", "PACKETS");
+    for c in classes {
+        for d in &c.kernel_drops {
+            let _ = writeln!(o, "{:<24} {:<10} {:<24} {:>12}", c.name, d.stage, d.reason, d.packets);
+        }
+    }
+}
+
+/// The budget's throttles and the discovered classes' priorities.
+fn render_budget(o: &mut String, s: &Snapshot) {
+    if let Some((secs, e)) = &s.signals_unreadable {
+        let what = if *secs >= crate::daemon::tick::STALE_TICKS as f64 * crate::policy::controller::TICK.as_secs_f64() {
+            "stale: throttles released, auto classes unlimited until they can be read"
+        } else {
+            "the last limits are kept for now"
+        };
+        _ = writeln!(o, "SIGNALS UNREADABLE for {secs:.1} s ({e}): {what}");
+    }
+    match &s.distress {
+        Some(d) => _ = writeln!(o, "budget: a service is in distress ({d}); classes below it are throttled"),
+        None => _ = writeln!(o, "budget: no service in distress"),
+    }
+    for c in s.classes.iter().filter(|c| c.throttle_pps.is_some()) {
+        _ = writeln!(o, "  {} throttled to {}/s", c.name, human(c.throttle_pps.unwrap_or(0.0)));
+    }
+    if let Some(a) = &s.cpu_away {
+        _ = writeln!(o, "cpu away: {a}");
+    }
+    if !s.discover {
+        _ = writeln!(o, "discovery off (discover = false or --no-discover)");
+    } else if s.classes.iter().all(|c| c.discovered.is_none()) {
+        _ = writeln!(o, "discovery on: no listening service without a configured class was found");
+    }
+    for c in s.classes.iter() {
+        if let Some(why) = &c.discovered {
+            _ = writeln!(o, "  discovered {}: {why}", c.name);
+        }
+    }
+}
+
+/// The lines `sluice status` adds for classes that count sources or learn.
+fn render_sources(o: &mut String, s: &Snapshot) {
+    let shown: Vec<_> = s.classes.iter().filter_map(|c| c.sources.as_ref().map(|x| (c, x))).collect();
+    if shown.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        o,
+        "{:<24} {:>8} {:>8} {:>9} {:>9} {:>10} {:>8} {:>8}",
+        "SOURCES", "LEARNING", "QUOTA", "COUNT AT", "ACTIVE", "SHARE DROP/s", "KNOWN", "TRACKED"
+    );
+    for (c, x) in shown {
+        let opt = |v: Option<u64>| v.map_or("-".to_string(), |v| v.to_string());
+        let _ = writeln!(
+            o,
+            "{:<24} {:>8} {:>8} {:>9} {:>9} {:>12} {:>8} {:>8}",
+            c.name,
+            if x.learning { "yes" } else { "no" },
+            x.quota.map_or("-".into(), |q| q.to_string()),
+            format!("/{} /{}", x.plen4, x.plen6),
+            human(x.active_per_epoch),
+            human(x.share_dropped_pps),
+            opt(x.known),
+            opt(x.tracked)
+        );
+    }
+    let m = &s.sources;
+    let opt = |v: Option<u64>| v.map_or("not scanned yet".to_string(), |v| v.to_string());
+    let _ = writeln!(
+        o,
+        "sources map: {} of {} entries, {} evicted, {} known sources",
+        opt(m.entries),
+        m.capacity,
+        opt(m.evictions),
+        opt(m.known)
+    );
+}
+
+/// `sluice sources --class NAME`: one class's fairness and its heaviest droppers.
+pub fn render_sources_class(s: &Snapshot, class: &str) -> Result<String, String> {
+    let c = s.classes.iter().find(|c| c.name == class).ok_or_else(|| {
+        let names: Vec<&str> = s.classes.iter().map(|c| c.name.as_str()).collect();
+        format!("no class named \"{class}\"; classes: {names:?}")
+    })?;
+    let mut o = String::new();
+    let Some(x) = &c.sources else {
+        let _ = writeln!(o, "{}: no source state (the class is not limited and does not learn)", c.name);
+        return Ok(o);
+    };
+    let _ = writeln!(
+        o,
+        "{}: quota {} per 10 ms epoch (paced), counted at /{} /{}; {} active sources per epoch; learning {}",
+        c.name,
+        x.quota.map_or("- (not limited)".into(), |q| q.to_string()),
+        x.plen4,
+        x.plen6,
+        human(x.active_per_epoch),
+        if x.learning { "yes" } else { "no" }
+    );
+    let _ = writeln!(
+        o,
+        "known sources {}, tracked sources {} (last scan; scanned every {} s)",
+        x.known.map_or("-".into(), |v| v.to_string()),
+        x.tracked.map_or("-".into(), |v| v.to_string()),
+        crate::signals::sources::SCAN_EVERY.as_secs()
+    );
+    if x.top.is_empty() {
+        let _ = writeln!(o, "no source was dropped over its quota");
+        return Ok(o);
+    }
+    let _ = writeln!(o, "{:<44} {:>14} {:>12} {:>10}", "SOURCE", "DROPPED", "LAST EPOCH", "EPOCH");
+    for t in &x.top {
+        let _ = writeln!(o, "{:<44} {:>14} {:>12} {:>10}", t.prefix, t.drops, t.pkts, t.epoch);
+    }
+    Ok(o)
+}
