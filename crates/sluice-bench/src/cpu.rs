@@ -25,7 +25,7 @@
 //! to CPU 1; in `same-core` everything of the victim (NAPI and the gate in
 //! the napi kthread) runs on CPU 1.
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -36,6 +36,7 @@ use sluice_testkit::testbed::IF_B;
 
 use crate::echo::{self, percentile};
 use crate::gen::{stream_value, udp_stream};
+use crate::matrix::{interleave, Planned, Results, Runner};
 use crate::procs::{in_ns, start_daemon, Proc};
 use crate::rig::{attach_gate, FLOOD_SRC_V4};
 use crate::victim::{VictimBed, VictimModel};
@@ -87,29 +88,72 @@ pub struct Cell {
 
 const CONFIGS: [&str; 5] = ["unflooded", "off", "zero", "away", "napi-idle"];
 
-/// Each model's testbed in turn, every configuration `repeats` times (interleaved).
-pub fn run(o: &CpuOpts, out: &Path) -> Result<Vec<Cell>> {
-    std::fs::create_dir_all(out)?;
-    let mut cells = vec![];
-    for model in [VictimModel::Nic, VictimModel::SameCore] {
+/// What results.json holds besides the cells.
+#[derive(Debug, Clone, Serialize)]
+pub struct Head {
+    pub secs: f64,
+    pub repeats: u32,
+}
+
+/// One model's testbed with the flood loaded into its generator.
+struct Bed {
+    model: VictimModel,
+    bed: VictimBed,
+    gen: GenWorker,
+}
+
+impl Bed {
+    fn start(model: VictimModel) -> Result<Bed> {
         let bed = VictimBed::create("cpu", model, GEN_CPU, VICTIM_CPU)?;
         let gen = GenWorker::start(&bed.net.a, GEN_CPU, bed.net.ifindex_a, 19)?;
-        let flood = udp_stream("flood", FLOOD_PPS, 64, FLOOD_SRC_V4.parse()?, 20_000, bed.net.ip_b, LO_PORT);
-        let mut flood = flood;
+        let mut flood = udp_stream("flood", FLOOD_PPS, 64, FLOOD_SRC_V4.parse()?, 20_000, bed.net.ip_b, LO_PORT);
         flood.flows = 64;
         gen.gen.write().unwrap().set_streams(&[stream_value(&flood, bed.net.mac_b, bed.net.mac_a)?])?;
         crate::rig::add_flood_neighbours(&bed, 1)?;
-        for repeat in 0..o.repeats {
-            for config in CONFIGS.into_iter().filter(|c| *c != "napi-idle" || model == VictimModel::SameCore) {
-                anyhow::ensure!(!o.interrupted.load(Ordering::Relaxed), "interrupted");
-                eprintln!("cpu: {} repeat {}/{}: {config}", model.name(), repeat + 1, o.repeats);
-                let c =
-                    cell(o, &bed, &gen, config, repeat, out).with_context(|| format!("{} {config}", model.name()))?;
-                cells.push(c);
-                std::fs::write(out.join("results.json"), serde_json::to_string_pretty(&cells)?)?;
-            }
-        }
+        Ok(Bed { model, bed, gen })
     }
+}
+
+/// The plan: each model in turn (one testbed each), every configuration
+/// `repeats` times, interleaved; `napi-idle` only where NAPI is threaded.
+fn plan(repeats: u32) -> Vec<Planned<(VictimModel, &'static str)>> {
+    [VictimModel::Nic, VictimModel::SameCore]
+        .into_iter()
+        .flat_map(|m| {
+            let configs: Vec<_> = CONFIGS
+                .into_iter()
+                .filter(|c| *c != "napi-idle" || m == VictimModel::SameCore)
+                .map(|c| (m, c))
+                .collect();
+            interleave(&configs, repeats)
+        })
+        .collect()
+}
+
+/// Run the plan; results go to OUT/results.json as they come.
+pub fn run(o: &CpuOpts, out: &Path) -> Result<Vec<Cell>> {
+    std::fs::create_dir_all(out)?;
+    let plan = plan(o.repeats);
+    let mut results = Results::new("cpu", Head { secs: o.secs, repeats: o.repeats });
+    let mut bed: Option<Bed> = None;
+    let mut runner = Runner::new(plan.len(), &o.interrupted, false);
+    let cells = runner.run(
+        &plan,
+        |(m, c), r| format!("cpu: {} repeat {}/{}: {c}", m.name(), r + 1, o.repeats),
+        |&(model, config), repeat| {
+            if bed.as_ref().map(|b| b.model) != Some(model) {
+                bed = None; // the last model's testbed goes first
+                bed = Some(Bed::start(model)?);
+            }
+            let b = bed.as_ref().expect("started above");
+            cell(o, &b.bed, &b.gen, config, repeat, out).with_context(|| format!("{} {config}", model.name()))
+        },
+        |cells| {
+            results.cells = cells.to_vec();
+            results.save(out)
+        },
+    )?;
+    runner.finish();
     Ok(cells)
 }
 

@@ -31,7 +31,7 @@ use crate::rig::{add_flood_neighbours, attach_gate};
 use crate::services::{attach_client_filter, flood_stream, service_drops, Flood, Service};
 use crate::victim::{VictimBed, VictimModel, IF_B};
 use crate::workers::{GenDone, GenWorker};
-use sluice::signals::{kernel::proc_counter, kernel::NsFile};
+use sluice::signals::kernel::{proc_counter, NsFile};
 
 const GEN_CPU: usize = 0;
 const VICTIM_CPU: usize = 1;

@@ -9,8 +9,9 @@
 //!   model's running rig: gates, service, control thread running the
 //!   daemon's tick), [`measure`] (CPU meters, /proc counters, nftables),
 //!   [`outbound`] (the NAPI study's outbound flow and ping beside each level);
-//! - the measurements: [`level`] (one load level and its ledger), [`sweep`]
-//!   (calibration, levels, repeats), [`step`] (settling after changes),
+//! - the measurements: [`matrix`] (the one loop every scenario family runs
+//!   its cells through, and the versioned results envelope), [`level`] (one
+//!   load level and its ledger), [`sweep`] (calibration, levels, repeats), [`step`] (settling after changes),
 //!   [`recovery`] (how long the service takes to come back after a flood),
 //!   [`scenario`] (what a run measures), [`report`] (JSON, CSV, figures, HTML),
 //!   [`fate`] (the per-level chart of where the applied packets went);
@@ -50,6 +51,7 @@ pub mod gencheck;
 pub mod http;
 pub mod idle;
 pub mod level;
+pub mod matrix;
 pub mod measure;
 pub mod outbound;
 pub mod plot;

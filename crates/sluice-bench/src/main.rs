@@ -369,18 +369,39 @@ fn default_out(prefix: &str) -> Result<PathBuf> {
     Ok(PathBuf::from(format!("results/{prefix}-{stamp}")))
 }
 
+/// The scenarios `bench run` runs with a loop of their own cells (the
+/// others are sweeps: a built-in or a TOML file).
+#[derive(Clone, Copy)]
+enum Family {
+    Service(services::Service),
+    Sources,
+    Readers,
+    Cpu,
+}
+
+const FAMILIES: [(&str, Family, &str); 5] = [
+    ("dns", Family::Service(services::Service::Dns), services::Service::ALL[0].2),
+    ("http", Family::Service(services::Service::Http), services::Service::ALL[1].2),
+    (
+        "sources",
+        Family::Sources,
+        "dns with 16 flood sources after a calm period: source fairness, the known clients and a new client's probe",
+    ),
+    (
+        "readers",
+        Family::Readers,
+        "a service's readers: one shared socket vs reuseport (hash, round-robin, least-loaded), and a stalling reader",
+    ),
+    ("cpu", Family::Cpu, "two services on one CPU, the low one flooded: cpu = \"away\" against the budget alone"),
+];
+
 fn cmd_bench_run(a: BenchRunArgs) -> Result<()> {
-    if let Some(svc) = services::Service::parse(&a.scenario) {
-        return cmd_bench_services(svc, a);
-    }
-    if a.scenario == "sources" {
-        return cmd_bench_services(services::Service::Dns, a);
-    }
-    if a.scenario == "readers" {
-        return cmd_bench_readers(a);
-    }
-    if a.scenario == "cpu" {
-        return cmd_bench_cpu(a);
+    match FAMILIES.iter().find(|f| f.0 == a.scenario).map(|f| f.1) {
+        Some(Family::Service(svc)) => return cmd_bench_services(svc, false, a),
+        Some(Family::Sources) => return cmd_bench_services(services::Service::Dns, true, a),
+        Some(Family::Readers) => return cmd_bench_readers(a),
+        Some(Family::Cpu) => return cmd_bench_cpu(a),
+        None => {}
     }
     let mut sc = scenario::load(&a.scenario)?;
     if let Some(d) = a.duration {
@@ -399,8 +420,8 @@ fn cmd_bench_run(a: BenchRunArgs) -> Result<()> {
     Ok(())
 }
 
-/// `bench run --scenario dns|http`: a real service (see services.rs).
-fn cmd_bench_services(svc: services::Service, a: BenchRunArgs) -> Result<()> {
+/// `bench run --scenario dns|http|sources`: a real service (see services/).
+fn cmd_bench_services(svc: services::Service, sources: bool, a: BenchRunArgs) -> Result<()> {
     let secs = a.duration.map_or(8.0, |d| d.as_secs_f64());
     anyhow::ensure!(
         (2.0..=120.0).contains(&secs),
@@ -409,7 +430,6 @@ fn cmd_bench_services(svc: services::Service, a: BenchRunArgs) -> Result<()> {
     );
     let repeats = a.repeats.unwrap_or(1);
     anyhow::ensure!((1..=20).contains(&repeats), "--repeats: 1 to 20");
-    let sources = a.scenario == "sources";
     let out = a.out.map_or_else(|| default_out(&a.scenario), Ok)?;
     let floods = match (a.floods.is_empty(), sources) {
         (false, _) => a.floods,
@@ -548,11 +568,9 @@ fn cmd_bench_scenarios() -> Result<()> {
     for scenario::Builtin { name, what, .. } in scenario::BUILTIN {
         println!("{name:<10} {what}");
     }
-    for (_, name, what) in services::Service::ALL {
+    for (name, _, what) in FAMILIES {
         println!("{name:<10} {what}");
     }
-    println!("{:<10} two services on one CPU, the low one flooded: cpu = \"away\" against the budget alone", "cpu");
-    println!("{:<10} a service's readers: one shared socket vs reuseport (hash, round-robin, least-loaded), and a stalling reader", "readers");
     Ok(())
 }
 

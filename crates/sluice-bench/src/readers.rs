@@ -34,7 +34,7 @@
 //! The steering program's cost is read from the kernel's own BPF run
 //! statistics (kernel.bpf_stats_enabled, switched on for the run).
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -45,6 +45,7 @@ use sluice_testkit::summary::median;
 
 use crate::dns;
 use crate::echo::{self, percentile, Load};
+use crate::matrix::{interleave, Results, Runner};
 use crate::measure::IdleMeter;
 use crate::procs::{in_ns, start_daemon, tree_cpu_secs, Proc};
 use crate::victim::{VictimBed, VictimModel};
@@ -137,6 +138,13 @@ fn plan() -> Vec<Setup> {
     v
 }
 
+/// What results.json holds besides the cells.
+#[derive(Debug, Clone, Serialize)]
+pub struct Head {
+    pub secs: f64,
+    pub repeats: u32,
+}
+
 /// Run every cell `repeats` times (each repeat runs the cells in order, so
 /// configurations interleave); results go to OUT/results.json as they come.
 pub fn run(o: &ReadersOpts, out: &Path) -> Result<Vec<Cell>> {
@@ -144,23 +152,18 @@ pub fn run(o: &ReadersOpts, out: &Path) -> Result<Vec<Cell>> {
     let bed = VictimBed::create("readers", VictimModel::Nic, GEN_CPU, VICTIM_CPU)?;
     let stats = BpfStats::enable()?;
     let meter = IdleMeter::start(VICTIM_CPU)?;
-    let plan = plan();
-    let mut cells = vec![];
+    let plan = interleave(&plan(), o.repeats);
+    let mut results = Results::new("readers", Head { secs: o.secs, repeats: o.repeats });
     let mut stall_rate = None;
-    for repeat in 0..o.repeats {
-        for (i, s) in plan.iter().enumerate() {
-            anyhow::ensure!(!o.interrupted.load(Ordering::Relaxed), "interrupted");
-            eprintln!(
-                "readers: repeat {}/{} cell {}/{}: {} {} x{}{}",
-                repeat + 1,
-                o.repeats,
-                i + 1,
-                plan.len(),
-                s.part,
-                s.layout,
-                s.readers,
-                if s.stall { " stalling" } else { "" }
-            );
+    let mut runner = Runner::new(plan.len(), &o.interrupted, false);
+    let label = |s: &Setup, r: u32| {
+        let stalling = if s.stall { " stalling" } else { "" };
+        format!("readers: repeat {}/{}: {} {} x{}{stalling}", r + 1, o.repeats, s.part, s.layout, s.readers)
+    };
+    let cells = runner.run(
+        &plan,
+        label,
+        |s, repeat| {
             let rate = match s.part {
                 "threads" => THREADS_RATE,
                 "stall" => match stall_rate {
@@ -169,12 +172,15 @@ pub fn run(o: &ReadersOpts, out: &Path) -> Result<Vec<Cell>> {
                 },
                 _ => NSD_QPS,
             };
-            let c = cell(o, &bed, &meter, s, repeat, out, rate)
-                .with_context(|| format!("cell {} {} x{}", s.part, s.layout, s.readers))?;
-            cells.push(c);
-            std::fs::write(out.join("results.json"), serde_json::to_string_pretty(&cells)?)?;
-        }
-    }
+            cell(o, &bed, &meter, s, repeat, out, rate)
+                .with_context(|| format!("cell {} {} x{}", s.part, s.layout, s.readers))
+        },
+        |cells| {
+            results.cells = cells.to_vec();
+            results.save(out)
+        },
+    )?;
+    runner.finish();
     drop(stats);
     Ok(cells)
 }

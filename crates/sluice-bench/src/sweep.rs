@@ -4,10 +4,11 @@
 use std::path::PathBuf;
 
 use anyhow::Result;
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 use serde::{Deserialize, Serialize};
 
 use crate::level::LevelResult;
+use crate::matrix::{interleave, Planned, Runner};
 use crate::rig::Rig;
 use crate::scenario::{ConfigKind, Scenario, SCHEMA_VERSION};
 use crate::victim::VictimModel;
@@ -252,12 +253,11 @@ pub fn run(scenario: &Scenario, opts: &SweepOpts, mut on_model: impl FnMut(&Resu
         |m: VictimModel| -> Vec<ConfigKind> { scenario.configs.iter().copied().filter(|c| c.applies_to(m)).collect() };
     let total: usize =
         scenario.models.iter().map(|&m| scenario.levels.len() * configs_of(m).len() * scenario.repeats as usize).sum();
-    let bar = if opts.progress { ProgressBar::new(total as u64) } else { ProgressBar::hidden() };
-    bar.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len} {msg} ({elapsed}, ~{eta} left)").unwrap());
+    let mut runner = Runner::new(total, &opts.interrupted, opts.progress);
     for &model in &scenario.models {
         let configs = configs_of(model);
         let mut env = Rig::start(scenario, model, &opts.exe, model.name())?;
-        let calibration = calibrate(&mut env, scenario.max_rate, &bar)?;
+        let calibration = calibrate(&mut env, scenario.max_rate, runner.bar())?;
         let peak = calibration.iter().map(|p| p.delivered_pps).fold(0.0, f64::max);
         let mlfrr = calibration
             .iter()
@@ -266,21 +266,27 @@ pub fn run(scenario: &Scenario, opts: &SweepOpts, mut on_model: impl FnMut(&Resu
             .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))));
         let static_rate = scenario.static_rate * peak;
         let lv = levels(scenario, peak);
-        bar.inc((scenario.levels.len() - lv.len()) as u64 * (configs.len() * scenario.repeats as usize) as u64);
-        let mut runs = Vec::new();
-        for &(m, rate) in &lv {
-            for rep in 0..scenario.repeats {
-                for &c in &configs {
-                    if opts.interrupted.load(std::sync::atomic::Ordering::Relaxed) {
-                        anyhow::bail!("interrupted; the testbed is removed");
-                    }
-                    bar.set_message(format!("{} {:>6} at {m}x ({:.0}k pkt/s)", model.name(), c.name(), rate / 1e3));
-                    env.apply_config(c, static_rate)?;
-                    runs.push(env.measure(c, m, rate, rep)?);
-                    bar.inc(1);
-                }
-            }
-        }
+        runner.skip((scenario.levels.len() - lv.len()) * configs.len() * scenario.repeats as usize);
+        // Level by level; at each, every configuration side by side, `repeats` times.
+        let plan: Vec<Planned<(f64, f64, ConfigKind)>> = lv
+            .iter()
+            .flat_map(|&(m, rate)| {
+                let at: Vec<_> = configs.iter().map(|&c| (m, rate, c)).collect();
+                interleave(&at, scenario.repeats)
+            })
+            .collect();
+        let label = |&(m, rate, c): &(f64, f64, ConfigKind), _| {
+            format!("{} {:>6} at {m}x ({:.0}k pkt/s)", model.name(), c.name(), rate / 1e3)
+        };
+        let runs = runner.run(
+            &plan,
+            label,
+            |&(m, rate, c), rep| {
+                env.apply_config(c, static_rate)?;
+                env.measure(c, m, rate, rep)
+            },
+            |_| Ok(()),
+        )?;
         let multiples: Vec<f64> = lv.iter().map(|l| l.0).collect();
         results.models.push(ModelRun {
             model,
@@ -296,7 +302,7 @@ pub fn run(scenario: &Scenario, opts: &SweepOpts, mut on_model: impl FnMut(&Resu
         drop(env);
         on_model(&results)?;
     }
-    bar.finish_and_clear();
+    runner.finish();
     Ok(results)
 }
 

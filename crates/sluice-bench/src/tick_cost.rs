@@ -20,7 +20,7 @@ use sluice::dataplane::gate::{self, Gate};
 use sluice::policy::config::{self, XdpMode};
 use sluice::signals::discover::{self, Discovery};
 use sluice::signals::health::HealthReader;
-use sluice::signals::{kernel::softnet, kernel::NsFile, kernel::SockDiag, kernel::TCP_LISTEN};
+use sluice::signals::kernel::{softnet, NsFile, SockDiag, TCP_LISTEN};
 use sluice::{dataplane::classify, tools::netns};
 use sluice_testkit::testbed::{Testbed, TestbedOpts, IF_B};
 

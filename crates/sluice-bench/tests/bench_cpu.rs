@@ -13,11 +13,12 @@ fn the_cpu_scenario_floods_at_rate_and_away_keeps_the_high_priority_service() {
         Command::new(BENCH).args(["run", "--scenario", "cpu", "--duration", "1", "--out"]).arg(&dir).output().unwrap();
     let stdout = String::from_utf8_lossy(&run.stdout);
     assert!(run.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&run.stderr));
-    let cells: Vec<serde_json::Value> =
-        serde_json::from_slice(&std::fs::read(dir.join("results.json")).unwrap()).unwrap();
+    let results: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("results.json")).unwrap()).unwrap();
+    assert_eq!((results["schema_version"].as_u64(), results["scenario"].as_str()), (Some(1), Some("cpu")));
+    let cells = results["cells"].as_array().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(cells.len(), 9, "4 nic + 5 same-core cells");
-    for c in &cells {
+    for c in cells {
         match c["config"].as_str().unwrap() {
             "unflooded" => {
                 assert!(c["flood_pps"].is_null(), "{c}");

@@ -84,10 +84,13 @@ fn the_ledger_balances_on_a_short_real_run() {
                     assert!(busy > 0.05 && busy <= 1.0, "{what}: victim CPU by the {meter}: {busy}");
                 }
                 // The probe's replies came back (500/s for 1 s) with a round trip
-                // under a second. Not asked of `off` at the top level: there the
-                // victim may livelock outright (no reply in CI once), which is
-                // what the bench exists to show, not a broken meter.
-                if config != ConfigKind::Off || level < 600_000.0 {
+                // under a second. Not asked of `off` or `nft` at the top level:
+                // with no gate (nftables drops after the stack has paid) the victim
+                // may livelock outright (no reply in CI once for off, and once for
+                // nft on 2026-11-24), which is what the bench exists to show, not
+                // a broken meter.
+                let gateless = matches!(config, ConfigKind::Off | ConfigKind::Nft);
+                if !gateless || level < 600_000.0 {
                     assert!(r.legit_replies > 0, "{what}: no legitimate reply");
                 }
                 if let Some(p99) = r.rtt.p99_us {

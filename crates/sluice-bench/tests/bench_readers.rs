@@ -15,11 +15,12 @@ fn the_readers_scenario_measures_every_cell_and_least_loaded_steers_around_a_sta
     let stdout = String::from_utf8_lossy(&run.stdout);
     assert!(run.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&run.stderr));
     assert!(stdout.contains("PROG ns"), "the summary is printed: {stdout}");
-    let cells: Vec<serde_json::Value> =
-        serde_json::from_slice(&std::fs::read(dir.join("results.json")).unwrap()).unwrap();
+    let results: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("results.json")).unwrap()).unwrap();
+    assert_eq!((results["schema_version"].as_u64(), results["scenario"].as_str()), (Some(1), Some("readers")));
+    let cells = results["cells"].as_array().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(cells.len(), 21, "13 threads + 6 stall + 2 nsd cells");
-    for c in &cells {
+    for c in cells {
         assert!(c["answered"].as_u64().unwrap() > 0, "{c}");
         let steered = c["layout"] == "round-robin" || c["layout"] == "least-loaded";
         assert_eq!(c["prog_ns"].is_number(), steered, "the program's cost where it ran, missing where not: {c}");

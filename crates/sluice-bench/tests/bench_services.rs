@@ -84,12 +84,12 @@ fn dns_and_http_scenarios_run_real_services_under_real_floods() {
     let healthy = cell(&r.cells, "calm-50", Setup::Zero);
     assert_eq!(healthy.gate_drops, Some(0), "the gate dropped queries of a healthy NSD: {healthy:?}");
     assert!(healthy.success.is_some_and(|s| s > 0.5) && healthy.daemon_cpu.is_some(), "{healthy:?}");
-    assert!(r.capacity.unwrap() > 10_000.0, "NSD answers more than 10k/s: {:?}", r.capacity);
+    assert!(r.head.capacity.unwrap() > 10_000.0, "NSD answers more than 10k/s: {:?}", r.head.capacity);
     let calm = cell(&r.cells, "none", Setup::Off);
     assert!(calm.success.unwrap() > 0.99 && calm.p99_ms.is_some() && calm.flood_pps.is_none(), "{calm:?}");
     // A flood worth the name: more than NSD's measured capacity (on this
     // machine; a fixed 100k/s failed with a busy loop on each CPU).
-    let capacity = r.capacity.unwrap();
+    let capacity = r.head.capacity.unwrap();
     for setup in [Setup::Off, Setup::Zero, Setup::Static, Setup::Blocked] {
         let c = cell(&r.cells, "closed-v4", setup);
         assert!(c.flood_pps.unwrap() > capacity, "the flood ran past NSD's capacity {capacity:.0}/s: {c:?}");
@@ -114,7 +114,7 @@ fn dns_and_http_scenarios_run_real_services_under_real_floods() {
     let r = services::run(Service::Dns, &o, out.path()).unwrap();
     let zero = cell(&r.cells, "src16-v4", Setup::Zero);
     assert!(zero.success.unwrap() > 0.9, "known clients first under an own-port flood: {zero:?}");
-    let capacity = r.capacity.unwrap();
+    let capacity = r.head.capacity.unwrap();
     assert!(
         zero.new_client.is_some() && zero.flood_pps.unwrap() > capacity,
         "NSD's capacity {capacity:.0}/s: {zero:?}"

@@ -14,6 +14,27 @@ pub(super) struct Bench<'a> {
     _filter: Gate,
 }
 
+/// One cell of a repeat.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Item<'a> {
+    /// No flood: dnsperf at a share of NSD's capacity, a neighbour beside it or not.
+    Calm(f64, Option<Neighbour>, Setup),
+    /// A flood (None: the unflooded baseline) in one configuration.
+    Flood(Option<&'a Flood>, Setup),
+}
+
+impl Item<'_> {
+    fn name(&self) -> String {
+        match self {
+            Item::Calm(load, n, s) => {
+                let beside = n.map_or(String::new(), |n| format!(" beside {}", n.name()));
+                format!("calm at {:.0}% of capacity{beside}, {}", load * 100.0, s.name())
+            }
+            Item::Flood(f, s) => format!("{} {}", f.map_or("none", |f| f.name), s.name()),
+        }
+    }
+}
+
 /// What carries the configuration during a cell.
 pub(super) enum Installed {
     /// The pass-through gate, attached while held.
@@ -69,46 +90,52 @@ impl<'a> Bench<'a> {
         Ok(cap)
     }
 
+    /// The cells of one repeat: calm ones (loads, then neighbours), each
+    /// `off` and `zero` side by side, then every flood (and none) in each
+    /// of its configurations.
+    fn plan(&self) -> Vec<Item<'a>> {
+        let neighbours: &[Option<Neighbour>] =
+            if self.o.neighbours { &[None, Some(Neighbour::FullSocket), Some(Neighbour::Churn)] } else { &[None] };
+        let calm = self.o.calm_loads.iter().map(|&l| (l, None));
+        let beside = neighbours.iter().flatten().map(|&n| (NEIGHBOUR_LOAD, Some(n)));
+        let calm = calm.chain(beside).flat_map(|(l, n)| [Setup::Off, Setup::Zero].map(|s| Item::Calm(l, n, s)));
+        let floods = std::iter::once(None).chain(self.o.floods.iter().map(Some));
+        let flooded = floods.flat_map(|f| Setup::for_flood(f).iter().map(move |&s| Item::Flood(f, s)));
+        calm.chain(flooded).collect()
+    }
+
     pub(super) fn run_all(&self, out: &Path) -> Result<ServiceRun> {
-        let mut r = ServiceRun {
-            service: self.svc,
-            secs: self.o.secs,
-            repeats: self.o.repeats,
-            capacity: self.capacity,
-            cells: vec![],
-        };
-        let floods: Vec<Option<&Flood>> = std::iter::once(None).chain(self.o.floods.iter().map(Some)).collect();
+        let scenario = if self.o.sources { "sources" } else { self.svc.name() };
+        let head =
+            ServiceHead { service: self.svc, secs: self.o.secs, repeats: self.o.repeats, capacity: self.capacity };
+        let mut r = ServiceRun::new(scenario, head);
+        let plan = interleave(&self.plan(), self.o.repeats);
+        let mut runner = Runner::new(plan.len(), &self.o.interrupted, false);
         let mut shown_status = false;
-        for repeat in 0..self.o.repeats {
-            let neighbours: &[Option<Neighbour>] =
-                if self.o.neighbours { &[None, Some(Neighbour::FullSocket), Some(Neighbour::Churn)] } else { &[None] };
-            let calm = self.o.calm_loads.iter().map(|&l| (l, None));
-            let beside = neighbours.iter().flatten().map(|&n| (NEIGHBOUR_LOAD, Some(n)));
-            for (load, neighbour) in calm.chain(beside) {
-                for setup in [Setup::Off, Setup::Zero] {
-                    if self.o.interrupted.load(Ordering::Relaxed) {
-                        bail!("interrupted");
+        let label =
+            |i: &Item, rep: u32| format!("{}: repeat {}/{}: {}", self.svc.name(), rep + 1, self.o.repeats, i.name());
+        let cells = runner.run(
+            &plan,
+            label,
+            |item, repeat| {
+                let cell = match *item {
+                    Item::Calm(load, neighbour, setup) => self.calm_cell(load, neighbour, setup, repeat)?,
+                    Item::Flood(flood, setup) => {
+                        let show = !shown_status && setup == Setup::Zero;
+                        shown_status |= show;
+                        self.cell(flood, setup, repeat, show)?
                     }
-                    let cell = self.calm_cell(load, neighbour, setup, repeat)?;
-                    eprintln!("[{}/{}] {}", repeat + 1, self.o.repeats, cell_line(self.svc, &cell));
-                    r.cells.push(cell);
-                    write_all(&r, out)?;
-                }
-            }
-            for flood in &floods {
-                for &setup in Setup::for_flood(*flood) {
-                    if self.o.interrupted.load(Ordering::Relaxed) {
-                        bail!("interrupted");
-                    }
-                    let show = !shown_status && setup == Setup::Zero;
-                    shown_status |= show;
-                    let cell = self.cell(*flood, setup, repeat, show)?;
-                    eprintln!("[{}/{}] {}", repeat + 1, self.o.repeats, cell_line(self.svc, &cell));
-                    r.cells.push(cell);
-                    write_all(&r, out)?;
-                }
-            }
-        }
+                };
+                eprintln!("[{}/{}] {}", repeat + 1, self.o.repeats, cell_line(self.svc, &cell));
+                Ok(cell)
+            },
+            |cells| {
+                r.cells = cells.to_vec();
+                write_all(&r, out)
+            },
+        )?;
+        runner.finish();
+        r.cells = cells;
         Ok(r)
     }
 

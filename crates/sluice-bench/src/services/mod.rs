@@ -32,7 +32,7 @@
 //! rate is measured and shown per cell); a cell whose dnsperf still could not
 //! send 95% of its asked rate is marked.
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -40,13 +40,14 @@ use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::gen::{stream_value, StreamSpec};
+use crate::matrix::{interleave, Results, Runner};
 use crate::procs::{start_daemon, status_after, tree_cpu_secs, Proc};
 use crate::rig::{add_flood_neighbours, attach_gate, FLOOD_SRC_V4, FLOOD_SRC_V6};
 use crate::victim::{link_stats, VictimBed, VictimModel, IF_A, IF_B};
 use crate::workers::GenWorker;
 use crate::{dns, http};
 use sluice::dataplane::gate::Gate;
-use sluice::signals::{kernel::proc_counter, kernel::NsFile};
+use sluice::signals::kernel::{proc_counter, NsFile};
 use sluice::tools::netns;
 
 mod bench;
@@ -343,15 +344,18 @@ pub struct Cell {
     pub kept_rps: Option<f64>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ServiceRun {
+/// What a run's results.json holds besides its cells.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ServiceHead {
     pub service: Service,
     pub secs: f64,
     pub repeats: u32,
     /// dns: NSD's answered queries/s with dnsperf unpaced (the static cap).
     pub capacity: Option<f64>,
-    pub cells: Vec<Cell>,
 }
+
+/// A run: its scenario (dns, http, sources), head and cells.
+pub type ServiceRun = Results<ServiceHead, Cell>;
 
 /// Run the scenario: every repeat x flood x configuration, printing a line
 /// per cell; writes results.json and summary.txt into `out` as it goes.

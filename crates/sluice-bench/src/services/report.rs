@@ -66,13 +66,13 @@ fn spread(cells: &[&Cell], f: impl Fn(&Cell) -> Option<f64>, show: impl Fn(Optio
 
 /// The table (medians over repeats, spread of the key figure), then the targets.
 pub fn summary(r: &ServiceRun) -> String {
-    let dns = r.service == Service::Dns;
+    let dns = r.head.service == Service::Dns;
     let mut s = format!(
         "\nscenario {} ({} s per cell, {} repeat(s), medians; (min-max) over repeats){}\n",
-        r.service.name(),
-        r.secs,
-        r.repeats,
-        r.capacity.map_or(String::new(), |c| format!("; NSD capacity {}/s", sluice::surface::stats::human(c)))
+        r.head.service.name(),
+        r.head.secs,
+        r.head.repeats,
+        r.head.capacity.map_or(String::new(), |c| format!("; NSD capacity {}/s", sluice::surface::stats::human(c)))
     );
     s += &format!(
         "{:<10} {:<8} {:>8} {:>8} {:>12} {:>24} {:>9} {:>9} {:>8} {:>10}{}\n",
@@ -212,7 +212,7 @@ pub fn targets(r: &ServiceRun) -> String {
             pct(new)
         );
     }
-    if r.service == Service::Http {
+    if r.head.service == Service::Http {
         for f in FLOODS.iter().filter(ran).filter(|f| f.own_port) {
             let z = med(&group(r, f.name, Setup::Zero), |c| Some(c.client_rate));
             let off = med(&group(r, f.name, Setup::Off), |c| Some(c.client_rate));
@@ -268,11 +268,11 @@ fn calm_targets(r: &ServiceRun) -> String {
 /// unflooded one; HTTP against the flood blocked entirely.
 fn closed_port_target(r: &ServiceRun, f: &Flood) -> String {
     let zero = group(r, f.name, Setup::Zero);
-    if r.service == Service::Dns {
+    if r.head.service == Service::Dns {
         let calm_p99 = med(&group(r, "none", Setup::Off), |c| c.p99_ms);
         let (ans, p99) = (med(&zero, |c| c.success), med(&zero, |c| c.p99_ms));
         // The gate's own drops of the clients' queries, as a share of what dnsperf sent.
-        let sent: f64 = zero.iter().map(|c| c.client_rate * r.secs).sum();
+        let sent: f64 = zero.iter().map(|c| c.client_rate * r.head.secs).sum();
         let dropped: Option<u64> = zero.iter().map(|c| c.gate_drops).sum();
         let share = dropped.filter(|_| sent > 0.0).map(|d| d as f64 / sent);
         format!(
@@ -321,7 +321,7 @@ fn syn_flood_clients(r: &ServiceRun, f: &Flood) -> String {
 
 /// results.json and summary.txt.
 pub fn write_all(r: &ServiceRun, out: &Path) -> Result<()> {
-    std::fs::write(out.join("results.json"), serde_json::to_string_pretty(r)?)?;
+    r.save(out)?;
     std::fs::write(out.join("summary.txt"), summary(r))?;
     Ok(())
 }
@@ -335,7 +335,9 @@ mod tests {
     }
 
     fn run(service: Service, cells: Vec<Cell>) -> ServiceRun {
-        ServiceRun { service, secs: 8.0, repeats: 1, capacity: None, cells }
+        let mut r = ServiceRun::new(service.name(), ServiceHead { service, secs: 8.0, repeats: 1, capacity: None });
+        r.cells = cells;
+        r
     }
 
     #[test]

@@ -33,7 +33,7 @@ use crate::dataplane::gate::counters::ClassTotals;
 use crate::policy::config::{AutoSpec, Config, Limit};
 use crate::policy::controller::{decide, Algo, Controller, Signals, Tuning};
 use crate::signals::health::Health;
-use crate::signals::{kernel::udp_counters, kernel::NsFile, kernel::SockDiag, kernel::SockStats};
+use crate::signals::kernel::{udp_counters, NsFile, SockDiag, SockStats};
 
 /// Ticks kept in the trace (60 s).
 const TRACE_LEN: usize = 6_000;

@@ -39,7 +39,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::bpf_intf::SLUICE_MAX_CLASSES;
 use crate::policy::config::{AutoSpec, Class, Config, Limit, Prefix, Proto, Rule};
-use crate::signals::{kernel::DiagSock, kernel::SockDiag, kernel::TCP_CLOSE, kernel::TCP_LISTEN};
+use crate::signals::kernel::{DiagSock, SockDiag, TCP_CLOSE, TCP_LISTEN};
 
 /// How long a service that is no longer seen keeps its class.
 pub const LINGER: Duration = Duration::from_secs(3);
