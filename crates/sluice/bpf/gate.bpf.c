@@ -199,20 +199,24 @@ struct {
 } asked SEC(".maps");
 
 /*
- * New entries each class may still make in "known" (written by the daemon,
- * one taken by the learner per new client). One LRU map holds every class's
- * known clients, so without a part of its own a busy class (or whoever it
- * answers) would evict another class's clients. The daemon gives each class
- * an equal part of 90% of the map, and every scan removes a class's oldest
- * entries past its part (src/known.rs, `bound`); 0 (not yet written): no
- * learning.
+ * Each class's part of "known" (struct sluice_known_part): the new entries
+ * it may still make (one taken by the learner per new client) and the
+ * entries it holds. One LRU map holds every class's known clients, so
+ * without a part of its own a busy class (or whoever it answers) would
+ * evict another class's clients. The daemon gives each class an equal part
+ * of 90% of the map, and every scan removes a class's oldest entries past
+ * its part (src/signals/known.rs, `bound`) and writes room and held again;
+ * not yet written: no learning, and no lookup. A client learned between a
+ * scan's read and its write is not counted in held until the next scan (5
+ * s): if it is its class's only one, it is looked up from then on (it
+ * needs a second of answers to be known anyway).
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, SLUICE_MAX_CLASSES);
 	__type(key, __u32);
-	__type(value, __s64);
-} known_room SEC(".maps");
+	__type(value, struct sluice_known_part);
+} known_part SEC(".maps");
 
 /* Each TCP class's SYN guard (syncookie.h), written by the daemon. */
 struct {
@@ -543,6 +547,11 @@ static __always_inline struct sluice_known *known_entry(const struct pkt *pk, __
 	struct sluice_src_key k = {};
 	struct sluice_known *v;
 
+	struct sluice_known_part *part = bpf_map_lookup_elem(&known_part, &cls);
+
+	/* An array slot, inlined: a class that holds no known client skips the hash lookup. */
+	if (!part || !part->held)
+		return 0;
 	src_key(&k, pk, cls, pk->family == 4 ? 32 : 64);
 	v = bpf_map_lookup_elem(&known, &k);
 	if (!v || v->last_ms - v->first_ms < SLUICE_KNOWN_SPAN_MS)
@@ -1235,8 +1244,8 @@ int sluice_learn(struct __sk_buff *skb)
 	void *end = (void *)(long)skb->data_end;
 	struct sluice_src_key k = {};
 	struct sluice_known *v, fresh = {};
+	struct sluice_known_part *part;
 	struct pkt pk = {};
-	__s64 *room;
 	__u32 idx, cls;
 	__u64 now;
 	struct sluice_fair *f;
@@ -1270,14 +1279,16 @@ int sluice_learn(struct __sk_buff *skb)
 		v->interval_ns = 0; /* its own rate changed: the gate computes it again */
 		return TC_ACT_OK;
 	}
-	room = bpf_map_lookup_elem(&known_room, &cls);
-	if (!room || *room <= 0)
+	part = bpf_map_lookup_elem(&known_part, &cls);
+	if (!part || part->room <= 0)
 		return TC_ACT_OK; /* the class's part of the map is full until the daemon's next scan */
 	fresh.answers = 1;
 	fresh.first_ms = now;
 	fresh.last_ms = now;
-	if (!bpf_map_update_elem(&known, &k, &fresh, BPF_NOEXIST))
-		__sync_fetch_and_add(room, -1);
+	if (!bpf_map_update_elem(&known, &k, &fresh, BPF_NOEXIST)) {
+		__sync_fetch_and_add(&part->room, -1);
+		__sync_fetch_and_add(&part->held, 1);
+	}
 	return TC_ACT_OK;
 }
 

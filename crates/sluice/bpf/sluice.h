@@ -167,6 +167,18 @@ struct sluice_known {
 	__u64 tat_ns;   /* gate only: its own rate's theoretical arrival time (bpf_ktime_get_coarse_ns), 0 = none yet */
 };
 /*
+ * A class's part of the "known" map (the map "known_part", one per class):
+ * how many new clients the learner may still add to it, and how many
+ * entries it holds. The daemon writes both after every scan of the map and
+ * at a restore; the learner takes one from room and adds one to held per
+ * new client. held == 0: the gate does not look the class's sources up in
+ * "known" at all (a class nobody was ever answered in skips that lookup).
+ */
+struct sluice_known_part {
+	__s64 room;
+	__u64 held;
+};
+/*
  * A client is known once the service answered it over at least this span
  * (ms, of the gate clock): a flood that is answered for the few ticks before
  * the daemon sees it never spans a second, a client that came back does.

@@ -208,6 +208,34 @@ fn a_known_source_over_its_own_rate_is_an_unknown_one() {
     assert_eq!(counter(&g, "dns", SLUICE_CS_KNOWN_OVER_PKTS), 2);
 }
 
+/// Cost (issue 25, item 3): a class that holds no known client skips the
+/// known map's hash lookup, reading only its part's `held` (an array slot).
+/// With held at 0 a source the map does hold is an unknown one; the daemon's
+/// next scan (held 1) makes it known again. A gate that ignored `held`
+/// would count the first packet as known; one that never looked would count
+/// the second as unknown.
+#[test]
+fn a_class_holding_no_known_client_skips_the_known_lookup() {
+    let mut g = gate();
+    fair(&g, "dns", PACED_NS, 1, 1, (32, 64));
+    clock(&mut g, 1);
+    let cls = g.class("dns");
+    let mut addr = [0u8; 16];
+    addr[..4].copy_from_slice(&[198, 51, 100, 7]);
+    let key = sluice_src_key { class_id: cls as u8, family: 4, plen: 32, addr, ..Default::default() };
+    let last_ms = Clock::wall_ms();
+    let entry = sluice_known { first_ms: last_ms - 10_000, last_ms, answers: 1000, ..Default::default() };
+    g.gate.insert_known(&[(key, entry)]).unwrap();
+    assert_eq!(g.gate.known_part(cls).unwrap().held, 1, "an insert counts at once");
+    g.gate.set_known_part(cls, sluice_known_part { room: 100, held: 0 }).unwrap();
+    g.expect("held 0: looked up as nobody", &dns_from("198.51.100.7"), Admitted("dns".into()));
+    assert_eq!(counter(&g, "dns", SLUICE_CS_KNOWN_PKTS), 0);
+    assert_eq!(counter(&g, "dns", SLUICE_CS_UNKNOWN_PKTS), 1);
+    g.gate.set_known_part(cls, sluice_known_part { room: 99, held: 1 }).unwrap();
+    g.expect("held 1: known", &dns_from("198.51.100.7"), Admitted("dns".into()));
+    assert_eq!(counter(&g, "dns", SLUICE_CS_KNOWN_PKTS), 1);
+}
+
 #[test]
 fn the_learner_records_answered_clients_only_while_told_to_and_never_from_a_syn_ack() {
     let mut g = gate();
@@ -247,6 +275,8 @@ fn the_learner_records_answered_clients_only_while_told_to_and_never_from_a_syn_
     let v6: Vec<u8> =
         "2001:db8::1".parse::<std::net::Ipv6Addr>().unwrap().octets()[..8].iter().copied().chain([0; 8]).collect();
     assert_eq!(known, vec![(v6, 1), (vec![198, 51, 100, 1], 2), (vec![198, 51, 100, 4], 1)]);
+    let part = g.gate.known_part(g.class("dns")).unwrap();
+    assert_eq!((part.room, part.held), (97, 3), "each new client takes one from room and adds one to held");
     let now = Clock::wall_ms();
     assert!(g.gate.known().unwrap().iter().all(|(_, v)| v.last_ms.abs_diff(now) <= 1000 && v.first_ms <= v.last_ms));
 }

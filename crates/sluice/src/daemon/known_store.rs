@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 
-use crate::bpf_intf::{sluice_known, sluice_src_key};
+use crate::bpf_intf::{sluice_known, sluice_known_part, sluice_src_key};
 use crate::daemon::tick::KNOWN_TTL_SECS;
 use crate::dataplane::gate::{Clock, Gate};
 use crate::signals::known::{self, Known};
@@ -103,16 +103,20 @@ impl KnownStore {
 }
 
 /// Hold every class to its part of the known map (`known::bound`): the
-/// entries past it to delete, and how many new clients each class may still add.
-pub(super) fn bound(map: &[(sluice_src_key, sluice_known)], shape: Shape) -> (Vec<sluice_src_key>, Vec<i64>) {
+/// entries past it to delete, and each class's part (room, held).
+pub(super) fn bound(
+    map: &[(sluice_src_key, sluice_known)],
+    shape: Shape,
+) -> (Vec<sluice_src_key>, Vec<sluice_known_part>) {
     known::bound(map, shape.classes, known::part(shape.known_capacity, shape.learning))
 }
 
-/// Delete the known entries past their class's part; tell the learner each class's room.
-pub(super) fn apply_bound(gate: &Gate, delete: &[sluice_src_key], room: Vec<i64>) -> Result<()> {
+/// Delete the known entries past their class's part; tell the gate each
+/// class's part (the learner's room, and whether to look sources up at all).
+pub(super) fn apply_bound(gate: &Gate, delete: &[sluice_src_key], parts: Vec<sluice_known_part>) -> Result<()> {
     gate.delete_known(delete)?;
-    for (class, r) in room.into_iter().enumerate() {
-        gate.set_known_room(class, r)?;
+    for (class, p) in parts.into_iter().enumerate() {
+        gate.set_known_part(class, p)?;
     }
     Ok(())
 }

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use libbpf_rs::MapHandle;
 
-use crate::bpf_intf::{sluice_known, sluice_src, sluice_src_key};
+use crate::bpf_intf::{sluice_known, sluice_known_part, sluice_src, sluice_src_key};
 use crate::daemon::tick::FairStatus;
 use crate::dataplane::gate::{dump_map, Gate};
 use crate::policy::config::{Config, DEFAULT_CLASS};
@@ -47,9 +47,9 @@ pub struct Found {
     pub ms: f64,
     /// The known map as read.
     pub known: Vec<(sluice_src_key, sluice_known)>,
-    /// Known entries past their class's part, and each class's room for new ones.
+    /// Known entries past their class's part, and each class's part (room, held) for the gate.
     pub delete: Vec<sluice_src_key>,
-    pub room: Vec<i64>,
+    pub parts: Vec<sluice_known_part>,
 }
 
 /// The scanning thread; it stops when this is dropped.
@@ -125,7 +125,7 @@ fn scan((sources_map, known_map): &(MapHandle, MapHandle), shape: Shape) -> Resu
     let sources: Vec<(sluice_src_key, sluice_src)> = dump_map(sources_map, "sources")?;
     let known: Vec<(sluice_src_key, sluice_known)> = dump_map(known_map, "known")?;
     let per_class = sources::scan(&sources, &known, shape.classes);
-    let (delete, room) = super::known_store::bound(&known, shape);
+    let (delete, parts) = super::known_store::bound(&known, shape);
     Ok(Found {
         shape,
         per_class,
@@ -133,7 +133,7 @@ fn scan((sources_map, known_map): &(MapHandle, MapHandle), shape: Shape) -> Resu
         ms: t.elapsed().as_secs_f64() * 1e3,
         known,
         delete,
-        room,
+        parts,
     })
 }
 
@@ -200,8 +200,8 @@ impl SourceTables {
                 return Ok(());
             }
         };
-        let Found { per_class, entries, ms, known: known_map, delete, room, .. } = found;
-        super::known_store::apply_bound(gate, &delete, room)?;
+        let Found { per_class, entries, ms, known: known_map, delete, parts, .. } = found;
+        super::known_store::apply_bound(gate, &delete, parts)?;
         let known = per_class.iter().map(|c| c.1).sum();
         let inserts = (0..self.shape.classes)
             .map(|id| Ok(ClassTotals::from(gate.class_counters(id)?).source_inserts))

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::bpf_intf::{sluice_known, sluice_src_key};
+use crate::bpf_intf::{sluice_known, sluice_known_part, sluice_src_key};
 
 /// Where state files go unless `--state-dir` says otherwise.
 pub const STATE_DIR: &str = "/var/lib/sluice";
@@ -247,8 +247,13 @@ pub fn part(capacity: u32, learning: usize) -> u64 {
 
 /// Hold every class to its part of the map: the entries to delete (a class
 /// past `part` keeps its KEEP_OF_PART x part newest, by last answer) and,
-/// per class id, the new entries it may still make.
-pub fn bound(map: &[(sluice_src_key, sluice_known)], classes: usize, part: u64) -> (Vec<sluice_src_key>, Vec<i64>) {
+/// per class id, its part as the gate reads it: the new entries it may still
+/// make, and the entries it holds (none: the gate skips the known lookup).
+pub fn bound(
+    map: &[(sluice_src_key, sluice_known)],
+    classes: usize,
+    part: u64,
+) -> (Vec<sluice_src_key>, Vec<sluice_known_part>) {
     let mut per_class: Vec<Vec<(u64, sluice_src_key)>> = vec![vec![]; classes];
     for (k, v) in map {
         if let Some(c) = per_class.get_mut(k.class_id as usize) {
@@ -256,7 +261,7 @@ pub fn bound(map: &[(sluice_src_key, sluice_known)], classes: usize, part: u64) 
         }
     }
     let mut delete = vec![];
-    let mut room = vec![];
+    let mut parts = vec![];
     for mut entries in per_class {
         let mut held = entries.len() as u64;
         if held > part {
@@ -265,9 +270,9 @@ pub fn bound(map: &[(sluice_src_key, sluice_known)], classes: usize, part: u64) 
             delete.extend(entries.drain(keep..).map(|(_, k)| k));
             held = keep as u64;
         }
-        room.push(part as i64 - held as i64);
+        parts.push(sluice_known_part { room: part as i64 - held as i64, held });
     }
-    (delete, room)
+    (delete, parts)
 }
 
 #[cfg(test)]
@@ -302,7 +307,12 @@ mod tests {
             delete.iter().all(|k| u32::from_be_bytes(k.addr[..4].try_into().unwrap()) < oldest_kept),
             "the oldest go"
         );
-        assert_eq!(room, vec![100, 10, 90]);
+        assert_eq!(room.iter().map(|p| p.room).collect::<Vec<_>>(), vec![100, 10, 90]);
+        assert_eq!(
+            room.iter().map(|p| p.held).collect::<Vec<_>>(),
+            vec![0, 90, 10],
+            "what the gate's lookup skip reads"
+        );
     }
 
     /// A wall-clock time to test with: 2026-11-23.

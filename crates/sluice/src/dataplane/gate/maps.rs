@@ -36,6 +36,7 @@ pod!(
     sluice_fair,
     sluice_group,
     sluice_known,
+    sluice_known_part,
     sluice_latency,
     sluice_pacer,
     sluice_reuseport_sock,

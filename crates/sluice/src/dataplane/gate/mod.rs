@@ -11,8 +11,8 @@ use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags};
 
 use crate::bpf_intf::{
-    sluice_bucket, sluice_cell, sluice_class_state, sluice_fair, sluice_known, sluice_share, sluice_src,
-    sluice_src_key, SLUICE_CELLS, SLUICE_CS_NR, SLUICE_GS_NR, SLUICE_MAX_CLASSES, SLUICE_SOURCES_DEFAULT,
+    sluice_bucket, sluice_cell, sluice_class_state, sluice_fair, sluice_known, sluice_known_part, sluice_share,
+    sluice_src, sluice_src_key, SLUICE_CELLS, SLUICE_CS_NR, SLUICE_GS_NR, SLUICE_MAX_CLASSES, SLUICE_SOURCES_DEFAULT,
 };
 use crate::dataplane::classify::Tables;
 use crate::dataplane::share::shares_for;
@@ -497,12 +497,21 @@ impl Gate {
 
     /// Add (or overwrite) known sources: the daemon restoring its state file.
     pub fn insert_known(&self, entries: &[(sluice_src_key, sluice_known)]) -> Result<()> {
+        let mut added = std::collections::BTreeMap::<usize, u64>::new();
         for (k, v) in entries {
             self.skel
                 .maps
                 .known
                 .update(bytes_of(k), bytes_of(v), MapFlags::ANY)
                 .map_err(|err| GateError::Map { map: "known", err })?;
+            *added.entry(k.class_id as usize).or_default() += 1;
+        }
+        // Count them in held at once, so the gate looks them up before the
+        // next scan writes the exact count (a replaced entry counts twice
+        // until then: held only says whether to look).
+        for (class, n) in added {
+            let p = self.known_part(class)?;
+            self.set_known_part(class, sluice_known_part { held: p.held + n, ..p })?;
         }
         Ok(())
     }
@@ -563,14 +572,33 @@ impl Gate {
         self.skel.maps.known.max_entries()
     }
 
-    /// How many new known clients `class` may still make (the learner takes
-    /// one per new client; 0 or less: it learns no new one).
-    pub fn set_known_room(&self, class: usize, room: i64) -> Result<()> {
+    /// `class`'s part of the known map: how many new known clients it may
+    /// still make (the learner takes one per new client; 0 or less: it
+    /// learns no new one), and how many entries it holds (0: the gate does
+    /// not look its sources up).
+    pub fn set_known_part(&self, class: usize, part: sluice_known_part) -> Result<()> {
         self.skel
             .maps
-            .known_room
-            .update(&(class as u32).to_ne_bytes(), &room.to_ne_bytes(), MapFlags::ANY)
-            .map_err(|err| GateError::Map { map: "known_room", err })
+            .known_part
+            .update(&(class as u32).to_ne_bytes(), bytes_of(&part), MapFlags::ANY)
+            .map_err(|err| GateError::Map { map: "known_part", err })
+    }
+
+    /// `class`'s part of the known map as the gate holds it now.
+    pub fn known_part(&self, class: usize) -> Result<sluice_known_part> {
+        let v = self
+            .skel
+            .maps
+            .known_part
+            .lookup(&(class as u32).to_ne_bytes(), MapFlags::ANY)
+            .map_err(|err| GateError::Map { map: "known_part", err })?;
+        Ok(v.map(|b| from_bytes(&b)).unwrap_or_default())
+    }
+
+    /// Set only the room of `class`'s part (its held count stays).
+    pub fn set_known_room(&self, class: usize, room: i64) -> Result<()> {
+        let held = self.known_part(class)?.held;
+        self.set_known_part(class, sluice_known_part { room, held })
     }
 
     /// Remove these known sources (a class past its part of the map).
