@@ -3,7 +3,7 @@
 //! counters, and run it on crafted packets with BPF_PROG_TEST_RUN.
 use std::collections::HashSet;
 use std::ffi::CStr;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::time::Duration;
 
 use libbpf_rs::libbpf_sys;
@@ -24,6 +24,7 @@ mod attach;
 mod cookies;
 pub mod counters;
 pub mod maps;
+mod sources;
 mod wake;
 
 pub use attach::{attached_prog_id, caps_sufficient, check_privileges, ifindex, prog_name, xdp_link_holding};
@@ -480,65 +481,6 @@ impl Gate {
         data.settings.known_ttl_ms = clock.known_ttl_ms;
     }
 
-    /// Entries the "sources" map holds at most.
-    pub fn sources_capacity(&self) -> u32 {
-        self.skel.maps.sources.max_entries()
-    }
-
-    /// Every entry of the "sources" map (batched reads; 1M entries take about a second).
-    pub fn sources(&self) -> Result<Vec<(sluice_src_key, sluice_src)>> {
-        self.dump(&self.skel.maps.sources, "sources")
-    }
-
-    /// Every entry of the "known" map.
-    pub fn known(&self) -> Result<Vec<(sluice_src_key, sluice_known)>> {
-        self.dump(&self.skel.maps.known, "known")
-    }
-
-    /// Add (or overwrite) known sources: the daemon restoring its state file.
-    pub fn insert_known(&self, entries: &[(sluice_src_key, sluice_known)]) -> Result<()> {
-        let mut added = std::collections::BTreeMap::<usize, u64>::new();
-        for (k, v) in entries {
-            self.skel
-                .maps
-                .known
-                .update(bytes_of(k), bytes_of(v), MapFlags::ANY)
-                .map_err(|err| GateError::Map { map: "known", err })?;
-            *added.entry(k.class_id as usize).or_default() += 1;
-        }
-        // Count them in held at once, so the gate looks them up before the
-        // next scan writes the exact count (a replaced entry counts twice
-        // until then: held only says whether to look).
-        for (class, n) in added {
-            let p = self.known_part(class)?;
-            self.set_known_part(class, sluice_known_part { held: p.held + n, ..p })?;
-        }
-        Ok(())
-    }
-
-    /// Fill the sources map with `n` IPv4 sources of `class` (11.0.0.0 and
-    /// up, counted in `epoch`): the benchmark of a map under a spoofed flood.
-    pub fn fill_sources(&self, class: u8, n: u32, epoch: u32) -> Result<()> {
-        let value = sluice_src { epoch, pkts: 1, ..Default::default() };
-        for start in (0..n).step_by(65_536) {
-            let count = (n - start).min(65_536);
-            let (mut keys, mut values) = (Vec::new(), Vec::new());
-            for i in start..start + count {
-                let mut addr = [0u8; 16];
-                addr[..4].copy_from_slice(&(0x0b00_0000u32 + i).to_be_bytes());
-                let k = sluice_src_key { class_id: class, family: 4, plen: 32, addr, ..Default::default() };
-                keys.extend_from_slice(bytes_of(&k));
-                values.extend_from_slice(bytes_of(&value));
-            }
-            self.skel
-                .maps
-                .sources
-                .update_batch(&keys, &values, count, MapFlags::ANY, MapFlags::ANY)
-                .map_err(|err| GateError::Map { map: "sources", err })?;
-        }
-        Ok(())
-    }
-
     /// The maps the tracer shares (the class tables and the class counters),
     /// by name, as handles of their own.
     pub fn shared_maps(&self) -> Result<std::collections::BTreeMap<String, libbpf_rs::MapHandle>, GateError> {
@@ -554,72 +496,6 @@ impl Gate {
             out.insert(name.to_string(), handle);
         }
         Ok(out)
-    }
-
-    /// Kernel memory a map of the gate takes (its fdinfo's memlock), bytes.
-    pub fn map_memlock(&self, name: &str) -> Option<u64> {
-        let map = match name {
-            "sources" => &self.skel.maps.sources,
-            "known" => &self.skel.maps.known,
-            _ => return None,
-        };
-        let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", map.as_fd().as_raw_fd())).ok()?;
-        info.lines().find_map(|l| l.strip_prefix("memlock:")).and_then(|v| v.trim().parse().ok())
-    }
-
-    /// Entries the "known" map holds at most.
-    pub fn known_capacity(&self) -> u32 {
-        self.skel.maps.known.max_entries()
-    }
-
-    /// `class`'s part of the known map: how many new known clients it may
-    /// still make (the learner takes one per new client; 0 or less: it
-    /// learns no new one), and how many entries it holds (0: the gate does
-    /// not look its sources up).
-    pub fn set_known_part(&self, class: usize, part: sluice_known_part) -> Result<()> {
-        self.skel
-            .maps
-            .known_part
-            .update(&(class as u32).to_ne_bytes(), bytes_of(&part), MapFlags::ANY)
-            .map_err(|err| GateError::Map { map: "known_part", err })
-    }
-
-    /// `class`'s part of the known map as the gate holds it now.
-    pub fn known_part(&self, class: usize) -> Result<sluice_known_part> {
-        let v = self
-            .skel
-            .maps
-            .known_part
-            .lookup(&(class as u32).to_ne_bytes(), MapFlags::ANY)
-            .map_err(|err| GateError::Map { map: "known_part", err })?;
-        Ok(v.map(|b| from_bytes(&b)).unwrap_or_default())
-    }
-
-    /// Set only the room of `class`'s part (its held count stays).
-    pub fn set_known_room(&self, class: usize, room: i64) -> Result<()> {
-        let held = self.known_part(class)?.held;
-        self.set_known_part(class, sluice_known_part { room, held })
-    }
-
-    /// Remove these known sources (a class past its part of the map).
-    pub fn delete_known(&self, keys: &[sluice_src_key]) -> Result<()> {
-        for k in keys {
-            delete_present(&self.skel.maps.known, bytes_of(k)).map_err(|err| GateError::Map { map: "known", err })?;
-        }
-        Ok(())
-    }
-
-    /// Handles of the "sources" and "known" maps (their own fds), for a
-    /// reader on another thread (the daemon's source scan).
-    pub fn source_maps(&self) -> Result<(libbpf_rs::MapHandle, libbpf_rs::MapHandle)> {
-        let handle = |map: &libbpf_rs::Map, name| {
-            libbpf_rs::MapHandle::try_from(map).map_err(|err| GateError::Map { map: name, err })
-        };
-        Ok((handle(&self.skel.maps.sources, "sources")?, handle(&self.skel.maps.known, "known")?))
-    }
-
-    fn dump<K: Pod, V: Pod>(&self, map: &libbpf_rs::Map, name: &'static str) -> Result<Vec<(K, V)>> {
-        dump_map(map, name)
     }
 
     /// One class's per-CPU shares as the gate has them.
