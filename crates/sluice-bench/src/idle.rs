@@ -5,6 +5,13 @@
 //! (/proc/PID/task/*/schedstat: time on a CPU, ns), as % of one core. Other
 //! builds given with --compare are measured in the same run, interleaved
 //! round by round, so a slow hour slows them all alike.
+//!
+//! After each window, the wake: WAKE_BURST packets at WAKE_RATE from
+//! namespace A to a closed port (the default class), and how long the
+//! gate's wake took to reach the calm loop (`sluice status --json`:
+//! `wake_ms`; a build without the field: not measured). A flood is ticked at
+//! 10 ms from its first packet after the wake mark's packets (256 on an
+//! idle CPU) plus that time.
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -26,7 +33,14 @@ pub struct Sample {
     pub cpu_pct: f64,
     /// Its threads at the end of the window.
     pub threads: usize,
+    /// Time from the gate's wake call to the loop after the burst, ms
+    /// (None: not reported, an older build, or no wake).
+    pub wake_ms: Option<f64>,
 }
+
+/// The burst that wakes the calm loop: packets/s, for WAKE_SECS.
+const WAKE_RATE: u64 = 40_000;
+const WAKE_SECS: f64 = 0.05;
 
 /// Every sample, and per (binary, services) the median and range.
 #[derive(Debug, Clone, Serialize)]
@@ -49,7 +63,13 @@ fn threads_cpu_ns(pid: u32) -> (u64, usize) {
 }
 
 /// One window: the daemon `exe` in `tb` with `services` idle UDP services.
-fn one(exe: &Path, tb: &Testbed, services: u32, settle: Duration, window: Duration) -> Result<(f64, usize)> {
+fn one(
+    exe: &Path,
+    tb: &Testbed,
+    services: u32,
+    settle: Duration,
+    window: Duration,
+) -> Result<(f64, usize, Option<f64>)> {
     let holders: Vec<Proc> = (0..services)
         .map(|i| {
             let mut c = in_ns(&tb.b, None);
@@ -67,11 +87,26 @@ fn one(exe: &Path, tb: &Testbed, services: u32, settle: Duration, window: Durati
     std::thread::sleep(window);
     let (c1, threads) = threads_cpu_ns(daemon.id());
     let pct = 100.0 * c1.saturating_sub(c0) as f64 / t0.elapsed().as_nanos() as f64;
+    let wake = wake_ms(exe, tb, &sock);
     daemon.terminate("sluice run")?;
     for h in holders {
         let _ = h.terminate("sluice serve");
     }
-    Ok((pct, threads))
+    Ok((pct, threads, wake?))
+}
+
+/// Wake the calm daemon with a burst to a closed port; its `wake_ms` then.
+fn wake_ms(exe: &Path, tb: &Testbed, sock: &Path) -> Result<Option<f64>> {
+    let dst = format!("{}:9999", tb.ip_b);
+    let mut send = in_ns(&tb.a, None);
+    send.arg(exe).args(["send", "--dst", &dst, "--rate", &WAKE_RATE.to_string(), "--duration", &WAKE_SECS.to_string()]);
+    let out = send.output().context("sluice send")?;
+    anyhow::ensure!(out.status.success(), "sluice send: {}", String::from_utf8_lossy(&out.stderr));
+    // The woken loop publishes within 10 ticks.
+    std::thread::sleep(Duration::from_millis(500));
+    let out = in_ns(&tb.b, None).arg(exe).args(["status", "--json", "--socket"]).arg(sock).output()?;
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).context("sluice status --json")?;
+    Ok(v["wake_ms"].as_f64())
 }
 
 /// `rounds` rounds; in each, every binary with no service, then with `services`.
@@ -87,9 +122,10 @@ pub fn run(binaries: &[PathBuf], services: u32, rounds: usize, window: Duration,
                 if progress {
                     eprintln!("round {}/{rounds}: {} with {n} services, {:?}", round + 1, exe.display(), window);
                 }
-                let (cpu_pct, threads) =
+                let (cpu_pct, threads, wake_ms) =
                     one(exe, &tb, n, settle, window).with_context(|| format!("{} with {n} services", exe.display()))?;
-                samples.push(Sample { binary: exe.display().to_string(), services: n, round, cpu_pct, threads });
+                let binary = exe.display().to_string();
+                samples.push(Sample { binary, services: n, round, cpu_pct, threads, wake_ms });
             }
         }
     }
@@ -106,13 +142,24 @@ pub fn render(r: &Report) -> String {
         "idle daemon CPU over {:.0} s windows (all threads, /proc/PID/task/*/schedstat), % of one core\n",
         r.window_secs
     );
-    o += &format!("{:<48} {:>8} {:>10} {:>20} {:>8}\n", "BINARY", "SERVICES", "MEDIAN", "RANGE", "THREADS");
+    o += &format!(
+        "{:<48} {:>8} {:>10} {:>20} {:>8} {:>16}\n",
+        "BINARY", "SERVICES", "MEDIAN", "RANGE", "THREADS", "WAKE ms (max)"
+    );
     for (b, n) in keys {
-        let v: Vec<f64> = r.samples.iter().filter(|s| s.binary == b && s.services == n).map(|s| s.cpu_pct).collect();
-        let threads = r.samples.iter().find(|s| s.binary == b && s.services == n).map_or(0, |s| s.threads);
+        let mine: Vec<&Sample> = r.samples.iter().filter(|s| s.binary == b && s.services == n).collect();
+        let v: Vec<f64> = mine.iter().map(|s| s.cpu_pct).collect();
+        let threads = mine.first().map_or(0, |s| s.threads);
         let (lo, hi) = v.iter().fold((f64::MAX, f64::MIN), |(l, h), &x| (l.min(x), h.max(x)));
         let med = median(&v).map_or("-".to_string(), |m| format!("{m:.3}%"));
-        o += &format!("{b:<48} {n:>8} {med:>10} {:>20} {threads:>8}\n", format!("{lo:.3}-{hi:.3}% ({} runs)", v.len()));
+        let wakes: Vec<f64> = mine.iter().filter_map(|s| s.wake_ms).collect();
+        let wake = median(&wakes)
+            .map_or("n/a".to_string(), |m| format!("{m:.2} ({:.2})", wakes.iter().fold(0.0, |a: f64, &x| a.max(x))));
+        o += &format!(
+            "{b:<48} {n:>8} {med:>10} {:>20} {threads:>8} {wake:>16}\n",
+            format!("{lo:.3}-{hi:.3}% ({} runs)", v.len())
+        );
     }
+    o += "WAKE: the gate's wake call to the calm loop, median (max) over rounds; n/a: not reported (a build without it)\n";
     o
 }

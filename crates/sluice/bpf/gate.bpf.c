@@ -233,7 +233,7 @@ struct {
 	__type(value, __u64);
 } global_stats SEC(".maps");
 
-/* Class ids of classes whose arrivals passed their wake mark (sluice_share.wake_at). */
+/* Classes whose arrivals passed their wake mark (sluice_share.wake_at): struct sluice_wake. */
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 4096);
@@ -256,8 +256,10 @@ volatile struct sluice_settings settings = {
  * that a class's arrivals on this CPU jumped (its next tick comes at once). */
 static __always_inline void wake_daemon(struct sluice_share *sh, __u32 cls)
 {
+	struct sluice_wake w = { .class_id = cls, .at_ns = bpf_ktime_get_ns() };
+
 	sh->wake_at = 0;
-	bpf_ringbuf_output(&wake, &cls, sizeof(cls), 0);
+	bpf_ringbuf_output(&wake, &w, sizeof(w), 0);
 }
 
 static __always_inline void global_inc(__u32 idx)

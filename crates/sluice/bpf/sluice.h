@@ -167,6 +167,16 @@ struct sluice_known {
 	__u64 tat_ns;   /* gate only: its own rate's theoretical arrival time (bpf_ktime_get_coarse_ns), 0 = none yet */
 };
 /*
+ * A record of the "wake" ring: the class whose arrivals passed their wake
+ * mark, and when (bpf_ktime_get_ns, CLOCK_MONOTONIC): the daemon measures
+ * how long the gate's call took to reach its loop.
+ */
+struct sluice_wake {
+	__u32 class_id;
+	__u32 _pad;
+	__u64 at_ns;
+};
+/*
  * A class's part of the "known" map (the map "known_part", one per class):
  * how many new clients the learner may still add to it, and how many
  * entries it holds. The daemon writes both after every scan of the map and

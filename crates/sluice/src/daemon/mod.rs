@@ -501,6 +501,8 @@ impl Daemon {
         snap.cpu_away = self.protect.describe(&self.cfg, &self.iface);
         snap.tick_ms = Some(self.pace.interval().as_secs_f64() * 1e3);
         snap.wakes = self.pace.wakes;
+        snap.wake_ms = self.pace.wake_last.map(|d| d.as_secs_f64() * 1e3);
+        snap.wake_max_ms = self.pace.wake_max.map(|d| d.as_secs_f64() * 1e3);
         snap.ticks = self.pace.ticks;
         if let Some((t, book)) = &mut self.tracer {
             let names: Vec<String> = self.cfg.classes.iter().map(|c| c.name.clone()).collect();

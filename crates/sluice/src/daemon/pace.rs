@@ -6,7 +6,6 @@
 //! ticked at 10 ms from its first few hundred packets on, not a calm tick
 //! later. Without the wake ring (a kernel without BPF ring buffers) the loop
 //! stays at 10 ms.
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -14,7 +13,7 @@ use anyhow::Result;
 
 use crate::bpf_intf::SLUICE_CS_SEEN_PKTS;
 use crate::daemon::tick::Ticker;
-use crate::dataplane::gate::Gate;
+use crate::dataplane::gate::{Gate, Woken};
 use crate::policy::controller::TICK;
 use crate::surface::log;
 
@@ -27,8 +26,8 @@ const WAKE_FLOOR: u64 = 256;
 
 pub(super) struct Pace {
     ring: Option<libbpf_rs::RingBuffer<'static>>,
-    /// Wake events the ring delivered so far.
-    woke: Arc<AtomicU64>,
+    /// Wake records the ring delivered so far.
+    woke: Arc<Woken>,
     calm_since: Option<Instant>,
     calm: bool,
     /// Each class's seen packets (all CPUs) and allowance when its marks
@@ -36,6 +35,10 @@ pub(super) struct Pace {
     armed: Vec<Option<(u64, u64)>>,
     /// Wakes that ended a calm spell.
     pub wakes: u64,
+    /// The last of those: how long the gate's call took to reach the loop,
+    /// and the longest so far.
+    pub wake_last: Option<Duration>,
+    pub wake_max: Option<Duration>,
     /// Ticks run.
     pub ticks: u64,
 }
@@ -43,7 +46,7 @@ pub(super) struct Pace {
 impl Pace {
     /// Fast, with the gate's wake ring (or without, said in the log: always fast).
     pub fn new(gate: &Gate) -> Pace {
-        let woke = Arc::new(AtomicU64::new(0));
+        let woke = Arc::new(Woken::default());
         let ring = match gate.wake_ring(woke.clone()) {
             Ok(r) => Some(r),
             Err(e) => {
@@ -51,7 +54,8 @@ impl Pace {
                 None
             }
         };
-        Pace { ring, woke, calm_since: None, calm: false, armed: vec![], wakes: 0, ticks: 0 }
+        let (wake_last, wake_max) = (None, None);
+        Pace { ring, woke, calm_since: None, calm: false, armed: vec![], wakes: 0, wake_last, wake_max, ticks: 0 }
     }
 
     /// The time between two ticks now.
@@ -74,13 +78,15 @@ impl Pace {
             std::thread::sleep(timeout);
             return false;
         };
-        let before = self.woke.load(Ordering::Relaxed);
+        let before = self.woke.count();
         // The ring waits in whole milliseconds: round up, or the loop would
         // wake just early and spin through the last fraction.
         let _ = ring.poll(Duration::from_millis(timeout.as_micros().div_ceil(1000) as u64));
-        let woke = self.woke.load(Ordering::Relaxed) > before;
+        let woke = self.woke.count() > before;
         if woke && self.calm {
             self.wakes += 1;
+            self.wake_last = self.woke.last();
+            self.wake_max = self.wake_max.max(self.wake_last);
         }
         if woke {
             self.fast();

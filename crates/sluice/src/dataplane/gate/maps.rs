@@ -38,6 +38,7 @@ pod!(
     sluice_known,
     sluice_known_part,
     sluice_latency,
+    sluice_wake,
     sluice_pacer,
     sluice_reuseport_sock,
     sluice_share,

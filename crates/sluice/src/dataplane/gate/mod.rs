@@ -29,6 +29,7 @@ mod wake;
 
 pub use attach::{attached_prog_id, caps_sufficient, check_privileges, ifindex, prog_name, xdp_link_holding};
 pub use maps::{bytes_of, dump_map, from_bytes, Owned, Pod};
+pub use wake::Woken;
 
 pub const XDP_DROP: u32 = libbpf_sys::XDP_DROP;
 pub const XDP_PASS: u32 = libbpf_sys::XDP_PASS;

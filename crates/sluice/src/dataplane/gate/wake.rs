@@ -3,6 +3,9 @@
 //! (`sluice_share.wake_at`; see `daemon/pace.rs`).
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
+
+use crate::bpf_intf::sluice_wake;
 
 use super::*;
 
@@ -17,17 +20,55 @@ impl Gate {
         self.set_shares(class, &shares)
     }
 
-    /// The ring the gate writes a class id into when its arrivals pass their
-    /// wake mark; `woke` is set for each one consumed (`RingBuffer::poll`).
-    pub fn wake_ring(&self, woke: Arc<AtomicU64>) -> Result<libbpf_rs::RingBuffer<'static>> {
+    /// The ring the gate writes a `sluice_wake` into when a class's
+    /// arrivals pass their wake mark; each record consumed
+    /// (`RingBuffer::poll`) is counted in `woke`, with how long it took from
+    /// the gate to here.
+    pub fn wake_ring(&self, woke: Arc<Woken>) -> Result<libbpf_rs::RingBuffer<'static>> {
         let map_err = |err| GateError::Map { map: "wake", err };
         let handle = libbpf_rs::MapHandle::try_from(&self.skel.maps.wake).map_err(map_err)?;
         let mut b = libbpf_rs::RingBufferBuilder::new();
-        b.add(&handle, move |_: &[u8]| {
-            woke.fetch_add(1, Ordering::Relaxed);
+        b.add(&handle, move |data: &[u8]| {
+            let at_ns = data.get(..std::mem::size_of::<sluice_wake>()).map(|b| from_bytes::<sluice_wake>(b).at_ns);
+            woke.note(at_ns.map(|at| Clock::now_ns().saturating_sub(at)));
             0
         })
         .map_err(map_err)?;
         b.build().map_err(map_err)
+    }
+}
+
+/// What the wake ring delivered: how many records, and how long the last
+/// one took from the gate's call to the daemon's loop (ns; u64::MAX: none
+/// measured yet).
+#[derive(Debug)]
+pub struct Woken {
+    count: AtomicU64,
+    last_ns: AtomicU64,
+}
+
+impl Default for Woken {
+    fn default() -> Self {
+        Woken { count: AtomicU64::new(0), last_ns: AtomicU64::new(u64::MAX) }
+    }
+}
+
+impl Woken {
+    fn note(&self, took_ns: Option<u64>) {
+        if let Some(ns) = took_ns {
+            self.last_ns.store(ns, Ordering::Relaxed);
+        }
+        self.count.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records consumed so far.
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    /// The last record's time from the gate to the loop (None: none yet).
+    pub fn last(&self) -> Option<Duration> {
+        let ns = self.last_ns.load(Ordering::Relaxed);
+        (ns != u64::MAX).then(|| Duration::from_nanos(ns))
     }
 }

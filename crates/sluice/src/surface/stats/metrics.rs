@@ -53,9 +53,23 @@ pub fn prometheus_text(s: &Snapshot) -> String {
         evictions.get_or_create(&vec![label("map", "sources")]).inc_by(e);
     }
     reg.register("source_evictions", "Entries evicted from the full per-source map (at the last scan)", evictions);
+    register_wakes(&mut reg, s);
     let mut out = String::new();
     encode(&mut out, &reg).expect("writing to a String cannot fail");
     out
+}
+
+/// How long the gate's wakes of a calm loop took to reach it: no sample
+/// before the first wake (missing, not 0).
+fn register_wakes(reg: &mut Registry, s: &Snapshot) {
+    let wake = Family::<Labels, F64Gauge>::default();
+    for (which, v) in [("last", s.wake_ms), ("longest", s.wake_max_ms)] {
+        if let Some(ms) = v {
+            wake.get_or_create(&vec![label("which", which)]).set(ms / 1e3);
+        }
+    }
+    let what = "Time from the gate's wake call (a calm loop's class saw a jump in packets) to the loop, the last and the longest";
+    reg.register("daemon_wake_seconds", what, wake);
 }
 
 type Labels = Vec<(String, String)>;

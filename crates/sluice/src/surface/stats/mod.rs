@@ -110,6 +110,12 @@ pub struct Snapshot {
     /// Times the gate woke a calm loop (a class's arrivals jumped).
     #[serde(default)]
     pub wakes: u64,
+    /// How long the last of those wakes took from the gate's call (in the
+    /// packet path) to the loop, and the longest so far, ms (None: no wake yet).
+    #[serde(default)]
+    pub wake_ms: Option<f64>,
+    #[serde(default)]
+    pub wake_max_ms: Option<f64>,
     /// Ticks the control loop ran since the start.
     #[serde(default)]
     pub ticks: u64,
@@ -229,6 +235,8 @@ mod tests {
             signals_unreadable: None,
             tick_ms: Some(10.0),
             wakes: 0,
+            wake_ms: None,
+            wake_max_ms: None,
             ticks: 0,
             sources: Default::default(),
             readers: vec![],

@@ -25,8 +25,11 @@ pub fn render_table(s: &Snapshot) -> String {
     render_kernel_drops(&mut o, &s.classes);
     let rss = s.daemon_rss_bytes.map_or("not read".into(), |b| format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64));
     let tick = match s.tick_ms {
-        Some(t) if t > 10.0 => format!("tick {t:.0} ms (calm; the gate woke it {} times)", s.wakes),
-        Some(t) => format!("tick {t:.0} ms"),
+        Some(t) if t > 10.0 => format!("tick {t:.0} ms (calm; the gate woke it {} times{})", s.wakes, woke_in(s)),
+        Some(t) => format!(
+            "tick {t:.0} ms{}",
+            if s.wakes > 0 { format!(" (woken {} times{})", s.wakes, woke_in(s)) } else { String::new() }
+        ),
         None => "tick not reported".into(),
     };
     let _ = writeln!(
@@ -297,4 +300,11 @@ pub fn render_sources_class(s: &Snapshot, class: &str) -> Result<String, String>
         let _ = writeln!(o, "{:<44} {:>14} {:>12} {:>10}", t.prefix, t.drops, t.pkts, t.epoch);
     }
     Ok(o)
+}
+/// ", the last in X ms (longest Y ms)": how long the gate's wakes took to reach the loop.
+fn woke_in(s: &Snapshot) -> String {
+    match (s.wake_ms, s.wake_max_ms) {
+        (Some(l), Some(m)) => format!(", the last in {l:.2} ms, longest {m:.2} ms"),
+        _ => String::new(),
+    }
 }
