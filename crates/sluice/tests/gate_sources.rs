@@ -450,8 +450,21 @@ fn the_source_scan_reads_the_maps_on_its_own_thread_for_the_config_it_follows() 
     };
     let found = next(1);
     assert_eq!(found.entries, 5);
+    assert!(found.sources_read, "the first scan reads the map");
     assert_eq!(found.per_class.len(), classes);
     assert_eq!(found.per_class[dns].0, 5, "the dns class's sources");
     scan.follow(shape(2));
-    assert_eq!(next(2).entries, 5);
+    let found = next(2);
+    assert_eq!(found.entries, 5);
+    assert!(found.sources_read, "a new config: read again");
+    // Cost (issue 25, item 2): with no class counting its sources the map is
+    // not read again; the entries made meanwhile show once one counts.
+    g.gate.fill_sources(dns as u8, 3, 1).unwrap();
+    let skipped = next(2);
+    assert!(!skipped.sources_read, "nobody counted: the last read stands");
+    assert_eq!(skipped.entries, 5);
+    scan.counting(true);
+    // The scan in the channel may predate the flag: the one after it reads.
+    let read = (0..3).map(|_| next(2)).find(|f| f.sources_read).expect("read again within two scans");
+    assert_eq!(read.entries, 8, "read again after a class counted");
 }

@@ -400,7 +400,7 @@ impl Daemon {
     /// One duty of the cadence table.
     fn duty(&mut self, duty: Duty) -> Result<()> {
         match duty {
-            Duty::TakeScan => self.sources.take(&self.gate)?,
+            Duty::TakeScan => self.sources.take(&self.gate, self.ticker.counts_sources())?,
             Duty::Rediscover => self.rediscover(),
             Duty::Resteer => self.resteer(),
             Duty::Publish => self.refresh_stats()?,

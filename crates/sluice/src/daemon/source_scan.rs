@@ -8,6 +8,14 @@
 //! class's part of the map (`known::bound`). The control thread takes the
 //! result at a tick (`take`) and applies the bound only if the config the
 //! scan was made for is still in force: class ids change with a reload.
+//!
+//! Only the gate writes the sources map, and only for a class that counts
+//! its sources (limited, with source fairness on). So the thread reads it
+//! again only if some class counted since its last read (the control thread
+//! says so each tick, `counting`) or the config changed; otherwise the last
+//! read's summary stands. A host whose last flood filled the map does not
+//! read its 262,144 entries every 5 s for nothing.
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -45,6 +53,8 @@ pub struct Found {
     pub entries: u64,
     /// How long the reads and sums took (ms).
     pub ms: f64,
+    /// Whether this scan read the sources map (false: the last read stands).
+    pub sources_read: bool,
     /// The known map as read.
     pub known: Vec<(sluice_src_key, sluice_known)>,
     /// Known entries past their class's part, and each class's part (room, held) for the gate.
@@ -55,6 +65,8 @@ pub struct Found {
 /// The scanning thread; it stops when this is dropped.
 pub struct SourceScan {
     shape: Arc<Mutex<Shape>>,
+    /// Set while some class counts its sources; the thread clears it when it reads the map.
+    counted: Arc<AtomicBool>,
     found: Receiver<Result<Found>>,
     /// Replaced at drop: the thread's wait then ends at once and it returns.
     stop: Sender<()>,
@@ -65,10 +77,12 @@ impl SourceScan {
     /// Scan the maps every `every`, first after one `every`, for `shape`.
     pub fn start(maps: (MapHandle, MapHandle), shape: Shape, every: Duration) -> SourceScan {
         let shape = Arc::new(Mutex::new(shape));
+        let counted = Arc::new(AtomicBool::new(true));
         let (tx, found) = mpsc::sync_channel(1);
         let (stop_tx, stop) = mpsc::channel::<()>();
         let thread = {
-            let shape = shape.clone();
+            let (shape, counted) = (shape.clone(), counted.clone());
+            let mut last: Option<SourcesRead> = None;
             std::thread::Builder::new()
                 .name("sluice-scan".into())
                 .spawn(move || loop {
@@ -77,14 +91,22 @@ impl SourceScan {
                         _ => return,
                     }
                     let s = *shape.lock().unwrap();
+                    let dirty = counted.swap(false, Ordering::Relaxed);
                     // A full channel: the control thread has not taken the last one yet.
-                    if let Err(mpsc::TrySendError::Disconnected(_)) = tx.try_send(scan(&maps, s)) {
+                    if let Err(mpsc::TrySendError::Disconnected(_)) = tx.try_send(scan(&maps, s, dirty, &mut last)) {
                         return;
                     }
                 })
                 .expect("spawning the source scan thread")
         };
-        SourceScan { shape, found, stop: stop_tx, thread: Some(thread) }
+        SourceScan { shape, counted, found, stop: stop_tx, thread: Some(thread) }
+    }
+
+    /// Some class counts its sources now: the next scan reads the sources map.
+    pub fn counting(&self, on: bool) {
+        if on {
+            self.counted.store(true, Ordering::Relaxed);
+        }
     }
 
     /// Scan for this config from the next scan on.
@@ -119,18 +141,33 @@ impl Drop for SourceScan {
     }
 }
 
-/// One scan of both maps for `shape`.
-fn scan((sources_map, known_map): &(MapHandle, MapHandle), shape: Shape) -> Result<Found> {
+/// The sources map's last read, summed per class for `shape`.
+struct SourcesRead {
+    shape: Shape,
+    entries: u64,
+    per_class: Vec<(u64, Vec<sources::TopSource>)>,
+}
+
+/// One scan for `shape`: the known map always, the sources map if `dirty`
+/// (some class counted since the last read) or the shape changed.
+fn scan(maps: &(MapHandle, MapHandle), shape: Shape, dirty: bool, last: &mut Option<SourcesRead>) -> Result<Found> {
     let t = Instant::now();
-    let sources: Vec<(sluice_src_key, sluice_src)> = dump_map(sources_map, "sources")?;
-    let known: Vec<(sluice_src_key, sluice_known)> = dump_map(known_map, "known")?;
-    let per_class = sources::scan(&sources, &known, shape.classes);
+    let reuse = last.as_ref().is_some_and(|l| l.shape == shape) && !dirty;
+    if !reuse {
+        let sources: Vec<(sluice_src_key, sluice_src)> = dump_map(&maps.0, "sources")?;
+        let per_class = sources::scan_sources(&sources, shape.classes);
+        *last = Some(SourcesRead { shape, entries: sources.len() as u64, per_class });
+    }
+    let read = last.as_ref().expect("read above");
+    let known: Vec<(sluice_src_key, sluice_known)> = dump_map(&maps.1, "known")?;
+    let per_class = sources::combine(read.per_class.clone(), &sources::count_known(&known, shape.classes));
     let (delete, parts) = super::known_store::bound(&known, shape);
     Ok(Found {
         shape,
         per_class,
-        entries: sources.len() as u64,
+        entries: read.entries,
         ms: t.elapsed().as_secs_f64() * 1e3,
+        sources_read: !reuse,
         known,
         delete,
         parts,
@@ -190,7 +227,8 @@ impl SourceTables {
 
     /// Take the scan's result, if one came: apply its bound on the known map
     /// and keep its tables for status, if it was made for the config in force.
-    pub fn take(&mut self, gate: &Gate) -> anyhow::Result<()> {
+    pub fn take(&mut self, gate: &Gate, counting: bool) -> anyhow::Result<()> {
+        self.thread.counting(counting);
         let found = match self.thread.take() {
             None => return Ok(()),
             Some(Ok(f)) if f.shape == self.shape => f,

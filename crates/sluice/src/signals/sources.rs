@@ -90,26 +90,42 @@ pub fn scan(
     known: &[(sluice_src_key, sluice_known)],
     classes: usize,
 ) -> Vec<(u64, u64, Vec<TopSource>)> {
-    let mut out: Vec<(u64, u64, Vec<TopSource>)> = vec![(0, 0, vec![]); classes];
+    combine(scan_sources(sources, classes), &count_known(known, classes))
+}
+
+/// Per class: the sources map's entries and its top droppers.
+pub fn scan_sources(sources: &[(sluice_src_key, sluice_src)], classes: usize) -> Vec<(u64, Vec<TopSource>)> {
+    let mut out: Vec<(u64, Vec<TopSource>)> = vec![(0, vec![]); classes];
     for (k, v) in sources {
         let Some(c) = out.get_mut(k.class_id as usize) else { continue };
         c.0 += 1;
         if v.drops > 0 {
-            c.2.push(TopSource { prefix: prefix(k), drops: v.drops, pkts: v.pkts, epoch: v.epoch });
-        }
-    }
-    // Known as the gate counts them: answered over SLUICE_KNOWN_SPAN_MS at least.
-    for (k, _) in known.iter().filter(|(_, v)| v.last_ms.saturating_sub(v.first_ms) >= u64::from(SLUICE_KNOWN_SPAN_MS))
-    {
-        if let Some(c) = out.get_mut(k.class_id as usize) {
-            c.1 += 1;
+            c.1.push(TopSource { prefix: prefix(k), drops: v.drops, pkts: v.pkts, epoch: v.epoch });
         }
     }
     for c in &mut out {
-        c.2.sort_by(|a, b| b.drops.cmp(&a.drops).then_with(|| a.prefix.cmp(&b.prefix)));
-        c.2.truncate(TOP_SOURCES);
+        c.1.sort_by(|a, b| b.drops.cmp(&a.drops).then_with(|| a.prefix.cmp(&b.prefix)));
+        c.1.truncate(TOP_SOURCES);
     }
     out
+}
+
+/// Per class: known sources as the gate counts them (answered over
+/// SLUICE_KNOWN_SPAN_MS at least).
+pub fn count_known(known: &[(sluice_src_key, sluice_known)], classes: usize) -> Vec<u64> {
+    let mut out = vec![0; classes];
+    let span = u64::from(SLUICE_KNOWN_SPAN_MS);
+    for (k, _) in known.iter().filter(|(_, v)| v.last_ms.saturating_sub(v.first_ms) >= span) {
+        if let Some(c) = out.get_mut(k.class_id as usize) {
+            *c += 1;
+        }
+    }
+    out
+}
+
+/// The sources map's summary and the known counts, per class.
+pub fn combine(sources: Vec<(u64, Vec<TopSource>)>, known: &[u64]) -> Vec<(u64, u64, Vec<TopSource>)> {
+    sources.into_iter().zip(known).map(|((n, top), &k)| (n, k, top)).collect()
 }
 
 #[cfg(test)]
