@@ -229,6 +229,7 @@ impl Bed {
             netns: sluice::tools::netns::inode(&net.b)?,
             default_class: 1,
             drops_only: false,
+            tgid: None,
         };
         let mut tracer = sluice::dataplane::trace::Tracer::start(
             &topts,

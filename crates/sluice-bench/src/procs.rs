@@ -160,6 +160,14 @@ fn daemon_status(exe: &Path, ns: &str, sock: &Path) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// The daemon's softirq time so far (`sluice status --json`:
+/// `daemon_softirq_secs`; None: not reported or not counted).
+pub fn daemon_softirq_secs(exe: &Path, ns: &str, sock: &Path) -> Option<f64> {
+    let out = in_ns(ns, None).arg(exe).args(["status", "--json", "--socket"]).arg(sock).output().ok()?;
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    v["daemon_softirq_secs"].as_f64()
+}
+
 /// `sluice status` in `ns` after `after`, on a thread of its own (to show the
 /// daemon's view in the middle of a measurement).
 pub fn status_after(exe: &Path, ns: &str, sock: &Path, after: Duration) -> std::thread::JoinHandle<Result<String>> {

@@ -401,6 +401,7 @@ fn drop_tracer(ns: &str, prog_id: u32) -> Option<sluice::dataplane::trace::Trace
             netns: sluice::tools::netns::inode(ns)?,
             default_class: 0,
             drops_only: true,
+            tgid: None,
         };
         sluice::dataplane::trace::Tracer::start(
             &opts,

@@ -438,7 +438,7 @@ struct sluice_trace_settings {
 	__u32 ifindex;       /* the traced interface in it */
 	__u32 default_class; /* as the gate's settings.default_class */
 	__u32 sample_every;  /* 1 in N skbs at the driver stage gets timed; 0 = none */
-	__u32 _pad;
+	__u32 tgid;          /* the daemon (root PID namespace): softirq time while its threads run; 0 = none */
 };
 
 #endif /* SLUICE_H */

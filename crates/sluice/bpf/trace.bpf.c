@@ -38,7 +38,16 @@
  * address. With sample_every = 0 the stages do no lookup at all.
  *
  * The daemon loads only trace_drop, for the per-reason drop counters in
- * `sluice status`; `sluice trace` loads everything for its duration.
+ * `sluice status`, and the softirq pair below; `sluice trace` loads the
+ * stages, the latency and trace_drop for its duration.
+ *
+ * Softirq time charged to the daemon: this kernel has no
+ * IRQ_TIME_ACCOUNTING, so softirq work run on the way out of an interrupt
+ * counts as the system time of whatever thread is current, and a daemon
+ * thread on a CPU that receives a flood (RPS, the cpumap) pays for packets
+ * it never touches. softirq_entry notes the time on this CPU when the
+ * current task belongs to settings.tgid; softirq_exit adds the interval to
+ * `softirq_ns`. The daemon shows its CPU time with this part separated.
  */
 #include <linux/bpf.h>
 #include <linux/types.h>
@@ -277,6 +286,50 @@ static __always_inline void at_driver(struct sk_buff *skb)
 	*n = 0;
 	struct flight f = { .at = { bpf_ktime_get_ns() }, .class_id = cls };
 	bpf_map_update_elem(&inflight, &key, &f, BPF_ANY);
+}
+
+/* Per CPU: when a softirq began in one of the daemon's threads (0: not in one), and the total. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} softirq_start SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} softirq_ns SEC(".maps");
+
+SEC("tp_btf/softirq_entry")
+int BPF_PROG(trace_softirq_entry, unsigned int vec_nr)
+{
+	__u32 zero = 0;
+	__u64 *t;
+
+	if (!settings.tgid || bpf_get_current_pid_tgid() >> 32 != settings.tgid)
+		return 0;
+	t = bpf_map_lookup_elem(&softirq_start, &zero);
+	if (t)
+		*t = bpf_ktime_get_ns();
+	return 0;
+}
+
+SEC("tp_btf/softirq_exit")
+int BPF_PROG(trace_softirq_exit, unsigned int vec_nr)
+{
+	__u32 zero = 0;
+	__u64 *t = bpf_map_lookup_elem(&softirq_start, &zero), *sum;
+
+	if (!t || !*t)
+		return 0;
+	sum = bpf_map_lookup_elem(&softirq_ns, &zero);
+	if (sum)
+		*sum += bpf_ktime_get_ns() - *t;
+	*t = 0;
+	return 0;
 }
 
 SEC("tp_btf/napi_gro_receive_entry")

@@ -152,11 +152,13 @@ impl<'a> Bench<'a> {
             Installed::Daemon(p, _) => Some((p.id(), tree_cpu_secs(p.id()))),
             Installed::Pass { .. } => None,
         };
+        let softirq0 = self.softirq_secs(&installed);
         let (cpu0, t0) = (tree_cpu_secs(self.service.id()), Instant::now());
         let mut cell = self.dns_clients_at(false, self.o.secs, qps)?;
         let secs_run = t0.elapsed().as_secs_f64();
         cell.service_cpu = 100.0 * (tree_cpu_secs(self.service.id()) - cpu0) / secs_run;
         cell.daemon_cpu = daemon.map(|(pid, c0)| 100.0 * (tree_cpu_secs(pid) - c0) / secs_run);
+        cell.daemon_softirq = softirq0.zip(self.softirq_secs(&installed)).map(|(a, b)| 100.0 * (b - a) / secs_run);
         cell.gate_drops = match &installed {
             Installed::Daemon(_, sock) => Some(service_drops(&self.o.exe, &self.bed.net.b, sock)?),
             Installed::Pass { .. } => None,
@@ -203,6 +205,7 @@ impl<'a> Bench<'a> {
             Installed::Pass { .. } => None,
         };
         let daemon0 = daemon.map(tree_cpu_secs);
+        let softirq0 = self.softirq_secs(&installed);
         let (cpu0, t0) = (tree_cpu_secs(self.service.id()), Instant::now());
         let newcomer = (self.o.sources && flood.is_some()).then(|| self.new_client(v6));
         let mut cell = match self.svc {
@@ -216,6 +219,7 @@ impl<'a> Bench<'a> {
         let secs_run = t0.elapsed().as_secs_f64();
         cell.service_cpu = 100.0 * (tree_cpu_secs(self.service.id()) - cpu0) / secs_run;
         cell.daemon_cpu = daemon.zip(daemon0).map(|(pid, c0)| 100.0 * (tree_cpu_secs(pid) - c0) / secs_run);
+        cell.daemon_softirq = softirq0.zip(self.softirq_secs(&installed)).map(|(a, b)| 100.0 * (b - a) / secs_run);
         cell.ring_drops = link_stats(&self.bed.net.a, IF_A)?.tx_dropped.saturating_sub(ring0) as f64 / secs_run;
         let cookies = proc_counter(&netstat.read()?, "TcpExt:", "SyncookiesSent").saturating_sub(cookies0);
         cell.syn_cookies = cookies as f64 / secs_run;
@@ -275,6 +279,14 @@ impl<'a> Bench<'a> {
         // Zero config: the first discovery is at start; a tick or two for the first rates.
         std::thread::sleep(Duration::from_millis(300));
         Ok(Installed::Daemon(p, sock))
+    }
+
+    /// The daemon's softirq time so far, if a daemon runs and reports it.
+    fn softirq_secs(&self, i: &Installed) -> Option<f64> {
+        match i {
+            Installed::Daemon(_, sock) => daemon_softirq_secs(&self.o.exe, &self.bed.net.b, sock),
+            Installed::Pass { .. } => None,
+        }
     }
 
     pub(super) fn uninstall(&self, i: Installed) -> Result<()> {

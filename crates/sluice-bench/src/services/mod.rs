@@ -41,7 +41,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::gen::{stream_value, StreamSpec};
 use crate::matrix::{interleave, Results, Runner};
-use crate::procs::{start_daemon, status_after, tree_cpu_secs, Proc};
+use crate::procs::{daemon_softirq_secs, start_daemon, status_after, tree_cpu_secs, Proc};
 use crate::rig::{add_flood_neighbours, attach_gate, FLOOD_SRC_V4, FLOOD_SRC_V6};
 use crate::victim::{link_stats, VictimBed, VictimModel, IF_A, IF_B};
 use crate::workers::GenWorker;
@@ -314,6 +314,10 @@ pub struct Cell {
     /// The daemon's own CPU (`zero`, `static`, `blocked`), % of one core.
     #[serde(default)]
     pub daemon_cpu: Option<f64>,
+    /// Of daemon_cpu, the softirq work the kernel ran while a daemon thread
+    /// was on the CPU (charged to it), % of one core; None: not reported.
+    #[serde(default)]
+    pub daemon_softirq: Option<f64>,
     /// `sources`: the answered share of a probe from an address first seen
     /// during the flood (NEW_CLIENT_V4/V6).
     #[serde(default)]

@@ -26,7 +26,7 @@ pub(super) fn cell_line(svc: Service, c: &Cell) -> String {
         ms(c.p50_ms),
         ms(c.p99_ms),
         c.service_cpu,
-        c.daemon_cpu.map_or("-".into(), |v| format!("{v:.1}%"))
+        daemon_cpu(c.daemon_cpu, c.daemon_softirq)
     )
 }
 
@@ -119,7 +119,7 @@ pub fn summary(r: &ServiceRun) -> String {
                 ms(med(&cells, |c| c.p50_ms)),
                 ms(med(&cells, |c| c.p99_ms)),
                 med(&cells, |c| Some(c.service_cpu)).unwrap_or(0.0),
-                med(&cells, |c| c.daemon_cpu).map_or("-".into(), |v| format!("{v:.1}%")),
+                daemon_cpu(med(&cells, |c| c.daemon_cpu), med(&cells, |c| c.daemon_softirq)),
                 if r.cells.iter().any(|c| c.new_client.is_some()) {
                     format!("  new client {}", spread(&cells, |c| c.new_client, pct))
                 } else if dns {
@@ -157,7 +157,7 @@ fn legend(dns: bool, calm: bool) -> String {
     if calm {
         s += "calm-N = no flood, dnsperf asked N% of NSD's measured capacity (do no harm: zero config must answer what off answers)\n";
     }
-    s += "svc CPU / sluice CPU = the service's / the daemon's processes, % of one core (the daemon: its tick, discovery, statistics)\n";
+    s += "svc CPU / sluice CPU = the service's / the daemon's processes, % of one core (the daemon: its tick, discovery, statistics;\n  in brackets the part of it that was softirq work the kernel ran while a daemon thread was on the CPU)\n";
     s += "ring/s = frames/s vb's full ring refused before any XDP ran (flood and clients alike: the CPU 0 NAPI is saturated);\n";
     s += "  (*) = over RING_MARK of the frames never reached the gate: no gate could have saved that cell (lower --flood-rate)\n";
     s
@@ -317,6 +317,16 @@ fn syn_flood_clients(r: &ServiceRun, f: &Flood) -> String {
         pct(kept_ratio),
         verdict(kept_ratio.map(|k| k >= 0.95))
     )
+}
+
+/// The daemon's CPU, and in brackets the softirq part of it (charged to its
+/// threads by the kernel) where reported.
+fn daemon_cpu(cpu: Option<f64>, softirq: Option<f64>) -> String {
+    match (cpu, softirq) {
+        (Some(c), Some(s)) => format!("{c:.1}% ({s:.1})"),
+        (Some(c), None) => format!("{c:.1}%"),
+        _ => "-".into(),
+    }
 }
 
 /// results.json and summary.txt.

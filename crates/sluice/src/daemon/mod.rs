@@ -123,6 +123,18 @@ fn load_steer(ifindex: u32) -> Option<(Steer, steer::Finder)> {
     }
 }
 
+/// This process's id as the kernel's BPF helpers see it (the root PID
+/// namespace): None inside a PID namespace of its own (NSpid lists more than
+/// one id), where the softirq time it is charged is then not separated.
+fn root_pid() -> Option<u32> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let ids: Vec<&str> = status.lines().find_map(|l| l.strip_prefix("NSpid:"))?.split_whitespace().collect();
+    match ids[..] {
+        [one] => one.parse().ok(),
+        _ => None,
+    }
+}
+
 /// The drop counter (kfree_skb) for the per-reason drops in status, or None
 /// with a log line saying why not.
 fn load_tracer(ifindex: u32, gate: &Gate) -> Option<(Tracer, DropBook)> {
@@ -132,6 +144,7 @@ fn load_tracer(ifindex: u32, gate: &Gate) -> Option<(Tracer, DropBook)> {
             netns: crate::tools::netns::current_inode()?,
             default_class: 0,
             drops_only: true,
+            tgid: root_pid(),
         };
         Tracer::start(&opts, trace::Tables::Gate(gate.shared_maps()?))
     };
@@ -505,6 +518,7 @@ impl Daemon {
         snap.wake_max_ms = self.pace.wake_max.map(|d| d.as_secs_f64() * 1e3);
         snap.ticks = self.pace.ticks;
         if let Some((t, book)) = &mut self.tracer {
+            self.publish.softirq(&mut snap, t.softirq_secs()?);
             let names: Vec<String> = self.cfg.classes.iter().map(|c| c.name.clone()).collect();
             book.update(t, &names)?;
             let mut strays = Vec::new();

@@ -32,6 +32,8 @@ pub(super) struct Publisher {
     pub shared: Arc<Shared>,
     history: Vec<History>,
     last_cpu: (Instant, f64),
+    /// The last softirq total read (see `softirq`).
+    last_softirq: Option<(Instant, f64)>,
     started: Instant,
 }
 
@@ -42,6 +44,7 @@ impl Publisher {
             shared: Arc::new(Shared { snapshot: Mutex::new(snapshot) }),
             history: vec![History::new(); classes],
             last_cpu: (Instant::now(), process_cpu_secs()),
+            last_softirq: None,
             started: Instant::now(),
         }
     }
@@ -74,6 +77,20 @@ impl Publisher {
             c.rates = rates;
         }
         Ok(())
+    }
+
+    /// The softirq time charged to the daemon's threads so far (None: not
+    /// counted), and its share since the last call, % of one CPU.
+    pub fn softirq(&mut self, snap: &mut Snapshot, secs: Option<f64>) {
+        let now = Instant::now();
+        snap.daemon_softirq_secs = secs;
+        snap.daemon_softirq_pct = match (secs, self.last_softirq) {
+            (Some(s), Some((t0, s0))) => {
+                Some(100.0 * (s - s0).max(0.0) / now.duration_since(t0).as_secs_f64().max(1e-3))
+            }
+            _ => None,
+        };
+        self.last_softirq = secs.map(|s| (now, s));
     }
 
     /// A new class list: each class keeps its history and its last totals

@@ -45,6 +45,9 @@ pub struct Options {
     pub default_class: u32,
     /// Attach only the drop counter (the daemon), not the stages and latency.
     pub drops_only: bool,
+    /// With `drops_only`: the daemon's process id in the root PID namespace,
+    /// whose softirq time to count (`softirq_secs`); None: not counted.
+    pub tgid: Option<u32>,
 }
 
 /// Raw counts since the tracer started, summed over CPUs.
@@ -130,6 +133,11 @@ impl Tracer {
                 data.settings.ifindex = opts.ifindex;
                 data.settings.default_class = opts.default_class;
                 data.settings.sample_every = 0;
+                data.settings.tgid = opts.tgid.filter(|_| opts.drops_only).unwrap_or(0);
+            }
+            if !opts.drops_only || opts.tgid.is_none() {
+                open.progs.trace_softirq_entry.set_autoload(false);
+                open.progs.trace_softirq_exit.set_autoload(false);
             }
             if opts.drops_only {
                 let p = &mut open.progs;
@@ -151,13 +159,16 @@ impl Tracer {
             write_tables(&skel, t)?;
         }
         let mut tracer = Tracer { skel, links: Vec::new(), gate, reasons: drop_reason_names()? };
-        tracer.attach(opts.drops_only)?;
+        tracer.attach(opts.drops_only, opts.tgid.is_some())?;
         Ok(tracer)
     }
 
-    fn attach(&mut self, drops_only: bool) -> Result<()> {
+    fn attach(&mut self, drops_only: bool, softirq: bool) -> Result<()> {
         let p = &self.skel.progs;
         let mut progs = vec![("kfree_skb", &p.trace_drop)];
+        if drops_only && softirq {
+            progs.extend([("softirq_entry", &p.trace_softirq_entry), ("softirq_exit", &p.trace_softirq_exit)]);
+        }
         if !drops_only {
             progs.extend([
                 ("napi_gro_receive_entry", &p.trace_gro),
@@ -174,6 +185,16 @@ impl Tracer {
             self.links.push(link);
         }
         Ok(())
+    }
+
+    /// Softirq time run while one of the daemon's threads was current, s
+    /// (None: not counted; see `Options::tgid`).
+    pub fn softirq_secs(&self) -> Result<Option<f64>> {
+        let data = self.skel.maps.data_data.as_deref().expect(".data is mmap'ed after load");
+        if data.settings.tgid == 0 {
+            return Ok(None);
+        }
+        Ok(Some(sum_u64(&self.skel.maps.softirq_ns, 0)? as f64 / 1e9))
     }
 
     /// Time one skb in `n` at the driver stage (0: none).
@@ -422,6 +443,7 @@ pub fn run(o: &TraceOpts) -> Result<Report> {
         netns: crate::tools::netns::current_inode()?,
         default_class: src.default_class,
         drops_only: false,
+        tgid: None,
     };
     let mut tracer = Tracer::start(&opts, tables)?;
     let gate_before = tracer.gate_totals(src.names.len())?;

@@ -39,6 +39,13 @@ pub fn prometheus_text(s: &Snapshot) -> String {
     reg.register("learner_unasked_replies", what, unasked);
     let cpu = ConstCounter::new(s.daemon_cpu_secs);
     reg.register("daemon_cpu_seconds", "CPU time used by the daemon (user + system)", cpu);
+    // No sample where it is not counted (missing, not 0).
+    let softirq = Family::<Labels, F64Counter>::default();
+    if let Some(t) = s.daemon_softirq_secs {
+        softirq.get_or_create(&vec![]).inc_by(t);
+    }
+    let what = "Of the daemon's CPU time, softirq work run while one of its threads was on the CPU (charged to it by the kernel)";
+    reg.register("daemon_softirq_seconds", what, softirq);
     let start = F64Gauge::default();
     start.set(s.started_unix);
     reg.register("start_time_seconds", "When the gate was attached (Unix time)", start);

@@ -99,6 +99,14 @@ pub struct Snapshot {
     pub daemon_cpu_secs: f64,
     #[serde(default)]
     pub daemon_cpu_pct: f64,
+    /// Of daemon_cpu_secs, the softirq work that ran while one of its threads
+    /// was on the CPU (this kernel charges it to the thread), s, and its share
+    /// over the last second, % of one CPU; None: not counted (no tracer, or
+    /// the daemon in a PID namespace of its own).
+    #[serde(default)]
+    pub daemon_softirq_secs: Option<f64>,
+    #[serde(default)]
+    pub daemon_softirq_pct: Option<f64>,
     /// The daemon's resident memory (VmRSS), bytes; None if it could not be read.
     /// The gate's maps are kernel memory, not in it (see `sources`).
     #[serde(default)]
@@ -230,6 +238,8 @@ mod tests {
             daemon_cpu_secs: 1.5,
             daemon_cpu_pct: 0.4,
             daemon_rss_bytes: None,
+            daemon_softirq_secs: None,
+            daemon_softirq_pct: None,
             discover: true,
             distress: None,
             signals_unreadable: None,

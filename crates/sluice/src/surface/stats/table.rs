@@ -34,8 +34,10 @@ pub fn render_table(s: &Snapshot) -> String {
     };
     let _ = writeln!(
         o,
-        "daemon CPU {:.1}% of one CPU ({:.1} s in total), resident memory {rss}, {tick}",
-        s.daemon_cpu_pct, s.daemon_cpu_secs
+        "daemon CPU {:.1}% of one CPU ({:.1} s in total{}), resident memory {rss}, {tick}",
+        s.daemon_cpu_pct,
+        s.daemon_cpu_secs,
+        softirq_part(s)
     );
     let g = &s.global;
     let _ = writeln!(
@@ -301,6 +303,16 @@ pub fn render_sources_class(s: &Snapshot, class: &str) -> Result<String, String>
     }
     Ok(o)
 }
+/// "; of it, softirq while its threads ran: X%": the receive work this kernel
+/// charges to whatever thread is current (none shown where not counted).
+fn softirq_part(s: &Snapshot) -> String {
+    match (s.daemon_softirq_pct, s.daemon_softirq_secs) {
+        (Some(p), Some(t)) => format!("; of it, softirq run while its threads were on the CPU: {p:.1}%, {t:.1} s"),
+        (None, Some(t)) => format!("; of it, softirq run while its threads were on the CPU: {t:.1} s"),
+        _ => String::new(),
+    }
+}
+
 /// ", the last in X ms (longest Y ms)": how long the gate's wakes took to reach the loop.
 fn woke_in(s: &Snapshot) -> String {
     match (s.wake_ms, s.wake_max_ms) {
