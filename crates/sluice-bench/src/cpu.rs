@@ -37,7 +37,7 @@ use sluice_testkit::testbed::IF_B;
 use crate::echo::{self, percentile};
 use crate::gen::{stream_value, udp_stream};
 use crate::matrix::{interleave, Planned, Results, Runner};
-use crate::procs::{in_ns, start_daemon, Proc};
+use crate::procs::{in_ns, start_daemon, status_json, Proc};
 use crate::rig::{attach_gate, FLOOD_SRC_V4};
 use crate::victim::{VictimBed, VictimModel};
 use crate::workers::GenWorker;
@@ -244,8 +244,7 @@ fn cell(o: &CpuOpts, bed: &VictimBed, gen: &GenWorker, config: &'static str, rep
 
 /// The classes' counters from the daemon: lo's sent away and dropped, hi's dropped.
 fn class_counters(exe: &Path, ns: &str, sock: &Path) -> Result<(Option<u64>, Option<u64>, Option<u64>)> {
-    let out = in_ns(ns, None).arg(exe).args(["status", "--json", "--socket"]).arg(sock).output()?;
-    let snap: sluice::surface::stats::Snapshot = serde_json::from_slice(&out.stdout).context("status --json")?;
+    let snap: sluice::surface::stats::Snapshot = serde_json::from_value(status_json(exe, ns, sock)?)?;
     let class = |port: u16| {
         let suffix = format!("/udp:{port}");
         snap.classes.iter().find(|c| c.name.ends_with(&suffix) || (port == LO_PORT && c.name == "lo"))

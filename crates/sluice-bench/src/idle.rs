@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use serde::Serialize;
 
-use crate::procs::{in_ns, start_daemon, Proc};
+use crate::procs::{in_ns, start_daemon, status_json, Proc};
 use crate::victim::NS_PREFIX;
 use sluice_testkit::summary::median;
 use sluice_testkit::testbed::{Testbed, TestbedOpts, IF_B};
@@ -104,9 +104,7 @@ fn wake_ms(exe: &Path, tb: &Testbed, sock: &Path) -> Result<Option<f64>> {
     anyhow::ensure!(out.status.success(), "sluice send: {}", String::from_utf8_lossy(&out.stderr));
     // The woken loop publishes within 10 ticks.
     std::thread::sleep(Duration::from_millis(500));
-    let out = in_ns(&tb.b, None).arg(exe).args(["status", "--json", "--socket"]).arg(sock).output()?;
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).context("sluice status --json")?;
-    Ok(v["wake_ms"].as_f64())
+    Ok(status_json(exe, &tb.b, sock)?["wake_ms"].as_f64())
 }
 
 /// `rounds` rounds; in each, every binary with no service, then with `services`.

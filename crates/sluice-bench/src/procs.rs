@@ -160,12 +160,17 @@ fn daemon_status(exe: &Path, ns: &str, sock: &Path) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// The daemon's softirq time so far (`sluice status --json`:
-/// `daemon_softirq_secs`; None: not reported or not counted).
+/// `sluice status --json --socket SOCK` in `ns`, as JSON (untyped: an
+/// older build's snapshot, given to `bench idle --compare`, reads too).
+pub fn status_json(exe: &Path, ns: &str, sock: &Path) -> Result<serde_json::Value> {
+    let out = in_ns(ns, None).arg(exe).args(["status", "--json", "--socket"]).arg(sock).output()?;
+    json_of(out, "sluice status --json")
+}
+
+/// The daemon's softirq time so far (`daemon_softirq_secs`; None: not
+/// reported or not counted).
 pub fn daemon_softirq_secs(exe: &Path, ns: &str, sock: &Path) -> Option<f64> {
-    let out = in_ns(ns, None).arg(exe).args(["status", "--json", "--socket"]).arg(sock).output().ok()?;
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
-    v["daemon_softirq_secs"].as_f64()
+    status_json(exe, ns, sock).ok()?["daemon_softirq_secs"].as_f64()
 }
 
 /// `sluice status` in `ns` after `after`, on a thread of its own (to show the

@@ -413,8 +413,7 @@ pub(super) fn gate_synacks(exe: &Path, ns: &str, sock: &Path) -> Result<u64> {
 }
 
 pub(super) fn daemon_status(exe: &Path, ns: &str, sock: &Path) -> Result<sluice::surface::stats::Snapshot> {
-    let out = crate::procs::in_ns(ns, None).arg(exe).args(["status", "--json", "--socket"]).arg(sock).output()?;
-    Ok(serde_json::from_value(crate::procs::json_of(out, "sluice status")?)?)
+    Ok(serde_json::from_value(crate::procs::status_json(exe, ns, sock)?)?)
 }
 
 /// The new client's addresses on A: deprecated (preferred_lft 0), so the

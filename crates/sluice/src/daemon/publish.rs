@@ -70,7 +70,7 @@ impl Publisher {
         snap.uptime_secs = self.started.elapsed().as_secs_f64();
         snap.global = global;
         snap.daemon_cpu_secs = cpu;
-        snap.daemon_cpu_pct = 100.0 * (cpu - c0) / now.duration_since(t0).as_secs_f64().max(1e-3);
+        snap.daemon_cpu_pct = pct_of_a_cpu(cpu - c0, t0, now);
         snap.daemon_rss_bytes = crate::surface::stats::rss_bytes();
         for (c, (totals, rates)) in snap.classes.iter_mut().zip(classes) {
             c.totals = totals;
@@ -85,9 +85,7 @@ impl Publisher {
         let now = Instant::now();
         snap.daemon_softirq_secs = secs;
         snap.daemon_softirq_pct = match (secs, self.last_softirq) {
-            (Some(s), Some((t0, s0))) => {
-                Some(100.0 * (s - s0).max(0.0) / now.duration_since(t0).as_secs_f64().max(1e-3))
-            }
+            (Some(s), Some((t0, s0))) => Some(pct_of_a_cpu((s - s0).max(0.0), t0, now)),
             _ => None,
         };
         self.last_softirq = secs.map(|s| (now, s));
@@ -185,6 +183,11 @@ impl Drop for SocketFile {
             let _ = std::fs::remove_file(p);
         }
     }
+}
+
+/// `secs` of CPU time between `t0` and `now`, as % of one CPU.
+fn pct_of_a_cpu(secs: f64, t0: Instant, now: Instant) -> f64 {
+    100.0 * secs / now.duration_since(t0).as_secs_f64().max(1e-3)
 }
 
 pub(super) fn bind_metrics(addr: SocketAddr) -> Result<std::net::TcpListener> {

@@ -115,6 +115,8 @@ impl Tracer {
             Tables::Gate(maps) => (Some(maps), None),
             Tables::Own(t) => (None, Some(t)),
         };
+        // The softirq pair is the daemon's (drops only) and needs its pid.
+        let softirq = opts.tgid.filter(|_| opts.drops_only);
         let skel = Owned::new(|storage| -> Result<TraceSkel<'static>> {
             let mut open = TraceSkelBuilder::default().open(storage).context("opening the tracer (bpf/trace.bpf.c)")?;
             if let Some(maps) = &gate {
@@ -133,9 +135,9 @@ impl Tracer {
                 data.settings.ifindex = opts.ifindex;
                 data.settings.default_class = opts.default_class;
                 data.settings.sample_every = 0;
-                data.settings.tgid = opts.tgid.filter(|_| opts.drops_only).unwrap_or(0);
+                data.settings.tgid = softirq.unwrap_or(0);
             }
-            if !opts.drops_only || opts.tgid.is_none() {
+            if softirq.is_none() {
                 open.progs.trace_softirq_entry.set_autoload(false);
                 open.progs.trace_softirq_exit.set_autoload(false);
             }
@@ -159,14 +161,14 @@ impl Tracer {
             write_tables(&skel, t)?;
         }
         let mut tracer = Tracer { skel, links: Vec::new(), gate, reasons: drop_reason_names()? };
-        tracer.attach(opts.drops_only, opts.tgid.is_some())?;
+        tracer.attach(opts.drops_only, softirq.is_some())?;
         Ok(tracer)
     }
 
     fn attach(&mut self, drops_only: bool, softirq: bool) -> Result<()> {
         let p = &self.skel.progs;
         let mut progs = vec![("kfree_skb", &p.trace_drop)];
-        if drops_only && softirq {
+        if softirq {
             progs.extend([("softirq_entry", &p.trace_softirq_entry), ("softirq_exit", &p.trace_softirq_exit)]);
         }
         if !drops_only {
