@@ -12,6 +12,16 @@
 //! `wake_ms`; a build without the field: not measured). A flood is ticked at
 //! 10 ms from its first packet after the wake mark's packets (256 on an
 //! idle CPU) plus that time.
+//!
+//! Then, once per round and binary, the reaction on a class with calm
+//! traffic: a UDP sink that CALM_PPS arrive at steadily; once the daemon
+//! ticks calmly, a flood of FLOOD_PPS to the same port, both senders on CPU
+//! 1 (one CPU's marks). The reaction is the gate's clock at the wake (status
+//! `wake_gate_ns`) less the flood sender's start (`sluice send --json`
+//! `start_ns`, the same clock), plus the wake's time to the loop: from the
+//! flood's first packet to the tick that follows it. A daemon that never
+//! ticks calmly with that traffic reacts within its 10 ms tick: shown so.
+//! Before the flood, the daemon's CPU over CALM_WINDOW of the calm traffic.
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -42,11 +52,35 @@ pub struct Sample {
 const WAKE_RATE: u64 = 40_000;
 const WAKE_SECS: f64 = 0.05;
 
+/// The reaction on a class with calm traffic.
+const CALM_PPS: u64 = 10_000;
+const FLOOD_PPS: u64 = 100_000;
+const FLOOD_SECS: f64 = 0.1;
+/// The daemon's CPU is measured over this window of the calm traffic.
+const CALM_WINDOW: Duration = Duration::from_secs(5);
+/// The sink's port (no idle service uses it).
+const REACT_PORT: u16 = 6999;
+
+/// One reaction measurement.
+#[derive(Debug, Clone, Serialize)]
+pub struct Reaction {
+    pub binary: String,
+    pub round: usize,
+    /// The daemon ticked calmly with the calm traffic (else it stays at 10 ms).
+    pub calm: bool,
+    /// The daemon's CPU with the calm traffic over CALM_WINDOW, % of one core.
+    pub calm_cpu_pct: f64,
+    /// From the flood's first packet to the tick after the wake, ms (None:
+    /// not calm, or a build that does not report the wake's clock).
+    pub reaction_ms: Option<f64>,
+}
+
 /// Every sample, and per (binary, services) the median and range.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
     pub window_secs: f64,
     pub samples: Vec<Sample>,
+    pub reactions: Vec<Reaction>,
 }
 
 /// CPU time (ns) of every thread of `pid` so far, and how many there are.
@@ -107,13 +141,65 @@ fn wake_ms(exe: &Path, tb: &Testbed, sock: &Path) -> Result<Option<f64>> {
     Ok(status_json(exe, &tb.b, sock)?["wake_ms"].as_f64())
 }
 
+/// The reaction of the daemon `exe` to a flood of a class with calm traffic
+/// (module comment): (calm reached, its CPU with the calm traffic, reaction in ms).
+fn reaction(exe: &Path, tb: &Testbed, dir: &Path) -> Result<(bool, f64, Option<f64>)> {
+    let mut c = in_ns(&tb.b, None);
+    c.arg(exe).args(["serve", "udp-echo", "--no-echo", "--port", &REACT_PORT.to_string()]);
+    c.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
+    let sink = Proc::spawn(c, "sluice serve")?;
+    std::thread::sleep(Duration::from_millis(300));
+    std::fs::create_dir_all(dir)?;
+    let sock = dir.join("react.sock");
+    let daemon = start_daemon(exe, &tb.b, IF_B, &sock, &[], &dir.join("react.log"))?;
+    let dst = format!("{}:{REACT_PORT}", tb.ip_b);
+    let send = |pps: u64, secs: f64| {
+        let mut c = in_ns(&tb.a, Some(1));
+        c.arg(exe).args(["send", "--dst", &dst, "--rate", &pps.to_string(), "--duration", &secs.to_string(), "--json"]);
+        c
+    };
+    let mut calm_c = send(CALM_PPS, 30.0);
+    calm_c.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
+    let calm_traffic = Proc::spawn(calm_c, "sluice send")?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let calm = loop {
+        if status_json(exe, &tb.b, &sock)?["tick_ms"].as_f64().is_some_and(|t| t >= 100.0) {
+            break true;
+        }
+        if Instant::now() > deadline {
+            break false;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let (c0, t0) = (threads_cpu_ns(daemon.id()).0, Instant::now());
+    std::thread::sleep(CALM_WINDOW);
+    let cpu = 100.0 * threads_cpu_ns(daemon.id()).0.saturating_sub(c0) as f64 / t0.elapsed().as_nanos() as f64;
+    let mut took = None;
+    if calm {
+        let out = send(FLOOD_PPS, FLOOD_SECS).output().context("sluice send")?;
+        anyhow::ensure!(out.status.success(), "sluice send: {}", String::from_utf8_lossy(&out.stderr));
+        let start = serde_json::from_slice::<serde_json::Value>(&out.stdout)?["start_ns"].as_u64();
+        std::thread::sleep(Duration::from_millis(500));
+        let st = status_json(exe, &tb.b, &sock)?;
+        let (at, to_loop) = (st["wake_gate_ns"].as_u64(), st["wake_ms"].as_f64());
+        took = match (start, at, to_loop) {
+            (Some(s), Some(a), Some(l)) if a >= s => Some((a - s) as f64 / 1e6 + l),
+            _ => None,
+        };
+    }
+    drop(calm_traffic); // killed: it was to run longer than needed
+    daemon.terminate("sluice run")?;
+    sink.terminate("sluice serve")?;
+    Ok((calm, cpu, took))
+}
+
 /// `rounds` rounds; in each, every binary with no service, then with `services`.
 pub fn run(binaries: &[PathBuf], services: u32, rounds: usize, window: Duration, progress: bool) -> Result<Report> {
     sluice::dataplane::gate::check_privileges()?;
     let tb = Testbed::create(TestbedOpts { prefix: NS_PREFIX, ipv6: true }, &format!("{}-idle", std::process::id()))?;
     // Past the daemon's start, discovery and the first calm second.
     let settle = Duration::from_secs(4);
-    let mut samples = vec![];
+    let (mut samples, mut reactions) = (vec![], vec![]);
     for round in 0..rounds {
         for exe in binaries {
             for n in [0, services] {
@@ -125,9 +211,16 @@ pub fn run(binaries: &[PathBuf], services: u32, rounds: usize, window: Duration,
                 let binary = exe.display().to_string();
                 samples.push(Sample { binary, services: n, round, cpu_pct, threads, wake_ms });
             }
+            if progress {
+                eprintln!("round {}/{rounds}: {}: a flood of a class with calm traffic", round + 1, exe.display());
+            }
+            let dir = std::env::temp_dir().join(format!("sluice-idle-{}", std::process::id()));
+            let (calm, calm_cpu_pct, reaction_ms) =
+                reaction(exe, &tb, &dir).with_context(|| format!("{}: reaction", exe.display()))?;
+            reactions.push(Reaction { binary: exe.display().to_string(), round, calm, calm_cpu_pct, reaction_ms });
         }
     }
-    Ok(Report { window_secs: window.as_secs_f64(), samples })
+    Ok(Report { window_secs: window.as_secs_f64(), samples, reactions })
 }
 
 /// The table: per binary and service count, median % of a core and the range over rounds.
@@ -159,5 +252,37 @@ pub fn render(r: &Report) -> String {
         );
     }
     o += "WAKE: the gate's wake call to the calm loop, median (max) over rounds; n/a: not reported (a build without it)\n";
-    o
+    o + &render_reactions(r)
+}
+
+/// The reactions: per binary, each round's.
+fn render_reactions(r: &Report) -> String {
+    let mut o = format!(
+        "\nreaction: a class at {CALM_PPS}/s flooded at {FLOOD_PPS}/s, from the flood's first packet to the next tick, ms\n"
+    );
+    let mut bins: Vec<&str> = vec![];
+    for x in &r.reactions {
+        if !bins.contains(&x.binary.as_str()) {
+            bins.push(&x.binary);
+        }
+    }
+    for b in bins {
+        let each: Vec<String> = r
+            .reactions
+            .iter()
+            .filter(|x| x.binary == b)
+            .map(|x| match (x.calm, x.reaction_ms) {
+                (false, _) => "never calm (<= 10)".to_string(),
+                (true, Some(ms)) => format!("{ms:.2}"),
+                (true, None) => "n/a".to_string(),
+            })
+            .collect();
+        let ms: Vec<f64> = r.reactions.iter().filter(|x| x.binary == b).filter_map(|x| x.reaction_ms).collect();
+        let med = median(&ms).map_or("-".to_string(), |m| format!("{m:.2}"));
+        let cpu: Vec<f64> = r.reactions.iter().filter(|x| x.binary == b).map(|x| x.calm_cpu_pct).collect();
+        let cpu = median(&cpu).map_or("-".to_string(), |m| format!("{m:.3}%"));
+        o += &format!("{b:<48} median {med:>8}   rounds: {}   CPU with the calm traffic {cpu}\n", each.join(", "));
+    }
+    o + "never calm: the daemon ticked at 10 ms throughout; n/a: calm, but no wake reported (a build without the wake's clock, or none)\n\
+         CPU with the calm traffic: the daemon's threads over 5 s of it before the flood (median), % of one core\n"
 }

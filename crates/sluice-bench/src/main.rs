@@ -81,8 +81,9 @@ enum BenchCmd {
     Tick(TickArgs),
     /// What an idle daemon costs: `sluice run` in a fresh testbed with no
     /// traffic, with no service and then with --services idle UDP services,
-    /// its threads' CPU over --window, % of one core; --compare measures
-    /// other builds beside it, interleaved round by round.
+    /// its threads' CPU over --window, % of one core; then how soon a flood
+    /// of a class with calm traffic (10k/s, flooded at 100k/s) is ticked;
+    /// --compare measures other builds beside it, interleaved round by round.
     Idle(IdleArgs),
 }
 

@@ -19,7 +19,7 @@ fn the_tick_bench_times_every_read_of_the_daemons_loop() {
     }
     // Compared by the least of the rounds (a median of 3 moves with one
     // preemption; since the tick reads /proc/net/snmp only while an auto
-    // class has packets, the whole tick is close to its health reads).
+    // class is near its knee, the whole tick is close to its health reads).
     let min = |i: usize| parts[i]["min_us"].as_f64().unwrap();
     assert!(min(0) > min(1), "the whole tick includes its health reads: {r}");
     assert!(min(1) > min(5), "the health read includes softnet_stat: {r}");

@@ -262,6 +262,33 @@ static __always_inline void wake_daemon(struct sluice_share *sh, __u32 cls)
 	bpf_ringbuf_output(&wake, &w, sizeof(w), 0);
 }
 
+/*
+ * Wake the daemon while it ticks slowly if this CPU's arrivals of the class
+ * passed the armed count, or came in faster than the armed rate: every
+ * SLUICE_WAKE_BATCH packets the clock is read, and a batch that took less
+ * than wake_gap_ns wakes it. A count alone lets a class with calm traffic
+ * be flooded for most of a calm tick before its mark is reached; the rate
+ * costs one clock read per batch, and only while armed.
+ */
+static __always_inline void check_wake(struct sluice_share *sh, struct sluice_class_state *st, __u32 cls)
+{
+	__u64 seen = st->cnt[SLUICE_CS_SEEN_PKTS], now, last;
+
+	if (!sh->wake_at)
+		return;
+	if (seen >= sh->wake_at) {
+		wake_daemon(sh, cls);
+		return;
+	}
+	if (!sh->wake_gap_ns || (seen & (SLUICE_WAKE_BATCH - 1)))
+		return;
+	now = bpf_ktime_get_ns();
+	last = st->wake_batch_ns;
+	st->wake_batch_ns = now;
+	if (last && now - last < sh->wake_gap_ns)
+		wake_daemon(sh, cls);
+}
+
 static __always_inline void global_inc(__u32 idx)
 {
 	__u64 *v = bpf_map_lookup_elem(&global_stats, &idx);
@@ -1205,8 +1232,7 @@ int sluice_gate(struct xdp_md *ctx)
 
 	st->cnt[SLUICE_CS_SEEN_PKTS] += 1;
 	st->cnt[SLUICE_CS_SEEN_BYTES] += bytes;
-	if (sh->wake_at && st->cnt[SLUICE_CS_SEEN_PKTS] >= sh->wake_at)
-		wake_daemon(sh, cls);
+	check_wake(sh, st, cls);
 	if (pk.family)
 		note_asked(&pk, cls, f);
 	if (syn_guarded(&pk, cls, st) && syn_answer(ctx)) {

@@ -89,7 +89,14 @@ struct sluice_share {
 	 * count on this CPU at which the gate wakes it (a class id into the
 	 * "wake" ring); 0: off. The gate clears it when it fires. */
 	__u64 wake_at;
+	/* While wake_at is armed: SLUICE_WAKE_BATCH packets of the class
+	 * arriving on this CPU in less than this many ns (a rate over the
+	 * daemon's mark) wake it too, wherever the count is; 0: off. */
+	__u64 wake_gap_ns;
 };
+
+/* Packets between the gate's clock reads for the wake's rate mark (a power of 2). */
+#define SLUICE_WAKE_BATCH 256
 
 /*
  * Source fairness of a limited class ("fairness" per-CPU array, indexed by
@@ -283,6 +290,7 @@ struct sluice_class_state {
 	struct sluice_bucket bucket;
 	struct sluice_bucket unknown; /* the unknown sources' bucket (struct sluice_fair) */
 	struct sluice_pacer pacer;    /* the unknown sources' clock on this CPU (gate.bpf.c) */
+	__u64 wake_batch_ns;          /* the clock at the last SLUICE_WAKE_BATCH boundary while armed */
 	__u64 cnt[SLUICE_CS_NR]; /* indexed by enum sluice_class_stat */
 };
 

@@ -285,3 +285,62 @@ fn a_service_restarting_mid_flood_keeps_its_limit_through_the_gap() {
     let after = mean(window(&ticks, 3.0, 4.0).map(|k| k.delivered));
     assert!(after >= 0.9 * peak, "delivered {after:.0} of {peak:.0} after the restart");
 }
+
+/// Cost (issue 25): a service that keeps up with a steady load is not near
+/// its knee (the daemon may tick slowly), whatever its first ticks made of
+/// the capacity estimate; a flood puts it near its knee within a few ticks,
+/// and once the flood is over and the limit released, a load under half the
+/// measured capacity is calm again.
+#[test]
+fn a_service_that_keeps_up_is_not_near_its_knee_until_a_flood() {
+    let mut p = Plant::new(1);
+    let peak = p.peak();
+    let mut c = Controller::new(Algo::Knee, Tuning::default());
+    let offered = |t: f64| if (2.0..3.0).contains(&t) { 10.0 * peak } else { 0.2 * peak };
+    let mut near = vec![];
+    for _ in 0..(6.0 * TICK_HZ) as usize {
+        let t = p.time_s;
+        p.classes[0].offered = offered(t);
+        let s = p.tick(DT);
+        p.classes[0].rate = decide(&mut c, &s, None).unwrap_or(f64::INFINITY);
+        near.push((t, c.near_knee(s.offered)));
+    }
+    let at = |from: f64, to: f64| near.iter().filter(move |(t, _)| (from..to).contains(t)).map(|n| n.1);
+    assert!(at(0.0, 2.0).all(|n| !n), "a steady load it keeps up with is not near the knee");
+    assert!(at(2.0, 2.05).any(|n| n), "the flood is not near the knee in its first 50 ms");
+    assert!(at(2.1, 3.0).all(|n| n), "near the knee through the flood");
+    assert!(at(4.5, 6.0).all(|n| !n), "still near the knee 1.5 s after the flood ended");
+}
+
+/// A stall (a VM pause that queues a few ticks of a light load) shows a knee
+/// at that load: the class is near it while the knee is recent, and calm
+/// again KNEE_MEMORY_SECS later, not for good (the estimate it left is
+/// the light load itself).
+#[test]
+fn a_stall_at_a_light_load_is_near_the_knee_only_for_a_while() {
+    let mut c = Controller::new(Algo::Knee, Tuning::default());
+    let tick = |queue: u64| Signals {
+        dt: DT,
+        present: true,
+        offered: 1000.0,
+        admitted: 1000.0,
+        delivered: 1000.0,
+        queue_start: queue,
+        queue_end: queue,
+        rcvbuf: 200_000,
+        sock_drops: 0,
+        backlog_drops: 0,
+        squeeze: 0,
+    };
+    let mut step = |queue: u64| {
+        let s = tick(queue);
+        decide(&mut c, &s, None);
+        c.near_knee(s.offered)
+    };
+    assert!(!(0..200).any(|_| step(0)), "a light load it keeps up with");
+    assert!((0..3).map(|_| step(100_000)).last().unwrap(), "a standing queue at the load: near the knee");
+    let after: Vec<bool> = (0..(2.0 * KNEE_MEMORY_SECS * TICK_HZ) as usize).map(|_| step(0)).collect();
+    let calm_from = after.iter().position(|n| !n).expect("never calm after the stall") as f64 / TICK_HZ;
+    assert!((KNEE_MEMORY_SECS - 0.1..KNEE_MEMORY_SECS + 0.1).contains(&calm_from), "calm {calm_from:.2} s after");
+    assert!(after.iter().skip((calm_from * TICK_HZ) as usize).all(|n| !n), "near the knee again with no knee");
+}

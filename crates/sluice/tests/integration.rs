@@ -931,4 +931,43 @@ mod pace {
             after.daemon_cpu_secs
         );
     }
+
+    /// A service with a steady load it keeps up with costs the slow tick
+    /// too: its auto class is not near its knee however its first ticks
+    /// estimated the capacity (it used to keep the loop at 10 ms for good);
+    /// and a flood of that class far faster than its calm rate wakes the
+    /// loop before it reaches the count mark.
+    #[test]
+    fn a_service_with_steady_clients_lets_the_daemon_tick_slowly() {
+        let mut tb = Testbed::new();
+        tb.start_sink(7100, 12.0);
+        tb.start_gate(&[]);
+        std::thread::scope(|s| {
+            let tb = &tb;
+            let sender = s.spawn(move || tb.send(7100, 2000, 8.0));
+            let deadline = Instant::now() + Duration::from_secs(6);
+            let calm = loop {
+                let st = tb.status();
+                // Calm after a second and more of the clients' packets.
+                let seen: u64 = st.classes.iter().filter(|c| c.name.contains("7100")).map(|c| c.totals.seen_pkts).sum();
+                if st.tick_ms.is_some_and(|t| t >= 100.0) && seen > 3000 {
+                    break st;
+                }
+                assert!(Instant::now() < deadline, "never calm with 2000 packets/s: tick {:?} ms", st.tick_ms);
+                std::thread::sleep(Duration::from_millis(200));
+            };
+            let class = calm.classes.iter().find(|c| c.name.contains("7100")).expect("the sink's class");
+            assert!(class.auto.is_some(), "discovered as an auto class: {class:?}");
+            // 600 packets at 80k/s on the clients' CPU (a whole batch of 256
+            // among them): under the count mark (twice a calm tick's 1,000,
+            // armed at every calm tick: 1,000 left at the least), over the
+            // rate mark (a batch in under 10 ms): the rate wakes it.
+            tb.send(7100, 80_000, 0.0075);
+            std::thread::sleep(Duration::from_millis(1200));
+            let after = tb.status();
+            assert!(after.wakes > calm.wakes, "a burst at 40 times the calm rate did not wake the loop");
+            let (sent, _) = sender.join().unwrap();
+            assert!(sent > 0);
+        });
+    }
 }

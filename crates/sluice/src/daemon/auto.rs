@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::dataplane::gate::counters::ClassTotals;
 use crate::policy::config::{AutoSpec, Config, Limit};
-use crate::policy::controller::{decide, Algo, Controller, Signals, Tuning};
+use crate::policy::controller::{decide, Algo, Controller, Signals, Tuning, QUEUE_LOW};
 use crate::signals::health::Health;
 use crate::signals::kernel::{udp_counters, NsFile, SockDiag, SockStats};
 
@@ -54,6 +54,8 @@ struct AutoClass {
     ctl: Controller,
     /// The rate the controller picked at the last tick; None = unlimited.
     rate: Option<f64>,
+    /// Limited, or near its knee at the last tick (`Controller::near_knee`).
+    near: bool,
 }
 
 /// One class's totals at one tick.
@@ -71,7 +73,8 @@ pub struct Sample {
     pub classes: Vec<ClassSample>,
     /// Packets the gate saw over every class (auto or not).
     pub all_seen: u64,
-    pub in_datagrams: u64,
+    /// The namespace's Udp InDatagrams (None: not read at this tick).
+    pub in_datagrams: Option<u64>,
     pub backlog_drops: u64,
     pub squeeze: u64,
 }
@@ -86,7 +89,11 @@ pub fn class_signals(prev: &Sample, now: &Sample, i: usize) -> Signals {
     let admitted = d(p.admitted, n.admitted) / dt;
     // A restarted service's new socket starts its drop count at 0.
     let sock_drops = n.sock.drops.saturating_sub(p.sock.drops);
-    let delivered = (admitted - sock_drops as f64 / dt).max(0.0).min(d(prev.in_datagrams, now.in_datagrams) / dt);
+    let taken = match (prev.in_datagrams, now.in_datagrams) {
+        (Some(a), Some(b)) => d(a, b) / dt,
+        _ => f64::INFINITY,
+    };
+    let delivered = (admitted - sock_drops as f64 / dt).max(0.0).min(taken);
     let carries_the_flood = offered >= PATH_SHARE * d(prev.all_seen, now.all_seen) / dt && offered > 0.0;
     let path = |a: u64, b: u64| if carries_the_flood { b.saturating_sub(a) } else { 0 };
     Signals {
@@ -176,7 +183,7 @@ impl AutoLoop {
                 );
             }
             let ctl = Controller::new(spec.algo, tuning);
-            classes.push(AutoClass { id, name: c.name.clone(), spec, sock, ctl, rate: None });
+            classes.push(AutoClass { id, name: c.name.clone(), spec, sock, ctl, rate: None, near: false });
         }
         let (snmp, snmp6) = match ns {
             Some(ns) => (NsFile::open(ns, "snmp")?, NsFile::open(ns, "snmp6")?),
@@ -220,14 +227,9 @@ impl AutoLoop {
             let t = totals.get(c.id).copied().unwrap_or_default();
             classes.push(ClassSample { seen: t.seen_pkts, admitted: t.admitted_pkts, sock: c.sock });
         }
-        // The UDP counters are read only when an auto class saw packets since
-        // the last tick: with none arriving, its delivered rate is 0 whatever
-        // they say (it is capped by what was admitted), and reading the two
-        // files is most of an idle tick's cost.
-        let moved = self.last.as_ref().is_none_or(|p| p.classes.iter().zip(&classes).any(|(a, b)| a.seen != b.seen));
-        let in_datagrams = match (&self.last, moved) {
-            (Some(p), false) => p.in_datagrams,
-            _ => udp_counters(&self.snmp.read()?, &self.snmp6.read()?).in_datagrams,
+        let in_datagrams = match self.needs_datagrams(&classes) {
+            true => Some(udp_counters(&self.snmp.read()?, &self.snmp6.read()?).in_datagrams),
+            false => None,
         };
         Ok(Sample {
             at: Instant::now(),
@@ -237,6 +239,20 @@ impl AutoLoop {
             backlog_drops: health.softnet.dropped,
             squeeze: health.softnet.time_squeeze,
         })
+    }
+
+    /// Are the namespace's UDP counters worth reading at this tick (the two
+    /// files cost more than the rest of the auto loop)? Only to cap the
+    /// delivered rate of a class near its knee, or one whose sockets
+    /// dropped or hold a queue now; elsewhere the rate is what was admitted
+    /// less the sockets' drops, and with nothing arriving it is 0 anyway.
+    fn needs_datagrams(&self, now: &[ClassSample]) -> bool {
+        let Some(prev) = &self.last else { return false };
+        let low = |s: &SockStats| s.queued as f64 > QUEUE_LOW * s.rcvbuf as f64;
+        self.classes
+            .iter()
+            .zip(prev.classes.iter().zip(now))
+            .any(|(c, (p, n))| n.seen != p.seen && (c.near || n.sock.drops > p.sock.drops || low(&n.sock)))
     }
 
     /// One tick: sample the counters, and for each class take its signals
@@ -250,6 +266,7 @@ impl AutoLoop {
                 let sig = class_signals(&prev, &now, i);
                 let fallback = c.spec.fallback_pps.map(|p| p as f64);
                 c.rate = decide(&mut c.ctl, &sig, fallback).map(|r| r.round().max(1.0));
+                c.near = c.rate.is_some() || c.ctl.near_knee(sig.offered);
                 if i == 0 {
                     let point = trace_point(now.at.duration_since(self.started), &c.ctl, &sig);
                     if self.trace.len() == TRACE_LEN {
@@ -303,10 +320,10 @@ impl AutoLoop {
             .collect()
     }
 
-    /// Does no auto class need the fast tick: each unlimited, and offered
-    /// (`offered`, packets/s by class id) under half its capacity estimate?
-    pub fn calm(&self, offered: impl Fn(usize) -> f64) -> bool {
-        self.classes.iter().all(|c| c.rate.is_none() && (c.ctl.capacity <= 0.0 || offered(c.id) < 0.5 * c.ctl.capacity))
+    /// Does no auto class need the fast tick: each unlimited and not near
+    /// its knee at the last tick (`Controller::near_knee`)?
+    pub fn calm(&self) -> bool {
+        self.classes.iter().all(|c| !c.near)
     }
 
     /// Names of the auto classes, for logs.

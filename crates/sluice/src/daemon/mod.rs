@@ -388,6 +388,10 @@ impl Daemon {
             self.pace.after_tick(&self.ticker, self.protect.holding(), &self.gate)?;
             next = next_tick(if woke { now } else { next }, Instant::now(), self.pace.interval());
             for ((fast, slow, duty), at) in CADENCE.iter().zip(due.iter_mut()) {
+                if woke {
+                    // Woken from calm: the duties come at their fast period from now.
+                    *at = (*at).min(now + *fast);
+                }
                 if now >= *at {
                     self.duty(*duty)?;
                     *at = now + if self.pace.is_calm() { *slow } else { *fast };
@@ -516,6 +520,7 @@ impl Daemon {
         snap.wakes = self.pace.wakes;
         snap.wake_ms = self.pace.wake_last.map(|d| d.as_secs_f64() * 1e3);
         snap.wake_max_ms = self.pace.wake_max.map(|d| d.as_secs_f64() * 1e3);
+        snap.wake_gate_ns = self.pace.wake_at_ns;
         snap.ticks = self.pace.ticks;
         if let Some((t, book)) = &mut self.tracer {
             self.publish.softirq(&mut snap, t.softirq_secs()?);

@@ -1,17 +1,23 @@
 //! The control loop's pace: a tick every 10 ms while something needs
 //! control, every CALM once the ticker has found all calm for CALM_AFTER.
 //! While calm, the gate wakes the loop at once when a class's arrivals on a
-//! CPU pass the mark this arms at each calm tick (twice the packets the class
-//! took in a calm tick, at least WAKE_FLOOR): a flood on an idle host is
-//! ticked at 10 ms from its first few hundred packets on, not a calm tick
-//! later. Without the wake ring (a kernel without BPF ring buffers) the loop
-//! stays at 10 ms.
+//! CPU pass either mark this arms at each calm tick:
+//! - a count: twice the packets the class took in a calm tick, at least
+//!   WAKE_FLOOR (a flood on an idle class wakes it within a few hundred
+//!   packets);
+//! - a rate: SLUICE_WAKE_BATCH packets on a CPU faster than WAKE_RATE times
+//!   the class's calm rate, at least WAKE_RATE_FLOOR (a flood on a class
+//!   with calm traffic wakes it within two batches, where the count alone
+//!   waits for most of a calm tick's traffic).
+//!
+//! Without the wake ring (a kernel without BPF ring buffers) the loop stays
+//! at 10 ms.
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
-use crate::bpf_intf::SLUICE_CS_SEEN_PKTS;
+use crate::bpf_intf::{SLUICE_CS_SEEN_PKTS, SLUICE_WAKE_BATCH};
 use crate::daemon::tick::Ticker;
 use crate::dataplane::gate::{Gate, Woken};
 use crate::policy::controller::TICK;
@@ -23,6 +29,12 @@ pub const CALM: Duration = Duration::from_millis(500);
 pub const CALM_AFTER: Duration = Duration::from_secs(1);
 /// Packets a class may see on one CPU in a calm tick, at the least, without waking the loop.
 const WAKE_FLOOR: u64 = 256;
+/// The rate mark: this many times the class's calm rate (all CPUs: a CPU's
+/// share is at most that) ...
+const WAKE_RATE: f64 = 4.0;
+/// ... and at least this many packets/s (a batch in one 10 ms tick: below it,
+/// the count mark is the one that wakes).
+const WAKE_RATE_FLOOR: f64 = SLUICE_WAKE_BATCH as f64 / 0.010;
 
 pub(super) struct Pace {
     ring: Option<libbpf_rs::RingBuffer<'static>>,
@@ -30,15 +42,17 @@ pub(super) struct Pace {
     woke: Arc<Woken>,
     calm_since: Option<Instant>,
     calm: bool,
-    /// Each class's seen packets (all CPUs) and allowance when its marks
-    /// were armed in this calm spell (None: not armed yet).
-    armed: Vec<Option<(u64, u64)>>,
+    /// Each class's seen packets (all CPUs) when its marks were armed in
+    /// this calm spell (None: not armed yet).
+    armed: Vec<Option<u64>>,
     /// Wakes that ended a calm spell.
     pub wakes: u64,
     /// The last of those: how long the gate's call took to reach the loop,
     /// and the longest so far.
     pub wake_last: Option<Duration>,
     pub wake_max: Option<Duration>,
+    /// The gate's clock at the last of those wakes (CLOCK_MONOTONIC ns).
+    pub wake_at_ns: Option<u64>,
     /// Ticks run.
     pub ticks: u64,
 }
@@ -54,8 +68,9 @@ impl Pace {
                 None
             }
         };
-        let (wake_last, wake_max) = (None, None);
-        Pace { ring, woke, calm_since: None, calm: false, armed: vec![], wakes: 0, wake_last, wake_max, ticks: 0 }
+        let (wake_last, wake_max, wake_at_ns) = (None, None, None);
+        let armed = vec![];
+        Pace { ring, woke, calm_since: None, calm: false, armed, wakes: 0, wake_last, wake_max, wake_at_ns, ticks: 0 }
     }
 
     /// The time between two ticks now.
@@ -86,6 +101,7 @@ impl Pace {
         if woke && self.calm {
             self.wakes += 1;
             self.wake_last = self.woke.last();
+            self.wake_at_ns = self.woke.last_at();
             self.wake_max = self.wake_max.max(self.wake_last);
         }
         if woke {
@@ -120,23 +136,45 @@ impl Pace {
         self.armed.clear();
     }
 
-    /// Arm each class's wake mark on every CPU: its seen packets now plus
-    /// what it may take in a calm tick (twice its offered rate's worth, at
-    /// least WAKE_FLOOR). A class whose packets (`seen`, all CPUs) used less
-    /// than half its allowance since it was armed keeps its marks: an idle
-    /// class costs no map access.
+    /// Arm each class's wake marks on every CPU: the count, its seen packets
+    /// now plus what it may take in a calm tick (twice its offered rate's
+    /// worth, at least WAKE_FLOOR), and the rate (`wake_gap_ns`). A class
+    /// that saw no packet (`seen`, all CPUs) since it was armed keeps its
+    /// marks: an idle class costs no map access. One that did is armed again
+    /// at every calm tick, so its count mark is always at least half a calm
+    /// tick of its traffic ahead.
     fn arm(&mut self, gate: &Gate, offered: &[f64], seen: &[u64]) -> Result<()> {
         self.armed.resize(offered.len(), None);
         for (id, (&pps, &now)) in offered.iter().zip(seen).enumerate() {
-            if self.armed[id].is_some_and(|(at, allowance)| now.saturating_sub(at) < allowance / 2) {
+            if self.armed[id] == Some(now) {
                 continue;
             }
             let allowance = WAKE_FLOOR.max((2.0 * pps * CALM.as_secs_f64()) as u64);
             let at: Vec<u64> =
                 gate.class_counters_percpu(id)?.iter().map(|c| c[SLUICE_CS_SEEN_PKTS as usize] + allowance).collect();
-            gate.arm_wake(id, &at)?;
-            self.armed[id] = Some((now, allowance));
+            gate.arm_wake(id, &at, wake_gap_ns(pps))?;
+            self.armed[id] = Some(now);
         }
         Ok(())
+    }
+}
+
+/// The rate mark of a class offered `pps` while calm: the most nanoseconds a
+/// batch of SLUICE_WAKE_BATCH packets on one CPU may take and still wake the loop.
+pub fn wake_gap_ns(pps: f64) -> u64 {
+    let mark = (WAKE_RATE * pps).max(WAKE_RATE_FLOOR);
+    (SLUICE_WAKE_BATCH as f64 * 1e9 / mark) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_rate_mark_is_four_times_the_calm_rate_and_at_least_a_batch_a_tick() {
+        // Idle or light: a batch in under 10 ms wakes.
+        assert_eq!(super::wake_gap_ns(0.0), 10_000_000);
+        assert_eq!(super::wake_gap_ns(5_000.0), 10_000_000);
+        // 10k/s calm: a batch at over 40k/s (6.4 ms) wakes; a 100k/s flood's
+        // batch takes about 2.3 ms with the calm traffic.
+        assert_eq!(super::wake_gap_ns(10_000.0), 6_400_000);
     }
 }

@@ -407,13 +407,12 @@ impl Ticker {
             let limited = matches!(c.decided, Some(Limit::Rate { .. })) && c.offered > 0.0;
             !c.distress && !c.behind && !limited
         };
-        let offered = |id: usize| self.classes.get(id).map_or(0.0, |c| c.offered);
         self.signals.failing == 0
             && self.budget.distress.is_none()
             && self.budget.limits.iter().all(Option::is_none)
             && self.classes.iter().all(quiet)
             && !self.syn.any_answering()
-            && self.auto.as_ref().is_none_or(|a| a.calm(offered))
+            && self.auto.as_ref().is_none_or(AutoLoop::calm)
     }
 
     /// The budget's view for status: the highest distressed priority and why,

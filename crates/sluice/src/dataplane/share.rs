@@ -68,7 +68,7 @@ pub fn share(rate_pps: u64, burst: u64) -> sluice_share {
     };
     // Fewer tokens than the burst may accrue between clock reads (gate.bpf.c).
     let clock_skip = (burst.saturating_sub(1)).min(SLUICE_CLOCK_SKIP as u64) as u32;
-    sluice_share { rate_pps, burst, fill_ns, mode: SLUICE_MODE_LIMITED, clock_skip, wake_at: 0 }
+    sluice_share { rate_pps, burst, fill_ns, mode: SLUICE_MODE_LIMITED, clock_skip, ..Default::default() }
 }
 
 #[cfg(test)]

@@ -17,10 +17,14 @@ const REDISCOVER_TICKS: u64 = 100;
 const QUEUE_STANDS: f64 = crate::policy::controller::QUEUE_LOW;
 /// An accept queue over this share of the listen backlog at both edges of a tick stands.
 const ACCEPT_STANDS: f64 = 0.125;
-/// /proc/net/netstat is read every this many ticks (40 ms): the kernel prints
-/// every MIB counter to make it (the costliest read of a tick), and a listener
-/// that overflows shows a standing accept queue, read every tick, first.
-const NETSTAT_TICKS: u64 = 4;
+/// The TCP signals, /proc/net/netstat and the listeners' dump, are read every
+/// this many ticks (40 ms): the kernel prints every MIB counter to make
+/// netstat (the costliest read of a tick), and a SYN flood is answered by the
+/// kernel's own SYN cookies (and the gate's) from its first packet, so the
+/// SYN guard and the budget hear of TCP distress at most 30 ms later than at
+/// every tick. Between reads the last values stand: a queue that stood at
+/// two reads stands through the ticks between them.
+pub const TCP_TICKS: u64 = 4;
 
 /// A class's TCP listeners.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -148,8 +152,9 @@ pub struct HealthReader {
     netstat: Option<NsFile>,
     /// /proc/net/softnet_stat, kept open (read every tick).
     softnet: NsFile,
-    /// TcpExt as last read (every NETSTAT_TICKS).
+    /// TcpExt and the classes' listeners as last read (every TCP_TICKS).
     last_tcp: TcpExt,
+    last_listen: Vec<ListenStats>,
     ticks: u64,
 }
 
@@ -183,6 +188,7 @@ impl HealthReader {
             netstat,
             softnet: NsFile::open_here("softnet_stat")?,
             last_tcp: TcpExt::default(),
+            last_listen: vec![],
             ticks: 0,
         })
     }
@@ -198,14 +204,12 @@ impl HealthReader {
         if self.udp.iter().any(|u| !u.is_empty()) {
             self.read_udp(&mut h)?;
         }
-        if self.tcp.iter().any(|t| !t.is_empty()) {
-            self.read_tcp(&mut h)?;
+        if self.ticks.is_multiple_of(TCP_TICKS) {
+            self.read_tcp_signals(&mut h)?;
+        } else {
+            h.tcp = self.last_tcp;
+            h.classes.iter_mut().zip(&self.last_listen).for_each(|(c, l)| c.listen = *l);
         }
-        h.tcp = match &mut self.netstat {
-            Some(f) if self.ticks.is_multiple_of(NETSTAT_TICKS) => parse_tcpext(&f.read()?),
-            _ => self.last_tcp,
-        };
-        self.last_tcp = h.tcp;
         h.softnet = parse_softnet(&self.softnet.read()?);
         self.ticks += 1;
         Ok(h)
@@ -225,6 +229,19 @@ impl HealthReader {
             *u = u.add(&SockStats::of_socket(mem));
             true
         })
+    }
+
+    /// The TCP signals of this tick: the listeners and the netstat counters.
+    fn read_tcp_signals(&mut self, h: &mut Health) -> Result<()> {
+        if self.tcp.iter().any(|t| !t.is_empty()) {
+            self.read_tcp(h)?;
+        }
+        if let Some(f) = &mut self.netstat {
+            h.tcp = parse_tcpext(&f.read()?);
+        }
+        self.last_tcp = h.tcp;
+        self.last_listen = h.classes.iter().map(|c| c.listen).collect();
+        Ok(())
     }
 
     /// The classes' TCP listeners (the listening hash only: a short walk).
@@ -394,6 +411,10 @@ mod tests {
         assert_eq!((before.sockets, before.accept_queue), (1, 0));
         assert!(before.backlog > 0);
         let _c: Vec<_> = (0..3).map(|_| std::net::TcpStream::connect(("127.0.0.1", port)).unwrap()).collect();
+        // The listeners are dumped every TCP_TICKS: the ticks between carry the last read.
+        for _ in 1..TCP_TICKS {
+            assert_eq!(r.read().unwrap().classes[0].listen, before, "carried between reads");
+        }
         let after = r.read().unwrap().classes[0].listen;
         assert_eq!(after.accept_queue, 3, "{after:?}");
     }

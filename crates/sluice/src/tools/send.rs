@@ -33,6 +33,8 @@ pub struct SendReport {
     /// Datagrams the kernel refused (ENOBUFS/EAGAIN): not sent.
     pub refused: u64,
     pub secs: f64,
+    /// CLOCK_MONOTONIC (the gate's bpf_ktime_get_ns clock) when sending began, ns.
+    pub start_ns: u64,
 }
 
 impl SendReport {
@@ -66,7 +68,7 @@ pub fn send_udp(o: &SendOpts) -> io::Result<SendReport> {
         })
         .collect();
     let start = Instant::now();
-    let mut rep = SendReport::default();
+    let mut rep = SendReport { start_ns: crate::dataplane::gate::Clock::now_ns(), ..Default::default() };
     let mut flow = 0usize;
     loop {
         let elapsed = start.elapsed();

@@ -11,11 +11,13 @@ use super::*;
 
 impl Gate {
     /// Have the gate wake the daemon (`wake_ring`) once `class`'s seen
-    /// packets on each CPU reach `at` (by CPU; 0: never on that CPU).
-    pub fn arm_wake(&self, class: usize, at: &[u64]) -> Result<()> {
+    /// packets on each CPU reach `at` (by CPU; 0: never on that CPU), or
+    /// once SLUICE_WAKE_BATCH of them arrive on a CPU within `gap_ns`
+    /// (0: no rate mark).
+    pub fn arm_wake(&self, class: usize, at: &[u64], gap_ns: u64) -> Result<()> {
         let mut shares = self.shares(class)?;
         for (s, &a) in shares.iter_mut().zip(at) {
-            s.wake_at = a;
+            (s.wake_at, s.wake_gap_ns) = (a, gap_ns);
         }
         self.set_shares(class, &shares)
     }
@@ -30,7 +32,7 @@ impl Gate {
         let mut b = libbpf_rs::RingBufferBuilder::new();
         b.add(&handle, move |data: &[u8]| {
             let at_ns = data.get(..std::mem::size_of::<sluice_wake>()).map(|b| from_bytes::<sluice_wake>(b).at_ns);
-            woke.note(at_ns.map(|at| Clock::now_ns().saturating_sub(at)));
+            woke.note(at_ns);
             0
         })
         .map_err(map_err)?;
@@ -38,27 +40,36 @@ impl Gate {
     }
 }
 
-/// What the wake ring delivered: how many records, and how long the last
-/// one took from the gate's call to the daemon's loop (ns; u64::MAX: none
-/// measured yet).
+/// What the wake ring delivered: how many records, and of the last one the
+/// gate's clock at its call and how long it took from there to the
+/// daemon's loop (ns; u64::MAX: none measured yet).
 #[derive(Debug)]
 pub struct Woken {
     count: AtomicU64,
+    last_at: AtomicU64,
     last_ns: AtomicU64,
 }
 
 impl Default for Woken {
     fn default() -> Self {
-        Woken { count: AtomicU64::new(0), last_ns: AtomicU64::new(u64::MAX) }
+        Woken { count: AtomicU64::new(0), last_at: AtomicU64::new(u64::MAX), last_ns: AtomicU64::new(u64::MAX) }
     }
 }
 
 impl Woken {
-    fn note(&self, took_ns: Option<u64>) {
-        if let Some(ns) = took_ns {
-            self.last_ns.store(ns, Ordering::Relaxed);
+    /// A record whose gate clock was `at_ns` (None: a record too short to carry it).
+    fn note(&self, at_ns: Option<u64>) {
+        if let Some(at) = at_ns {
+            self.last_at.store(at, Ordering::Relaxed);
+            self.last_ns.store(Clock::now_ns().saturating_sub(at), Ordering::Relaxed);
         }
         self.count.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The last record's gate clock (CLOCK_MONOTONIC ns; None: none yet).
+    pub fn last_at(&self) -> Option<u64> {
+        let at = self.last_at.load(Ordering::Relaxed);
+        (at != u64::MAX).then_some(at)
     }
 
     /// Records consumed so far.

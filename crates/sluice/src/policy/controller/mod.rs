@@ -92,6 +92,11 @@ pub const SLOPE_IN: f64 = 1.005;
 pub const SLOPE_OUT: f64 = 1.0025;
 pub const SLOPE_DOWN: f64 = 0.95;
 pub const SLOPE_UP: f64 = 1.01;
+/// Offered over this share of a measured capacity, a class is near its knee
+/// (`Controller::near_knee`).
+pub const NEAR_KNEE: f64 = 0.5;
+/// A knee shown this long ago (seconds) still counts for `Controller::near_knee`.
+pub const KNEE_MEMORY_SECS: f64 = 10.0;
 /// Knee: weight of the newest tick in the smoothed delivered rate (the lower
 /// bound on capacity while no queue stands).
 pub const DELIVERED_EWMA: f64 = 0.3;
@@ -249,6 +254,9 @@ pub struct Controller {
     /// are let through: a service taking all it is sent is no reason to cap
     /// it at the rate of its first tick.
     knee_seen: bool,
+    /// Knee: seconds since the service last showed a knee (a standing
+    /// queue, drops, loss before the socket); infinite before the first.
+    knee_age_secs: f64,
     /// The service showed distress and the gate has not yet been quiet for
     /// RELEASE_TICKS: the class is limited to `target` (else unlimited).
     pub engaged: bool,
@@ -275,6 +283,7 @@ impl Controller {
             delivered_avg: 0.0,
             drop_ticks: 0,
             knee_seen: false,
+            knee_age_secs: f64::INFINITY,
             engaged: false,
             calm_ticks: 0,
             standing_ticks: 0,
@@ -305,6 +314,18 @@ impl Controller {
         } else if self.calm_ticks >= RELEASE_TICKS {
             self.engaged = false;
         }
+    }
+
+    /// Is the service near its knee, so its class needs the 10 ms tick?
+    /// Engaged (limited); or it showed a knee in the last KNEE_MEMORY_SECS
+    /// and is offered at least half the capacity estimate. A service that
+    /// keeps up (no standing queue, no drops) is not near its knee whatever
+    /// it is offered: before any knee the estimate is only what it took so
+    /// far, and a knee long past may have been a stall (a VM pause queues a
+    /// few ms of a light load, and the estimate follows what was taken
+    /// then). Pno sees no knee: engaged only.
+    pub fn near_knee(&self, offered: f64) -> bool {
+        self.engaged || (self.knee_age_secs < KNEE_MEMORY_SECS && offered >= NEAR_KNEE * self.capacity)
     }
 
     /// True once the signals have been gone longer than the hold time.
@@ -388,7 +409,9 @@ impl Controller {
         // The gate is the bottleneck when it refuses part of what is offered.
         let limiting = s.offered > s.admitted * LIMITING_MARGIN + 1.0;
         self.drop_ticks = if s.sock_drops > 0 { self.drop_ticks + 1 } else { 0 };
-        self.knee_seen |= busy || s.sock_drops > 0 || s.backlog_drops > 0 || s.squeeze > 0;
+        let knee = busy || s.sock_drops > 0 || s.backlog_drops > 0 || s.squeeze > 0;
+        self.knee_seen |= knee;
+        self.knee_age_secs = if knee { 0.0 } else { self.knee_age_secs + s.dt };
         if s.sock_drops > 0 {
             return self.knee_socket_drops(s, queued(s.queue_end));
         }

@@ -124,6 +124,10 @@ pub struct Snapshot {
     pub wake_ms: Option<f64>,
     #[serde(default)]
     pub wake_max_ms: Option<f64>,
+    /// The gate's clock (CLOCK_MONOTONIC ns) at the last of those wakes: a
+    /// bench subtracts a flood's start from it (None: no wake yet).
+    #[serde(default)]
+    pub wake_gate_ns: Option<u64>,
     /// Ticks the control loop ran since the start.
     #[serde(default)]
     pub ticks: u64,
@@ -247,6 +251,7 @@ mod tests {
             wakes: 0,
             wake_ms: None,
             wake_max_ms: None,
+            wake_gate_ns: None,
             ticks: 0,
             sources: Default::default(),
             readers: vec![],
