@@ -118,7 +118,15 @@ fn a_healthy_auto_class_fed_bursts_drops_nothing() {
         .output()
         .unwrap();
     assert!(out.status.success(), "send failed: {}", String::from_utf8_lossy(&out.stderr));
-    let api = tb.status().classes.into_iter().find(|c| c.name == "api").unwrap();
+    // A healthy class lets the daemon tick calmly, publishing its
+    // statistics once a second: wait for them to count what was sent.
+    let sent = serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()["sent"].as_u64().unwrap();
+    let api = |tb: &Testbed| tb.status().classes.into_iter().find(|c| c.name == "api").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while api(&tb).totals.seen_pkts < sent && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let api = api(&tb);
     let t = api.totals;
     eprintln!("sent {}; totals {t:?}; auto {:?}", String::from_utf8_lossy(&out.stdout).trim(), api.auto);
     assert!(t.seen_pkts >= 15_000, "the bursts did not reach the gate: {t:?}");

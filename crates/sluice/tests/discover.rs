@@ -123,7 +123,11 @@ fn a_churning_service_neither_crashes_the_daemon_nor_flaps_its_class() {
         assert!(seen >= last, "counters went back: {seen} < {last}");
         last = seen;
     }
-    assert!(last > 2_000, "{last}");
+    // 2,400 sent: all but the last second's are counted once the statistics
+    // catch up (a daemon ticking calmly beside steady traffic publishes them
+    // once a second).
+    let steady = |s: &Snapshot| class(s, "/udp:7100").is_some_and(|c| c.totals.seen_pkts > 2_000);
+    wait_for(&tb, 3, "the steady class's packets counted", steady);
     assert!(tb.is_running(pid), "the daemon died");
 }
 

@@ -14,7 +14,8 @@
 //! a class's delivered rate is estimated as what the gate admitted for it
 //! less what its sockets dropped, capped by the namespace's InDatagrams
 //! (it counts a growing queue as delivered: at most a buffer's worth, which
-//! the controller's smoothing absorbs). Loss before the sockets (softnet
+//! the controller's smoothing absorbs; the cap is read only where it can
+//! matter, see `needs_datagrams`). Loss before the sockets (softnet
 //! backlog drops, time squeezes) belongs to no socket: it is given to a
 //! class only while that class carries at least PATH_SHARE of all that
 //! arrives at the gate, so a flood elsewhere does not move its limit (the
@@ -22,7 +23,8 @@
 //!
 //! Cost per tick on top of the health read and the class counters the tick
 //! reads once for everyone (measured by the bench, reported as the
-//! controller's CPU): re-reading /proc/net/snmp and snmp6.
+//! controller's CPU): re-reading /proc/net/snmp and snmp6, while a class
+//! is near its knee or its sockets queue or drop.
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
