@@ -96,6 +96,11 @@ fn threads_cpu_ns(pid: u32) -> (u64, usize) {
     (total, n)
 }
 
+/// Where the daemons' sockets and logs go.
+fn scratch_dir() -> PathBuf {
+    std::env::temp_dir().join(format!("sluice-idle-{}", std::process::id()))
+}
+
 /// One window: the daemon `exe` in `tb` with `services` idle UDP services.
 fn one(
     exe: &Path,
@@ -112,7 +117,7 @@ fn one(
             Proc::spawn(c, "sluice serve")
         })
         .collect::<Result<_>>()?;
-    let dir = std::env::temp_dir().join(format!("sluice-idle-{}", std::process::id()));
+    let dir = scratch_dir();
     std::fs::create_dir_all(&dir)?;
     let sock = dir.join("idle.sock");
     let daemon = start_daemon(exe, &tb.b, IF_B, &sock, &[], &dir.join("daemon.log"))?;
@@ -214,9 +219,8 @@ pub fn run(binaries: &[PathBuf], services: u32, rounds: usize, window: Duration,
             if progress {
                 eprintln!("round {}/{rounds}: {}: a flood of a class with calm traffic", round + 1, exe.display());
             }
-            let dir = std::env::temp_dir().join(format!("sluice-idle-{}", std::process::id()));
             let (calm, calm_cpu_pct, reaction_ms) =
-                reaction(exe, &tb, &dir).with_context(|| format!("{}: reaction", exe.display()))?;
+                reaction(exe, &tb, &scratch_dir()).with_context(|| format!("{}: reaction", exe.display()))?;
             reactions.push(Reaction { binary: exe.display().to_string(), round, calm, calm_cpu_pct, reaction_ms });
         }
     }
@@ -267,19 +271,18 @@ fn render_reactions(r: &Report) -> String {
         }
     }
     for b in bins {
-        let each: Vec<String> = r
-            .reactions
+        let mine: Vec<&Reaction> = r.reactions.iter().filter(|x| x.binary == b).collect();
+        let each: Vec<String> = mine
             .iter()
-            .filter(|x| x.binary == b)
             .map(|x| match (x.calm, x.reaction_ms) {
                 (false, _) => "never calm (<= 10)".to_string(),
                 (true, Some(ms)) => format!("{ms:.2}"),
                 (true, None) => "n/a".to_string(),
             })
             .collect();
-        let ms: Vec<f64> = r.reactions.iter().filter(|x| x.binary == b).filter_map(|x| x.reaction_ms).collect();
+        let ms: Vec<f64> = mine.iter().filter_map(|x| x.reaction_ms).collect();
         let med = median(&ms).map_or("-".to_string(), |m| format!("{m:.2}"));
-        let cpu: Vec<f64> = r.reactions.iter().filter(|x| x.binary == b).map(|x| x.calm_cpu_pct).collect();
+        let cpu: Vec<f64> = mine.iter().map(|x| x.calm_cpu_pct).collect();
         let cpu = median(&cpu).map_or("-".to_string(), |m| format!("{m:.3}%"));
         o += &format!("{b:<48} median {med:>8}   rounds: {}   CPU with the calm traffic {cpu}\n", each.join(", "));
     }

@@ -68,9 +68,18 @@ impl Pace {
                 None
             }
         };
-        let (wake_last, wake_max, wake_at_ns) = (None, None, None);
-        let armed = vec![];
-        Pace { ring, woke, calm_since: None, calm: false, armed, wakes: 0, wake_last, wake_max, wake_at_ns, ticks: 0 }
+        Pace {
+            ring,
+            woke,
+            calm_since: None,
+            calm: false,
+            armed: vec![],
+            wakes: 0,
+            wake_last: None,
+            wake_max: None,
+            wake_at_ns: None,
+            ticks: 0,
+        }
     }
 
     /// The time between two ticks now.

@@ -293,13 +293,13 @@ impl Ticker {
         Ok(())
     }
 
-    /// Each class's source fairness as the tick last wrote it (for status).
     /// Whether some class counts its sources now (limited, with source
     /// fairness on): the gate writes the sources map only then.
     pub fn counts_sources(&self) -> bool {
         self.classes.iter().any(|c| c.tiers.as_ref().is_some_and(|t| t.fair.is_some()))
     }
 
+    /// Each class's source fairness as the tick last wrote it (for status).
     pub fn fair_status(&self) -> Vec<FairStatus> {
         self.classes
             .iter()
