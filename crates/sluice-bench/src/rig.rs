@@ -201,6 +201,14 @@ impl Rig {
             ConfigKind::Off | ConfigKind::Nft => None,
             _ => Some(Ticker::new(&cfg, Some(&self.tb.net.b), true)?),
         };
+        // The receive work per CPU, as the daemon reads it from its tracer.
+        let ticker = match (ticker, &self.tracer) {
+            (Some(mut t), Some(tr)) => {
+                t.read_rx_from(tr.cpu_rx_reader()?);
+                Some(t)
+            }
+            (t, _) => t,
+        };
         {
             // Lock order: the gate, then the control state (as the control thread does).
             let mut gate = self.victim_gate.lock().unwrap();

@@ -447,6 +447,18 @@ struct sluice_trace_settings {
 	__u32 default_class; /* as the gate's settings.default_class */
 	__u32 sample_every;  /* 1 in N skbs at the driver stage gets timed; 0 = none */
 	__u32 tgid;          /* the daemon (root PID namespace): softirq time while its threads run; 0 = none */
+	__u32 backlog_reason; /* enum skb_drop_reason's CPU_BACKLOG on this kernel; 0 = not counted */
+	__u32 pad;
+};
+
+/* Per-CPU array `cpu_rx` (one entry), written by trace.bpf.c's softirq pair
+ * and its kfree_skb program: what one CPU spent on receive work. */
+struct sluice_cpu_rx {
+	__u64 rx_ns;         /* time in NET_RX softirq on this CPU, whatever task was current */
+	__u64 rx_start;      /* when the running NET_RX softirq began (0: none runs) */
+	__u64 daemon_ns;     /* softirq time (any vector) run while a thread of settings.tgid was current */
+	__u64 daemon_start;  /* when that softirq began (0: none) */
+	__u64 backlog_drops; /* skbs of the traced interface dropped at this CPU's backlog (softnet "dropped") */
 };
 
 #endif /* SLUICE_H */

@@ -38,16 +38,23 @@
  * address. With sample_every = 0 the stages do no lookup at all.
  *
  * The daemon loads only trace_drop, for the per-reason drop counters in
- * `sluice status`, and the softirq pair below; `sluice trace` loads the
+ * `sluice status` and the backlog drops, and the softirq pair below; `sluice trace` loads the
  * stages, the latency and trace_drop for its duration.
  *
- * Softirq time charged to the daemon: this kernel has no
- * IRQ_TIME_ACCOUNTING, so softirq work run on the way out of an interrupt
- * counts as the system time of whatever thread is current, and a daemon
- * thread on a CPU that receives a flood (RPS, the cpumap) pays for packets
- * it never touches. softirq_entry notes the time on this CPU when the
- * current task belongs to settings.tgid; softirq_exit adds the interval to
- * `softirq_ns`. The daemon shows its CPU time with this part separated.
+ * Receive work per CPU (`cpu_rx`, the daemon's signals of the receive path,
+ * each one the kernel's own work on this host's CPUs, which no local user
+ * can raise by writing to their own sockets):
+ * - rx_ns: time in NET_RX softirq on each CPU (softirq_entry/exit), whatever
+ *   task was current: the share of a CPU that receive work takes from the
+ *   services that run there;
+ * - backlog_drops: skbs of the traced interface dropped at a CPU's backlog
+ *   (kfree_skb, reason CPU_BACKLOG), softnet_stat's "dropped" for this
+ *   interface alone;
+ * - daemon_ns: softirq time charged to the daemon. This kernel has no
+ *   IRQ_TIME_ACCOUNTING, so softirq work run on the way out of an interrupt
+ *   counts as the system time of whatever thread is current, and a daemon
+ *   thread on a CPU that receives a flood (RPS, the cpumap) pays for packets
+ *   it never touches. The daemon shows its CPU time with this part separated.
  */
 #include <linux/bpf.h>
 #include <linux/types.h>
@@ -288,32 +295,37 @@ static __always_inline void at_driver(struct sk_buff *skb)
 	bpf_map_update_elem(&inflight, &key, &f, BPF_ANY);
 }
 
-/* Per CPU: when a softirq began in one of the daemon's threads (0: not in one), and the total. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, __u64);
-} softirq_start SEC(".maps");
+	__type(value, struct sluice_cpu_rx);
+} cpu_rx SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, __u64);
-} softirq_ns SEC(".maps");
+#define NET_RX_SOFTIRQ 3 /* enum in linux/interrupt.h: HI, TIMER, NET_TX, NET_RX, ... */
+
+static __always_inline int in_daemon(void)
+{
+	return settings.tgid && bpf_get_current_pid_tgid() >> 32 == settings.tgid;
+}
 
 SEC("tp_btf/softirq_entry")
 int BPF_PROG(trace_softirq_entry, unsigned int vec_nr)
 {
 	__u32 zero = 0;
-	__u64 *t;
+	struct sluice_cpu_rx *c;
+	int daemon = in_daemon();
 
-	if (!settings.tgid || bpf_get_current_pid_tgid() >> 32 != settings.tgid)
+	if (vec_nr != NET_RX_SOFTIRQ && !daemon)
 		return 0;
-	t = bpf_map_lookup_elem(&softirq_start, &zero);
-	if (t)
-		*t = bpf_ktime_get_ns();
+	c = bpf_map_lookup_elem(&cpu_rx, &zero);
+	if (!c)
+		return 0;
+	__u64 now = bpf_ktime_get_ns();
+	if (vec_nr == NET_RX_SOFTIRQ)
+		c->rx_start = now;
+	if (daemon)
+		c->daemon_start = now;
 	return 0;
 }
 
@@ -321,14 +333,19 @@ SEC("tp_btf/softirq_exit")
 int BPF_PROG(trace_softirq_exit, unsigned int vec_nr)
 {
 	__u32 zero = 0;
-	__u64 *t = bpf_map_lookup_elem(&softirq_start, &zero), *sum;
+	struct sluice_cpu_rx *c = bpf_map_lookup_elem(&cpu_rx, &zero);
 
-	if (!t || !*t)
+	if (!c || (!c->rx_start && !c->daemon_start))
 		return 0;
-	sum = bpf_map_lookup_elem(&softirq_ns, &zero);
-	if (sum)
-		*sum += bpf_ktime_get_ns() - *t;
-	*t = 0;
+	__u64 now = bpf_ktime_get_ns();
+	if (vec_nr == NET_RX_SOFTIRQ && c->rx_start) {
+		c->rx_ns += now - c->rx_start;
+		c->rx_start = 0;
+	}
+	if (c->daemon_start) {
+		c->daemon_ns += now - c->daemon_start;
+		c->daemon_start = 0;
+	}
 	return 0;
 }
 
@@ -485,6 +502,13 @@ int BPF_PROG(trace_drop, struct sk_buff *skb, void *location, __u32 reason)
 	 * NOT_SPECIFIED before the stack set skb_iif: the gate counted it. */
 	if (reason == 2 /* SKB_DROP_REASON_NOT_SPECIFIED */ && skb->skb_iif != (int)settings.ifindex)
 		return 0;
+	if (reason == settings.backlog_reason && reason) {
+		__u32 zero = 0;
+		struct sluice_cpu_rx *c = bpf_map_lookup_elem(&cpu_rx, &zero);
+
+		if (c)
+			c->backlog_drops += 1;
+	}
 	__u32 r = reason < SLUICE_TRACE_REASONS ? reason : SLUICE_TRACE_REASONS - 1;
 	__u32 key = skb_class(skb) << 16 | r;
 	__u64 *c = bpf_map_lookup_elem(&drops, &key), one = 1;

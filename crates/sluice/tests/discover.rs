@@ -170,3 +170,54 @@ fn a_service_in_distress_gets_the_lower_classes_throttled() {
     );
     tb.signal(sink, libc::SIGTERM);
 }
+
+/// A process of an unprivileged user that listens with backlog 0 on
+/// loopback, never accepts and keeps connecting to itself: its listen queue
+/// overflows all the time (the namespace's ListenOverflows climbs by tens of
+/// thousands a second), and nothing of it crosses the gate. That is its own
+/// listener's trouble: no other class's limit moves, and a UDP service of
+/// lower priority than root's idle TCP listener keeps its datagrams.
+#[test]
+fn a_local_listener_that_never_accepts_throttles_no_one() {
+    let mut tb = Testbed::new();
+    tb.start_gate(&[]);
+    let ns = tb.b.clone();
+    // Root's TCP listener at nice 0 (priority 20) serves nothing; the UDP
+    // service at nice 5 (priority 25) is below it.
+    tcp_listener(&mut tb, 7200, 30);
+    let secs = 6.0;
+    let svc =
+        tb.spawn(&ns, &["serve", "udp-echo", "--port", "7100", "--no-echo", "--json", "--duration", &secs.to_string()]);
+    renice(svc, 5);
+    wait_for(&tb, 4, "both services discovered", |s| {
+        class(s, "/udp:7100").is_some_and(|c| c.priority == 25) && class(s, "/tcp:7200").is_some()
+    });
+    let hog = "import socket,time\nl=socket.socket()\nl.bind(('127.0.0.1',0))\nl.listen(0)\nport=l.getsockname()[1]\nheld=[]\nend=time.time()+8\nwhile time.time()<end:\n c=socket.socket()\n c.setblocking(False)\n try: c.connect(('127.0.0.1',port))\n except BlockingIOError: pass\n held.append(c)\n if len(held)>200: held.pop(0).close()";
+    let before = listen_overflows(&tb);
+    tb.spawn_cmd(&ns, &["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", hog]);
+    std::thread::sleep(Duration::from_millis(1000));
+    let (sent, _) = tb.send(7100, 2_000, 3.0);
+    let during = tb.status();
+    let got = tb.sink_received(svc);
+    let grew = listen_overflows(&tb) - before;
+    eprintln!("sent {sent}, received {got}, ListenOverflows +{grew}, budget {:?}", during.distress);
+    assert!(grew > 1_000, "the hog did not overflow its listen queue ({grew}): the test shows nothing");
+    for c in &during.classes {
+        assert_eq!(c.throttle_pps, None, "class {} throttled by the budget ({:?})", c.name, during.distress);
+    }
+    assert!(got as f64 >= 0.999 * sent as f64, "the lower service lost datagrams: {got} of {sent}");
+}
+
+/// Set a running process's nice value.
+fn renice(pid: u32, nice: i32) {
+    let mut renice = Command::new("renice");
+    renice.args(["-n", &nice.to_string(), "-p", &pid.to_string()]).stdout(Stdio::null());
+    assert!(renice.status().unwrap().success());
+}
+
+/// TcpExt ListenOverflows of the test's server namespace.
+fn listen_overflows(tb: &Testbed) -> u64 {
+    let out = tb.cmd(&tb.b, &["cat", "/proc/net/netstat"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    sluice::signals::kernel::proc_counter(&text, "TcpExt:", "ListenOverflows")
+}

@@ -258,7 +258,7 @@ impl Daemon {
         gate.apply(&cfg, &tables)?;
         gate.check_attachable(&iface, opts.replace)?;
         // The configured auto classes' sockets must be there.
-        let ticker = Ticker::new(&cfg, None, true)?;
+        let mut ticker = Ticker::new(&cfg, None, true)?;
         check_napi(&iface, cfg.auto.napi)?;
         let socket = opts.socket.clone().or_else(|| cfg.socket.clone()).unwrap_or_else(|| default_socket(&iface));
         // Caught from before the socket is bound: a client may connect (and
@@ -292,6 +292,13 @@ impl Daemon {
         }
         let known_file = known::path(opts.state_dir.as_deref().unwrap_or(Path::new(known::STATE_DIR)), &iface);
         let tracer = load_tracer(ifindex, &gate);
+        match tracer.as_ref().map(|(t, _)| t.cpu_rx_reader()) {
+            Some(Ok(r)) => ticker.read_rx_from(r),
+            Some(Err(e)) => log::warn(format_args!("trace: receive work per CPU is not read: {e:#}")),
+            None => log::warn(format_args!(
+                "without the tracer, backlog drops and receive work on the services' CPUs are not seen: only their queues say distress"
+            )),
+        }
         let sources = SourceTables::start(&gate, &cfg)?;
         let pace = Pace::new(&gate);
         let mut daemon = Daemon {

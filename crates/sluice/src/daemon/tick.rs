@@ -20,12 +20,13 @@ use crate::bpf_intf::*;
 use crate::daemon::auto::AutoLoop;
 use crate::dataplane::gate::counters::ClassTotals;
 use crate::dataplane::gate::{ClassCounters, Clock, Gate, Tiers};
+use crate::dataplane::trace::CpuRxReader;
 use crate::policy::budget::{Budget, BudgetClass, FLOOR_PPS};
 use crate::policy::config::{default_burst, Config, Limit};
 use crate::policy::fair::{Fair, FairCounts, FairTick};
 use crate::policy::remap::ClassRemap;
 use crate::policy::syn_guard::SynGuards;
-use crate::signals::health::{behind, distress, path_distress, syn_pressure, Health, HealthReader};
+use crate::signals::health::{behind, distress, path_distress, syn_pressure, Health, HealthReader, RxWork};
 use crate::surface::log::{Cause, Change};
 
 /// An auto class whose rate is over this many times what it was offered in
@@ -139,6 +140,9 @@ pub struct Ticker {
     epoch: u32,
     /// The classes (by id) whose limit the last tick changed, and why (for the log).
     pub changes: Vec<(usize, Change)>,
+    /// The tracer's receive work per CPU (None: no tracer, so no backlog
+    /// drops and no CPU signal; said in the log where the tracer failed).
+    rx: Option<CpuRxReader>,
 }
 
 impl Ticker {
@@ -180,6 +184,7 @@ impl Ticker {
             signals: SignalWatch::default(),
             epoch: 0,
             changes: vec![],
+            rx: None,
         })
     }
 
@@ -195,7 +200,14 @@ impl Ticker {
             signals: SignalWatch::default(),
             epoch: 0,
             changes: vec![],
+            rx: None,
         }
+    }
+
+    /// Read the receive path's work from the tracer's `cpu_rx` (kept across
+    /// a config switch by `carry_from`).
+    pub fn read_rx_from(&mut self, reader: CpuRxReader) {
+        self.rx = Some(reader);
     }
 
     /// Take over what `old` learnt (the controller, the budget's throttles,
@@ -212,6 +224,7 @@ impl Ticker {
             }
         }
         self.epoch = old.epoch;
+        self.rx = old.rx;
         self.syn.carry_from(&old.syn, remap);
         self.budget = old.budget;
         self.budget.remap(remap);
@@ -317,7 +330,8 @@ impl Ticker {
     /// Read the health, run the auto controller and the budget; the budget's throttles.
     fn control(&mut self, gate: &Gate) -> Result<Vec<Option<f64>>> {
         let Some(reader) = &mut self.health else { return Ok(vec![]) };
-        let now = (std::time::Instant::now(), reader.read()?);
+        let mut now = (std::time::Instant::now(), reader.read()?);
+        now.1.rx = self.rx.as_ref().map(|r| r.read()).transpose()?.map(|cpus| rx_work(&cpus));
         // One read of each class's counters serves the auto loop, the budget and fairness.
         let raw = (0..self.classes.len()).map(|id| Ok(gate.class_counters(id)?)).collect::<Result<Vec<_>>>()?;
         let totals: Vec<ClassTotals> = raw.iter().map(|&r| ClassTotals::from(r)).collect();
@@ -489,6 +503,14 @@ fn tightest(own: Limit, throttle: Option<f64>) -> Limit {
         Limit::Blocked => Limit::Blocked,
         Limit::Rate { pps, burst } if (pps as f64) <= t => Limit::Rate { pps, burst },
         _ => rate_limit(Some(t), 0),
+    }
+}
+
+/// The tracer's per-CPU counts as the health's receive work.
+fn rx_work(cpus: &[sluice_cpu_rx]) -> RxWork {
+    RxWork {
+        softirq_ns: cpus.iter().map(|c| c.rx_ns).collect(),
+        backlog_drops: cpus.iter().map(|c| c.backlog_drops).sum(),
     }
 }
 

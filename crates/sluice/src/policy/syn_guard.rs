@@ -7,10 +7,11 @@
 //! "auto", and a host whose listeners never overflow never sees the gate
 //! answer a SYN.
 //!
-//! Pressure is what the kernel shows for the class's listeners: it sent
-//! SYN cookies (TcpExt SyncookiesSent), a listen queue overflowed or dropped
-//! (ListenOverflows, ListenDrops), or an accept queue stands
-//! (`health::syn_pressure`). Once the gate answers, the kernel sees no SYN
+//! Pressure is what the kernel shows for the class's own listeners: they
+//! hold half their backlog or more in request sockets (counted when the
+//! namespace's SyncookiesSent moved, which says some listener sent cookies),
+//! dropped SYNs or handshakes (sk_drops), or their accept queue stands
+//! (`health::syn_pressure`); another user's listener never counts. Once the gate answers, the kernel sees no SYN
 //! and shows no pressure; the gate's own counters then say whether the flood
 //! goes on: a flood's SYNs (spoofed) never come back with a valid cookie.
 //!

@@ -1,13 +1,22 @@
 //! Each class's service health, read once per tick for the budget
-//! (`budget`) and the auto controller (`auto`): the class's UDP sockets and
-//! TCP listeners (sock_diag), the namespace's TCP listen and backlog drop
-//! counters (/proc/net/netstat) and the per-CPU backlog drops (softnet_stat).
+//! (`budget`), the SYN guard and the auto controller (`auto`): the class's
+//! UDP sockets and TCP listeners (sock_diag), and the receive path's work on
+//! each CPU (the daemon's tracer, `RxWork`).
+//!
+//! Every signal that can throttle a class is its own sockets' or the kernel's
+//! receive work for the gate's interface, never a namespace-wide counter: any
+//! local user can make a listener of their own overflow (ListenOverflows,
+//! ListenDrops), a socket of their own drop (TCPBacklogDrop, RcvbufErrors) or
+//! a backlog of their own overflow (softnet_stat), and that must not read as
+//! the distress of a service they do not own. The one namespace counter read
+//! here, TcpExt SyncookiesSent, only says when to count the classes' own
+//! request sockets.
 use anyhow::Result;
 
 use crate::policy::config::Config;
 use crate::signals::{
     kernel::parse_softnet, kernel::proc_counter, kernel::DiagSock, kernel::NsFile, kernel::SockDiag, kernel::SockStats,
-    kernel::Softnet, kernel::TCP_LISTEN,
+    kernel::Softnet, kernel::TCP_LISTEN, kernel::TCP_SYN_RECV,
 };
 
 /// Every this many ticks (1 s) both address families are dumped again.
@@ -17,6 +26,11 @@ const REDISCOVER_TICKS: u64 = 100;
 const QUEUE_STANDS: f64 = crate::policy::controller::QUEUE_LOW;
 /// An accept queue over this share of the listen backlog at both edges of a tick stands.
 const ACCEPT_STANDS: f64 = 0.125;
+/// A class's listeners under SYN pressure hold at least this share of their
+/// backlog in request sockets: the kernel sends cookies at the whole
+/// backlog, and a spoofed flood's requests stay for the SYN-ACK retries
+/// (about a minute), so a flooded listener sits there.
+const SYN_QUEUE_FULL: f64 = 0.5;
 /// The TCP signals, /proc/net/netstat and the listeners' dump, are read every
 /// this many ticks (40 ms): the kernel prints every MIB counter to make
 /// netstat (the costliest read of a tick), and a SYN flood is answered by the
@@ -26,36 +40,45 @@ const ACCEPT_STANDS: f64 = 0.125;
 /// two reads stands through the ticks between them.
 pub const TCP_TICKS: u64 = 4;
 
-/// A class's TCP listeners.
+/// A class's TCP listeners, summed over its listening sockets.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ListenStats {
     pub sockets: u32,
-    /// Connections waiting to be accepted, and the backlog limit, summed.
+    /// Connections waiting to be accepted, and the backlog limit.
     pub accept_queue: u64,
     pub backlog: u64,
+    /// SYNs and handshakes the listeners dropped (sk_drops: the kernel's
+    /// tcp_listendrop, a full accept queue), since they were created.
+    pub drops: u64,
+    /// Request sockets (half-open connections) of the listeners, read only
+    /// when the namespace sent SYN cookies since the last read (None: not
+    /// read). The kernel sends cookies once a listener holds its backlog of them.
+    pub syn_queue: Option<u64>,
 }
 
-/// The namespace's TCP counters that say a listener or a socket lost packets.
+/// The namespace's TCP counter that says some listener sent SYN cookies
+/// (whose: the classes' request sockets say).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TcpExt {
     pub syncookies_sent: u64,
-    pub listen_overflows: u64,
-    pub listen_drops: u64,
-    pub backlog_drop: u64,
 }
 
 /// The TcpExt counters the health reads.
-const TCPEXT_NAMES: [&str; 4] = ["SyncookiesSent", "ListenOverflows", "ListenDrops", "TCPBacklogDrop"];
+const TCPEXT_NAMES: [&str; 1] = ["SyncookiesSent"];
 
 /// Parse the `TcpExt:` header and value lines of /proc/net/netstat.
 pub fn parse_tcpext(text: &str) -> TcpExt {
-    let get = |name: &str| proc_counter(text, "TcpExt:", name);
-    TcpExt {
-        syncookies_sent: get("SyncookiesSent"),
-        listen_overflows: get("ListenOverflows"),
-        listen_drops: get("ListenDrops"),
-        backlog_drop: get("TCPBacklogDrop"),
-    }
+    TcpExt { syncookies_sent: proc_counter(text, "TcpExt:", "SyncookiesSent") }
+}
+
+/// The receive path's work, from the daemon's tracer (kernel tracepoints,
+/// counted only for the gate's interface or as kernel time on each CPU).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RxWork {
+    /// Time in NET_RX softirq so far, ns, by CPU number.
+    pub softirq_ns: Vec<u64>,
+    /// The gate's interface's packets dropped at the per-CPU backlogs so far.
+    pub backlog_drops: u64,
 }
 
 /// One class's service at one tick.
@@ -70,8 +93,12 @@ pub struct ClassHealth {
 pub struct Health {
     /// By class id.
     pub classes: Vec<ClassHealth>,
+    /// The host's per-CPU backlog counters (all interfaces: the auto
+    /// controller's hint of loss before the sockets, never distress).
     pub softnet: Softnet,
     pub tcp: TcpExt,
+    /// None: the daemon has no tracer (an older kernel; said in the log).
+    pub rx: Option<RxWork>,
 }
 
 /// A queue over `share` of `of` at both ends of a tick (`a`, then `b`).
@@ -98,15 +125,17 @@ pub fn distress(prev: &Health, now: &Health, class: usize) -> Option<&'static st
         if stands(p.listen.accept_queue, n.listen.accept_queue, n.listen.backlog, ACCEPT_STANDS) {
             return Some("accept queue");
         }
-        if listen_lost(&prev.tcp, &now.tcp) {
-            return Some("listen overflows");
-        }
-        let (a, b) = (prev.tcp, now.tcp);
-        if b.backlog_drop > a.backlog_drop {
-            return Some("tcp backlog drops");
+        if listen_dropped(p, n) {
+            return Some("listen drops");
         }
     }
     None
+}
+
+/// Did a class's listeners drop a SYN or a handshake in the tick? Not a
+/// restarted service's: its new listener starts its drop count again.
+fn listen_dropped(p: &ClassHealth, n: &ClassHealth) -> bool {
+    n.listen.sockets > 0 && n.listen.drops > p.listen.drops && p.listen.sockets == n.listen.sockets
 }
 
 /// Is a class's service behind and losing: its UDP sockets dropped in the
@@ -118,27 +147,29 @@ pub fn behind(prev: &Health, now: &Health, class: usize) -> bool {
     socket_dropped(p, n) && stands(p.udp.queued, n.udp.queued, n.udp.rcvbuf, crate::policy::controller::OVERLOAD_QUEUE)
 }
 
-/// Do a class's TCP listeners show SYN pressure between two ticks: the
-/// kernel sent SYN cookies or a listen queue overflowed or dropped (both
-/// namespace-wide counters), or the class's accept queue stands?
+/// Do a class's own TCP listeners show SYN pressure between two ticks: they
+/// hold at least SYN_QUEUE_FULL of their backlog in request sockets (read
+/// when the namespace sent SYN cookies), dropped SYNs or handshakes, or
+/// their accept queue stands?
 pub fn syn_pressure(prev: &Health, now: &Health, class: usize) -> bool {
     let (Some(p), Some(n)) = (prev.classes.get(class), now.classes.get(class)) else { return false };
     if n.listen.sockets == 0 {
         return false;
     }
-    now.tcp.syncookies_sent > prev.tcp.syncookies_sent
-        || listen_lost(&prev.tcp, &now.tcp)
+    let syn_full = n.listen.syn_queue.is_some_and(|q| q > 0 && q as f64 >= SYN_QUEUE_FULL * n.listen.backlog as f64);
+    syn_full
+        || listen_dropped(p, n)
         || stands(p.listen.accept_queue, n.listen.accept_queue, n.listen.backlog, ACCEPT_STANDS)
 }
 
-/// Did a listen queue of the namespace overflow or drop between two reads?
-fn listen_lost(a: &TcpExt, b: &TcpExt) -> bool {
-    b.listen_overflows > a.listen_overflows || b.listen_drops > a.listen_drops
-}
-
-/// True if the per-CPU backlogs dropped packets between two ticks.
+/// True if the gate's interface lost packets at the per-CPU backlogs
+/// between two ticks (no tracer: never; the host-wide softnet_stat counter
+/// is not read for this, as any local user can overflow a backlog).
 pub fn path_distress(prev: &Health, now: &Health) -> bool {
-    now.softnet.dropped > prev.softnet.dropped
+    match (&prev.rx, &now.rx) {
+        (Some(a), Some(b)) => b.backlog_drops > a.backlog_drops,
+        _ => false,
+    }
 }
 
 /// Reads [`Health`] for one config's classes.
@@ -171,7 +202,7 @@ impl HealthReader {
             let missing = crate::signals::kernel::missing_counters(&f.read()?, "TcpExt:", &TCPEXT_NAMES);
             if !missing.is_empty() {
                 crate::surface::log::warn(format_args!(
-                    "this kernel's /proc/net/netstat has no TcpExt {}: TCP distress and SYN pressure are not seen through them",
+                    "this kernel's /proc/net/netstat has no TcpExt {}: a SYN flood that fills a listener's SYN queue is seen only once it drops",
                     missing.join(", ")
                 ));
             }
@@ -231,13 +262,17 @@ impl HealthReader {
         })
     }
 
-    /// The TCP signals of this tick: the listeners and the netstat counters.
+    /// The TCP signals of this tick: the netstat counter, the listeners,
+    /// and their request sockets when the namespace sent SYN cookies.
     fn read_tcp_signals(&mut self, h: &mut Health) -> Result<()> {
-        if self.tcp.iter().any(|t| !t.is_empty()) {
-            self.read_tcp(h)?;
-        }
         if let Some(f) = &mut self.netstat {
             h.tcp = parse_tcpext(&f.read()?);
+        }
+        if self.tcp.iter().any(|t| !t.is_empty()) {
+            self.read_tcp(h)?;
+            if h.tcp.syncookies_sent > self.last_tcp.syncookies_sent {
+                self.read_syn_queues(h)?;
+            }
         }
         self.last_tcp = h.tcp;
         self.last_listen = h.classes.iter().map(|c| c.listen).collect();
@@ -253,8 +288,27 @@ impl HealthReader {
             l.sockets += 1;
             l.accept_queue += u64::from(s.rqueue);
             l.backlog += u64::from(s.wqueue);
+            l.drops += s.mem.map_or(0, |m| SockStats::of_socket(m).drops);
             true
         })
+    }
+
+    /// Count the request sockets of the classes' listeners (a walk of the
+    /// established hash, so only when some listener sent SYN cookies).
+    fn read_syn_queues(&mut self, h: &mut Health) -> Result<()> {
+        let (tcp, classes) = (&self.tcp, &mut h.classes);
+        for c in classes.iter_mut().filter(|c| c.listen.sockets > 0) {
+            c.listen.syn_queue = Some(0);
+        }
+        for family in [libc::AF_INET as u8, libc::AF_INET6 as u8] {
+            let ports = &self.tcp_families.ports;
+            self.diag.dump_ports(family, libc::IPPROTO_TCP as u8, 1 << TCP_SYN_RECV, ports, &mut |s| {
+                if let Some(q) = Self::class_of(tcp, s.sport).and_then(|c| classes[c].listen.syn_queue.as_mut()) {
+                    *q += 1;
+                }
+            })?;
+        }
+        Ok(())
     }
 }
 
@@ -333,11 +387,8 @@ mod tests {
 
     #[test]
     fn tcpext_counters_are_found_by_name() {
-        let text = "TcpExt: SyncookiesSent ListenOverflows ListenDrops TCPBacklogDrop\nTcpExt: 1 2 3 4\nIpExt: InNoRoutes\nIpExt: 0\n";
-        assert_eq!(
-            parse_tcpext(text),
-            TcpExt { syncookies_sent: 1, listen_overflows: 2, listen_drops: 3, backlog_drop: 4 }
-        );
+        let text = "TcpExt: ListenOverflows SyncookiesSent\nTcpExt: 2 1\nIpExt: InNoRoutes\nIpExt: 0\n";
+        assert_eq!(parse_tcpext(text), TcpExt { syncookies_sent: 1 });
         assert_eq!(parse_tcpext("garbage"), TcpExt::default());
     }
 
@@ -385,19 +436,52 @@ mod tests {
         assert!(!b(sock(90_000, 5), SockStats { sockets: 2, ..sock(100_000, 6) }), "a restarted service");
     }
 
+    /// One listener with a backlog of 128.
+    fn listener(accept_queue: u64, drops: u64, syn_queue: Option<u64>) -> ListenStats {
+        ListenStats { sockets: 1, accept_queue, backlog: 128, drops, syn_queue }
+    }
+
     #[test]
-    fn tcp_distress_comes_from_the_accept_queue_and_the_namespace_counters() {
-        let l = |q| ListenStats { sockets: 1, accept_queue: q, backlog: 128 };
-        let s = SockStats::default();
-        let t0 = TcpExt::default();
-        assert_eq!(distress(&health(s, l(0), t0), &health(s, l(0), t0), 0), None);
-        assert_eq!(distress(&health(s, l(20), t0), &health(s, l(30), t0), 0), Some("accept queue"));
-        let t1 = TcpExt { listen_overflows: 1, ..t0 };
-        assert_eq!(distress(&health(s, l(0), t0), &health(s, l(0), t1), 0), Some("listen overflows"));
-        let t2 = TcpExt { backlog_drop: 1, ..t0 };
-        assert_eq!(distress(&health(s, l(0), t0), &health(s, l(0), t2), 0), Some("tcp backlog drops"));
-        // A class without listeners does not take the namespace's TCP drops as its own.
-        assert_eq!(distress(&health(s, ListenStats::default(), t0), &health(s, ListenStats::default(), t1), 0), None);
+    fn tcp_distress_comes_from_the_class_listeners_own_queue_and_drops() {
+        let (s, t) = (SockStats::default(), TcpExt::default());
+        let d = |a: ListenStats, b: ListenStats| distress(&health(s, a, t), &health(s, b, t), 0);
+        assert_eq!(d(listener(0, 0, None), listener(0, 0, None)), None);
+        assert_eq!(d(listener(20, 0, None), listener(30, 0, None)), Some("accept queue"));
+        assert_eq!(d(listener(0, 7, None), listener(0, 9, None)), Some("listen drops"));
+        // A restarted listener starts its drop count again: not a drop.
+        assert_eq!(d(listener(0, 7, None), ListenStats { sockets: 2, ..listener(0, 9, None) }), None);
+        // The namespace's counters say nothing of this class: another
+        // listener's overflows (SYN cookies sent anywhere) are not its distress.
+        let cookies = TcpExt { syncookies_sent: 1_000 };
+        assert_eq!(distress(&health(s, listener(0, 0, None), t), &health(s, listener(0, 0, None), cookies), 0), None);
+        assert_eq!(distress(&health(s, ListenStats::default(), t), &health(s, ListenStats::default(), t), 0), None);
+    }
+
+    #[test]
+    fn syn_pressure_is_the_class_listeners_own_syn_queue_drops_or_accept_queue() {
+        let (s, t) = (SockStats::default(), TcpExt::default());
+        let p = |a: ListenStats, b: ListenStats| syn_pressure(&health(s, a, t), &health(s, b, t), 0);
+        assert!(!p(listener(0, 0, None), listener(0, 0, None)));
+        assert!(p(listener(0, 0, None), listener(0, 0, Some(64))), "half the backlog in request sockets");
+        assert!(!p(listener(0, 0, None), listener(0, 0, Some(63))), "under half the backlog");
+        assert!(!p(listener(0, 0, None), listener(0, 0, Some(0))), "cookies were sent for another listener");
+        assert!(p(listener(0, 1, None), listener(0, 2, None)), "its listener dropped");
+        assert!(p(listener(20, 0, None), listener(30, 0, None)), "its accept queue stands");
+        // Cookies sent in the namespace with no request socket of this class: not its pressure.
+        let cookies = TcpExt { syncookies_sent: 1_000 };
+        assert!(!syn_pressure(&health(s, listener(0, 0, None), t), &health(s, listener(0, 0, Some(0)), cookies), 0));
+    }
+
+    #[test]
+    fn path_distress_is_the_interfaces_own_backlog_drops_and_needs_the_tracer() {
+        let h = |rx: Option<RxWork>| Health { rx, ..Default::default() };
+        let rx = |drops| Some(RxWork { softirq_ns: vec![0, 0], backlog_drops: drops });
+        assert!(path_distress(&h(rx(5)), &h(rx(6))));
+        assert!(!path_distress(&h(rx(5)), &h(rx(5))));
+        assert!(!path_distress(&h(None), &h(None)), "no tracer: no path signal");
+        // The host's softnet_stat (any interface, any local user) is not read for it.
+        let softnet = |d| Health { softnet: Softnet { dropped: d, ..Default::default() }, ..h(rx(5)) };
+        assert!(!path_distress(&softnet(0), &softnet(1_000)));
     }
 
     /// A real listener's accept queue is seen by the reader.
@@ -408,7 +492,7 @@ mod tests {
         let cfg = crate::policy::config::from_flags(&[format!("web:rate=auto,match=tcp:{port}")]).unwrap();
         let mut r = HealthReader::new(&cfg, None).unwrap();
         let before = r.read().unwrap().classes[0].listen;
-        assert_eq!((before.sockets, before.accept_queue), (1, 0));
+        assert_eq!((before.sockets, before.accept_queue, before.drops), (1, 0, 0));
         assert!(before.backlog > 0);
         let _c: Vec<_> = (0..3).map(|_| std::net::TcpStream::connect(("127.0.0.1", port)).unwrap()).collect();
         // The listeners are dumped every TCP_TICKS: the ticks between carry the last read.
@@ -417,5 +501,33 @@ mod tests {
         }
         let after = r.read().unwrap().classes[0].listen;
         assert_eq!(after.accept_queue, 3, "{after:?}");
+    }
+
+    /// A listener with backlog 0 that never accepts drops the handshakes
+    /// past its one queued connection: the reader counts them as its own.
+    #[test]
+    fn the_reader_counts_a_listeners_own_drops() {
+        use socket2::{Domain, Socket, Type};
+        let l = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+        l.bind(&"127.0.0.1:0".parse::<std::net::SocketAddr>().unwrap().into()).unwrap();
+        l.listen(0).unwrap();
+        let l = std::net::TcpListener::from(l);
+        let port = l.local_addr().unwrap().port();
+        let cfg = crate::policy::config::from_flags(&[format!("web:match=tcp:{port}")]).unwrap();
+        let mut r = HealthReader::new(&cfg, None).unwrap();
+        let before = r.read().unwrap().classes[0].listen;
+        let mut held = vec![];
+        for _ in 0..8 {
+            let c = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+            c.set_nonblocking(true).unwrap();
+            let _ = c.connect(&l.local_addr().unwrap().into());
+            held.push(c);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        for _ in 1..TCP_TICKS {
+            r.read().unwrap();
+        }
+        let after = r.read().unwrap().classes[0].listen;
+        assert!(after.drops > before.drops, "{before:?} -> {after:?}");
     }
 }

@@ -330,6 +330,8 @@ pub fn port_filter(ranges: &[(u16, u16)]) -> Option<Vec<u8>> {
 
 /// TCP states as sock_diag numbers them (include/net/tcp_states.h).
 pub const TCP_ESTABLISHED: u8 = 1;
+/// Request sockets (half-open connections) are dumped in this state.
+pub const TCP_SYN_RECV: u8 = 3;
 pub const TCP_CLOSE: u8 = 7;
 pub const TCP_LISTEN: u8 = 10;
 

@@ -32,6 +32,7 @@ pod!(u8, u16, u32, u64, i64, [u64; SLUICE_CS_NR as usize]);
 pod!(
     sluice_bucket,
     sluice_cell,
+    sluice_cpu_rx,
     sluice_class_state,
     sluice_fair,
     sluice_group,

@@ -20,7 +20,8 @@ use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, MapHandle};
 
 use crate::bpf_intf::{
-    sluice_class_state, sluice_latency, SLUICE_IV_NR, SLUICE_MAX_CLASSES, SLUICE_STAGE_NR, SLUICE_TRACE_CLASSES,
+    sluice_class_state, sluice_cpu_rx, sluice_latency, SLUICE_IV_NR, SLUICE_MAX_CLASSES, SLUICE_STAGE_NR,
+    SLUICE_TRACE_CLASSES,
 };
 use crate::dataplane::gate::counters::ClassTotals;
 use crate::dataplane::gate::{bytes_of, from_bytes, Owned};
@@ -46,7 +47,8 @@ pub struct Options {
     /// Attach only the drop counter (the daemon), not the stages and latency.
     pub drops_only: bool,
     /// With `drops_only`: the daemon's process id in the root PID namespace,
-    /// whose softirq time to count (`softirq_secs`); None: not counted.
+    /// whose softirq time to count (`softirq_secs`); None: not counted. The
+    /// receive work per CPU (`cpu_rx`) is counted with `drops_only` either way.
     pub tgid: Option<u32>,
 }
 
@@ -115,8 +117,10 @@ impl Tracer {
             Tables::Gate(maps) => (Some(maps), None),
             Tables::Own(t) => (None, Some(t)),
         };
-        // The softirq pair is the daemon's (drops only) and needs its pid.
-        let softirq = opts.tgid.filter(|_| opts.drops_only);
+        // The softirq pair is the daemon's (drops only); its own part needs its pid.
+        let softirq = opts.drops_only;
+        let reasons = drop_reason_names()?;
+        let backlog_reason = reasons.iter().position(|r| r == "CPU_BACKLOG").map_or(0, |v| v as u32);
         let skel = Owned::new(|storage| -> Result<TraceSkel<'static>> {
             let mut open = TraceSkelBuilder::default().open(storage).context("opening the tracer (bpf/trace.bpf.c)")?;
             if let Some(maps) = &gate {
@@ -135,9 +139,10 @@ impl Tracer {
                 data.settings.ifindex = opts.ifindex;
                 data.settings.default_class = opts.default_class;
                 data.settings.sample_every = 0;
-                data.settings.tgid = softirq.unwrap_or(0);
+                data.settings.tgid = opts.tgid.filter(|_| softirq).unwrap_or(0);
+                data.settings.backlog_reason = backlog_reason;
             }
-            if softirq.is_none() {
+            if !softirq {
                 open.progs.trace_softirq_entry.set_autoload(false);
                 open.progs.trace_softirq_exit.set_autoload(false);
             }
@@ -160,8 +165,8 @@ impl Tracer {
         if let Some(t) = own {
             write_tables(&skel, t)?;
         }
-        let mut tracer = Tracer { skel, links: Vec::new(), gate, reasons: drop_reason_names()? };
-        tracer.attach(opts.drops_only, softirq.is_some())?;
+        let mut tracer = Tracer { skel, links: Vec::new(), gate, reasons };
+        tracer.attach(opts.drops_only, softirq)?;
         Ok(tracer)
     }
 
@@ -196,7 +201,21 @@ impl Tracer {
         if data.settings.tgid == 0 {
             return Ok(None);
         }
-        Ok(Some(sum_u64(&self.skel.maps.softirq_ns, 0)? as f64 / 1e9))
+        let ns: u64 = self.cpu_rx()?.iter().map(|c| c.daemon_ns).sum();
+        Ok(Some(ns as f64 / 1e9))
+    }
+
+    /// Each CPU's receive work so far (by CPU number): NET_RX softirq
+    /// time and the traced interface's backlog drops. Counted by the
+    /// daemon's tracer (`drops_only`); zeros otherwise.
+    pub fn cpu_rx(&self) -> Result<Vec<sluice_cpu_rx>> {
+        Ok(crate::dataplane::gate::maps::percpu(&self.skel.maps.cpu_rx, "cpu_rx", 0)?)
+    }
+
+    /// A reader of `cpu_rx` that another thread can own (the control loop's).
+    pub fn cpu_rx_reader(&self) -> Result<CpuRxReader> {
+        let map = MapHandle::try_from(&self.skel.maps.cpu_rx).context("sharing the tracer's cpu_rx map")?;
+        Ok(CpuRxReader(map))
     }
 
     /// Time one skb in `n` at the driver stage (0: none).
@@ -296,6 +315,17 @@ impl Tracer {
             .filter(|((c, _), n)| *c == class && **n > 0)
             .map(|((_, r), n)| Drop::new(self.reason_name(*r), *n))
             .collect()
+    }
+}
+
+/// The tracer's per-CPU receive work, read from any thread (the map stays
+/// open while a reader holds it; it counts while the tracer is attached).
+pub struct CpuRxReader(MapHandle);
+
+impl CpuRxReader {
+    /// Each CPU's receive work so far, by CPU number.
+    pub fn read(&self) -> Result<Vec<sluice_cpu_rx>> {
+        Ok(crate::dataplane::gate::maps::percpu(&self.0, "cpu_rx", 0)?)
     }
 }
 

@@ -13,14 +13,16 @@
 //!   edges of the tick) or dropped datagrams (sock_diag, read for the auto
 //!   controller anyway);
 //! - its TCP listeners hold a standing accept queue (over 1/8 of the backlog
-//!   at both edges), or the namespace counted listen overflows, listen drops
-//!   or TCP backlog drops in the tick (/proc/net/netstat `TcpExt`);
+//!   at both edges), or dropped SYNs or handshakes (their own sk_drops: never
+//!   a namespace counter, which another user's listener can raise);
 //!
 //! and the receive path as a whole is in distress when the per-CPU backlogs
-//! dropped packets (/proc/net/softnet_stat), which no socket sees.
+//! dropped packets of the gate's interface (the daemon's tracer), which no
+//! socket sees.
 //!
-//! All of these are counters the kernel keeps anyway, read with a few
-//! syscalls per tick: none costs anything per packet.
+//! All of these are counters the kernel keeps anyway (the tracer's run on
+//! freed skbs and at softirq entry and exit, not on the admitted packet's
+//! path), read with a few syscalls per tick.
 //!
 //! The rule, strict priority both ways:
 //! - distress at priority p (path distress counts as distress of the highest
