@@ -95,12 +95,22 @@ pub fn parse_wrk(text: &str) -> Result<Wrk> {
 }
 
 /// Run wrk from namespace `ns` on `cpu` against `addr`: `conns` connections
-/// from one thread for `secs`.
-pub fn run_wrk(ns: &str, cpu: usize, addr: std::net::IpAddr, conns: u32, secs: f64) -> Result<Wrk> {
+/// from one thread for `secs`, each request on a new connection unless `keep_alive`.
+pub fn run_wrk(
+    ns: &str,
+    cpu: usize,
+    addr: std::net::IpAddr,
+    (conns, keep_alive): (u32, bool),
+    secs: f64,
+) -> Result<Wrk> {
     let url = format!("http://{}/", SocketAddr::new(addr, PORT));
     let mut c = in_ns(ns, Some(cpu));
     c.args(["wrk", "-t1", "-c", &conns.to_string(), "-d", &format!("{}s", secs.round().max(1.0))]);
-    c.args(["--latency", "--timeout", "2s", "-H", "Connection: close", &url]);
+    c.args(["--latency", "--timeout", "2s"]);
+    if !keep_alive {
+        c.args(["-H", "Connection: close"]);
+    }
+    c.arg(&url);
     let out = c.output().context("running wrk (is it installed? make deps installs it)")?;
     if !out.status.success() {
         bail!("wrk failed: {}", String::from_utf8_lossy(&out.stderr));

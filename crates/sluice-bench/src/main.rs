@@ -193,9 +193,14 @@ struct BenchRunArgs {
     /// dns scenario: dnsperf's steady rate of legitimate queries, queries/s.
     #[arg(long, default_value = "5k", value_parser = parse_rate)]
     qps: f64,
-    /// http scenario: wrk's connections (each request on a new one).
+    /// http scenario: wrk's connections (each request on a new one, unless --keep-alive).
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=1000))]
     conns: u32,
+    /// http scenario: wrk keeps its connections open (many requests on
+    /// each), the usual web client: a flood then takes the server's CPU
+    /// without filling any of its queues.
+    #[arg(long)]
+    keep_alive: bool,
     /// dns and http scenarios: the floods to run (closed-v4, closed-v6, own-v4, own-v6; default all).
     #[arg(long, value_delimiter = ',', value_parser = parse_flood_name)]
     floods: Vec<services::Flood>,
@@ -443,6 +448,7 @@ fn cmd_bench_services(svc: services::Service, sources: bool, a: BenchRunArgs) ->
         repeats,
         qps: a.qps as u64,
         conns: a.conns,
+        keep_alive: a.keep_alive,
         floods,
         flood_pps: a.flood_rate.unwrap_or(services::FLOOD_PPS),
         sources,

@@ -20,6 +20,7 @@ fn opts(floods: &[&str]) -> ServiceOpts {
         repeats: 1,
         qps: 2000,
         conns: 8,
+        keep_alive: false,
         floods: floods.iter().map(|f| Flood::parse(f).unwrap()).collect(),
         flood_pps: services::FLOOD_PPS,
         sources: false,

@@ -221,3 +221,57 @@ fn listen_overflows(tb: &Testbed) -> u64 {
     let text = String::from_utf8_lossy(&out.stdout);
     sluice::signals::kernel::proc_counter(&text, "TcpExt:", "ListenOverflows")
 }
+
+/// The CPU signal: a TCP service that keeps its CPU busy and never lets a
+/// queue stand, on the CPU where the receive path's stack work lands (RPS,
+/// as a NIC's queue would), beside a UDP flood to a closed port. No socket
+/// of it shows distress; the flood's softirq work on its CPU does, and the
+/// budget throttles the default class for it. Status names the signal.
+#[test]
+fn receive_work_on_a_services_cpu_is_its_distress() {
+    let mut tb = Testbed::new();
+    let ns = tb.b.clone();
+    // The stack work of everything B receives runs on CPU 0, where the service runs.
+    let rps = format!("/sys/class/net/{}/queues/rx-0/rps_cpus", tb.if_b);
+    assert!(tb.cmd(&ns, &["sh", "-c", &format!("echo 1 > {rps}")]).status().unwrap().success());
+    let busy = "import socket,time\ns=socket.socket()\ns.bind(('0.0.0.0',7200))\ns.listen(64)\nend=time.time()+25\nwhile time.time()<end: pass";
+    tb.spawn_cmd(&ns, &["taskset", "-c", "0", "python3", "-c", busy]);
+    tb.start_gate(&[]);
+    wait_for(&tb, 4, "the service discovered", |s| class(s, "/tcp:7200").is_some());
+    let before = tb.status();
+    assert!(before.rx_measured, "the daemon reads the receive work per CPU (its tracer loaded)");
+    assert_eq!((before.distress, before.last_distress), (None, None), "no flood: no distress");
+    // The flood from A's CPU 1: B's stack work for it lands on CPU 0 by RPS.
+    // Status is read while it lasts (the signal is the present's).
+    let flood = {
+        let (a, ip) = (tb.a.clone(), tb.ip_b.clone());
+        std::thread::spawn(move || {
+            Command::new("ip")
+                .args(["netns", "exec", &a, "taskset", "-c", "1", BIN, "send", "--dst", &format!("{ip}:7999")])
+                .args(["--rate", "200000", "--duration", "3", "--json"])
+                .output()
+                .unwrap()
+        })
+    };
+    std::thread::sleep(Duration::from_millis(2000));
+    let s = tb.status();
+    assert!(flood.join().unwrap().status.success());
+    let d = s.classes.iter().find(|c| c.is_default).unwrap();
+    let svc = class(&s, "/tcp:7200").unwrap();
+    eprintln!("default {:?}; distress {:?}; service taken {:?}", d.totals, s.distress, svc.rx_cpu_taken);
+    assert!(d.totals.seen_pkts > 50_000, "the flood arrived: {:?}", d.totals);
+    assert!(
+        (d.totals.admitted_pkts as f64) < 0.5 * d.totals.seen_pkts as f64,
+        "the default class was not throttled for the busy service: {:?}",
+        d.totals
+    );
+    assert!(d.throttle_pps.is_some(), "the budget throttles it");
+    let named = s.distress.as_ref().or(s.last_distress.as_ref().map(|(d, _)| d));
+    assert!(
+        named.is_some_and(|w| w.contains(sluice::signals::rx_cpu::REASON)),
+        "status names the CPU signal: {:?} (last {:?})",
+        s.distress,
+        s.last_distress
+    );
+    assert!(svc.distress_secs.is_some_and(|d| d > 0.0), "the service's distress is counted: {:?}", svc.distress_secs);
+}

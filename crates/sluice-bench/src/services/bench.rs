@@ -1,5 +1,7 @@
 //! The running testbed of one scenario: the service, the generator, and
 //! each cell (a flood, a configuration, a repeat) measured in it.
+use std::sync::atomic::Ordering;
+
 use super::*;
 
 /// The running testbed of one scenario.
@@ -106,8 +108,13 @@ impl<'a> Bench<'a> {
 
     pub(super) fn run_all(&self, out: &Path) -> Result<ServiceRun> {
         let scenario = if self.o.sources { "sources" } else { self.svc.name() };
-        let head =
-            ServiceHead { service: self.svc, secs: self.o.secs, repeats: self.o.repeats, capacity: self.capacity };
+        let head = ServiceHead {
+            service: self.svc,
+            secs: self.o.secs,
+            repeats: self.o.repeats,
+            capacity: self.capacity,
+            keep_alive: self.o.keep_alive,
+        };
         let mut r = ServiceRun::new(scenario, head);
         let plan = interleave(&self.plan(), self.o.repeats);
         let mut runner = Runner::new(plan.len(), &self.o.interrupted, false);
@@ -206,6 +213,13 @@ impl<'a> Bench<'a> {
         };
         let daemon0 = daemon.map(tree_cpu_secs);
         let softirq0 = self.softirq_secs(&installed);
+        let taken_stop = Arc::new(AtomicBool::new(false));
+        let taken = match &installed {
+            Installed::Daemon(_, sock) => {
+                Some(sample_cpu_taken(&self.o.exe, &self.bed.net.b, sock, taken_stop.clone()))
+            }
+            Installed::Pass { .. } => None,
+        };
         let (cpu0, t0) = (tree_cpu_secs(self.service.id()), Instant::now());
         let newcomer = (self.o.sources && flood.is_some()).then(|| self.new_client(v6));
         let mut cell = match self.svc {
@@ -217,6 +231,8 @@ impl<'a> Bench<'a> {
             cell.new_client = probe.answered_share();
         }
         let secs_run = t0.elapsed().as_secs_f64();
+        taken_stop.store(true, Ordering::Relaxed);
+        cell.cpu_taken_max = taken.and_then(|t| t.join().ok()).flatten();
         cell.service_cpu = 100.0 * (tree_cpu_secs(self.service.id()) - cpu0) / secs_run;
         cell.daemon_cpu = daemon.zip(daemon0).map(|(pid, c0)| 100.0 * (tree_cpu_secs(pid) - c0) / secs_run);
         cell.daemon_softirq = softirq0.zip(self.softirq_secs(&installed)).map(|(a, b)| 100.0 * (b - a) / secs_run);
@@ -335,7 +351,7 @@ impl<'a> Bench<'a> {
         let net = &self.bed.net;
         let addr = if v6 { net.ip6_b } else { net.ip_b };
         let probe = http::start_probe(&net.a, GEN_CPU, addr, self.o.secs);
-        let w = http::run_wrk(&net.a, GEN_CPU, addr, self.o.conns, self.o.secs)?;
+        let w = http::run_wrk(&net.a, GEN_CPU, addr, (self.o.conns, self.o.keep_alive), self.o.secs)?;
         let p = probe.join().map_err(|_| anyhow::anyhow!("the http probe panicked"))??;
         let tried = w.requests + w.errors;
         let timeout_ms = http::CONNECT_TIMEOUT.as_secs_f64() * 1e3;
@@ -414,6 +430,28 @@ pub(super) fn gate_synacks(exe: &Path, ns: &str, sock: &Path) -> Result<u64> {
 
 pub(super) fn daemon_status(exe: &Path, ns: &str, sock: &Path) -> Result<sluice::surface::stats::Snapshot> {
     Ok(serde_json::from_value(crate::procs::status_json(exe, ns, sock)?)?)
+}
+
+/// How often the CPU signal is sampled during a cell (each sample is one
+/// `sluice status --json` process: seldom, as it shares the machine).
+const TAKEN_SAMPLE: Duration = Duration::from_millis(500);
+
+/// Sample the daemon's status until `stop`: the largest CPU signal
+/// (`rx_cpu_taken`) of any class but the default one, 0-1 (None: never
+/// measured in a sample that worked).
+fn sample_cpu_taken(exe: &Path, ns: &str, sock: &Path, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Option<f64>> {
+    let (exe, ns, sock) = (exe.to_path_buf(), ns.to_string(), sock.to_path_buf());
+    std::thread::spawn(move || {
+        let mut max: Option<f64> = None;
+        while !stop.load(Ordering::Relaxed) {
+            std::thread::sleep(TAKEN_SAMPLE);
+            let Ok(s) = daemon_status(&exe, &ns, &sock) else { continue };
+            for t in s.classes.iter().filter(|c| !c.is_default).filter_map(|c| c.rx_cpu_taken) {
+                max = Some(max.map_or(t, |m: f64| m.max(t)));
+            }
+        }
+        max
+    })
 }
 
 /// The new client's addresses on A: deprecated (preferred_lft 0), so the

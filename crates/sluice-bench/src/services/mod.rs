@@ -250,7 +250,8 @@ impl Setup {
     /// The configurations measured under `flood` (None: the unflooded reference).
     fn for_flood(flood: Option<&Flood>) -> &'static [Setup] {
         match flood {
-            None => &[Setup::Off],
+            // Unflooded: off and zero config side by side (do no harm).
+            None => &[Setup::Off, Setup::Zero],
             Some(f) if f.own_port => &[Setup::Off, Setup::Zero, Setup::Static],
             Some(_) => &[Setup::Off, Setup::Zero, Setup::Static, Setup::Blocked],
         }
@@ -264,8 +265,9 @@ pub struct ServiceOpts {
     pub repeats: u32,
     /// dnsperf's asked rate (dns).
     pub qps: u64,
-    /// wrk's connections (http).
+    /// wrk's connections (http), and whether they stay open.
     pub conns: u32,
+    pub keep_alive: bool,
     /// The floods to run (names from FLOODS or SOURCE_FLOODS), in this order.
     pub floods: Vec<Flood>,
     /// The generator's asked flood rate, packets/s (FLOOD_PPS: its top rate).
@@ -346,6 +348,11 @@ pub struct Cell {
     /// (it asks 500/s).
     #[serde(default)]
     pub kept_rps: Option<f64>,
+    /// The CPU signal: the largest share of a service's CPU that receive
+    /// work for lower classes took, over the cell's samples (None: no daemon
+    /// or never measured).
+    #[serde(default)]
+    pub cpu_taken_max: Option<f64>,
 }
 
 /// What a run's results.json holds besides its cells.
@@ -356,6 +363,9 @@ pub struct ServiceHead {
     pub repeats: u32,
     /// dns: NSD's answered queries/s with dnsperf unpaced (the static cap).
     pub capacity: Option<f64>,
+    /// http: wrk kept its connections open (false: a new connection per request).
+    #[serde(default)]
+    pub keep_alive: bool,
 }
 
 /// A run: its scenario (dns, http, sources), head and cells.

@@ -86,7 +86,7 @@ pub fn summary(r: &ServiceRun) -> String {
         "p99",
         "svc CPU",
         "sluice CPU",
-        if dns { "" } else { "  cookies/s  gate SYN-ACKs/s    connect p50/p99  kept/s" }
+        if dns { "" } else { "  cookies/s  gate SYN-ACKs/s    connect p50/p99  kept/s  taken" }
     );
     let calm = calm_names(r);
     let names =
@@ -127,32 +127,35 @@ pub fn summary(r: &ServiceRun) -> String {
                 } else {
                     let human = |v: Option<f64>| v.map_or("-".into(), sluice::surface::stats::human);
                     format!(
-                        "{:>11} {:>16} {:>18} {:>7}",
+                        "{:>11} {:>16} {:>18} {:>7} {:>6}",
                         human(med(&cells, |c| Some(c.syn_cookies))),
                         human(med(&cells, |c| c.gate_synacks)),
                         format!("{}/{}", ms(med(&cells, |c| c.connect_p50_ms)), ms(med(&cells, |c| c.connect_p99_ms))),
-                        human(med(&cells, |c| c.kept_rps))
+                        human(med(&cells, |c| c.kept_rps)),
+                        pct(cells.iter().filter_map(|c| c.cpu_taken_max).reduce(f64::max))
                     )
                 }
             );
         }
     }
-    s += &legend(dns, !calm.is_empty());
+    s += &legend(dns, r.head.keep_alive, !calm.is_empty());
     s + &targets(r)
 }
 
 /// What the summary's columns mean.
-fn legend(dns: bool, calm: bool) -> String {
+fn legend(dns: bool, keep_alive: bool, calm: bool) -> String {
     let mut s = String::new();
     if dns {
         s += "(!) = dnsperf sent under 95% of its asked rate in a repeat (CPU 0 is shared with the generator and the gate's work)\n";
         s += "answered = dnsperf's completed/sent; p50/p99 = a separate 200 queries/s probe timing each answer\n";
     } else {
-        s += "requests/s = wrk's completed requests (a new connection each); ok = requests / (requests + errors)\n";
+        let conns = if keep_alive { "on connections kept open" } else { "a new connection each" };
+        s += &format!("requests/s = wrk's completed requests ({conns}); ok = requests / (requests + errors)\n");
         s += "cookies/s = SYN cookies the victim's kernel sent (TcpExt SyncookiesSent): SYNs it answered without queueing;\n";
         s += "  gate SYN-ACKs/s = SYNs the gate answered itself with a cookie (SYN cookies at the driver; - = no daemon)\n";
         s += "connect p50/p99 = a probe's new connection every 10 ms, timed to the handshake's end (a failed one counts as its 3 s timeout);\n";
         s += "  kept/s = requests/s answered over the probe's one long-lived connection, which asks 500/s\n";
+        s += "taken = the CPU signal: the largest share of the service's CPU that receive work for lower classes took\n  (sampled every 0.5 s from the daemon's status, max over repeats; - = no daemon)\n";
     }
     if calm {
         s += "calm-N = no flood, dnsperf asked N% of NSD's measured capacity (do no harm: zero config must answer what off answers)\n";
@@ -345,7 +348,10 @@ mod tests {
     }
 
     fn run(service: Service, cells: Vec<Cell>) -> ServiceRun {
-        let mut r = ServiceRun::new(service.name(), ServiceHead { service, secs: 8.0, repeats: 1, capacity: None });
+        let mut r = ServiceRun::new(
+            service.name(),
+            ServiceHead { service, secs: 8.0, repeats: 1, capacity: None, keep_alive: false },
+        );
         r.cells = cells;
         r
     }

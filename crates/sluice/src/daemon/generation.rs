@@ -186,6 +186,8 @@ impl Daemon {
         self.restore_known(Some(&old_names));
         ticker.carry_from(std::mem::replace(&mut self.ticker, Ticker::idle()), &remap);
         self.ticker = ticker;
+        // Class ids moved: where the services run is looked up again now, not a second later.
+        self.look_service_cpus();
         self.publish.follow(&remap, class_snapshots(&self.cfg));
         self.publish.snapshot().snapshot.lock().unwrap().observe = self.cfg.observe;
         Ok(())

@@ -26,6 +26,7 @@ use crate::dataplane::trace::{self, DropBook, Tracer};
 use crate::policy::config::{Config, NapiSched, XdpMode};
 use crate::policy::syn_guard;
 use crate::signals::known;
+use crate::signals::service_cpus::ServiceCpus;
 use crate::surface::client::default_socket;
 use crate::surface::log;
 use crate::surface::stats::{class_snapshots, Snapshot, SNAPSHOT_VERSION};
@@ -71,6 +72,8 @@ enum Duty {
     /// Re-apply the napi kthreads' policy (re-attaching XDP or toggling
     /// threaded mode re-creates them).
     Napi,
+    /// Look where each class's service runs (the CPU signal's CPUs).
+    ServiceCpus,
 }
 
 const fn ms(n: u64) -> Duration {
@@ -79,13 +82,14 @@ const fn ms(n: u64) -> Duration {
 
 /// Each duty's period while the loop ticks fast, and while it is calm (see
 /// `pace`), in the order they run when due at the same tick.
-const CADENCE: [(Duration, Duration, Duty); 6] = [
+const CADENCE: [(Duration, Duration, Duty); 7] = [
     (ms(1000), ms(1000), Duty::Rediscover),
     (ms(1000), ms(1000), Duty::Resteer),
     (ms(0), ms(0), Duty::TakeScan),
     (ms(100), ms(1000), Duty::Publish),
     (ms(60_000), ms(60_000), Duty::OfferKnown),
     (ms(1000), ms(1000), Duty::Napi),
+    (ms(250), ms(1000), Duty::ServiceCpus),
 ];
 
 /// What `sluice run` was asked to do.
@@ -178,6 +182,10 @@ pub struct Daemon {
     steer: Option<(Steer, steer::Finder)>,
     /// CPU protection and the napi kthreads' policy.
     protect: Protection,
+    /// Where each class's service runs, for the CPU signal; and whether the
+    /// last look failed (said once in the log until one works again).
+    service_cpus: ServiceCpus,
+    service_cpus_failing: bool,
     /// The tick's pace: 10 ms, or slow while all is calm (woken by the gate).
     pace: Pace,
     /// The kernel's drops after the gate (kfree_skb), booked by class name.
@@ -313,12 +321,15 @@ impl Daemon {
             sources,
             steer: load_steer(ifindex),
             protect: Protection::new(cfg_napi_idle),
+            service_cpus: ServiceCpus::new(ifindex)?,
+            service_cpus_failing: false,
             pace,
             tracer,
             decisions,
             signals,
         };
         daemon.resteer();
+        daemon.look_service_cpus();
         daemon.restore_known(None);
         Ok(daemon)
     }
@@ -430,6 +441,7 @@ impl Daemon {
             Duty::Publish => self.refresh_stats()?,
             Duty::OfferKnown => self.offer_known(),
             Duty::Napi => self.protect.sync_napi(&self.cfg, &self.iface),
+            Duty::ServiceCpus => self.look_service_cpus(),
         }
         Ok(())
     }
@@ -472,6 +484,23 @@ impl Daemon {
     }
 
     /// Steer the reuseport groups the config in force asks for (see `steer`).
+    /// Where each class's service runs now, handed to the ticker. A failed
+    /// look leaves no CPU known (the CPU signal then says nothing, the queues still do).
+    pub(super) fn look_service_cpus(&mut self) {
+        match self.service_cpus.look(&self.cfg) {
+            Ok(cpus) => {
+                self.ticker.set_service_cpus(cpus);
+                self.service_cpus_failing = false;
+            }
+            Err(e) => {
+                self.ticker.set_service_cpus(vec![]);
+                if !std::mem::replace(&mut self.service_cpus_failing, true) {
+                    log::warn(format_args!("where the services run is not known (the CPU signal is off): {e:#}"));
+                }
+            }
+        }
+    }
+
     fn resteer(&mut self) {
         let Some((steer, finder)) = &mut self.steer else { return };
         steer.keep_alive(Clock::now_ns());
@@ -500,10 +529,16 @@ impl Daemon {
         }
         let (distress, throttles) = self.ticker.budget_status();
         snap.distress = distress.map(|(p, why)| format!("priority {p}: {why}"));
+        snap.last_distress =
+            self.ticker.last_distress().map(|((p, why), ago)| (format!("priority {p}: {why}"), ago.as_secs_f64()));
         let w = &self.ticker.signals;
         snap.signals_unreadable = w.stale_secs().zip(w.last_error.clone());
         for (c, t) in snap.classes.iter_mut().zip(throttles.iter().chain(std::iter::repeat(&None))) {
             c.throttle_pps = *t;
+        }
+        snap.rx_measured = self.ticker.reads_rx();
+        for (c, t) in snap.classes.iter_mut().zip(self.ticker.rx_cpu.taken.iter().chain(std::iter::repeat(&None))) {
+            c.rx_cpu_taken = *t;
         }
         for ((c, d), h) in snap.classes.iter_mut().zip(self.ticker.distress_secs()).zip(self.ticker.dropped_with_room())
         {

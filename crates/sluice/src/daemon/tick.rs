@@ -27,6 +27,7 @@ use crate::policy::fair::{Fair, FairCounts, FairTick};
 use crate::policy::remap::ClassRemap;
 use crate::policy::syn_guard::SynGuards;
 use crate::signals::health::{behind, distress, path_distress, syn_pressure, Health, HealthReader, RxWork};
+use crate::signals::rx_cpu::RxCpu;
 use crate::surface::log::{Cause, Change};
 
 /// An auto class whose rate is over this many times what it was offered in
@@ -143,6 +144,14 @@ pub struct Ticker {
     /// The tracer's receive work per CPU (None: no tracer, so no backlog
     /// drops and no CPU signal; said in the log where the tracer failed).
     rx: Option<CpuRxReader>,
+    /// The CPU signal, and by class id the CPUs its service runs on (set
+    /// by the daemon once a second; empty: none known).
+    pub rx_cpu: RxCpu,
+    service_cpus: Vec<Vec<usize>>,
+    /// The budget's last distress (priority, why) and when it was seen, for
+    /// status: a signal that fires for a few ticks and is answered by a cut
+    /// is gone by the time someone looks.
+    last_distress: Option<((u8, &'static str), std::time::Instant)>,
 }
 
 impl Ticker {
@@ -185,6 +194,9 @@ impl Ticker {
             epoch: 0,
             changes: vec![],
             rx: None,
+            rx_cpu: RxCpu::default(),
+            service_cpus: vec![],
+            last_distress: None,
         })
     }
 
@@ -201,6 +213,9 @@ impl Ticker {
             epoch: 0,
             changes: vec![],
             rx: None,
+            rx_cpu: RxCpu::default(),
+            service_cpus: vec![],
+            last_distress: None,
         }
     }
 
@@ -208,6 +223,17 @@ impl Ticker {
     /// a config switch by `carry_from`).
     pub fn read_rx_from(&mut self, reader: CpuRxReader) {
         self.rx = Some(reader);
+    }
+
+    /// Does the tick read the receive work per CPU (a tracer)?
+    pub fn reads_rx(&self) -> bool {
+        self.rx.is_some()
+    }
+
+    /// By class id, the CPUs each class's service ran on at the last look
+    /// (`signals::service_cpus`), for the CPU signal.
+    pub fn set_service_cpus(&mut self, cpus: Vec<Vec<usize>>) {
+        self.service_cpus = cpus;
     }
 
     /// Take over what `old` learnt (the controller, the budget's throttles,
@@ -225,6 +251,7 @@ impl Ticker {
         }
         self.epoch = old.epoch;
         self.rx = old.rx;
+        self.last_distress = old.last_distress;
         self.syn.carry_from(&old.syn, remap);
         self.budget = old.budget;
         self.budget.remap(remap);
@@ -338,13 +365,17 @@ impl Ticker {
         if let Some(a) = &mut self.auto {
             a.tick(&totals, &now.1)?;
         }
+        let admitted_so_far: Vec<u64> = totals.iter().map(|t| t.admitted_pkts).collect();
+        let priorities: Vec<u8> = self.classes.iter().map(|c| c.priority).collect();
+        self.rx_cpu.step(now.0, now.1.rx.as_ref(), &admitted_so_far, &priorities, &self.service_cpus);
         let mut demand = Vec::with_capacity(self.classes.len());
         let dt = self.last.as_ref().map_or(1.0, |(at, _)| now.0.duration_since(*at).as_secs_f64().max(1e-4));
         for ((id, c), &t) in self.classes.iter_mut().enumerate().zip(&totals) {
             let rate = |f: fn(&ClassTotals) -> u64| c.totals.map_or(0.0, |o| f(&t).saturating_sub(f(&o)) as f64 / dt);
             c.offered = rate(|t| t.seen_pkts);
             c.admitted = rate(|t| t.admitted_pkts);
-            let why = self.last.as_ref().and_then(|(_, prev)| distress(prev, &now.1, id));
+            let queues = self.last.as_ref().and_then(|(_, prev)| distress(prev, &now.1, id));
+            let why = queues.or_else(|| self.rx_cpu.distress(id));
             c.distress = why.is_some();
             c.behind = self.last.as_ref().is_some_and(|(_, prev)| behind(prev, &now.1, id));
             c.distress_ticks += u64::from(c.distress);
@@ -364,6 +395,9 @@ impl Ticker {
         let path = self.last.as_ref().is_some_and(|(_, prev)| path_distress(prev, &now.1));
         let limits =
             if self.last.is_some() { self.budget.step(&demand, path).to_vec() } else { self.budget.limits.clone() };
+        if let Some(d) = self.budget.distress {
+            self.last_distress = Some((d, now.0));
+        }
         self.last = Some(now);
         Ok(limits)
     }
@@ -433,6 +467,11 @@ impl Ticker {
     /// and each class's throttle by class id.
     pub fn budget_status(&self) -> (Option<(u8, &'static str)>, &[Option<f64>]) {
         (self.budget.distress, &self.budget.limits)
+    }
+
+    /// The budget's last distress and how long ago it was seen (None: never).
+    pub fn last_distress(&self) -> Option<((u8, &'static str), std::time::Duration)> {
+        self.last_distress.map(|(d, at)| (d, at.elapsed()))
     }
 }
 

@@ -361,15 +361,40 @@ fn socket_owners() -> HashMap<u32, Vec<u32>> {
     map.into_iter().map(|(inode, v)| (inode, v.into_iter().map(|(pid, _)| pid).collect())).collect()
 }
 
+/// Socket inode -> the pids holding it, from a /proc scan that is redone
+/// only when a socket calls for it (`rescan_due`).
+#[derive(Default)]
+pub struct SocketOwners {
+    pub owners: HashMap<u32, Vec<u32>>,
+    /// When the last /proc scan ran (a socket no process holds waits
+    /// RESCAN_UNOWNED for the next).
+    scanned: Option<Instant>,
+}
+
+impl SocketOwners {
+    /// Scan /proc again if a socket of `found` calls for it; true if it did.
+    /// A socket held by no visible process (a kernel socket, a process in
+    /// another mount of /proc) is noted, so it alone does not send every
+    /// call through /proc again.
+    pub fn follow(&mut self, found: &[u32]) -> bool {
+        let now = Instant::now();
+        if !rescan_due(found.iter(), &self.owners, self.scanned, now) {
+            return false;
+        }
+        self.owners = socket_owners();
+        self.scanned = Some(now);
+        for i in found {
+            self.owners.entry(*i).or_default();
+        }
+        true
+    }
+}
+
 /// The discovery state the daemon keeps between polls.
 pub struct Discovery {
     diag: SockDiag,
     ifindex: u32,
-    /// Socket inode -> owning pids, from the last /proc scan.
-    owners: HashMap<u32, Vec<u32>>,
-    /// When the last /proc scan ran (a socket no process holds waits
-    /// RESCAN_UNOWNED for the next).
-    scanned: Option<Instant>,
+    owners: SocketOwners,
     /// Every service seen, and when it was last seen.
     seen: BTreeMap<(L4, u16, Family), (Service, Instant)>,
     /// The owners read since the last /proc scan, by pid (see `owner`).
@@ -382,8 +407,7 @@ impl Discovery {
         Ok(Discovery {
             diag: SockDiag::open(None)?,
             ifindex,
-            owners: HashMap::new(),
-            scanned: None,
+            owners: SocketOwners::default(),
             seen: BTreeMap::new(),
             processes: HashMap::new(),
         })
@@ -396,19 +420,12 @@ impl Discovery {
             found.entry((l4, s.sport)).or_default().push((s.inode, Family::of(s)))
         })?;
         let now = Instant::now();
-        if rescan_due(found.values().flatten().map(|(i, _)| i), &self.owners, self.scanned, now) {
-            self.owners = socket_owners();
-            self.scanned = Some(now);
+        let inodes: Vec<u32> = found.values().flatten().map(|(i, _)| *i).collect();
+        if self.owners.follow(&inodes) {
             self.processes.clear();
-            // Found but held by no visible process (a kernel socket, a process
-            // in another mount of /proc): noted, so it alone does not send
-            // every poll through /proc again.
-            for (i, _) in found.values().flatten() {
-                self.owners.entry(*i).or_default();
-            }
         }
         for ((l4, port), socks) in found {
-            for (family, pids) in by_family(&socks, &self.owners) {
+            for (family, pids) in by_family(&socks, &self.owners.owners) {
                 let owners = pids.into_iter().map(|p| owner(p, &mut self.processes)).collect();
                 self.seen.insert((l4, port, family), (Service { l4, port, owners, family }, now));
             }

@@ -63,6 +63,11 @@ pub struct ClassSnapshot {
     /// `syn_cookies = "on"` (None: neither).
     #[serde(default)]
     pub syn_guard: Option<SynGuardStatus>,
+    /// The share (0-1) of the busiest CPU its service ran on that receive
+    /// work for lower classes took in the last window: the CPU signal
+    /// (None: not measured: no tracer, or no busy thread of its service seen).
+    #[serde(default)]
+    pub rx_cpu_taken: Option<f64>,
 }
 
 /// Drops of one class at one kernel stage for one reason (made by `crate::dataplane::trace`).
@@ -137,6 +142,14 @@ pub struct Snapshot {
     /// The highest priority whose service is in distress, and why (the budget).
     #[serde(default)]
     pub distress: Option<String>,
+    /// The last distress the budget saw, and how many seconds ago (None:
+    /// none since the start).
+    #[serde(default)]
+    pub last_distress: Option<(String, f64)>,
+    /// Whether the daemon reads the receive work per CPU (its tracer
+    /// loaded): the CPU signal and the backlog drops; false: queues only.
+    #[serde(default)]
+    pub rx_measured: bool,
     /// How long the services' signals have been unreadable in a row, and
     /// the last error (None: the last read worked).
     #[serde(default)]
@@ -205,6 +218,7 @@ pub fn class_snapshots(cfg: &Config) -> Vec<ClassSnapshot> {
                 auto: None,
                 discovered: c.discovered.clone(),
                 throttle_pps: None,
+                rx_cpu_taken: None,
                 sources: None,
                 kernel_drops: Vec::new(),
                 distress_secs: None,
@@ -246,6 +260,8 @@ mod tests {
             daemon_softirq_pct: None,
             discover: true,
             distress: None,
+            last_distress: None,
+            rx_measured: true,
             signals_unreadable: None,
             tick_ms: Some(10.0),
             wakes: 0,
@@ -315,6 +331,28 @@ mod tests {
         assert!(t.contains("default throttled to 1500/s"), "{t}");
         s.discover = false;
         assert!(render_table(&s).contains("discovery off"));
+    }
+
+    #[test]
+    fn status_says_which_signal_fired_and_when_receive_work_is_not_measured() {
+        let mut s = snap();
+        s.distress = Some("priority 0: receive work on its CPUs".into());
+        s.classes[0].rx_cpu_taken = Some(0.42);
+        s.classes[1].rx_cpu_taken = Some(0.001);
+        let t = render_table(&s);
+        assert!(t.contains("in distress (priority 0: receive work on its CPUs)"), "{t}");
+        assert!(t.contains("dns: receive work for lower classes took 42% of its busiest CPU"), "{t}");
+        assert!(!t.contains("default: receive work"), "under 1% is not shown: {t}");
+        assert!(!t.contains("not measured"), "{t}");
+        s.rx_measured = false;
+        assert!(render_table(&s).contains("receive work per CPU: not measured (no tracer)"));
+        s.distress = None;
+        s.last_distress = Some(("priority 0: receive work on its CPUs".into(), 2.5));
+        let t = render_table(&s);
+        assert!(
+            t.contains("no service in distress now (last: priority 0: receive work on its CPUs, 2.5 s ago)"),
+            "{t}"
+        );
     }
 
     #[test]

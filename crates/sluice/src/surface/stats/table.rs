@@ -207,10 +207,22 @@ fn render_budget(o: &mut String, s: &Snapshot) {
     }
     match &s.distress {
         Some(d) => _ = writeln!(o, "budget: a service is in distress ({d}); classes below it are throttled"),
-        None => _ = writeln!(o, "budget: no service in distress"),
+        None => match &s.last_distress {
+            Some((d, ago)) => _ = writeln!(o, "budget: no service in distress now (last: {d}, {ago:.1} s ago)"),
+            None => _ = writeln!(o, "budget: no service in distress"),
+        },
     }
     for c in s.classes.iter().filter(|c| c.throttle_pps.is_some()) {
         _ = writeln!(o, "  {} throttled to {}/s", c.name, human(c.throttle_pps.unwrap_or(0.0)));
+    }
+    if !s.rx_measured {
+        _ = writeln!(o, "receive work per CPU: not measured (no tracer): distress is read from queues only");
+    }
+    for c in s.classes.iter() {
+        if let Some(t) = c.rx_cpu_taken.filter(|&t| t >= 0.01) {
+            let pct = 100.0 * t;
+            _ = writeln!(o, "  {}: receive work for lower classes took {pct:.0}% of its busiest CPU", c.name);
+        }
     }
     if let Some(a) = &s.cpu_away {
         _ = writeln!(o, "cpu away: {a}");

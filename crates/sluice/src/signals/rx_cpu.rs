@@ -1,0 +1,174 @@
+//! The CPU signal: receive work done for lower classes on the CPUs a
+//! service runs on is that service's distress, queues or not (the
+//! priority-receive study: keep lower-priority receive work off the CPU of a
+//! higher-priority process while load is high). A keep-alive web server
+//! whose CPU is half taken by softirq work for a closed-port flood has
+//! empty queues: no socket signal sees it, this one does.
+//!
+//! Measured over windows of at least WINDOW: each CPU's share of time in
+//! NET_RX softirq (the daemon's tracer), and each class's share of the
+//! packets the gate admitted. A class's taken share is the busiest of its
+//! service's CPUs (`service_cpus`) times the share of admitted packets that
+//! belong to classes of lower priority (larger number). The packets' costs
+//! are taken as equal: a lower class's packet to a closed port costs less
+//! than a TCP segment of the service's own, so the share is an estimate, and
+//! one that leans towards the service's own work (never the other way for
+//! traffic to no service). The service's own packets, and those of classes
+//! at its priority or above, never count against it: its own load is not
+//! a reason to throttle anyone.
+//!
+//! Nobody configured anything: every class with a running service reads
+//! it (pure logic here; the daemon feeds it).
+use std::time::{Duration, Instant};
+
+use crate::signals::health::RxWork;
+
+/// Receive work for lower classes over this share of a service's CPU is
+/// its distress. From `sluice bench run --scenario http --keep-alive
+/// --floods closed-v4 --flood-rate 1M` (nginx, `nic` model; docs/results.md):
+/// with no flood the lower classes' part sampled at 0.00% (at most; the
+/// default class gets next to nothing); under the flood, without this
+/// signal, zero config left nginx 57% of its requests/s (the flood's
+/// softirq work on its CPU, queues empty). A tenth of a CPU is work the
+/// service notices (its requests/s fall by about as much) and far above
+/// what no flood shows. One value tried, not tuned.
+pub const CPU_TAKEN: f64 = 0.10;
+/// Shares are measured over windows at least this long (the softirq work
+/// comes in bursts of a NAPI poll; 10 ms holds only a few).
+pub const WINDOW: Duration = Duration::from_millis(50);
+/// The reason the budget and status show.
+pub const REASON: &str = "receive work on its CPUs";
+
+/// The counters at the start of a window.
+#[derive(Debug, Clone)]
+struct Mark {
+    at: Instant,
+    softirq_ns: Vec<u64>,
+    admitted: Vec<u64>,
+}
+
+/// The CPU signal's state between ticks.
+#[derive(Debug, Clone, Default)]
+pub struct RxCpu {
+    mark: Option<Mark>,
+    /// By class id: the share of its busiest CPU that receive work for
+    /// lower classes took in the last window (None: not measured: no
+    /// tracer, no busy thread of its service seen, or no window closed yet).
+    pub taken: Vec<Option<f64>>,
+}
+
+impl RxCpu {
+    /// One tick: `rx` the tracer's counts (None: no tracer), `admitted` each
+    /// class's packets admitted so far, `priorities` and `cpus` by class id.
+    /// A window closes once WINDOW has passed; `taken` then holds its shares
+    /// until the next one closes.
+    pub fn step(&mut self, at: Instant, rx: Option<&RxWork>, admitted: &[u64], priorities: &[u8], cpus: &[Vec<usize>]) {
+        let Some(rx) = rx else {
+            (self.mark, self.taken) = (None, vec![None; admitted.len()]);
+            return;
+        };
+        let restart = || Mark { at, softirq_ns: rx.softirq_ns.clone(), admitted: admitted.to_vec() };
+        let Some(m) = &self.mark else {
+            self.mark = Some(restart());
+            self.taken = vec![None; admitted.len()];
+            return;
+        };
+        if m.admitted.len() != admitted.len() || m.softirq_ns.len() != rx.softirq_ns.len() {
+            // A new class list (or CPU count): start a new window.
+            self.mark = Some(restart());
+            self.taken = vec![None; admitted.len()];
+            return;
+        }
+        let dt = at.duration_since(m.at);
+        if dt < WINDOW {
+            return;
+        }
+        let diff = |a: &[u64], b: &[u64]| a.iter().zip(b).map(|(n, o)| n.saturating_sub(*o)).collect::<Vec<u64>>();
+        let cpu_share: Vec<f64> =
+            diff(&rx.softirq_ns, &m.softirq_ns).iter().map(|&ns| (ns as f64 / dt.as_nanos() as f64).min(1.0)).collect();
+        self.taken = taken(&cpu_share, &diff(admitted, &m.admitted), priorities, cpus);
+        self.mark = Some(restart());
+    }
+
+    /// Is class `id`'s service in distress by this signal?
+    pub fn distress(&self, id: usize) -> Option<&'static str> {
+        self.taken.get(id).copied().flatten().filter(|&t| t >= CPU_TAKEN).map(|_| REASON)
+    }
+}
+
+/// Each class's taken share: the busiest of its CPUs' softirq share times
+/// the lower classes' share of the admitted packets (None: no CPU known).
+pub fn taken(cpu_share: &[f64], admitted: &[u64], priorities: &[u8], cpus: &[Vec<usize>]) -> Vec<Option<f64>> {
+    let total: u64 = admitted.iter().sum();
+    (0..admitted.len())
+        .map(|i| {
+            let busiest = cpus.get(i)?.iter().filter_map(|&c| cpu_share.get(c)).copied().reduce(f64::max)?;
+            let p = priorities.get(i).copied().unwrap_or(u8::MAX);
+            let lower: u64 = admitted.iter().zip(priorities).filter(|(_, &q)| q > p).map(|(a, _)| a).sum();
+            Some(if total == 0 { 0.0 } else { busiest * lower as f64 / total as f64 })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_lower_classes_work_on_the_services_cpus_counts() {
+        // CPU 1 half in softirq; the service (priority 20) runs there.
+        let shares = [0.05, 0.5];
+        let prio = [20, 255];
+        let cpus = vec![vec![1], vec![]];
+        // Nine packets in ten are the default class's flood.
+        let t = taken(&shares, &[100, 900], &prio, &cpus);
+        assert!((t[0].unwrap() - 0.45).abs() < 1e-9, "{t:?}");
+        assert_eq!(t[1], None, "no service: not measured");
+        // The service's own traffic: nothing taken, whatever the softirq share.
+        assert_eq!(taken(&shares, &[1000, 0], &prio, &cpus)[0], Some(0.0));
+        // Nothing admitted (all dropped at the gate): nothing taken.
+        assert_eq!(taken(&shares, &[0, 0], &prio, &cpus)[0], Some(0.0));
+        // A class of the same priority is not below it.
+        assert_eq!(taken(&shares, &[100, 900], &[20, 20], &cpus)[0], Some(0.0));
+        // Its busiest CPU counts; a CPU number past the tracer's is ignored.
+        assert_eq!(taken(&shares, &[0, 10], &prio, &[vec![0, 1, 7], vec![]])[0], Some(0.5));
+        assert_eq!(taken(&shares, &[0, 10], &prio, &[vec![7], vec![]])[0], None);
+    }
+
+    fn rx(ns: [u64; 2]) -> RxWork {
+        RxWork { softirq_ns: ns.to_vec(), backlog_drops: 0 }
+    }
+
+    #[test]
+    fn the_signal_needs_a_closed_window_and_holds_until_the_next() {
+        let t0 = Instant::now();
+        let (prio, cpus) = ([20u8, 255], vec![vec![1], vec![]]);
+        let mut s = RxCpu::default();
+        s.step(t0, Some(&rx([0, 0])), &[0, 0], &prio, &cpus);
+        assert_eq!(s.taken, [None, None], "no window yet");
+        // 10 ms later: too short a window, nothing said.
+        s.step(t0 + Duration::from_millis(10), Some(&rx([0, 5_000_000])), &[10, 90], &prio, &cpus);
+        assert_eq!(s.distress(0), None);
+        // 50 ms in: CPU 1 spent 30 ms in softirq, 90% of the packets were the flood's.
+        s.step(t0 + WINDOW, Some(&rx([0, 30_000_000])), &[100, 900], &prio, &cpus);
+        assert!((s.taken[0].unwrap() - 0.54).abs() < 1e-6, "{:?}", s.taken);
+        assert_eq!(s.distress(0), Some(REASON));
+        // A quiet window: released.
+        s.step(t0 + 2 * WINDOW, Some(&rx([0, 31_000_000])), &[200, 900], &prio, &cpus);
+        assert_eq!(s.distress(0), None, "{:?}", s.taken);
+    }
+
+    #[test]
+    fn without_the_tracer_or_after_a_class_change_nothing_is_said() {
+        let t0 = Instant::now();
+        let (prio, cpus) = ([20u8, 255], vec![vec![1], vec![]]);
+        let mut s = RxCpu::default();
+        s.step(t0, Some(&rx([0, 0])), &[0, 0], &prio, &cpus);
+        s.step(t0 + WINDOW, None, &[100, 900], &prio, &cpus);
+        assert_eq!(s.taken, [None, None], "no tracer: falls back to the queues");
+        s.step(t0 + 2 * WINDOW, Some(&rx([0, 0])), &[100, 900], &prio, &cpus);
+        // Three classes now: a new window starts, no share from mixed ids.
+        s.step(t0 + 3 * WINDOW, Some(&rx([0, 50_000_000])), &[100, 900, 5], &[20, 255, 30], &[vec![1], vec![], vec![]]);
+        assert_eq!(s.taken, [None, None, None]);
+    }
+}

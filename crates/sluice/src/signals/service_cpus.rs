@@ -1,0 +1,157 @@
+//! Where each class's service runs: the CPUs its threads ran on lately, for
+//! the CPU signal (`rx_cpu`). A class's service is the processes holding
+//! its UDP sockets and TCP listeners (sock_diag, then the /proc fd scan that
+//! discovery uses, redone only when a socket appears that no scan has seen);
+//! a thread counts when it is runnable or used CPU time since the last look,
+//! and its CPU is the one it last ran on (/proc/PID/task/TID/stat field 39).
+//! An idle service has no CPUs: receive work on a CPU where nothing of it
+//! runs takes nothing from it.
+use std::collections::{BTreeSet, HashMap};
+
+use anyhow::Result;
+
+use crate::policy::config::Config;
+use crate::signals::discover::{each_listener, SocketOwners, L4};
+use crate::signals::kernel::{stat_cpu_ticks, stat_fields, SockDiag};
+
+/// One thread at one look: runnable, its CPU time (clock ticks), its last CPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ThreadStat {
+    pub runnable: bool,
+    pub cpu_ticks: u64,
+    pub cpu: usize,
+}
+
+/// Parse a /proc/PID/task/TID/stat text (None: not one).
+pub fn thread_stat(stat: &str) -> Option<ThreadStat> {
+    let f = stat_fields(stat)?;
+    Some(ThreadStat { runnable: *f.first()? == "R", cpu_ticks: stat_cpu_ticks(stat)?, cpu: f.get(36)?.parse().ok()? })
+}
+
+/// The CPUs of the threads that count: runnable now, or whose CPU time
+/// moved since `before` (by thread id; a thread not seen before counts only if runnable).
+pub fn busy_cpus(threads: &[(u32, ThreadStat)], before: &HashMap<u32, u64>) -> Vec<usize> {
+    let busy = |(tid, t): &&(u32, ThreadStat)| t.runnable || before.get(tid).is_some_and(|&b| t.cpu_ticks > b);
+    let set: BTreeSet<usize> = threads.iter().filter(busy).map(|(_, t)| t.cpu).collect();
+    set.into_iter().collect()
+}
+
+/// The reader, kept by the daemon between looks.
+pub struct ServiceCpus {
+    diag: SockDiag,
+    ifindex: u32,
+    owners: SocketOwners,
+    /// Each thread's CPU time at the last look.
+    ticks: HashMap<u32, u64>,
+}
+
+impl ServiceCpus {
+    /// For the services that take packets from interface `ifindex` (current namespace).
+    pub fn new(ifindex: u32) -> Result<ServiceCpus> {
+        Ok(ServiceCpus { diag: SockDiag::open(None)?, ifindex, owners: SocketOwners::default(), ticks: HashMap::new() })
+    }
+
+    /// Look once: by class id of `cfg`, the CPUs its service's busy threads
+    /// ran on (empty: no socket, no owner visible, or idle).
+    pub fn look(&mut self, cfg: &Config) -> Result<Vec<Vec<usize>>> {
+        let class_of = |l4: L4, port: u16| {
+            cfg.classes.iter().position(|c| {
+                let ranges = if l4 == L4::Udp { c.udp_ports() } else { c.tcp_ports() };
+                ranges.iter().any(|&(lo, hi)| (lo..=hi).contains(&port))
+            })
+        };
+        let mut inodes: Vec<Vec<u32>> = vec![vec![]; cfg.classes.len()];
+        each_listener(&mut self.diag, self.ifindex, &[L4::Udp, L4::Tcp], &mut |l4, s| {
+            if let Some(c) = class_of(l4, s.sport) {
+                inodes[c].push(s.inode);
+            }
+        })?;
+        self.owners.follow(&inodes.concat());
+        let mut ticks = HashMap::new();
+        let cpus = inodes
+            .iter()
+            .map(|socks| {
+                let mut pids: Vec<u32> =
+                    socks.iter().filter_map(|i| self.owners.owners.get(i)).flatten().copied().collect();
+                pids.sort_unstable();
+                pids.dedup();
+                let threads: Vec<(u32, ThreadStat)> = pids.iter().flat_map(|&p| threads_of(p)).collect();
+                ticks.extend(threads.iter().map(|(tid, t)| (*tid, t.cpu_ticks)));
+                busy_cpus(&threads, &self.ticks)
+            })
+            .collect();
+        self.ticks = ticks;
+        Ok(cpus)
+    }
+}
+
+/// Every thread of a process that can be read now (a process gone, or a
+/// thread that ends between the listing and the read, is left out).
+fn threads_of(pid: u32) -> Vec<(u32, ThreadStat)> {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return vec![] };
+    dir.flatten()
+        .filter_map(|e| {
+            let tid = e.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            Some((tid, thread_stat(&stat)?))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stat(state: &str, utime: u64, cpu: usize) -> String {
+        // Fields 3.. of proc(5): state, then 10 fields, utime (14), stime (15), ..., processor (39).
+        let mut f: Vec<String> = vec![state.to_string()];
+        f.extend((4..=13).map(|_| "0".to_string()));
+        f.push(utime.to_string());
+        f.push("1".to_string());
+        f.extend((16..=38).map(|_| "0".to_string()));
+        f.push(cpu.to_string());
+        f.extend((40..=52).map(|_| "0".to_string()));
+        format!("42 (a (weird) name) {}", f.join(" "))
+    }
+
+    #[test]
+    fn a_threads_state_cpu_time_and_last_cpu_are_read_from_its_stat() {
+        assert_eq!(thread_stat(&stat("S", 10, 3)), Some(ThreadStat { runnable: false, cpu_ticks: 11, cpu: 3 }));
+        assert_eq!(thread_stat(&stat("R", 0, 1)).map(|t| t.runnable), Some(true));
+        assert_eq!(thread_stat("garbage"), None);
+        assert_eq!(thread_stat("1 (x) S 0"), None, "a truncated stat");
+    }
+
+    #[test]
+    fn a_service_runs_where_its_busy_threads_ran_and_follows_a_move() {
+        let t = |runnable, cpu_ticks, cpu| ThreadStat { runnable, cpu_ticks, cpu };
+        let before: HashMap<u32, u64> = [(1, 100), (2, 50), (3, 7)].into();
+        // Thread 1 worked on CPU 1, thread 2 slept on CPU 0, thread 3 is runnable on CPU 2.
+        let now = [(1, t(false, 120, 1)), (2, t(false, 50, 0)), (3, t(true, 7, 2))];
+        assert_eq!(busy_cpus(&now, &before), [1, 2]);
+        // The worker moved to CPU 0: the service is there now.
+        let moved = [(1, t(false, 140, 0)), (2, t(false, 50, 0))];
+        assert_eq!(busy_cpus(&moved, &[(1, 120), (2, 50)].into()), [0]);
+        // An idle service (nothing ran, nothing runnable) has no CPU; nor a new sleeping thread.
+        assert!(busy_cpus(&[(1, t(false, 140, 0)), (9, t(false, 5, 1))], &[(1, 140)].into()).is_empty());
+        assert!(busy_cpus(&[], &before).is_empty(), "no thread readable (a process gone)");
+    }
+
+    /// This test process holds a listener and is running: its class's CPUs
+    /// hold the CPU this thread runs on.
+    #[test]
+    fn the_reader_finds_a_running_listeners_cpu() {
+        let l = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let cfg = crate::policy::config::from_flags(&[format!("web:match=tcp:{port}")]).unwrap();
+        let mut r = ServiceCpus::new(0).unwrap();
+        let end = std::time::Instant::now() + std::time::Duration::from_millis(30);
+        while std::time::Instant::now() < end {}
+        let cpus = r.look(&cfg).unwrap();
+        assert_eq!(cpus.len(), cfg.classes.len());
+        // SAFETY: sched_getcpu(3) has no arguments.
+        let here = unsafe { libc::sched_getcpu() } as usize;
+        assert!(cpus[0].contains(&here), "this thread runs on CPU {here}: {cpus:?}");
+        drop(l);
+    }
+}
