@@ -36,8 +36,10 @@ pub fn nginx_conf(dir: &Path) -> String {
 }
 
 /// nginx in namespace `ns` pinned to `cpu`, its files in `dir`; returns once
-/// a connection from `client_ns` to `addr` port 80 is accepted.
+/// a connection from `client_ns` to `addr` port 80 is accepted. The client
+/// namespace may reuse its TIME_WAIT ports (`clients_reuse_ports`).
 pub fn start_nginx(dir: &Path, ns: &str, cpu: usize, client_ns: &str, addr: std::net::IpAddr) -> Result<Proc> {
+    clients_reuse_ports(client_ns)?;
     let conf = dir.join("nginx.conf");
     std::fs::write(&conf, nginx_conf(dir))?;
     let mut c = in_ns(ns, Some(cpu));
@@ -49,6 +51,24 @@ pub fn start_nginx(dir: &Path, ns: &str, cpu: usize, client_ns: &str, addr: std:
         let connect = move || Ok(TcpStream::connect_timeout(&to, Duration::from_millis(200))?);
         Ok(sluice::tools::netns::run_in(client_ns, connect).is_ok())
     })
+}
+
+/// Let the clients of namespace `ns` reuse a port whose last connection
+/// waits in TIME_WAIT (`net.ipv4.tcp_tw_reuse = 1`; per namespace). Without
+/// it (the kernel's default 2: loopback only) every closed connection holds
+/// its ephemeral port for 60 s, so new connections are capped at about
+/// 28,232 ports / 60 s = 470/s once the first 28k are spent: wrk with
+/// `Connection: close` got 10.6k requests/s for its first 3 s and then
+/// 460-476/s, with or without RPS (this was the `nic` model's "new
+/// connections wait" finding; docs/bench.md). With it: 14.3-14.9k/s with
+/// RPS, 18.4-18.8k/s without, run after run. Timestamps (on by default)
+/// keep the reuse safe.
+pub fn clients_reuse_ports(ns: &str) -> Result<()> {
+    let out = in_ns(ns, None).args(["sysctl", "-qw", "net.ipv4.tcp_tw_reuse=1"]).output()?;
+    if !out.status.success() {
+        bail!("setting net.ipv4.tcp_tw_reuse in {ns}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(())
 }
 
 /// What wrk reported.
