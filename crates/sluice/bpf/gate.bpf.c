@@ -226,6 +226,15 @@ struct {
 	__type(value, struct sluice_syn_guard);
 } syn_guard SEC(".maps");
 
+/* The latest check_until_ms of any class's guard (the daemon writes it with
+ * each guard): the checker's one look at a packet while no guard checks. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} syn_guard_any SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, SLUICE_GS_NR);
@@ -1295,11 +1304,16 @@ int sluice_learn(struct __sk_buff *skb)
 	if (!now)
 		return TC_ACT_OK; /* the daemon has not set the clock yet */
 	src_key(&k, &pk, cls, pk.family == 4 ? 32 : 64);
+	v = bpf_map_lookup_elem(&known, &k);
+	/* A known source answered within SLUICE_LEARN_REFRESH_MS: nothing to
+	 * note. A busy service's every reply would otherwise write its
+	 * client's entry (and look up who asked) on the service's own CPU. */
+	if (v && now - v->last_ms < SLUICE_LEARN_REFRESH_MS)
+		return TC_ACT_OK;
 	if (!peer_asked(&pk, cls, now)) {
 		global_inc(SLUICE_GS_UNASKED);
 		return TC_ACT_OK;
 	}
-	v = bpf_map_lookup_elem(&known, &k);
 	if (v) {
 		v->last_ms = now;
 		if (v->answers != 0xffffffff)
@@ -1409,9 +1423,19 @@ int sluice_cookie_ack(struct __sk_buff *skb)
 	__u32 cls, family = 0, l3;
 	int ok;
 
-	cookie_kfunc = bpf_sk_assign_tcp_reqsk ? 1 : 2;
+	__u32 kfunc = bpf_sk_assign_tcp_reqsk ? 1 : 2;
+	__u32 zero = 0;
+	__u64 *until;
+
+	/* Written once: a word every CPU only reads stays in every cache. */
+	if (cookie_kfunc != kfunc)
+		cookie_kfunc = kfunc;
 	if (!bpf_sk_assign_tcp_reqsk)
 		return TC_ACT_OK; /* a kernel before 6.9: the daemon never turns answering on */
+	/* No class's guard checks ACKs now (the usual case): nothing to parse. */
+	until = bpf_map_lookup_elem(&syn_guard_any, &zero);
+	if (!until || *until < settings.now_ms)
+		return TC_ACT_OK;
 	if (parse(data, end, &pk, 0) != PARSE_OK || pk.slot != SLUICE_SLOT_TCP ||
 	    (pk.tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_ACK | TCP_FLAG_RST)) != TCP_FLAG_ACK)
 		return TC_ACT_OK;

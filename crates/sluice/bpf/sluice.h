@@ -201,6 +201,9 @@ struct sluice_known_part {
  * the daemon sees it never spans a second, a client that came back does.
  */
 #define SLUICE_KNOWN_SPAN_MS 1000
+/* The learner notes a known source's answer at most once in this long
+ * (its last_ms and answers move in these steps; the known TTL is seconds). */
+#define SLUICE_LEARN_REFRESH_MS 100
 /*
  * A known source is admitted as known only up to its own rate: the rate it
  * was answered at while the class was calm (answers over the span, at

@@ -1,7 +1,5 @@
 //! The running testbed of one scenario: the service, the generator, and
 //! each cell (a flood, a configuration, a repeat) measured in it.
-use std::sync::atomic::Ordering;
-
 use super::*;
 
 /// The running testbed of one scenario.
@@ -213,13 +211,6 @@ impl<'a> Bench<'a> {
         };
         let daemon0 = daemon.map(tree_cpu_secs);
         let softirq0 = self.softirq_secs(&installed);
-        let taken_stop = Arc::new(AtomicBool::new(false));
-        let taken = match &installed {
-            Installed::Daemon(_, sock) => {
-                Some(sample_cpu_taken(&self.o.exe, &self.bed.net.b, sock, taken_stop.clone()))
-            }
-            Installed::Pass { .. } => None,
-        };
         let (cpu0, t0) = (tree_cpu_secs(self.service.id()), Instant::now());
         let newcomer = (self.o.sources && flood.is_some()).then(|| self.new_client(v6));
         let mut cell = match self.svc {
@@ -231,8 +222,6 @@ impl<'a> Bench<'a> {
             cell.new_client = probe.answered_share();
         }
         let secs_run = t0.elapsed().as_secs_f64();
-        taken_stop.store(true, Ordering::Relaxed);
-        cell.cpu_taken_max = taken.and_then(|t| t.join().ok()).flatten();
         cell.service_cpu = 100.0 * (tree_cpu_secs(self.service.id()) - cpu0) / secs_run;
         cell.daemon_cpu = daemon.zip(daemon0).map(|(pid, c0)| 100.0 * (tree_cpu_secs(pid) - c0) / secs_run);
         cell.daemon_softirq = softirq0.zip(self.softirq_secs(&installed)).map(|(a, b)| 100.0 * (b - a) / secs_run);
@@ -245,6 +234,9 @@ impl<'a> Bench<'a> {
         if let Some(rx) = gen {
             let (counts, gsecs) = rx.recv().context("the generator thread ended")??;
             cell.flood_pps = Some(counts[0].sent as f64 / gsecs.max(1e-9));
+        }
+        if let Installed::Daemon(_, sock) = &installed {
+            cell.cpu_taken_max = cpu_taken_max(&self.o.exe, &self.bed.net.b, sock)?;
         }
         if let (Installed::Daemon(_, sock), Service::Http) = (&installed, self.svc) {
             cell.gate_synacks = Some(gate_synacks(&self.o.exe, &self.bed.net.b, sock)? as f64 / secs_run);
@@ -432,26 +424,11 @@ pub(super) fn daemon_status(exe: &Path, ns: &str, sock: &Path) -> Result<sluice:
     Ok(serde_json::from_value(crate::procs::status_json(exe, ns, sock)?)?)
 }
 
-/// How often the CPU signal is sampled during a cell (each sample is one
-/// `sluice status --json` process: seldom, as it shares the machine).
-const TAKEN_SAMPLE: Duration = Duration::from_millis(500);
-
-/// Sample the daemon's status until `stop`: the largest CPU signal
-/// (`rx_cpu_taken`) of any class but the default one, 0-1 (None: never
-/// measured in a sample that worked).
-fn sample_cpu_taken(exe: &Path, ns: &str, sock: &Path, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Option<f64>> {
-    let (exe, ns, sock) = (exe.to_path_buf(), ns.to_string(), sock.to_path_buf());
-    std::thread::spawn(move || {
-        let mut max: Option<f64> = None;
-        while !stop.load(Ordering::Relaxed) {
-            std::thread::sleep(TAKEN_SAMPLE);
-            let Ok(s) = daemon_status(&exe, &ns, &sock) else { continue };
-            for t in s.classes.iter().filter(|c| !c.is_default).filter_map(|c| c.rx_cpu_taken) {
-                max = Some(max.map_or(t, |m: f64| m.max(t)));
-            }
-        }
-        max
-    })
+/// The CPU signal's largest share of any class but the default one since
+/// the daemon started (0-1; None: never measured), from its status.
+fn cpu_taken_max(exe: &Path, ns: &str, sock: &Path) -> Result<Option<f64>> {
+    let s = daemon_status(exe, ns, sock)?;
+    Ok(s.classes.iter().filter(|c| !c.is_default).filter_map(|c| c.rx_cpu_taken_max).reduce(f64::max))
 }
 
 /// The new client's addresses on A: deprecated (preferred_lft 0), so the

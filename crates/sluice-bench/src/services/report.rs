@@ -155,7 +155,7 @@ fn legend(dns: bool, keep_alive: bool, calm: bool) -> String {
         s += "  gate SYN-ACKs/s = SYNs the gate answered itself with a cookie (SYN cookies at the driver; - = no daemon)\n";
         s += "connect p50/p99 = a probe's new connection every 10 ms, timed to the handshake's end (a failed one counts as its 3 s timeout);\n";
         s += "  kept/s = requests/s answered over the probe's one long-lived connection, which asks 500/s\n";
-        s += "taken = the CPU signal: the largest share of the service's CPU that receive work for lower classes took\n  (sampled every 0.5 s from the daemon's status, max over repeats; - = no daemon)\n";
+        s += "taken = the CPU signal: the largest share of the service's CPU that receive work for lower classes took\n  (the daemon's largest since its start, read at the cell's end; max over repeats; - = no daemon)\n";
     }
     if calm {
         s += "calm-N = no flood, dnsperf asked N% of NSD's measured capacity (do no harm: zero config must answer what off answers)\n";

@@ -537,8 +537,12 @@ impl Daemon {
             c.throttle_pps = *t;
         }
         snap.rx_measured = self.ticker.reads_rx();
-        for (c, t) in snap.classes.iter_mut().zip(self.ticker.rx_cpu.taken.iter().chain(std::iter::repeat(&None))) {
-            c.rx_cpu_taken = *t;
+        let rx = &self.ticker.rx_cpu;
+        let none = std::iter::repeat(&None);
+        for ((c, t), m) in
+            snap.classes.iter_mut().zip(rx.taken.iter().chain(none.clone())).zip(rx.max.iter().chain(none))
+        {
+            (c.rx_cpu_taken, c.rx_cpu_taken_max) = (*t, *m);
         }
         for ((c, d), h) in snap.classes.iter_mut().zip(self.ticker.distress_secs()).zip(self.ticker.dropped_with_room())
         {

@@ -55,6 +55,8 @@ pub struct RxCpu {
     /// lower classes took in the last window (None: not measured: no
     /// tracer, no busy thread of its service seen, or no window closed yet).
     pub taken: Vec<Option<f64>>,
+    /// By class id, the largest `taken` since the class list last changed.
+    pub max: Vec<Option<f64>>,
 }
 
 impl RxCpu {
@@ -76,7 +78,7 @@ impl RxCpu {
         if m.admitted.len() != admitted.len() || m.softirq_ns.len() != rx.softirq_ns.len() {
             // A new class list (or CPU count): start a new window.
             self.mark = Some(restart());
-            self.taken = vec![None; admitted.len()];
+            (self.taken, self.max) = (vec![None; admitted.len()], vec![None; admitted.len()]);
             return;
         }
         let dt = at.duration_since(m.at);
@@ -87,6 +89,13 @@ impl RxCpu {
         let cpu_share: Vec<f64> =
             diff(&rx.softirq_ns, &m.softirq_ns).iter().map(|&ns| (ns as f64 / dt.as_nanos() as f64).min(1.0)).collect();
         self.taken = taken(&cpu_share, &diff(admitted, &m.admitted), priorities, cpus);
+        self.max.resize(self.taken.len(), None);
+        for (m, t) in self.max.iter_mut().zip(&self.taken) {
+            *m = match (*m, *t) {
+                (Some(a), Some(b)) => Some(a.max(b)),
+                (a, b) => a.or(b),
+            };
+        }
         self.mark = Some(restart());
     }
 
@@ -153,9 +162,10 @@ mod tests {
         s.step(t0 + WINDOW, Some(&rx([0, 30_000_000])), &[100, 900], &prio, &cpus);
         assert!((s.taken[0].unwrap() - 0.54).abs() < 1e-6, "{:?}", s.taken);
         assert_eq!(s.distress(0), Some(REASON));
-        // A quiet window: released.
+        // A quiet window: released; the largest share is kept.
         s.step(t0 + 2 * WINDOW, Some(&rx([0, 31_000_000])), &[200, 900], &prio, &cpus);
         assert_eq!(s.distress(0), None, "{:?}", s.taken);
+        assert!((s.max[0].unwrap() - 0.54).abs() < 1e-6, "{:?}", s.max);
     }
 
     #[test]

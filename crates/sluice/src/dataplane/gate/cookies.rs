@@ -5,8 +5,8 @@
 use libbpf_rs::libbpf_sys;
 use libbpf_rs::{MapCore, MapFlags};
 
-use super::{bytes_of, Gate, GateError, Result};
-use crate::bpf_intf::sluice_syn_guard;
+use super::{bytes_of, from_bytes, Gate, GateError, Result};
+use crate::bpf_intf::{sluice_syn_guard, SLUICE_MAX_CLASSES};
 
 /// Can this kernel complete a connection from a gate cookie? The loaded
 /// cookie checker found the bpf_sk_assign_tcp_reqsk kfunc (Linux 6.9): it
@@ -59,13 +59,23 @@ impl Gate {
         self.cookie_link.is_some()
     }
 
-    /// Write a class's SYN guard.
+    /// Write a class's SYN guard, and the latest check time of any class's
+    /// (`syn_guard_any`: while it is past, the checker parses no packet).
     pub fn set_syn_guard(&self, class: usize, guard: &sluice_syn_guard) -> Result<()> {
+        let map = |err| GateError::Map { map: "syn_guard", err };
+        let guards = &self.skel.maps.syn_guard;
+        guards.update(&(class as u32).to_ne_bytes(), bytes_of(guard), MapFlags::ANY).map_err(map)?;
+        let mut latest = 0u64;
+        for c in 0..SLUICE_MAX_CLASSES {
+            if let Some(v) = guards.lookup(&c.to_ne_bytes(), MapFlags::ANY).map_err(map)? {
+                latest = latest.max(from_bytes::<sluice_syn_guard>(&v).check_until_ms);
+            }
+        }
         self.skel
             .maps
-            .syn_guard
-            .update(&(class as u32).to_ne_bytes(), bytes_of(guard), MapFlags::ANY)
-            .map_err(|err| GateError::Map { map: "syn_guard", err })
+            .syn_guard_any
+            .update(&0u32.to_ne_bytes(), &latest.to_ne_bytes(), MapFlags::ANY)
+            .map_err(|err| GateError::Map { map: "syn_guard_any", err })
     }
 
     /// Draw the key, read the MTU and attach the cookie checker (tcx

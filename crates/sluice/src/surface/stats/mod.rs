@@ -68,6 +68,9 @@ pub struct ClassSnapshot {
     /// (None: not measured: no tracer, or no busy thread of its service seen).
     #[serde(default)]
     pub rx_cpu_taken: Option<f64>,
+    /// The largest `rx_cpu_taken` since the class list last changed.
+    #[serde(default)]
+    pub rx_cpu_taken_max: Option<f64>,
 }
 
 /// Drops of one class at one kernel stage for one reason (made by `crate::dataplane::trace`).
@@ -219,6 +222,7 @@ pub fn class_snapshots(cfg: &Config) -> Vec<ClassSnapshot> {
                 discovered: c.discovered.clone(),
                 throttle_pps: None,
                 rx_cpu_taken: None,
+                rx_cpu_taken_max: None,
                 sources: None,
                 kernel_drops: Vec::new(),
                 distress_secs: None,
