@@ -303,6 +303,8 @@ struct {
 } cpu_rx SEC(".maps");
 
 #define NET_RX_SOFTIRQ 3 /* enum in linux/interrupt.h: HI, TIMER, NET_TX, NET_RX, ... */
+/* One vector's run is bounded by its budget (2 ms for NET_RX); longer is a stale start. */
+#define SOFTIRQ_MAX_NS 100000000ULL
 
 static __always_inline int in_daemon(void)
 {
@@ -338,12 +340,16 @@ int BPF_PROG(trace_softirq_exit, unsigned int vec_nr)
 	if (!c || (!c->rx_start && !c->daemon_start))
 		return 0;
 	__u64 now = bpf_ktime_get_ns();
+	/* A start older than a softirq can run was left by a detach between an
+	 * entry and its exit (the daemon attaches the pair on demand): dropped. */
 	if (vec_nr == NET_RX_SOFTIRQ && c->rx_start) {
-		c->rx_ns += now - c->rx_start;
+		if (now - c->rx_start < SOFTIRQ_MAX_NS)
+			c->rx_ns += now - c->rx_start;
 		c->rx_start = 0;
 	}
 	if (c->daemon_start) {
-		c->daemon_ns += now - c->daemon_start;
+		if (now - c->daemon_start < SOFTIRQ_MAX_NS)
+			c->daemon_ns += now - c->daemon_start;
 		c->daemon_start = 0;
 	}
 	return 0;

@@ -15,8 +15,9 @@
 //! less what its sockets dropped, capped by the namespace's InDatagrams
 //! (it counts a growing queue as delivered: at most a buffer's worth, which
 //! the controller's smoothing absorbs; the cap is read only where it can
-//! matter, see `needs_datagrams`). Loss before the sockets (softnet
-//! backlog drops, time squeezes) belongs to no socket: it is given to a
+//! matter, see `needs_datagrams`). Loss before the sockets (the gate's
+//! interface's backlog drops, from the tracer; the host's time squeezes,
+//! softnet_stat) belongs to no socket: it is given to a
 //! class only while that class carries at least PATH_SHARE of all that
 //! arrives at the gate, so a flood elsewhere does not move its limit (the
 //! budget throttles lower classes for it).
@@ -238,7 +239,9 @@ impl AutoLoop {
             classes,
             all_seen: totals.iter().map(|t| t.seen_pkts).sum(),
             in_datagrams,
-            backlog_drops: health.softnet.dropped,
+            // The gate's interface's own backlog drops (the tracer): another
+            // interface's, which a local user can cause, are not this class's.
+            backlog_drops: health.rx.as_ref().map_or(0, |r| r.backlog_drops),
             squeeze: health.softnet.time_squeeze,
         })
     }

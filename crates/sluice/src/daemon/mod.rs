@@ -423,6 +423,14 @@ impl Daemon {
     /// log lines, the steering program's heartbeat, CPU protection.
     fn tick(&mut self, tick: u64) -> Result<()> {
         self.ticker.tick(&mut self.gate, |m| log::warn(m))?;
+        if let Some((t, _)) = &mut self.tracer {
+            static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+            if let Err(e) = t.set_softirq(self.ticker.wants_rx_cpu()) {
+                if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                    log::warn(format_args!("trace: the receive work per CPU is not measured: {e:#}"));
+                }
+            }
+        }
         self.log_decisions();
         if let Some((s, _)) = &mut self.steer {
             s.keep_alive(Clock::now_ns());

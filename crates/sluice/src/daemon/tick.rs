@@ -27,7 +27,7 @@ use crate::policy::fair::{Fair, FairCounts, FairTick};
 use crate::policy::remap::ClassRemap;
 use crate::policy::syn_guard::SynGuards;
 use crate::signals::health::{behind, distress, path_distress, syn_pressure, Health, HealthReader, RxWork};
-use crate::signals::rx_cpu::RxCpu;
+use crate::signals::rx_cpu::{RxCpu, ARM_PPS};
 use crate::surface::log::{Cause, Change};
 
 /// An auto class whose rate is over this many times what it was offered in
@@ -152,6 +152,8 @@ pub struct Ticker {
     /// status: a signal that fires for a few ticks and is answered by a cut
     /// is gone by the time someone looks.
     last_distress: Option<((u8, &'static str), std::time::Instant)>,
+    /// The CPU signal's measurement is wanted (`RxCpu::arm`).
+    rx_cpu_wanted: bool,
 }
 
 impl Ticker {
@@ -197,6 +199,7 @@ impl Ticker {
             rx_cpu: RxCpu::default(),
             service_cpus: vec![],
             last_distress: None,
+            rx_cpu_wanted: false,
         })
     }
 
@@ -216,6 +219,7 @@ impl Ticker {
             rx_cpu: RxCpu::default(),
             service_cpus: vec![],
             last_distress: None,
+            rx_cpu_wanted: false,
         }
     }
 
@@ -223,6 +227,21 @@ impl Ticker {
     /// a config switch by `carry_from`).
     pub fn read_rx_from(&mut self, reader: CpuRxReader) {
         self.rx = Some(reader);
+    }
+
+    /// Do the classes below some running service admit over ARM_PPS?
+    fn lower_busy(&self) -> bool {
+        let running = |id: usize| self.service_cpus.get(id).is_some_and(|c| !c.is_empty());
+        (0..self.classes.len()).filter(|&id| running(id)).any(|id| {
+            let p = self.classes[id].priority;
+            self.classes.iter().filter(|c| c.priority > p).map(|c| c.admitted).sum::<f64>() > ARM_PPS
+        })
+    }
+
+    /// Should the tracer measure the receive work per CPU now (its softirq
+    /// pair attached: see `Tracer::set_softirq`)?
+    pub fn wants_rx_cpu(&self) -> bool {
+        self.rx_cpu_wanted
     }
 
     /// Does the tick read the receive work per CPU (a tracer)?
@@ -398,6 +417,8 @@ impl Ticker {
         if let Some(d) = self.budget.distress {
             self.last_distress = Some((d, now.0));
         }
+        let throttled = self.budget.limits.iter().any(Option::is_some);
+        self.rx_cpu_wanted = self.rx_cpu.arm(now.0, throttled || self.lower_busy());
         self.last = Some(now);
         Ok(limits)
     }

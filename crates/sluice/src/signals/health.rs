@@ -93,8 +93,10 @@ pub struct ClassHealth {
 pub struct Health {
     /// By class id.
     pub classes: Vec<ClassHealth>,
-    /// The host's per-CPU backlog counters (all interfaces: the auto
-    /// controller's hint of loss before the sockets, never distress).
+    /// The host's per-CPU backlog counters (all interfaces): the auto
+    /// controller reads their time squeezes as a hint of a congested
+    /// receive path; never distress, and their drops are not read (the
+    /// tracer's `rx` has the gate's interface's own).
     pub softnet: Softnet,
     pub tcp: TcpExt,
     /// None: the daemon has no tracer (an older kernel; said in the log).

@@ -67,6 +67,8 @@ pub struct Counts {
 pub struct Tracer {
     skel: Owned<TraceSkel<'static>>,
     links: Vec<Link>,
+    /// The softirq pair's links while attached (`set_softirq`).
+    softirq_links: Option<Vec<Link>>,
     /// The gate's maps by name, when the tracer shares them (Tables::Gate).
     gate: Option<BTreeMap<String, MapHandle>>,
     /// `enum skb_drop_reason` names by value, prefix removed.
@@ -165,17 +167,17 @@ impl Tracer {
         if let Some(t) = own {
             write_tables(&skel, t)?;
         }
-        let mut tracer = Tracer { skel, links: Vec::new(), gate, reasons };
-        tracer.attach(opts.drops_only, softirq)?;
+        let mut tracer = Tracer { skel, links: Vec::new(), softirq_links: None, gate, reasons };
+        tracer.attach(opts.drops_only)?;
+        if softirq {
+            tracer.set_softirq(true)?;
+        }
         Ok(tracer)
     }
 
-    fn attach(&mut self, drops_only: bool, softirq: bool) -> Result<()> {
+    fn attach(&mut self, drops_only: bool) -> Result<()> {
         let p = &self.skel.progs;
         let mut progs = vec![("kfree_skb", &p.trace_drop)];
-        if softirq {
-            progs.extend([("softirq_entry", &p.trace_softirq_entry), ("softirq_exit", &p.trace_softirq_exit)]);
-        }
         if !drops_only {
             progs.extend([
                 ("napi_gro_receive_entry", &p.trace_gro),
@@ -190,6 +192,28 @@ impl Tracer {
         for (tp, prog) in progs {
             let link = prog.attach().with_context(|| format!("attaching to tracepoint {tp}"))?;
             self.links.push(link);
+        }
+        Ok(())
+    }
+
+    /// Attach (or detach) the softirq pair: the receive work per CPU
+    /// (`cpu_rx`) and the daemon's softirq time are counted only while it
+    /// is attached. It runs at every softirq of every CPU (about 2% of a
+    /// busy web server's CPU in `perf`), so the daemon attaches it only
+    /// while a lower class sends enough to matter (`Ticker::wants_rx_cpu`).
+    /// Loaded only with `Options::drops_only`.
+    pub fn set_softirq(&mut self, on: bool) -> Result<()> {
+        match (on, self.softirq_links.is_some()) {
+            (true, false) => {
+                let p = &self.skel.progs;
+                let mut links = Vec::with_capacity(2);
+                for (tp, prog) in [("softirq_entry", &p.trace_softirq_entry), ("softirq_exit", &p.trace_softirq_exit)] {
+                    links.push(prog.attach().with_context(|| format!("attaching to tracepoint {tp}"))?);
+                }
+                self.softirq_links = Some(links);
+            }
+            (false, true) => self.softirq_links = None,
+            _ => {}
         }
         Ok(())
     }

@@ -110,7 +110,10 @@ pub struct Snapshot {
     /// Of daemon_cpu_secs, the softirq work that ran while one of its threads
     /// was on the CPU (this kernel charges it to the thread), s, and its share
     /// over the last second, % of one CPU; None: not counted (no tracer, or
-    /// the daemon in a PID namespace of its own).
+    /// the daemon in a PID namespace of its own). Counted while the tracer's
+    /// softirq pair is attached: while lower classes send over 1000
+    /// packets/s beside a running service, or a throttle stands (a flood),
+    /// and 5 s after; in calm it is not, and adds nothing.
     #[serde(default)]
     pub daemon_softirq_secs: Option<f64>,
     #[serde(default)]
