@@ -442,13 +442,13 @@ mod tests {
     }
 
     #[test]
-    fn every_flood_has_off_zero_and_static_and_only_closed_port_floods_a_blocked_reference() {
+    fn every_flood_has_off_zero_and_static_and_only_closed_port_floods_a_blocked_reference_and_no_flood_off_and_zero() {
         for f in &FLOODS {
             let s = Setup::for_flood(Some(f));
             assert!(s.starts_with(&[Setup::Off, Setup::Zero, Setup::Static]));
             assert_eq!(s.contains(&Setup::Blocked), !f.own_port);
         }
-        assert_eq!(Setup::for_flood(None), &[Setup::Off]);
+        assert_eq!(Setup::for_flood(None), &[Setup::Off, Setup::Zero], "do no harm: zero beside off, unflooded");
         assert_eq!(Service::parse("http"), Some(Service::Http));
         assert_eq!(Service::parse("default"), None);
     }
