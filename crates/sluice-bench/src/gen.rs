@@ -45,6 +45,26 @@ pub struct StreamSpec {
     /// TCP SYNs instead of UDP datagrams (a SYN flood; no stamp).
     #[serde(default)]
     pub syn: bool,
+    /// With `syn`: TCP segments with these flags instead of a SYN (0x10 an
+    /// ACK, 0x04 a RST: floods of no connection); None: SYN.
+    #[serde(default)]
+    pub tcp_flags: Option<u8>,
+}
+
+/// Set a valid TCP segment's flags (byte 13 of its header) and fix its
+/// checksum for the change (RFC 1624: HC' = ~(~HC + ~m + m'), the 16-bit
+/// word at bytes 12-13 being m).
+fn set_tcp_flags(frame: &mut [u8], l4: usize, flags: u8) {
+    let word = |f: &[u8]| u16::from_be_bytes([f[l4 + 12], f[l4 + 13]]);
+    let old = word(frame);
+    frame[l4 + 13] = flags;
+    let new = word(frame);
+    let hc = u16::from_be_bytes([frame[l4 + 16], frame[l4 + 17]]);
+    let mut sum = u32::from(!hc) + u32::from(!old) + u32::from(new);
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    frame[l4 + 16..l4 + 18].copy_from_slice(&(!(sum as u16)).to_be_bytes());
 }
 
 fn one() -> u32 {
@@ -99,8 +119,11 @@ pub fn stream_value(s: &StreamSpec, dst_mac: [u8; 6], src_mac: [u8; 6]) -> Resul
     f.payload = 0;
     let f = f.frame_len(s.frame_len as usize);
     let (_, offs) = f.build_with_offsets();
-    let bytes = f.build_valid();
+    let mut bytes = f.build_valid();
     let l4 = offs.iter().find(|o| o.0 == "l4").unwrap().1;
+    if let Some(flags) = s.tcp_flags.filter(|_| s.syn) {
+        set_tcp_flags(&mut bytes, l4, flags);
+    }
     let ip = offs.iter().find(|o| o.0 == "ip").unwrap().1;
     let stamp_off = l4 + 8;
     ensure!(!(s.syn && s.stamp), "stream {}: a SYN carries no stamp", s.name);
@@ -356,12 +379,39 @@ pub fn udp_stream(
         random_srcs: false,
         stamp: false,
         syn: false,
+        tcp_flags: None,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An ACK or RST template keeps a valid TCP checksum (the generator only
+    /// adjusts it for the fields it rewrites): the sum over the pseudo-header
+    /// and the segment folds to zero, and setting SYN back gives the SYN frame.
+    #[test]
+    fn tcp_flags_are_set_with_a_valid_checksum() {
+        use sluice_testkit::packet::{checksum, Frame};
+        let f = Frame::tcp("10.0.0.1", "10.0.0.2", 1024, 80).frame_len(64);
+        let (_, offs) = f.build_with_offsets();
+        let (ip, l4) = (offs.iter().find(|o| o.0 == "ip").unwrap().1, offs.iter().find(|o| o.0 == "l4").unwrap().1);
+        let syn = f.build_valid();
+        let valid = |b: &[u8]| {
+            let seg = &b[l4..ip + usize::from(u16::from_be_bytes([b[ip + 2], b[ip + 3]]))];
+            let pseudo: Vec<u8> = [&b[ip + 12..ip + 20], &[0, 6], &(seg.len() as u16).to_be_bytes()[..]].concat();
+            checksum(&[pseudo, seg.to_vec()].concat(), 0) == 0
+        };
+        assert!(valid(&syn), "the SYN template is valid to begin with");
+        for flags in [0x10, 0x04] {
+            let mut b = syn.clone();
+            set_tcp_flags(&mut b, l4, flags);
+            assert_eq!(b[l4 + 13], flags);
+            assert!(valid(&b), "flags {flags:#x}: checksum");
+            set_tcp_flags(&mut b, l4, 0x02);
+            assert_eq!(b, syn, "back to SYN: the same frame");
+        }
+    }
 
     /// Regression: after a live rate change the frames sent times the start
     /// interval can exceed the due time, and the subtraction underflowed.

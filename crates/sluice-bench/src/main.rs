@@ -201,7 +201,8 @@ struct BenchRunArgs {
     /// without filling any of its queues.
     #[arg(long)]
     keep_alive: bool,
-    /// dns and http scenarios: the floods to run (closed-v4, closed-v6, own-v4, own-v6; default all).
+    /// dns and http scenarios: the floods to run (closed-v4, closed-v6, own-v4, own-v6; default all;
+    /// http also ack-v4 and rst-v4, by name only: TCP ACKs or RSTs of no connection to nginx's port).
     #[arg(long, value_delimiter = ',', value_parser = parse_flood_name)]
     floods: Vec<services::Flood>,
     /// dns and http scenarios: the generator's asked flood rate, packets/s

@@ -356,6 +356,7 @@ impl Rig {
                     dports: s.dports,
                     stamp: s.legit,
                     syn: false,
+                    tcp_flags: None,
                 };
                 Ok((spec, s.legit))
             })

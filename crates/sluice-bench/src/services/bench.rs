@@ -385,6 +385,7 @@ pub(crate) fn flood_stream(net: &sluice_testkit::testbed::Testbed, svc: Service,
     } else {
         (FLOOD_SRC_V4.parse().expect("an address"), net.ip_b)
     };
+    // TCP to nginx's port: SYNs, or the flood's own flags (ACK, RST).
     let syn = f.own_port && svc == Service::Http;
     let dport = match (f.own_port, svc) {
         (false, _) => CLOSED_PORT,
@@ -405,6 +406,7 @@ pub(crate) fn flood_stream(net: &sluice_testkit::testbed::Testbed, svc: Service,
         dports: 1,
         stamp: false,
         syn,
+        tcp_flags: Some(f.tcp_flags).filter(|&t| t != 0),
     }
 }
 

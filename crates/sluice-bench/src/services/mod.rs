@@ -123,12 +123,16 @@ pub struct Flood {
     /// service answers them while healthy and they become known); else the
     /// flood starts first.
     pub calm: bool,
+    /// TCP segments with these flags (an ACK or RST flood of no connection,
+    /// to the service's port, from SYN_SRCS sources); 0: the flood's usual
+    /// kind (UDP, or SYNs to nginx's port).
+    pub tcp_flags: u8,
 }
 
 impl Flood {
     /// The flood named `name`.
     pub fn parse(name: &str) -> Result<Flood> {
-        let all = || FLOODS.iter().chain(&SOURCE_FLOODS);
+        let all = || all_floods();
         all().find(|f| f.name == name).copied().ok_or_else(|| {
             let names: Vec<&str> = all().map(|f| f.name).collect();
             anyhow::anyhow!("unknown flood \"{name}\"; valid: {}", names.join(", "))
@@ -137,7 +141,22 @@ impl Flood {
 }
 
 const fn flood(name: &'static str, v6: bool, own_port: bool, srcs: u32, calm: bool) -> Flood {
-    Flood { name, v6, own_port, srcs, calm }
+    Flood { name, v6, own_port, srcs, calm, tcp_flags: 0 }
+}
+
+/// The `http` scenario's ACK and RST floods (by name only, not in the
+/// default set): segments of no connection to nginx's port from 65,536
+/// random sources, as the SYN-cookie tests send them. The gate drops them
+/// itself while the class's SYN guard answers (engaged by the kernel's
+/// drops of them, TCP_FLAGS and TCP_RESET).
+pub const TCP_FLOODS: [Flood; 2] = [
+    Flood { name: "ack-v4", v6: false, own_port: true, srcs: 65_536, calm: false, tcp_flags: 0x10 },
+    Flood { name: "rst-v4", v6: false, own_port: true, srcs: 65_536, calm: false, tcp_flags: 0x04 },
+];
+
+/// Every flood a scenario can name.
+pub fn all_floods() -> impl Iterator<Item = &'static Flood> + Clone {
+    FLOODS.iter().chain(&SOURCE_FLOODS).chain(&TCP_FLOODS)
 }
 
 /// The `dns` and `http` scenarios' floods.

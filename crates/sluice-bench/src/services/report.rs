@@ -89,10 +89,9 @@ pub fn summary(r: &ServiceRun) -> String {
         if dns { "" } else { "  cookies/s  gate SYN-ACKs/s    connect p50/p99  kept/s  taken" }
     );
     let calm = calm_names(r);
-    let names =
-        calm.iter().copied().chain(std::iter::once("none")).chain(FLOODS.iter().chain(&SOURCE_FLOODS).map(|f| f.name));
+    let names = calm.iter().copied().chain(std::iter::once("none")).chain(all_floods().map(|f| f.name));
     for flood in names {
-        let f = FLOODS.iter().chain(&SOURCE_FLOODS).find(|x| x.name == flood);
+        let f = all_floods().find(|x| x.name == flood);
         let setups = if calm.contains(&flood) { &[Setup::Off, Setup::Zero][..] } else { Setup::for_flood(f) };
         for &setup in setups {
             let cells = group(r, flood, setup);
@@ -216,13 +215,18 @@ pub fn targets(r: &ServiceRun) -> String {
         );
     }
     if r.head.service == Service::Http {
-        for f in FLOODS.iter().filter(ran).filter(|f| f.own_port) {
+        for f in FLOODS.iter().chain(&TCP_FLOODS).filter(ran).filter(|f| f.own_port) {
             let z = med(&group(r, f.name, Setup::Zero), |c| Some(c.client_rate));
             let off = med(&group(r, f.name, Setup::Off), |c| Some(c.client_rate));
             let ratio = z.zip(off).filter(|(_, o)| *o > 0.0).map(|(z, o)| z / o);
             s += &format!(
-                "  http {} (SYN flood): {} of the kernel alone's requests/s (never worse, within 5% noise: {})\n",
+                "  http {} ({} flood): {} of the kernel alone's requests/s (never worse, within 5% noise: {})\n",
                 f.name,
+                match f.tcp_flags {
+                    0x10 => "ACK",
+                    0x04 => "RST",
+                    _ => "SYN",
+                },
                 pct(ratio),
                 verdict(ratio.map(|x| x >= 0.95))
             );
