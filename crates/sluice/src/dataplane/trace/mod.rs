@@ -169,7 +169,9 @@ impl Tracer {
         }
         let mut tracer = Tracer { skel, links: Vec::new(), softirq_links: None, gate, reasons };
         tracer.attach(opts.drops_only)?;
-        if softirq {
+        // Attached from the start only for a daemon that counts its own
+        // softirq time; either way the daemon's tick attaches it on demand.
+        if softirq && opts.tgid.is_some() {
             tracer.set_softirq(true)?;
         }
         Ok(tracer)
