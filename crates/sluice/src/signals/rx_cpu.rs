@@ -9,7 +9,8 @@
 //! NET_RX softirq (the daemon's tracer), and each class's share of the
 //! packets the gate admitted. A class's taken share is the busiest of its
 //! service's CPUs (`service_cpus`) times the share of admitted packets that
-//! belong to classes of lower priority (larger number). The packets' costs
+//! belong to classes of lower priority (larger number), at most their
+//! packets/s times MAX_PKT_NS (the softirq time is any interface's). The packets' costs
 //! are taken as equal: a lower class's packet to a closed port costs less
 //! than a TCP segment of the service's own, so the share is an estimate, and
 //! one that leans towards the service's own work (never the other way for
@@ -33,6 +34,14 @@ use crate::signals::health::RxWork;
 /// service notices (its requests/s fall by about as much) and far above
 /// what no flood shows. One value tried, not tuned.
 pub const CPU_TAKEN: f64 = 0.10;
+/// The most receive work one admitted packet of a lower class is taken to
+/// cost: the lower classes' part of a CPU is at most their packets/s times
+/// this. The softirq time a CPU spends is its whole NET_RX work, any
+/// interface's (a local process flooding loopback from the service's CPU
+/// raises it too); this bound keeps a lower class that sends little from
+/// being charged with it. In this VM, RPS to another CPU cost about 25 us a
+/// packet at 10k/s (each one an inter-processor interrupt); twice that.
+pub const MAX_PKT_NS: f64 = 50_000.0;
 /// Shares are measured over windows at least this long (the softirq work
 /// comes in bursts of a NAPI poll; 10 ms holds only a few).
 pub const WINDOW: Duration = Duration::from_millis(50);
@@ -98,7 +107,7 @@ impl RxCpu {
         let diff = |a: &[u64], b: &[u64]| a.iter().zip(b).map(|(n, o)| n.saturating_sub(*o)).collect::<Vec<u64>>();
         let cpu_share: Vec<f64> =
             diff(&rx.softirq_ns, &m.softirq_ns).iter().map(|&ns| (ns as f64 / dt.as_nanos() as f64).min(1.0)).collect();
-        self.taken = taken(&cpu_share, &diff(admitted, &m.admitted), priorities, cpus);
+        self.taken = taken(&cpu_share, &diff(admitted, &m.admitted), priorities, cpus, dt.as_secs_f64());
         self.max.resize(self.taken.len(), None);
         for (m, t) in self.max.iter_mut().zip(&self.taken) {
             *m = match (*m, *t) {
@@ -125,16 +134,24 @@ impl RxCpu {
     }
 }
 
-/// Each class's taken share: the busiest of its CPUs' softirq share times
-/// the lower classes' share of the admitted packets (None: no CPU known).
-pub fn taken(cpu_share: &[f64], admitted: &[u64], priorities: &[u8], cpus: &[Vec<usize>]) -> Vec<Option<f64>> {
+/// Each class's taken share over a window of `secs`: the busiest of its
+/// CPUs' softirq share times the lower classes' share of the admitted
+/// packets, at most their packets/s times MAX_PKT_NS (None: no CPU known).
+pub fn taken(
+    cpu_share: &[f64],
+    admitted: &[u64],
+    priorities: &[u8],
+    cpus: &[Vec<usize>],
+    secs: f64,
+) -> Vec<Option<f64>> {
     let total: u64 = admitted.iter().sum();
     (0..admitted.len())
         .map(|i| {
             let busiest = cpus.get(i)?.iter().filter_map(|&c| cpu_share.get(c)).copied().reduce(f64::max)?;
             let p = priorities.get(i).copied().unwrap_or(u8::MAX);
             let lower: u64 = admitted.iter().zip(priorities).filter(|(_, &q)| q > p).map(|(a, _)| a).sum();
-            Some(if total == 0 { 0.0 } else { busiest * lower as f64 / total as f64 })
+            let bound = lower as f64 / secs.max(1e-9) * MAX_PKT_NS / 1e9;
+            Some(if total == 0 { 0.0 } else { (busiest * lower as f64 / total as f64).min(bound) })
         })
         .collect()
 }
@@ -145,23 +162,39 @@ mod tests {
 
     #[test]
     fn only_lower_classes_work_on_the_services_cpus_counts() {
-        // CPU 1 half in softirq; the service (priority 20) runs there.
+        // CPU 1 half in softirq; the service (priority 20) runs there; one second.
         let shares = [0.05, 0.5];
         let prio = [20, 255];
         let cpus = vec![vec![1], vec![]];
+        let t = |admitted: &[u64], prio: &[u8], cpus: &[Vec<usize>]| taken(&shares, admitted, prio, cpus, 1.0);
         // Nine packets in ten are the default class's flood.
-        let t = taken(&shares, &[100, 900], &prio, &cpus);
-        assert!((t[0].unwrap() - 0.45).abs() < 1e-9, "{t:?}");
-        assert_eq!(t[1], None, "no service: not measured");
+        let v = t(&[100_000, 900_000], &prio, &cpus);
+        assert!((v[0].unwrap() - 0.45).abs() < 1e-9, "{v:?}");
+        assert_eq!(v[1], None, "no service: not measured");
         // The service's own traffic: nothing taken, whatever the softirq share.
-        assert_eq!(taken(&shares, &[1000, 0], &prio, &cpus)[0], Some(0.0));
+        assert_eq!(t(&[1000, 0], &prio, &cpus)[0], Some(0.0));
         // Nothing admitted (all dropped at the gate): nothing taken.
-        assert_eq!(taken(&shares, &[0, 0], &prio, &cpus)[0], Some(0.0));
+        assert_eq!(t(&[0, 0], &prio, &cpus)[0], Some(0.0));
         // A class of the same priority is not below it.
-        assert_eq!(taken(&shares, &[100, 900], &[20, 20], &cpus)[0], Some(0.0));
+        assert_eq!(t(&[100_000, 900_000], &[20, 20], &cpus)[0], Some(0.0));
         // Its busiest CPU counts; a CPU number past the tracer's is ignored.
-        assert_eq!(taken(&shares, &[0, 10], &prio, &[vec![0, 1, 7], vec![]])[0], Some(0.5));
-        assert_eq!(taken(&shares, &[0, 10], &prio, &[vec![7], vec![]])[0], None);
+        assert_eq!(t(&[0, 100_000], &prio, &[vec![0, 1, 7], vec![]])[0], Some(0.5));
+        assert_eq!(t(&[0, 100_000], &prio, &[vec![7], vec![]])[0], None);
+    }
+
+    /// A lower class that sends little is not charged with a CPU's whole
+    /// softirq time (which a local loopback flood can raise): at most its
+    /// packets/s times MAX_PKT_NS.
+    #[test]
+    fn a_lower_class_is_charged_at_most_its_packets_worth() {
+        let (prio, cpus) = ([20u8, 255], vec![vec![1], vec![]]);
+        // The service sends little itself; 100 lower packets/s; CPU 1 60% in softirq.
+        let v = taken(&[0.0, 0.6], &[10, 100], &prio, &cpus, 1.0)[0].unwrap();
+        assert!((v - 100.0 * MAX_PKT_NS / 1e9).abs() < 1e-12, "{v}");
+        assert!(v < CPU_TAKEN, "no distress from 100 packets/s");
+        // A real flood is not bound by it.
+        let v = taken(&[0.0, 0.6], &[10, 500_000], &prio, &cpus, 1.0)[0].unwrap();
+        assert!(v > 0.59, "{v}");
     }
 
     fn rx(ns: [u64; 2]) -> RxWork {
