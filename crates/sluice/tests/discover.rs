@@ -275,3 +275,43 @@ fn receive_work_on_a_services_cpu_is_its_distress() {
     );
     assert!(svc.distress_secs.is_some_and(|d| d > 0.0), "the service's distress is counted: {:?}", svc.distress_secs);
 }
+
+/// The CPU signal's bad input: a service that appears in the middle of a
+/// flood is protected once discovery and the look at its CPUs find it (a
+/// second or two), and one that goes away mid-flood is no longer measured
+/// (its threads are gone: no CPU), so nothing is cut for it any more.
+#[test]
+fn a_service_that_appears_and_goes_mid_flood_is_followed_by_the_cpu_signal() {
+    let mut tb = Testbed::new();
+    let ns = tb.b.clone();
+    let rps = format!("/sys/class/net/{}/queues/rx-0/rps_cpus", tb.if_b);
+    assert!(tb.cmd(&ns, &["sh", "-c", &format!("echo 1 > {rps}")]).status().unwrap().success());
+    tb.start_gate(&[]);
+    let flood = {
+        let (a, ip) = (tb.a.clone(), tb.ip_b.clone());
+        std::thread::spawn(move || {
+            Command::new("ip")
+                .args(["netns", "exec", &a, "taskset", "-c", "1", BIN, "send", "--dst", &format!("{ip}:7999")])
+                .args(["--rate", "200000", "--duration", "8", "--json"])
+                .output()
+                .unwrap()
+        })
+    };
+    std::thread::sleep(Duration::from_millis(1000));
+    let alone = tb.status();
+    assert_eq!(alone.distress, None, "no service yet: the flood to a closed port is nobody's distress");
+    let busy = "import socket,time\ns=socket.socket()\ns.bind(('0.0.0.0',7200))\ns.listen(64)\nend=time.time()+3\nwhile time.time()<end: pass";
+    let svc = tb.spawn_cmd(&ns, &["taskset", "-c", "0", "python3", "-c", busy]);
+    let s = wait_for(&tb, 4, "the new service protected", |s| {
+        class(s, "/tcp:7200")
+            .is_some_and(|c| c.rx_cpu_taken_max.is_some_and(|t| t >= sluice::signals::rx_cpu::CPU_TAKEN))
+            && s.classes.iter().find(|c| c.is_default).is_some_and(|d| d.throttle_pps.is_some())
+    });
+    eprintln!("appeared: taken max {:?}", class(&s, "/tcp:7200").unwrap().rx_cpu_taken_max);
+    // The service ends (its 3 s are up): no thread, no CPU, no measurement.
+    assert!(tb.wait(svc).status.success());
+    wait_for(&tb, 3, "the gone service no longer measured", |s| {
+        class(s, "/tcp:7200").is_none_or(|c| c.rx_cpu_taken.is_none())
+    });
+    assert!(flood.join().unwrap().status.success());
+}
