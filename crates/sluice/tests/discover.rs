@@ -145,16 +145,7 @@ fn a_service_in_distress_gets_the_lower_classes_throttled() {
         &[BIN, "serve", "udp-echo", "--port", "7100", "--no-echo", "--work-ns", "100000", "--duration", "6"],
     );
     std::thread::sleep(Duration::from_millis(300));
-    let flood = {
-        let (a, ip) = (tb.a.clone(), tb.ip_b.clone());
-        std::thread::spawn(move || {
-            Command::new("ip")
-                .args(["netns", "exec", &a, "taskset", "-c", "0", BIN, "send", "--dst", &format!("{ip}:7999")])
-                .args(["--rate", "20000", "--duration", "3", "--json"])
-                .output()
-                .unwrap()
-        })
-    };
+    let flood = flood_closed_port(&tb, 0, 20_000, 3);
     tb.send(7100, 20_000, 3.0);
     assert!(flood.join().unwrap().status.success());
     let s = tb.status();
@@ -243,16 +234,7 @@ fn receive_work_on_a_services_cpu_is_its_distress() {
     assert_eq!((before.distress, before.last_distress), (None, None), "no flood: no distress");
     // The flood from A's CPU 1: B's stack work for it lands on CPU 0 by RPS.
     // Status is read while it lasts (the signal is the present's).
-    let flood = {
-        let (a, ip) = (tb.a.clone(), tb.ip_b.clone());
-        std::thread::spawn(move || {
-            Command::new("ip")
-                .args(["netns", "exec", &a, "taskset", "-c", "1", BIN, "send", "--dst", &format!("{ip}:7999")])
-                .args(["--rate", "200000", "--duration", "3", "--json"])
-                .output()
-                .unwrap()
-        })
-    };
+    let flood = flood_closed_port(&tb, 1, 200_000, 3);
     std::thread::sleep(Duration::from_millis(2000));
     let s = tb.status();
     assert!(flood.join().unwrap().status.success());
@@ -287,16 +269,7 @@ fn a_service_that_appears_and_goes_mid_flood_is_followed_by_the_cpu_signal() {
     let rps = format!("/sys/class/net/{}/queues/rx-0/rps_cpus", tb.if_b);
     assert!(tb.cmd(&ns, &["sh", "-c", &format!("echo 1 > {rps}")]).status().unwrap().success());
     tb.start_gate(&[]);
-    let flood = {
-        let (a, ip) = (tb.a.clone(), tb.ip_b.clone());
-        std::thread::spawn(move || {
-            Command::new("ip")
-                .args(["netns", "exec", &a, "taskset", "-c", "1", BIN, "send", "--dst", &format!("{ip}:7999")])
-                .args(["--rate", "200000", "--duration", "8", "--json"])
-                .output()
-                .unwrap()
-        })
-    };
+    let flood = flood_closed_port(&tb, 1, 200_000, 8);
     std::thread::sleep(Duration::from_millis(1000));
     let alone = tb.status();
     assert_eq!(alone.distress, None, "no service yet: the flood to a closed port is nobody's distress");
@@ -314,4 +287,17 @@ fn a_service_that_appears_and_goes_mid_flood_is_followed_by_the_cpu_signal() {
         class(s, "/tcp:7200").is_none_or(|c| c.rx_cpu_taken.is_none())
     });
     assert!(flood.join().unwrap().status.success());
+}
+
+/// A UDP flood from A (the sender pinned to `cpu`) to B's closed port 7999
+/// at `rate` for `secs`, on a thread; join it for the sender's output.
+fn flood_closed_port(tb: &Testbed, cpu: u32, rate: u64, secs: u32) -> std::thread::JoinHandle<std::process::Output> {
+    let (a, ip) = (tb.a.clone(), tb.ip_b.clone());
+    std::thread::spawn(move || {
+        Command::new("ip")
+            .args(["netns", "exec", &a, "taskset", "-c", &cpu.to_string(), BIN, "send", "--dst", &format!("{ip}:7999")])
+            .args(["--rate", &rate.to_string(), "--duration", &secs.to_string(), "--json"])
+            .output()
+            .unwrap()
+    })
 }

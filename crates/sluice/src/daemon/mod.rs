@@ -186,6 +186,8 @@ pub struct Daemon {
     /// last look failed (said once in the log until one works again).
     service_cpus: ServiceCpus,
     service_cpus_failing: bool,
+    /// The tracer's softirq pair could not be attached at the last try (said once until it can).
+    softirq_failing: bool,
     /// The tick's pace: 10 ms, or slow while all is calm (woken by the gate).
     pace: Pace,
     /// The kernel's drops after the gate (kfree_skb), booked by class name.
@@ -323,6 +325,7 @@ impl Daemon {
             protect: Protection::new(cfg_napi_idle),
             service_cpus: ServiceCpus::new(ifindex)?,
             service_cpus_failing: false,
+            softirq_failing: false,
             pace,
             tracer,
             decisions,
@@ -424,11 +427,12 @@ impl Daemon {
     fn tick(&mut self, tick: u64) -> Result<()> {
         self.ticker.tick(&mut self.gate, |m| log::warn(m))?;
         if let Some((t, _)) = &mut self.tracer {
-            static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-            if let Err(e) = t.set_softirq(self.ticker.wants_rx_cpu()) {
-                if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
-                    log::warn(format_args!("trace: the receive work per CPU is not measured: {e:#}"));
+            match t.set_softirq(self.ticker.wants_rx_cpu()) {
+                Ok(()) => self.softirq_failing = false,
+                Err(e) if !std::mem::replace(&mut self.softirq_failing, true) => {
+                    log::warn(format_args!("trace: the receive work per CPU is not measured: {e:#}"))
                 }
+                Err(_) => {}
             }
         }
         self.log_decisions();
@@ -491,7 +495,6 @@ impl Daemon {
         }
     }
 
-    /// Steer the reuseport groups the config in force asks for (see `steer`).
     /// Where each class's service runs now, handed to the ticker. A failed
     /// look leaves no CPU known (the CPU signal then says nothing, the queues still do).
     pub(super) fn look_service_cpus(&mut self) {
@@ -509,6 +512,7 @@ impl Daemon {
         }
     }
 
+    /// Steer the reuseport groups the config in force asks for (see `steer`).
     fn resteer(&mut self) {
         let Some((steer, finder)) = &mut self.steer else { return };
         steer.keep_alive(Clock::now_ns());

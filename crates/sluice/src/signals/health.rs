@@ -111,7 +111,13 @@ fn stands(a: u64, b: u64, of: u64, share: f64) -> bool {
 /// Did a class's UDP sockets drop in the tick? Not a restarted service's:
 /// its new socket starts its drop count again.
 fn socket_dropped(p: &ClassHealth, n: &ClassHealth) -> bool {
-    n.udp.sockets > 0 && n.udp.drops > p.udp.drops && p.udp.sockets == n.udp.sockets
+    drops_grew((p.udp.sockets, p.udp.drops), (n.udp.sockets, n.udp.drops))
+}
+
+/// Did a set of sockets, (count, drops so far) at two reads, drop between
+/// them? Only if it is the same set: a new socket starts its count again.
+fn drops_grew((p_socks, p_drops): (u32, u64), (n_socks, n_drops): (u32, u64)) -> bool {
+    n_socks > 0 && n_drops > p_drops && p_socks == n_socks
 }
 
 /// Why a class's service is in distress between two ticks, if it is.
@@ -137,7 +143,7 @@ pub fn distress(prev: &Health, now: &Health, class: usize) -> Option<&'static st
 /// Did a class's listeners drop a SYN or a handshake in the tick? Not a
 /// restarted service's: its new listener starts its drop count again.
 fn listen_dropped(p: &ClassHealth, n: &ClassHealth) -> bool {
-    n.listen.sockets > 0 && n.listen.drops > p.listen.drops && p.listen.sockets == n.listen.sockets
+    drops_grew((p.listen.sockets, p.listen.drops), (n.listen.sockets, n.listen.drops))
 }
 
 /// Is a class's service behind and losing: its UDP sockets dropped in the
@@ -248,16 +254,11 @@ impl HealthReader {
         Ok(h)
     }
 
-    /// The first class whose ports hold `port`, in `ports` (first match wins, as in the gate).
-    fn class_of(ports: &[Vec<(u16, u16)>], port: u16) -> Option<usize> {
-        ports.iter().position(|r| r.iter().any(|&(lo, hi)| (lo..=hi).contains(&port)))
-    }
-
     /// The classes' UDP sockets.
     fn read_udp(&mut self, h: &mut Health) -> Result<()> {
         let (udp, classes) = (&self.udp, &mut h.classes);
         self.udp_families.dump(&mut self.diag, self.ticks, (libc::IPPROTO_UDP as u8, u32::MAX), &mut |s| {
-            let (Some(c), Some(mem)) = (Self::class_of(udp, s.sport), s.mem) else { return false };
+            let (Some(c), Some(mem)) = (class_of(udp, s.sport), s.mem) else { return false };
             let u = &mut classes[c].udp;
             *u = u.add(&SockStats::of_socket(mem));
             true
@@ -285,7 +286,7 @@ impl HealthReader {
     fn read_tcp(&mut self, h: &mut Health) -> Result<()> {
         let (tcp, classes) = (&self.tcp, &mut h.classes);
         self.tcp_families.dump(&mut self.diag, self.ticks, (libc::IPPROTO_TCP as u8, 1 << TCP_LISTEN), &mut |s| {
-            let Some(c) = Self::class_of(tcp, s.sport) else { return false };
+            let Some(c) = class_of(tcp, s.sport) else { return false };
             let l = &mut classes[c].listen;
             l.sockets += 1;
             l.accept_queue += u64::from(s.rqueue);
@@ -305,13 +306,19 @@ impl HealthReader {
         for family in [libc::AF_INET as u8, libc::AF_INET6 as u8] {
             let ports = &self.tcp_families.ports;
             self.diag.dump_ports(family, libc::IPPROTO_TCP as u8, 1 << TCP_SYN_RECV, ports, &mut |s| {
-                if let Some(q) = Self::class_of(tcp, s.sport).and_then(|c| classes[c].listen.syn_queue.as_mut()) {
+                if let Some(q) = class_of(tcp, s.sport).and_then(|c| classes[c].listen.syn_queue.as_mut()) {
                     *q += 1;
                 }
             })?;
         }
         Ok(())
     }
+}
+
+/// The first class whose ports hold `port`, in `ports` (by class id; first
+/// match wins, as in the gate).
+pub fn class_of(ports: &[Vec<(u16, u16)>], port: u16) -> Option<usize> {
+    ports.iter().position(|r| r.iter().any(|&(lo, hi)| (lo..=hi).contains(&port)))
 }
 
 /// Every class's port ranges as one sorted list, overlapping and adjacent ranges joined.

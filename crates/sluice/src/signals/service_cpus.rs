@@ -12,6 +12,7 @@ use anyhow::Result;
 
 use crate::policy::config::Config;
 use crate::signals::discover::{each_listener, SocketOwners, L4};
+use crate::signals::health::class_of;
 use crate::signals::kernel::{stat_cpu_ticks, stat_fields, SockDiag};
 
 /// One thread at one look: runnable, its CPU time (clock ticks), its last CPU.
@@ -54,15 +55,11 @@ impl ServiceCpus {
     /// Look once: by class id of `cfg`, the CPUs its service's busy threads
     /// ran on (empty: no socket, no owner visible, or idle).
     pub fn look(&mut self, cfg: &Config) -> Result<Vec<Vec<usize>>> {
-        let class_of = |l4: L4, port: u16| {
-            cfg.classes.iter().position(|c| {
-                let ranges = if l4 == L4::Udp { c.udp_ports() } else { c.tcp_ports() };
-                ranges.iter().any(|&(lo, hi)| (lo..=hi).contains(&port))
-            })
-        };
+        let udp: Vec<_> = cfg.classes.iter().map(|c| c.udp_ports()).collect();
+        let tcp: Vec<_> = cfg.classes.iter().map(|c| c.tcp_ports()).collect();
         let mut inodes: Vec<Vec<u32>> = vec![vec![]; cfg.classes.len()];
         each_listener(&mut self.diag, self.ifindex, &[L4::Udp, L4::Tcp], &mut |l4, s| {
-            if let Some(c) = class_of(l4, s.sport) {
+            if let Some(c) = class_of(if l4 == L4::Udp { &udp } else { &tcp }, s.sport) {
                 inodes[c].push(s.inode);
             }
         })?;
