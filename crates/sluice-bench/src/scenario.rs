@@ -52,7 +52,7 @@ pub enum ConfigKind {
     Nft,
     /// The gate at a static rate.
     Static,
-    /// The gate with `rate = "auto"`, knee algorithm.
+    /// The gate with `rate = "auto"`, capacity algorithm.
     Auto,
     /// The gate with `rate = "auto"`, perturb and observe (Macpherson, "Performing Under Overload").
     AutoPno,
@@ -96,7 +96,7 @@ impl ConfigKind {
     /// The controller's algorithm, for the auto configurations.
     pub fn algo(self) -> Option<sluice::policy::controller::Algo> {
         match self {
-            ConfigKind::Auto | ConfigKind::AutoIdle => Some(sluice::policy::controller::Algo::Knee),
+            ConfigKind::Auto | ConfigKind::AutoIdle => Some(sluice::policy::controller::Algo::Capacity),
             ConfigKind::AutoPno => Some(sluice::policy::controller::Algo::Pno),
             _ => None,
         }

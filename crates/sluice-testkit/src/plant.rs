@@ -5,7 +5,12 @@
 //! service that dequeues round robin at a per-packet cost. Driving it past
 //! `1 / (stack + service cost)` reproduces livelock: the stack takes the CPU
 //! and the service starves. Time advances in 20 µs steps; [`Plant::tick`]
-//! returns the controller's [`Signals`] over one 10 ms tick.
+//! returns the controller's [`Signals`] over one 10 ms tick. Two ways to make
+//! it less tidy than a model: a reader that pauses (`pause`: it reads
+//! nothing for a part of every period, as a service collecting garbage or
+//! writing a log does) and steal (`steal`: a share of the 20 µs steps, drawn
+//! at random from a fixed seed, in which the CPU runs someone else, as a
+//! VM's host does).
 use sluice::policy::controller::Signals;
 
 const SUB_NS: f64 = 20_000.0;
@@ -46,6 +51,12 @@ pub struct Plant {
     pub rcvbuf: u64,
     /// False while the service's socket is gone (restart).
     pub socket_present: bool,
+    /// The service reads nothing in the first `.1` seconds of every `.0`
+    /// seconds (0, 0: it never pauses).
+    pub pause: (f64, f64),
+    /// Share of the 20 µs steps stolen from the CPU (0 to 1).
+    pub steal: f64,
+    rng: u64,
     backlog: std::collections::VecDeque<usize>,
     debt_ns: f64,
     rr: usize,
@@ -65,6 +76,9 @@ impl Plant {
             backlog_max: 1_000,
             rcvbuf: 212_992,
             socket_present: true,
+            pause: (0.0, 0.0),
+            steal: 0.0,
+            rng: 0x9e37_79b9_7f4a_7c15,
             backlog: Default::default(),
             debt_ns: 0.0,
             rr: 0,
@@ -83,9 +97,18 @@ impl Plant {
         self.classes.iter().map(|c| c.queue).sum::<u64>() * TRUESIZE
     }
 
+    /// A uniform draw in [0, 1) (xorshift64: the same run every time).
+    fn draw(&mut self) -> f64 {
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        (self.rng >> 11) as f64 / (1u64 << 53) as f64
+    }
+
     /// Run 20 µs.
     fn sub_step(&mut self) {
-        let mut budget = SUB_NS - self.debt_ns;
+        let stolen = self.steal > 0.0 && self.draw() < self.steal;
+        let mut budget = if stolen { 0.0 } else { SUB_NS } - self.debt_ns;
         // Arrivals at the gate.
         for (i, c) in self.classes.iter_mut().enumerate() {
             c.carry += c.offered * SUB_NS / 1e9;
@@ -122,7 +145,9 @@ impl Plant {
             }
         }
         // The service takes what is left, round robin over the sockets.
-        while budget >= self.service_ns && self.classes.iter().any(|c| c.queue > 0) {
+        let (period, paused) = self.pause;
+        let reading = period <= 0.0 || self.time_s % period >= paused;
+        while reading && budget >= self.service_ns && self.classes.iter().any(|c| c.queue > 0) {
             let n = self.classes.len();
             while self.classes[self.rr % n].queue == 0 {
                 self.rr += 1;
@@ -135,7 +160,8 @@ impl Plant {
         }
         // Time left over while work waits carries into the next step (the CPU
         // kept working); idle time does not; an overdraft (gate cost) does.
-        let work_left = !self.backlog.is_empty() || self.classes.iter().any(|c| c.queue > 0);
+        // (A paused reader's time is idle, not carried.)
+        let work_left = !self.backlog.is_empty() || (reading && self.classes.iter().any(|c| c.queue > 0));
         self.debt_ns = if work_left { -budget } else { (-budget).max(0.0) }.min(SUB_NS);
         self.time_s += SUB_NS / 1e9;
     }

@@ -72,7 +72,7 @@ struct RunArgs {
     config: Option<PathBuf>,
     /// A class as NAME:KEY=VAL,... with keys priority, rate (packets/s,
     /// unlimited, blocked or auto), burst, match, and for rate=auto algo
-    /// (knee|pno), min_share (0-1) and fallback (packets/s|unlimited)
+    /// (capacity|pno), min_share (0-1) and fallback (packets/s|unlimited)
     /// (repeatable). Example: 'dns:priority=0,rate=50k,match=udp:53,match=tcp:53@10.0.0.0/8',
     /// 'api:rate=auto,min_share=0.1,match=udp:8053'.
     /// A class with the same name as one in the file replaces it.

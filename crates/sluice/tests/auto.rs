@@ -54,7 +54,7 @@ fn auto_limits_a_flood_then_holds_and_falls_back_when_the_service_goes() {
     let api = s.classes.iter().find(|c| c.name == "api").unwrap();
     let a = api.auto.clone().expect("an auto class has a controller view");
     eprintln!("flood {:.0}/s; {:?}; totals {:?}", sent as f64 / secs, a, api.totals);
-    assert_eq!((a.algo.as_str(), a.sockets), ("knee", 1));
+    assert_eq!((a.algo.as_str(), a.sockets), ("capacity", 1));
     assert!(a.capacity_pps > 0.0, "no capacity estimate: {a:?}");
     let rate = a.rate_pps.expect("a rate while the service is there");
     assert!(rate < 0.5 * sent as f64 / secs, "the rate {rate} does not limit a flood of {:.0}/s", sent as f64 / secs);

@@ -56,14 +56,15 @@ fn the_plant_livelocks_without_a_gate() {
 }
 
 #[test]
-fn knee_converges_from_below_and_from_above() {
+fn capacity_converges_from_below_and_from_above() {
     for start in [0.3 * 285_714.0, 5_000_000.0] {
         let mut p = Plant::new(1);
         let peak = p.peak();
         flood(&mut p, 10.0);
-        let mut c = Controller::new(Algo::Knee, Tuning::default());
-        c.state = CtlState::Tracking;
-        c.target = start;
+        let mut c = Controller::new(Algo::Capacity, Tuning::default());
+        // Engaged with an estimate far off, below or above.
+        c.est.restart(start);
+        (c.state, c.target, c.engaged) = (CtlState::Cruising, start, true);
         let ticks = run(&mut p, &mut c, 3.0, &mut |_, _| {});
         let got = mean(window(&ticks, 1.0, 3.0).map(|k| k.delivered));
         assert!(got >= 0.99 * peak, "from {start}: delivered {got:.0} of peak {peak:.0}");
@@ -73,23 +74,24 @@ fn knee_converges_from_below_and_from_above() {
 }
 
 #[test]
-fn knee_holds_steady_without_oscillation() {
+fn capacity_holds_steady_without_oscillation() {
     let mut p = Plant::new(1);
     flood(&mut p, 10.0);
-    let mut c = Controller::new(Algo::Knee, Tuning::default());
+    let mut c = Controller::new(Algo::Capacity, Tuning::default());
     let ticks = run(&mut p, &mut c, 3.0, &mut |_, _| {});
     let admitted: Vec<f64> = window(&ticks, 1.0, 3.0).map(|k| k.admitted).collect();
     let v = sluice_testkit::summary::coefficient_of_variation(&admitted).expect("two seconds of ticks");
     assert!(v < 0.05, "admitted rate CV {v:.3}");
 }
 
-/// Capacity doubles (service cost halves) then halves again: settle in 300 ms.
+/// Capacity doubles (service cost halves) then halves again (another
+/// process took half the CPU): the limit settles within 100 ms.
 #[test]
-fn knee_follows_a_capacity_step_within_300_ms() {
+fn capacity_follows_a_capacity_step_within_100_ms() {
     let mut p = Plant::new(1);
     p.service_ns = 4_000.0;
     flood(&mut p, 10.0);
-    let mut c = Controller::new(Algo::Knee, Tuning::default());
+    let mut c = Controller::new(Algo::Capacity, Tuning::default());
     let ticks = run(&mut p, &mut c, 6.0, &mut |t, p| {
         p.service_ns = if (2.0..4.0).contains(&t) { 2_000.0 } else { 4_000.0 };
     });
@@ -100,7 +102,7 @@ fn knee_follows_a_capacity_step_within_300_ms() {
             .map(|i| i as f64 * DT)
             .expect("never settled");
         let after = mean(window(&ticks, at + 0.5, at + 2.0).map(|k| k.delivered));
-        assert!(settle <= 0.3, "step at {at}s: settled after {settle:.2}s");
+        assert!(settle <= 0.1, "step at {at}s: settled after {settle:.2}s");
         assert!(after >= 0.98 * peak, "step at {at}s: delivered {after:.0} of {peak:.0}");
     }
 }
@@ -120,10 +122,10 @@ fn pno_climbs_to_the_peak_and_keeps_perturbing() {
 }
 
 #[test]
-fn knee_admits_everything_below_capacity_and_recovers_when_a_flood_stops() {
+fn capacity_admits_everything_below_capacity_and_recovers_when_a_flood_stops() {
     let mut p = Plant::new(1);
     let peak = p.peak();
-    let mut c = Controller::new(Algo::Knee, Tuning::default());
+    let mut c = Controller::new(Algo::Capacity, Tuning::default());
     let ticks = run(&mut p, &mut c, 4.0, &mut |t, p| {
         p.classes[0].offered = if (1.0..2.0).contains(&t) { 10.0 * peak } else { 0.5 * peak };
     });
@@ -139,7 +141,7 @@ fn knee_admits_everything_below_capacity_and_recovers_when_a_flood_stops() {
 fn lost_signals_hold_the_last_rate_then_fall_back() {
     let mut p = Plant::new(1);
     flood(&mut p, 10.0);
-    let mut c = Controller::new(Algo::Knee, Tuning { hold_secs: 0.5, ..Default::default() });
+    let mut c = Controller::new(Algo::Capacity, Tuning { hold_secs: 0.5, ..Default::default() });
     run(&mut p, &mut c, 1.0, &mut |_, _| {});
     let held = c.target;
     p.socket_present = false;
@@ -162,16 +164,17 @@ fn lost_signals_hold_the_last_rate_then_fall_back() {
 /// Regression: the knee started from the first tick's rate and, with no knee
 /// ever seen, capped a service that was taking all it was sent: a step from
 /// 1k/s to 10k/s lost 2-4k packets while T crept back up (the `cpu` bench's
-/// unflooded cells, the zero-config steering test).
+/// unflooded cells, the zero-config steering test). A class is limited only
+/// once its service shows a loss run.
 #[test]
-fn knee_lets_a_rising_load_through_until_the_service_shows_a_knee() {
-    let mut c = Controller::new(Algo::Knee, Tuning::default());
-    let quiet = |rate: f64, admitted: f64| Signals {
+fn capacity_lets_a_rising_load_through_until_the_service_shows_loss() {
+    let mut c = Controller::new(Algo::Capacity, Tuning::default());
+    let quiet = |rate: f64| Signals {
         dt: DT,
         present: true,
         offered: rate,
-        admitted,
-        delivered: admitted,
+        admitted: rate,
+        delivered: rate,
         queue_start: 0,
         queue_end: 0,
         rcvbuf: 4 << 20,
@@ -179,14 +182,10 @@ fn knee_lets_a_rising_load_through_until_the_service_shows_a_knee() {
         backlog_drops: 0,
         squeeze: 0,
     };
-    let mut t = c.step(&quiet(1_000.0, 1_000.0));
     for _ in 0..10 {
-        t = c.step(&quiet(1_000.0, 1_000.0_f64.min(t)));
+        assert_eq!(decide(&mut c, &quiet(1_000.0), None), None);
     }
-    // The step: 10k/s offered, the gate admits at most T.
-    let admitted = 10_000.0_f64.min(t);
-    t = c.step(&quiet(10_000.0, admitted));
-    assert!(t >= 10_000.0, "one tick after the step T is {t}, under what arrives");
+    assert_eq!(decide(&mut c, &quiet(10_000.0), None), None, "the step was limited");
 }
 
 /// Do no harm (issue 21): a service that keeps up is never limited, however
@@ -195,7 +194,7 @@ fn knee_lets_a_rising_load_through_until_the_service_shows_a_knee() {
 fn a_healthy_service_with_a_bursty_load_is_never_limited() {
     let mut p = Plant::new(1);
     let peak = p.peak();
-    let mut c = Controller::new(Algo::Knee, Tuning::default());
+    let mut c = Controller::new(Algo::Capacity, Tuning::default());
     let mut k = 0u32;
     let ticks = run(&mut p, &mut c, 5.0, &mut |_, p| {
         k += 1;
@@ -217,7 +216,7 @@ fn a_healthy_service_with_a_bursty_load_is_never_limited() {
 fn a_flood_is_limited_at_the_capacity_and_released_a_second_after_it_ends() {
     let mut p = Plant::new(1);
     let peak = p.peak();
-    let mut c = Controller::new(Algo::Knee, Tuning::default());
+    let mut c = Controller::new(Algo::Capacity, Tuning::default());
     let ticks = run(&mut p, &mut c, 5.0, &mut |t, p| {
         p.classes[0].offered = if (1.0..2.0).contains(&t) { 10.0 * peak } else { 0.1 * peak };
     });
@@ -240,7 +239,7 @@ fn a_flood_is_limited_at_the_capacity_and_released_a_second_after_it_ends() {
 fn a_flash_crowd_the_service_can_serve_is_not_limited() {
     let mut p = Plant::new(1);
     let peak = p.peak();
-    let mut c = Controller::new(Algo::Knee, Tuning::default());
+    let mut c = Controller::new(Algo::Capacity, Tuning::default());
     let ticks = run(&mut p, &mut c, 3.0, &mut |t, p| {
         p.classes[0].offered = if t < 1.0 { 0.05 * peak } else { 0.5 * peak };
     });
@@ -255,7 +254,7 @@ fn a_flash_crowd_the_service_can_serve_is_not_limited() {
 fn a_healthy_class_whose_sockets_cannot_be_read_is_never_limited() {
     let mut p = Plant::new(1);
     let peak = p.peak();
-    let mut c = Controller::new(Algo::Knee, Tuning { hold_secs: 0.5, ..Default::default() });
+    let mut c = Controller::new(Algo::Capacity, Tuning { hold_secs: 0.5, ..Default::default() });
     let ticks = run(&mut p, &mut c, 3.0, &mut |t, p| {
         p.classes[0].offered = 0.5 * peak;
         p.socket_present = !(1.0..2.5).contains(&t);
@@ -271,7 +270,7 @@ fn a_healthy_class_whose_sockets_cannot_be_read_is_never_limited() {
 fn a_service_restarting_mid_flood_keeps_its_limit_through_the_gap() {
     let mut p = Plant::new(1);
     let peak = p.peak();
-    let mut c = Controller::new(Algo::Knee, Tuning::default());
+    let mut c = Controller::new(Algo::Capacity, Tuning::default());
     let ticks = run(&mut p, &mut c, 4.0, &mut |t, p| {
         flood(p, 10.0);
         p.socket_present = !(2.0..2.3).contains(&t);
@@ -295,7 +294,7 @@ fn a_service_restarting_mid_flood_keeps_its_limit_through_the_gap() {
 fn a_service_that_keeps_up_is_not_near_its_knee_until_a_flood() {
     let mut p = Plant::new(1);
     let peak = p.peak();
-    let mut c = Controller::new(Algo::Knee, Tuning::default());
+    let mut c = Controller::new(Algo::Capacity, Tuning::default());
     let offered = |t: f64| if (2.0..3.0).contains(&t) { 10.0 * peak } else { 0.2 * peak };
     let mut near = vec![];
     for _ in 0..(6.0 * TICK_HZ) as usize {
@@ -318,7 +317,7 @@ fn a_service_that_keeps_up_is_not_near_its_knee_until_a_flood() {
 /// the light load itself).
 #[test]
 fn a_stall_at_a_light_load_is_near_the_knee_only_for_a_while() {
-    let mut c = Controller::new(Algo::Knee, Tuning::default());
+    let mut c = Controller::new(Algo::Capacity, Tuning::default());
     let tick = |queue: u64| Signals {
         dt: DT,
         present: true,
@@ -343,4 +342,85 @@ fn a_stall_at_a_light_load_is_near_the_knee_only_for_a_while() {
     let calm_from = after.iter().position(|n| !n).expect("never calm after the stall") as f64 / TICK_HZ;
     assert!((KNEE_MEMORY_SECS - 0.1..KNEE_MEMORY_SECS + 0.1).contains(&calm_from), "calm {calm_from:.2} s after");
     assert!(after.iter().skip((calm_from * TICK_HZ) as usize).all(|n| !n), "near the knee again with no knee");
+}
+
+/// Run a 10x flood at the plant as `setup` leaves it and return the mean
+/// delivered over the last two of four seconds, with what the same plant
+/// delivers unflooded at 95% of what it can take (its capacity as the
+/// reader and the steal leave it: measured, not computed).
+fn flooded_against_capacity(setup: &dyn Fn(&mut Plant), algo: Algo) -> (f64, f64, Vec<Tick>) {
+    let mut p = Plant::new(1);
+    setup(&mut p);
+    // Its capacity: the most an unlimited offered load just under it gets read.
+    let mut capacity: f64 = 0.0;
+    for share in [0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 1.0] {
+        let mut q = Plant::new(1);
+        setup(&mut q);
+        q.classes[0].offered = share * q.peak();
+        let got = mean((0..200).map(|_| q.tick(DT).delivered).skip(100));
+        capacity = capacity.max(got);
+    }
+    flood(&mut p, 10.0);
+    let mut c = Controller::new(algo, Tuning::default());
+    let ticks = run(&mut p, &mut c, 4.0, &mut |_, _| {});
+    (mean(window(&ticks, 2.0, 4.0).map(|k| k.delivered)), capacity, ticks)
+}
+
+/// A reader that pauses 2 ms of every 5 (reading in bursts, its queue full
+/// at some tick edges and empty at others; its buffer, four times the
+/// default, holds what arrives in a pause) under a 10x flood: the limit
+/// settles at what it reads on average, neither at its peak (the socket
+/// would drop the rest) nor down at its pauses.
+#[test]
+fn a_bursty_reader_under_a_flood_gets_what_it_reads_on_average() {
+    let bursty = |p: &mut Plant| (p.pause, p.rcvbuf) = ((0.005, 0.002), 4 * p.rcvbuf);
+    let (got, capacity, ticks) = flooded_against_capacity(&bursty, Algo::Capacity);
+    assert!(got >= 0.95 * capacity, "delivered {got:.0} of the {capacity:.0} it reads unflooded");
+    let admitted = mean(window(&ticks, 2.0, 4.0).map(|k| k.admitted));
+    assert!(admitted <= 1.1 * got, "admitted {admitted:.0} for {got:.0} read: the socket drops the rest");
+}
+
+/// A VM whose host steals a fifth of the CPU at random: the estimate's
+/// maximum of noisy samples must not keep the limit over what is read.
+#[test]
+fn steal_does_not_push_the_limit_over_what_is_read() {
+    let (got, capacity, ticks) = flooded_against_capacity(&|p| p.steal = 0.2, Algo::Capacity);
+    assert!(got >= 0.95 * capacity, "delivered {got:.0} of the {capacity:.0} it reads unflooded");
+    let admitted = mean(window(&ticks, 2.0, 4.0).map(|k| k.admitted));
+    assert!(admitted <= 1.05 * got, "admitted {admitted:.0} for {got:.0} read");
+}
+/// Bad input: the service stops reading mid-flood. For a stall (0.3 s) the
+/// estimate holds, and the class is back at its capacity soon after; a stop
+/// longer than STALL_HOLD_SECS is the service's state: the estimate falls
+/// to what it reads (the limit with it), and when it reads again the probes
+/// find its capacity within half a second.
+#[test]
+fn a_service_that_stops_reading_holds_its_estimate_then_falls_back() {
+    for stop in [0.3, 1.5] {
+        let mut p = Plant::new(1);
+        let peak = p.peak();
+        let mut c = Controller::new(Algo::Capacity, Tuning::default());
+        let mut held = vec![];
+        let ticks = run(&mut p, &mut c, 2.0 + stop + 1.0, &mut |t, p| {
+            flood(p, 10.0);
+            p.pause = if (2.0..2.0 + stop).contains(&t) { (1e9, 1e9) } else { (0.0, 0.0) };
+        });
+        for k in window(&ticks, 2.05, 2.0 + stop) {
+            held.push((k.t, k.limit.expect("let go of a flooded class")));
+        }
+        let before = mean(window(&ticks, 1.5, 2.0).map(|k| k.limit.unwrap()));
+        let within = |t: f64| (t - 2.0) < STALL_HOLD_SECS;
+        for (t, l) in &held {
+            if within(*t) {
+                assert!(*l >= 0.9 * before, "stopped {stop} s: at {t:.2} s the limit fell to {l:.0} from {before:.0}");
+            }
+        }
+        if stop > STALL_HOLD_SECS {
+            let last = held.last().unwrap();
+            assert!(last.1 < 0.1 * before, "stopped {stop} s: still {:.0} at {:.2} s", last.1, last.0);
+        }
+        let back = 2.0 + stop;
+        let after = mean(window(&ticks, back + 0.5, back + 1.0).map(|k| k.delivered));
+        assert!(after >= 0.95 * peak, "stopped {stop} s: delivered {after:.0} of {peak:.0} 0.5 s after");
+    }
 }

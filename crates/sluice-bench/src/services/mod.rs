@@ -182,7 +182,7 @@ pub const SOURCE_FLOODS: [Flood; 6] = [
 /// spoofed sources), each with 30,000 source ports: distinct connections.
 const SYN_SRCS: u32 = 65_536;
 /// Seconds the clients run before a `calm` flood starts: learning needs a
-/// healthy second (fair.rs, LEARN_CALM_TICKS), then answers.
+/// healthy second (fair.rs, LEARN_CALM_SECS), then answers.
 pub const CALM_SECS: f64 = 3.0;
 /// A client that first appears during the flood (the `sources` scenario):
 /// a probe from these addresses, added to A.

@@ -298,7 +298,7 @@ impl AutoLoop {
     /// The rate below which the budget may not throttle each auto class:
     /// its minimum share of its capacity estimate, by class id.
     pub fn floors(&self) -> impl Iterator<Item = (usize, f64)> + '_ {
-        self.classes.iter().map(|c| (c.id, c.spec.min_share() * c.ctl.capacity))
+        self.classes.iter().map(|c| (c.id, c.spec.min_share() * c.ctl.capacity()))
     }
 
     /// Each auto class's controller as status shows it, by class id.
@@ -311,7 +311,7 @@ impl AutoLoop {
                     AutoStatus {
                         algo: c.ctl.algo.name().into(),
                         state: c.ctl.state.name().into(),
-                        capacity_pps: c.ctl.capacity,
+                        capacity_pps: c.ctl.capacity(),
                         target_pps: c.ctl.target,
                         rate_pps: c.rate,
                         min_share: c.spec.min_share(),
@@ -345,7 +345,7 @@ fn trace_point(since_start: Duration, ctl: &Controller, sig: &Signals) -> TraceP
         admitted_pps: sig.admitted,
         delivered_pps: sig.delivered,
         target_pps: ctl.target,
-        capacity_pps: ctl.capacity,
+        capacity_pps: ctl.capacity(),
         queued_bytes: sig.queue_end,
         sock_drops: sig.sock_drops,
         backlog_drops: sig.backlog_drops,
@@ -355,9 +355,9 @@ fn trace_point(since_start: Duration, ctl: &Controller, sig: &Signals) -> TraceP
 /// The auto controller's state for one class.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct AutoStatus {
-    /// "knee" or "pno".
+    /// "capacity" or "pno".
     pub algo: String,
-    /// "tracking", "probing", "backoff", "holding", "fallback", ... (controller::CtlState).
+    /// "cruising", "probing", "backoff", "holding", "fallback", ... (controller::CtlState).
     pub state: String,
     /// Estimated capacity of this class's service (pkt/s).
     pub capacity_pps: f64,

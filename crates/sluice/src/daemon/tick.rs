@@ -40,10 +40,12 @@ struct TickClass {
     priority: u8,
     /// The class's own limit from the config.
     limit: Limit,
-    /// Seen and admitted packets at the last tick, and the packets/s offered in it.
+    /// Seen and admitted packets at the last tick, the packets/s offered
+    /// and admitted in it, and its length (s).
     totals: Option<ClassTotals>,
     offered: f64,
     admitted: f64,
+    dt: f64,
     /// Per-CPU arrivals at the last split.
     last_seen: Vec<u64>,
     /// Source fairness, and the gate's counters at the last tick for it.
@@ -171,6 +173,7 @@ impl Ticker {
                 totals: None,
                 offered: 0.0,
                 admitted: 0.0,
+                dt: 0.0,
                 last_seen: vec![],
                 fair: Fair::default(),
                 raw: None,
@@ -393,6 +396,7 @@ impl Ticker {
             let rate = |f: fn(&ClassTotals) -> u64| c.totals.map_or(0.0, |o| f(&t).saturating_sub(f(&o)) as f64 / dt);
             c.offered = rate(|t| t.seen_pkts);
             c.admitted = rate(|t| t.admitted_pkts);
+            c.dt = dt;
             let queues = self.last.as_ref().and_then(|(_, prev)| distress(prev, &now.1, id));
             let why = queues.or_else(|| self.rx_cpu.distress(id));
             c.distress = why.is_some();
@@ -517,7 +521,7 @@ impl TickClass {
     /// distress) for a while.
     fn tiers(&mut self, limit: Limit, capacity: u32) -> Tiers {
         let healthy = !self.distress && self.admitted >= self.offered;
-        let learn = self.fair.learn(healthy, self.offered) && self.learns;
+        let learn = self.fair.learn(healthy, self.offered, self.dt) && self.learns;
         let Limit::Rate { pps, burst } = limit else {
             self.fair.idle();
             return Tiers { limit, fair: None, learn, under: false };

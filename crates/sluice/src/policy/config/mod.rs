@@ -31,7 +31,7 @@
 //! name = "api"
 //! priority = 1
 //! rate = "auto"                 # the controller picks the rate (needs UDP or TCP port rules)
-//! algo = "knee"                 # "knee" (default) or "pno"; all auto classes share one
+//! algo = "capacity"             # "capacity" (default) or "pno"; all auto classes share one
 //! min_share = 0.1               # fraction of capacity kept under any flood (default 0)
 //! fallback = "unlimited"        # limit once signals are lost past auto.hold: packets/s or "unlimited"
 //! readers = "least-loaded"      # a reuseport group's socket per datagram: "hash", "round-robin", "least-loaded"
@@ -692,7 +692,7 @@ match = [{ proto = "udp", port = "5000-5999", src = "10.0.0.0/8" }, { proto = "i
         let f = from_flags(&["api:rate=auto,min_share=0.1,fallback=unlimited,match=udp:53".into()]).unwrap();
         assert_eq!(
             f.classes[0].limit,
-            Limit::Auto(AutoSpec { algo: Algo::Knee, min_share_permille: 100, fallback_pps: None })
+            Limit::Auto(AutoSpec { algo: Algo::Capacity, min_share_permille: 100, fallback_pps: None })
         );
         assert_eq!(f.auto, AutoSettings::default());
     }
@@ -716,7 +716,7 @@ match = [{ proto = "udp", port = "5000-5999", src = "10.0.0.0/8" }, { proto = "i
             (e.field.as_str(), e.origin.clone()),
             ("class.algo (class \"x\")", Origin::File { path: "t.toml".into(), line: 4, column: 8 })
         );
-        assert!(e.message.contains("\"knee\""), "{e}");
+        assert!(e.message.contains("\"capacity\""), "{e}");
         assert_eq!(parse_class_flag("x:rate=auto,min_share=1.5,match=udp:1").unwrap_err().field, "min_share");
         assert_eq!(parse_class_flag("x:rate=auto,fallback=0,match=udp:1").unwrap_err().field, "fallback");
         // Two algorithms for one shared controller.

@@ -73,10 +73,15 @@ pub(super) fn auto_keys(
     };
     if let Some(a) = algo {
         spec.algo = match a.trim() {
-            "knee" => Algo::Knee,
+            // "knee" named the algorithm "capacity" replaced: a config
+            // written for it keeps working.
+            "capacity" | "knee" => Algo::Capacity,
             "pno" => Algo::Pno,
             other => {
-                return Err(("algo", format!("unknown algorithm \"{other}\"; valid: \"knee\" (default) or \"pno\"")))
+                return Err((
+                    "algo",
+                    format!("unknown algorithm \"{other}\"; valid: \"capacity\" (default) or \"pno\""),
+                ))
             }
         };
     }

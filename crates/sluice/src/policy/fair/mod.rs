@@ -69,8 +69,11 @@ pub const AGG_MIN_SOURCES: u64 = 256;
 pub const CHURN_SECS: f64 = 10.0;
 /// Ticks without fairness before sources are counted one by one again.
 pub const OFF_TICKS: u32 = 500;
-/// Healthy ticks (no drop, no distress, no surge) before the learner records clients.
-pub const LEARN_CALM_TICKS: u32 = 100;
+/// Healthy seconds (no drop, no distress, no surge) before the learner
+/// records clients. Time, not ticks: while all is calm the daemon ticks
+/// every 500 ms, and 100 ticks were then most of a minute (a client answered
+/// for seconds before a flood was never learnt).
+pub const LEARN_CALM_SECS: f64 = 1.0;
 /// A tick whose arrivals are over LEARN_SURGE times the class's usual
 /// (a slow mean over healthy ticks) plus LEARN_SLACK_PPS is a surge: a flood
 /// starting, whose sources the service may answer before anything is limited.
@@ -126,12 +129,12 @@ pub struct Fair {
     cut: f64,
     since_cut: u32,
     off_ticks: u32,
-    calm_ticks: u32,
+    calm_secs: f64,
     /// The class's usual arrivals (packets/s), a slow mean over healthy
-    /// ticks, and the healthy ticks seen (the first LEARN_CALM_TICKS set it
-    /// up, with no surge check: a service's first load is its usual).
+    /// ticks, and the healthy seconds seen (the first LEARN_CALM_SECS set
+    /// it up, with no surge check: a service's first load is its usual).
     usual_pps: f64,
-    healthy_ticks: u32,
+    healthy_secs: f64,
     /// The known sources' highest rate of a tick, decaying (KNOWN_DECAY).
     known_peak_pps: f64,
 }
@@ -145,9 +148,9 @@ impl Default for Fair {
             cut: 1.0,
             since_cut: u32::MAX,
             off_ticks: 0,
-            calm_ticks: 0,
+            calm_secs: 0.0,
             usual_pps: 0.0,
-            healthy_ticks: 0,
+            healthy_secs: 0.0,
             known_peak_pps: 0.0,
         }
     }
@@ -181,29 +184,30 @@ impl Fair {
     }
 
     /// Does the egress learner record this class's clients? Only after
-    /// LEARN_CALM_TICKS healthy ticks in a row with no surge of arrivals
-    /// (`offered`, packets/s): what a service answers while it is flooded, or
-    /// in the ticks before a flood is limited, may be the flood's addresses.
-    pub fn learn(&mut self, healthy: bool, offered: f64) -> bool {
+    /// LEARN_CALM_SECS healthy in a row with no surge of arrivals
+    /// (`offered`, packets/s, over the last `dt` seconds): what a service
+    /// answers while it is flooded, or in the ticks before a flood is
+    /// limited, may be the flood's addresses.
+    pub fn learn(&mut self, healthy: bool, offered: f64, dt: f64) -> bool {
         let usual = self.usual_pps;
-        let warming = self.healthy_ticks < LEARN_CALM_TICKS;
+        let warming = self.healthy_secs < LEARN_CALM_SECS;
         let surge = !warming && offered > LEARN_SURGE * usual + LEARN_SLACK_PPS;
         // The usual follows healthy ticks over about a second (a tenth of
         // that while warming up), surges over about ten (a service whose
         // load grew for good learns again).
-        let follow = if warming {
+        let secs = if warming {
             0.1
         } else if surge {
-            0.001
+            10.0
         } else {
-            0.01
+            1.0
         };
         if healthy {
-            self.usual_pps = usual + follow * (offered - usual);
-            self.healthy_ticks = self.healthy_ticks.saturating_add(1);
+            self.usual_pps = usual + (1.0 - (-dt / secs).exp()) * (offered - usual);
+            self.healthy_secs += dt;
         }
-        self.calm_ticks = if healthy && !surge { self.calm_ticks.saturating_add(1) } else { 0 };
-        self.calm_ticks >= LEARN_CALM_TICKS
+        self.calm_secs = if healthy && !surge { self.calm_secs + dt } else { 0.0 };
+        self.calm_secs >= LEARN_CALM_SECS - 1e-9
     }
 
     /// Prefix lengths in force (IPv4, IPv6).

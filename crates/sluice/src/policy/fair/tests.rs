@@ -171,13 +171,26 @@ fn socket_distress_halves_the_unknown_tier_down_to_its_floor_and_it_grows_back()
 #[test]
 fn learning_needs_a_calm_second_and_stops_at_a_surge() {
     let mut f = Fair::default();
-    assert!(!f.learn(true, 0.0), "the first tick has no rate yet");
-    assert!(!(0..LEARN_CALM_TICKS - 2).any(|_| f.learn(true, 5_000.0)));
-    assert!(f.learn(true, 5_000.0));
-    assert!(!f.learn(false, 5_000.0), "one bad tick stops it");
-    assert!(!(0..LEARN_CALM_TICKS - 1).any(|_| f.learn(true, 6_000.0)));
-    assert!(f.learn(true, 6_000.0), "a slow rise is no surge");
-    assert!(!f.learn(true, 3_000_000.0), "a flood starting, not limited yet, stops it at once");
-    let learnt = (0..3000).position(|_| f.learn(true, 3_000_000.0)).expect("a lasting healthy rise is learnt again");
+    let dt = 0.01;
+    let calm = (LEARN_CALM_SECS / dt).round() as usize;
+    assert!(!f.learn(true, 0.0, dt), "the first tick has no rate yet");
+    assert!(!(0..calm - 2).any(|_| f.learn(true, 5_000.0, dt)));
+    assert!(f.learn(true, 5_000.0, dt));
+    assert!(!f.learn(false, 5_000.0, dt), "one bad tick stops it");
+    assert!(!(0..calm - 1).any(|_| f.learn(true, 6_000.0, dt)));
+    assert!(f.learn(true, 6_000.0, dt), "a slow rise is no surge");
+    assert!(!f.learn(true, 3_000_000.0, dt), "a flood starting, not limited yet, stops it at once");
+    let learnt =
+        (0..3000).position(|_| f.learn(true, 3_000_000.0, dt)).expect("a lasting healthy rise is learnt again");
     assert!(learnt > 200, "after seconds, not ticks: {learnt}");
+}
+
+/// The daemon ticks every 500 ms while all is calm: a calm second is two
+/// such ticks, not a hundred.
+#[test]
+fn learning_counts_seconds_whatever_the_tick() {
+    let mut f = Fair::default();
+    assert!(!f.learn(true, 5_000.0, 0.5));
+    assert!(f.learn(true, 5_000.0, 0.5), "a calm second of slow ticks");
+    assert!(!f.learn(true, 100_000.0, 0.5), "a surge at the slow tick");
 }

@@ -377,8 +377,8 @@ mod tests {
     fn auto_classes_show_the_controllers_view() {
         let mut s = snap();
         s.classes[0].auto = Some(AutoStatus {
-            algo: "knee".into(),
-            state: "tracking".into(),
+            algo: "capacity".into(),
+            state: "cruising".into(),
             capacity_pps: 91_000.0,
             target_pps: 90_500.0,
             rate_pps: Some(90_500.0),
@@ -389,14 +389,14 @@ mod tests {
         });
         let t = render_table(&s);
         assert!(t.contains("AUTO CLASS"), "{t}");
-        let line = t.lines().find(|l| l.starts_with("dns ") && l.contains("knee")).expect(&t);
-        for want in ["tracking", "91.0k", "90.5k", "24%"] {
+        let line = t.lines().find(|l| l.starts_with("dns ") && l.contains("capacity")).expect(&t);
+        for want in ["cruising", "91.0k", "90.5k", "24%"] {
             assert!(line.contains(want), "{want} missing in {line}");
         }
         assert!(t.contains("daemon CPU 0.4%"));
         let p = prometheus_text(&s);
         assert!(p.contains(r#"sluice_auto_rate_packets_per_second{class="dns",kind="capacity"} 91000"#), "{p}");
-        assert!(p.contains(r#"sluice_auto_state{class="dns",algo="knee",state="tracking"} 1"#), "{p}");
+        assert!(p.contains(r#"sluice_auto_state{class="dns",algo="capacity",state="cruising"} 1"#), "{p}");
         // A snapshot of an older daemon (no auto fields) still parses.
         let mut v = serde_json::to_value(snap()).unwrap();
         v.as_object_mut().unwrap().remove("daemon_cpu_secs");
@@ -410,14 +410,14 @@ mod tests {
     fn a_class_with_no_socket_to_read_says_so_and_what_its_rate_is() {
         let mut s = snap();
         let auto = |state: &str, sockets, rate_pps| AutoStatus {
-            algo: "knee".into(),
+            algo: "capacity".into(),
             state: state.into(),
             sockets,
             rate_pps,
             lost_secs: 1.5,
             ..Default::default()
         };
-        s.classes[0].auto = Some(auto("tracking", 1, None));
+        s.classes[0].auto = Some(auto("cruising", 1, None));
         assert!(!render_table(&s).contains("NO SIGNAL"), "{}", render_table(&s));
         s.classes[0].auto = Some(auto("holding", 0, Some(12_000.0)));
         let t = render_table(&s);

@@ -1,0 +1,261 @@
+//! The capacity estimate: what a class's service takes, from the one
+//! quantity that says it, the rate the service read (`Signals::delivered`).
+//! Both algorithms keep it (the default one sets its limit from it, the
+//! baseline reports it beside its own target); it is pure arithmetic on the
+//! tick's signals.
+//!
+//! Like BBR's bottleneck bandwidth (Cardwell et al., "BBR: Congestion-Based
+//! Congestion Control", ACM Queue 2016), it is a windowed maximum: what the
+//! service kept up with in a tick, it can keep up with, so every sample is a
+//! lower bound on its capacity and the largest recent one is the estimate. A
+//! sample is what both arrived and was read: the lower of the admitted and
+//! delivered rates, over SAMPLE_TICKS ticks. Not the delivered rate alone: a
+//! tick in which the service emptied its queue read more than arrived, and
+//! faster than it can for long (on a receive path that shares the service's
+//! CPU, fewer arrivals leave it more CPU). The window is WINDOW_TICKS long,
+//! so an estimate nothing confirms is forgotten.
+//!
+//! A maximum only rises by itself; loss brings it down, as BBR v2 bounds its
+//! estimate on loss. Two kinds of loss count:
+//! - a loss run (`Verdict::Overloaded`, what engages the controller):
+//!   LOSS_TICKS ticks in a row each with socket drops and the queue over
+//!   half the buffer at its end (a burst that overflowed and drained is
+//!   not), or with drops before the socket (the gate's interface's backlog);
+//! - while the gate limits, the sockets dropping over LOSS_SHARE of what it
+//!   admitted over LOSS_TICKS, in all of them but one (`Verdict::Losing`):
+//!   the limit is above what the service takes, though no single tick ends
+//!   with a full queue.
+//!
+//! Either way the mean the service read over those ticks (`taken`) says what
+//! it takes now (at most one cut per LOSS_TICKS, each judged on ticks under
+//! the last; loss short of a loss run within LOSS_TICKS of a probe is the
+//! probe's and cuts nothing):
+//! - admitted over OVER_ADMIT times the estimate: the gate let through far
+//!   more than the service ever showed it takes (no limit yet, a flood that
+//!   livelocks the receive path): the estimate stands, the loss is the gate's;
+//! - the last tick read under STALL_SHARE of the estimate, with nothing lost
+//!   before the socket: the service (nearly) stopped reading. A stall (a VM
+//!   pause, a restart, a reader stuck) must not collapse the estimate, so it
+//!   is held for STALL_HOLD_SECS; a stall that lasts longer is the service's
+//!   new state, and the estimate follows it down;
+//! - otherwise the capacity fell (another process took the CPU) or the
+//!   estimate was high: it becomes `taken`, and the window restarts from it.
+use std::collections::VecDeque;
+
+use super::{Signals, LIMITING_MARGIN, OVERLOAD_QUEUE};
+
+/// Ticks (10 s) the windowed maximum remembers a sample: long against a
+/// flood's pauses and the calm between floods, so a class meets the next
+/// wave at the capacity the last one measured (loss, not time, is what
+/// brings a high estimate down); like KNEE_MEMORY_SECS, a capacity nothing
+/// has confirmed for that long is forgotten.
+pub const WINDOW_TICKS: u64 = 1_000;
+/// Ticks one sample spans (20 ms). One tick's count carries noise: the
+/// socket's queue drained into it (a few dozen datagrams), the counters read
+/// a little apart, VM steal; on the bench's veth a single tick read up to 8%
+/// over the service's mean, and the maximum of such samples sits above what
+/// it takes. Two ticks halve that and still see a probe (whose own tick is
+/// judged alone, `capacity::RISE`); the loss cut takes back the rest.
+pub const SAMPLE_TICKS: usize = 2;
+/// Ticks of loss in a row (30 ms) before the estimate moves down: a probe
+/// overflows the socket for a tick, a burst for one or two.
+pub const LOSS_TICKS: u32 = 3;
+/// Share of what the gate admitted that the sockets may drop while it
+/// limits (BBR v2's loss threshold, 2%): a socket buffer of a few dozen
+/// datagrams (4 KiB each on veth with XDP) overflows now and then at any
+/// rate near capacity, as the tick's jitter moves arrivals and reads; more
+/// than this over LOSS_TICKS, with drops in all of them but one, is a limit
+/// above what the service takes. (One tick's burst of drops is the service
+/// descheduled for a few ms, which a lower limit would not have helped.)
+pub const LOSS_SHARE: f64 = 0.02;
+/// Loss while the gate admitted more than this multiple of the estimate is
+/// the gate's doing (above a probe's largest gain, so a probe is not).
+pub const OVER_ADMIT: f64 = 1.5;
+/// A service that read under this share of its estimate in the last tick of
+/// a loss, with nothing lost before its socket, is stalled, not slower (a
+/// capacity that halves reads half; a receive path in livelock loses in the
+/// backlog).
+pub const STALL_SHARE: f64 = 0.25;
+/// How long a stall holds the estimate (s): a VM pause or a restart is over
+/// well within it; a service that stopped for longer is limited to what it
+/// reads now, and its probes find its capacity again when it reads.
+pub const STALL_HOLD_SECS: f64 = 0.5;
+
+/// What the last tick showed about the service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// No loss run: the service takes what it is given.
+    Calm,
+    /// A loss run: it was given more than it takes.
+    Overloaded,
+    /// The gate limits, and the sockets dropped over LOSS_SHARE of what it
+    /// admitted: the limit is over what the service takes.
+    Losing,
+    /// A loss run in which it read almost nothing, held.
+    Stalled,
+}
+
+#[derive(Debug, Clone)]
+pub struct Estimate {
+    /// Packets/s; 0 until the first sample.
+    pub capacity: f64,
+    pub verdict: Verdict,
+    window: MaxWindow,
+    /// The last ticks, newest last.
+    recent: VecDeque<Recent>,
+    /// Ticks in a row that lost packets before the socket.
+    path_ticks: u32,
+    loss_ticks: u32,
+    stall_secs: f64,
+    /// Ticks since the estimate was last cut, and since the last probe.
+    since_cut: u32,
+    since_probe: u32,
+}
+
+/// One tick's rates (packets/s) and length (s).
+#[derive(Debug, Clone, Copy)]
+struct Recent {
+    delivered: f64,
+    admitted: f64,
+    /// Dropped by the service's sockets.
+    dropped: f64,
+    dt: f64,
+}
+
+impl Default for Estimate {
+    fn default() -> Self {
+        Estimate {
+            capacity: 0.0,
+            verdict: Verdict::Calm,
+            window: MaxWindow::default(),
+            recent: VecDeque::with_capacity(LOSS_TICKS as usize),
+            loss_ticks: 0,
+            path_ticks: 0,
+            stall_secs: 0.0,
+            since_cut: u32::MAX,
+            since_probe: u32::MAX,
+        }
+    }
+}
+
+/// Did the tick lose packets the service was given: socket drops with its
+/// queue still over half the buffer, or drops before the socket?
+pub fn lost(s: &Signals) -> bool {
+    let standing = s.queue_end as f64 > OVERLOAD_QUEUE * s.rcvbuf as f64;
+    (s.sock_drops > 0 && standing) || s.backlog_drops > 0 || s.squeeze > 0
+}
+
+impl Estimate {
+    /// Take one tick's signals (the service's sockets were found);
+    /// `probed`: the gate admitted over the estimate in it on purpose.
+    pub fn observe(&mut self, s: &Signals, probed: bool) {
+        if self.recent.len() == (LOSS_TICKS as usize).max(SAMPLE_TICKS) {
+            self.recent.pop_front();
+        }
+        let dropped = s.sock_drops as f64 / s.dt.max(1e-6);
+        self.recent.push_back(Recent { delivered: s.delivered, admitted: s.admitted, dropped, dt: s.dt });
+        self.loss_ticks = if lost(s) { self.loss_ticks.saturating_add(1) } else { 0 };
+        let path = s.backlog_drops > 0 || s.squeeze > 0;
+        self.path_ticks = if path { self.path_ticks.saturating_add(1) } else { 0 };
+        self.since_cut = self.since_cut.saturating_add(1);
+        self.since_probe = if probed { 0 } else { self.since_probe.saturating_add(1) };
+        let n = LOSS_TICKS as usize;
+        let overloaded = self.loss_ticks >= LOSS_TICKS;
+        // While the gate limits, the limit sets the loss: more than
+        // LOSS_SHARE of what it admitted dropped by the socket is too much.
+        let limiting = s.offered > s.admitted * LIMITING_MARGIN + 1.0;
+        let dropping = self.recent.iter().rev().take(n).filter(|r| r.dropped > 0.0).count();
+        let losing =
+            limiting && dropping >= n - 1 && self.mean(n, |r| r.dropped) > LOSS_SHARE * self.mean(n, |r| r.admitted);
+        if !overloaded && !losing {
+            self.verdict = Verdict::Calm;
+            self.stall_secs = 0.0;
+            self.push(self.mean(SAMPLE_TICKS, |r| r.delivered.min(r.admitted)));
+            return;
+        }
+        let taken = self.mean(n, |r| r.delivered);
+        let admitted = self.mean(n, |r| r.admitted);
+        let verdict = if overloaded { Verdict::Overloaded } else { Verdict::Losing };
+        // A probe's loss says the probe went too far, not that the
+        // estimate it started from is high: BBR v2 too bounds its probe, not
+        // its estimate, on loss in a probe.
+        if !overloaded && self.since_probe < LOSS_TICKS {
+            self.verdict = Verdict::Calm;
+            self.push(self.mean(SAMPLE_TICKS, |r| r.delivered.min(r.admitted)));
+        } else if admitted > OVER_ADMIT * self.capacity {
+            // The gate's loss: what was read is still a sample.
+            self.verdict = verdict;
+            self.push(taken);
+        } else if s.delivered < STALL_SHARE * self.capacity && self.path_ticks == 0 && self.stall_secs < STALL_HOLD_SECS
+        {
+            self.verdict = Verdict::Stalled;
+            self.stall_secs += s.dt;
+        } else {
+            self.verdict = verdict;
+            // One cut per LOSS_TICKS: the next is judged on ticks under the new limit.
+            if self.since_cut >= LOSS_TICKS {
+                self.restart(taken.min(self.capacity));
+                self.since_cut = 0;
+            }
+        }
+    }
+
+    /// A probe the service took all of: its tick alone is a clean sample
+    /// (what it read when given more, with nothing left queued), not to be
+    /// averaged with the tick before (`capacity::RISE`).
+    pub fn took(&mut self, rate: f64) {
+        if rate > self.capacity {
+            self.push(rate);
+        }
+    }
+
+    /// Forget the window: the estimate is `rate` from now on.
+    pub fn restart(&mut self, rate: f64) {
+        self.window.clear();
+        self.push(rate);
+    }
+
+    fn push(&mut self, sample: f64) {
+        self.capacity = self.window.push(sample);
+    }
+
+    /// The mean over the last `n` ticks of one field, weighted by their length.
+    fn mean(&self, n: usize, f: impl Fn(&Recent) -> f64) -> f64 {
+        let last = self.recent.iter().rev().take(n);
+        let (sum, secs) = last.fold((0.0, 0.0), |(a, t), r| (a + f(r) * r.dt, t + r.dt));
+        if secs > 0.0 {
+            sum / secs
+        } else {
+            0.0
+        }
+    }
+}
+
+/// The largest of the last WINDOW_TICKS samples, kept as a monotone queue:
+/// each sample leaves behind it only larger, older ones, so a push costs a
+/// few comparisons, not a scan of the window.
+#[derive(Debug, Clone, Default)]
+struct MaxWindow {
+    /// (tick, sample), samples falling from front to back.
+    q: VecDeque<(u64, f64)>,
+    tick: u64,
+}
+
+impl MaxWindow {
+    /// Add the next tick's sample; the window's maximum.
+    fn push(&mut self, sample: f64) -> f64 {
+        self.tick += 1;
+        while self.q.back().is_some_and(|&(_, v)| v <= sample) {
+            self.q.pop_back();
+        }
+        self.q.push_back((self.tick, sample));
+        while self.q.front().is_some_and(|&(t, _)| t + WINDOW_TICKS <= self.tick) {
+            self.q.pop_front();
+        }
+        self.q.front().map_or(0.0, |&(_, v)| v)
+    }
+
+    fn clear(&mut self) {
+        self.q.clear();
+    }
+}
