@@ -1267,7 +1267,9 @@ int sluice_gate(struct xdp_md *ctx)
  * service sends from a port of a class to a client that asked the class
  * something (see SLUICE_ASKED_WINDOW_MS) makes that client known for the
  * class, while the class's fairness says learn (the daemon sets it after a
- * calm second: the class dropped nothing and its service was healthy). The
+ * calm second: the class dropped nothing and its service was healthy). A
+ * client first noted in a window the daemon did not confirm (taint_*_ms in
+ * struct sluice_fair) starts its span again at its next answer. The
  * class is the one of the service's port (its cell), as ingress would
  * classify a packet to that port without source-prefix rules. For TCP only
  * a packet of a completed handshake counts: a SYN-ACK or RST proves nothing
@@ -1315,6 +1317,11 @@ int sluice_learn(struct __sk_buff *skb)
 		return TC_ACT_OK;
 	}
 	if (v) {
+		if (v->first_ms >= f->taint_from_ms && v->first_ms <= f->taint_to_ms) {
+			/* First noted in a window the daemon did not confirm: its span starts now. */
+			v->first_ms = now;
+			v->answers = 0;
+		}
 		v->last_ms = now;
 		if (v->answers != 0xffffffff)
 			v->answers += 1;

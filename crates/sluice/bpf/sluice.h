@@ -118,6 +118,15 @@ struct sluice_fair {
 	__u8 plen6;   /* IPv6 prefix length (64, 48 or 32) */
 	__u8 learn;   /* 1: the egress learner records this class's clients (on or off) */
 	__u8 _pad;
+	/*
+	 * The gate clock's last window in which the learner noted answers the
+	 * daemon never confirmed: learning was on, then the daemon's next tick
+	 * saw a surge or distress (a flood answered in the ms before it was
+	 * seen). A client first noted in it starts its span again at its next
+	 * answer: a pulsing flood is never known. 0, 0: none.
+	 */
+	__u64 taint_from_ms;
+	__u64 taint_to_ms;
 };
 
 /*

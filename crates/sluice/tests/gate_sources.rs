@@ -479,3 +479,42 @@ fn the_source_scan_reads_the_maps_on_its_own_thread_for_the_config_it_follows() 
     let read = (0..3).map(|_| next(2)).find(|f| f.sources_read).expect("read again within two scans");
     assert_eq!(read.entries, 8, "read again after a class counted");
 }
+
+/// Poisoning: a pulsing flood of valid queries is answered in the ms before
+/// the daemon sees each pulse and stops learning, so without more its
+/// address is noted at two pulses seconds apart and becomes known. The
+/// daemon taints the window it did not confirm (struct sluice_fair's
+/// taint_*_ms): a client first noted in it starts its span again at its next
+/// answer. A client first noted before the window keeps its span.
+#[test]
+fn a_client_first_noted_in_an_unconfirmed_window_starts_its_span_again() {
+    let mut g = gate();
+    let cls = g.class("dns");
+    g.gate.set_known_room(cls, 100).unwrap();
+    let learn = |g: &TestGate, taint: (u64, u64)| {
+        let f = sluice_fair { learn: 1, taint_from_ms: taint.0, taint_to_ms: taint.1, ..Default::default() };
+        g.gate.set_fairness(cls, &vec![f; g.gate.ncpus()]).unwrap();
+    };
+    let answered_at = |g: &mut TestGate, client: &str, ms: u64| {
+        g.gate.set_clock(&Clock { epoch: 1, now_ms: ms, known_ttl_ms: 3_600_000 });
+        ask(g, client);
+        assert_eq!(g.gate.test_run(Prog::Learn, &answer(client, None), 1).unwrap().0, 0);
+    };
+    let t0 = Clock::wall_ms();
+    learn(&g, (0, 0));
+    answered_at(&mut g, "198.51.100.1", t0 - 2_000); // a client, while all was calm
+    answered_at(&mut g, "198.51.100.2", t0); // the first pulse, answered before it was seen
+                                             // The daemon's next tick saw the surge: the window from its last
+                                             // learning tick (t0) to now is tainted. Three seconds later it learns again.
+    learn(&g, (t0, t0 + 10));
+    answered_at(&mut g, "198.51.100.1", t0 + 3_000);
+    answered_at(&mut g, "198.51.100.2", t0 + 3_000); // the second pulse
+    let span = |g: &TestGate, last: u8| {
+        let known = g.gate.known().unwrap();
+        let (_, v) = known.iter().find(|(k, _)| k.addr[..4] == [198, 51, 100, last]).expect("noted");
+        (v.last_ms - v.first_ms, v.answers)
+    };
+    assert_eq!(span(&g, 1), (5_000, 2), "the calm client keeps its span");
+    // (Known takes a span of SLUICE_KNOWN_SPAN_MS: see the tests above.)
+    assert_eq!(span(&g, 2), (0, 1), "the pulse starts again: never a second's span, never known");
+}

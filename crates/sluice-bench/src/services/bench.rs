@@ -181,8 +181,10 @@ impl<'a> Bench<'a> {
     pub(super) fn cell(&self, flood: Option<&Flood>, setup: Setup, repeat: u32, show_status: bool) -> Result<Cell> {
         let installed = self.install(setup)?;
         let secs = self.o.secs;
-        if flood.is_some_and(|f| f.calm) {
-            self.dns_clients(flood.is_some_and(|f| f.v6), CALM_SECS)?;
+        match flood {
+            Some(f) if f.pulses > 0 => self.pulses(f)?,
+            Some(f) if f.calm => drop(self.dns_clients(f.v6, CALM_SECS)?),
+            _ => {}
         }
         let gen = match flood {
             Some(f) => {
@@ -213,6 +215,10 @@ impl<'a> Bench<'a> {
         let softirq0 = self.softirq_secs(&installed);
         let (cpu0, t0) = (tree_cpu_secs(self.service.id()), Instant::now());
         let newcomer = (self.o.sources && flood.is_some()).then(|| self.new_client(v6));
+        let admitted0 = match &installed {
+            Installed::Daemon(_, sock) => Some(service_admitted(&self.o.exe, &self.bed.net.b, sock)?),
+            Installed::Pass { .. } => None,
+        };
         let mut cell = match self.svc {
             Service::Dns => self.dns_clients(v6, secs)?,
             Service::Http => self.http_clients(v6)?,
@@ -237,6 +243,9 @@ impl<'a> Bench<'a> {
         }
         if let Installed::Daemon(_, sock) = &installed {
             cell.cpu_taken_max = cpu_taken_max(&self.o.exe, &self.bed.net.b, sock)?;
+            let admitted = service_admitted(&self.o.exe, &self.bed.net.b, sock)?;
+            cell.admitted_pps = admitted0.map(|a0| admitted.saturating_sub(a0) as f64 / secs_run);
+            cell.known = service_known(&self.o.exe, &self.bed.net.b, sock)?;
         }
         if let (Installed::Daemon(_, sock), Service::Http) = (&installed, self.svc) {
             cell.gate_synacks = Some(gate_synacks(&self.o.exe, &self.bed.net.b, sock)? as f64 / secs_run);
@@ -245,11 +254,40 @@ impl<'a> Bench<'a> {
             // The flood goes to another class: every drop of the service's classes is a client's.
             cell.gate_drops = Some(service_drops(&self.o.exe, &self.bed.net.b, sock)?);
         }
+        let state = match &installed {
+            Installed::Daemon(_, sock) => Some(sluice::signals::known::path(&sock.with_extension("state"), IF_B)),
+            Installed::Pass { .. } => None,
+        };
         self.uninstall(installed)?;
+        if let (Some(f), Some(file)) = (flood.filter(|f| f.pulses > 0), state) {
+            // The daemon saved its known clients as it stopped.
+            let src: std::net::IpAddr = if f.v6 { FLOOD_SRC_V6 } else { FLOOD_SRC_V4 }.parse().expect("an address");
+            let known = sluice::signals::known::load(&file).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+            cell.attacker_known = Some(known.iter().any(|k| k.addr == src));
+        }
         cell.flood = flood.map_or("none", |f| f.name).into();
         cell.config = setup;
         cell.repeat = repeat;
         Ok(cell)
+    }
+
+    /// A pulsing flood's pulses (PULSE_ON_SECS each, PULSE_OFF_SECS apart),
+    /// the clients running beside them throughout.
+    fn pulses(&self, f: &Flood) -> Result<()> {
+        let v = stream_value(&self.flood_stream(f), self.bed.net.mac_b, self.bed.net.mac_a)?;
+        let secs = f64::from(f.pulses) * (PULSE_ON_SECS + PULSE_OFF_SECS);
+        std::thread::scope(|s| {
+            let clients = s.spawn(|| self.dns_clients(f.v6, secs));
+            let pulsed = (0..f.pulses).try_for_each(|_| -> Result<()> {
+                self.gen.gen.write().unwrap().set_streams(&[v])?;
+                let rx = self.gen.send_for(Duration::from_secs_f64(PULSE_ON_SECS), crate::gen::DEFAULT_BATCH);
+                rx.recv().context("the generator thread ended")??;
+                std::thread::sleep(Duration::from_secs_f64(PULSE_OFF_SECS));
+                Ok(())
+            });
+            clients.join().map_err(|_| anyhow::anyhow!("the clients panicked"))??;
+            pulsed
+        })
     }
 
     pub(super) fn flood_stream(&self, f: &Flood) -> StreamSpec {
@@ -415,6 +453,19 @@ pub(crate) fn flood_stream(net: &sluice_testkit::testbed::Testbed, svc: Service,
 pub(crate) fn service_drops(exe: &Path, ns: &str, sock: &Path) -> Result<u64> {
     let snap = daemon_status(exe, ns, sock)?;
     Ok(snap.classes.iter().filter(|c| c.name != "default").map(|c| c.totals.dropped_pkts()).sum())
+}
+
+/// Packets the daemon's gate admitted of every class but the default one, since it started.
+fn service_admitted(exe: &Path, ns: &str, sock: &Path) -> Result<u64> {
+    let snap = daemon_status(exe, ns, sock)?;
+    Ok(snap.classes.iter().filter(|c| c.name != "default").map(|c| c.totals.admitted_pkts).sum())
+}
+
+/// Known sources of every class but the default one, as the daemon's last
+/// scan of its maps counted them (None: no scan yet).
+fn service_known(exe: &Path, ns: &str, sock: &Path) -> Result<Option<u64>> {
+    let snap = daemon_status(exe, ns, sock)?;
+    Ok(snap.sources.known)
 }
 
 /// SYNs the daemon's gate answered with a cookie SYN-ACK since it started, all classes.

@@ -127,6 +127,10 @@ pub struct Flood {
     /// to the service's port, from SYN_SRCS sources); 0: the flood's usual
     /// kind (UDP, or SYNs to nginx's port).
     pub tcp_flags: u8,
+    /// Before it floods for good, the flood pulses this many times
+    /// (PULSE_ON_SECS on, PULSE_OFF_SECS off) while the clients run: an
+    /// attacker trying to be learnt as a known client (0: no pulses).
+    pub pulses: u8,
 }
 
 impl Flood {
@@ -141,7 +145,7 @@ impl Flood {
 }
 
 const fn flood(name: &'static str, v6: bool, own_port: bool, srcs: u32, calm: bool) -> Flood {
-    Flood { name, v6, own_port, srcs, calm, tcp_flags: 0 }
+    Flood { name, v6, own_port, srcs, calm, tcp_flags: 0, pulses: 0 }
 }
 
 /// The `http` scenario's ACK and RST floods (by name only, not in the
@@ -150,8 +154,8 @@ const fn flood(name: &'static str, v6: bool, own_port: bool, srcs: u32, calm: bo
 /// itself while the class's SYN guard answers (engaged by the kernel's
 /// drops of them, TCP_FLAGS and TCP_RESET).
 pub const TCP_FLOODS: [Flood; 2] = [
-    Flood { name: "ack-v4", v6: false, own_port: true, srcs: 65_536, calm: false, tcp_flags: 0x10 },
-    Flood { name: "rst-v4", v6: false, own_port: true, srcs: 65_536, calm: false, tcp_flags: 0x04 },
+    Flood { name: "ack-v4", v6: false, own_port: true, srcs: 65_536, calm: false, tcp_flags: 0x10, pulses: 0 },
+    Flood { name: "rst-v4", v6: false, own_port: true, srcs: 65_536, calm: false, tcp_flags: 0x04, pulses: 0 },
 ];
 
 /// Every flood a scenario can name.
@@ -168,15 +172,23 @@ pub const FLOODS: [Flood; 4] = [
 ];
 
 /// The `sources` scenario's floods: junk DNS to NSD's port from 1, 16 and
-/// 65,536 sources after a calm period, and from 65,536 starting first.
-pub const SOURCE_FLOODS: [Flood; 6] = [
+/// 65,536 sources after a calm period, from 65,536 starting first, and from
+/// one source that pulses three times beside the clients before it floods.
+pub const SOURCE_FLOODS: [Flood; 7] = [
     flood("src1-v4", false, true, 1, true),
     flood("src16-v4", false, true, 16, true),
     flood("src64k-v4", false, true, 65_536, true),
     flood("src16-v6", true, true, 16, true),
     flood("src64k-v6", true, true, 65_536, true),
     flood("first64k-v4", false, true, 65_536, false),
+    Flood { pulses: 3, ..flood("pulse1-v4", false, true, 1, true) },
 ];
+
+/// A pulse of a pulsing flood, and the pause after it (seconds): each pulse
+/// is answered for the few ms before the daemon sees it, the pause is as
+/// long as the calm the learner waits for (fair.rs, LEARN_CALM_SECS).
+pub const PULSE_ON_SECS: f64 = 2.0;
+pub const PULSE_OFF_SECS: f64 = 1.0;
 
 /// Sources of a SYN flood, drawn at random per frame (issue 22: 65,536
 /// spoofed sources), each with 30,000 source ports: distinct connections.
@@ -372,6 +384,19 @@ pub struct Cell {
     /// or never measured).
     #[serde(default)]
     pub cpu_taken_max: Option<f64>,
+    /// Packets/s the gate admitted for the service's classes over the
+    /// clients' run (None: no daemon): beside NSD's capacity, whether a
+    /// flooded class admits what its service takes.
+    #[serde(default)]
+    pub admitted_pps: Option<f64>,
+    /// Known sources of the service's classes at the cell's end, from the
+    /// daemon's last scan (None: no daemon, or no scan yet).
+    #[serde(default)]
+    pub known: Option<u64>,
+    /// A pulsing flood: its source is in the daemon's known-clients file
+    /// after the cell (None: not a pulsing flood, or no daemon).
+    #[serde(default)]
+    pub attacker_known: Option<bool>,
 }
 
 /// What a run's results.json holds besides its cells.

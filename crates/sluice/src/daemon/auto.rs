@@ -301,6 +301,11 @@ impl AutoLoop {
         self.classes.iter().map(|c| (c.id, c.spec.min_share() * c.ctl.capacity()))
     }
 
+    /// Class `id`'s capacity estimate, if it is an auto class with one.
+    pub fn capacity_of(&self, id: usize) -> Option<f64> {
+        self.classes.iter().find(|c| c.id == id).map(|c| c.ctl.capacity()).filter(|&c| c > 0.0)
+    }
+
     /// Each auto class's controller as status shows it, by class id.
     pub fn status(&self) -> Vec<(usize, AutoStatus)> {
         self.classes

@@ -35,6 +35,17 @@ use crate::surface::log::{Cause, Change};
 /// that starts is limited from the next tick, 10 ms later).
 const AUTO_IDLE: f64 = 2.0;
 
+/// An auto class offered over this many times its capacity estimate is
+/// flooded itself: it is limited even while lower classes get traffic (see
+/// `pass` in `Ticker::tick`; at 20 times its capacity, passing it whole
+/// every other tick delivered 0 in those ticks).
+const OWN_FLOOD: f64 = 1.5;
+
+/// An auto class whose gate drops while it admits under this share of its
+/// service's capacity estimate drops with room (`dropped_with_room`): its
+/// controller admits the estimate, a drain tick 5% under it.
+const HAD_ROOM: f64 = 0.9;
+
 /// One class as the tick keeps it.
 struct TickClass {
     priority: u8,
@@ -69,6 +80,11 @@ struct TickClass {
     /// default one, whose "answers" are the host's own outbound traffic
     /// (a resolver's upstream queries, a proxy's connections), not clients.
     learns: bool,
+    /// The gate clock of the last tick that let the learner learn (its
+    /// answers since are confirmed by the next tick, or not), and the last
+    /// window the next tick did not confirm (`Tiers::taint`).
+    learned_at: Option<u64>,
+    taint: (u64, u64),
 }
 
 /// A class's source fairness as the tick last wrote it.
@@ -139,8 +155,9 @@ pub struct Ticker {
     pub syn: SynGuards,
     /// Whether the services' signals could be read lately.
     pub signals: SignalWatch,
-    /// Ticks run (the gate's epoch).
+    /// Ticks run (the gate's epoch), and the gate clock this tick wrote.
     epoch: u32,
+    now_ms: u64,
     /// The classes (by id) whose limit the last tick changed, and why (for the log).
     pub changes: Vec<(usize, Change)>,
     /// The tracer's receive work per CPU (None: no tracer, so no backlog
@@ -185,6 +202,8 @@ impl Ticker {
                 tiers: None,
                 decided: None,
                 learns: id != cfg.default_class,
+                learned_at: None,
+                taint: (0, 0),
             })
             .collect();
         let health = Some(HealthReader::new(cfg, ns)?);
@@ -197,6 +216,7 @@ impl Ticker {
             syn: SynGuards::new(cfg),
             signals: SignalWatch::default(),
             epoch: 0,
+            now_ms: 0,
             changes: vec![],
             rx: None,
             rx_cpu: RxCpu::default(),
@@ -217,6 +237,7 @@ impl Ticker {
             syn: SynGuards::default(),
             signals: SignalWatch::default(),
             epoch: 0,
+            now_ms: 0,
             changes: vec![],
             rx: None,
             rx_cpu: RxCpu::default(),
@@ -289,7 +310,8 @@ impl Ticker {
     pub fn tick(&mut self, gate: &mut Gate, log: impl Fn(&dyn Display)) -> Result<()> {
         self.epoch = self.epoch.wrapping_add(1);
         self.changes.clear();
-        gate.set_clock(&Clock { epoch: self.epoch, now_ms: Clock::wall_ms(), known_ttl_ms: KNOWN_TTL_SECS * 1000 });
+        self.now_ms = Clock::wall_ms();
+        gate.set_clock(&Clock { epoch: self.epoch, now_ms: self.now_ms, known_ttl_ms: KNOWN_TTL_SECS * 1000 });
         let throttles = match self.control(gate) {
             Ok(t) => {
                 if let Some(n) = self.signals.ok() {
@@ -328,7 +350,11 @@ impl Ticker {
             // Nor is one below what arrives while classes of lower priority
             // still get more than the budget's floor: a service starved by
             // their traffic has them throttled first, not its own clients.
-            let lower_busy = admitted.iter().any(|&(p, a)| p > c.priority && a > FLOOR_PPS);
+            // (Not a class flooded itself: offered over OWN_FLOOD times what
+            // its service takes, passing it all would livelock it.)
+            let own_flood =
+                self.auto.as_ref().and_then(|a| a.capacity_of(id)).is_some_and(|cap| c.offered > OWN_FLOOD * cap);
+            let lower_busy = !own_flood && admitted.iter().any(|&(p, a)| p > c.priority && a > FLOOR_PPS);
             let pass = |r: &Option<f64>| r.is_some_and(|r| r > AUTO_IDLE * c.offered || (lower_busy && r < c.offered));
             let by_auto = auto.iter().find(|(i, _, _)| *i == id);
             let own = by_auto.map_or(c.limit, |(_, r, depth)| rate_limit(r.filter(|_| !pass(r)), *depth));
@@ -343,7 +369,7 @@ impl Ticker {
             if let Some(from) = c.decided.replace(limit).filter(|&l| l != limit) {
                 self.changes.push((id, Change { from, to: limit, cause }));
             }
-            let tiers = c.tiers(limit, gate.sources_capacity());
+            let tiers = c.tiers(limit, gate.sources_capacity(), self.now_ms);
             // An unlimited or blocked class needs writing only when its tiers
             // (its limit, its learning) change.
             let fixed = matches!(limit, Limit::Unlimited | Limit::Blocked | Limit::Auto(_));
@@ -406,7 +432,11 @@ impl Ticker {
             // but sluice's own (no static rate, no budget throttle for a higher class).
             let own_limit_only = matches!(c.limit, Limit::Auto(_) | Limit::Unlimited)
                 && self.budget.limits.get(id).copied().flatten().is_none();
-            let room = now.1.classes.get(id).is_some_and(|h| h.udp.sockets > 0) && !c.distress;
+            // An auto class's controller admits what its service takes: its
+            // drops are sluice's doing only while it admits well under that.
+            let estimate = self.auto.as_ref().and_then(|a| a.capacity_of(id));
+            let under = estimate.is_none_or(|cap| c.admitted < HAD_ROOM * cap);
+            let room = now.1.classes.get(id).is_some_and(|h| h.udp.sockets > 0) && !c.distress && under;
             if let (Some(o), true) = (c.totals, room && own_limit_only) {
                 c.dropped_with_room += t.dropped_pkts().saturating_sub(o.dropped_pkts());
             }
@@ -519,12 +549,21 @@ impl TickClass {
     /// and unknown sources; any class but the default one lets the learner
     /// record its clients once it has been healthy (nothing dropped, no
     /// distress) for a while.
-    fn tiers(&mut self, limit: Limit, capacity: u32) -> Tiers {
+    fn tiers(&mut self, limit: Limit, capacity: u32, now_ms: u64) -> Tiers {
         let healthy = !self.distress && self.admitted >= self.offered;
         let learn = self.fair.learn(healthy, self.offered, self.dt) && self.learns;
+        // The learner noted answers since the last learning tick with the
+        // gate clock that tick wrote: this tick confirms them, or taints
+        // them (a surge or distress seen now may have been answered then).
+        if learn {
+            self.learned_at = Some(now_ms);
+        } else if let Some(at) = self.learned_at.take() {
+            self.taint = (at, now_ms);
+        }
+        let taint = self.taint;
         let Limit::Rate { pps, burst } = limit else {
             self.fair.idle();
-            return Tiers { limit, fair: None, learn, under: false };
+            return Tiers { limit, fair: None, learn, taint, under: false };
         };
         let dt = crate::policy::controller::TICK.as_secs_f64();
         let t = FairTick { rate: pps as f64, dt, counts: self.counts, distress: self.behind, capacity };
@@ -541,6 +580,7 @@ impl TickClass {
                 plens: (out.plen4, out.plen6),
             }),
             learn,
+            taint,
             under: self.offered < pps as f64,
         }
     }

@@ -92,6 +92,9 @@ pub struct Tiers {
     pub fair: Option<FairTier>,
     /// The egress learner records the class's clients.
     pub learn: bool,
+    /// The gate clock's last window of answers the daemon did not confirm
+    /// (`struct sluice_fair`'s taint_*_ms; 0, 0: none).
+    pub taint: (u64, u64),
     /// The class arrived under its limit in the last tick: every CPU's
     /// bucket gets the whole rate (`share::shares_for`).
     pub under: bool,
@@ -100,7 +103,7 @@ pub struct Tiers {
 impl Tiers {
     /// One bucket for the whole class, no fairness, no learning.
     pub fn plain(limit: Limit) -> Tiers {
-        Tiers { limit, fair: None, learn: false, under: false }
+        Tiers { limit, fair: None, learn: false, taint: (0, 0), under: false }
     }
 }
 
@@ -418,7 +421,15 @@ impl Gate {
             self.set_shares(class, &shares)?;
         }
         let fair: Vec<sluice_fair> = match &tiers.fair {
-            None => vec![sluice_fair { learn: tiers.learn as u8, ..Default::default() }; self.ncpus],
+            None => {
+                let f = sluice_fair {
+                    learn: tiers.learn as u8,
+                    taint_from_ms: tiers.taint.0,
+                    taint_to_ms: tiers.taint.1,
+                    ..Default::default()
+                };
+                vec![f; self.ncpus]
+            }
             Some(f) => shares_for(&f.unknown, &arrivals, tiers.under)
                 .into_iter()
                 .map(|unknown| sluice_fair {
@@ -429,6 +440,8 @@ impl Gate {
                     plen4: f.plens.0,
                     plen6: f.plens.1,
                     learn: tiers.learn as u8,
+                    taint_from_ms: tiers.taint.0,
+                    taint_to_ms: tiers.taint.1,
                     ..Default::default()
                 })
                 .collect(),

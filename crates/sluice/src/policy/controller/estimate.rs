@@ -68,6 +68,22 @@ pub const LOSS_TICKS: u32 = 3;
 /// above what the service takes. (One tick's burst of drops is the service
 /// descheduled for a few ms, which a lower limit would not have helped.)
 pub const LOSS_SHARE: f64 = 0.02;
+/// A cut for loss short of a loss run (`Verdict::Losing`) takes the
+/// estimate down by at most this share: on a receive path sharing the
+/// service's CPU (the bench's same-core model) the daemon's own ticks run
+/// late and a tick's counts jitter by tens of percent, and the mean of three
+/// such ticks cut the estimate far under what the service took (to 40k/s
+/// against a static rate's 66k/s); persistent loss keeps cutting, a tick of
+/// noise costs a tenth. Admitting a little too much costs the service only
+/// the stack's work on what its socket then drops; admitting too little
+/// leaves it idle.
+pub const LOSING_STEP: f64 = 0.1;
+/// Ticks after a cut for loss when it is judged (`Estimate::judge_cut`):
+/// a tick to drain, then LOSS_TICKS under the lower limit.
+pub const JUDGE_TICKS: u32 = LOSS_TICKS + 2;
+/// Per tick, the path's baseline loss fades by this factor (half in about
+/// 7 s): a loss the path no longer shows is forgotten within the window.
+pub const BASE_LOSS_DECAY: f64 = 0.999;
 /// Loss while the gate admitted more than this multiple of the estimate is
 /// the gate's doing (above a probe's largest gain, so a probe is not).
 pub const OVER_ADMIT: f64 = 1.5;
@@ -110,6 +126,19 @@ pub struct Estimate {
     /// Ticks since the estimate was last cut, and since the last probe.
     since_cut: u32,
     since_probe: u32,
+    /// The last cut for loss, until it is judged (`judge_cut`).
+    cut: Option<Cut>,
+    /// The share of what is admitted the path loses whatever the rate.
+    base_loss: f64,
+}
+
+/// A cut for loss: the estimate before it, the loss share that made it, and
+/// ticks since.
+#[derive(Debug, Clone, Copy)]
+struct Cut {
+    from: f64,
+    loss: f64,
+    ticks: u32,
 }
 
 /// One tick's rates (packets/s) and length (s).
@@ -134,6 +163,8 @@ impl Default for Estimate {
             stall_secs: 0.0,
             since_cut: u32::MAX,
             since_probe: u32::MAX,
+            cut: None,
+            base_loss: 0.0,
         }
     }
 }
@@ -159,14 +190,17 @@ impl Estimate {
         self.path_ticks = if path { self.path_ticks.saturating_add(1) } else { 0 };
         self.since_cut = self.since_cut.saturating_add(1);
         self.since_probe = if probed { 0 } else { self.since_probe.saturating_add(1) };
+        self.base_loss *= BASE_LOSS_DECAY;
         let n = LOSS_TICKS as usize;
         let overloaded = self.loss_ticks >= LOSS_TICKS;
+        let share = self.loss_share();
+        self.judge_cut(share);
         // While the gate limits, the limit sets the loss: more than
-        // LOSS_SHARE of what it admitted dropped by the socket is too much.
+        // LOSS_SHARE of what it admitted dropped by the socket, over what
+        // the path loses at any rate (`base_loss`), is too much.
         let limiting = s.offered > s.admitted * LIMITING_MARGIN + 1.0;
         let dropping = self.recent.iter().rev().take(n).filter(|r| r.dropped > 0.0).count();
-        let losing =
-            limiting && dropping >= n - 1 && self.mean(n, |r| r.dropped) > LOSS_SHARE * self.mean(n, |r| r.admitted);
+        let losing = limiting && dropping >= n - 1 && share > self.base_loss + LOSS_SHARE;
         if !overloaded && !losing {
             self.verdict = Verdict::Calm;
             self.stall_secs = 0.0;
@@ -192,11 +226,55 @@ impl Estimate {
             self.stall_secs += s.dt;
         } else {
             self.verdict = verdict;
-            // One cut per LOSS_TICKS: the next is judged on ticks under the new limit.
-            if self.since_cut >= LOSS_TICKS {
-                self.restart(taken.min(self.capacity));
+            // One cut for loss per LOSS_TICKS: the next is judged on ticks
+            // under the new limit. A loss run cuts at once.
+            if overloaded || self.since_cut >= LOSS_TICKS {
+                // A loss run (full queues) is the service's state: follow it
+                // at once. Loss short of one may be the measurement's jitter
+                // as much as the limit: a step of at most LOSING_STEP, and
+                // judged (`judge_cut`).
+                let floor = if overloaded { 0.0 } else { (1.0 - LOSING_STEP) * self.capacity };
+                // (A loss run's cut is the rate's doing: nothing to judge,
+                // and one pending is settled by it.)
+                self.cut = (!overloaded).then_some(Cut { from: self.capacity, loss: share, ticks: 0 });
+                self.restart(taken.max(floor).min(self.capacity));
                 self.since_cut = 0;
             }
+        }
+    }
+
+    /// The share of what the gate admitted over the last LOSS_TICKS that the
+    /// sockets dropped.
+    fn loss_share(&self) -> f64 {
+        let n = LOSS_TICKS as usize;
+        let admitted = self.mean(n, |r| r.admitted);
+        if admitted > 0.0 {
+            self.mean(n, |r| r.dropped) / admitted
+        } else {
+            0.0
+        }
+    }
+
+    /// Did the last cut for loss (`Verdict::Losing`) lower the loss? Judged
+    /// JUDGE_TICKS after it, on the ticks under the lower limit. If the loss
+    /// did not fall to half of what it was, it was not the limit's: the path
+    /// loses that much at any rate (a receive path sharing the service's
+    /// CPU drops bursts into a socket of a few dozen datagrams whatever the
+    /// rate); the estimate goes back, and loss counts only above that
+    /// baseline from then on (`base_loss`, fading over seconds). Without
+    /// this, each cut took the estimate to what was read, the loss took a
+    /// tenth of that again, and the limit walked down to a fraction of what
+    /// the service takes.
+    fn judge_cut(&mut self, share: f64) {
+        let Some(c) = &mut self.cut else { return };
+        c.ticks += 1;
+        if c.ticks < JUDGE_TICKS {
+            return;
+        }
+        let c = self.cut.take().expect("checked above");
+        if share >= c.loss / 2.0 {
+            self.base_loss = self.base_loss.max(share);
+            self.restart(c.from);
         }
     }
 

@@ -37,7 +37,9 @@ use serde::Serialize;
 
 pub use capacity::{CYCLE, DRAIN_GAIN, PROBE_STEP, PROBE_STEP_MAX, PROBE_STEP_MIN};
 use estimate::{lost, Estimate};
-pub use estimate::{Verdict, LOSS_SHARE, LOSS_TICKS, SAMPLE_TICKS, STALL_HOLD_SECS, STALL_SHARE, WINDOW_TICKS};
+pub use estimate::{
+    Verdict, LOSING_STEP, LOSS_SHARE, LOSS_TICKS, SAMPLE_TICKS, STALL_HOLD_SECS, STALL_SHARE, WINDOW_TICKS,
+};
 
 /// Ticks per second: Macpherson's rate selection ("Performing Under Overload") ran at 100 Hz.
 pub const TICK_HZ: f64 = 100.0;

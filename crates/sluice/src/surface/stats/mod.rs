@@ -54,9 +54,10 @@ pub struct ClassSnapshot {
     #[serde(default)]
     pub distress_secs: Option<f64>,
     /// Packets the gate dropped in ticks where the class's service had room
-    /// (its UDP sockets showed no distress) and nothing but its own limit
-    /// applied (no static rate, no budget throttle): loss sluice inflicted
-    /// on a healthy service. None: the class has no UDP socket the daemon reads.
+    /// (its UDP sockets showed no distress, and an auto class admitted under
+    /// 90% of its capacity estimate) and nothing but its own limit applied
+    /// (no static rate, no budget throttle): loss sluice inflicted on a
+    /// healthy service. None: the class has no UDP socket the daemon reads.
     #[serde(default)]
     pub dropped_with_room_pkts: Option<u64>,
     /// SYN cookies at the driver, for a class with TCP ports or
