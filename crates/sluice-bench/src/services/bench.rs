@@ -126,7 +126,8 @@ impl<'a> Bench<'a> {
                 let cell = match *item {
                     Item::Calm(load, neighbour, setup) => self.calm_cell(load, neighbour, setup, repeat)?,
                     Item::Flood(flood, setup) => {
-                        let show = !shown_status && setup == Setup::Zero;
+                        // The status of the first flooded zero-config cell (what a user would look at).
+                        let show = !shown_status && setup == Setup::Zero && flood.is_some();
                         shown_status |= show;
                         self.cell(flood, setup, repeat, show)?
                     }

@@ -422,7 +422,8 @@ impl Ticker {
             let rate = |f: fn(&ClassTotals) -> u64| c.totals.map_or(0.0, |o| f(&t).saturating_sub(f(&o)) as f64 / dt);
             c.offered = rate(|t| t.seen_pkts);
             c.admitted = rate(|t| t.admitted_pkts);
-            c.dt = dt;
+            // (The first tick has no rates: no time for the learner's calm.)
+            c.dt = if c.totals.is_some() { dt } else { 0.0 };
             let queues = self.last.as_ref().and_then(|(_, prev)| distress(prev, &now.1, id));
             let why = queues.or_else(|| self.rx_cpu.distress(id));
             c.distress = why.is_some();

@@ -81,6 +81,10 @@ pub const LOSING_STEP: f64 = 0.1;
 /// Ticks after a cut for loss when it is judged (`Estimate::judge_cut`):
 /// a tick to drain, then LOSS_TICKS under the lower limit.
 pub const JUDGE_TICKS: u32 = LOSS_TICKS + 2;
+/// A cut for loss helped if the loss fell under this share of what it was
+/// (a cut of a tenth from a tenth over the capacity leaves some loss while
+/// the queue drains; a path that loses bursts at any rate loses as much).
+pub const JUDGED_HELPED: f64 = 0.8;
 /// Per tick, the path's baseline loss fades by this factor (half in about
 /// 7 s): a loss the path no longer shows is forgotten within the window.
 pub const BASE_LOSS_DECAY: f64 = 0.999;
@@ -138,6 +142,8 @@ pub struct Estimate {
 struct Cut {
     from: f64,
     loss: f64,
+    /// What the service read over the ticks that made it.
+    taken: f64,
     ticks: u32,
 }
 
@@ -236,7 +242,7 @@ impl Estimate {
                 let floor = if overloaded { 0.0 } else { (1.0 - LOSING_STEP) * self.capacity };
                 // (A loss run's cut is the rate's doing: nothing to judge,
                 // and one pending is settled by it.)
-                self.cut = (!overloaded).then_some(Cut { from: self.capacity, loss: share, ticks: 0 });
+                self.cut = (!overloaded).then_some(Cut { from: self.capacity, loss: share, taken, ticks: 0 });
                 self.restart(taken.max(floor).min(self.capacity));
                 self.since_cut = 0;
             }
@@ -255,16 +261,18 @@ impl Estimate {
         }
     }
 
-    /// Did the last cut for loss (`Verdict::Losing`) lower the loss? Judged
-    /// JUDGE_TICKS after it, on the ticks under the lower limit. If the loss
-    /// did not fall to half of what it was, it was not the limit's: the path
-    /// loses that much at any rate (a receive path sharing the service's
-    /// CPU drops bursts into a socket of a few dozen datagrams whatever the
-    /// rate); the estimate goes back, and loss counts only above that
-    /// baseline from then on (`base_loss`, fading over seconds). Without
-    /// this, each cut took the estimate to what was read, the loss took a
-    /// tenth of that again, and the limit walked down to a fraction of what
-    /// the service takes.
+    /// Did the last cut for loss (`Verdict::Losing`) help? Judged
+    /// JUDGE_TICKS after it, on the ticks under the lower limit. It helped if
+    /// the loss fell under JUDGED_HELPED of what it was, or the service read
+    /// as much as before (within LOSS_SHARE): what the cut refused was
+    /// excess, whose stack work only took the service's CPU. Otherwise the
+    /// service read less and lost as much: the loss was not the limit's (a
+    /// receive path sharing the service's CPU drops bursts into a socket of a
+    /// few dozen datagrams at any rate): the estimate goes back, and loss
+    /// counts only above that baseline from then on (`base_loss`, fading over
+    /// seconds). Without this, on such a path each cut took the estimate to
+    /// what was read, the loss took a tenth of that again, and the limit
+    /// walked down to a fraction of what the service takes.
     fn judge_cut(&mut self, share: f64) {
         let Some(c) = &mut self.cut else { return };
         c.ticks += 1;
@@ -272,7 +280,9 @@ impl Estimate {
             return;
         }
         let c = self.cut.take().expect("checked above");
-        if share >= c.loss / 2.0 {
+        let taken = self.mean(LOSS_TICKS as usize, |r| r.delivered);
+        let helped = share < JUDGED_HELPED * c.loss || taken >= (1.0 - LOSS_SHARE) * c.taken;
+        if !helped {
             self.base_loss = self.base_loss.max(share);
             self.restart(c.from);
         }

@@ -204,7 +204,11 @@ impl Fair {
         };
         if healthy {
             self.usual_pps = usual + (1.0 - (-dt / secs).exp()) * (offered - usual);
-            self.healthy_secs += dt;
+            // Warming ends after a second of traffic, not of an idle class:
+            // a service's first load, whenever it comes, is its usual.
+            if offered > 0.0 {
+                self.healthy_secs += dt;
+            }
         }
         self.calm_secs = if healthy && !surge { self.calm_secs + dt } else { 0.0 };
         self.calm_secs >= LEARN_CALM_SECS - 1e-9

@@ -186,11 +186,19 @@ fn learning_needs_a_calm_second_and_stops_at_a_surge() {
 }
 
 /// The daemon ticks every 500 ms while all is calm: a calm second is two
-/// such ticks, not a hundred.
+/// such ticks, not a hundred. And a class idle for seconds before its first
+/// client is still warming up when the client comes: its load is its usual,
+/// not a surge (before, a client that came 2 s after the daemon started was
+/// learnt only 3-4 s later, after a flood had begun).
 #[test]
 fn learning_counts_seconds_whatever_the_tick() {
     let mut f = Fair::default();
     assert!(!f.learn(true, 5_000.0, 0.5));
     assert!(f.learn(true, 5_000.0, 0.5), "a calm second of slow ticks");
     assert!(!f.learn(true, 100_000.0, 0.5), "a surge at the slow tick");
+    let mut idle = Fair::default();
+    for _ in 0..4 {
+        idle.learn(true, 0.0, 0.5);
+    }
+    assert!(idle.learn(true, 5_000.0, 0.5), "the first load after 2 s idle is no surge");
 }
