@@ -19,7 +19,7 @@
 //! With nothing refused (demand fits), `T` is the estimate: the class is
 //! either unlimited (not engaged) or let go after RELEASE_TICKS.
 use super::estimate::{Verdict, LOSS_SHARE};
-use super::{Controller, CtlState, Signals, LIMITING_MARGIN, OVERLOAD_QUEUE, QUEUE_LOW};
+use super::{Controller, CtlState, Signals, OVERLOAD_QUEUE, QUEUE_LOW};
 
 /// Ticks in one probe cycle (40 ms): a capacity that rose is found within
 /// 40 ms even while the service is not saturated (BBR cycles through eight
@@ -50,7 +50,7 @@ pub const DRAIN_GAIN: f64 = 0.95;
 impl Controller {
     pub(super) fn capacity_target(&mut self, s: &Signals) -> f64 {
         let probed = self.gain > 1.0;
-        let queued = s.queue_end as f64 > QUEUE_LOW * s.rcvbuf as f64;
+        let queued = s.queue_over(QUEUE_LOW);
         // What the probe's tick read of what arrived in it: a clean sample
         // of its own (`Estimate::took`), not to be averaged with the tick
         // before. Read whole (nothing dropped, no queue left): the capacity
@@ -68,8 +68,7 @@ impl Controller {
             self.step = step.clamp(PROBE_STEP_MIN, PROBE_STEP_MAX);
         }
         let cap = self.est.capacity;
-        let limiting = s.offered > s.admitted * LIMITING_MARGIN + 1.0;
-        let standing = s.queue_end as f64 > OVERLOAD_QUEUE * s.rcvbuf as f64;
+        let (limiting, standing) = (s.limiting(), s.queue_over(OVERLOAD_QUEUE));
         let (probe, drain) = (1.0 + self.step, DRAIN_GAIN);
         // After a probe, a drain as far under the estimate as it went over.
         // (No deeper than DRAIN_GAIN: what a probe leaves queued is at most
@@ -108,7 +107,6 @@ impl Controller {
                 }
             }
         };
-        self.probe_base = cap;
         cap * self.gain
     }
 }

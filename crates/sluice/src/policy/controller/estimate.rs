@@ -42,7 +42,7 @@
 //!   estimate was high: it becomes `taken`, and the window restarts from it.
 use std::collections::VecDeque;
 
-use super::{Signals, LIMITING_MARGIN, OVERLOAD_QUEUE};
+use super::{Signals, OVERLOAD_QUEUE};
 
 /// Ticks (10 s) the windowed maximum remembers a sample: long against a
 /// flood's pauses and the calm between floods, so a class meets the next
@@ -55,7 +55,7 @@ pub const WINDOW_TICKS: u64 = 1_000;
 /// a little apart, VM steal; on the bench's veth a single tick read up to 8%
 /// over the service's mean, and the maximum of such samples sits above what
 /// it takes. Two ticks halve that and still see a probe (whose own tick is
-/// judged alone, `capacity::RISE`); the loss cut takes back the rest.
+/// judged alone, `Estimate::took`); the loss cut takes back the rest.
 pub const SAMPLE_TICKS: usize = 2;
 /// Ticks of loss in a row (30 ms) before the estimate moves down: a probe
 /// overflows the socket for a tick, a burst for one or two.
@@ -178,8 +178,7 @@ impl Default for Estimate {
 /// Did the tick lose packets the service was given: socket drops with its
 /// queue still over half the buffer, or drops before the socket?
 pub fn lost(s: &Signals) -> bool {
-    let standing = s.queue_end as f64 > OVERLOAD_QUEUE * s.rcvbuf as f64;
-    (s.sock_drops > 0 && standing) || s.backlog_drops > 0 || s.squeeze > 0
+    (s.sock_drops > 0 && s.queue_over(OVERLOAD_QUEUE)) || s.backlog_drops > 0 || s.squeeze > 0
 }
 
 impl Estimate {
@@ -204,9 +203,8 @@ impl Estimate {
         // While the gate limits, the limit sets the loss: more than
         // LOSS_SHARE of what it admitted dropped by the socket, over what
         // the path loses at any rate (`base_loss`), is too much.
-        let limiting = s.offered > s.admitted * LIMITING_MARGIN + 1.0;
         let dropping = self.recent.iter().rev().take(n).filter(|r| r.dropped > 0.0).count();
-        let losing = limiting && dropping >= n - 1 && share > self.base_loss + LOSS_SHARE;
+        let losing = s.limiting() && dropping >= n - 1 && share > self.base_loss + LOSS_SHARE;
         if !overloaded && !losing {
             self.verdict = Verdict::Calm;
             self.stall_secs = 0.0;
@@ -290,7 +288,7 @@ impl Estimate {
 
     /// A probe the service took all of: its tick alone is a clean sample
     /// (what it read when given more, with nothing left queued), not to be
-    /// averaged with the tick before (`capacity::RISE`).
+    /// averaged with the tick before (`capacity.rs`, `rose`).
     pub fn took(&mut self, rate: f64) {
         if rate > self.capacity {
             self.push(rate);

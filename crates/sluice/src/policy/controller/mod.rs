@@ -162,6 +162,19 @@ pub struct Signals {
     pub squeeze: u64,
 }
 
+impl Signals {
+    /// The gate refused part of what was offered (more than LIMITING_MARGIN
+    /// over what it admitted, plus a packet so an idle class is not limiting).
+    pub fn limiting(&self) -> bool {
+        self.offered > self.admitted * LIMITING_MARGIN + 1.0
+    }
+
+    /// The sockets' queue at the tick's end is over `share` of their buffer.
+    pub fn queue_over(&self, share: f64) -> bool {
+        self.queue_end as f64 > share * self.rcvbuf as f64
+    }
+}
+
 /// Tunables of a controller (defaults from [`Tuning::default`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Tuning {
@@ -195,10 +208,9 @@ pub struct Controller {
     /// The service showed distress and the gate has not yet been quiet for
     /// RELEASE_TICKS: the class is limited to `target` (else unlimited).
     pub engaged: bool,
-    /// Capacity: the gain `target` was set with, the estimate it multiplied
-    /// and the position in the probe cycle.
+    /// Capacity: the gain `target` was set with and the position in the
+    /// probe cycle.
     gain: f64,
-    probe_base: f64,
     phase: u8,
     /// Capacity: how far the next probe goes over the estimate (a share).
     step: f64,
@@ -223,7 +235,6 @@ impl Controller {
             lost_secs: 0.0,
             engaged: false,
             gain: 1.0,
-            probe_base: 0.0,
             phase: CYCLE - 1,
             step: PROBE_STEP,
             dir: -1.0,
@@ -294,8 +305,7 @@ impl Controller {
         }
         self.lost_secs = 0.0;
         self.est.observe(s, self.algo == Algo::Capacity && self.gain > 1.0);
-        let low = s.rcvbuf as f64 * QUEUE_LOW;
-        let knee = lost(s) || (s.queue_start as f64 > low && s.queue_end as f64 > low);
+        let knee = lost(s) || (s.queue_start as f64 > s.rcvbuf as f64 * QUEUE_LOW && s.queue_over(QUEUE_LOW));
         self.knee_age_secs = if knee { 0.0 } else { self.knee_age_secs + s.dt };
         let t = match self.algo {
             Algo::Capacity => self.capacity_target(s),
