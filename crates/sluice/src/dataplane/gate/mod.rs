@@ -420,16 +420,15 @@ impl Gate {
         if self.shares(class)? != shares {
             self.set_shares(class, &shares)?;
         }
+        // Learning (and its taint) apply with fairness on or off.
+        let base = sluice_fair {
+            learn: tiers.learn as u8,
+            taint_from_ms: tiers.taint.0,
+            taint_to_ms: tiers.taint.1,
+            ..Default::default()
+        };
         let fair: Vec<sluice_fair> = match &tiers.fair {
-            None => {
-                let f = sluice_fair {
-                    learn: tiers.learn as u8,
-                    taint_from_ms: tiers.taint.0,
-                    taint_to_ms: tiers.taint.1,
-                    ..Default::default()
-                };
-                vec![f; self.ncpus]
-            }
+            None => vec![base; self.ncpus],
             Some(f) => shares_for(&f.unknown, &arrivals, tiers.under)
                 .into_iter()
                 .map(|unknown| sluice_fair {
@@ -439,10 +438,7 @@ impl Gate {
                     src_interval_ns: f.source_interval_ns(),
                     plen4: f.plens.0,
                     plen6: f.plens.1,
-                    learn: tiers.learn as u8,
-                    taint_from_ms: tiers.taint.0,
-                    taint_to_ms: tiers.taint.1,
-                    ..Default::default()
+                    ..base
                 })
                 .collect(),
         };
