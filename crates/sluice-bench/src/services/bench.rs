@@ -1,6 +1,7 @@
 //! The running testbed of one scenario: the service, the generator, and
 //! each cell (a flood, a configuration, a repeat) measured in it.
 use super::*;
+use sluice::surface::stats::Snapshot;
 
 /// The running testbed of one scenario.
 pub(super) struct Bench<'a> {
@@ -217,7 +218,7 @@ impl<'a> Bench<'a> {
         let (cpu0, t0) = (tree_cpu_secs(self.service.id()), Instant::now());
         let newcomer = (self.o.sources && flood.is_some()).then(|| self.new_client(v6));
         let admitted0 = match &installed {
-            Installed::Daemon(_, sock) => Some(service_admitted(&self.o.exe, &self.bed.net.b, sock)?),
+            Installed::Daemon(_, sock) => Some(admitted_of(&daemon_status(&self.o.exe, &self.bed.net.b, sock)?)),
             Installed::Pass { .. } => None,
         };
         let mut cell = match self.svc {
@@ -243,17 +244,18 @@ impl<'a> Bench<'a> {
             cell.flood_pps = Some(counts[0].sent as f64 / gsecs.max(1e-9));
         }
         if let Installed::Daemon(_, sock) = &installed {
-            cell.cpu_taken_max = cpu_taken_max(&self.o.exe, &self.bed.net.b, sock)?;
-            let admitted = service_admitted(&self.o.exe, &self.bed.net.b, sock)?;
-            cell.admitted_pps = admitted0.map(|a0| admitted.saturating_sub(a0) as f64 / secs_run);
-            cell.known = service_known(&self.o.exe, &self.bed.net.b, sock)?;
-        }
-        if let (Installed::Daemon(_, sock), Service::Http) = (&installed, self.svc) {
-            cell.gate_synacks = Some(gate_synacks(&self.o.exe, &self.bed.net.b, sock)? as f64 / secs_run);
-        }
-        if let (Installed::Daemon(_, sock), true) = (&installed, flood.is_some_and(|f| !f.own_port)) {
-            // The flood goes to another class: every drop of the service's classes is a client's.
-            cell.gate_drops = Some(service_drops(&self.o.exe, &self.bed.net.b, sock)?);
+            // One read of the daemon's status serves the cell's figures.
+            let snap = daemon_status(&self.o.exe, &self.bed.net.b, sock)?;
+            cell.cpu_taken_max = cpu_taken_max(&snap);
+            cell.admitted_pps = admitted0.map(|a0| admitted_of(&snap).saturating_sub(a0) as f64 / secs_run);
+            cell.known = snap.sources.known;
+            if self.svc == Service::Http {
+                cell.gate_synacks = Some(synacks_of(&snap) as f64 / secs_run);
+            }
+            if flood.is_some_and(|f| !f.own_port) {
+                // The flood goes to another class: every drop of the service's classes is a client's.
+                cell.gate_drops = Some(dropped_of(&snap));
+            }
         }
         let state = match &installed {
             Installed::Daemon(_, sock) => Some(sluice::signals::known::path(&sock.with_extension("state"), IF_B)),
@@ -452,37 +454,32 @@ pub(crate) fn flood_stream(net: &sluice_testkit::testbed::Testbed, svc: Service,
 /// Packets the daemon's gate dropped of every class but the default one
 /// (the service's classes), since it started.
 pub(crate) fn service_drops(exe: &Path, ns: &str, sock: &Path) -> Result<u64> {
-    let snap = daemon_status(exe, ns, sock)?;
-    Ok(snap.classes.iter().filter(|c| c.name != "default").map(|c| c.totals.dropped_pkts()).sum())
+    Ok(dropped_of(&daemon_status(exe, ns, sock)?))
 }
 
-/// Packets the daemon's gate admitted of every class but the default one, since it started.
-fn service_admitted(exe: &Path, ns: &str, sock: &Path) -> Result<u64> {
-    let snap = daemon_status(exe, ns, sock)?;
-    Ok(snap.classes.iter().filter(|c| c.name != "default").map(|c| c.totals.admitted_pkts).sum())
-}
-
-/// Known sources of every class but the default one, as the daemon's last
-/// scan of its maps counted them (None: no scan yet).
-fn service_known(exe: &Path, ns: &str, sock: &Path) -> Result<Option<u64>> {
-    let snap = daemon_status(exe, ns, sock)?;
-    Ok(snap.sources.known)
-}
-
-/// SYNs the daemon's gate answered with a cookie SYN-ACK since it started, all classes.
-pub(super) fn gate_synacks(exe: &Path, ns: &str, sock: &Path) -> Result<u64> {
-    Ok(daemon_status(exe, ns, sock)?.classes.iter().map(|c| c.totals.synack_pkts).sum())
-}
-
-pub(super) fn daemon_status(exe: &Path, ns: &str, sock: &Path) -> Result<sluice::surface::stats::Snapshot> {
+pub(super) fn daemon_status(exe: &Path, ns: &str, sock: &Path) -> Result<Snapshot> {
     Ok(serde_json::from_value(crate::procs::status_json(exe, ns, sock)?)?)
 }
 
-/// The CPU signal's largest share of any class but the default one since
-/// the daemon started (0-1; None: never measured), from its status.
-fn cpu_taken_max(exe: &Path, ns: &str, sock: &Path) -> Result<Option<f64>> {
-    let s = daemon_status(exe, ns, sock)?;
-    Ok(s.classes.iter().filter(|c| !c.is_default).filter_map(|c| c.rx_cpu_taken_max).reduce(f64::max))
+/// Of a daemon's status, since it started: packets its gate dropped and
+/// admitted of every class but the default one (the service's classes) ...
+fn dropped_of(s: &Snapshot) -> u64 {
+    s.classes.iter().filter(|c| c.name != "default").map(|c| c.totals.dropped_pkts()).sum()
+}
+
+fn admitted_of(s: &Snapshot) -> u64 {
+    s.classes.iter().filter(|c| c.name != "default").map(|c| c.totals.admitted_pkts).sum()
+}
+
+/// ... SYNs its gate answered with a cookie SYN-ACK, all classes ...
+fn synacks_of(s: &Snapshot) -> u64 {
+    s.classes.iter().map(|c| c.totals.synack_pkts).sum()
+}
+
+/// ... and the CPU signal's largest share of any class but the default one
+/// (0-1; None: never measured).
+fn cpu_taken_max(s: &Snapshot) -> Option<f64> {
+    s.classes.iter().filter(|c| !c.is_default).filter_map(|c| c.rx_cpu_taken_max).reduce(f64::max)
 }
 
 /// The new client's addresses on A: deprecated (preferred_lft 0), so the
