@@ -32,17 +32,22 @@ fn auto_without_a_service_socket_names_the_class() {
     assert_eq!(tb.attached_prog(), 0, "a failed start must leave no XDP program");
 }
 
+/// A service on udp:7000 for 6 s that spends 20 us per datagram: it takes
+/// about 50k/s, far below a flood.
+fn slow_service(tb: &mut Testbed) -> u32 {
+    let b = tb.b.clone();
+    tb.spawn(
+        &b,
+        &["serve", "udp-echo", "--port", "7000", "--no-echo", "--work-ns", "20000", "--duration", "6", "--json"],
+    )
+}
+
 /// The controller limits a flood to what the service takes, status shows its
 /// view, and when the service goes away the rate is held, then falls back.
 #[test]
 fn auto_limits_a_flood_then_holds_and_falls_back_when_the_service_goes() {
     let mut tb = Testbed::new();
-    // 20 us per datagram: the service takes about 50k/s, far below the flood.
-    let b = tb.b.clone();
-    let sink = tb.spawn(
-        &b,
-        &["serve", "udp-echo", "--port", "7000", "--no-echo", "--work-ns", "20000", "--duration", "6", "--json"],
-    );
+    let sink = slow_service(&mut tb);
     std::thread::sleep(Duration::from_millis(300));
     let cfg = tb.write(
         "auto.toml",
@@ -177,4 +182,35 @@ fn one_services_full_socket_limits_no_other_auto_class() {
     assert_eq!(api.dropped_with_room_pkts, Some(0));
     tb.wait(filler);
     tb.signal(sink, libc::SIGTERM);
+}
+
+/// A service with an idle IPv6 socket beside its flooded IPv4 one (NSD, and
+/// most dual-stack daemons) is limited like one with a single socket. The
+/// queue test read the sums of the two: a full IPv4 socket showed as half
+/// of the two buffers, never "over half", so no loss run was seen, the
+/// class stayed unlimited and admitted 9x what NSD took.
+#[test]
+fn a_flooded_socket_beside_an_idle_one_is_limited() {
+    let mut tb = Testbed::new();
+    let b = tb.b.clone();
+    let sink = slow_service(&mut tb);
+    let v6 = "import socket, time\n\
+              s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)\n\
+              s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)\n\
+              s.bind(('::', 7000))\n\
+              time.sleep(7)\n";
+    tb.spawn_cmd(&b, &["python3", "-c", v6]);
+    std::thread::sleep(Duration::from_millis(500));
+    tb.start_gate(&["--no-discover", "--class", "api:rate=auto,match=udp:7000"]);
+    let (sent, secs) = tb.send(7000, 0, 3.0);
+    let flood = sent as f64 / secs;
+    let s = tb.status();
+    let api = s.classes.iter().find(|c| c.name == "api").unwrap();
+    let a = api.auto.clone().expect("an auto class has a controller view");
+    eprintln!("flood {flood:.0}/s; {a:?}; totals {:?}", api.totals);
+    assert_eq!(a.sockets, 2, "both sockets are the class's: {a:?}");
+    let rate = a.rate_pps.expect("the flooded class is limited");
+    assert!(rate < 0.5 * flood, "the rate {rate} does not limit a flood of {flood:.0}/s");
+    assert!(api.totals.admitted_pkts < api.totals.seen_pkts / 2, "{:?}", api.totals);
+    tb.wait(sink);
 }

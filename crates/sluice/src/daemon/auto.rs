@@ -105,9 +105,9 @@ pub fn class_signals(prev: &Sample, now: &Sample, i: usize) -> Signals {
         offered,
         admitted,
         delivered,
-        queue_start: p.sock.queued,
-        queue_end: n.sock.queued,
-        rcvbuf: n.sock.rcvbuf,
+        queue_start: p.sock.full_queued,
+        queue_end: n.sock.full_queued,
+        rcvbuf: n.sock.full_rcvbuf,
         sock_drops,
         backlog_drops: path(prev.backlog_drops, now.backlog_drops),
         squeeze: path(prev.squeeze, now.squeeze),
@@ -253,7 +253,7 @@ impl AutoLoop {
     /// less the sockets' drops, and with nothing arriving it is 0 anyway.
     fn needs_datagrams(&self, now: &[ClassSample]) -> bool {
         let Some(prev) = &self.last else { return false };
-        let low = |s: &SockStats| s.queued as f64 > QUEUE_LOW * s.rcvbuf as f64;
+        let low = |s: &SockStats| s.fuller_than(QUEUE_LOW);
         self.classes
             .iter()
             .zip(prev.classes.iter().zip(now))
@@ -321,8 +321,8 @@ impl AutoLoop {
                         rate_pps: c.rate,
                         min_share: c.spec.min_share(),
                         sockets: c.sock.sockets,
-                        queued_bytes: c.sock.queued,
-                        rcvbuf_bytes: c.sock.rcvbuf,
+                        queued_bytes: c.sock.full_queued,
+                        rcvbuf_bytes: c.sock.full_rcvbuf,
                         lost_secs: c.ctl.lost_secs,
                     },
                 )
@@ -371,7 +371,8 @@ pub struct AutoStatus {
     /// This class's current rate (pkt/s); None = unlimited (fallback).
     pub rate_pps: Option<f64>,
     pub min_share: f64,
-    /// The class's sockets found by sock_diag, and the bytes queued in them.
+    /// The class's sockets found by sock_diag; the bytes queued in the
+    /// fullest of them and its buffer.
     pub sockets: u32,
     pub queued_bytes: u64,
     pub rcvbuf_bytes: u64,

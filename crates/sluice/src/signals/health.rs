@@ -126,7 +126,7 @@ pub fn distress(prev: &Health, now: &Health, class: usize) -> Option<&'static st
     if socket_dropped(p, n) {
         return Some("socket drops");
     }
-    if n.udp.sockets > 0 && stands(p.udp.queued, n.udp.queued, n.udp.rcvbuf, QUEUE_STANDS) {
+    if n.udp.sockets > 0 && stands(p.udp.full_queued, n.udp.full_queued, n.udp.full_rcvbuf, QUEUE_STANDS) {
         return Some("socket queue");
     }
     if n.listen.sockets > 0 {
@@ -152,7 +152,8 @@ fn listen_dropped(p: &ClassHealth, n: &ClassHealth) -> bool {
 /// service with CPU to spare, which a cut of admission would only starve.
 pub fn behind(prev: &Health, now: &Health, class: usize) -> bool {
     let (Some(p), Some(n)) = (prev.classes.get(class), now.classes.get(class)) else { return false };
-    socket_dropped(p, n) && stands(p.udp.queued, n.udp.queued, n.udp.rcvbuf, crate::policy::controller::OVERLOAD_QUEUE)
+    socket_dropped(p, n)
+        && stands(p.udp.full_queued, n.udp.full_queued, n.udp.full_rcvbuf, crate::policy::controller::OVERLOAD_QUEUE)
 }
 
 /// Do a class's own TCP listeners show SYN pressure between two ticks: they
@@ -407,7 +408,7 @@ mod tests {
 
     /// One UDP socket with a 160,000-byte buffer.
     fn sock(queued: u64, drops: u64) -> SockStats {
-        SockStats { sockets: 1, queued, rcvbuf: 160_000, drops }
+        SockStats { sockets: 1, queued, rcvbuf: 160_000, drops, full_queued: queued, full_rcvbuf: 160_000 }
     }
 
     /// Two ticks of one class's UDP sockets, no listener.

@@ -141,16 +141,23 @@ pub fn softnet() -> Result<Softnet> {
 // ---------------------------------------------------------------------------
 // sock_diag: the UDP sockets behind a class's ports.
 
-/// Memory and drops of the sockets bound to some ports, added up.
+/// Memory and drops of the sockets bound to some ports, added up, and the
+/// fullest one's queue.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct SockStats {
     pub sockets: u32,
-    /// Bytes queued (sk_rmem_alloc).
+    /// Bytes queued (sk_rmem_alloc), all sockets.
     pub queued: u64,
-    /// Receive buffer size (sk_rcvbuf).
+    /// Receive buffer size (sk_rcvbuf), all sockets.
     pub rcvbuf: u64,
     /// Datagrams dropped by the sockets (sk_drops), since they were created.
     pub drops: u64,
+    /// The fullest socket's queue and buffer (bytes). A socket drops when
+    /// it is full, whatever its siblings hold: a service's IPv6 socket
+    /// beside its full IPv4 one halves the sums, and "over half the
+    /// buffer" read from them would never be true.
+    pub full_queued: u64,
+    pub full_rcvbuf: u64,
 }
 
 impl SockStats {
@@ -161,16 +168,31 @@ impl SockStats {
             queued: u64::from(mem[SK_MEMINFO_RMEM_ALLOC]),
             rcvbuf: u64::from(mem[SK_MEMINFO_RCVBUF]),
             drops: u64::from(mem[SK_MEMINFO_DROPS]),
+            full_queued: u64::from(mem[SK_MEMINFO_RMEM_ALLOC]),
+            full_rcvbuf: u64::from(mem[SK_MEMINFO_RCVBUF]),
         }
     }
 
     pub fn add(&self, o: &SockStats) -> SockStats {
+        // Fuller: a larger share of its buffer queued (cross-multiplied).
+        let fuller = |a: &SockStats, b: &SockStats| {
+            u128::from(a.full_queued) * u128::from(b.full_rcvbuf.max(1))
+                > u128::from(b.full_queued) * u128::from(a.full_rcvbuf.max(1))
+        };
+        let full = if self.sockets == 0 || fuller(o, self) { o } else { self };
         SockStats {
             sockets: self.sockets + o.sockets,
             queued: self.queued + o.queued,
             rcvbuf: self.rcvbuf + o.rcvbuf,
             drops: self.drops + o.drops,
+            full_queued: full.full_queued,
+            full_rcvbuf: full.full_rcvbuf,
         }
+    }
+
+    /// Is the fullest socket's queue over `share` of its buffer?
+    pub fn fuller_than(&self, share: f64) -> bool {
+        self.full_queued as f64 > share * self.full_rcvbuf as f64
     }
 }
 
@@ -458,6 +480,27 @@ mod tests {
         assert_eq!(stat_cpu_ticks(stat), Some(12), "utime 7 + stime 5");
         assert_eq!(stat_cpu_ticks("42 (x) S 1"), None, "too few fields");
         assert_eq!(stat_fields("no name here"), None);
+    }
+
+    /// Two sockets of one service, a full one and an empty one: the sums
+    /// read half full, the fullest socket full (the case of a service's
+    /// IPv4 socket under a flood beside its idle IPv6 one).
+    #[test]
+    fn the_fullest_socket_is_kept_beside_the_sums() {
+        let sock = |q: u32, b: u32| {
+            let mut mem = [0u32; 9];
+            (mem[SK_MEMINFO_RMEM_ALLOC], mem[SK_MEMINFO_RCVBUF]) = (q, b);
+            SockStats::of_socket(&mem)
+        };
+        let (full, empty) = (sock(200_000, 212_992), sock(0, 212_992));
+        for s in [SockStats::default().add(&full).add(&empty), SockStats::default().add(&empty).add(&full)] {
+            assert_eq!((s.sockets, s.queued, s.rcvbuf), (2, 200_000, 425_984), "{s:?}");
+            assert_eq!((s.full_queued, s.full_rcvbuf), (200_000, 212_992), "{s:?}");
+            assert!(s.fuller_than(0.9) && !(s.queued as f64 > 0.5 * s.rcvbuf as f64));
+        }
+        // The fuller by share, not by bytes: a small buffer nearly full.
+        let s = sock(300_000, 1_000_000).add(&sock(9_000, 10_000));
+        assert_eq!((s.full_queued, s.full_rcvbuf), (9_000, 10_000));
     }
 
     /// sock_diag finds a real socket by its port and sees its queue grow.

@@ -212,7 +212,7 @@ fn register_auto_families(reg: &mut Registry, classes: &[ClassSnapshot]) {
     }
     let what = "Auto classes: capacity estimate, controller target (all auto classes) and the class's current rate";
     reg.register("auto_rate_packets_per_second", what, pps);
-    reg.register("auto_socket_queued_bytes", "Auto classes: bytes queued in the class's sockets", queue);
+    reg.register("auto_socket_queued_bytes", "Auto classes: bytes queued in the class's fullest socket", queue);
     reg.register("auto_signals_lost_seconds", "Auto classes: seconds without signals (holding, then fallback)", lost);
     reg.register("auto_state", "Auto classes: the controller's state (value 1 on the current state)", state);
 }
