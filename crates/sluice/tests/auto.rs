@@ -207,10 +207,14 @@ fn a_flooded_socket_beside_an_idle_one_is_limited() {
     let s = tb.status();
     let api = s.classes.iter().find(|c| c.name == "api").unwrap();
     let a = api.auto.clone().expect("an auto class has a controller view");
-    eprintln!("flood {flood:.0}/s; {a:?}; totals {:?}", api.totals);
+    eprintln!("flood {flood:.0}/s; {a:?}; totals {:?}; with room {:?}", api.totals, api.dropped_with_room_pkts);
     assert_eq!(a.sockets, 2, "both sockets are the class's: {a:?}");
     let rate = a.rate_pps.expect("the flooded class is limited");
     assert!(rate < 0.5 * flood, "the rate {rate} does not limit a flood of {flood:.0}/s");
     assert!(api.totals.admitted_pkts < api.totals.seen_pkts / 2, "{:?}", api.totals);
+    // The gate held the class at what the service takes: none of its drops
+    // were with room (the limit's first ticks, which admit under it while
+    // its buckets fill, are not a stretch with room).
+    assert_eq!(api.dropped_with_room_pkts, Some(0), "SELF-INFLICTED misfired: {a:?}");
     tb.wait(sink);
 }

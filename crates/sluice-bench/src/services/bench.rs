@@ -209,6 +209,8 @@ impl<'a> Bench<'a> {
         let ring0 = link_stats(&self.bed.net.a, IF_A)?.tx_dropped;
         let mut netstat = NsFile::open(&self.bed.net.b, "netstat")?;
         let cookies0 = proc_counter(&netstat.read()?, "TcpExt:", "SyncookiesSent");
+        let mut snmp = NsFile::open(&self.bed.net.b, "snmp")?;
+        let read0 = proc_counter(&snmp.read()?, "Udp:", "InDatagrams");
         let daemon = match &installed {
             Installed::Daemon(p, _) => Some(p.id()),
             Installed::Pass { .. } => None,
@@ -236,6 +238,8 @@ impl<'a> Bench<'a> {
         cell.ring_drops = link_stats(&self.bed.net.a, IF_A)?.tx_dropped.saturating_sub(ring0) as f64 / secs_run;
         let cookies = proc_counter(&netstat.read()?, "TcpExt:", "SyncookiesSent").saturating_sub(cookies0);
         cell.syn_cookies = cookies as f64 / secs_run;
+        let read = proc_counter(&snmp.read()?, "Udp:", "InDatagrams").saturating_sub(read0);
+        cell.read_pps = Some(read as f64 / secs_run);
         if let Some(st) = status.and_then(|t| t.join().ok()).transpose()? {
             eprintln!("== sluice status during the {} flood (zero config):\n{st}", flood.map_or("", |f| f.name));
         }
@@ -266,7 +270,9 @@ impl<'a> Bench<'a> {
             // The daemon saved its known clients as it stopped.
             let src: std::net::IpAddr = if f.v6 { FLOOD_SRC_V6 } else { FLOOD_SRC_V4 }.parse().expect("an address");
             let known = sluice::signals::known::load(&file).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
-            cell.attacker_known = Some(known.iter().any(|k| k.addr == src));
+            // Known as the gate takes it: a candidate (a span short of a
+            // second, say one answer in a tick before learning stopped) is not.
+            cell.attacker_known = Some(known.iter().any(|k| k.addr == src && k.is_known()));
         }
         cell.flood = flood.map_or("none", |f| f.name).into();
         cell.config = setup;

@@ -389,12 +389,20 @@ pub struct Cell {
     /// flooded class admits what its service takes.
     #[serde(default)]
     pub admitted_pps: Option<f64>,
+    /// Datagrams/s the service's namespace read (its Udp InDatagrams, counted
+    /// as the service receives them) over the clients' run: what NSD took of
+    /// the flood and the clients. The calibrated capacity is dnsperf's own
+    /// top rate (one client process on a shared CPU), which NSD reading a
+    /// flood of one cheap query goes far past.
+    #[serde(default)]
+    pub read_pps: Option<f64>,
     /// Known sources of the service's classes at the cell's end, from the
     /// daemon's last scan (None: no daemon, or no scan yet).
     #[serde(default)]
     pub known: Option<u64>,
-    /// A pulsing flood: its source is in the daemon's known-clients file
-    /// after the cell (None: not a pulsing flood, or no daemon).
+    /// A pulsing flood: its source is a known client (a second of answers) in
+    /// the daemon's known-clients file after the cell (None: not a pulsing
+    /// flood, or no daemon).
     #[serde(default)]
     pub attacker_known: Option<bool>,
 }

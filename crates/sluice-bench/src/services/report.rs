@@ -19,7 +19,8 @@ fn class_cells(r: &ServiceRun, cells: &[&Cell]) -> String {
         v if v.is_empty() => String::new(),
         v => format!("  attacker known in {} of {}", v.iter().filter(|&&k| k).count(), v.len()),
     };
-    format!("  admitted {} of capacity  known {known}{attacker}", spread(cells, of_capacity, pct))
+    let read = med(cells, |c| c.read_pps).map_or("n/a".into(), sluice::surface::stats::human);
+    format!("  admitted {} of capacity  NSD read {read}/s  known {known}{attacker}", spread(cells, of_capacity, pct))
 }
 
 /// A cell as one progress line.
@@ -160,6 +161,7 @@ fn legend(dns: bool, keep_alive: bool, calm: bool) -> String {
     if dns {
         s += "(!) = dnsperf sent under 95% of its asked rate in a repeat (CPU 0 is shared with the generator and the gate's work)\n";
         s += "answered = dnsperf's completed/sent; p50/p99 = a separate 200 queries/s probe timing each answer\n";
+        s += "NSD capacity = what unpaced dnsperf got answered (bound by dnsperf on a shared CPU); NSD read = the datagrams/s\n  NSD's namespace read in the cell (Udp InDatagrams): a flood of one cheap query is read several times faster\n";
     } else {
         let conns = if keep_alive { "on connections kept open" } else { "a new connection each" };
         s += &format!("requests/s = wrk's completed requests ({conns}); ok = requests / (requests + errors)\n");

@@ -45,6 +45,37 @@ const OWN_FLOOD: f64 = 1.5;
 /// service's capacity estimate drops with room (`dropped_with_room`): its
 /// controller admits the estimate, a drain tick 5% under it.
 const HAD_ROOM: f64 = 0.9;
+/// Only drops in a stretch of ticks with room lasting this long (s) count:
+/// a limit just written starts its buckets empty, and a drain or a cut for
+/// loss dips under the estimate for a few ticks by design (in a namespace
+/// test, the first three ticks of a flood admitted half the new limit).
+const ROOM_SECS: f64 = 0.5;
+
+/// Packets the gate dropped while its service had room, counted by
+/// stretches of ROOM_SECS or longer (a shorter one is the controller's own
+/// transient, not a limit under what the service takes).
+#[derive(Debug, Clone, Copy, Default)]
+struct WithRoom {
+    /// Seconds the current stretch has lasted, and its drops so far.
+    secs: f64,
+    pending: u64,
+    /// Counted so far.
+    total: u64,
+}
+
+impl WithRoom {
+    fn tick(&mut self, room: bool, dropped: u64, dt: f64) {
+        if !room {
+            (self.secs, self.pending) = (0.0, 0);
+            return;
+        }
+        self.secs += dt;
+        self.pending += dropped;
+        if self.secs >= ROOM_SECS - 1e-9 {
+            self.total += std::mem::take(&mut self.pending);
+        }
+    }
+}
 
 /// One class as the tick keeps it.
 struct TickClass {
@@ -71,7 +102,7 @@ struct TickClass {
     distress_ticks: u64,
     /// Packets the gate dropped while the service had room (see
     /// `ClassSnapshot::dropped_with_room_pkts`).
-    dropped_with_room: u64,
+    dropped_with_room: WithRoom,
     /// The tiers written at the last tick (None: not written yet).
     tiers: Option<Tiers>,
     /// The limit decided at the last tick, before the split over sources.
@@ -198,7 +229,7 @@ impl Ticker {
                 distress: false,
                 behind: false,
                 distress_ticks: 0,
-                dropped_with_room: 0,
+                dropped_with_room: WithRoom::default(),
                 tiers: None,
                 decided: None,
                 learns: id != cfg.default_class,
@@ -438,8 +469,8 @@ impl Ticker {
             let estimate = self.auto.as_ref().and_then(|a| a.capacity_of(id));
             let under = estimate.is_none_or(|cap| c.admitted < HAD_ROOM * cap);
             let room = now.1.classes.get(id).is_some_and(|h| h.udp.sockets > 0) && !c.distress && under;
-            if let (Some(o), true) = (c.totals, room && own_limit_only) {
-                c.dropped_with_room += t.dropped_pkts().saturating_sub(o.dropped_pkts());
+            if let Some(o) = c.totals {
+                c.dropped_with_room.tick(room && own_limit_only, t.dropped_pkts().saturating_sub(o.dropped_pkts()), dt);
             }
             demand.push(BudgetClass { priority: c.priority, offered: c.offered, admitted: c.admitted, distress: why });
             c.totals = Some(t);
@@ -489,7 +520,7 @@ impl Ticker {
     /// class id; None for a class without UDP sockets the tick reads).
     pub fn dropped_with_room(&self) -> Vec<Option<u64>> {
         let read = self.health.as_ref().map(|h| h.watched()).unwrap_or_default();
-        self.classes.iter().enumerate().map(|(id, c)| read.contains(&id).then_some(c.dropped_with_room)).collect()
+        self.classes.iter().enumerate().map(|(id, c)| read.contains(&id).then_some(c.dropped_with_room.total)).collect()
     }
 
     /// Each class's packets/s offered at the last tick, by class id.
@@ -621,6 +652,24 @@ fn rx_work(cpus: &[sluice_cpu_rx]) -> RxWork {
 
 #[cfg(test)]
 mod tests {
+    /// Drops with room count from a stretch of ROOM_SECS on, all of its
+    /// drops; a shorter stretch (a new limit's first ticks) counts nothing.
+    #[test]
+    fn drops_with_room_count_by_lasting_stretches() {
+        let mut w = super::WithRoom::default();
+        for _ in 0..3 {
+            w.tick(true, 3_500, 0.01);
+        }
+        w.tick(false, 3_500, 0.01);
+        assert_eq!(w.total, 0, "three ticks of a limit just written");
+        for _ in 0..50 {
+            w.tick(true, 100, 0.01);
+        }
+        assert_eq!(w.total, 5_000, "a half-second stretch counts whole");
+        w.tick(true, 7, 0.01);
+        assert_eq!(w.total, 5_007, "and each tick of it after");
+    }
+
     #[test]
     fn unreadable_signals_go_stale_after_a_second_and_say_so_sparingly() {
         let mut w = super::SignalWatch::default();

@@ -38,6 +38,15 @@ pub struct Known {
     pub answers: u32,
 }
 
+impl Known {
+    /// Does the gate take it as a known client (answered over
+    /// SLUICE_KNOWN_SPAN_MS at least)? An entry short of that is a candidate:
+    /// saved, but given nothing a stranger is not.
+    pub fn is_known(&self) -> bool {
+        self.last_unix_ms.saturating_sub(self.first_unix_ms) >= u64::from(crate::bpf_intf::SLUICE_KNOWN_SPAN_MS)
+    }
+}
+
 #[derive(Debug, Serialize, Deserialize)]
 struct StateFile {
     version: u32,
@@ -346,6 +355,15 @@ mod tests {
 
     fn entries() -> Vec<Known> {
         vec![entry("198.51.100.7", 60, 30, 9), entry("2001:db8:1:2::", 3600, 5, 1)]
+    }
+
+    /// Known as the gate counts it: a span of a second at least, whatever
+    /// the answers (one answer is a candidate).
+    #[test]
+    fn an_entry_is_known_from_a_second_of_answers() {
+        assert!(!entry("198.51.100.7", 0, 0, 1).is_known());
+        assert!(!Known { first_unix_ms: NOW_MS - 999, ..entry("198.51.100.7", 0, 0, 50) }.is_known());
+        assert!(entry("198.51.100.7", 0, 1, 2).is_known());
     }
 
     #[test]

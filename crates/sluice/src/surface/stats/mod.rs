@@ -53,7 +53,7 @@ pub struct ClassSnapshot {
     /// the daemon started (None: the class has no service the daemon reads).
     #[serde(default)]
     pub distress_secs: Option<f64>,
-    /// Packets the gate dropped in ticks where the class's service had room
+    /// Packets the gate dropped in stretches (0.5 s or more) of ticks where the class's service had room
     /// (its UDP sockets showed no distress, and an auto class admitted under
     /// 90% of its capacity estimate) and nothing but its own limit applied
     /// (no static rate, no budget throttle): loss sluice inflicted on a
