@@ -49,6 +49,11 @@ pub struct StreamSpec {
     /// ACK, 0x04 a RST: floods of no connection); None: SYN.
     #[serde(default)]
     pub tcp_flags: Option<u8>,
+    /// UDP over IPv4: the payload is this message (a DNS query, say) rather
+    /// than zeros, and `frame_len` is exactly its headers and it: a flood
+    /// the service must work on, not junk it drops cheaply.
+    #[serde(default)]
+    pub payload: Option<Vec<u8>>,
 }
 
 /// Set a valid TCP segment's flags (byte 13 of its header) and fix its
@@ -125,6 +130,18 @@ pub fn stream_value(s: &StreamSpec, dst_mac: [u8; 6], src_mac: [u8; 6]) -> Resul
         set_tcp_flags(&mut bytes, l4, flags);
     }
     let ip = offs.iter().find(|o| o.0 == "ip").unwrap().1;
+    if let Some(p) = &s.payload {
+        // IPv4 UDP leaves its checksum 0 (none), so the bytes need no sum.
+        ensure!(!s.syn && s.src.is_ipv4() && !s.stamp, "stream {}: a payload is for unstamped UDP over IPv4", s.name);
+        ensure!(
+            l4 + 8 + p.len() == s.frame_len as usize && s.frame_len <= SLUICE_GEN_TMPL,
+            "stream {}: a {}-byte payload needs frame_len {} (at most {SLUICE_GEN_TMPL})",
+            s.name,
+            p.len(),
+            l4 + 8 + p.len()
+        );
+        bytes[l4 + 8..].copy_from_slice(p);
+    }
     let stamp_off = l4 + 8;
     ensure!(!(s.syn && s.stamp), "stream {}: a SYN carries no stamp", s.name);
     let stamp =
@@ -380,6 +397,7 @@ pub fn udp_stream(
         stamp: false,
         syn: false,
         tcp_flags: None,
+        payload: None,
     }
 }
 

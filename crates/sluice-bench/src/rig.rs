@@ -357,6 +357,7 @@ impl Rig {
                     stamp: s.legit,
                     syn: false,
                     tcp_flags: None,
+                    payload: None,
                 };
                 Ok((spec, s.legit))
             })

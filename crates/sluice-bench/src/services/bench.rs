@@ -441,10 +441,15 @@ pub(crate) fn flood_stream(net: &sluice_testkit::testbed::Testbed, svc: Service,
     };
     // Many source ports and addresses for SYNs (distinct connections), below the clients' ports.
     let (sport, flows, srcs) = if syn { (1024, 30_000, SYN_SRCS) } else { (20_000, 64, f.srcs) };
+    let payload = (f.queries && f.own_port && !f.v6 && svc == Service::Dns).then(|| crate::dns::query(0x5eed));
     StreamSpec {
         name: f.name.into(),
         rate: FLOOD_PPS,
-        frame_len: if syn && f.v6 { 80 } else { 64 },
+        frame_len: match &payload {
+            Some(q) => (14 + 20 + 8 + q.len()) as u32,
+            None if syn && f.v6 => 80,
+            None => 64,
+        },
         src: std::net::SocketAddr::new(src, sport),
         flows,
         srcs,
@@ -454,6 +459,7 @@ pub(crate) fn flood_stream(net: &sluice_testkit::testbed::Testbed, svc: Service,
         stamp: false,
         syn,
         tcp_flags: Some(f.tcp_flags).filter(|&t| t != 0),
+        payload,
     }
 }
 

@@ -131,6 +131,9 @@ pub struct Flood {
     /// (PULSE_ON_SECS on, PULSE_OFF_SECS off) while the clients run: an
     /// attacker trying to be learnt as a known client (0: no pulses).
     pub pulses: u8,
+    /// UDP to NSD's port over IPv4: valid queries for its name (NSD answers
+    /// each, at a few times the cost of junk), not junk.
+    pub queries: bool,
 }
 
 impl Flood {
@@ -145,7 +148,7 @@ impl Flood {
 }
 
 const fn flood(name: &'static str, v6: bool, own_port: bool, srcs: u32, calm: bool) -> Flood {
-    Flood { name, v6, own_port, srcs, calm, tcp_flags: 0, pulses: 0 }
+    Flood { name, v6, own_port, srcs, calm, tcp_flags: 0, pulses: 0, queries: false }
 }
 
 /// The `http` scenario's ACK and RST floods (by name only, not in the
@@ -154,8 +157,8 @@ const fn flood(name: &'static str, v6: bool, own_port: bool, srcs: u32, calm: bo
 /// itself while the class's SYN guard answers (engaged by the kernel's
 /// drops of them, TCP_FLAGS and TCP_RESET).
 pub const TCP_FLOODS: [Flood; 2] = [
-    Flood { name: "ack-v4", v6: false, own_port: true, srcs: 65_536, calm: false, tcp_flags: 0x10, pulses: 0 },
-    Flood { name: "rst-v4", v6: false, own_port: true, srcs: 65_536, calm: false, tcp_flags: 0x04, pulses: 0 },
+    Flood { name: "ack-v4", v6: false, own_port: true, srcs: 65_536, calm: false, tcp_flags: 0x10, pulses: 0, queries: false },
+    Flood { name: "rst-v4", v6: false, own_port: true, srcs: 65_536, calm: false, tcp_flags: 0x04, pulses: 0, queries: false },
 ];
 
 /// Every flood a scenario can name.
@@ -173,8 +176,11 @@ pub const FLOODS: [Flood; 4] = [
 
 /// The `sources` scenario's floods: junk DNS to NSD's port from 1, 16 and
 /// 65,536 sources after a calm period, from 65,536 starting first, and from
-/// one source that pulses three times beside the clients before it floods.
-pub const SOURCE_FLOODS: [Flood; 7] = [
+/// one source that pulses three times beside the clients before it floods;
+/// and valid queries (q...) from one source, from 65,536 and from one that
+/// pulses: NSD answers each, so a flood a few times its capacity is a rate
+/// the generator reaches without starving dnsperf on the shared CPU.
+pub const SOURCE_FLOODS: [Flood; 10] = [
     flood("src1-v4", false, true, 1, true),
     flood("src16-v4", false, true, 16, true),
     flood("src64k-v4", false, true, 65_536, true),
@@ -182,6 +188,9 @@ pub const SOURCE_FLOODS: [Flood; 7] = [
     flood("src64k-v6", true, true, 65_536, true),
     flood("first64k-v4", false, true, 65_536, false),
     Flood { pulses: 3, ..flood("pulse1-v4", false, true, 1, true) },
+    Flood { queries: true, ..flood("q1-v4", false, true, 1, true) },
+    Flood { queries: true, ..flood("q64k-v4", false, true, 65_536, true) },
+    Flood { queries: true, pulses: 3, ..flood("qpulse1-v4", false, true, 1, true) },
 ];
 
 /// A pulse of a pulsing flood, and the pause after it (seconds): each pulse
