@@ -1307,11 +1307,16 @@ int sluice_learn(struct __sk_buff *skb)
 		return TC_ACT_OK; /* the daemon has not set the clock yet */
 	src_key(&k, &pk, cls, pk.family == 4 ? 32 : 64);
 	v = bpf_map_lookup_elem(&known, &k);
-	/* A known source answered within SLUICE_LEARN_REFRESH_MS: nothing to
-	 * note. A busy service's every reply would otherwise write its
-	 * client's entry (and look up who asked) on the service's own CPU. */
-	if (v && now - v->last_ms < SLUICE_LEARN_REFRESH_MS)
+	/* A known source answered within SLUICE_LEARN_REFRESH_MS: the answer
+	 * counts (the rate a client is known at is its answers over its span),
+	 * nothing else is noted. A busy service's every reply would otherwise
+	 * move its client's times (and look up who asked) on the service's own
+	 * CPU. (Plain increment: two CPUs answering one client may lose one.) */
+	if (v && now - v->last_ms < SLUICE_LEARN_REFRESH_MS) {
+		if (v->answers != 0xffffffff)
+			v->answers += 1;
 		return TC_ACT_OK;
+	}
 	if (!peer_asked(&pk, cls, now)) {
 		global_inc(SLUICE_GS_UNASKED);
 		return TC_ACT_OK;

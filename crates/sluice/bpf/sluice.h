@@ -210,8 +210,8 @@ struct sluice_known_part {
  * the daemon sees it never spans a second, a client that came back does.
  */
 #define SLUICE_KNOWN_SPAN_MS 1000
-/* The learner notes a known source's answer at most once in this long
- * (its last_ms and answers move in these steps; the known TTL is seconds). */
+/* The learner moves a known source's last_ms at most once in this long (the
+ * known TTL is seconds); its answers it counts each time. */
 #define SLUICE_LEARN_REFRESH_MS 100
 /*
  * A known source is admitted as known only up to its own rate: the rate it

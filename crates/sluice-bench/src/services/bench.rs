@@ -315,14 +315,17 @@ impl<'a> Bench<'a> {
             Setup::Static => {
                 let cap = self.capacity.map(|c| format!("rate={},", c.round().max(1.0) as u64)).unwrap_or_default();
                 let svc = format!("svc:priority=1,{cap}{}", self.svc.matches());
-                let mut args: Vec<String> =
-                    ["--no-discover", "--class", &svc, "--class", "default:rate=1k"].map(String::from).to_vec();
+                let mut args: Vec<String> = vec!["--no-discover".into()];
                 if self.o.sources {
-                    // The hand-tuned best against an own-port flood: the resolver's address first.
+                    // The hand-tuned best against an own-port flood: the
+                    // resolver's address in a class of its own, first (the
+                    // first matching rule decides: after svc's udp:53 it
+                    // matched nothing, and the resolver shared svc's buckets).
                     let (a4, a6) = (self.bed.net.ip_a, self.bed.net.ip6_a);
                     args.push("--class".into());
                     args.push(format!("resolver:priority=0,match=udp:53@{a4}/32,match=udp:53@{a6}/128"));
                 }
+                args.extend(["--class", &svc, "--class", "default:rate=1k"].map(String::from));
                 args
             }
             Setup::Blocked => {
