@@ -206,9 +206,13 @@ const SYN_SRCS: u32 = 65_536;
 /// healthy second (fair.rs, LEARN_CALM_SECS), then answers.
 pub const CALM_SECS: f64 = 3.0;
 /// A client that first appears during the flood (the `sources` scenario):
-/// a probe from these addresses, added to A.
-pub const NEW_CLIENT_V4: &str = "10.77.0.200";
-pub const NEW_CLIENT_V6: &str = "fd77::200";
+/// a probe from these addresses, added to A. Outside the floods' source
+/// ranges and their aggregates (FLOOD_SRC_V4 and the next 65,535 addresses
+/// span 10.77.0.10-10.78.0.9; IPv6 fd77:0:0:N::/64): 10.77.0.200 was one of
+/// the spoofed addresses, so counting sources by /16 made it one with the
+/// flood.
+pub const NEW_CLIENT_V4: &str = "10.200.0.200";
+pub const NEW_CLIENT_V6: &str = "fd77:ffff::200";
 
 /// A local process beside NSD that misbehaves, run as user nobody in the
 /// victim's namespace with no flood (do no harm: NSD must not pay for it).

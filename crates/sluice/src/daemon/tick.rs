@@ -26,7 +26,7 @@ use crate::policy::config::{default_burst, Config, Limit};
 use crate::policy::fair::{Fair, FairCounts, FairTick};
 use crate::policy::remap::ClassRemap;
 use crate::policy::syn_guard::SynGuards;
-use crate::signals::health::{behind, distress, path_distress, syn_pressure, Health, HealthReader, RxWork};
+use crate::signals::health::{behind, distress, dropped, path_distress, syn_pressure, Health, HealthReader, RxWork};
 use crate::signals::rx_cpu::{RxCpu, ARM_PPS};
 use crate::surface::log::{Cause, Change};
 
@@ -99,6 +99,9 @@ struct TickClass {
     /// Its service was behind and losing in the last tick (health::behind):
     /// what cuts the unknown sources' tier.
     behind: bool,
+    /// Its sockets dropped in the last tick (health::dropped): what cuts the
+    /// unknown tier by a tenth while known clients share them.
+    dropped: bool,
     distress_ticks: u64,
     /// Packets the gate dropped while the service had room (see
     /// `ClassSnapshot::dropped_with_room_pkts`).
@@ -228,6 +231,7 @@ impl Ticker {
                 counts: FairCounts::default(),
                 distress: false,
                 behind: false,
+                dropped: false,
                 distress_ticks: 0,
                 dropped_with_room: WithRoom::default(),
                 tiers: None,
@@ -459,6 +463,7 @@ impl Ticker {
             let why = queues.or_else(|| self.rx_cpu.distress(id));
             c.distress = why.is_some();
             c.behind = self.last.as_ref().is_some_and(|(_, prev)| behind(prev, &now.1, id));
+            c.dropped = self.last.as_ref().is_some_and(|(_, prev)| dropped(prev, &now.1, id));
             c.distress_ticks += u64::from(c.distress);
             // Dropped with room: a service with sockets and no distress, under no cap
             // but sluice's own (no static rate, no budget throttle for a higher class).
@@ -598,7 +603,7 @@ impl TickClass {
             return Tiers { limit, fair: None, learn, taint, under: false };
         };
         let dt = crate::policy::controller::TICK.as_secs_f64();
-        let t = FairTick { rate: pps as f64, dt, counts: self.counts, distress: self.behind, capacity };
+        let t = FairTick { rate: pps as f64, dt, counts: self.counts, distress: self.behind, dropped: self.dropped, capacity };
         let out = self.fair.step(&t);
         let tier = |r: f64| {
             let pps = r.round().max(1.0) as u64;

@@ -146,6 +146,13 @@ fn listen_dropped(p: &ClassHealth, n: &ClassHealth) -> bool {
     drops_grew((p.listen.sockets, p.listen.drops), (n.listen.sockets, n.listen.drops))
 }
 
+/// Did a class's UDP sockets drop between two ticks (not a restarted
+/// service's new socket)?
+pub fn dropped(prev: &Health, now: &Health, class: usize) -> bool {
+    let (Some(p), Some(n)) = (prev.classes.get(class), now.classes.get(class)) else { return false };
+    socket_dropped(p, n)
+}
+
 /// Is a class's service behind and losing: its UDP sockets dropped in the
 /// tick while their queue stood over OVERLOAD_QUEUE of the buffer at both
 /// ends? Socket drops alone are also a burst overflowing a short queue of a

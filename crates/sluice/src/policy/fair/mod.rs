@@ -32,12 +32,17 @@
 //! AGG_TICKS at most, back to single addresses after OFF_TICKS without
 //! fairness. Known sources are never aggregated.
 //!
-//! And when the class's own service is behind and losing (its sockets drop
-//! with their queue over half the buffer at both tick ends: health::behind)
-//! while known clients and unknown sources are both admitted (the queue they
-//! share is full), the unknown tier's rate is halved (every COOL_TICKS at
-//! most, down to CUT_FLOOR of the class rate) and grows back by REGROW per
-//! tick.
+//! And when the class's own sockets drop while known clients and unknown
+//! sources are both admitted (the queue they share overflowed, and it drops
+//! the known clients' datagrams with the rest), the unknown tier's rate is
+//! cut (every COOL_TICKS at most, down to CUT_FLOOR of the class rate): by
+//! SOFT_CUT for drops alone (a probe of the auto controller, a burst), by
+//! CUT when the service is behind and losing (the queue over half the
+//! buffer at both tick ends: health::behind); it grows back by REGROW per
+//! tick without drops. The class's limit runs at the edge of what its
+//! service takes, where a socket drops a share of everything it is given;
+//! with known clients in that share, the unknown tier gives way until the
+//! socket drops nothing.
 
 /// The unknown tier keeps at least this share of the class rate.
 pub const UNKNOWN_MIN: f64 = 0.1;
@@ -55,6 +60,9 @@ pub const UNKNOWN_FLOOR_PPS: f64 = 100.0;
 /// far below UNKNOWN_MIN because the class rate itself may be far above what
 /// the service can take (the auto controller's estimate, mid-probe).
 pub const CUT: f64 = 0.5;
+/// The cut for socket drops without a standing queue: a tenth, so a tier
+/// that a probe's one tick of overflow cut is back within five ticks.
+pub const SOFT_CUT: f64 = 0.9;
 pub const CUT_FLOOR: f64 = 0.01;
 pub const COOL_TICKS: u32 = 3;
 pub const REGROW: f64 = 0.02;
@@ -103,6 +111,8 @@ pub struct FairTick {
     /// The class's own service is behind and losing (health::behind): its
     /// sockets dropped with their queue standing over half the buffer.
     pub distress: bool,
+    /// Its sockets dropped in the tick, with or without a standing queue.
+    pub dropped: bool,
     /// Entries of the sources map.
     pub capacity: u32,
 }
@@ -226,9 +236,10 @@ impl Fair {
         // Only when known clients share the socket with admitted unknown
         // traffic: with nobody to protect, a cut would only lower the
         // class's intake below its limit.
-        if t.distress && t.counts.unknown > 0 && t.counts.known > 0 {
+        let by = if t.distress { CUT } else { SOFT_CUT };
+        if (t.distress || t.dropped) && t.counts.unknown > 0 && t.counts.known > 0 {
             if self.since_cut >= COOL_TICKS {
-                self.cut = (self.cut * CUT).max(floor / left.max(floor));
+                self.cut = (self.cut * by).max(floor / left.max(floor));
                 self.since_cut = 0;
             }
         } else {

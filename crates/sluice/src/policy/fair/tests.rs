@@ -3,7 +3,7 @@ use super::*;
 const DT: f64 = 0.01;
 
 fn tick(rate: f64, counts: FairCounts) -> FairTick {
-    FairTick { rate, dt: DT, counts, distress: false, capacity: 1 << 18 }
+    FairTick { rate, dt: DT, counts, distress: false, dropped: false, capacity: 1 << 18 }
 }
 
 /// One epoch of the gate for unknown sources with these demands (packets per
@@ -166,6 +166,26 @@ fn socket_distress_halves_the_unknown_tier_down_to_its_floor_and_it_grows_back()
     // No cut; the tier grows by what the known tier's fading memory frees.
     let after = f.step(&t).unknown_pps;
     assert!((before..before * 1.001).contains(&after), "no known client to protect: no cut ({before} -> {after})");
+}
+
+/// Socket drops without a standing queue (a probe's overflow) cut the
+/// unknown tier by a tenth while known clients share the socket, and only
+/// then; a tick without drops grows it back.
+#[test]
+fn socket_drops_alone_cut_the_unknown_tier_by_a_tenth() {
+    let mut f = Fair::default();
+    let mut t = tick(100_000.0, FairCounts { known: 10, unknown: 5_000, under: 900, ..Default::default() });
+    let first = f.step(&t).unknown_pps;
+    t.dropped = true;
+    let cut = f.step(&t).unknown_pps;
+    assert!((cut - first * SOFT_CUT).abs() < 1.0, "{first} -> {cut}");
+    t.dropped = false;
+    let grown = f.step(&t).unknown_pps;
+    assert!(grown > cut && grown < first, "{cut} -> {grown}");
+    let mut alone = Fair::default();
+    let t = FairTick { dropped: true, counts: FairCounts { known: 0, ..t.counts }, ..t };
+    let before = alone.step(&t).unknown_pps;
+    assert!(alone.step(&t).unknown_pps >= before, "no known client to protect: no cut");
 }
 
 #[test]
