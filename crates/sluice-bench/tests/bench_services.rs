@@ -108,20 +108,23 @@ fn dns_and_http_scenarios_run_real_services_under_real_floods() {
     let text = std::fs::read_to_string(out.path().join("summary.txt")).unwrap();
     assert!(text.contains("dns closed-v4: answered") && text.contains("dns calm-50 (no flood): answered"), "{text}");
 
-    // sources: a calm period, then junk to NSD's port from 16 addresses; the
-    // daemon learns dnsperf's address and keeps it answered (one bucket for
-    // the class answered 22% in the same setup), a new client probes.
-    let o = ServiceOpts { sources: true, ..opts(&["src16-v4"]) };
+    // sources: a calm period, then valid queries to NSD's port from 65,536
+    // spoofed addresses at 5 times the capacity dnsperf measured (NSD reads
+    // about 1.5 times that); the daemon learns dnsperf's address and keeps it
+    // answered, where off leaves it about half (a known client held to 40/s
+    // by the learner's count got 13%; the bench's target, 99%, is measured
+    // by `bench run --scenario sources`, not asserted on 2 s cells).
+    let o = ServiceOpts { sources: true, flood_pps: 5.0 * capacity, ..opts(&["q64k-v4"]) };
     let r = services::run(Service::Dns, &o, out.path()).unwrap();
-    let zero = cell(&r.cells, "src16-v4", Setup::Zero);
-    assert!(zero.success.unwrap() > 0.9, "known clients first under an own-port flood: {zero:?}");
-    let capacity = r.head.capacity.unwrap();
+    let (zero, off) = (cell(&r.cells, "q64k-v4", Setup::Zero), cell(&r.cells, "q64k-v4", Setup::Off));
+    assert!(zero.success.unwrap() > 0.95, "known clients first under an own-port flood: {zero:?}");
+    assert!(zero.success.unwrap() > off.success.unwrap() + 0.1, "zero config above off: {zero:?}\n{off:?}");
     assert!(
-        zero.new_client.is_some() && zero.flood_pps.unwrap() > capacity,
-        "NSD's capacity {capacity:.0}/s: {zero:?}"
+        zero.new_client.is_some() && off.success.unwrap() < 0.9,
+        "the flood costs the client with no sluice: {off:?}"
     );
     let text = std::fs::read_to_string(out.path().join("summary.txt")).unwrap();
-    assert!(text.contains("sources src16-v4:"), "{text}");
+    assert!(text.contains("sources q64k-v4:"), "{text}");
 
     let r = services::run(Service::Http, &opts(&["own-v4"]), out.path()).unwrap();
     let calm = cell(&r.cells, "none", Setup::Off);

@@ -157,8 +157,26 @@ const fn flood(name: &'static str, v6: bool, own_port: bool, srcs: u32, calm: bo
 /// itself while the class's SYN guard answers (engaged by the kernel's
 /// drops of them, TCP_FLAGS and TCP_RESET).
 pub const TCP_FLOODS: [Flood; 2] = [
-    Flood { name: "ack-v4", v6: false, own_port: true, srcs: 65_536, calm: false, tcp_flags: 0x10, pulses: 0, queries: false },
-    Flood { name: "rst-v4", v6: false, own_port: true, srcs: 65_536, calm: false, tcp_flags: 0x04, pulses: 0, queries: false },
+    Flood {
+        name: "ack-v4",
+        v6: false,
+        own_port: true,
+        srcs: 65_536,
+        calm: false,
+        tcp_flags: 0x10,
+        pulses: 0,
+        queries: false,
+    },
+    Flood {
+        name: "rst-v4",
+        v6: false,
+        own_port: true,
+        srcs: 65_536,
+        calm: false,
+        tcp_flags: 0x04,
+        pulses: 0,
+        queries: false,
+    },
 ];
 
 /// Every flood a scenario can name.

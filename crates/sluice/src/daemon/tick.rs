@@ -603,7 +603,14 @@ impl TickClass {
             return Tiers { limit, fair: None, learn, taint, under: false };
         };
         let dt = crate::policy::controller::TICK.as_secs_f64();
-        let t = FairTick { rate: pps as f64, dt, counts: self.counts, distress: self.behind, dropped: self.dropped, capacity };
+        let t = FairTick {
+            rate: pps as f64,
+            dt,
+            counts: self.counts,
+            distress: self.behind,
+            dropped: self.dropped,
+            capacity,
+        };
         let out = self.fair.step(&t);
         let tier = |r: f64| {
             let pps = r.round().max(1.0) as u64;

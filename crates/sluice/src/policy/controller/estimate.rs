@@ -176,9 +176,11 @@ impl Default for Estimate {
 }
 
 /// Did the tick lose packets the service was given: socket drops with its
-/// queue still over half the buffer, or drops before the socket?
+/// queue over half the buffer at both ends of the tick (standing, as
+/// health::behind reads it: a client's burst that overflowed a short queue
+/// and drained within the tick is not), or drops before the socket?
 pub fn lost(s: &Signals) -> bool {
-    (s.sock_drops > 0 && s.queue_over(OVERLOAD_QUEUE)) || s.backlog_drops > 0 || s.squeeze > 0
+    (s.sock_drops > 0 && s.queue_stands(OVERLOAD_QUEUE)) || s.backlog_drops > 0 || s.squeeze > 0
 }
 
 impl Estimate {
@@ -284,6 +286,11 @@ impl Estimate {
             self.base_loss = self.base_loss.max(share);
             self.restart(c.from);
         }
+    }
+
+    /// Ticks in a row that lost packets the service was given (`lost`).
+    pub fn loss_ticks(&self) -> u32 {
+        self.loss_ticks
     }
 
     /// A probe the service took all of: its tick alone is a clean sample
