@@ -218,28 +218,7 @@ impl Ticker {
             .classes
             .iter()
             .enumerate()
-            .map(|(id, c)| TickClass {
-                priority: c.priority,
-                limit: c.limit,
-                totals: None,
-                offered: 0.0,
-                admitted: 0.0,
-                dt: 0.0,
-                last_seen: vec![],
-                fair: Fair::default(),
-                raw: None,
-                counts: FairCounts::default(),
-                distress: false,
-                behind: false,
-                dropped: false,
-                distress_ticks: 0,
-                dropped_with_room: WithRoom::default(),
-                tiers: None,
-                decided: None,
-                learns: id != cfg.default_class,
-                learned_at: None,
-                taint: (0, 0),
-            })
+            .map(|(id, c)| TickClass::new(c.priority, c.limit, id != cfg.default_class))
             .collect();
         let health = Some(HealthReader::new(cfg, ns)?);
         Ok(Ticker {
@@ -365,6 +344,14 @@ impl Ticker {
                     ));
                 }
                 if stale {
+                    // The SYN guards fail open too: an answering guard whose
+                    // step no longer runs would keep answering after its
+                    // checker's window, and RST every new connection.
+                    if gate.answers_syns() {
+                        for (id, guard) in self.syn.release(Clock::wall_ms()) {
+                            gate.set_syn_guard(id, &guard)?;
+                        }
+                    }
                     vec![]
                 } else {
                     self.budget.limits.clone()
@@ -568,6 +555,33 @@ impl Ticker {
 }
 
 impl TickClass {
+    /// A class as the tick first sees it; `learns`: the learner may record
+    /// its clients (every class but the default one).
+    fn new(priority: u8, limit: Limit, learns: bool) -> TickClass {
+        TickClass {
+            priority,
+            limit,
+            totals: None,
+            offered: 0.0,
+            admitted: 0.0,
+            dt: 0.0,
+            last_seen: vec![],
+            fair: Fair::default(),
+            raw: None,
+            counts: FairCounts::default(),
+            distress: false,
+            behind: false,
+            dropped: false,
+            distress_ticks: 0,
+            dropped_with_room: WithRoom::default(),
+            tiers: None,
+            decided: None,
+            learns,
+            learned_at: None,
+            taint: (0, 0),
+        }
+    }
+
     /// The fairness counters of the last tick, from the gate's raw counters.
     fn counts_from(&mut self, raw: ClassCounters) {
         let old = self.raw.replace(raw).unwrap_or(raw);
@@ -602,10 +616,15 @@ impl TickClass {
             self.fair.idle();
             return Tiers { limit, fair: None, learn, taint, under: false };
         };
-        let dt = crate::policy::controller::TICK.as_secs_f64();
+        // The counts' rates over the tick's measured length (a tick after a
+        // 500 ms calm one, or one that overran, is not 10 ms); the budget is
+        // for the next epoch, a fast tick.
+        let epoch = crate::policy::controller::TICK.as_secs_f64();
+        let dt = if self.dt > 0.0 { self.dt } else { epoch };
         let t = FairTick {
             rate: pps as f64,
             dt,
+            epoch,
             counts: self.counts,
             distress: self.behind,
             dropped: self.dropped,
@@ -664,6 +683,25 @@ fn rx_work(cpus: &[sluice_cpu_rx]) -> RxWork {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    /// Hardening: fairness reads the tick's counts as rates over the tick's
+    /// measured length. A tick out of a 500 ms calm spell that counted 300
+    /// known packets sized the known tier at 600/s (times its headroom),
+    /// where the constant 10 ms made 30,000/s of them, a bucket 50 times too
+    /// deep that took seconds to decay.
+    #[test]
+    fn the_known_tier_is_sized_over_the_measured_tick() {
+        use crate::policy::fair::KNOWN_HEADROOM;
+        let limit = Limit::Rate { pps: 100_000, burst: 1_000 };
+        let mut c = TickClass::new(1, limit, true);
+        c.dt = 0.5;
+        c.counts.known = 300;
+        let t = c.tiers(limit, 1 << 18, 1_000_000);
+        let Limit::Rate { pps, .. } = t.limit else { panic!("a rate: {:?}", t.limit) };
+        assert_eq!(pps as f64, 600.0 * KNOWN_HEADROOM, "{:?}", t.limit);
+    }
+
     /// Drops with room count from a stretch of ROOM_SECS on, all of its
     /// drops; a shorter stretch (a new limit's first ticks) counts nothing.
     #[test]
@@ -701,8 +739,6 @@ mod tests {
         assert_eq!(w.errors, super::STALE_TICKS, "failures in all are kept");
         assert_eq!(w.ok(), None);
     }
-
-    use super::*;
 
     #[test]
     fn a_static_rate_stays_a_cap_and_blocked_stays_blocked() {

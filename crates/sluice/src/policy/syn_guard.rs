@@ -243,6 +243,23 @@ impl SynGuards {
         }
         writes
     }
+
+    /// The signals went stale: every `auto` guard stops answering (fails
+    /// open, as the throttles do), its checker still taking the cookies it
+    /// sent until its window ends; an "on" guard, which no signal drives,
+    /// keeps answering. Returns the guards to write to the gate.
+    pub fn release(&mut self, now_ms: u64) -> Vec<(usize, sluice_syn_guard)> {
+        let mut writes = Vec::new();
+        for (id, c) in self.classes.iter_mut().enumerate() {
+            if c.policy == SynCookies::Auto {
+                (c.answering, c.calm_secs) = (false, 0.0);
+            }
+            if let Some(g) = c.due_write(now_ms) {
+                writes.push((id, g));
+            }
+        }
+        writes
+    }
 }
 
 /// A class's SYN guard (`crate::policy::syn_guard`).
@@ -265,6 +282,36 @@ mod tests {
 
     fn tick(syns: u64, answered: u64, valid: u64, pressure: bool) -> GuardTick {
         GuardTick { syns, answered, valid, pressure, dt: TICK, ..GuardTick::default() }
+    }
+
+    /// Hardening: stale signals release an answering `auto` guard (the gate
+    /// stops answering, its checker keeps the window for cookies already
+    /// sent); an "on" guard keeps answering. Before, a failed health read
+    /// returned before the guards' step, `answer` stayed 1 after the
+    /// checker's window ran out, and every new connection got an RST.
+    #[test]
+    fn stale_signals_release_an_auto_guard_and_keep_an_on_one() {
+        let cfg = crate::policy::config::from_flags(&[
+            "web:match=tcp:80".to_string(),
+            "ssh:syn_cookies=on,match=tcp:22".to_string(),
+        ])
+        .unwrap();
+        let mut g = SynGuards::new(&cfg);
+        let (web, ssh) = (cfg.class_id("web").unwrap(), cfg.class_id("ssh").unwrap());
+        g.classes[web].step(&tick(10, 0, 0, true));
+        g.classes[ssh].step(&tick(0, 0, 0, false));
+        let now = 1_000_000;
+        for c in &mut g.classes {
+            c.due_write(now);
+        }
+        assert!(g.classes[web].answering() && g.classes[ssh].answering());
+        let writes = g.release(now + 50);
+        let web_write = writes.iter().find(|(id, _)| *id == web).expect("the auto guard is written").1;
+        assert_eq!(web_write.answer, 0, "the auto guard fails open");
+        assert_eq!(web_write.check_until_ms, now + CHECK_MS, "its cookies are still checked until the window ends");
+        assert!(!writes.iter().any(|(id, _)| *id == ssh), "the on guard is left as written");
+        assert!(!g.classes[web].answering() && g.classes[ssh].answering());
+        assert!(g.release(now + 60).is_empty(), "nothing to write again");
     }
 
     #[test]

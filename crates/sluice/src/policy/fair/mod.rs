@@ -105,8 +105,11 @@ pub struct FairCounts {
 pub struct FairTick {
     /// The class's limit, packets/s.
     pub rate: f64,
-    /// The tick's length, seconds.
+    /// The length of the tick the counts span, seconds (measured: a tick
+    /// after a calm 500 ms one, or one that overran, is not the fast tick).
     pub dt: f64,
+    /// The length of the epoch the budget is for, seconds: the fast tick.
+    pub epoch: f64,
     pub counts: FairCounts,
     /// The class's own service is behind and losing (health::behind): its
     /// sockets dropped with their queue standing over half the buffer.
@@ -173,7 +176,7 @@ impl Fair {
         self.known_peak_pps = (t.counts.known as f64 / t.dt).max(self.known_peak_pps * KNOWN_DECAY);
         let known_pps = (self.known_peak_pps * KNOWN_HEADROOM).min(t.rate * (1.0 - UNKNOWN_MIN));
         let unknown_pps = self.unknown_rate(t, t.rate - known_pps);
-        let budget = (unknown_pps * t.dt).max(1.0);
+        let budget = (unknown_pps * t.epoch).max(1.0);
         let quota = self.next_quota(&t.counts, budget);
         self.aggregate(t, budget, quota);
         let (plen4, plen6) = PLENS[self.level];

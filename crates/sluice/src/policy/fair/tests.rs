@@ -3,7 +3,7 @@ use super::*;
 const DT: f64 = 0.01;
 
 fn tick(rate: f64, counts: FairCounts) -> FairTick {
-    FairTick { rate, dt: DT, counts, distress: false, dropped: false, capacity: 1 << 18 }
+    FairTick { rate, dt: DT, epoch: DT, counts, distress: false, dropped: false, capacity: 1 << 18 }
 }
 
 /// One epoch of the gate for unknown sources with these demands (packets per
