@@ -114,6 +114,13 @@ pub fn class_signals(prev: &Sample, now: &Sample, i: usize) -> Signals {
     }
 }
 
+/// The namespace's UDP counter files, opened by `open`: /proc/net/snmp,
+/// and snmp6 if the host has it (a host booted with ipv6.disable=1 has
+/// none, and the loop then counts IPv4's datagrams alone).
+fn counter_files(open: impl Fn(&str) -> Result<NsFile>) -> Result<(NsFile, Option<NsFile>)> {
+    Ok((open("snmp")?, open("snmp6").ok()))
+}
+
 /// One tick of the loop, for the bench's step and oscillation figures.
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
 pub struct TracePoint {
@@ -133,7 +140,9 @@ pub struct TracePoint {
 pub struct AutoLoop {
     classes: Vec<AutoClass>,
     snmp: NsFile,
-    snmp6: NsFile,
+    /// None: the host has no /proc/net/snmp6 (booted with ipv6.disable=1):
+    /// IPv4's counters alone are the delivered rate.
+    snmp6: Option<NsFile>,
     last: Option<Sample>,
     started: Instant,
     /// CPU time the loop's ticks took (ns, thread CPU clock).
@@ -188,10 +197,10 @@ impl AutoLoop {
             let ctl = Controller::new(spec.algo, tuning);
             classes.push(AutoClass { id, name: c.name.clone(), spec, sock, ctl, rate: None, near: false });
         }
-        let (snmp, snmp6) = match ns {
-            Some(ns) => (NsFile::open(ns, "snmp")?, NsFile::open(ns, "snmp6")?),
-            None => (NsFile::open_here("snmp")?, NsFile::open_here("snmp6")?),
-        };
+        let (snmp, snmp6) = counter_files(|name| match ns {
+            Some(ns) => NsFile::open(ns, name),
+            None => NsFile::open_here(name),
+        })?;
         Ok(Some(AutoLoop {
             classes,
             snmp,
@@ -202,6 +211,13 @@ impl AutoLoop {
             ticks: 0,
             trace: VecDeque::new(),
         }))
+    }
+
+    /// A signal source this host lacks, said once in the start-up log.
+    pub fn missing(&self) -> Option<&'static str> {
+        self.snmp6.is_none().then_some(
+            "/proc/net/snmp6 is missing (IPv6 disabled at boot?): auto classes count the datagrams IPv4 delivered only",
+        )
     }
 
     /// The algorithm of the first auto class (for the start-up log line).
@@ -231,7 +247,10 @@ impl AutoLoop {
             classes.push(ClassSample { seen: t.seen_pkts, admitted: t.admitted_pkts, sock: c.sock });
         }
         let in_datagrams = match self.needs_datagrams(&classes) {
-            true => Some(udp_counters(&self.snmp.read()?, &self.snmp6.read()?).in_datagrams),
+            true => {
+                let v6 = self.snmp6.as_mut().map(NsFile::read).transpose()?;
+                Some(udp_counters(&self.snmp.read()?, v6.as_deref().unwrap_or("")).in_datagrams)
+            }
             false => None,
         };
         Ok(Sample {
@@ -378,4 +397,29 @@ pub struct AutoStatus {
     pub rcvbuf_bytes: u64,
     /// Seconds without signals (holding, then fallback).
     pub lost_secs: f64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Hardening: a host booted with ipv6.disable=1 has no /proc/net/snmp6.
+    /// The loop starts without it (before, opening it failed the start of
+    /// any auto UDP class) and names it once; snmp it still needs.
+    #[test]
+    fn a_missing_snmp6_is_optional_and_snmp_is_not() {
+        let no_v6 = |name: &str| match name {
+            "snmp6" => Err(anyhow::anyhow!("opening /proc/thread-self/net/snmp6: No such file or directory")),
+            n => NsFile::open_here(n),
+        };
+        let (_, v6) = counter_files(no_v6).expect("starts without snmp6");
+        assert!(v6.is_none());
+        let no_v4 = |name: &str| match name {
+            "snmp" => Err(anyhow::anyhow!("opening /proc/thread-self/net/snmp: No such file or directory")),
+            n => NsFile::open_here(n),
+        };
+        assert!(counter_files(no_v4).is_err(), "snmp is required");
+        let snmp = "Udp: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors\nUdp: 7 0 0 0 0\n";
+        assert_eq!(crate::signals::kernel::udp_counters(snmp, "").in_datagrams, 7, "IPv4's alone");
+    }
 }

@@ -299,6 +299,9 @@ impl Daemon {
                 a.class_names(),
                 TICK.as_millis()
             ));
+            if let Some(m) = a.missing() {
+                log::warn(format_args!("{m}"));
+            }
         }
         let known_file = known::path(opts.state_dir.as_deref().unwrap_or(Path::new(known::STATE_DIR)), &iface);
         let tracer = load_tracer(ifindex, &gate);
