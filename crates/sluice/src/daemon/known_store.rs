@@ -28,7 +28,7 @@ pub(super) struct KnownStore {
 impl KnownStore {
     /// Read the state file (a file that cannot be read or parsed: none, said in the log).
     pub fn open(file: PathBuf) -> KnownStore {
-        let pending = match known::load(&file) {
+        let loaded = match known::load(&file) {
             Ok(k) => {
                 log::info(format_args!("known sources: {} read from {}", k.len(), file.display()));
                 k
@@ -38,7 +38,7 @@ impl KnownStore {
                 vec![]
             }
         };
-        KnownStore { saver: known::Saver::start(file.clone()), file, pending, errors: 0 }
+        KnownStore { saver: known::Saver::start(file.clone()), file, pending: pending(loaded), errors: 0 }
     }
 
     /// Put known sources in the gate's map for the classes `names`: with
@@ -61,7 +61,7 @@ impl KnownStore {
             stale.retain(|k| !keep.contains(k));
             gate.delete_known(&stale)?;
             gate.insert_known(&map)?;
-            self.pending = later;
+            self.pending = pending(later);
             let (delete, room) = bound(&gate.known()?, shape);
             apply_bound(gate, &delete, room)
         })();
@@ -74,7 +74,7 @@ impl KnownStore {
     /// and the pending ones.
     fn entries(&self, map: &[(sluice_src_key, sluice_known)], names: &[String]) -> Vec<Known> {
         let mut all = known::from_map(map, names, Clock::wall_ms(), KNOWN_TTL_SECS * 1000);
-        all.extend(self.pending.iter().cloned());
+        all.extend(pending(self.pending.clone()));
         all
     }
 
@@ -100,6 +100,13 @@ impl KnownStore {
             }
         }
     }
+}
+
+/// Pending entries (of classes not in force) as they are kept: within the
+/// known TTL, at most as many as the gate's known map holds.
+fn pending(entries: Vec<Known>) -> Vec<Known> {
+    let max = crate::bpf_intf::SLUICE_KNOWN_ENTRIES as usize;
+    known::prune_pending(entries, Clock::wall_ms(), KNOWN_TTL_SECS * 1000, max)
 }
 
 /// Hold every class to its part of the known map (`known::bound`): the

@@ -202,6 +202,20 @@ impl Saver {
     }
 }
 
+/// Entries waiting for a class that is not in force (class names carry
+/// process names a user picks, so classes come and go): those answered
+/// within `ttl_ms` of `now_ms` (wall clock), the `max` most recently
+/// answered of them. Without this, entries of churned classes piled up in
+/// memory and in the state file for good.
+pub fn prune_pending(mut pending: Vec<Known>, now_ms: u64, ttl_ms: u64, max: usize) -> Vec<Known> {
+    pending.retain(|k| now_ms.saturating_sub(k.last_unix_ms) <= ttl_ms);
+    if pending.len() > max {
+        pending.sort_unstable_by(|a, b| b.last_unix_ms.cmp(&a.last_unix_ms));
+        pending.truncate(max);
+    }
+    pending
+}
+
 /// Read the entries. A missing file is no error (Ok of nothing); a file
 /// that cannot be read or parsed is, and says why. A version 1 file's ages
 /// are taken back to wall-clock times from the time it was written.
@@ -355,6 +369,22 @@ mod tests {
 
     fn entries() -> Vec<Known> {
         vec![entry("198.51.100.7", 60, 30, 9), entry("2001:db8:1:2::", 3600, 5, 1)]
+    }
+
+    /// Hardening: pending entries (of a class not in force) age out like
+    /// the rest and are bounded, the most recently answered kept.
+    #[test]
+    fn pending_entries_expire_and_are_bounded() {
+        let ttl = 3_600_000;
+        let pending = vec![
+            entry("198.51.100.1", 10, 5, 3),
+            entry("198.51.100.2", 7_200, 5, 3),
+            entry("198.51.100.3", 20, 5, 3),
+            entry("198.51.100.4", 30, 5, 3),
+        ];
+        let kept = prune_pending(pending, NOW_MS, ttl, 2);
+        let addrs: Vec<String> = kept.iter().map(|k| k.addr.to_string()).collect();
+        assert_eq!(addrs, ["198.51.100.1", "198.51.100.3"], "two hours old goes; of the rest the newest two");
     }
 
     /// Known as the gate counts it: a span of a second at least, whatever
