@@ -210,7 +210,7 @@ impl Saver {
 pub fn prune_pending(mut pending: Vec<Known>, now_ms: u64, ttl_ms: u64, max: usize) -> Vec<Known> {
     pending.retain(|k| now_ms.saturating_sub(k.last_unix_ms) <= ttl_ms);
     if pending.len() > max {
-        pending.sort_unstable_by(|a, b| b.last_unix_ms.cmp(&a.last_unix_ms));
+        pending.sort_unstable_by_key(|k| std::cmp::Reverse(k.last_unix_ms));
         pending.truncate(max);
     }
     pending
