@@ -167,3 +167,22 @@ fn two_cpus_together_admit_the_configured_total_within_5_percent() {
         0.05,
     );
 }
+
+/// Hardening: a rebalance keeps the wake mark the daemon armed. It wrote
+/// each limited class's shares whole, without the wake fields, so a class
+/// that went idle was never re-armed and a flood on it waited up to a calm
+/// tick (500 ms) for the daemon.
+#[test]
+fn a_rebalance_keeps_the_wake_mark() {
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let g = TestGate::new(&["c:rate=1000,match=udp:9"]);
+    let id = g.class("c");
+    let at: Vec<u64> = (0..g.gate.ncpus() as u64).map(|cpu| 100 + cpu).collect();
+    g.gate.arm_wake(id, &at, 5_000_000).unwrap();
+    let limit = Limit::Rate { pps: 2000, burst: 100 };
+    g.gate.rebalance(id, &sluice::dataplane::gate::Tiers::plain(limit), &mut Vec::new()).unwrap();
+    let shares = g.gate.shares(id).unwrap();
+    assert!(shares.iter().any(|s| s.rate_pps > 0), "the new limit is written: {shares:?}");
+    let kept: Vec<(u64, u64)> = shares.iter().map(|s| (s.wake_at, s.wake_gap_ns)).collect();
+    assert_eq!(kept, at.iter().map(|&a| (a, 5_000_000)).collect::<Vec<_>>());
+}

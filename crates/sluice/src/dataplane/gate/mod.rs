@@ -416,8 +416,14 @@ impl Gate {
         last_seen.resize(seen.len(), 0);
         let arrivals: Vec<u64> = seen.iter().zip(last_seen.iter()).map(|(n, o)| n.saturating_sub(*o)).collect();
         *last_seen = seen;
-        let shares = shares_for(&tiers.limit, &arrivals, tiers.under);
-        if self.shares(class)? != shares {
+        let now = self.shares(class)?;
+        let mut shares = shares_for(&tiers.limit, &arrivals, tiers.under);
+        // The wake mark the daemon armed (`arm_wake`) stays: a class limited
+        // now may go quiet, and only its mark wakes a calm daemon for it.
+        for (new, old) in shares.iter_mut().zip(&now) {
+            (new.wake_at, new.wake_gap_ns) = (old.wake_at, old.wake_gap_ns);
+        }
+        if now != shares {
             self.set_shares(class, &shares)?;
         }
         // Learning (and its taint) apply with fairness on or off.
