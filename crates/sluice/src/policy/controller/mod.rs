@@ -68,14 +68,15 @@ pub const KNEE_MEMORY_SECS: f64 = 10.0;
 /// was seen before an engaged controller lets go: a flood that ended is
 /// unlimited again a second later, a pause of a few ticks is not an end.
 pub const RELEASE_TICKS: u32 = 100;
-/// Ticks (100 ms) a loss run lasts before it engages an unlimited class. A
+/// Ticks (300 ms) a loss run lasts before it engages an unlimited class. A
 /// client's burst fills the socket, which drops what the gate would have,
 /// and a limit would only add the gate's drops for the second it takes to
 /// let go: dnsperf paced at half NSD's capacity sent 1.1-3.6 times what NSD
 /// read in runs of 3-4 ticks (NSD, at a quarter of a CPU, at times read
-/// 24k/s in a tick, not its usual 70-78k/s). A flood lasts; 100 ms of it
-/// unlimited is what this costs at each start.
-pub const ENGAGE_TICKS: u32 = 10;
+/// 24k/s in a tick, not its usual 70-78k/s), and at 100 ms one fresh-clone
+/// run in four still engaged on it (5,207 gate drops). A flood lasts; 300 ms
+/// of it unlimited is what this costs at each start.
+pub const ENGAGE_TICKS: u32 = 30;
 
 /// The rate selection algorithm of the auto classes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, Default)]
