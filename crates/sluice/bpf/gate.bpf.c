@@ -113,6 +113,7 @@
 #include <linux/tcp.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
+#include <bpf/bpf_core_read.h>
 
 #include "sluice.h"
 #include "classify.h"
@@ -928,15 +929,28 @@ static __always_inline __u32 cookie_tuple(const struct cookie_addrs *a, const st
 	return sizeof(t->ipv6);
 }
 
+/* Is this listening socket MPTCP's (the kernel refuses it a gate cookie's request socket)? */
+static __always_inline int is_mptcp(struct bpf_sock *skc)
+{
+	struct tcp_sock *tp;
+
+	if (!bpf_core_field_exists(struct tcp_sock, is_mptcp))
+		return 0; /* a kernel without MPTCP */
+	tp = bpf_skc_to_tcp_sock(skc);
+	return tp && tp->is_mptcp;
+}
+
 /*
  * Does the socket lookup of a segment's 4-tuple find the listener itself?
- * For a SYN: the gate answers only then. It finds another socket for a SYN
- * that reuses the 4-tuple of one in TIME_WAIT (a client cycling
+ * For a SYN: the gate answers only then, and only for a listener that
+ * takes a gate cookie (`for_cookie`: not MPTCP's). It finds another socket
+ * for a SYN that reuses the 4-tuple of one in TIME_WAIT (a client cycling
  * connections fast): the kernel must take that SYN, as only it can retire
  * the old socket (a cookie's ACK would meet the TIME_WAIT socket and never
  * open the connection). It finds none for a closed port: the kernel's RST.
  */
-static __always_inline int finds_listener(struct xdp_md *ctx, const struct cookie_addrs *a, const struct tcphdr *th)
+static __always_inline int finds_listener(struct xdp_md *ctx, const struct cookie_addrs *a, const struct tcphdr *th,
+					  int for_cookie)
 {
 	struct bpf_sock_tuple tuple = {};
 	__u32 size = cookie_tuple(a, th, &tuple);
@@ -945,7 +959,7 @@ static __always_inline int finds_listener(struct xdp_md *ctx, const struct cooki
 
 	if (!skc)
 		return 0;
-	listener = skc->state == BPF_TCP_LISTEN;
+	listener = skc->state == BPF_TCP_LISTEN && !(for_cookie && is_mptcp(skc));
 	bpf_sk_release(skc);
 	return listener;
 }
@@ -1055,6 +1069,17 @@ static __always_inline int synack_v6(void *data, void *end, __u32 l3, const stru
 	return 1;
 }
 
+/* Keep only the options the namespace lets a gate cookie carry (settings.syn_allow). */
+static __always_inline void syn_opts_allowed(struct syn_opts *o)
+{
+	if (!(settings.syn_allow & SLUICE_SYN_SACK))
+		o->sack = 0;
+	if (!(settings.syn_allow & SLUICE_SYN_TS))
+		o->ts = 0;
+	if (!(settings.syn_allow & SLUICE_SYN_WSCALE))
+		o->wscale = COOKIE_WSCALE_NONE;
+}
+
 /*
  * Answer a SYN with a cookie SYN-ACK built in its own frame (the caller
  * returns XDP_TX). 1 if the frame now holds the SYN-ACK; 0 if the SYN goes
@@ -1084,9 +1109,10 @@ static __always_inline int syn_answer(struct xdp_md *ctx)
 	if ((void *)th - data > COOKIE_L3_MAX + sizeof(struct ipv6hdr))
 		return 0;
 	cookie_addrs_of(data + l3, family, &a);
-	if (!finds_listener(ctx, &a, th))
+	if (!finds_listener(ctx, &a, th, 1))
 		return 0;
 	syn_opts_read(data, end, (void *)(th + 1) - data, (void *)th - data + th->doff * 4, &o);
+	syn_opts_allowed(&o);
 	isn = bpf_ntohl(th->seq);
 	cport = th->source;
 	sport = th->dest;
@@ -1113,8 +1139,8 @@ static __always_inline int syn_guarded(const struct pkt *pk, __u32 cls, struct s
 	if (pk->tcp_flags & (TCP_FLAG_RST | TCP_FLAG_FIN))
 		return 0; /* SYN+FIN, SYN+RST: the normal way (the kernel refuses them) */
 	g = bpf_map_lookup_elem(&syn_guard, &cls);
-	if (!g || !g->answer || settings.observe)
-		return 0;
+	if (!g || !g->answer || settings.observe || !(settings.syn_allow & SLUICE_SYN_COOKIES))
+		return 0; /* tcp_syncookies = 0: the listener would ignore the cookie's request socket */
 	/* A known client takes the kernel's own path, with every option it offered. */
 	return !known_entry(pk, cls);
 }
@@ -1168,7 +1194,7 @@ static __always_inline int no_connection(struct xdp_md *ctx, const struct pkt *p
 	if (ip + sizeof(struct ipv6hdr) > end)
 		return 0;
 	cookie_addrs_of(ip, family, &a);
-	if (!finds_listener(ctx, &a, th))
+	if (!finds_listener(ctx, &a, th, 0))
 		return 0;
 	if (pk->tcp_flags & TCP_FLAG_RST)
 		return 1;
@@ -1369,19 +1395,28 @@ static __always_inline void cookie_attrs(__u32 bits, __u32 family, const struct 
 		r->snd_wscale = 0;
 	r->rcv_wscale = r->wscale_ok ? SLUICE_COOKIE_WSCALE : 0;
 	r->sack_ok = !!(bits & COOKIE_SACK);
-	r->tstamp_ok = ack->ts;
+	/* The SYN-ACK offered no timestamps where the namespace has them off. */
+	r->tstamp_ok = ack->ts && (settings.syn_allow & SLUICE_SYN_TS);
 	r->rcv_tsval = ack->tsval;
 	r->rcv_tsecr = ack->tsecr;
 }
 
+/* What the checker found in an ACK to a class whose guard checks them. */
+enum cookie_verdict {
+	COOKIE_NOT_LISTENER = -1, /* a connection's own ACK, or no socket: nothing to check */
+	COOKIE_NONE = 0,          /* no gate cookie: the kernel decides (a RST, or its own cookie) */
+	COOKIE_TAKEN = 1,         /* a valid gate cookie: the listener has its request socket */
+	COOKIE_REFUSED = 2,       /* a valid gate cookie the kernel refused a request socket for */
+};
+
 /*
  * Check an ACK to a listening socket for a gate cookie; hand the listener a
- * request socket if it carries one. 1: a valid cookie (handed over, unless
- * the kernel refused: then it answers the ACK as without sluice), 0: not a
- * gate cookie (the kernel decides: a RST, or its own cookie), -1: not a
- * listener's (a connection's own ACK, or no socket: nothing to check).
+ * request socket if it carries one. A refused one (an option or a listener
+ * the kernel does not take: the gate's SYN-ACKs avoid both, see
+ * syn_opts_allowed and is_mptcp) leaves the ACK to the kernel, as without
+ * sluice.
  */
-static __always_inline int cookie_ack(struct __sk_buff *skb, void *data, void *end, void *ip, struct tcphdr *th,
+static __always_inline enum cookie_verdict cookie_ack(struct __sk_buff *skb, void *data, void *end, void *ip, struct tcphdr *th,
 				      __u32 family)
 {
 	struct bpf_tcp_req_attrs r = {};
@@ -1391,25 +1426,23 @@ static __always_inline int cookie_ack(struct __sk_buff *skb, void *data, void *e
 	struct bpf_sock *skc;
 	struct tcp_sock *tp;
 	__u32 size, bits = 0;
-	int ret = 0;
+	enum cookie_verdict ret = COOKIE_NONE;
 
 	cookie_addrs_of(ip, family, &a);
 	size = cookie_tuple(&a, th, &tuple);
 	skc = bpf_skc_lookup_tcp(skb, &tuple, size, BPF_F_CURRENT_NETNS, 0);
 	if (!skc)
-		return -1; /* no socket: the kernel answers with a RST */
+		return COOKIE_NOT_LISTENER; /* no socket: the kernel answers with a RST */
 	if (skc->state != BPF_TCP_LISTEN) {
 		bpf_sk_release(skc);
-		return -1;
+		return COOKIE_NOT_LISTENER;
 	}
 	if (!cookie_check(&a, th->source, th->dest, bpf_ntohl(th->seq) - 1, bpf_ntohl(th->ack_seq) - 1, &bits))
 		goto out;
 	syn_opts_read(data, end, (void *)(th + 1) - data, (void *)th - data + th->doff * 4, &o);
 	cookie_attrs(bits, family, &o, &r);
 	tp = bpf_skc_to_tcp_sock(skc);
-	if (tp)
-		bpf_sk_assign_tcp_reqsk(skb, (struct sock *)tp, &r, sizeof(r));
-	ret = 1;
+	ret = tp && !bpf_sk_assign_tcp_reqsk(skb, (struct sock *)tp, &r, sizeof(r)) ? COOKIE_TAKEN : COOKIE_REFUSED;
 out:
 	bpf_sk_release(skc);
 	return ret;
@@ -1433,7 +1466,7 @@ int sluice_cookie_ack(struct __sk_buff *skb)
 	struct pkt pk = {};
 	struct tcphdr *th;
 	__u32 cls, family = 0, l3;
-	int ok;
+	enum cookie_verdict ok;
 
 	__u32 kfunc = bpf_sk_assign_tcp_reqsk ? 1 : 2;
 	__u32 zero = 0;
@@ -1460,8 +1493,12 @@ int sluice_cookie_ack(struct __sk_buff *skb)
 		return TC_ACT_OK;
 	ok = cookie_ack(skb, data, end, data + l3, th, family);
 	st = bpf_map_lookup_elem(&class_state, &cls);
-	if (st && ok >= 0)
-		st->cnt[ok ? SLUICE_CS_COOKIE_OK : SLUICE_CS_COOKIE_BAD] += 1;
+	if (st && ok == COOKIE_TAKEN)
+		st->cnt[SLUICE_CS_COOKIE_OK] += 1;
+	else if (st && ok == COOKIE_REFUSED)
+		st->cnt[SLUICE_CS_COOKIE_REFUSED] += 1;
+	else if (st && ok == COOKIE_NONE)
+		st->cnt[SLUICE_CS_COOKIE_BAD] += 1;
 	return TC_ACT_OK;
 }
 

@@ -100,4 +100,13 @@ struct bpf_iter__udp {
 	struct udp_sock *udp_sk;
 } __attribute__((preserve_access_index));
 
+/*
+ * The TCP socket, for MPTCP's mark alone: the kernel refuses a gate cookie's
+ * request socket to an MPTCP listener. A kernel built without MPTCP has no
+ * such field (bpf_core_field_exists says so).
+ */
+struct tcp_sock {
+	__u8 is_mptcp;
+} __attribute__((preserve_access_index));
+
 #endif /* SLUICE_KERNEL_H */

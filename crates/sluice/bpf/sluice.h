@@ -290,6 +290,7 @@ enum sluice_class_stat {
 	SLUICE_CS_SYN_PKTS,       /* TCP SYNs (no ACK) that reached the class, answered by the gate or not */
 	SLUICE_CS_DROP_NOCONN_PKTS, /* verdict: while the SYN guard answers, an ACK or RST of no connection (syncookie.h) */
 	SLUICE_CS_DROP_NOCONN_BYTES,
+	SLUICE_CS_COOKIE_REFUSED, /* an ACK with a valid gate cookie whose request socket the kernel refused (left to it) */
 	SLUICE_CS_NR,
 };
 
@@ -343,7 +344,7 @@ struct sluice_settings {
 	__u32 observe;           /* 1: observe mode: every verdict counted as usual, nothing dropped */
 	__u16 syn_mss4;          /* the MSS the gate's SYN-ACKs offer (the interface's MTU - 40) */
 	__u16 syn_mss6;          /* the same for IPv6 (MTU - 60) */
-	__u32 _pad;
+	__u32 syn_allow;         /* SLUICE_SYN_*: what the namespace's TCP settings let a gate cookie carry */
 	__u64 syn_key[2];        /* the SYN cookies' SipHash key (random, drawn at start; 0: no cookies) */
 };
 
@@ -355,6 +356,19 @@ struct sluice_settings {
  * offered one.
  */
 #define SLUICE_COOKIE_SLOT_MS 64000
+
+/*
+ * settings.syn_allow: what bpf_sk_assign_tcp_reqsk and the listener take in
+ * the gate's network namespace (net.ipv4.*, read by the daemon at start and
+ * every second). Without SLUICE_SYN_COOKIES (tcp_syncookies = 0) the
+ * listener ignores the request socket: the gate answers no SYN. Each other
+ * bit: the SYN-ACK may offer that option (the kernel refuses a request
+ * socket with an option the namespace turned off).
+ */
+#define SLUICE_SYN_COOKIES (1u << 0) /* net.ipv4.tcp_syncookies != 0 */
+#define SLUICE_SYN_SACK (1u << 1)    /* net.ipv4.tcp_sack */
+#define SLUICE_SYN_TS (1u << 2)      /* net.ipv4.tcp_timestamps */
+#define SLUICE_SYN_WSCALE (1u << 3)  /* net.ipv4.tcp_window_scaling */
 #define SLUICE_COOKIE_WSCALE 7
 
 /* A TCP class's SYN guard, written by the daemon. */

@@ -33,6 +33,11 @@ type Seen = Arc<Mutex<Vec<(u8, u8)>>>;
 /// `secs`; it records each connection's window scales (TCP_INFO).
 fn serve(tb: &Testbed, port: u16, secs: f64) -> Seen {
     let listener = in_netns(&tb.b, move || TcpListener::bind(("0.0.0.0", port)).expect("bind the server"));
+    serve_on(listener, secs)
+}
+
+/// `serve` on a listener already bound.
+fn serve_on(listener: TcpListener, secs: f64) -> Seen {
     listener.set_nonblocking(true).unwrap();
     let seen: Seen = Arc::default();
     let out = seen.clone();
@@ -165,8 +170,7 @@ fn peer_xdp(tb: &mut Testbed) {
 
 /// Class web's totals (after a pause: the daemon publishes every 100 ms).
 fn web(tb: &Testbed) -> sluice::surface::stats::ClassTotals {
-    std::thread::sleep(Duration::from_millis(250));
-    tb.status().classes.into_iter().find(|c| c.name == "web").expect("class web").totals
+    class(tb, "web")
 }
 
 /// `syn_cookies = "on"`: every SYN is answered by the gate, and the client
@@ -196,7 +200,8 @@ fn a_client_downloads_through_a_connection_made_from_a_gate_cookie() {
     let table = tb.sluice(&tb.b, &["status", "--socket", tb.socket().to_str().unwrap()]);
     let table = String::from_utf8_lossy(&table.stdout);
     let line =
-        "SYN COOKIES: the gate answers its SYNs now for web (syn_cookies = on): SYN-ACKs sent 1, valid cookies back 1";
+        "SYN COOKIES: the gate answers its SYNs now for web (syn_cookies = on); totals since start: SYN-ACKs sent 1, \
+         valid cookies back 1";
     assert!(table.contains(line), "{table}");
     let traced = report["classes"].as_array().unwrap().iter().find(|c| c["name"] == "web").expect("web in the trace");
     assert_eq!(traced["gate"]["syn_answered"], 1, "the trace counts the gate's SYN-ACK: {traced}");
@@ -295,4 +300,92 @@ fn an_ack_or_rst_flood_alone_is_dropped_at_the_gate_and_clients_still_connect() 
         assert_eq!(ok, 3, "{name} flood: every download arrived whole ({after:?})");
         assert!(after.dropped_noconn_pkts > before.dropped_noconn_pkts, "{name}: still dropped at the gate: {after:?}");
     }
+}
+
+/// Write `value` to `/proc/sys/net/ipv4/NAME` inside B (the server's namespace).
+fn sysctl_b(tb: &Testbed, name: &str, value: u32) {
+    let path = format!("/proc/sys/net/ipv4/{name}");
+    let st = tb.cmd(&tb.b, &["sh", "-c", &format!("echo {value} > {path}")]).status().unwrap();
+    assert!(st.success(), "writing {path} in B");
+}
+
+/// Hardening (issue 35, item 1): the kernel's bpf_sk_assign_tcp_reqsk
+/// refuses a request socket with an option the listener's namespace has
+/// turned off. The gate's SYN-ACKs offer only what the namespace takes, the
+/// daemon notices a change while it runs, and every download through a gate
+/// cookie arrives. Before, with `tcp_sack = 0` curl fetched none of them
+/// while status counted each cookie valid.
+#[test]
+fn gate_cookies_offer_only_the_options_the_namespace_takes() {
+    let mut tb = Testbed::new();
+    peer_xdp(&mut tb);
+    let _seen = serve(&tb, PORT, 90.0);
+    tb.start_gate(&["--class", &format!("web:match=tcp:{PORT},syn_cookies=on")]);
+    std::thread::sleep(Duration::from_millis(300));
+    for name in ["tcp_sack", "tcp_timestamps", "tcp_window_scaling"] {
+        sysctl_b(&tb, name, 0);
+        // The daemon reads the namespace's TCP settings once a second.
+        std::thread::sleep(Duration::from_millis(1500));
+        let before = web(&tb);
+        let ok = (0..3).filter(|_| curl(&tb) == Some(BODY as u64)).count();
+        let after = web(&tb);
+        sysctl_b(&tb, name, 1);
+        assert_eq!(ok, 3, "{name} = 0: every download through a gate cookie arrived ({after:?})");
+        assert_eq!(after.cookies_valid - before.cookies_valid, 3, "{name} = 0: three valid cookies, taken");
+        assert_eq!(after.cookies_refused, 0, "{name} = 0: the kernel refused none");
+    }
+}
+
+/// Hardening (issue 35, item 1): a namespace with `tcp_syncookies = 0`
+/// ignores the request socket the checker hands over, and an MPTCP listener
+/// is refused one: the gate leaves their SYNs to the kernel, and every
+/// connection completes.
+#[test]
+fn the_gate_leaves_syns_to_the_kernel_where_it_would_refuse_a_cookie() {
+    let mut tb = Testbed::new();
+    peer_xdp(&mut tb);
+    let _seen = serve(&tb, PORT, 60.0);
+    let _mptcp = serve_mptcp(&tb, PLAIN_PORT, 60.0);
+    let classes = [format!("web:match=tcp:{PORT},syn_cookies=on"), format!("mp:match=tcp:{PLAIN_PORT},syn_cookies=on")];
+    tb.start_gate(&["--class", &classes[0], "--class", &classes[1]]);
+    std::thread::sleep(Duration::from_millis(300));
+    let ok = (0..3).filter(|_| curl_at(&tb, PLAIN_PORT).is_some_and(|(b, _)| b == BODY as u64)).count();
+    let mp = class(&tb, "mp");
+    assert_eq!(ok, 3, "an MPTCP listener's connections complete ({mp:?})");
+    assert_eq!(mp.synack_pkts, 0, "the gate answered no SYN of the MPTCP listener");
+    sysctl_b(&tb, "tcp_syncookies", 0);
+    std::thread::sleep(Duration::from_millis(1500));
+    let ok = (0..3).filter(|_| curl(&tb) == Some(BODY as u64)).count();
+    let w = web(&tb);
+    assert_eq!(ok, 3, "tcp_syncookies = 0: every connection completes ({w:?})");
+    assert_eq!(w.synack_pkts, 0, "tcp_syncookies = 0: the gate answered no SYN");
+    let table = tb.sluice(&tb.b, &["status", "--socket", tb.socket().to_str().unwrap()]);
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(table.contains("SYN COOKIES: unavailable (net.ipv4.tcp_syncookies = 0"), "status says why: {table}");
+}
+
+/// Class `name`'s totals (after a pause: the daemon publishes every 100 ms).
+fn class(tb: &Testbed, name: &str) -> sluice::surface::stats::ClassTotals {
+    std::thread::sleep(Duration::from_millis(250));
+    tb.status().classes.into_iter().find(|c| c.name == name).expect("the class").totals
+}
+
+/// `serve` over an MPTCP listening socket (IPPROTO_MPTCP): curl's plain TCP
+/// connections fall back to TCP on it.
+fn serve_mptcp(tb: &Testbed, port: u16, secs: f64) -> Seen {
+    let fd = in_netns(&tb.b, move || {
+        // SAFETY: plain socket(2)/bind(2)/listen(2) on a fd owned below.
+        unsafe {
+            let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, libc::IPPROTO_MPTCP);
+            assert!(fd >= 0, "an MPTCP socket: {}", std::io::Error::last_os_error());
+            let mut addr: libc::sockaddr_in = std::mem::zeroed();
+            addr.sin_family = libc::AF_INET as u16;
+            addr.sin_port = port.to_be();
+            let len = std::mem::size_of::<libc::sockaddr_in>() as u32;
+            assert_eq!(libc::bind(fd, (&addr as *const libc::sockaddr_in).cast(), len), 0, "bind the MPTCP server");
+            assert_eq!(libc::listen(fd, 128), 0);
+            OwnedFd::from_raw_fd(fd)
+        }
+    });
+    serve_on(TcpListener::from(fd), secs)
 }

@@ -74,6 +74,8 @@ enum Duty {
     Napi,
     /// Look where each class's service runs (the CPU signal's CPUs).
     ServiceCpus,
+    /// Read the namespace's TCP settings a gate cookie depends on again.
+    TcpSettings,
 }
 
 const fn ms(n: u64) -> Duration {
@@ -82,7 +84,7 @@ const fn ms(n: u64) -> Duration {
 
 /// Each duty's period while the loop ticks fast, and while it is calm (see
 /// `pace`), in the order they run when due at the same tick.
-const CADENCE: [(Duration, Duration, Duty); 7] = [
+const CADENCE: [(Duration, Duration, Duty); 8] = [
     (ms(1000), ms(1000), Duty::Rediscover),
     (ms(1000), ms(1000), Duty::Resteer),
     (ms(0), ms(0), Duty::TakeScan),
@@ -90,6 +92,7 @@ const CADENCE: [(Duration, Duration, Duty); 7] = [
     (ms(60_000), ms(60_000), Duty::OfferKnown),
     (ms(1000), ms(1000), Duty::Napi),
     (ms(250), ms(1000), Duty::ServiceCpus),
+    (ms(1000), ms(1000), Duty::TcpSettings),
 ];
 
 /// What `sluice run` was asked to do.
@@ -250,6 +253,9 @@ fn log_start(iface: &str, cfg: &Config, gate: &Gate, socket: &Path, file: (Optio
     });
     if cfg.observe {
         log::info(format_args!("observe mode: every verdict is counted, nothing is dropped"));
+    }
+    if gate.answers_syns() && gate.syn_allow() != gate::syn_allow_all() {
+        log::info(format_args!("SYN cookies: {}", gate::describe_syn_allow(gate.syn_allow())));
     }
 }
 
@@ -457,8 +463,20 @@ impl Daemon {
             Duty::OfferKnown => self.offer_known(),
             Duty::Napi => self.protect.sync_napi(&self.cfg, &self.iface),
             Duty::ServiceCpus => self.look_service_cpus(),
+            Duty::TcpSettings => self.reread_tcp_settings(),
         }
         Ok(())
+    }
+
+    /// The namespace's TCP settings changed (an operator's sysctl): the
+    /// gate's SYN-ACKs offer what they allow from now on; said once per change.
+    fn reread_tcp_settings(&mut self) {
+        if !self.gate.answers_syns() {
+            return;
+        }
+        if let Some(allow) = self.gate.refresh_syn_allow() {
+            log::info(format_args!("the namespace's TCP settings changed: {}", gate::describe_syn_allow(allow)));
+        }
     }
 
     /// Everything a stop puts back, whatever ended the loop: the last
@@ -563,7 +581,11 @@ impl Daemon {
         {
             (c.distress_secs, c.dropped_with_room_pkts) = (d, h);
         }
-        for (c, g) in snap.classes.iter_mut().zip(self.ticker.syn.status(self.gate.answers_syns())) {
+        let unavailable = match self.gate.answers_syns() {
+            false => Some("the kernel lacks bpf_sk_assign_tcp_reqsk, Linux 6.9"),
+            true => gate::why_no_cookies(self.gate.syn_allow()),
+        };
+        for (c, g) in snap.classes.iter_mut().zip(self.ticker.syn.status(unavailable)) {
             c.syn_guard = g;
         }
         let attached = gate::attached_prog_id(snap.ifindex as i32) == Some(snap.prog_id);

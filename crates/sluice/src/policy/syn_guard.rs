@@ -179,15 +179,17 @@ impl SynGuards {
     }
 
     /// Each class's guard for status (by class id): those with TCP ports or
-    /// `syn_cookies = "on"`. `available`: the gate can answer SYNs.
-    pub fn status(&self, available: bool) -> Vec<Option<SynGuardStatus>> {
+    /// `syn_cookies = "on"`. `unavailable`: why the gate cannot answer SYNs
+    /// here (None: it can).
+    pub fn status(&self, unavailable: Option<&str>) -> Vec<Option<SynGuardStatus>> {
         self.classes
             .iter()
             .map(|c| {
                 (c.tcp || c.policy == SynCookies::On).then(|| SynGuardStatus {
                     policy: c.policy.name().into(),
-                    answering: c.answering && available,
-                    available,
+                    answering: c.answering && unavailable.is_none(),
+                    available: unavailable.is_none(),
+                    why_unavailable: unavailable.map(String::from),
                 })
             })
             .collect()
@@ -270,8 +272,11 @@ pub struct SynGuardStatus {
     /// The gate answers the class's SYNs now.
     pub answering: bool,
     /// The kernel can complete connections from gate cookies (Linux 6.9's
-    /// bpf_sk_assign_tcp_reqsk); false: the kernel answers every SYN.
+    /// bpf_sk_assign_tcp_reqsk, and the namespace's tcp_syncookies on);
+    /// false: the kernel answers every SYN, for the reason given.
     pub available: bool,
+    #[serde(default)]
+    pub why_unavailable: Option<String>,
 }
 
 #[cfg(test)]

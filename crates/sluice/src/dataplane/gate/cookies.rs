@@ -1,12 +1,66 @@
 //! SYN cookies at the driver, the gate's side (bpf/syncookie.h has the
 //! mechanism and why): the key and MSS the gate's SYN-ACKs carry, each
-//! class's guard, the cookie checker's tcx ingress link, and whether this
-//! kernel can complete a connection from a gate cookie.
+//! class's guard, the cookie checker's tcx ingress link, whether this
+//! kernel can complete a connection from a gate cookie, and what the
+//! namespace's TCP settings let a cookie carry.
 use libbpf_rs::libbpf_sys;
 use libbpf_rs::{MapCore, MapFlags};
 
 use super::{bytes_of, from_bytes, Gate, GateError, Result};
-use crate::bpf_intf::{sluice_syn_guard, SLUICE_MAX_CLASSES};
+use crate::bpf_intf::{
+    sluice_syn_guard, SLUICE_MAX_CLASSES, SLUICE_SYN_COOKIES, SLUICE_SYN_SACK, SLUICE_SYN_TS, SLUICE_SYN_WSCALE,
+};
+
+/// The namespace's TCP settings a gate cookie depends on (net.ipv4.NAME,
+/// per network namespace), each with the bit of `settings.syn_allow` it
+/// gives while it is not 0. bpf_sk_assign_tcp_reqsk refuses a request
+/// socket with SACK, timestamps or window scaling where the namespace has
+/// them off, and a listener ignores the request socket with
+/// `tcp_syncookies = 0`.
+pub const TCP_SETTINGS: [(&str, u32); 4] = [
+    ("tcp_syncookies", SLUICE_SYN_COOKIES),
+    ("tcp_sack", SLUICE_SYN_SACK),
+    ("tcp_timestamps", SLUICE_SYN_TS),
+    ("tcp_window_scaling", SLUICE_SYN_WSCALE),
+];
+
+/// `settings.syn_allow` from the TCP settings as `read` finds them (None:
+/// unreadable, taken as off: a kernel without CONFIG_SYN_COOKIES has no
+/// tcp_syncookies, and the gate then answers no SYN).
+pub fn syn_allow_of(read: impl Fn(&str) -> Option<u32>) -> u32 {
+    TCP_SETTINGS.iter().filter(|(name, _)| read(name).is_some_and(|v| v != 0)).fold(0, |bits, (_, bit)| bits | bit)
+}
+
+/// The TCP settings of this process's network namespace (the gate's: the
+/// daemon runs in its interface's namespace).
+fn read_tcp_setting(name: &str) -> Option<u32> {
+    std::fs::read_to_string(format!("/proc/sys/net/ipv4/{name}")).ok()?.trim().parse().ok()
+}
+
+/// Every SLUICE_SYN_* bit: a namespace with the kernel's defaults.
+pub fn syn_allow_all() -> u32 {
+    TCP_SETTINGS.iter().fold(0, |bits, (_, bit)| bits | bit)
+}
+
+/// What the gate's SYN-ACKs offer with these settings, for the log.
+pub fn describe_syn_allow(syn_allow: u32) -> String {
+    if let Some(why) = why_no_cookies(syn_allow) {
+        return format!("the gate answers no SYN ({why})");
+    }
+    let on: Vec<&str> = TCP_SETTINGS[1..].iter().filter(|(_, bit)| syn_allow & bit != 0).map(|(n, _)| *n).collect();
+    let off: Vec<&str> = TCP_SETTINGS[1..].iter().filter(|(_, bit)| syn_allow & bit == 0).map(|(n, _)| *n).collect();
+    match off.is_empty() {
+        true => "the gate's SYN-ACKs may offer SACK, timestamps and window scaling".into(),
+        false => format!("the gate's SYN-ACKs offer only what is on ({}; off: {})", on.join(", "), off.join(", ")),
+    }
+}
+
+/// Why the gate answers no SYN with these settings (None: it may).
+pub fn why_no_cookies(syn_allow: u32) -> Option<&'static str> {
+    (syn_allow & SLUICE_SYN_COOKIES == 0).then_some(
+        "net.ipv4.tcp_syncookies = 0 here: the kernel ignores a cookie's connection, so it answers every SYN",
+    )
+}
 
 /// Can this kernel complete a connection from a gate cookie? The loaded
 /// cookie checker found the bpf_sk_assign_tcp_reqsk kfunc (Linux 6.9): it
@@ -45,18 +99,43 @@ fn mtu(iface: &str) -> u32 {
 }
 
 impl Gate {
-    /// The cookies' key, and the MSS the SYN-ACKs offer (from the MTU).
+    /// The cookies' key, and the MSS the SYN-ACKs offer (from the MTU);
+    /// the options they may carry are read from the namespace.
     pub fn set_syn_key(&mut self, key: [u64; 2], mtu: u32) {
         let data = self.skel.maps.data_data.as_deref_mut().expect(".data is mmap'ed after load");
         data.settings.syn_key = key;
         data.settings.syn_mss4 = mtu.saturating_sub(40).clamp(536, 65_495) as u16;
         data.settings.syn_mss6 = mtu.saturating_sub(60).clamp(1220, 65_475) as u16;
+        self.refresh_syn_allow();
+    }
+
+    /// What a gate cookie may carry (SLUICE_SYN_* bits), as the settings of
+    /// a namespace give it (`syn_allow_of`).
+    pub fn set_syn_allow(&mut self, allow: u32) {
+        let data = self.skel.maps.data_data.as_deref_mut().expect(".data is mmap'ed after load");
+        data.settings.syn_allow = allow;
     }
 
     /// Does the gate answer SYNs where a guard says so: its cookie checker is
-    /// attached (the kernel takes gate cookies) and the key set?
+    /// attached (the kernel takes gate cookies) and the key set? The
+    /// namespace's settings may still forbid it (`syn_allow`).
     pub fn answers_syns(&self) -> bool {
         self.cookie_link.is_some()
+    }
+
+    /// What the namespace's TCP settings let a gate cookie carry, as the
+    /// gate was last told (`settings.syn_allow`).
+    pub fn syn_allow(&self) -> u32 {
+        self.skel.maps.data_data.as_deref().map_or(0, |d| d.settings.syn_allow)
+    }
+
+    /// Read the namespace's TCP settings again and tell the gate; the new
+    /// `syn_allow` if it changed.
+    pub fn refresh_syn_allow(&mut self) -> Option<u32> {
+        let allow = syn_allow_of(read_tcp_setting);
+        let changed = self.syn_allow() != allow;
+        self.set_syn_allow(allow);
+        changed.then_some(allow)
     }
 
     /// Write a class's SYN guard, and the latest check time of any class's
@@ -99,5 +178,27 @@ impl Gate {
             Err(err) => return fail(self, err),
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each setting gives its bit only while it is on; an unreadable one
+    /// (a kernel without it) is off.
+    #[test]
+    fn the_cookies_carry_only_what_the_settings_allow() {
+        let all = |_: &str| Some(1);
+        assert_eq!(syn_allow_of(all), SLUICE_SYN_COOKIES | SLUICE_SYN_SACK | SLUICE_SYN_TS | SLUICE_SYN_WSCALE);
+        let no_sack = |n: &str| Some(u32::from(n != "tcp_sack"));
+        assert_eq!(syn_allow_of(no_sack), SLUICE_SYN_COOKIES | SLUICE_SYN_TS | SLUICE_SYN_WSCALE);
+        // tcp_syncookies = 2 (always send cookies) still takes them.
+        let always = |n: &str| Some(if n == "tcp_syncookies" { 2 } else { 0 });
+        assert_eq!(syn_allow_of(always), SLUICE_SYN_COOKIES);
+        let no_cookies = |n: &str| (n != "tcp_syncookies").then_some(1);
+        assert_eq!(syn_allow_of(no_cookies) & SLUICE_SYN_COOKIES, 0);
+        assert!(why_no_cookies(syn_allow_of(no_cookies)).is_some());
+        assert!(why_no_cookies(syn_allow_of(all)).is_none());
     }
 }

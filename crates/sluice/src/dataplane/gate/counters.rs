@@ -50,12 +50,16 @@ pub struct ClassTotals {
     pub synack_pkts: u64,
     #[serde(default)]
     pub synack_bytes: u64,
-    /// ACKs to a guarded listener with a valid gate cookie (a connection
-    /// completed from it), and with none (left to the kernel).
+    /// ACKs to a guarded listener with a valid gate cookie the kernel took
+    /// (a connection completed from it), with none (left to the kernel),
+    /// and with a valid one the kernel refused a request socket for (left to
+    /// it: an option or a listener the gate's SYN-ACKs should have avoided).
     #[serde(default)]
     pub cookies_valid: u64,
     #[serde(default)]
     pub cookies_invalid: u64,
+    #[serde(default)]
+    pub cookies_refused: u64,
     /// While the class's SYN guard answers: ACKs and RSTs of no connection
     /// (only the listener found, no valid cookie) the gate dropped.
     #[serde(default)]
@@ -87,6 +91,7 @@ impl From<ClassCounters> for ClassTotals {
             synack_bytes: c[SLUICE_CS_SYNACK_BYTES as usize],
             cookies_valid: c[SLUICE_CS_COOKIE_OK as usize],
             cookies_invalid: c[SLUICE_CS_COOKIE_BAD as usize],
+            cookies_refused: c[SLUICE_CS_COOKIE_REFUSED as usize],
             dropped_noconn_pkts: c[SLUICE_CS_DROP_NOCONN_PKTS as usize],
             dropped_noconn_bytes: c[SLUICE_CS_DROP_NOCONN_BYTES as usize],
         }

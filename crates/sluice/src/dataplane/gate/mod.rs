@@ -28,6 +28,7 @@ mod sources;
 mod wake;
 
 pub use attach::{attached_prog_id, caps_sufficient, check_privileges, ifindex, prog_name, xdp_link_holding};
+pub use cookies::{describe_syn_allow, syn_allow_all, why_no_cookies};
 pub use maps::{bytes_of, dump_map, from_bytes, Owned, Pod};
 pub use wake::Woken;
 

@@ -127,14 +127,17 @@ fn register_class_families(reg: &mut Registry, classes: &[ClassSnapshot]) {
         }
         if let Some(g) = &c.syn_guard {
             answering.get_or_create(&l).set(u64::from(g.answering));
-            for (result, n) in [("valid", t.cookies_valid), ("invalid", t.cookies_invalid)] {
+            for (result, n) in
+                [("valid", t.cookies_valid), ("invalid", t.cookies_invalid), ("refused", t.cookies_refused)]
+            {
                 cookies.get_or_create(&vec![label("class", &c.name), label("result", result)]).inc_by(n);
             }
         }
     }
     let what = "1 while the gate answers the class's TCP SYNs with its own cookies (SYN cookies at the driver), else 0";
     reg.register("syn_guard_answering", what, answering);
-    let what = "ACKs to a guarded class's listener: with a valid gate cookie (the connection completed) or without";
+    let what = "ACKs to a guarded class's listener: with a valid gate cookie the kernel took (the connection \
+                completed), without one, or with a valid one the kernel refused";
     reg.register("syn_cookie_acks", what, cookies);
     reg.register("class_packets", "Packets per class and verdict (their sum is every packet of the class)", pkts);
     reg.register("class_bytes", "Bytes per class and verdict", bytes);

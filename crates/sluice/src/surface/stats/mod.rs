@@ -473,19 +473,24 @@ mod tests {
     #[test]
     fn a_guarded_class_says_what_its_syn_cookies_did() {
         let mut s = snap();
-        let g = SynGuardStatus { policy: "auto".into(), answering: false, available: true };
+        let g = SynGuardStatus { policy: "auto".into(), answering: false, available: true, why_unavailable: None };
         s.classes[0].syn_guard = Some(g.clone());
         assert!(!render_table(&s).contains("SYN COOKIES"), "never answered: no line");
         s.classes[0].syn_guard = Some(SynGuardStatus { answering: true, ..g.clone() });
         (s.classes[0].totals.synack_pkts, s.classes[0].totals.cookies_valid) = (900, 12);
         let t = render_table(&s);
-        assert!(t.contains("SYN COOKIES: the gate answers its SYNs now for dns (syn_cookies = auto): SYN-ACKs sent 900, valid cookies back 12"), "{t}");
+        assert!(t.contains("SYN COOKIES: the gate answers its SYNs now for dns (syn_cookies = auto); totals since start: SYN-ACKs sent 900, valid cookies back 12"), "{t}");
         let m = prometheus_text(&s);
         assert!(m.contains("sluice_syn_guard_answering{class=\"dns\"} 1"), "{m}");
         assert!(m.contains("sluice_syn_cookie_acks_total{class=\"dns\",result=\"valid\"} 12"), "{m}");
         assert!(m.contains("sluice_class_packets_total{class=\"dns\",verdict=\"syn_cookie\"} 900"), "{m}");
-        s.classes[0].syn_guard = Some(SynGuardStatus { available: false, ..g });
-        assert!(render_table(&s).contains("SYN COOKIES: unavailable"));
+        s.classes[0].totals.cookies_refused = 3;
+        assert!(render_table(&s).contains("valid cookies back 12, valid cookies the kernel refused 3,"));
+        let why = "net.ipv4.tcp_syncookies = 0 here";
+        s.classes[0].syn_guard =
+            Some(SynGuardStatus { available: false, answering: false, why_unavailable: Some(why.into()), ..g });
+        let t = render_table(&s);
+        assert!(t.contains("SYN COOKIES: unavailable (net.ipv4.tcp_syncookies = 0 here)"), "{t}");
     }
 
     /// Regression: _total families were served as gauges, and two counters had no help

@@ -143,20 +143,21 @@ fn render_auto(o: &mut String, classes: &[ClassSnapshot]) {
 fn render_syn_guards(o: &mut String, classes: &[ClassSnapshot]) {
     let guarded: Vec<(&ClassSnapshot, &SynGuardStatus)> =
         classes.iter().filter_map(|c| c.syn_guard.as_ref().map(|g| (c, g))).collect();
-    if guarded.iter().any(|(_, g)| !g.available) {
-        let _ = writeln!(
-            o,
-            "SYN COOKIES: unavailable (the kernel lacks bpf_sk_assign_tcp_reqsk, Linux 6.9): the kernel answers every SYN"
-        );
-        return;
+    if let Some((_, g)) = guarded.iter().find(|(_, g)| !g.available) {
+        let why = g.why_unavailable.as_deref().unwrap_or("the kernel lacks bpf_sk_assign_tcp_reqsk, Linux 6.9");
+        let _ = writeln!(o, "SYN COOKIES: unavailable ({why}): the kernel answers every SYN");
     }
     for (c, g) in guarded.iter().filter(|(c, g)| g.answering || c.totals.synack_pkts > 0) {
         let t = &c.totals;
         let now = if g.answering { "answers its SYNs now" } else { "answered SYNs earlier" };
+        let refused = match t.cookies_refused {
+            0 => String::new(),
+            n => format!(", valid cookies the kernel refused {n}"),
+        };
         let _ = writeln!(
             o,
-            "SYN COOKIES: the gate {now} for {} (syn_cookies = {}): SYN-ACKs sent {}, valid cookies back {}, ACKs without one {}, \
-             ACKs and RSTs of no connection dropped {}",
+            "SYN COOKIES: the gate {now} for {} (syn_cookies = {}); totals since start: SYN-ACKs sent {}, \
+             valid cookies back {}{refused}, ACKs without one {}, ACKs and RSTs of no connection dropped {}",
             c.name, g.policy, t.synack_pkts, t.cookies_valid, t.cookies_invalid, t.dropped_noconn_pkts
         );
     }
