@@ -52,6 +52,7 @@ struct pkt {
 	__u32 peer4; /* IPv4 peer, network order */
 	struct in6_addr peer6;
 	__u8 tcp_flags; /* TCP only: the flags byte */
+	__u8 fragment;  /* 1: a non-first fragment (no L4 header): the gate counts it, the tc programs do not */
 };
 
 /* The packet's class: the cell of (slot, port), refined by the source-prefix

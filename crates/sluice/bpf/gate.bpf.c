@@ -410,7 +410,7 @@ static __always_inline int parse_ipv4(void *pos, void *end, struct pkt *pk, int 
 	pk->peer4 = egress ? ip->daddr : ip->saddr;
 	if (ip->frag_off & bpf_htons(0x1fff)) {
 		/* Non-first fragment: no L4 header, classify by protocol only. */
-		global_inc(SLUICE_GS_FRAGMENTS);
+		pk->fragment = 1;
 		pk->slot = SLUICE_SLOT_PORTLESS;
 		pk->port = ip->protocol;
 		return PARSE_OK;
@@ -465,7 +465,7 @@ static __always_inline int parse_ipv6(void *pos, void *end, struct pkt *pk, int 
 				return PARSE_MALFORMED;
 			nexthdr = eh->nexthdr;
 			if (*fo & bpf_htons(0xfff8)) {
-				global_inc(SLUICE_GS_FRAGMENTS);
+				pk->fragment = 1;
 				pk->slot = SLUICE_SLOT_PORTLESS;
 				pk->port = nexthdr;
 				return PARSE_OK;
@@ -1237,6 +1237,8 @@ int sluice_gate(struct xdp_md *ctx)
 
 	switch (parse(data, end, &pk, 0)) {
 	case PARSE_OK:
+		if (pk.fragment)
+			global_inc(SLUICE_GS_FRAGMENTS);
 		cls = classify(&pk, &settings.default_class);
 		break;
 	case PARSE_NON_IP:

@@ -108,6 +108,12 @@ fn ipv4_options_and_fragments() {
         adm("udpnet"),
     );
     assert_eq!(g.counters().global.fragments, before + 2);
+    // Hardening (issue 35, item 9): the tc programs parse frames again (the
+    // learner every frame that leaves, the cookie checker ACKs while a guard
+    // checks); a fragment is counted once, by the gate. Before, the learner
+    // counted each one it parsed.
+    g.gate.test_run(sluice::dataplane::gate::Prog::Learn, &f.clone().fragment(100, true).build(), 1).unwrap();
+    assert_eq!(g.counters().global.fragments, before + 2, "the learner counts no fragment");
 }
 
 #[test]

@@ -334,6 +334,7 @@ mod tests {
         s.classes[1].throttle_pps = Some(1500.0);
         s.distress = Some("priority 20: socket queue".into());
         let t = render_table(&s);
+        assert!(t.contains("DROP/s") && t.contains("DROP TOTAL"), "the columns say rate or total: {t}");
         assert!(t.contains("discovered dns: nsd pid 7 has nice 0"), "{t}");
         assert!(t.contains("in distress (priority 20: socket queue)"), "{t}");
         assert!(t.contains("default throttled to 1500/s"), "{t}");

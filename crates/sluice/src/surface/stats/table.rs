@@ -84,12 +84,13 @@ fn render_header(o: &mut String, s: &Snapshot) {
     }
 }
 
-/// One line per class: its limit, rates and totals.
+/// One line per class: its limit, rates (over the last second) and totals
+/// (packets since start), each column's header saying which.
 fn render_classes(o: &mut String, classes: &[ClassSnapshot]) {
     let _ = writeln!(
         o,
         "{:<24} {:>4} {:>14} {:>10} {:>10} {:>10} {:>14} {:>14} {:>14}",
-        "CLASS", "PRIO", "LIMIT", "SEEN/s", "ADMIT/s", "DROP/s", "SEEN", "ADMITTED", "DROPPED"
+        "CLASS", "PRIO", "LIMIT", "SEEN/s", "ADMIT/s", "DROP/s", "SEEN TOTAL", "ADMIT TOTAL", "DROP TOTAL"
     );
     for c in classes {
         let name = if c.is_default { format!("{}*", c.name) } else { c.name.clone() };
