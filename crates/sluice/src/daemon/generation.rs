@@ -156,14 +156,14 @@ impl Daemon {
                 Some(format!("{e:#}"))
             }
         };
-        let shared = self.publish.snapshot();
-        let mut snap = shared.snapshot.lock().unwrap();
+        let snap = &mut self.publish.snap;
         if error.is_none() {
             snap.reloads += 1;
             // /etc/sluice/IFACE.toml may have appeared or gone since the start.
             snap.config_file = self.source.config_file().map(|p| p.display().to_string());
         }
         snap.last_reload_error = error;
+        self.publish.publish();
     }
 
     /// Put `cfg` in force: the gate's tables (class state kept by name), the
@@ -189,7 +189,7 @@ impl Daemon {
         // Class ids moved: where the services run is looked up again now, not a second later.
         self.look_service_cpus();
         self.publish.follow(&remap, class_snapshots(&self.cfg));
-        self.publish.snapshot().snapshot.lock().unwrap().observe = self.cfg.observe;
+        self.publish.snap.observe = self.cfg.observe;
         Ok(())
     }
 }

@@ -390,7 +390,7 @@ impl Daemon {
             log::error(format_args!("the control loop stopped: {e:#}; detaching"));
         }
         self.stop();
-        let snap = self.publish.snapshot().snapshot.lock().unwrap().clone();
+        let snap = self.publish.snap.clone();
         log::info(format_args!("detached from {}", self.iface));
         looped.map(|()| snap)
     }
@@ -445,6 +445,7 @@ impl Daemon {
             }
         }
         self.log_decisions();
+        self.publish.retry();
         if let Some((s, _)) = &mut self.steer {
             s.keep_alive(Clock::now_ns());
         }
@@ -550,11 +551,10 @@ impl Daemon {
         }
     }
 
-    /// Read the counters into the served snapshot.
+    /// Read the counters into the daemon's snapshot and hand it to the servers.
     fn refresh_stats(&mut self) -> Result<()> {
         self.publish.counters(&self.gate)?;
-        let shared = self.publish.snapshot();
-        let mut snap = shared.snapshot.lock().unwrap();
+        let snap = &mut self.publish.snap;
         if let Some(a) = &self.ticker.auto {
             for (id, st) in a.status() {
                 snap.classes[id].auto = Some(st);
@@ -596,7 +596,7 @@ impl Daemon {
             ));
         }
         snap.attached = attached;
-        self.sources.fill(&mut snap, &self.ticker.fair_status(), self.gate.sources_capacity());
+        self.sources.fill(snap, &self.ticker.fair_status(), self.gate.sources_capacity());
         snap.readers = self.steer.as_ref().map(|(s, _)| s.status()).unwrap_or_default();
         snap.cpu_away = self.protect.describe(&self.cfg, &self.iface);
         snap.tick_ms = Some(self.pace.interval().as_secs_f64() * 1e3);
@@ -606,17 +606,18 @@ impl Daemon {
         snap.wake_gate_ns = self.pace.wake_at_ns;
         snap.ticks = self.pace.ticks;
         if let Some((t, book)) = &mut self.tracer {
-            self.publish.softirq(&mut snap, t.softirq_secs()?);
+            self.publish.softirq(t.softirq_secs()?);
             let names: Vec<String> = self.cfg.classes.iter().map(|c| c.name.clone()).collect();
             book.update(t, &names)?;
             let mut strays = Vec::new();
-            for c in snap.classes.iter_mut() {
+            for c in self.publish.snap.classes.iter_mut() {
                 c.kernel_drops = book.of(t, &c.name);
                 let stray = c.kernel_drops.iter().filter(|d| syn_guard::STRAY_REASONS.contains(&d.reason.as_str()));
                 strays.push((c.name.clone(), stray.map(|d| d.packets).sum()));
             }
             self.ticker.syn.kernel_strays(&strays, std::time::Instant::now());
         }
+        self.publish.publish();
         Ok(())
     }
 }

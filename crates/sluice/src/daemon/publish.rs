@@ -1,12 +1,19 @@
 //! Publishing: the snapshot the statistics socket and the metrics endpoint
 //! serve, the per-second rates it carries (a window of the class counters),
 //! the daemon's own CPU, and the two servers.
+//!
+//! The control thread (SCHED_FIFO) fills its own snapshot and hands a copy
+//! over (`Publisher::publish`); the servers render the copy they took, off
+//! any lock. The lock around the handed-over copy is held only to clone or
+//! replace one `Arc`, and the control thread only tries it: if a server
+//! holds it that instant, the copy goes over at the next tick. A render,
+//! however long, never keeps the control thread waiting.
 use std::io::Write;
 use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, TryLockError};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
@@ -18,17 +25,40 @@ use crate::surface::stats::{prometheus_text, prometheus_text_004, ClassRates, Cl
 /// Window of the per-second rates in the statistics, in refreshes.
 const RATE_WINDOW: usize = 10;
 
-/// Everything the statistics threads read.
+/// What the statistics threads read: the last snapshot handed over.
 pub(super) struct Shared {
-    pub snapshot: Mutex<Snapshot>,
+    current: Mutex<Arc<Snapshot>>,
+}
+
+impl Shared {
+    /// The last snapshot handed over (the lock is held for one `Arc` clone).
+    pub fn current(&self) -> Arc<Snapshot> {
+        self.current.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Hand `snap` over unless a reader holds the lock this instant (the
+    /// control thread never waits on it); false: not handed over.
+    fn offer(&self, snap: &Arc<Snapshot>) -> bool {
+        match self.current.try_lock() {
+            Ok(mut cur) => *cur = snap.clone(),
+            Err(TryLockError::Poisoned(e)) => *e.into_inner() = snap.clone(),
+            Err(TryLockError::WouldBlock) => return false,
+        }
+        true
+    }
 }
 
 /// A class's totals at the last RATE_WINDOW + 1 statistics refreshes, oldest
 /// first (for the per-second rates).
 type History = std::collections::VecDeque<(Instant, ClassTotals)>;
 
-/// The served snapshot and what its rates and CPU figures are computed from.
+/// The daemon's snapshot, what its rates and CPU figures are computed from,
+/// and the copy the servers read.
 pub(super) struct Publisher {
+    /// The control thread's own snapshot: changed freely, served once handed over.
+    pub snap: Snapshot,
+    /// A newer snapshot than the servers have waits to be handed over.
+    pending: bool,
     pub shared: Arc<Shared>,
     history: Vec<History>,
     last_cpu: (Instant, f64),
@@ -41,7 +71,9 @@ impl Publisher {
     /// Publish `snapshot` (for `classes` classes) from now on.
     pub fn new(snapshot: Snapshot, classes: usize) -> Publisher {
         Publisher {
-            shared: Arc::new(Shared { snapshot: Mutex::new(snapshot) }),
+            shared: Arc::new(Shared { current: Mutex::new(Arc::new(snapshot.clone())) }),
+            snap: snapshot,
+            pending: false,
             history: vec![History::new(); classes],
             last_cpu: (Instant::now(), process_cpu_secs()),
             last_softirq: None,
@@ -66,7 +98,7 @@ impl Publisher {
         let global = GlobalTotals::from(gate.global_counters()?);
         let cpu = process_cpu_secs();
         let (t0, c0) = std::mem::replace(&mut self.last_cpu, (now, cpu));
-        let mut snap = self.shared.snapshot.lock().unwrap();
+        let snap = &mut self.snap;
         snap.uptime_secs = self.started.elapsed().as_secs_f64();
         snap.global = global;
         snap.daemon_cpu_secs = cpu;
@@ -81,8 +113,8 @@ impl Publisher {
 
     /// The softirq time charged to the daemon's threads so far (None: not
     /// counted), and its share since the last call, % of one CPU.
-    pub fn softirq(&mut self, snap: &mut Snapshot, secs: Option<f64>) {
-        let now = Instant::now();
+    pub fn softirq(&mut self, secs: Option<f64>) {
+        let (now, snap) = (Instant::now(), &mut self.snap);
         snap.daemon_softirq_secs = secs;
         snap.daemon_softirq_pct = match (secs, self.last_softirq) {
             (Some(s), Some((t0, s0))) => Some(pct_of_a_cpu((s - s0).max(0.0), t0, now)),
@@ -95,7 +127,7 @@ impl Publisher {
     /// and rates by name (`remap`); `classes` are the new list's snapshots.
     pub fn follow(&mut self, remap: &ClassRemap, mut classes: Vec<crate::surface::stats::ClassSnapshot>) {
         self.history = remap.carry(std::mem::take(&mut self.history));
-        let mut snap = self.shared.snapshot.lock().unwrap();
+        let snap = &mut self.snap;
         for (new, c) in classes.iter_mut().enumerate() {
             if let Some(o) = remap.old_of(new).and_then(|i| snap.classes.get(i)) {
                 (c.totals, c.rates) = (o.totals, o.rates);
@@ -104,10 +136,17 @@ impl Publisher {
         snap.classes = classes;
     }
 
-    /// The served snapshot, to read or change (a handle of its own: the
-    /// caller may borrow the rest of the daemon while it holds the lock).
-    pub fn snapshot(&self) -> Arc<Shared> {
-        self.shared.clone()
+    /// Hand a copy of the snapshot to the servers (now, or at a later
+    /// `retry` if a server holds the lock this instant).
+    pub fn publish(&mut self) {
+        self.pending = !self.shared.offer(&Arc::new(self.snap.clone()));
+    }
+
+    /// Every tick: hand over a snapshot that could not go earlier.
+    pub fn retry(&mut self) {
+        if self.pending {
+            self.publish();
+        }
     }
 }
 
@@ -169,7 +208,7 @@ impl SocketFile {
         let (listener, path) = (self.listener.take().expect("bound"), self.path.take().expect("bound"));
         std::thread::spawn(move || {
             for mut conn in listener.incoming().flatten() {
-                let json = serde_json::to_string(&*shared.snapshot.lock().unwrap()).unwrap_or_default();
+                let json = serde_json::to_string(&*shared.current()).unwrap_or_default();
                 let _ = conn.write_all(json.as_bytes());
             }
         });
@@ -200,7 +239,7 @@ pub(super) fn serve_metrics(listener: std::net::TcpListener, shared: Arc<Shared>
     crate::surface::endpoint::serve(
         listener,
         Arc::new(move |openmetrics| {
-            let snap = shared.snapshot.lock().unwrap();
+            let snap = shared.current();
             if openmetrics {
                 prometheus_text(&snap)
             } else {
@@ -217,6 +256,27 @@ mod tests {
 
     fn dir() -> tempfile::TempDir {
         tempfile::tempdir().unwrap()
+    }
+
+    /// Hardening (issue 35, item 13): a server holding the lock never keeps
+    /// the control thread waiting (before, a render held the snapshot's
+    /// lock while the SCHED_FIFO loop waited for it at its next refresh);
+    /// the copy goes over at the next try, and a render in progress keeps
+    /// the copy it took.
+    #[test]
+    fn a_reader_never_keeps_the_publisher_waiting() {
+        let mut p = Publisher::new(Snapshot::default(), 0);
+        let rendering = p.shared.current();
+        let shared = p.shared.clone();
+        let held = shared.current.lock().unwrap();
+        p.snap.reloads = 1;
+        p.publish(); // would deadlock here if it waited on the lock held just above
+        assert!(p.pending, "not handed over while a reader holds the lock");
+        drop(held);
+        p.retry();
+        assert!(!p.pending);
+        assert_eq!(p.shared.current().reloads, 1, "handed over at the next try");
+        assert_eq!(rendering.reloads, 0, "a render in progress keeps the copy it took");
     }
 
     #[test]

@@ -5,13 +5,15 @@
 //! in time (DEADLINE from accept to the last byte of the answer, however
 //! slowly its bytes come); an answer goes out without blocking (a client
 //! that does not read it is cut at its deadline). When all CONNS slots are
-//! taken, a new connection takes the slot of the one that has waited
-//! longest: connections that send nothing cannot shut a scrape out. The
+//! taken, a new connection takes a slot from the peer (IP address) that
+//! holds the most, its oldest not being answered: connections that send
+//! nothing cannot shut a scrape out, nor can a burst from one peer evict
+//! another peer's scrape. The
 //! request head is parsed by httparse. (tiny_http, used before, started a
 //! thread per open connection; a pool of two workers after it was held by
 //! any two slow clients.)
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -50,6 +52,7 @@ pub const THREAD_NAME: &str = "sluice-metrics";
 /// One connection: its request head so far, then its answer's unsent bytes.
 struct Conn {
     stream: TcpStream,
+    peer: IpAddr,
     deadline: Instant,
     head: Vec<u8>,
     out: Option<(Vec<u8>, usize)>,
@@ -62,9 +65,9 @@ enum Step {
 }
 
 impl Conn {
-    fn new(stream: TcpStream) -> std::io::Result<Conn> {
+    fn new(stream: TcpStream, peer: IpAddr) -> std::io::Result<Conn> {
         stream.set_nonblocking(true)?;
-        Ok(Conn { stream, deadline: Instant::now() + DEADLINE, head: Vec::with_capacity(1024), out: None })
+        Ok(Conn { stream, peer, deadline: Instant::now() + DEADLINE, head: Vec::with_capacity(1024), out: None })
     }
 
     /// Read what came, answer once the head is whole (or too long), send
@@ -148,17 +151,28 @@ fn run(listener: &TcpListener, render: &Render) {
     }
 }
 
-/// Take every waiting connection; when CONNS are open, the one that has
-/// waited longest makes room.
+/// Take every waiting connection; when CONNS are open, one makes room
+/// (`victim`).
 fn accept_all(listener: &TcpListener, conns: &mut Vec<Conn>) {
-    while let Ok((stream, _)) = listener.accept() {
-        let Ok(c) = Conn::new(stream) else { continue };
+    while let Ok((stream, from)) = listener.accept() {
+        let Ok(c) = Conn::new(stream, from.ip()) else { continue };
         if conns.len() >= CONNS {
-            let oldest = (0..conns.len()).min_by_key(|&i| conns[i].deadline).expect("CONNS > 0");
-            conns.swap_remove(oldest).expire();
+            conns.swap_remove(victim(conns)).expire();
         }
         conns.push(c);
     }
+}
+
+/// The connection that gives up its slot: one not being answered before one
+/// that is, from the peer holding the most slots, the oldest of its.
+fn victim(conns: &[Conn]) -> usize {
+    let mut held: std::collections::HashMap<IpAddr, usize> = std::collections::HashMap::new();
+    for c in conns {
+        *held.entry(c.peer).or_default() += 1;
+    }
+    (0..conns.len())
+        .min_by_key(|&i| (conns[i].out.is_some(), std::cmp::Reverse(held[&conns[i].peer]), conns[i].deadline))
+        .expect("CONNS > 0")
 }
 
 /// The answer to a whole request head.
@@ -280,6 +294,49 @@ mod tests {
         }
         assert_eq!(threads(), before);
         drop(idle);
+    }
+
+    /// A connection to `addr` from 127.0.0.2 (another peer than the rest).
+    fn connect_from_another_peer(addr: SocketAddr) -> TcpStream {
+        use std::os::fd::FromRawFd;
+        let sin = |ip: [u8; 4], port: u16| libc::sockaddr_in {
+            sin_family: libc::AF_INET as u16,
+            sin_port: port.to_be(),
+            sin_addr: libc::in_addr { s_addr: u32::from_ne_bytes(ip) },
+            sin_zero: [0; 8],
+        };
+        let len = std::mem::size_of::<libc::sockaddr_in>() as u32;
+        // SAFETY: plain socket(2)/bind(2)/connect(2) on a fd the stream returned owns.
+        unsafe {
+            let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
+            assert!(fd >= 0);
+            let from = sin([127, 0, 0, 2], 0);
+            assert_eq!(libc::bind(fd, (&from as *const libc::sockaddr_in).cast(), len), 0);
+            let to = sin([127, 0, 0, 1], addr.port());
+            assert_eq!(libc::connect(fd, (&to as *const libc::sockaddr_in).cast(), len), 0);
+            TcpStream::from_raw_fd(fd)
+        }
+    }
+
+    /// Hardening (issue 35, item 13): a burst of connections from one peer,
+    /// past CONNS, makes room from that peer's own connections: a scrape
+    /// that connected before the burst and sends its request after it is
+    /// still answered. Before, the oldest connection went first: the scrape.
+    #[test]
+    fn a_burst_from_one_peer_never_evicts_another_peers_scrape() {
+        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+        let listener = bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = listener.local_addr().unwrap();
+        serve(listener, Arc::new(|_| "x\n".into()));
+        let mut scraper = connect_from_another_peer(addr);
+        std::thread::sleep(Duration::from_millis(50));
+        let burst: Vec<TcpStream> = (0..3 * CONNS).filter_map(|_| TcpStream::connect(addr).ok()).collect();
+        std::thread::sleep(Duration::from_millis(200));
+        scraper.set_read_timeout(Some(DEADLINE * 2)).unwrap();
+        let _ = scraper.write_all(b"GET /metrics HTTP/1.0\r\n\r\n");
+        let mut out = String::new();
+        let _ = scraper.read_to_string(&mut out);
+        assert!(out.starts_with("HTTP/1.1 200"), "the scrape was answered after a burst of {}: {out:?}", burst.len());
     }
 
     #[test]
