@@ -101,13 +101,12 @@ impl VictimBed {
         Ok(())
     }
 
-    /// Pids of the napi/vb-* kthreads, waiting for them a moment: they
-    /// appear a little after threaded NAPI is switched on. A napi kthread
-    /// carries no namespace: one bench testbed runs at a time (`sluice bench`
-    /// and its tests never run two), so any napi/vb-* is ours.
+    /// Pids of vb's napi kthreads (as the kernel lists them in B), waiting
+    /// for them a moment: they appear a little after threaded NAPI is
+    /// switched on.
     pub fn napi_threads(&self) -> Result<Vec<i32>> {
         for _ in 0..50 {
-            let pids = sluice::daemon::sched::napi_threads(IF_B);
+            let pids = sluice::tools::netns::run_in(&self.net.b, || Ok(sluice::daemon::sched::napi_threads(IF_B)))?;
             if !pids.is_empty() {
                 return Ok(pids);
             }

@@ -465,15 +465,26 @@ mod napi {
     use super::*;
     use std::time::Instant;
 
-    fn policies(iface: &str) -> Vec<i32> {
+    /// The policies of B's interface's napi kthreads (found from inside B,
+    /// as the daemon finds them).
+    fn policies(tb: &Testbed) -> Vec<i32> {
+        let pids = in_netns(&tb.b, || sluice::daemon::sched::napi_threads(tb.if_b));
         // SAFETY: sched_getscheduler on kthread pids; an exited one gives -1.
-        sluice::daemon::sched::napi_threads(iface).into_iter().map(|p| unsafe { libc::sched_getscheduler(p) }).collect()
+        pids.into_iter().map(|p| unsafe { libc::sched_getscheduler(p) }).collect()
     }
 
-    fn wait_for(iface: &str, policy: i32, what: &str) {
+    /// Linux 6.8 or later lists an interface's NAPI instances with their
+    /// kthreads' pids (generic netlink, "netdev" family).
+    fn kernel_lists_napi_pids() -> bool {
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+        let mut v = release.trim().split(['.', '-']).map(|x| x.parse::<u32>().unwrap_or(0));
+        (v.next().unwrap_or(0), v.next().unwrap_or(0)) >= (6, 8)
+    }
+
+    fn wait_for(tb: &Testbed, policy: i32, what: &str) {
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
-            let p = policies(iface);
+            let p = policies(tb);
             if !p.is_empty() && p.iter().all(|&x| x == policy) {
                 return;
             }
@@ -497,18 +508,30 @@ mod napi {
         };
         let path = tb.write("sluice.toml", &cfg("idle"));
         let pid = tb.start_gate(&["--config", path.to_str().unwrap(), "--no-discover"]);
-        wait_for(tb.if_b, libc::SCHED_IDLE, "napi = idle");
+        wait_for(&tb, libc::SCHED_IDLE, "napi = idle");
+        // Hardening (issue 35, item 12): the kthreads are the ones the kernel
+        // lists for the interface, each a kernel thread named for it.
+        if kernel_lists_napi_pids() {
+            let list = || sluice::signals::netdev::napis(sluice::dataplane::gate::ifindex(tb.if_b).unwrap());
+            let napis = in_netns(&tb.b, list).expect("the netdev family lists the interface's NAPI instances");
+            let pids: Vec<i32> = napis.iter().filter_map(|n| n.pid).collect();
+            assert!(!pids.is_empty(), "threaded NAPI: the kernel lists a kthread ({napis:?})");
+            for pid in pids {
+                let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+                assert!(comm.starts_with(&format!("napi/{}-", tb.if_b)), "pid {pid} is {comm:?}");
+            }
+        }
         std::fs::write(&path, cfg("keep")).unwrap();
         tb.signal(pid, libc::SIGHUP);
-        wait_for(tb.if_b, libc::SCHED_OTHER, "reloaded to keep");
+        wait_for(&tb, libc::SCHED_OTHER, "reloaded to keep");
         // Idle again, then a stop.
         std::fs::write(&path, cfg("idle")).unwrap();
         tb.signal(pid, libc::SIGHUP);
-        wait_for(tb.if_b, libc::SCHED_IDLE, "reloaded to idle");
+        wait_for(&tb, libc::SCHED_IDLE, "reloaded to idle");
         tb.signal(pid, libc::SIGTERM);
         let out = tb.wait(pid);
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        let left = policies(tb.if_b);
+        let left = policies(&tb);
         assert!(left.iter().all(|&p| p != libc::SCHED_IDLE), "after the stop: {left:?}");
     }
 }
@@ -969,5 +992,50 @@ mod pace {
             let (sent, _) = sender.join().unwrap();
             assert!(sent > 0);
         });
+    }
+}
+
+/// Hardening (issue 35, item 12): started by root with every capability
+/// (outside systemd), the daemon keeps only those the unit grants it
+/// (CapabilityBoundingSet in sluice@.service), in every thread, the
+/// metrics thread included, and still serves. Before, it kept full root
+/// for its life.
+mod privileges {
+    use super::*;
+
+    /// A /proc status line's capability mask ("CapEff:\t000001ffffffffff").
+    fn mask(status: &str, key: &str) -> u64 {
+        let line = status.lines().find_map(|l| l.strip_prefix(key)).unwrap_or_else(|| panic!("{key} in {status}"));
+        u64::from_str_radix(line.trim(), 16).unwrap()
+    }
+
+    #[test]
+    fn the_daemon_drops_every_capability_it_does_not_need() {
+        let mut tb = Testbed::new();
+        let pid = tb.start_gate(&["--metrics", "127.0.0.1:0"]);
+        std::thread::sleep(Duration::from_millis(300));
+        let kept: u64 = sluice::daemon::privileges::KEPT.iter().map(|(c, _)| 1u64 << c).sum();
+        let mut threads = 0;
+        for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap().flatten() {
+            let status = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
+            if status.is_empty() {
+                continue; // a thread that ended
+            }
+            let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+            for key in ["CapEff:", "CapPrm:", "CapBnd:", "CapInh:", "CapAmb:"] {
+                let m = mask(&status, key);
+                assert_eq!(
+                    m & !kept,
+                    0,
+                    "thread {} ({}) {key} {m:x}: more than {kept:x}",
+                    task.path().display(),
+                    comm.trim()
+                );
+            }
+            assert_ne!(mask(&status, "CapEff:") & (1 << 39), 0, "CAP_BPF kept in {}", comm.trim());
+            threads += 1;
+        }
+        assert!(threads >= 2, "the daemon's threads were read ({threads})");
+        assert!(tb.status().attached, "the daemon still serves, attached");
     }
 }

@@ -41,6 +41,7 @@ pub mod auto;
 mod generation;
 mod known_store;
 mod pace;
+pub mod privileges;
 mod protect;
 mod publish;
 pub mod sched;
@@ -288,6 +289,19 @@ impl Daemon {
         if cfg_napi_idle {
             let n = apply_napi(&iface, cfg.auto.napi)?;
             log::info(format_args!("napi = {:?}: {n} napi kthread(s) of {iface} set to SCHED_IDLE", cfg.auto.napi));
+        }
+        // Attached: from here on the unit's capabilities are all it needs
+        // (naming or taking over another XDP program, before, may need
+        // CAP_SYS_ADMIN). No thread is running yet: each one started below
+        // holds no more.
+        let dropped = privileges::drop_to_kept()?;
+        if !dropped.is_empty() {
+            let kept: Vec<&str> = privileges::KEPT.iter().map(|(_, n)| *n).collect();
+            log::info(format_args!(
+                "privileges: kept {} (as sluice@.service grants), dropped {} others",
+                kept.join(" "),
+                dropped.len()
+            ));
         }
         let snapshot = first_snapshot(&iface, ifindex, &cfg, &gate, source.config_file());
         let publish = Publisher::new(snapshot, cfg.classes.len());

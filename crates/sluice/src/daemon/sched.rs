@@ -4,6 +4,7 @@
 use anyhow::{bail, Result};
 
 use crate::policy::config::NapiSched;
+use crate::signals::netdev;
 
 /// Run the calling thread at SCHED_FIFO priority 1: the control loop's tick
 /// takes tens of microseconds, but a sample cut in two by a pre-emption mixes
@@ -15,16 +16,37 @@ pub fn realtime_thread() -> bool {
     unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &p) == 0 }
 }
 
-/// The napi kthreads of an interface in threaded-NAPI mode ("napi/IFACE-ID").
+/// The napi kthreads of an interface in threaded-NAPI mode: the pids the
+/// kernel gives for the interface's NAPI instances (`netdev::napis`; call it
+/// from the interface's network namespace). A kernel without that listing
+/// (before 6.8): the kernel threads named "napi/IFACE-ID", a name a process
+/// can take but a kernel thread it cannot be (another namespace's interface
+/// of the same name has such threads too).
 pub fn napi_threads(iface: &str) -> Vec<i32> {
+    let listed = crate::dataplane::gate::ifindex(iface).ok().and_then(|i| netdev::napis(i).ok());
+    if let Some(napis) = listed {
+        return napis.into_iter().filter_map(|n| n.pid).collect();
+    }
     let prefix = format!("napi/{iface}-");
     let Ok(dir) = std::fs::read_dir("/proc") else { return vec![] };
     dir.flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
         .filter(|pid| {
             std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim_end().starts_with(&prefix))
+                && is_kthread(*pid)
         })
         .collect()
+}
+
+/// PF_KTHREAD in a task's flags (include/linux/sched.h).
+const PF_KTHREAD: u64 = 0x0020_0000;
+
+/// Is `pid` a kernel thread (its flags, the 9th field of /proc/PID/stat)?
+fn is_kthread(pid: i32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+    // After the name's closing parenthesis (a name may hold any byte): state, ppid, pgrp, session, tty, tpgid, flags.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    rest.split_whitespace().nth(6).and_then(|f| f.parse::<u64>().ok()).is_some_and(|f| f & PF_KTHREAD != 0)
 }
 
 /// A thread's CPU mask, to put back.
@@ -108,4 +130,29 @@ pub fn check_napi(iface: &str, policy: NapiSched) -> Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Hardening (issue 35, item 12): a process that names itself like a
+    /// napi kthread ("napi/lo-9") is not taken for one. Before, the name
+    /// alone was matched, and the daemon would have set its policy and CPUs.
+    #[test]
+    fn a_process_named_like_a_napi_kthread_is_not_one() {
+        let name = "open('/proc/self/comm', 'w').write('napi/lo-9'); import time; time.sleep(5)";
+        let mut fake = std::process::Command::new("python3").args(["-c", name]).spawn().expect("python3 runs");
+        let pid = fake.id() as i32;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+        while std::fs::read_to_string(format!("/proc/{pid}/comm")).map_or(true, |c| c.trim() != "napi/lo-9") {
+            assert!(std::time::Instant::now() < deadline, "the process never took the name");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let found = napi_threads("lo");
+        let _ = fake.kill();
+        let _ = fake.wait();
+        assert!(!found.contains(&pid), "a user process taken for a napi kthread: {found:?}");
+        assert!(!is_kthread(std::process::id() as i32) && is_kthread(2), "kthreadd (pid 2) is a kernel thread");
+    }
 }

@@ -476,7 +476,8 @@ impl Ticker {
             self.last_distress = Some((d, now.0));
         }
         let throttled = self.budget.limits.iter().any(Option::is_some);
-        self.rx_cpu_wanted = self.rx_cpu.arm(now.0, throttled || self.lower_busy());
+        // Stray ACKs and RSTs are weighed by what they cost: measured too.
+        self.rx_cpu_wanted = self.rx_cpu.arm(now.0, throttled || self.lower_busy() || self.syn.strays_seen());
         self.last = Some(now);
         Ok(limits)
     }
@@ -490,7 +491,13 @@ impl Ticker {
         let pressure: Vec<bool> = (0..self.classes.len())
             .map(|id| self.last.as_ref().is_some_and(|(_, prev)| syn_pressure(prev, now, id)))
             .collect();
-        for (id, guard) in self.syn.tick(raw, &pressure, dt, Clock::wall_ms()) {
+        let rx: Vec<(Option<f64>, f64)> = (0..self.classes.len())
+            .map(|id| {
+                let share = self.rx_cpu.busiest.get(id).copied().flatten();
+                (share, self.rx_cpu.admitted_pps.get(id).copied().unwrap_or(0.0))
+            })
+            .collect();
+        for (id, guard) in self.syn.tick(raw, &pressure, &rx, dt, Clock::wall_ms()) {
             gate.set_syn_guard(id, &guard)?;
         }
         Ok(())

@@ -18,9 +18,15 @@
 //! ACK and RST floods to an open port (random sequence numbers, no
 //! connection) engage the same guard: the kernel drops each such ACK (after
 //! sending an RST) with reason TCP_FLAGS and each such RST with TCP_RESET,
-//! and the daemon's drop tracer counts them by class ("strays" here). While
-//! the guard answers, the gate drops them itself (`dropped_noconn`), and that
-//! count says whether the flood goes on.
+//! and the daemon's drop tracer counts them by class ("strays" here). They
+//! engage it only once what the kernel spends on them matters: STRAY_CPU of
+//! the service's busiest CPU, measured as the receive work there (the
+//! tracer's softirq time, `rx_cpu`) times the strays' share of the class's
+//! packets, or, unmeasured, STRAY_NS a stray. A thousand spoofed ACKs a
+//! second cost the kernel next to nothing and engage nothing. While the
+//! guard answers, the gate drops them itself (`dropped_noconn`), and that
+//! count, at the cost a stray was measured at, says whether the flood goes
+//! on.
 use std::time::Instant;
 
 use crate::bpf_intf::{
@@ -41,6 +47,19 @@ pub const FLOOD_RATIO: u64 = 2;
 /// The kernel's drop reasons of a stray ACK (it answered with an RST) and a
 /// stray RST to a listener: packets of no connection.
 pub const STRAY_REASONS: [&str; 2] = ["TCP_FLAGS", "TCP_RESET"];
+/// Strays (and, while answering, the gate's no-connection drops) engage and
+/// hold the guard while what the kernel spends (or would spend) on them
+/// takes this share of the service's busiest CPU: the CPU signal's mark
+/// (`rx_cpu::CPU_TAKEN`), receive work the service notices. Holding needs
+/// half of it: a flood near the mark does not flap.
+pub const STRAY_CPU: f64 = crate::signals::rx_cpu::CPU_TAKEN;
+/// A stray's cost to the kernel (a socket lookup, an RST built and sent)
+/// where it is not measured (no tracer, or the service's CPUs unknown):
+/// 5 us, so STRAY_CPU at 20,000 strays/s. Measured, a spoofed ACK cost
+/// about 850 ns of receive work here (`cargo test --release -p sluice
+/// --test syn_cookies an_ack -- --nocapture` prints it); the unmeasured
+/// guard takes six times that, so it engages early rather than late.
+pub const STRAY_NS: f64 = 5_000.0;
 /// The guard lets go after this long with neither pressure nor a flood.
 pub const RELEASE_SECS: f64 = 5.0;
 /// The checker keeps looking at ACKs this long after the last answer: a
@@ -60,6 +79,11 @@ pub struct GuardTick {
     /// kernel dropped per second at its last read.
     pub noconn: u64,
     pub strays_per_sec: f64,
+    /// The share of the service's busiest CPU in receive work over the CPU
+    /// signal's last window (None: not measured), and the class's admitted
+    /// packets/s over it: the strays' part of that work is their share.
+    pub rx_share: Option<f64>,
+    pub admitted_pps: f64,
     /// The tick's length, s.
     pub dt: f64,
 }
@@ -82,6 +106,10 @@ pub struct ClassGuard {
     /// and their rate since the read before.
     strays: Option<(u64, Instant)>,
     strays_per_sec: f64,
+    /// What a stray costs the kernel, ns: measured when strays engaged the
+    /// guard (`stray_measured`), else STRAY_NS.
+    stray_ns: f64,
+    stray_measured: bool,
 }
 
 impl ClassGuard {
@@ -96,6 +124,8 @@ impl ClassGuard {
             written: None,
             strays: None,
             strays_per_sec: 0.0,
+            stray_ns: STRAY_NS,
+            stray_measured: false,
         }
     }
 
@@ -117,18 +147,33 @@ impl ClassGuard {
     fn auto(&mut self, t: &GuardTick) -> bool {
         let dt = t.dt.max(1e-4);
         let fast = |n: u64| n as f64 / dt >= ENGAGE_SYNS_PER_SEC;
-        let strays = t.strays_per_sec >= ENGAGE_SYNS_PER_SEC;
+        let strays = t.strays_per_sec >= ENGAGE_SYNS_PER_SEC && self.stray_cost(t) >= STRAY_CPU;
         if !self.answering {
             self.calm_secs = 0.0;
+            if strays && t.rx_share.is_some() {
+                (self.stray_ns, self.stray_measured) = (self.stray_cost(t) / t.strays_per_sec * 1e9, true);
+            }
             return (t.pressure && fast(t.syns)) || strays;
         }
         let syn_flood = fast(t.answered) && t.answered > FLOOD_RATIO * t.valid;
-        if syn_flood || fast(t.noconn) || strays || t.pressure {
+        // What the strays the gate drops would cost the kernel, at the cost measured.
+        let noconn = t.noconn as f64 / dt * self.stray_ns / 1e9 >= STRAY_CPU / 2.0;
+        if syn_flood || noconn || strays || t.pressure {
             self.calm_secs = 0.0;
             return true;
         }
         self.calm_secs += dt;
         self.calm_secs + 1e-9 < RELEASE_SECS // 1e-9: a sum of ticks falls short of a whole second
+    }
+
+    /// The share of the service's busiest CPU the kernel spends on strays
+    /// now: measured (its receive work times their share of the class's
+    /// packets), or STRAY_NS a stray.
+    fn stray_cost(&self, t: &GuardTick) -> f64 {
+        match t.rx_share {
+            Some(share) if t.admitted_pps > 0.0 => share * (t.strays_per_sec / t.admitted_pps).min(1.0),
+            _ => t.strays_per_sec * STRAY_NS / 1e9,
+        }
     }
 
     /// This tick's SYNs, answers, valid cookies and no-connection drops
@@ -190,6 +235,7 @@ impl SynGuards {
                     answering: c.answering && unavailable.is_none(),
                     available: unavailable.is_none(),
                     why_unavailable: unavailable.map(String::from),
+                    stray_ns: c.stray_measured.then_some(c.stray_ns),
                 })
             })
             .collect()
@@ -205,6 +251,7 @@ impl SynGuards {
                 c.last = o.last;
                 c.strays = o.strays;
                 c.strays_per_sec = o.strays_per_sec;
+                (c.stray_ns, c.stray_measured) = (o.stray_ns, o.stray_measured);
             }
         }
     }
@@ -224,12 +271,21 @@ impl SynGuards {
         }
     }
 
+    /// Does some class see strays fast enough that their cost should be
+    /// measured (the CPU signal armed)?
+    pub fn strays_seen(&self) -> bool {
+        self.classes.iter().any(|c| c.tcp && (c.strays_per_sec >= ENGAGE_SYNS_PER_SEC || c.answering))
+    }
+
     /// One tick: `raw` the gate's counters and `pressure` the kernel's, by
-    /// class id. Returns the guards to write to the gate.
+    /// class id; `rx` each class's receive work as the CPU signal measured
+    /// it (`GuardTick::rx_share`, `admitted_pps`). Returns the guards to
+    /// write to the gate.
     pub fn tick(
         &mut self,
         raw: &[ClassCounters],
         pressure: &[bool],
+        rx: &[(Option<f64>, f64)],
         dt: f64,
         now_ms: u64,
     ) -> Vec<(usize, sluice_syn_guard)> {
@@ -238,7 +294,10 @@ impl SynGuards {
             let Some(r) = raw.get(id) else { continue };
             let [syns, answered, valid, noconn] = c.counts(r);
             let pressure = pressure.get(id).copied().unwrap_or(false);
-            c.step(&GuardTick { syns, answered, valid, pressure, noconn, strays_per_sec: c.strays_per_sec, dt });
+            let (rx_share, admitted_pps) = rx.get(id).copied().unwrap_or((None, 0.0));
+            let strays_per_sec = c.strays_per_sec;
+            let t = GuardTick { syns, answered, valid, pressure, noconn, strays_per_sec, rx_share, admitted_pps, dt };
+            c.step(&t);
             if let Some(g) = c.due_write(now_ms) {
                 writes.push((id, g));
             }
@@ -277,6 +336,11 @@ pub struct SynGuardStatus {
     pub available: bool,
     #[serde(default)]
     pub why_unavailable: Option<String>,
+    /// What a stray ACK or RST cost the kernel (ns, receive work on the
+    /// service's CPU), as measured when strays last engaged the guard;
+    /// None: never measured.
+    #[serde(default)]
+    pub stray_ns: Option<f64>,
 }
 
 #[cfg(test)]
@@ -382,15 +446,46 @@ mod tests {
         assert_eq!(g.counts(&raw), [30, 20, 5, 7]);
     }
 
+    /// Hardening (issue 35, item 8): spoofed ACKs at 1,000/s cost the kernel
+    /// next to nothing (an RST each); they must not engage the guard for a
+    /// class (and hold it, cookies for every new client). Strays engage it
+    /// once what the kernel spends on them is a share of the service's CPU
+    /// that matters (rx_cpu::CPU_TAKEN); before, 1,000/s did, measured or not.
+    #[test]
+    fn cheap_strays_do_not_engage_the_guard_and_costly_ones_do() {
+        let mut g = ClassGuard::new("web", SynCookies::Auto, true);
+        let strays = |per_sec: f64, rx_share: Option<f64>, admitted_pps: f64| GuardTick {
+            strays_per_sec: per_sec,
+            rx_share,
+            admitted_pps,
+            dt: TICK,
+            ..GuardTick::default()
+        };
+        // 1,000 strays/s beside the service's own 9,000/s, its CPU 2% in softirq: 0.2% for the strays.
+        assert!(!g.step(&strays(1000.0, Some(0.02), 10_000.0)), "1,000 strays/s, measured cheap");
+        assert!(!g.step(&strays(1000.0, None, 10_000.0)), "1,000 strays/s, not measured");
+        // 200k strays/s, the service's CPU 40% in softirq, nearly all of it theirs.
+        assert!(g.step(&strays(200_000.0, Some(0.4), 201_000.0)), "a flood that takes the service's CPU");
+        // The gate drops them now (the kernel sees none); as costly at the rate measured: held.
+        let dropping = GuardTick { noconn: 2000, dt: TICK, ..GuardTick::default() };
+        for _ in 0..1000 {
+            assert!(g.step(&dropping), "the gate drops 200k/s: held");
+        }
+        // 1,000/s dropped would cost the kernel 0.2% of a CPU: the guard lets go after RELEASE_SECS.
+        let cheap = GuardTick { noconn: 10, dt: TICK, ..GuardTick::default() };
+        let released = (0..2 * (RELEASE_SECS / TICK) as usize).any(|_| !g.step(&cheap));
+        assert!(released, "1,000 strays/s no longer hold the guard");
+    }
+
     #[test]
     fn a_stray_ack_or_rst_flood_engages_and_the_gates_drops_hold_it() {
         let mut guards = SynGuards { classes: vec![ClassGuard::new("web", SynCookies::Auto, true)] };
         let t0 = Instant::now();
         let at = |ms| t0 + std::time::Duration::from_millis(ms);
         guards.kernel_strays(&[("web".into(), 1000)], at(0));
-        guards.kernel_strays(&[("web".into(), 1090), ("other".into(), 5)], at(100));
+        guards.kernel_strays(&[("web".into(), 2900), ("other".into(), 5)], at(100));
         let g = &mut guards.classes[0];
-        assert!((g.strays_per_sec - 900.0).abs() < 1e-6, "{}", g.strays_per_sec);
+        assert!((g.strays_per_sec - 19_000.0).abs() < 1e-6, "{}", g.strays_per_sec);
         // No SYN at all; the gate's no-connection drops and the kernel's last rate.
         let quiet = |g: &ClassGuard, noconn| GuardTick {
             noconn,
@@ -398,14 +493,15 @@ mod tests {
             dt: TICK,
             ..GuardTick::default()
         };
-        assert!(!g.step(&quiet(g, 0)), "900 strays/s: the kernel copes");
-        g.note_strays(1190, at(200));
-        assert!(g.step(&quiet(g, 0)), "1000 strays/s, no SYN at all: the gate takes them");
+        // Not measured: STRAY_NS a stray, STRAY_CPU at 20,000/s.
+        assert!(!g.step(&quiet(g, 0)), "19,000 strays/s: the kernel copes");
+        g.note_strays(5000, at(200));
+        assert!(g.step(&quiet(g, 0)), "21,000 strays/s, no SYN at all: the gate takes them");
         // The gate drops them now; the kernel sees none.
-        g.note_strays(1190, at(300));
+        g.note_strays(5000, at(300));
         let held = (RELEASE_SECS / TICK) as usize * 2;
         for i in 0..held {
-            assert!(g.step(&quiet(g, 10)), "the gate drops 1000/s: held at tick {i}");
+            assert!(g.step(&quiet(g, 210)), "the gate drops 21,000/s: held at tick {i}");
         }
         for _ in 0..(RELEASE_SECS / TICK) as usize - 1 {
             assert!(g.step(&quiet(g, 0)));

@@ -6,12 +6,14 @@
 //! - [`rx_cpu`]: the CPU signal: receive work for lower classes on those CPUs;
 //! - [`discover`]: the listening services and their owners (zero-config);
 //! - [`sources`]: the gate's source maps summed up for status;
-//! - [`known`]: the known clients' state file.
+//! - [`known`]: the known clients' state file;
+//! - [`netdev`]: an interface's NAPI instances and their kthreads (generic netlink).
 
 pub mod discover;
 pub mod health;
 pub mod kernel;
 pub mod known;
+pub mod netdev;
 pub mod rx_cpu;
 pub mod service_cpus;
 pub mod sources;

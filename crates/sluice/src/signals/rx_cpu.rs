@@ -74,6 +74,11 @@ pub struct RxCpu {
     pub taken: Vec<Option<f64>>,
     /// By class id, the largest `taken` since the class list last changed.
     pub max: Vec<Option<f64>>,
+    /// By class id, over the last window: the share of its service's
+    /// busiest CPU in receive work (None: not measured), and its admitted
+    /// packets/s (the SYN guard weighs stray ACKs with these).
+    pub busiest: Vec<Option<f64>>,
+    pub admitted_pps: Vec<f64>,
     /// The measurement is wanted until then (`arm`).
     armed_until: Option<Instant>,
 }
@@ -85,19 +90,20 @@ impl RxCpu {
     /// until the next one closes.
     pub fn step(&mut self, at: Instant, rx: Option<&RxWork>, admitted: &[u64], priorities: &[u8], cpus: &[Vec<usize>]) {
         let Some(rx) = rx else {
-            (self.mark, self.taken) = (None, vec![None; admitted.len()]);
+            (self.mark, self.taken, self.busiest) = (None, vec![None; admitted.len()], vec![None; admitted.len()]);
             return;
         };
         let restart = || Mark { at, softirq_ns: rx.softirq_ns.clone(), admitted: admitted.to_vec() };
         let Some(m) = &self.mark else {
             self.mark = Some(restart());
-            self.taken = vec![None; admitted.len()];
+            (self.taken, self.busiest) = (vec![None; admitted.len()], vec![None; admitted.len()]);
             return;
         };
         if m.admitted.len() != admitted.len() || m.softirq_ns.len() != rx.softirq_ns.len() {
             // A new class list (or CPU count): start a new window.
             self.mark = Some(restart());
             (self.taken, self.max) = (vec![None; admitted.len()], vec![None; admitted.len()]);
+            self.busiest = vec![None; admitted.len()];
             return;
         }
         let dt = at.duration_since(m.at);
@@ -107,7 +113,10 @@ impl RxCpu {
         let diff = |a: &[u64], b: &[u64]| a.iter().zip(b).map(|(n, o)| n.saturating_sub(*o)).collect::<Vec<u64>>();
         let cpu_share: Vec<f64> =
             diff(&rx.softirq_ns, &m.softirq_ns).iter().map(|&ns| (ns as f64 / dt.as_nanos() as f64).min(1.0)).collect();
-        self.taken = taken(&cpu_share, &diff(admitted, &m.admitted), priorities, cpus, dt.as_secs_f64());
+        let window = diff(admitted, &m.admitted);
+        self.taken = taken(&cpu_share, &window, priorities, cpus, dt.as_secs_f64());
+        self.busiest = busiest(&cpu_share, cpus, window.len());
+        self.admitted_pps = window.iter().map(|&n| n as f64 / dt.as_secs_f64()).collect();
         self.max.resize(self.taken.len(), None);
         for (m, t) in self.max.iter_mut().zip(&self.taken) {
             *m = match (*m, *t) {
@@ -134,6 +143,12 @@ impl RxCpu {
     }
 }
 
+/// By class id (`n` classes), the share of the busiest of its service's
+/// CPUs in receive work (None: no CPU of its service known).
+pub fn busiest(cpu_share: &[f64], cpus: &[Vec<usize>], n: usize) -> Vec<Option<f64>> {
+    (0..n).map(|i| cpus.get(i)?.iter().filter_map(|&c| cpu_share.get(c)).copied().reduce(f64::max)).collect()
+}
+
 /// Each class's taken share over a window of `secs`: the busiest of its
 /// CPUs' softirq share times the lower classes' share of the admitted
 /// packets, at most their packets/s times MAX_PKT_NS (None: no CPU known).
@@ -145,9 +160,10 @@ pub fn taken(
     secs: f64,
 ) -> Vec<Option<f64>> {
     let total: u64 = admitted.iter().sum();
+    let busiest = busiest(cpu_share, cpus, admitted.len());
     (0..admitted.len())
         .map(|i| {
-            let busiest = cpus.get(i)?.iter().filter_map(|&c| cpu_share.get(c)).copied().reduce(f64::max)?;
+            let busiest = busiest[i]?;
             let p = priorities.get(i).copied().unwrap_or(u8::MAX);
             let lower: u64 = admitted.iter().zip(priorities).filter(|(_, &q)| q > p).map(|(a, _)| a).sum();
             let bound = lower as f64 / secs.max(1e-9) * MAX_PKT_NS / 1e9;

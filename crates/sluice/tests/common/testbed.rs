@@ -118,7 +118,10 @@ impl Testbed {
     /// Start `sluice run` on `iface` inside `ns` with its own socket and
     /// state folder; returns once its socket answers.
     pub fn start_sluice(&mut self, ns: &str, iface: &str, sock: &Path, state: &Path, extra: &[&str]) -> u32 {
-        let mut args = vec!["run", "--iface", iface, "--socket", sock.to_str().unwrap(), "--metrics", "off"];
+        let mut args = vec!["run", "--iface", iface, "--socket", sock.to_str().unwrap()];
+        if !extra.contains(&"--metrics") {
+            args.extend(["--metrics", "off"]);
+        }
         args.extend(["--state-dir", state.to_str().unwrap()]);
         args.extend_from_slice(extra);
         let pid = self.spawn(ns, &args);

@@ -474,7 +474,13 @@ mod tests {
     #[test]
     fn a_guarded_class_says_what_its_syn_cookies_did() {
         let mut s = snap();
-        let g = SynGuardStatus { policy: "auto".into(), answering: false, available: true, why_unavailable: None };
+        let g = SynGuardStatus {
+            policy: "auto".into(),
+            answering: false,
+            available: true,
+            why_unavailable: None,
+            stray_ns: None,
+        };
         s.classes[0].syn_guard = Some(g.clone());
         assert!(!render_table(&s).contains("SYN COOKIES"), "never answered: no line");
         s.classes[0].syn_guard = Some(SynGuardStatus { answering: true, ..g.clone() });
