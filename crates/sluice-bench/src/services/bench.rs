@@ -312,6 +312,7 @@ impl<'a> Bench<'a> {
                 return Ok(Installed::Pass { _gate: Box::new(g) });
             }
             Setup::Zero => vec![],
+            Setup::Observe => vec!["--observe".into()],
             Setup::Static => {
                 let cap = self.capacity.map(|c| format!("rate={},", c.round().max(1.0) as u64)).unwrap_or_default();
                 let svc = format!("svc:priority=1,{cap}{}", self.svc.matches());

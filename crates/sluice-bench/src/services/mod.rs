@@ -295,6 +295,9 @@ pub enum Setup {
     #[default]
     Off,
     Zero,
+    /// Zero config in observe mode (`--observe`): its gate drops are what
+    /// enforcing would have dropped, to compare with `zero`'s.
+    Observe,
     Static,
     Blocked,
 }
@@ -304,6 +307,7 @@ impl Setup {
         match self {
             Setup::Off => "off",
             Setup::Zero => "zero",
+            Setup::Observe => "observe",
             Setup::Static => "static",
             Setup::Blocked => "blocked",
         }
@@ -315,7 +319,9 @@ impl Setup {
             // Unflooded: off and zero config side by side (do no harm).
             None => &[Setup::Off, Setup::Zero],
             Some(f) if f.own_port => &[Setup::Off, Setup::Zero, Setup::Static],
-            Some(_) => &[Setup::Off, Setup::Zero, Setup::Static, Setup::Blocked],
+            // Observe mode's prediction beside what enforcing did, where every
+            // drop of the service's classes is a client's.
+            Some(_) => &[Setup::Off, Setup::Zero, Setup::Static, Setup::Observe, Setup::Blocked],
         }
     }
 }

@@ -493,6 +493,7 @@ mod tests {
             let s = Setup::for_flood(Some(f));
             assert!(s.starts_with(&[Setup::Off, Setup::Zero, Setup::Static]));
             assert_eq!(s.contains(&Setup::Blocked), !f.own_port);
+            assert_eq!(s.contains(&Setup::Observe), !f.own_port, "observe's prediction where drops are clients'");
         }
         assert_eq!(Setup::for_flood(None), &[Setup::Off, Setup::Zero], "do no harm: zero beside off, unflooded");
         assert_eq!(Service::parse("http"), Some(Service::Http));
