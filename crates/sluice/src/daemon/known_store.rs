@@ -109,13 +109,15 @@ fn pending(entries: Vec<Known>) -> Vec<Known> {
     known::prune_pending(entries, Clock::wall_ms(), KNOWN_TTL_SECS * 1000, max)
 }
 
-/// Hold every class to its part of the known map (`known::bound`): the
-/// entries past it to delete, and each class's part (room, held).
+/// Hold every class's part of the known map as a cache (`known::bound`):
+/// the entries to delete (aged out, or least recently answered past the
+/// part), and each class's part (room, held).
 pub(super) fn bound(
     map: &[(sluice_src_key, sluice_known)],
     shape: Shape,
 ) -> (Vec<sluice_src_key>, Vec<sluice_known_part>) {
-    known::bound(map, shape.classes, known::part(shape.known_capacity, shape.learning))
+    let part = known::part(shape.known_capacity, shape.learning);
+    known::bound(map, shape.classes, part, Clock::wall_ms(), KNOWN_TTL_SECS * 1000)
 }
 
 /// Delete the known entries past their class's part; tell the gate each

@@ -184,6 +184,8 @@ struct Scan {
     ms: f64,
     /// Entries evicted so far, as of this scan (never less than the last's).
     evictions: u64,
+    /// Each class's entries in the known map once the scan's bound applied.
+    held: Vec<u64>,
 }
 
 /// The source scan as the daemon keeps it: the thread, the config it
@@ -239,6 +241,7 @@ impl SourceTables {
             }
         };
         let Found { per_class, entries, ms, known: known_map, delete, parts, .. } = found;
+        let held = parts.iter().map(|p| p.held).collect();
         super::known_store::apply_bound(gate, &delete, parts)?;
         let known = per_class.iter().map(|c| c.1).sum();
         let inserts = (0..self.shape.classes)
@@ -246,7 +249,7 @@ impl SourceTables {
             .sum::<anyhow::Result<u64>>()?;
         let before = self.last.as_ref().map_or(0, |s| s.evictions);
         let evictions = sources::evictions(before, inserts, entries);
-        self.last = Some(Scan { per_class, entries, known, known_map, ms, evictions });
+        self.last = Some(Scan { per_class, entries, known, known_map, ms, evictions, held });
         Ok(())
     }
 
@@ -256,6 +259,7 @@ impl SourceTables {
         for (id, c) in snap.classes.iter_mut().enumerate() {
             let Some(f) = fair.get(id) else { continue };
             let scanned = self.last.as_ref().and_then(|s| s.per_class.get(id));
+            let held = self.last.as_ref().and_then(|s| s.held.get(id)).copied();
             if !f.learning && f.quota.is_none() && scanned.is_none_or(|s| s.0 == 0 && s.1 == 0) {
                 c.sources = None;
                 continue;
@@ -269,6 +273,8 @@ impl SourceTables {
                 known_pps: c.rates.known_pps,
                 share_dropped_pps: c.rates.share_dropped_pps,
                 known: scanned.map(|s| s.1),
+                known_held: held,
+                known_part: Some(crate::signals::known::part(self.shape.known_capacity, self.shape.learning)),
                 tracked: scanned.map(|s| s.0),
                 top: scanned.map(|s| s.2.clone()).unwrap_or_default(),
             });

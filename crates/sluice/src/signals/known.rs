@@ -79,10 +79,16 @@ pub fn path(dir: &Path, iface: &str) -> PathBuf {
 
 /// The gate's known map as entries, with class ids named by `names`;
 /// entries not answered in the last `ttl_ms` before `now_ms` (the gate
-/// clock) or of a class that no longer exists are left out.
+/// clock), candidates not answered in the last CANDIDATE_TTL_MS (as
+/// `bound` forgets them), and entries of a class that no longer exists are
+/// left out.
 pub fn from_map(map: &[(sluice_src_key, sluice_known)], names: &[String], now_ms: u64, ttl_ms: u64) -> Vec<Known> {
+    let span = u64::from(crate::bpf_intf::SLUICE_KNOWN_SPAN_MS);
     map.iter()
         .filter(|(_, v)| now_ms.saturating_sub(v.last_ms) <= ttl_ms)
+        .filter(|(_, v)| {
+            v.last_ms.saturating_sub(v.first_ms) >= span || now_ms.saturating_sub(v.last_ms) <= CANDIDATE_TTL_MS
+        })
         .filter_map(|(k, v)| {
             let class = names.get(k.class_id as usize)?.clone();
             let addr = match k.family {
@@ -257,9 +263,15 @@ fn from_v1(state: StateFileV1) -> Vec<Known> {
 /// evicts a little before it is full, and the rest is headroom for what the
 /// learner inserts between two scans past a part (two CPUs at the last room).
 pub const PARTS_OF_MAP: f64 = 0.9;
-/// A class past its part keeps this share of it, its newest entries: room
-/// for new clients until the next scan, rather than none.
+/// A class's part is held as a cache: at each scan, past this share of it,
+/// its entries are cut back to this share (room for new clients until the
+/// next scan, never none).
 pub const KEEP_OF_PART: f64 = 0.9;
+/// A candidate (answered over less than SLUICE_KNOWN_SPAN_MS) not answered
+/// for this long is forgotten at the next scan: a client that comes back
+/// within a minute is known by then; a source answered once (a one-off, or
+/// a query from a spoofed address) does not hold a place in the part.
+pub const CANDIDATE_TTL_MS: u64 = 60_000;
 
 /// One class's part of the known map: an equal share of PARTS_OF_MAP of
 /// `capacity` between the `learning` classes that may learn (every class but
@@ -268,31 +280,42 @@ pub fn part(capacity: u32, learning: usize) -> u64 {
     (capacity as f64 * PARTS_OF_MAP / learning.max(1) as f64) as u64
 }
 
-/// Hold every class to its part of the map: the entries to delete (a class
-/// past `part` keeps its KEEP_OF_PART x part newest, by last answer) and,
-/// per class id, its part as the gate reads it: the new entries it may still
-/// make, and the entries it holds (none: the gate skips the known lookup).
+/// Hold every class's part of the map as a cache, at `now_ms` (the gate
+/// clock): the entries to delete and, per class id, its part as the gate
+/// reads it (the new entries it may still make, and the entries it holds;
+/// none: the gate skips the known lookup). An entry goes when it is past
+/// `ttl_ms` since its last answer, or a candidate past CANDIDATE_TTL_MS;
+/// then, past KEEP_OF_PART of the part, candidates before known clients,
+/// the least recently answered first, until KEEP_OF_PART is left.
 pub fn bound(
     map: &[(sluice_src_key, sluice_known)],
     classes: usize,
     part: u64,
+    now_ms: u64,
+    ttl_ms: u64,
 ) -> (Vec<sluice_src_key>, Vec<sluice_known_part>) {
-    let mut per_class: Vec<Vec<(u64, sluice_src_key)>> = vec![vec![]; classes];
+    let span = u64::from(crate::bpf_intf::SLUICE_KNOWN_SPAN_MS);
+    let mut per_class: Vec<Vec<(bool, u64, sluice_src_key)>> = vec![vec![]; classes];
+    let mut delete = vec![];
     for (k, v) in map {
-        if let Some(c) = per_class.get_mut(k.class_id as usize) {
-            c.push((v.last_ms, *k));
+        let Some(c) = per_class.get_mut(k.class_id as usize) else { continue };
+        let (age, known) = (now_ms.saturating_sub(v.last_ms), v.last_ms.saturating_sub(v.first_ms) >= span);
+        if age > ttl_ms || (!known && age > CANDIDATE_TTL_MS) {
+            delete.push(*k);
+        } else {
+            c.push((known, v.last_ms, *k));
         }
     }
-    let mut delete = vec![];
+    let keep = (part as f64 * KEEP_OF_PART) as usize;
     let mut parts = vec![];
     for mut entries in per_class {
-        let mut held = entries.len() as u64;
-        if held > part {
-            let keep = (part as f64 * KEEP_OF_PART) as usize;
-            entries.sort_unstable_by_key(|e| std::cmp::Reverse(e.0));
-            delete.extend(entries.drain(keep..).map(|(_, k)| k));
-            held = keep as u64;
+        if entries.len() > keep {
+            // Candidates (false) first, then the least recently answered.
+            entries.sort_unstable_by_key(|&(known, last, _)| (known, last));
+            let cut = entries.len() - keep;
+            delete.extend(entries.drain(..cut).map(|(_, _, k)| k));
         }
+        let held = entries.len() as u64;
         parts.push(sluice_known_part { room: part as i64 - held as i64, held });
     }
     (delete, parts)
@@ -322,7 +345,7 @@ mod tests {
             map.push((key(2, 1_000 + i), sluice_known { last_ms: 5, ..Default::default() }));
         }
         map.push((key(63, 7), sluice_known::default())); // a class id past the config: left alone
-        let (delete, room) = bound(&map, 3, 100);
+        let (delete, room) = bound(&map, 3, 100, 2_000, 3_600_000);
         assert_eq!(delete.len(), 60, "class 1 keeps 90 of its part of 100");
         assert!(delete.iter().all(|k| k.class_id == 1), "only the class past its part loses entries");
         let oldest_kept = 1_000 + 60;
@@ -336,6 +359,45 @@ mod tests {
             vec![0, 90, 10],
             "what the gate's lookup skip reads"
         );
+    }
+
+    /// Hardening (issue 35, item 2): a class's part filled with one-answer
+    /// sources (valid queries from spoofed addresses) is held as a cache:
+    /// the scan makes room again, one-answer candidates and the least
+    /// recently answered going first, and a known client stays though its
+    /// last answer is older than theirs. Before, the gate stopped learning
+    /// at the part and the scan deleted only past it: full for good.
+    #[test]
+    fn a_full_part_is_a_cache_and_makes_room_for_new_clients() {
+        let mut map = vec![];
+        // A known client: answered 500 times over 30 s, last 2 s ago.
+        let known = sluice_known { first_ms: 1_000, last_ms: 31_000, answers: 500, ..Default::default() };
+        map.push((key(1, 0), known));
+        // 99 one-answer sources, each answered once in the last second.
+        for i in 1..100u32 {
+            let one = sluice_known {
+                first_ms: 32_000 + u64::from(i),
+                last_ms: 32_000 + u64::from(i),
+                answers: 1,
+                ..Default::default()
+            };
+            map.push((key(1, i), one));
+        }
+        let (delete, parts) = bound(&map, 2, 100, 33_000, 3_600_000);
+        assert!(parts[1].room >= 10, "room for new clients after the scan: {:?}", parts[1]);
+        assert!(!delete.contains(&key(1, 0)), "the known client stays");
+        assert!(delete.iter().all(|k| k.class_id == 1));
+        assert_eq!(parts[1], sluice_known_part { room: 10, held: 90 });
+        // A minute on, the candidates are forgotten; past the TTL, the known client too.
+        let (delete, parts) = bound(&map, 2, 100, 33_000 + CANDIDATE_TTL_MS + 1_000, 3_600_000);
+        assert_eq!((delete.len(), parts[1].held), (99, 1), "only the known client is left");
+        let (_, parts) = bound(&map, 2, 100, 31_000 + 3_600_001, 3_600_000);
+        assert_eq!(parts[1].held, 0, "past the TTL nothing is left");
+        // The state file keeps what the cache keeps: not the stale candidates.
+        let names = ["default".to_string(), "dns".to_string()];
+        let saved = from_map(&map, &names, 33_000 + CANDIDATE_TTL_MS + 1_000, 3_600_000);
+        assert_eq!(saved.len(), 1, "only the known client is saved");
+        assert_eq!(from_map(&map, &names, 33_000, 3_600_000).len(), 100, "fresh candidates are saved");
     }
 
     /// A wall-clock time to test with: 2026-11-23.

@@ -38,6 +38,13 @@ pub struct ClassSources {
     pub known: Option<u64>,
     pub tracked: Option<u64>,
     pub top: Vec<TopSource>,
+    /// The class's entries in the known map at the last scan, known clients
+    /// and candidates alike (None: not scanned yet), and its part of the
+    /// map: how full the cache is (`known::bound`).
+    #[serde(default)]
+    pub known_held: Option<u64>,
+    #[serde(default)]
+    pub known_part: Option<u64>,
 }
 
 /// One source prefix and what it lost.

@@ -296,6 +296,8 @@ mod tests {
             plen6: 48,
             active_per_epoch: 300.0,
             known: Some(3),
+            known_held: Some(17),
+            known_part: Some(29_491),
             tracked: Some(900),
             top: vec![crate::signals::sources::TopSource {
                 prefix: "192.0.2.0/24".into(),
@@ -313,6 +315,7 @@ mod tests {
         };
         let t = render_table(&s);
         assert!(t.contains("SOURCES") && t.contains("/24 /48") && t.contains("900 of 1024 entries, 7 evicted"), "{t}");
+        assert!(t.contains("HELD/PART") && t.contains("17/29491"), "the known part's fill: {t}");
         let m = prometheus_text(&s);
         assert!(m.contains("sluice_class_source_quota_packets{class=\"dns\"} 12"), "{m}");
         assert!(m.contains("verdict=\"dropped_share\"} 40"), "{m}");

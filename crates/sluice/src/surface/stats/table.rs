@@ -249,14 +249,14 @@ fn render_sources(o: &mut String, s: &Snapshot) {
     }
     let _ = writeln!(
         o,
-        "{:<24} {:>8} {:>8} {:>9} {:>9} {:>10} {:>8} {:>8}",
-        "SOURCES", "LEARNING", "QUOTA", "COUNT AT", "ACTIVE", "SHARE DROP/s", "KNOWN", "TRACKED"
+        "{:<24} {:>8} {:>8} {:>9} {:>9} {:>10} {:>8} {:>15} {:>8}",
+        "SOURCES", "LEARNING", "QUOTA", "COUNT AT", "ACTIVE", "SHARE DROP/s", "KNOWN", "HELD/PART", "TRACKED"
     );
     for (c, x) in shown {
         let opt = |v: Option<u64>| v.map_or("-".to_string(), |v| v.to_string());
         let _ = writeln!(
             o,
-            "{:<24} {:>8} {:>8} {:>9} {:>9} {:>12} {:>8} {:>8}",
+            "{:<24} {:>8} {:>8} {:>9} {:>9} {:>12} {:>8} {:>15} {:>8}",
             c.name,
             if x.learning { "yes" } else { "no" },
             x.quota.map_or("-".into(), |q| q.to_string()),
@@ -264,6 +264,7 @@ fn render_sources(o: &mut String, s: &Snapshot) {
             human(x.active_per_epoch),
             human(x.share_dropped_pps),
             opt(x.known),
+            format!("{}/{}", opt(x.known_held), opt(x.known_part)),
             opt(x.tracked)
         );
     }
