@@ -521,3 +521,37 @@ fn a_client_first_noted_in_an_unconfirmed_window_starts_its_span_again() {
     // (Known takes a span of SLUICE_KNOWN_SPAN_MS: see the tests above.)
     assert_eq!(span(&g, 2), (0, 1), "the pulse starts again: never a second's span, never known");
 }
+
+/// Hardening (issue 35, item 3): re-keying the known map for a new class
+/// list writes and deletes its entries in batches (one syscall per 4,096),
+/// not one syscall each on the control thread; a batch that meets a key
+/// already gone still deletes the rest. The time is printed, not asserted
+/// (timed).
+#[test]
+fn known_entries_are_written_and_deleted_in_batches() {
+    let g = gate();
+    let n = 59_000u32;
+    let entries: Vec<(sluice_src_key, sluice_known)> = (0..n)
+        .map(|i| {
+            let mut addr = [0u8; 16];
+            addr[..4].copy_from_slice(&(0x0c00_0000 + i).to_be_bytes());
+            let k = sluice_src_key { class_id: (1 + i % 2) as u8, family: 4, plen: 32, addr, ..Default::default() };
+            (k, sluice_known { first_ms: 1, last_ms: 2, answers: 3, ..Default::default() })
+        })
+        .collect();
+    let t = std::time::Instant::now();
+    g.gate.insert_known(&entries).unwrap();
+    let insert = t.elapsed();
+    assert_eq!(g.gate.known().unwrap().len(), n as usize, "every entry written, and read back whole");
+    // Delete the even ones, one of them twice over (gone before its batch runs).
+    let mut gone: Vec<sluice_src_key> = entries.iter().step_by(2).map(|(k, _)| *k).collect();
+    g.gate.delete_known(&gone[..1]).unwrap();
+    let t = std::time::Instant::now();
+    g.gate.delete_known(&gone).unwrap();
+    let delete = t.elapsed();
+    let left = g.gate.known().unwrap();
+    assert_eq!(left.len(), n as usize / 2, "the odd ones are left");
+    gone.sort_unstable_by_key(|k| k.addr);
+    assert!(left.iter().all(|(k, _)| gone.binary_search_by_key(&k.addr, |g| g.addr).is_err()));
+    println!("{n} known entries: written in {insert:?}, half deleted in {delete:?} (printed, not asserted: timed)");
+}

@@ -6,6 +6,9 @@ use std::os::fd::{AsFd, AsRawFd};
 
 use super::*;
 
+/// Entries written or deleted in one syscall (the batch calls).
+const BATCH: usize = 4096;
+
 impl Gate {
     /// Entries the "sources" map holds at most.
     pub fn sources_capacity(&self) -> u32 {
@@ -22,16 +25,23 @@ impl Gate {
         self.dump(&self.skel.maps.known, "known")
     }
 
-    /// Add (or overwrite) known sources: the daemon restoring its state file.
+    /// Add (or overwrite) known sources: the daemon restoring its state
+    /// file, or re-keying the map for a new class list. BATCH entries a
+    /// syscall (bpf_map_update_batch): 59k entries were 59k syscalls on the
+    /// control thread.
     pub fn insert_known(&self, entries: &[(sluice_src_key, sluice_known)]) -> Result<()> {
         let mut added = std::collections::BTreeMap::<usize, u64>::new();
-        for (k, v) in entries {
+        for chunk in entries.chunks(BATCH) {
+            let keys: Vec<u8> = chunk.iter().flat_map(|(k, _)| bytes_of(k).to_vec()).collect();
+            let values: Vec<u8> = chunk.iter().flat_map(|(_, v)| bytes_of(v).to_vec()).collect();
             self.skel
                 .maps
                 .known
-                .update(bytes_of(k), bytes_of(v), MapFlags::ANY)
+                .update_batch(&keys, &values, chunk.len() as u32, MapFlags::ANY, MapFlags::ANY)
                 .map_err(|err| GateError::Map { map: "known", err })?;
-            *added.entry(k.class_id as usize).or_default() += 1;
+            for (k, _) in chunk {
+                *added.entry(k.class_id as usize).or_default() += 1;
+            }
         }
         // Count them in held at once, so the gate looks them up before the
         // next scan writes the exact count (a replaced entry counts twice
@@ -113,8 +123,15 @@ impl Gate {
 
     /// Remove these known sources (a class past its part of the map).
     pub fn delete_known(&self, keys: &[sluice_src_key]) -> Result<()> {
-        for k in keys {
-            delete_present(&self.skel.maps.known, bytes_of(k)).map_err(|err| GateError::Map { map: "known", err })?;
+        let map = &self.skel.maps.known;
+        for chunk in keys.chunks(BATCH) {
+            let bytes: Vec<u8> = chunk.iter().flat_map(|k| bytes_of(k).to_vec()).collect();
+            // A batch stops at a key that is gone (ENOENT): then one by one.
+            if map.delete_batch(&bytes, chunk.len() as u32, MapFlags::ANY, MapFlags::ANY).is_err() {
+                for k in chunk {
+                    delete_present(map, bytes_of(k)).map_err(|err| GateError::Map { map: "known", err })?;
+                }
+            }
         }
         Ok(())
     }
