@@ -116,8 +116,7 @@ pub(super) fn bound(
     map: &[(sluice_src_key, sluice_known)],
     shape: Shape,
 ) -> (Vec<sluice_src_key>, Vec<sluice_known_part>) {
-    let part = known::part(shape.known_capacity, shape.learning);
-    known::bound(map, shape.classes, part, Clock::wall_ms(), KNOWN_TTL_SECS * 1000)
+    known::bound(map, &shape.parts(), Clock::wall_ms(), KNOWN_TTL_SECS * 1000)
 }
 
 /// Delete the known entries past their class's part; tell the gate each

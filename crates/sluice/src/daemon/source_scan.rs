@@ -34,13 +34,15 @@ use crate::surface::log;
 use crate::surface::stats::{ClassTotals, Snapshot};
 
 /// The config a scan works for: its generation (one per switch), its class
-/// count, the classes that learn clients (every class but the default), and
-/// the known map's capacity.
+/// count, the classes that learn clients (every class but the default) and
+/// those of them that are untrusted (at the untrusted priority), as bits by
+/// class id, and the known map's capacity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Shape {
     pub generation: u64,
     pub classes: usize,
-    pub learning: usize,
+    pub learns: u64,
+    pub untrusted: u64,
     pub known_capacity: u32,
 }
 
@@ -123,12 +125,22 @@ impl SourceScan {
 impl Shape {
     /// The shape of `cfg`, the `generation`th config in force.
     pub fn of(cfg: &Config, generation: u64, gate: &Gate) -> Shape {
+        let mask = |f: &dyn Fn(&crate::policy::config::Class) -> bool| {
+            cfg.classes.iter().enumerate().filter(|(_, c)| f(c)).fold(0u64, |m, (i, _)| m | 1u64 << i)
+        };
+        let untrusted = crate::signals::discover::UNTRUSTED_PRIORITY;
         Shape {
             generation,
             classes: cfg.classes.len(),
-            learning: cfg.classes.iter().filter(|c| c.name != DEFAULT_CLASS).count(),
+            learns: mask(&|c| c.name != DEFAULT_CLASS),
+            untrusted: mask(&|c| c.name != DEFAULT_CLASS && c.priority >= untrusted),
             known_capacity: gate.known_capacity(),
         }
+    }
+
+    /// Each class's part of the known map (`known::parts`), by class id.
+    pub fn parts(&self) -> Vec<u64> {
+        crate::signals::known::parts(self.known_capacity, self.classes, self.learns, self.untrusted)
     }
 }
 
@@ -256,6 +268,7 @@ impl SourceTables {
     /// Source fairness into the snapshot: the tick's quotas (`fair`, by
     /// class id), the counters' rates, the last scan's tables.
     pub fn fill(&self, snap: &mut Snapshot, fair: &[FairStatus], capacity: u32) {
+        let parts = self.shape.parts();
         for (id, c) in snap.classes.iter_mut().enumerate() {
             let Some(f) = fair.get(id) else { continue };
             let scanned = self.last.as_ref().and_then(|s| s.per_class.get(id));
@@ -274,7 +287,7 @@ impl SourceTables {
                 share_dropped_pps: c.rates.share_dropped_pps,
                 known: scanned.map(|s| s.1),
                 known_held: held,
-                known_part: Some(crate::signals::known::part(self.shape.known_capacity, self.shape.learning)),
+                known_part: parts.get(id).copied(),
                 tracked: scanned.map(|s| s.0),
                 top: scanned.map(|s| s.2.clone()).unwrap_or_default(),
             });

@@ -273,11 +273,36 @@ pub const KEEP_OF_PART: f64 = 0.9;
 /// a query from a spoofed address) does not hold a place in the part.
 pub const CANDIDATE_TTL_MS: u64 = 60_000;
 
-/// One class's part of the known map: an equal share of PARTS_OF_MAP of
-/// `capacity` between the `learning` classes that may learn (every class but
-/// the default one).
-pub fn part(capacity: u32, learning: usize) -> u64 {
-    (capacity as f64 * PARTS_OF_MAP / learning.max(1) as f64) as u64
+/// The share of PARTS_OF_MAP the untrusted classes (at the untrusted
+/// priority: a discovered service of a login user or of nobody) have
+/// between them while trusted classes learn too: a local user who binds 60
+/// ports makes 60 classes, and they must not shrink a trusted service's
+/// part (issue 35, item 3: NSD's part fell from 58,982 to about 930).
+pub const UNTRUSTED_SHARE: f64 = 0.25;
+
+/// Each class's part of the known map, by class id (`classes` of them):
+/// bit i of `learns` says class i learns (every class but the default one),
+/// bit i of `untrusted` that it is untrusted. The trusted classes share
+/// 1 - UNTRUSTED_SHARE of PARTS_OF_MAP of `capacity` equally, the untrusted
+/// ones UNTRUSTED_SHARE; a group alone has it all. A class that does not
+/// learn has none.
+pub fn parts(capacity: u32, classes: usize, learns: u64, untrusted: u64) -> Vec<u64> {
+    let bit = |mask: u64, i: usize| i < 64 && mask & (1u64 << i) != 0;
+    let n_untrusted = (0..classes).filter(|&i| bit(learns, i) && bit(untrusted, i)).count();
+    let n_trusted = (0..classes).filter(|&i| bit(learns, i) && !bit(untrusted, i)).count();
+    let all = capacity as f64 * PARTS_OF_MAP;
+    let (to_trusted, to_untrusted) = match (n_trusted, n_untrusted) {
+        (0, _) => (0.0, all),
+        (_, 0) => (all, 0.0),
+        _ => (all * (1.0 - UNTRUSTED_SHARE), all * UNTRUSTED_SHARE),
+    };
+    (0..classes)
+        .map(|i| match (bit(learns, i), bit(untrusted, i)) {
+            (false, _) => 0,
+            (true, false) => (to_trusted / n_trusted.max(1) as f64) as u64,
+            (true, true) => (to_untrusted / n_untrusted.max(1) as f64) as u64,
+        })
+        .collect()
 }
 
 /// Hold every class's part of the map as a cache, at `now_ms` (the gate
@@ -289,13 +314,12 @@ pub fn part(capacity: u32, learning: usize) -> u64 {
 /// the least recently answered first, until KEEP_OF_PART is left.
 pub fn bound(
     map: &[(sluice_src_key, sluice_known)],
-    classes: usize,
-    part: u64,
+    parts: &[u64],
     now_ms: u64,
     ttl_ms: u64,
 ) -> (Vec<sluice_src_key>, Vec<sluice_known_part>) {
     let span = u64::from(crate::bpf_intf::SLUICE_KNOWN_SPAN_MS);
-    let mut per_class: Vec<Vec<(bool, u64, sluice_src_key)>> = vec![vec![]; classes];
+    let mut per_class: Vec<Vec<(bool, u64, sluice_src_key)>> = vec![vec![]; parts.len()];
     let mut delete = vec![];
     for (k, v) in map {
         let Some(c) = per_class.get_mut(k.class_id as usize) else { continue };
@@ -306,9 +330,9 @@ pub fn bound(
             c.push((known, v.last_ms, *k));
         }
     }
-    let keep = (part as f64 * KEEP_OF_PART) as usize;
-    let mut parts = vec![];
-    for mut entries in per_class {
+    let mut out = vec![];
+    for (mut entries, &part) in per_class.into_iter().zip(parts) {
+        let keep = (part as f64 * KEEP_OF_PART) as usize;
         if entries.len() > keep {
             // Candidates (false) first, then the least recently answered.
             entries.sort_unstable_by_key(|&(known, last, _)| (known, last));
@@ -316,9 +340,9 @@ pub fn bound(
             delete.extend(entries.drain(..cut).map(|(_, _, k)| k));
         }
         let held = entries.len() as u64;
-        parts.push(sluice_known_part { room: part as i64 - held as i64, held });
+        out.push(sluice_known_part { room: part as i64 - held as i64, held });
     }
-    (delete, parts)
+    (delete, out)
 }
 
 #[cfg(test)]
@@ -335,8 +359,8 @@ mod tests {
     /// take another class's part of the known map.
     #[test]
     fn a_class_past_its_part_of_the_known_map_loses_its_oldest_entries_only() {
-        assert_eq!(part(65_536, 2), 29_491);
-        assert_eq!(part(65_536, 0), 58_982, "no learning class: one part, never a division by zero");
+        assert_eq!(parts(65_536, 3, 0b110, 0), [0, 29_491, 29_491], "the default class (0) learns nothing");
+        assert_eq!(parts(65_536, 1, 0, 0), [0], "no learning class: never a division by zero");
         let mut map = vec![];
         for i in 0..150u32 {
             map.push((key(1, i), sluice_known { last_ms: 1_000 + i as u64, ..Default::default() }));
@@ -345,7 +369,7 @@ mod tests {
             map.push((key(2, 1_000 + i), sluice_known { last_ms: 5, ..Default::default() }));
         }
         map.push((key(63, 7), sluice_known::default())); // a class id past the config: left alone
-        let (delete, room) = bound(&map, 3, 100, 2_000, 3_600_000);
+        let (delete, room) = bound(&map, &[100, 100, 100], 2_000, 3_600_000);
         assert_eq!(delete.len(), 60, "class 1 keeps 90 of its part of 100");
         assert!(delete.iter().all(|k| k.class_id == 1), "only the class past its part loses entries");
         let oldest_kept = 1_000 + 60;
@@ -383,21 +407,37 @@ mod tests {
             };
             map.push((key(1, i), one));
         }
-        let (delete, parts) = bound(&map, 2, 100, 33_000, 3_600_000);
+        let (delete, parts) = bound(&map, &[100, 100], 33_000, 3_600_000);
         assert!(parts[1].room >= 10, "room for new clients after the scan: {:?}", parts[1]);
         assert!(!delete.contains(&key(1, 0)), "the known client stays");
         assert!(delete.iter().all(|k| k.class_id == 1));
         assert_eq!(parts[1], sluice_known_part { room: 10, held: 90 });
         // A minute on, the candidates are forgotten; past the TTL, the known client too.
-        let (delete, parts) = bound(&map, 2, 100, 33_000 + CANDIDATE_TTL_MS + 1_000, 3_600_000);
+        let (delete, parts) = bound(&map, &[100, 100], 33_000 + CANDIDATE_TTL_MS + 1_000, 3_600_000);
         assert_eq!((delete.len(), parts[1].held), (99, 1), "only the known client is left");
-        let (_, parts) = bound(&map, 2, 100, 31_000 + 3_600_001, 3_600_000);
+        let (_, parts) = bound(&map, &[100, 100], 31_000 + 3_600_001, 3_600_000);
         assert_eq!(parts[1].held, 0, "past the TTL nothing is left");
         // The state file keeps what the cache keeps: not the stale candidates.
         let names = ["default".to_string(), "dns".to_string()];
         let saved = from_map(&map, &names, 33_000 + CANDIDATE_TTL_MS + 1_000, 3_600_000);
         assert_eq!(saved.len(), 1, "only the known client is saved");
         assert_eq!(from_map(&map, &names, 33_000, 3_600_000).len(), 100, "fresh candidates are saved");
+    }
+
+    /// Hardening (issue 35, item 3): a local user who binds 60 ports makes 60
+    /// untrusted classes; they share UNTRUSTED_SHARE of the map, and a
+    /// trusted service's part stays most of it. Before, every learning class
+    /// had an equal part: NSD's fell to 966 of 65,536 entries.
+    #[test]
+    fn untrusted_classes_cannot_shrink_a_trusted_part() {
+        // Class 0 the default, 1 NSD (trusted), 2..=61 a local user's.
+        let (learns, untrusted) = ((1u64 << 62) - 2, ((1u64 << 62) - 1) & !0b11);
+        let p = parts(65_536, 62, learns, untrusted);
+        assert_eq!(p[1], (65_536.0 * PARTS_OF_MAP * (1.0 - UNTRUSTED_SHARE)) as u64, "NSD keeps three quarters");
+        assert_eq!(p[2], (65_536.0 * PARTS_OF_MAP * UNTRUSTED_SHARE / 60.0) as u64);
+        assert!(p.iter().sum::<u64>() <= (65_536.0 * PARTS_OF_MAP) as u64);
+        // Alone, the untrusted classes have it all between them.
+        assert_eq!(parts(65_536, 3, 0b110, 0b110)[1], 29_491);
     }
 
     /// A wall-clock time to test with: 2026-11-23.
