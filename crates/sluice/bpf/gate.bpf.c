@@ -964,6 +964,49 @@ static __always_inline int finds_listener(struct xdp_md *ctx, const struct cooki
 	return listener;
 }
 
+/*
+ * Conntrack's view (the nf_conntrack kfuncs, Linux 6.0; absent without
+ * nf_conntrack: then nothing is tracked and nothing is NATed). A segment
+ * to a port the namespace DNATs elsewhere (a published container port
+ * whose host side a proxy listens on) finds only that listener at the
+ * socket lookup, its own socket being the NAT target's: conntrack holds
+ * its connection. The opts in their first, 12-byte form, which every
+ * kernel with the kfuncs takes.
+ */
+struct bpf_ct_opts___sl {
+	__s32 netns_id;
+	__s32 error;
+	__u8 l4proto;
+	__u8 dir;
+	__u8 reserved[2];
+};
+/* Never read here; a struct (not a forward declaration) for libbpf to match the kfuncs' types. */
+struct nf_conn {
+	__u64 _opaque;
+};
+extern struct nf_conn *bpf_xdp_ct_lookup(struct xdp_md *xdp_ctx, struct bpf_sock_tuple *bpf_tuple, __u32 tuple__sz,
+					 struct bpf_ct_opts___sl *opts, __u32 opts__sz) __ksym __weak;
+extern struct nf_conn *bpf_skb_ct_lookup(struct __sk_buff *skb_ctx, struct bpf_sock_tuple *bpf_tuple, __u32 tuple__sz,
+					 struct bpf_ct_opts___sl *opts, __u32 opts__sz) __ksym __weak;
+extern void bpf_ct_release(struct nf_conn *ct) __ksym __weak;
+
+/* Does conntrack hold a connection of this segment's 4-tuple (XDP)? */
+static __always_inline int xdp_tracked(struct xdp_md *ctx, const struct cookie_addrs *a, const struct tcphdr *th)
+{
+	struct bpf_ct_opts___sl opts = { .netns_id = BPF_F_CURRENT_NETNS, .l4proto = IPPROTO_TCP };
+	struct bpf_sock_tuple tuple = {};
+	__u32 size = cookie_tuple(a, th, &tuple);
+	struct nf_conn *ct;
+
+	if (!bpf_xdp_ct_lookup || !bpf_ct_release)
+		return 0;
+	ct = bpf_xdp_ct_lookup(ctx, &tuple, size, &opts, sizeof(opts));
+	if (!ct)
+		return 0;
+	bpf_ct_release(ct);
+	return 1;
+}
+
 /* The SYN-ACK's TCP header at t (40 bytes, bounds checked), checksum 0. */
 static __always_inline void synack_tcp(struct tcphdr *t, const struct syn_opts *o, __be16 cport, __be16 sport,
 				       __u32 isn, __u32 cookie, __u16 mss)
@@ -1168,8 +1211,10 @@ static __always_inline int ack_has_cookie(void *ip, struct tcphdr *th, const str
  * and it is an RST, or an ACK with no valid cookie: the kernel would spend a
  * lookup and a RST on each. Packets of established, TIME_WAIT and
  * half-open connections find their own socket and pass; a closed port
- * finds none (the kernel's RST, as before). Costs a socket lookup per TCP
- * packet of the class, only while the guard answers.
+ * finds none (the kernel's RST, as before); a connection NATed elsewhere
+ * (its socket the NAT target's) is conntrack's, asked last (xdp_tracked).
+ * Costs a socket lookup per TCP packet of the class, only while the guard
+ * answers, and a conntrack lookup per packet it would drop.
  */
 static __always_inline int no_connection(struct xdp_md *ctx, const struct pkt *pk, __u32 cls)
 {
@@ -1196,9 +1241,10 @@ static __always_inline int no_connection(struct xdp_md *ctx, const struct pkt *p
 	cookie_addrs_of(ip, family, &a);
 	if (!finds_listener(ctx, &a, th, 0))
 		return 0;
-	if (pk->tcp_flags & TCP_FLAG_RST)
-		return 1;
-	return !ack_has_cookie(ip, th, &a);
+	if (!(pk->tcp_flags & TCP_FLAG_RST) && ack_has_cookie(ip, th, &a))
+		return 0;
+	/* Last, for what the rest would drop: a NATed connection's segments. */
+	return !xdp_tracked(ctx, &a, th);
 }
 
 /* An admitted packet: passed here, or sent away (see `away`). */
@@ -1403,6 +1449,21 @@ static __always_inline void cookie_attrs(__u32 bits, __u32 family, const struct 
 	r->rcv_tsecr = ack->tsecr;
 }
 
+/* Does conntrack hold a connection of this 4-tuple (tc)? */
+static __always_inline int skb_tracked(struct __sk_buff *skb, struct bpf_sock_tuple *tuple, __u32 size)
+{
+	struct bpf_ct_opts___sl opts = { .netns_id = BPF_F_CURRENT_NETNS, .l4proto = IPPROTO_TCP };
+	struct nf_conn *ct;
+
+	if (!bpf_skb_ct_lookup || !bpf_ct_release)
+		return 0;
+	ct = bpf_skb_ct_lookup(skb, tuple, size, &opts, sizeof(opts));
+	if (!ct)
+		return 0;
+	bpf_ct_release(ct);
+	return 1;
+}
+
 /* What the checker found in an ACK to a class whose guard checks them. */
 enum cookie_verdict {
 	COOKIE_NOT_LISTENER = -1, /* a connection's own ACK, or no socket: nothing to check */
@@ -1439,8 +1500,11 @@ static __always_inline enum cookie_verdict cookie_ack(struct __sk_buff *skb, voi
 		bpf_sk_release(skc);
 		return COOKIE_NOT_LISTENER;
 	}
-	if (!cookie_check(&a, th->source, th->dest, bpf_ntohl(th->seq) - 1, bpf_ntohl(th->ack_seq) - 1, &bits))
+	if (!cookie_check(&a, th->source, th->dest, bpf_ntohl(th->seq) - 1, bpf_ntohl(th->ack_seq) - 1, &bits)) {
+		if (skb_tracked(skb, &tuple, size))
+			ret = COOKIE_NOT_LISTENER; /* a NATed connection's: its socket is the target's */
 		goto out;
+	}
 	syn_opts_read(data, end, (void *)(th + 1) - data, (void *)th - data + th->doff * 4, &o);
 	cookie_attrs(bits, family, &o, &r);
 	tp = bpf_skc_to_tcp_sock(skc);

@@ -368,6 +368,18 @@ fn the_gate_leaves_syns_to_the_kernel_where_it_would_refuse_a_cookie() {
     let table = tb.sluice(&tb.b, &["status", "--socket", tb.socket().to_str().unwrap()]);
     let table = String::from_utf8_lossy(&table.stdout);
     assert!(table.contains("SYN COOKIES: unavailable (net.ipv4.tcp_syncookies = 0"), "status says why: {table}");
+    // Conntrack that takes up no connection it did not see begin (issue 35,
+    // item 7): a cookie's connection would be INVALID to it.
+    sysctl_b(&tb, "tcp_syncookies", 1);
+    let loose = "echo 0 > /proc/sys/net/netfilter/nf_conntrack_tcp_loose";
+    assert!(tb.cmd(&tb.b, &["sh", "-c", loose]).status().unwrap().success());
+    std::thread::sleep(Duration::from_millis(1500));
+    let ok = (0..3).filter(|_| curl(&tb) == Some(BODY as u64)).count();
+    let w = web(&tb);
+    assert_eq!((ok, w.synack_pkts), (3, 0), "nf_conntrack_tcp_loose = 0: the kernel answered every SYN ({w:?})");
+    let table = tb.sluice(&tb.b, &["status", "--socket", tb.socket().to_str().unwrap()]);
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(table.contains("nf_conntrack_tcp_loose = 0"), "status says why: {table}");
 }
 
 /// Class `name`'s totals (after a pause: the daemon publishes every 100 ms).
@@ -394,4 +406,79 @@ fn serve_mptcp(tb: &Testbed, port: u16, secs: f64) -> Seen {
         }
     });
     serve_on(TcpListener::from(fd), secs)
+}
+
+/// Hardening (issue 35, item 7): a port the namespace DNATs elsewhere (a
+/// published container port: the host's docker-proxy listens on it, the
+/// connections go to the container's socket). Its established connections'
+/// segments find only the host's listener at the gate's lookup (their
+/// socket is the NAT target's), so while the SYN guard answers they looked
+/// like ACKs of no connection and were dropped. Conntrack knows them: the
+/// gate asks it (bpf_xdp_ct_lookup) before it drops one. An upload over a
+/// DNATed connection goes on whole across the guard turning on.
+#[test]
+fn a_dnat_connection_goes_on_while_the_guard_answers() {
+    let mut tb = Testbed::new();
+    peer_xdp(&mut tb);
+    let nat = format!(
+        "add table ip sl_nat\nadd chain ip sl_nat pre {{ type nat hook prerouting priority -100; }}\n\
+         add rule ip sl_nat pre tcp dport 8082 dnat to {}:8083\n",
+        tb.ip_b
+    );
+    let rules = tb.write("nat.nft", &nat);
+    let out = tb.cmd(&tb.b, &["nft", "-f", rules.to_str().unwrap()]).output().unwrap();
+    assert!(out.status.success(), "nft: {}", String::from_utf8_lossy(&out.stderr));
+    // The host's own listener on the published port (docker-proxy's part): never accepts.
+    let _proxy = in_netns(&tb.b, || TcpListener::bind(("0.0.0.0", 8082)).expect("bind 8082"));
+    let target = in_netns(&tb.b, || TcpListener::bind(("0.0.0.0", 8083)).expect("bind 8083"));
+    target.set_nonblocking(true).unwrap();
+    let received = std::thread::spawn(move || {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut s = loop {
+            match target.accept() {
+                Ok((s, _)) => break s,
+                Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
+                Err(e) => panic!("no connection reached the DNAT target: {e}"),
+            }
+        };
+        s.set_nonblocking(false).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+        let mut buf = [0u8; 4096];
+        let mut n = 0u64;
+        while let Ok(k) = s.read(&mut buf) {
+            if k == 0 {
+                break;
+            }
+            n += k as u64;
+        }
+        n
+    });
+    let cfg = |on: &str| {
+        format!("[[class]]\nname = \"web\"\nsyn_cookies = \"{on}\"\nmatch = [{{ proto = \"tcp\", port = 8082 }}]\n")
+    };
+    let path = tb.write("sluice.toml", &cfg("off"));
+    let pid = tb.start_gate(&["--config", path.to_str().unwrap(), "--no-discover"]);
+    let ip_b = tb.ip_b.clone();
+    let mut client = in_netns(&tb.a, move || std::net::TcpStream::connect((ip_b.as_str(), 8082)).expect("connect"));
+    // Dropped segments fill the send buffer: a write that waits 3 s ends the upload.
+    client.set_write_timeout(Some(Duration::from_secs(3))).unwrap();
+    let (chunk, mut sent) = ([7u8; 1000], 0u64);
+    for i in 0..300 {
+        if i == 50 {
+            std::fs::write(&path, cfg("on")).unwrap();
+            tb.signal(pid, libc::SIGHUP);
+        }
+        if client.write_all(&chunk).is_err() {
+            break;
+        }
+        sent += chunk.len() as u64;
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    drop(client);
+    let got = received.join().unwrap();
+    let w = web(&tb);
+    let guard = tb.status().classes.into_iter().find(|c| c.name == "web").and_then(|c| c.syn_guard);
+    assert!(guard.is_some_and(|g| g.answering), "the guard answers after the reload: {w:?}");
+    assert_eq!(got, sent, "every byte of the DNATed upload arrived ({w:?})");
+    assert_eq!(w.dropped_noconn_pkts, 0, "none of its segments taken for no connection");
 }

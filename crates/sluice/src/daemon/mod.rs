@@ -256,7 +256,7 @@ fn log_start(iface: &str, cfg: &Config, gate: &Gate, socket: &Path, file: (Optio
         log::info(format_args!("observe mode: every verdict is counted, nothing is dropped"));
     }
     if gate.answers_syns() && gate.syn_allow() != gate::syn_allow_all() {
-        log::info(format_args!("SYN cookies: {}", gate::describe_syn_allow(gate.syn_allow())));
+        log::info(format_args!("SYN cookies: {}", gate::describe_syn_allow(gate.syn_allow(), gate.why_no_cookies())));
     }
 }
 
@@ -490,7 +490,10 @@ impl Daemon {
             return;
         }
         if let Some(allow) = self.gate.refresh_syn_allow() {
-            log::info(format_args!("the namespace's TCP settings changed: {}", gate::describe_syn_allow(allow)));
+            log::info(format_args!(
+                "the namespace's TCP settings changed: {}",
+                gate::describe_syn_allow(allow, self.gate.why_no_cookies())
+            ));
         }
     }
 
@@ -597,7 +600,7 @@ impl Daemon {
         }
         let unavailable = match self.gate.answers_syns() {
             false => Some("the kernel lacks bpf_sk_assign_tcp_reqsk, Linux 6.9"),
-            true => gate::why_no_cookies(self.gate.syn_allow()),
+            true => self.gate.why_no_cookies(),
         };
         for (c, g) in snap.classes.iter_mut().zip(self.ticker.syn.status(unavailable)) {
             c.syn_guard = g;

@@ -24,11 +24,31 @@ pub const TCP_SETTINGS: [(&str, u32); 4] = [
     ("tcp_window_scaling", SLUICE_SYN_WSCALE),
 ];
 
+/// Conntrack's setting (net.netfilter, present with nf_conntrack): at 0,
+/// conntrack takes up no connection it did not see the SYN of, and a gate
+/// cookie's connection is one (the gate answered its SYN): its ACK is
+/// INVALID to conntrack, and a firewall that drops those drops it. The gate
+/// then answers no SYN.
+pub const CONNTRACK_LOOSE: &str = "nf_conntrack_tcp_loose";
+
 /// `settings.syn_allow` from the TCP settings as `read` finds them (None:
 /// unreadable, taken as off: a kernel without CONFIG_SYN_COOKIES has no
-/// tcp_syncookies, and the gate then answers no SYN).
-pub fn syn_allow_of(read: impl Fn(&str) -> Option<u32>) -> u32 {
-    TCP_SETTINGS.iter().filter(|(name, _)| read(name).is_some_and(|v| v != 0)).fold(0, |bits, (_, bit)| bits | bit)
+/// tcp_syncookies, and the gate then answers no SYN) and conntrack's
+/// (`conntrack_loose`: None where nf_conntrack is absent), with why the
+/// gate answers no SYN, if it does not.
+pub fn syn_allow_of(read: impl Fn(&str) -> Option<u32>, conntrack_loose: Option<u32>) -> (u32, Option<&'static str>) {
+    let bits =
+        TCP_SETTINGS.iter().filter(|(name, _)| read(name).is_some_and(|v| v != 0)).fold(0, |b, (_, bit)| b | bit);
+    if bits & SLUICE_SYN_COOKIES == 0 {
+        return (bits, Some("net.ipv4.tcp_syncookies = 0 here: the kernel ignores a cookie's connection"));
+    }
+    match conntrack_loose {
+        Some(0) => (
+            bits & !SLUICE_SYN_COOKIES,
+            Some("net.netfilter.nf_conntrack_tcp_loose = 0 here: conntrack takes a cookie's connection for INVALID"),
+        ),
+        _ => (bits, None),
+    }
 }
 
 /// The TCP settings of this process's network namespace (the gate's: the
@@ -37,14 +57,20 @@ fn read_tcp_setting(name: &str) -> Option<u32> {
     std::fs::read_to_string(format!("/proc/sys/net/ipv4/{name}")).ok()?.trim().parse().ok()
 }
 
+/// Conntrack's loose setting in this namespace (None: no nf_conntrack).
+fn read_conntrack_loose() -> Option<u32> {
+    std::fs::read_to_string(format!("/proc/sys/net/netfilter/{CONNTRACK_LOOSE}")).ok()?.trim().parse().ok()
+}
+
 /// Every SLUICE_SYN_* bit: a namespace with the kernel's defaults.
 pub fn syn_allow_all() -> u32 {
     TCP_SETTINGS.iter().fold(0, |bits, (_, bit)| bits | bit)
 }
 
-/// What the gate's SYN-ACKs offer with these settings, for the log.
-pub fn describe_syn_allow(syn_allow: u32) -> String {
-    if let Some(why) = why_no_cookies(syn_allow) {
+/// What the gate's SYN-ACKs offer with these settings (`why`: why it
+/// answers no SYN, if it does not), for the log.
+pub fn describe_syn_allow(syn_allow: u32, why: Option<&str>) -> String {
+    if let Some(why) = why {
         return format!("the gate answers no SYN ({why})");
     }
     let on: Vec<&str> = TCP_SETTINGS[1..].iter().filter(|(_, bit)| syn_allow & bit != 0).map(|(n, _)| *n).collect();
@@ -53,13 +79,6 @@ pub fn describe_syn_allow(syn_allow: u32) -> String {
         true => "the gate's SYN-ACKs may offer SACK, timestamps and window scaling".into(),
         false => format!("the gate's SYN-ACKs offer only what is on ({}; off: {})", on.join(", "), off.join(", ")),
     }
-}
-
-/// Why the gate answers no SYN with these settings (None: it may).
-pub fn why_no_cookies(syn_allow: u32) -> Option<&'static str> {
-    (syn_allow & SLUICE_SYN_COOKIES == 0).then_some(
-        "net.ipv4.tcp_syncookies = 0 here: the kernel ignores a cookie's connection, so it answers every SYN",
-    )
 }
 
 /// Can this kernel complete a connection from a gate cookie? The loaded
@@ -129,12 +148,19 @@ impl Gate {
         self.skel.maps.data_data.as_deref().map_or(0, |d| d.settings.syn_allow)
     }
 
+    /// Why the namespace's settings keep the gate from answering any SYN
+    /// (None: they do not), as last read.
+    pub fn why_no_cookies(&self) -> Option<&'static str> {
+        self.syn_why_not
+    }
+
     /// Read the namespace's TCP settings again and tell the gate; the new
     /// `syn_allow` if it changed.
     pub fn refresh_syn_allow(&mut self) -> Option<u32> {
-        let allow = syn_allow_of(read_tcp_setting);
+        let (allow, why) = syn_allow_of(read_tcp_setting, read_conntrack_loose());
         let changed = self.syn_allow() != allow;
         self.set_syn_allow(allow);
+        self.syn_why_not = why;
         changed.then_some(allow)
     }
 
@@ -186,19 +212,23 @@ mod tests {
     use super::*;
 
     /// Each setting gives its bit only while it is on; an unreadable one
-    /// (a kernel without it) is off.
+    /// (a kernel without it) is off; conntrack that takes up no connection
+    /// it did not see begin keeps the gate from answering.
     #[test]
     fn the_cookies_carry_only_what_the_settings_allow() {
         let all = |_: &str| Some(1);
-        assert_eq!(syn_allow_of(all), SLUICE_SYN_COOKIES | SLUICE_SYN_SACK | SLUICE_SYN_TS | SLUICE_SYN_WSCALE);
+        assert_eq!(syn_allow_of(all, None), (syn_allow_all(), None));
+        assert_eq!(syn_allow_of(all, Some(1)), (syn_allow_all(), None), "conntrack, loose (its default)");
         let no_sack = |n: &str| Some(u32::from(n != "tcp_sack"));
-        assert_eq!(syn_allow_of(no_sack), SLUICE_SYN_COOKIES | SLUICE_SYN_TS | SLUICE_SYN_WSCALE);
+        assert_eq!(syn_allow_of(no_sack, None).0, SLUICE_SYN_COOKIES | SLUICE_SYN_TS | SLUICE_SYN_WSCALE);
         // tcp_syncookies = 2 (always send cookies) still takes them.
         let always = |n: &str| Some(if n == "tcp_syncookies" { 2 } else { 0 });
-        assert_eq!(syn_allow_of(always), SLUICE_SYN_COOKIES);
+        assert_eq!(syn_allow_of(always, None).0, SLUICE_SYN_COOKIES);
         let no_cookies = |n: &str| (n != "tcp_syncookies").then_some(1);
-        assert_eq!(syn_allow_of(no_cookies) & SLUICE_SYN_COOKIES, 0);
-        assert!(why_no_cookies(syn_allow_of(no_cookies)).is_some());
-        assert!(why_no_cookies(syn_allow_of(all)).is_none());
+        let (bits, why) = syn_allow_of(no_cookies, None);
+        assert!(bits & SLUICE_SYN_COOKIES == 0 && why.is_some_and(|w| w.contains("tcp_syncookies = 0")));
+        let (bits, why) = syn_allow_of(all, Some(0));
+        assert!(bits & SLUICE_SYN_COOKIES == 0 && why.is_some_and(|w| w.contains("nf_conntrack_tcp_loose = 0")));
+        assert_eq!(bits, syn_allow_all() & !SLUICE_SYN_COOKIES, "the options stay as they are");
     }
 }

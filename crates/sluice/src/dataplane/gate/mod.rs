@@ -28,7 +28,7 @@ mod sources;
 mod wake;
 
 pub use attach::{attached_prog_id, caps_sufficient, check_privileges, ifindex, prog_name, xdp_link_holding};
-pub use cookies::{describe_syn_allow, syn_allow_all, why_no_cookies};
+pub use cookies::{describe_syn_allow, syn_allow_all};
 pub use maps::{bytes_of, dump_map, from_bytes, Owned, Pod};
 pub use wake::Woken;
 
@@ -182,6 +182,8 @@ pub struct Gate {
     learn_link: Option<OwnedFd>,
     /// The SYN cookie checker's tcx ingress link (with the gate, where the kernel takes gate cookies).
     cookie_link: Option<OwnedFd>,
+    /// Why the namespace's settings keep the gate from answering SYNs (`cookies.rs`).
+    syn_why_not: Option<&'static str>,
     /// Keys written into the tries, to delete the stale ones on reload.
     tries: TrieKeys,
     /// The config in force, to carry class state by name and to roll back to.
@@ -264,6 +266,7 @@ impl Gate {
             link: None,
             learn_link: None,
             cookie_link: None,
+            syn_why_not: None,
             tries: TrieKeys::default(),
             applied: None,
         })
