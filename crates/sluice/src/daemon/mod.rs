@@ -7,8 +7,9 @@
 //! [`sched`] (SCHED_FIFO, napi kthread policy), and the private parts that
 //! own their state: `generation` (the config in force, discovery, reload),
 //! `publish` (snapshot, socket, metrics), [`source_scan`] (the sources
-//! tables on their own thread), `known_store`, `protect` (CPU protection) and
-//! `pace` (the tick's period).
+//! tables on their own thread), `known_store`, `protect` (CPU protection),
+//! `pace` (the tick's period) and [`privileges`] (down to the unit's
+//! capabilities once attached).
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
