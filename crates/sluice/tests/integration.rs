@@ -133,12 +133,13 @@ mod status {
     fn kernel_class_admitted(prog_id: u32, class: u32) -> (u64, u64) {
         unsafe {
             let pfd = OwnedFd::from_raw_fd(libbpf_sys::bpf_prog_get_fd_by_id(prog_id));
-            let mut ids = [0u32; 16];
+            let mut ids = [0u32; 64];
             let mut info =
-                libbpf_sys::bpf_prog_info { nr_map_ids: 16, map_ids: ids.as_mut_ptr() as u64, ..Default::default() };
+                libbpf_sys::bpf_prog_info { nr_map_ids: 64, map_ids: ids.as_mut_ptr() as u64, ..Default::default() };
             let mut len = std::mem::size_of::<libbpf_sys::bpf_prog_info>() as u32;
             assert_eq!(libbpf_sys::bpf_prog_get_info_by_fd(pfd.as_raw_fd(), &mut info, &mut len), 0);
-            for &id in &ids[..info.nr_map_ids as usize] {
+            // The kernel says how many maps the program uses; it filled at most 64 ids.
+            for &id in &ids[..(info.nr_map_ids as usize).min(ids.len())] {
                 let mfd = OwnedFd::from_raw_fd(libbpf_sys::bpf_map_get_fd_by_id(id));
                 let mut mi = libbpf_sys::bpf_map_info::default();
                 let mut ml = std::mem::size_of::<libbpf_sys::bpf_map_info>() as u32;
