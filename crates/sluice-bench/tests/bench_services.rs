@@ -82,8 +82,15 @@ fn dns_and_http_scenarios_run_real_services_under_real_floods() {
     // (Its answered share is not compared with off's: NSD itself drops dnsperf's bursts
     // at that rate, its socket holds ~50 datagrams, and the share moves by 10-30 points
     // between runs with no gate drop at all; docs/results.md, "Do no harm".)
+    // A VM's slow moment can make NSD overflow at half its capacity (one
+    // CI run: NSD dropped 14% of the queries itself, p99 27 ms, and the
+    // gate took 378 queries NSD was dropping anyway): the harm is a drop
+    // while NSD had room, which must be none; any drop at all stays under
+    // 1% of the queries sent.
     let healthy = cell(&r.cells, "calm-50", Setup::Zero);
-    assert_eq!(healthy.gate_drops, Some(0), "the gate dropped queries of a healthy NSD: {healthy:?}");
+    assert_eq!(healthy.dropped_with_room, Some(0), "the gate dropped queries NSD had room for: {healthy:?}");
+    let sent = healthy.client_rate * o.secs;
+    assert!(healthy.gate_drops.unwrap() as f64 <= 0.01 * sent, "the gate dropped queries of a calm NSD: {healthy:?}");
     assert!(healthy.success.is_some_and(|s| s > 0.5) && healthy.daemon_cpu.is_some(), "{healthy:?}");
     assert!(r.head.capacity.unwrap() > 10_000.0, "NSD answers more than 10k/s: {:?}", r.head.capacity);
     let calm = cell(&r.cells, "none", Setup::Off);

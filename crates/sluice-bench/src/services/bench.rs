@@ -166,10 +166,10 @@ impl<'a> Bench<'a> {
         cell.service_cpu = 100.0 * (tree_cpu_secs(self.service.id()) - cpu0) / secs_run;
         cell.daemon_cpu = daemon.map(|(pid, c0)| 100.0 * (tree_cpu_secs(pid) - c0) / secs_run);
         cell.daemon_softirq = softirq0.zip(self.softirq_secs(&installed)).map(|(a, b)| 100.0 * (b - a) / secs_run);
-        cell.gate_drops = match &installed {
-            Installed::Daemon(_, sock) => Some(service_drops(&self.o.exe, &self.bed.net.b, sock)?),
-            Installed::Pass { .. } => None,
-        };
+        if let Installed::Daemon(_, sock) = &installed {
+            let snap = daemon_status(&self.o.exe, &self.bed.net.b, sock)?;
+            (cell.gate_drops, cell.dropped_with_room) = (Some(dropped_of(&snap)), dropped_with_room_of(&snap));
+        }
         self.uninstall(installed)?;
         cell.flood =
             format!("calm-{:.0}{}", load * 100.0, neighbour.map_or(String::new(), |n| format!("+{}", n.name())));
@@ -481,6 +481,12 @@ pub(super) fn daemon_status(exe: &Path, ns: &str, sock: &Path) -> Result<Snapsho
 /// admitted of every class but the default one (the service's classes) ...
 fn dropped_of(s: &Snapshot) -> u64 {
     s.classes.iter().filter(|c| c.name != "default").map(|c| c.totals.dropped_pkts()).sum()
+}
+
+/// ... of those drops, the ones made while the service had room (its
+/// sockets showed no distress: sluice's own harm); None: not counted.
+fn dropped_with_room_of(s: &Snapshot) -> Option<u64> {
+    s.classes.iter().filter(|c| c.name != "default").map(|c| c.dropped_with_room_pkts).sum()
 }
 
 fn admitted_of(s: &Snapshot) -> u64 {

@@ -400,6 +400,10 @@ pub struct Cell {
     /// legitimate); None where not measured.
     #[serde(default)]
     pub gate_drops: Option<u64>,
+    /// Calm cells: of gate_drops, those made while the service had room
+    /// (no distress of its sockets); None where not measured.
+    #[serde(default)]
+    pub dropped_with_room: Option<u64>,
     /// http: SYNs/s the daemon's gate answered itself (SYN cookies at the
     /// driver); None without a daemon.
     #[serde(default)]
