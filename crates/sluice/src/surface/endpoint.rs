@@ -256,7 +256,11 @@ mod tests {
 
     /// A scrape over a fresh connection: the answer, or what came.
     fn scrape(addr: SocketAddr) -> String {
-        let mut c = TcpStream::connect(addr).unwrap();
+        scrape_over(TcpStream::connect(addr).unwrap())
+    }
+
+    /// A scrape over the connection `c`: the answer, or what came.
+    fn scrape_over(mut c: TcpStream) -> String {
         c.set_read_timeout(Some(DEADLINE * 2)).unwrap();
         c.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
         let mut out = String::new();
@@ -328,14 +332,11 @@ mod tests {
         let listener = bind("127.0.0.1:0".parse().unwrap()).unwrap();
         let addr = listener.local_addr().unwrap();
         serve(listener, Arc::new(|_| "x\n".into()));
-        let mut scraper = connect_from_another_peer(addr);
+        let scraper = connect_from_another_peer(addr);
         std::thread::sleep(Duration::from_millis(50));
         let burst: Vec<TcpStream> = (0..3 * CONNS).filter_map(|_| TcpStream::connect(addr).ok()).collect();
         std::thread::sleep(Duration::from_millis(200));
-        scraper.set_read_timeout(Some(DEADLINE * 2)).unwrap();
-        let _ = scraper.write_all(b"GET /metrics HTTP/1.0\r\n\r\n");
-        let mut out = String::new();
-        let _ = scraper.read_to_string(&mut out);
+        let out = scrape_over(scraper);
         assert!(out.starts_with("HTTP/1.1 200"), "the scrape was answered after a burst of {}: {out:?}", burst.len());
     }
 

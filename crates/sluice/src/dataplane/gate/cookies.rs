@@ -51,15 +51,20 @@ pub fn syn_allow_of(read: impl Fn(&str) -> Option<u32>, conntrack_loose: Option<
     }
 }
 
+/// The number a sysctl or sysfs file holds (None: absent or unreadable).
+fn read_number(path: &str) -> Option<u32> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
 /// The TCP settings of this process's network namespace (the gate's: the
 /// daemon runs in its interface's namespace).
 fn read_tcp_setting(name: &str) -> Option<u32> {
-    std::fs::read_to_string(format!("/proc/sys/net/ipv4/{name}")).ok()?.trim().parse().ok()
+    read_number(&format!("/proc/sys/net/ipv4/{name}"))
 }
 
 /// Conntrack's loose setting in this namespace (None: no nf_conntrack).
 fn read_conntrack_loose() -> Option<u32> {
-    std::fs::read_to_string(format!("/proc/sys/net/netfilter/{CONNTRACK_LOOSE}")).ok()?.trim().parse().ok()
+    read_number(&format!("/proc/sys/net/netfilter/{CONNTRACK_LOOSE}"))
 }
 
 /// Every SLUICE_SYN_* bit: a namespace with the kernel's defaults.
@@ -111,10 +116,7 @@ fn random_key() -> std::io::Result<[u64; 2]> {
 
 /// The interface's MTU (/sys/class/net/IFACE/mtu); 1500 if unreadable.
 fn mtu(iface: &str) -> u32 {
-    std::fs::read_to_string(format!("/sys/class/net/{iface}/mtu"))
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(1500)
+    read_number(&format!("/sys/class/net/{iface}/mtu")).unwrap_or(1500)
 }
 
 impl Gate {
