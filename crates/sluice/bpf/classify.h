@@ -18,10 +18,18 @@
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, SLUICE_CELLS);
+	__uint(max_entries, SLUICE_GENERATIONS * SLUICE_CELLS);
 	__type(key, __u32);
 	__type(value, struct sluice_cell);
 } cells SEC(".maps");
+
+/* The tables generation in force (sluice.h, SLUICE_GENERATIONS): 0 or 1. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} tables_gen SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
@@ -55,34 +63,49 @@ struct pkt {
 	__u8 fragment;  /* 1: a non-first fragment (no L4 header): the gate counts it, the tc programs do not */
 };
 
-/* The packet's class: the cell of (slot, port), refined by the source-prefix
- * tries when the cell says rules with a source prefix apply. `default_class`
- * (the caller's settings) is read only if the cell lookup fails: not on the
- * packet path. */
-static __always_inline __u32 classify(const struct pkt *pk, const volatile __u32 *default_class)
+/* The tables generation in force: read once a packet, before any table. */
+static __always_inline __u32 tables_in_force(void)
 {
-	__u32 idx = pk->slot * SLUICE_PORTS_PER_SLOT + pk->port;
-	struct sluice_cell *cell = bpf_map_lookup_elem(&cells, &idx);
-	__u32 *cls = NULL;
+	__u32 zero = 0;
+	__u32 *gen = bpf_map_lookup_elem(&tables_gen, &zero);
+
+	return gen ? *gen & 1 : 0;
+}
+
+/* The cell of (slot, port) in generation `gen`. */
+static __always_inline struct sluice_cell *cell_of(__u32 gen, __u32 slot, __u32 port)
+{
+	__u32 idx = gen * SLUICE_CELLS + slot * SLUICE_PORTS_PER_SLOT + port;
+
+	return bpf_map_lookup_elem(&cells, &idx);
+}
+
+/* The packet's class id in generation `gen`: the cell of (slot, port),
+ * refined by the source-prefix tries when the cell says rules with a
+ * source prefix apply. `default_class` is returned only if the cell lookup
+ * fails, which cannot happen (every cell is in the array). */
+static __always_inline __u32 classify(const struct pkt *pk, __u32 gen, __u32 default_class)
+{
+	struct sluice_cell *cell = cell_of(gen, pk->slot, pk->port);
+	__u32 group, *cls = NULL;
 
 	if (!cell)
-		return *default_class;
+		return default_class;
 	if (!(cell->flags & SLUICE_CELL_PREFIX))
 		return cell->class_id;
+	group = bpf_htonl(gen << SLUICE_GEN_GROUP_SHIFT | cell->group);
 	if (pk->family == 4) {
 		struct sluice_v4_key k = {
 			.prefixlen = 64,
-			.group = bpf_htonl(cell->group),
+			.group = group,
 			.addr = pk->peer4,
 		};
-
 		cls = bpf_map_lookup_elem(&prefix_v4, &k);
 	} else {
 		struct sluice_v6_key k = {
 			.prefixlen = 160,
-			.group = bpf_htonl(cell->group),
+			.group = group,
 		};
-
 		__builtin_memcpy(k.addr, &pk->peer6, 16);
 		cls = bpf_map_lookup_elem(&prefix_v6, &k);
 	}

@@ -95,13 +95,13 @@
  *   - not IPv4/IPv6 (ARP, LLDP, ...): XDP_PASS, counted NON_IP_PASS;
  *   - frame too short for its Ethernet/VLAN header, IP header invalid or
  *     truncated, or IP packet truncated before a complete L4 header:
- *     settings.malformed_verdict (default XDP_DROP), counted MALFORMED_*;
+ *     settings.verdicts[].malformed_verdict (default XDP_DROP), counted MALFORMED_*;
  *   - more VLAN tags or IPv6 extension headers than the parse depth: the
  *     malformed verdict, counted DEPTH_EXCEEDED (info) and MALFORMED_* (its
  *     port is unknown: in the default class it would skip its port's
  *     class and its source's share);
  *   - non-first fragments (no ports): classified by protocol only.
- * In observe mode (settings.observe) every packet counted as dropped above
+ * In observe mode (settings.verdicts[].observe) every packet counted as dropped above
  * is passed instead, and counted OBSERVED_PASS too.
  */
 #include <linux/bpf.h>
@@ -124,21 +124,21 @@ char LICENSE[] SEC("license") = "GPL";
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, SLUICE_MAX_CLASSES);
+	__uint(max_entries, SLUICE_CLASS_IDS);
 	__type(key, __u32);
 	__type(value, struct sluice_share);
 } shares SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, SLUICE_MAX_CLASSES);
+	__uint(max_entries, SLUICE_CLASS_IDS);
 	__type(key, __u32);
 	__type(value, struct sluice_class_state);
 } class_state SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, SLUICE_MAX_CLASSES);
+	__uint(max_entries, SLUICE_CLASS_IDS);
 	__type(key, __u32);
 	__type(value, struct sluice_fair);
 } fairness SEC(".maps");
@@ -154,7 +154,7 @@ struct {
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, SLUICE_MAX_CLASSES);
+	__uint(max_entries, SLUICE_CLASS_IDS);
 	__type(key, __u32);
 	__type(value, __u32);
 } away SEC(".maps");
@@ -214,7 +214,7 @@ struct {
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, SLUICE_MAX_CLASSES);
+	__uint(max_entries, SLUICE_CLASS_IDS);
 	__type(key, __u32);
 	__type(value, struct sluice_known_part);
 } known_part SEC(".maps");
@@ -222,7 +222,7 @@ struct {
 /* Each TCP class's SYN guard (syncookie.h), written by the daemon. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, SLUICE_MAX_CLASSES);
+	__uint(max_entries, SLUICE_CLASS_IDS);
 	__type(key, __u32);
 	__type(value, struct sluice_syn_guard);
 } syn_guard SEC(".maps");
@@ -251,8 +251,7 @@ struct {
 
 /* Run-time settings, written by the daemon through the mmap'ed .data map. */
 volatile struct sluice_settings settings = {
-	.malformed_verdict = XDP_DROP,
-	.default_class = 0,
+	.verdicts = { { .malformed_verdict = XDP_DROP }, { .malformed_verdict = XDP_DROP } },
 };
 
 #define TCP_FLAG_FIN 0x01
@@ -1172,7 +1171,7 @@ static __always_inline int syn_answer(struct xdp_md *ctx)
 }
 
 /* Does the gate answer this SYN (a class whose guard says answer, a client not known)? */
-static __always_inline int syn_guarded(const struct pkt *pk, __u32 cls, struct sluice_class_state *st)
+static __always_inline int syn_guarded(const struct pkt *pk, __u32 gen, __u32 cls, struct sluice_class_state *st)
 {
 	struct sluice_syn_guard *g;
 
@@ -1182,7 +1181,7 @@ static __always_inline int syn_guarded(const struct pkt *pk, __u32 cls, struct s
 	if (pk->tcp_flags & (TCP_FLAG_RST | TCP_FLAG_FIN))
 		return 0; /* SYN+FIN, SYN+RST: the normal way (the kernel refuses them) */
 	g = bpf_map_lookup_elem(&syn_guard, &cls);
-	if (!g || !g->answer || settings.observe || !(settings.syn_allow & SLUICE_SYN_COOKIES))
+	if (!g || !g->answer || settings.verdicts[gen].observe || !(settings.syn_allow & SLUICE_SYN_COOKIES))
 		return 0; /* tcp_syncookies = 0: the listener would ignore the cookie's request socket */
 	/* A known client takes the kernel's own path, with every option it offered. */
 	return !known_entry(pk, cls);
@@ -1264,9 +1263,9 @@ static __always_inline int pass_or_away(__u32 cls, struct sluice_class_state *st
  * trying sluice out) XDP_PASS, counted OBSERVED_PASS: every counter then
  * says what enforcing would have done, and nothing is lost.
  */
-static __always_inline int observe_drop(void)
+static __always_inline int observe_drop(__u32 gen)
 {
-	if (!settings.observe)
+	if (!settings.verdicts[gen].observe)
 		return XDP_DROP;
 	global_inc(SLUICE_GS_OBSERVED_PASS);
 	return XDP_PASS;
@@ -1279,13 +1278,13 @@ int sluice_gate(struct xdp_md *ctx)
 	void *end = (void *)(long)ctx->data_end;
 	__u64 bytes = end - data;
 	struct pkt pk = {};
-	__u32 cls, idx;
+	__u32 gen = tables_in_force(), cls, idx;
 
 	switch (parse(data, end, &pk, 0)) {
 	case PARSE_OK:
 		if (pk.fragment)
 			global_inc(SLUICE_GS_FRAGMENTS);
-		cls = classify(&pk, &settings.default_class);
+		cls = classify(&pk, gen, settings.verdicts[gen].default_class);
 		break;
 	case PARSE_NON_IP:
 		global_inc(SLUICE_GS_NON_IP_PASS);
@@ -1296,15 +1295,15 @@ int sluice_gate(struct xdp_md *ctx)
 		global_inc(SLUICE_GS_DEPTH_EXCEEDED);
 		/* fall through */
 	default:
-		if (settings.malformed_verdict == XDP_PASS) {
+		if (settings.verdicts[gen].malformed_verdict == XDP_PASS) {
 			global_inc(SLUICE_GS_MALFORMED_PASS);
 			return XDP_PASS;
 		}
 		global_inc(SLUICE_GS_MALFORMED_DROP);
-		return observe_drop();
+		return observe_drop(gen);
 	}
 
-	cls &= SLUICE_MAX_CLASSES - 1;
+	cls &= SLUICE_CLASS_IDS - 1;
 	struct sluice_share *sh = bpf_map_lookup_elem(&shares, &cls);
 	struct sluice_class_state *st = bpf_map_lookup_elem(&class_state, &cls);
 	/* This CPU's source fairness of the class: the learner's note and a limited class's tiers. */
@@ -1318,13 +1317,13 @@ int sluice_gate(struct xdp_md *ctx)
 	check_wake(sh, st, cls);
 	if (pk.family)
 		note_asked(&pk, cls, f);
-	if (syn_guarded(&pk, cls, st) && syn_answer(ctx)) {
+	if (syn_guarded(&pk, gen, cls, st) && syn_answer(ctx)) {
 		verdict_add(st, SLUICE_CS_SYNACK_PKTS, bytes);
 		return XDP_TX;
 	}
 	if (no_connection(ctx, &pk, cls)) {
 		verdict_add(st, SLUICE_CS_DROP_NOCONN_PKTS, bytes);
-		return observe_drop();
+		return observe_drop(gen);
 	}
 	if (sh->mode == SLUICE_MODE_BLOCKED)
 		idx = SLUICE_CS_DROP_BLOCKED_PKTS;
@@ -1333,7 +1332,7 @@ int sluice_gate(struct xdp_md *ctx)
 	else
 		idx = SLUICE_CS_ADMIT_PKTS;
 	verdict_add(st, idx, bytes);
-	return idx == SLUICE_CS_ADMIT_PKTS ? pass_or_away(cls, st) : observe_drop();
+	return idx == SLUICE_CS_ADMIT_PKTS ? pass_or_away(cls, st) : observe_drop(gen);
 }
 
 /*
@@ -1359,7 +1358,7 @@ int sluice_learn(struct __sk_buff *skb)
 	struct sluice_known *v, fresh = {};
 	struct sluice_known_part *part;
 	struct pkt pk = {};
-	__u32 idx, cls;
+	__u32 cls;
 	__u64 now;
 	struct sluice_fair *f;
 	struct sluice_cell *cell;
@@ -1368,11 +1367,10 @@ int sluice_learn(struct __sk_buff *skb)
 		return TC_ACT_OK;
 	if (pk.slot == SLUICE_SLOT_TCP && (pk.tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_RST)))
 		return TC_ACT_OK;
-	idx = pk.slot * SLUICE_PORTS_PER_SLOT + pk.port;
-	cell = bpf_map_lookup_elem(&cells, &idx);
+	cell = cell_of(tables_in_force(), pk.slot, pk.port);
 	if (!cell)
 		return TC_ACT_OK;
-	cls = cell->class_id & (SLUICE_MAX_CLASSES - 1);
+	cls = cell->class_id & (SLUICE_CLASS_IDS - 1);
 	f = bpf_map_lookup_elem(&fairness, &cls);
 	if (!f || !f->learn)
 		return TC_ACT_OK;
@@ -1531,7 +1529,7 @@ int sluice_cookie_ack(struct __sk_buff *skb)
 	struct sluice_syn_guard *g;
 	struct pkt pk = {};
 	struct tcphdr *th;
-	__u32 cls, family = 0, l3;
+	__u32 gen, cls, family = 0, l3;
 	enum cookie_verdict ok;
 
 	__u32 kfunc = bpf_sk_assign_tcp_reqsk ? 1 : 2;
@@ -1550,7 +1548,8 @@ int sluice_cookie_ack(struct __sk_buff *skb)
 	if (parse(data, end, &pk, 0) != PARSE_OK || pk.slot != SLUICE_SLOT_TCP ||
 	    (pk.tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_ACK | TCP_FLAG_RST)) != TCP_FLAG_ACK)
 		return TC_ACT_OK;
-	cls = classify(&pk, &settings.default_class) & (SLUICE_MAX_CLASSES - 1);
+	gen = tables_in_force();
+	cls = classify(&pk, gen, settings.verdicts[gen].default_class) & (SLUICE_CLASS_IDS - 1);
 	g = bpf_map_lookup_elem(&syn_guard, &cls);
 	if (!g || g->check_until_ms < settings.now_ms)
 		return TC_ACT_OK;

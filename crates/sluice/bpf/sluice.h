@@ -15,8 +15,28 @@
 
 #include <linux/types.h>
 
-/* Traffic classes: class ids are 0..SLUICE_MAX_CLASSES-1. */
+/*
+ * Traffic classes. A config has at most SLUICE_MAX_CLASSES classes; the gate
+ * knows each by an id in 0..SLUICE_CLASS_IDS-1 that never changes while the
+ * class exists: a reload gives a new class an id no class in force holds,
+ * so the maps indexed by class (shares, class_state, fairness, away,
+ * known_part, syn_guard) and the known map's keys never move. The daemon
+ * maps a config's class index to its id (src/dataplane/gate/ids.rs).
+ */
 #define SLUICE_MAX_CLASSES 64
+#define SLUICE_CLASS_IDS (2 * SLUICE_MAX_CLASSES)
+
+/*
+ * Two generations of the class tables (cells and the prefix tries): the
+ * one in force is the value of the 1-entry array `tables_gen` (0 or 1),
+ * which every program that classifies reads once a packet. A reload writes
+ * the other generation and then switches with that one write, so a packet
+ * is classified wholly by the old tables or wholly by the new ones. Cells
+ * of generation g are at g * SLUICE_CELLS; its prefix groups carry g in
+ * bit SLUICE_GEN_GROUP_SHIFT of the tries' group.
+ */
+#define SLUICE_GENERATIONS 2
+#define SLUICE_GEN_GROUP_SHIFT 16
 
 /*
  * Classification table ("cells"): one array entry per (port slot, port).
@@ -334,14 +354,21 @@ enum sluice_global_stat {
 #define SLUICE_ICMP_HLEN 8
 #define SLUICE_ICMPV6_HLEN 4
 
+/* The settings a config decides, one per tables generation: they switch with the tables. */
+struct sluice_verdicts {
+	__u32 malformed_verdict; /* XDP_DROP or XDP_PASS */
+	__u32 default_class;     /* class id for a packet no cell names (cannot happen: every cell is written) */
+	__u32 observe;           /* 1: observe mode: every verdict counted as usual, nothing dropped */
+	__u32 _pad;
+};
+
 /* Run-time settings, the gate's .data section. Written by the daemon through mmap. */
 struct sluice_settings {
 	__u64 now_ms;            /* the gate clock: wall-clock ms, written every tick (0: not yet) */
 	__u64 known_ttl_ms;      /* a known source not answered for this long is unknown again */
-	__u32 malformed_verdict; /* XDP_DROP or XDP_PASS */
-	__u32 default_class;     /* class for a packet no rule matches */
+	struct sluice_verdicts verdicts[SLUICE_GENERATIONS]; /* by tables generation (tables_gen) */
 	__u32 epoch;             /* the daemon's tick count: source counts are per epoch */
-	__u32 observe;           /* 1: observe mode: every verdict counted as usual, nothing dropped */
+	__u32 _pad;
 	__u16 syn_mss4;          /* the MSS the gate's SYN-ACKs offer (the interface's MTU - 40) */
 	__u16 syn_mss6;          /* the same for IPv6 (MTU - 60) */
 	__u32 syn_allow;         /* SLUICE_SYN_*: what the namespace's TCP settings let a gate cookie carry */
@@ -441,8 +468,8 @@ enum sluice_stage {
 };
 
 /* Class index for packets the tracer could not classify (not IP, or headers unreadable). */
-#define SLUICE_TRACE_UNCLASSIFIED SLUICE_MAX_CLASSES
-#define SLUICE_TRACE_CLASSES (SLUICE_MAX_CLASSES + 1)
+#define SLUICE_TRACE_UNCLASSIFIED SLUICE_CLASS_IDS
+#define SLUICE_TRACE_CLASSES (SLUICE_CLASS_IDS + 1)
 /* Drop reasons counted one by one (enum skb_drop_reason); larger values (subsystem
  * reasons) are counted under SLUICE_TRACE_REASONS - 1. Per-CPU hash `drops`,
  * key class << 16 | reason. */
@@ -470,7 +497,7 @@ struct sluice_latency {
 struct sluice_trace_settings {
 	__u64 netns;         /* inode of the traced network namespace */
 	__u32 ifindex;       /* the traced interface in it */
-	__u32 default_class; /* as the gate's settings.default_class */
+	__u32 default_class; /* as the gate's settings.verdicts[].default_class */
 	__u32 sample_every;  /* 1 in N skbs at the driver stage gets timed; 0 = none */
 	__u32 tgid;          /* the daemon (root PID namespace): softirq time while its threads run; 0 = none */
 	__u32 backlog_reason; /* enum skb_drop_reason's CPU_BACKLOG on this kernel; 0 = not counted */

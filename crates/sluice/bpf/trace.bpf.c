@@ -92,7 +92,7 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, SLUICE_MAX_CLASSES * SLUICE_IV_NR);
+	__uint(max_entries, SLUICE_CLASS_IDS * SLUICE_IV_NR);
 	__type(key, __u32);
 	__type(value, struct sluice_latency);
 } latency SEC(".maps");
@@ -218,19 +218,18 @@ static __always_inline __u32 skb_class(struct sk_buff *skb)
 
 	if (skb_pkt(skb, &pk))
 		return SLUICE_TRACE_UNCLASSIFIED;
-	__u32 cls = classify(&pk, &settings.default_class);
-	return cls < SLUICE_MAX_CLASSES ? cls : SLUICE_TRACE_UNCLASSIFIED;
+	__u32 cls = classify(&pk, tables_in_force(), settings.default_class);
+	return cls < SLUICE_CLASS_IDS ? cls : SLUICE_TRACE_UNCLASSIFIED;
 }
 
 /* A socket's class by its local port alone (the read stage has no packet). */
 static __always_inline __u32 sock_class(struct sock *sk)
 {
 	__u32 slot = sk->sk_protocol == IPPROTO_UDP ? SLUICE_SLOT_UDP : SLUICE_SLOT_TCP;
-	__u32 idx = slot * SLUICE_PORTS_PER_SLOT + sk->__sk_common.skc_num;
-	struct sluice_cell *cell = bpf_map_lookup_elem(&cells, &idx);
+	struct sluice_cell *cell = cell_of(tables_in_force(), slot, sk->__sk_common.skc_num);
 	__u32 cls = cell ? cell->class_id : settings.default_class;
 
-	return cls < SLUICE_MAX_CLASSES ? cls : SLUICE_TRACE_UNCLASSIFIED;
+	return cls < SLUICE_CLASS_IDS ? cls : SLUICE_TRACE_UNCLASSIFIED;
 }
 
 static __always_inline void count_in(__u32 cls, __u32 stage)
@@ -257,7 +256,7 @@ static __always_inline __u32 log2_bucket(__u64 v)
 
 static __always_inline void record(__u32 cls, __u32 iv, __u64 from, __u64 to)
 {
-	if (!from || to < from || cls >= SLUICE_MAX_CLASSES)
+	if (!from || to < from || cls >= SLUICE_CLASS_IDS)
 		return;
 	__u32 key = cls * SLUICE_IV_NR + iv;
 	struct sluice_latency *l = bpf_map_lookup_elem(&latency, &key);
@@ -280,7 +279,7 @@ static __always_inline void at_driver(struct sk_buff *skb)
 		return;
 	__u32 cls = skb_class(skb);
 	count_in(cls, SLUICE_STAGE_DRIVER);
-	if (!settings.sample_every || cls >= SLUICE_MAX_CLASSES)
+	if (!settings.sample_every || cls >= SLUICE_CLASS_IDS)
 		return;
 	__u32 zero = 0, *n = bpf_map_lookup_elem(&since_sample, &zero);
 	__u64 key = (__u64)skb;

@@ -446,7 +446,8 @@ fn the_source_scan_reads_the_maps_on_its_own_thread_for_the_config_it_follows() 
     let classes = g.cfg.classes.len();
     let known_capacity = g.gate.known_capacity();
     let learns = 1u64 << dns;
-    let shape = |generation| Shape { generation, classes, learns, untrusted: 0, known_capacity };
+    let ids = g.gate.class_ids().index();
+    let shape = |generation| Shape { generation, classes, learns, untrusted: 0, known_capacity, ids };
     let scan = SourceScan::start(g.gate.source_maps().unwrap(), shape(1), Duration::from_millis(20));
     let t = Instant::now();
     assert!(scan.take().is_none(), "nothing scanned yet, and take did not wait");

@@ -3,9 +3,9 @@
 //! `ConfigSource` owns the command line's options, the config resolved from
 //! the file and flags (the base) and discovery: at the start, every second
 //! (`rediscover`) and at SIGHUP (`reload`) it says what the config should be.
-//! `Daemon::switch_to` puts one in force: the gate first (which rolls itself
-//! back), then every part that keeps state per class, through one
-//! `ClassRemap`. A reload that is refused leaves everything as it was,
+//! `Daemon::switch_to` puts one in force: the gate first (which switches to
+//! it in one write, or not at all), then every part that keeps state per
+//! class index, through one `ClassRemap`. A reload that is refused leaves everything as it was,
 //! discovery included.
 use std::path::PathBuf;
 use std::time::Instant;
@@ -19,7 +19,6 @@ use crate::policy::config::{self, Config};
 use crate::policy::remap::ClassRemap;
 use crate::signals::discover::{self, Discovery};
 use crate::surface::log;
-use crate::surface::stats::class_snapshots;
 
 use super::{Daemon, RunOpts};
 
@@ -147,8 +146,8 @@ impl Daemon {
                 None
             }
             Err(e) => {
-                // Only a rollback that failed too leaves anything but the previous config.
-                if matches!(e.downcast_ref::<gate::GateError>(), Some(gate::GateError::RollbackFailed { .. })) {
+                // Only a failure after the switch leaves the new config in force.
+                if matches!(e.downcast_ref::<gate::GateError>(), Some(gate::GateError::AfterSwitch(_))) {
                     log::warn(format_args!("reload failed: {e:#}"));
                 } else {
                     log::warn(format_args!("reload refused, the previous config stays active: {e:#}"));
@@ -166,29 +165,29 @@ impl Daemon {
         self.publish.publish();
     }
 
-    /// Put `cfg` in force: the gate's tables (class state kept by name), the
-    /// tick (control state kept by name), the statistics. What can fail comes
-    /// before the gate's apply (which rolls itself back): once the gate has
-    /// the new config, so does the daemon.
+    /// Put `cfg` in force: the gate's tables (a class keeps its gate id, and
+    /// so its state, by name), the tick (control state kept by name), the
+    /// statistics. What can fail comes before the gate's apply (which leaves
+    /// the previous config in force when it fails before its switch): once
+    /// the gate has the new config, so does the daemon.
     pub(super) fn switch_to(&mut self, cfg: Config, tables: &Tables, require_sockets: bool) -> Result<()> {
         // The new auto classes' sockets must be found before anything changes.
         let mut ticker = Ticker::new(&cfg, None, require_sockets)?;
-        // Class ids move with the list: take every class back first; the
+        // Class indexes move with the list: take every class back first; the
         // next tick sends away again (a refused apply then costs only that).
         self.protect.take_back(&self.gate)?;
         self.gate.apply(&cfg, tables)?;
         let old = std::mem::replace(&mut self.cfg, cfg);
         let remap = ClassRemap::of(&old, &self.cfg);
         log_classes(&mut self.decisions, &self.cfg, &old.classes);
-        let old_names: Vec<String> = old.classes.iter().map(|c| c.name.clone()).collect();
         self.sources.follow(&self.cfg, &self.gate);
         self.pace.fast();
-        self.restore_known(Some(&old_names));
+        self.restore_known();
         ticker.carry_from(std::mem::replace(&mut self.ticker, Ticker::idle()), &remap);
         self.ticker = ticker;
-        // Class ids moved: where the services run is looked up again now, not a second later.
+        // Class indexes moved: where the services run is looked up again now, not a second later.
         self.look_service_cpus();
-        self.publish.follow(&remap, class_snapshots(&self.cfg));
+        self.publish.follow(&remap, super::gate_snapshots(&self.cfg, &self.gate));
         self.publish.snap.observe = self.cfg.observe;
         Ok(())
     }

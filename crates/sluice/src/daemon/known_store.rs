@@ -2,7 +2,6 @@
 //! start, written every minute by the saver's thread and at a stop), the
 //! entries of classes not there yet, and each class's part of the gate's
 //! known map.
-use std::collections::HashSet;
 use std::path::PathBuf;
 
 use anyhow::Result;
@@ -41,25 +40,17 @@ impl KnownStore {
         KnownStore { saver: known::Saver::start(file.clone()), file, pending: pending(loaded), errors: 0 }
     }
 
-    /// Put known sources in the gate's map for the classes `names`: with
-    /// `old_names`, the entries already there move to their classes' new ids
-    /// (class ids change with the class list); the pending entries go in once
-    /// their class exists. Then every class is held to its part (`shape`).
-    pub fn restore(&mut self, gate: &Gate, names: &[String], old_names: Option<&[String]>, shape: Shape) {
+    /// Put known sources in the gate's map for the classes `names` (the
+    /// class list in force): the entries of classes the gate removed come
+    /// out of its map and wait (`pending`); the pending entries go in once
+    /// their class exists. A class that stays keeps its gate id, so its
+    /// entries are not touched. Then every class is held to its part (`shape`).
+    pub fn restore(&mut self, gate: &mut Gate, names: &[String], shape: Shape) {
         let mut entries = std::mem::take(&mut self.pending);
         let result = (|| -> Result<()> {
-            let mut stale = Vec::new();
-            if let Some(old) = old_names.filter(|o| *o != names) {
-                let current = gate.known()?;
-                entries.extend(known::from_map(&current, old, Clock::wall_ms(), KNOWN_TTL_SECS * 1000));
-                stale = current.into_iter().map(|(k, _)| k).collect();
-            }
+            let (removed, removed_names) = gate.take_freed_known()?;
+            entries.extend(known::from_map(&removed, &removed_names, Clock::wall_ms(), KNOWN_TTL_SECS * 1000));
             let (map, later) = known::to_map(std::mem::take(&mut entries), names);
-            // Only the keys the new map does not hold go (a class that kept
-            // its id keeps its known clients throughout), then the new ones go in.
-            let keep: HashSet<sluice_src_key> = map.iter().map(|(k, _)| *k).collect();
-            stale.retain(|k| !keep.contains(k));
-            gate.delete_known(&stale)?;
             gate.insert_known(&map)?;
             self.pending = pending(later);
             let (delete, room) = bound(&gate.known()?, shape);

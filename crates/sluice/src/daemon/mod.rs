@@ -30,7 +30,7 @@ use crate::signals::known;
 use crate::signals::service_cpus::ServiceCpus;
 use crate::surface::client::default_socket;
 use crate::surface::log;
-use crate::surface::stats::{class_snapshots, Snapshot, SNAPSHOT_VERSION};
+use crate::surface::stats::{class_snapshots, ClassSnapshot, Snapshot, SNAPSHOT_VERSION};
 use generation::{log_classes, ConfigSource};
 use known_store::KnownStore;
 use pace::Pace;
@@ -144,6 +144,15 @@ fn root_pid() -> Option<u32> {
     }
 }
 
+/// The classes of `cfg` for a snapshot, with the gate's ids (`gate` runs `cfg`).
+pub(super) fn gate_snapshots(cfg: &Config, gate: &Gate) -> Vec<ClassSnapshot> {
+    let mut classes = class_snapshots(cfg);
+    for c in &mut classes {
+        c.gate_id = Some(gate.class_ids().id(c.id));
+    }
+    classes
+}
+
 /// The drop counter (kfree_skb) for the per-reason drops in status, or None
 /// with a log line saying why not.
 fn load_tracer(ifindex: u32, gate: &Gate) -> Option<(Tracer, DropBook)> {
@@ -230,7 +239,7 @@ fn first_snapshot(iface: &str, ifindex: u32, cfg: &Config, gate: &Gate, config_f
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64()),
         config_file: config_file.map(|p| p.display().to_string()),
-        classes: class_snapshots(cfg),
+        classes: gate_snapshots(cfg, gate),
         discover: cfg.discover,
         observe: cfg.observe,
         attached: true,
@@ -357,20 +366,20 @@ impl Daemon {
         };
         daemon.resteer();
         daemon.look_service_cpus();
-        daemon.restore_known(None);
+        daemon.restore_known();
         Ok(daemon)
     }
 
-    /// The class names in force, by id.
+    /// The class names in force, by class index.
     fn names(&self) -> Vec<String> {
         self.cfg.classes.iter().map(|c| c.name.clone()).collect()
     }
 
     /// Put the known sources in the gate's map for the classes in force
-    /// (`old_names`: the class list before a switch).
-    fn restore_known(&mut self, old_names: Option<&[String]>) {
+    /// (at start, and after a switch: see `KnownStore::restore`).
+    fn restore_known(&mut self) {
         let names = self.names();
-        self.known.restore(&self.gate, &names, old_names, self.sources.shape());
+        self.known.restore(&mut self.gate, &names, self.sources.shape());
     }
 
     /// Every minute: the last scan's read of the known map (or a
@@ -625,8 +634,7 @@ impl Daemon {
         snap.ticks = self.pace.ticks;
         if let Some((t, book)) = &mut self.tracer {
             self.publish.softirq(t.softirq_secs()?);
-            let names: Vec<String> = self.cfg.classes.iter().map(|c| c.name.clone()).collect();
-            book.update(t, &names)?;
+            book.update(t, &self.gate.class_ids().names_by_id())?;
             let mut strays = Vec::new();
             for c in self.publish.snap.classes.iter_mut() {
                 c.kernel_drops = book.of(t, &c.name);

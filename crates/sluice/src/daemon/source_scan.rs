@@ -26,7 +26,7 @@ use libbpf_rs::MapHandle;
 
 use crate::bpf_intf::{sluice_known, sluice_known_part, sluice_src, sluice_src_key};
 use crate::daemon::tick::FairStatus;
-use crate::dataplane::gate::{dump_map, Gate};
+use crate::dataplane::gate::{dump_map, Gate, IdIndex};
 use crate::policy::config::{Config, DEFAULT_CLASS};
 use crate::policy::controller::TICK;
 use crate::signals::sources;
@@ -36,7 +36,8 @@ use crate::surface::stats::{ClassTotals, Snapshot};
 /// The config a scan works for: its generation (one per switch), its class
 /// count, the classes that learn clients (every class but the default) and
 /// those of them that are untrusted (at the untrusted priority), as bits by
-/// class id, and the known map's capacity.
+/// class index, the known map's capacity, and the gate's class ids (the
+/// maps' keys carry ids: the scan reads them as class indexes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Shape {
     pub generation: u64,
@@ -44,6 +45,7 @@ pub struct Shape {
     pub learns: u64,
     pub untrusted: u64,
     pub known_capacity: u32,
+    pub ids: IdIndex,
 }
 
 /// What one scan found.
@@ -135,6 +137,7 @@ impl Shape {
             learns: mask(&|c| c.name != DEFAULT_CLASS),
             untrusted: mask(&|c| c.name != DEFAULT_CLASS && c.priority >= untrusted),
             known_capacity: gate.known_capacity(),
+            ids: gate.class_ids().index(),
         }
     }
 
@@ -166,12 +169,14 @@ fn scan(maps: &(MapHandle, MapHandle), shape: Shape, dirty: bool, last: &mut Opt
     let t = Instant::now();
     let reuse = last.as_ref().is_some_and(|l| l.shape == shape) && !dirty;
     if !reuse {
-        let sources: Vec<(sluice_src_key, sluice_src)> = dump_map(&maps.0, "sources")?;
+        let mut sources: Vec<(sluice_src_key, sluice_src)> = dump_map(&maps.0, "sources")?;
+        shape.ids.to_classes(&mut sources);
         let per_class = sources::scan_sources(&sources, shape.classes);
         *last = Some(SourcesRead { shape, entries: sources.len() as u64, per_class });
     }
     let read = last.as_ref().expect("read above");
-    let known: Vec<(sluice_src_key, sluice_known)> = dump_map(&maps.1, "known")?;
+    let mut known: Vec<(sluice_src_key, sluice_known)> = dump_map(&maps.1, "known")?;
+    shape.ids.to_classes(&mut known);
     let per_class = sources::combine(read.per_class.clone(), &sources::count_known(&known, shape.classes));
     let (delete, parts) = super::known_store::bound(&known, shape);
     Ok(Found {

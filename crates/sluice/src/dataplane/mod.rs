@@ -1,6 +1,6 @@
 //! The data plane: what runs in the kernel and the code that loads it.
-//! - [`gate`]: the XDP gate (load, apply a config with rollback, attach, the
-//!   map layer, counters, wake ring, SYN cookies' keys, test runs);
+//! - [`gate`]: the XDP gate (load, apply a config atomically, class ids,
+//!   attach, the map layer, counters, wake ring, SYN cookies' keys, test runs);
 //! - [`classify`]: a config's match rules turned into the gate's tables;
 //! - [`share`]: a class's rate split over the CPUs that receive it;
 //! - [`steer`]: reader steering (the SK_REUSEPORT program and its groups);

@@ -8,7 +8,7 @@ use libbpf_rs::{MapCore, MapFlags};
 
 use super::{bytes_of, from_bytes, Gate, GateError, Result};
 use crate::bpf_intf::{
-    sluice_syn_guard, SLUICE_MAX_CLASSES, SLUICE_SYN_COOKIES, SLUICE_SYN_SACK, SLUICE_SYN_TS, SLUICE_SYN_WSCALE,
+    sluice_syn_guard, SLUICE_CLASS_IDS, SLUICE_SYN_COOKIES, SLUICE_SYN_SACK, SLUICE_SYN_TS, SLUICE_SYN_WSCALE,
 };
 
 /// The namespace's TCP settings a gate cookie depends on (net.ipv4.NAME,
@@ -171,9 +171,9 @@ impl Gate {
     pub fn set_syn_guard(&self, class: usize, guard: &sluice_syn_guard) -> Result<()> {
         let map = |err| GateError::Map { map: "syn_guard", err };
         let guards = &self.skel.maps.syn_guard;
-        guards.update(&(class as u32).to_ne_bytes(), bytes_of(guard), MapFlags::ANY).map_err(map)?;
+        guards.update(&self.ids.id(class).to_ne_bytes(), bytes_of(guard), MapFlags::ANY).map_err(map)?;
         let mut latest = 0u64;
-        for c in 0..SLUICE_MAX_CLASSES {
+        for c in 0..SLUICE_CLASS_IDS {
             if let Some(v) = guards.lookup(&c.to_ne_bytes(), MapFlags::ANY).map_err(map)? {
                 latest = latest.max(from_bytes::<sluice_syn_guard>(&v).check_until_ms);
             }

@@ -12,23 +12,25 @@ use libbpf_rs::{MapCore, MapFlags};
 
 use crate::bpf_intf::{
     sluice_bucket, sluice_cell, sluice_class_state, sluice_fair, sluice_known, sluice_known_part, sluice_share,
-    sluice_src, sluice_src_key, SLUICE_CELLS, SLUICE_CS_NR, SLUICE_GS_NR, SLUICE_MAX_CLASSES, SLUICE_SOURCES_DEFAULT,
+    sluice_src, sluice_src_key, sluice_syn_guard, sluice_v4_key, sluice_v6_key, SLUICE_CELLS, SLUICE_CLASS_IDS,
+    SLUICE_CS_NR, SLUICE_GEN_GROUP_SHIFT, SLUICE_GS_NR, SLUICE_SOURCES_DEFAULT,
 };
 use crate::dataplane::classify::Tables;
 use crate::dataplane::share::shares_for;
 use crate::gate_skel::{GateSkel, GateSkelBuilder};
 use crate::policy::config::{Config, Limit, Verdict, XdpMode};
-use crate::policy::remap::ClassRemap;
 
 mod attach;
 mod cookies;
 pub mod counters;
+mod ids;
 pub mod maps;
 mod sources;
 mod wake;
 
 pub use attach::{attached_prog_id, caps_sufficient, check_privileges, ifindex, prog_name, xdp_link_holding};
 pub use cookies::{describe_syn_allow, syn_allow_all};
+pub use ids::{ClassIds, IdIndex, NO_CLASS};
 pub use maps::{bytes_of, dump_map, from_bytes, Owned, Pod};
 pub use wake::Woken;
 
@@ -71,10 +73,10 @@ pub enum GateError {
     Map { map: &'static str, err: libbpf_rs::Error },
     #[error("{0}")]
     Tables(#[from] crate::dataplane::classify::TooManyPrefixes),
-    #[error("{0}; the previous config was put back and stays in force")]
-    RolledBack(Box<GateError>),
-    #[error("{first}; putting the previous config back failed too ({again}): the gate's tables may be a mix of both, restart sluice")]
-    RollbackFailed { first: Box<GateError>, again: Box<GateError> },
+    #[error("{0}; the new config was not put in force: the previous one stays, untouched")]
+    NotApplied(Box<GateError>),
+    #[error("{0}; the new config is in force, but the gate's state of a class whose limit changed or that was removed may be stale until the next tick")]
+    AfterSwitch(Box<GateError>),
 }
 
 type Result<T, E = GateError> = std::result::Result<T, E>;
@@ -184,26 +186,25 @@ pub struct Gate {
     cookie_link: Option<OwnedFd>,
     /// Why the namespace's settings keep the gate from answering SYNs (`cookies.rs`).
     syn_why_not: Option<&'static str>,
-    /// Keys written into the tries, to delete the stale ones on reload.
-    tries: TrieKeys,
-    /// The config in force, to carry class state by name and to roll back to.
+    /// The gate's id of each class in force (`ids.rs`).
+    ids: ClassIds,
+    /// Ids the last apply freed, with their classes' names, until their
+    /// known entries are taken (`take_freed_known`).
+    freed: Vec<(u8, String)>,
+    /// The tables generation in force (0 or 1; sluice.h, SLUICE_GENERATIONS).
+    gen: u32,
+    /// The trie keys written into each generation, to delete when that
+    /// generation is written again.
+    tries: [TrieKeys; 2],
+    /// The config in force.
     applied: Option<Applied>,
 }
 
-/// The prefix-trie keys of a config, as bytes.
+/// The prefix-trie keys of one generation's tables, as bytes.
 #[derive(Default)]
 struct TrieKeys {
     v4: HashSet<Vec<u8>>,
     v6: HashSet<Vec<u8>>,
-}
-
-impl TrieKeys {
-    fn of(tables: &Tables) -> TrieKeys {
-        TrieKeys {
-            v4: tables.v4.iter().map(|(k, _)| bytes_of(k).to_vec()).collect(),
-            v6: tables.v6.iter().map(|(k, _)| bytes_of(k).to_vec()).collect(),
-        }
-    }
 }
 
 /// Delete a key; one that is not there (never inserted) is no error.
@@ -217,28 +218,26 @@ fn delete_present(map: &libbpf_rs::Map, key: &[u8]) -> Result<(), libbpf_rs::Err
 /// A config the gate runs.
 struct Applied {
     cfg: Config,
-    tables: Tables,
-    names: Vec<String>,
 }
 
-impl Applied {
-    fn of(cfg: &Config, tables: &Tables) -> Applied {
-        let names = cfg.classes.iter().map(|c| c.name.clone()).collect();
-        Applied { cfg: cfg.clone(), tables: tables.clone(), names }
+/// `tables` as generation `gen` of the gate holds them: class ids for class
+/// indexes, and the generation in each prefix group.
+fn tables_for(tables: &Tables, ids: &ClassIds, gen: u32) -> Tables {
+    let group = |g: u32| (u32::from_be(g) | gen << SLUICE_GEN_GROUP_SHIFT).to_be();
+    Tables {
+        cells: tables.cells.iter().map(|c| sluice_cell { class_id: ids.id(c.class_id as usize) as u8, ..*c }).collect(),
+        v4: tables
+            .v4
+            .iter()
+            .map(|(k, c)| (sluice_v4_key { group: group(k.group), ..*k }, ids.id(*c as usize)))
+            .collect(),
+        v6: tables
+            .v6
+            .iter()
+            .map(|(k, c)| (sluice_v6_key { group: group(k.group), ..*k }, ids.id(*c as usize)))
+            .collect(),
+        groups: tables.groups,
     }
-}
-
-/// For each class of `new` (by id): the shares in force for the class of
-/// the same name and the same configured limit in `old` (`shares`, by old
-/// id), to keep across an apply; None where the class or its limit is new.
-fn kept_shares(old: &Config, new: &Config, shares: &[Option<Vec<sluice_share>>]) -> Vec<Option<Vec<sluice_share>>> {
-    let remap = ClassRemap::of(old, new);
-    (0..new.classes.len())
-        .map(|id| {
-            let at = remap.old_of(id).filter(|&i| old.classes[i].limit == new.classes[id].limit)?;
-            shares.get(at).cloned().flatten()
-        })
-        .collect()
 }
 
 impl Gate {
@@ -267,7 +266,10 @@ impl Gate {
             learn_link: None,
             cookie_link: None,
             syn_why_not: None,
-            tries: TrieKeys::default(),
+            ids: ClassIds::default(),
+            freed: Vec::new(),
+            gen: 0,
+            tries: Default::default(),
             applied: None,
         })
     }
@@ -276,124 +278,158 @@ impl Gate {
         self.ncpus
     }
 
-    /// Write a config: settings, tables, and each class's shares (even split
-    /// until arrivals are known). Safe to call again on a running gate:
+    /// Put a config in force: settings, tables, and each class's shares
+    /// (even split until arrivals are known). Safe to call again on a
+    /// running gate, and atomic for packets:
     ///
-    /// - a class keeps its counters and bucket by name, wherever it moves in
-    ///   the new list; a new class starts from zero, a removed one is zeroed;
-    /// - a failure part-way (a map update refused, for example the prefix
-    ///   tries full while the old and new entries both live in them) puts the
-    ///   previous config back, so the gate runs either the old config or the
-    ///   new one, never a mix. The error says which;
+    /// - the new tables and settings are written into the generation not in
+    ///   force, then one write of `tables_gen` switches to them: a packet is
+    ///   classified by the old config or by the new one, never a mix;
+    /// - a class keeps its gate id by name (`ids.rs`), so its counters,
+    ///   bucket, fairness, SYN guard and known clients stay where they are,
+    ///   wherever the class moves in the list; a new class takes a fresh id
+    ///   (zeroed before the switch), a removed class's id is zeroed after it;
+    /// - a failure before the switch (a map update refused, for example the
+    ///   prefix tries full with both generations' entries) leaves the
+    ///   previous config in force, untouched: `GateError::NotApplied`;
     /// - a class whose configured limit is unchanged keeps the limit in force
     ///   (an auto class's controller rate, a budget throttle) until the next
-    ///   tick writes it again: a reload does not open it for a tick.
+    ///   tick writes it again: a reload does not open it for a tick. A class
+    ///   whose limit changed gets its new shares just after the switch (as
+    ///   every tick writes them).
     pub fn apply(&mut self, cfg: &Config, tables: &Tables) -> Result<()> {
-        // The class state is read (to move it, or to put it back) only when classes move.
-        let moves = self
-            .applied
-            .as_ref()
-            .filter(|p| !p.names.iter().map(String::as_str).eq(cfg.classes.iter().map(|c| c.name.as_str())));
-        let saved_state = moves.map(|p| self.class_states(p.names.len())).transpose()?;
-        let old_shares = match &self.applied {
-            Some(p) => (0..p.names.len()).map(|id| self.shares(id).map(Some)).collect::<Result<Vec<_>>>()?,
-            None => vec![],
-        };
-        let kept = self.applied.as_ref().map_or_else(Vec::new, |p| kept_shares(&p.cfg, cfg, &old_shares));
-        let previous = self.applied.take();
-        let result = self.write_config(cfg, tables, &kept).and_then(|()| match (&previous, &saved_state) {
-            (Some(p), Some(saved)) => self.carry_states(&p.names, saved, cfg),
-            _ => Ok(()),
-        });
-        match result {
-            Ok(()) => {
-                self.applied = Some(Applied::of(cfg, tables));
-                Ok(())
+        let names: Vec<&str> = cfg.classes.iter().map(|c| c.name.as_str()).collect();
+        let (ids, freed) = self.ids.next(&names);
+        let next = 1 - self.gen;
+        let new_ids: Vec<usize> = (0..names.len()).filter(|&c| self.ids.class_of(ids.id(c) as u8).is_none()).collect();
+        let written = (|| {
+            for &class in &new_ids {
+                self.reset_id(ids.id(class))?;
+                self.set_percpu(
+                    &self.skel.maps.shares,
+                    "shares",
+                    ids.id(class),
+                    &self.fresh_shares(&cfg.classes[class].limit),
+                )?;
             }
-            Err(err) => {
-                let Some(p) = previous else { return Err(err) };
-                let restored = self
-                    .write_config(&p.cfg, &p.tables, &old_shares)
-                    .and_then(|()| saved_state.as_deref().map_or(Ok(()), |saved| self.write_class_states(saved)));
-                self.applied = Some(p);
-                match restored {
-                    Ok(()) => Err(GateError::RolledBack(Box::new(err))),
-                    Err(again) => Err(GateError::RollbackFailed { first: Box::new(err), again: Box::new(again) }),
-                }
+            self.write_generation(next, cfg, &ids, tables)
+        })();
+        if let Err(err) = written.and_then(|()| self.switch_to(next)) {
+            return Err(GateError::NotApplied(Box::new(err)));
+        }
+        // In force from here on.
+        let old = self.applied.replace(Applied { cfg: cfg.clone() });
+        let before = std::mem::replace(&mut self.ids, ids);
+        self.freed.extend(freed.iter().cloned());
+        let mut after = Ok(());
+        for (class, c) in cfg.classes.iter().enumerate() {
+            let kept = before.class_of(self.ids.id(class) as u8);
+            let limit_changed = match (&old, kept) {
+                (Some(o), Some(at)) => o.cfg.classes[at].limit != c.limit,
+                _ => false,
+            };
+            if limit_changed {
+                after = after.and(self.set_shares(class, &self.fresh_shares(&c.limit)));
             }
         }
+        for (id, _) in &freed {
+            after = after.and(self.reset_id(u32::from(*id)));
+        }
+        after.map_err(|err| GateError::AfterSwitch(Box::new(err)))
     }
 
-    /// Settings, shares, tries and cells of a config (not the class state).
-    fn write_config(&mut self, cfg: &Config, tables: &Tables, kept: &[Option<Vec<sluice_share>>]) -> Result<()> {
+    /// Shares for a class whose arrivals are not known yet.
+    fn fresh_shares(&self, limit: &Limit) -> Vec<sluice_share> {
+        shares_for(limit, &vec![0; self.ncpus], false)
+    }
+
+    /// Zero everything the gate keeps for class id `id` (a new class's, or a freed one).
+    fn reset_id(&self, id: u32) -> Result<()> {
+        self.set_percpu(
+            &self.skel.maps.class_state,
+            "class_state",
+            id,
+            &vec![sluice_class_state::default(); self.ncpus],
+        )?;
+        self.set_percpu(&self.skel.maps.fairness, "fairness", id, &vec![sluice_fair::default(); self.ncpus])?;
+        self.set_percpu(&self.skel.maps.shares, "shares", id, &vec![sluice_share::default(); self.ncpus])?;
+        let key = id.to_ne_bytes();
+        let map_err = |map| move |err| GateError::Map { map, err };
+        self.skel.maps.away.update(&key, &0u32.to_ne_bytes(), MapFlags::ANY).map_err(map_err("away"))?;
+        let part = sluice_known_part::default();
+        self.skel.maps.known_part.update(&key, bytes_of(&part), MapFlags::ANY).map_err(map_err("known_part"))?;
+        // syn_guard_any stays: a later check time than any guard's only has
+        // the checker parse ACKs until then, and the next guard write sets it.
+        let guard = sluice_syn_guard::default();
+        self.skel.maps.syn_guard.update(&key, bytes_of(&guard), MapFlags::ANY).map_err(map_err("syn_guard"))
+    }
+
+    /// Write generation `gen` (not in force): `cfg`'s settings and `tables`
+    /// with the class ids `ids`. Its trie keys from the last time it was
+    /// written go first.
+    fn write_generation(&mut self, gen: u32, cfg: &Config, ids: &ClassIds, tables: &Tables) -> Result<()> {
+        let tables = tables_for(tables, ids, gen);
         let data = self.skel.maps.data_data.as_deref_mut().expect(".data is mmap'ed after load");
-        data.settings.malformed_verdict = match cfg.malformed {
+        let v = &mut data.settings.verdicts[gen as usize];
+        v.malformed_verdict = match cfg.malformed {
             Verdict::Drop => XDP_DROP,
             Verdict::Pass => XDP_PASS,
         };
-        data.settings.default_class = cfg.default_class as u32;
-        data.settings.observe = u32::from(cfg.observe);
-        for (id, class) in cfg.classes.iter().enumerate() {
-            match kept.get(id).and_then(Option::as_ref) {
-                Some(shares) => self.set_shares(id, shares)?,
-                None => self.set_shares(id, &shares_for(&class.limit, &vec![0; self.ncpus], false))?,
-            }
-        }
-        // Tries first (new groups become reachable only when cells point at them), then cells,
-        // then remove trie keys the new tables no longer have. From the first insert on,
-        // `self.tries` holds every key that may be in the tries (old and new), so a
-        // rollback after a failure part-way removes the new ones again.
-        let new = TrieKeys::of(tables);
-        self.tries.v4.extend(new.v4.iter().cloned());
-        self.tries.v6.extend(new.v6.iter().cloned());
+        v.default_class = ids.id(cfg.default_class);
+        v.observe = u32::from(cfg.observe);
         let map_err = |map| move |err| GateError::Map { map, err };
-        for (k, class) in tables.v4.iter().map(|(k, c)| (bytes_of(k), c)) {
-            self.skel.maps.prefix_v4.update(k, &class.to_ne_bytes(), MapFlags::ANY).map_err(map_err("prefix_v4"))?;
-        }
-        for (k, class) in tables.v6.iter().map(|(k, c)| (bytes_of(k), c)) {
-            self.skel.maps.prefix_v6.update(k, &class.to_ne_bytes(), MapFlags::ANY).map_err(map_err("prefix_v6"))?;
-        }
-        self.write_cells(&tables.cells)?;
-        for k in self.tries.v4.difference(&new.v4) {
+        let stale = std::mem::take(&mut self.tries[gen as usize]);
+        for k in &stale.v4 {
             delete_present(&self.skel.maps.prefix_v4, k).map_err(map_err("prefix_v4"))?;
         }
-        for k in self.tries.v6.difference(&new.v6) {
+        for k in &stale.v6 {
             delete_present(&self.skel.maps.prefix_v6, k).map_err(map_err("prefix_v6"))?;
         }
-        self.tries = new;
-        Ok(())
-    }
-
-    /// The per-CPU class state (bucket and counters) of classes 0..n.
-    fn class_states(&self, n: usize) -> Result<Vec<Vec<sluice_class_state>>> {
-        (0..n).map(|id| self.percpu(&self.skel.maps.class_state, "class_state", id)).collect()
-    }
-
-    /// Write per-CPU class states back, class i from `states[i]`.
-    fn write_class_states(&self, states: &[Vec<sluice_class_state>]) -> Result<()> {
-        for (id, per_cpu) in states.iter().enumerate() {
-            self.set_percpu(&self.skel.maps.class_state, "class_state", id, per_cpu)?;
+        // Recorded before the inserts, so a failure part-way leaves none unrecorded.
+        let keys = &mut self.tries[gen as usize];
+        keys.v4.extend(tables.v4.iter().map(|(k, _)| bytes_of(k).to_vec()));
+        keys.v6.extend(tables.v6.iter().map(|(k, _)| bytes_of(k).to_vec()));
+        for (k, class) in &tables.v4 {
+            self.skel
+                .maps
+                .prefix_v4
+                .update(bytes_of(k), &class.to_ne_bytes(), MapFlags::ANY)
+                .map_err(map_err("prefix_v4"))?;
         }
+        for (k, class) in &tables.v6 {
+            self.skel
+                .maps
+                .prefix_v6
+                .update(bytes_of(k), &class.to_ne_bytes(), MapFlags::ANY)
+                .map_err(map_err("prefix_v6"))?;
+        }
+        self.write_cells(gen, &tables.cells)
+    }
+
+    /// Put generation `gen` in force: one write, which every program reads once a packet.
+    fn switch_to(&mut self, gen: u32) -> Result<()> {
+        self.skel
+            .maps
+            .tables_gen
+            .update(&0u32.to_ne_bytes(), &gen.to_ne_bytes(), MapFlags::ANY)
+            .map_err(|err| GateError::Map { map: "tables_gen", err })?;
+        self.gen = gen;
         Ok(())
     }
 
-    /// Move each class's state to its index in `cfg` by name; new classes and
-    /// indexes no class uses any more start from zero. `apply` calls it only
-    /// when the names changed, so a reload that keeps the classes touches no
-    /// counter. (When classes move, packets counted between `apply`'s read and
-    /// this write are lost: microseconds.)
-    fn carry_states(&self, old_names: &[String], saved: &[Vec<sluice_class_state>], cfg: &Config) -> Result<()> {
-        let new_names: Vec<&str> = cfg.classes.iter().map(|c| c.name.as_str()).collect();
-        let zero = vec![sluice_class_state::default(); self.ncpus];
-        let mut moved = ClassRemap::between(old_names, &new_names).carry_or(saved, || zero.clone());
-        // Indexes no class uses any more are zeroed too.
-        moved.resize(old_names.len().max(new_names.len()), zero);
-        self.write_class_states(&moved)
+    /// The tables generation in force (0 or 1).
+    pub fn generation(&self) -> u32 {
+        self.gen
     }
 
-    fn write_cells(&self, cells: &[sluice_cell]) -> Result<()> {
+    /// The gate's ids of the classes in force (`ids.rs`).
+    pub fn class_ids(&self) -> &ClassIds {
+        &self.ids
+    }
+
+    fn write_cells(&self, gen: u32, cells: &[sluice_cell]) -> Result<()> {
         assert_eq!(cells.len(), SLUICE_CELLS as usize);
-        let keys: Vec<u8> = (0..SLUICE_CELLS).flat_map(u32::to_ne_bytes).collect();
+        let keys: Vec<u8> = (gen * SLUICE_CELLS..(gen + 1) * SLUICE_CELLS).flat_map(u32::to_ne_bytes).collect();
         let values: Vec<u8> = cells.iter().flat_map(|c| bytes_of(c).to_vec()).collect();
         self.skel
             .maps
@@ -404,7 +440,7 @@ impl Gate {
 
     /// Set one class's per-CPU bucket parameters (one value per possible CPU).
     pub fn set_shares(&self, class: usize, shares: &[sluice_share]) -> Result<()> {
-        self.set_percpu(&self.skel.maps.shares, "shares", class, shares)
+        self.set_percpu(&self.skel.maps.shares, "shares", self.ids.id(class), shares)
     }
 
     /// Re-split a class's limits over CPUs by the arrivals each CPU saw
@@ -457,7 +493,7 @@ impl Gate {
 
     /// Set one class's per-CPU source fairness (all zero: off).
     pub fn set_fairness(&self, class: usize, fair: &[sluice_fair]) -> Result<()> {
-        self.set_percpu(&self.skel.maps.fairness, "fairness", class, fair)
+        self.set_percpu(&self.skel.maps.fairness, "fairness", self.ids.id(class), fair)
     }
 
     /// Send a class's admitted packets to CPU `to`'s cpumap kthread (None:
@@ -482,13 +518,13 @@ impl Gate {
         self.skel
             .maps
             .away
-            .update(&(class as u32).to_ne_bytes(), &v.to_ne_bytes(), MapFlags::ANY)
+            .update(&self.ids.id(class).to_ne_bytes(), &v.to_ne_bytes(), MapFlags::ANY)
             .map_err(|err| GateError::Map { map: "away", err })
     }
 
     /// One class's per-CPU source fairness as the gate has it.
     pub fn fairness(&self, class: usize) -> Result<Vec<sluice_fair>> {
-        self.percpu(&self.skel.maps.fairness, "fairness", class)
+        self.percpu(&self.skel.maps.fairness, "fairness", self.ids.id(class))
     }
 
     /// The run-time clock of source fairness, written every tick: the epoch
@@ -508,6 +544,7 @@ impl Gate {
         let mut out = std::collections::BTreeMap::new();
         for (name, map) in [
             ("cells", &m.cells),
+            ("tables_gen", &m.tables_gen),
             ("prefix_v4", &m.prefix_v4),
             ("prefix_v6", &m.prefix_v6),
             ("class_state", &m.class_state),
@@ -520,28 +557,28 @@ impl Gate {
 
     /// One class's per-CPU shares as the gate has them.
     pub fn shares(&self, class: usize) -> Result<Vec<sluice_share>> {
-        self.percpu(&self.skel.maps.shares, "shares", class)
+        self.percpu(&self.skel.maps.shares, "shares", self.ids.id(class))
     }
 
     /// One class's per-CPU bucket state.
     pub fn buckets(&self, class: usize) -> Result<Vec<sluice_bucket>> {
-        let v: Vec<sluice_class_state> = self.percpu(&self.skel.maps.class_state, "class_state", class)?;
+        let v: Vec<sluice_class_state> = self.percpu(&self.skel.maps.class_state, "class_state", self.ids.id(class))?;
         Ok(v.into_iter().map(|s| s.bucket).collect())
     }
 
-    /// Write entry `idx` of a per-CPU array: one value per possible CPU.
-    fn set_percpu<T: Pod>(&self, map: &libbpf_rs::Map, name: &'static str, idx: usize, per_cpu: &[T]) -> Result<()> {
+    /// Write entry `id` of a per-CPU array: one value per possible CPU.
+    fn set_percpu<T: Pod>(&self, map: &libbpf_rs::Map, name: &'static str, id: u32, per_cpu: &[T]) -> Result<()> {
         assert_eq!(per_cpu.len(), self.ncpus);
-        maps::set_percpu(map, name, idx as u32, per_cpu)
+        maps::set_percpu(map, name, id, per_cpu)
     }
 
-    fn percpu<T: Pod>(&self, map: &libbpf_rs::Map, name: &'static str, idx: usize) -> Result<Vec<T>> {
-        maps::percpu(map, name, idx as u32)
+    fn percpu<T: Pod>(&self, map: &libbpf_rs::Map, name: &'static str, id: u32) -> Result<Vec<T>> {
+        maps::percpu(map, name, id)
     }
 
     /// A class's counters on each CPU.
     pub fn class_counters_percpu(&self, class: usize) -> Result<Vec<ClassCounters>> {
-        let v: Vec<sluice_class_state> = self.percpu(&self.skel.maps.class_state, "class_state", class)?;
+        let v: Vec<sluice_class_state> = self.percpu(&self.skel.maps.class_state, "class_state", self.ids.id(class))?;
         Ok(v.into_iter().map(|s| s.cnt).collect())
     }
 
@@ -573,7 +610,7 @@ impl Gate {
             }
             Ok(())
         };
-        zero(&self.skel.maps.class_state, "class_state", SLUICE_MAX_CLASSES)?;
+        zero(&self.skel.maps.class_state, "class_state", SLUICE_CLASS_IDS)?;
         zero(&self.skel.maps.global_stats, "global_stats", SLUICE_GS_NR)
     }
 

@@ -9,6 +9,9 @@ use super::*;
 /// Entries written or deleted in one syscall (the batch calls).
 const BATCH: usize = 4096;
 
+/// Entries of the known map.
+pub type KnownEntries = Vec<(sluice_src_key, sluice_known)>;
+
 impl Gate {
     /// Entries the "sources" map holds at most.
     pub fn sources_capacity(&self) -> u32 {
@@ -16,13 +19,38 @@ impl Gate {
     }
 
     /// Every entry of the "sources" map (batched reads; 1M entries take about a second).
+    /// Keys carry class indexes (NO_CLASS: an id no class holds).
     pub fn sources(&self) -> Result<Vec<(sluice_src_key, sluice_src)>> {
         self.dump(&self.skel.maps.sources, "sources")
     }
 
-    /// Every entry of the "known" map.
+    /// Every entry of the "known" map, keys by class index (NO_CLASS: an id no class holds).
     pub fn known(&self) -> Result<Vec<(sluice_src_key, sluice_known)>> {
         self.dump(&self.skel.maps.known, "known")
+    }
+
+    /// The known entries of the classes the last applies removed, taken
+    /// out of the map: the entries (their keys' class_id indexes the
+    /// names) and the classes' names. Nothing to take: no map read.
+    pub fn take_freed_known(&mut self) -> Result<(KnownEntries, Vec<String>)> {
+        if self.freed.is_empty() {
+            return Ok((vec![], vec![]));
+        }
+        let freed = std::mem::take(&mut self.freed);
+        let raw: KnownEntries = dump_map(&self.skel.maps.known, "known")?;
+        let (mut keys, mut taken) = (Vec::new(), Vec::new());
+        for (k, v) in raw {
+            // An id freed and given again since is a class in force now: its entries stay.
+            if self.ids.class_of(k.class_id).is_some() {
+                continue;
+            }
+            if let Some(at) = freed.iter().position(|(id, _)| *id == k.class_id) {
+                keys.push(k);
+                taken.push((sluice_src_key { class_id: at as u8, ..k }, v));
+            }
+        }
+        self.delete_raw_known(&keys)?;
+        Ok((taken, freed.into_iter().map(|(_, name)| name).collect()))
     }
 
     /// Add (or overwrite) known sources: the daemon restoring its state
@@ -31,6 +59,7 @@ impl Gate {
     /// control thread.
     pub fn insert_known(&self, entries: &[(sluice_src_key, sluice_known)]) -> Result<()> {
         let mut added = std::collections::BTreeMap::<usize, u64>::new();
+        let entries: Vec<_> = entries.iter().map(|(k, v)| (self.key_by_id(k), *v)).collect();
         for chunk in entries.chunks(BATCH) {
             let keys: Vec<u8> = chunk.iter().flat_map(|(k, _)| bytes_of(k).to_vec()).collect();
             let values: Vec<u8> = chunk.iter().flat_map(|(_, v)| bytes_of(v).to_vec()).collect();
@@ -40,7 +69,7 @@ impl Gate {
                 .update_batch(&keys, &values, chunk.len() as u32, MapFlags::ANY, MapFlags::ANY)
                 .map_err(|err| GateError::Map { map: "known", err })?;
             for (k, _) in chunk {
-                *added.entry(k.class_id as usize).or_default() += 1;
+                *added.entry(self.ids.class_of(k.class_id).unwrap_or(k.class_id as usize)).or_default() += 1;
             }
         }
         // Count them in held at once, so the gate looks them up before the
@@ -63,7 +92,13 @@ impl Gate {
             for i in start..start + count {
                 let mut addr = [0u8; 16];
                 addr[..4].copy_from_slice(&(0x0b00_0000u32 + i).to_be_bytes());
-                let k = sluice_src_key { class_id: class, family: 4, plen: 32, addr, ..Default::default() };
+                let k = sluice_src_key {
+                    class_id: self.ids.id(class as usize) as u8,
+                    family: 4,
+                    plen: 32,
+                    addr,
+                    ..Default::default()
+                };
                 keys.extend_from_slice(bytes_of(&k));
                 values.extend_from_slice(bytes_of(&value));
             }
@@ -100,7 +135,7 @@ impl Gate {
         self.skel
             .maps
             .known_part
-            .update(&(class as u32).to_ne_bytes(), bytes_of(&part), MapFlags::ANY)
+            .update(&self.ids.id(class).to_ne_bytes(), bytes_of(&part), MapFlags::ANY)
             .map_err(|err| GateError::Map { map: "known_part", err })
     }
 
@@ -110,7 +145,7 @@ impl Gate {
             .skel
             .maps
             .known_part
-            .lookup(&(class as u32).to_ne_bytes(), MapFlags::ANY)
+            .lookup(&self.ids.id(class).to_ne_bytes(), MapFlags::ANY)
             .map_err(|err| GateError::Map { map: "known_part", err })?;
         Ok(v.map(|b| from_bytes(&b)).unwrap_or_default())
     }
@@ -121,8 +156,21 @@ impl Gate {
         self.set_known_part(class, sluice_known_part { room, held })
     }
 
-    /// Remove these known sources (a class past its part of the map).
+    /// Remove these known sources (a class past its part of the map; keys
+    /// by class index, as `known` gives them: NO_CLASS keys are skipped).
     pub fn delete_known(&self, keys: &[sluice_src_key]) -> Result<()> {
+        let keys: Vec<sluice_src_key> =
+            keys.iter().filter(|k| k.class_id != NO_CLASS).map(|k| self.key_by_id(k)).collect();
+        self.delete_raw_known(&keys)
+    }
+
+    /// A key by class index as the gate's map keys it (by class id).
+    fn key_by_id(&self, k: &sluice_src_key) -> sluice_src_key {
+        sluice_src_key { class_id: self.ids.id(k.class_id as usize) as u8, ..*k }
+    }
+
+    /// Remove known entries by their keys in the map (by class id).
+    fn delete_raw_known(&self, keys: &[sluice_src_key]) -> Result<()> {
         let map = &self.skel.maps.known;
         for chunk in keys.chunks(BATCH) {
             let bytes: Vec<u8> = chunk.iter().flat_map(|k| bytes_of(k).to_vec()).collect();
@@ -145,7 +193,10 @@ impl Gate {
         Ok((handle(&self.skel.maps.sources, "sources")?, handle(&self.skel.maps.known, "known")?))
     }
 
-    fn dump<K: Pod, V: Pod>(&self, map: &libbpf_rs::Map, name: &'static str) -> Result<Vec<(K, V)>> {
-        dump_map(map, name)
+    /// A per-source map's entries, keys by class index.
+    fn dump<V: Pod>(&self, map: &libbpf_rs::Map, name: &'static str) -> Result<Vec<(sluice_src_key, V)>> {
+        let mut entries = dump_map(map, name)?;
+        self.ids.index().to_classes(&mut entries);
+        Ok(entries)
     }
 }

@@ -224,6 +224,7 @@ pub fn hist_percentile(hist: &[u64], p: f64) -> Option<f64> {
 /// One class's fate over the trace.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ClassFate {
+    /// The gate's id of the class (its index in the config, without a gate).
     pub id: usize,
     pub name: String,
     /// The gate's verdicts; None when no sluice gate is attached to the interface.

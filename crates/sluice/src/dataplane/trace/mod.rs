@@ -20,8 +20,8 @@ use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, MapHandle};
 
 use crate::bpf_intf::{
-    sluice_class_state, sluice_cpu_rx, sluice_latency, SLUICE_IV_NR, SLUICE_MAX_CLASSES, SLUICE_STAGE_NR,
-    SLUICE_TRACE_CLASSES,
+    sluice_class_state, sluice_cpu_rx, sluice_latency, SLUICE_CLASS_IDS, SLUICE_IV_NR, SLUICE_STAGE_NR,
+    SLUICE_TRACE_CLASSES, SLUICE_TRACE_UNCLASSIFIED,
 };
 use crate::dataplane::gate::counters::ClassTotals;
 use crate::dataplane::gate::{bytes_of, from_bytes, Owned};
@@ -55,7 +55,7 @@ pub struct Options {
 /// Raw counts since the tracer started, summed over CPUs.
 #[derive(Debug, Clone, Default)]
 pub struct Counts {
-    /// Per class (0..=SLUICE_MAX_CLASSES, the last = unclassified): packets in per stage.
+    /// Per class id (0..=SLUICE_CLASS_IDS, the last = unclassified): packets in per stage.
     pub stage_in: Vec<[u64; SLUICE_STAGE_NR as usize]>,
     /// (class, drop reason value) -> packets.
     pub drops: BTreeMap<(u32, u32), u64>,
@@ -96,7 +96,7 @@ pub fn drop_reason_names() -> Result<Vec<String>> {
     Ok(names)
 }
 
-/// The gate program's maps, by name (cells, prefix_v4, prefix_v6, class_state).
+/// The gate program's maps, by name (cells, tables_gen, prefix_v4, prefix_v6, class_state).
 /// Opening a map by id needs CAP_SYS_ADMIN.
 pub fn gate_maps(prog_id: u32) -> Result<BTreeMap<String, MapHandle>> {
     use libbpf_rs::query::{ProgInfoIter, ProgInfoQueryOptions};
@@ -128,6 +128,7 @@ impl Tracer {
             if let Some(maps) = &gate {
                 for (name, map) in [
                     ("cells", &mut open.maps.cells),
+                    ("tables_gen", &mut open.maps.tables_gen),
                     ("prefix_v4", &mut open.maps.prefix_v4),
                     ("prefix_v6", &mut open.maps.prefix_v6),
                 ] {
@@ -270,7 +271,7 @@ impl Tracer {
             c.stage_in.push(row);
         }
         c.drops = self.drop_counts()?;
-        for class in 0..SLUICE_MAX_CLASSES {
+        for class in 0..SLUICE_CLASS_IDS {
             let mut per = Vec::new();
             for iv in 0..SLUICE_IV_NR {
                 let key = (class * SLUICE_IV_NR + iv).to_ne_bytes();
@@ -355,9 +356,9 @@ impl CpuRxReader {
     }
 }
 
-/// The daemon's running totals of kernel drops by class name: class ids
-/// move when the class list changes, so each read's increase is booked
-/// under the names in force at that read.
+/// The daemon's running totals of kernel drops by class name: each read's
+/// increase is booked under the names the gate's ids have at that read (an
+/// id no class holds: under "", which no class is named).
 #[derive(Default)]
 pub struct DropBook {
     last: BTreeMap<(u32, u32), u64>,
@@ -449,13 +450,27 @@ fn daemon_snapshot(o: &TraceOpts, ifindex: u32) -> Option<crate::surface::stats:
 }
 
 fn daemon_names(o: &TraceOpts, ifindex: u32) -> Option<Vec<String>> {
-    daemon_snapshot(o, ifindex).map(|s| s.classes.iter().map(|c| c.name.clone()).collect())
+    daemon_snapshot(o, ifindex).map(|s| names_by_gate_id(&s.classes))
+}
+
+/// A daemon's class names by the gate's id ("" where no class holds the
+/// id): the gate's maps and the tracer count by id.
+fn names_by_gate_id(classes: &[crate::surface::stats::ClassSnapshot]) -> Vec<String> {
+    let mut names = Vec::new();
+    for c in classes {
+        let id = c.gate_id.map_or(c.id, |g| g as usize);
+        if names.len() <= id {
+            names.resize(id + 1, String::new());
+        }
+        names[id] = c.name.clone();
+    }
+    names
 }
 
 fn find_source(o: &TraceOpts, ifindex: u32) -> Result<Source> {
     if let Some(s) = daemon_snapshot(o, ifindex) {
-        let names = s.classes.iter().map(|c| c.name.clone()).collect();
-        let default_class = s.classes.iter().position(|c| c.is_default).unwrap_or(0) as u32;
+        let names = names_by_gate_id(&s.classes);
+        let default_class = s.classes.iter().find(|c| c.is_default).map_or(0, |c| c.gate_id.unwrap_or(c.id as u32));
         return Ok(Source {
             names,
             default_class,
@@ -564,7 +579,7 @@ fn build_report(
 ) -> Report {
     let mut classes = Vec::new();
     for (id, name) in src.names.iter().enumerate() {
-        if o.class.as_ref().is_some_and(|c| c != name) {
+        if name.is_empty() || o.class.as_ref().is_some_and(|c| c != name) {
             continue;
         }
         let g = gate.as_ref().map(|(before, after)| GateCounts::between(&before[id], &after[id]));
@@ -582,7 +597,7 @@ fn build_report(
         gate: src.gate.as_ref().map(|(_, who)| who.clone()),
         sample_every,
         classes,
-        unclassified_drops: tracer.drops_of(counts, SLUICE_MAX_CLASSES),
+        unclassified_drops: tracer.drops_of(counts, SLUICE_TRACE_UNCLASSIFIED),
         notes: Vec::new(),
     }
 }

@@ -20,7 +20,12 @@ pub const SNAPSHOT_VERSION: u32 = 1;
 /// One class in a snapshot.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ClassSnapshot {
+    /// The class's index in the config's list.
     pub id: usize,
+    /// The gate's id of the class (its index in the gate's maps; it stays
+    /// while the class exists, when `id` moves). None: no gate.
+    #[serde(default)]
+    pub gate_id: Option<u32>,
     pub name: String,
     /// 0 = highest.
     pub priority: u8,
@@ -214,6 +219,7 @@ pub fn class_snapshots(cfg: &Config) -> Vec<ClassSnapshot> {
             };
             ClassSnapshot {
                 id,
+                gate_id: None,
                 name: c.name.clone(),
                 priority: c.priority,
                 limit,
