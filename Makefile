@@ -75,6 +75,7 @@ install:
 	sed 's|/usr/bin/sluice|$(PREFIX)/bin/sluice|' packaging/systemd/sluice@.service > $(DESTDIR)$(UNITDIR)/sluice@.service
 	test -e $(DESTDIR)/etc/default/sluice || install -Dm644 packaging/default/sluice $(DESTDIR)/etc/default/sluice
 	install -m644 $(GEN)/man/*.1 $(DESTDIR)$(PREFIX)/share/man/man1/
+	install -Dm644 packaging/sluice.example.toml $(DESTDIR)$(PREFIX)/share/doc/sluice/sluice.example.toml
 	install -Dm644 $(GEN)/completions/sluice.bash $(DESTDIR)$(PREFIX)/share/bash-completion/completions/sluice
 	install -Dm644 $(GEN)/completions/_sluice $(DESTDIR)$(PREFIX)/share/zsh/vendor-completions/_sluice
 	install -Dm644 $(GEN)/completions/sluice.fish $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/sluice.fish
@@ -82,7 +83,8 @@ install:
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/sluice $(DESTDIR)$(PREFIX)/bin/sluice-bench $(DESTDIR)$(UNITDIR)/sluice@.service \
 		$(DESTDIR)$(PREFIX)/share/man/man1/sluice*.1 $(DESTDIR)$(PREFIX)/share/bash-completion/completions/sluice \
-		$(DESTDIR)$(PREFIX)/share/zsh/vendor-completions/_sluice $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/sluice.fish
+		$(DESTDIR)$(PREFIX)/share/zsh/vendor-completions/_sluice $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/sluice.fish \
+		$(DESTDIR)$(PREFIX)/share/doc/sluice/sluice.example.toml
 
 # target/debian/sluice_VERSION_ARCH.deb from a fresh release build.
 deb: build

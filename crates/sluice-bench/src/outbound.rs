@@ -3,7 +3,7 @@
 //!   1470-byte UDP payloads, `sluice send`), measured where it arrives: a
 //!   socket in A counting bytes. The sender runs on the generator's CPU:
 //!   pinned to the victim CPU it stalled the same-core model's napi kthread
-//!   (the victim then received nothing; not understood, see docs/results.md),
+//!   (the victim then received nothing; not understood, see docs/results/),
 //!   so the flow measures the victim's network path, not its CPU;
 //! - `ping` from A to the victim (100 a second) over the window: the network
 //!   subsystem's own response time.

@@ -81,7 +81,7 @@ fn dns_and_http_scenarios_run_real_services_under_real_floods() {
     // Do no harm: NSD at half its capacity, no flood: zero config drops none of its queries.
     // (Its answered share is not compared with off's: NSD itself drops dnsperf's bursts
     // at that rate, its socket holds ~50 datagrams, and the share moves by 10-30 points
-    // between runs with no gate drop at all; docs/results.md, "Do no harm".)
+    // between runs with no gate drop at all; docs/results/, "Do no harm".)
     // A VM's slow moment can make NSD overflow at half its capacity (one
     // CI run: NSD dropped 14% of the queries itself, p99 27 ms, and the
     // gate took 378 queries NSD was dropping anyway): the harm is a drop

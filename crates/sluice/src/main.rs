@@ -65,7 +65,7 @@ struct RunArgs {
     /// Interface to attach to (else `interface` from the config file).
     #[arg(long, short)]
     iface: Option<String>,
-    /// TOML config file (see the README's config reference). Default:
+    /// TOML config file (see docs/config.md). Default:
     /// /etc/sluice/IFACE.toml if it exists (looked for again on SIGHUP), else
     /// none: zero-config protection.
     #[arg(long, short)]

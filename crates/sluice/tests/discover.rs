@@ -343,7 +343,7 @@ fn service_beside_a_closed_port_flood(observe: bool) -> (f64, f64) {
 /// first). The issue saw observe show NSD's class dropping 48% of its
 /// queries where enforcing dropped none; neither this test nor the bench's
 /// observe cell (`bench run --scenario dns --floods closed-v4`) reproduced
-/// that on the code before (docs/results.md): this test guards the
+/// that on the code before (docs/results/): this test guards the
 /// prediction, it did not fail first.
 #[test]
 fn observe_mode_predicts_what_enforcing_drops() {

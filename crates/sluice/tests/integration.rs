@@ -230,7 +230,7 @@ mod status {
         assert!(body.contains("sluice_class_rate_limit_packets_per_second{class=\"svc\"} 3000"), "{body}");
         assert!(body.contains("sluice_class_packets_total{class=\"svc\",verdict=\"admitted\"}"), "{body}");
         assert!(openmetrics.contains("application/openmetrics-text") && openmetrics.contains("# EOF"), "{openmetrics}");
-        // The 0.0.4 text passes promtool's rules, and its families are the README's table.
+        // The 0.0.4 text passes promtool's rules, and its families are docs/metrics.md's table.
         let text = body.split_once("\r\n\r\n").map(|x| x.1).unwrap_or("");
         let families = sluice_testkit::promlint::lint_004(text).unwrap_or_else(|e| panic!("{e}\n{text}"));
         let kind = |n: &str| families.iter().find(|f| f.0 == n).map(|f| f.1.clone());
@@ -239,13 +239,13 @@ mod status {
         assert_eq!(kind("sluice_start_time_seconds").as_deref(), Some("gauge"));
         let mut served: Vec<String> = families.into_iter().map(|f| f.0).collect();
         served.sort();
-        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
-        let mut documented: Vec<String> = readme
+        let reference = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/metrics.md")).unwrap();
+        let mut documented: Vec<String> = reference
             .lines()
             .filter_map(|l| l.strip_prefix("| `sluice_")?.split_once('`').map(|(n, _)| format!("sluice_{n}")))
             .collect();
         documented.sort();
-        assert_eq!(served, documented, "served metric families vs the README's table");
+        assert_eq!(served, documented, "served metric families vs docs/metrics.md's table");
         promtool_is_clean(text);
         deployed_metrics_are_served(&served);
         tb.signal(pid, libc::SIGTERM);

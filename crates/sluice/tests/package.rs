@@ -97,9 +97,14 @@ fn the_package_holds_the_daemon_its_unit_man_pages_and_completions() {
         "/usr/share/zsh/vendor-completions/_sluice",
         "/usr/share/fish/vendor_completions.d/sluice.fish",
         "/usr/share/doc/sluice/copyright",
+        "/usr/share/doc/sluice/sluice.example.toml",
     ] {
         assert!(pkg.path(f).exists(), "{f} is not in the package");
     }
+    // The example the README points at is a config the packaged binary takes.
+    let example = pkg.path("/usr/share/doc/sluice/sluice.example.toml");
+    let checked = Command::new(pkg.path("/usr/bin/sluice")).arg("check-config").arg(&example).output().unwrap();
+    ok("sluice check-config on the example", checked);
     assert!(pkg.path("/etc/sluice").is_dir(), "the per-interface config directory");
     // The binary is the one this test run built, stripped.
     let v = ok("sluice --version", Command::new(pkg.path("/usr/bin/sluice")).arg("--version").output().unwrap());

@@ -26,7 +26,7 @@ use crate::signals::health::RxWork;
 
 /// Receive work for lower classes over this share of a service's CPU is
 /// its distress. From `sluice bench run --scenario http --keep-alive
-/// --floods closed-v4 --flood-rate 1M` (nginx, `nic` model; docs/results.md):
+/// --floods closed-v4 --flood-rate 1M` (nginx, `nic` model; docs/results/):
 /// with no flood the lower classes' part sampled at 0.00% (at most; the
 /// default class gets next to nothing); under the flood, without this
 /// signal, zero config left nginx 57% of its requests/s (the flood's

@@ -62,7 +62,7 @@ pub use flags::{from_flags, parse_class_flag};
 use values::*;
 pub use values::{default_burst, parse_count, parse_prefix};
 
-/// Default Prometheus listen address (documented in the README).
+/// Default Prometheus listen address (documented in docs/config.md).
 pub const DEFAULT_METRICS: &str = "127.0.0.1:9786";
 /// Name of the class added when the config names no default class.
 pub const DEFAULT_CLASS: &str = "default";

@@ -6,6 +6,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
+use super::families::help;
 use super::*;
 
 /// Prometheus text exposition of a snapshot.
@@ -26,40 +27,32 @@ pub fn prometheus_text(s: &Snapshot) -> String {
     {
         flagged.get_or_create(&vec![label("flag", f)]).inc_by(n);
     }
-    reg.register(
-        "unclassified_packets",
-        "Packets the gate passed or dropped outside the classes (non-IP, malformed)",
-        unclassified,
-    );
-    let what = "Packets the gate noted (headers past its parse depth, IP fragments, passed in observe mode); \
-                also counted in their class or as unclassified";
-    reg.register("flagged_packets", what, flagged);
+    add(&mut reg, "unclassified_packets", unclassified);
+    add(&mut reg, "flagged_packets", flagged);
     let unasked = ConstCounter::new(g.unasked_replies);
-    let what = "Replies from a learning class's port to a peer that had asked the class nothing (not learned)";
-    reg.register("learner_unasked_replies", what, unasked);
+    add(&mut reg, "learner_unasked_replies", unasked);
     let cpu = ConstCounter::new(s.daemon_cpu_secs);
-    reg.register("daemon_cpu_seconds", "CPU time used by the daemon (user + system)", cpu);
+    add(&mut reg, "daemon_cpu_seconds", cpu);
     // No sample where it is not counted (missing, not 0).
     let softirq = Family::<Labels, F64Counter>::default();
     if let Some(t) = s.daemon_softirq_secs {
         softirq.get_or_create(&vec![]).inc_by(t);
     }
-    let what = "Of the daemon's CPU time, softirq work run while one of its threads was on the CPU (charged to it by the kernel)";
-    reg.register("daemon_softirq_seconds", what, softirq);
+    add(&mut reg, "daemon_softirq_seconds", softirq);
     let start = F64Gauge::default();
     start.set(s.started_unix);
-    reg.register("start_time_seconds", "When the gate was attached (Unix time)", start);
+    add(&mut reg, "start_time_seconds", start);
     let attached = U64Gauge::default();
     attached.set(u64::from(s.attached));
-    reg.register("gate_attached", "1 while the daemon's program is attached to the interface, else 0", attached);
+    add(&mut reg, "gate_attached", attached);
     let inserts = ConstCounter::new(s.sources.inserts);
-    reg.register("source_inserts", "Entries made in the per-source map (every class)", inserts);
+    add(&mut reg, "source_inserts", inserts);
     // No sample until the daemon's first scan of the map (5 s): missing, not 0.
     let evictions = Family::<Labels, U64Counter>::default();
     if let Some(e) = s.sources.evictions {
         evictions.get_or_create(&vec![label("map", "sources")]).inc_by(e);
     }
-    reg.register("source_evictions", "Entries evicted from the full per-source map (at the last scan)", evictions);
+    add(&mut reg, "source_evictions", evictions);
     register_wakes(&mut reg, s);
     let mut out = String::new();
     encode(&mut out, &reg).expect("writing to a String cannot fail");
@@ -75,8 +68,12 @@ fn register_wakes(reg: &mut Registry, s: &Snapshot) {
             wake.get_or_create(&vec![label("which", which)]).set(ms / 1e3);
         }
     }
-    let what = "Time from the gate's wake call (a calm loop's class saw a jump in packets) to the loop, the last and the longest";
-    reg.register("daemon_wake_seconds", what, wake);
+    add(reg, "daemon_wake_seconds", wake);
+}
+
+/// Register `metric` as family `name`, with the help text of its one description (`families.rs`).
+fn add(reg: &mut Registry, name: &'static str, metric: impl prometheus_client::registry::Metric) {
+    reg.register(name, help(name), metric);
 }
 
 type Labels = Vec<(String, String)>;
@@ -134,21 +131,14 @@ fn register_class_families(reg: &mut Registry, classes: &[ClassSnapshot]) {
             }
         }
     }
-    let what = "1 while the gate answers the class's TCP SYNs with its own cookies (SYN cookies at the driver), else 0";
-    reg.register("syn_guard_answering", what, answering);
-    let what = "ACKs to a guarded class's listener: with a valid gate cookie the kernel took (the connection \
-                completed), without one, or with a valid one the kernel refused";
-    reg.register("syn_cookie_acks", what, cookies);
-    reg.register("class_packets", "Packets per class and verdict (their sum is every packet of the class)", pkts);
-    reg.register("class_bytes", "Bytes per class and verdict", bytes);
-    reg.register("class_rate_limit_packets_per_second", "Configured packets/s limit of limited classes", limit);
-    let what = "The budget's throttle on the class while a service of higher priority is or was in distress";
-    reg.register("class_throttle_packets_per_second", what, throttle);
-    let what = "Time the class's service showed distress (socket drops or queue, accept queue, listen overflows)";
-    reg.register("class_distress_seconds", what, distress);
-    let what =
-        "Packets the gate dropped while the class's service had room (no distress) and only sluice's own limit applied";
-    reg.register("class_dropped_with_room_packets", what, harm);
+    add(reg, "syn_guard_answering", answering);
+    add(reg, "syn_cookie_acks", cookies);
+    add(reg, "class_packets", pkts);
+    add(reg, "class_bytes", bytes);
+    add(reg, "class_rate_limit_packets_per_second", limit);
+    add(reg, "class_throttle_packets_per_second", throttle);
+    add(reg, "class_distress_seconds", distress);
+    add(reg, "class_dropped_with_room_packets", harm);
     register_kernel_drops(reg, classes);
     register_source_families(reg, classes);
 }
@@ -162,9 +152,7 @@ fn register_kernel_drops(reg: &mut Registry, classes: &[ClassSnapshot]) {
             kernel.get_or_create(&l).inc_by(d.packets);
         }
     }
-    let what =
-        "Packets of a class the kernel dropped after the gate admitted them, by receive stage and kernel drop reason";
-    reg.register("kernel_dropped_packets", what, kernel);
+    add(reg, "kernel_dropped_packets", kernel);
 }
 
 /// Source fairness of the classes that count sources or learn.
@@ -185,13 +173,9 @@ fn register_source_families(reg: &mut Registry, classes: &[ClassSnapshot]) {
             quota.get_or_create(&l).set(q as u64);
         }
     }
-    reg.register("class_sources_active", "Distinct unknown sources per 10 ms epoch (mean over a second)", active);
-    reg.register("class_sources_known", "Known sources of the class (clients it answered while healthy)", known);
-    reg.register(
-        "class_source_quota_packets",
-        "One unknown source's share, packets per 10 ms epoch, paced by the gate (limited classes)",
-        quota,
-    );
+    add(reg, "class_sources_active", active);
+    add(reg, "class_sources_known", known);
+    add(reg, "class_source_quota_packets", quota);
 }
 
 /// The controller's view of each auto class.
@@ -213,11 +197,10 @@ fn register_auto_families(reg: &mut Registry, classes: &[ClassSnapshot]) {
         lost.get_or_create(&class()).set(a.lost_secs);
         state.get_or_create(&vec![label("class", &c.name), label("algo", &a.algo), label("state", &a.state)]).set(1.0);
     }
-    let what = "Auto classes: capacity estimate, controller target (all auto classes) and the class's current rate";
-    reg.register("auto_rate_packets_per_second", what, pps);
-    reg.register("auto_socket_queued_bytes", "Auto classes: bytes queued in the class's fullest socket", queue);
-    reg.register("auto_signals_lost_seconds", "Auto classes: seconds without signals (holding, then fallback)", lost);
-    reg.register("auto_state", "Auto classes: the controller's state (value 1 on the current state)", state);
+    add(reg, "auto_rate_packets_per_second", pps);
+    add(reg, "auto_socket_queued_bytes", queue);
+    add(reg, "auto_signals_lost_seconds", lost);
+    add(reg, "auto_state", state);
 }
 
 /// The same metrics in the Prometheus text format 0.0.4, for scrapers that

@@ -11,6 +11,7 @@ pub use crate::surface::cli::human;
 pub use metrics::{prometheus_text, prometheus_text_004};
 pub use table::{render_sources_class, render_table};
 
+pub mod families;
 mod metrics;
 mod table;
 
