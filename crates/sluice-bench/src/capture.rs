@@ -23,8 +23,8 @@ use serde::{Deserialize, Serialize};
 use crate::gen::{stream_value, udp_stream, Generator};
 use crate::victim::{link_stats, VictimBed, VictimModel, IF_A, IF_B};
 use sluice::dataplane::gate::Gate;
-use sluice::dataplane::trace::fate::{Interval, INTERVALS};
-use sluice::{dataplane::classify, policy::config, tools::netns};
+use sluice::surface::trace::fate::{Interval, INTERVALS};
+use sluice::{base::netns, dataplane::classify, policy::config};
 
 /// The captured class's frames per run (the capture-cost study's count).
 pub const FRAMES: u64 = 10_000;
@@ -226,7 +226,7 @@ impl Bed {
         let ifindex = netns::run_in(&net.b, || Ok(sluice::dataplane::gate::ifindex(IF_B)?))?;
         let topts = sluice::dataplane::trace::Options {
             ifindex,
-            netns: sluice::tools::netns::inode(&net.b)?,
+            netns: sluice::base::netns::inode(&net.b)?,
             default_class: 1,
             drops_only: false,
             tgid: None,
@@ -258,7 +258,10 @@ impl Bed {
             .zip(gate_stats(&self.gate))
             .and_then(|((t0, n0), (t1, n1))| (n1 > n0 && t1 > t0).then(|| (t1 - t0) as f64 / (n1 - n0) as f64));
         let c = tracer.counts()?;
-        let kernel_drops = tracer.drops_of(&c, 0).into_iter().map(|d| (d.stage, d.reason, d.packets)).collect();
+        let kernel_drops = sluice::surface::trace::drops_of(&tracer, &c, 0)
+            .into_iter()
+            .map(|d| (d.stage, d.reason, d.packets))
+            .collect();
         let driver_stack = Some(Interval::of(INTERVALS[0], &c.latency[0][0]));
         let sent_captured = counts[0].sent;
         Ok(CaptureRun {

@@ -136,7 +136,7 @@ pub fn summary(cal: &Calibration, p: &[Phase], qps: u64) -> String {
     if let [calm, off, zero] = p {
         s += &format!(
             "verdict: under a {} pkt/s flood to a closed port ({}), NSD answered {} of its clients' queries with `sluice run --iface vb` alone, {} without sluice (p99 {} vs {} unflooded)\n",
-            off.flood_pps.map_or("n/a".into(), sluice::surface::stats::human),
+            off.flood_pps.map_or("n/a".into(), sluice::base::fmt::human),
             times_text(off.flood_pps.and_then(|f| cal.times(f))),
             pct(zero.answered()),
             pct(off.answered()),
@@ -146,8 +146,8 @@ pub fn summary(cal: &Calibration, p: &[Phase], qps: u64) -> String {
     }
     s += &format!(
         "calibration: the flood alone, {}/s sent; the victim's stack took {}/s of it (Udp NoPorts on B, its CPU full): {}\n",
-        sluice::surface::stats::human(cal.sent_pps),
-        sluice::surface::stats::human(cal.taken_pps),
+        sluice::base::fmt::human(cal.sent_pps),
+        sluice::base::fmt::human(cal.taken_pps),
         times_text(cal.times(cal.sent_pps)),
     );
     if cal.times(cal.sent_pps).is_some_and(|r| r < MIN_RATIO) {
@@ -162,8 +162,8 @@ pub fn summary(cal: &Calibration, p: &[Phase], qps: u64) -> String {
         s += &format!(
             "{:<42} {:>10} {:>10} {:>9} {:>10} {:>10} {:>9} {:>10}\n",
             ph.label,
-            ph.flood_pps.map_or("-".into(), sluice::surface::stats::human),
-            format!("{}{short}", sluice::surface::stats::human(ph.perf.sent_qps)),
+            ph.flood_pps.map_or("-".into(), sluice::base::fmt::human),
+            format!("{}{short}", sluice::base::fmt::human(ph.perf.sent_qps)),
             pct(ph.answered()),
             ms(ph.pct(0.50)),
             ms(ph.pct(0.99)),
@@ -231,8 +231,8 @@ impl Demo<'_> {
         let cal = Calibration { sent_pps: Self::flood_rate(rx)?, taken_pps: taken };
         println!(
             "== calibration: the flood alone, {}/s sent, the victim took {}/s: {}",
-            sluice::surface::stats::human(cal.sent_pps),
-            sluice::surface::stats::human(cal.taken_pps),
+            sluice::base::fmt::human(cal.sent_pps),
+            sluice::base::fmt::human(cal.taken_pps),
             times_text(cal.times(cal.sent_pps))
         );
         Ok(cal)

@@ -105,9 +105,9 @@ pub fn probe_bound(
     let any: IpAddr =
         if server.is_ipv4() { std::net::Ipv4Addr::UNSPECIFIED.into() } else { std::net::Ipv6Addr::UNSPECIFIED.into() };
     let local = SocketAddr::new(bind.unwrap_or(any), 0);
-    let sock = sluice::tools::netns::run_in(ns, move || Ok(UdpSocket::bind(local)?))?;
+    let sock = sluice::base::netns::run_in(ns, move || Ok(UdpSocket::bind(local)?))?;
     std::thread::spawn(move || {
-        sluice::tools::netns::pin_thread(cpu)?;
+        sluice::base::netns::pin_thread(cpu)?;
         probe(sock, server, rate, secs)
     })
     .join()

@@ -26,8 +26,8 @@ pub struct Load {
 /// (pinned to `cpu`), each carrying its send time; the echoes give the RTTs.
 pub fn client(ns: &str, cpu: usize, dst: &str, rate: u64, secs: f64) -> Result<Load> {
     let (ns, dst) = (ns.to_string(), dst.to_string());
-    sluice::tools::netns::run_in(&ns, move || {
-        sluice::tools::netns::pin_thread(cpu)?;
+    sluice::base::netns::run_in(&ns, move || {
+        sluice::base::netns::pin_thread(cpu)?;
         // Ahead of the other tasks on its CPU: it sleeps between sends, so it
         // takes only what it needs, and sends on time whatever else runs there.
         // SAFETY: setpriority on this thread's own id.

@@ -138,7 +138,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sluice::dataplane::trace::fate::Drop;
+    use sluice::surface::trace::fate::Drop;
 
     #[test]
     fn the_parts_add_up_to_applied_and_use_the_tracer_when_there() {

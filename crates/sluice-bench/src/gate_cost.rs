@@ -209,7 +209,7 @@ fn syn_gate(port: u16, answer: bool) -> Result<Gate> {
         gate.set_shares(bench, &vec![share(pps, burst); gate.ncpus()])?;
     }
     gate.set_syn_key([0x0123_4567_89ab_cdef, 0xfeed_f00d], 1500);
-    gate.set_clock(&Clock { epoch: 1, now_ms: Clock::wall_ms(), known_ttl_ms: 3_600_000 });
+    gate.set_clock(&Clock { epoch: 1, now_ms: sluice::base::clock::wall_ms(), known_ttl_ms: 3_600_000 });
     let guard = sluice_syn_guard { answer: u32::from(answer), check_until_ms: u64::MAX, ..Default::default() };
     gate.set_syn_guard(bench, &guard)?;
     Ok(gate)
@@ -301,7 +301,7 @@ fn source_cells(pkt: &[u8]) -> Result<(Vec<Vec<Cell>>, Memory)> {
             };
             let fair = if case == SourceCase::Learning { sluice_fair { learn: 1, ..Default::default() } } else { fair };
             gate.set_fairness(id, &vec![fair; gate.ncpus()])?;
-            gate.set_clock(&Clock { epoch: 1, now_ms: Clock::wall_ms(), known_ttl_ms: 3_600_000 });
+            gate.set_clock(&Clock { epoch: 1, now_ms: sluice::base::clock::wall_ms(), known_ttl_ms: 3_600_000 });
             if many {
                 gate.fill_sources(id as u8, SOURCES_MANY - 1, 1)?;
                 if memory.0.is_none() {
@@ -314,7 +314,7 @@ fn source_cells(pkt: &[u8]) -> Result<(Vec<Vec<Cell>>, Memory)> {
                 let mut addr = [0u8; 16];
                 addr[..4].copy_from_slice(&[10, 0, 0, 1]);
                 let key = sluice_src_key { class_id: id as u8, family: 4, plen: 32, addr, ..Default::default() };
-                let last_ms = Clock::wall_ms();
+                let last_ms = sluice::base::clock::wall_ms();
                 let first_ms = last_ms - 2000;
                 // Answered at a rate no test run reaches: it stays within its own rate.
                 let answers = 1_000_000_000;

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::gen::{stream_value, udp_stream, Generator};
 use crate::victim::{link_stats, VictimBed, VictimModel, IF_A, IF_B};
 use sluice::dataplane::gate::Gate;
-use sluice::{dataplane::classify, policy::config, tools::netns};
+use sluice::{base::netns, dataplane::classify, policy::config};
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub struct GenCheck {

@@ -49,7 +49,7 @@ pub fn start_nginx(dir: &Path, ns: &str, cpu: usize, client_ns: &str, addr: std:
     let p = Proc::spawn_server(c, "nginx (is it installed? make deps installs it)")?;
     p.wait_ready("nginx", &format!("accepting connections on {to}"), Duration::from_secs(10), || {
         let connect = move || Ok(TcpStream::connect_timeout(&to, Duration::from_millis(200))?);
-        Ok(sluice::tools::netns::run_in(client_ns, connect).is_ok())
+        Ok(sluice::base::netns::run_in(client_ns, connect).is_ok())
     })
 }
 
@@ -175,13 +175,13 @@ pub fn start_probe(ns: &str, cpu: usize, addr: std::net::IpAddr, secs: f64) -> J
     std::thread::spawn(move || {
         let kept_ns = ns.clone();
         let kept = std::thread::spawn(move || {
-            sluice::tools::netns::run_in(&kept_ns, move || {
-                sluice::tools::netns::pin_thread(cpu)?;
+            sluice::base::netns::run_in(&kept_ns, move || {
+                sluice::base::netns::pin_thread(cpu)?;
                 Ok(keep_asking(to, end))
             })
         });
-        let connects = sluice::tools::netns::run_in(&ns, move || {
-            sluice::tools::netns::pin_thread(cpu)?;
+        let connects = sluice::base::netns::run_in(&ns, move || {
+            sluice::base::netns::pin_thread(cpu)?;
             Ok(time_connects(to, end))
         })?;
         let (kept, kept_secs, kept_broken) =

@@ -58,7 +58,7 @@ pub struct Ledger {
     /// kernel's drops after the gate by stage and reason, and applied minus
     /// ring, XDP, nft, these and delivered. Empty/None without the tracer.
     #[serde(default)]
-    pub kernel_drops: Vec<sluice::dataplane::trace::fate::Drop>,
+    pub kernel_drops: Vec<sluice::surface::trace::fate::Drop>,
     #[serde(default)]
     pub traced_unaccounted: Option<i64>,
 }
@@ -95,7 +95,7 @@ impl Ledger {
                 .iter()
                 .map(|(reason, &n)| (reason, n.saturating_sub(k0.get(reason).copied().unwrap_or(0))))
                 .filter(|(_, n)| *n > 0)
-                .map(|(reason, packets)| sluice::dataplane::trace::fate::Drop::new(reason.clone(), packets))
+                .map(|(reason, packets)| sluice::surface::trace::fate::Drop::new(reason.clone(), packets))
                 .collect();
             let kernel: u64 = l.kernel_drops.iter().map(|d| d.packets).sum();
             l.traced_unaccounted =

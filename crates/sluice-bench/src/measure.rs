@@ -10,11 +10,11 @@ use std::thread::JoinHandle;
 use anyhow::{Context, Result};
 
 use crate::gen::mono_ns;
+use sluice::base::netns;
 pub use sluice::signals::{
     kernel::parse_snmp_udp, kernel::parse_softnet, kernel::softnet, kernel::udp_counters, kernel::NsFile,
     kernel::UdpCounters,
 };
-use sluice::tools::netns;
 
 /// A loop iteration longer than this means the idle thread was not running
 /// (pre-empted by anything else on the CPU): that gap is not idle time.

@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 use crate::rig::Rig;
 use crate::scenario::{ConfigKind, Scenario};
 use crate::victim::VictimModel;
-use sluice::surface::cli::missing_or;
+use sluice::base::fmt::missing_or;
 use sluice_testkit::summary::median;
 
 pub const BIN: f64 = 0.25;

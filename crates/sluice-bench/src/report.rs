@@ -164,12 +164,12 @@ where
             // Log-scale ticks come at 1..9 x 10^k: label 1, 2 and 5 only, so labels do not overlap.
             let lead = (v / 10f64.powf(v.log10().floor())).round();
             if [1.0, 2.0, 5.0].contains(&lead) {
-                format!("{} ({:.1}x)", sluice::surface::stats::human(*v), v / peak)
+                format!("{} ({:.1}x)", sluice::base::fmt::human(*v), v / peak)
             } else {
                 String::new()
             }
         })
-        .y_label_formatter(&|v| sluice::surface::stats::human(*v))
+        .y_label_formatter(&|v| sluice::base::fmt::human(*v))
         .draw()
         .map_err(e)?;
     if let Some(p) = peak_line {
@@ -273,7 +273,7 @@ fn loss_free_table(o: &mut String, m: &ModelRun) {
     for c in configs {
         let (free, lossy) = loss_free(&m.points, c);
         let level = |p: Option<&Point>| {
-            p.and_then(|p| Some(format!("{}x ({}/s)", p.multiple, sluice::surface::stats::human(p.sent_pps.median?))))
+            p.and_then(|p| Some(format!("{}x ({}/s)", p.multiple, sluice::base::fmt::human(p.sent_pps.median?))))
                 .unwrap_or_else(|| "none".into())
         };
         let cost = free.and_then(|p| p.sent_pps.median).map_or("n/a".into(), |s| format!("{:.0} ns", 1e9 / s));
@@ -300,14 +300,14 @@ pub fn summary(r: &Results) -> String {
             o,
             "{} model: peak {}/s delivered; MLFRR (< {}% loss) {}; static rate {}/s; {} repeat(s) per level: median (min-max)",
             m.model.name(),
-            sluice::surface::stats::human(m.peak_pps),
+            sluice::base::fmt::human(m.peak_pps),
             crate::sweep::LOSS_FREE * 100.0,
             m.mlfrr_pps.map_or("n/a (no loss-free level)".into(), |x| format!(
                 "{}/s ({:.0} ns per packet)",
-                sluice::surface::stats::human(x),
+                sluice::base::fmt::human(x),
                 1e9 / x
             )),
-            sluice::surface::stats::human(m.static_rate),
+            sluice::base::fmt::human(m.static_rate),
             r.scenario.repeats
         );
         let _ = writeln!(
@@ -337,8 +337,8 @@ pub fn summary(r: &Results) -> String {
                 "  {:<9} {:>5}x {:>8} {:>24} {:>6} {:>11} {:>8} {:>20} {:>6} {:>8} {:>8}",
                 p.config.name(),
                 p.multiple,
-                p.sent_pps.median.map_or("n/a".into(), sluice::surface::stats::human),
-                p.delivered_pps.show(sluice::surface::stats::human),
+                p.sent_pps.median.map_or("n/a".into(), sluice::base::fmt::human),
+                p.delivered_pps.show(sluice::base::fmt::human),
                 p.delivered_pps.median.map_or("n/a".into(), |d| pct(d / m.peak_pps.max(1.0))),
                 cpu,
                 p.ns_per_delivered.show(|v| format!("{v:.0}")),

@@ -28,7 +28,7 @@ use sluice::daemon::tick::Ticker;
 use sluice::dataplane::gate::Gate;
 use sluice::policy::config::{self, NapiSched, XdpMode};
 use sluice::surface::stats::ClassTotals;
-use sluice::{dataplane::classify, tools::netns};
+use sluice::{base::netns, dataplane::classify};
 
 pub const LEGIT_SPORT: u16 = 40000;
 pub const FLOOD_SPORT: u16 = 20000;
@@ -221,7 +221,7 @@ impl Rig {
         if self.tb.model == VictimModel::SameCore {
             // The receive-work knob: SCHED_IDLE for auto-idle, back to normal otherwise.
             let policy = if kind == ConfigKind::AutoIdle { NapiSched::Idle } else { NapiSched::Keep };
-            sluice::tools::netns::run_in(&self.tb.net.b, move || set_napi(IF_B, policy))?;
+            sluice::base::netns::run_in(&self.tb.net.b, move || set_napi(IF_B, policy))?;
             // The idle-thread meter would compete with a SCHED_IDLE kthread:
             // /proc/stat alone measures that configuration.
             self.meter.pause(kind == ConfigKind::AutoIdle);
@@ -408,7 +408,7 @@ fn drop_tracer(ns: &str, prog_id: u32) -> Option<sluice::dataplane::trace::Trace
             .with_context(|| format!("finding {IF_B} in {b}"))?;
         let opts = sluice::dataplane::trace::Options {
             ifindex,
-            netns: sluice::tools::netns::inode(ns)?,
+            netns: sluice::base::netns::inode(ns)?,
             default_class: 0,
             drops_only: true,
             tgid: None,

@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use crate::rig::Rig;
 use crate::scenario::{ConfigKind, Scenario};
 use crate::victim::VictimModel;
-use sluice::surface::cli::missing_or;
+use sluice::base::fmt::missing_or;
 use sluice_testkit::summary::{coefficient_of_variation, percentile};
 
 /// The sampling period of the time series.
@@ -163,7 +163,7 @@ fn one_run(env: &mut Rig, config: ConfigKind, peak: f64, o: &StepOpts) -> Result
     let done = env.send_for(Duration::from_secs_f64(total + 0.2));
     let _ = env.take_replies();
     // Sample from the generator's CPU: on the victim's it would steal from the service.
-    sluice::tools::netns::pin_thread(env.tb.gen_cpu)?;
+    sluice::base::netns::pin_thread(env.tb.gen_cpu)?;
     let t0 = Instant::now();
     let mono0 = crate::gen::mono_ns();
     let mut trace = vec![];
@@ -252,8 +252,8 @@ pub fn summary(r: &StepResults) -> String {
             "{} {}: peak {}/s, flood {}/s, phases of {} s",
             run.model.name(),
             run.config.name(),
-            sluice::surface::stats::human(run.peak_pps),
-            sluice::surface::stats::human(run.flood_pps),
+            sluice::base::fmt::human(run.peak_pps),
+            sluice::base::fmt::human(run.flood_pps),
             run.phase_secs
         );
         let _ = writeln!(
@@ -266,8 +266,8 @@ pub fn summary(r: &StepResults) -> String {
                 o,
                 "  {:<12} {:>9} {:>9} {:>8} {:>8.1}% {:>6} {:>6.2}% {:>8}",
                 p.name,
-                sluice::surface::stats::human(p.steady_admitted_pps),
-                sluice::surface::stats::human(p.steady_delivered_pps),
+                sluice::base::fmt::human(p.steady_admitted_pps),
+                sluice::base::fmt::human(p.steady_delivered_pps),
                 p.settle_secs.map_or("never".into(), |s| format!("{:.0}ms", s * 1e3)),
                 p.overshoot * 100.0,
                 missing_or(p.admitted_cv, |v| format!("{:.1}%", v * 100.0)),
@@ -308,7 +308,7 @@ where
         .configure_mesh()
         .x_desc("time (s); phases: flood | cost x2 | cost back | flood stops | flood again")
         .y_desc(format!("{what} (packets/s, 100 ms mean)"))
-        .y_label_formatter(&|v| sluice::surface::stats::human(*v))
+        .y_label_formatter(&|v| sluice::base::fmt::human(*v))
         .draw()
         .map_err(e)?;
     for r in runs {

@@ -21,7 +21,7 @@ use sluice::policy::config::{self, XdpMode};
 use sluice::signals::discover::{self, Discovery};
 use sluice::signals::health::HealthReader;
 use sluice::signals::kernel::{softnet, NsFile, SockDiag, TCP_LISTEN};
-use sluice::{dataplane::classify, tools::netns};
+use sluice::{base::netns, dataplane::classify};
 use sluice_testkit::testbed::{Testbed, TestbedOpts, IF_B};
 
 use crate::victim::NS_PREFIX;

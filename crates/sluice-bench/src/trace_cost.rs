@@ -82,7 +82,7 @@ fn stop_trace(child: Child) -> Result<Option<f64>> {
     if !out.status.success() {
         bail!("sluice trace failed: {}", String::from_utf8_lossy(&out.stderr));
     }
-    let r: sluice::dataplane::trace::fate::Report =
+    let r: sluice::surface::trace::fate::Report =
         serde_json::from_slice(&out.stdout).context("reading sluice trace's JSON")?;
     Ok(r.classes
         .iter()
@@ -134,14 +134,14 @@ pub fn run(o: &Opts) -> Result<Results> {
 pub fn summary(r: &Results) -> String {
     let mut o = format!(
         "sluice trace's cost at 1x load (nic model, static limit at the calibrated peak {}/s):\n",
-        sluice::surface::stats::human(r.peak_pps)
+        sluice::base::fmt::human(r.peak_pps)
     );
     for (mode, _) in MODES {
         let d = Stat::of_all(r.windows.iter().filter(|w| w.mode == mode).map(|w| w.delivered_pps));
         let u = Stat::of(r.windows.iter().filter(|w| w.mode == mode).map(|w| w.trace_unaccounted_pct));
         o += &format!(
             "  {mode:<10} delivered {}/s median (min-max); trace ledger unaccounted {}\n",
-            d.show(sluice::surface::stats::human),
+            d.show(sluice::base::fmt::human),
             if mode == "untraced" { "-".to_string() } else { u.show(|v| format!("{v:.2}%")) }
         );
     }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
-use sluice::tools::netns::sh;
+use sluice::base::netns::sh;
 use sluice_testkit::testbed::{Testbed, TestbedOpts};
 pub use sluice_testkit::testbed::{IF_A, IF_B};
 
@@ -106,7 +106,7 @@ impl VictimBed {
     /// switched on.
     pub fn napi_threads(&self) -> Result<Vec<i32>> {
         for _ in 0..50 {
-            let pids = sluice::tools::netns::run_in(&self.net.b, || Ok(sluice::daemon::sched::napi_threads(IF_B)))?;
+            let pids = sluice::base::netns::run_in(&self.net.b, || Ok(sluice::daemon::sched::napi_threads(IF_B)))?;
             if !pids.is_empty() {
                 return Ok(pids);
             }

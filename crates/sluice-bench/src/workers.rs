@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 
 use crate::gen::{mono_ns, Generator, StreamCount};
-use sluice::tools::netns;
+use sluice::base::netns;
 
 /// What a generator run returns: the per-stream counts and the seconds it sent for.
 pub(crate) type GenDone = Result<(Vec<StreamCount>, f64)>;

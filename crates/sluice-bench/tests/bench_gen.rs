@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use sluice::dataplane::gate::Gate;
-use sluice::{dataplane::classify, policy::config, tools::netns};
+use sluice::{base::netns, dataplane::classify, policy::config};
 use sluice_bench::gen::{stream_value, udp_stream, Generator};
 use sluice_bench::victim::{link_stats, VictimBed, VictimModel, IF_A, IF_B};
 

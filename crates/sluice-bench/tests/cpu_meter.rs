@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sluice::tools::netns::pin_thread;
+use sluice::base::netns::pin_thread;
 use sluice_bench::level::CPU_METERS_BOUND;
 use sluice_bench::measure::IdleMeter;
 

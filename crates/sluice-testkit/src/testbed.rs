@@ -10,7 +10,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 
-use sluice::tools::netns::sh;
+use sluice::base::netns::sh;
 
 /// The veth end in A and in B.
 pub const IF_A: &str = "va";

@@ -113,7 +113,7 @@ struct RunArgs {
     /// MESSAGE) or "json" (one object per line: ts, level, event, msg and the
     /// event's fields). A line per limit or class change, at most 10 a second.
     #[arg(long, value_name = "FORMAT", value_parser = parse_log_format, default_value = "human")]
-    log_format: sluice::surface::log::Format,
+    log_format: sluice::base::log::Format,
 }
 
 /// Show a running daemon's classes, rates and counters.
@@ -307,10 +307,10 @@ fn parse_mode(s: &str) -> Result<XdpMode, String> {
     }
 }
 
-fn parse_log_format(s: &str) -> Result<sluice::surface::log::Format, String> {
+fn parse_log_format(s: &str) -> Result<sluice::base::log::Format, String> {
     match s {
-        "human" => Ok(sluice::surface::log::Format::Human),
-        "json" => Ok(sluice::surface::log::Format::Json),
+        "human" => Ok(sluice::base::log::Format::Human),
+        "json" => Ok(sluice::base::log::Format::Json),
         _ => Err(format!("\"{s}\": valid formats are human and json")),
     }
 }
@@ -348,7 +348,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             // "sluice: error: ..." (one JSON object with `run --log-format json`).
-            sluice::surface::log::error(format_args!("{e:#}"));
+            sluice::base::log::error(format_args!("{e:#}"));
             ExitCode::from(1)
         }
     }
@@ -381,13 +381,13 @@ impl From<RunArgs> for daemon::RunOpts {
 
 fn cmd_run(a: RunArgs) -> Result<()> {
     let json = a.json;
-    sluice::surface::log::set_format(a.log_format);
+    sluice::base::log::set_format(a.log_format);
     let snap = daemon::Daemon::start(a.into())?.run()?;
     print_json_or(json, &snap, stats::render_table)
 }
 
 fn cmd_trace(a: TraceArgs) -> Result<()> {
-    let opts = sluice::dataplane::trace::TraceOpts {
+    let opts = sluice::surface::trace::TraceOpts {
         iface: a.iface,
         socket: a.socket,
         class: a.class,
@@ -398,8 +398,8 @@ fn cmd_trace(a: TraceArgs) -> Result<()> {
         discover: !a.no_discover,
         progress: !a.json,
     };
-    let report = sluice::dataplane::trace::run(&opts)?;
-    print_json_or(a.json, &report, sluice::dataplane::trace::fate::render)
+    let report = sluice::surface::trace::run(&opts)?;
+    print_json_or(a.json, &report, sluice::surface::trace::fate::render)
 }
 
 fn cmd_status(a: StatusArgs) -> Result<()> {

@@ -277,7 +277,7 @@ fn a_service_that_appears_and_goes_mid_flood_is_followed_by_the_cpu_signal() {
     let svc = tb.spawn_cmd(&ns, &["taskset", "-c", "0", "python3", "-c", busy]);
     let s = wait_for(&tb, 4, "the new service protected", |s| {
         class(s, "/tcp:7200")
-            .is_some_and(|c| c.rx_cpu_taken_max.is_some_and(|t| t >= sluice::signals::rx_cpu::CPU_TAKEN))
+            .is_some_and(|c| c.rx_cpu_taken_max.is_some_and(|t| t >= sluice::policy::budget::CPU_TAKEN))
             && s.classes.iter().find(|c| c.is_default).is_some_and(|d| d.throttle_pps.is_some())
     });
     eprintln!("appeared: taken max {:?}", class(&s, "/tcp:7200").unwrap().rx_cpu_taken_max);
@@ -363,4 +363,46 @@ fn observe_mode_predicts_what_enforcing_drops() {
         100.0 * svc_observed,
         100.0 * svc_enforced
     );
+}
+
+/// Merged configs are valid and classify as merged (compiled into the
+/// gate's tables and looked up: no kernel needed).
+#[test]
+fn a_merged_config_compiles_and_sends_each_service_its_packets() {
+    use sluice::bpf_intf::SLUICE_SLOT_UDP;
+    use sluice::dataplane::classify::{compile, Probe};
+    use sluice::signals::discover::{merge, Family, Owner, Service, L4};
+    let svc = |l4, port, family, pid: u32, comm: &str, uid| Service {
+        l4,
+        port,
+        owners: vec![Owner { pid, comm: comm.into(), nice: Ok(0), uid }],
+        family,
+    };
+    let base = sluice::policy::config::from_flags(&[]).unwrap();
+    let probe = |port, src: &str| Probe { slot: SLUICE_SLOT_UDP, port, src: src.parse().unwrap() };
+    // One service a port: port 53 goes to nsd's class.
+    let (cfg, _) = merge(
+        &base,
+        &[svc(L4::Udp, 53, Family::Both, 1, "nsd", None), svc(L4::Tcp, 22, Family::Both, 2, "sshd", None)],
+    );
+    let id =
+        |cfg: &sluice::policy::config::Config, name: &str| cfg.classes.iter().position(|c| c.name == name).unwrap();
+    assert_eq!(compile(&cfg).unwrap().lookup(&probe(53, "10.0.0.1")), id(&cfg, "nsd/udp:53"));
+    // A thousand ports, grouped: the tables still hold them.
+    let many: Vec<Service> = (0..1000u16)
+        .map(|i| {
+            svc(L4::Udp, 10_000 + i, Family::Both, 100 + u32::from(i % 3), ["a", "b", "c"][usize::from(i % 3)], None)
+        })
+        .collect();
+    let (cfg, note) = merge(&base, &many);
+    assert!(note.grouped);
+    compile(&cfg).unwrap();
+    // A v6-only bind beside an IPv4 service: each family to its own class.
+    let (cfg, _) = merge(
+        &base,
+        &[svc(L4::Udp, 53, Family::V4, 100, "nsd", None), svc(L4::Udp, 53, Family::V6, 200, "mine", Some(1000))],
+    );
+    let t = compile(&cfg).unwrap();
+    assert_eq!(t.lookup(&probe(53, "192.0.2.1")), id(&cfg, "nsd/udp4:53"), "IPv4 goes to the IPv4 service");
+    assert_eq!(t.lookup(&probe(53, "2001:db8::1")), id(&cfg, "mine/udp6:53"), "IPv6 to the v6-only one");
 }

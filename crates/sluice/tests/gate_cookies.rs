@@ -38,7 +38,7 @@ fn answer(g: &TestGate, syn: &Segment) -> (u32, Parsed) {
 #[test]
 fn a_guarded_ipv4_syn_gets_a_syn_ack_with_a_cookie_and_the_clients_options() {
     let (_l, port) = listener();
-    let g = guarded(port, Clock::wall_ms());
+    let g = guarded(port, sluice::base::clock::wall_ms());
     let mut syn = Segment::new("127.0.0.2", "127.0.0.1", 40000, port, SYN);
     syn.options = linux_syn_options(1460, 777);
     let (verdict, sa) = answer(&g, &syn);
@@ -68,7 +68,7 @@ fn a_guarded_ipv4_syn_gets_a_syn_ack_with_a_cookie_and_the_clients_options() {
 fn a_guarded_ipv6_syn_behind_a_vlan_tag_is_answered_too() {
     let l = TcpListener::bind("[::1]:0").unwrap();
     let port = l.local_addr().unwrap().port();
-    let g = guarded(port, Clock::wall_ms());
+    let g = guarded(port, sluice::base::clock::wall_ms());
     let mut syn = Segment::new("::1", "::1", 40000, port, SYN);
     syn.vlan = Some(42);
     syn.options = vec![2, 4, 0x05, 0xa0, 1, 1, 4, 2]; // MSS 1440, NOP NOP SACK-permitted
@@ -91,7 +91,7 @@ fn pass(g: &TestGate, what: &str, s: &Segment) {
 
 #[test]
 fn what_the_gate_leaves_to_the_kernel() {
-    let now = Clock::wall_ms();
+    let now = sluice::base::clock::wall_ms();
     let (l, port) = listener();
     let g = guarded(port, now);
     let syn = |flags: u8| Segment::new("127.0.0.2", "127.0.0.1", 40000, port, flags);
@@ -143,7 +143,7 @@ fn what_the_gate_leaves_to_the_kernel() {
 #[test]
 fn the_syn_ack_offers_only_what_the_namespace_allows() {
     let (_l, port) = listener();
-    let mut g = guarded(port, Clock::wall_ms());
+    let mut g = guarded(port, sluice::base::clock::wall_ms());
     let mut syn = Segment::new("127.0.0.2", "127.0.0.1", 40000, port, SYN);
     syn.options = linux_syn_options(1460, 777);
     let all = SLUICE_SYN_COOKIES | SLUICE_SYN_SACK | SLUICE_SYN_TS | SLUICE_SYN_WSCALE;
@@ -165,7 +165,7 @@ fn the_syn_ack_offers_only_what_the_namespace_allows() {
     // An MPTCP listener: bpf_sk_assign_tcp_reqsk refuses it.
     let mptcp = mptcp_listener();
     let port = mptcp.local_addr().unwrap().port();
-    let g = guarded(port, Clock::wall_ms());
+    let g = guarded(port, sluice::base::clock::wall_ms());
     pass(&g, "a SYN to an MPTCP listener", &Segment::new("127.0.0.2", "127.0.0.1", 40000, port, SYN));
     assert_eq!(counter(&g, SLUICE_CS_SYNACK_PKTS), 0);
 }
@@ -207,7 +207,7 @@ fn ack_for(syn: &Segment, sa: &Parsed) -> Segment {
 #[test]
 fn the_checker_takes_a_valid_cookie_and_refuses_a_wrong_or_expired_one() {
     let (_l, port) = listener();
-    let now = Clock::wall_ms();
+    let now = sluice::base::clock::wall_ms();
     let mut g = guarded(port, now);
     let mut syn = Segment::new("127.0.0.2", "127.0.0.1", 40000, port, SYN);
     syn.options = linux_syn_options(65495, 777);
@@ -246,7 +246,7 @@ fn the_checker_takes_a_valid_cookie_and_refuses_a_wrong_or_expired_one() {
 
 #[test]
 fn the_checker_leaves_acks_alone_outside_a_guard_or_without_a_listener() {
-    let now = Clock::wall_ms();
+    let now = sluice::base::clock::wall_ms();
     let (l, port) = listener();
     let g = guarded(port, now);
     let mut syn = Segment::new("127.0.0.2", "127.0.0.1", 40000, port, SYN);
@@ -275,7 +275,7 @@ fn the_checker_leaves_acks_alone_outside_a_guard_or_without_a_listener() {
 fn acks_and_rsts_of_no_connection_are_dropped_while_the_guard_answers() {
     const XDP_DROP: u32 = 1;
     let (l, port) = listener();
-    let g = guarded(port, Clock::wall_ms());
+    let g = guarded(port, sluice::base::clock::wall_ms());
     let verdict = |s: &Segment| g.gate.test_run(Prog::Gate, &s.build(), 1).unwrap().0;
     let mut junk = Segment::new("127.0.0.2", "127.0.0.1", 40001, port, ACK);
     (junk.seq, junk.ack) = (0x1111_1111, 0x2222_2222);

@@ -212,7 +212,7 @@ fn fairness_and_learning_on(g: &mut TestGate) {
         g.gate.set_fairness(id, &vec![f; g.gate.ncpus()]).unwrap();
         g.gate.set_known_room(id, 64).unwrap();
     }
-    g.gate.set_clock(&Clock { epoch: 1, now_ms: Clock::wall_ms(), known_ttl_ms: 3_600_000 });
+    g.gate.set_clock(&Clock { epoch: 1, now_ms: sluice::base::clock::wall_ms(), known_ttl_ms: 3_600_000 });
 }
 
 #[test]

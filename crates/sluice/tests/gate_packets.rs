@@ -236,7 +236,7 @@ fn reapplying_a_config_moves_classes_and_clears_old_prefixes() {
 fn a_class_sent_away_is_redirected_to_the_cpumap_after_admission() {
     let g = TestGate::new(&["low:priority=5,match=udp:7000", "tight:rate=1,burst=1,match=udp:7001"]);
     let (low, tight) = (g.class("low"), g.class("tight"));
-    sluice::tools::netns::pin_thread(0).unwrap();
+    sluice::base::netns::pin_thread(0).unwrap();
     let pkt = |port| Frame::udp("10.0.0.1", "10.0.0.2", 999, port).build();
     g.gate.set_away(low, Some(1)).unwrap();
     g.gate.set_away(tight, Some(1)).unwrap();

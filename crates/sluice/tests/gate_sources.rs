@@ -38,7 +38,7 @@ fn fair(g: &TestGate, class: &str, interval_ns: u32, rate: u64, burst: u64, plen
 }
 
 fn clock(g: &mut TestGate, epoch: u32) {
-    g.gate.set_clock(&Clock { epoch, now_ms: Clock::wall_ms(), known_ttl_ms: 3_600_000 });
+    g.gate.set_clock(&Clock { epoch, now_ms: sluice::base::clock::wall_ms(), known_ttl_ms: 3_600_000 });
 }
 
 fn counter(g: &TestGate, class: &str, idx: u32) -> u64 {
@@ -139,7 +139,7 @@ fn known_sources_take_the_class_bucket_while_unknown_ones_find_theirs_empty() {
     // Answered `ago` seconds before now (negative: the wall clock has since
     // stepped back) over `span` seconds.
     let known = |ago: i64, span: u64| {
-        let last_ms = Clock::wall_ms().checked_add_signed(-ago * 1000).unwrap();
+        let last_ms = sluice::base::clock::wall_ms().checked_add_signed(-ago * 1000).unwrap();
         // 1000 answers over the span: its own rate is far above this test's 21 packets.
         sluice_known { first_ms: last_ms - span * 1000, last_ms, answers: 1000, ..Default::default() }
     };
@@ -196,7 +196,7 @@ fn a_known_source_over_its_own_rate_is_an_unknown_one() {
     let mut addr = [0u8; 16];
     addr[..4].copy_from_slice(&[198, 51, 100, 7]);
     let key = sluice_src_key { class_id: g.class("dns") as u8, family: 4, plen: 32, addr, ..Default::default() };
-    let last_ms = Clock::wall_ms();
+    let last_ms = sluice::base::clock::wall_ms();
     let entry = sluice_known { first_ms: last_ms - 10_000, last_ms, answers: 10, ..Default::default() };
     g.gate.insert_known(&[(key, entry)]).unwrap();
     for i in 0..9 {
@@ -223,7 +223,7 @@ fn a_class_holding_no_known_client_skips_the_known_lookup() {
     let mut addr = [0u8; 16];
     addr[..4].copy_from_slice(&[198, 51, 100, 7]);
     let key = sluice_src_key { class_id: cls as u8, family: 4, plen: 32, addr, ..Default::default() };
-    let last_ms = Clock::wall_ms();
+    let last_ms = sluice::base::clock::wall_ms();
     let entry = sluice_known { first_ms: last_ms - 10_000, last_ms, answers: 1000, ..Default::default() };
     g.gate.insert_known(&[(key, entry)]).unwrap();
     assert_eq!(g.gate.known_part(cls).unwrap().held, 1, "an insert counts at once");
@@ -282,13 +282,13 @@ fn the_learner_records_answered_clients_only_while_told_to_and_never_from_a_syn_
     let part = g.gate.known_part(g.class("dns")).unwrap();
     assert_eq!((part.room, part.held), (97, 3), "each new client takes one from room and adds one to held");
     // Once the refresh time has passed, an answer is noted again.
-    let later = Clock::wall_ms() + SLUICE_LEARN_REFRESH_MS as u64;
+    let later = sluice::base::clock::wall_ms() + SLUICE_LEARN_REFRESH_MS as u64;
     g.gate.set_clock(&Clock { epoch: 1, now_ms: later, known_ttl_ms: 3_600_000 });
     g.gate.test_run(Prog::Learn, &answer("198.51.100.1", None), 1).unwrap();
     let first = g.gate.known().unwrap().into_iter().find(|(k, _)| k.addr[..4] == [198, 51, 100, 1]).unwrap();
     assert_eq!((first.1.answers, first.1.last_ms), (3, later), "noted after the refresh time");
     clock(&mut g, 1);
-    let now = Clock::wall_ms();
+    let now = sluice::base::clock::wall_ms();
     assert!(g.gate.known().unwrap().iter().all(|(_, v)| v.last_ms.abs_diff(now) <= 1000 && v.first_ms <= v.last_ms));
 }
 
@@ -310,7 +310,7 @@ fn a_class_learns_new_clients_only_within_its_part_of_the_known_map() {
         run(&g, &format!("198.51.100.{i}"));
     }
     // Past the learner's refresh time, so the next answer is noted.
-    let later = Clock::wall_ms() + SLUICE_LEARN_REFRESH_MS as u64;
+    let later = sluice::base::clock::wall_ms() + SLUICE_LEARN_REFRESH_MS as u64;
     g.gate.set_clock(&Clock { epoch: 1, now_ms: later, known_ttl_ms: 3_600_000 });
     run(&g, "198.51.100.1");
     let known = g.gate.known().unwrap();
@@ -330,7 +330,7 @@ fn the_learner_learns_only_replies_to_a_peer_that_asked_first() {
     let f = sluice_fair { learn: 1, ..Default::default() };
     g.gate.set_fairness(g.class("dns"), &vec![f; g.gate.ncpus()]).unwrap();
     g.gate.set_known_room(g.class("dns"), 100).unwrap();
-    let now = Clock::wall_ms();
+    let now = sluice::base::clock::wall_ms();
     let at = |g: &mut TestGate, ms: u64| g.gate.set_clock(&Clock { epoch: 1, now_ms: ms, known_ttl_ms: 3_600_000 });
     let reply = |g: &TestGate, client: &str| g.gate.test_run(Prog::Learn, &answer(client, None), 1).unwrap();
     let learned = |g: &TestGate| {
@@ -506,7 +506,7 @@ fn a_client_first_noted_in_an_unconfirmed_window_starts_its_span_again() {
         ask(g, client);
         assert_eq!(g.gate.test_run(Prog::Learn, &answer(client, None), 1).unwrap().0, 0);
     };
-    let t0 = Clock::wall_ms();
+    let t0 = sluice::base::clock::wall_ms();
     learn(&g, (0, 0));
     answered_at(&mut g, "198.51.100.1", t0 - 2_000); // a client, while all was calm
     answered_at(&mut g, "198.51.100.2", t0); // the first pulse, answered before it was seen

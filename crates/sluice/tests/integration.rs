@@ -714,8 +714,8 @@ mod errors {
     #[test]
     fn a_replace_whose_attach_fails_puts_the_old_program_back() {
         let tb = Testbed::new();
-        sluice::tools::netns::sh(&["ip", "-n", &tb.b, "link", "add", "br0", "type", "bridge"]).unwrap();
-        sluice::tools::netns::sh(&["ip", "-n", &tb.b, "link", "set", "br0", "up"]).unwrap();
+        sluice::base::netns::sh(&["ip", "-n", &tb.b, "link", "add", "br0", "type", "bridge"]).unwrap();
+        sluice::base::netns::sh(&["ip", "-n", &tb.b, "link", "set", "br0", "up"]).unwrap();
         attach_foreign_program_to(&tb, "br0", "xdpgeneric");
         let foreign = xdp_prog_on(&tb, "br0");
         assert_ne!(foreign, 0);
@@ -833,7 +833,7 @@ mod known {
         let dir = tb.dir.join("state");
         std::fs::create_dir_all(&dir).unwrap();
         let file = sluice::signals::known::path(&dir, tb.if_b);
-        let now = sluice::dataplane::gate::Clock::wall_ms();
+        let now = sluice::base::clock::wall_ms();
         let known = |class: &str, addr: &str| sluice::signals::known::Known {
             class: class.into(),
             addr: addr.parse().unwrap(),

@@ -60,7 +60,7 @@ fn in_order(socks: Vec<UdpSocket>, g: &Group) -> Vec<UdpSocket> {
 fn send(tb: &Testbed, flows: usize, count: usize) {
     let dst = format!("{}:{PORT}", tb.ip_b);
     in_netns(&tb.b, move || {
-        sluice::tools::netns::pin_thread(0).unwrap();
+        sluice::base::netns::pin_thread(0).unwrap();
         let socks: Vec<UdpSocket> = (0..flows).map(|_| UdpSocket::bind("0.0.0.0:0").unwrap()).collect();
         for _ in 0..count {
             for (i, s) in socks.iter().enumerate() {
@@ -263,7 +263,7 @@ fn attaching_and_detaching_under_traffic_loses_nothing() {
         let tb_b = tb.b.clone();
         let dst = format!("{}:{PORT}", tb.ip_b);
         std::thread::spawn(move || {
-            sluice::tools::netns::enter(&tb_b).unwrap();
+            sluice::base::netns::enter(&tb_b).unwrap();
             let flows: Vec<UdpSocket> = (0..16).map(|_| UdpSocket::bind("0.0.0.0:0").unwrap()).collect();
             for i in 0..20_000u32 {
                 flows[i as usize % 16].send_to(&i.to_ne_bytes(), &dst).unwrap();
@@ -336,7 +336,7 @@ fn a_reuseport_service_is_found_and_steered_with_no_config() {
 #[test]
 fn a_services_own_reuseport_program_is_left_alone() {
     let tb = Testbed::new();
-    sluice::tools::netns::enter(&tb.b).unwrap(); // the iterator lists this thread's netns
+    sluice::base::netns::enter(&tb.b).unwrap(); // the iterator lists this thread's netns
     let socks = group_sockets(&tb, 3);
     attach_cbpf_pick_first(&socks[0]);
     let g = group(&socks, Readers::RoundRobin);
@@ -352,7 +352,7 @@ fn a_services_own_reuseport_program_is_left_alone() {
 #[test]
 fn a_program_the_service_put_in_later_survives_sluices_exit() {
     let tb = Testbed::new();
-    sluice::tools::netns::enter(&tb.b).unwrap();
+    sluice::base::netns::enter(&tb.b).unwrap();
     let socks = group_sockets(&tb, 3);
     let g = group(&socks, Readers::RoundRobin);
     let (mut steer, log) = steering(&g);

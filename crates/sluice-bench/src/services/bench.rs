@@ -86,7 +86,7 @@ impl<'a> Bench<'a> {
         let cap = perf.completed as f64 / 2.0;
         eprintln!(
             "== NSD capacity (dnsperf unpaced, 2 s): {}/s answered; the static cap",
-            sluice::surface::stats::human(cap)
+            sluice::base::fmt::human(cap)
         );
         Ok(cap)
     }

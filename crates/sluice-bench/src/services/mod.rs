@@ -46,9 +46,9 @@ use crate::rig::{add_flood_neighbours, attach_gate, FLOOD_SRC_V4, FLOOD_SRC_V6};
 use crate::victim::{link_stats, VictimBed, VictimModel, IF_A, IF_B};
 use crate::workers::GenWorker;
 use crate::{dns, http};
+use sluice::base::netns;
 use sluice::dataplane::gate::Gate;
 use sluice::signals::kernel::{proc_counter, NsFile};
-use sluice::tools::netns;
 
 mod bench;
 mod report;

@@ -19,20 +19,20 @@ fn class_cells(r: &ServiceRun, cells: &[&Cell]) -> String {
         v if v.is_empty() => String::new(),
         v => format!("  attacker known in {} of {}", v.iter().filter(|&&k| k).count(), v.len()),
     };
-    let read = med(cells, |c| c.read_pps).map_or("n/a".into(), sluice::surface::stats::human);
+    let read = med(cells, |c| c.read_pps).map_or("n/a".into(), sluice::base::fmt::human);
     format!("  admitted {} of capacity  NSD read {read}/s  known {known}{attacker}", spread(cells, of_capacity, pct))
 }
 
 /// A cell as one progress line.
 pub(super) fn cell_line(svc: Service, c: &Cell) -> String {
-    let rate = sluice::surface::stats::human(c.client_rate);
+    let rate = sluice::base::fmt::human(c.client_rate);
     format!(
         "{:<11} {:<7} flood {:>6}/s (ring drops {}/s, SYN cookies {}/s)  {} {rate}{}/s  ok {}{}  p50 {}  p99 {}  service CPU {:.0}%  sluice CPU {}",
         c.flood,
         c.config.name(),
-        c.flood_pps.map_or("-".into(), sluice::surface::stats::human),
-        sluice::surface::stats::human(c.ring_drops),
-        sluice::surface::stats::human(c.syn_cookies),
+        c.flood_pps.map_or("-".into(), sluice::base::fmt::human),
+        sluice::base::fmt::human(c.ring_drops),
+        sluice::base::fmt::human(c.syn_cookies),
         if svc == Service::Dns { "dnsperf sent" } else { "wrk" },
         if c.client_short { " (!)" } else { "" },
         pct(c.success),
@@ -86,7 +86,7 @@ pub fn summary(r: &ServiceRun) -> String {
         r.head.service.name(),
         r.head.secs,
         r.head.repeats,
-        r.head.capacity.map_or(String::new(), |c| format!("; NSD capacity {}/s", sluice::surface::stats::human(c)))
+        r.head.capacity.map_or(String::new(), |c| format!("; NSD capacity {}/s", sluice::base::fmt::human(c)))
     );
     s += &format!(
         "{:<10} {:<8} {:>8} {:>8} {:>12} {:>24} {:>9} {:>9} {:>8} {:>10}{}\n",
@@ -116,17 +116,17 @@ pub fn summary(r: &ServiceRun) -> String {
             let key = if dns {
                 spread(&cells, |c| c.success, pct)
             } else {
-                spread(&cells, |c| Some(c.client_rate), |v| v.map_or("n/a".into(), sluice::surface::stats::human))
+                spread(&cells, |c| Some(c.client_rate), |v| v.map_or("n/a".into(), sluice::base::fmt::human))
             };
             s += &format!(
                 "{:<10} {:<8} {:>8} {:>8} {:>12} {:>24} {:>9} {:>9} {:>7.0}% {:>10}{}\n",
                 flood,
                 setup.name(),
-                med(&cells, |c| c.flood_pps).map_or("-".into(), sluice::surface::stats::human),
+                med(&cells, |c| c.flood_pps).map_or("-".into(), sluice::base::fmt::human),
                 ring_cell(&cells),
                 format!(
                     "{}{short}",
-                    med(&cells, |c| Some(c.client_rate)).map_or("n/a".into(), sluice::surface::stats::human)
+                    med(&cells, |c| Some(c.client_rate)).map_or("n/a".into(), sluice::base::fmt::human)
                 ),
                 if dns { key } else { format!("{key} {}", pct(med(&cells, |c| c.success))) },
                 ms(med(&cells, |c| c.p50_ms)),
@@ -138,7 +138,7 @@ pub fn summary(r: &ServiceRun) -> String {
                 } else if dns {
                     String::new()
                 } else {
-                    let human = |v: Option<f64>| v.map_or("-".into(), sluice::surface::stats::human);
+                    let human = |v: Option<f64>| v.map_or("-".into(), sluice::base::fmt::human);
                     format!(
                         "{:>11} {:>16} {:>18} {:>7} {:>6}",
                         human(med(&cells, |c| Some(c.syn_cookies))),
@@ -188,7 +188,7 @@ const RING_MARK: f64 = 0.05;
 /// over RING_MARK of the flood the generator sent in a repeat.
 fn ring_cell(cells: &[&Cell]) -> String {
     let over = cells.iter().any(|c| c.flood_pps.is_some_and(|f| c.ring_drops > RING_MARK * f));
-    let v = med(cells, |c| Some(c.ring_drops)).map_or("-".into(), sluice::surface::stats::human);
+    let v = med(cells, |c| Some(c.ring_drops)).map_or("-".into(), sluice::base::fmt::human);
     if over {
         format!("{v} (*)")
     } else {
@@ -342,7 +342,7 @@ fn closed_port_target(r: &ServiceRun, f: &Flood) -> String {
         format!(
             "  http {}: {} requests/s, {} of the flood blocked entirely (>= 90%: {})\n",
             f.name,
-            z.map_or("n/a".into(), sluice::surface::stats::human),
+            z.map_or("n/a".into(), sluice::base::fmt::human),
             pct(ratio),
             verdict(ratio.map(|x| x >= 0.9))
         )

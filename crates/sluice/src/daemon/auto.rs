@@ -32,6 +32,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
 
+use crate::surface::stats::AutoStatus;
+
 use crate::dataplane::gate::counters::ClassTotals;
 use crate::policy::config::{AutoSpec, Config, Limit};
 use crate::policy::controller::{decide, Algo, Controller, Signals, Tuning, QUEUE_LOW};
@@ -375,28 +377,6 @@ fn trace_point(since_start: Duration, ctl: &Controller, sig: &Signals) -> TraceP
         backlog_drops: sig.backlog_drops,
         state: ctl.state,
     }
-}
-/// The auto controller's state for one class.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct AutoStatus {
-    /// "capacity" or "pno".
-    pub algo: String,
-    /// "cruising", "probing", "backoff", "holding", "fallback", ... (controller::CtlState).
-    pub state: String,
-    /// Estimated capacity of this class's service (pkt/s).
-    pub capacity_pps: f64,
-    /// What this class's controller would admit while engaged (pkt/s).
-    pub target_pps: f64,
-    /// This class's current rate (pkt/s); None = unlimited (fallback).
-    pub rate_pps: Option<f64>,
-    pub min_share: f64,
-    /// The class's sockets found by sock_diag; the bytes queued in the
-    /// fullest of them and its buffer.
-    pub sockets: u32,
-    pub queued_bytes: u64,
-    pub rcvbuf_bytes: u64,
-    /// Seconds without signals (holding, then fallback).
-    pub lost_secs: f64,
 }
 
 #[cfg(test)]

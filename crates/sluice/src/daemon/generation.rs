@@ -12,13 +12,13 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 
+use crate::base::log;
 use crate::daemon::tick::Ticker;
 use crate::dataplane::classify::{self, Tables};
 use crate::dataplane::gate;
 use crate::policy::config::{self, Config};
 use crate::policy::remap::ClassRemap;
 use crate::signals::discover::{self, Discovery};
-use crate::surface::log;
 
 use super::{Daemon, RunOpts};
 
@@ -232,7 +232,7 @@ fn discovered(base: &Config, d: &mut Discovery) -> Result<Config> {
 
 /// Log the classes that `cfg` adds to `old` and those it removes (decision
 /// lines: a churning service cannot flood the log).
-pub(super) fn log_classes(decisions: &mut log::Decisions, cfg: &Config, old: &[config::Class]) {
+pub(super) fn log_classes(decisions: &mut super::decisions::Decisions, cfg: &Config, old: &[config::Class]) {
     let now = Instant::now();
     let mut lines = Vec::new();
     for c in cfg.classes.iter().filter(|c| !old.iter().any(|o| o.name == c.name)) {

@@ -6,11 +6,11 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 
+use crate::base::log;
 use crate::bpf_intf::{sluice_known, sluice_known_part, sluice_src_key};
 use crate::daemon::tick::KNOWN_TTL_SECS;
-use crate::dataplane::gate::{Clock, Gate};
+use crate::dataplane::gate::Gate;
 use crate::signals::known::{self, Known};
-use crate::surface::log;
 
 use super::source_scan::Shape;
 
@@ -49,7 +49,12 @@ impl KnownStore {
         let mut entries = std::mem::take(&mut self.pending);
         let result = (|| -> Result<()> {
             let (removed, removed_names) = gate.take_freed_known()?;
-            entries.extend(known::from_map(&removed, &removed_names, Clock::wall_ms(), KNOWN_TTL_SECS * 1000));
+            entries.extend(known::from_map(
+                &removed,
+                &removed_names,
+                crate::base::clock::wall_ms(),
+                KNOWN_TTL_SECS * 1000,
+            ));
             let (map, later) = known::to_map(std::mem::take(&mut entries), names);
             gate.insert_known(&map)?;
             self.pending = pending(later);
@@ -64,7 +69,7 @@ impl KnownStore {
     /// The entries to save: a read of the gate's known map by class name,
     /// and the pending ones.
     fn entries(&self, map: &[(sluice_src_key, sluice_known)], names: &[String]) -> Vec<Known> {
-        let mut all = known::from_map(map, names, Clock::wall_ms(), KNOWN_TTL_SECS * 1000);
+        let mut all = known::from_map(map, names, crate::base::clock::wall_ms(), KNOWN_TTL_SECS * 1000);
         all.extend(pending(self.pending.clone()));
         all
     }
@@ -97,7 +102,7 @@ impl KnownStore {
 /// known TTL, at most as many as the gate's known map holds.
 fn pending(entries: Vec<Known>) -> Vec<Known> {
     let max = crate::bpf_intf::SLUICE_KNOWN_ENTRIES as usize;
-    known::prune_pending(entries, Clock::wall_ms(), KNOWN_TTL_SECS * 1000, max)
+    known::prune_pending(entries, crate::base::clock::wall_ms(), KNOWN_TTL_SECS * 1000, max)
 }
 
 /// Hold every class's part of the known map as a cache (`known::bound`):
@@ -107,7 +112,7 @@ pub(super) fn bound(
     map: &[(sluice_src_key, sluice_known)],
     shape: Shape,
 ) -> (Vec<sluice_src_key>, Vec<sluice_known_part>) {
-    known::bound(map, &shape.parts(), Clock::wall_ms(), KNOWN_TTL_SECS * 1000)
+    known::bound(map, &shape.parts(), crate::base::clock::wall_ms(), KNOWN_TTL_SECS * 1000)
 }
 
 /// Delete the known entries past their class's part; tell the gate each

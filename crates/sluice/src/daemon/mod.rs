@@ -18,19 +18,20 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
+use crate::base::log;
 use crate::daemon::sched::{apply_napi, check_napi, realtime_thread};
 use crate::daemon::tick::Ticker;
 use crate::dataplane::classify;
-use crate::dataplane::gate::{self, Clock, Gate};
+use crate::dataplane::gate::{self, Gate};
 use crate::dataplane::steer::{self, Steer};
-use crate::dataplane::trace::{self, DropBook, Tracer};
+use crate::dataplane::trace::{self, Tracer};
 use crate::policy::config::{Config, NapiSched, XdpMode};
 use crate::policy::syn_guard;
 use crate::signals::known;
 use crate::signals::service_cpus::ServiceCpus;
 use crate::surface::client::default_socket;
-use crate::surface::log;
 use crate::surface::stats::{class_snapshots, ClassSnapshot, Snapshot, SNAPSHOT_VERSION};
+use drop_book::DropBook;
 use generation::{log_classes, ConfigSource};
 use known_store::KnownStore;
 use pace::Pace;
@@ -39,6 +40,8 @@ use publish::{bind_metrics, serve_metrics, Publisher, SocketFile};
 use source_scan::SourceTables;
 
 pub mod auto;
+mod decisions;
+mod drop_book;
 mod generation;
 mod known_store;
 mod pace;
@@ -159,7 +162,7 @@ fn load_tracer(ifindex: u32, gate: &Gate) -> Option<(Tracer, DropBook)> {
     let start = || {
         let opts = trace::Options {
             ifindex,
-            netns: crate::tools::netns::current_inode()?,
+            netns: crate::base::netns::current_inode()?,
             default_class: 0,
             drops_only: true,
             tgid: root_pid(),
@@ -207,7 +210,7 @@ pub struct Daemon {
     /// The kernel's drops after the gate (kfree_skb), booked by class name.
     tracer: Option<(Tracer, DropBook)>,
     /// Which rate and class changes get a log line (rate-limited).
-    decisions: log::Decisions,
+    decisions: decisions::Decisions,
     /// SIGHUP, SIGINT and SIGTERM, caught from before the statistics socket
     /// answers (a signal sent as soon as it does stops the daemon cleanly).
     signals: Option<signal_hook::iterator::Signals>,
@@ -320,7 +323,7 @@ impl Daemon {
             serve_metrics(server, publish.shared.clone());
         }
         log_start(&iface, &cfg, &gate, &socket, (source.config_file(), &opts.config_if_present));
-        let mut decisions = log::Decisions::default();
+        let mut decisions = decisions::Decisions::default();
         log_classes(&mut decisions, &cfg, &[]);
         if let Some(a) = &ticker.auto {
             log::info(format_args!(
@@ -471,7 +474,7 @@ impl Daemon {
         self.log_decisions();
         self.publish.retry();
         if let Some((s, _)) = &mut self.steer {
-            s.keep_alive(Clock::now_ns());
+            s.keep_alive(crate::base::clock::now_ns());
         }
         let distress = self.ticker.budget_status().0.is_some();
         self.protect.step(tick, distress, &self.cfg, &self.gate, &self.iface);
@@ -524,7 +527,7 @@ impl Daemon {
         let _ = std::fs::remove_file(&self.socket);
     }
 
-    /// A line for each limit the tick changed, as `log::Decisions` allows.
+    /// A line for each limit the tick changed, as `decisions::Decisions` allows.
     fn log_decisions(&mut self) {
         let now = Instant::now();
         for &(id, change) in &self.ticker.changes {
@@ -564,7 +567,7 @@ impl Daemon {
     /// Steer the reuseport groups the config in force asks for (see `steer`).
     fn resteer(&mut self) {
         let Some((steer, finder)) = &mut self.steer else { return };
-        steer.keep_alive(Clock::now_ns());
+        steer.keep_alive(crate::base::clock::now_ns());
         match finder.groups(&self.cfg) {
             Ok(groups) => {
                 for line in steer.sync(&groups) {

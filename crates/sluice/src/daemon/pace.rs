@@ -17,11 +17,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
+use crate::base::log;
 use crate::bpf_intf::{SLUICE_CS_SEEN_PKTS, SLUICE_WAKE_BATCH};
 use crate::daemon::tick::Ticker;
 use crate::dataplane::gate::{Gate, Woken};
 use crate::policy::controller::TICK;
-use crate::surface::log;
 
 /// The tick while all is calm.
 pub const CALM: Duration = Duration::from_millis(500);

@@ -4,13 +4,13 @@
 //! policy (`napi = "idle"`), put back at a stop.
 use std::collections::HashSet;
 
+use crate::base::log;
 use crate::daemon::sched::{apply_napi, set_napi};
 use crate::dataplane::gate::{self, Gate};
 use crate::policy::away;
 use crate::policy::config::{Config, NapiSched, Proto};
 use crate::signals::discover::{each_listener, socket_holders, L4};
 use crate::signals::kernel::SockDiag;
-use crate::surface::log;
 
 #[derive(Default)]
 pub(super) struct Protection {

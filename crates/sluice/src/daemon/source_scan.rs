@@ -24,13 +24,13 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use libbpf_rs::MapHandle;
 
+use crate::base::log;
 use crate::bpf_intf::{sluice_known, sluice_known_part, sluice_src, sluice_src_key};
 use crate::daemon::tick::FairStatus;
 use crate::dataplane::gate::{dump_map, Gate, IdIndex};
 use crate::policy::config::{Config, DEFAULT_CLASS};
 use crate::policy::controller::TICK;
 use crate::signals::sources;
-use crate::surface::log;
 use crate::surface::stats::{ClassTotals, Snapshot};
 
 /// The config a scan works for: its generation (one per switch), its class

@@ -18,6 +18,7 @@ use anyhow::Result;
 
 use crate::bpf_intf::*;
 use crate::daemon::auto::AutoLoop;
+use crate::daemon::decisions::{Cause, Change};
 use crate::dataplane::gate::counters::ClassTotals;
 use crate::dataplane::gate::{ClassCounters, Clock, Gate, Tiers};
 use crate::dataplane::trace::CpuRxReader;
@@ -28,7 +29,6 @@ use crate::policy::remap::ClassRemap;
 use crate::policy::syn_guard::SynGuards;
 use crate::signals::health::{behind, distress, dropped, path_distress, syn_pressure, Health, HealthReader, RxWork};
 use crate::signals::rx_cpu::{RxCpu, ARM_PPS};
-use crate::surface::log::{Cause, Change};
 
 /// An auto class whose rate is over this many times what it was offered in
 /// the last tick admits everything until its traffic comes closer (a flood
@@ -135,9 +135,7 @@ pub struct FairStatus {
 /// A known source stays known this long after its last answer (7 days).
 pub const KNOWN_TTL_SECS: u64 = 7 * 24 * 3600;
 
-/// Signals unreadable for this many ticks in a row (1 s) are stale: the
-/// tick drops the throttles and auto limits they set.
-pub const STALE_TICKS: u64 = 100;
+pub use crate::policy::controller::STALE_TICKS;
 /// While they stay unreadable, the log hears of it every this many ticks (10 s).
 const SAY_EVERY_TICKS: u64 = 1000;
 
@@ -324,7 +322,7 @@ impl Ticker {
     pub fn tick(&mut self, gate: &mut Gate, log: impl Fn(&dyn Display)) -> Result<()> {
         self.epoch = self.epoch.wrapping_add(1);
         self.changes.clear();
-        self.now_ms = Clock::wall_ms();
+        self.now_ms = crate::base::clock::wall_ms();
         gate.set_clock(&Clock { epoch: self.epoch, now_ms: self.now_ms, known_ttl_ms: KNOWN_TTL_SECS * 1000 });
         let throttles = match self.control(gate) {
             Ok(t) => {
@@ -348,7 +346,7 @@ impl Ticker {
                     // step no longer runs would keep answering after its
                     // checker's window, and RST every new connection.
                     if gate.answers_syns() {
-                        for (id, guard) in self.syn.release(Clock::wall_ms()) {
+                        for (id, guard) in self.syn.release(crate::base::clock::wall_ms()) {
                             gate.set_syn_guard(id, &guard)?;
                         }
                     }
@@ -497,7 +495,7 @@ impl Ticker {
                 (share, self.rx_cpu.admitted_pps.get(id).copied().unwrap_or(0.0))
             })
             .collect();
-        for (id, guard) in self.syn.tick(raw, &pressure, &rx, dt, Clock::wall_ms()) {
+        for (id, guard) in self.syn.tick(raw, &pressure, &rx, dt, crate::base::clock::wall_ms()) {
             gate.set_syn_guard(id, &guard)?;
         }
         Ok(())

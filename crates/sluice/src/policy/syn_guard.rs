@@ -29,11 +29,11 @@
 //! on.
 use std::time::Instant;
 
+use crate::bpf_intf::ClassCounters;
 use crate::bpf_intf::{
     sluice_syn_guard, SLUICE_COOKIE_SLOT_MS, SLUICE_CS_COOKIE_OK, SLUICE_CS_DROP_NOCONN_PKTS, SLUICE_CS_SYNACK_PKTS,
     SLUICE_CS_SYN_PKTS,
 };
-use crate::dataplane::gate::ClassCounters;
 use crate::policy::config::{Config, SynCookies};
 
 /// A class whose listeners are under pressure has the gate answer its SYNs
@@ -50,9 +50,9 @@ pub const STRAY_REASONS: [&str; 2] = ["TCP_FLAGS", "TCP_RESET"];
 /// Strays (and, while answering, the gate's no-connection drops) engage and
 /// hold the guard while what the kernel spends (or would spend) on them
 /// takes this share of the service's busiest CPU: the CPU signal's mark
-/// (`rx_cpu::CPU_TAKEN`), receive work the service notices. Holding needs
+/// (`budget::CPU_TAKEN`), receive work the service notices. Holding needs
 /// half of it: a flood near the mark does not flap.
-pub const STRAY_CPU: f64 = crate::signals::rx_cpu::CPU_TAKEN;
+pub const STRAY_CPU: f64 = crate::policy::budget::CPU_TAKEN;
 /// A stray's cost to the kernel (a socket lookup, an RST built and sent)
 /// where it is not measured (no tracer, or the service's CPUs unknown):
 /// 5 us, so STRAY_CPU at 20,000 strays/s. Measured, a spoofed ACK cost
@@ -450,7 +450,7 @@ mod tests {
     /// next to nothing (an RST each); they must not engage the guard for a
     /// class (and hold it, cookies for every new client). Strays engage it
     /// once what the kernel spends on them is a share of the service's CPU
-    /// that matters (rx_cpu::CPU_TAKEN); before, 1,000/s did, measured or not.
+    /// that matters (budget::CPU_TAKEN); before, 1,000/s did, measured or not.
     #[test]
     fn cheap_strays_do_not_engage_the_guard_and_costly_ones_do() {
         let mut g = ClassGuard::new("web", SynCookies::Auto, true);

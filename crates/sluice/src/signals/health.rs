@@ -217,7 +217,7 @@ impl HealthReader {
             };
             let missing = crate::signals::kernel::missing_counters(&f.read()?, "TcpExt:", &TCPEXT_NAMES);
             if !missing.is_empty() {
-                crate::surface::log::warn(format_args!(
+                crate::base::log::warn(format_args!(
                     "this kernel's /proc/net/netstat has no TcpExt {}: a SYN flood that fills a listener's SYN queue is seen only once it drops",
                     missing.join(", ")
                 ));

@@ -14,7 +14,7 @@
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::tools::netns;
+use crate::base::netns;
 
 /// UDP counters of a namespace (/proc/net/snmp, "Udp:" lines).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]

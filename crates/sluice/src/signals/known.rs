@@ -140,7 +140,7 @@ pub fn save(file: &Path, sources: &[Known]) -> anyhow::Result<()> {
     let dir = file.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let tmp = file.with_extension("json.tmp");
-    let saved_unix = crate::dataplane::gate::Clock::wall_ms() / 1000;
+    let saved_unix = crate::base::clock::wall_ms() / 1000;
     let state = StateFile { version: VERSION, saved_unix, sources: sources.to_vec() };
     let write = || -> std::io::Result<()> {
         // The file holds client addresses: mode 0600 from its creation, and
@@ -183,7 +183,7 @@ impl Saver {
                     if let Err(e) = save(&file, &entries) {
                         errors += 1;
                         if errors.is_power_of_two() {
-                            crate::surface::log::warn(format_args!(
+                            crate::base::log::warn(format_args!(
                                 "known sources: not saved ({errors} times so far): {e:#}"
                             ));
                         }

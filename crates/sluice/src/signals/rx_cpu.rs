@@ -22,18 +22,9 @@
 //! it (pure logic here; the daemon feeds it).
 use std::time::{Duration, Instant};
 
+use crate::policy::budget::CPU_TAKEN;
 use crate::signals::health::RxWork;
 
-/// Receive work for lower classes over this share of a service's CPU is
-/// its distress. From `sluice bench run --scenario http --keep-alive
-/// --floods closed-v4 --flood-rate 1M` (nginx, `nic` model; docs/results/):
-/// with no flood the lower classes' part sampled at 0.00% (at most; the
-/// default class gets next to nothing); under the flood, without this
-/// signal, zero config left nginx 57% of its requests/s (the flood's
-/// softirq work on its CPU, queues empty). A tenth of a CPU is work the
-/// service notices (its requests/s fall by about as much) and far above
-/// what no flood shows. One value tried, not tuned.
-pub const CPU_TAKEN: f64 = 0.10;
 /// The most receive work one admitted packet of a lower class is taken to
 /// cost: the lower classes' part of a CPU is at most their packets/s times
 /// this. The softirq time a CPU spends is its whole NET_RX work, any

@@ -3,10 +3,10 @@
 //! - [`client`]: the statistics client (`sluice status`, `sluice top`);
 //! - [`stats`]: the snapshot on the wire, the status table, the metrics text;
 //! - [`endpoint`]: the metrics endpoint, bounded;
-//! - [`log`]: log lines and rate-limited decisions.
+//! - [`trace`]: `sluice trace`, the command and its report.
 
 pub mod cli;
 pub mod client;
 pub mod endpoint;
-pub mod log;
 pub mod stats;
+pub mod trace;

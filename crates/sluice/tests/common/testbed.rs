@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 pub const BIN: &str = env!("CARGO_BIN_EXE_sluice");
 
 #[allow(unused_imports)]
-pub use sluice::tools::netns::in_netns;
+pub use sluice::base::netns::in_netns;
 #[allow(unused_imports)]
 pub use sluice_testkit::testbed::netns_exists;
 

@@ -225,7 +225,7 @@ impl Replaced {
         // SAFETY: self.fd is an open program fd; a null opts pointer means "no options".
         let r = unsafe { libbpf_sys::bpf_xdp_attach(ifidx, self.fd.as_raw_fd(), self.flags, std::ptr::null()) };
         if r != 0 {
-            crate::surface::log::error(format_args!(
+            crate::base::log::error(format_args!(
                 "the XDP program id {} that --replace took off {iface} could not be put back: {}",
                 self.id,
                 std::io::Error::from_raw_os_error(-r)

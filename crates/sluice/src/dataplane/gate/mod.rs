@@ -81,10 +81,7 @@ pub enum GateError {
 
 type Result<T, E = GateError> = std::result::Result<T, E>;
 
-/// Per-class counters summed over CPUs, indexed by `enum sluice_class_stat`.
-pub type ClassCounters = [u64; SLUICE_CS_NR as usize];
-/// Global counters summed over CPUs, indexed by `enum sluice_global_stat`.
-pub type GlobalCounters = [u64; SLUICE_GS_NR as usize];
+pub use crate::bpf_intf::{ClassCounters, GlobalCounters};
 
 /// What a class's buckets get in a tick (see `Gate::rebalance`).
 #[derive(Debug, Clone, PartialEq)]
@@ -136,28 +133,10 @@ impl FairTier {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Clock {
     pub epoch: u32,
-    /// The gate clock: wall-clock ms ([`Clock::wall_ms`]), the learner's and
+    /// The gate clock: wall-clock ms ([`crate::base::clock::wall_ms`]), the learner's and
     /// the known map's time (see `struct sluice_known` in sluice.h).
     pub now_ms: u64,
     pub known_ttl_ms: u64,
-}
-
-impl Clock {
-    /// CLOCK_MONOTONIC (the clock bpf_ktime_get_ns() reads), ns.
-    pub fn now_ns() -> u64 {
-        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-        // SAFETY: a valid out pointer.
-        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-    }
-
-    /// Wall-clock time (CLOCK_REALTIME), ms since the Unix epoch: the gate
-    /// clock. Before 1970 (a clock not set at all) reads as 1 ms, never 0,
-    /// which the gate takes as "not set yet".
-    pub fn wall_ms() -> u64 {
-        let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
-        since.map_or(1, |d| d.as_millis() as u64).max(1)
-    }
 }
 
 /// Frames a cpumap entry queues for its kthread (the kernel's samples use 192-2048).

@@ -61,7 +61,7 @@ impl Woken {
     fn note(&self, at_ns: Option<u64>) {
         if let Some(at) = at_ns {
             self.last_at.store(at, Ordering::Relaxed);
-            self.last_ns.store(Clock::now_ns().saturating_sub(at), Ordering::Relaxed);
+            self.last_ns.store(crate::base::clock::now_ns().saturating_sub(at), Ordering::Relaxed);
         }
         self.count.fetch_add(1, Ordering::Relaxed);
     }

@@ -43,6 +43,17 @@
 //! by the budget (an unlimited class of higher priority stays unlimited);
 //! a class's own static rate stays a cap on top of this.
 
+/// Receive work for lower classes over this share of a service's CPU is
+/// its distress. From `sluice bench run --scenario http --keep-alive
+/// --floods closed-v4 --flood-rate 1M` (nginx, `nic` model; docs/results/):
+/// with no flood the lower classes' part sampled at 0.00% (at most; the
+/// default class gets next to nothing); under the flood, without this
+/// signal, zero config left nginx 57% of its requests/s (the flood's
+/// softirq work on its CPU, queues empty). A tenth of a CPU is work the
+/// service notices (its requests/s fall by about as much) and far above
+/// what no flood shows. One value tried, not tuned.
+pub const CPU_TAKEN: f64 = 0.10;
+
 /// Packets/s a throttled class keeps at least (a stray ICMP, a new client).
 pub const FLOOR_PPS: f64 = 100.0;
 /// A cut leaves this share of what the class admitted in the tick.

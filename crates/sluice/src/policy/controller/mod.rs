@@ -46,6 +46,9 @@ pub const TICK_HZ: f64 = 100.0;
 /// The tick itself (10 ms): the daemon's control loop, the auto controller,
 /// the per-CPU splits and source fairness all take a tick to be this long.
 pub const TICK: std::time::Duration = std::time::Duration::from_millis((1000.0 / TICK_HZ) as u64);
+/// Signals unreadable for this many ticks in a row (1 s) are stale: the
+/// daemon's tick drops the throttles and auto limits they set.
+pub const STALE_TICKS: u64 = 100;
 /// A queue over this fraction of the receive buffer at both edges of a
 /// tick is a standing one (below it: the few datagrams a batch-reading
 /// service leaves under steady arrivals): the service is at its knee.

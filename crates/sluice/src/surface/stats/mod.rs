@@ -3,11 +3,10 @@
 //! prints; `metrics.rs`: the Prometheus text. Pure: no kernel here.
 use serde::{Deserialize, Serialize};
 
-pub use crate::daemon::auto::AutoStatus;
+pub use crate::base::fmt::human;
 pub use crate::dataplane::gate::counters::{ClassRates, ClassTotals, GlobalTotals};
 use crate::policy::config::{Config, Limit};
 pub use crate::policy::syn_guard::SynGuardStatus;
-pub use crate::surface::cli::human;
 pub use metrics::{prometheus_text, prometheus_text_004};
 pub use table::{render_sources_class, render_table};
 
@@ -17,6 +16,29 @@ mod table;
 
 /// Version of the snapshot JSON; bump on incompatible changes.
 pub const SNAPSHOT_VERSION: u32 = 1;
+
+/// The auto controller's state for one class.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AutoStatus {
+    /// "capacity" or "pno".
+    pub algo: String,
+    /// "cruising", "probing", "backoff", "holding", "fallback", ... (controller::CtlState).
+    pub state: String,
+    /// Estimated capacity of this class's service (pkt/s).
+    pub capacity_pps: f64,
+    /// What this class's controller would admit while engaged (pkt/s).
+    pub target_pps: f64,
+    /// This class's current rate (pkt/s); None = unlimited (fallback).
+    pub rate_pps: Option<f64>,
+    pub min_share: f64,
+    /// The class's sockets found by sock_diag; the bytes queued in the
+    /// fullest of them and its buffer.
+    pub sockets: u32,
+    pub queued_bytes: u64,
+    pub rcvbuf_bytes: u64,
+    /// Seconds without signals (holding, then fallback).
+    pub lost_secs: f64,
+}
 
 /// One class in a snapshot.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

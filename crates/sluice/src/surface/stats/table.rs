@@ -200,11 +200,12 @@ fn render_kernel_drops(o: &mut String, classes: &[ClassSnapshot]) {
 /// The budget's throttles and the discovered classes' priorities.
 fn render_budget(o: &mut String, s: &Snapshot) {
     if let Some((secs, e)) = &s.signals_unreadable {
-        let what = if *secs >= crate::daemon::tick::STALE_TICKS as f64 * crate::policy::controller::TICK.as_secs_f64() {
-            "stale: throttles released, auto classes unlimited until they can be read"
-        } else {
-            "the last limits are kept for now"
-        };
+        let what =
+            if *secs >= crate::policy::controller::STALE_TICKS as f64 * crate::policy::controller::TICK.as_secs_f64() {
+                "stale: throttles released, auto classes unlimited until they can be read"
+            } else {
+                "the last limits are kept for now"
+            };
         _ = writeln!(o, "SIGNALS UNREADABLE for {secs:.1} s ({e}): {what}");
     }
     match &s.distress {

@@ -8,7 +8,8 @@
 //! per interval the latency as p50/p99 and mean +- 95% interval.
 use serde::{Deserialize, Serialize};
 
-use crate::bpf_intf::{SLUICE_HIST_BUCKETS, SLUICE_SQ_SHIFT};
+use crate::bpf_intf::SLUICE_SQ_SHIFT;
+use crate::dataplane::trace::LatencySums;
 
 /// The stages a packet passes after the gate, in order (`enum sluice_stage`),
 /// plus the two where only drops are seen: the per-CPU backlog (between
@@ -40,12 +41,6 @@ pub fn stage_of(reason: &str) -> &'static str {
     } else {
         "stack"
     }
-}
-
-/// A drop reason's name from the kernel's `enum skb_drop_reason` names
-/// (index = value), without the prefix; a value past them gets its number.
-pub fn reason_name(names: &[String], value: u32) -> String {
-    names.get(value as usize).cloned().unwrap_or_else(|| format!("REASON_{value}"))
 }
 
 pub use crate::surface::stats::KernelDrop as Drop;
@@ -134,32 +129,6 @@ impl Ledger {
         let unaccounted = applied as i64 - queued as i64 - dropped as i64;
         let unaccounted_pct = (applied > 0).then(|| 100.0 * unaccounted as f64 / applied as f64);
         Ledger { applied, queued, dropped, unaccounted, unaccounted_pct }
-    }
-}
-
-/// What the kernel counted for one (class, interval): `struct sluice_latency`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct LatencySums {
-    pub count: u64,
-    pub sum_ns: u64,
-    /// Sum of (d >> SLUICE_SQ_SHIFT)^2.
-    pub sum_sq: u64,
-    pub hist: Vec<u64>,
-}
-
-impl LatencySums {
-    pub fn empty() -> LatencySums {
-        LatencySums { count: 0, sum_ns: 0, sum_sq: 0, hist: vec![0; SLUICE_HIST_BUCKETS as usize] }
-    }
-
-    /// Add another CPU's sums.
-    pub fn add(&mut self, other: &LatencySums) {
-        self.count += other.count;
-        self.sum_ns = self.sum_ns.wrapping_add(other.sum_ns);
-        self.sum_sq = self.sum_sq.wrapping_add(other.sum_sq);
-        for (a, b) in self.hist.iter_mut().zip(&other.hist) {
-            *a += b;
-        }
     }
 }
 
@@ -281,7 +250,7 @@ pub struct Report {
 pub const REPORT_VERSION: u32 = 1;
 
 fn ns(v: Option<f64>) -> String {
-    crate::surface::cli::missing_or(v, |x| {
+    crate::base::fmt::missing_or(v, |x| {
         if x >= 1e6 {
             format!("{:.2} ms", x / 1e6)
         } else if x >= 1e3 {
@@ -331,7 +300,7 @@ pub fn render(r: &Report) -> String {
             l.queued,
             l.dropped,
             l.unaccounted,
-            crate::surface::cli::missing_or(l.unaccounted_pct, |p| format!("{p:.2}%"))
+            crate::base::fmt::missing_or(l.unaccounted_pct, |p| format!("{p:.2}%"))
         );
         for i in c.latency.iter().filter(|i| i.samples > 0) {
             out += &format!(
@@ -367,8 +336,6 @@ mod tests {
         assert_eq!(stage_of("TCP_CSUM"), "transport");
         assert_eq!(stage_of("SOCKET_CLOSE"), "read");
         assert_eq!(stage_of("NOT_SPECIFIED"), "stack");
-        assert_eq!(reason_name(&["A".into(), "B".into()], 1), "B");
-        assert_eq!(reason_name(&[], 255), "REASON_255");
     }
 
     #[test]

@@ -1,107 +1,20 @@
-//! The daemon's log: one line per event on stderr (the journal under
-//! systemd), human-readable by default, one JSON object per line with
-//! `sluice run --log-format json`.
-//!
-//! Decisions get a line each: a class's limit changing (`rate` events: a
-//! budget throttle starting or ending, the auto controller moving a rate)
-//! and the class list changing (`class` events). A flood cannot flood the
-//! log: [`Decisions`] writes a rate line only when the limit changes kind
-//! (unlimited, blocked, a rate) or moves by a quarter since the class's last
-//! line, at most one a second per class (the line carries the latest value
-//! and how many changes it covers), and every decision line takes a token
-//! from one bucket (10 a second, 30 at once); lines refused are counted and
-//! said in one line when tokens are back.
+//! The daemon's decision lines in the log: a class's limit changing (`rate`
+//! events: a budget throttle starting or ending, the auto controller moving
+//! a rate) and the class list changing (`class` events). A flood cannot
+//! flood the log: [`Decisions`] writes a rate line only when the limit
+//! changes kind (unlimited, blocked, a rate) or moves by a quarter since the
+//! class's last line, at most one a second per class (the line carries the
+//! latest value and how many changes it covers), and every decision line
+//! takes a token from one bucket (10 a second, 30 at once); lines refused
+//! are counted and said in one line when tokens are back.
 use std::collections::HashMap;
-use std::fmt::Display;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
+use crate::base::fmt::human;
+use crate::base::log::Line;
 use crate::policy::config::Limit;
-
-/// How log lines are written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Format {
-    /// `sluice: MESSAGE` (the journal adds the time).
-    #[default]
-    Human,
-    /// `{"ts":UNIX_SECS,"level":...,"event":...,"msg":...,...}`.
-    Json,
-}
-
-static JSON: AtomicBool = AtomicBool::new(false);
-
-/// Set the format of every later line (once, as the daemon starts).
-pub fn set_format(f: Format) {
-    JSON.store(f == Format::Json, Ordering::Relaxed);
-}
-
-fn format() -> Format {
-    if JSON.load(Ordering::Relaxed) {
-        Format::Json
-    } else {
-        Format::Human
-    }
-}
-
-/// A plain line: what the daemon did or found.
-pub fn info(msg: impl Display) {
-    write(&Line::new("info", "message", msg.to_string()));
-}
-
-/// Something failed or was refused; the daemon goes on.
-pub fn warn(msg: impl Display) {
-    write(&Line::new("warn", "message", msg.to_string()));
-}
-
-/// The daemon stops on this error.
-pub fn error(msg: impl Display) {
-    write(&Line::new("error", "message", msg.to_string()));
-}
-
-/// Write a line as the format wants.
-pub fn write(line: &Line) {
-    eprintln!("{}", line.render(format(), SystemTime::now()));
-}
-
-/// One log line: its level, event kind, message and fields (for JSON).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Line {
-    pub level: &'static str,
-    pub event: &'static str,
-    pub msg: String,
-    pub fields: Map<String, Value>,
-}
-
-impl Line {
-    pub fn new(level: &'static str, event: &'static str, msg: String) -> Line {
-        Line { level, event, msg, fields: Map::new() }
-    }
-
-    fn with(mut self, key: &str, v: impl Into<Value>) -> Line {
-        self.fields.insert(key.into(), v.into());
-        self
-    }
-
-    /// The line as text, without the newline.
-    pub fn render(&self, f: Format, now: SystemTime) -> String {
-        match f {
-            Format::Human if self.level == "info" => format!("sluice: {}", self.msg),
-            Format::Human => format!("sluice: {}: {}", self.level, self.msg),
-            Format::Json => {
-                let ts = now.duration_since(SystemTime::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
-                let mut o = Map::new();
-                o.insert("ts".into(), json!((ts * 1e3).round() / 1e3));
-                o.insert("level".into(), json!(self.level));
-                o.insert("event".into(), json!(self.event));
-                o.insert("msg".into(), json!(self.msg));
-                o.extend(self.fields.clone());
-                Value::Object(o).to_string()
-            }
-        }
-    }
-}
 
 /// Why a class's limit changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -275,7 +188,7 @@ fn material(from: Limit, to: Limit) -> bool {
 
 fn rate_line(class: &str, from: Limit, ch: Change, changes: u32) -> Line {
     let text = |l: Limit| match l {
-        Limit::Rate { pps, .. } => format!("{} pkt/s", crate::surface::cli::human(pps as f64)),
+        Limit::Rate { pps, .. } => format!("{} pkt/s", human(pps as f64)),
         Limit::Blocked => "blocked".into(),
         Limit::Unlimited | Limit::Auto(_) => "unlimited".into(),
     };
@@ -302,6 +215,8 @@ fn rate_line(class: &str, from: Limit, ch: Change, changes: u32) -> Line {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::base::log::Format;
+    use std::time::SystemTime;
 
     fn rate(pps: u64) -> Limit {
         Limit::Rate { pps, burst: 100 }
@@ -383,7 +298,7 @@ mod tests {
     }
 
     #[test]
-    fn json_lines_are_one_object_with_the_fields() {
+    fn a_rate_line_in_json_carries_the_decision() {
         let mut d = Decisions::default();
         let by = Cause::Budget(Some((0, "socket drops")));
         let l = d.rate(Instant::now(), "bulk", Change { from: Limit::Unlimited, to: rate(12_000), cause: by });
@@ -401,10 +316,6 @@ mod tests {
         assert_eq!(
             human,
             "sluice: class bulk: limit unlimited -> 12.0k pkt/s by the budget: a service of priority 0 is in distress (socket drops)"
-        );
-        assert_eq!(
-            Line::new("warn", "message", "x".into()).render(Format::Human, SystemTime::now()),
-            "sluice: warn: x"
         );
     }
 }
