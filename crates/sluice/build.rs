@@ -46,4 +46,5 @@ fn main() {
     println!("cargo:rerun-if-changed=bpf/classify.h");
     println!("cargo:rerun-if-changed=bpf/kernel.h");
     println!("cargo:rerun-if-changed=bpf/syncookie.h");
+    println!("cargo:rerun-if-changed=bpf/gate");
 }

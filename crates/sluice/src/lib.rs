@@ -49,7 +49,9 @@
 //! - [`tools`]: serve.rs and send.rs (`sluice serve`, `sluice send`).
 //!
 //! Beside this crate: `bpf/` (sluice.h, shared with Rust through bindgen;
-//! gate.bpf.c, steer.bpf.c, trace.bpf.c; classify.h), `build.rs` (clang to
+//! gate.bpf.c and its parts by role in gate/: maps.h, parse.h, bucket.h,
+//! sources.h, synack.h, checker.h; steer.bpf.c, trace.bpf.c; classify.h,
+//! syncookie.h, kernel.h), `build.rs` (clang to
 //! skeletons), `src/main.rs` (the `sluice` command), `tests/` (one binary
 //! per topic: docs/testing.md). The bench is the `sluice-bench` crate (its
 //! own map is in its lib.rs); what the tests and the bench share (the

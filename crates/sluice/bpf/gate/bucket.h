@@ -1,0 +1,99 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/*
+ * gate/bucket.h - per-CPU token buckets (a class's share of its rate on this
+ * CPU, in SLUICE_TOKEN_SCALE units), and the wake marks that wake a calm
+ * daemon when a class's arrivals jump. Included by gate.bpf.c.
+ */
+#ifndef SLUICE_GATE_BUCKET_H
+#define SLUICE_GATE_BUCKET_H
+
+/* The daemon ticks slowly while all is calm: tell it, once per arming,
+ * that a class's arrivals on this CPU jumped (its next tick comes at once). */
+static __always_inline void wake_daemon(struct sluice_share *sh, __u32 cls)
+{
+	struct sluice_wake w = { .class_id = cls, .at_ns = bpf_ktime_get_ns() };
+
+	sh->wake_at = 0;
+	bpf_ringbuf_output(&wake, &w, sizeof(w), 0);
+}
+
+/*
+ * Wake the daemon while it ticks slowly if this CPU's arrivals of the class
+ * passed the armed count, or came in faster than the armed rate: every
+ * SLUICE_WAKE_BATCH packets the clock is read, and a batch that took less
+ * than wake_gap_ns wakes it. A count alone lets a class with calm traffic
+ * be flooded for most of a calm tick before its mark is reached; the rate
+ * costs one clock read per batch, and only while armed.
+ */
+static __always_inline void check_wake(struct sluice_share *sh, struct sluice_class_state *st, __u32 cls)
+{
+	__u64 seen = st->cnt[SLUICE_CS_SEEN_PKTS], now, last;
+
+	if (!sh->wake_at)
+		return;
+	if (seen >= sh->wake_at) {
+		wake_daemon(sh, cls);
+		return;
+	}
+	if (!sh->wake_gap_ns || (seen & (SLUICE_WAKE_BATCH - 1)))
+		return;
+	now = bpf_ktime_get_ns();
+	last = st->wake_batch_ns;
+	st->wake_batch_ns = now;
+	if (last && now - last < sh->wake_gap_ns)
+		wake_daemon(sh, cls);
+}
+
+/* Credit the time since the last refill (capped at the burst); the tokens now held. */
+static __always_inline __u64 bucket_refill(const struct sluice_share *sh, struct sluice_bucket *b)
+{
+	__u64 now = bpf_ktime_get_ns();
+	__u64 cap = sh->burst * SLUICE_TOKEN_SCALE;
+	__u64 elapsed = now - b->last_ns;
+	__u64 tokens;
+
+	b->last_ns = now;
+	if (elapsed >= sh->fill_ns) {
+		tokens = cap;
+	} else {
+		tokens = b->tokens + elapsed * sh->rate_pps;
+		if (tokens > cap)
+			tokens = cap;
+	}
+	b->tokens = tokens;
+	return tokens;
+}
+
+/*
+ * Take one token from this CPU's bucket if that leaves at least `reserve`
+ * units in it; 1 if it did. The clock is read only when the bucket holds too
+ * little (see "Reading the clock"). reserve is 0 but for packets of a
+ * source over its share, which may use only the top half of the unknown
+ * tier's bucket (see "Source fairness").
+ */
+static __always_inline int bucket_take_above(const struct sluice_share *sh, struct sluice_bucket *b, __u64 reserve)
+{
+	__u64 need = reserve + SLUICE_TOKEN_SCALE;
+
+	if (b->tokens >= need) {
+		b->tokens -= SLUICE_TOKEN_SCALE;
+		return 1;
+	}
+	if (b->skip) {
+		b->skip--;
+		return 0;
+	}
+	if (bucket_refill(sh, b) >= need) {
+		b->tokens -= SLUICE_TOKEN_SCALE;
+		return 1;
+	}
+	b->skip = sh->clock_skip;
+	return 0;
+}
+
+static __always_inline int bucket_take(const struct sluice_share *sh, struct sluice_bucket *b)
+{
+	return bucket_take_above(sh, b, 0);
+}
+
+#endif /* SLUICE_GATE_BUCKET_H */

@@ -1,0 +1,150 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/*
+ * gate/maps.h - the gate's maps and run-time settings (the design comment
+ * atop gate.bpf.c says what each is for), and its global counters.
+ * Included once, by gate.bpf.c.
+ */
+#ifndef SLUICE_GATE_MAPS_H
+#define SLUICE_GATE_MAPS_H
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SLUICE_CLASS_IDS);
+	__type(key, __u32);
+	__type(value, struct sluice_share);
+} shares SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SLUICE_CLASS_IDS);
+	__type(key, __u32);
+	__type(value, struct sluice_class_state);
+} class_state SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SLUICE_CLASS_IDS);
+	__type(key, __u32);
+	__type(value, struct sluice_fair);
+} fairness SEC(".maps");
+
+/*
+ * CPU protection (a class's cpu = "away"): while a higher-priority service
+ * is in distress, the daemon writes a target CPU + 1 for the class here (0:
+ * stay), and the class's admitted packets are redirected to that CPU's
+ * entry of `cpus`: their skb is built and their stack work (IP, UDP/TCP,
+ * the socket) done by the cpumap kthread there, not on the CPU that runs
+ * this program. User space sizes `cpus` to the possible CPUs and fills
+ * the entries it targets.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, SLUICE_CLASS_IDS);
+	__type(key, __u32);
+	__type(value, __u32);
+} away SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_CPUMAP);
+	__uint(max_entries, 1); /* set to the possible CPUs at load */
+	__type(key, __u32);
+	__type(value, struct bpf_cpumap_val);
+} cpus SEC(".maps");
+
+/* Per-source counts of unknown sources; user space may resize it before load. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, SLUICE_SOURCES_DEFAULT);
+	__type(key, struct sluice_src_key);
+	__type(value, struct sluice_src);
+} sources SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, SLUICE_KNOWN_ENTRIES);
+	__type(key, struct sluice_src_key);
+	__type(value, struct sluice_known);
+} known SEC(".maps");
+
+/*
+ * When each peer last sent a learning class a packet (see
+ * SLUICE_ASKED_WINDOW_MS): a direct-mapped table, one slot per hash of
+ * (class, peer), holding the upper half of that hash as a tag and the gate
+ * clock's low 32 bits (ms; they wrap in 49 days, differences do not). A
+ * hash map costs this path a lookup with a key compare (measured: +49 ns a
+ * packet by `sluice bench gate`); an array slot costs a multiply or two.
+ * Two peers on one slot overwrite each other: a real client then loses its
+ * note until it asks again (learned later), a peer that asked nothing never
+ * gains one unless its 32-bit tag matches too.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, SLUICE_ASKED_SLOTS);
+	__type(key, __u32);
+	__type(value, __u64);
+} asked SEC(".maps");
+
+/*
+ * Each class's part of "known" (struct sluice_known_part): the new entries
+ * it may still make (one taken by the learner per new client) and the
+ * entries it holds. One LRU map holds every class's known clients, so
+ * without a part of its own a busy class (or whoever it answers) would
+ * evict another class's clients. The daemon gives each class an equal part
+ * of 90% of the map, and every scan removes a class's oldest entries past
+ * its part (src/signals/known.rs, `bound`) and writes room and held again;
+ * not yet written: no learning, and no lookup. A client learned between a
+ * scan's read and its write is not counted in held until the next scan (5
+ * s): if it is its class's only one, it is looked up from then on (it
+ * needs a second of answers to be known anyway).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, SLUICE_CLASS_IDS);
+	__type(key, __u32);
+	__type(value, struct sluice_known_part);
+} known_part SEC(".maps");
+
+/* Each TCP class's SYN guard (syncookie.h), written by the daemon. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, SLUICE_CLASS_IDS);
+	__type(key, __u32);
+	__type(value, struct sluice_syn_guard);
+} syn_guard SEC(".maps");
+
+/* The latest check_until_ms of any class's guard (the daemon writes it with
+ * each guard): the checker's one look at a packet while no guard checks. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} syn_guard_any SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SLUICE_GS_NR);
+	__type(key, __u32);
+	__type(value, __u64);
+} global_stats SEC(".maps");
+
+/* Classes whose arrivals passed their wake mark (sluice_share.wake_at): struct sluice_wake. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 4096);
+} wake SEC(".maps");
+
+/* Run-time settings, written by the daemon through the mmap'ed .data map. */
+volatile struct sluice_settings settings = {
+	.verdicts = { { .malformed_verdict = XDP_DROP }, { .malformed_verdict = XDP_DROP } },
+};
+
+static __always_inline void global_inc(__u32 idx)
+{
+	__u64 *v = bpf_map_lookup_elem(&global_stats, &idx);
+
+	if (v)
+		*v += 1;
+}
+
+#endif /* SLUICE_GATE_MAPS_H */

@@ -1,0 +1,281 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/*
+ * gate/sources.h - sources inside a limited class: the known clients (each
+ * at its own rate), the unknown ones paced at their share (a GCRA per
+ * source), the limited class's admission over both tiers, and who asked
+ * a learning class (the learner learns only replies to them). Included by
+ * gate.bpf.c after parse.h and bucket.h.
+ */
+#ifndef SLUICE_GATE_SOURCES_H
+#define SLUICE_GATE_SOURCES_H
+
+/*
+ * The peer's key at prefix length plen (32/64 for one address): the class,
+ * the family and the address with the bits past plen cleared. plen is a
+ * multiple of 8 (the daemon writes 16, 24, 32, 48 or 64).
+ */
+static __always_inline void src_key(struct sluice_src_key *k, const struct pkt *pk, __u32 cls, __u32 plen)
+{
+	k->class_id = cls;
+	k->family = pk->family;
+	k->plen = plen;
+	if (pk->family == 4) {
+		__u32 a = bpf_ntohl(pk->peer4);
+
+		a = plen >= 32 ? a : a & ~(0xffffffffU >> plen);
+		*(__u32 *)k->addr = bpf_htonl(a);
+		return;
+	}
+	__builtin_memcpy(k->addr, &pk->peer6, 8);
+	if (plen < 64)
+		*(__u32 *)&k->addr[4] = plen >= 48 ? *(__u32 *)&k->addr[4] & bpf_htonl(0xffff0000) : 0;
+}
+
+/* The peer's known entry, if it is known now (answered over the span, within the ttl). */
+static __always_inline struct sluice_known *known_entry(const struct pkt *pk, __u32 cls)
+{
+	struct sluice_src_key k = {};
+	struct sluice_known *v;
+
+	struct sluice_known_part *part = bpf_map_lookup_elem(&known_part, &cls);
+
+	/* An array slot, inlined: a class that holds no known client skips the hash lookup. */
+	if (!part || !part->held)
+		return 0;
+	src_key(&k, pk, cls, pk->family == 4 ? 32 : 64);
+	v = bpf_map_lookup_elem(&known, &k);
+	if (!v || v->last_ms - v->first_ms < SLUICE_KNOWN_SPAN_MS)
+		return 0;
+	/* Signed: a wall clock stepped back makes a recent answer look newer, not ancient. */
+	if ((__s64)(settings.now_ms - v->last_ms) > (__s64)settings.known_ttl_ms)
+		return 0;
+	return v;
+}
+
+/*
+ * Is a known source within its own rate (see SLUICE_KNOWN_HEADROOM)? A
+ * GCRA on the entry's theoretical arrival time: each packet moves it on by
+ * one interval of the source's rate; a packet that finds it more than the
+ * burst ahead of now is over. Plain (not atomic) updates: two CPUs may each
+ * miss the other's step.
+ */
+static __always_inline __u32 known_interval(const struct sluice_known *v)
+{
+	__u64 span = v->last_ms - v->first_ms;
+	__u64 pps = (__u64)v->answers * 1000 / (span ? span : 1);
+	__u64 interval;
+
+	if (pps < SLUICE_KNOWN_MIN_PPS)
+		pps = SLUICE_KNOWN_MIN_PPS;
+	interval = 1000000000ULL / (pps * SLUICE_KNOWN_HEADROOM);
+	return interval ? interval : 1; /* at most 25 ms: fits */
+}
+
+static __always_inline int known_within_rate(struct sluice_known *v)
+{
+	/* The coarse clock (jiffies) is cheaper to read and fine at the 100 ms tolerance. */
+	__u64 now = bpf_ktime_get_coarse_ns(), interval, tolerance;
+
+	/* Computed once per change of the entry's answers (the learner resets it). */
+	if (!v->interval_ns)
+		v->interval_ns = known_interval(v);
+	interval = v->interval_ns;
+	tolerance = SLUICE_KNOWN_BURST_MS * 1000000ULL;
+	if (tolerance < SLUICE_KNOWN_BURST_PKTS * interval)
+		tolerance = SLUICE_KNOWN_BURST_PKTS * interval;
+	if (v->tat_ns < now)
+		v->tat_ns = now;
+	if (v->tat_ns - now > tolerance)
+		return 0;
+	v->tat_ns += interval;
+	return 1;
+}
+
+/*
+ * Is an unknown source within its share? A GCRA on its theoretical arrival
+ * time, as known_within_rate, but on the fine clock: the share's interval is
+ * far below the coarse clock's 4 ms tick. Over its share the pace is not
+ * moved. The fine clock costs as much as the rest of this path (see
+ * "Reading the clock"), so it is read only when a source looks over:
+ *   - p->seen_ns is this CPU's last read (0: none yet, read now), and now
+ *     is at least that, so a source whose pace is within the tolerance of
+ *     seen_ns is within of now, and a light source (the legitimate case)
+ *     reads no clock. The price: after a quiet spell with no read, a source
+ *     may send one burst paced from the old seen_ns, then, once a read
+ *     finds it behind the real now, a second one.
+ *   - after a read that finds a source over, the next clock_skip over-share
+ *     verdicts on this CPU take seen_ns as now, as the bucket does when it
+ *     runs dry. Under a flood that is a few microseconds; its only error is
+ *     a source that came back within its share in them going as over.
+ */
+static __always_inline int src_within_share(struct sluice_src *s, __u32 interval, struct sluice_pacer *p)
+{
+	__u64 now = p->seen_ns, tolerance;
+
+	if (!interval)
+		return 1;
+	tolerance = SLUICE_SRC_BURST_PKTS * (__u64)interval;
+	if (tolerance < SLUICE_SRC_BURST_NS)
+		tolerance = SLUICE_SRC_BURST_NS;
+	if (!now || s->tat_ns > now + tolerance) {
+		if (p->skip) {
+			p->skip--;
+			return 0;
+		}
+		now = bpf_ktime_get_ns();
+		p->seen_ns = now;
+		if (s->tat_ns > now + tolerance) {
+			p->skip = SLUICE_CLOCK_SKIP;
+			return 0;
+		}
+	}
+	if (s->tat_ns < now)
+		s->tat_ns = now;
+	s->tat_ns += interval;
+	return 1;
+}
+
+/*
+ * Count an unknown packet against its source: 1 if the source is within its
+ * share, 2 if it is over but took a token from the spare half of the unknown
+ * tier's bucket, 0 if it is to be dropped. A source the map has no room for
+ * cannot be counted: it is within (the unknown tier's bucket still caps it)
+ * and counted SRC_FULL. Over its share, s->drops counts the packet only if
+ * it is then dropped.
+ */
+static __always_inline int within_share(const struct pkt *pk, __u32 cls, const struct sluice_fair *f,
+					struct sluice_class_state *st)
+{
+	struct sluice_src_key k = {};
+	__u32 epoch = settings.epoch;
+	struct sluice_src *s, fresh = { .epoch = epoch, .over_epoch = epoch - 1 };
+
+	src_key(&k, pk, cls, pk->family == 4 ? f->plen4 : f->plen6);
+	s = bpf_map_lookup_elem(&sources, &k);
+	if (!s) {
+		st->cnt[SLUICE_CS_SRC_INSERTS] += 1;
+		bpf_map_update_elem(&sources, &k, &fresh, BPF_NOEXIST);
+		s = bpf_map_lookup_elem(&sources, &k);
+		if (!s) {
+			st->cnt[SLUICE_CS_SRC_FULL] += 1;
+			return 1;
+		}
+	}
+	if (s->epoch != epoch) {
+		s->epoch = epoch;
+		s->pkts = 0;
+	}
+	/* Plain (not atomic) updates: two CPUs counting one source may lose a count. */
+	s->pkts += 1;
+	if (s->pkts == 1)
+		st->cnt[SLUICE_CS_SRC_ACTIVE] += 1;
+	if (src_within_share(s, f->src_interval_ns, &st->pacer))
+		return 1;
+	if (s->over_epoch != epoch) {
+		s->over_epoch = epoch;
+		st->cnt[SLUICE_CS_SRC_OVER] += 1;
+	}
+	/* Over its share: the top half of the unknown tier's bucket only. */
+	if (bucket_take_above(&f->unknown, &st->unknown, f->unknown.burst * (SLUICE_TOKEN_SCALE / 2)))
+		return 2;
+	s->drops += 1;
+	return 0;
+}
+
+/* Count a packet in one of the class's verdict pairs (packets, bytes). */
+static __always_inline void verdict_add(struct sluice_class_state *st, __u32 idx, __u64 bytes)
+{
+	if (idx + 1 < SLUICE_CS_NR) {
+		st->cnt[idx] += 1;
+		st->cnt[idx + 1] += bytes;
+	}
+}
+
+/*
+ * A limited class: with source fairness on, known sources take the class's
+ * bucket and unknown ones their share, then the unknown tier's bucket.
+ * Returns the verdict counter pair (SLUICE_CS_*_PKTS) the packet lands in.
+ */
+static __always_inline __u32 admit_limited(const struct pkt *pk, __u32 cls, const struct sluice_share *sh,
+					   struct sluice_class_state *st, struct sluice_fair *f)
+{
+	if (!f || !f->on || pk->family == 0)
+		return bucket_take(sh, &st->bucket) ? SLUICE_CS_ADMIT_PKTS : SLUICE_CS_DROP_RATE_PKTS;
+	struct sluice_known *v = known_entry(pk, cls);
+
+	if (v && known_within_rate(v)) {
+		st->cnt[SLUICE_CS_KNOWN_PKTS] += 1;
+		if (!bucket_take(sh, &st->bucket))
+			return SLUICE_CS_DROP_RATE_PKTS;
+		st->cnt[SLUICE_CS_KNOWN_ADMIT_PKTS] += 1;
+		return SLUICE_CS_ADMIT_PKTS;
+	}
+	if (v)
+		st->cnt[SLUICE_CS_KNOWN_OVER_PKTS] += 1;
+	st->cnt[SLUICE_CS_UNKNOWN_PKTS] += 1;
+	switch (within_share(pk, cls, f, st)) {
+	case 0:
+		return SLUICE_CS_DROP_SHARE_PKTS;
+	case 2:
+		return SLUICE_CS_ADMIT_PKTS; /* over its share, from the spare half of the bucket */
+	}
+	st->cnt[SLUICE_CS_UNDER_PKTS] += 1;
+	return bucket_take(&f->unknown, &st->unknown) ? SLUICE_CS_ADMIT_PKTS : SLUICE_CS_DROP_RATE_PKTS;
+}
+
+/* A 64-bit hash of a source key (class, family, the first 8 address bytes: an IPv4 address or an IPv6 /64). */
+static __always_inline __u64 peer_hash(const struct sluice_src_key *k)
+{
+	__u64 h = *(const __u64 *)k->addr ^ ((__u64)k->class_id << 8 | k->family);
+
+	/* The 64-bit finaliser of MurmurHash3: every input bit moves every output bit. */
+	h ^= h >> 33;
+	h *= 0xff51afd7ed558ccdULL;
+	h ^= h >> 33;
+	h *= 0xc4ceb9fe1a85ec53ULL;
+	h ^= h >> 33;
+	return h;
+}
+
+/* The peer's slot in "asked", and the tag its note carries in the slot's upper half. */
+static __always_inline __u64 *asked_slot(const struct pkt *pk, __u32 cls, __u32 *tag)
+{
+	struct sluice_src_key k = {};
+	__u64 h;
+	__u32 slot;
+
+	src_key(&k, pk, cls, pk->family == 4 ? 32 : 64);
+	h = peer_hash(&k);
+	slot = h & (SLUICE_ASKED_SLOTS - 1);
+	*tag = h >> 32;
+	return bpf_map_lookup_elem(&asked, &slot);
+}
+
+/*
+ * Note that the peer asked a learning class something (the learner then
+ * takes the service's replies to it as answers). Written at most once per
+ * SLUICE_ASKED_REFRESH_MS per peer. Nothing while the class does not learn
+ * (a limited class, a flood).
+ */
+static __always_inline void note_asked(const struct pkt *pk, __u32 cls, const struct sluice_fair *f)
+{
+	__u32 now = settings.now_ms, tag;
+	__u64 *v;
+
+	if (!f || !f->learn || !settings.now_ms)
+		return;
+	v = asked_slot(pk, cls, &tag);
+	if (v && ((__u32)(*v >> 32) != tag || now - (__u32)*v >= SLUICE_ASKED_REFRESH_MS))
+		*v = (__u64)tag << 32 | now;
+}
+
+/* Did the peer ask the class something in the last SLUICE_ASKED_WINDOW_MS? */
+static __always_inline int peer_asked(const struct pkt *pk, __u32 cls, __u64 now_ms)
+{
+	__u32 tag;
+	__u64 *v = asked_slot(pk, cls, &tag);
+
+	return v && (__u32)(*v >> 32) == tag && (__u32)now_ms - (__u32)*v <= SLUICE_ASKED_WINDOW_MS;
+}
+
+#endif /* SLUICE_GATE_SOURCES_H */

@@ -1,0 +1,432 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/*
+ * gate/synack.h - SYN cookies at the driver, the XDP side: finding the
+ * listener, building the SYN-ACK in place, and the ACKs and RSTs of no
+ * connection while a class's guard answers. The cookie itself is in
+ * syncookie.h; the tc checker that hands valid cookies to the kernel is
+ * gate/checker.h. Included by gate.bpf.c after sources.h.
+ */
+#ifndef SLUICE_GATE_SYNACK_H
+#define SLUICE_GATE_SYNACK_H
+
+/*
+ * SYN cookies at the driver (syncookie.h has the why and the cookie). The
+ * cookie paths take TCP over IPv4 without options or IPv6 with TCP as the
+ * first next header; anything else goes the normal way.
+ */
+#define COOKIE_L3_MAX (ETH_HLEN + 4 * SLUICE_MAX_VLAN)
+#define SYNACK_TCP_LEN 40 /* the SYN-ACK's TCP header: 20 bytes and 20 of options */
+
+#define COOKIE_NO_L3 0xffff
+
+/*
+ * Mask an offset already checked against COOKIE_L3_MAX, in an instruction
+ * the compiler cannot drop: it knows the bound and would otherwise use the
+ * unmasked copy, whose bound the verifier has lost through a spill.
+ */
+static __always_inline void cookie_bound(__u32 *off)
+{
+	__u32 v = *off;
+
+	asm volatile("%[v] &= 0x1f" : [v] "+r"(v));
+	*off = v;
+}
+/*
+ * The IP header's offset in the frame (at most COOKIE_L3_MAX), or
+ * COOKIE_NO_L3 if the cookie paths do not take the frame; *family 4 or 6.
+ */
+static __always_inline __u32 cookie_l3(void *data, void *end, __u32 *family)
+{
+	void *pos = data;
+	__be16 proto = 0;
+
+	if (parse_eth(&pos, end, &proto) != PARSE_OK)
+		return COOKIE_NO_L3;
+	if (proto == bpf_htons(ETH_P_IP)) {
+		struct iphdr *ip = pos;
+
+		if ((void *)(ip + 1) > end || ip->ihl != 5 || ip->protocol != IPPROTO_TCP ||
+		    (ip->frag_off & bpf_htons(0x3fff)))
+			return COOKIE_NO_L3;
+		*family = 4;
+	} else if (proto == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr *ip6 = pos;
+
+		if ((void *)(ip6 + 1) > end || ip6->nexthdr != IPPROTO_TCP)
+			return COOKIE_NO_L3;
+		*family = 6;
+	} else {
+		return COOKIE_NO_L3;
+	}
+	return pos - data;
+}
+
+/*
+ * The TCP header of a frame the cookie paths take, its fixed 20 bytes
+ * within the frame, or NULL. *l3 is then the IP header's offset (at most
+ * COOKIE_L3_MAX, bounded for the verifier) and *family 4 or 6.
+ */
+static __always_inline struct tcphdr *cookie_tcp(void *data, void *end, __u32 *l3, __u32 *family)
+{
+	__u32 off = cookie_l3(data, end, family);
+	struct tcphdr *th;
+
+	if (off > COOKIE_L3_MAX)
+		return NULL;
+	cookie_bound(&off);
+	th = data + off + (*family == 4 ? sizeof(struct iphdr) : sizeof(struct ipv6hdr));
+	if ((void *)(th + 1) > end)
+		return NULL;
+	*l3 = off;
+	return th;
+}
+
+/* The client's and the server's addresses of a segment the client sent (ip: its IP header, bounds checked). */
+static __always_inline void cookie_addrs_of(const void *ip, __u32 family, struct cookie_addrs *a)
+{
+	a->family = family;
+	if (family == 4) {
+		a->words[0] = ((const struct iphdr *)ip)->saddr;
+		a->words[1] = ((const struct iphdr *)ip)->daddr;
+		return;
+	}
+	__builtin_memcpy(a->words, &((const struct ipv6hdr *)ip)->saddr, 32);
+}
+
+/* The socket lookup's tuple of a segment the client sent; its size. */
+static __always_inline __u32 cookie_tuple(const struct cookie_addrs *a, const struct tcphdr *th,
+					  struct bpf_sock_tuple *t)
+{
+	if (a->family == 4) {
+		t->ipv4.saddr = a->words[0];
+		t->ipv4.daddr = a->words[1];
+		t->ipv4.sport = th->source;
+		t->ipv4.dport = th->dest;
+		return sizeof(t->ipv4);
+	}
+	__builtin_memcpy(t->ipv6.saddr, &a->words[0], 16);
+	__builtin_memcpy(t->ipv6.daddr, &a->words[4], 16);
+	t->ipv6.sport = th->source;
+	t->ipv6.dport = th->dest;
+	return sizeof(t->ipv6);
+}
+
+/* Is this listening socket MPTCP's (the kernel refuses it a gate cookie's request socket)? */
+static __always_inline int is_mptcp(struct bpf_sock *skc)
+{
+	struct tcp_sock *tp;
+
+	if (!bpf_core_field_exists(struct tcp_sock, is_mptcp))
+		return 0; /* a kernel without MPTCP */
+	tp = bpf_skc_to_tcp_sock(skc);
+	return tp && tp->is_mptcp;
+}
+
+/*
+ * Does the socket lookup of a segment's 4-tuple find the listener itself?
+ * For a SYN: the gate answers only then, and only for a listener that
+ * takes a gate cookie (`for_cookie`: not MPTCP's). It finds another socket
+ * for a SYN that reuses the 4-tuple of one in TIME_WAIT (a client cycling
+ * connections fast): the kernel must take that SYN, as only it can retire
+ * the old socket (a cookie's ACK would meet the TIME_WAIT socket and never
+ * open the connection). It finds none for a closed port: the kernel's RST.
+ */
+static __always_inline int finds_listener(struct xdp_md *ctx, const struct cookie_addrs *a, const struct tcphdr *th,
+					  int for_cookie)
+{
+	struct bpf_sock_tuple tuple = {};
+	__u32 size = cookie_tuple(a, th, &tuple);
+	struct bpf_sock *skc = bpf_skc_lookup_tcp(ctx, &tuple, size, BPF_F_CURRENT_NETNS, 0);
+	int listener;
+
+	if (!skc)
+		return 0;
+	listener = skc->state == BPF_TCP_LISTEN && !(for_cookie && is_mptcp(skc));
+	bpf_sk_release(skc);
+	return listener;
+}
+
+/*
+ * Conntrack's view (the nf_conntrack kfuncs, Linux 6.0; absent without
+ * nf_conntrack: then nothing is tracked and nothing is NATed). A segment
+ * to a port the namespace DNATs elsewhere (a published container port
+ * whose host side a proxy listens on) finds only that listener at the
+ * socket lookup, its own socket being the NAT target's: conntrack holds
+ * its connection. The opts in their first, 12-byte form, which every
+ * kernel with the kfuncs takes.
+ */
+struct bpf_ct_opts___sl {
+	__s32 netns_id;
+	__s32 error;
+	__u8 l4proto;
+	__u8 dir;
+	__u8 reserved[2];
+};
+/* Never read here; a struct (not a forward declaration) for libbpf to match the kfuncs' types. */
+struct nf_conn {
+	__u64 _opaque;
+};
+extern struct nf_conn *bpf_xdp_ct_lookup(struct xdp_md *xdp_ctx, struct bpf_sock_tuple *bpf_tuple, __u32 tuple__sz,
+					 struct bpf_ct_opts___sl *opts, __u32 opts__sz) __ksym __weak;
+extern struct nf_conn *bpf_skb_ct_lookup(struct __sk_buff *skb_ctx, struct bpf_sock_tuple *bpf_tuple, __u32 tuple__sz,
+					 struct bpf_ct_opts___sl *opts, __u32 opts__sz) __ksym __weak;
+extern void bpf_ct_release(struct nf_conn *ct) __ksym __weak;
+
+/* Does conntrack hold a connection of this segment's 4-tuple (XDP)? */
+static __always_inline int xdp_tracked(struct xdp_md *ctx, const struct cookie_addrs *a, const struct tcphdr *th)
+{
+	struct bpf_ct_opts___sl opts = { .netns_id = BPF_F_CURRENT_NETNS, .l4proto = IPPROTO_TCP };
+	struct bpf_sock_tuple tuple = {};
+	__u32 size = cookie_tuple(a, th, &tuple);
+	struct nf_conn *ct;
+
+	if (!bpf_xdp_ct_lookup || !bpf_ct_release)
+		return 0;
+	ct = bpf_xdp_ct_lookup(ctx, &tuple, size, &opts, sizeof(opts));
+	if (!ct)
+		return 0;
+	bpf_ct_release(ct);
+	return 1;
+}
+
+/* The SYN-ACK's TCP header at t (40 bytes, bounds checked), checksum 0. */
+static __always_inline void synack_tcp(struct tcphdr *t, const struct syn_opts *o, __be16 cport, __be16 sport,
+				       __u32 isn, __u32 cookie, __u16 mss)
+{
+	__u8 *op = (__u8 *)(t + 1);
+
+	t->source = sport;
+	t->dest = cport;
+	t->seq = bpf_htonl(cookie);
+	t->ack_seq = bpf_htonl(isn + 1);
+	((__u8 *)t)[12] = (SYNACK_TCP_LEN / 4) << 4;
+	((__u8 *)t)[13] = TCP_FLAG_SYN | TCP_FLAG_ACK;
+	t->window = bpf_htons(65535);
+	t->check = 0;
+	t->urg_ptr = 0;
+	/* MSS (4), SACK-permitted or 2 NOPs, timestamps or 10 NOPs, NOP + window scale or 4 NOPs. */
+	*(__be32 *)op = bpf_htonl(TCPOPT_MSS << 24 | 4 << 16 | mss);
+	*(__be16 *)(op + 4) = bpf_htons(o->sack ? (TCPOPT_SACK_PERM << 8 | 2) : (TCPOPT_NOP << 8 | TCPOPT_NOP));
+	if (o->ts) {
+		*(__be16 *)(op + 6) = bpf_htons(TCPOPT_TIMESTAMP << 8 | 10);
+		*(__be32 *)(op + 8) = bpf_htonl((__u32)settings.now_ms);
+		*(__be32 *)(op + 12) = bpf_htonl(o->tsval);
+	} else {
+		*(__be16 *)(op + 6) = bpf_htons(TCPOPT_NOP << 8 | TCPOPT_NOP);
+		*(__be32 *)(op + 8) = 0x01010101;
+		*(__be32 *)(op + 12) = 0x01010101;
+	}
+	if (o->wscale != COOKIE_WSCALE_NONE)
+		*(__be32 *)(op + 16) = bpf_htonl(TCPOPT_NOP << 24 | TCPOPT_WINDOW << 16 | 3 << 8 | SLUICE_COOKIE_WSCALE);
+	else
+		*(__be32 *)(op + 16) = 0x01010101;
+}
+
+/* The TCP checksum of the 40-byte header at t, given the pseudo header's address words summed. */
+static __always_inline __sum16 synack_csum(struct tcphdr *t, __u64 pseudo)
+{
+	__s64 sum = bpf_csum_diff(0, 0, (__be32 *)t, SYNACK_TCP_LEN, 0);
+
+	if (sum < 0)
+		return 0;
+	return ~csum_fold32(pseudo + (__u32)sum);
+}
+
+static __always_inline void swap_macs(struct ethhdr *eth)
+{
+	__u8 mac[ETH_ALEN];
+
+	__builtin_memcpy(mac, eth->h_source, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, eth->h_dest, ETH_ALEN);
+	__builtin_memcpy(eth->h_dest, mac, ETH_ALEN);
+}
+
+/* Turn the (resized) frame into the SYN-ACK, IPv4. 0 if it is too short (cannot happen after the resize). */
+static __always_inline int synack_v4(void *data, void *end, __u32 l3, const struct syn_opts *o, __be16 cport,
+				     __be16 sport, __u32 isn, __u32 cookie)
+{
+	struct iphdr *ip = data + l3;
+	struct tcphdr *t = (void *)(ip + 1);
+	__be32 client;
+	__s64 sum;
+
+	if ((void *)t + SYNACK_TCP_LEN > end || data + ETH_HLEN > end)
+		return 0;
+	swap_macs(data);
+	client = ip->saddr;
+	ip->saddr = ip->daddr;
+	ip->daddr = client;
+	ip->tos = 0;
+	ip->tot_len = bpf_htons(sizeof(*ip) + SYNACK_TCP_LEN);
+	ip->id = 0;
+	ip->frag_off = bpf_htons(0x4000); /* DF */
+	ip->ttl = 64;
+	ip->check = 0;
+	sum = bpf_csum_diff(0, 0, (__be32 *)ip, sizeof(*ip), 0);
+	ip->check = sum < 0 ? 0 : ~csum_fold32((__u32)sum);
+	synack_tcp(t, o, cport, sport, isn, cookie, settings.syn_mss4 ? settings.syn_mss4 : 1460);
+	t->check = synack_csum(t, (__u64)ip->saddr + ip->daddr + bpf_htons(IPPROTO_TCP) + bpf_htons(SYNACK_TCP_LEN));
+	return 1;
+}
+
+static __always_inline int synack_v6(void *data, void *end, __u32 l3, const struct syn_opts *o, __be16 cport,
+				     __be16 sport, __u32 isn, __u32 cookie)
+{
+	struct ipv6hdr *ip6 = data + l3;
+	struct tcphdr *t = (void *)(ip6 + 1);
+	struct in6_addr client;
+	__u64 pseudo = bpf_htonl(SYNACK_TCP_LEN) + bpf_htonl(IPPROTO_TCP);
+
+	if ((void *)t + SYNACK_TCP_LEN > end || data + ETH_HLEN > end)
+		return 0;
+	swap_macs(data);
+	client = ip6->saddr;
+	ip6->saddr = ip6->daddr;
+	ip6->daddr = client;
+	*(__be32 *)ip6 = bpf_htonl(0x60000000); /* version 6, no traffic class, no flow label */
+	ip6->payload_len = bpf_htons(SYNACK_TCP_LEN);
+	ip6->hop_limit = 64;
+#pragma unroll
+	for (int i = 0; i < 4; i++)
+		pseudo += (__u64)ip6->saddr.in6_u.u6_addr32[i] + ip6->daddr.in6_u.u6_addr32[i];
+	synack_tcp(t, o, cport, sport, isn, cookie, settings.syn_mss6 ? settings.syn_mss6 : 1440);
+	t->check = synack_csum(t, pseudo);
+	return 1;
+}
+
+/* Keep only the options the namespace lets a gate cookie carry (settings.syn_allow). */
+static __always_inline void syn_opts_allowed(struct syn_opts *o)
+{
+	if (!(settings.syn_allow & SLUICE_SYN_SACK))
+		o->sack = 0;
+	if (!(settings.syn_allow & SLUICE_SYN_TS))
+		o->ts = 0;
+	if (!(settings.syn_allow & SLUICE_SYN_WSCALE))
+		o->wscale = COOKIE_WSCALE_NONE;
+}
+
+/*
+ * Answer a SYN with a cookie SYN-ACK built in its own frame (the caller
+ * returns XDP_TX). 1 if the frame now holds the SYN-ACK; 0 if the SYN goes
+ * the normal way: a header the cookie paths do not take, no gate clock or
+ * key yet, no listener found for it (see finds_listener), a frame that
+ * cannot be resized. A SYN's data, if any, is not
+ * kept (the client sends it again, as after the kernel's own cookies).
+ */
+static __always_inline int syn_answer(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	struct cookie_addrs a = {};
+	struct syn_opts o = {};
+	__u64 slot = cookie_slot();
+	__u32 family = 0, iplen, isn, cookie, bits, len;
+	__be16 cport, sport;
+	struct tcphdr *th;
+	__u32 l3;
+
+	if (!slot || !(settings.syn_key[0] | settings.syn_key[1]))
+		return 0;
+	th = cookie_tcp(data, end, &l3, &family);
+	if (!th || th->doff < 5)
+		return 0;
+	iplen = family == 4 ? sizeof(struct iphdr) : sizeof(struct ipv6hdr);
+	if ((void *)th - data > COOKIE_L3_MAX + sizeof(struct ipv6hdr))
+		return 0;
+	cookie_addrs_of(data + l3, family, &a);
+	if (!finds_listener(ctx, &a, th, 1))
+		return 0;
+	syn_opts_read(data, end, (void *)(th + 1) - data, (void *)th - data + th->doff * 4, &o);
+	syn_opts_allowed(&o);
+	isn = bpf_ntohl(th->seq);
+	cport = th->source;
+	sport = th->dest;
+	bits = cookie_data(&o, family) | ((slot & 1) ? COOKIE_SLOT_BIT : 0);
+	cookie = cookie_make(&a, cport, sport, isn, bits, slot);
+	len = l3 + iplen + SYNACK_TCP_LEN;
+	if (len != end - data && bpf_xdp_adjust_tail(ctx, (int)len - (int)(end - data)))
+		return 0; /* a Linux SYN is the SYN-ACK's size already */
+	data = (void *)(long)ctx->data;
+	end = (void *)(long)ctx->data_end;
+	if (family == 4)
+		return synack_v4(data, end, l3, &o, cport, sport, isn, cookie);
+	return synack_v6(data, end, l3, &o, cport, sport, isn, cookie);
+}
+
+/* Does the gate answer this SYN (a class whose guard says answer, a client not known)? */
+static __always_inline int syn_guarded(const struct pkt *pk, __u32 gen, __u32 cls, struct sluice_class_state *st)
+{
+	struct sluice_syn_guard *g;
+
+	if (pk->slot != SLUICE_SLOT_TCP || (pk->tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) != TCP_FLAG_SYN)
+		return 0;
+	st->cnt[SLUICE_CS_SYN_PKTS] += 1;
+	if (pk->tcp_flags & (TCP_FLAG_RST | TCP_FLAG_FIN))
+		return 0; /* SYN+FIN, SYN+RST: the normal way (the kernel refuses them) */
+	g = bpf_map_lookup_elem(&syn_guard, &cls);
+	if (!g || !g->answer || settings.verdicts[gen].observe || !(settings.syn_allow & SLUICE_SYN_COOKIES))
+		return 0; /* tcp_syncookies = 0: the listener would ignore the cookie's request socket */
+	/* A known client takes the kernel's own path, with every option it offered. */
+	return !known_entry(pk, cls);
+}
+
+/*
+ * Does a valid cookie open the connection this ACK completes: the gate's
+ * (the checker then hands the listener a request socket) or the kernel's
+ * own (sent before the guard engaged, or to a known client)?
+ */
+static __always_inline int ack_has_cookie(void *ip, struct tcphdr *th, const struct cookie_addrs *a)
+{
+	__u32 bits;
+
+	if (cookie_check(a, th->source, th->dest, bpf_ntohl(th->seq) - 1, bpf_ntohl(th->ack_seq) - 1, &bits))
+		return 1;
+	if (a->family == 4)
+		return bpf_tcp_raw_check_syncookie_ipv4(ip, th) == 0;
+	return bpf_tcp_raw_check_syncookie_ipv6(ip, th) == 0;
+}
+
+/*
+ * While a class's SYN guard answers (a SYN flood, often with ACKs and RSTs
+ * of random sequence numbers beside it), is this ACK or RST one of no
+ * connection, to drop? It is if the socket lookup finds only the listener
+ * and it is an RST, or an ACK with no valid cookie: the kernel would spend a
+ * lookup and a RST on each. Packets of established, TIME_WAIT and
+ * half-open connections find their own socket and pass; a closed port
+ * finds none (the kernel's RST, as before); a connection NATed elsewhere
+ * (its socket the NAT target's) is conntrack's, asked last (xdp_tracked).
+ * Costs a socket lookup per TCP packet of the class, only while the guard
+ * answers, and a conntrack lookup per packet it would drop.
+ */
+static __always_inline int no_connection(struct xdp_md *ctx, const struct pkt *pk, __u32 cls)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	struct sluice_syn_guard *g;
+	struct cookie_addrs a = {};
+	struct tcphdr *th;
+	__u32 family = 0, l3;
+	void *ip;
+
+	if (pk->slot != SLUICE_SLOT_TCP || (pk->tcp_flags & TCP_FLAG_SYN) ||
+	    !(pk->tcp_flags & (TCP_FLAG_ACK | TCP_FLAG_RST)))
+		return 0;
+	g = bpf_map_lookup_elem(&syn_guard, &cls);
+	if (!g || !g->answer)
+		return 0;
+	th = cookie_tcp(data, end, &l3, &family);
+	if (!th)
+		return 0;
+	ip = data + l3;
+	if (ip + sizeof(struct ipv6hdr) > end)
+		return 0;
+	cookie_addrs_of(ip, family, &a);
+	if (!finds_listener(ctx, &a, th, 0))
+		return 0;
+	if (!(pk->tcp_flags & TCP_FLAG_RST) && ack_has_cookie(ip, th, &a))
+		return 0;
+	/* Last, for what the rest would drop: a NATed connection's segments. */
+	return !xdp_tracked(ctx, &a, th);
+}
+
+#endif /* SLUICE_GATE_SYNACK_H */
