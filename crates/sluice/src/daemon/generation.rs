@@ -187,7 +187,7 @@ impl Daemon {
         self.ticker = ticker;
         // Class indexes moved: where the services run is looked up again now, not a second later.
         self.look_service_cpus();
-        self.publish.follow(&remap, super::gate_snapshots(&self.cfg, &self.gate));
+        self.publish.follow(&remap, super::status::gate_snapshots(&self.cfg, &self.gate));
         self.publish.snap.observe = self.cfg.observe;
         Ok(())
     }

@@ -20,11 +20,10 @@ use crate::bpf_intf::*;
 use crate::daemon::auto::AutoLoop;
 use crate::daemon::decisions::{Cause, Change};
 use crate::dataplane::gate::counters::ClassTotals;
-use crate::dataplane::gate::{ClassCounters, Clock, Gate, Tiers};
+use crate::dataplane::gate::{ClassCounters, Clock, Gate};
 use crate::dataplane::trace::CpuRxReader;
 use crate::policy::budget::{Budget, BudgetClass, FLOOR_PPS};
-use crate::policy::config::{default_burst, Config, Limit};
-use crate::policy::fair::{Fair, FairCounts, FairTick};
+use crate::policy::config::{Config, Limit};
 use crate::policy::remap::ClassRemap;
 use crate::policy::syn_guard::SynGuards;
 use crate::signals::health::{behind, distress, dropped, path_distress, syn_pressure, Health, HealthReader, RxWork};
@@ -41,86 +40,6 @@ const AUTO_IDLE: f64 = 2.0;
 /// every other tick delivered 0 in those ticks).
 const OWN_FLOOD: f64 = 1.5;
 
-/// An auto class whose gate drops while it admits under this share of its
-/// service's capacity estimate drops with room (`dropped_with_room`): its
-/// controller admits the estimate, a drain tick 5% under it.
-const HAD_ROOM: f64 = 0.9;
-/// Only drops in a stretch of ticks with room lasting this long (s) count:
-/// a limit just written starts its buckets empty, and a drain or a cut for
-/// loss dips under the estimate for a few ticks by design (in a namespace
-/// test, the first three ticks of a flood admitted half the new limit).
-const ROOM_SECS: f64 = 0.5;
-
-/// Packets the gate dropped while its service had room, counted by
-/// stretches of ROOM_SECS or longer (a shorter one is the controller's own
-/// transient, not a limit under what the service takes).
-#[derive(Debug, Clone, Copy, Default)]
-struct WithRoom {
-    /// Seconds the current stretch has lasted, and its drops so far.
-    secs: f64,
-    pending: u64,
-    /// Counted so far.
-    total: u64,
-}
-
-impl WithRoom {
-    fn tick(&mut self, room: bool, dropped: u64, dt: f64) {
-        if !room {
-            (self.secs, self.pending) = (0.0, 0);
-            return;
-        }
-        self.secs += dt;
-        self.pending += dropped;
-        if self.secs >= ROOM_SECS - 1e-9 {
-            self.total += std::mem::take(&mut self.pending);
-        }
-    }
-}
-
-/// One class as the tick keeps it.
-struct TickClass {
-    priority: u8,
-    /// The class's own limit from the config.
-    limit: Limit,
-    /// Seen and admitted packets at the last tick, the packets/s offered
-    /// and admitted in it, and its length (s).
-    totals: Option<ClassTotals>,
-    offered: f64,
-    admitted: f64,
-    dt: f64,
-    /// Per-CPU arrivals at the last split.
-    last_seen: Vec<u64>,
-    /// Source fairness, and the gate's counters at the last tick for it.
-    fair: Fair,
-    raw: Option<ClassCounters>,
-    counts: FairCounts,
-    /// The class's sockets were in distress in the last tick, and in how many ticks so far.
-    distress: bool,
-    /// Its service was behind and losing in the last tick (health::behind):
-    /// what cuts the unknown sources' tier.
-    behind: bool,
-    /// Its sockets dropped in the last tick (health::dropped): what cuts the
-    /// unknown tier by a tenth while known clients share them.
-    dropped: bool,
-    distress_ticks: u64,
-    /// Packets the gate dropped while the service had room (see
-    /// `ClassSnapshot::dropped_with_room_pkts`).
-    dropped_with_room: WithRoom,
-    /// The tiers written at the last tick (None: not written yet).
-    tiers: Option<Tiers>,
-    /// The limit decided at the last tick, before the split over sources.
-    decided: Option<Limit>,
-    /// The learner may record the class's clients: every class but the
-    /// default one, whose "answers" are the host's own outbound traffic
-    /// (a resolver's upstream queries, a proxy's connections), not clients.
-    learns: bool,
-    /// The gate clock of the last tick that let the learner learn (its
-    /// answers since are confirmed by the next tick, or not), and the last
-    /// window the next tick did not confirm (`Tiers::taint`).
-    learned_at: Option<u64>,
-    taint: (u64, u64),
-}
-
 /// A class's source fairness as the tick last wrote it.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct FairStatus {
@@ -136,45 +55,12 @@ pub struct FairStatus {
 pub const KNOWN_TTL_SECS: u64 = 7 * 24 * 3600;
 
 pub use crate::policy::controller::STALE_TICKS;
-/// While they stay unreadable, the log hears of it every this many ticks (10 s).
-const SAY_EVERY_TICKS: u64 = 1000;
 
-/// Whether the services' signals (sock_diag, /proc) could be read: the
-/// failures in a row, in all, and the last error.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct SignalWatch {
-    pub failing: u64,
-    pub errors: u64,
-    pub last_error: Option<String>,
-}
+mod class;
+mod watch;
 
-impl SignalWatch {
-    /// A failed read: (now stale, worth a log line: the first failure of a
-    /// run, the tick it goes stale, then every SAY_EVERY_TICKS).
-    pub fn failed(&mut self, e: &dyn std::fmt::Display) -> (bool, bool) {
-        self.failing += 1;
-        self.errors += 1;
-        self.last_error = Some(e.to_string());
-        let say = self.failing == 1 || self.failing == STALE_TICKS || self.failing.is_multiple_of(SAY_EVERY_TICKS);
-        (self.stale(), say)
-    }
-
-    /// A good read: Some(failures in the run it ends), if one ended.
-    pub fn ok(&mut self) -> Option<u64> {
-        let ended = std::mem::take(&mut self.failing);
-        (ended > 0).then_some(ended)
-    }
-
-    pub fn stale(&self) -> bool {
-        self.failing >= STALE_TICKS
-    }
-
-    /// How long the reads have failed in a row (None: the last one worked).
-    pub fn stale_secs(&self) -> Option<f64> {
-        (self.failing > 0).then(|| self.failing as f64 * crate::policy::controller::TICK.as_secs_f64())
-    }
-}
-
+use class::{rate_limit, tightest, TickClass, HAD_ROOM};
+pub use watch::SignalWatch;
 /// What runs every tick for one config.
 pub struct Ticker {
     classes: Vec<TickClass>,
@@ -559,125 +445,6 @@ impl Ticker {
     }
 }
 
-impl TickClass {
-    /// A class as the tick first sees it; `learns`: the learner may record
-    /// its clients (every class but the default one).
-    fn new(priority: u8, limit: Limit, learns: bool) -> TickClass {
-        TickClass {
-            priority,
-            limit,
-            totals: None,
-            offered: 0.0,
-            admitted: 0.0,
-            dt: 0.0,
-            last_seen: vec![],
-            fair: Fair::default(),
-            raw: None,
-            counts: FairCounts::default(),
-            distress: false,
-            behind: false,
-            dropped: false,
-            distress_ticks: 0,
-            dropped_with_room: WithRoom::default(),
-            tiers: None,
-            decided: None,
-            learns,
-            learned_at: None,
-            taint: (0, 0),
-        }
-    }
-
-    /// The fairness counters of the last tick, from the gate's raw counters.
-    fn counts_from(&mut self, raw: ClassCounters) {
-        let old = self.raw.replace(raw).unwrap_or(raw);
-        let d = |i: u32| raw[i as usize].saturating_sub(old[i as usize]);
-        self.counts = FairCounts {
-            known: d(SLUICE_CS_KNOWN_PKTS),
-            unknown: d(SLUICE_CS_UNKNOWN_PKTS),
-            under: d(SLUICE_CS_UNDER_PKTS),
-            active: d(SLUICE_CS_SRC_ACTIVE),
-            over: d(SLUICE_CS_SRC_OVER),
-            inserts: d(SLUICE_CS_SRC_INSERTS),
-        };
-    }
-
-    /// What the class's buckets get: a limited class is split between known
-    /// and unknown sources; any class but the default one lets the learner
-    /// record its clients once it has been healthy (nothing dropped, no
-    /// distress) for a while.
-    fn tiers(&mut self, limit: Limit, capacity: u32, now_ms: u64) -> Tiers {
-        let healthy = !self.distress && self.admitted >= self.offered;
-        let learn = self.fair.learn(healthy, self.offered, self.dt) && self.learns;
-        // The learner noted answers since the last learning tick with the
-        // gate clock that tick wrote: this tick confirms them, or taints
-        // them (a surge or distress seen now may have been answered then).
-        if learn {
-            self.learned_at = Some(now_ms);
-        } else if let Some(at) = self.learned_at.take() {
-            self.taint = (at, now_ms);
-        }
-        let taint = self.taint;
-        let Limit::Rate { pps, burst } = limit else {
-            self.fair.idle();
-            return Tiers { limit, fair: None, learn, taint, under: false };
-        };
-        // The counts' rates over the tick's measured length (a tick after a
-        // 500 ms calm one, or one that overran, is not 10 ms); the budget is
-        // for the next epoch, a fast tick.
-        let epoch = crate::policy::controller::TICK.as_secs_f64();
-        let dt = if self.dt > 0.0 { self.dt } else { epoch };
-        let t = FairTick {
-            rate: pps as f64,
-            dt,
-            epoch,
-            counts: self.counts,
-            distress: self.behind,
-            dropped: self.dropped,
-            capacity,
-        };
-        let out = self.fair.step(&t);
-        let tier = |r: f64| {
-            let pps = r.round().max(1.0) as u64;
-            Limit::Rate { pps, burst: default_burst(pps).min(burst) }
-        };
-        Tiers {
-            limit: tier(out.known_pps),
-            fair: Some(crate::dataplane::gate::FairTier {
-                unknown: tier(out.unknown_pps),
-                quota: out.quota,
-                plens: (out.plen4, out.plen6),
-            }),
-            learn,
-            taint,
-            under: self.offered < pps as f64,
-        }
-    }
-}
-
-/// A packets/s limit for a rate (None: unlimited), its bucket at least
-/// `depth` packets deep.
-fn rate_limit(r: Option<f64>, depth: u64) -> Limit {
-    r.map_or(Limit::Unlimited, |r| {
-        let pps = r.round().max(1.0) as u64;
-        Limit::Rate { pps, burst: default_burst(pps).max(depth) }
-    })
-}
-
-/// The tighter of a class's own limit and the budget's throttle.
-fn tightest(own: Limit, throttle: Option<f64>) -> Limit {
-    let Some(t) = throttle else {
-        return match own {
-            Limit::Auto(_) => Limit::Unlimited,
-            l => l,
-        };
-    };
-    match own {
-        Limit::Blocked => Limit::Blocked,
-        Limit::Rate { pps, burst } if (pps as f64) <= t => Limit::Rate { pps, burst },
-        _ => rate_limit(Some(t), 0),
-    }
-}
-
 /// The tracer's per-CPU counts as the health's receive work.
 fn rx_work(cpus: &[sluice_cpu_rx]) -> RxWork {
     RxWork {
@@ -689,6 +456,8 @@ fn rx_work(cpus: &[sluice_cpu_rx]) -> RxWork {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::config::default_burst;
+    use class::WithRoom;
 
     /// Hardening: fairness reads the tick's counts as rates over the tick's
     /// measured length. A tick out of a 500 ms calm spell that counted 300
@@ -711,7 +480,7 @@ mod tests {
     /// drops; a shorter stretch (a new limit's first ticks) counts nothing.
     #[test]
     fn drops_with_room_count_by_lasting_stretches() {
-        let mut w = super::WithRoom::default();
+        let mut w = WithRoom::default();
         for _ in 0..3 {
             w.tick(true, 3_500, 0.01);
         }
@@ -727,7 +496,7 @@ mod tests {
 
     #[test]
     fn unreadable_signals_go_stale_after_a_second_and_say_so_sparingly() {
-        let mut w = super::SignalWatch::default();
+        let mut w = SignalWatch::default();
         let e = "sock_diag: no such file";
         assert_eq!(w.failed(&e), (false, true), "the first failure is said");
         let mut said = 0;

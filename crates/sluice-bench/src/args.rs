@@ -1,0 +1,257 @@
+//! The arguments of each `sluice bench` command, checked by clap's value
+//! parsers.
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+
+use sluice::surface::cli::{parse_rate, parse_secs};
+use sluice_bench::scenario::ConfigKind;
+use sluice_bench::services;
+use sluice_bench::victim::VictimModel;
+
+#[derive(Args)]
+pub(crate) struct RecoveryArgs {
+    /// Victim models (nic, same-core).
+    #[arg(long, value_delimiter = ',', default_value = "nic", value_parser = parse_model)]
+    pub(crate) models: Vec<VictimModel>,
+    /// Configurations (off, nft, static, auto, auto-pno, auto-idle).
+    #[arg(long, value_delimiter = ',', default_value = "off,auto", value_parser = parse_config_kind)]
+    pub(crate) configs: Vec<ConfigKind>,
+    /// Flood lengths, seconds (each 0.5 to 60).
+    #[arg(long, value_delimiter = ',', default_value = "10,30,60", value_parser = parse_phase)]
+    pub(crate) floods: Vec<f64>,
+    /// Flood rate as a multiple of the calibrated peak (above 0, at most 100).
+    #[arg(long, default_value_t = 10.0, value_parser = parse_flood)]
+    pub(crate) flood: f64,
+    /// Seconds of probe alone before the flood (the baseline), 0.5 to 60.
+    #[arg(long, value_name = "SECS", default_value = "5", value_parser = parse_phase)]
+    pub(crate) calm: f64,
+    /// The scenario whose streams and victim are used.
+    #[arg(long, short, default_value = "default")]
+    pub(crate) scenario: String,
+    /// Output folder (default: results/recovery-TIMESTAMP).
+    #[arg(long, short)]
+    pub(crate) out: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub(crate) struct CaptureArgs {
+    /// Capture programs: tcpdump, raw.
+    #[arg(long, value_delimiter = ',', default_value = "tcpdump,raw", value_parser = ["tcpdump", "raw"])]
+    pub(crate) capturers: Vec<String>,
+    /// Frame sizes, bytes (60 to 1514).
+    #[arg(long, value_delimiter = ',', default_value = "64,1500", value_parser = clap::value_parser!(u32).range(60..=1514))]
+    pub(crate) frames: Vec<u32>,
+    /// Gaps between frames: none (6 Mpps asked in all) or 1us (1 Mpps in all).
+    #[arg(long, value_delimiter = ',', default_value = "none,1us", value_parser = ["none", "1us"])]
+    pub(crate) gaps: Vec<String>,
+    /// Print the results as JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Args)]
+pub(crate) struct TraceCostArgs {
+    /// Rounds (each: untraced, counting, sampling).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=50))]
+    pub(crate) rounds: u32,
+    /// Seconds per window.
+    #[arg(long, value_name = "SECS", default_value = "3", value_parser = parse_secs)]
+    pub(crate) duration: Duration,
+    /// Print the results as JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Args)]
+pub(crate) struct IdleArgs {
+    /// Idle UDP services in the second case (each gets a class).
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(0..=60))]
+    pub(crate) services: u32,
+    /// Seconds measured per case (after 4 s to settle).
+    #[arg(long, default_value = "60", value_parser = parse_secs)]
+    pub(crate) window: Duration,
+    /// Interleaved rounds (the median and range are reported).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..100))]
+    pub(crate) rounds: u64,
+    /// Other `sluice` binaries to measure beside this one (an older build).
+    #[arg(long, value_delimiter = ',')]
+    pub(crate) compare: Vec<PathBuf>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Args)]
+pub(crate) struct TickArgs {
+    /// UDP services and TCP listeners to hold (each gets a class).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(0..=60))]
+    pub(crate) services: u32,
+    /// Interleaved rounds (the median is reported).
+    #[arg(long, default_value_t = 11, value_parser = clap::value_parser!(u64).range(1..1000))]
+    pub(crate) rounds: u64,
+    /// Calls per read per round.
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(10..=100_000))]
+    pub(crate) calls: u32,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Args)]
+pub(crate) struct BenchRunArgs {
+    /// A built-in scenario name (`sluice bench scenarios`; `dns` and `http` run real services) or a TOML scenario file.
+    #[arg(long, short, default_value = "default")]
+    pub(crate) scenario: String,
+    /// Output folder (default: results/SCENARIO-TIMESTAMP).
+    #[arg(long, short)]
+    pub(crate) out: Option<PathBuf>,
+    /// Override the scenario's seconds per level.
+    #[arg(long, value_name = "SECS", value_parser = parse_secs)]
+    pub(crate) duration: Option<Duration>,
+    /// Override the scenario's repeats per level.
+    #[arg(long)]
+    pub(crate) repeats: Option<u32>,
+    /// dns scenario: dnsperf's steady rate of legitimate queries, queries/s.
+    #[arg(long, default_value = "5k", value_parser = parse_rate)]
+    pub(crate) qps: f64,
+    /// http scenario: wrk's connections (each request on a new one, unless --keep-alive).
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub(crate) conns: u32,
+    /// http scenario: wrk keeps its connections open (many requests on
+    /// each), the usual web client: a flood then takes the server's CPU
+    /// without filling any of its queues.
+    #[arg(long)]
+    pub(crate) keep_alive: bool,
+    /// dns and http scenarios: the floods to run (closed-v4, closed-v6, own-v4, own-v6; default all;
+    /// http also ack-v4 and rst-v4, by name only: TCP ACKs or RSTs of no connection to nginx's port).
+    #[arg(long, value_delimiter = ',', value_parser = parse_flood_name)]
+    pub(crate) floods: Vec<services::Flood>,
+    /// dns and http scenarios: the generator's asked flood rate, packets/s
+    /// (default: its top rate, 8M/s, more than it reaches). Lower it until
+    /// the ring drops (ring/s) are under 5% of the flood: a flood the gate
+    /// sees whole.
+    #[arg(long, value_name = "PPS", value_parser = parse_rate)]
+    pub(crate) flood_rate: Option<f64>,
+    /// dns scenario: calm cells (no flood), dnsperf at these fractions of
+    /// NSD's measured capacity, off and zero config side by side; "none"
+    /// for none.
+    #[arg(long, value_delimiter = ',', default_value = "0.2,0.5,0.9", value_parser = parse_load)]
+    pub(crate) calm_loads: Vec<Option<f64>>,
+    /// dns scenario: also calm cells at half NSD's capacity beside a local
+    /// process of user nobody that misbehaves: a UDP socket that never reads
+    /// (filled over loopback), and one bound and closed 100 times a second.
+    #[arg(long)]
+    pub(crate) neighbours: bool,
+}
+
+/// A calm cell's load: a fraction of capacity in (0, 2], or "none".
+pub(crate) fn parse_load(s: &str) -> Result<Option<f64>, String> {
+    if s == "none" {
+        return Ok(None);
+    }
+    match s.parse::<f64>() {
+        Ok(f) if f > 0.0 && f <= 2.0 => Ok(Some(f)),
+        _ => Err(format!("\"{s}\" is not a fraction of capacity: give 0.2, 0.5, ... (up to 2), or none")),
+    }
+}
+
+#[derive(Args)]
+pub(crate) struct StepArgs {
+    /// Victim models (nic, same-core).
+    #[arg(long, value_delimiter = ',', default_value = "nic", value_parser = parse_model)]
+    pub(crate) models: Vec<VictimModel>,
+    /// Configurations (off, nft, static, auto, auto-pno, auto-idle).
+    #[arg(long, value_delimiter = ',', default_value = "static,auto,auto-pno", value_parser = parse_config_kind)]
+    pub(crate) configs: Vec<ConfigKind>,
+    /// Seconds per phase (5 phases), 0.5 to 60.
+    #[arg(long, value_name = "SECS", default_value = "3", value_parser = parse_phase)]
+    pub(crate) phase: f64,
+    /// Flood rate as a multiple of the calibrated peak (above 0, at most 100).
+    #[arg(long, default_value_t = 3.0, value_parser = parse_flood)]
+    pub(crate) flood: f64,
+    /// The scenario whose streams and victim are used.
+    #[arg(long, short, default_value = "default")]
+    pub(crate) scenario: String,
+    /// Output folder (default: results/step-TIMESTAMP).
+    #[arg(long, short)]
+    pub(crate) out: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub(crate) struct DemoArgs {
+    /// Seconds per phase (three phases: no flood, flood without sluice, flood with sluice).
+    #[arg(long, value_name = "SECS", default_value = "10", value_parser = parse_secs)]
+    pub(crate) duration: Duration,
+    /// dnsperf's steady rate of legitimate queries, queries/s.
+    #[arg(long, default_value = "5k", value_parser = parse_rate)]
+    pub(crate) qps: f64,
+}
+
+#[derive(Args)]
+pub(crate) struct ReportArgs {
+    /// results.json, or the folder holding it.
+    pub(crate) path: PathBuf,
+}
+
+#[derive(Args)]
+pub(crate) struct GeneratorArgs {
+    /// Rates to try, packets/s (e.g. 10k,100k,1M,3M).
+    #[arg(long, value_delimiter = ',', default_value = "10k,100k,1M,3M,5M", value_parser = parse_rate)]
+    pub(crate) rates: Vec<f64>,
+    /// Seconds per rate.
+    #[arg(long, visible_alias = "secs", value_name = "SECS", default_value = "2", value_parser = parse_secs)]
+    pub(crate) duration: Duration,
+    /// Frames per flush, 1-256 (bursts never exceed it).
+    #[arg(long, default_value_t = sluice_bench::gen::DEFAULT_BATCH, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub(crate) batch: u32,
+}
+
+#[derive(Args)]
+pub(crate) struct GateArgs {
+    /// Repeats per test-run call.
+    #[arg(long, default_value_t = 2_000_000, value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) repeat: u32,
+    /// Interleaved rounds, one call per case each (the median is reported).
+    #[arg(long, default_value_t = 31, value_parser = clap::value_parser!(u64).range(1..10_000))]
+    pub(crate) rounds: u64,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+// ---------------------------------------------------------------------------
+// Value parsers: a bad value is refused by clap, naming the flag, before
+// anything runs.
+
+pub(crate) fn parse_phase(s: &str) -> Result<f64, String> {
+    let v = parse_secs(s)?.as_secs_f64();
+    if !(0.5..=60.0).contains(&v) {
+        return Err(format!("{s}: a phase is 0.5 to 60 seconds"));
+    }
+    Ok(v)
+}
+
+pub(crate) fn parse_flood(s: &str) -> Result<f64, String> {
+    let v: f64 = s.parse().map_err(|_| format!("\"{s}\" is not a number"))?;
+    if !(v > 0.0 && v <= 100.0) {
+        return Err(format!("{s}: a multiple of the peak, above 0 and at most 100"));
+    }
+    Ok(v)
+}
+
+pub(crate) fn parse_flood_name(s: &str) -> Result<services::Flood, String> {
+    services::Flood::parse(s).map_err(|e| e.to_string())
+}
+
+pub(crate) fn parse_model(s: &str) -> Result<VictimModel, String> {
+    VictimModel::parse(s).map_err(|e| e.to_string())
+}
+
+pub(crate) fn parse_config_kind(s: &str) -> Result<ConfigKind, String> {
+    ConfigKind::parse(s).map_err(|e| e.to_string())
+}
+
+// ---------------------------------------------------------------------------
+// The commands.

@@ -1,0 +1,207 @@
+//! One class as the tick keeps it: its counters at the last tick, its
+//! source fairness, what was written for it, and the drops it took while
+//! its service had room; and how a class's limits combine.
+use crate::bpf_intf::*;
+use crate::dataplane::gate::counters::ClassTotals;
+use crate::dataplane::gate::{ClassCounters, Tiers};
+use crate::policy::config::{default_burst, Limit};
+use crate::policy::fair::{Fair, FairCounts, FairTick};
+
+/// An auto class whose gate drops while it admits under this share of its
+/// service's capacity estimate drops with room (`dropped_with_room`): its
+/// controller admits the estimate, a drain tick 5% under it.
+pub(super) const HAD_ROOM: f64 = 0.9;
+/// Only drops in a stretch of ticks with room lasting this long (s) count:
+/// a limit just written starts its buckets empty, and a drain or a cut for
+/// loss dips under the estimate for a few ticks by design (in a namespace
+/// test, the first three ticks of a flood admitted half the new limit).
+const ROOM_SECS: f64 = 0.5;
+
+/// Packets the gate dropped while its service had room, counted by
+/// stretches of ROOM_SECS or longer (a shorter one is the controller's own
+/// transient, not a limit under what the service takes).
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct WithRoom {
+    /// Seconds the current stretch has lasted, and its drops so far.
+    pub(super) secs: f64,
+    pub(super) pending: u64,
+    /// Counted so far.
+    pub(super) total: u64,
+}
+
+impl WithRoom {
+    pub(super) fn tick(&mut self, room: bool, dropped: u64, dt: f64) {
+        if !room {
+            (self.secs, self.pending) = (0.0, 0);
+            return;
+        }
+        self.secs += dt;
+        self.pending += dropped;
+        if self.secs >= ROOM_SECS - 1e-9 {
+            self.total += std::mem::take(&mut self.pending);
+        }
+    }
+}
+
+/// One class as the tick keeps it.
+pub(super) struct TickClass {
+    pub(super) priority: u8,
+    /// The class's own limit from the config.
+    pub(super) limit: Limit,
+    /// Seen and admitted packets at the last tick, the packets/s offered
+    /// and admitted in it, and its length (s).
+    pub(super) totals: Option<ClassTotals>,
+    pub(super) offered: f64,
+    pub(super) admitted: f64,
+    pub(super) dt: f64,
+    /// Per-CPU arrivals at the last split.
+    pub(super) last_seen: Vec<u64>,
+    /// Source fairness, and the gate's counters at the last tick for it.
+    pub(super) fair: Fair,
+    pub(super) raw: Option<ClassCounters>,
+    pub(super) counts: FairCounts,
+    /// The class's sockets were in distress in the last tick, and in how many ticks so far.
+    pub(super) distress: bool,
+    /// Its service was behind and losing in the last tick (health::behind):
+    /// what cuts the unknown sources' tier.
+    pub(super) behind: bool,
+    /// Its sockets dropped in the last tick (health::dropped): what cuts the
+    /// unknown tier by a tenth while known clients share them.
+    pub(super) dropped: bool,
+    pub(super) distress_ticks: u64,
+    /// Packets the gate dropped while the service had room (see
+    /// `ClassSnapshot::dropped_with_room_pkts`).
+    pub(super) dropped_with_room: WithRoom,
+    /// The tiers written at the last tick (None: not written yet).
+    pub(super) tiers: Option<Tiers>,
+    /// The limit decided at the last tick, before the split over sources.
+    pub(super) decided: Option<Limit>,
+    /// The learner may record the class's clients: every class but the
+    /// default one, whose "answers" are the host's own outbound traffic
+    /// (a resolver's upstream queries, a proxy's connections), not clients.
+    pub(super) learns: bool,
+    /// The gate clock of the last tick that let the learner learn (its
+    /// answers since are confirmed by the next tick, or not), and the last
+    /// window the next tick did not confirm (`Tiers::taint`).
+    pub(super) learned_at: Option<u64>,
+    pub(super) taint: (u64, u64),
+}
+
+impl TickClass {
+    /// A class as the tick first sees it; `learns`: the learner may record
+    /// its clients (every class but the default one).
+    pub(super) fn new(priority: u8, limit: Limit, learns: bool) -> TickClass {
+        TickClass {
+            priority,
+            limit,
+            totals: None,
+            offered: 0.0,
+            admitted: 0.0,
+            dt: 0.0,
+            last_seen: vec![],
+            fair: Fair::default(),
+            raw: None,
+            counts: FairCounts::default(),
+            distress: false,
+            behind: false,
+            dropped: false,
+            distress_ticks: 0,
+            dropped_with_room: WithRoom::default(),
+            tiers: None,
+            decided: None,
+            learns,
+            learned_at: None,
+            taint: (0, 0),
+        }
+    }
+
+    /// The fairness counters of the last tick, from the gate's raw counters.
+    pub(super) fn counts_from(&mut self, raw: ClassCounters) {
+        let old = self.raw.replace(raw).unwrap_or(raw);
+        let d = |i: u32| raw[i as usize].saturating_sub(old[i as usize]);
+        self.counts = FairCounts {
+            known: d(SLUICE_CS_KNOWN_PKTS),
+            unknown: d(SLUICE_CS_UNKNOWN_PKTS),
+            under: d(SLUICE_CS_UNDER_PKTS),
+            active: d(SLUICE_CS_SRC_ACTIVE),
+            over: d(SLUICE_CS_SRC_OVER),
+            inserts: d(SLUICE_CS_SRC_INSERTS),
+        };
+    }
+
+    /// What the class's buckets get: a limited class is split between known
+    /// and unknown sources; any class but the default one lets the learner
+    /// record its clients once it has been healthy (nothing dropped, no
+    /// distress) for a while.
+    pub(super) fn tiers(&mut self, limit: Limit, capacity: u32, now_ms: u64) -> Tiers {
+        let healthy = !self.distress && self.admitted >= self.offered;
+        let learn = self.fair.learn(healthy, self.offered, self.dt) && self.learns;
+        // The learner noted answers since the last learning tick with the
+        // gate clock that tick wrote: this tick confirms them, or taints
+        // them (a surge or distress seen now may have been answered then).
+        if learn {
+            self.learned_at = Some(now_ms);
+        } else if let Some(at) = self.learned_at.take() {
+            self.taint = (at, now_ms);
+        }
+        let taint = self.taint;
+        let Limit::Rate { pps, burst } = limit else {
+            self.fair.idle();
+            return Tiers { limit, fair: None, learn, taint, under: false };
+        };
+        // The counts' rates over the tick's measured length (a tick after a
+        // 500 ms calm one, or one that overran, is not 10 ms); the budget is
+        // for the next epoch, a fast tick.
+        let epoch = crate::policy::controller::TICK.as_secs_f64();
+        let dt = if self.dt > 0.0 { self.dt } else { epoch };
+        let t = FairTick {
+            rate: pps as f64,
+            dt,
+            epoch,
+            counts: self.counts,
+            distress: self.behind,
+            dropped: self.dropped,
+            capacity,
+        };
+        let out = self.fair.step(&t);
+        let tier = |r: f64| {
+            let pps = r.round().max(1.0) as u64;
+            Limit::Rate { pps, burst: default_burst(pps).min(burst) }
+        };
+        Tiers {
+            limit: tier(out.known_pps),
+            fair: Some(crate::dataplane::gate::FairTier {
+                unknown: tier(out.unknown_pps),
+                quota: out.quota,
+                plens: (out.plen4, out.plen6),
+            }),
+            learn,
+            taint,
+            under: self.offered < pps as f64,
+        }
+    }
+}
+
+/// A packets/s limit for a rate (None: unlimited), its bucket at least
+/// `depth` packets deep.
+pub(super) fn rate_limit(r: Option<f64>, depth: u64) -> Limit {
+    r.map_or(Limit::Unlimited, |r| {
+        let pps = r.round().max(1.0) as u64;
+        Limit::Rate { pps, burst: default_burst(pps).max(depth) }
+    })
+}
+
+/// The tighter of a class's own limit and the budget's throttle.
+pub(super) fn tightest(own: Limit, throttle: Option<f64>) -> Limit {
+    let Some(t) = throttle else {
+        return match own {
+            Limit::Auto(_) => Limit::Unlimited,
+            l => l,
+        };
+    };
+    match own {
+        Limit::Blocked => Limit::Blocked,
+        Limit::Rate { pps, burst } if (pps as f64) <= t => Limit::Rate { pps, burst },
+        _ => rate_limit(Some(t), 0),
+    }
+}

@@ -1,0 +1,173 @@
+//! Each class's limits as the gate holds them: its per-CPU shares of the
+//! rate (rebalanced every tick by the arrivals each CPU saw), its source
+//! fairness, where its admitted packets go (CPU protection), and the
+//! run-time clock of source fairness.
+use super::*;
+
+/// What a class's buckets get in a tick (see `Gate::rebalance`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tiers {
+    /// The class bucket: the whole class, or its known sources with `fair`.
+    pub limit: Limit,
+    /// Source fairness, for a limited class.
+    pub fair: Option<FairTier>,
+    /// The egress learner records the class's clients.
+    pub learn: bool,
+    /// The gate clock's last window of answers the daemon did not confirm
+    /// (`struct sluice_fair`'s taint_*_ms; 0, 0: none).
+    pub taint: (u64, u64),
+    /// The class arrived under its limit in the last tick: every CPU's
+    /// bucket gets the whole rate (`share::shares_for`).
+    pub under: bool,
+}
+
+impl Tiers {
+    /// One bucket for the whole class, no fairness, no learning.
+    pub fn plain(limit: Limit) -> Tiers {
+        Tiers { limit, fair: None, learn: false, taint: (0, 0), under: false }
+    }
+}
+
+/// The unknown sources' tier of a limited class.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FairTier {
+    pub unknown: Limit,
+    /// Packets per unknown source and epoch.
+    pub quota: u32,
+    /// Prefix lengths unknown sources are counted at (IPv4, IPv6).
+    pub plens: (u8, u8),
+}
+
+impl FairTier {
+    /// The quota as the gate paces it: ns between one source's packets
+    /// (an epoch is one tick; 0: unlimited, a source with nobody to share with).
+    pub fn source_interval_ns(&self) -> u32 {
+        if self.quota == u32::MAX {
+            return 0;
+        }
+        let tick = crate::policy::controller::TICK.as_nanos() as u64;
+        (tick / self.quota.max(1) as u64).clamp(1, u32::MAX as u64) as u32
+    }
+}
+
+/// The run-time settings of source fairness (see `Gate::set_clock`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Clock {
+    pub epoch: u32,
+    /// The gate clock: wall-clock ms ([`crate::base::clock::wall_ms`]), the learner's and
+    /// the known map's time (see `struct sluice_known` in sluice.h).
+    pub now_ms: u64,
+    pub known_ttl_ms: u64,
+}
+
+impl Gate {
+    /// Set one class's per-CPU bucket parameters (one value per possible CPU).
+    pub fn set_shares(&self, class: usize, shares: &[sluice_share]) -> Result<()> {
+        self.set_percpu(&self.skel.maps.shares, "shares", self.ids.id(class), shares)
+    }
+
+    /// Re-split a class's limits over CPUs by the arrivals each CPU saw
+    /// since the last call (`last_seen`: per-CPU seen packets, updated here):
+    /// the class bucket's, and with source fairness the unknown tier's.
+    /// The daemon calls this every tick; see the design comment in gate.bpf.c.
+    pub fn rebalance(&self, class: usize, tiers: &Tiers, last_seen: &mut Vec<u64>) -> Result<()> {
+        let seen: Vec<u64> = self
+            .class_counters_percpu(class)?
+            .iter()
+            .map(|c| c[crate::bpf_intf::SLUICE_CS_SEEN_PKTS as usize])
+            .collect();
+        last_seen.resize(seen.len(), 0);
+        let arrivals: Vec<u64> = seen.iter().zip(last_seen.iter()).map(|(n, o)| n.saturating_sub(*o)).collect();
+        *last_seen = seen;
+        let now = self.shares(class)?;
+        let mut shares = shares_for(&tiers.limit, &arrivals, tiers.under);
+        // The wake mark the daemon armed (`arm_wake`) stays: a class limited
+        // now may go quiet, and only its mark wakes a calm daemon for it.
+        for (new, old) in shares.iter_mut().zip(&now) {
+            (new.wake_at, new.wake_gap_ns) = (old.wake_at, old.wake_gap_ns);
+        }
+        if now != shares {
+            self.set_shares(class, &shares)?;
+        }
+        // Learning (and its taint) apply with fairness on or off.
+        let base = sluice_fair {
+            learn: tiers.learn as u8,
+            taint_from_ms: tiers.taint.0,
+            taint_to_ms: tiers.taint.1,
+            ..Default::default()
+        };
+        let fair: Vec<sluice_fair> = match &tiers.fair {
+            None => vec![base; self.ncpus],
+            Some(f) => shares_for(&f.unknown, &arrivals, tiers.under)
+                .into_iter()
+                .map(|unknown| sluice_fair {
+                    unknown,
+                    on: 1,
+                    quota: f.quota,
+                    src_interval_ns: f.source_interval_ns(),
+                    plen4: f.plens.0,
+                    plen6: f.plens.1,
+                    ..base
+                })
+                .collect(),
+        };
+        self.set_fairness(class, &fair)
+    }
+
+    /// Set one class's per-CPU source fairness (all zero: off).
+    pub fn set_fairness(&self, class: usize, fair: &[sluice_fair]) -> Result<()> {
+        self.set_percpu(&self.skel.maps.fairness, "fairness", self.ids.id(class), fair)
+    }
+
+    /// Send a class's admitted packets to CPU `to`'s cpumap kthread (None:
+    /// pass them where they arrive). The CPU's cpumap entry is made on first use.
+    pub fn set_away(&self, class: usize, to: Option<u32>) -> Result<()> {
+        let err = |err| GateError::Map { map: "cpus", err };
+        if let Some(cpu) = to {
+            let key = cpu.to_ne_bytes();
+            if self.skel.maps.cpus.lookup(&key, MapFlags::ANY).map_err(err)?.is_none() {
+                let val = libbpf_rs::libbpf_sys::bpf_cpumap_val { qsize: CPUMAP_QSIZE, ..Default::default() };
+                // SAFETY: bpf_cpumap_val is a plain C struct; its bytes are its value.
+                let bytes = unsafe {
+                    std::slice::from_raw_parts(
+                        (&val as *const libbpf_sys::bpf_cpumap_val).cast::<u8>(),
+                        size_of_val(&val),
+                    )
+                };
+                self.skel.maps.cpus.update(&key, bytes, MapFlags::ANY).map_err(err)?;
+            }
+        }
+        let v = to.map_or(0, |c| c + 1);
+        self.skel
+            .maps
+            .away
+            .update(&self.ids.id(class).to_ne_bytes(), &v.to_ne_bytes(), MapFlags::ANY)
+            .map_err(|err| GateError::Map { map: "away", err })
+    }
+
+    /// One class's per-CPU source fairness as the gate has it.
+    pub fn fairness(&self, class: usize) -> Result<Vec<sluice_fair>> {
+        self.percpu(&self.skel.maps.fairness, "fairness", self.ids.id(class))
+    }
+
+    /// The run-time clock of source fairness, written every tick: the epoch
+    /// (source counts are per epoch), the gate clock, how long a known
+    /// source stays known.
+    pub fn set_clock(&mut self, clock: &Clock) {
+        let data = self.skel.maps.data_data.as_deref_mut().expect(".data is mmap'ed after load");
+        data.settings.epoch = clock.epoch;
+        data.settings.now_ms = clock.now_ms;
+        data.settings.known_ttl_ms = clock.known_ttl_ms;
+    }
+
+    /// One class's per-CPU shares as the gate has them.
+    pub fn shares(&self, class: usize) -> Result<Vec<sluice_share>> {
+        self.percpu(&self.skel.maps.shares, "shares", self.ids.id(class))
+    }
+
+    /// One class's per-CPU bucket state.
+    pub fn buckets(&self, class: usize) -> Result<Vec<sluice_bucket>> {
+        let v: Vec<sluice_class_state> = self.percpu(&self.skel.maps.class_state, "class_state", self.ids.id(class))?;
+        Ok(v.into_iter().map(|s| s.bucket).collect())
+    }
+}
