@@ -187,6 +187,10 @@ pub(crate) struct DemoArgs {
     /// dnsperf's steady rate of legitimate queries, queries/s.
     #[arg(long, default_value = "5k", value_parser = parse_rate)]
     pub(crate) qps: f64,
+    /// Folder for the verdict and table (dns-demo.json), which the report of
+    /// `sluice bench run --out` the same folder shows first.
+    #[arg(long, value_name = "DIR", default_value = "results/demo")]
+    pub(crate) out: PathBuf,
 }
 
 #[derive(Args)]

@@ -182,7 +182,16 @@ pub(crate) fn cmd_bench_demo(a: DemoArgs) -> Result<()> {
         }
     });
     let o = demo::DemoOpts { exe: sluice_exe()?, secs: a.duration.as_secs_f64(), qps: a.qps as u64 };
-    demo::run(&o)?;
+    let outcome = demo::run(&o)?;
+    // For the report `bench run --out` writes into the same folder.
+    std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+    let file = a.out.join(report::DNS_DEMO_FILE);
+    std::fs::write(&file, serde_json::to_string_pretty(&outcome)?)?;
+    println!(
+        "(verdict and table written to {}; `sluice bench run --out {}` puts them in its report)",
+        file.display(),
+        a.out.display()
+    );
     Ok(())
 }
 

@@ -96,8 +96,9 @@ impl Phase {
     }
 }
 
-/// Calibrate, run the three phases; prints as it goes, then the verdict and the table.
-pub fn run(o: &DemoOpts) -> Result<Vec<Phase>> {
+/// Calibrate, run the three phases; prints as it goes, then the verdict and
+/// the table, which it returns for the report.
+pub fn run(o: &DemoOpts) -> Result<crate::report::DnsDemo> {
     sluice::dataplane::gate::check_privileges()?;
     let bed = VictimBed::create("demo", VictimModel::Nic, GEN_CPU, VICTIM_CPU)?;
     // The nic model's receive side: the IP/UDP stack on the victim CPU (RPS),
@@ -124,8 +125,22 @@ pub fn run(o: &DemoOpts) -> Result<Vec<Phase>> {
     })();
     let _ = std::fs::remove_dir_all(&dir);
     let (cal, phases) = result?;
-    print!("{}", summary(&cal, &phases, o.qps));
-    Ok(phases)
+    let text = summary(&cal, &phases, o.qps);
+    print!("{text}");
+    Ok(split_verdict(&text))
+}
+
+/// The summary as the report shows it: its verdict line, and the rest.
+fn split_verdict(text: &str) -> crate::report::DnsDemo {
+    let mut verdict = String::from("n/a: the phases did not all run");
+    let mut table = String::new();
+    for line in text.lines().filter(|l| !l.is_empty()) {
+        match line.strip_prefix("verdict: ") {
+            Some(v) => verdict = format!("DNS: {v}"),
+            None => table += &format!("{line}\n"),
+        }
+    }
+    crate::report::DnsDemo { verdict, table }
 }
 
 /// The verdict line, then one line per phase.

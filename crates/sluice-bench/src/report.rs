@@ -362,39 +362,94 @@ fn esc(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
 }
 
-/// report.html: parameters, machine, figures, summary and the ledger per level.
-pub fn html(r: &Results, figures: &[String]) -> String {
+/// The report's verdict on one model: at the highest level measured, what
+/// the service delivered (of its calibrated peak) in each configuration.
+pub fn verdict(m: &ModelRun) -> Option<String> {
+    let top = m.points.iter().map(|p| p.multiple).fold(None, |a: Option<f64>, x| Some(a.map_or(x, |a| a.max(x))))?;
+    let share = |c: ConfigKind| {
+        let p = m.points.iter().find(|p| p.multiple == top && p.config == c)?;
+        Some(p.delivered_pps.median.map_or("n/a".into(), |d| pct(d / m.peak_pps.max(1.0))))
+    };
+    let mut configs: Vec<ConfigKind> = m.points.iter().filter(|p| p.multiple == top).map(|p| p.config).collect();
+    configs.dedup();
+    // With sluice first, then without.
+    let mut parts: Vec<String> = configs
+        .iter()
+        .filter(|&&c| c != ConfigKind::Off)
+        .filter_map(|&c| Some(format!("{} with sluice ({})", share(c)?, c.name())))
+        .collect();
+    if let Some(off) = share(ConfigKind::Off) {
+        parts.push(format!("{off} without sluice"));
+    }
+    let first = parts.first_mut()?;
+    *first = first.replacen(' ', " of its peak ", 1);
+    let said = match parts.len() {
+        1 => parts[0].clone(),
+        n => format!("{}, and {}", parts[..n - 1].join(", "), parts[n - 1]),
+    };
+    Some(format!("{} model: flooded at {top}x what the service can take, it delivered {said}.", m.model.name()))
+}
+
+/// What `sluice bench demo` wrote beside the report (`dns-demo.json`): its
+/// verdict and its table.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
+pub struct DnsDemo {
+    pub verdict: String,
+    pub table: String,
+}
+
+/// The file `sluice bench demo --out DIR` writes and report.html reads.
+pub const DNS_DEMO_FILE: &str = "dns-demo.json";
+
+/// report.html, answer first: the verdicts (the DNS demo's, if it ran into
+/// the same folder, then each model's), then each part's figure and table,
+/// the ledger per level, and the parameters last.
+pub fn html(r: &Results, figures: &[String], dns: Option<&DnsDemo>) -> String {
     let mut o = String::new();
     let _ = write!(
         o,
         "<!doctype html><html><head><meta charset=\"utf-8\"><title>sluice bench: {}</title>\
          <style>body{{font-family:sans-serif;max-width:1600px;margin:2em}}table{{border-collapse:collapse;font-size:13px}}\
-         td,th{{border:1px solid #bbb;padding:2px 6px;text-align:right}}img{{width:760px}}</style></head><body>",
+         td,th{{border:1px solid #bbb;padding:2px 6px;text-align:right}}img{{width:760px}}\
+         .verdict{{font-size:1.15em}}</style></head><body>",
         esc(&r.scenario.name)
     );
-    let _ = write!(o, "<h1>sluice bench: scenario {}</h1>", esc(&r.scenario.name));
+    let _ = write!(o, "<h1>What a flood does to a service, with and without sluice</h1>");
+    let mut verdicts: Vec<String> = dns.map(|d| d.verdict.clone()).into_iter().collect();
+    verdicts.extend(r.models.iter().filter_map(verdict));
     let _ = write!(
         o,
-        "<p>Machine: {} CPUs, {}, Linux {}; sluice {}. Results schema version {}.</p>",
-        r.machine.cpus,
-        esc(&r.machine.cpu),
-        esc(&r.machine.kernel),
-        esc(&r.machine.sluice),
-        r.schema_version
+        "<p class=\"verdict\" id=\"verdict\">{}</p>",
+        verdicts.iter().map(|v| esc(v)).collect::<Vec<_>>().join("<br>")
     );
-    let _ = write!(o, "<h2>Parameters</h2><pre>{}</pre>", esc(&toml::to_string(&r.scenario).unwrap_or_default()));
-    let _ = write!(o, "<h2>Summary</h2><pre>{}</pre>", esc(&summary(r)));
+    if let Some(d) = dns {
+        let _ = write!(
+            o,
+            "<h2>A DNS server under a closed-port flood</h2><p>{}</p><pre>{}</pre>",
+            esc(&d.verdict),
+            esc(&d.table)
+        );
+    }
+    let _ = write!(o, "<h2>The overload testbed: scenario {}</h2>", esc(&r.scenario.name));
     for m in &r.models {
-        let _ = write!(o, "<h2>{} model</h2><p>Which CPU runs which stage:</p><ul>", m.model.name());
+        let _ = write!(o, "<h3>{} model</h3>", m.model.name());
+        if let Some(v) = verdict(m) {
+            let _ = write!(o, "<p>{}</p>", esc(&v));
+        }
+        for f in figures.iter().filter(|f| f.starts_with(&format!("{}-", m.model.name()))) {
+            let _ = write!(o, "<img src=\"{f}\" alt=\"{f}\">");
+        }
+        o.push_str("<p>Which CPU runs which stage:</p><ul>");
         for (stage, cpu) in &m.stages {
             let _ = write!(o, "<li>{} on CPU {cpu}</li>", esc(stage));
         }
         o.push_str("</ul>");
-        for f in figures.iter().filter(|f| f.starts_with(&format!("{}-", m.model.name()))) {
-            let _ = write!(o, "<img src=\"{f}\" alt=\"{f}\">");
-        }
+    }
+    let _ = write!(o, "<h2>Summary</h2><pre>{}</pre>", esc(&summary(r)));
+    for m in &r.models {
+        let _ = write!(o, "<h3>Ledger, {} model: where the packets of each window went</h3>", m.model.name());
         o.push_str(
-            "<h3>Ledger: where the packets of each window went</h3><table><tr><th>config</th><th>level</th><th>repeat</th>\
+            "<table><tr><th>config</th><th>level</th><th>repeat</th>\
              <th>applied</th><th>ring drops</th><th>XDP drops</th><th>nft drops</th><th>backlog drops</th><th>socket drops</th>\
              <th>delivered</th><th>unaccounted</th><th>kernel drops after the gate (traced, by reason)</th>\
              <th>traced unaccounted</th><th>valid</th></tr>",
@@ -416,6 +471,16 @@ pub fn html(r: &Results, figures: &[String]) -> String {
              and delivered (`sluice trace`'s counts).</p>",
         );
     }
+    let _ = write!(
+        o,
+        "<h2>Parameters</h2><p>Machine: {} CPUs, {}, Linux {}; sluice {}. Results schema version {}.</p><pre>{}</pre>",
+        r.machine.cpus,
+        esc(&r.machine.cpu),
+        esc(&r.machine.kernel),
+        esc(&r.machine.sluice),
+        r.schema_version,
+        esc(&toml::to_string(&r.scenario).unwrap_or_default())
+    );
     o.push_str("</body></html>\n");
     o
 }
@@ -426,7 +491,9 @@ pub fn write_all(r: &Results, dir: &Path) -> Result<()> {
     std::fs::write(dir.join("results.json"), serde_json::to_string_pretty(r)?)?;
     std::fs::write(dir.join("results.csv"), csv(r))?;
     let figs = figures(r, dir)?;
-    std::fs::write(dir.join("report.html"), html(r, &figs))?;
+    // The DNS demo's part, when `sluice bench demo` wrote into the same folder.
+    let dns = std::fs::read_to_string(dir.join(DNS_DEMO_FILE)).ok().and_then(|t| serde_json::from_str(&t).ok());
+    std::fs::write(dir.join("report.html"), html(r, &figs, dns.as_ref()))?;
     Ok(())
 }
 
@@ -470,5 +537,91 @@ mod tests {
         assert!(free.is_none());
         assert_eq!(lossy.map(|p| p.multiple), Some(0.5));
         assert_eq!(loss_free(&ps, ConfigKind::Auto), (None, None));
+    }
+
+    /// A results file of one model at two levels, off and auto (what the
+    /// report's tests render).
+    pub(crate) fn fixture() -> Results {
+        let points = vec![
+            point(ConfigKind::Off, 1.0, 100e3, 95e3),
+            point(ConfigKind::Auto, 1.0, 100e3, 97e3),
+            point(ConfigKind::Off, 10.0, 1e6, 12e3),
+            point(ConfigKind::Auto, 10.0, 1e6, 96e3),
+        ];
+        let model = ModelRun {
+            model: crate::victim::VictimModel::Nic,
+            stages: vec![("service".into(), 1)],
+            calibration: vec![],
+            peak_pps: 100e3,
+            mlfrr_pps: None,
+            mlfrr_ns_per_packet: None,
+            static_rate: 100e3,
+            results: vec![],
+            points,
+        };
+        Results {
+            schema_version: SCHEMA_VERSION,
+            scenario: crate::scenario::load("demo").unwrap(),
+            machine: crate::sweep::Machine { kernel: "6.18".into(), cpu: "test".into(), cpus: 2, sluice: "0".into() },
+            started: 0,
+            models: vec![model],
+        }
+    }
+
+    #[test]
+    fn the_report_starts_with_its_verdicts_and_ends_with_its_parameters() {
+        let dns = DnsDemo { verdict: "DNS: NSD answered 99.78%".into(), table: "phase ...".into() };
+        let page = html(&fixture(), &[], Some(&dns));
+        let first_p = page.find("<p").unwrap();
+        assert!(page[first_p..].starts_with("<p class=\"verdict\""), "the first paragraph is the verdict");
+        let verdict = &page[first_p..page[first_p..].find("</p>").unwrap() + first_p];
+        assert!(verdict.contains("DNS: NSD answered 99.78%"), "{verdict}");
+        let want = "nic model: flooded at 10x what the service can take, it delivered 96% of its peak with sluice (auto), and 12% without sluice.";
+        assert!(verdict.contains(want), "{verdict}");
+        let (params, summary) = (page.find("<h2>Parameters").unwrap(), page.find("<h2>Summary").unwrap());
+        assert!(params > summary && page[params..].contains("<pre>"), "parameters come last");
+    }
+
+    /// The page's text as headless Chromium renders it (`--dump-dom`, tags
+    /// stripped): the first thing under the title is the verdict. Chromium
+    /// comes with `make test` (chromium-headless-shell).
+    #[test]
+    fn in_a_browser_the_page_opens_with_the_verdict() {
+        let dir = std::env::temp_dir().join(format!("sluice-report-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let page = dir.join("report.html");
+        let dns = DnsDemo { verdict: "DNS: NSD answered 99.78% of its clients' queries".into(), table: "phase".into() };
+        std::fs::write(&page, html(&fixture(), &[], Some(&dns))).unwrap();
+        let browser = ["chromium-headless-shell", "chromium", "chromium-browser"]
+            .into_iter()
+            .find(|b| std::process::Command::new(b).arg("--version").output().is_ok_and(|o| o.status.success()))
+            .expect("no headless Chromium: `make test` installs chromium-headless-shell");
+        let out = std::process::Command::new(browser)
+            .args(["--headless", "--no-sandbox", "--disable-gpu", "--dump-dom"])
+            .arg(format!("file://{}", page.display()))
+            .output()
+            .unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(out.status.success(), "{browser}: {}", String::from_utf8_lossy(&out.stderr));
+        let dom = String::from_utf8_lossy(&out.stdout);
+        let body = &dom[dom.find("<body").expect("a body")..];
+        // The text, tag by tag: drop everything between < and >.
+        let mut text = String::new();
+        let mut in_tag = false;
+        for ch in body.chars() {
+            match ch {
+                '<' => {
+                    in_tag = true;
+                    text.push('\n');
+                }
+                '>' => in_tag = false,
+                c if !in_tag => text.push(c),
+                _ => {}
+            }
+        }
+        let lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+        assert_eq!(lines[0], "What a flood does to a service, with and without sluice", "{lines:?}");
+        assert!(lines[1].starts_with("DNS: NSD answered 99.78%"), "the first paragraph is the verdict: {lines:?}");
+        assert!(lines[2].starts_with("nic model: flooded at 10x"), "{lines:?}");
     }
 }

@@ -346,7 +346,7 @@ impl Daemon {
 
     /// The class names in force, by class index.
     fn names(&self) -> Vec<String> {
-        self.cfg.classes.iter().map(|c| c.name.clone()).collect()
+        self.cfg.names().into_iter().map(String::from).collect()
     }
 
     /// Put the known sources in the gate's map for the classes in force

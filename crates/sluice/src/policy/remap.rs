@@ -20,8 +20,7 @@ impl ClassRemap {
 
     /// The remap from one config's classes to another's.
     pub fn of(old: &Config, new: &Config) -> ClassRemap {
-        let names = |c: &Config| c.classes.iter().map(|c| c.name.clone()).collect::<Vec<_>>();
-        ClassRemap::between(&names(old), &names(new))
+        ClassRemap::between(&old.names(), &new.names())
     }
 
     /// The old id of new class `new` (None: new, or out of range).

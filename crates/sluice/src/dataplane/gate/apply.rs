@@ -55,7 +55,7 @@ impl Gate {
     ///   whose limit changed gets its new shares just after the switch (as
     ///   every tick writes them).
     pub fn apply(&mut self, cfg: &Config, tables: &Tables) -> Result<()> {
-        let names: Vec<&str> = cfg.classes.iter().map(|c| c.name.as_str()).collect();
+        let names = cfg.names();
         let (ids, freed) = self.ids.next(&names);
         let next = 1 - self.gen;
         let new_ids: Vec<usize> = (0..names.len()).filter(|&c| self.ids.class_of(ids.id(c) as u8).is_none()).collect();

@@ -361,6 +361,11 @@ pub enum Mode {
 }
 
 impl Config {
+    /// The class names, by class index.
+    pub fn names(&self) -> Vec<&str> {
+        self.classes.iter().map(|c| c.name.as_str()).collect()
+    }
+
     pub fn class_id(&self, name: &str) -> Option<usize> {
         self.classes.iter().position(|c| c.name == name)
     }
@@ -669,8 +674,7 @@ match = [{ proto = "udp", port = "5000-5999", src = "10.0.0.0/8" }, { proto = "i
         std::fs::write(&p, "[[class]]\nname='a'\nrate='1k'\nmatch=[{proto='udp', port=1}]\n").unwrap();
         let c = resolve(Some(&p), &["a:rate=2k,match=udp:1".into(), "b:match=tcp".into()]).unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
-        let names: Vec<_> = c.classes.iter().map(|c| c.name.as_str()).collect();
-        assert_eq!(names, ["a", "b", "default"]);
+        assert_eq!(c.names(), ["a", "b", "default"]);
         assert_eq!(c.classes[0].limit, Limit::Rate { pps: 2000, burst: 20 });
         assert_eq!(c.default_class, 2);
     }

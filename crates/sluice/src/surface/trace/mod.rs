@@ -84,7 +84,7 @@ fn find_source(o: &TraceOpts, ifindex: u32) -> Result<Source> {
         cfg = crate::signals::discover::merge(&cfg, &d.poll()?).0;
     }
     let tables = crate::dataplane::classify::compile(&cfg)?;
-    let names = cfg.classes.iter().map(|c| c.name.clone()).collect();
+    let names = cfg.names().into_iter().map(String::from).collect();
     Ok(Source { names, default_class: cfg.default_class as u32, gate: None, own: Some(tables) })
 }
 
