@@ -221,7 +221,9 @@ impl Rig {
         if self.tb.model == VictimModel::SameCore {
             // The receive-work knob: SCHED_IDLE for auto-idle, back to normal otherwise.
             let policy = if kind == ConfigKind::AutoIdle { NapiSched::Idle } else { NapiSched::Keep };
-            sluice::base::netns::run_in(&self.tb.net.b, move || set_napi(IF_B, policy))?;
+            sluice::base::netns::run_in(&self.tb.net.b, move || {
+                set_napi(&sluice::dataplane::gate::iface(IF_B)?, policy)
+            })?;
             // The idle-thread meter would compete with a SCHED_IDLE kthread:
             // /proc/stat alone measures that configuration.
             self.meter.pause(kind == ConfigKind::AutoIdle);

@@ -106,7 +106,9 @@ impl VictimBed {
     /// switched on.
     pub fn napi_threads(&self) -> Result<Vec<i32>> {
         for _ in 0..50 {
-            let pids = sluice::base::netns::run_in(&self.net.b, || Ok(sluice::daemon::sched::napi_threads(IF_B)))?;
+            let pids = sluice::base::netns::run_in(&self.net.b, || {
+                Ok(sluice::daemon::sched::napi_threads(&sluice::dataplane::gate::iface(IF_B)?))
+            })?;
             if !pids.is_empty() {
                 return Ok(pids);
             }

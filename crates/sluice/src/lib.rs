@@ -7,8 +7,9 @@
 //! layers"; `tests/layers.rs` checks it). Each module is named by its job:
 //!
 //! - [`base`]: log.rs (log lines, human or JSON), clock.rs (the monotonic
-//!   and wall clocks), fmt.rs (numbers for tables), netns.rs (code and
-//!   commands in a network namespace);
+//!   and wall clocks), fmt.rs (numbers for tables), iface.rs (an interface
+//!   by name and index, resolved once), netns.rs (code and commands in a
+//!   network namespace);
 //! - [`dataplane`]: what runs in the kernel and the code that loads it.
 //!   `gate/` (mod.rs: load, apply into the tables generation not in force and
 //!   switch, per-CPU splits, test runs; ids.rs: the gate's class ids, kept by

@@ -469,7 +469,9 @@ mod napi {
     /// The policies of B's interface's napi kthreads (found from inside B,
     /// as the daemon finds them).
     fn policies(tb: &Testbed) -> Vec<i32> {
-        let pids = in_netns(&tb.b, || sluice::daemon::sched::napi_threads(tb.if_b));
+        let pids = in_netns(&tb.b, || {
+            sluice::daemon::sched::napi_threads(&sluice::base::iface::Iface::resolve(tb.if_b).expect(tb.if_b))
+        });
         // SAFETY: sched_getscheduler on kthread pids; an exited one gives -1.
         pids.into_iter().map(|p| unsafe { libc::sched_getscheduler(p) }).collect()
     }

@@ -12,6 +12,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 
+use crate::base::iface::Iface;
 use crate::base::log;
 use crate::daemon::tick::Ticker;
 use crate::dataplane::classify::{self, Tables};
@@ -87,10 +88,10 @@ impl ConfigSource {
     }
 
     /// Read the config again for a reload of the gate on `iface` running `current`.
-    pub fn reload(&mut self, iface: &str, current: &Config) -> Result<Candidate> {
+    pub fn reload(&mut self, iface: &Iface, current: &Config) -> Result<Candidate> {
         let base = resolve(&self.opts)?;
         if let Some(i) = &base.interface {
-            if self.opts.iface.is_none() && i != iface {
+            if self.opts.iface.is_none() && *i != iface.name {
                 bail!("the config moves the gate from {iface} to {i}; restart sluice to change the interface");
             }
         }
@@ -101,7 +102,7 @@ impl ConfigSource {
         // Discovery follows the new config only once it is in force: a
         // refused reload leaves it as it was.
         let mut fresh = match (base.discover, &self.discovery) {
-            (true, None) => Some(Discovery::new(gate::ifindex(iface)?)?),
+            (true, None) => Some(Discovery::new(iface.index)?),
             _ => None,
         };
         let cfg = match fresh.as_mut().or(self.discovery.as_mut()) {

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
+use crate::base::iface::Iface;
 use crate::base::log;
 use crate::daemon::sched::{apply_napi, check_napi, realtime_thread};
 use crate::daemon::tick::Ticker;
@@ -175,7 +176,7 @@ pub struct Daemon {
     source: ConfigSource,
     /// The config in force: the resolved one plus a class per discovered service.
     cfg: Config,
-    iface: String,
+    iface: Iface,
     gate: Gate,
     /// The served snapshot, its rates' history and the daemon's CPU account.
     publish: Publisher,
@@ -222,7 +223,7 @@ fn next_tick(last: Instant, now: Instant, every: Duration) -> Instant {
 }
 
 /// The start's log lines: where the gate is attached, the config file, observe mode.
-fn log_start(iface: &str, cfg: &Config, gate: &Gate, socket: &Path, file: (Option<PathBuf>, &Option<PathBuf>)) {
+fn log_start(iface: &Iface, cfg: &Config, gate: &Gate, socket: &Path, file: (Option<PathBuf>, &Option<PathBuf>)) {
     log::info(format_args!(
         "gate attached to {iface} ({:?} mode, prog id {}), {} classes; stats on {}{}",
         cfg.xdp_mode,
@@ -249,26 +250,28 @@ impl Daemon {
     /// Nothing touches the interface before the last check passed, so a start
     /// that fails (even with --replace) leaves the interface as it was.
     pub fn start(opts: RunOpts) -> Result<Daemon> {
-        let (mut source, iface) = ConfigSource::new(opts)?;
+        let (mut source, name) = ConfigSource::new(opts)?;
         gate::check_privileges()?;
-        let ifindex = gate::ifindex(&iface)?;
+        // Resolved once: every part is handed this, none looks the name up again.
+        let iface = gate::iface(&name)?;
+        let ifindex = iface.index;
         let cfg = source.discover_first(ifindex)?;
         let opts = source.opts.clone();
         let tables = classify::compile(&cfg)?;
         let mut gate = Gate::load()?;
         gate.apply(&cfg, &tables)?;
-        gate.check_attachable(&iface, opts.replace)?;
+        gate.check_attachable(&iface.name, opts.replace)?;
         // The configured auto classes' sockets must be there.
         let mut ticker = Ticker::new(&cfg, None, true)?;
         check_napi(&iface, cfg.auto.napi)?;
-        let socket = opts.socket.clone().or_else(|| cfg.socket.clone()).unwrap_or_else(|| default_socket(&iface));
+        let socket = opts.socket.clone().or_else(|| cfg.socket.clone()).unwrap_or_else(|| default_socket(&iface.name));
         // Caught from before the socket is bound: a client may connect (and
         // signal) as soon as it listens.
         let signals = Some(signal_hook::iterator::Signals::new([SIGHUP, SIGINT, SIGTERM])?);
         let listener = SocketFile::bind(&socket)?;
         let metrics = cfg.metrics.map(bind_metrics).transpose()?;
 
-        gate.attach(&iface, cfg.xdp_mode, opts.replace)?;
+        gate.attach(&iface.name, cfg.xdp_mode, opts.replace)?;
         let cfg_napi_idle = cfg.auto.napi == NapiSched::Idle;
         if cfg_napi_idle {
             let n = apply_napi(&iface, cfg.auto.napi)?;
@@ -287,7 +290,7 @@ impl Daemon {
                 dropped.len()
             ));
         }
-        let snapshot = first_snapshot(&iface, ifindex, &cfg, &gate, source.config_file());
+        let snapshot = first_snapshot(&iface, &cfg, &gate, source.config_file());
         let publish = Publisher::new(snapshot, cfg.classes.len());
         let socket = listener.serve(publish.shared.clone());
         if let Some(server) = metrics {
@@ -307,7 +310,7 @@ impl Daemon {
                 log::warn(format_args!("{m}"));
             }
         }
-        let known_file = known::path(opts.state_dir.as_deref().unwrap_or(Path::new(known::STATE_DIR)), &iface);
+        let known_file = known::path(opts.state_dir.as_deref().unwrap_or(Path::new(known::STATE_DIR)), &iface.name);
         let tracer = load_tracer(ifindex, &gate);
         match tracer.as_ref().map(|(t, _)| t.cpu_rx_reader()) {
             Some(Ok(r)) => ticker.read_rx_from(r),

@@ -4,9 +4,10 @@
 //! policy (`napi = "idle"`), put back at a stop.
 use std::collections::HashSet;
 
+use crate::base::iface::Iface;
 use crate::base::log;
 use crate::daemon::sched::{apply_napi, set_napi};
-use crate::dataplane::gate::{self, Gate};
+use crate::dataplane::gate::Gate;
 use crate::policy::away;
 use crate::policy::config::{Config, NapiSched, Proto};
 use crate::signals::discover::{each_listener, socket_holders, L4};
@@ -38,7 +39,7 @@ impl Protection {
     }
 
     /// What is away now, for `status`; None while nothing is.
-    pub fn describe(&self, cfg: &Config, iface: &str) -> Option<String> {
+    pub fn describe(&self, cfg: &Config, iface: &Iface) -> Option<String> {
         let classes: Vec<String> = self
             .applied
             .iter()
@@ -54,7 +55,7 @@ impl Protection {
 
     /// One tick: the hold follows `distress` (a service in distress now);
     /// the classes' targets in the gate follow the hold.
-    pub fn step(&mut self, tick: u64, distress: bool, cfg: &Config, gate: &Gate, iface: &str) {
+    pub fn step(&mut self, tick: u64, distress: bool, cfg: &Config, gate: &Gate, iface: &Iface) {
         if !cfg.classes.iter().any(|c| c.away) {
             return;
         }
@@ -82,7 +83,7 @@ impl Protection {
     }
 
     /// The gate itself runs where the napi kthreads run: move them with the classes.
-    fn move_napi(&mut self, iface: &str) {
+    fn move_napi(&mut self, iface: &Iface) {
         let Some(cpu) = self.to.iter().flatten().next() else { return };
         match crate::daemon::sched::move_napi(iface, *cpu as usize) {
             Ok(saved) if !saved.is_empty() => {
@@ -109,7 +110,7 @@ impl Protection {
     /// Keep the napi kthreads at the config's `napi`: SCHED_IDLE for "idle"
     /// (re-applied: a kthread may be new); for "keep", back to SCHED_OTHER if
     /// this daemon had put them at SCHED_IDLE (a reload from "idle").
-    pub fn sync_napi(&mut self, cfg: &Config, iface: &str) {
+    pub fn sync_napi(&mut self, cfg: &Config, iface: &Iface) {
         let result = match (cfg.auto.napi, self.napi_idle) {
             (NapiSched::Idle, _) => apply_napi(iface, NapiSched::Idle).map(|_| self.napi_idle = true),
             (NapiSched::Keep, true) => set_napi(iface, NapiSched::Keep).map(|_| self.napi_idle = false),
@@ -121,7 +122,7 @@ impl Protection {
     }
 
     /// At a stop: the napi kthreads' CPUs and policy as they were.
-    pub fn restore(&mut self, iface: &str) {
+    pub fn restore(&mut self, iface: &Iface) {
         crate::daemon::sched::restore_affinity(&self.napi);
         if self.napi_idle {
             if let Err(e) = set_napi(iface, NapiSched::Keep) {
@@ -132,8 +133,8 @@ impl Protection {
 }
 
 /// Each class's CPU to go to while the host is overloaded (logged), or None.
-fn targets(cfg: &Config, gate: &Gate, iface: &str) -> Vec<Option<u32>> {
-    let ifindex = gate::ifindex(iface).unwrap_or(0);
+fn targets(cfg: &Config, gate: &Gate, iface: &Iface) -> Vec<Option<u32>> {
+    let ifindex = iface.index;
     let online = gate.ncpus();
     cfg.classes
         .iter()

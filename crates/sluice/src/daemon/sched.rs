@@ -3,6 +3,7 @@
 //! normal (the `napi` setting), moved to another CPU and back (`cpu = "away"`).
 use anyhow::{bail, Result};
 
+use crate::base::iface::Iface;
 use crate::policy::config::NapiSched;
 use crate::signals::netdev;
 
@@ -22,8 +23,8 @@ pub fn realtime_thread() -> bool {
 /// (before 6.8): the kernel threads named "napi/IFACE-ID", a name a process
 /// can take but a kernel thread it cannot be (another namespace's interface
 /// of the same name has such threads too).
-pub fn napi_threads(iface: &str) -> Vec<i32> {
-    let listed = crate::dataplane::gate::ifindex(iface).ok().and_then(|i| netdev::napis(i).ok());
+pub fn napi_threads(iface: &Iface) -> Vec<i32> {
+    let listed = netdev::napis(iface.index).ok();
     if let Some(napis) = listed {
         return napis.into_iter().filter_map(|n| n.pid).collect();
     }
@@ -56,7 +57,7 @@ pub type SavedAffinity = (i32, libc::cpu_set_t);
 /// receive work, the gate's included, runs in them: where a NIC queue's
 /// interrupt would be). Returns the masks to put back with
 /// `restore_affinity`; none if the interface is not in threaded NAPI.
-pub fn move_napi(iface: &str, cpu: usize) -> Result<Vec<SavedAffinity>> {
+pub fn move_napi(iface: &Iface, cpu: usize) -> Result<Vec<SavedAffinity>> {
     let mut saved = vec![];
     for pid in napi_threads(iface) {
         // SAFETY: zeroed cpu_set_t is valid; get/set affinity of a pid with sets we own.
@@ -88,7 +89,7 @@ pub fn restore_affinity(saved: &[SavedAffinity]) {
 /// normal policy, SCHED_OTHER); a missing kthread is not an error. Returns how
 /// many kthreads changed policy. The bench uses this to switch the knob
 /// between configurations.
-pub fn set_napi(iface: &str, policy: NapiSched) -> Result<usize> {
+pub fn set_napi(iface: &Iface, policy: NapiSched) -> Result<usize> {
     let want = if policy == NapiSched::Idle { libc::SCHED_IDLE } else { libc::SCHED_OTHER };
     let mut changed = 0;
     for pid in napi_threads(iface) {
@@ -109,7 +110,7 @@ pub fn set_napi(iface: &str, policy: NapiSched) -> Result<usize> {
 /// The daemon's `napi` setting: `Keep` touches nothing; `Idle` puts the
 /// interface's napi kthreads at SCHED_IDLE and is an error if it has none (not
 /// threaded). Returns how many were changed.
-pub fn apply_napi(iface: &str, policy: NapiSched) -> Result<usize> {
+pub fn apply_napi(iface: &Iface, policy: NapiSched) -> Result<usize> {
     if policy == NapiSched::Keep {
         return Ok(0);
     }
@@ -121,8 +122,9 @@ pub fn apply_napi(iface: &str, policy: NapiSched) -> Result<usize> {
 /// before it attaches). Threaded NAPI switched on counts even before its
 /// kthreads exist: a veth has NAPI, and so kthreads, only once an XDP
 /// program (the gate) is attached.
-pub fn check_napi(iface: &str, policy: NapiSched) -> Result<()> {
-    let threaded = std::fs::read_to_string(format!("/sys/class/net/{iface}/threaded")).is_ok_and(|t| t.trim() == "1");
+pub fn check_napi(iface: &Iface, policy: NapiSched) -> Result<()> {
+    let threaded =
+        std::fs::read_to_string(format!("/sys/class/net/{}/threaded", iface.name)).is_ok_and(|t| t.trim() == "1");
     if policy != NapiSched::Keep && !threaded && napi_threads(iface).is_empty() {
         bail!(
             "napi = \"idle\": {iface} has no napi kthreads; threaded NAPI is off \
@@ -136,7 +138,7 @@ pub fn check_napi(iface: &str, policy: NapiSched) -> Result<()> {
 mod tests {
     use super::*;
 
-    /// Hardening (issue 35, item 12): a process that names itself like a
+    /// Hardening: a process that names itself like a
     /// napi kthread ("napi/lo-9") is not taken for one. Before, the name
     /// alone was matched, and the daemon would have set its policy and CPUs.
     #[test]
@@ -149,7 +151,7 @@ mod tests {
             assert!(std::time::Instant::now() < deadline, "the process never took the name");
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
-        let found = napi_threads("lo");
+        let found = napi_threads(&Iface::resolve("lo").expect("lo"));
         let _ = fake.kill();
         let _ = fake.wait();
         assert!(!found.contains(&pid), "a user process taken for a napi kthread: {found:?}");

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 
+use crate::base::iface::Iface;
 use crate::base::log;
 use crate::dataplane::gate::{self, Gate};
 use crate::policy::config::Config;
@@ -23,17 +24,11 @@ pub(super) fn gate_snapshots(cfg: &Config, gate: &Gate) -> Vec<ClassSnapshot> {
 }
 
 /// The snapshot served from the start, before the first refresh.
-pub(super) fn first_snapshot(
-    iface: &str,
-    ifindex: u32,
-    cfg: &Config,
-    gate: &Gate,
-    config_file: Option<PathBuf>,
-) -> Snapshot {
+pub(super) fn first_snapshot(iface: &Iface, cfg: &Config, gate: &Gate, config_file: Option<PathBuf>) -> Snapshot {
     Snapshot {
         version: SNAPSHOT_VERSION,
-        interface: iface.to_string(),
-        ifindex,
+        interface: iface.name.clone(),
+        ifindex: iface.index,
         xdp_mode: format!("{:?}", cfg.xdp_mode).to_lowercase(),
         prog_id: gate.prog_id(),
         pid: std::process::id(),

@@ -32,14 +32,14 @@ pub fn check_privileges() -> Result<()> {
     }
 }
 
+/// The interface named `name`, or the error that says there is none.
+pub fn iface(name: &str) -> Result<crate::base::iface::Iface> {
+    crate::base::iface::Iface::resolve(name).ok_or_else(|| GateError::NoInterface(name.into()))
+}
+
 /// Interface name to index.
-pub fn ifindex(iface: &str) -> Result<u32> {
-    let name = std::ffi::CString::new(iface).map_err(|_| GateError::NoInterface(iface.into()))?;
-    // SAFETY: `name` is a valid NUL-terminated string for the call's duration.
-    match unsafe { libc::if_nametoindex(name.as_ptr()) } {
-        0 => Err(GateError::NoInterface(iface.into())),
-        i => Ok(i),
-    }
+pub fn ifindex(name: &str) -> Result<u32> {
+    iface(name).map(|i| i.index)
 }
 
 impl Gate {
