@@ -21,8 +21,9 @@
 //!   logic; mod.rs: pidfd_getfd, sockarray, attach), `trace/` (the tracer:
 //!   load, share the gate's tables, read counts);
 //! - [`policy`]: pure logic, no kernel I/O. `config/` (mod.rs: types and
-//!   checks; values.rs; file.rs: TOML with file:line errors; flags.rs:
-//!   `--class`), `controller/` (the auto controller: capacity estimate,
+//!   checks; grammar.rs: a class's keys and how they make a class, for
+//!   both syntaxes; values.rs: the value parsers; file.rs: TOML with
+//!   file:line errors; flags.rs: `--class`), `controller/` (the auto controller: capacity estimate,
 //!   capacity and pno), `budget/` (one budget by priority), `fair/` (source
 //!   fairness in a limited class), `remap.rs` (class identity across a
 //!   config switch), `away.rs` (`cpu = "away"`), `syn_guard.rs` (when the

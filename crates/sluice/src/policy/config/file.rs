@@ -32,11 +32,11 @@ pub(super) struct RawAuto {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawClass {
     name: Spanned<String>,
-    priority: Option<u8>,
+    priority: Option<Spanned<IntOrString>>,
     rate: Option<Spanned<IntOrString>>,
-    burst: Option<Spanned<u64>>,
+    burst: Option<Spanned<IntOrString>>,
     algo: Option<Spanned<String>>,
-    min_share: Option<Spanned<f64>>,
+    min_share: Option<Spanned<IntOrString>>,
     fallback: Option<Spanned<IntOrString>>,
     readers: Option<Spanned<String>>,
     cpu: Option<Spanned<String>>,
@@ -53,10 +53,13 @@ pub(super) struct RawRule {
     src: Option<Spanned<String>>,
 }
 
+/// A value TOML may write as a number or as a string ("450k"): its text
+/// goes to the one grammar either way.
 #[derive(Deserialize)]
 #[serde(untagged)]
 pub(super) enum IntOrString {
     Int(i64),
+    Float(f64),
     Str(String),
 }
 
@@ -64,6 +67,7 @@ impl IntOrString {
     fn text(&self) -> String {
         match self {
             IntOrString::Int(i) => i.to_string(),
+            IntOrString::Float(f) => f.to_string(),
             IntOrString::Str(s) => s.clone(),
         }
     }
@@ -129,74 +133,66 @@ impl Locator<'_> {
         }
     }
 
+    /// A `[[class]]` table: its keys as text, then the one grammar
+    /// (`grammar.rs`); an error points at the key it is about.
     fn class(&self, rc: &Spanned<RawClass>) -> Result<Class, ConfigError> {
         let cspan = rc.span();
         let rc = rc.get_ref();
-        let name = rc.name.get_ref().clone();
-        check_name(&name).map_err(|m| self.at(rc.name.span(), "name", m))?;
-        let field = |f: &str| format!("class.{f} (class \"{name}\")");
-        let burst = rc.burst.as_ref().map(|b| *b.get_ref());
-        let limit = match &rc.rate {
-            Some(r) => parse_limit(&r.get_ref().text(), burst).map_err(|(f, m)| {
-                let span = if f == "burst" { rc.burst.as_ref().map_or(r.span(), |b| b.span()) } else { r.span() };
-                self.at(span, &field(f), m)
-            })?,
-            None if burst.is_some() => {
-                let span = rc.burst.as_ref().map_or(cspan.clone(), |b| b.span());
-                return Err(self.at(span, &field("burst"), "a burst needs a packets/s rate".into()));
-            }
-            None => Limit::Unlimited,
+        let text = |v: &Option<Spanned<IntOrString>>| v.as_ref().map(|v| v.get_ref().text());
+        let string = |v: &Option<Spanned<String>>| v.as_ref().map(|v| v.get_ref().clone());
+        let keys = ClassKeys {
+            name: rc.name.get_ref().clone(),
+            priority: text(&rc.priority),
+            rate: text(&rc.rate),
+            burst: text(&rc.burst),
+            algo: string(&rc.algo),
+            min_share: text(&rc.min_share),
+            fallback: text(&rc.fallback),
+            readers: string(&rc.readers),
+            cpu: string(&rc.cpu),
+            syn_cookies: string(&rc.syn_cookies),
+            rules: rc
+                .rules
+                .iter()
+                .map(|r| {
+                    let r = r.get_ref();
+                    RuleKeys { proto: text(&r.proto), port: text(&r.port), src: string(&r.src) }
+                })
+                .collect(),
         };
-        let limit = auto_keys(
-            limit,
-            rc.algo.as_ref().map(|a| a.get_ref().as_str()),
-            rc.min_share.as_ref().map(|m| *m.get_ref()),
-            rc.fallback.as_ref().map(|f| f.get_ref().text()).as_deref(),
-        )
-        .map_err(|(f, m)| {
-            let span = match f {
-                "algo" => rc.algo.as_ref().map(|x| x.span()),
-                "min_share" => rc.min_share.as_ref().map(|x| x.span()),
-                _ => rc.fallback.as_ref().map(|x| x.span()),
+        let name = &keys.name;
+        let span_of = |key: Key| {
+            let num = |v: &Option<Spanned<IntOrString>>| v.as_ref().map(|v| v.span());
+            let txt = |v: &Option<Spanned<String>>| v.as_ref().map(|v| v.span());
+            let span = match key {
+                Key::Name => Some(rc.name.span()),
+                Key::Priority => num(&rc.priority),
+                // A rate's error about the burst points at the burst, if written.
+                Key::Rate => num(&rc.rate),
+                Key::Burst => num(&rc.burst).or_else(|| num(&rc.rate)),
+                Key::Algo => txt(&rc.algo),
+                Key::MinShare => num(&rc.min_share),
+                Key::Fallback => num(&rc.fallback),
+                Key::Readers => txt(&rc.readers),
+                Key::Cpu => txt(&rc.cpu),
+                Key::SynCookies => txt(&rc.syn_cookies),
+                Key::Rule(i, part) => rc.rules.get(i).map(|r| {
+                    let (whole, r) = (r.span(), r.get_ref());
+                    match part {
+                        RulePart::Proto => num(&r.proto),
+                        RulePart::Port => num(&r.port),
+                        RulePart::Src => txt(&r.src),
+                        RulePart::Whole => None,
+                    }
+                    .unwrap_or(whole)
+                }),
             };
-            self.at(span.unwrap_or(cspan.clone()), &field(f), m)
-        })?;
-        let rules = rc.rules.iter().map(|rr| self.rule(rr, &field)).collect::<Result<Vec<_>, _>>()?;
-        let readers = match &rc.readers {
-            Some(r) => Some(Readers::parse(r.get_ref()).map_err(|m| self.at(r.span(), &field("readers"), m))?),
-            None => None,
+            span.unwrap_or(cspan.clone())
         };
-        let away = match &rc.cpu {
-            Some(c) => parse_cpu(c.get_ref()).map_err(|m| self.at(c.span(), &field("cpu"), m))?,
-            None => false,
-        };
-        let syn_cookies = match &rc.syn_cookies {
-            Some(c) => SynCookies::parse(c.get_ref()).map_err(|m| self.at(c.span(), &field("syn_cookies"), m))?,
-            None => SynCookies::Auto,
-        };
-        let priority = rc.priority.unwrap_or(DEFAULT_PRIORITY);
-        Ok(Class { name, priority, limit, rules, discovered: None, readers, away, syn_cookies })
-    }
-
-    fn rule(&self, rr: &Spanned<RawRule>, field: &dyn Fn(&str) -> String) -> Result<Rule, ConfigError> {
-        let rspan = rr.span();
-        let rr = rr.get_ref();
-        let proto = match &rr.proto {
-            Some(p) => parse_proto(&p.get_ref().text()).map_err(|m| self.at(p.span(), &field("match.proto"), m))?,
-            None if rr.port.is_some() => {
-                return Err(self.at(rspan, &field("match.proto"), "a port needs proto = \"udp\" or \"tcp\"".into()))
-            }
-            None => Proto::Any,
-        };
-        let ports = match &rr.port {
-            Some(p) => Some(parse_ports(&p.get_ref().text()).map_err(|m| self.at(p.span(), &field("match.port"), m))?),
-            None => None,
-        };
-        let src_prefix = match &rr.src {
-            Some(s) => Some(parse_prefix(s.get_ref()).map_err(|m| self.at(s.span(), &field("match.src"), m))?),
-            None => None,
-        };
-        make_rule(proto, ports, src_prefix).map_err(|(f, m)| self.at(rspan.clone(), &field(&format!("match.{f}")), m))
+        build_class(&keys, &|key, m| {
+            let field = if key == Key::Name { "name".to_string() } else { format!("class.{} (class \"{name}\")", key.name()) };
+            self.at(span_of(key), &field, m)
+        })
     }
 
     fn metrics(&self, m: Option<&Spanned<String>>) -> Result<Option<SocketAddr>, ConfigError> {

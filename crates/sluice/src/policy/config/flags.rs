@@ -3,61 +3,49 @@ use super::*;
 
 pub(super) const FLAG_KEYS: &str = "priority, rate, burst, match, algo, min_share, fallback, readers, cpu, syn_cookies";
 
-/// Parse one `--class` flag into a class (not yet validated against the others).
+/// Parse one `--class` flag into a class (not yet validated against the
+/// others): its keys, then the one grammar (`grammar.rs`).
 pub fn parse_class_flag(spec: &str) -> Result<Class, ConfigError> {
     let err =
         |field: &str, message: String| ConfigError { origin: Origin::Flag(spec.into()), field: field.into(), message };
     let (name, rest) = spec.split_once(':').unwrap_or((spec, ""));
-    check_name(name.trim()).map_err(|m| err("name", m))?;
-    let (mut priority, mut rate, mut burst, mut rules) = (DEFAULT_PRIORITY, None, None, Vec::new());
-    let (mut algo, mut min_share, mut fallback, mut readers, mut away) = (None, None, None, None, false);
-    let mut syn_cookies = SynCookies::Auto;
+    let mut k = ClassKeys { name: name.trim().into(), ..Default::default() };
     for kv in rest.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        let (k, v) =
+        let (key, v) =
             kv.split_once('=').ok_or_else(|| err(kv, format!("expected key=value with key one of {FLAG_KEYS}")))?;
-        match k.trim() {
-            "priority" => {
-                priority =
-                    v.trim().parse().map_err(|_| err("priority", format!("\"{v}\" is not 0-255 (0 = highest)")))?
-            }
-            "rate" => rate = Some(v.to_string()),
-            "burst" => burst = Some(parse_count(v).map_err(|m| err("burst", m))?),
-            "algo" => algo = Some(v.to_string()),
-            "min_share" => {
-                min_share = Some(
-                    v.trim()
-                        .parse::<f64>()
-                        .map_err(|_| err("min_share", format!("\"{v}\" is not a number; valid: 0 to 1")))?,
-                )
-            }
-            "fallback" => fallback = Some(v.to_string()),
-            "readers" => readers = Some(Readers::parse(v).map_err(|m| err("readers", m))?),
-            "cpu" => away = parse_cpu(v).map_err(|m| err("cpu", m))?,
-            "syn_cookies" => syn_cookies = SynCookies::parse(v).map_err(|m| err("syn_cookies", m))?,
-            "match" => {
-                let (pp, src) = match v.split_once('@') {
-                    Some((pp, s)) => (pp, Some(parse_prefix(s).map_err(|m| err("match", m))?)),
-                    None => (v, None),
-                };
-                let (proto, ports) = match pp.split_once(':') {
-                    Some((p, ports)) => (p, Some(parse_ports(ports).map_err(|m| err("match", m))?)),
-                    None => (pp, None),
-                };
-                let proto = parse_proto(proto).map_err(|m| err("match", m))?;
-                rules.push(make_rule(proto, ports, src).map_err(|(_, m)| err("match", m))?);
-            }
-            other => {
-                return Err(err(other, format!("unknown key; valid keys: {FLAG_KEYS}")));
-            }
+        let v = Some(v.to_string());
+        match key.trim() {
+            "priority" => k.priority = v,
+            "rate" => k.rate = v,
+            "burst" => k.burst = v,
+            "algo" => k.algo = v,
+            "min_share" => k.min_share = v,
+            "fallback" => k.fallback = v,
+            "readers" => k.readers = v,
+            "cpu" => k.cpu = v,
+            "syn_cookies" => k.syn_cookies = v,
+            "match" => k.rules.push(rule_keys(v.as_deref().unwrap_or_default())),
+            other => return Err(err(other, format!("unknown key; valid keys: {FLAG_KEYS}"))),
         }
     }
-    let limit = match rate {
-        Some(r) => parse_limit(&r, burst).map_err(|(f, m)| err(f, m))?,
-        None if burst.is_some() => return Err(err("burst", "a burst needs a packets/s rate".into())),
-        None => Limit::Unlimited,
+    // A flag names a rule's errors by its one key, `match`.
+    build_class(&k, &|key, m| match key {
+        Key::Rule(..) => err("match", m),
+        key => err(key.name(), m),
+    })
+}
+
+/// A rule written `PROTO[:PORTS][@PREFIX]`.
+fn rule_keys(v: &str) -> RuleKeys {
+    let (pp, src) = match v.split_once('@') {
+        Some((pp, s)) => (pp, Some(s.to_string())),
+        None => (v, None),
     };
-    let limit = auto_keys(limit, algo.as_deref(), min_share, fallback.as_deref()).map_err(|(f, m)| err(f, m))?;
-    Ok(Class { name: name.trim().into(), priority, limit, rules, discovered: None, readers, away, syn_cookies })
+    let (proto, port) = match pp.split_once(':') {
+        Some((p, ports)) => (p, Some(ports.to_string())),
+        None => (pp, None),
+    };
+    RuleKeys { proto: Some(proto.to_string()), port, src }
 }
 
 /// Build a config from `--class` flags alone.

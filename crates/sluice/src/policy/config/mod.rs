@@ -55,10 +55,12 @@ use crate::policy::controller::Algo;
 
 mod file;
 mod flags;
+mod grammar;
 mod values;
 
 pub use file::{from_toml, load_file};
 pub use flags::{from_flags, parse_class_flag};
+use grammar::{build_class, ClassKeys, Key, RuleKeys, RulePart};
 use values::*;
 pub use values::{default_burst, parse_count, parse_prefix};
 
