@@ -337,7 +337,7 @@ fn pin_to_cpu(cpu: usize) {
     }
 }
 
-/// The Markdown table the README carries: median (fastest) per cell.
+/// The Markdown table the gate-cost results file carries: median (fastest) per cell.
 pub fn render(r: &Report) -> String {
     let mut o = String::new();
     let cell = |med: f64, min: f64| format!("{med:.0} ({min:.0}) ns");

@@ -1,6 +1,6 @@
 //! Fuzz test: a million random and mutated packets through BPF_PROG_TEST_RUN.
 //! Each packet is also classified here by `reference`, a parser written from
-//! the verdict table (README, gate.bpf.c's header comment) and not from the
+//! the verdict table (docs/config.md, gate.bpf.c's header comment) and not from the
 //! BPF code: every packet's verdict must be the one the reference predicts,
 //! and every counter must equal the reference's count of packets for it.
 mod common;

@@ -93,7 +93,7 @@ mod limits {
         // At most its 5k limit. Not exactly the limit: the budget may throttle
         // the lower class further while `hi` or the receive path shows distress
         // (softnet backlog drops are counted host-wide, so floods of tests
-        // running beside this one count too: see README, Limits).
+        // running beside this one count too: see docs/limits.md).
         let cap = 5_000.0 * flood_secs + 50.0;
         assert!(
             lo_got as f64 <= cap * 1.05 && lo_got as f64 >= cap * 0.5,
