@@ -190,7 +190,8 @@ impl Locator<'_> {
             span.unwrap_or(cspan.clone())
         };
         build_class(&keys, &|key, m| {
-            let field = if key == Key::Name { "name".to_string() } else { format!("class.{} (class \"{name}\")", key.name()) };
+            let field =
+                if key == Key::Name { "name".to_string() } else { format!("class.{} (class \"{name}\")", key.name()) };
             self.at(span_of(key), &field, m)
         })
     }

@@ -102,11 +102,14 @@ pub(super) fn build_class(k: &ClassKeys, err: &dyn Fn(Key, String) -> ConfigErro
     };
     let min_share = match &k.min_share {
         Some(m) => Some(
-            m.trim().parse::<f64>().map_err(|_| err(Key::MinShare, format!("\"{m}\" is not a number; valid: 0 to 1")))?,
+            m.trim()
+                .parse::<f64>()
+                .map_err(|_| err(Key::MinShare, format!("\"{m}\" is not a number; valid: 0 to 1")))?,
         ),
         None => None,
     };
-    let limit = auto_keys(limit, k.algo.as_deref(), min_share, k.fallback.as_deref()).map_err(|(f, m)| err(Key::of(f), m))?;
+    let limit =
+        auto_keys(limit, k.algo.as_deref(), min_share, k.fallback.as_deref()).map_err(|(f, m)| err(Key::of(f), m))?;
     let rules = k.rules.iter().enumerate().map(|(i, r)| rule(i, r, err)).collect::<Result<Vec<_>, _>>()?;
     let readers = k.readers.as_deref().map(Readers::parse).transpose().map_err(|m| err(Key::Readers, m))?;
     let away = k.cpu.as_deref().map(parse_cpu).transpose().map_err(|m| err(Key::Cpu, m))?.unwrap_or(false);
@@ -126,7 +129,9 @@ fn rule(i: usize, r: &RuleKeys, err: &dyn Fn(Key, String) -> ConfigError) -> Res
     let at = |part| Key::Rule(i, part);
     let proto = match &r.proto {
         Some(p) => parse_proto(p).map_err(|m| err(at(RulePart::Proto), m))?,
-        None if r.port.is_some() => return Err(err(at(RulePart::Proto), "a port needs proto = \"udp\" or \"tcp\"".into())),
+        None if r.port.is_some() => {
+            return Err(err(at(RulePart::Proto), "a port needs proto = \"udp\" or \"tcp\"".into()))
+        }
         None => Proto::Any,
     };
     let ports = r.port.as_deref().map(parse_ports).transpose().map_err(|m| err(at(RulePart::Port), m))?;
@@ -172,9 +177,11 @@ match = [{ proto = "udp", port = 8053 }, { proto = "tcp", port = "8000-8010", sr
         .unwrap();
         assert_eq!(file.classes[0], flag);
         let by_flag = parse_class_flag("x:priority=300,match=udp:1").unwrap_err();
-        let by_file =
-            from_toml("[[class]]\nname = \"x\"\npriority = 300\nmatch = [{ proto = \"udp\", port = 1 }]\n", Path::new("t.toml"))
-                .unwrap_err();
+        let by_file = from_toml(
+            "[[class]]\nname = \"x\"\npriority = 300\nmatch = [{ proto = \"udp\", port = 1 }]\n",
+            Path::new("t.toml"),
+        )
+        .unwrap_err();
         assert_eq!(by_flag.message, by_file.message, "the same words");
         assert!(by_file.to_string().contains("t.toml:3:"), "the file's error points at the line: {by_file}");
         assert_eq!((by_flag.field.as_str(), by_file.field.as_str()), ("priority", "class.priority (class \"x\")"));
