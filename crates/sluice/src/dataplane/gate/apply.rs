@@ -58,16 +58,11 @@ impl Gate {
         let names = cfg.names();
         let (ids, freed) = self.ids.next(&names);
         let next = 1 - self.gen;
-        let new_ids: Vec<usize> = (0..names.len()).filter(|&c| self.ids.class_of(ids.id(c) as u8).is_none()).collect();
+        // Each class's index in the config in force (None: a new class).
+        let was: Vec<Option<usize>> = (0..names.len()).map(|c| self.ids.class_of(ids.id(c) as u8)).collect();
         let written = (|| {
-            for &class in &new_ids {
-                self.reset_id(ids.id(class))?;
-                self.set_percpu(
-                    &self.skel.maps.shares,
-                    "shares",
-                    ids.id(class),
-                    &self.fresh_shares(&cfg.classes[class].limit),
-                )?;
+            for (class, c) in cfg.classes.iter().enumerate().filter(|(class, _)| was[*class].is_none()) {
+                self.reset_id(ids.id(class), &self.fresh_shares(&c.limit))?;
             }
             self.write_generation(next, cfg, &ids, tables)
         })();
@@ -76,12 +71,11 @@ impl Gate {
         }
         // In force from here on.
         let old = self.applied.replace(Applied { cfg: cfg.clone() });
-        let before = std::mem::replace(&mut self.ids, ids);
+        self.ids = ids;
         self.freed.extend(freed.iter().cloned());
         let mut after = Ok(());
         for (class, c) in cfg.classes.iter().enumerate() {
-            let kept = before.class_of(self.ids.id(class) as u8);
-            let limit_changed = match (&old, kept) {
+            let limit_changed = match (&old, was[class]) {
                 (Some(o), Some(at)) => o.cfg.classes[at].limit != c.limit,
                 _ => false,
             };
@@ -89,8 +83,9 @@ impl Gate {
                 after = after.and(self.set_shares(class, &self.fresh_shares(&c.limit)));
             }
         }
+        let none = vec![sluice_share::default(); self.ncpus];
         for (id, _) in &freed {
-            after = after.and(self.reset_id(u32::from(*id)));
+            after = after.and(self.reset_id(u32::from(*id), &none));
         }
         after.map_err(|err| GateError::AfterSwitch(Box::new(err)))
     }
@@ -100,8 +95,9 @@ impl Gate {
         shares_for(limit, &vec![0; self.ncpus], false)
     }
 
-    /// Zero everything the gate keeps for class id `id` (a new class's, or a freed one).
-    fn reset_id(&self, id: u32) -> Result<()> {
+    /// Zero everything the gate keeps for class id `id` (a new class's, or a
+    /// freed one), and give it `shares`.
+    fn reset_id(&self, id: u32, shares: &[sluice_share]) -> Result<()> {
         self.set_percpu(
             &self.skel.maps.class_state,
             "class_state",
@@ -109,7 +105,7 @@ impl Gate {
             &vec![sluice_class_state::default(); self.ncpus],
         )?;
         self.set_percpu(&self.skel.maps.fairness, "fairness", id, &vec![sluice_fair::default(); self.ncpus])?;
-        self.set_percpu(&self.skel.maps.shares, "shares", id, &vec![sluice_share::default(); self.ncpus])?;
+        self.set_percpu(&self.skel.maps.shares, "shares", id, shares)?;
         let key = id.to_ne_bytes();
         let map_err = |map| move |err| GateError::Map { map, err };
         self.skel.maps.away.update(&key, &0u32.to_ne_bytes(), MapFlags::ANY).map_err(map_err("away"))?;
@@ -172,11 +168,6 @@ impl Gate {
             .map_err(|err| GateError::Map { map: "tables_gen", err })?;
         self.gen = gen;
         Ok(())
-    }
-
-    /// The tables generation in force (0 or 1).
-    pub fn generation(&self) -> u32 {
-        self.gen
     }
 
     /// The gate's ids of the classes in force (`ids.rs`).

@@ -115,14 +115,8 @@ impl IdIndex {
     /// Rewrite each key's class id as its class index.
     pub fn to_classes<V>(&self, entries: &mut [(sluice_src_key, V)]) {
         for (k, _) in entries {
-            k.class_id = self.0[k.class_id as usize % IDS];
+            k.class_id = self.0.get(k.class_id as usize).copied().unwrap_or(NO_CLASS);
         }
-    }
-}
-
-impl Default for IdIndex {
-    fn default() -> Self {
-        ClassIds::default().index()
     }
 }
 

@@ -58,7 +58,11 @@ impl Gate {
     /// syscall (bpf_map_update_batch): 59k entries were 59k syscalls on the
     /// control thread.
     pub fn insert_known(&self, entries: &[(sluice_src_key, sluice_known)]) -> Result<()> {
+        // By class index, as given (the map's keys carry the ids).
         let mut added = std::collections::BTreeMap::<usize, u64>::new();
+        for (k, _) in entries {
+            *added.entry(k.class_id as usize).or_default() += 1;
+        }
         let entries: Vec<_> = entries.iter().map(|(k, v)| (self.key_by_id(k), *v)).collect();
         for chunk in entries.chunks(BATCH) {
             let keys: Vec<u8> = chunk.iter().flat_map(|(k, _)| bytes_of(k).to_vec()).collect();
@@ -68,9 +72,6 @@ impl Gate {
                 .known
                 .update_batch(&keys, &values, chunk.len() as u32, MapFlags::ANY, MapFlags::ANY)
                 .map_err(|err| GateError::Map { map: "known", err })?;
-            for (k, _) in chunk {
-                *added.entry(self.ids.class_of(k.class_id).unwrap_or(k.class_id as usize)).or_default() += 1;
-            }
         }
         // Count them in held at once, so the gate looks them up before the
         // next scan writes the exact count (a replaced entry counts twice
