@@ -283,16 +283,21 @@ impl AutoLoop {
 
     /// One tick: sample the counters, and for each class take its signals
     /// since the last tick and decide its rate ([`AutoLoop::rates`]); trace
-    /// the first class. The first tick only samples.
-    pub fn tick(&mut self, totals: &[ClassTotals], health: &Health) -> Result<()> {
+    /// the first class. The first tick only samples. A class `held` (by
+    /// class id: observe mode, while a lower class would be throttled) keeps
+    /// its controller and rate as they were: its service's health is not
+    /// what enforcing would give it.
+    pub fn tick(&mut self, totals: &[ClassTotals], health: &Health, held: &[bool]) -> Result<()> {
         let cpu0 = thread_cpu_ns();
         let now = self.sample(totals, health)?;
         if let Some(prev) = self.last.take() {
             for (i, c) in self.classes.iter_mut().enumerate() {
                 let sig = class_signals(&prev, &now, i);
-                let fallback = c.spec.fallback_pps.map(|p| p as f64);
-                c.rate = decide(&mut c.ctl, &sig, fallback).map(|r| r.round().max(1.0));
-                c.near = c.rate.is_some() || c.ctl.near_knee(sig.offered);
+                if !held.get(c.id).copied().unwrap_or(false) {
+                    let fallback = c.spec.fallback_pps.map(|p| p as f64);
+                    c.rate = decide(&mut c.ctl, &sig, fallback).map(|r| r.round().max(1.0));
+                    c.near = c.rate.is_some() || c.ctl.near_knee(sig.offered);
+                }
                 if i == 0 {
                     let point = trace_point(now.at.duration_since(self.started), &c.ctl, &sig);
                     if self.trace.len() == TRACE_LEN {

@@ -4,6 +4,7 @@
 use crate::bpf_intf::*;
 use crate::dataplane::gate::counters::ClassTotals;
 use crate::dataplane::gate::{ClassCounters, Tiers};
+use crate::policy::budget::FLOOR_PPS;
 use crate::policy::config::{default_burst, Limit};
 use crate::policy::fair::{Fair, FairCounts, FairTick};
 
@@ -179,6 +180,44 @@ impl TickClass {
             taint,
             under: self.offered < pps as f64,
         }
+    }
+}
+
+/// An auto class whose rate is over this many times what it was offered in
+/// the last tick admits everything until its traffic comes closer (a flood
+/// that starts is limited from the next tick, 10 ms later).
+const AUTO_IDLE: f64 = 2.0;
+
+/// What decides whether an auto class's rate is written this tick.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct OwnRate {
+    /// Packets/s offered to the class in the tick.
+    pub(super) offered: f64,
+    /// The most any class of lower priority admitted (packets/s).
+    pub(super) lower_admitted: f64,
+    /// Offered over OWN_FLOOD times its service's capacity estimate.
+    pub(super) own_flood: bool,
+    /// Observe mode, and a lower class has a budget throttle (see the
+    /// module comment of `tick`).
+    pub(super) observe_held: bool,
+}
+
+impl OwnRate {
+    /// Is the controller's rate `r` left unwritten (the class admits all)?
+    /// - far above what arrives: the per-CPU split would hold a CPU that
+    ///   starts receiving to a small share;
+    /// - below what arrives while a lower class still gets more than the
+    ///   budget's floor: a service starved by their traffic has them
+    ///   throttled first, not its own clients;
+    /// - observing while a lower class would be throttled: enforcing, that
+    ///   throttle would have come first, and the class's signals are not
+    ///   what they would be.
+    ///
+    /// The last two never for a class flooded itself (passing it all would
+    /// livelock its service).
+    pub(super) fn passes(&self, r: f64) -> bool {
+        let lower_busy = self.lower_admitted > FLOOR_PPS;
+        r > AUTO_IDLE * self.offered || (!self.own_flood && ((lower_busy && r < self.offered) || self.observe_held))
     }
 }
 

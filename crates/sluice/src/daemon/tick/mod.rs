@@ -12,6 +12,13 @@
 //!    is split again between its known and unknown sources, with a quota per
 //!    unknown source (`fair`);
 //! 5. tell the gate the epoch and the time (source quotas count per tick).
+//!
+//! In observe mode the gate drops nothing, so a service hurt by a flood in
+//! a lower class stays hurt where enforcing would have throttled that
+//! class. While some lower class has a budget throttle, a class's own auto
+//! rate is therefore not written (its would-drops would be the flood's
+//! doing, not its clients'), and its controller holds its estimate (the
+//! service's health then is not what it would be enforcing).
 use std::fmt::Display;
 
 use anyhow::Result;
@@ -22,22 +29,17 @@ use crate::daemon::decisions::{Cause, Change};
 use crate::dataplane::gate::counters::ClassTotals;
 use crate::dataplane::gate::{ClassCounters, Clock, Gate};
 use crate::dataplane::trace::CpuRxReader;
-use crate::policy::budget::{Budget, BudgetClass, FLOOR_PPS};
+use crate::policy::budget::{Budget, BudgetClass};
 use crate::policy::config::{Config, Limit};
 use crate::policy::remap::ClassRemap;
 use crate::policy::syn_guard::SynGuards;
 use crate::signals::health::{behind, distress, dropped, path_distress, syn_pressure, Health, HealthReader, RxWork};
 use crate::signals::rx_cpu::{RxCpu, ARM_PPS};
 
-/// An auto class whose rate is over this many times what it was offered in
-/// the last tick admits everything until its traffic comes closer (a flood
-/// that starts is limited from the next tick, 10 ms later).
-const AUTO_IDLE: f64 = 2.0;
-
 /// An auto class offered over this many times its capacity estimate is
 /// flooded itself: it is limited even while lower classes get traffic (see
-/// `pass` in `Ticker::tick`; at 20 times its capacity, passing it whole
-/// every other tick delivered 0 in those ticks).
+/// [`OwnRate::passes`]; at 20 times its capacity, passing it whole every
+/// other tick delivered 0 in those ticks).
 const OWN_FLOOD: f64 = 1.5;
 
 /// A class's source fairness as the tick last wrote it.
@@ -59,7 +61,7 @@ pub use crate::policy::controller::STALE_TICKS;
 mod class;
 mod watch;
 
-use class::{rate_limit, tightest, TickClass, HAD_ROOM};
+use class::{rate_limit, tightest, OwnRate, TickClass, HAD_ROOM};
 pub use watch::SignalWatch;
 /// What runs every tick for one config.
 pub struct Ticker {
@@ -91,6 +93,8 @@ pub struct Ticker {
     last_distress: Option<((u8, &'static str), std::time::Instant)>,
     /// The CPU signal's measurement is wanted (`RxCpu::arm`).
     rx_cpu_wanted: bool,
+    /// Observe mode: the gate counts its verdicts and drops nothing.
+    observe: bool,
 }
 
 impl Ticker {
@@ -110,7 +114,7 @@ impl Ticker {
             health,
             last: None,
             auto,
-            budget: Budget::default(),
+            budget: Budget::new(cfg.observe),
             syn: SynGuards::new(cfg),
             signals: SignalWatch::default(),
             epoch: 0,
@@ -121,6 +125,7 @@ impl Ticker {
             service_cpus: vec![],
             last_distress: None,
             rx_cpu_wanted: false,
+            observe: cfg.observe,
         })
     }
 
@@ -142,6 +147,7 @@ impl Ticker {
             service_cpus: vec![],
             last_distress: None,
             rx_cpu_wanted: false,
+            observe: false,
         }
     }
 
@@ -195,6 +201,7 @@ impl Ticker {
         self.last_distress = old.last_distress;
         self.syn.carry_from(&old.syn, remap);
         self.budget = old.budget;
+        self.budget.observe = self.observe;
         self.budget.remap(remap);
         if let (Some(new), Some(old)) = (&mut self.auto, old.auto) {
             new.carry_from(old, remap);
@@ -248,20 +255,15 @@ impl Ticker {
         let auto: Vec<(usize, Option<f64>, u64)> =
             self.auto.iter().filter(|_| !stale).flat_map(|a| a.rates()).collect();
         let floors: Vec<(usize, f64)> = self.auto.iter().flat_map(|a| a.floors()).collect();
+        let held = self.observe_held(&throttles);
         // (priority, admitted) of every class, to see who is below whom.
         let admitted: Vec<(u8, f64)> = self.classes.iter().map(|c| (c.priority, c.admitted)).collect();
         for (id, c) in self.classes.iter_mut().enumerate() {
-            // An auto rate far above what arrives is not written: the per-CPU
-            // split would hold a CPU that starts receiving to a small share.
-            // Nor is one below what arrives while classes of lower priority
-            // still get more than the budget's floor: a service starved by
-            // their traffic has them throttled first, not its own clients.
-            // (Not a class flooded itself: offered over OWN_FLOOD times what
-            // its service takes, passing it all would livelock it.)
+            let lower = admitted.iter().filter(|&&(p, _)| p > c.priority).map(|&(_, a)| a).fold(0.0, f64::max);
             let own_flood =
                 self.auto.as_ref().and_then(|a| a.capacity_of(id)).is_some_and(|cap| c.offered > OWN_FLOOD * cap);
-            let lower_busy = !own_flood && admitted.iter().any(|&(p, a)| p > c.priority && a > FLOOR_PPS);
-            let pass = |r: &Option<f64>| r.is_some_and(|r| r > AUTO_IDLE * c.offered || (lower_busy && r < c.offered));
+            let seen = OwnRate { offered: c.offered, lower_admitted: lower, own_flood, observe_held: held[id] };
+            let pass = |r: &Option<f64>| r.is_some_and(|r| seen.passes(r));
             let by_auto = auto.iter().find(|(i, _, _)| *i == id);
             let own = by_auto.map_or(c.limit, |(_, r, depth)| rate_limit(r.filter(|_| !pass(r)), *depth));
             // An auto class's minimum share of its capacity is kept under any throttle.
@@ -285,6 +287,14 @@ impl Ticker {
             }
         }
         Ok(())
+    }
+
+    /// By class id: observing, does some class of lower priority have a
+    /// budget throttle (`throttles`)? Enforcing, that throttle would have
+    /// acted first (see the module comment). All false when enforcing.
+    fn observe_held(&self, throttles: &[Option<f64>]) -> Vec<bool> {
+        let below = |p: u8| self.classes.iter().zip(throttles).any(|(c, t)| c.priority > p && t.is_some());
+        self.classes.iter().map(|c| self.observe && below(c.priority)).collect()
     }
 
     /// Whether some class counts its sources now (limited, with source
@@ -316,8 +326,9 @@ impl Ticker {
         // One read of each class's counters serves the auto loop, the budget and fairness.
         let raw = (0..self.classes.len()).map(|id| Ok(gate.class_counters(id)?)).collect::<Result<Vec<_>>>()?;
         let totals: Vec<ClassTotals> = raw.iter().map(|&r| ClassTotals::from(r)).collect();
+        let held = self.observe_held(&self.budget.limits);
         if let Some(a) = &mut self.auto {
-            a.tick(&totals, &now.1)?;
+            a.tick(&totals, &now.1, &held)?;
         }
         let admitted_so_far: Vec<u64> = totals.iter().map(|t| t.admitted_pkts).collect();
         let priorities: Vec<u8> = self.classes.iter().map(|c| c.priority).collect();
@@ -457,7 +468,7 @@ fn rx_work(cpus: &[sluice_cpu_rx]) -> RxWork {
 mod tests {
     use super::*;
     use crate::policy::config::default_burst;
-    use class::WithRoom;
+    use class::{OwnRate, WithRoom};
 
     /// Hardening: fairness reads the tick's counts as rates over the tick's
     /// measured length. A tick out of a 500 ms calm spell that counted 300
@@ -512,6 +523,25 @@ mod tests {
         assert!(!w.stale() && w.stale_secs().is_none());
         assert_eq!(w.errors, super::STALE_TICKS, "failures in all are kept");
         assert_eq!(w.ok(), None);
+    }
+
+    /// Hardening (issue 35, item 15): observing, a service whose lower
+    /// classes would be throttled is not shown dropping its own clients,
+    /// even once those classes admit no more than the budget's floor (in a
+    /// namespace run the flood's class was held to 100/s, its service still
+    /// starved by the unenforced flood, and its controller's rate showed
+    /// 35% of its clients as would-drops; enforcing dropped none). A class
+    /// flooded itself is still limited.
+    #[test]
+    fn observing_a_class_whose_lower_classes_would_be_throttled_admits_its_clients() {
+        let at_floor = OwnRate { offered: 30_000.0, lower_admitted: 100.0, own_flood: false, observe_held: false };
+        assert!(!at_floor.passes(20_000.0), "enforcing, lower classes at the floor: the rate is written");
+        assert!(at_floor.passes(80_000.0), "far above what arrives: not written");
+        let observed = OwnRate { observe_held: true, ..at_floor };
+        assert!(observed.passes(20_000.0), "observing with a lower throttle: not written");
+        assert!(!OwnRate { own_flood: true, ..observed }.passes(20_000.0), "flooded itself: written");
+        let busy = OwnRate { lower_admitted: 5_000.0, ..at_floor };
+        assert!(busy.passes(20_000.0) && !OwnRate { own_flood: true, ..busy }.passes(20_000.0));
     }
 
     #[test]

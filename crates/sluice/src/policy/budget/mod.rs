@@ -42,6 +42,13 @@
 //! Classes at the highest distressed priority and above are never throttled
 //! by the budget (an unlimited class of higher priority stays unlimited);
 //! a class's own static rate stays a cap on top of this.
+//!
+//! In observe mode nothing is dropped, so the distress a cut would have
+//! ended goes on. The budget then stops at its first step: once a level's
+//! throttle would hold back traffic (offered over its limit), no higher
+//! level is cut. Enforcing, that throttle would have changed the service's
+//! health, and what the budget did next depends on a health observe cannot
+//! see (docs/limits.md).
 
 /// Receive work for lower classes over this share of a service's CPU is
 /// its distress. From `sluice bench run --scenario http --keep-alive
@@ -102,15 +109,30 @@ pub struct Budget {
     pub healthy_ticks: u32,
     /// The highest distressed priority of the last tick, and what said so.
     pub distress: Option<(u8, &'static str)>,
+    /// Observe mode: throttles are counted, not enforced (see the module comment).
+    pub observe: bool,
 }
 
 impl Default for Budget {
     fn default() -> Self {
-        Budget { limits: vec![], cut_at: vec![], hold: vec![], since_cut: u32::MAX, healthy_ticks: 0, distress: None }
+        Budget {
+            limits: vec![],
+            cut_at: vec![],
+            hold: vec![],
+            since_cut: u32::MAX,
+            healthy_ticks: 0,
+            distress: None,
+            observe: false,
+        }
     }
 }
 
 impl Budget {
+    /// A budget with no throttle yet; `observe`: see the module comment.
+    pub fn new(observe: bool) -> Budget {
+        Budget { observe, ..Budget::default() }
+    }
+
     /// One tick: update and return each class's throttle.
     pub fn step(&mut self, classes: &[BudgetClass], path_distress: bool) -> &[Option<f64>] {
         self.limits.resize(classes.len(), None);
@@ -138,10 +160,15 @@ impl Budget {
         &self.limits
     }
 
-    /// Cut the lowest level below priority `p` that admits more than the floor.
+    /// Cut the lowest level below priority `p` that admits more than the
+    /// floor (observing: not above a level whose throttle would hold back traffic).
     fn cut_below(&mut self, classes: &[BudgetClass], p: u8) {
         let level = classes.iter().filter(|c| c.priority > p && c.admitted > FLOOR_PPS).map(|c| c.priority).max();
         let Some(level) = level else { return };
+        let holds_back = |(i, c): (usize, &BudgetClass)| self.limits[i].is_some_and(|l| c.offered > l);
+        if self.observe && classes.iter().enumerate().filter(|(_, c)| c.priority > level).any(holds_back) {
+            return;
+        }
         for (i, c) in classes.iter().enumerate().filter(|(_, c)| c.priority == level) {
             self.cut_at[i] = c.admitted;
             self.hold[i] = HOLD_TICKS;

@@ -34,6 +34,34 @@ fn the_next_level_is_cut_once_the_lowest_is_at_the_floor() {
     assert_eq!(l[1], Some(5e4));
 }
 
+/// Observe mode stops at the budget's first step: the lowest level is cut
+/// down to the floor as enforcing would, but while its throttle would hold
+/// back traffic the level above is not cut (enforcing, that throttle might
+/// have ended the distress).
+#[test]
+fn observing_the_next_level_is_not_cut_while_a_lower_throttle_would_hold() {
+    let sick = |flood_admitted| {
+        [class(20, 5e3, 5e3, Some("socket drops")), class(30, 1e5, 1e5, None), class(255, 7e5, flood_admitted, None)]
+    };
+    let mut b = Budget::new(true);
+    let mut cuts = 0;
+    let mut admitted = 7e5;
+    for _ in 0..200 {
+        let l = b.step(&sick(admitted), false).to_vec();
+        if l[2].is_some_and(|t| t < admitted) {
+            cuts += 1;
+        }
+        // Observing, the gate counts as admitted what it would have admitted.
+        admitted = l[2].unwrap_or(admitted);
+    }
+    assert!(cuts > 5 && b.limits[2] == Some(FLOOR_PPS), "the flood's level goes to the floor: {:?}", b.limits);
+    assert_eq!(b.limits[1], None, "the level above is not cut while the flood's throttle would hold");
+    // Enforcing, the same health cuts the next level once the lowest is at the floor.
+    let mut b = Budget::default();
+    b.step(&sick(50.0), false);
+    assert_eq!(b.limits[1], Some(5e4));
+}
+
 #[test]
 fn backlog_drops_throttle_everything_below_the_highest_priority() {
     let mut b = Budget::default();
