@@ -1,9 +1,10 @@
 //! The arguments of each `sluice bench` command, checked by clap's value
 //! parsers.
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::Args;
+use clap::{Args, Subcommand};
 
 use sluice::surface::cli::{parse_rate, parse_secs};
 use sluice_bench::scenario::ConfigKind;
@@ -259,3 +260,80 @@ pub(crate) fn parse_config_kind(s: &str) -> Result<ConfigKind, String> {
 
 // ---------------------------------------------------------------------------
 // The commands.
+
+/// Victim services for tests, demos and benchmarks.
+#[derive(Subcommand)]
+pub(crate) enum ServeCmd {
+    /// A UDP echo service that spends --work-ns of CPU per datagram.
+    UdpEcho(UdpEchoArgs),
+}
+
+#[derive(Args)]
+pub(crate) struct UdpEchoArgs {
+    /// UDP port to listen on.
+    #[arg(long)]
+    pub(crate) port: u16,
+    /// Address to bind.
+    #[arg(long, default_value = "0.0.0.0")]
+    pub(crate) addr: std::net::IpAddr,
+    /// CPU nanoseconds spent per datagram (emulated work).
+    #[arg(long, default_value_t = 0)]
+    pub(crate) work_ns: u64,
+    /// Stop after SECS seconds (default: until SIGINT/SIGTERM).
+    #[arg(long, value_name = "SECS", value_parser = parse_secs)]
+    pub(crate) duration: Option<Duration>,
+    /// Receive only, send no replies.
+    #[arg(long)]
+    pub(crate) no_echo: bool,
+    /// Reader sockets, in one SO_REUSEPORT group when 2 or more.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub(crate) readers: u16,
+    /// Threads reading each socket (the shared-socket study's shared socket: --readers 1 --threads 8).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub(crate) threads: u16,
+    /// The first reader stops reading for MS milliseconds every --stall-every
+    /// (a reader held up by a lock, a page fault, a slow request).
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub(crate) stall: Option<u64>,
+    /// The period of --stall, milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    pub(crate) stall_every: u64,
+    /// Socket receive buffer in bytes (SO_RCVBUF; SO_RCVBUFFORCE as root,
+    /// past net.core.rmem_max). Default: the kernel's.
+    #[arg(long)]
+    pub(crate) rcvbuf: Option<usize>,
+    /// On SIGUSR1, set the work to the ns in this file (default: double
+    /// it); SIGUSR2 restores --work-ns.
+    #[arg(long)]
+    pub(crate) work_file: Option<PathBuf>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// A paced UDP sender over sockets (a few 100k packets/s; for demos and tests).
+#[derive(Args)]
+pub(crate) struct SendArgs {
+    /// Destination ADDR:PORT.
+    #[arg(long)]
+    pub(crate) dst: SocketAddr,
+    /// Packets per second (0 = as fast as possible).
+    #[arg(long)]
+    pub(crate) rate: u64,
+    /// Seconds to send.
+    #[arg(long, value_name = "SECS", default_value = "5", value_parser = parse_secs)]
+    pub(crate) duration: Duration,
+    /// UDP payload bytes.
+    #[arg(long, default_value_t = 18)]
+    pub(crate) payload: usize,
+    /// Source ports to rotate over.
+    #[arg(long, default_value_t = 8)]
+    pub(crate) flows: u16,
+    /// Datagrams sent back to back each time, the rate kept on average (a
+    /// burst of N every N/rate seconds); 1 paces them evenly.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub(crate) burst: u64,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+}

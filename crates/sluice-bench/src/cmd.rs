@@ -1,6 +1,8 @@
 //! One `cmd_NAME` per `sluice bench` command: it runs the benchmark and
 //! prints or writes what it measured.
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 
@@ -13,8 +15,9 @@ use sluice_bench::{
 
 use crate::args::*;
 
-/// The `sluice` binary beside this one: the bench runs its `serve`, `send`,
-/// `run` and `status`.
+/// The `sluice` binary beside this one: the bench runs its `run` and
+/// `status` (and this binary's own `serve` and `send`, found beside it:
+/// [`sluice_bench::load_exe`]).
 fn sluice_exe() -> Result<PathBuf> {
     let exe = std::env::current_exe()?.with_file_name("sluice");
     anyhow::ensure!(
@@ -291,4 +294,50 @@ pub(crate) fn cmd_bench_tick(a: TickArgs) -> Result<()> {
 pub(crate) fn cmd_bench_gate(a: GateArgs) -> Result<()> {
     let r = gate_cost::run(a.repeat, a.rounds as usize, !a.json)?;
     print_json_or(a.json, &r, gate_cost::render)
+}
+
+pub(crate) fn cmd_serve_udp_echo(a: UdpEchoArgs) -> Result<()> {
+    let o = sluice_bench::serve::ServeOpts {
+        bind: SocketAddr::new(a.addr, a.port),
+        work_ns: a.work_ns,
+        duration: a.duration,
+        no_echo: a.no_echo,
+        readers: a.readers as usize,
+        threads: a.threads as usize,
+        stall: a.stall.map(|ms| (Duration::from_millis(ms), Duration::from_millis(a.stall_every))),
+        rcvbuf: a.rcvbuf,
+        work_file: a.work_file,
+    };
+    let r = sluice_bench::serve::udp_echo(&o, stop_flag()?).with_context(|| format!("serving UDP on {}", o.bind))?;
+    if a.json {
+        println!("{}", serde_json::to_string(&r)?);
+    } else {
+        let rate = stats::human(r.received as f64 / r.secs.max(1e-9));
+        println!("received {} datagrams in {:.1} s ({rate}/s), echoed {}", r.received, r.secs, r.echoed);
+    }
+    Ok(())
+}
+
+pub(crate) fn cmd_send(a: SendArgs) -> Result<()> {
+    let o = sluice_bench::send::SendOpts {
+        dst: a.dst,
+        rate: a.rate,
+        duration: a.duration,
+        payload: a.payload,
+        flows: a.flows,
+        burst: a.burst,
+    };
+    let r = sluice_bench::send::send_udp(&o).with_context(|| format!("sending to {}", o.dst))?;
+    if a.json {
+        println!("{}", serde_json::to_string(&r)?);
+    } else {
+        println!(
+            "sent {} datagrams in {:.1} s ({}/s), {} refused by the kernel",
+            r.sent,
+            r.secs,
+            stats::human(r.rate()),
+            r.refused
+        );
+    }
+    Ok(())
 }

@@ -160,14 +160,14 @@ pub fn run(o: &CpuOpts, out: &Path) -> Result<Vec<Cell>> {
 /// An echo or sink service on the victim CPU at `nice`.
 fn service(o: &CpuOpts, bed: &VictimBed, port: u16, work: u64, nice: i32, echo: bool) -> Result<Proc> {
     let mut c = in_ns(&bed.net.b, Some(VICTIM_CPU));
-    c.args(["nice", "-n", &nice.to_string()]).arg(&o.exe);
+    c.args(["nice", "-n", &nice.to_string()]).arg(crate::load_exe(&o.exe));
     c.args(["serve", "udp-echo", "--port", &port.to_string(), "--work-ns", &work.to_string()]);
     c.args(["--duration", &format!("{}", o.secs + 15.0), "--rcvbuf", &RCVBUF.to_string()]);
     if !echo {
         c.arg("--no-echo");
     }
     c.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
-    Proc::spawn(c, "sluice serve")
+    Proc::spawn(c, "sluice-bench serve")
 }
 
 /// What carries the configuration during a cell (the gate is detached when dropped).

@@ -41,7 +41,7 @@ const CALIBRATE_SECS: f64 = 2.0;
 pub const MIN_RATIO: f64 = 5.0;
 
 pub struct DemoOpts {
-    /// The sluice binary (its `send`, `run` and `status`).
+    /// The sluice binary (its `run` and `status`).
     pub exe: PathBuf,
     /// Seconds per phase.
     pub secs: f64,

@@ -17,7 +17,7 @@
 //! traffic: a UDP sink that CALM_PPS arrive at steadily; once the daemon
 //! ticks calmly, a flood of FLOOD_PPS to the same port, both senders on CPU
 //! 1 (one CPU's marks). The reaction is the gate's clock at the wake (status
-//! `wake_gate_ns`) less the flood sender's start (`sluice send --json`
+//! `wake_gate_ns`) less the flood sender's start (`sluice-bench send --json`
 //! `start_ns`, the same clock), plus the wake's time to the loop: from the
 //! flood's first packet to the tick that follows it. A daemon that never
 //! ticks calmly with that traffic reacts within its 10 ms tick: shown so.
@@ -104,6 +104,7 @@ fn scratch_dir() -> PathBuf {
 /// One window: the daemon `exe` in `tb` with `services` idle UDP services.
 fn one(
     exe: &Path,
+    load: &Path,
     tb: &Testbed,
     services: u32,
     settle: Duration,
@@ -112,9 +113,9 @@ fn one(
     let holders: Vec<Proc> = (0..services)
         .map(|i| {
             let mut c = in_ns(&tb.b, None);
-            c.arg(exe).args(["serve", "udp-echo", "--no-echo", "--port", &(7000 + i).to_string()]);
+            c.arg(load).args(["serve", "udp-echo", "--no-echo", "--port", &(7000 + i).to_string()]);
             c.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
-            Proc::spawn(c, "sluice serve")
+            Proc::spawn(c, "sluice-bench serve")
         })
         .collect::<Result<_>>()?;
     let dir = scratch_dir();
@@ -126,21 +127,29 @@ fn one(
     std::thread::sleep(window);
     let (c1, threads) = threads_cpu_ns(daemon.id());
     let pct = 100.0 * c1.saturating_sub(c0) as f64 / t0.elapsed().as_nanos() as f64;
-    let wake = wake_ms(exe, tb, &sock);
+    let wake = wake_ms(exe, load, tb, &sock);
     daemon.terminate("sluice run")?;
     for h in holders {
-        let _ = h.terminate("sluice serve");
+        let _ = h.terminate("sluice-bench serve");
     }
     Ok((pct, threads, wake?))
 }
 
 /// Wake the calm daemon with a burst to a closed port; its `wake_ms` then.
-fn wake_ms(exe: &Path, tb: &Testbed, sock: &Path) -> Result<Option<f64>> {
+fn wake_ms(exe: &Path, load: &Path, tb: &Testbed, sock: &Path) -> Result<Option<f64>> {
     let dst = format!("{}:9999", tb.ip_b);
     let mut send = in_ns(&tb.a, None);
-    send.arg(exe).args(["send", "--dst", &dst, "--rate", &WAKE_RATE.to_string(), "--duration", &WAKE_SECS.to_string()]);
-    let out = send.output().context("sluice send")?;
-    anyhow::ensure!(out.status.success(), "sluice send: {}", String::from_utf8_lossy(&out.stderr));
+    send.arg(load).args([
+        "send",
+        "--dst",
+        &dst,
+        "--rate",
+        &WAKE_RATE.to_string(),
+        "--duration",
+        &WAKE_SECS.to_string(),
+    ]);
+    let out = send.output().context("sluice-bench send")?;
+    anyhow::ensure!(out.status.success(), "sluice-bench send: {}", String::from_utf8_lossy(&out.stderr));
     // The woken loop publishes within 10 ticks.
     std::thread::sleep(Duration::from_millis(500));
     Ok(status_json(exe, &tb.b, sock)?["wake_ms"].as_f64())
@@ -148,11 +157,11 @@ fn wake_ms(exe: &Path, tb: &Testbed, sock: &Path) -> Result<Option<f64>> {
 
 /// The reaction of the daemon `exe` to a flood of a class with calm traffic
 /// (module comment): (calm reached, its CPU with the calm traffic, reaction in ms).
-fn reaction(exe: &Path, tb: &Testbed, dir: &Path) -> Result<(bool, f64, Option<f64>)> {
+fn reaction(exe: &Path, load: &Path, tb: &Testbed, dir: &Path) -> Result<(bool, f64, Option<f64>)> {
     let mut c = in_ns(&tb.b, None);
-    c.arg(exe).args(["serve", "udp-echo", "--no-echo", "--port", &REACT_PORT.to_string()]);
+    c.arg(load).args(["serve", "udp-echo", "--no-echo", "--port", &REACT_PORT.to_string()]);
     c.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
-    let sink = Proc::spawn(c, "sluice serve")?;
+    let sink = Proc::spawn(c, "sluice-bench serve")?;
     std::thread::sleep(Duration::from_millis(300));
     std::fs::create_dir_all(dir)?;
     let sock = dir.join("react.sock");
@@ -160,12 +169,21 @@ fn reaction(exe: &Path, tb: &Testbed, dir: &Path) -> Result<(bool, f64, Option<f
     let dst = format!("{}:{REACT_PORT}", tb.ip_b);
     let send = |pps: u64, secs: f64| {
         let mut c = in_ns(&tb.a, Some(1));
-        c.arg(exe).args(["send", "--dst", &dst, "--rate", &pps.to_string(), "--duration", &secs.to_string(), "--json"]);
+        c.arg(load).args([
+            "send",
+            "--dst",
+            &dst,
+            "--rate",
+            &pps.to_string(),
+            "--duration",
+            &secs.to_string(),
+            "--json",
+        ]);
         c
     };
     let mut calm_c = send(CALM_PPS, 30.0);
     calm_c.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
-    let calm_traffic = Proc::spawn(calm_c, "sluice send")?;
+    let calm_traffic = Proc::spawn(calm_c, "sluice-bench send")?;
     let deadline = Instant::now() + Duration::from_secs(10);
     let calm = loop {
         if status_json(exe, &tb.b, &sock)?["tick_ms"].as_f64().is_some_and(|t| t >= 100.0) {
@@ -181,8 +199,8 @@ fn reaction(exe: &Path, tb: &Testbed, dir: &Path) -> Result<(bool, f64, Option<f
     let cpu = 100.0 * threads_cpu_ns(daemon.id()).0.saturating_sub(c0) as f64 / t0.elapsed().as_nanos() as f64;
     let mut took = None;
     if calm {
-        let out = send(FLOOD_PPS, FLOOD_SECS).output().context("sluice send")?;
-        anyhow::ensure!(out.status.success(), "sluice send: {}", String::from_utf8_lossy(&out.stderr));
+        let out = send(FLOOD_PPS, FLOOD_SECS).output().context("sluice-bench send")?;
+        anyhow::ensure!(out.status.success(), "sluice-bench send: {}", String::from_utf8_lossy(&out.stderr));
         let start = serde_json::from_slice::<serde_json::Value>(&out.stdout)?["start_ns"].as_u64();
         std::thread::sleep(Duration::from_millis(500));
         let st = status_json(exe, &tb.b, &sock)?;
@@ -194,7 +212,7 @@ fn reaction(exe: &Path, tb: &Testbed, dir: &Path) -> Result<(bool, f64, Option<f
     }
     drop(calm_traffic); // killed: it was to run longer than needed
     daemon.terminate("sluice run")?;
-    sink.terminate("sluice serve")?;
+    sink.terminate("sluice-bench serve")?;
     Ok((calm, cpu, took))
 }
 
@@ -204,6 +222,8 @@ pub fn run(binaries: &[PathBuf], services: u32, rounds: usize, window: Duration,
     let tb = Testbed::create(TestbedOpts { prefix: NS_PREFIX, ipv6: true }, &format!("{}-idle", std::process::id()))?;
     // Past the daemon's start, discovery and the first calm second.
     let settle = Duration::from_secs(4);
+    // The service and the sender are this build's, whichever daemon is measured.
+    let load = crate::load_exe(binaries.first().context("no sluice binary to measure")?);
     let (mut samples, mut reactions) = (vec![], vec![]);
     for round in 0..rounds {
         for exe in binaries {
@@ -211,8 +231,8 @@ pub fn run(binaries: &[PathBuf], services: u32, rounds: usize, window: Duration,
                 if progress {
                     eprintln!("round {}/{rounds}: {} with {n} services, {:?}", round + 1, exe.display(), window);
                 }
-                let (cpu_pct, threads, wake_ms) =
-                    one(exe, &tb, n, settle, window).with_context(|| format!("{} with {n} services", exe.display()))?;
+                let (cpu_pct, threads, wake_ms) = one(exe, &load, &tb, n, settle, window)
+                    .with_context(|| format!("{} with {n} services", exe.display()))?;
                 let binary = exe.display().to_string();
                 samples.push(Sample { binary, services: n, round, cpu_pct, threads, wake_ms });
             }
@@ -220,7 +240,7 @@ pub fn run(binaries: &[PathBuf], services: u32, rounds: usize, window: Duration,
                 eprintln!("round {}/{rounds}: {}: a flood of a class with calm traffic", round + 1, exe.display());
             }
             let (calm, calm_cpu_pct, reaction_ms) =
-                reaction(exe, &tb, &scratch_dir()).with_context(|| format!("{}: reaction", exe.display()))?;
+                reaction(exe, &load, &tb, &scratch_dir()).with_context(|| format!("{}: reaction", exe.display()))?;
             reactions.push(Reaction { binary: exe.display().to_string(), round, calm, calm_cpu_pct, reaction_ms });
         }
     }

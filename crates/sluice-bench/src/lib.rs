@@ -4,8 +4,10 @@
 //!
 //! Layout, by job:
 //! - the load: [`gen`] (the BPF live-frames generator), [`gencheck`] (its
-//!   accuracy), [`workers`] (its thread and the reply receiver in namespace A);
-//! - the victim: [`victim`] (the testbed with a victim model), [`rig`] (one
+//!   accuracy), [`workers`] (its thread and the reply receiver in namespace A),
+//!   [`send`] (`sluice-bench send`: a paced sender over sockets);
+//! - the victim: [`serve`] (`sluice-bench serve udp-echo`: a service with a
+//!   set CPU cost per datagram), [`victim`] (the testbed with a victim model), [`rig`] (one
 //!   model's running rig: gates, service, control thread running the
 //!   daemon's tick), [`measure`] (CPU meters, /proc counters, nftables),
 //!   [`outbound`] (the NAPI study's outbound flow and ping beside each level);
@@ -61,6 +63,8 @@ pub mod recovery;
 pub mod report;
 pub mod rig;
 pub mod scenario;
+pub mod send;
+pub mod serve;
 pub mod services;
 pub mod step;
 pub mod sweep;
@@ -68,3 +72,10 @@ pub mod tick_cost;
 pub mod trace_cost;
 pub mod victim;
 pub mod workers;
+
+/// The `sluice-bench` binary beside the `sluice` binary `sluice_exe`: it
+/// runs the victim service and the paced sender (`serve`, `send`), which
+/// the daemon's binary does not ship.
+pub fn load_exe(sluice_exe: &std::path::Path) -> std::path::PathBuf {
+    sluice_exe.with_file_name("sluice-bench")
+}

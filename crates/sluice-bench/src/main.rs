@@ -80,6 +80,13 @@ enum BenchCmd {
     /// of a class with calm traffic (10k/s, flooded at 100k/s) is ticked;
     /// --compare measures other builds beside it, interleaved round by round.
     Idle(IdleArgs),
+    /// A victim service for tests and demos, with a set CPU cost per
+    /// datagram (the daemon's binary does not ship it).
+    #[command(subcommand)]
+    Serve(ServeCmd),
+    /// A paced UDP sender over sockets (a few 100k packets/s; for tests and
+    /// demos). Every run is bounded by --duration.
+    Send(SendArgs),
 }
 
 fn main() -> ExitCode {
@@ -97,6 +104,8 @@ fn main() -> ExitCode {
         BenchCmd::Trace(a) => cmd_bench_trace(a),
         BenchCmd::Capture(a) => cmd_bench_capture(a),
         BenchCmd::Recovery(a) => cmd_bench_recovery(a),
+        BenchCmd::Serve(ServeCmd::UdpEcho(a)) => cmd_serve_udp_echo(a),
+        BenchCmd::Send(a) => cmd_send(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

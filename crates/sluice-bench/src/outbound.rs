@@ -1,6 +1,6 @@
 //! The NAPI study's two side measurements of every level, beside the service:
 //! - a steady outbound flow from the victim's namespace (10 Mb/s of
-//!   1470-byte UDP payloads, `sluice send`), measured where it arrives: a
+//!   1470-byte UDP payloads, `sluice-bench send`), measured where it arrives: a
 //!   socket in A counting bytes. The sender runs on the generator's CPU:
 //!   pinned to the victim CPU it stalled the same-core model's napi kthread
 //!   (the victim then received nothing; not understood, see docs/results/),
@@ -43,13 +43,13 @@ impl Outbound {
         .context("the outbound flow's receiver")?;
         let sender = Command::new("ip")
             .args(["netns", "exec", &tb.net.b, "taskset", "-c", &tb.gen_cpu.to_string()])
-            .arg(exe)
+            .arg(crate::load_exe(exe))
             .args(["send", "--dst", &bind.to_string(), "--rate", &OUT_RATE.to_string()])
             .args(["--payload", &OUT_PAYLOAD.to_string(), "--flows", "1", "--duration", "86400"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .context("starting the outbound flow (sluice send)")?;
+            .context("starting the outbound flow (sluice-bench send)")?;
         Ok(Outbound { sender, bytes, stop, thread: Some(thread) })
     }
 

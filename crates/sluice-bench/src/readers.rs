@@ -191,7 +191,7 @@ fn start_service(o: &ReadersOpts, bed: &VictimBed, s: &Setup) -> Result<Proc> {
     let work = if s.part == "threads" { THREADS_WORK_NS } else { STALL_WORK_NS };
     let cpu = if s.part == "threads" { None } else { Some(VICTIM_CPU) };
     let mut c = in_ns(&bed.net.b, cpu);
-    c.arg(&o.exe).args(["serve", "udp-echo", "--port", &PORT.to_string(), "--json"]);
+    c.arg(crate::load_exe(&o.exe)).args(["serve", "udp-echo", "--port", &PORT.to_string(), "--json"]);
     c.args(["--readers", &sockets.to_string(), "--threads", &threads.to_string()]);
     c.args(["--work-ns", &work.to_string(), "--duration", &format!("{}", o.secs + 10.0)]);
     if s.part == "stall" {
@@ -201,7 +201,7 @@ fn start_service(o: &ReadersOpts, bed: &VictimBed, s: &Setup) -> Result<Proc> {
         c.args(["--stall", &STALL_MS.to_string(), "--stall-every", &STALL_EVERY_MS.to_string()]);
     }
     c.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
-    let p = Proc::spawn(c, "sluice serve")?;
+    let p = Proc::spawn(c, "sluice-bench serve")?;
     std::thread::sleep(Duration::from_millis(300));
     Ok(p)
 }

@@ -9,7 +9,7 @@
 //! by a gate on A's side (only replies to LEGIT_SPORT and non-IP pass there)
 //! and never cost the generator's CPU.
 use std::net::{IpAddr, SocketAddr};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
@@ -107,7 +107,7 @@ impl Drop for Rig {
 
 impl Rig {
     /// Build the testbed for `model` and start everything in it.
-    pub fn start(scenario: &Scenario, model: VictimModel, exe: &PathBuf, tag: &str) -> Result<Rig> {
+    pub fn start(scenario: &Scenario, model: VictimModel, exe: &Path, tag: &str) -> Result<Rig> {
         let (gen_cpu, victim_cpu) = (0, 1);
         let tb = VictimBed::create(tag, model, gen_cpu, victim_cpu)?;
         add_flood_neighbours(&tb, scenario.streams.iter().map(|s| s.sources).max().unwrap_or(1))?;
@@ -454,7 +454,7 @@ pub fn work_file(tb: &VictimBed, port: u16) -> PathBuf {
     std::env::temp_dir().join(format!("{}-work-{port}", tb.net.b))
 }
 
-fn start_service(tb: &VictimBed, s: &Scenario, exe: &PathBuf, port_num: u16) -> Result<Child> {
+fn start_service(tb: &VictimBed, s: &Scenario, exe: &Path, port_num: u16) -> Result<Child> {
     let cpu = tb.victim_cpu.to_string();
     let port = port_num.to_string();
     let mut cmd = Command::new("ip");
@@ -462,7 +462,7 @@ fn start_service(tb: &VictimBed, s: &Scenario, exe: &PathBuf, port_num: u16) -> 
     match &s.victim.command {
         Some(c) => cmd.args(["sh", "-c", &c.replace("{port}", &port)]),
         None => {
-            cmd.arg(exe).args([
+            cmd.arg(crate::load_exe(exe)).args([
                 "serve",
                 "udp-echo",
                 "--addr",

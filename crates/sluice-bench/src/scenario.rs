@@ -15,7 +15,7 @@
 //!
 //! [victim]
 //! port = 7000
-//! work_ns = 2000                    # CPU per datagram of `sluice serve udp-echo`
+//! work_ns = 2000                    # CPU per datagram of `sluice-bench serve udp-echo`
 //! readers = 1                       # its reader threads (SO_REUSEPORT sockets)
 //! # command = "my-server --port {port}"   # or any external server, run pinned in the victim namespace
 //!
@@ -110,10 +110,10 @@ pub struct Victim {
     pub port: u16,
     #[serde(default = "default_work")]
     pub work_ns: u64,
-    /// Reader threads of `sluice serve udp-echo` (SO_REUSEPORT sockets).
+    /// Reader threads of `sluice-bench serve udp-echo` (SO_REUSEPORT sockets).
     #[serde(default = "one")]
     pub readers: u32,
-    /// An external server command; "{port}" is replaced. Default: `sluice serve udp-echo`.
+    /// An external server command; "{port}" is replaced. Default: `sluice-bench serve udp-echo`.
     #[serde(default)]
     pub command: Option<String>,
     /// A second, low-priority service on this port (same command, same CPU):

@@ -2,7 +2,7 @@
 //!
 //! The module map (the one map of this crate: the README and docs/design.md
 //! link here). One folder per layer; a layer imports only from itself and
-//! the layers below it, lowest first `base`, then `tools` and `policy`,
+//! the layers below it, lowest first `base`, then `policy`,
 //! `signals`, `dataplane`, `surface`, `daemon` (docs/design.md, "The
 //! layers"; `tests/layers.rs` checks it). Each module is named by its job:
 //!
@@ -47,8 +47,11 @@
 //!   stats/ (the snapshot as wire data; table.rs: `sluice status`;
 //!   metrics.rs: Prometheus text; families.rs: each metric's one
 //!   description), endpoint.rs (the metrics endpoint), trace/ (`sluice
-//!   trace`: the command; fate.rs: the ledger, latency figures and report);
-//! - [`tools`]: serve.rs and send.rs (`sluice serve`, `sluice send`).
+//!   trace`: the command; fate.rs: the ledger, latency figures and report).
+//!
+//! The victim service and the paced sender the tests and the bench run
+//! (`sluice-bench serve udp-echo`, `sluice-bench send`) are in the bench's
+//! crate: the daemon's binary ships none of them.
 //!
 //! Beside this crate: `bpf/` (sluice.h, shared with Rust through bindgen;
 //! gate.bpf.c and its parts by role in gate/: maps.h, parse.h, bucket.h,
@@ -101,4 +104,3 @@ pub mod dataplane;
 pub mod policy;
 pub mod signals;
 pub mod surface;
-pub mod tools;

@@ -11,8 +11,8 @@ use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 
 use sluice::policy::config::XdpMode;
-use sluice::surface::cli::{parse_secs, print_json_or, stop_flag};
-use sluice::{daemon, dataplane::classify, policy::config, surface::client, surface::stats, tools::send, tools::serve};
+use sluice::surface::cli::{parse_secs, print_json_or};
+use sluice::{daemon, dataplane::classify, policy::config, surface::client, surface::stats};
 
 /// sluice keeps Linux network services at full speed under packet floods: an
 /// XDP program classifies each packet into a traffic class and admits or drops
@@ -38,9 +38,6 @@ enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<std::ffi::OsString>,
     },
-    #[command(subcommand)]
-    Serve(ServeCmd),
-    Send(SendArgs),
     Generate(GenerateArgs),
 }
 
@@ -208,83 +205,6 @@ struct CheckArgs {
     json: bool,
 }
 
-/// Victim services for demos and benchmarks.
-#[derive(Subcommand)]
-enum ServeCmd {
-    /// A UDP echo service that spends --work-ns of CPU per datagram.
-    UdpEcho(UdpEchoArgs),
-}
-
-#[derive(Args)]
-struct UdpEchoArgs {
-    /// UDP port to listen on.
-    #[arg(long)]
-    port: u16,
-    /// Address to bind.
-    #[arg(long, default_value = "0.0.0.0")]
-    addr: std::net::IpAddr,
-    /// CPU nanoseconds spent per datagram (emulated work).
-    #[arg(long, default_value_t = 0)]
-    work_ns: u64,
-    /// Stop after SECS seconds (default: until SIGINT/SIGTERM).
-    #[arg(long, value_name = "SECS", value_parser = parse_secs)]
-    duration: Option<Duration>,
-    /// Receive only, send no replies.
-    #[arg(long)]
-    no_echo: bool,
-    /// Reader sockets, in one SO_REUSEPORT group when 2 or more.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
-    readers: u16,
-    /// Threads reading each socket (the shared-socket study's shared socket: --readers 1 --threads 8).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
-    threads: u16,
-    /// The first reader stops reading for MS milliseconds every --stall-every
-    /// (a reader held up by a lock, a page fault, a slow request).
-    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..=10_000))]
-    stall: Option<u64>,
-    /// The period of --stall, milliseconds.
-    #[arg(long, value_name = "MS", default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=60_000))]
-    stall_every: u64,
-    /// Socket receive buffer in bytes (SO_RCVBUF; SO_RCVBUFFORCE as root,
-    /// past net.core.rmem_max). Default: the kernel's.
-    #[arg(long)]
-    rcvbuf: Option<usize>,
-    /// On SIGUSR1, set the work to the ns in this file (default: double
-    /// it); SIGUSR2 restores --work-ns.
-    #[arg(long)]
-    work_file: Option<PathBuf>,
-    /// Print the report as JSON.
-    #[arg(long)]
-    json: bool,
-}
-
-/// A paced UDP sender over sockets (a few 100k packets/s; for demos and tests).
-#[derive(Args)]
-struct SendArgs {
-    /// Destination ADDR:PORT.
-    #[arg(long)]
-    dst: SocketAddr,
-    /// Packets per second (0 = as fast as possible).
-    #[arg(long)]
-    rate: u64,
-    /// Seconds to send.
-    #[arg(long, value_name = "SECS", default_value = "5", value_parser = parse_secs)]
-    duration: Duration,
-    /// UDP payload bytes.
-    #[arg(long, default_value_t = 18)]
-    payload: usize,
-    /// Source ports to rotate over.
-    #[arg(long, default_value_t = 8)]
-    flows: u16,
-    /// Datagrams sent back to back each time, the rate kept on average (a
-    /// burst of N every N/rate seconds); 1 paces them evenly.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=100_000))]
-    burst: u64,
-    /// Print the report as JSON.
-    #[arg(long)]
-    json: bool,
-}
-
 /// Write the man pages (sluice.1, sluice-run.1, ...) and the bash, zsh and
 /// fish completions, made from this command's own definition, into a
 /// directory (for packagers; `make install` and `make deb` use it).
@@ -340,8 +260,6 @@ fn main() -> ExitCode {
         Cmd::CheckConfig(a) => cmd_check_config(a),
         Cmd::Trace(a) => cmd_trace(a),
         Cmd::Bench { args } => cmd_bench(args),
-        Cmd::Serve(ServeCmd::UdpEcho(a)) => cmd_serve_udp_echo(a),
-        Cmd::Send(a) => cmd_send(a),
         Cmd::Generate(a) => cmd_generate(a),
     };
     match result {
@@ -501,51 +419,5 @@ fn cmd_generate(a: GenerateArgs) -> Result<()> {
             .with_context(|| format!("writing {shell} completions to {}", completions.display()))?;
     }
     println!("wrote man pages to {} and completions to {}", man.display(), completions.display());
-    Ok(())
-}
-
-fn cmd_serve_udp_echo(a: UdpEchoArgs) -> Result<()> {
-    let o = serve::ServeOpts {
-        bind: SocketAddr::new(a.addr, a.port),
-        work_ns: a.work_ns,
-        duration: a.duration,
-        no_echo: a.no_echo,
-        readers: a.readers as usize,
-        threads: a.threads as usize,
-        stall: a.stall.map(|ms| (Duration::from_millis(ms), Duration::from_millis(a.stall_every))),
-        rcvbuf: a.rcvbuf,
-        work_file: a.work_file,
-    };
-    let r = serve::udp_echo(&o, stop_flag()?).with_context(|| format!("serving UDP on {}", o.bind))?;
-    if a.json {
-        println!("{}", serde_json::to_string(&r)?);
-    } else {
-        let rate = stats::human(r.received as f64 / r.secs.max(1e-9));
-        println!("received {} datagrams in {:.1} s ({rate}/s), echoed {}", r.received, r.secs, r.echoed);
-    }
-    Ok(())
-}
-
-fn cmd_send(a: SendArgs) -> Result<()> {
-    let o = send::SendOpts {
-        dst: a.dst,
-        rate: a.rate,
-        duration: a.duration,
-        payload: a.payload,
-        flows: a.flows,
-        burst: a.burst,
-    };
-    let r = send::send_udp(&o).with_context(|| format!("sending to {}", o.dst))?;
-    if a.json {
-        println!("{}", serde_json::to_string(&r)?);
-    } else {
-        println!(
-            "sent {} datagrams in {:.1} s ({}/s), {} refused by the kernel",
-            r.sent,
-            r.secs,
-            stats::human(r.rate()),
-            r.refused
-        );
-    }
     Ok(())
 }

@@ -36,7 +36,7 @@ fn auto_without_a_service_socket_names_the_class() {
 /// about 50k/s, far below a flood.
 fn slow_service(tb: &mut Testbed) -> u32 {
     let b = tb.b.clone();
-    tb.spawn(
+    tb.spawn_load(
         &b,
         &["serve", "udp-echo", "--port", "7000", "--no-echo", "--work-ns", "20000", "--duration", "6", "--json"],
     )
@@ -77,7 +77,7 @@ fn auto_limits_a_flood_then_holds_and_falls_back_when_the_service_goes() {
     // that ended would have released the limit a second later): the rate
     // is held, then the fallback applies.
     let (a_ns, dst) = (tb.a.clone(), format!("{}:7000", tb.ip_b));
-    tb.spawn(&a_ns, &["send", "--dst", &dst, "--rate", "200000", "--duration", "8"]);
+    tb.spawn_load(&a_ns, &["send", "--dst", &dst, "--rate", "200000", "--duration", "8"]);
     tb.wait(sink);
     let gone = Instant::now();
     let auto_of = |tb: &Testbed| tb.status().classes.into_iter().find(|c| c.name == "api").unwrap().auto.unwrap();
@@ -118,7 +118,10 @@ fn a_healthy_auto_class_fed_bursts_drops_nothing() {
     let dst = format!("{}:7000", tb.ip_b);
     let a = tb.a.clone();
     let out = tb
-        .cmd(&a, &[common::testbed::BIN, "send", "--dst", &dst, "--rate", "5000", "--burst", "100", "--duration", "4"])
+        .cmd(
+            &a,
+            &[common::testbed::load(), "send", "--dst", &dst, "--rate", "5000", "--burst", "100", "--duration", "4"],
+        )
         .args(["--json"])
         .output()
         .unwrap();
@@ -165,7 +168,7 @@ fn one_services_full_socket_limits_no_other_auto_class() {
         "--class",
         "hog:rate=auto,match=udp:7001",
     ]);
-    let filler = tb.spawn(&b, &["send", "--dst", "127.0.0.1:7001", "--rate", "20000", "--duration", "5"]);
+    let filler = tb.spawn_load(&b, &["send", "--dst", "127.0.0.1:7001", "--rate", "20000", "--duration", "5"]);
     std::thread::sleep(Duration::from_millis(500));
     let (sent, _) = tb.send(7000, 5000, 3.0);
     let snap = tb.status();

@@ -24,11 +24,23 @@ fn a_bad_watch_interval_is_refused_before_the_daemon_is_asked() {
     }
 }
 
+/// The victim service and the paced sender are the bench's (`sluice bench
+/// serve`, `sluice bench send`): the daemon's binary ships no test tool.
+#[test]
+fn the_daemon_binary_has_no_test_tools() {
+    for tool in ["serve", "send"] {
+        let o = sluice(&[tool, "--help"]);
+        assert!(!o.status.success() && stderr(&o).contains("unrecognized subcommand"), "{tool}: {}", stderr(&o));
+        let o = sluice(&["bench", tool, "--help"]);
+        assert!(o.status.success(), "bench {tool}: {}", stderr(&o));
+    }
+}
+
 #[test]
 fn durations_are_checked_the_same_way_everywhere() {
     for args in [
-        &["send", "--dst", "127.0.0.1:9", "--rate", "1", "--duration", "0"][..],
-        &["serve", "udp-echo", "--port", "9", "--duration=-2"],
+        &["bench", "send", "--dst", "127.0.0.1:9", "--rate", "1", "--duration", "0"][..],
+        &["bench", "serve", "udp-echo", "--port", "9", "--duration=-2"],
         &["bench", "run", "--duration", "inf"],
         &["bench", "generator", "--duration", "0"],
     ] {

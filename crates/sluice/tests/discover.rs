@@ -6,7 +6,7 @@ mod common;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::testbed::{Testbed, BIN};
+use common::testbed::{load, Testbed};
 use sluice::surface::stats::{ClassSnapshot, Snapshot};
 
 /// Poll the daemon's status until `ok` holds (or panic after `secs`).
@@ -47,14 +47,14 @@ fn zero_config_gives_each_listening_service_a_class_and_follows_it() {
     let ns = tb.b.clone();
     let udp = tb.spawn_cmd(
         &ns,
-        &["nice", "-n", "5", BIN, "serve", "udp-echo", "--port", "7100", "--no-echo", "--duration", "30"],
+        &["nice", "-n", "5", load(), "serve", "udp-echo", "--port", "7100", "--no-echo", "--duration", "30"],
     );
     let tcp = tcp_listener(&mut tb, 7200, 30);
     let s = wait_for(&tb, 4, "both services discovered", |s| {
         class(s, "/udp:7100").is_some() && class(s, "/tcp:7200").is_some()
     });
     let u = class(&s, "/udp:7100").unwrap();
-    assert_eq!(u.name, "sluice/udp:7100");
+    assert_eq!(u.name, "sluice-bench/udp:7100");
     assert_eq!(u.priority, 25, "20 + nice 5");
     assert!(u.discovered.as_deref().unwrap().contains("nice 5"), "{:?}", u.discovered);
     assert!(u.limit.starts_with("auto"), "{}", u.limit);
@@ -91,7 +91,7 @@ fn zero_config_gives_each_listening_service_a_class_and_follows_it() {
 fn no_discover_turns_discovery_off() {
     let mut tb = Testbed::new();
     let ns = tb.b.clone();
-    tb.spawn_cmd(&ns, &[BIN, "serve", "udp-echo", "--port", "7100", "--no-echo", "--duration", "20"]);
+    tb.spawn_cmd(&ns, &[load(), "serve", "udp-echo", "--port", "7100", "--no-echo", "--duration", "20"]);
     std::thread::sleep(Duration::from_millis(300));
     tb.start_gate(&["--no-discover"]);
     std::thread::sleep(Duration::from_millis(1500));
@@ -109,7 +109,7 @@ fn no_discover_turns_discovery_off() {
 fn a_churning_service_neither_crashes_the_daemon_nor_flaps_its_class() {
     let mut tb = Testbed::new();
     let ns = tb.b.clone();
-    tb.spawn_cmd(&ns, &[BIN, "serve", "udp-echo", "--port", "7100", "--no-echo", "--duration", "30"]);
+    tb.spawn_cmd(&ns, &[load(), "serve", "udp-echo", "--port", "7100", "--no-echo", "--duration", "30"]);
     let pid = tb.start_gate(&[]);
     let churn = "import socket,time\nend=time.time()+20\nwhile time.time()<end:\n s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n s.bind(('0.0.0.0',7300))\n time.sleep(0.005)\n s.close()\n time.sleep(0.005)";
     tb.spawn_cmd(&ns, &["python3", "-c", churn]);
@@ -142,7 +142,7 @@ fn a_service_in_distress_gets_the_lower_classes_throttled() {
     // 100 µs of work per datagram: about 10k/s at most, offered 20k/s.
     let sink = tb.spawn_cmd(
         &ns,
-        &[BIN, "serve", "udp-echo", "--port", "7100", "--no-echo", "--work-ns", "100000", "--duration", "6"],
+        &[load(), "serve", "udp-echo", "--port", "7100", "--no-echo", "--work-ns", "100000", "--duration", "6"],
     );
     std::thread::sleep(Duration::from_millis(300));
     let flood = flood_closed_port(&tb, 0, 20_000, 3);
@@ -177,8 +177,10 @@ fn a_local_listener_that_never_accepts_throttles_no_one() {
     // service at nice 5 (priority 25) is below it.
     tcp_listener(&mut tb, 7200, 30);
     let secs = 6.0;
-    let svc =
-        tb.spawn(&ns, &["serve", "udp-echo", "--port", "7100", "--no-echo", "--json", "--duration", &secs.to_string()]);
+    let svc = tb.spawn_load(
+        &ns,
+        &["serve", "udp-echo", "--port", "7100", "--no-echo", "--json", "--duration", &secs.to_string()],
+    );
     renice(svc, 5);
     wait_for(&tb, 4, "both services discovered", |s| {
         class(s, "/udp:7100").is_some_and(|c| c.priority == 25) && class(s, "/tcp:7200").is_some()
@@ -292,14 +294,7 @@ fn a_service_that_appears_and_goes_mid_flood_is_followed_by_the_cpu_signal() {
 /// A UDP flood from A (the sender pinned to `cpu`) to B's closed port 7999
 /// at `rate` for `secs`, on a thread; join it for the sender's output.
 fn flood_closed_port(tb: &Testbed, cpu: u32, rate: u64, secs: u32) -> std::thread::JoinHandle<std::process::Output> {
-    let (a, ip) = (tb.a.clone(), tb.ip_b.clone());
-    std::thread::spawn(move || {
-        Command::new("ip")
-            .args(["netns", "exec", &a, "taskset", "-c", &cpu.to_string(), BIN, "send", "--dst", &format!("{ip}:7999")])
-            .args(["--rate", &rate.to_string(), "--duration", &secs.to_string(), "--json"])
-            .output()
-            .unwrap()
-    })
+    tb.send_on_thread(cpu, 7999, rate, f64::from(secs))
 }
 
 /// One run of `observe_predicts_enforcing`'s scenario: (the service
@@ -311,7 +306,7 @@ fn service_beside_a_closed_port_flood(observe: bool) -> (f64, f64) {
     // The stack work of everything B receives runs on CPU 0, where the service runs.
     let rps = format!("/sys/class/net/{}/queues/rx-0/rps_cpus", tb.if_b);
     assert!(tb.cmd(&ns, &["sh", "-c", &format!("echo 1 > {rps}")]).status().unwrap().success());
-    let svc = ["taskset", "-c", "0", BIN, "serve", "udp-echo", "--port", "7100", "--no-echo"];
+    let svc = ["taskset", "-c", "0", load(), "serve", "udp-echo", "--port", "7100", "--no-echo"];
     tb.spawn_cmd(&ns, &[&svc[..], &["--work-ns", "20000", "--duration", "12"]].concat());
     std::thread::sleep(Duration::from_millis(300));
     let mut args = vec!["--no-discover", "--class", "svc:priority=0,rate=auto,match=udp:7100"];

@@ -58,35 +58,11 @@ mod limits {
         // drops then read as its distress, which throttles lo below its limit.
         let hi = tb.start_sink_with(7001, 4.5, &["--rcvbuf", "4194304"]);
         let lo = tb.start_sink_with(7000, 4.5, &["--rcvbuf", "4194304"]);
-        let flood = {
-            let (a, ip) = (tb.a.clone(), tb.ip_b.clone());
-            std::thread::spawn(move || {
-                let out = std::process::Command::new("ip")
-                    .args([
-                        "netns",
-                        "exec",
-                        &a,
-                        "taskset",
-                        "-c",
-                        "0",
-                        BIN,
-                        "send",
-                        "--dst",
-                        &format!("{ip}:7000"),
-                        "--rate",
-                        "60000",
-                        "--duration",
-                        "3",
-                        "--json",
-                    ])
-                    .output()
-                    .unwrap();
-                let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-                (v["sent"].as_u64().unwrap(), v["secs"].as_f64().unwrap())
-            })
-        };
+        let flood = tb.send_on_thread(0, 7000, 60_000, 3.0);
         let (hi_sent, _) = tb.send(7001, 5_000, 3.0);
-        let (flood_sent, flood_secs) = flood.join().unwrap();
+        let out = flood.join().unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let (flood_sent, flood_secs) = (v["sent"].as_u64().unwrap(), v["secs"].as_f64().unwrap());
         let (hi_got, lo_got) = (tb.sink_received(hi), tb.sink_received(lo));
         eprintln!("hi: sent {hi_sent} got {hi_got}; flood: sent {flood_sent} got {lo_got}");
         assert!(hi_got as f64 >= 0.99 * hi_sent as f64, "high-priority class lost packets: {hi_got} of {hi_sent}");
@@ -113,7 +89,7 @@ mod serve {
     fn readers_share_one_port() {
         let mut tb = Testbed::new();
         let b = tb.b.clone();
-        let pid = tb.spawn(
+        let pid = tb.spawn_load(
             &b,
             &["serve", "udp-echo", "--port", "7000", "--readers", "2", "--no-echo", "--json", "--duration", "2.5"],
         );

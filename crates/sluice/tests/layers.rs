@@ -3,10 +3,9 @@
 //! so a new upward import fails here, not in review. No root needed.
 use std::path::Path;
 
-/// The layer folders of `src/`, lowest first. `tools` (the hand-run
-/// victim service and sender) sits on `base` alone.
-const LAYERS: [(&str, u8); 7] =
-    [("base", 0), ("tools", 1), ("policy", 1), ("signals", 2), ("dataplane", 3), ("surface", 4), ("daemon", 5)];
+/// The layer folders of `src/`, lowest first.
+const LAYERS: [(&str, u8); 6] =
+    [("base", 0), ("policy", 1), ("signals", 2), ("dataplane", 3), ("surface", 4), ("daemon", 5)];
 
 fn rank(layer: &str) -> Option<u8> {
     LAYERS.iter().find(|(l, _)| *l == layer).map(|(_, r)| *r)

@@ -124,7 +124,7 @@ fn every_command_has_a_man_page_that_renders() {
         .filter_map(|l| l.split_whitespace().next())
         .filter(|c| *c != "help")
         .collect();
-    assert!(commands.len() >= 8 && commands.contains(&"run"), "commands in `sluice help`: {commands:?}");
+    assert!(commands.len() >= 7 && commands.contains(&"run"), "commands in `sluice help`: {commands:?}");
     let man1 = pkg.path("/usr/share/man/man1");
     for c in std::iter::once("sluice".to_string()).chain(commands.iter().map(|c| format!("sluice-{c}"))) {
         let page = man1.join(format!("{c}.1.gz"));
@@ -244,10 +244,11 @@ fn start_exec_start(
 ) -> (Guard, u32, std::path::PathBuf) {
     let bin = pkg.path("/usr/bin/sluice");
     let bin = bin.to_str().unwrap();
+    let load = pkg.path("/usr/bin/sluice-bench");
     let b = tb.b.clone();
     tb.spawn_cmd(
         &b,
-        &["setpriv", "--reuid", "nobody", "--regid", "nogroup", "--clear-groups", bin]
+        &["setpriv", "--reuid", "nobody", "--regid", "nogroup", "--clear-groups", load.to_str().unwrap()]
             .into_iter()
             .chain(["serve", "udp-echo", "--port", "5353", "--readers", "2", "--duration", "30"])
             .collect::<Vec<_>>(),
@@ -331,7 +332,10 @@ fn exec_start_with_only_the_units_capabilities_protects_and_reloads() {
     };
     assert_ne!(tb.attached_prog(), 0, "the gate is attached");
     let class = snap.classes.iter().find(|c| c.name.ends_with("/udp:5353")).unwrap();
-    assert_eq!(class.name, "sluice/udp:5353", "named after its process (needs CAP_SYS_PTRACE + CAP_DAC_READ_SEARCH)");
+    assert_eq!(
+        class.name, "sluice-bench/udp:5353",
+        "named after its process (needs CAP_SYS_PTRACE + CAP_DAC_READ_SEARCH)"
+    );
     // Run by nobody: the default class's priority, not its nice's (the trust model).
     assert_eq!(class.priority, sluice::signals::discover::UNTRUSTED_PRIORITY, "{:?}", class.discovered);
     assert!(class.discovered.as_deref().is_some_and(|d| d.contains("uid 65534")), "{:?}", class.discovered);

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::testbed::{in_netns, Testbed, BIN};
+use common::testbed::{in_netns, load, Testbed};
 use sluice::dataplane::steer::{Group, Reader, Steer};
 use sluice::policy::config::Readers;
 
@@ -297,7 +297,10 @@ fn attaching_and_detaching_under_traffic_loses_nothing() {
 fn a_reuseport_service_is_found_and_steered_with_no_config() {
     let mut tb = Testbed::new();
     let ns = tb.b.clone();
-    tb.spawn_cmd(&ns, &[BIN, "serve", "udp-echo", "--port", "7400", "--readers", "4", "--no-echo", "--duration", "20"]);
+    tb.spawn_cmd(
+        &ns,
+        &[load(), "serve", "udp-echo", "--port", "7400", "--readers", "4", "--no-echo", "--duration", "20"],
+    );
     tb.start_gate(&[]);
     let deadline = Instant::now() + Duration::from_secs(8);
     let s = loop {

@@ -12,6 +12,24 @@ use std::time::{Duration, Instant};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_sluice");
 
+/// The bench's binary beside `sluice`: the victim service and the paced
+/// sender (`sluice-bench serve udp-echo`, `sluice-bench send`), which the
+/// daemon's binary does not ship. `cargo test --workspace` (`make test`)
+/// builds it before any test runs.
+pub fn load() -> &'static str {
+    static PATH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PATH.get_or_init(|| {
+        let p = Path::new(BIN).with_file_name("sluice-bench");
+        assert!(
+            p.exists(),
+            "{} is missing: the tests run its serve and send; build it first (cargo build --release -p sluice-bench, \
+             or run the tests with --workspace)",
+            p.display()
+        );
+        p.to_str().unwrap().to_string()
+    })
+}
+
 #[allow(unused_imports)]
 pub use sluice::base::netns::in_netns;
 #[allow(unused_imports)]
@@ -74,7 +92,16 @@ impl Testbed {
 
     /// Start `sluice ARGS` inside `ns` in the background; killed when the testbed drops.
     pub fn spawn(&mut self, ns: &str, args: &[&str]) -> u32 {
-        let child = self.cmd(ns, &[BIN]).args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        self.spawn_bin(ns, BIN, args)
+    }
+
+    /// Start `sluice-bench ARGS` (`serve`, `send`: [`load`]) inside `ns`, as `spawn` does.
+    pub fn spawn_load(&mut self, ns: &str, args: &[&str]) -> u32 {
+        self.spawn_bin(ns, load(), args)
+    }
+
+    fn spawn_bin(&mut self, ns: &str, bin: &str, args: &[&str]) -> u32 {
+        let child = self.cmd(ns, &[bin]).args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
         let pid = child.id();
         self.children.push(child);
         pid
@@ -157,7 +184,7 @@ impl Testbed {
         let (port, secs) = (port.to_string(), secs.to_string());
         let mut args = vec!["serve", "udp-echo", "--port", &port, "--no-echo", "--json", "--duration", &secs];
         args.extend_from_slice(flags);
-        let pid = self.spawn(&b, &args);
+        let pid = self.spawn_load(&b, &args);
         std::thread::sleep(Duration::from_millis(300));
         pid
     }
@@ -166,7 +193,7 @@ impl Testbed {
     pub fn start_echo(&mut self, port: u16, secs: f64) -> u32 {
         let b = self.b.clone();
         let (port, secs) = (port.to_string(), secs.to_string());
-        let pid = self.spawn(&b, &["serve", "udp-echo", "--port", &port, "--json", "--duration", &secs]);
+        let pid = self.spawn_load(&b, &["serve", "udp-echo", "--port", &port, "--json", "--duration", &secs]);
         std::thread::sleep(Duration::from_millis(300));
         pid
     }
@@ -187,15 +214,24 @@ impl Testbed {
     /// one tick (10 ms) late, losing up to a tick of admissions per move.
     /// Pinned, it is like a NIC queue whose interrupts go to one CPU.
     pub fn send(&self, port: u16, rate: u64, secs: f64) -> (u64, f64) {
-        let dst = format!("{}:{port}", self.ip_b);
-        let out = self
-            .cmd(&self.a, &["taskset", "-c", "1", BIN])
-            .args(["send", "--dst", &dst, "--rate", &rate.to_string(), "--duration", &secs.to_string(), "--json"])
-            .output()
-            .unwrap();
+        let out = self.send_cmd(1, port, rate, secs).output().unwrap();
         assert!(out.status.success(), "send failed: {}", String::from_utf8_lossy(&out.stderr));
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         (v["sent"].as_u64().unwrap(), v["secs"].as_f64().unwrap())
+    }
+
+    /// `sluice-bench send --json` from A, pinned to `cpu`, to B's `port` at
+    /// `rate` for `secs`, on a thread; join it for the sender's output.
+    pub fn send_on_thread(&self, cpu: u32, port: u16, rate: u64, secs: f64) -> std::thread::JoinHandle<Output> {
+        let mut c = self.send_cmd(cpu, port, rate, secs);
+        std::thread::spawn(move || c.output().unwrap())
+    }
+
+    fn send_cmd(&self, cpu: u32, port: u16, rate: u64, secs: f64) -> Command {
+        let (cpu, dst) = (cpu.to_string(), format!("{}:{port}", self.ip_b));
+        let mut c = self.cmd(&self.a, &["taskset", "-c", &cpu, load()]);
+        c.args(["send", "--dst", &dst, "--rate", &rate.to_string(), "--duration", &secs.to_string(), "--json"]);
+        c
     }
 
     pub fn write(&self, name: &str, text: &str) -> PathBuf {

@@ -68,7 +68,7 @@ pub fn send_udp(o: &SendOpts) -> io::Result<SendReport> {
         })
         .collect();
     let start = Instant::now();
-    let mut rep = SendReport { start_ns: crate::base::clock::now_ns(), ..Default::default() };
+    let mut rep = SendReport { start_ns: sluice::base::clock::now_ns(), ..Default::default() };
     let mut flow = 0usize;
     loop {
         let elapsed = start.elapsed();

@@ -1,4 +1,4 @@
-//! `sluice serve udp-echo`: a victim service. It echoes each datagram after
+//! `sluice-bench serve udp-echo`: a victim service. It echoes each datagram after
 //! spending `work_ns` of CPU on it (a stand-in for a real service's cost),
 //! reading and writing in batches with recvmmsg/sendmmsg. With `readers` > 1,
 //! each reader has its own socket in one SO_REUSEPORT group (the kernel
