@@ -202,3 +202,11 @@ int sluice_gen(struct xdp_md *ctx)
 	}
 	return XDP_TX;
 }
+
+/* The floor for `sluice bench gate`: an XDP program that does nothing,
+ * test-run beside the gate (the daemon's object carries no such program). */
+SEC("xdp")
+int bench_noop(struct xdp_md *ctx)
+{
+	return XDP_PASS;
+}

@@ -161,10 +161,10 @@ pub(crate) fn cmd_bench_step(a: StepArgs) -> Result<()> {
         phase_secs: a.phase,
         flood: a.flood,
         exe: sluice_exe()?,
-        progress: true,
+        interrupted: stop_flag()?,
     };
     eprintln!("sluice bench step: writing to {}", out.display());
-    let r = step::run(&sc, &opts)?;
+    let r = step::run(&sc, &opts, &out)?;
     step::write_all(&r, &out)?;
     print!("{}", step::summary(&r));
     println!("figures: {}", out.display());
@@ -208,9 +208,10 @@ pub(crate) fn cmd_bench_recovery(a: RecoveryArgs) -> Result<()> {
         calm: a.calm,
         flood: a.flood,
         exe: sluice_exe()?,
+        interrupted: stop_flag()?,
     };
     eprintln!("sluice bench recovery: writing to {}", out.display());
-    let r = recovery::run(&sc, &opts)?;
+    let r = recovery::run(&sc, &opts, &out)?;
     recovery::write_all(&r, &out)?;
     print!("{}", recovery::summary(&r));
     println!("figures: {}", out.display());

@@ -1,7 +1,9 @@
 //! `sluice bench gate`: the gate's cost per packet, measured in the kernel with
 //! BPF_PROG_TEST_RUN and a large repeat, beside a no-op XDP program (the floor
-//! of the test-run loop itself) in the same run.
+//! of the test-run loop itself, in the bench's own object: `Generator::noop_run`)
+//! in the same run.
 use std::fmt::Write as _;
+use std::time::Duration;
 
 use anyhow::Result;
 use serde::Serialize;
@@ -13,6 +15,8 @@ use sluice::dataplane::gate::{Clock, Gate, Prog, XDP_DROP, XDP_PASS};
 use sluice::dataplane::share::share;
 use sluice::policy::config::{self, Config, Limit};
 use sluice_testkit::packet::{v6, Frame};
+
+use crate::gen::Generator;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Row {
@@ -70,8 +74,8 @@ fn config_with_rules(n: usize, rate: &str, prefixes: bool) -> Result<Config> {
 /// Mean ns per packet of one test-run call of `repeat` runs, as the kernel
 /// measures it (whole ns). Timing the call from here would add the ~10-20 ms
 /// the kernel spends switching the XDP dispatcher around a repeated run.
-fn measure(gate: &Gate, prog: Prog, pkt: &[u8], want: u32, repeat: u32) -> Result<f64> {
-    let (verdict, mean) = gate.test_run(prog, pkt, repeat)?;
+fn measure(run: impl Fn(&[u8], u32) -> Result<(u32, Duration)>, pkt: &[u8], want: u32, repeat: u32) -> Result<f64> {
+    let (verdict, mean) = run(pkt, repeat)?;
     anyhow::ensure!(verdict == want, "bench packet got verdict {verdict}, expected {want}");
     Ok(mean.as_nanos() as f64)
 }
@@ -141,11 +145,12 @@ pub fn run(repeat: u32, rounds: usize, progress: bool) -> Result<Report> {
     let bar = if progress { ProgressBar::new(rounds as u64) } else { ProgressBar::hidden() };
     bar.set_style(ProgressStyle::with_template("{msg} [{bar:30}] round {pos}/{len} ({eta} left)").unwrap());
     bar.set_message("bench gate");
+    let floor = Generator::load()?;
     let mut noop = Vec::new();
     for _ in 0..rounds {
-        noop.push(measure(&cells[0][0].gate, Prog::Noop, &v4_udp, XDP_PASS, repeat)?);
+        noop.push(measure(|p, n| floor.noop_run(p, n), &v4_udp, XDP_PASS, repeat)?);
         for c in cells.iter_mut().flatten().chain(source_cells.iter_mut().flatten()) {
-            let ns = measure(&c.gate, Prog::Gate, &c.pkt, c.verdict, repeat)?;
+            let ns = measure(|p, n| Ok(c.gate.test_run(Prog::Gate, p, n)?), &c.pkt, c.verdict, repeat)?;
             c.samples.push(ns);
         }
         bar.inc(1);
@@ -218,10 +223,10 @@ fn syn_gate(port: u16, answer: bool) -> Result<Gate> {
 /// The kernel's mean ns of SYN_CALLS single-run calls, each on a fresh copy
 /// of `pkt`. All but 1% must get `want`: the rate-limited class refills a
 /// token a second, and a call that finds one passes its SYN.
-fn per_call(gate: &Gate, prog: Prog, pkt: &[u8], want: u32) -> Result<f64> {
+fn per_call(run: impl Fn(&[u8], u32) -> Result<(u32, Duration)>, pkt: &[u8], want: u32) -> Result<f64> {
     let (mut total, mut other) = (0.0, 0u32);
     for _ in 0..SYN_CALLS {
-        let (verdict, d) = gate.test_run(prog, pkt, 1)?;
+        let (verdict, d) = run(pkt, 1)?;
         other += u32::from(verdict != want);
         total += d.as_nanos() as f64;
     }
@@ -240,11 +245,12 @@ fn syn_cost(rounds: usize) -> Result<SynCost> {
     let syn = syn_frame(port);
     let (answers, drops) = (syn_gate(port, true)?, syn_gate(port, false)?);
     drops.test_run(Prog::Gate, &syn, 2_000_000)?; // drain the burst
+    let floor = Generator::load()?;
     let (mut noop, mut dropped, mut answered) = (vec![], vec![], vec![]);
     for _ in 0..rounds.min(7) {
-        noop.push(per_call(&answers, Prog::Noop, &syn, XDP_PASS)?);
-        dropped.push(per_call(&drops, Prog::Gate, &syn, XDP_DROP)?);
-        answered.push(per_call(&answers, Prog::Gate, &syn, XDP_TX)?);
+        noop.push(per_call(|p, n| floor.noop_run(p, n), &syn, XDP_PASS)?);
+        dropped.push(per_call(|p, n| Ok(drops.test_run(Prog::Gate, p, n)?), &syn, XDP_DROP)?);
+        answered.push(per_call(|p, n| Ok(answers.test_run(Prog::Gate, p, n)?), &syn, XDP_TX)?);
     }
     Ok(SynCost { noop_ns: median(&mut noop), dropped_ns: median(&mut dropped), answered_ns: median(&mut answered) })
 }

@@ -256,6 +256,15 @@ impl Generator {
         Ok(Generator { skel, streams: 0, values: vec![] })
     }
 
+    /// Run the object's no-op XDP program on `packet` `repeat` times
+    /// (BPF_PROG_TEST_RUN): the floor `sluice bench gate` subtracts. Its
+    /// verdict and the kernel's mean time per run.
+    pub fn noop_run(&self, packet: &[u8], repeat: u32) -> Result<(u32, std::time::Duration)> {
+        let input = libbpf_rs::ProgramInput { data_in: Some(packet), repeat, ..Default::default() };
+        let out = self.skel.progs.bench_noop.test_run(input).context("test-running the no-op program")?;
+        Ok((out.return_value, out.duration))
+    }
+
     /// Set the streams (at most SLUICE_GEN_MAX_STREAMS) and reset their state.
     pub fn set_streams(&mut self, streams: &[sluice_gen_stream]) -> Result<()> {
         self.values = streams.to_vec();

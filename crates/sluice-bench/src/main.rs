@@ -34,7 +34,7 @@ enum BenchCmd {
     /// cost doubles and is restored, then the flood stops and resumes, in one
     /// continuous run per configuration. Prints settling time, overshoot and
     /// the admitted rate's coefficient of variation per phase; writes
-    /// step.json, step.csv, figures and summary.txt.
+    /// results.json (rewritten after each run), step.csv, figures and summary.txt.
     Step(StepArgs),
     /// The daemon in action: a real DNS server (NSD) answering dnsperf, with
     /// no flood, under a closed-port flood without sluice, and under the same
@@ -56,7 +56,7 @@ enum BenchCmd {
     /// How long the legitimate probe takes to come back after a flood ends
     /// (the NAPI study): floods of 10, 30 and 60 s, with and without sluice, one
     /// continuous run each (calm, flood, after); prints the recovery time and
-    /// writes recovery.json, summary.txt and figures. About 7 minutes per
+    /// writes results.json (rewritten after each run), summary.txt and figures. About 7 minutes per
     /// model with the defaults.
     Recovery(RecoveryArgs),
     /// The capture-cost study's capture experiment: tcpdump (AF_PACKET) and a plain raw

@@ -22,8 +22,10 @@ use anyhow::{Context, Result};
 use plotters::prelude::*;
 use serde::{Deserialize, Serialize};
 
+use crate::matrix::{interleave, Planned, Results};
 use crate::rig::Rig;
 use crate::scenario::{ConfigKind, Scenario};
+use crate::sweep::run_on_rigs;
 use crate::victim::VictimModel;
 use sluice::base::fmt::missing_or;
 use sluice_testkit::summary::median;
@@ -69,13 +71,19 @@ pub struct RecoveryOpts {
     /// Flood rate as a multiple of the calibrated peak.
     pub flood: f64,
     pub exe: std::path::PathBuf,
+    /// Set by SIGINT or SIGTERM: the run stops before its next cell.
+    pub interrupted: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
+/// What a recovery run was: the testbed's scenario (its streams and victim).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct RecoveryResults {
-    pub scenario: Scenario,
-    pub runs: Vec<RecoveryRun>,
+pub struct RecoveryHead {
+    pub testbed: Scenario,
 }
+
+/// results.json of `bench recovery`: the envelope every family writes, one
+/// cell per model, flood length and configuration.
+pub type RecoveryResults = Results<RecoveryHead, RecoveryRun>;
 
 /// Bin the probe's (sent, received) times from `t0` (ns, the flood's start).
 pub fn bins(replies: &[(u64, u64)], t0: u64, from: f64, to: f64) -> Vec<Bin> {
@@ -142,7 +150,8 @@ fn one_run(env: &mut Rig, config: ConfigKind, peak: f64, flood_secs: f64, o: &Re
     done.recv().context("generator")??;
     std::thread::sleep(Duration::from_millis(300));
     let b = bins(&env.take_replies(), t0, -o.calm, flood_secs + after);
-    let base: Vec<&Bin> = b.iter().filter(|x| x.t >= -o.calm + 1.0 && x.t < 0.0).collect();
+    // The calm phase less its first second (half of it, when shorter), the generator's start.
+    let base: Vec<&Bin> = b.iter().filter(|x| x.t >= -o.calm + (o.calm / 2.0).min(1.0) && x.t < 0.0).collect();
     let base_replies_pps = base.iter().map(|x| x.replies_pps).sum::<f64>() / base.len().max(1) as f64;
     let base_rtt_us = median(&base.iter().filter_map(|x| x.rtt_p50_us).collect::<Vec<_>>());
     let during: Vec<&Bin> = b.iter().filter(|x| x.t >= 0.0 && x.t < flood_secs).collect();
@@ -161,28 +170,33 @@ fn one_run(env: &mut Rig, config: ConfigKind, peak: f64, flood_secs: f64, o: &Re
     })
 }
 
-pub fn run(scenario: &Scenario, o: &RecoveryOpts) -> Result<RecoveryResults> {
+/// Run every model, flood length and configuration on the matrix runner
+/// (the configurations interleaved at each flood length): OUT/results.json
+/// is rewritten after every run, so an interrupted run keeps what it measured.
+pub fn run(scenario: &Scenario, o: &RecoveryOpts, out: &Path) -> Result<RecoveryResults> {
     sluice::dataplane::gate::check_privileges()?;
-    let runs_n = o.models.len() * o.configs.len() * o.floods.len();
-    let bar = indicatif::ProgressBar::new(runs_n as u64);
-    bar.set_style(indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} {msg} ({elapsed})").unwrap());
-    let mut runs = vec![];
-    for &model in &o.models {
-        let mut env = Rig::start(scenario, model, &o.exe, &format!("recovery-{}", model.name()))?;
-        bar.set_message(format!("{} calibrating", model.name()));
-        let cal = crate::sweep::calibrate(&mut env, scenario.max_rate, &bar)?;
-        let peak = cal.iter().map(|p| p.delivered_pps).fold(0.0, f64::max);
-        // Interleave the configurations at each flood length.
-        for &f in &o.floods {
-            for &c in o.configs.iter().filter(|c| c.applies_to(model)) {
-                bar.set_message(format!("{} {}: {} s flood", model.name(), c.name(), f));
-                runs.push(one_run(&mut env, c, peak, f, o)?);
-                bar.inc(1);
-            }
-        }
-    }
-    bar.finish_and_clear();
-    Ok(RecoveryResults { scenario: scenario.clone(), runs })
+    let plan: Vec<Planned<(VictimModel, (f64, ConfigKind))>> = o
+        .models
+        .iter()
+        .flat_map(|&m| {
+            let cells: Vec<_> = o
+                .floods
+                .iter()
+                .flat_map(|&f| o.configs.iter().filter(move |c| c.applies_to(m)).map(move |&c| (m, (f, c))))
+                .collect();
+            interleave(&cells, 1)
+        })
+        .collect();
+    run_on_rigs(
+        scenario,
+        &o.exe,
+        ("recovery", RecoveryHead { testbed: scenario.clone() }),
+        &plan,
+        &o.interrupted,
+        out,
+        |(m, (f, c))| format!("{} {}: {f} s flood", m.name(), c.name()),
+        |b, &(flood_secs, config)| one_run(&mut b.rig, config, b.peak, flood_secs, o),
+    )
 }
 
 pub fn summary(r: &RecoveryResults) -> String {
@@ -193,7 +207,7 @@ pub fn summary(r: &RecoveryResults) -> String {
         "  {:<10} {:<8} {:>6} {:>9} {:>12} {:>9} {:>12} {:>14}\n",
         "model", "config", "flood", "before/s", "before p50", "during/s", "during p50", "recovered in"
     );
-    for x in &r.runs {
+    for x in &r.cells {
         let us = |v: Option<f64>| missing_or(v, |u| format!("{u:.0} us"));
         o += &format!(
             "  {:<10} {:<8} {:>5.0}s {:>9.0} {:>12} {:>9.0} {:>12} {:>14}\n",
@@ -212,14 +226,14 @@ pub fn summary(r: &RecoveryResults) -> String {
 
 pub fn write_all(r: &RecoveryResults, dir: &Path) -> Result<()> {
     std::fs::create_dir_all(dir)?;
-    std::fs::write(dir.join("recovery.json"), serde_json::to_string_pretty(r)?)?;
+    r.save(dir)?;
     std::fs::write(dir.join("summary.txt"), summary(r))?;
     crate::plot::register_font()?;
-    let mut keys: Vec<(VictimModel, u64)> = r.runs.iter().map(|x| (x.model, x.flood_secs as u64)).collect();
+    let mut keys: Vec<(VictimModel, u64)> = r.cells.iter().map(|x| (x.model, x.flood_secs as u64)).collect();
     keys.dedup();
     for (model, secs) in keys {
         let runs: Vec<&RecoveryRun> =
-            r.runs.iter().filter(|x| x.model == model && x.flood_secs as u64 == secs).collect();
+            r.cells.iter().filter(|x| x.model == model && x.flood_secs as u64 == secs).collect();
         for rtt in [false, true] {
             let stem = format!("recovery-{}-{secs}s-{}", model.name(), if rtt { "rtt" } else { "replies" });
             let _svg = crate::plot::svg_and_png!(dir, stem, (900, 420), |root| draw(root, &runs, rtt));

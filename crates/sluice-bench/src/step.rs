@@ -23,8 +23,10 @@ use anyhow::{Context, Result};
 use plotters::prelude::*;
 use serde::{Deserialize, Serialize};
 
+use crate::matrix::{interleave, Planned, Results};
 use crate::rig::Rig;
 use crate::scenario::{ConfigKind, Scenario};
+use crate::sweep::run_on_rigs;
 use crate::victim::VictimModel;
 use sluice::base::fmt::missing_or;
 use sluice_testkit::summary::{coefficient_of_variation, percentile};
@@ -78,11 +80,15 @@ pub struct StepRun {
     pub controller: Vec<sluice::daemon::auto::TracePoint>,
 }
 
+/// What a step run was: the testbed's scenario (its streams and victim).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct StepResults {
-    pub scenario: Scenario,
-    pub runs: Vec<StepRun>,
+pub struct StepHead {
+    pub testbed: Scenario,
 }
+
+/// results.json of `bench step`: the envelope every family writes, one
+/// cell per model and configuration.
+pub type StepResults = Results<StepHead, StepRun>;
 
 pub struct StepOpts {
     pub models: Vec<VictimModel>,
@@ -91,7 +97,8 @@ pub struct StepOpts {
     /// Flood rate as a multiple of the calibrated peak.
     pub flood: f64,
     pub exe: std::path::PathBuf,
-    pub progress: bool,
+    /// Set by SIGINT or SIGTERM: the run stops before its next cell.
+    pub interrupted: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// The settling time, overshoot and steady value of one phase's admitted series.
@@ -217,36 +224,35 @@ fn one_run(env: &mut Rig, config: ConfigKind, peak: f64, o: &StepOpts) -> Result
     })
 }
 
-/// Run the step experiment for every model and configuration.
-pub fn run(scenario: &Scenario, o: &StepOpts) -> Result<StepResults> {
+/// Run the step experiment for every model and configuration, on the
+/// matrix runner: OUT/results.json is rewritten after every run, so an
+/// interrupted run keeps what it measured.
+pub fn run(scenario: &Scenario, o: &StepOpts, out: &Path) -> Result<StepResults> {
     sluice::dataplane::gate::check_privileges()?;
-    let bar = if o.progress {
-        indicatif::ProgressBar::new((o.models.len() * o.configs.len()) as u64)
-    } else {
-        indicatif::ProgressBar::hidden()
-    };
-    bar.set_style(indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} {msg} ({elapsed})").unwrap());
-    let mut runs = vec![];
-    for &model in &o.models {
-        let mut env = Rig::start(scenario, model, &o.exe, &format!("step-{}", model.name()))?;
-        bar.set_message(format!("{} calibrating", model.name()));
-        let cal = crate::sweep::calibrate(&mut env, scenario.max_rate, &bar)?;
-        let peak = cal.iter().map(|p| p.delivered_pps).fold(0.0, f64::max);
-        for &c in o.configs.iter().filter(|c| c.applies_to(model)) {
-            bar.set_message(format!("{} {}: {} phases of {} s", model.name(), c.name(), PHASES.len(), o.phase_secs));
-            runs.push(one_run(&mut env, c, peak, o)?);
-            bar.inc(1);
-        }
-    }
-    bar.finish_and_clear();
-    Ok(StepResults { scenario: scenario.clone(), runs })
+    let plan: Vec<Planned<(VictimModel, ConfigKind)>> = o
+        .models
+        .iter()
+        .flat_map(|&m| {
+            interleave(&o.configs.iter().filter(|c| c.applies_to(m)).map(|&c| (m, c)).collect::<Vec<_>>(), 1)
+        })
+        .collect();
+    run_on_rigs(
+        scenario,
+        &o.exe,
+        ("step", StepHead { testbed: scenario.clone() }),
+        &plan,
+        &o.interrupted,
+        out,
+        |(m, c)| format!("{} {}: {} phases of {} s", m.name(), c.name(), PHASES.len(), o.phase_secs),
+        |b, &config| one_run(&mut b.rig, config, b.peak, o),
+    )
 }
 
 /// The table printed at the end.
 pub fn summary(r: &StepResults) -> String {
     use std::fmt::Write as _;
     let mut o = String::new();
-    for run in &r.runs {
+    for run in &r.cells {
         let _ = writeln!(
             o,
             "{} {}: peak {}/s, flood {}/s, phases of {} s",
@@ -335,12 +341,12 @@ where
     Ok(())
 }
 
-/// step.json, step.csv (the time series), figures, and summary.txt into `dir`.
+/// results.json, step.csv (the time series), figures, and summary.txt into `dir`.
 pub fn write_all(r: &StepResults, dir: &Path) -> Result<()> {
     std::fs::create_dir_all(dir)?;
-    std::fs::write(dir.join("step.json"), serde_json::to_string_pretty(r)?)?;
+    r.save(dir)?;
     let mut csv = String::from("model,config,t,offered_pps,admitted_pps,delivered_pps\n");
-    for run in &r.runs {
+    for run in &r.cells {
         for p in &run.trace {
             csv += &format!(
                 "{},{},{:.3},{:.0},{:.0},{:.0}\n",
@@ -356,10 +362,10 @@ pub fn write_all(r: &StepResults, dir: &Path) -> Result<()> {
     std::fs::write(dir.join("step.csv"), csv)?;
     std::fs::write(dir.join("summary.txt"), summary(r))?;
     crate::plot::register_font()?;
-    let mut models: Vec<VictimModel> = r.runs.iter().map(|x| x.model).collect();
+    let mut models: Vec<VictimModel> = r.cells.iter().map(|x| x.model).collect();
     models.dedup();
     for m in models {
-        let runs: Vec<&StepRun> = r.runs.iter().filter(|x| x.model == m).collect();
+        let runs: Vec<&StepRun> = r.cells.iter().filter(|x| x.model == m).collect();
         for delivered in [false, true] {
             let stem = format!("step-{}-{}", m.name(), if delivered { "delivered" } else { "admitted" });
             let _svg = crate::plot::svg_and_png!(dir, stem, (900, 460), |root| draw(root, &runs, delivered));
@@ -382,6 +388,21 @@ mod tests {
                 delivered_pps: 0.0,
             })
             .collect()
+    }
+
+    /// The step's results are the versioned envelope the other families
+    /// write (they were an unversioned step.json before), and load back.
+    #[test]
+    fn step_results_are_the_versioned_envelope() {
+        let dir = tempfile::tempdir().unwrap();
+        let testbed = crate::scenario::load("default").unwrap();
+        let r = StepResults::new("step", StepHead { testbed });
+        r.save(dir.path()).unwrap();
+        let v: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.path().join("results.json")).unwrap()).unwrap();
+        assert_eq!((v["schema_version"].as_u64(), v["scenario"].as_str()), (Some(1), Some("step")));
+        assert!(v["testbed"]["victim"].is_object(), "{v}");
+        crate::matrix::load::<StepHead, StepRun>(&dir.path().join("results.json")).unwrap();
     }
 
     #[test]

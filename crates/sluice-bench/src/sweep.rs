@@ -1,14 +1,15 @@
 //! A whole bench run: for each victim model, calibrate the victim's peak,
 //! then measure every level x configuration x repeat, interleaving the
 //! configurations at each level so drifts of the machine hit them alike.
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
 
 use anyhow::Result;
 use indicatif::ProgressBar;
 use serde::{Deserialize, Serialize};
 
 use crate::level::LevelResult;
-use crate::matrix::{interleave, Planned, Runner};
+use crate::matrix::{self, interleave, Planned, Runner};
 use crate::rig::Rig;
 use crate::scenario::{ConfigKind, Scenario, SCHEMA_VERSION};
 use crate::victim::VictimModel;
@@ -198,6 +199,71 @@ pub(crate) fn summarise(results: &[LevelResult], configs: &[ConfigKind], multipl
 /// The levels actually run: multiples of the peak whose load fits under the cap.
 pub fn levels(scenario: &Scenario, peak: f64) -> Vec<(f64, f64)> {
     scenario.levels.iter().map(|&m| (m, m * peak)).filter(|&(_, r)| r <= scenario.max_rate).collect()
+}
+
+/// One model's rig and the peak its calibration found, for the families
+/// that run each model's cells on one rig (step, recovery).
+pub struct Calibrated {
+    pub model: VictimModel,
+    pub rig: Rig,
+    pub peak: f64,
+}
+
+impl Calibrated {
+    /// `slot`'s rig if it is `model`'s; else the old one removed first, a
+    /// new rig started (named `tag`-MODEL) and calibrated (progress on `bar`).
+    pub fn for_model<'a>(
+        slot: &'a mut Option<Calibrated>,
+        scenario: &Scenario,
+        model: VictimModel,
+        exe: &Path,
+        tag: &str,
+        bar: &ProgressBar,
+    ) -> Result<&'a mut Calibrated> {
+        if slot.as_ref().map(|c| c.model) != Some(model) {
+            *slot = None;
+            let mut rig = Rig::start(scenario, model, exe, &format!("{tag}-{}", model.name()))?;
+            let cal = calibrate(&mut rig, scenario.max_rate, bar)?;
+            let peak = cal.iter().map(|p| p.delivered_pps).fold(0.0, f64::max);
+            *slot = Some(Calibrated { model, rig, peak });
+        }
+        Ok(slot.as_mut().expect("set above"))
+    }
+}
+
+/// Run `plan` on the matrix runner, each model's cells on one calibrated
+/// rig (`tag`-MODEL): the cells go to OUT/results.json, the envelope of
+/// `family` with `head`, rewritten after every cell so an interrupted run
+/// keeps what it measured.
+#[allow(clippy::too_many_arguments)]
+pub fn run_on_rigs<K, H: Serialize, C: Serialize + Clone>(
+    scenario: &Scenario,
+    exe: &Path,
+    (family, head): (&str, H),
+    plan: &[Planned<(VictimModel, K)>],
+    interrupted: &AtomicBool,
+    out: &Path,
+    label: impl Fn(&(VictimModel, K)) -> String,
+    mut cell: impl FnMut(&mut Calibrated, &K) -> Result<C>,
+) -> Result<matrix::Results<H, C>> {
+    std::fs::create_dir_all(out)?;
+    let mut results = matrix::Results::new(family, head);
+    let mut runner = Runner::new(plan.len(), interrupted, true);
+    // The display, for a model's calibration before its first cell.
+    let bar = runner.bar().clone();
+    let mut bed: Option<Calibrated> = None;
+    let cells = runner.run(
+        plan,
+        |w, _| label(w),
+        |(model, what), _| cell(Calibrated::for_model(&mut bed, scenario, *model, exe, family, &bar)?, what),
+        |cells| {
+            results.cells = cells.to_vec();
+            results.save(out)
+        },
+    )?;
+    runner.finish();
+    results.cells = cells;
+    Ok(results)
 }
 
 pub fn calibrate(env: &mut Rig, max_rate: f64, bar: &ProgressBar) -> Result<Vec<CalibrationPoint>> {

@@ -363,10 +363,3 @@ int sluice_cookie_ack(struct __sk_buff *skb)
 		st->cnt[SLUICE_CS_COOKIE_BAD] += 1;
 	return TC_ACT_OK;
 }
-
-/* The floor for `sluice bench gate`: an XDP program that does nothing. */
-SEC("xdp")
-int sluice_noop(struct xdp_md *ctx)
-{
-	return XDP_PASS;
-}

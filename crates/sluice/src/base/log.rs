@@ -2,6 +2,11 @@
 //! human-readable by default, one JSON object per line with
 //! `sluice run --log-format json`. The daemon's decision lines (which limit
 //! changes get a line, and how many a second) are `daemon/decisions.rs`.
+//!
+//! Not `tracing` + `tracing-subscriber`: their JSON lines nest the fields
+//! (`{"timestamp","level","fields":{...},"target"}`), so keeping this
+//! documented line (docs/usage.md) would take a formatter of our own on top
+//! of two crates, longer than this module; and sluice has no spans to record.
 use std::fmt::Display;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::SystemTime;

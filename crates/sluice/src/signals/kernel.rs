@@ -11,6 +11,19 @@
 //!
 //! The files are opened once, inside the namespace, and re-read in place; the
 //! sock_diag netlink socket is created once inside the namespace too.
+//!
+//! Why these readers are written here and not taken from a crate (read in
+//! the crates' source, 2026-11; neither was built in and measured):
+//! - `procfs` parses /proc/net/snmp by column position into ~80 fields, with
+//!   an `unwrap` on a missing line (a truncated read panics the daemon's
+//!   control thread), has no snmp6, and opens the file by path each time
+//!   (the process's namespace, not the service's). The tick needs two
+//!   counters, found by their header name (a kernel that adds a column
+//!   moves nothing), from files opened once in the service's namespace.
+//! - `netlink-packet-sock-diag`'s `InetRequest` carries no attributes, so
+//!   it cannot send `INET_DIAG_REQ_BYTECODE`: without that filter every
+//!   tick would dump every UDP socket of the namespace instead of those on
+//!   the class's ports (`SockDiag::udp`).
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 

@@ -94,8 +94,6 @@ const CPUMAP_QSIZE: u32 = 2048;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Prog {
     Gate,
-    /// XDP_PASS and nothing else: the floor for benchmarks.
-    Noop,
     /// The egress learner (a TC program; test-run on a frame as it leaves).
     Learn,
     /// The cookie checker (a TC program at ingress).
@@ -242,7 +240,6 @@ impl Gate {
     fn prog(&self, prog: Prog) -> &libbpf_rs::ProgramMut<'static> {
         match prog {
             Prog::Gate => &self.skel.progs.sluice_gate,
-            Prog::Noop => &self.skel.progs.sluice_noop,
             Prog::Learn => &self.skel.progs.sluice_learn,
             Prog::CookieAck => &self.skel.progs.sluice_cookie_ack,
         }
