@@ -128,6 +128,10 @@ struct StatusArgs {
     /// The daemon's statistics socket.
     #[arg(long)]
     socket: Option<PathBuf>,
+    /// Print the JSON Schema of --json's output, each field described, and
+    /// exit (no daemon needed; docs/status-json.md is made from it).
+    #[arg(long, conflicts_with_all = ["json", "watch", "iface", "socket"])]
+    schema: bool,
 }
 
 /// Follow every packet after the gate for a while: per class, how many
@@ -321,6 +325,10 @@ fn cmd_trace(a: TraceArgs) -> Result<()> {
 }
 
 fn cmd_status(a: StatusArgs) -> Result<()> {
+    if a.schema {
+        println!("{}", serde_json::to_string_pretty(&stats::schema::status_schema())?);
+        return Ok(());
+    }
     let path = client::find_socket(a.socket.as_deref(), a.iface.as_deref())?;
     loop {
         let snap = client::fetch_snapshot(&path)?;

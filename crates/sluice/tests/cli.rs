@@ -36,6 +36,20 @@ fn the_daemon_binary_has_no_test_tools() {
     }
 }
 
+/// `status --schema` needs no daemon and describes every field it prints
+/// (the schema docs/status-json.md is made from).
+#[test]
+fn the_status_schema_describes_its_fields() {
+    let o = sluice(&["status", "--schema"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let props = v["properties"].as_object().expect("an object schema");
+    assert!(props.contains_key("classes") && props.contains_key("version"), "{props:?}");
+    assert!(props["version"]["description"].is_string(), "{:?}", props["version"]);
+    let o = sluice(&["status", "--schema", "--json"]);
+    assert!(!o.status.success() && stderr(&o).contains("--json"), "{}", stderr(&o));
+}
+
 #[test]
 fn durations_are_checked_the_same_way_everywhere() {
     for args in [

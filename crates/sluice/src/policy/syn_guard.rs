@@ -324,7 +324,7 @@ impl SynGuards {
 }
 
 /// A class's SYN guard (`crate::policy::syn_guard`).
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct SynGuardStatus {
     /// "auto", "on" or "off".
     pub policy: String,
@@ -334,6 +334,7 @@ pub struct SynGuardStatus {
     /// bpf_sk_assign_tcp_reqsk, and the namespace's tcp_syncookies on);
     /// false: the kernel answers every SYN, for the reason given.
     pub available: bool,
+    /// Why the gate cannot answer, when it cannot.
     #[serde(default)]
     pub why_unavailable: Option<String>,
     /// What a stray ACK or RST cost the kernel (ns, receive work on the

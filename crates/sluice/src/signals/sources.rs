@@ -18,56 +18,63 @@ pub const TOP_SOURCES: usize = 10;
 pub const SCAN_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Source fairness of one class.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ClassSources {
     /// The egress learner records the class's answered clients (the class
     /// has been healthy for a second).
     pub learning: bool,
     /// While the class is limited: packets one unknown source may send per
-    /// 10 ms epoch, and the prefix lengths sources are counted at.
+    /// 10 ms epoch (None: not limited).
     pub quota: Option<u32>,
+    /// The prefix length IPv4 sources are counted at.
     pub plen4: u8,
+    /// The prefix length IPv6 sources are counted at.
     pub plen6: u8,
     /// Distinct unknown sources per epoch, mean over the last second.
     pub active_per_epoch: f64,
-    /// Packets/s from known sources, and dropped over a source's quota.
+    /// Packets/s from known sources.
     pub known_pps: f64,
+    /// Packets/s dropped over a source's quota.
     pub share_dropped_pps: f64,
-    /// At the last scan (None: not scanned yet): known sources of the class,
-    /// entries of the sources map, and the heaviest droppers.
+    /// Known sources of the class at the last scan (None: not scanned yet).
     pub known: Option<u64>,
+    /// Entries of the sources map the class holds, at the last scan (None: not scanned yet).
     pub tracked: Option<u64>,
+    /// The heaviest droppers at the last scan, most drops first.
     pub top: Vec<TopSource>,
     /// The class's entries in the known map at the last scan, known clients
-    /// and candidates alike (None: not scanned yet), and its part of the
-    /// map: how full the cache is (`known::bound`).
+    /// and candidates alike (None: not scanned yet); against `known_part`,
+    /// how full its cache is.
     #[serde(default)]
     pub known_held: Option<u64>,
+    /// The class's part of the known map: the entries it may hold (`known::bound`; None: not scanned yet).
     #[serde(default)]
     pub known_part: Option<u64>,
 }
 
 /// One source prefix and what it lost.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TopSource {
     /// "ADDR/LEN".
     pub prefix: String,
     /// Packets dropped over its quota since its entry was made.
     pub drops: u64,
-    /// Its packets in the last epoch it sent in, and that epoch.
+    /// Its packets in the last epoch it sent in.
     pub pkts: u32,
+    /// The epoch of those packets (10 ms epochs since the gate was loaded).
     pub epoch: u32,
 }
 
 /// The sources map as a whole.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SourcesMap {
-    /// Entries it holds at most, and held at the last scan.
+    /// Entries the map holds at most.
     pub capacity: u32,
+    /// Entries held at the last scan (None: not scanned yet).
     pub entries: Option<u64>,
-    /// Entries made since the gate was loaded (every class), and evicted
-    /// as of the last scan (see [`evictions`]).
+    /// Entries made since the gate was loaded (every class).
     pub inserts: u64,
+    /// Entries evicted, as of the last scan (`evictions`; None: not scanned yet).
     pub evictions: Option<u64>,
     /// Known sources (every class), at the last scan.
     pub known: Option<u64>,

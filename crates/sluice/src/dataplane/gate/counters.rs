@@ -6,29 +6,34 @@ use crate::bpf_intf::*;
 use crate::dataplane::gate::{ClassCounters, GlobalCounters};
 
 /// Packet and byte totals of one class, summed over CPUs.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ClassTotals {
     /// Packets classified into this class.
     pub seen_pkts: u64,
+    /// Bytes of the packets classified into this class.
     pub seen_bytes: u64,
     /// Packets admitted (XDP_PASS).
     pub admitted_pkts: u64,
+    /// Bytes admitted.
     pub admitted_bytes: u64,
     /// Packets dropped because the class's token bucket was empty.
     pub dropped_rate_pkts: u64,
+    /// Bytes dropped by the token bucket.
     pub dropped_rate_bytes: u64,
     /// Packets dropped because the class is blocked.
     pub dropped_blocked_pkts: u64,
+    /// Bytes dropped because the class is blocked.
     pub dropped_blocked_bytes: u64,
     /// Packets dropped because their source was over its fair share.
     #[serde(default)]
     pub dropped_share_pkts: u64,
+    /// Bytes dropped over a source's fair share.
     #[serde(default)]
     pub dropped_share_bytes: u64,
-    /// Packets from known sources, and source-epochs (a source's first
-    /// packet in a 10 ms epoch), while the class is limited with source fairness on.
+    /// Packets from known sources, while the class is limited with source fairness on.
     #[serde(default)]
     pub known_pkts: u64,
+    /// Source-epochs: a source's first packet in a 10 ms epoch, while the class is limited with source fairness on.
     #[serde(default)]
     pub source_epochs: u64,
     /// Entries this class made in the per-source map.
@@ -41,29 +46,32 @@ pub struct ClassTotals {
     /// Packets of known sources over their own rate (taken as unknown).
     #[serde(default)]
     pub known_over_pkts: u64,
-    /// TCP SYNs that reached the class, and those the gate answered itself
-    /// with a cookie SYN-ACK (a verdict of their own: neither admitted nor
-    /// dropped).
+    /// TCP SYNs that reached the class.
     #[serde(default)]
     pub syn_pkts: u64,
+    /// SYNs the gate answered itself with a cookie SYN-ACK (a verdict of
+    /// their own: neither admitted nor dropped).
     #[serde(default)]
     pub synack_pkts: u64,
+    /// Bytes of those SYN-ACKs.
     #[serde(default)]
     pub synack_bytes: u64,
     /// ACKs to a guarded listener with a valid gate cookie the kernel took
-    /// (a connection completed from it), with none (left to the kernel),
-    /// and with a valid one the kernel refused a request socket for (left to
-    /// it: an option or a listener the gate's SYN-ACKs should have avoided).
+    /// (a connection completed from it).
     #[serde(default)]
     pub cookies_valid: u64,
+    /// ACKs to a guarded listener with no valid gate cookie (left to the kernel).
     #[serde(default)]
     pub cookies_invalid: u64,
+    /// ACKs with a valid gate cookie the kernel refused a request socket for
+    /// (left to it: an option or a listener the gate's SYN-ACKs should have avoided).
     #[serde(default)]
     pub cookies_refused: u64,
     /// While the class's SYN guard answers: ACKs and RSTs of no connection
     /// (only the listener found, no valid cookie) the gate dropped.
     #[serde(default)]
     pub dropped_noconn_pkts: u64,
+    /// Bytes of those ACKs and RSTs.
     #[serde(default)]
     pub dropped_noconn_bytes: u64,
 }
@@ -105,7 +113,7 @@ impl ClassTotals {
 }
 
 /// Global counters, summed over CPUs.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GlobalTotals {
     /// Not IPv4/IPv6 (ARP, LLDP, ...): passed.
     pub non_ip_pass: u64,
@@ -142,13 +150,18 @@ impl From<GlobalCounters> for GlobalTotals {
 }
 
 /// Per-second rates of a class over the last second.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ClassRates {
+    /// Packets/s classified into the class.
     pub seen_pps: f64,
+    /// Packets/s admitted.
     pub admitted_pps: f64,
+    /// Packets/s dropped, every cause.
     pub dropped_pps: f64,
+    /// Packets/s from known sources.
     #[serde(default)]
     pub known_pps: f64,
+    /// Packets/s dropped over a source's fair share.
     #[serde(default)]
     pub share_dropped_pps: f64,
     /// Source-epochs per second (divide by 100 for sources per epoch).

@@ -63,9 +63,11 @@ struct Attached {
 }
 
 /// One reader's view in `status`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ReaderStatus {
+    /// The reader's process id.
     pub pid: u32,
+    /// Its socket's inode.
     pub inode: u32,
     /// Datagrams the program sent to it.
     pub steered: u64,
@@ -75,10 +77,13 @@ pub struct ReaderStatus {
 }
 
 /// One steered group in `status`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GroupStatus {
+    /// The UDP port of the reuseport group.
     pub port: u16,
+    /// How datagrams are spread over its readers (least-loaded, ...).
     pub policy: String,
+    /// Its readers.
     pub readers: Vec<ReaderStatus>,
     /// Datagrams left to the kernel's hash (the daemon's view was stale).
     pub hashed: u64,

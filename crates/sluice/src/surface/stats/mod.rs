@@ -12,13 +12,14 @@ pub use table::{render_sources_class, render_table};
 
 pub mod families;
 mod metrics;
+pub mod schema;
 mod table;
 
 /// Version of the snapshot JSON; bump on incompatible changes.
 pub const SNAPSHOT_VERSION: u32 = 1;
 
 /// The auto controller's state for one class.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct AutoStatus {
     /// "capacity" or "pno".
     pub algo: String,
@@ -30,18 +31,20 @@ pub struct AutoStatus {
     pub target_pps: f64,
     /// This class's current rate (pkt/s); None = unlimited (fallback).
     pub rate_pps: Option<f64>,
+    /// The share of its capacity estimate the class keeps under any budget throttle (0 to 1).
     pub min_share: f64,
-    /// The class's sockets found by sock_diag; the bytes queued in the
-    /// fullest of them and its buffer.
+    /// The class's UDP sockets found by sock_diag.
     pub sockets: u32,
+    /// Bytes queued in the fullest of the class's sockets.
     pub queued_bytes: u64,
+    /// The fullest socket's receive buffer, bytes.
     pub rcvbuf_bytes: u64,
     /// Seconds without signals (holding, then fallback).
     pub lost_secs: f64,
 }
 
 /// One class in a snapshot.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ClassSnapshot {
     /// The class's index in the config's list.
     pub id: usize,
@@ -49,6 +52,7 @@ pub struct ClassSnapshot {
     /// while the class exists, when `id` moves). None: no gate.
     #[serde(default)]
     pub gate_id: Option<u32>,
+    /// The class's name (a discovered class: PROCESS/PROTO:PORT).
     pub name: String,
     /// 0 = highest.
     pub priority: u8,
@@ -56,9 +60,13 @@ pub struct ClassSnapshot {
     pub limit: String,
     /// Packets/s limit, if the class has one.
     pub rate_pps: Option<u64>,
+    /// The bucket's depth in packets, if the class has a rate.
     pub burst: Option<u64>,
+    /// The class of packets no other class matches (one per config).
     pub is_default: bool,
+    /// Rates over the last second.
     pub rates: ClassRates,
+    /// Counters since the gate was loaded (a class keeps them through reloads).
     pub totals: ClassTotals,
     /// The controller's view, for `rate = "auto"` classes.
     #[serde(default)]
@@ -103,48 +111,60 @@ pub struct ClassSnapshot {
 }
 
 /// Drops of one class at one kernel stage for one reason (made by `crate::dataplane::trace`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct KernelDrop {
+    /// The receive stage the kernel dropped at (driver, stack, socket).
     pub stage: String,
+    /// The kernel's drop reason (NO_SOCKET, SOCKET_RCVBUFF, CPU_BACKLOG, ...).
     pub reason: String,
+    /// Packets dropped there for that reason.
     pub packets: u64,
 }
 
 /// What `sluice status` shows: the daemon's state at one moment.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Snapshot {
+    /// The snapshot's schema version (1).
     pub version: u32,
+    /// The interface the gate is attached to.
     pub interface: String,
+    /// Its interface index.
     pub ifindex: u32,
     /// "native" or "generic".
     pub xdp_mode: String,
+    /// The gate's BPF program id (as bpftool shows it).
     pub prog_id: u32,
+    /// The daemon's process id.
     pub pid: u32,
+    /// Seconds since the daemon started.
     pub uptime_secs: f64,
     /// When the gate was attached (Unix time, seconds).
     #[serde(default)]
     pub started_unix: f64,
+    /// The config file in force; None: flags and discovery only.
     pub config_file: Option<String>,
+    /// Reloads applied since the start (SIGHUP, or a change discovery found).
     pub reloads: u64,
     /// The error of the last refused reload, if the last reload failed.
     pub last_reload_error: Option<String>,
+    /// Every class, in the config's order.
     pub classes: Vec<ClassSnapshot>,
     pub global: GlobalTotals,
-    /// CPU time the daemon used (user + system, seconds) and its share of
-    /// one CPU since the previous statistics refresh (100 ms earlier).
+    /// CPU time the daemon used since its start (user + system, seconds).
     #[serde(default)]
     pub daemon_cpu_secs: f64,
+    /// The daemon's share of one CPU since the previous statistics refresh (100 ms earlier), %.
     #[serde(default)]
     pub daemon_cpu_pct: f64,
     /// Of daemon_cpu_secs, the softirq work that ran while one of its threads
-    /// was on the CPU (this kernel charges it to the thread), s, and its share
-    /// over the last second, % of one CPU; None: not counted (no tracer, or
-    /// the daemon in a PID namespace of its own). Counted while the tracer's
+    /// was on the CPU (this kernel charges it to the thread), s; None: not
+    /// counted (no tracer, or the daemon in a PID namespace of its own). Counted while the tracer's
     /// softirq pair is attached: while lower classes send over 1000
     /// packets/s beside a running service, or a throttle stands (a flood),
     /// and 5 s after; in calm it is not, and adds nothing.
     #[serde(default)]
     pub daemon_softirq_secs: Option<f64>,
+    /// The softirq part's share over the last second, % of one CPU (None: not counted).
     #[serde(default)]
     pub daemon_softirq_pct: Option<f64>,
     /// The daemon's resident memory (VmRSS), bytes; None if it could not be read.
@@ -162,6 +182,7 @@ pub struct Snapshot {
     /// packet path) to the loop, and the longest so far, ms (None: no wake yet).
     #[serde(default)]
     pub wake_ms: Option<f64>,
+    /// The longest of those wakes so far, ms (None: no wake yet).
     #[serde(default)]
     pub wake_max_ms: Option<f64>,
     /// The gate's clock (CLOCK_MONOTONIC ns) at the last of those wakes: a
