@@ -54,8 +54,8 @@ pub struct RecoveryRun {
     pub flood_pps: f64,
     pub base_replies_pps: f64,
     pub base_rtt_us: Option<f64>,
-    /// Medians over the flood's bins.
-    pub flood_replies_pps: f64,
+    /// Medians over the flood's bins (None: no bin in the flood).
+    pub flood_replies_pps: Option<f64>,
     pub flood_rtt_us: Option<f64>,
     /// Seconds after the flood stopped until back within the band; None: not within the "after" phase.
     pub recovery_secs: Option<f64>,
@@ -162,7 +162,7 @@ fn one_run(env: &mut Rig, config: ConfigKind, peak: f64, flood_secs: f64, o: &Re
         flood_pps,
         base_replies_pps,
         base_rtt_us,
-        flood_replies_pps: median(&during.iter().map(|x| x.replies_pps).collect::<Vec<_>>()).unwrap_or(0.0),
+        flood_replies_pps: median(&during.iter().map(|x| x.replies_pps).collect::<Vec<_>>()),
         flood_rtt_us: median(&during.iter().filter_map(|x| x.rtt_p50_us).collect::<Vec<_>>()),
         recovery_secs: recovery(&b, flood_secs, base_replies_pps, base_rtt_us),
         after_secs: after,
@@ -210,13 +210,13 @@ pub fn summary(r: &RecoveryResults) -> String {
     for x in &r.cells {
         let us = |v: Option<f64>| missing_or(v, |u| format!("{u:.0} us"));
         o += &format!(
-            "  {:<10} {:<8} {:>5.0}s {:>9.0} {:>12} {:>9.0} {:>12} {:>14}\n",
+            "  {:<10} {:<8} {:>5}s {:>9.0} {:>12} {:>9} {:>12} {:>14}\n",
             x.model.name(),
             x.config.name(),
             x.flood_secs,
             x.base_replies_pps,
             us(x.base_rtt_us),
-            x.flood_replies_pps,
+            missing_or(x.flood_replies_pps, |p| format!("{p:.0}")),
             us(x.flood_rtt_us),
             x.recovery_secs.map_or(format!("not in {:.0} s", x.after_secs), |s| format!("{s:.2} s"))
         );
