@@ -112,20 +112,11 @@ impl Ticker {
         Ok(Ticker {
             classes,
             health,
-            last: None,
             auto,
             budget: Budget::new(cfg.observe),
             syn: SynGuards::new(cfg),
-            signals: SignalWatch::default(),
-            epoch: 0,
-            now_ms: 0,
-            changes: vec![],
-            rx: None,
-            rx_cpu: RxCpu::default(),
-            service_cpus: vec![],
-            last_distress: None,
-            rx_cpu_wanted: false,
             observe: cfg.observe,
+            ..Ticker::idle()
         })
     }
 
