@@ -482,6 +482,21 @@ mod pace {
         );
     }
 
+    /// The status once the loop ticks calmly after a second and more of the
+    /// clients' packets to port 7100.
+    fn wait_calm(tb: &Testbed) -> sluice::surface::stats::Snapshot {
+        let deadline = Instant::now() + Duration::from_secs(6);
+        loop {
+            let st = tb.status();
+            let seen: u64 = st.classes.iter().filter(|c| c.name.contains("7100")).map(|c| c.totals.seen_pkts).sum();
+            if st.tick_ms.is_some_and(|t| t >= 100.0) && seen > 3000 {
+                return st;
+            }
+            assert!(Instant::now() < deadline, "never calm with 2000 packets/s: tick {:?} ms", st.tick_ms);
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
     /// A service with a steady load it keeps up with costs the slow tick
     /// too: its auto class is not near its knee however its first ticks
     /// estimated the capacity (it used to keep the loop at 10 ms for good);
@@ -490,32 +505,32 @@ mod pace {
     #[test]
     fn a_service_with_steady_clients_lets_the_daemon_tick_slowly() {
         let mut tb = Testbed::new();
-        tb.start_sink(7100, 12.0);
+        tb.start_sink(7100, 16.0);
         tb.start_gate(&[]);
         std::thread::scope(|s| {
             let tb = &tb;
-            let sender = s.spawn(move || tb.send(7100, 2000, 8.0));
-            let deadline = Instant::now() + Duration::from_secs(6);
-            let calm = loop {
-                let st = tb.status();
-                // Calm after a second and more of the clients' packets.
-                let seen: u64 = st.classes.iter().filter(|c| c.name.contains("7100")).map(|c| c.totals.seen_pkts).sum();
-                if st.tick_ms.is_some_and(|t| t >= 100.0) && seen > 3000 {
-                    break st;
-                }
-                assert!(Instant::now() < deadline, "never calm with 2000 packets/s: tick {:?} ms", st.tick_ms);
-                std::thread::sleep(Duration::from_millis(200));
-            };
+            let sender = s.spawn(move || tb.send(7100, 2000, 14.0));
+            let calm = wait_calm(tb);
             let class = calm.classes.iter().find(|c| c.name.contains("7100")).expect("the sink's class");
             assert!(class.auto.is_some(), "discovered as an auto class: {class:?}");
             // 600 packets at 80k/s on the clients' CPU (a whole batch of 256
             // among them): under the count mark (twice a calm tick's 1,000,
             // armed at every calm tick: 1,000 left at the least), over the
-            // rate mark (a batch in under 10 ms): the rate wakes it.
-            tb.send(7100, 80_000, 0.0075);
-            std::thread::sleep(Duration::from_millis(1200));
-            let after = tb.status();
-            assert!(after.wakes > calm.wakes, "a burst at 40 times the calm rate did not wake the loop");
+            // rate mark (a batch in under 10 ms): the rate wakes it. A burst
+            // the sender could not get out in time (tests share 2 CPUs: a
+            // preempted sender stops at its deadline with fewer packets), or
+            // one sent while the loop was not calm, proves nothing either
+            // way: it is tried again, up to 3 bursts in all.
+            let mut tries = Vec::new();
+            let woke = (0..3).any(|_| {
+                let before = wait_calm(tb);
+                let (n, secs) = tb.send(7100, 80_000, 0.0075);
+                std::thread::sleep(Duration::from_millis(1200));
+                let after = tb.status();
+                tries.push(format!("{n} packets in {:.1} ms", secs * 1e3));
+                after.wakes > before.wakes
+            });
+            assert!(woke, "a burst at 40 times the calm rate did not wake the loop: {tries:?}");
             let (sent, _) = sender.join().unwrap();
             assert!(sent > 0);
         });
