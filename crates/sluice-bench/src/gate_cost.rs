@@ -40,6 +40,12 @@ pub struct Report {
     pub sources_map_bytes: Option<u64>,
     /// This process's RSS after reading that full map once, as the daemon's scan does (bytes).
     pub rss_after_scan_bytes: Option<u64>,
+    /// How long that read took (ms), and how many sources it found: the
+    /// SOURCES_MANY - 1 written, less those that took each other's slots.
+    #[serde(default)]
+    pub scan_ms: Option<f64>,
+    #[serde(default)]
+    pub sources_held: Option<u64>,
     /// A SYN answered by the gate against a SYN it drops (see [`SynCost`]).
     pub syn: SynCost,
     pub repeat: u32,
@@ -168,6 +174,8 @@ pub fn run(repeat: u32, rounds: usize, progress: bool) -> Result<Report> {
         source_rows,
         sources_map_bytes: memory.0,
         rss_after_scan_bytes: memory.1,
+        scan_ms: memory.2,
+        sources_held: memory.3,
         repeat,
         rounds,
         syn,
@@ -273,13 +281,13 @@ enum SourceCase {
 }
 
 /// The large sources map's kernel memory (memlock) and this process's RSS
-/// after reading it whole, bytes.
-type Memory = (Option<u64>, Option<u64>);
+/// after reading it whole, bytes; that read's time (ms) and the sources it found.
+type Memory = (Option<u64>, Option<u64>, Option<f64>, Option<u64>);
 
 /// Gates for the per-source cases, with 1 and SOURCES_MANY sources in the
 /// map; and the memory of the large map.
 fn source_cells(pkt: &[u8]) -> Result<(Vec<Vec<Cell>>, Memory)> {
-    let mut memory: Memory = (None, None);
+    let mut memory: Memory = (None, None, None, None);
     let mut cells = Vec::new();
     for (_, verdict, case) in SOURCE_CASES {
         let mut row = Vec::new();
@@ -312,7 +320,10 @@ fn source_cells(pkt: &[u8]) -> Result<(Vec<Vec<Cell>>, Memory)> {
                 gate.fill_sources(id as u8, SOURCES_MANY - 1, 1)?;
                 if memory.0.is_none() {
                     memory.0 = gate.map_memlock("sources");
-                    let _ = gate.sources()?;
+                    let t = std::time::Instant::now();
+                    let held = gate.sources()?.len();
+                    memory.2 = Some(t.elapsed().as_secs_f64() * 1e3);
+                    memory.3 = Some(held as u64);
                     memory.1 = sluice::surface::stats::rss_bytes();
                 }
             }
@@ -400,10 +411,13 @@ pub fn render(r: &Report) -> String {
         |b: Option<u64>| b.map_or("not measured".to_string(), |b| format!("{:.1} MiB", b as f64 / (1 << 20) as f64));
     let _ = writeln!(
         o,
-        "sources map for {} entries: {} of kernel memory (memlock); this process's RSS after reading it whole once: {}",
+        "sources map for {} entries: {} of kernel memory (memlock); this process's RSS after reading it whole once: {}; \
+         that read took {} and found {} sources",
         SOURCES_MANY,
         mib(r.sources_map_bytes),
-        mib(r.rss_after_scan_bytes)
+        mib(r.rss_after_scan_bytes),
+        r.scan_ms.map_or("(not measured)".to_string(), |ms| format!("{ms:.0} ms")),
+        r.sources_held.map_or("(not measured)".to_string(), |n| n.to_string()),
     );
     o
 }

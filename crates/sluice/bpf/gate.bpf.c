@@ -75,8 +75,8 @@
  *     bucket, which the daemon sizes to what they sent, with headroom, each
  *     only up to its own rate (SLUICE_KNOWN_HEADROOM times the rate it was
  *     answered at): past it, a known source's packets are an unknown one's;
- *   - every other source has an entry in the LRU "sources" map, keyed by its
- *     address cut to plen4/plen6 (/32 and /64, or /24 and /48, /16 and /32
+ *   - every other source has a slot in the direct-mapped "sources" table,
+ *     found by a hash of its address cut to plen4/plen6 (/32 and /64, or /24 and /48, /16 and /32
  *     when the daemon aggregates), and is paced at its share (one packet
  *     every src_interval_ns, a GCRA: see SLUICE_SRC_BURST_* in sluice.h).
  *     Within its share it takes the unknown tier's bucket; over it, it may
@@ -85,8 +85,8 @@
  *     source still gets the whole rate (max-min fair and work-conserving).
  *     The daemon sets the share to the max-min one from last epoch's counts
  *     (settings.epoch, its tick: SRC_ACTIVE, SRC_OVER, UNDER_PKTS).
- * All per-packet: one LRU-hash lookup for the source (and an insert for a
- * new one; a clock read only for one that looks over its share), one hash
+ * All per-packet: one array lookup for the source's slot (a new source
+ * takes the slot over; a clock read only for one that looks over its share), one hash
  * lookup in "known" (and a coarse clock read for a known one), no lock and
  * no atomic: two CPUs counting one source may each miss a count or a step
  * of the other.

@@ -161,7 +161,7 @@ struct sluice_src_key {
 	__u8 addr[16];
 };
 
-/* Value of the LRU "sources" map. Written by the gate only. */
+/* An unknown source's pace and counts (in its slot of "sources"). Written by the gate only. */
 struct sluice_src {
 	__u32 epoch; /* settings.epoch when pkts was last reset */
 	__u32 pkts;  /* packets in that epoch */
@@ -185,6 +185,21 @@ struct sluice_src {
  */
 #define SLUICE_SRC_BURST_PKTS 4
 #define SLUICE_SRC_BURST_NS 1000000ULL
+
+/*
+ * A slot of the direct-mapped "sources" table: the source it holds (key;
+ * family 0: empty) and its state. A source's slot is its seeded hash
+ * (sources.h, slot_of) masked to the table's size, a power of 2; a source
+ * that finds another in its slot takes it over with a fresh state (counted
+ * SLUICE_CS_SRC_REPLACED). There is no second place to look: a hash table's
+ * bucket walk and an LRU's bookkeeping cost about 35 ns a packet, a slot
+ * one lookup of an array (docs/results, "where its time goes").
+ */
+struct sluice_src_slot {
+	struct sluice_src_key key;
+	__u32 _pad;
+	struct sluice_src v;
+};
 
 /*
  * Value of the LRU "known" map: a client the service answered. Written by the
@@ -257,7 +272,7 @@ struct sluice_known_part {
  */
 #define SLUICE_ASKED_REFRESH_MS 1000
 #define SLUICE_ASKED_WINDOW_MS 5000
-/* Entries of the "known" map and slots of "asked" (a power of 2); "sources" is sized at load (default below). */
+/* Entries of the "known" map and slots of "asked" (a power of 2); the slots of "sources" are set at load (default below, a power of 2). */
 #define SLUICE_KNOWN_ENTRIES 65536
 #define SLUICE_ASKED_SLOTS 65536
 #define SLUICE_SOURCES_DEFAULT 262144
@@ -299,8 +314,8 @@ enum sluice_class_stat {
 	SLUICE_CS_UNDER_PKTS,     /* unknown, within its source's share */
 	SLUICE_CS_SRC_ACTIVE,     /* sources that sent their first packet of an epoch */
 	SLUICE_CS_SRC_OVER,       /* sources that went over their share in an epoch */
-	SLUICE_CS_SRC_INSERTS,    /* new entries in the "sources" map */
-	SLUICE_CS_SRC_FULL,       /* a source with no entry (insert failed): took the unknown bucket */
+	SLUICE_CS_SRC_INSERTS,    /* sources that took a slot of "sources" (empty, or held by another) */
+	SLUICE_CS_SRC_REPLACED,   /* of those, slots another source held (a collision, or a slot reused) */
 	SLUICE_CS_AWAY_PKTS,      /* admitted and sent to another CPU's cpumap kthread (the "away" map) */
 	SLUICE_CS_KNOWN_OVER_PKTS, /* from a known source over its own rate: taken as unknown */
 	SLUICE_CS_SYNACK_PKTS,    /* verdict: a SYN the gate answered with a cookie SYN-ACK (XDP_TX) */
@@ -368,7 +383,8 @@ struct sluice_settings {
 	__u64 known_ttl_ms;      /* a known source not answered for this long is unknown again */
 	struct sluice_verdicts verdicts[SLUICE_GENERATIONS]; /* by tables generation (tables_gen) */
 	__u32 epoch;             /* the daemon's tick count: source counts are per epoch */
-	__u32 _pad;
+	__u32 sources_mask;      /* slots of "sources" - 1 (written at load, before any packet) */
+	__u64 slot_seed;         /* random, drawn at load: where a source's slot is (sources.h, peer_hash) */
 	__u16 syn_mss4;          /* the MSS the gate's SYN-ACKs offer (the interface's MTU - 40) */
 	__u16 syn_mss6;          /* the same for IPv6 (MTU - 60) */
 	__u32 syn_allow;         /* SLUICE_SYN_*: what the namespace's TCP settings let a gate cookie carry */

@@ -51,12 +51,12 @@ struct {
 	__type(value, struct bpf_cpumap_val);
 } cpus SEC(".maps");
 
-/* Per-source counts of unknown sources; user space may resize it before load. */
+/* Unknown sources' pace and counts, direct-mapped (struct sluice_src_slot); user space sets its size before load. */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, SLUICE_SOURCES_DEFAULT);
-	__type(key, struct sluice_src_key);
-	__type(value, struct sluice_src);
+	__type(key, __u32);
+	__type(value, struct sluice_src_slot);
 } sources SEC(".maps");
 
 struct {

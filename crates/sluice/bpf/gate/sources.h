@@ -16,19 +16,26 @@
  */
 static __always_inline void src_key(struct sluice_src_key *k, const struct pkt *pk, __u32 cls, __u32 plen)
 {
+	__u32 w;
+
 	k->class_id = cls;
 	k->family = pk->family;
 	k->plen = plen;
+	/* Words in and out of addr by memcpy: the key is read whole as other
+	 * types after (peer_hash, same_key), and a store through a cast
+	 * pointer is one the compiler may take as not aliasing those reads. */
 	if (pk->family == 4) {
-		__u32 a = bpf_ntohl(pk->peer4);
-
-		a = plen >= 32 ? a : a & ~(0xffffffffU >> plen);
-		*(__u32 *)k->addr = bpf_htonl(a);
+		w = bpf_ntohl(pk->peer4);
+		w = bpf_htonl(plen >= 32 ? w : w & ~(0xffffffffU >> plen));
+		__builtin_memcpy(k->addr, &w, 4);
 		return;
 	}
 	__builtin_memcpy(k->addr, &pk->peer6, 8);
-	if (plen < 64)
-		*(__u32 *)&k->addr[4] = plen >= 48 ? *(__u32 *)&k->addr[4] & bpf_htonl(0xffff0000) : 0;
+	if (plen < 64) {
+		__builtin_memcpy(&w, &k->addr[4], 4);
+		w = plen >= 48 ? w & bpf_htonl(0xffff0000) : 0;
+		__builtin_memcpy(&k->addr[4], &w, 4);
+	}
 }
 
 /* The peer's known entry, if it is known now (answered over the span, within the ttl). */
@@ -92,6 +99,38 @@ static __always_inline int known_within_rate(struct sluice_known *v)
 }
 
 /*
+ * A 64-bit hash of a source key (class, family, the first 8 address bytes:
+ * an IPv4 address or an IPv6 /64), seeded with a random word drawn at load,
+ * so which sources share a slot of "sources" or "asked" cannot be worked
+ * out from outside. The Rust side's copy is `dataplane::gate::slot_of`.
+ */
+static __always_inline __u64 peer_hash(const struct sluice_src_key *k)
+{
+	__u64 h;
+
+	__builtin_memcpy(&h, k->addr, 8);
+	h ^= ((__u64)k->class_id << 8 | k->family) ^ settings.slot_seed;
+
+	/* The 64-bit finaliser of MurmurHash3: every input bit moves every output bit. */
+	h ^= h >> 33;
+	h *= 0xff51afd7ed558ccdULL;
+	h ^= h >> 33;
+	h *= 0xc4ceb9fe1a85ec53ULL;
+	h ^= h >> 33;
+	return h;
+}
+
+/* Is the slot's key this one? Five words (the key is 20 bytes, 4-aligned). */
+static __always_inline int same_key(const struct sluice_src_key *a, const struct sluice_src_key *b)
+{
+	__u32 x[5], y[5];
+
+	__builtin_memcpy(x, a, sizeof(x));
+	__builtin_memcpy(y, b, sizeof(y));
+	return !((x[0] ^ y[0]) | (x[1] ^ y[1]) | (x[2] ^ y[2]) | (x[3] ^ y[3]) | (x[4] ^ y[4]));
+}
+
+/*
  * Is an unknown source within its share? A GCRA on its theoretical arrival
  * time, as known_within_rate, but on the fine clock: the share's interval is
  * far below the coarse clock's 4 ms tick. Over its share the pace is not
@@ -138,28 +177,33 @@ static __always_inline int src_within_share(struct sluice_src *s, __u32 interval
 /*
  * Count an unknown packet against its source: 1 if the source is within its
  * share, 2 if it is over but took a token from the spare half of the unknown
- * tier's bucket, 0 if it is to be dropped. A source the map has no room for
- * cannot be counted: it is within (the unknown tier's bucket still caps it)
- * and counted SRC_FULL. Over its share, s->drops counts the packet only if
- * it is then dropped.
+ * tier's bucket, 0 if it is to be dropped. A source that finds another in
+ * its slot takes the slot over with a fresh state (struct sluice_src_slot):
+ * the other one's pace starts again when it next sends, so a heavy source
+ * that shares a slot with a light one gets a fresh burst after each of the
+ * light one's packets; the light one is never held back by it. Over its
+ * share, s->drops counts the packet only if it is then dropped.
  */
 static __always_inline int within_share(const struct pkt *pk, __u32 cls, const struct sluice_fair *f,
 					struct sluice_class_state *st)
 {
 	struct sluice_src_key k = {};
-	__u32 epoch = settings.epoch;
-	struct sluice_src *s, fresh = { .epoch = epoch, .over_epoch = epoch - 1 };
+	__u32 epoch = settings.epoch, slot;
+	struct sluice_src_slot *e;
+	struct sluice_src *s;
 
 	src_key(&k, pk, cls, pk->family == 4 ? f->plen4 : f->plen6);
-	s = bpf_map_lookup_elem(&sources, &k);
-	if (!s) {
+	slot = peer_hash(&k) & settings.sources_mask;
+	e = bpf_map_lookup_elem(&sources, &slot);
+	if (!e)
+		return 1; /* not reached: the mask keeps the slot inside the table */
+	s = &e->v;
+	if (!same_key(&e->key, &k)) {
 		st->cnt[SLUICE_CS_SRC_INSERTS] += 1;
-		bpf_map_update_elem(&sources, &k, &fresh, BPF_NOEXIST);
-		s = bpf_map_lookup_elem(&sources, &k);
-		if (!s) {
-			st->cnt[SLUICE_CS_SRC_FULL] += 1;
-			return 1;
-		}
+		if (e->key.family)
+			st->cnt[SLUICE_CS_SRC_REPLACED] += 1;
+		e->key = k;
+		*s = (struct sluice_src){ .epoch = epoch, .over_epoch = epoch - 1 };
 	}
 	if (s->epoch != epoch) {
 		s->epoch = epoch;
@@ -221,20 +265,6 @@ static __always_inline __u32 admit_limited(const struct pkt *pk, __u32 cls, cons
 	}
 	st->cnt[SLUICE_CS_UNDER_PKTS] += 1;
 	return bucket_take(&f->unknown, &st->unknown) ? SLUICE_CS_ADMIT_PKTS : SLUICE_CS_DROP_RATE_PKTS;
-}
-
-/* A 64-bit hash of a source key (class, family, the first 8 address bytes: an IPv4 address or an IPv6 /64). */
-static __always_inline __u64 peer_hash(const struct sluice_src_key *k)
-{
-	__u64 h = *(const __u64 *)k->addr ^ ((__u64)k->class_id << 8 | k->family);
-
-	/* The 64-bit finaliser of MurmurHash3: every input bit moves every output bit. */
-	h ^= h >> 33;
-	h *= 0xff51afd7ed558ccdULL;
-	h ^= h >> 33;
-	h *= 0xc4ceb9fe1a85ec53ULL;
-	h ^= h >> 33;
-	return h;
 }
 
 /* The peer's slot in "asked", and the tag its note carries in the slot's upper half. */

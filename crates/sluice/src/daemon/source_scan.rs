@@ -25,9 +25,9 @@ use anyhow::Result;
 use libbpf_rs::MapHandle;
 
 use crate::base::log;
-use crate::bpf_intf::{sluice_known, sluice_known_part, sluice_src, sluice_src_key};
+use crate::bpf_intf::{sluice_known, sluice_known_part, sluice_src_key};
 use crate::daemon::tick::FairStatus;
-use crate::dataplane::gate::{dump_map, Gate, IdIndex};
+use crate::dataplane::gate::{dump_map, occupied_sources, Gate, IdIndex};
 use crate::policy::config::{Config, DEFAULT_CLASS};
 use crate::policy::controller::TICK;
 use crate::signals::sources;
@@ -169,7 +169,7 @@ fn scan(maps: &(MapHandle, MapHandle), shape: Shape, dirty: bool, last: &mut Opt
     let t = Instant::now();
     let reuse = last.as_ref().is_some_and(|l| l.shape == shape) && !dirty;
     if !reuse {
-        let mut sources: Vec<(sluice_src_key, sluice_src)> = dump_map(&maps.0, "sources")?;
+        let mut sources = occupied_sources(&maps.0)?;
         shape.ids.to_classes(&mut sources);
         let per_class = sources::scan_sources(&sources, shape.classes);
         *last = Some(SourcesRead { shape, entries: sources.len() as u64, per_class });

@@ -102,12 +102,7 @@ fn kernel_takes_cookies(gate: &Gate) -> bool {
 /// 128 random bits for the cookies' SipHash key (getrandom; never all zero,
 /// which the gate takes as "no key").
 fn random_key() -> std::io::Result<[u64; 2]> {
-    let mut key = [0u64; 2];
-    // SAFETY: key is 16 writable bytes.
-    let n = unsafe { libc::getrandom(key.as_mut_ptr().cast(), 16, 0) };
-    if n != 16 {
-        return Err(std::io::Error::last_os_error());
-    }
+    let mut key = super::random_words::<2>()?;
     if key == [0, 0] {
         key[0] = 1;
     }

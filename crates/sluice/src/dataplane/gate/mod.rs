@@ -36,6 +36,7 @@ pub use cookies::{describe_syn_allow, syn_allow_all};
 pub use ids::{ClassIds, IdIndex, NO_CLASS};
 pub use limits::{Clock, FairTier, Tiers};
 pub use maps::{bytes_of, dump_map, from_bytes, Owned, Pod};
+pub use sources::{occupied_sources, slot_of};
 pub use wake::Woken;
 
 pub const XDP_DROP: u32 = libbpf_sys::XDP_DROP;
@@ -125,6 +126,18 @@ pub struct Gate {
     applied: Option<Applied>,
 }
 
+/// N random words (getrandom): the SYN cookies' key, the sources table's seed.
+fn random_words<const N: usize>() -> std::io::Result<[u64; N]> {
+    let mut w = [0u64; N];
+    let len = std::mem::size_of_val(&w);
+    // SAFETY: w is len writable bytes.
+    let n = unsafe { libc::getrandom(w.as_mut_ptr().cast(), len, 0) };
+    if n != len as isize {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(w)
+}
+
 /// Delete a key; one that is not there (never inserted) is no error.
 fn delete_present(map: &libbpf_rs::Map, key: &[u8]) -> Result<(), libbpf_rs::Error> {
     match map.delete(key) {
@@ -140,14 +153,27 @@ impl Gate {
         Gate::load_with(SLUICE_SOURCES_DEFAULT)
     }
 
-    /// Load with room for `sources` unknown sources (the LRU "sources" map;
-    /// its kernel memory is allocated at load: see `sources_memory`).
+    /// Load with `sources` slots for unknown sources (the direct-mapped
+    /// "sources" table, rounded up to a power of 2; its kernel memory is
+    /// allocated at load), and a random seed for where a source's slot is.
     pub fn load_with(sources: u32) -> Result<Gate> {
+        let seed = random_words::<1>().map_err(|e| GateError::Load(e.into()))?[0];
+        Gate::load_seeded(sources, seed)
+    }
+
+    /// Load as `load_with`, with this seed for the sources' slots: tests
+    /// whose sources must not share a slot by chance (`slot_of` says where
+    /// each one goes).
+    pub fn load_seeded(sources: u32, seed: u64) -> Result<Gate> {
         let possible = libbpf_rs::num_possible_cpus().map_err(GateError::Load)?;
+        let slots = sources.max(1).checked_next_power_of_two().unwrap_or(1 << 31);
         let skel = Owned::new(|storage| {
             let mut open = GateSkelBuilder::default().open(storage)?;
-            open.maps.sources.set_max_entries(sources.max(1))?;
+            open.maps.sources.set_max_entries(slots)?;
             open.maps.cpus.set_max_entries(possible as u32)?;
+            let data = open.maps.data_data.as_deref_mut().expect(".data is mmap'ed before load");
+            data.settings.sources_mask = slots - 1;
+            data.settings.slot_seed = seed;
             open.load()
         })
         .map_err(GateError::Load)?;

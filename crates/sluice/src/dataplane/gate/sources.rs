@@ -1,10 +1,38 @@
-//! The per-source maps: "sources" (unknown sources' counts and pace) and
-//! "known" (the clients the service answered), with each class's part of
-//! the known map (`known_part`: the learner's room, and whether the gate
-//! looks the class's sources up at all).
+//! The per-source maps: "sources" (unknown sources' counts and pace, a
+//! direct-mapped table: sluice.h, `struct sluice_src_slot`) and "known" (the
+//! clients the service answered), with each class's part of the known map
+//! (`known_part`: the learner's room, and whether the gate looks the class's
+//! sources up at all).
 use std::os::fd::{AsFd, AsRawFd};
 
 use super::*;
+use crate::bpf_intf::sluice_src_slot;
+
+/// The slot of `key` in a "sources" table of `mask` + 1 slots whose seed is
+/// `seed`: sources.h's peer_hash (the MurmurHash3 finaliser of the key's
+/// class, family and first 8 address bytes, seeded), masked.
+pub fn slot_of(key: &sluice_src_key, seed: u64, mask: u32) -> u32 {
+    let addr = u64::from_ne_bytes(key.addr[..8].try_into().expect("8 bytes"));
+    let mut h = addr ^ ((key.class_id as u64) << 8 | key.family as u64) ^ seed;
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51afd7ed558ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ceb9fe1a85ec53);
+    h ^= h >> 33;
+    h as u32 & mask
+}
+
+/// The sources a read of the "sources" table found: its occupied slots
+/// (keys by class id, as the gate writes them).
+pub fn occupied_sources(map: &dyn MapCore) -> Result<Vec<(sluice_src_key, sluice_src)>> {
+    let mut out = Vec::new();
+    super::maps::dump_each(map, "sources", |_: u32, s: sluice_src_slot| {
+        if s.key.family != 0 {
+            out.push((s.key, s.v));
+        }
+    })?;
+    Ok(out)
+}
 
 /// Entries written or deleted in one syscall (the batch calls).
 const BATCH: usize = 4096;
@@ -13,15 +41,17 @@ const BATCH: usize = 4096;
 pub type KnownEntries = Vec<(sluice_src_key, sluice_known)>;
 
 impl Gate {
-    /// Entries the "sources" map holds at most.
+    /// Slots of the "sources" table: the sources it holds at most.
     pub fn sources_capacity(&self) -> u32 {
         self.skel.maps.sources.max_entries()
     }
 
-    /// Every entry of the "sources" map (batched reads; 1M entries take about a second).
+    /// Every source the "sources" table holds (batched reads of every slot).
     /// Keys carry class indexes (NO_CLASS: an id no class holds).
     pub fn sources(&self) -> Result<Vec<(sluice_src_key, sluice_src)>> {
-        self.dump(&self.skel.maps.sources, "sources")
+        let mut entries = occupied_sources(&self.skel.maps.sources)?;
+        self.ids.index().to_classes(&mut entries);
+        Ok(entries)
     }
 
     /// Every entry of the "known" map, keys by class index (NO_CLASS: an id no class holds).
@@ -83,33 +113,42 @@ impl Gate {
         Ok(())
     }
 
-    /// Fill the sources map with `n` IPv4 sources of `class` (11.0.0.0 and
-    /// up, counted in `epoch`): the benchmark of a map under a spoofed flood.
-    pub fn fill_sources(&self, class: u8, n: u32, epoch: u32) -> Result<()> {
-        let value = sluice_src { epoch, pkts: 1, ..Default::default() };
+    /// Write `n` IPv4 sources of `class` (11.0.0.0 and up, counted in
+    /// `epoch`) into their slots of the sources table, as the gate would
+    /// (a later one takes the slot of an earlier one it shares it with):
+    /// the benchmark of a table under a spoofed flood. Returns how many
+    /// slots they hold.
+    pub fn fill_sources(&self, class: u8, n: u32, epoch: u32) -> Result<u32> {
+        let (seed, mask) = self.slot_hash();
+        let class_id = self.ids.id(class as usize) as u8;
+        // Which slots hold a source (a bit each): the count returned.
+        let mut taken = vec![0u64; (mask as usize + 1).div_ceil(64)];
         for start in (0..n).step_by(65_536) {
-            let count = (n - start).min(65_536);
             let (mut keys, mut values) = (Vec::new(), Vec::new());
-            for i in start..start + count {
+            for i in start..n.min(start + 65_536) {
                 let mut addr = [0u8; 16];
                 addr[..4].copy_from_slice(&(0x0b00_0000u32 + i).to_be_bytes());
-                let k = sluice_src_key {
-                    class_id: self.ids.id(class as usize) as u8,
-                    family: 4,
-                    plen: 32,
-                    addr,
-                    ..Default::default()
-                };
-                keys.extend_from_slice(bytes_of(&k));
-                values.extend_from_slice(bytes_of(&value));
+                let key = sluice_src_key { class_id, family: 4, plen: 32, addr, ..Default::default() };
+                let slot = slot_of(&key, seed, mask);
+                taken[slot as usize / 64] |= 1 << (slot % 64);
+                let v = sluice_src { epoch, pkts: 1, ..Default::default() };
+                keys.extend_from_slice(&slot.to_ne_bytes());
+                values.extend_from_slice(bytes_of(&sluice_src_slot { key, v, ..Default::default() }));
             }
+            // In order: a later source in a batch takes the slot of an earlier one.
             self.skel
                 .maps
                 .sources
-                .update_batch(&keys, &values, count, MapFlags::ANY, MapFlags::ANY)
+                .update_batch(&keys, &values, (keys.len() / 4) as u32, MapFlags::ANY, MapFlags::ANY)
                 .map_err(|err| GateError::Map { map: "sources", err })?;
         }
-        Ok(())
+        Ok(taken.iter().map(|w| w.count_ones()).sum())
+    }
+
+    /// The sources table's seed and mask (`slot_of`), as the gate holds them.
+    pub fn slot_hash(&self) -> (u64, u32) {
+        let data = self.skel.maps.data_data.as_deref().expect(".data is mmap'ed after load");
+        (data.settings.slot_seed, data.settings.sources_mask)
     }
 
     /// Kernel memory a map of the gate takes (its fdinfo's memlock), bytes.

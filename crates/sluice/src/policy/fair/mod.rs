@@ -11,7 +11,8 @@
 //!   recorded by the egress learner) take the class's own bucket, sized here
 //!   at KNOWN_HEADROOM times the most they sent in a tick lately (decaying
 //!   over seconds), at most 1 - UNKNOWN_MIN of the class rate;
-//! - every other source has an entry in the LRU "sources" map and is paced
+//! - every other source has a slot in the gate's direct-mapped "sources"
+//!   table (shared by chance with another source: each takes it over) and is paced
 //!   at `quota` packets per epoch (one tick; the gate turns it into an
 //!   interval per packet: see SLUICE_SRC_BURST_* in sluice.h); what is
 //!   within its share takes the unknown tier's bucket, the rest of the rate
