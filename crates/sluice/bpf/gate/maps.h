@@ -51,9 +51,14 @@ struct {
 	__type(value, struct bpf_cpumap_val);
 } cpus SEC(".maps");
 
-/* Unknown sources' pace and counts, direct-mapped (struct sluice_src_slot); user space sets its size before load. */
+/*
+ * Unknown sources' pace and counts, direct-mapped (struct sluice_src_slot);
+ * user space sets its size before load, and reads it through a read-only
+ * mapping of its own (a scan walks memory: no syscall, no copy per slot).
+ */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__uint(max_entries, SLUICE_SOURCES_DEFAULT);
 	__type(key, __u32);
 	__type(value, struct sluice_src_slot);

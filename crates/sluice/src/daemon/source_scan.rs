@@ -1,8 +1,8 @@
 //! The scan of the gate's source maps, on a thread of its own.
 //!
-//! Reading the whole "sources" map (262,144 entries) takes tens of
-//! milliseconds: the control thread, a 10 ms tick at SCHED_FIFO, must not
-//! spend them. Every `sources::SCAN_EVERY` this thread reads the "sources" and "known"
+//! Reading the whole "sources" table (262,144 slots, a walk of its
+//! read-only mapping) and the known map takes milliseconds: the control
+//! thread, a 10 ms tick at SCHED_FIFO, must not spend them. Every `sources::SCAN_EVERY` this thread reads the "sources" and "known"
 //! maps through handles of its own, sums them up per class
 //! (`sources::scan`), and works out which known entries are past their
 //! class's part of the map (`known::bound`). The control thread takes the
@@ -13,8 +13,8 @@
 //! its sources (limited, with source fairness on). So the thread reads it
 //! again only if some class counted since its last read (the control thread
 //! says so each tick, `counting`) or the config changed; otherwise the last
-//! read's summary stands. A host whose last flood filled the map does not
-//! read its 262,144 entries every 5 s for nothing.
+//! read's summary stands. A host whose last flood filled the table does not
+//! read its 262,144 slots every 5 s for nothing.
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};

@@ -5,7 +5,7 @@
 //! the table of sources comes from reading the whole "sources" and "known"
 //! maps, which the daemon does every SCAN_EVERY, on a thread of its own
 //! (`daemon::source_scan`), while some class counts
-//! sources (a full 256k-entry map takes tens of ms to read).
+//! sources.
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use serde::{Deserialize, Serialize};

@@ -64,21 +64,13 @@ pub fn from_bytes<T: Pod>(b: &[u8]) -> T {
     unsafe { std::ptr::read_unaligned(b.as_ptr().cast::<T>()) }
 }
 
-/// Every entry of a map (not per-CPU), as `dump_each` reads them.
-pub fn dump_map<K: Pod, V: Pod>(map: &dyn MapCore, name: &'static str) -> Result<Vec<(K, V)>> {
-    let mut out = Vec::new();
-    dump_each(map, name, |k, v| out.push((k, v)))?;
-    Ok(out)
-}
-
-/// Hand every entry of a map (not per-CPU) to `f`, read in batches of
-/// BATCH (bpf_map_lookup_batch) until the kernel says the map is done
-/// (ENOENT); a caller that keeps few of them holds no copy of the rest.
+/// Every entry of a hash map (not per-CPU), read in batches of BATCH
+/// (bpf_map_lookup_batch) until the kernel says the map is done (ENOENT).
 /// A hash map's batch ends at a bucket's edge, so most batches come back
 /// short of BATCH before the end: libbpf-rs's batch iterator took a short
 /// batch for the last and stopped, and a read of 59,000 known entries
 /// returned 8,190 (`gate_sources::known_entries_are_written_and_deleted_in_batches`).
-pub fn dump_each<K: Pod, V: Pod>(map: &dyn MapCore, name: &'static str, mut f: impl FnMut(K, V)) -> Result<()> {
+pub fn dump_map<K: Pod, V: Pod>(map: &dyn MapCore, name: &'static str) -> Result<Vec<(K, V)>> {
     use std::os::fd::AsRawFd;
     const BATCH: u32 = 4096;
     let (ks, vs) = (std::mem::size_of::<K>(), std::mem::size_of::<V>());
@@ -93,6 +85,7 @@ pub fn dump_each<K: Pod, V: Pod>(map: &dyn MapCore, name: &'static str, mut f: i
     let (mut keys, mut values) = (vec![0u8; ks * BATCH as usize], vec![0u8; vs * BATCH as usize]);
     // The kernel's place in the map between batches (a bucket index for a hash map).
     let (mut token, mut next) = (None::<[u8; 8]>, [0u8; 8]);
+    let mut out = Vec::new();
     loop {
         let mut n = BATCH;
         let prev = token.as_mut().map_or(std::ptr::null_mut(), |t| t.as_mut_ptr());
@@ -114,11 +107,11 @@ pub fn dump_each<K: Pod, V: Pod>(map: &dyn MapCore, name: &'static str, mut f: i
             continue;
         }
         for i in 0..n as usize {
-            f(from_bytes::<K>(&keys[i * ks..(i + 1) * ks]), from_bytes::<V>(&values[i * vs..(i + 1) * vs]));
+            out.push((from_bytes::<K>(&keys[i * ks..(i + 1) * ks]), from_bytes::<V>(&values[i * vs..(i + 1) * vs])));
         }
         match errno {
             None => token = Some(next),
-            Some(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(()),
+            Some(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(out),
             Some(e) => return Err(err(e)),
         }
     }
