@@ -79,6 +79,11 @@ pub(crate) struct IdleArgs {
     /// Other `sluice` binaries to measure beside this one (an older build).
     #[arg(long, value_delimiter = ',')]
     pub(crate) compare: Vec<PathBuf>,
+    /// Packets/s of the closed-port flood case (a socket sender on CPU 1,
+    /// where the flood's receive work runs; the report shows the rate it
+    /// reached); 0 skips the case.
+    #[arg(long, value_name = "PPS", default_value_t = 1_000_000)]
+    pub(crate) flood_rate: u64,
     /// Print the report as JSON.
     #[arg(long)]
     pub(crate) json: bool,

@@ -283,7 +283,7 @@ pub(crate) fn cmd_bench_idle(a: IdleArgs) -> Result<()> {
         anyhow::ensure!(b.exists(), "--compare {}: no such file", b.display());
         binaries.push(b.clone());
     }
-    let r = sluice_bench::idle::run(&binaries, a.services, a.rounds as usize, a.window, !a.json)?;
+    let r = sluice_bench::idle::run(&binaries, (a.services, a.flood_rate), a.rounds as usize, a.window, !a.json)?;
     print_json_or(a.json, &r, sluice_bench::idle::render)
 }
 

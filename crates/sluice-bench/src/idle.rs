@@ -22,6 +22,17 @@
 //! flood's first packet to the tick that follows it. A daemon that never
 //! ticks calmly with that traffic reacts within its 10 ms tick: shown so.
 //! Before the flood, the daemon's CPU over CALM_WINDOW of the calm traffic.
+//!
+//! Last, once per round and binary, the daemon under a closed-port flood:
+//! the sink with its CALM_PPS of clients, and `--flood-rate` packets/s to
+//! a closed port, both senders on CPU 1, where the flood's receive work
+//! runs too (a socket sender reaches what its CPU allows: the report shows
+//! the rate). After FLOOD_SETTLE of the flood, the daemon's CPU over the
+//! window, and of it the softirq time run while its threads were on a CPU
+//! (`daemon_softirq_secs`: receive work for the flood that the kernel
+//! charged to the daemon, this kernel having no IRQ_TIME_ACCOUNTING). The
+//! rest is its own work. Whether the daemon was controlling (ticking at
+//! 10 ms) at the window's end is shown beside it.
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -75,12 +86,38 @@ pub struct Reaction {
     pub reaction_ms: Option<f64>,
 }
 
+/// The closed-port flood case: how long it floods before the window opens.
+const FLOOD_SETTLE: Duration = Duration::from_secs(2);
+/// The closed port it floods.
+const CLOSED_PORT: u16 = 9999;
+
+/// One window of the daemon under a closed-port flood.
+#[derive(Debug, Clone, Serialize)]
+pub struct FloodSample {
+    pub binary: String,
+    pub round: usize,
+    /// The daemon's threads' CPU over the window, % of one core.
+    pub cpu_pct: f64,
+    /// Of it, softirq run while its threads were on a CPU (None: not
+    /// reported by the build, or not counted).
+    pub softirq_pct: Option<f64>,
+    /// The rest: its own work (None where the softirq part is).
+    pub own_pct: Option<f64>,
+    /// The flood as the sender sent it, packets/s.
+    pub flood_pps: f64,
+    /// The daemon's tick at the window's end, ms (10: controlling; None: not reported).
+    pub tick_ms: Option<f64>,
+}
+
 /// Every sample, and per (binary, services) the median and range.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
     pub window_secs: f64,
     pub samples: Vec<Sample>,
     pub reactions: Vec<Reaction>,
+    /// The closed-port flood case (empty: not run, `--flood-rate 0`).
+    #[serde(default)]
+    pub floods: Vec<FloodSample>,
 }
 
 /// CPU time (ns) of every thread of `pid` so far, and how many there are.
@@ -216,15 +253,70 @@ fn reaction(exe: &Path, load: &Path, tb: &Testbed, dir: &Path) -> Result<(bool, 
     Ok((calm, cpu, took))
 }
 
-/// `rounds` rounds; in each, every binary with no service, then with `services`.
-pub fn run(binaries: &[PathBuf], services: u32, rounds: usize, window: Duration, progress: bool) -> Result<Report> {
+/// What one closed-port flood window measured: CPU and softirq % of a
+/// core, the flood's packets/s, the tick at the end.
+type Flooded = (f64, Option<f64>, f64, Option<f64>);
+
+/// The daemon `exe` under a closed-port flood of `pps` (module comment).
+fn closed_port_flood(
+    exe: &Path,
+    load: &Path,
+    tb: &Testbed,
+    dir: &Path,
+    (settle, window): (Duration, Duration),
+    pps: u64,
+) -> Result<Flooded> {
+    let mut c = in_ns(&tb.b, None);
+    c.arg(load).args(["serve", "udp-echo", "--no-echo", "--port", &REACT_PORT.to_string()]);
+    c.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
+    let sink = Proc::spawn(c, "sluice-bench serve")?;
+    std::fs::create_dir_all(dir)?;
+    let sock = dir.join("flood.sock");
+    let daemon = start_daemon(exe, &tb.b, IF_B, &sock, &[], &dir.join("flood.log"))?;
+    std::thread::sleep(settle);
+    let secs = (FLOOD_SETTLE + window + Duration::from_secs(1)).as_secs_f64().to_string();
+    let send = |port: u16, pps: u64| {
+        let mut c = in_ns(&tb.a, Some(1));
+        let dst = format!("{}:{port}", tb.ip_b);
+        c.arg(load).args(["send", "--dst", &dst, "--rate", &pps.to_string(), "--duration", &secs, "--json"]);
+        c.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+        Proc::spawn(c, "sluice-bench send")
+    };
+    let clients = send(REACT_PORT, CALM_PPS)?;
+    let sender = send(CLOSED_PORT, pps)?;
+    std::thread::sleep(FLOOD_SETTLE);
+    let soft = || crate::procs::daemon_softirq_secs(exe, &tb.b, &sock);
+    let (c0, s0, t0) = (threads_cpu_ns(daemon.id()).0, soft(), Instant::now());
+    std::thread::sleep(window);
+    let (c1, s1) = (threads_cpu_ns(daemon.id()).0, soft());
+    let elapsed = t0.elapsed().as_secs_f64();
+    let tick_ms = status_json(exe, &tb.b, &sock)?["tick_ms"].as_f64();
+    let cpu = 100.0 * c1.saturating_sub(c0) as f64 / (elapsed * 1e9);
+    let softirq = s0.zip(s1).map(|(a, b)| 100.0 * (b - a).max(0.0) / elapsed);
+    let sent = crate::procs::json_of(sender.into_output()?, "sluice-bench send")?;
+    let rate = sent["sent"].as_f64().unwrap_or(0.0) / sent["secs"].as_f64().unwrap_or(f64::INFINITY);
+    drop(clients);
+    daemon.terminate("sluice run")?;
+    sink.terminate("sluice-bench serve")?;
+    Ok((cpu, softirq, rate, tick_ms))
+}
+
+/// `rounds` rounds; in each, every binary with no service, then with
+/// `services`, the reaction, and a closed-port flood of `flood_pps` (0: not run).
+pub fn run(
+    binaries: &[PathBuf],
+    (services, flood_pps): (u32, u64),
+    rounds: usize,
+    window: Duration,
+    progress: bool,
+) -> Result<Report> {
     sluice::dataplane::gate::check_privileges()?;
     let tb = Testbed::create(TestbedOpts { prefix: NS_PREFIX, ipv6: true }, &format!("{}-idle", std::process::id()))?;
     // Past the daemon's start, discovery and the first calm second.
     let settle = Duration::from_secs(4);
     // The service and the sender are this build's, whichever daemon is measured.
     let load = crate::load_exe(binaries.first().context("no sluice binary to measure")?);
-    let (mut samples, mut reactions) = (vec![], vec![]);
+    let (mut samples, mut reactions, mut floods) = (vec![], vec![], vec![]);
     for round in 0..rounds {
         for exe in binaries {
             for n in [0, services] {
@@ -242,9 +334,21 @@ pub fn run(binaries: &[PathBuf], services: u32, rounds: usize, window: Duration,
             let (calm, calm_cpu_pct, reaction_ms) =
                 reaction(exe, &load, &tb, &scratch_dir()).with_context(|| format!("{}: reaction", exe.display()))?;
             reactions.push(Reaction { binary: exe.display().to_string(), round, calm, calm_cpu_pct, reaction_ms });
+            if flood_pps == 0 {
+                continue;
+            }
+            if progress {
+                eprintln!("round {}/{rounds}: {}: a closed-port flood of {flood_pps}/s", round + 1, exe.display());
+            }
+            let (cpu_pct, softirq_pct, flood_pps, tick_ms) =
+                closed_port_flood(exe, &load, &tb, &scratch_dir(), (settle, window), flood_pps)
+                    .with_context(|| format!("{}: closed-port flood", exe.display()))?;
+            let own_pct = softirq_pct.map(|s| (cpu_pct - s).max(0.0));
+            let binary = exe.display().to_string();
+            floods.push(FloodSample { binary, round, cpu_pct, softirq_pct, own_pct, flood_pps, tick_ms });
         }
     }
-    Ok(Report { window_secs: window.as_secs_f64(), samples, reactions })
+    Ok(Report { window_secs: window.as_secs_f64(), samples, reactions, floods })
 }
 
 /// The table: per binary and service count, median % of a core and the range over rounds.
@@ -276,7 +380,60 @@ pub fn render(r: &Report) -> String {
         );
     }
     o += "WAKE: the gate's wake call to the calm loop, median (max) over rounds; n/a: not reported (a build without it)\n";
-    o + &render_reactions(r)
+    o + &render_reactions(r) + &render_floods(r)
+}
+
+/// Each binary once, in the order first measured.
+fn in_order<'a>(binaries: impl Iterator<Item = &'a str>) -> Vec<&'a str> {
+    let mut bins: Vec<&str> = vec![];
+    for b in binaries {
+        if !bins.contains(&b) {
+            bins.push(b);
+        }
+    }
+    bins
+}
+
+/// The closed-port flood: per binary, medians and ranges over rounds.
+fn render_floods(r: &Report) -> String {
+    if r.floods.is_empty() {
+        return String::new();
+    }
+    let mut o = format!(
+        "\nunder a closed-port flood (a service with {CALM_PPS}/s of clients; the daemon's threads over {:.0} s windows), % of one core\n",
+        r.window_secs
+    );
+    o += &format!(
+        "{:<48} {:>22} {:>22} {:>22} {:>12} {:>10}\n",
+        "BINARY", "CPU", "SOFTIRQ", "OWN WORK", "FLOOD pps", "TICK ms"
+    );
+    let spread = |v: &[f64]| match median(v) {
+        None => "n/a".to_string(),
+        Some(m) => {
+            let (lo, hi) = v.iter().fold((f64::MAX, f64::MIN), |(l, h), &x| (l.min(x), h.max(x)));
+            format!("{m:.2}% ({lo:.2}-{hi:.2})")
+        }
+    };
+    for b in in_order(r.floods.iter().map(|x| x.binary.as_str())) {
+        let mine: Vec<&FloodSample> = r.floods.iter().filter(|x| x.binary == b).collect();
+        let cpu: Vec<f64> = mine.iter().map(|x| x.cpu_pct).collect();
+        let soft: Vec<f64> = mine.iter().filter_map(|x| x.softirq_pct).collect();
+        let own: Vec<f64> = mine.iter().filter_map(|x| x.own_pct).collect();
+        let pps: Vec<f64> = mine.iter().map(|x| x.flood_pps).collect();
+        let pps = median(&pps).map_or("n/a".to_string(), |p| format!("{p:.0}"));
+        let ticks: Vec<String> =
+            mine.iter().map(|x| x.tick_ms.map_or("n/a".to_string(), |t| format!("{t:.0}"))).collect();
+        o += &format!(
+            "{b:<48} {:>22} {:>22} {:>22} {pps:>12} {:>10}\n",
+            spread(&cpu),
+            spread(&soft),
+            spread(&own),
+            ticks.join(",")
+        );
+    }
+    o + "medians (range) over rounds; SOFTIRQ: receive work run while the daemon's threads were on a CPU \
+         (status daemon_softirq_secs; n/a: not reported); OWN WORK: CPU less SOFTIRQ (target: at most 2%); \
+         TICK: each round's tick at the window's end (10: controlling, 500: calm)\n"
 }
 
 /// The reactions: per binary, each round's.
@@ -284,13 +441,7 @@ fn render_reactions(r: &Report) -> String {
     let mut o = format!(
         "\nreaction: a class at {CALM_PPS}/s flooded at {FLOOD_PPS}/s, from the flood's first packet to the next tick, ms\n"
     );
-    let mut bins: Vec<&str> = vec![];
-    for x in &r.reactions {
-        if !bins.contains(&x.binary.as_str()) {
-            bins.push(&x.binary);
-        }
-    }
-    for b in bins {
+    for b in in_order(r.reactions.iter().map(|x| x.binary.as_str())) {
         let mine: Vec<&Reaction> = r.reactions.iter().filter(|x| x.binary == b).collect();
         let each: Vec<String> = mine
             .iter()
@@ -308,4 +459,31 @@ fn render_reactions(r: &Report) -> String {
     }
     o + "never calm: the daemon ticked at 10 ms throughout; n/a: calm, but no wake reported (a build without the wake's clock, or none)\n\
          CPU with the calm traffic: the daemon's threads over 5 s of it before the flood (median), % of one core\n"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_flood_without_its_softirq_part_shows_its_own_work_as_missing() {
+        let f = |binary: &str, softirq_pct: Option<f64>| FloodSample {
+            binary: binary.into(),
+            round: 0,
+            cpu_pct: 2.0,
+            softirq_pct,
+            own_pct: softirq_pct.map(|s| 2.0 - s),
+            flood_pps: 1e5,
+            tick_ms: Some(10.0),
+        };
+        let floods = vec![f("new", Some(0.5)), f("old", None)];
+        let out = render_floods(&Report { window_secs: 15.0, samples: vec![], reactions: vec![], floods });
+        let new = out.lines().find(|l| l.starts_with("new")).expect("a row per binary");
+        assert!(new.contains("2.00% (2.00-2.00)") && new.contains("1.50% (1.50-1.50)"), "{new}");
+        let old = out.lines().find(|l| l.starts_with("old")).expect("a row per binary");
+        assert_eq!(old.matches("n/a").count(), 2, "softirq and own work missing, not 0: {old}");
+        assert!(
+            render_floods(&Report { window_secs: 1.0, samples: vec![], reactions: vec![], floods: vec![] }).is_empty()
+        );
+    }
 }

@@ -78,7 +78,9 @@ enum BenchCmd {
     /// traffic, with no service and then with --services idle UDP services,
     /// its threads' CPU over --window, % of one core; then how soon a flood
     /// of a class with calm traffic (10k/s, flooded at 100k/s) is ticked;
-    /// --compare measures other builds beside it, interleaved round by round.
+    /// then its CPU under a closed-port flood (--flood-rate), its own work
+    /// apart from the softirq charged to it; --compare measures other builds
+    /// beside it, interleaved round by round.
     Idle(IdleArgs),
     /// A victim service for tests and demos, with a set CPU cost per
     /// datagram (the daemon's binary does not ship it).
