@@ -191,7 +191,9 @@ struct sluice_src {
  * family 0: empty) and its state. A source's slot is its seeded hash
  * (sources.h, slot_of) masked to the table's size, a power of 2; a source
  * that finds another in its slot takes it over with a fresh state (counted
- * SLUICE_CS_SRC_REPLACED). There is no second place to look: a hash table's
+ * SLUICE_CS_SRC_INSERTS, or SLUICE_CS_SRC_COLLIDED where the other one sent
+ * in this epoch: the daemon reads inserts as the table's turnover, and two
+ * live sources taking a slot from each other are not turnover). There is no second place to look: a hash table's
  * bucket walk and an LRU's bookkeeping cost about 35 ns a packet, a slot
  * one lookup of an array (docs/results, "where its time goes").
  */
@@ -314,8 +316,8 @@ enum sluice_class_stat {
 	SLUICE_CS_UNDER_PKTS,     /* unknown, within its source's share */
 	SLUICE_CS_SRC_ACTIVE,     /* sources that sent their first packet of an epoch */
 	SLUICE_CS_SRC_OVER,       /* sources that went over their share in an epoch */
-	SLUICE_CS_SRC_INSERTS,    /* sources that took a slot of "sources" (empty, or held by another) */
-	SLUICE_CS_SRC_REPLACED,   /* of those, slots another source held (a collision, or a slot reused) */
+	SLUICE_CS_SRC_INSERTS,    /* sources that took a slot of "sources" that was empty or whose source was quiet this epoch */
+	SLUICE_CS_SRC_COLLIDED,   /* sources that took a slot from a source that sent this epoch (two live ones share it) */
 	SLUICE_CS_AWAY_PKTS,      /* admitted and sent to another CPU's cpumap kthread (the "away" map) */
 	SLUICE_CS_KNOWN_OVER_PKTS, /* from a known source over its own rate: taken as unknown */
 	SLUICE_CS_SYNACK_PKTS,    /* verdict: a SYN the gate answered with a cookie SYN-ACK (XDP_TX) */

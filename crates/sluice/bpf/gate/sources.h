@@ -199,9 +199,10 @@ static __always_inline int within_share(const struct pkt *pk, __u32 cls, const s
 		return 1; /* not reached: the mask keeps the slot inside the table */
 	s = &e->v;
 	if (!same_key(&e->key, &k)) {
-		st->cnt[SLUICE_CS_SRC_INSERTS] += 1;
-		if (e->key.family)
-			st->cnt[SLUICE_CS_SRC_REPLACED] += 1;
+		if (e->key.family && s->epoch == epoch)
+			st->cnt[SLUICE_CS_SRC_COLLIDED] += 1;
+		else
+			st->cnt[SLUICE_CS_SRC_INSERTS] += 1;
 		e->key = k;
 		*s = (struct sluice_src){ .epoch = epoch, .over_epoch = epoch - 1 };
 	}
