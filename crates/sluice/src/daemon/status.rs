@@ -7,7 +7,7 @@ use anyhow::Result;
 
 use crate::base::iface::Iface;
 use crate::base::log;
-use crate::dataplane::gate::{self, Gate};
+use crate::dataplane::gate::Gate;
 use crate::policy::config::Config;
 use crate::policy::syn_guard;
 use crate::surface::stats::{class_snapshots, ClassSnapshot, Snapshot, SNAPSHOT_VERSION};
@@ -82,7 +82,7 @@ impl Daemon {
         for (c, g) in snap.classes.iter_mut().zip(self.ticker.syn.status(unavailable)) {
             c.syn_guard = g;
         }
-        let attached = gate::attached_prog_id(snap.ifindex as i32) == Some(snap.prog_id);
+        let attached = self.gate.attached_to(snap.ifindex as i32);
         if snap.attached && !attached {
             log::error(format_args!(
                 "the gate (prog id {}) is no longer attached to {}: nothing is protected; restart sluice",
