@@ -195,29 +195,11 @@ fn wake_ms(exe: &Path, load: &Path, tb: &Testbed, sock: &Path) -> Result<Option<
 /// The reaction of the daemon `exe` to a flood of a class with calm traffic
 /// (module comment): (calm reached, its CPU with the calm traffic, reaction in ms).
 fn reaction(exe: &Path, load: &Path, tb: &Testbed, dir: &Path) -> Result<(bool, f64, Option<f64>)> {
-    let mut c = in_ns(&tb.b, None);
-    c.arg(load).args(["serve", "udp-echo", "--no-echo", "--port", &REACT_PORT.to_string()]);
-    c.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
-    let sink = Proc::spawn(c, "sluice-bench serve")?;
-    std::thread::sleep(Duration::from_millis(300));
+    let sink = start_sink(load, tb)?;
     std::fs::create_dir_all(dir)?;
     let sock = dir.join("react.sock");
     let daemon = start_daemon(exe, &tb.b, IF_B, &sock, &[], &dir.join("react.log"))?;
-    let dst = format!("{}:{REACT_PORT}", tb.ip_b);
-    let send = |pps: u64, secs: f64| {
-        let mut c = in_ns(&tb.a, Some(1));
-        c.arg(load).args([
-            "send",
-            "--dst",
-            &dst,
-            "--rate",
-            &pps.to_string(),
-            "--duration",
-            &secs.to_string(),
-            "--json",
-        ]);
-        c
-    };
+    let send = |pps: u64, secs: f64| send_cmd(load, tb, (REACT_PORT, pps), secs);
     let mut calm_c = send(CALM_PPS, 30.0);
     calm_c.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
     let calm_traffic = Proc::spawn(calm_c, "sluice-bench send")?;
@@ -253,6 +235,25 @@ fn reaction(exe: &Path, load: &Path, tb: &Testbed, dir: &Path) -> Result<(bool, 
     Ok((calm, cpu, took))
 }
 
+/// The sink on REACT_PORT in B (the service of the reaction and the flood
+/// cases), given 300 ms to bind before a daemon starts and discovers it.
+fn start_sink(load: &Path, tb: &Testbed) -> Result<Proc> {
+    let mut c = in_ns(&tb.b, None);
+    c.arg(load).args(["serve", "udp-echo", "--no-echo", "--port", &REACT_PORT.to_string()]);
+    c.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
+    let sink = Proc::spawn(c, "sluice-bench serve")?;
+    std::thread::sleep(Duration::from_millis(300));
+    Ok(sink)
+}
+
+/// `sluice-bench send --json` from A, on CPU 1, to B's `port` at `pps` for `secs`.
+fn send_cmd(load: &Path, tb: &Testbed, (port, pps): (u16, u64), secs: f64) -> std::process::Command {
+    let mut c = in_ns(&tb.a, Some(1));
+    let dst = format!("{}:{port}", tb.ip_b);
+    c.arg(load).args(["send", "--dst", &dst, "--rate", &pps.to_string(), "--duration", &secs.to_string(), "--json"]);
+    c
+}
+
 /// What one closed-port flood window measured: CPU and softirq % of a
 /// core, the flood's packets/s, the tick at the end.
 type Flooded = (f64, Option<f64>, f64, Option<f64>);
@@ -266,24 +267,19 @@ fn closed_port_flood(
     (settle, window): (Duration, Duration),
     pps: u64,
 ) -> Result<Flooded> {
-    let mut c = in_ns(&tb.b, None);
-    c.arg(load).args(["serve", "udp-echo", "--no-echo", "--port", &REACT_PORT.to_string()]);
-    c.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
-    let sink = Proc::spawn(c, "sluice-bench serve")?;
+    let sink = start_sink(load, tb)?;
     std::fs::create_dir_all(dir)?;
     let sock = dir.join("flood.sock");
     let daemon = start_daemon(exe, &tb.b, IF_B, &sock, &[], &dir.join("flood.log"))?;
     std::thread::sleep(settle);
-    let secs = (FLOOD_SETTLE + window + Duration::from_secs(1)).as_secs_f64().to_string();
-    let send = |port: u16, pps: u64| {
-        let mut c = in_ns(&tb.a, Some(1));
-        let dst = format!("{}:{port}", tb.ip_b);
-        c.arg(load).args(["send", "--dst", &dst, "--rate", &pps.to_string(), "--duration", &secs, "--json"]);
+    let secs = (FLOOD_SETTLE + window + Duration::from_secs(1)).as_secs_f64();
+    let send = |to: (u16, u64)| {
+        let mut c = send_cmd(load, tb, to, secs);
         c.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
         Proc::spawn(c, "sluice-bench send")
     };
-    let clients = send(REACT_PORT, CALM_PPS)?;
-    let sender = send(CLOSED_PORT, pps)?;
+    let clients = send((REACT_PORT, CALM_PPS))?;
+    let sender = send((CLOSED_PORT, pps))?;
     std::thread::sleep(FLOOD_SETTLE);
     let soft = || crate::procs::daemon_softirq_secs(exe, &tb.b, &sock);
     let (c0, s0, t0) = (threads_cpu_ns(daemon.id()).0, soft(), Instant::now());
@@ -294,7 +290,8 @@ fn closed_port_flood(
     let cpu = 100.0 * c1.saturating_sub(c0) as f64 / (elapsed * 1e9);
     let softirq = s0.zip(s1).map(|(a, b)| 100.0 * (b - a).max(0.0) / elapsed);
     let sent = crate::procs::json_of(sender.into_output()?, "sluice-bench send")?;
-    let rate = sent["sent"].as_f64().unwrap_or(0.0) / sent["secs"].as_f64().unwrap_or(f64::INFINITY);
+    let field = |k: &str| sent[k].as_f64().with_context(|| format!("sluice-bench send's report has no {k}"));
+    let rate = field("sent")? / field("secs")?.max(1e-9);
     drop(clients);
     daemon.terminate("sluice run")?;
     sink.terminate("sluice-bench serve")?;

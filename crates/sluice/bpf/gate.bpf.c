@@ -76,9 +76,10 @@
  *     only up to its own rate (SLUICE_KNOWN_HEADROOM times the rate it was
  *     answered at): past it, a known source's packets are an unknown one's;
  *   - every other source has a slot in the direct-mapped "sources" table,
- *     found by a hash of its address cut to plen4/plen6 (/32 and /64, or /24 and /48, /16 and /32
- *     when the daemon aggregates), and is paced at its share (one packet
- *     every src_interval_ns, a GCRA: see SLUICE_SRC_BURST_* in sluice.h).
+ *     found by a hash of its address cut to plen4/plen6 (/32 and /64, or
+ *     /24 and /48, /16 and /32 when the daemon aggregates), and is paced
+ *     at its share (one packet every src_interval_ns, a GCRA: see
+ *     SLUICE_SRC_BURST_* in sluice.h).
  *     Within its share it takes the unknown tier's bucket; over it, it may
  *     take only the top half of that bucket. So a light source finds tokens
  *     while heavy ones share what the light ones leave, and a lone heavy
@@ -86,10 +87,10 @@
  *     The daemon sets the share to the max-min one from last epoch's counts
  *     (settings.epoch, its tick: SRC_ACTIVE, SRC_OVER, UNDER_PKTS).
  * All per-packet: one array lookup for the source's slot (a new source
- * takes the slot over; a clock read only for one that looks over its share), one hash
- * lookup in "known" (and a coarse clock read for a known one), no lock and
- * no atomic: two CPUs counting one source may each miss a count or a step
- * of the other.
+ * takes the slot over; a clock read only for one that looks over its
+ * share), one hash lookup in "known" (and a coarse clock read for a known
+ * one), no lock and no atomic: two CPUs counting one source may each miss
+ * a count or a step of the other.
  *
  * Verdicts for odd input (also in the README):
  *   - not IPv4/IPv6 (ARP, LLDP, ...): XDP_PASS, counted NON_IP_PASS;

@@ -189,13 +189,14 @@ struct sluice_src {
 /*
  * A slot of the direct-mapped "sources" table: the source it holds (key;
  * family 0: empty) and its state. A source's slot is its seeded hash
- * (sources.h, slot_of) masked to the table's size, a power of 2; a source
- * that finds another in its slot takes it over with a fresh state (counted
- * SLUICE_CS_SRC_INSERTS, or SLUICE_CS_SRC_COLLIDED where the other one sent
- * in this epoch: the daemon reads inserts as the table's turnover, and two
- * live sources taking a slot from each other are not turnover). There is no second place to look: a hash table's
- * bucket walk and an LRU's bookkeeping cost about 35 ns a packet, a slot
- * one lookup of an array (docs/results, "where its time goes").
+ * (sources.h, peer_hash) masked to the table's size, a power of 2; a
+ * source that finds another in its slot takes it over with a fresh state
+ * (counted SLUICE_CS_SRC_INSERTS, or SLUICE_CS_SRC_COLLIDED where the
+ * other one sent in this epoch: the daemon reads inserts as the table's
+ * turnover, and two live sources taking a slot from each other are not
+ * turnover). There is no second place to look: a hash table's bucket walk
+ * and an LRU's bookkeeping cost about 35 ns a packet, a slot one lookup of
+ * an array (docs/results, "where its time goes").
  */
 struct sluice_src_slot {
 	struct sluice_src_key key;

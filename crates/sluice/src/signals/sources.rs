@@ -72,7 +72,9 @@ pub struct SourcesMap {
     pub capacity: u32,
     /// Entries held at the last scan (None: not scanned yet).
     pub entries: Option<u64>,
-    /// Entries made since the gate was loaded (every class).
+    /// Slots taken since the gate was loaded, every class: empty ones, or
+    /// held by a source quiet in that epoch (collisions of live sources
+    /// are not counted).
     pub inserts: u64,
     /// Entries evicted, as of the last scan (`evictions`; None: not scanned yet).
     pub evictions: Option<u64>,

@@ -36,7 +36,9 @@ pub struct ClassTotals {
     /// Source-epochs: a source's first packet in a 10 ms epoch, while the class is limited with source fairness on.
     #[serde(default)]
     pub source_epochs: u64,
-    /// Entries this class made in the per-source map.
+    /// Slots of the per-source table this class's sources took that were
+    /// empty or held by a source quiet this epoch (its turnover; a slot
+    /// taken from a source that sent this epoch is a collision, not counted).
     #[serde(default)]
     pub source_inserts: u64,
     /// Admitted packets sent to another CPU (cpu = "away", while a higher

@@ -74,7 +74,7 @@ impl Gate {
         self.skel.maps.sources.max_entries()
     }
 
-    /// Every source the "sources" table holds (batched reads of every slot).
+    /// Every source the "sources" table holds (`occupied_sources`).
     /// Keys carry class indexes (NO_CLASS: an id no class holds).
     pub fn sources(&self) -> Result<Vec<(sluice_src_key, sluice_src)>> {
         let mut entries = occupied_sources(&self.skel.maps.sources)?;

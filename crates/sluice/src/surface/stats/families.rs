@@ -147,7 +147,7 @@ pub const FAMILIES: &[FamilyDoc] = &[
         name: "source_inserts",
         kind: Kind::Counter,
         labels: "",
-        help: "entries made in the per-source map, every class",
+        help: "slots of the per-source table taken that were empty or held by a quiet source (not collisions of live ones), every class",
     },
     FamilyDoc {
         name: "source_evictions",
