@@ -115,7 +115,7 @@ fn measure(services: u32, rounds: usize, calls: u32) -> Result<Report> {
     for _ in 0..rounds {
         let s = [
             time(calls, || ticker.tick(&mut gate, |_| {}))?,
-            time(calls, || health.read().map(drop))?,
+            time(calls, || health.read(false).map(drop))?,
             time(calls, || {
                 families.iter().try_for_each(|&f| diag.dump(f, libc::IPPROTO_UDP as u8, u32::MAX, &mut |_| {}))
             })?,

@@ -39,6 +39,13 @@ const SYN_QUEUE_FULL: f64 = 0.5;
 /// every tick. Between reads the last values stand: a queue that stood at
 /// two reads stands through the ticks between them.
 pub const TCP_TICKS: u64 = 4;
+/// While the daemon is calm and no packet of a UDP class reached the gate,
+/// the classes' UDP sockets are read again only every this many ticks (5 s at
+/// the calm tick), if nothing was queued at the last read: a socket's queue
+/// and drops grow only with arrivals, so the reads between would see the same
+/// or less. Traffic that does not pass the gate (loopback, another interface)
+/// is then seen up to this late; the gate can do nothing about it anyway.
+pub const UDP_CARRY_TICKS: u32 = 10;
 
 /// A class's TCP listeners, summed over its listening sockets.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -202,6 +209,9 @@ pub struct HealthReader {
     /// TcpExt and the classes' listeners as last read (every TCP_TICKS).
     last_tcp: TcpExt,
     last_listen: Vec<ListenStats>,
+    /// The classes' UDP sockets as last read, and how many reads since carried it.
+    last_udp: Option<Vec<SockStats>>,
+    udp_carried: u32,
     ticks: u64,
 }
 
@@ -236,6 +246,8 @@ impl HealthReader {
             softnet: NsFile::open_here("softnet_stat")?,
             last_tcp: TcpExt::default(),
             last_listen: vec![],
+            last_udp: None,
+            udp_carried: 0,
             ticks: 0,
         })
     }
@@ -245,11 +257,28 @@ impl HealthReader {
         (0..self.udp.len()).filter(|&id| !self.udp[id].is_empty() || !self.tcp[id].is_empty()).collect()
     }
 
-    /// Read this tick's health.
-    pub fn read(&mut self) -> Result<Health> {
+    /// The class ids with UDP ports.
+    pub fn udp_classes(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.udp.len()).filter(|&id| !self.udp[id].is_empty())
+    }
+
+    /// Read this tick's health. `udp_quiet`: the daemon is calm and no
+    /// packet of a UDP class reached the gate since the last read; the last
+    /// UDP read may then stand for this one (see UDP_CARRY_TICKS).
+    pub fn read(&mut self, udp_quiet: bool) -> Result<Health> {
         let mut h = Health { classes: vec![ClassHealth::default(); self.udp.len()], ..Default::default() };
         if self.udp.iter().any(|u| !u.is_empty()) {
-            self.read_udp(&mut h)?;
+            match self.last_udp.as_ref().filter(|l| self.carries_udp(l, udp_quiet)) {
+                Some(last) => {
+                    h.classes.iter_mut().zip(last).for_each(|(c, u)| c.udp = *u);
+                    self.udp_carried += 1;
+                }
+                None => {
+                    self.read_udp(&mut h)?;
+                    self.last_udp = Some(h.classes.iter().map(|c| c.udp).collect());
+                    self.udp_carried = 0;
+                }
+            }
         }
         if self.ticks.is_multiple_of(TCP_TICKS) {
             self.read_tcp_signals(&mut h)?;
@@ -260,6 +289,11 @@ impl HealthReader {
         h.softnet = parse_softnet(&self.softnet.read()?);
         self.ticks += 1;
         Ok(h)
+    }
+
+    /// May the last UDP read `last` stand for this tick's?
+    fn carries_udp(&self, last: &[SockStats], udp_quiet: bool) -> bool {
+        udp_quiet && self.udp_carried + 1 < UDP_CARRY_TICKS && last.iter().all(|u| u.full_queued == 0)
     }
 
     /// The classes' UDP sockets.
@@ -508,15 +542,15 @@ mod tests {
         let port = l.local_addr().unwrap().port();
         let cfg = crate::policy::config::from_flags(&[format!("web:rate=auto,match=tcp:{port}")]).unwrap();
         let mut r = HealthReader::new(&cfg, None).unwrap();
-        let before = r.read().unwrap().classes[0].listen;
+        let before = r.read(false).unwrap().classes[0].listen;
         assert_eq!((before.sockets, before.accept_queue, before.drops), (1, 0, 0));
         assert!(before.backlog > 0);
         let _c: Vec<_> = (0..3).map(|_| std::net::TcpStream::connect(("127.0.0.1", port)).unwrap()).collect();
         // The listeners are dumped every TCP_TICKS: the ticks between carry the last read.
         for _ in 1..TCP_TICKS {
-            assert_eq!(r.read().unwrap().classes[0].listen, before, "carried between reads");
+            assert_eq!(r.read(false).unwrap().classes[0].listen, before, "carried between reads");
         }
-        let after = r.read().unwrap().classes[0].listen;
+        let after = r.read(false).unwrap().classes[0].listen;
         assert_eq!(after.accept_queue, 3, "{after:?}");
     }
 
@@ -532,7 +566,7 @@ mod tests {
         let port = l.local_addr().unwrap().port();
         let cfg = crate::policy::config::from_flags(&[format!("web:match=tcp:{port}")]).unwrap();
         let mut r = HealthReader::new(&cfg, None).unwrap();
-        let before = r.read().unwrap().classes[0].listen;
+        let before = r.read(false).unwrap().classes[0].listen;
         let mut held = vec![];
         for _ in 0..8 {
             let c = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
@@ -542,9 +576,38 @@ mod tests {
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
         for _ in 1..TCP_TICKS {
-            r.read().unwrap();
+            r.read(false).unwrap();
         }
-        let after = r.read().unwrap().classes[0].listen;
+        let after = r.read(false).unwrap().classes[0].listen;
         assert!(after.drops > before.drops, "{before:?} -> {after:?}");
+    }
+
+    /// While quiet, an empty socket's last read stands for UDP_CARRY_TICKS - 1
+    /// reads, then it is read again; a queue at the last read, or a read that
+    /// is not quiet, is always read.
+    #[test]
+    fn a_quiet_empty_sockets_last_read_stands_a_bounded_number_of_reads() {
+        let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let port = sock.local_addr().unwrap().port();
+        let cfg = crate::policy::config::from_flags(&[format!("dns:match=udp:{port}")]).unwrap();
+        let mut r = HealthReader::new(&cfg, None).unwrap();
+        let udp = |r: &mut HealthReader, quiet| r.read(quiet).unwrap().classes[0].udp;
+        let first = udp(&mut r, true);
+        assert_eq!((first.sockets, first.queued), (1, 0), "the first read is a read, quiet or not");
+        let send = || {
+            std::net::UdpSocket::bind("127.0.0.1:0").unwrap().send_to(&[0; 100], ("127.0.0.1", port)).unwrap();
+        };
+        send();
+        for i in 1..UDP_CARRY_TICKS {
+            assert_eq!(udp(&mut r, true), first, "read {i} is carried");
+        }
+        let read = udp(&mut r, true);
+        assert!(read.queued > 0, "the {UDP_CARRY_TICKS}th is read: {read:?}");
+        let mut buf = [0; 200];
+        sock.recv(&mut buf).unwrap();
+        assert_eq!(udp(&mut r, true).queued, 0, "a queue at the last read: read again, quiet or not");
+        send();
+        assert_eq!(udp(&mut r, true).queued, 0, "empty at the last read, quiet: carried");
+        assert!(udp(&mut r, false).queued > 0, "not quiet: read");
     }
 }

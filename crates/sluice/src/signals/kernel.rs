@@ -231,6 +231,8 @@ const MSG_LEN: usize = 72;
 pub struct SockDiag {
     fd: std::os::fd::OwnedFd,
     seq: u32,
+    /// The replies' buffer, kept: the daemon dumps several times a second.
+    buf: Vec<u8>,
 }
 
 impl SockDiag {
@@ -245,7 +247,7 @@ impl SockDiag {
                 return Err(std::io::Error::last_os_error()).context("opening a NETLINK_SOCK_DIAG socket");
             }
             // SAFETY: fd is a fresh, valid descriptor.
-            Ok(SockDiag { fd: unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }, seq: 0 })
+            Ok(SockDiag { fd: unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }, seq: 0, buf: vec![0; 32 * 1024] })
         };
         match ns {
             Some(ns) => netns::run_in(ns, open),
@@ -315,7 +317,7 @@ impl SockDiag {
         if n < 0 {
             return Err(std::io::Error::last_os_error()).context("sock_diag request");
         }
-        let mut buf = vec![0u8; 32 * 1024];
+        let buf = &mut self.buf;
         loop {
             // SAFETY: recv(2) into a buffer we own, at most its length.
             let n = unsafe { libc::recv(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
@@ -443,7 +445,8 @@ pub fn parse_diag_reply(mut b: &[u8], seq: u32, each: &mut dyn FnMut(&DiagSock))
                     let mut sock = DiagSock::parse(m);
                     // Attributes after the fixed part, 4-byte aligned.
                     let mut a = &m[MSG_LEN..];
-                    let mut mem = vec![];
+                    // SK_MEMINFO_VARS is 9 today; later kernels may add more, unread here.
+                    let (mut mem, mut mem_len) = ([0u32; 16], 0);
                     while a.len() >= 4 {
                         let alen = u16_at(a, 0) as usize;
                         if alen < 4 || alen > a.len() {
@@ -451,18 +454,18 @@ pub fn parse_diag_reply(mut b: &[u8], seq: u32, each: &mut dyn FnMut(&DiagSock))
                         }
                         match u16_at(a, 2) {
                             INET_DIAG_SKMEMINFO => {
-                                mem = a[4..alen]
-                                    .chunks_exact(4)
-                                    .map(|c| u32::from_ne_bytes(c.try_into().unwrap()))
-                                    .collect()
+                                for (m, c) in mem.iter_mut().zip(a[4..alen].chunks_exact(4)) {
+                                    *m = u32::from_ne_bytes(c.try_into().unwrap());
+                                    mem_len += 1;
+                                }
                             }
                             INET_DIAG_SKV6ONLY if alen > 4 => sock.v6only = a[4] != 0,
                             _ => {}
                         }
                         a = &a[alen.next_multiple_of(4).min(a.len())..];
                     }
-                    if mem.len() > SK_MEMINFO_DROPS {
-                        sock.mem = Some(&mem);
+                    if mem_len > SK_MEMINFO_DROPS {
+                        sock.mem = Some(&mem[..mem_len]);
                     }
                     each(&sock);
                 }

@@ -311,12 +311,16 @@ impl Ticker {
 
     /// Read the health, run the auto controller and the budget; the budget's throttles.
     fn control(&mut self, gate: &Gate) -> Result<Vec<Option<f64>>> {
-        let Some(reader) = &mut self.health else { return Ok(vec![]) };
-        let mut now = (std::time::Instant::now(), reader.read()?);
-        now.1.rx = self.rx.as_ref().map(|r| r.read()).transpose()?.map(|cpus| rx_work(&cpus));
+        if self.health.is_none() {
+            return Ok(vec![]);
+        }
         // One read of each class's counters serves the auto loop, the budget and fairness.
         let raw = (0..self.classes.len()).map(|id| Ok(gate.class_counters(id)?)).collect::<Result<Vec<_>>>()?;
         let totals: Vec<ClassTotals> = raw.iter().map(|&r| ClassTotals::from(r)).collect();
+        let udp_quiet = self.calm() && self.no_udp_arrivals(&totals);
+        let reader = self.health.as_mut().expect("checked above");
+        let mut now = (std::time::Instant::now(), reader.read(udp_quiet)?);
+        now.1.rx = self.rx.as_ref().map(|r| r.read()).transpose()?.map(|cpus| rx_work(&cpus));
         let held = self.observe_held(&self.budget.limits);
         if let Some(a) = &mut self.auto {
             a.tick(&totals, &now.1, &held)?;
@@ -366,6 +370,16 @@ impl Ticker {
         self.rx_cpu_wanted = self.rx_cpu.arm(now.0, throttled || self.lower_busy() || self.syn.strays_seen());
         self.last = Some(now);
         Ok(limits)
+    }
+
+    /// Did no packet of a class with UDP ports reach the gate since the last
+    /// tick (`totals`: this tick's counters)? The first tick has no last.
+    fn no_udp_arrivals(&self, totals: &[ClassTotals]) -> bool {
+        let Some(reader) = &self.health else { return false };
+        reader.udp_classes().all(|id| {
+            let (Some(c), Some(t)) = (self.classes.get(id), totals.get(id)) else { return false };
+            c.totals.is_some_and(|o| o.seen_pkts == t.seen_pkts)
+        })
     }
 
     /// Step each class's SYN guard and write the changed ones to the gate
