@@ -137,8 +137,13 @@ static __always_inline void sip_word(struct sip *s, __u64 m)
 	s->v0 ^= m;
 }
 
-/* SipHash-2-4 of n whole 64-bit words (n a constant: the loop unrolls). */
-static __always_inline __u64 siphash_words(const volatile __u64 *key, const __u64 *m, int n)
+/*
+ * SipHash-2-4 of n whole 64-bit words and 7 bytes more, `tail` (below
+ * 2^56): a message of n * 8 + 7 bytes, whose last block holds its length
+ * and the tail, so the tail costs no block of its own (n a constant: the
+ * loop unrolls).
+ */
+static __always_inline __u64 siphash_words(const volatile __u64 *key, const __u64 *m, int n, __u64 tail)
 {
 	struct sip s;
 
@@ -149,7 +154,7 @@ static __always_inline __u64 siphash_words(const volatile __u64 *key, const __u6
 #pragma unroll
 	for (int i = 0; i < n; i++)
 		sip_word(&s, m[i]);
-	sip_word(&s, (__u64)(n * 8) << 56);
+	sip_word(&s, (__u64)(n * 8 + 7) << 56 | (tail & 0xffffffffffffffULL));
 	s.v2 ^= 0xff;
 #pragma unroll
 	for (int i = 0; i < 4; i++)
@@ -170,23 +175,22 @@ struct cookie_addrs {
 static __always_inline __u32 cookie_make(const struct cookie_addrs *a, __be16 cport, __be16 sport, __u32 isn,
 					 __u32 data, __u64 slot)
 {
-	__u64 m[6];
-	__u64 tail = (__u64)isn << 32 | (__u32)cport << 16 | sport;
+	__u64 m[5];
+	__u64 ends = (__u64)isn << 32 | (__u32)cport << 16 | sport;
+	/* The slot (below 2^40 for two million years: the tail's 56 bits hold it) and the options' 9 bits. */
 	__u64 when = slot << 16 | data;
 	__u64 h;
 
 	m[0] = (__u64)a->words[0] << 32 | a->words[1];
 	if (a->family == 4) {
-		m[1] = tail;
-		m[2] = when;
-		h = siphash_words(settings.syn_key, m, 3);
+		m[1] = ends;
+		h = siphash_words(settings.syn_key, m, 2, when);
 	} else {
 		m[1] = (__u64)a->words[2] << 32 | a->words[3];
 		m[2] = (__u64)a->words[4] << 32 | a->words[5];
 		m[3] = (__u64)a->words[6] << 32 | a->words[7];
-		m[4] = tail;
-		m[5] = when;
-		h = siphash_words(settings.syn_key, m, 6);
+		m[4] = ends;
+		h = siphash_words(settings.syn_key, m, 5, when);
 	}
 	return ((__u32)h & ~COOKIE_DATA_MASK) | data;
 }
@@ -343,6 +347,33 @@ static __always_inline void syn_opts_read(void *data, void *end, __u32 opts, __u
 	if (opts_linux(data, end, opts, hdr_end, o))
 		return;
 	bpf_loop(40, opt_step, &w, 0);
+}
+
+/* A 32-bit word of packet data that may have been written through another type. */
+typedef __u32 __attribute__((may_alias)) csum_word;
+
+/*
+ * The one's-complement sum of the n 32-bit words at p, not folded (0 if
+ * they pass `end`): in place of bpf_csum_diff, whose call costs more than
+ * the few words of a SYN-ACK's headers.
+ */
+static __always_inline __u64 csum_words(const void *p, const void *end, int n)
+{
+	__u64 sum = 0;
+
+	/*
+	 * The caller checked the bounds, but the compiler may rebuild p from a
+	 * spilled offset whose bounds the verifier has lost: hide p from it, so
+	 * that the loads use the register this check is made on.
+	 */
+	asm volatile("" : "+r"(p));
+	if (p + n * 4 > end)
+		return 0;
+
+#pragma unroll
+	for (int i = 0; i < n; i++)
+		sum += ((const csum_word *)p)[i];
+	return sum;
 }
 
 /* Fold a 32-bit one's-complement sum to 16 bits (not inverted). */

@@ -223,13 +223,9 @@ static __always_inline void synack_tcp(struct tcphdr *t, const struct syn_opts *
 }
 
 /* The TCP checksum of the 40-byte header at t, given the pseudo header's address words summed. */
-static __always_inline __sum16 synack_csum(struct tcphdr *t, __u64 pseudo)
+static __always_inline __sum16 synack_csum(struct tcphdr *t, void *end, __u64 pseudo)
 {
-	__s64 sum = bpf_csum_diff(0, 0, (__be32 *)t, SYNACK_TCP_LEN, 0);
-
-	if (sum < 0)
-		return 0;
-	return ~csum_fold32(pseudo + (__u32)sum);
+	return ~csum_fold32(pseudo + csum_words(t, end, SYNACK_TCP_LEN / 4));
 }
 
 static __always_inline void swap_macs(struct ethhdr *eth)
@@ -248,7 +244,6 @@ static __always_inline int synack_v4(void *data, void *end, __u32 l3, const stru
 	struct iphdr *ip = data + l3;
 	struct tcphdr *t = (void *)(ip + 1);
 	__be32 client;
-	__s64 sum;
 
 	if ((void *)t + SYNACK_TCP_LEN > end || data + ETH_HLEN > end)
 		return 0;
@@ -262,10 +257,9 @@ static __always_inline int synack_v4(void *data, void *end, __u32 l3, const stru
 	ip->frag_off = bpf_htons(0x4000); /* DF */
 	ip->ttl = 64;
 	ip->check = 0;
-	sum = bpf_csum_diff(0, 0, (__be32 *)ip, sizeof(*ip), 0);
-	ip->check = sum < 0 ? 0 : ~csum_fold32((__u32)sum);
+	ip->check = ~csum_fold32(csum_words(ip, end, sizeof(*ip) / 4));
 	synack_tcp(t, o, cport, sport, isn, cookie, settings.syn_mss4 ? settings.syn_mss4 : 1460);
-	t->check = synack_csum(t, (__u64)ip->saddr + ip->daddr + bpf_htons(IPPROTO_TCP) + bpf_htons(SYNACK_TCP_LEN));
+	t->check = synack_csum(t, end, (__u64)ip->saddr + ip->daddr + bpf_htons(IPPROTO_TCP) + bpf_htons(SYNACK_TCP_LEN));
 	return 1;
 }
 
@@ -290,7 +284,7 @@ static __always_inline int synack_v6(void *data, void *end, __u32 l3, const stru
 	for (int i = 0; i < 4; i++)
 		pseudo += (__u64)ip6->saddr.in6_u.u6_addr32[i] + ip6->daddr.in6_u.u6_addr32[i];
 	synack_tcp(t, o, cport, sport, isn, cookie, settings.syn_mss6 ? settings.syn_mss6 : 1440);
-	t->check = synack_csum(t, pseudo);
+	t->check = synack_csum(t, end, pseudo);
 	return 1;
 }
 
