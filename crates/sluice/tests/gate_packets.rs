@@ -228,6 +228,38 @@ fn reapplying_a_config_moves_classes_and_clears_old_prefixes() {
     );
 }
 
+/// The tick's one read of every class's counters (a batched read of the
+/// per-CPU array) holds what the per-class reads hold, by class index, also
+/// after a reload gave the classes ids that are not 0..n.
+#[test]
+fn one_read_of_every_class_matches_the_per_class_reads() {
+    let mut g = gate();
+    let sends = [("10.1.7.7", 5500), ("10.0.0.9", 53), ("10.0.0.9", 53), ("10.0.0.9", 9999)];
+    let send_all = |g: &TestGate| {
+        for (src, port) in sends {
+            g.run(&Frame::udp(src, "10.0.0.2", 1, port).build());
+        }
+    };
+    let check = |g: &TestGate, what: &str| {
+        let all = g.gate.all_class_counters(g.cfg.classes.len()).unwrap();
+        assert_eq!(all.len(), g.cfg.classes.len(), "{what}");
+        for (id, c) in all.iter().enumerate() {
+            assert_eq!(*c, g.gate.class_counters(id).unwrap(), "{what}: class {}", g.cfg.classes[id].name);
+        }
+        assert!(all.iter().filter(|c| c[0] > 0).count() >= 2, "{what}: packets in two classes at least: {all:?}");
+    };
+    send_all(&g);
+    check(&g, "as loaded");
+    let cfg =
+        sluice::policy::config::from_flags(&["new:match=udp:9999".into(), "other:match=udp:5500".into()]).unwrap();
+    g.gate.apply(&cfg, &sluice::dataplane::classify::compile(&cfg).unwrap()).unwrap();
+    g.cfg = cfg;
+    send_all(&g);
+    check(&g, "after a reload");
+    let global = g.gate.global_counters().unwrap();
+    assert_eq!(global.len(), sluice::bpf_intf::SLUICE_GS_NR as usize);
+}
+
 /// CPU protection: an admitted packet of a class sent away is redirected to
 /// the target CPU's cpumap entry (XDP_REDIRECT), counted as away; a packet
 /// already on the target CPU, a dropped packet and another class's packet

@@ -19,7 +19,7 @@ use crate::dataplane::classify::{self, Tables};
 use crate::dataplane::gate;
 use crate::policy::config::{self, Config};
 use crate::policy::remap::ClassRemap;
-use crate::signals::discover::{self, Discovery};
+use crate::signals::discover::{self, Discovery, Listeners};
 
 use super::{Daemon, RunOpts};
 
@@ -28,6 +28,8 @@ pub(super) struct ConfigSource {
     pub opts: RunOpts,
     base: Config,
     discovery: Option<Discovery>,
+    /// The listeners' reading the daemon's parts share (set by `discover_first`).
+    listeners: Option<Listeners>,
     /// Polls of the services that failed (logged at the 1st, 2nd, 4th, ...).
     errors: u64,
 }
@@ -50,15 +52,17 @@ impl ConfigSource {
             .clone()
             .or_else(|| base.interface.clone())
             .context("no interface: pass --iface IFACE or set interface = \"...\" in the config file")?;
-        Ok((ConfigSource { opts, base, discovery: None, errors: 0 }, iface))
+        Ok((ConfigSource { opts, base, discovery: None, listeners: None, errors: 0 }, iface))
     }
 
-    /// The config to start with: the base, plus the services found on `ifindex`'s namespace.
-    pub fn discover_first(&mut self, ifindex: u32) -> Result<Config> {
+    /// The config to start with: the base, plus the services `listeners`
+    /// finds (kept: a reload that turns discovery on reads them too).
+    pub fn discover_first(&mut self, listeners: &Listeners) -> Result<Config> {
+        self.listeners = Some(listeners.clone());
         if !self.base.discover {
             return Ok(self.base.clone());
         }
-        let d = self.discovery.insert(Discovery::new(ifindex)?);
+        let d = self.discovery.insert(Discovery::sharing(listeners.clone()));
         discovered(&self.base, d)
     }
 
@@ -102,7 +106,10 @@ impl ConfigSource {
         // Discovery follows the new config only once it is in force: a
         // refused reload leaves it as it was.
         let mut fresh = match (base.discover, &self.discovery) {
-            (true, None) => Some(Discovery::new(iface.index)?),
+            (true, None) => Some(match &self.listeners {
+                Some(l) => Discovery::sharing(l.clone()),
+                None => Discovery::new(iface.index)?,
+            }),
             _ => None,
         };
         let cfg = match fresh.as_mut().or(self.discovery.as_mut()) {

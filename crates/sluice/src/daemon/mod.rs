@@ -27,6 +27,7 @@ use crate::dataplane::gate::{self, Gate};
 use crate::dataplane::steer::{self, Steer};
 use crate::dataplane::trace::{self, Tracer};
 use crate::policy::config::{Config, NapiSched, XdpMode};
+use crate::signals::discover::Listeners;
 use crate::signals::known;
 use crate::signals::service_cpus::ServiceCpus;
 use crate::surface::client::default_socket;
@@ -134,8 +135,8 @@ pub struct RunOpts {
 }
 
 /// The reader steering, or None with a log line saying why not.
-fn load_steer(ifindex: u32) -> Option<(Steer, steer::Finder)> {
-    match Steer::load().and_then(|s| Ok((s, steer::Finder::new(ifindex)?))) {
+fn load_steer(listeners: &Listeners) -> Option<(Steer, steer::Finder)> {
+    match Steer::load().map(|s| (s, steer::Finder::new(listeners.clone()))) {
         Ok(s) => Some(s),
         Err(e) => {
             log::warn(format_args!("steer: reader steering is off, the kernel's hash stays: {e:#}"));
@@ -262,7 +263,8 @@ impl Daemon {
         // Resolved once: every part is handed this, none looks the name up again.
         let iface = gate::iface(&name)?;
         let ifindex = iface.index;
-        let cfg = source.discover_first(ifindex)?;
+        let listeners = Listeners::new(ifindex)?;
+        let cfg = source.discover_first(&listeners)?;
         let opts = source.opts.clone();
         let tables = classify::compile(&cfg)?;
         let mut gate = Gate::load()?;
@@ -338,9 +340,9 @@ impl Daemon {
             ticker,
             known: KnownStore::open(known_file),
             sources,
-            steer: load_steer(ifindex),
+            steer: load_steer(&listeners),
             protect: Protection::new(cfg_napi_idle),
-            service_cpus: ServiceCpus::new(ifindex)?,
+            service_cpus: ServiceCpus::new(listeners),
             service_cpus_failing: false,
             softirq_failing: false,
             pace,

@@ -86,8 +86,9 @@ impl Publisher {
     pub fn counters(&mut self, gate: &Gate) -> Result<()> {
         let now = Instant::now();
         let mut classes = Vec::with_capacity(self.history.len());
-        for (id, history) in self.history.iter_mut().enumerate() {
-            let totals = ClassTotals::from(gate.class_counters(id)?);
+        let counters = gate.all_class_counters(self.history.len())?;
+        for (history, &counters) in self.history.iter_mut().zip(&counters) {
+            let totals = ClassTotals::from(counters);
             history.push_back((now, totals));
             if history.len() > RATE_WINDOW + 1 {
                 history.pop_front();

@@ -11,9 +11,9 @@ use std::collections::{BTreeSet, HashMap};
 use anyhow::Result;
 
 use crate::policy::config::Config;
-use crate::signals::discover::{each_listener, SocketOwners, L4};
+use crate::signals::discover::{Listeners, SocketOwners, L4};
 use crate::signals::health::class_of;
-use crate::signals::kernel::{stat_cpu_ticks, stat_fields, SockDiag};
+use crate::signals::kernel::{stat_cpu_ticks, stat_fields};
 
 /// One thread at one look: runnable, its CPU time (clock ticks), its last CPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,17 +39,16 @@ pub fn busy_cpus(threads: &[(u32, ThreadStat)], before: &HashMap<u32, u64>) -> V
 
 /// The reader, kept by the daemon between looks.
 pub struct ServiceCpus {
-    diag: SockDiag,
-    ifindex: u32,
+    listeners: Listeners,
     owners: SocketOwners,
     /// Each thread's CPU time at the last look.
     ticks: HashMap<u32, u64>,
 }
 
 impl ServiceCpus {
-    /// For the services that take packets from interface `ifindex` (current namespace).
-    pub fn new(ifindex: u32) -> Result<ServiceCpus> {
-        Ok(ServiceCpus { diag: SockDiag::open(None)?, ifindex, owners: SocketOwners::default(), ticks: HashMap::new() })
+    /// For the services `listeners` (a handle others share) finds.
+    pub fn new(listeners: Listeners) -> ServiceCpus {
+        ServiceCpus { listeners, owners: SocketOwners::default(), ticks: HashMap::new() }
     }
 
     /// Look once: by class id of `cfg`, the CPUs its service's busy threads
@@ -58,11 +57,11 @@ impl ServiceCpus {
         let udp: Vec<_> = cfg.classes.iter().map(|c| c.udp_ports()).collect();
         let tcp: Vec<_> = cfg.classes.iter().map(|c| c.tcp_ports()).collect();
         let mut inodes: Vec<Vec<u32>> = vec![vec![]; cfg.classes.len()];
-        each_listener(&mut self.diag, self.ifindex, &[L4::Udp, L4::Tcp], &mut |l4, s| {
-            if let Some(c) = class_of(if l4 == L4::Udp { &udp } else { &tcp }, s.sport) {
-                inodes[c].push(s.inode);
+        for l in self.listeners.now()? {
+            if let Some(c) = class_of(if l.l4 == L4::Udp { &udp } else { &tcp }, l.port) {
+                inodes[c].push(l.inode);
             }
-        })?;
+        }
         self.owners.follow(&inodes.concat());
         let mut ticks = HashMap::new();
         let cpus = inodes
@@ -141,7 +140,7 @@ mod tests {
         let l = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
         let port = l.local_addr().unwrap().port();
         let cfg = crate::policy::config::from_flags(&[format!("web:match=tcp:{port}")]).unwrap();
-        let mut r = ServiceCpus::new(0).unwrap();
+        let mut r = ServiceCpus::new(crate::signals::discover::Listeners::new(0).unwrap());
         let end = std::time::Instant::now() + std::time::Duration::from_millis(30);
         while std::time::Instant::now() < end {}
         let cpus = r.look(&cfg).unwrap();

@@ -315,7 +315,7 @@ impl Ticker {
             return Ok(vec![]);
         }
         // One read of each class's counters serves the auto loop, the budget and fairness.
-        let raw = (0..self.classes.len()).map(|id| Ok(gate.class_counters(id)?)).collect::<Result<Vec<_>>>()?;
+        let raw = gate.all_class_counters(self.classes.len())?;
         let totals: Vec<ClassTotals> = raw.iter().map(|&r| ClassTotals::from(r)).collect();
         let udp_quiet = self.calm() && self.no_udp_arrivals(&totals);
         let reader = self.health.as_mut().expect("checked above");

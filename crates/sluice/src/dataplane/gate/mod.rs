@@ -233,19 +233,24 @@ impl Gate {
 
     /// A class's counters summed over CPUs.
     pub fn class_counters(&self, class: usize) -> Result<ClassCounters> {
-        let mut sum = [0u64; SLUICE_CS_NR as usize];
-        for c in self.class_counters_percpu(class)? {
-            sum.iter_mut().zip(c).for_each(|(s, v)| *s += v);
-        }
-        Ok(sum)
+        Ok(sum_cpus(self.class_counters_percpu(class)?))
+    }
+
+    /// Every class's counters (by class index, `classes` of them) summed
+    /// over CPUs, in one read of the map.
+    pub fn all_class_counters(&self, classes: usize) -> Result<Vec<ClassCounters>> {
+        let count = (0..classes).map(|c| self.ids.id(c) + 1).max().unwrap_or(0);
+        let states: Vec<Vec<sluice_class_state>> =
+            maps::percpu_entries(&self.skel.maps.class_state, "class_state", count, self.ncpus)?;
+        Ok((0..classes).map(|c| sum_cpus(states[self.ids.id(c) as usize].iter().map(|s| s.cnt))).collect())
     }
 
     /// Global counters summed over CPUs.
     pub fn global_counters(&self) -> Result<GlobalCounters> {
+        let per_cpu: Vec<Vec<u64>> =
+            maps::percpu_entries(&self.skel.maps.global_stats, "global_stats", SLUICE_GS_NR, self.ncpus)?;
         let mut sum = [0u64; SLUICE_GS_NR as usize];
-        for (i, s) in sum.iter_mut().enumerate() {
-            *s = maps::percpu_sum(&self.skel.maps.global_stats, "global_stats", i as u32)?;
-        }
+        sum.iter_mut().zip(&per_cpu).for_each(|(s, cpus)| *s = cpus.iter().sum());
         Ok(sum)
     }
 
@@ -291,6 +296,15 @@ impl Gate {
         out.truncate(len);
         Ok((verdict, out))
     }
+}
+
+/// One class's counters summed over its per-CPU copies.
+fn sum_cpus(per_cpu: impl IntoIterator<Item = ClassCounters>) -> ClassCounters {
+    let mut sum = [0u64; SLUICE_CS_NR as usize];
+    for c in per_cpu {
+        sum.iter_mut().zip(c).for_each(|(s, v)| *s += v);
+    }
+    sum
 }
 
 #[cfg(test)]

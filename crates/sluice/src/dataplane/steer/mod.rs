@@ -43,8 +43,7 @@ use crate::bpf_intf::{
 };
 use crate::dataplane::gate::{bytes_of, from_bytes, Owned};
 use crate::policy::config::{Config, Readers};
-use crate::signals::discover::{each_listener, socket_holders, L4};
-use crate::signals::kernel::SockDiag;
+use crate::signals::discover::{socket_holders, Listeners, L4};
 use crate::steer_skel::{SteerSkel, SteerSkelBuilder};
 pub use groups::{Group, Listener, Reader};
 
@@ -435,19 +434,19 @@ impl Steer {
     }
 }
 
-/// Finds the UDP reuseport groups in the daemon's network namespace: one
-/// sock_diag dump per family, and a /proc scan for the sockets' holders
+/// Finds the UDP reuseport groups in the daemon's network namespace: the shared
+/// listeners' reading (`Listeners`), and a /proc scan for the sockets' holders
 /// when a socket not seen before appears (or a holder went away).
 pub struct Finder {
-    diag: SockDiag,
-    ifindex: u32,
+    listeners: Listeners,
     holders: HashMap<u32, Vec<(u32, i32)>>,
     rescan: bool,
 }
 
 impl Finder {
-    pub fn new(ifindex: u32) -> Result<Finder> {
-        Ok(Finder { diag: SockDiag::open(None)?, ifindex, holders: HashMap::new(), rescan: true })
+    /// A finder reading `listeners` (a handle others share).
+    pub fn new(listeners: Listeners) -> Finder {
+        Finder { listeners, holders: HashMap::new(), rescan: true }
     }
 
     /// Look for the holders again at the next `groups` (an fd could not be taken).
@@ -457,10 +456,10 @@ impl Finder {
 
     /// The groups to steer now under `cfg`.
     pub fn groups(&mut self, cfg: &Config) -> Result<Vec<Group>> {
-        let mut listeners = Vec::new();
-        each_listener(&mut self.diag, self.ifindex, &[L4::Udp], &mut |_, s| {
-            listeners.push(Listener { port: s.sport, addr: s.src, inode: s.inode })
-        })?;
+        let listeners: Vec<Listener> = (self.listeners.now()?.iter())
+            .filter(|l| l.l4 == L4::Udp)
+            .map(|l| Listener { port: l.port, addr: l.addr, inode: l.inode })
+            .collect();
         if std::mem::take(&mut self.rescan) || listeners.iter().any(|l| !self.holders.contains_key(&l.inode)) {
             self.holders = socket_holders();
         }

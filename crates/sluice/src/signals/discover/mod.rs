@@ -274,6 +274,61 @@ pub fn is_listener(s: &DiagSock, l4: L4, ifindex: u32, ephemeral: (u16, u16)) ->
     state_ok && s.sport != 0 && !loopback && (s.ifindex == 0 || s.ifindex == ifindex)
 }
 
+/// A socket a service listens on, as the users of [`Listeners`] keep it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Listening {
+    pub l4: L4,
+    pub port: u16,
+    /// The local address (unspecified: the wildcard).
+    pub addr: IpAddr,
+    pub inode: u32,
+    /// The families it receives.
+    pub family: Family,
+}
+
+/// How long one reading of the listeners serves every user that asks.
+pub const LISTENERS_FRESH: Duration = Duration::from_millis(100);
+
+/// The sockets services listen on for one interface, read by one set of
+/// sock_diag dumps (UDP and TCP, both families) that discovery, the steering
+/// finder and the service-CPU look share: a reading younger than
+/// LISTENERS_FRESH serves them all. Each dumped on its own before, and an
+/// unfiltered UDP dump walks the whole UDP hash table (16,384 slots here):
+/// those walks were a fifth of an idle daemon's CPU with 20 services.
+/// A handle: clones share the one reading.
+#[derive(Clone)]
+pub struct Listeners(std::sync::Arc<std::sync::Mutex<ListenersInner>>);
+
+struct ListenersInner {
+    diag: SockDiag,
+    ifindex: u32,
+    read_at: Option<Instant>,
+    socks: Vec<Listening>,
+}
+
+impl Listeners {
+    /// For interface `ifindex` (0: any), in the current network namespace.
+    pub fn new(ifindex: u32) -> Result<Listeners> {
+        let inner = ListenersInner { diag: SockDiag::open(None)?, ifindex, read_at: None, socks: vec![] };
+        Ok(Listeners(std::sync::Arc::new(std::sync::Mutex::new(inner))))
+    }
+
+    /// The listeners now: the last reading if it is younger than LISTENERS_FRESH, else a new one.
+    pub fn now(&self) -> Result<Vec<Listening>> {
+        let mut g = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let inner = &mut *g;
+        if inner.read_at.is_none_or(|at| at.elapsed() >= LISTENERS_FRESH) {
+            let mut socks = Vec::with_capacity(inner.socks.len());
+            each_listener(&mut inner.diag, inner.ifindex, &[L4::Udp, L4::Tcp], &mut |l4, s| {
+                socks.push(Listening { l4, port: s.sport, addr: s.src, inode: s.inode, family: Family::of(s) })
+            })?;
+            inner.socks = socks;
+            inner.read_at = Some(Instant::now());
+        }
+        Ok(inner.socks.clone())
+    }
+}
+
 /// Each socket a service listens on (`is_listener`) for the protocols in
 /// `l4s`, in both families: one sock_diag dump per protocol and family.
 pub fn each_listener(diag: &mut SockDiag, ifindex: u32, l4s: &[L4], each: &mut dyn FnMut(L4, &DiagSock)) -> Result<()> {
@@ -392,8 +447,7 @@ impl SocketOwners {
 
 /// The discovery state the daemon keeps between polls.
 pub struct Discovery {
-    diag: SockDiag,
-    ifindex: u32,
+    listeners: Listeners,
     owners: SocketOwners,
     /// Every service seen, and when it was last seen.
     seen: BTreeMap<(L4, u16, Family), (Service, Instant)>,
@@ -404,21 +458,20 @@ pub struct Discovery {
 impl Discovery {
     /// Discovery for the interface `ifindex`, in the current network namespace.
     pub fn new(ifindex: u32) -> Result<Discovery> {
-        Ok(Discovery {
-            diag: SockDiag::open(None)?,
-            ifindex,
-            owners: SocketOwners::default(),
-            seen: BTreeMap::new(),
-            processes: HashMap::new(),
-        })
+        Ok(Self::sharing(Listeners::new(ifindex)?))
+    }
+
+    /// Discovery reading `listeners` (a handle others share).
+    pub fn sharing(listeners: Listeners) -> Discovery {
+        Discovery { listeners, owners: SocketOwners::default(), seen: BTreeMap::new(), processes: HashMap::new() }
     }
 
     /// Look again: the services listening now, plus those gone for less than LINGER.
     pub fn poll(&mut self) -> Result<Vec<Service>> {
         let mut found: BTreeMap<(L4, u16), Vec<(u32, Family)>> = BTreeMap::new();
-        each_listener(&mut self.diag, self.ifindex, &[L4::Udp, L4::Tcp], &mut |l4, s| {
-            found.entry((l4, s.sport)).or_default().push((s.inode, Family::of(s)))
-        })?;
+        for l in self.listeners.now()? {
+            found.entry((l.l4, l.port)).or_default().push((l.inode, l.family));
+        }
         let now = Instant::now();
         let inodes: Vec<u32> = found.values().flatten().map(|(i, _)| *i).collect();
         if self.owners.follow(&inodes) {

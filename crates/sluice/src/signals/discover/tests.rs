@@ -216,3 +216,29 @@ fn a_v6_only_bind_beside_an_ipv4_service_is_a_service_of_its_own() {
     assert_eq!(nsd.priority, 15);
     assert_eq!(mine.priority, UNTRUSTED_PRIORITY);
 }
+
+/// One reading of the listeners serves every handle while it is fresh; a
+/// listener that appears is in the next reading after LISTENERS_FRESH.
+#[test]
+fn one_reading_of_the_listeners_serves_every_handle_while_fresh() {
+    let (mine, shared) = {
+        let l = Listeners::new(0).unwrap();
+        (l.clone(), l)
+    };
+    let t0 = Instant::now();
+    let before = mine.now().unwrap();
+    let tcp = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+    let port = tcp.local_addr().unwrap().port();
+    let has = |ls: &[Listening]| ls.iter().any(|l| l.l4 == L4::Tcp && l.port == port);
+    assert!(!has(&before));
+    let again = shared.now().unwrap();
+    // Only if this machine got here within the freshness (a stalled test says nothing).
+    if t0.elapsed() < LISTENERS_FRESH {
+        assert_eq!(again, before, "the other handle got the same reading");
+    }
+    std::thread::sleep(LISTENERS_FRESH);
+    let after = shared.now().unwrap();
+    let l = after.iter().find(|l| l.l4 == L4::Tcp && l.port == port).expect("read again once stale");
+    assert_eq!((l.addr, l.family), (std::net::IpAddr::from([0, 0, 0, 0]), Family::V4));
+    assert!(has(&mine.now().unwrap()), "and the first handle sees that reading");
+}
