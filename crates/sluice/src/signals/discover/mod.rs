@@ -302,6 +302,7 @@ pub struct Listeners(std::sync::Arc<std::sync::Mutex<ListenersInner>>);
 struct ListenersInner {
     diag: SockDiag,
     ifindex: u32,
+    fresh: Duration,
     read_at: Option<Instant>,
     socks: Vec<Listening>,
 }
@@ -309,15 +310,20 @@ struct ListenersInner {
 impl Listeners {
     /// For interface `ifindex` (0: any), in the current network namespace.
     pub fn new(ifindex: u32) -> Result<Listeners> {
-        let inner = ListenersInner { diag: SockDiag::open(None)?, ifindex, read_at: None, socks: vec![] };
+        Self::fresh_for(ifindex, LISTENERS_FRESH)
+    }
+
+    /// As `new`, a reading serving for `fresh` (zero: every call reads; the bench times the dumps so).
+    pub fn fresh_for(ifindex: u32, fresh: Duration) -> Result<Listeners> {
+        let inner = ListenersInner { diag: SockDiag::open(None)?, ifindex, fresh, read_at: None, socks: vec![] };
         Ok(Listeners(std::sync::Arc::new(std::sync::Mutex::new(inner))))
     }
 
-    /// The listeners now: the last reading if it is younger than LISTENERS_FRESH, else a new one.
+    /// The listeners now: the last reading if it is younger than its freshness, else a new one.
     pub fn now(&self) -> Result<Vec<Listening>> {
         let mut g = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let inner = &mut *g;
-        if inner.read_at.is_none_or(|at| at.elapsed() >= LISTENERS_FRESH) {
+        if inner.read_at.is_none_or(|at| at.elapsed() >= inner.fresh) {
             let mut socks = Vec::with_capacity(inner.socks.len());
             each_listener(&mut inner.diag, inner.ifindex, &[L4::Udp, L4::Tcp], &mut |l4, s| {
                 socks.push(Listening { l4, port: s.sport, addr: s.src, inode: s.inode, family: Family::of(s) })
