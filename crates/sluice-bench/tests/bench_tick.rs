@@ -12,7 +12,7 @@ fn the_tick_bench_times_every_read_of_the_daemons_loop() {
     let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(r["classes"], 9, "4 UDP + 4 TCP services and the default class: {r}");
     let parts = r["parts"].as_array().unwrap();
-    assert_eq!(parts.len(), 9);
+    assert_eq!(parts.len(), 11);
     for p in parts {
         let us = p["us"].as_f64().unwrap_or(f64::NAN);
         assert!(us > 0.1 && us < 100_000.0, "{p}");
@@ -21,6 +21,8 @@ fn the_tick_bench_times_every_read_of_the_daemons_loop() {
     // preemption; since the tick reads /proc/net/snmp only while an auto
     // class is near its knee, the whole tick is close to its health reads).
     let min = |i: usize| parts[i]["min_us"].as_f64().unwrap();
-    assert!(min(0) > min(1), "the whole tick includes its health reads: {r}");
-    assert!(min(1) > min(5), "the health read includes softnet_stat: {r}");
+    assert!(min(0) > min(2), "the whole tick includes its health reads: {r}");
+    assert!(min(2) > min(6), "the health read includes softnet_stat: {r}");
+    // The calm tick's figure is printed, not asserted: it reads the UDP
+    // sockets one tick in ten, and a least-of-3 of that moves with the phase.
 }

@@ -95,6 +95,9 @@ pub struct Ticker {
     rx_cpu_wanted: bool,
     /// Observe mode: the gate counts its verdicts and drops nothing.
     observe: bool,
+    /// May a calm tick with no UDP arrival carry the last UDP read
+    /// (`HealthReader::read`)? Always, but in `sluice bench tick`'s loaded tick.
+    carry_udp: bool,
 }
 
 impl Ticker {
@@ -139,7 +142,14 @@ impl Ticker {
             last_distress: None,
             rx_cpu_wanted: false,
             observe: false,
+            carry_udp: true,
         }
+    }
+
+    /// Read every signal at every tick, as a tick does while packets
+    /// arrive: `sluice bench tick` times that tick beside the calm one.
+    pub fn read_every_tick(&mut self) {
+        self.carry_udp = false;
     }
 
     /// Read the receive path's work from the tracer's `cpu_rx` (kept across
@@ -317,7 +327,7 @@ impl Ticker {
         // One read of each class's counters serves the auto loop, the budget and fairness.
         let raw = gate.all_class_counters(self.classes.len())?;
         let totals: Vec<ClassTotals> = raw.iter().map(|&r| ClassTotals::from(r)).collect();
-        let udp_quiet = self.calm() && self.no_udp_arrivals(&totals);
+        let udp_quiet = self.carry_udp && self.calm() && self.no_udp_arrivals(&totals);
         let reader = self.health.as_mut().expect("checked above");
         let mut now = (std::time::Instant::now(), reader.read(udp_quiet)?);
         now.1.rx = self.rx.as_ref().map(|r| r.read()).transpose()?.map(|cpus| rx_work(&cpus));
