@@ -92,13 +92,17 @@ const fn ms(n: u64) -> Duration {
 
 /// Each duty's period while the loop ticks fast, and while it is calm (see
 /// `pace`), in the order they run when due at the same tick. A woken loop
-/// runs each duty at its fast period from the wake on.
+/// runs the duties calm slows down at once, and every duty at its fast
+/// period from the wake on: the CPU signal's CPUs and the TCP settings a
+/// gate cookie offers are fresh for the ticks that need them.
 ///
 /// Calm, where the services run is looked at every 10 s, not every second:
 /// the CPU signal it feeds judges receive work on a service's CPU, which
 /// needs a tick that is not calm, and the look reads every thread's
 /// /proc stat of every service (with 20 idle services it was 43% of the
-/// idle daemon's CPU, `perf record` for 30 s).
+/// idle daemon's CPU, `perf record` for 30 s). The TCP settings matter only
+/// to a SYN guard that answers, which a calm loop has none of: read every
+/// 10 s while calm (4-5% of that profile at once a second), and at a wake.
 const CADENCE: [(Duration, Duration, Duty); 8] = [
     (ms(1000), ms(1000), Duty::Rediscover),
     (ms(1000), ms(1000), Duty::Resteer),
@@ -107,7 +111,7 @@ const CADENCE: [(Duration, Duration, Duty); 8] = [
     (ms(60_000), ms(60_000), Duty::OfferKnown),
     (ms(1000), ms(1000), Duty::Napi),
     (ms(250), ms(10_000), Duty::ServiceCpus),
-    (ms(1000), ms(1000), Duty::TcpSettings),
+    (ms(1000), ms(10_000), Duty::TcpSettings),
 ];
 
 /// What `sluice run` was asked to do.
@@ -429,8 +433,8 @@ impl Daemon {
             next = next_tick(if woke { now } else { next }, Instant::now(), self.pace.interval());
             for ((fast, slow, duty), at) in CADENCE.iter().zip(due.iter_mut()) {
                 if woke {
-                    // Woken from calm: the duties come at their fast period from now.
-                    *at = (*at).min(now + *fast);
+                    // Woken from calm: a duty calm slows runs now, the others at their fast period from now.
+                    *at = if slow > fast { now } else { (*at).min(now + *fast) };
                 }
                 if now >= *at {
                     self.duty(*duty)?;
