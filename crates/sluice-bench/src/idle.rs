@@ -366,7 +366,7 @@ pub fn render(r: &Report) -> String {
         let mine: Vec<&Sample> = r.samples.iter().filter(|s| s.binary == b && s.services == n).collect();
         let v: Vec<f64> = mine.iter().map(|s| s.cpu_pct).collect();
         let threads = mine.first().map_or(0, |s| s.threads);
-        let (lo, hi) = v.iter().fold((f64::MAX, f64::MIN), |(l, h), &x| (l.min(x), h.max(x)));
+        let (lo, hi) = range(&v);
         let med = median(&v).map_or("-".to_string(), |m| format!("{m:.3}%"));
         let wakes: Vec<f64> = mine.iter().filter_map(|s| s.wake_ms).collect();
         let wake = median(&wakes)
@@ -378,6 +378,11 @@ pub fn render(r: &Report) -> String {
     }
     o += "WAKE: the gate's wake call to the calm loop, median (max) over rounds; n/a: not reported (a build without it)\n";
     o + &render_reactions(r) + &render_floods(r)
+}
+
+/// The least and the largest of `v`.
+fn range(v: &[f64]) -> (f64, f64) {
+    v.iter().fold((f64::MAX, f64::MIN), |(l, h), &x| (l.min(x), h.max(x)))
 }
 
 /// Each binary once, in the order first measured.
@@ -407,7 +412,7 @@ fn render_floods(r: &Report) -> String {
     let spread = |v: &[f64]| match median(v) {
         None => "n/a".to_string(),
         Some(m) => {
-            let (lo, hi) = v.iter().fold((f64::MAX, f64::MIN), |(l, h), &x| (l.min(x), h.max(x)));
+            let (lo, hi) = range(v);
             format!("{m:.2}% ({lo:.2}-{hi:.2})")
         }
     };

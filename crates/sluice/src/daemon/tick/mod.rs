@@ -321,14 +321,12 @@ impl Ticker {
 
     /// Read the health, run the auto controller and the budget; the budget's throttles.
     fn control(&mut self, gate: &Gate) -> Result<Vec<Option<f64>>> {
-        if self.health.is_none() {
-            return Ok(vec![]);
-        }
-        // One read of each class's counters serves the auto loop, the budget and fairness.
+        // One read of each class's counters serves the auto loop, the budget and fairness
+        // (a ticker with no health reader has no class: nothing is read).
         let raw = gate.all_class_counters(self.classes.len())?;
         let totals: Vec<ClassTotals> = raw.iter().map(|&r| ClassTotals::from(r)).collect();
         let udp_quiet = self.carry_udp && self.calm() && self.no_udp_arrivals(&totals);
-        let reader = self.health.as_mut().expect("checked above");
+        let Some(reader) = &mut self.health else { return Ok(vec![]) };
         let mut now = (std::time::Instant::now(), reader.read(udp_quiet)?);
         now.1.rx = self.rx.as_ref().map(|r| r.read()).transpose()?.map(|cpus| rx_work(&cpus));
         let held = self.observe_held(&self.budget.limits);
