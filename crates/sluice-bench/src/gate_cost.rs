@@ -9,11 +9,14 @@ use anyhow::Result;
 use serde::Serialize;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use sluice::bpf_intf::{sluice_fair, sluice_known, sluice_src_key, sluice_syn_guard};
+use sluice::bpf_intf::{
+    sluice_fair, sluice_known, sluice_src_key, sluice_syn_guard, SLUICE_SYN_DIRECT_V4, SLUICE_SYN_DIRECT_V6,
+};
 use sluice::dataplane::classify;
 use sluice::dataplane::gate::{Clock, Gate, Prog, XDP_DROP, XDP_PASS};
 use sluice::dataplane::share::share;
 use sluice::policy::config::{self, Config, Limit};
+use sluice::signals::syn_peers::peer_key;
 use sluice_testkit::packet::{v6, Frame};
 
 use crate::gen::Generator;
@@ -182,8 +185,10 @@ pub fn run(repeat: u32, rounds: usize, progress: bool) -> Result<Report> {
     })
 }
 
-/// A SYN answered by the gate (the listener looked up, a cookie SYN-ACK
-/// built in the frame, XDP_TX) beside the same SYN dropped by a class's
+/// A SYN answered by the gate (a cookie SYN-ACK built in the frame,
+/// XDP_TX), after the socket lookup and without it (a direct class: its
+/// listener a wildcard one, the client holding no socket; bpf/sluice.h,
+/// struct sluice_syn_guard), beside the same SYN dropped by a class's
 /// rate, and the no-op floor.
 /// Measured one run per test-run call (SYN_CALLS calls, the kernel's mean
 /// per call; the median over the rounds): the answer rewrites the frame,
@@ -193,6 +198,8 @@ pub struct SynCost {
     pub noop_ns: f64,
     pub dropped_ns: f64,
     pub answered_ns: f64,
+    #[serde(default)]
+    pub direct_ns: f64,
 }
 
 const SYN_CALLS: u32 = 20_000;
@@ -211,8 +218,9 @@ fn syn_frame(port: u16) -> Vec<u8> {
     f
 }
 
-/// A gate whose class "bench" (tcp:`port`) answers SYNs (`answer`) or drops them by its rate.
-fn syn_gate(port: u16, answer: bool) -> Result<Gate> {
+/// A gate whose class "bench" (tcp:`port`) answers SYNs (`answer`, with
+/// the SLUICE_SYN_DIRECT_* families `direct`) or drops them by its rate.
+fn syn_gate(port: u16, answer: bool, direct: u32) -> Result<Gate> {
     let rate = if answer { "1G" } else { "1" };
     let cfg = config::from_flags(&[format!("bench:rate={rate},burst=1000000,match=tcp:{port}")])?;
     let mut gate = Gate::load()?;
@@ -223,7 +231,7 @@ fn syn_gate(port: u16, answer: bool) -> Result<Gate> {
     }
     gate.set_syn_key([0x0123_4567_89ab_cdef, 0xfeed_f00d], 1500);
     gate.set_clock(&Clock { epoch: 1, now_ms: sluice::base::clock::wall_ms(), known_ttl_ms: 3_600_000 });
-    let guard = sluice_syn_guard { answer: u32::from(answer), check_until_ms: u64::MAX, ..Default::default() };
+    let guard = sluice_syn_guard { answer: u32::from(answer), check_until_ms: u64::MAX, direct };
     gate.set_syn_guard(bench, &guard)?;
     Ok(gate)
 }
@@ -251,16 +259,27 @@ fn syn_cost(rounds: usize) -> Result<SynCost> {
     let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
     let port = listener.local_addr()?.port();
     let syn = syn_frame(port);
-    let (answers, drops) = (syn_gate(port, true)?, syn_gate(port, false)?);
+    let (answers, drops) = (syn_gate(port, true, 0)?, syn_gate(port, false, 0)?);
+    // A direct class: the wildcard listener the daemon would have found,
+    // and 1,000 other client addresses holding sockets (syn_peers).
+    let wildcard = std::net::TcpListener::bind("0.0.0.0:0")?;
+    let direct_syn = syn_frame(wildcard.local_addr()?.port());
+    let directs = syn_gate(wildcard.local_addr()?.port(), true, SLUICE_SYN_DIRECT_V4 | SLUICE_SYN_DIRECT_V6)?;
+    let held: Vec<[u32; 4]> =
+        (0..1000u32).map(|i| peer_key(std::net::Ipv4Addr::from(0x0a01_0000 + i).into())).collect();
+    directs.set_syn_peers(&held, &[])?;
     drops.test_run(Prog::Gate, &syn, 2_000_000)?; // drain the burst
     let floor = Generator::load()?;
-    let (mut noop, mut dropped, mut answered) = (vec![], vec![], vec![]);
+    let (mut noop, mut dropped, mut answered, mut direct) = (vec![], vec![], vec![], vec![]);
     for _ in 0..rounds.min(7) {
         noop.push(per_call(|p, n| floor.noop_run(p, n), &syn, XDP_PASS)?);
         dropped.push(per_call(|p, n| Ok(drops.test_run(Prog::Gate, p, n)?), &syn, XDP_DROP)?);
         answered.push(per_call(|p, n| Ok(answers.test_run(Prog::Gate, p, n)?), &syn, XDP_TX)?);
+        direct.push(per_call(|p, n| Ok(directs.test_run(Prog::Gate, p, n)?), &direct_syn, XDP_TX)?);
     }
-    Ok(SynCost { noop_ns: median(&mut noop), dropped_ns: median(&mut dropped), answered_ns: median(&mut answered) })
+    let direct_ns = median(&mut direct);
+    let answered_ns = median(&mut answered);
+    Ok(SynCost { noop_ns: median(&mut noop), dropped_ns: median(&mut dropped), answered_ns, direct_ns })
 }
 
 /// The per-source cases: (name, verdict, how the class is set up).
@@ -396,16 +415,19 @@ pub fn render(r: &Report) -> String {
         );
     }
     let y = &r.syn;
-    let (answer, drop) = (y.answered_ns - y.noop_ns, y.dropped_ns - y.noop_ns);
+    let (answer, direct, drop) = (y.answered_ns - y.noop_ns, y.direct_ns - y.noop_ns, y.dropped_ns - y.noop_ns);
     let _ = writeln!(
         o,
         "\nIPv4 TCP SYN with Linux's options, one run per call ({SYN_CALLS} calls, median of up to 7 rounds): no-op {:.0} ns, \
-         dropped by rate {:.0} ns, answered with a cookie SYN-ACK {:.0} ns; over the floor the answer costs {answer:.0} ns, \
-         the drop {drop:.0} ns: {:.1}x (target: at most 3x). No per-source state: flat in the number of sources",
+         dropped by rate {:.0} ns, answered with a cookie SYN-ACK after the socket lookup {:.0} ns, without it (a direct \
+         class) {:.0} ns; over the floor the drop costs {drop:.0} ns, the answer {answer:.0} ns ({:.1}x), the direct answer \
+         {direct:.0} ns ({:.1}x; target: at most 3x). No per-source state: flat in the number of sources",
         y.noop_ns,
         y.dropped_ns,
         y.answered_ns,
-        answer / drop.max(1e-9)
+        y.direct_ns,
+        answer / drop.max(1e-9),
+        direct / drop.max(1e-9)
     );
     let mib =
         |b: Option<u64>| b.map_or("not measured".to_string(), |b| format!("{:.1} MiB", b as f64 / (1 << 20) as f64));

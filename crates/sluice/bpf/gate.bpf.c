@@ -209,8 +209,13 @@ int sluice_gate(struct xdp_md *ctx)
 	check_wake(sh, st, cls);
 	if (pk.family)
 		note_asked(&pk, cls, f);
-	if (syn_guarded(&pk, gen, cls, st) && syn_answer(ctx)) {
+	struct sluice_syn_guard *g = syn_guarded(&pk, gen, cls, st);
+	enum syn_answered answered = g ? syn_answer(ctx, g->direct) : SYN_NOT_ANSWERED;
+
+	if (answered != SYN_NOT_ANSWERED) {
 		verdict_add(st, SLUICE_CS_SYNACK_PKTS, bytes);
+		if (answered == SYN_DIRECT)
+			st->cnt[SLUICE_CS_SYNACK_DIRECT] += 1;
 		return XDP_TX;
 	}
 	if (no_connection(ctx, &pk, cls)) {

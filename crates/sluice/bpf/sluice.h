@@ -329,6 +329,7 @@ enum sluice_class_stat {
 	SLUICE_CS_DROP_NOCONN_PKTS, /* verdict: while the SYN guard answers, an ACK or RST of no connection (syncookie.h) */
 	SLUICE_CS_DROP_NOCONN_BYTES,
 	SLUICE_CS_COOKIE_REFUSED, /* an ACK with a valid gate cookie whose request socket the kernel refused (left to it) */
+	SLUICE_CS_SYNACK_DIRECT,  /* of SLUICE_CS_SYNACK_PKTS: answered without the socket lookup (struct sluice_syn_guard) */
 	SLUICE_CS_NR,
 };
 
@@ -421,7 +422,37 @@ struct sluice_settings {
 struct sluice_syn_guard {
 	__u64 check_until_ms; /* gate clock: ACKs to the class's listeners are checked for a gate cookie until then */
 	__u32 answer;         /* 1: the gate answers the class's SYNs with cookie SYN-ACKs */
-	__u32 _pad;
+	__u32 direct;         /* SLUICE_SYN_DIRECT_*: which answered SYNs skip the socket lookup (below) */
+};
+
+/*
+ * The socket lookup of an answered SYN, only where it decides something.
+ * It costs more than the rest of the answer (issue 37) and decides two
+ * things: a listener that takes a gate cookie exists for the SYN (not
+ * MPTCP's), and the kernel holds no socket of the SYN's 4-tuple (TIME_WAIT,
+ * established, half-open: only the kernel can take that SYN). The daemon
+ * knows both while a guard answers and tells the gate:
+ *   - direct (SLUICE_SYN_DIRECT_V4, _V6): every port of the class has a
+ *     wildcard listener of that family on the gate's interface, none of
+ *     them MPTCP's;
+ *   - syn_peers: every client address that holds a socket other than a
+ *     listener on a port of an answering class, read every
+ *     SLUICE_SYN_PEERS_MS. A SYN from one of them is looked up as before.
+ * A SYN of a direct family from an address not in syn_peers is answered
+ * without the lookup. A socket younger than the last read is missed only
+ * if its own client sends a second SYN of the same 4-tuple within that
+ * time: a SYN-ACK lost in a half-open connection the kernel made (the
+ * kernel retries after 1 s), or a client that cycles through its ports
+ * within it. More addresses than SLUICE_SYN_PEERS_MAX: no class is direct.
+ */
+#define SLUICE_SYN_DIRECT_V4 (1u << 0)
+#define SLUICE_SYN_DIRECT_V6 (1u << 1)
+#define SLUICE_SYN_PEERS_MAX 65536
+#define SLUICE_SYN_PEERS_MS 100
+
+/* A client address in syn_peers: IPv6, or IPv4 as ::ffff:a.b.c.d (network order). */
+struct sluice_syn_peer {
+	__u32 addr[4];
 };
 
 /*

@@ -38,28 +38,36 @@ fn serve(tb: &Testbed, port: u16, secs: f64) -> Seen {
 
 /// `serve` on a listener already bound.
 fn serve_on(listener: TcpListener, secs: f64) -> Seen {
-    listener.set_nonblocking(true).unwrap();
     let seen: Seen = Arc::default();
     let out = seen.clone();
+    accept_for(listener, secs, move |mut s| {
+        out.lock().unwrap().push(wscales(&s));
+        std::thread::spawn(move || {
+            let mut req = [0u8; 1024];
+            let _ = s.read(&mut req);
+            let _ = s.write_all(format!("HTTP/1.0 200 OK\r\nContent-Length: {BODY}\r\n\r\n").as_bytes());
+            let _ = s.write_all(&vec![b'x'; BODY]);
+        });
+    });
+    seen
+}
+
+/// Accept connections on `listener` for `secs` on a thread of its own,
+/// handing each to `each`.
+fn accept_for(listener: TcpListener, secs: f64, mut each: impl FnMut(std::net::TcpStream) + Send + 'static) {
+    listener.set_nonblocking(true).unwrap();
     std::thread::spawn(move || {
         let end = Instant::now() + Duration::from_secs_f64(secs);
         while Instant::now() < end {
             match listener.accept() {
-                Ok((mut s, _)) => {
+                Ok((s, _)) => {
                     s.set_nonblocking(false).unwrap();
-                    out.lock().unwrap().push(wscales(&s));
-                    std::thread::spawn(move || {
-                        let mut req = [0u8; 1024];
-                        let _ = s.read(&mut req);
-                        let _ = s.write_all(format!("HTTP/1.0 200 OK\r\nContent-Length: {BODY}\r\n\r\n").as_bytes());
-                        let _ = s.write_all(&vec![b'x'; BODY]);
-                    });
+                    each(s);
                 }
                 Err(_) => std::thread::sleep(Duration::from_millis(2)),
             }
         }
     });
-    seen
 }
 
 /// A connection's (send, receive) window scale from TCP_INFO.
@@ -271,6 +279,8 @@ fn under_a_syn_flood_the_gate_answers_and_clients_still_connect() {
     );
     assert_eq!(ok, 5, "every download during the flood arrived whole ({after:?})");
     assert!(after.cookies_valid >= before.cookies_valid + 5, "through gate cookies: {before:?} -> {after:?}");
+    // The server listens on 0.0.0.0: the flood's SYNs skip the socket lookup (issue 37).
+    assert!(after.synack_direct > after.synack_pkts / 2, "most answered without the lookup: {after:?}");
 }
 
 /// Zero config: a flood of ACKs (then, on a fresh testbed, of RSTs) of no
@@ -380,6 +390,69 @@ fn the_gate_leaves_syns_to_the_kernel_where_it_would_refuse_a_cookie() {
     let table = tb.sluice(&tb.b, &["status", "--socket", tb.socket().to_str().unwrap()]);
     let table = String::from_utf8_lossy(&table.stdout);
     assert!(table.contains("nf_conntrack_tcp_loose = 0"), "status says why: {table}");
+}
+
+/// A server on B's `port` that answers each connection with BODY bytes
+/// and no length, then closes: the client reads to the end, so the server
+/// closes first and holds the connection's 4-tuple in TIME_WAIT.
+fn serve_to_close(tb: &Testbed, port: u16, secs: f64) {
+    let listener = in_netns(&tb.b, move || TcpListener::bind(("0.0.0.0", port)).expect("bind the server"));
+    accept_for(listener, secs, |mut s| {
+        let mut req = [0u8; 1024];
+        let _ = s.read(&mut req);
+        let _ = s.write_all(b"HTTP/1.0 200 OK\r\n\r\n");
+        let _ = s.write_all(&vec![b'x'; BODY]);
+    });
+}
+
+/// Issue 37: a class with a wildcard listener has the gate answer SYNs
+/// without its socket lookup, except from a client address that holds a
+/// socket on the port (the daemon reads them, syn_peers). A client that
+/// opens a connection again from the port of one the server closed (its
+/// 4-tuple in TIME_WAIT on the server) must reach the kernel, which alone
+/// retires the old socket; answered by the gate, the cookie's ACK would
+/// meet the TIME_WAIT socket and the download would never come.
+#[test]
+fn a_syn_that_reuses_a_time_wait_4_tuple_goes_to_the_kernel_while_the_gate_answers_directly() {
+    let mut tb = Testbed::new();
+    peer_xdp(&mut tb);
+    // An address of A's no other test uses: the daemon cannot have learnt it.
+    let client = "10.77.0.3";
+    let add = tb.cmd(&tb.a, &["ip", "addr", "add", &format!("{client}/24"), "dev", tb.if_a]).status().unwrap();
+    let mac_a = sluice_testkit::testbed::format_mac(tb.mac_a);
+    let neigh = ["ip", "neigh", "replace", client, "lladdr", &mac_a, "dev", tb.if_b, "nud", "permanent"];
+    assert!(add.success() && tb.cmd(&tb.b, &neigh).status().unwrap().success(), "a second address in A");
+    serve_to_close(&tb, PORT, 60.0);
+    tb.start_gate(&["--class", &format!("web:match=tcp:{PORT},syn_cookies=on")]);
+    // The guard answers from the first tick; the daemon reads the peers within SLUICE_SYN_PEERS_MS.
+    std::thread::sleep(Duration::from_millis(500));
+    let url = format!("http://{}:{PORT}/", tb.ip_b);
+    let fetch = |port: u16| {
+        let port = port.to_string();
+        let args = ["curl", "-s", "-o", "/dev/null", "--max-time", "10", "--interface", client, "--local-port", &port];
+        let out = tb.cmd(&tb.a, &[&args[..], &["-w", "%{size_download}", &url]].concat()).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().parse::<u64>().ok().filter(|_| out.status.success())
+    };
+    assert_eq!(fetch(40123), Some(BODY as u64), "the first download");
+    let first = web(&tb);
+    assert_eq!(
+        (first.synack_pkts, first.synack_direct, first.cookies_valid),
+        (1, 1, 1),
+        "its SYN answered by the gate without the lookup: {first:?}"
+    );
+    let tw = tb.cmd(&tb.b, &["ss", "-Htan", "state", "time-wait"]).output().unwrap();
+    let tw = String::from_utf8_lossy(&tw.stdout);
+    assert!(tw.contains(&format!("{client}:40123")), "the server holds the 4-tuple in TIME_WAIT: {tw}");
+    assert_eq!(fetch(40123), Some(BODY as u64), "the second download, from the same port, arrived whole");
+    let second = web(&tb);
+    assert_eq!(second.synack_pkts, 1, "the gate left its SYN to the kernel: {second:?}");
+    assert_eq!(fetch(40125), Some(BODY as u64), "a download from another port of the client");
+    let third = web(&tb);
+    assert_eq!(
+        (third.synack_pkts, third.synack_direct),
+        (2, 1),
+        "a client holding a socket: looked up, and the gate answers its new 4-tuple: {third:?}"
+    );
 }
 
 /// Class `name`'s totals (after a pause: the daemon publishes every 100 ms).

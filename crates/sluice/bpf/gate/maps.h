@@ -117,6 +117,16 @@ struct {
 	__type(value, struct sluice_syn_guard);
 } syn_guard SEC(".maps");
 
+/* Client addresses holding a socket on an answering class's port (struct
+ * sluice_syn_guard has the why), written by the daemon. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, SLUICE_SYN_PEERS_MAX);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct sluice_syn_peer);
+	__type(value, __u8);
+} syn_peers SEC(".maps");
+
 /* The latest check_until_ms of any class's guard (the daemon writes it with
  * each guard): the checker's one look at a packet while no guard checks. */
 struct {

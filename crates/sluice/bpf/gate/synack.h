@@ -124,8 +124,9 @@ static __always_inline int is_mptcp(struct bpf_sock *skc)
 
 /*
  * Does the socket lookup of a segment's 4-tuple find the listener itself?
- * For a SYN: the gate answers only then, and only for a listener that
- * takes a gate cookie (`for_cookie`: not MPTCP's). It finds another socket
+ * For a SYN the lookup decides (struct sluice_syn_guard says where the
+ * daemon decided instead): the gate answers only then, and only for a
+ * listener that takes a gate cookie (`for_cookie`: not MPTCP's). It finds another socket
  * for a SYN that reuses the 4-tuple of one in TIME_WAIT (a client cycling
  * connections fast): the kernel must take that SYN, as only it can retire
  * the old socket (a cookie's ACK would meet the TIME_WAIT socket and never
@@ -299,15 +300,37 @@ static __always_inline void syn_opts_allowed(struct syn_opts *o)
 		o->wscale = COOKIE_WSCALE_NONE;
 }
 
+/* Does a client address hold a socket on an answering class's port (syn_peers)? */
+static __always_inline int syn_peer(const struct cookie_addrs *a)
+{
+	struct sluice_syn_peer k = {};
+
+	if (a->family == 4) {
+		k.addr[2] = bpf_htonl(0xffff);
+		k.addr[3] = a->words[0];
+	} else {
+		__builtin_memcpy(k.addr, a->words, sizeof(k.addr));
+	}
+	return bpf_map_lookup_elem(&syn_peers, &k) != NULL;
+}
+
+/* How syn_answer answered a SYN, if it did. */
+enum syn_answered {
+	SYN_NOT_ANSWERED = 0, /* the SYN goes the normal way */
+	SYN_LOOKED_UP = 1,    /* answered after the socket lookup found the listener */
+	SYN_DIRECT = 2,       /* answered without the lookup (struct sluice_syn_guard) */
+};
+
 /*
  * Answer a SYN with a cookie SYN-ACK built in its own frame (the caller
- * returns XDP_TX). 1 if the frame now holds the SYN-ACK; 0 if the SYN goes
- * the normal way: a header the cookie paths do not take, no gate clock or
- * key yet, no listener found for it (see finds_listener), a frame that
- * cannot be resized. A SYN's data, if any, is not
- * kept (the client sends it again, as after the kernel's own cookies).
+ * returns XDP_TX); `direct` is the class's guard's SLUICE_SYN_DIRECT_*.
+ * The SYN goes the normal way (SYN_NOT_ANSWERED) for a header the cookie
+ * paths do not take, no gate clock or key yet, a frame that cannot be
+ * resized, and, where the lookup decides, no listener found for it (see
+ * finds_listener). A SYN's data, if any, is not kept (the client sends it
+ * again, as after the kernel's own cookies).
  */
-static __always_inline int syn_answer(struct xdp_md *ctx)
+static __always_inline enum syn_answered syn_answer(struct xdp_md *ctx, __u32 direct)
 {
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
@@ -318,18 +341,20 @@ static __always_inline int syn_answer(struct xdp_md *ctx)
 	__be16 cport, sport;
 	struct tcphdr *th;
 	__u32 l3;
+	int skip;
 
 	if (!slot || !(settings.syn_key[0] | settings.syn_key[1]))
-		return 0;
+		return SYN_NOT_ANSWERED;
 	th = cookie_tcp(data, end, &l3, &family);
 	if (!th || th->doff < 5)
-		return 0;
+		return SYN_NOT_ANSWERED;
 	iplen = family == 4 ? sizeof(struct iphdr) : sizeof(struct ipv6hdr);
 	if ((void *)th - data > COOKIE_L3_MAX + sizeof(struct ipv6hdr))
-		return 0;
+		return SYN_NOT_ANSWERED;
 	cookie_addrs_of(data + l3, family, &a);
-	if (!finds_listener(ctx, &a, th, 1))
-		return 0;
+	skip = (direct & (family == 4 ? SLUICE_SYN_DIRECT_V4 : SLUICE_SYN_DIRECT_V6)) && !syn_peer(&a);
+	if (!skip && !finds_listener(ctx, &a, th, 1))
+		return SYN_NOT_ANSWERED;
 	syn_opts_read(data, end, (void *)(th + 1) - data, (void *)th - data + th->doff * 4, &o);
 	syn_opts_allowed(&o);
 	isn = bpf_ntohl(th->seq);
@@ -339,29 +364,34 @@ static __always_inline int syn_answer(struct xdp_md *ctx)
 	cookie = cookie_make(&a, cport, sport, isn, bits, slot);
 	len = l3 + iplen + SYNACK_TCP_LEN;
 	if (len != end - data && bpf_xdp_adjust_tail(ctx, (int)len - (int)(end - data)))
-		return 0; /* a Linux SYN is the SYN-ACK's size already */
+		return SYN_NOT_ANSWERED; /* a Linux SYN is the SYN-ACK's size already */
 	data = (void *)(long)ctx->data;
 	end = (void *)(long)ctx->data_end;
-	if (family == 4)
-		return synack_v4(data, end, l3, &o, cport, sport, isn, cookie);
-	return synack_v6(data, end, l3, &o, cport, sport, isn, cookie);
+	if (!(family == 4 ? synack_v4(data, end, l3, &o, cport, sport, isn, cookie)
+			  : synack_v6(data, end, l3, &o, cport, sport, isn, cookie)))
+		return SYN_NOT_ANSWERED;
+	return skip ? SYN_DIRECT : SYN_LOOKED_UP;
 }
 
-/* Does the gate answer this SYN (a class whose guard says answer, a client not known)? */
-static __always_inline int syn_guarded(const struct pkt *pk, __u32 gen, __u32 cls, struct sluice_class_state *st)
+/*
+ * The guard of this SYN's class if the gate answers it (a class whose
+ * guard says answer, a client not known), else NULL.
+ */
+static __always_inline struct sluice_syn_guard *syn_guarded(const struct pkt *pk, __u32 gen, __u32 cls,
+							    struct sluice_class_state *st)
 {
 	struct sluice_syn_guard *g;
 
 	if (pk->slot != SLUICE_SLOT_TCP || (pk->tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) != TCP_FLAG_SYN)
-		return 0;
+		return NULL;
 	st->cnt[SLUICE_CS_SYN_PKTS] += 1;
 	if (pk->tcp_flags & (TCP_FLAG_RST | TCP_FLAG_FIN))
-		return 0; /* SYN+FIN, SYN+RST: the normal way (the kernel refuses them) */
+		return NULL; /* SYN+FIN, SYN+RST: the normal way (the kernel refuses them) */
 	g = bpf_map_lookup_elem(&syn_guard, &cls);
 	if (!g || !g->answer || settings.verdicts[gen].observe || !(settings.syn_allow & SLUICE_SYN_COOKIES))
-		return 0; /* tcp_syncookies = 0: the listener would ignore the cookie's request socket */
+		return NULL; /* tcp_syncookies = 0: the listener would ignore the cookie's request socket */
 	/* A known client takes the kernel's own path, with every option it offered. */
-	return !known_entry(pk, cls);
+	return known_entry(pk, cls) ? NULL : g;
 }
 
 /*

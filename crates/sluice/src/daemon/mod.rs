@@ -30,6 +30,7 @@ use crate::policy::config::{Config, NapiSched, XdpMode};
 use crate::signals::discover::Listeners;
 use crate::signals::known;
 use crate::signals::service_cpus::ServiceCpus;
+use crate::signals::syn_peers::SynPeers;
 use crate::surface::client::default_socket;
 use crate::surface::stats::Snapshot;
 use drop_book::DropBook;
@@ -276,6 +277,7 @@ impl Daemon {
         gate.check_attachable(&iface.name, opts.replace)?;
         // The configured auto classes' sockets must be there.
         let mut ticker = Ticker::new(&cfg, None, true)?;
+        ticker.syn_peers = Some(SynPeers::new(listeners.clone())?);
         check_napi(&iface, cfg.auto.napi)?;
         let socket = opts.socket.clone().or_else(|| cfg.socket.clone()).unwrap_or_else(|| default_socket(&iface.name));
         // Caught from before the socket is bound: a client may connect (and

@@ -93,15 +93,19 @@ pub struct GuardTick {
 pub struct ClassGuard {
     pub name: String,
     policy: SynCookies,
-    /// The class matches TCP ports ("auto" guards only those).
+    /// The class's TCP ports ("auto" guards only a class with some).
+    ports: Vec<(u16, u16)>,
     tcp: bool,
     answering: bool,
+    /// While answering: the SLUICE_SYN_DIRECT_* families whose SYNs the
+    /// gate answers without its socket lookup (`SynGuards::set_direct`).
+    direct: u32,
     /// Seconds with neither pressure nor a flood while answering.
     calm_secs: f64,
     /// The gate's counters at the last tick: SYNs, answered, valid, no-connection drops.
     last: Option<[u64; 4]>,
-    /// What was last written to the gate: (answer, check_until_ms).
-    written: Option<(bool, u64)>,
+    /// What was last written to the gate: (answer, check_until_ms, direct).
+    written: Option<(bool, u64, u32)>,
     /// The kernel's stray drops of the class (STRAY_REASONS) at the last read,
     /// and their rate since the read before.
     strays: Option<(u64, Instant)>,
@@ -113,12 +117,14 @@ pub struct ClassGuard {
 }
 
 impl ClassGuard {
-    pub fn new(name: &str, policy: SynCookies, tcp: bool) -> ClassGuard {
+    pub fn new(name: &str, policy: SynCookies, ports: Vec<(u16, u16)>) -> ClassGuard {
         ClassGuard {
             name: name.into(),
             policy,
-            tcp,
+            tcp: !ports.is_empty(),
+            ports,
             answering: false,
+            direct: 0,
             calm_secs: 0.0,
             last: None,
             written: None,
@@ -198,16 +204,18 @@ impl ClassGuard {
 
     /// The guard to write to the gate at `now_ms`, if it changed: answering
     /// refreshes the checking time at most once a second.
+    /// A changed `direct` is written at once.
     fn due_write(&mut self, now_ms: u64) -> Option<sluice_syn_guard> {
+        let direct = if self.answering { self.direct } else { 0 };
         let until = match (self.answering, self.written) {
-            (true, Some((true, until))) if until >= now_ms + CHECK_MS - 1000 => return None,
+            (true, Some((true, until, d))) if until >= now_ms + CHECK_MS - 1000 && d == direct => return None,
             (true, _) => now_ms + CHECK_MS,
-            (false, Some((false, _))) => return None,
-            (false, Some((true, until))) => until,
+            (false, Some((false, _, _))) => return None,
+            (false, Some((true, until, _))) => until,
             (false, None) => 0,
         };
-        self.written = Some((self.answering, until));
-        Some(sluice_syn_guard { answer: u32::from(self.answering), check_until_ms: until, ..Default::default() })
+        self.written = Some((self.answering, until, direct));
+        Some(sluice_syn_guard { answer: u32::from(self.answering), check_until_ms: until, direct })
     }
 }
 
@@ -219,7 +227,7 @@ pub struct SynGuards {
 
 impl SynGuards {
     pub fn new(cfg: &Config) -> SynGuards {
-        let classes = cfg.classes.iter().map(|c| ClassGuard::new(&c.name, c.syn_cookies, !c.tcp_ports().is_empty()));
+        let classes = cfg.classes.iter().map(|c| ClassGuard::new(&c.name, c.syn_cookies, c.tcp_ports()));
         SynGuards { classes: classes.collect() }
     }
 
@@ -277,19 +285,28 @@ impl SynGuards {
         self.classes.iter().any(|c| c.tcp && (c.strays_per_sec >= ENGAGE_SYNS_PER_SEC || c.answering))
     }
 
+    /// The TCP ports of the classes whose guard answers now: the ports
+    /// whose sockets the gate's syn_peers must cover.
+    pub fn answering_ports(&self) -> Vec<(u16, u16)> {
+        self.classes.iter().filter(|c| c.answering).flat_map(|c| c.ports.iter().copied()).collect()
+    }
+
+    /// Each answering class's direct families, `of` its TCP ports; 0 for the
+    /// others. Called after the gate's syn_peers was written for
+    /// `answering_ports`; a class that starts answering later has none
+    /// until it is called again.
+    pub fn set_direct(&mut self, of: impl Fn(&[(u16, u16)]) -> u32) {
+        for c in &mut self.classes {
+            c.direct = if c.answering { of(&c.ports) } else { 0 };
+        }
+    }
+
     /// One tick: `raw` the gate's counters and `pressure` the kernel's, by
     /// class id; `rx` each class's receive work as the CPU signal measured
-    /// it (`GuardTick::rx_share`, `admitted_pps`). Returns the guards to
-    /// write to the gate.
-    pub fn tick(
-        &mut self,
-        raw: &[ClassCounters],
-        pressure: &[bool],
-        rx: &[(Option<f64>, f64)],
-        dt: f64,
-        now_ms: u64,
-    ) -> Vec<(usize, sluice_syn_guard)> {
-        let mut writes = Vec::new();
+    /// it (`GuardTick::rx_share`, `admitted_pps`). A class that stops
+    /// answering has no direct family from here on. `writes` then says
+    /// what to write to the gate.
+    pub fn tick(&mut self, raw: &[ClassCounters], pressure: &[bool], rx: &[(Option<f64>, f64)], dt: f64) {
         for (id, c) in self.classes.iter_mut().enumerate() {
             let Some(r) = raw.get(id) else { continue };
             let [syns, answered, valid, noconn] = c.counts(r);
@@ -297,29 +314,31 @@ impl SynGuards {
             let (rx_share, admitted_pps) = rx.get(id).copied().unwrap_or((None, 0.0));
             let strays_per_sec = c.strays_per_sec;
             let t = GuardTick { syns, answered, valid, pressure, noconn, strays_per_sec, rx_share, admitted_pps, dt };
-            c.step(&t);
-            if let Some(g) = c.due_write(now_ms) {
-                writes.push((id, g));
+            if !c.step(&t) {
+                c.direct = 0;
             }
         }
-        writes
+    }
+
+    /// The guards to write to the gate at `now_ms` (those that changed).
+    pub fn writes(&mut self, now_ms: u64) -> Vec<(usize, sluice_syn_guard)> {
+        self.classes.iter_mut().enumerate().filter_map(|(id, c)| c.due_write(now_ms).map(|g| (id, g))).collect()
     }
 
     /// The signals went stale: every `auto` guard stops answering (fails
     /// open, as the throttles do), its checker still taking the cookies it
     /// sent until its window ends; an "on" guard, which no signal drives,
-    /// keeps answering. Returns the guards to write to the gate.
+    /// keeps answering, with the socket lookup for every SYN (the
+    /// addresses holding sockets are not read either). Returns the guards
+    /// to write to the gate.
     pub fn release(&mut self, now_ms: u64) -> Vec<(usize, sluice_syn_guard)> {
-        let mut writes = Vec::new();
-        for (id, c) in self.classes.iter_mut().enumerate() {
+        for c in &mut self.classes {
             if c.policy == SynCookies::Auto {
                 (c.answering, c.calm_secs) = (false, 0.0);
             }
-            if let Some(g) = c.due_write(now_ms) {
-                writes.push((id, g));
-            }
+            c.direct = 0;
         }
-        writes
+        self.writes(now_ms)
     }
 }
 
@@ -347,11 +366,22 @@ pub struct SynGuardStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bpf_intf::{SLUICE_SYN_DIRECT_V4, SLUICE_SYN_DIRECT_V6};
 
     const TICK: f64 = 0.01;
 
     fn tick(syns: u64, answered: u64, valid: u64, pressure: bool) -> GuardTick {
         GuardTick { syns, answered, valid, pressure, dt: TICK, ..GuardTick::default() }
+    }
+
+    /// Guards of "web" (auto, tcp:80) and "ssh" (on, tcp:22), and their ids.
+    fn web_and_ssh() -> (SynGuards, usize, usize) {
+        let cfg = crate::policy::config::from_flags(&[
+            "web:match=tcp:80".to_string(),
+            "ssh:syn_cookies=on,match=tcp:22".to_string(),
+        ])
+        .unwrap();
+        (SynGuards::new(&cfg), cfg.class_id("web").unwrap(), cfg.class_id("ssh").unwrap())
     }
 
     /// Hardening: stale signals release an answering `auto` guard (the gate
@@ -361,13 +391,7 @@ mod tests {
     /// checker's window ran out, and every new connection got an RST.
     #[test]
     fn stale_signals_release_an_auto_guard_and_keep_an_on_one() {
-        let cfg = crate::policy::config::from_flags(&[
-            "web:match=tcp:80".to_string(),
-            "ssh:syn_cookies=on,match=tcp:22".to_string(),
-        ])
-        .unwrap();
-        let mut g = SynGuards::new(&cfg);
-        let (web, ssh) = (cfg.class_id("web").unwrap(), cfg.class_id("ssh").unwrap());
+        let (mut g, web, ssh) = web_and_ssh();
         g.classes[web].step(&tick(10, 0, 0, true));
         g.classes[ssh].step(&tick(0, 0, 0, false));
         let now = 1_000_000;
@@ -386,17 +410,17 @@ mod tests {
 
     #[test]
     fn auto_engages_on_pressure_with_fast_syns_only() {
-        let mut g = ClassGuard::new("web", SynCookies::Auto, true);
+        let mut g = ClassGuard::new("web", SynCookies::Auto, vec![(80, 80)]);
         assert!(!g.step(&tick(1000, 0, 0, false)), "fast SYNs, listeners fine: the kernel answers");
         assert!(!g.step(&tick(5, 0, 0, true)), "pressure at 500 SYNs/s: a busy service, not a flood");
         assert!(g.step(&tick(10, 0, 0, true)), "pressure at 1000 SYNs/s: the gate answers");
-        let mut udp = ClassGuard::new("dns", SynCookies::Auto, false);
+        let mut udp = ClassGuard::new("dns", SynCookies::Auto, vec![]);
         assert!(!udp.step(&tick(1000, 0, 0, true)), "a class without TCP ports never");
     }
 
     #[test]
     fn auto_holds_through_a_flood_and_lets_go_after_calm() {
-        let mut g = ClassGuard::new("web", SynCookies::Auto, true);
+        let mut g = ClassGuard::new("web", SynCookies::Auto, vec![(80, 80)]);
         g.step(&tick(100, 0, 0, true));
         // The kernel sees no SYN now (no pressure); the gate answers a flood.
         for _ in 0..1000 {
@@ -413,15 +437,15 @@ mod tests {
 
     #[test]
     fn on_and_off_ignore_the_signals() {
-        let mut on = ClassGuard::new("a", SynCookies::On, false);
-        let mut off = ClassGuard::new("b", SynCookies::Off, true);
+        let mut on = ClassGuard::new("a", SynCookies::On, vec![]);
+        let mut off = ClassGuard::new("b", SynCookies::Off, vec![(22, 22)]);
         assert!(on.step(&tick(0, 0, 0, false)));
         assert!(!off.step(&tick(100_000, 0, 0, true)));
     }
 
     #[test]
     fn the_gate_is_written_on_changes_and_keeps_checking_after_a_release() {
-        let mut g = ClassGuard::new("web", SynCookies::Auto, true);
+        let mut g = ClassGuard::new("web", SynCookies::Auto, vec![(80, 80)]);
         assert_eq!(g.due_write(1000).map(|w| (w.answer, w.check_until_ms)), Some((0, 0)), "first tick: off");
         assert_eq!(g.due_write(1010), None, "unchanged");
         g.answering = true;
@@ -434,9 +458,36 @@ mod tests {
         assert_eq!((w.answer, w.check_until_ms), (0, 3001 + CHECK_MS), "cookies out there stay checkable");
     }
 
+    /// The direct families (the socket lookup skipped) go only to answering
+    /// classes, are written at once when they change, and go with the
+    /// answering: a guard that stops, or signals gone stale, look every SYN up.
+    #[test]
+    fn direct_families_are_an_answering_guards_and_written_when_they_change() {
+        let (mut g, web, ssh) = web_and_ssh();
+        g.classes[ssh].step(&tick(0, 0, 0, false));
+        assert_eq!(g.answering_ports(), vec![(22, 22)], "only the answering class's ports are read");
+        g.set_direct(|ports| if ports == [(22, 22)] { SLUICE_SYN_DIRECT_V4 } else { 99 });
+        assert_eq!(g.classes[web].direct, 0, "not answering: none");
+        let now = 1_000_000;
+        let w = g.writes(now);
+        let of = |id: usize| w.iter().find(|(i, _)| *i == id).map(|(_, g)| g.direct);
+        assert_eq!((of(ssh), of(web)), (Some(SLUICE_SYN_DIRECT_V4), Some(0)));
+        assert!(g.writes(now + 10).is_empty(), "unchanged: nothing written");
+        g.set_direct(|_| SLUICE_SYN_DIRECT_V4 | SLUICE_SYN_DIRECT_V6);
+        let w = g.writes(now + 20);
+        assert_eq!(w.len(), 1, "the new families are written at once, not a second later: {w:?}");
+        assert_eq!(
+            (w[0].1.direct, w[0].1.check_until_ms),
+            (SLUICE_SYN_DIRECT_V4 | SLUICE_SYN_DIRECT_V6, now + 20 + CHECK_MS)
+        );
+        let w = g.release(now + 30);
+        assert_eq!(w.iter().map(|(_, g)| g.direct).collect::<Vec<_>>(), vec![0], "stale signals: every SYN looked up");
+        assert!(g.classes[ssh].answering(), "the on guard still answers");
+    }
+
     #[test]
     fn counts_are_deltas_of_the_gate_counters() {
-        let mut g = ClassGuard::new("web", SynCookies::Auto, true);
+        let mut g = ClassGuard::new("web", SynCookies::Auto, vec![(80, 80)]);
         let mut raw: ClassCounters = [0; crate::bpf_intf::SLUICE_CS_NR as usize];
         raw[SLUICE_CS_SYN_PKTS as usize] = 100;
         assert_eq!(g.counts(&raw), [0; 4], "the first read is the baseline");
@@ -454,7 +505,7 @@ mod tests {
     /// that matters (budget::CPU_TAKEN); before, 1,000/s did, measured or not.
     #[test]
     fn cheap_strays_do_not_engage_the_guard_and_costly_ones_do() {
-        let mut g = ClassGuard::new("web", SynCookies::Auto, true);
+        let mut g = ClassGuard::new("web", SynCookies::Auto, vec![(80, 80)]);
         let strays = |per_sec: f64, rx_share: Option<f64>, admitted_pps: f64| GuardTick {
             strays_per_sec: per_sec,
             rx_share,
@@ -480,7 +531,7 @@ mod tests {
 
     #[test]
     fn a_stray_ack_or_rst_flood_engages_and_the_gates_drops_hold_it() {
-        let mut guards = SynGuards { classes: vec![ClassGuard::new("web", SynCookies::Auto, true)] };
+        let mut guards = SynGuards { classes: vec![ClassGuard::new("web", SynCookies::Auto, vec![(80, 80)])] };
         let t0 = Instant::now();
         let at = |ms| t0 + std::time::Duration::from_millis(ms);
         guards.kernel_strays(&[("web".into(), 1000)], at(0));
@@ -508,7 +559,7 @@ mod tests {
             assert!(g.step(&quiet(g, 0)));
         }
         assert!(!g.step(&quiet(g, 0)), "the flood ended RELEASE_SECS ago: released");
-        let mut udp = ClassGuard::new("dns", SynCookies::Auto, false);
+        let mut udp = ClassGuard::new("dns", SynCookies::Auto, vec![]);
         assert!(!udp.step(&GuardTick { strays_per_sec: 1e6, dt: TICK, ..GuardTick::default() }), "not a TCP class");
     }
 }

@@ -7,6 +7,7 @@
 //! - [`discover`]: the listening services and their owners (zero-config);
 //! - [`sources`]: the gate's source maps summed up for status;
 //! - [`known`]: the known clients' state file;
+//! - [`syn_peers`]: what lets the gate answer a SYN without its socket lookup;
 //! - [`netdev`]: an interface's NAPI instances and their kthreads (generic netlink).
 
 pub mod discover;
@@ -17,3 +18,4 @@ pub mod netdev;
 pub mod rx_cpu;
 pub mod service_cpus;
 pub mod sources;
+pub mod syn_peers;

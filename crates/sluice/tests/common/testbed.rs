@@ -45,7 +45,8 @@ pub struct Testbed {
     pub if_a: &'static str,
     pub ip_a: String,
     pub ip_b: String,
-    /// B's MAC address, and the index of A's interface inside A.
+    /// A's and B's MAC addresses, and the index of A's interface inside A.
+    pub mac_a: [u8; 6],
     pub mac_b: [u8; 6],
     pub ifindex_a: u32,
     pub dir: PathBuf,
@@ -70,6 +71,7 @@ impl Testbed {
             if_a: sluice_testkit::testbed::IF_A,
             ip_a: net.ip_a.to_string(),
             ip_b: net.ip_b.to_string(),
+            mac_a: net.mac_a,
             mac_b: net.mac_b,
             ifindex_a: net.ifindex_a,
             dir,

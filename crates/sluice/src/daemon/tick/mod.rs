@@ -35,6 +35,7 @@ use crate::policy::remap::ClassRemap;
 use crate::policy::syn_guard::SynGuards;
 use crate::signals::health::{behind, distress, dropped, path_distress, syn_pressure, Health, HealthReader, RxWork};
 use crate::signals::rx_cpu::{RxCpu, ARM_PPS};
+use crate::signals::syn_peers::{direct_bits, PeerKey, SynPeers};
 
 /// An auto class offered over this many times its capacity estimate is
 /// flooded itself: it is limited even while lower classes get traffic (see
@@ -73,6 +74,10 @@ pub struct Ticker {
     pub budget: Budget,
     /// When the gate answers each TCP class's SYNs itself.
     pub syn: SynGuards,
+    /// What lets it answer them without its socket lookup (None: every
+    /// answered SYN is looked up; set by the daemon, which shares its
+    /// listeners' reading).
+    pub syn_peers: Option<SynPeers>,
     /// Whether the services' signals could be read lately.
     pub signals: SignalWatch,
     /// Ticks run (the gate's epoch), and the gate clock this tick wrote.
@@ -132,6 +137,7 @@ impl Ticker {
             auto: None,
             budget: Budget::default(),
             syn: SynGuards::default(),
+            syn_peers: None,
             signals: SignalWatch::default(),
             epoch: 0,
             now_ms: 0,
@@ -187,7 +193,9 @@ impl Ticker {
     /// Take over what `old` learnt (the controller, the budget's throttles,
     /// the per-CPU arrivals), matching classes by name (`remap`): a class list that
     /// changes (discovery, a reload) does not restart the control.
-    pub fn carry_from(&mut self, old: Ticker, remap: &ClassRemap) {
+    pub fn carry_from(&mut self, mut old: Ticker, remap: &ClassRemap) {
+        // The reader mirrors the gate's syn_peers, which a switch keeps.
+        self.syn_peers = old.syn_peers.take();
         for (id, c) in self.classes.iter_mut().enumerate() {
             if let Some(o) = remap.old_of(id).and_then(|i| old.classes.get(i)) {
                 c.last_seen = o.last_seen.clone();
@@ -405,9 +413,52 @@ impl Ticker {
                 (share, self.rx_cpu.admitted_pps.get(id).copied().unwrap_or(0.0))
             })
             .collect();
-        for (id, guard) in self.syn.tick(raw, &pressure, &rx, dt, crate::base::clock::wall_ms()) {
+        self.syn.tick(raw, &pressure, &rx, dt);
+        let direct = self.direct_syns(gate);
+        for (id, guard) in self.syn.writes(crate::base::clock::wall_ms()) {
             gate.set_syn_guard(id, &guard)?;
         }
+        direct
+    }
+
+    /// Tell the gate which answered SYNs may skip its socket lookup
+    /// (bpf/sluice.h, struct sluice_syn_guard): the client addresses
+    /// holding sockets on the answering classes' ports first (syn_peers),
+    /// then, in the guards written after this, each answering class's
+    /// direct families. Read only while a guard answers, every
+    /// SLUICE_SYN_PEERS_MS. Whatever cannot be read leaves every SYN to
+    /// the lookup.
+    fn direct_syns(&mut self, gate: &Gate) -> Result<()> {
+        let Some(peers) = &mut self.syn_peers else { return Ok(()) };
+        if !self.syn.any_answering() {
+            if !peers.held().is_empty() {
+                let held: Vec<PeerKey> = peers.held().iter().copied().collect();
+                gate.set_syn_peers(&[], &held)?;
+                peers.hold(Default::default());
+            }
+            return Ok(());
+        }
+        if !peers.due() {
+            return Ok(());
+        }
+        let read = match peers.read(&self.syn.answering_ports()) {
+            Ok(read) => read,
+            Err(e) => {
+                self.syn.set_direct(|_| 0);
+                return Err(e.context("reading the sockets of the answering classes' ports"));
+            }
+        };
+        let Some(now) = read.peers else {
+            self.syn.set_direct(|_| 0); // more addresses than the gate holds: every SYN looked up
+            return Ok(());
+        };
+        let (add, remove) = peers.change_to(&now);
+        if let Err(e) = gate.set_syn_peers(&add, &remove) {
+            self.syn.set_direct(|_| 0);
+            return Err(e.into());
+        }
+        peers.hold(now);
+        self.syn.set_direct(|ports| direct_bits(ports, &read.listeners, read.mptcp.as_ref()));
         Ok(())
     }
 

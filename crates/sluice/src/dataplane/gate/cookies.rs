@@ -180,6 +180,24 @@ impl Gate {
             .map_err(|err| GateError::Map { map: "syn_guard_any", err })
     }
 
+    /// Add client addresses to the gate's syn_peers and remove others (keys
+    /// as `signals::syn_peers::peer_key` makes them): the addresses whose
+    /// SYNs the gate looks up even in a direct class (struct sluice_syn_guard).
+    pub fn set_syn_peers(&self, add: &[[u32; 4]], remove: &[[u32; 4]]) -> Result<()> {
+        let map = |err| GateError::Map { map: "syn_peers", err };
+        let peers = &self.skel.maps.syn_peers;
+        for k in remove {
+            match peers.delete(bytes_of(k)) {
+                Err(e) if e.kind() == libbpf_rs::ErrorKind::NotFound => {}
+                r => r.map_err(map)?,
+            }
+        }
+        for k in add {
+            peers.update(bytes_of(k), &[1], MapFlags::ANY).map_err(map)?;
+        }
+        Ok(())
+    }
+
     /// Draw the key, read the MTU and attach the cookie checker (tcx
     /// ingress), where the kernel can take gate cookies; elsewhere nothing
     /// (no key: the gate answers no SYN). On failure the gate and the

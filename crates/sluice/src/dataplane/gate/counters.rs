@@ -69,6 +69,10 @@ pub struct ClassTotals {
     /// (left to it: an option or a listener the gate's SYN-ACKs should have avoided).
     #[serde(default)]
     pub cookies_refused: u64,
+    /// Of `synack_pkts`: SYNs answered without the socket lookup (the
+    /// daemon found a wildcard listener and no socket of the client's).
+    #[serde(default)]
+    pub synack_direct: u64,
     /// While the class's SYN guard answers: ACKs and RSTs of no connection
     /// (only the listener found, no valid cookie) the gate dropped.
     #[serde(default)]
@@ -102,6 +106,7 @@ impl From<ClassCounters> for ClassTotals {
             cookies_valid: c[SLUICE_CS_COOKIE_OK as usize],
             cookies_invalid: c[SLUICE_CS_COOKIE_BAD as usize],
             cookies_refused: c[SLUICE_CS_COOKIE_REFUSED as usize],
+            synack_direct: c[SLUICE_CS_SYNACK_DIRECT as usize],
             dropped_noconn_pkts: c[SLUICE_CS_DROP_NOCONN_PKTS as usize],
             dropped_noconn_bytes: c[SLUICE_CS_DROP_NOCONN_BYTES as usize],
         }

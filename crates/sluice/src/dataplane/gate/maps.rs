@@ -28,7 +28,7 @@ macro_rules! pod {
     )* };
 }
 
-pod!(u8, u16, u32, u64, i64, [u64; SLUICE_CS_NR as usize]);
+pod!(u8, u16, u32, u64, i64, [u32; 4], [u64; SLUICE_CS_NR as usize]);
 pod!(
     sluice_bucket,
     sluice_cell,
