@@ -16,7 +16,7 @@ use sluice::dataplane::classify;
 use sluice::dataplane::gate::{Clock, Gate, Prog, XDP_DROP, XDP_PASS};
 use sluice::dataplane::share::share;
 use sluice::policy::config::{self, Config, Limit};
-use sluice::signals::syn_peers::peer_key;
+use sluice::signals::syn_peers::{peer_key, peer_words};
 use sluice_testkit::packet::{v6, Frame};
 
 use crate::gen::Generator;
@@ -261,13 +261,12 @@ fn syn_cost(rounds: usize) -> Result<SynCost> {
     let syn = syn_frame(port);
     let (answers, drops) = (syn_gate(port, true, 0)?, syn_gate(port, false, 0)?);
     // A direct class: the wildcard listener the daemon would have found,
-    // and 1,000 other client addresses holding sockets (syn_peers).
+    // and the bits of 1,000 other client addresses holding sockets (syn_peers).
     let wildcard = std::net::TcpListener::bind("0.0.0.0:0")?;
     let direct_syn = syn_frame(wildcard.local_addr()?.port());
     let directs = syn_gate(wildcard.local_addr()?.port(), true, SLUICE_SYN_DIRECT_V4 | SLUICE_SYN_DIRECT_V6)?;
-    let held: Vec<[u32; 4]> =
-        (0..1000u32).map(|i| peer_key(std::net::Ipv4Addr::from(0x0a01_0000 + i).into())).collect();
-    directs.set_syn_peers(&held, &[])?;
+    let held = (0..1000u32).map(|i| peer_key(std::net::Ipv4Addr::from(0x0a01_0000 + i).into())).collect();
+    directs.set_syn_peer_words(&peer_words(&held))?;
     drops.test_run(Prog::Gate, &syn, 2_000_000)?; // drain the burst
     let floor = Generator::load()?;
     let (mut noop, mut dropped, mut answered, mut direct) = (vec![], vec![], vec![], vec![]);

@@ -430,30 +430,50 @@ struct sluice_syn_guard {
  * It costs more than the rest of the answer (issue 37) and decides two
  * things: a listener that takes a gate cookie exists for the SYN (not
  * MPTCP's), and the kernel holds no socket of the SYN's 4-tuple (TIME_WAIT,
- * established, half-open: only the kernel can take that SYN). The daemon
- * knows both while a guard answers and tells the gate:
- *   - direct (SLUICE_SYN_DIRECT_V4, _V6): every port of the class has a
- *     wildcard listener of that family on the gate's interface, none of
- *     them MPTCP's;
- *   - syn_peers: every client address that holds a socket other than a
- *     listener on a port of an answering class, read every
- *     SLUICE_SYN_PEERS_MS. A SYN from one of them is looked up as before.
- * A SYN of a direct family from an address not in syn_peers is answered
- * without the lookup. A socket younger than the last read is missed only
- * if its own client sends a second SYN of the same 4-tuple within that
- * time: a SYN-ACK lost in a half-open connection the kernel made (the
- * kernel retries after 1 s), or a client that cycles through its ports
- * within it. More addresses than SLUICE_SYN_PEERS_MAX: no class is direct.
+ * established, half-open: only the kernel can take that SYN). Instead:
+ *   - direct (SLUICE_SYN_DIRECT_V4, _V6), from the daemon: every port of
+ *     the class has a wildcard listener of that family on the gate's
+ *     interface, none of them MPTCP's (read once a second while answering);
+ *   - syn_peers, a bit set of client addresses (struct sluice_syn_peer,
+ *     hashed: syn_peer_bit) that may hold a socket of the class's port. Its
+ *     first half is the daemon's: when a class's guard starts answering,
+ *     it reads every socket on the class's ports once (one dump) and sets
+ *     their clients' bits. Its second half is the gate's: while a guard
+ *     answers, the gate looks up every other TCP packet of the class
+ *     (no_connection) and each SYN it does not skip, and sets the bit of a
+ *     client whose packet finds a socket other than the listener, or whose
+ *     ACK carries a valid cookie (a connection about to be). The daemon
+ *     clears both when no guard answers.
+ * A SYN of a direct family whose client's bit is clear is answered without
+ * the lookup; a set bit (a client with a socket, or another address
+ * sharing its bit) is looked up as before. No false negative: a socket
+ * made while the guard answers comes from a handshake the gate saw the
+ * ACK of, or from a known client's SYN, which the kernel takes anyway;
+ * one made before was in the dump. What a bit set cannot tell is missed
+ * only by a half-open connection the kernel made between the dump and the
+ * guard's write (microseconds) whose client retries its SYN.
  */
 #define SLUICE_SYN_DIRECT_V4 (1u << 0)
 #define SLUICE_SYN_DIRECT_V6 (1u << 1)
-#define SLUICE_SYN_PEERS_MAX 65536
-#define SLUICE_SYN_PEERS_MS 100
+#define SLUICE_SYN_PEER_BITS (1u << 20)
+#define SLUICE_SYN_PEER_WORDS (SLUICE_SYN_PEER_BITS / 64) /* per half of syn_peers */
 
-/* A client address in syn_peers: IPv6, or IPv4 as ::ffff:a.b.c.d (network order). */
+/* A client address as syn_peers hashes it: IPv6, or IPv4 as ::ffff:a.b.c.d (network order). */
 struct sluice_syn_peer {
 	__u32 addr[4];
 };
+
+/*
+ * A client address's bit in each half of syn_peers: its words folded to 64
+ * bits, times the golden ratio, the top 20 bits (Fibonacci hashing). The
+ * daemon computes the same (signals::syn_peers::peer_bit).
+ */
+static __always_inline __u32 syn_peer_bit(const struct sluice_syn_peer *p)
+{
+	__u64 x = (__u64)(p->addr[0] ^ p->addr[2]) << 32 | (p->addr[1] ^ p->addr[3]);
+
+	return (__u32)((x * 0x9e3779b97f4a7c15ULL) >> 44);
+}
 
 /*
  * Reader steering (steer.bpf.c): an SK_REUSEPORT program picks which socket

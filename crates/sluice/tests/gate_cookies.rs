@@ -172,14 +172,16 @@ fn the_syn_ack_offers_only_what_the_namespace_allows() {
 
 /// Issue 37: a guard with a direct family answers that family's SYNs
 /// without the socket lookup (counted SLUICE_CS_SYNACK_DIRECT), except
-/// from a client address in syn_peers, which the daemon's reader fills
-/// with every address holding a socket on the class's ports: open or in
-/// TIME_WAIT, such a 4-tuple's SYN goes on to the kernel, as with the
-/// lookup. The reader also names the ports with an MPTCP listener.
+/// from a client address whose bit is set in syn_peers: by the daemon's
+/// reader (every socket on the class's ports when the guard starts
+/// answering), or by the gate itself (a segment of the class that finds
+/// its own socket). Open or in TIME_WAIT, such a 4-tuple's SYN goes on to
+/// the kernel, as with the lookup. The reader also names the ports with an
+/// MPTCP listener.
 #[test]
 fn a_direct_guard_skips_the_lookup_except_for_a_client_holding_a_socket() {
     use sluice::signals::discover::Listeners;
-    use sluice::signals::syn_peers::{direct_bits, peer_key, SynPeers};
+    use sluice::signals::syn_peers::{direct_bits, peer_bit, peer_key, SynPeers};
     let now = sluice::base::clock::wall_ms();
     let (l, port) = listener();
     let g = guarded(port, now);
@@ -189,42 +191,50 @@ fn a_direct_guard_skips_the_lookup_except_for_a_client_holding_a_socket() {
     let (served, _) = l.accept().unwrap();
     let cport = client.local_addr().unwrap().port();
     let held = Segment::new("127.0.0.1", "127.0.0.1", cport, port, SYN);
+    let answers = |g: &TestGate| (counter(g, SLUICE_CS_SYNACK_PKTS), counter(g, SLUICE_CS_SYNACK_DIRECT));
     // Before the reader: answered, the connection the kernel holds unseen (what the reader is for).
     assert_eq!(answer(&g, &held).0, XDP_TX);
-    assert_eq!((counter(&g, SLUICE_CS_SYNACK_PKTS), counter(&g, SLUICE_CS_SYNACK_DIRECT)), (1, 1));
+    assert_eq!(answers(&g), (1, 1));
     let mut peers = SynPeers::new(Listeners::new(0).unwrap()).unwrap();
-    let read_into_gate = |peers: &mut SynPeers| {
-        let mut read = peers.read(&[(port, port)]).unwrap();
-        let set = read.peers.take().expect("a handful of addresses");
-        let (add, remove) = peers.change_to(&set);
-        g.gate.set_syn_peers(&add, &remove).unwrap();
-        peers.hold(set);
-        read
-    };
-    let read = read_into_gate(&mut peers);
-    assert!(peers.held().contains(&peer_key("127.0.0.1".parse().unwrap())), "the client's address: {:?}", peers.held());
-    pass(&g, "an open connection's 4-tuple, its address in syn_peers", &held);
+    let holding = peers.holding(&[(port, port)]).unwrap();
+    let me = peer_key("127.0.0.1".parse().unwrap());
+    assert!(holding.contains(&me), "the client's address: {holding:?}");
+    g.gate.set_syn_peer_words(&peers.add(&holding)).unwrap();
+    pass(&g, "an open connection's 4-tuple, its client's bit set by the daemon", &held);
     let other = Segment::new("127.0.0.2", "127.0.0.1", 40000, port, SYN);
     assert_eq!(answer(&g, &other).0, XDP_TX, "another address: answered");
-    assert_eq!((counter(&g, SLUICE_CS_SYNACK_PKTS), counter(&g, SLUICE_CS_SYNACK_DIRECT)), (2, 2));
-    // The server closes first: its side of the 4-tuple goes to TIME_WAIT; the reader still finds it.
+    assert_eq!(answers(&g), (2, 2));
+    // Cleared: a segment of the connection sets the bit again, the gate's own.
+    g.gate.clear_syn_peers().unwrap();
+    assert!(g.gate.syn_peer_words().unwrap().is_empty());
+    let mut ack = Segment::new("127.0.0.1", "127.0.0.1", cport, port, ACK);
+    ack.ack = 1;
+    pass(&g, "an ACK of the open connection", &ack);
+    let bit = peer_bit(me);
+    let want = (SLUICE_SYN_PEER_WORDS + bit / 64, 1u64 << (bit % 64));
+    assert_eq!(g.gate.syn_peer_words().unwrap(), vec![want], "the gate's half holds the client's bit");
+    pass(&g, "an open connection's 4-tuple, its client's bit set by the gate", &held);
+    // The server closes first: its side of the 4-tuple goes to TIME_WAIT; the reader finds it too.
     drop(served);
     let mut rest = Vec::new();
     std::io::Read::read_to_end(&mut &client, &mut rest).unwrap();
     drop(client);
     std::thread::sleep(std::time::Duration::from_millis(50));
-    read_into_gate(&mut peers);
-    assert!(peers.held().contains(&peer_key("127.0.0.1".parse().unwrap())), "TIME_WAIT is a socket too");
-    pass(&g, "a TIME_WAIT 4-tuple, its address in syn_peers", &held);
+    g.gate.clear_syn_peers().unwrap();
+    peers.release();
+    let holding = peers.holding(&[(port, port)]).unwrap();
+    assert!(holding.contains(&me), "TIME_WAIT is a socket too");
+    g.gate.set_syn_peer_words(&peers.add(&holding)).unwrap();
+    pass(&g, "a TIME_WAIT 4-tuple, its client's bit set", &held);
     // IPv6 only direct: an IPv4 SYN is looked up (and answered: the listener is there).
     g.gate.set_syn_guard(g.class("web"), &direct(SLUICE_SYN_DIRECT_V6)).unwrap();
     assert_eq!(answer(&g, &other).0, XDP_TX);
-    assert_eq!((counter(&g, SLUICE_CS_SYNACK_PKTS), counter(&g, SLUICE_CS_SYNACK_DIRECT)), (3, 2));
-    // The listener is on 127.0.0.1 (not a wildcard): the daemon would make this class direct for nothing.
-    assert_eq!(direct_bits(&[(port, port)], &read.listeners, read.mptcp.as_ref()), 0);
+    assert_eq!(answers(&g), (3, 2));
+    // The listener is on 127.0.0.1, not a wildcard: the daemon makes no such class direct.
     let mptcp = mptcp_listener();
     let mport = mptcp.local_addr().unwrap().port();
-    let read = peers.read(&[(port, port)]).unwrap();
+    let read = peers.listeners(true).unwrap().expect("read when asked");
+    assert_eq!(direct_bits(&[(port, port)], &read.listeners, read.mptcp.as_ref()), 0);
     assert!(read.mptcp.as_ref().is_some_and(|m| m.contains(&mport)), "the MPTCP listener's port: {:?}", read.mptcp);
 }
 

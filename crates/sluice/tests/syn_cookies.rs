@@ -406,53 +406,61 @@ fn serve_to_close(tb: &Testbed, port: u16, secs: f64) {
 }
 
 /// Issue 37: a class with a wildcard listener has the gate answer SYNs
-/// without its socket lookup, except from a client address that holds a
-/// socket on the port (the daemon reads them, syn_peers). A client that
-/// opens a connection again from the port of one the server closed (its
-/// 4-tuple in TIME_WAIT on the server) must reach the kernel, which alone
-/// retires the old socket; answered by the gate, the cookie's ACK would
-/// meet the TIME_WAIT socket and the download would never come.
+/// without its socket lookup, except from a client address that may hold
+/// a socket on the port: read by the daemon when the guard starts
+/// answering, or marked by the gate since. A client that opens a
+/// connection again from the port of one the server closed (its 4-tuple in
+/// TIME_WAIT on the server) must reach the kernel, which alone retires the
+/// old socket; answered by the gate, the cookie's ACK would meet the
+/// TIME_WAIT socket and the download would never come.
 #[test]
 fn a_syn_that_reuses_a_time_wait_4_tuple_goes_to_the_kernel_while_the_gate_answers_directly() {
     let mut tb = Testbed::new();
     peer_xdp(&mut tb);
-    // An address of A's no other test uses: the daemon cannot have learnt it.
-    let client = "10.77.0.3";
-    let add = tb.cmd(&tb.a, &["ip", "addr", "add", &format!("{client}/24"), "dev", tb.if_a]).status().unwrap();
+    // A second address in A: the daemon cannot have learnt it.
+    let early = "10.77.0.3";
+    let add = tb.cmd(&tb.a, &["ip", "addr", "add", &format!("{early}/24"), "dev", tb.if_a]).status().unwrap();
     let mac_a = sluice_testkit::testbed::format_mac(tb.mac_a);
-    let neigh = ["ip", "neigh", "replace", client, "lladdr", &mac_a, "dev", tb.if_b, "nud", "permanent"];
+    let neigh = ["ip", "neigh", "replace", early, "lladdr", &mac_a, "dev", tb.if_b, "nud", "permanent"];
     assert!(add.success() && tb.cmd(&tb.b, &neigh).status().unwrap().success(), "a second address in A");
     serve_to_close(&tb, PORT, 60.0);
-    tb.start_gate(&["--class", &format!("web:match=tcp:{PORT},syn_cookies=on")]);
-    // The guard answers from the first tick; the daemon reads the peers within SLUICE_SYN_PEERS_MS.
-    std::thread::sleep(Duration::from_millis(500));
+    let cfg = |on: &str| {
+        format!("[[class]]\nname = \"web\"\nsyn_cookies = \"{on}\"\nmatch = [{{ proto = \"tcp\", port = {PORT} }}]\n")
+    };
+    let path = tb.write("sluice.toml", &cfg("off"));
+    let pid = tb.start_gate(&["--config", path.to_str().unwrap(), "--no-discover"]);
+    std::thread::sleep(Duration::from_millis(300));
     let url = format!("http://{}:{PORT}/", tb.ip_b);
-    let fetch = |port: u16| {
+    let fetch = |from: &str, port: u16| {
         let port = port.to_string();
-        let args = ["curl", "-s", "-o", "/dev/null", "--max-time", "10", "--interface", client, "--local-port", &port];
+        let args = ["curl", "-s", "-o", "/dev/null", "--max-time", "10", "--interface", from, "--local-port", &port];
         let out = tb.cmd(&tb.a, &[&args[..], &["-w", "%{size_download}", &url]].concat()).output().unwrap();
         String::from_utf8_lossy(&out.stdout).trim().parse::<u64>().ok().filter(|_| out.status.success())
     };
-    assert_eq!(fetch(40123), Some(BODY as u64), "the first download");
-    let first = web(&tb);
-    assert_eq!(
-        (first.synack_pkts, first.synack_direct, first.cookies_valid),
-        (1, 1, 1),
-        "its SYN answered by the gate without the lookup: {first:?}"
-    );
-    let tw = tb.cmd(&tb.b, &["ss", "-Htan", "state", "time-wait"]).output().unwrap();
-    let tw = String::from_utf8_lossy(&tw.stdout);
-    assert!(tw.contains(&format!("{client}:40123")), "the server holds the 4-tuple in TIME_WAIT: {tw}");
-    assert_eq!(fetch(40123), Some(BODY as u64), "the second download, from the same port, arrived whole");
-    let second = web(&tb);
-    assert_eq!(second.synack_pkts, 1, "the gate left its SYN to the kernel: {second:?}");
-    assert_eq!(fetch(40125), Some(BODY as u64), "a download from another port of the client");
-    let third = web(&tb);
-    assert_eq!(
-        (third.synack_pkts, third.synack_direct),
-        (2, 1),
-        "a client holding a socket: looked up, and the gate answers its new 4-tuple: {third:?}"
-    );
+    let in_time_wait = |from: &str, port: u16| {
+        let ss = tb.cmd(&tb.b, &["ss", "-Htan", "state", "time-wait"]).output().unwrap();
+        String::from_utf8_lossy(&ss.stdout).contains(&format!("{from}:{port}"))
+    };
+    // Before the guard answers: a connection the kernel makes, and leaves in TIME_WAIT.
+    assert_eq!(fetch(early, 40123), Some(BODY as u64), "the first download");
+    assert!(in_time_wait(early, 40123), "the server holds the 4-tuple in TIME_WAIT");
+    std::fs::write(&path, cfg("on")).unwrap();
+    tb.signal(pid, libc::SIGHUP);
+    std::thread::sleep(Duration::from_millis(500));
+    // The daemon's read: the SYN that reuses it goes to the kernel; another from the client is looked up.
+    assert_eq!(fetch(early, 40123), Some(BODY as u64), "from the same port while the guard answers: whole");
+    assert_eq!(web(&tb).synack_pkts, 0, "the gate left that SYN to the kernel");
+    assert_eq!(fetch(early, 40125), Some(BODY as u64));
+    let w = web(&tb);
+    assert_eq!((w.synack_pkts, w.synack_direct), (1, 0), "the client holds a socket: looked up, answered: {w:?}");
+    // A client new to the server: answered without the lookup; the gate marks it at its cookie's ACK.
+    let new = tb.ip_a.clone();
+    assert_eq!(fetch(&new, 40200), Some(BODY as u64));
+    let w = web(&tb);
+    assert_eq!((w.synack_pkts, w.synack_direct, w.cookies_valid), (2, 1, 2), "answered without the lookup: {w:?}");
+    assert!(in_time_wait(&new, 40200));
+    assert_eq!(fetch(&new, 40200), Some(BODY as u64), "from the same port again: whole");
+    assert_eq!(web(&tb).synack_pkts, 2, "the gate left that SYN to the kernel");
 }
 
 /// Class `name`'s totals (after a pause: the daemon publishes every 100 ms).

@@ -117,14 +117,14 @@ struct {
 	__type(value, struct sluice_syn_guard);
 } syn_guard SEC(".maps");
 
-/* Client addresses holding a socket on an answering class's port (struct
- * sluice_syn_guard has the why), written by the daemon. */
+/* Client addresses that may hold a socket on an answering class's port, a
+ * bit set of two halves: words 0.. the daemon's, SLUICE_SYN_PEER_WORDS..
+ * the gate's (struct sluice_syn_guard has the why). */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, SLUICE_SYN_PEERS_MAX);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, struct sluice_syn_peer);
-	__type(value, __u8);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2 * SLUICE_SYN_PEER_WORDS);
+	__type(key, __u32);
+	__type(value, __u64);
 } syn_peers SEC(".maps");
 
 /* The latest check_until_ms of any class's guard (the daemon writes it with

@@ -122,29 +122,89 @@ static __always_inline int is_mptcp(struct bpf_sock *skc)
 	return tp && tp->is_mptcp;
 }
 
+/* A client address as syn_peers hashes it. */
+static __always_inline void syn_peer_of(const struct cookie_addrs *a, struct sluice_syn_peer *k)
+{
+	if (a->family == 4) {
+		k->addr[0] = 0;
+		k->addr[1] = 0;
+		k->addr[2] = bpf_htonl(0xffff);
+		k->addr[3] = a->words[0];
+	} else {
+		__builtin_memcpy(k->addr, a->words, sizeof(k->addr));
+	}
+}
+
+/* May this client address hold a socket on an answering class's port (its bit in either half of syn_peers)? */
+static __always_inline int syn_peer_held(const struct cookie_addrs *a)
+{
+	struct sluice_syn_peer k;
+	__u32 bit, word;
+	__u64 *daemon, *gate;
+
+	syn_peer_of(a, &k);
+	bit = syn_peer_bit(&k);
+	word = bit / 64;
+	daemon = bpf_map_lookup_elem(&syn_peers, &word);
+	word += SLUICE_SYN_PEER_WORDS;
+	gate = bpf_map_lookup_elem(&syn_peers, &word);
+	if (!daemon || !gate)
+		return 1; /* cannot happen: the index is below max_entries; looked up, to be safe */
+	return ((*daemon | *gate) >> (bit % 64)) & 1;
+}
+
+/* This client address holds a socket, or is about to: set its bit in the gate's half of syn_peers. */
+static __always_inline void syn_peer_mark(const struct cookie_addrs *a)
+{
+	struct sluice_syn_peer k;
+	__u32 bit, word;
+	__u64 *w;
+
+	syn_peer_of(a, &k);
+	bit = syn_peer_bit(&k);
+	word = SLUICE_SYN_PEER_WORDS + bit / 64;
+	w = bpf_map_lookup_elem(&syn_peers, &word);
+	/* Read first: a word every CPU only reads stays in every cache. */
+	if (w && !((*w >> (bit % 64)) & 1))
+		__sync_fetch_and_or(w, 1ULL << (bit % 64));
+}
+
+/* What the socket lookup of a segment's 4-tuple found. */
+enum lookup_found {
+	FOUND_NONE = 0,     /* no socket: a closed port (the kernel's RST) */
+	FOUND_LISTENER = 1, /* the listener itself (one that takes a gate cookie, if asked) */
+	FOUND_OTHER = 2,    /* another socket of the 4-tuple (open, half-open, TIME_WAIT), or an MPTCP listener */
+};
+
 /*
- * Does the socket lookup of a segment's 4-tuple find the listener itself?
- * For a SYN the lookup decides (struct sluice_syn_guard says where the
- * daemon decided instead): the gate answers only then, and only for a
- * listener that takes a gate cookie (`for_cookie`: not MPTCP's). It finds another socket
+ * Look a segment's 4-tuple up. For a SYN the lookup decides (struct
+ * sluice_syn_guard says where the daemon and syn_peers decide instead),
+ * the gate answers only when it finds the listener, and only one that
+ * takes a gate cookie (`for_cookie`: not MPTCP's). Another socket is found
  * for a SYN that reuses the 4-tuple of one in TIME_WAIT (a client cycling
  * connections fast): the kernel must take that SYN, as only it can retire
  * the old socket (a cookie's ACK would meet the TIME_WAIT socket and never
- * open the connection). It finds none for a closed port: the kernel's RST.
+ * open the connection). None is found for a closed port: the kernel's RST.
+ * A client whose segment finds another socket gets its bit in syn_peers.
  */
-static __always_inline int finds_listener(struct xdp_md *ctx, const struct cookie_addrs *a, const struct tcphdr *th,
-					  int for_cookie)
+static __always_inline enum lookup_found look_up(struct xdp_md *ctx, const struct cookie_addrs *a,
+						 const struct tcphdr *th, int for_cookie)
 {
 	struct bpf_sock_tuple tuple = {};
 	__u32 size = cookie_tuple(a, th, &tuple);
 	struct bpf_sock *skc = bpf_skc_lookup_tcp(ctx, &tuple, size, BPF_F_CURRENT_NETNS, 0);
-	int listener;
+	enum lookup_found found;
 
 	if (!skc)
-		return 0;
-	listener = skc->state == BPF_TCP_LISTEN && !(for_cookie && is_mptcp(skc));
+		return FOUND_NONE;
+	if (skc->state != BPF_TCP_LISTEN) {
+		found = FOUND_OTHER;
+		syn_peer_mark(a);
+	} else {
+		found = for_cookie && is_mptcp(skc) ? FOUND_OTHER : FOUND_LISTENER;
+	}
 	bpf_sk_release(skc);
-	return listener;
+	return found;
 }
 
 /*
@@ -300,20 +360,6 @@ static __always_inline void syn_opts_allowed(struct syn_opts *o)
 		o->wscale = COOKIE_WSCALE_NONE;
 }
 
-/* Does a client address hold a socket on an answering class's port (syn_peers)? */
-static __always_inline int syn_peer(const struct cookie_addrs *a)
-{
-	struct sluice_syn_peer k = {};
-
-	if (a->family == 4) {
-		k.addr[2] = bpf_htonl(0xffff);
-		k.addr[3] = a->words[0];
-	} else {
-		__builtin_memcpy(k.addr, a->words, sizeof(k.addr));
-	}
-	return bpf_map_lookup_elem(&syn_peers, &k) != NULL;
-}
-
 /* How syn_answer answered a SYN, if it did. */
 enum syn_answered {
 	SYN_NOT_ANSWERED = 0, /* the SYN goes the normal way */
@@ -327,7 +373,7 @@ enum syn_answered {
  * The SYN goes the normal way (SYN_NOT_ANSWERED) for a header the cookie
  * paths do not take, no gate clock or key yet, a frame that cannot be
  * resized, and, where the lookup decides, no listener found for it (see
- * finds_listener). A SYN's data, if any, is not kept (the client sends it
+ * look_up). A SYN's data, if any, is not kept (the client sends it
  * again, as after the kernel's own cookies).
  */
 static __always_inline enum syn_answered syn_answer(struct xdp_md *ctx, __u32 direct)
@@ -352,8 +398,8 @@ static __always_inline enum syn_answered syn_answer(struct xdp_md *ctx, __u32 di
 	if ((void *)th - data > COOKIE_L3_MAX + sizeof(struct ipv6hdr))
 		return SYN_NOT_ANSWERED;
 	cookie_addrs_of(data + l3, family, &a);
-	skip = (direct & (family == 4 ? SLUICE_SYN_DIRECT_V4 : SLUICE_SYN_DIRECT_V6)) && !syn_peer(&a);
-	if (!skip && !finds_listener(ctx, &a, th, 1))
+	skip = (direct & (family == 4 ? SLUICE_SYN_DIRECT_V4 : SLUICE_SYN_DIRECT_V6)) && !syn_peer_held(&a);
+	if (!skip && look_up(ctx, &a, th, 1) != FOUND_LISTENER)
 		return SYN_NOT_ANSWERED;
 	syn_opts_read(data, end, (void *)(th + 1) - data, (void *)th - data + th->doff * 4, &o);
 	syn_opts_allowed(&o);
@@ -419,6 +465,8 @@ static __always_inline int ack_has_cookie(void *ip, struct tcphdr *th, const str
  * half-open connections find their own socket and pass; a closed port
  * finds none (the kernel's RST, as before); a connection NATed elsewhere
  * (its socket the NAT target's) is conntrack's, asked last (xdp_tracked).
+ * The client of a segment that finds its own socket, or of an ACK with a
+ * valid cookie, gets its bit in syn_peers: its next SYN is looked up.
  * Costs a socket lookup per TCP packet of the class, only while the guard
  * answers, and a conntrack lookup per packet it would drop.
  */
@@ -445,10 +493,12 @@ static __always_inline int no_connection(struct xdp_md *ctx, const struct pkt *p
 	if (ip + sizeof(struct ipv6hdr) > end)
 		return 0;
 	cookie_addrs_of(ip, family, &a);
-	if (!finds_listener(ctx, &a, th, 0))
+	if (look_up(ctx, &a, th, 0) != FOUND_LISTENER)
 		return 0;
-	if (!(pk->tcp_flags & TCP_FLAG_RST) && ack_has_cookie(ip, th, &a))
+	if (!(pk->tcp_flags & TCP_FLAG_RST) && ack_has_cookie(ip, th, &a)) {
+		syn_peer_mark(&a); /* the connection the cookie opens */
 		return 0;
+	}
 	/* Last, for what the rest would drop: a NATed connection's segments. */
 	return !xdp_tracked(ctx, &a, th);
 }

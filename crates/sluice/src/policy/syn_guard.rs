@@ -100,6 +100,9 @@ pub struct ClassGuard {
     /// While answering: the SLUICE_SYN_DIRECT_* families whose SYNs the
     /// gate answers without its socket lookup (`SynGuards::set_direct`).
     direct: u32,
+    /// While answering: the gate holds the client addresses of the sockets
+    /// on its ports read when it started (`SynGuards::seeded`).
+    seeded: bool,
     /// Seconds with neither pressure nor a flood while answering.
     calm_secs: f64,
     /// The gate's counters at the last tick: SYNs, answered, valid, no-connection drops.
@@ -125,6 +128,7 @@ impl ClassGuard {
             ports,
             answering: false,
             direct: 0,
+            seeded: false,
             calm_secs: 0.0,
             last: None,
             written: None,
@@ -255,6 +259,7 @@ impl SynGuards {
         for (id, c) in self.classes.iter_mut().enumerate() {
             if let Some(o) = remap.old_of(id).and_then(|i| old.classes.get(i)) {
                 c.answering = o.answering;
+                c.seeded = o.seeded; // the gate's syn_peers is kept across a switch
                 c.calm_secs = o.calm_secs;
                 c.last = o.last;
                 c.strays = o.strays;
@@ -285,19 +290,25 @@ impl SynGuards {
         self.classes.iter().any(|c| c.tcp && (c.strays_per_sec >= ENGAGE_SYNS_PER_SEC || c.answering))
     }
 
-    /// The TCP ports of the classes whose guard answers now: the ports
-    /// whose sockets the gate's syn_peers must cover.
-    pub fn answering_ports(&self) -> Vec<(u16, u16)> {
-        self.classes.iter().filter(|c| c.answering).flat_map(|c| c.ports.iter().copied()).collect()
+    /// The TCP ports of the answering classes whose sockets' clients the
+    /// gate's syn_peers does not hold yet (they started answering since
+    /// the last `seeded`).
+    pub fn unseeded_ports(&self) -> Vec<(u16, u16)> {
+        self.classes.iter().filter(|c| c.answering && !c.seeded).flat_map(|c| c.ports.iter().copied()).collect()
     }
 
-    /// Each answering class's direct families, `of` its TCP ports; 0 for the
-    /// others. Called after the gate's syn_peers was written for
-    /// `answering_ports`; a class that starts answering later has none
-    /// until it is called again.
+    /// The gate's syn_peers holds the clients of every answering class's sockets now.
+    pub fn seeded(&mut self) {
+        for c in self.classes.iter_mut().filter(|c| c.answering) {
+            c.seeded = true;
+        }
+    }
+
+    /// Each answering class's direct families, `of` its TCP ports, where
+    /// the gate holds its sockets' clients; 0 for the others.
     pub fn set_direct(&mut self, of: impl Fn(&[(u16, u16)]) -> u32) {
         for c in &mut self.classes {
-            c.direct = if c.answering { of(&c.ports) } else { 0 };
+            c.direct = if c.answering && c.seeded { of(&c.ports) } else { 0 };
         }
     }
 
@@ -315,7 +326,7 @@ impl SynGuards {
             let strays_per_sec = c.strays_per_sec;
             let t = GuardTick { syns, answered, valid, pressure, noconn, strays_per_sec, rx_share, admitted_pps, dt };
             if !c.step(&t) {
-                c.direct = 0;
+                (c.direct, c.seeded) = (0, false);
             }
         }
     }
@@ -336,7 +347,7 @@ impl SynGuards {
             if c.policy == SynCookies::Auto {
                 (c.answering, c.calm_secs) = (false, 0.0);
             }
-            c.direct = 0;
+            (c.direct, c.seeded) = (0, false);
         }
         self.writes(now_ms)
     }
@@ -465,7 +476,11 @@ mod tests {
     fn direct_families_are_an_answering_guards_and_written_when_they_change() {
         let (mut g, web, ssh) = web_and_ssh();
         g.classes[ssh].step(&tick(0, 0, 0, false));
-        assert_eq!(g.answering_ports(), vec![(22, 22)], "only the answering class's ports are read");
+        g.set_direct(|_| SLUICE_SYN_DIRECT_V4);
+        assert_eq!(g.classes[ssh].direct, 0, "its sockets' clients not in the gate yet: none");
+        assert_eq!(g.unseeded_ports(), vec![(22, 22)], "only the answering class's ports are read");
+        g.seeded();
+        assert!(g.unseeded_ports().is_empty());
         g.set_direct(|ports| if ports == [(22, 22)] { SLUICE_SYN_DIRECT_V4 } else { 99 });
         assert_eq!(g.classes[web].direct, 0, "not answering: none");
         let now = 1_000_000;
@@ -483,6 +498,7 @@ mod tests {
         let w = g.release(now + 30);
         assert_eq!(w.iter().map(|(_, g)| g.direct).collect::<Vec<_>>(), vec![0], "stale signals: every SYN looked up");
         assert!(g.classes[ssh].answering(), "the on guard still answers");
+        assert_eq!(g.unseeded_ports(), vec![(22, 22)], "and is read again before it is direct again");
     }
 
     #[test]

@@ -1,10 +1,9 @@
 //! What lets the gate answer a SYN without its socket lookup (the why is
 //! in bpf/sluice.h, at struct sluice_syn_guard): the client addresses that
-//! hold a socket on an answering class's port, whose SYNs the gate still
-//! looks up, and, by class, the families whose every port has a wildcard
-//! listener on the gate's interface and no MPTCP one. The daemon reads
-//! them only while some class's guard answers, at most every
-//! SLUICE_SYN_PEERS_MS, and writes them to the gate before the guards.
+//! hold a socket on a class's ports when its guard starts answering (one
+//! dump; the gate marks the rest itself while it answers), and, by class,
+//! the families whose every port has a wildcard listener on the gate's
+//! interface and no MPTCP one. Read only while a guard answers.
 use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
@@ -13,11 +12,19 @@ use anyhow::Result;
 
 use super::discover::{Family, Listeners, Listening, L4};
 use super::kernel::{SockDiag, TCP_CLOSE, TCP_LISTEN};
-use crate::bpf_intf::{SLUICE_SYN_DIRECT_V4, SLUICE_SYN_DIRECT_V6, SLUICE_SYN_PEERS_MAX, SLUICE_SYN_PEERS_MS};
+use crate::bpf_intf::{SLUICE_SYN_DIRECT_V4, SLUICE_SYN_DIRECT_V6, SLUICE_SYN_PEER_BITS};
 
-/// A client address as the gate's syn_peers keys it: the 16 bytes of an
+/// A client address as the gate's syn_peers hashes it: the 16 bytes of an
 /// IPv6 address, an IPv4 one as ::ffff:a.b.c.d, in network order.
 pub type PeerKey = [u32; 4];
+
+/// A client address's bit in each half of the gate's syn_peers: the
+/// gate's syn_peer_bit (bpf/sluice.h), computed the same way.
+pub fn peer_bit(k: PeerKey) -> u32 {
+    let x = u64::from(k[0] ^ k[2]) << 32 | u64::from(k[1] ^ k[3]);
+    let bits = SLUICE_SYN_PEER_BITS.trailing_zeros();
+    (x.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - bits)) as u32
+}
 
 /// The key of a client address (an IPv4-mapped IPv6 address, as a
 /// dual-stack socket shows an IPv4 client, is the IPv4 address's key).
@@ -69,53 +76,84 @@ fn kernel_has_mptcp() -> bool {
     std::path::Path::new("/proc/sys/net/mptcp").exists()
 }
 
-/// The reader, and the addresses the gate holds (as last written).
+/// How often the listeners are read again while a guard answers.
+pub const LISTENERS_EVERY: Duration = Duration::from_secs(1);
+
+/// A reading of the listeners: the gate interface's, and the ports with an
+/// MPTCP listener (None: not known).
+pub struct ListenersRead {
+    pub at: Instant,
+    pub listeners: Vec<Listening>,
+    pub mptcp: Option<HashSet<u16>>,
+}
+
+/// The reader, and the daemon's half of the gate's syn_peers as written.
 pub struct SynPeers {
     diag: SockDiag,
     listeners: Listeners,
-    held: HashSet<PeerKey>,
-    read_at: Option<Instant>,
-}
-
-/// One reading: the addresses holding a socket on the ports read (None:
-/// more than SLUICE_SYN_PEERS_MAX), the listeners, and the ports with an
-/// MPTCP listener (None: not known).
-pub struct PeersRead {
-    pub peers: Option<HashSet<PeerKey>>,
-    pub listeners: Vec<Listening>,
-    pub mptcp: Option<HashSet<u16>>,
+    last: Option<ListenersRead>,
+    /// The words of the daemon's half that are not zero, by index.
+    words: HashMap<u32, u64>,
+    /// Since the last `release`: some class was seeded, so the gate may
+    /// have set bits of its own too.
+    used: bool,
 }
 
 impl SynPeers {
     /// A reader in the current network namespace, sharing the daemon's
     /// reading of the listeners.
     pub fn new(listeners: Listeners) -> Result<SynPeers> {
-        Ok(SynPeers { diag: SockDiag::open(None)?, listeners, held: HashSet::new(), read_at: None })
+        Ok(SynPeers { diag: SockDiag::open(None)?, listeners, last: None, words: HashMap::new(), used: false })
     }
 
-    /// Is a new reading due (none yet, or SLUICE_SYN_PEERS_MS since the last)?
-    pub fn due(&self) -> bool {
-        self.read_at.is_none_or(|at| at.elapsed() >= Duration::from_millis(SLUICE_SYN_PEERS_MS.into()))
-    }
-
-    /// Read the TCP sockets on `ports` that are not listeners (established,
-    /// half-open, closing, TIME_WAIT; both families), the listeners, and
-    /// the MPTCP listeners.
-    pub fn read(&mut self, ports: &[(u16, u16)]) -> Result<PeersRead> {
-        self.read_at = Some(Instant::now());
-        let mut peers = HashSet::new();
-        let states = !(1u32 << TCP_LISTEN | 1 << TCP_CLOSE);
-        if !ports.is_empty() {
-            for family in [libc::AF_INET as u8, libc::AF_INET6 as u8] {
-                self.diag.dump_ports(family, libc::IPPROTO_TCP as u8, states, ports, &mut |s| {
-                    if ports.iter().any(|&(lo, hi)| (lo..=hi).contains(&s.sport)) {
-                        peers.insert(peer_key(s.dst));
-                    }
-                })?;
+    /// Add `peers` to the daemon's half: the words to write (index, value).
+    pub fn add(&mut self, peers: &HashSet<PeerKey>) -> Vec<(u32, u64)> {
+        self.used = true;
+        let mut changed = Vec::new();
+        for (i, w) in peer_words(peers) {
+            let held = self.words.entry(i).or_default();
+            if *held | w != *held {
+                *held |= w;
+                changed.push((i, *held));
             }
         }
-        let peers = (peers.len() <= SLUICE_SYN_PEERS_MAX as usize).then_some(peers);
-        Ok(PeersRead { peers, listeners: self.listeners.now()?, mptcp: self.mptcp_ports() })
+        changed
+    }
+
+    /// No guard answers: the daemon's half is forgotten. Whether the gate's
+    /// syn_peers may hold bits (either half), to be cleared.
+    pub fn release(&mut self) -> bool {
+        self.words.clear();
+        std::mem::take(&mut self.used)
+    }
+
+    /// The client addresses of every TCP socket on `ports` that is not a
+    /// listener (established, half-open, closing, TIME_WAIT; both families):
+    /// one dump of each family.
+    pub fn holding(&mut self, ports: &[(u16, u16)]) -> Result<HashSet<PeerKey>> {
+        let mut peers = HashSet::new();
+        if ports.is_empty() {
+            return Ok(peers);
+        }
+        let states = !(1u32 << TCP_LISTEN | 1 << TCP_CLOSE);
+        for family in [libc::AF_INET as u8, libc::AF_INET6 as u8] {
+            self.diag.dump_ports(family, libc::IPPROTO_TCP as u8, states, ports, &mut |s| {
+                if ports.iter().any(|&(lo, hi)| (lo..=hi).contains(&s.sport)) {
+                    peers.insert(peer_key(s.dst));
+                }
+            })?;
+        }
+        Ok(peers)
+    }
+
+    /// The listeners, read again if `now` or the last reading is
+    /// LISTENERS_EVERY old; None if not read again.
+    pub fn listeners(&mut self, now: bool) -> Result<Option<&ListenersRead>> {
+        if !now && self.last.as_ref().is_some_and(|r| r.at.elapsed() < LISTENERS_EVERY) {
+            return Ok(None);
+        }
+        let read = ListenersRead { at: Instant::now(), listeners: self.listeners.now()?, mptcp: self.mptcp_ports() };
+        Ok(Some(self.last.insert(read)))
     }
 
     /// The ports with an MPTCP listener (empty where the kernel has no
@@ -134,21 +172,19 @@ impl SynPeers {
         }
         Some(ports)
     }
+}
 
-    /// What to add to and remove from the gate's syn_peers to make it `to`.
-    pub fn change_to(&self, to: &HashSet<PeerKey>) -> (Vec<PeerKey>, Vec<PeerKey>) {
-        (to.difference(&self.held).copied().collect(), self.held.difference(to).copied().collect())
+/// The words of a bit set with the bits of `peers` (index, word; only
+/// those not zero), as the daemon's half of syn_peers holds them.
+pub fn peer_words(peers: &HashSet<PeerKey>) -> Vec<(u32, u64)> {
+    let mut words: HashMap<u32, u64> = HashMap::new();
+    for &k in peers {
+        let bit = peer_bit(k);
+        *words.entry(bit / 64).or_default() |= 1 << (bit % 64);
     }
-
-    /// The gate holds `peers` now.
-    pub fn hold(&mut self, peers: HashSet<PeerKey>) {
-        self.held = peers;
-    }
-
-    /// The addresses the gate holds.
-    pub fn held(&self) -> &HashSet<PeerKey> {
-        &self.held
-    }
+    let mut words: Vec<(u32, u64)> = words.into_iter().collect();
+    words.sort_unstable();
+    words
 }
 
 #[cfg(test)]
@@ -183,6 +219,23 @@ mod tests {
         let many: Vec<Listening> = (1000..=3000).map(|p| tcp(p, "::", Family::Both)).collect();
         assert_eq!(direct_bits(&[(1000, 3000)], &many, Some(&none)), 0, "more than DIRECT_PORTS_MAX ports");
         assert_eq!(direct_bits(&[(1000, 1500)], &many, Some(&none)), BOTH);
+    }
+
+    /// The bit set's words hold each address's bit; the bits spread (a
+    /// thousand neighbouring addresses take about a thousand bits).
+    #[test]
+    fn each_address_sets_its_own_bit() {
+        let addrs: HashSet<PeerKey> =
+            (0..1000u32).map(|i| peer_key(std::net::Ipv4Addr::from(0x0a00_0000 + i).into())).collect();
+        let words = peer_words(&addrs);
+        let set: u32 = words.iter().map(|(_, w)| w.count_ones()).sum();
+        assert!(set > 990, "{set} bits for 1000 addresses");
+        for &k in &addrs {
+            let bit = peer_bit(k);
+            assert!(bit < SLUICE_SYN_PEER_BITS);
+            let w = words.iter().find(|(i, _)| *i == bit / 64).expect("its word").1;
+            assert_eq!((w >> (bit % 64)) & 1, 1);
+        }
     }
 
     #[test]

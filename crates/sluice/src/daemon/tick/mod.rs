@@ -21,7 +21,7 @@
 //! service's health then is not what it would be enforcing).
 use std::fmt::Display;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 
 use crate::bpf_intf::*;
 use crate::daemon::auto::AutoLoop;
@@ -35,7 +35,7 @@ use crate::policy::remap::ClassRemap;
 use crate::policy::syn_guard::SynGuards;
 use crate::signals::health::{behind, distress, dropped, path_distress, syn_pressure, Health, HealthReader, RxWork};
 use crate::signals::rx_cpu::{RxCpu, ARM_PPS};
-use crate::signals::syn_peers::{direct_bits, PeerKey, SynPeers};
+use crate::signals::syn_peers::{direct_bits, SynPeers};
 
 /// An auto class offered over this many times its capacity estimate is
 /// flooded itself: it is limited even while lower classes get traffic (see
@@ -422,43 +422,41 @@ impl Ticker {
     }
 
     /// Tell the gate which answered SYNs may skip its socket lookup
-    /// (bpf/sluice.h, struct sluice_syn_guard): the client addresses
-    /// holding sockets on the answering classes' ports first (syn_peers),
-    /// then, in the guards written after this, each answering class's
-    /// direct families. Read only while a guard answers, every
-    /// SLUICE_SYN_PEERS_MS. Whatever cannot be read leaves every SYN to
-    /// the lookup.
+    /// (bpf/sluice.h, struct sluice_syn_guard): when a class's guard starts
+    /// answering, the client addresses of the sockets on its ports (one
+    /// dump, into syn_peers; the gate marks later ones itself), then, in
+    /// the guards written after this, each answering class's direct
+    /// families, from the listeners read once a second. When no guard
+    /// answers, syn_peers is cleared. What cannot be read leaves every SYN
+    /// to the lookup.
     fn direct_syns(&mut self, gate: &Gate) -> Result<()> {
         let Some(peers) = &mut self.syn_peers else { return Ok(()) };
         if !self.syn.any_answering() {
-            if !peers.held().is_empty() {
-                let held: Vec<PeerKey> = peers.held().iter().copied().collect();
-                gate.set_syn_peers(&[], &held)?;
-                peers.hold(Default::default());
+            if peers.release() {
+                gate.clear_syn_peers()?;
             }
             return Ok(());
         }
-        if !peers.due() {
-            return Ok(());
+        let fresh = self.syn.unseeded_ports();
+        if !fresh.is_empty() {
+            let seeded = peers
+                .holding(&fresh)
+                .context("reading the sockets on the ports of a class whose SYN guard starts answering")
+                .and_then(|holding| Ok(gate.set_syn_peer_words(&peers.add(&holding))?));
+            if let Err(e) = seeded {
+                self.syn.set_direct(|_| 0);
+                return Err(e);
+            }
+            self.syn.seeded();
         }
-        let read = match peers.read(&self.syn.answering_ports()) {
-            Ok(read) => read,
+        match peers.listeners(!fresh.is_empty()) {
+            Ok(None) => {}
+            Ok(Some(r)) => self.syn.set_direct(|ports| direct_bits(ports, &r.listeners, r.mptcp.as_ref())),
             Err(e) => {
                 self.syn.set_direct(|_| 0);
-                return Err(e.context("reading the sockets of the answering classes' ports"));
+                return Err(e.context("reading the listeners of the answering classes"));
             }
-        };
-        let Some(now) = read.peers else {
-            self.syn.set_direct(|_| 0); // more addresses than the gate holds: every SYN looked up
-            return Ok(());
-        };
-        let (add, remove) = peers.change_to(&now);
-        if let Err(e) = gate.set_syn_peers(&add, &remove) {
-            self.syn.set_direct(|_| 0);
-            return Err(e.into());
         }
-        peers.hold(now);
-        self.syn.set_direct(|ports| direct_bits(ports, &read.listeners, read.mptcp.as_ref()));
         Ok(())
     }
 

@@ -8,7 +8,8 @@ use libbpf_rs::{MapCore, MapFlags};
 
 use super::{bytes_of, from_bytes, Gate, GateError, Result};
 use crate::bpf_intf::{
-    sluice_syn_guard, SLUICE_CLASS_IDS, SLUICE_SYN_COOKIES, SLUICE_SYN_SACK, SLUICE_SYN_TS, SLUICE_SYN_WSCALE,
+    sluice_syn_guard, SLUICE_CLASS_IDS, SLUICE_SYN_COOKIES, SLUICE_SYN_PEER_WORDS, SLUICE_SYN_SACK, SLUICE_SYN_TS,
+    SLUICE_SYN_WSCALE,
 };
 
 /// The namespace's TCP settings a gate cookie depends on (net.ipv4.NAME,
@@ -180,22 +181,47 @@ impl Gate {
             .map_err(|err| GateError::Map { map: "syn_guard_any", err })
     }
 
-    /// Add client addresses to the gate's syn_peers and remove others (keys
-    /// as `signals::syn_peers::peer_key` makes them): the addresses whose
-    /// SYNs the gate looks up even in a direct class (struct sluice_syn_guard).
-    pub fn set_syn_peers(&self, add: &[[u32; 4]], remove: &[[u32; 4]]) -> Result<()> {
+    /// Write words of the daemon's half of syn_peers (index, value; the
+    /// bit set of client addresses that may hold a socket on an answering
+    /// class's port: struct sluice_syn_guard), in one batch.
+    pub fn set_syn_peer_words(&self, words: &[(u32, u64)]) -> Result<()> {
+        if words.is_empty() {
+            return Ok(());
+        }
+        let keys: Vec<u32> = words.iter().map(|&(i, _)| i).collect();
+        let values: Vec<u64> = words.iter().map(|&(_, w)| w).collect();
+        self.syn_peers_batch(&keys, &values)
+    }
+
+    /// Clear both halves of syn_peers (no guard answers), in one batch.
+    pub fn clear_syn_peers(&self) -> Result<()> {
+        let keys: Vec<u32> = (0..2 * SLUICE_SYN_PEER_WORDS).collect();
+        self.syn_peers_batch(&keys, &vec![0u64; keys.len()])
+    }
+
+    fn syn_peers_batch(&self, keys: &[u32], values: &[u64]) -> Result<()> {
+        let k: Vec<u8> = keys.iter().flat_map(|k| k.to_ne_bytes()).collect();
+        let v: Vec<u8> = values.iter().flat_map(|w| w.to_ne_bytes()).collect();
+        self.skel
+            .maps
+            .syn_peers
+            .update_batch(&k, &v, keys.len() as u32, MapFlags::ANY, MapFlags::ANY)
+            .map_err(|err| GateError::Map { map: "syn_peers", err })
+    }
+
+    /// The daemon's and the gate's words of syn_peers that are not zero (index, value), for tests.
+    pub fn syn_peer_words(&self) -> Result<Vec<(u32, u64)>> {
         let map = |err| GateError::Map { map: "syn_peers", err };
-        let peers = &self.skel.maps.syn_peers;
-        for k in remove {
-            match peers.delete(bytes_of(k)) {
-                Err(e) if e.kind() == libbpf_rs::ErrorKind::NotFound => {}
-                r => r.map_err(map)?,
+        let mut out = Vec::new();
+        for i in 0..2 * SLUICE_SYN_PEER_WORDS {
+            if let Some(v) = self.skel.maps.syn_peers.lookup(&i.to_ne_bytes(), MapFlags::ANY).map_err(map)? {
+                let w = from_bytes::<u64>(&v);
+                if w != 0 {
+                    out.push((i, w));
+                }
             }
         }
-        for k in add {
-            peers.update(bytes_of(k), &[1], MapFlags::ANY).map_err(map)?;
-        }
-        Ok(())
+        Ok(out)
     }
 
     /// Draw the key, read the MTU and attach the cookie checker (tcx
