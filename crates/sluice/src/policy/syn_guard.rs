@@ -259,7 +259,8 @@ impl SynGuards {
         for (id, c) in self.classes.iter_mut().enumerate() {
             if let Some(o) = remap.old_of(id).and_then(|i| old.classes.get(i)) {
                 c.answering = o.answering;
-                c.seeded = o.seeded; // the gate's syn_peers is kept across a switch
+                // The gate's syn_peers is kept across a switch; a port the class gained was never read.
+                c.seeded = o.seeded && o.ports == c.ports;
                 c.calm_secs = o.calm_secs;
                 c.last = o.last;
                 c.strays = o.strays;
@@ -383,6 +384,29 @@ mod tests {
 
     fn tick(syns: u64, answered: u64, valid: u64, pressure: bool) -> GuardTick {
         GuardTick { syns, answered, valid, pressure, dt: TICK, ..GuardTick::default() }
+    }
+
+    /// A switch keeps the gate's syn_peers, so an answering class keeps its
+    /// read, unless it gained ports: those were never read.
+    #[test]
+    fn a_switch_keeps_a_classs_read_of_its_sockets_unless_its_ports_change() {
+        let flags = |ssh: &str| {
+            crate::policy::config::from_flags(&["web:match=tcp:80".to_string(), ssh.to_string()]).unwrap()
+        };
+        let old_cfg = flags("ssh:syn_cookies=on,match=tcp:22");
+        let mut old = SynGuards::new(&old_cfg);
+        for c in &mut old.classes {
+            c.step(&tick(0, 0, 0, false));
+        }
+        old.seeded();
+        for (ssh, read) in [("ssh:syn_cookies=on,match=tcp:22", true), ("ssh:syn_cookies=on,match=tcp:22-23", false)] {
+            let cfg = flags(ssh);
+            let mut new = SynGuards::new(&cfg);
+            new.carry_from(&old, &crate::policy::remap::ClassRemap::of(&old_cfg, &cfg));
+            let id = cfg.class_id("ssh").unwrap();
+            assert!(new.classes[id].answering());
+            assert_eq!(new.classes[id].seeded, read, "{ssh}");
+        }
     }
 
     /// Guards of "web" (auto, tcp:80) and "ssh" (on, tcp:22), and their ids.
