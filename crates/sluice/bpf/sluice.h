@@ -446,16 +446,16 @@ struct sluice_syn_guard {
  *     clears both when no guard answers.
  * A SYN of a direct family whose client's bit is clear is answered without
  * the lookup; a set bit (a client with a socket, or another address
- * sharing its bit) is looked up as before. No false negative: a socket
- * made while the guard answers comes from a handshake the gate saw the
- * ACK of, or from a known client's SYN, which the kernel takes anyway;
- * one made before was in the dump. What a bit set cannot tell is missed
- * only by a half-open connection the kernel made between the dump and the
- * guard's write (microseconds) whose client retries its SYN.
+ * sharing its bit) is looked up as before. No false negative for a socket
+ * made through the gate's interface: one made while the guard answers
+ * comes from a handshake whose ACK the gate saw; one made before was in
+ * the dump. Missed: a half-open connection the kernel made between the
+ * dump and the guard's write (microseconds) whose client retries its SYN.
  */
 #define SLUICE_SYN_DIRECT_V4 (1u << 0)
 #define SLUICE_SYN_DIRECT_V6 (1u << 1)
-#define SLUICE_SYN_PEER_BITS (1u << 20)
+#define SLUICE_SYN_PEER_LOG2 20
+#define SLUICE_SYN_PEER_BITS (1u << SLUICE_SYN_PEER_LOG2)
 #define SLUICE_SYN_PEER_WORDS (SLUICE_SYN_PEER_BITS / 64) /* per half of syn_peers */
 
 /* A client address as syn_peers hashes it: IPv6, or IPv4 as ::ffff:a.b.c.d (network order). */
@@ -465,14 +465,14 @@ struct sluice_syn_peer {
 
 /*
  * A client address's bit in each half of syn_peers: its words folded to 64
- * bits, times the golden ratio, the top 20 bits (Fibonacci hashing). The
+ * bits, times the golden ratio, the top SLUICE_SYN_PEER_LOG2 bits (Fibonacci hashing). The
  * daemon computes the same (signals::syn_peers::peer_bit).
  */
 static __always_inline __u32 syn_peer_bit(const struct sluice_syn_peer *p)
 {
 	__u64 x = (__u64)(p->addr[0] ^ p->addr[2]) << 32 | (p->addr[1] ^ p->addr[3]);
 
-	return (__u32)((x * 0x9e3779b97f4a7c15ULL) >> 44);
+	return (__u32)((x * 0x9e3779b97f4a7c15ULL) >> (64 - SLUICE_SYN_PEER_LOG2));
 }
 
 /*

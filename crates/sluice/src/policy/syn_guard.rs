@@ -390,9 +390,8 @@ mod tests {
     /// read, unless it gained ports: those were never read.
     #[test]
     fn a_switch_keeps_a_classs_read_of_its_sockets_unless_its_ports_change() {
-        let flags = |ssh: &str| {
-            crate::policy::config::from_flags(&["web:match=tcp:80".to_string(), ssh.to_string()]).unwrap()
-        };
+        let flags =
+            |ssh: &str| crate::policy::config::from_flags(&["web:match=tcp:80".to_string(), ssh.to_string()]).unwrap();
         let old_cfg = flags("ssh:syn_cookies=on,match=tcp:22");
         let mut old = SynGuards::new(&old_cfg);
         for c in &mut old.classes {

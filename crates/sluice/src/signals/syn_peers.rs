@@ -12,7 +12,7 @@ use anyhow::Result;
 
 use super::discover::{Family, Listeners, Listening, L4};
 use super::kernel::{SockDiag, TCP_CLOSE, TCP_LISTEN};
-use crate::bpf_intf::{SLUICE_SYN_DIRECT_V4, SLUICE_SYN_DIRECT_V6, SLUICE_SYN_PEER_BITS};
+use crate::bpf_intf::{SLUICE_SYN_DIRECT_V4, SLUICE_SYN_DIRECT_V6, SLUICE_SYN_PEER_LOG2};
 
 /// A client address as the gate's syn_peers hashes it: the 16 bytes of an
 /// IPv6 address, an IPv4 one as ::ffff:a.b.c.d, in network order.
@@ -22,8 +22,7 @@ pub type PeerKey = [u32; 4];
 /// gate's syn_peer_bit (bpf/sluice.h), computed the same way.
 pub fn peer_bit(k: PeerKey) -> u32 {
     let x = u64::from(k[0] ^ k[2]) << 32 | u64::from(k[1] ^ k[3]);
-    let bits = SLUICE_SYN_PEER_BITS.trailing_zeros();
-    (x.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - bits)) as u32
+    (x.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - SLUICE_SYN_PEER_LOG2)) as u32
 }
 
 /// The key of a client address (an IPv4-mapped IPv6 address, as a
@@ -190,6 +189,7 @@ pub fn peer_words(peers: &HashSet<PeerKey>) -> Vec<(u32, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bpf_intf::SLUICE_SYN_PEER_BITS;
 
     fn tcp(port: u16, addr: &str, family: Family) -> Listening {
         Listening { l4: L4::Tcp, port, addr: addr.parse().unwrap(), inode: 1, family }
