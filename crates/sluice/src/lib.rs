@@ -34,7 +34,8 @@
 //!   classes' receive work on a service's CPUs), `discover/` (zero config),
 //!   `sources.rs` (source fairness as status shows it), `known.rs` (the
 //!   known clients' file and each class's part of the map), `netdev.rs`
-//!   (an interface's NAPI kthreads, generic netlink);
+//!   (an interface's NAPI kthreads, generic netlink), `syn_peers.rs` (what
+//!   lets the gate answer a SYN without its socket lookup);
 //! - [`daemon`]: `sluice run`. mod.rs (start, the cadence table, stop),
 //!   tick.rs (the 10 ms tick the daemon and the bench run), auto.rs,
 //!   decisions.rs (which limit changes get a log line), drop_book.rs (the
