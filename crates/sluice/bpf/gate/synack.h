@@ -122,29 +122,28 @@ static __always_inline int is_mptcp(struct bpf_sock *skc)
 	return tp && tp->is_mptcp;
 }
 
-/* A client address as syn_peers hashes it. */
-static __always_inline void syn_peer_of(const struct cookie_addrs *a, struct sluice_syn_peer *k)
+/* A client address's bit in each half of syn_peers (IPv4 hashed as ::ffff:a.b.c.d). */
+static __always_inline __u32 syn_peer_bit_of(const struct cookie_addrs *a)
 {
+	struct sluice_syn_peer k;
+
 	if (a->family == 4) {
-		k->addr[0] = 0;
-		k->addr[1] = 0;
-		k->addr[2] = bpf_htonl(0xffff);
-		k->addr[3] = a->words[0];
+		k.addr[0] = 0;
+		k.addr[1] = 0;
+		k.addr[2] = bpf_htonl(0xffff);
+		k.addr[3] = a->words[0];
 	} else {
-		__builtin_memcpy(k->addr, a->words, sizeof(k->addr));
+		__builtin_memcpy(k.addr, a->words, sizeof(k.addr));
 	}
+	return syn_peer_bit(&k);
 }
 
 /* May this client address hold a socket on an answering class's port (its bit in either half of syn_peers)? */
 static __always_inline int syn_peer_held(const struct cookie_addrs *a)
 {
-	struct sluice_syn_peer k;
-	__u32 bit, word;
+	__u32 bit = syn_peer_bit_of(a), word = bit / 64;
 	__u64 *daemon, *gate;
 
-	syn_peer_of(a, &k);
-	bit = syn_peer_bit(&k);
-	word = bit / 64;
 	daemon = bpf_map_lookup_elem(&syn_peers, &word);
 	word += SLUICE_SYN_PEER_WORDS;
 	gate = bpf_map_lookup_elem(&syn_peers, &word);
@@ -156,14 +155,9 @@ static __always_inline int syn_peer_held(const struct cookie_addrs *a)
 /* This client address holds a socket, or is about to: set its bit in the gate's half of syn_peers. */
 static __always_inline void syn_peer_mark(const struct cookie_addrs *a)
 {
-	struct sluice_syn_peer k;
-	__u32 bit, word;
-	__u64 *w;
+	__u32 bit = syn_peer_bit_of(a), word = SLUICE_SYN_PEER_WORDS + bit / 64;
+	__u64 *w = bpf_map_lookup_elem(&syn_peers, &word);
 
-	syn_peer_of(a, &k);
-	bit = syn_peer_bit(&k);
-	word = SLUICE_SYN_PEER_WORDS + bit / 64;
-	w = bpf_map_lookup_elem(&syn_peers, &word);
 	/* Read first: a word every CPU only reads stays in every cache. */
 	if (w && !((*w >> (bit % 64)) & 1))
 		__sync_fetch_and_or(w, 1ULL << (bit % 64));

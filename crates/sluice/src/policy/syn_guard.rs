@@ -93,9 +93,8 @@ pub struct GuardTick {
 pub struct ClassGuard {
     pub name: String,
     policy: SynCookies,
-    /// The class's TCP ports ("auto" guards only a class with some).
+    /// The class's TCP ports ("auto" guards only a class with some: `tcp`).
     ports: Vec<(u16, u16)>,
-    tcp: bool,
     answering: bool,
     /// While answering: the SLUICE_SYN_DIRECT_* families whose SYNs the
     /// gate answers without its socket lookup (`SynGuards::set_direct`).
@@ -124,7 +123,6 @@ impl ClassGuard {
         ClassGuard {
             name: name.into(),
             policy,
-            tcp: !ports.is_empty(),
             ports,
             answering: false,
             direct: 0,
@@ -143,12 +141,17 @@ impl ClassGuard {
         self.answering
     }
 
+    /// Does the class match TCP ports?
+    fn tcp(&self) -> bool {
+        !self.ports.is_empty()
+    }
+
     /// One tick: whether the gate answers the class's SYNs from now on.
     pub fn step(&mut self, t: &GuardTick) -> bool {
         self.answering = match self.policy {
             SynCookies::On => true,
             SynCookies::Off => false,
-            SynCookies::Auto if !self.tcp => false,
+            SynCookies::Auto if !self.tcp() => false,
             SynCookies::Auto => self.auto(t),
         };
         self.answering
@@ -242,7 +245,7 @@ impl SynGuards {
         self.classes
             .iter()
             .map(|c| {
-                (c.tcp || c.policy == SynCookies::On).then(|| SynGuardStatus {
+                (c.tcp() || c.policy == SynCookies::On).then(|| SynGuardStatus {
                     policy: c.policy.name().into(),
                     answering: c.answering && unavailable.is_none(),
                     available: unavailable.is_none(),
@@ -288,7 +291,7 @@ impl SynGuards {
     /// Does some class see strays fast enough that their cost should be
     /// measured (the CPU signal armed)?
     pub fn strays_seen(&self) -> bool {
-        self.classes.iter().any(|c| c.tcp && (c.strays_per_sec >= ENGAGE_SYNS_PER_SEC || c.answering))
+        self.classes.iter().any(|c| c.tcp() && (c.strays_per_sec >= ENGAGE_SYNS_PER_SEC || c.answering))
     }
 
     /// The TCP ports of the answering classes whose sockets' clients the

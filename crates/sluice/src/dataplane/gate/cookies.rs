@@ -181,47 +181,33 @@ impl Gate {
             .map_err(|err| GateError::Map { map: "syn_guard_any", err })
     }
 
-    /// Write words of the daemon's half of syn_peers (index, value; the
-    /// bit set of client addresses that may hold a socket on an answering
-    /// class's port: struct sluice_syn_guard), in one batch.
+    /// Write words of syn_peers (index, value; the bit set of client
+    /// addresses that may hold a socket on an answering class's port:
+    /// struct sluice_syn_guard), in one batch. The daemon writes only its
+    /// own half, words 0..SLUICE_SYN_PEER_WORDS.
     pub fn set_syn_peer_words(&self, words: &[(u32, u64)]) -> Result<()> {
         if words.is_empty() {
             return Ok(());
         }
-        let keys: Vec<u32> = words.iter().map(|&(i, _)| i).collect();
-        let values: Vec<u64> = words.iter().map(|&(_, w)| w).collect();
-        self.syn_peers_batch(&keys, &values)
+        let keys: Vec<u8> = words.iter().flat_map(|(i, _)| i.to_ne_bytes()).collect();
+        let values: Vec<u8> = words.iter().flat_map(|(_, w)| w.to_ne_bytes()).collect();
+        self.skel
+            .maps
+            .syn_peers
+            .update_batch(&keys, &values, words.len() as u32, MapFlags::ANY, MapFlags::ANY)
+            .map_err(|err| GateError::Map { map: "syn_peers", err })
     }
 
     /// Clear both halves of syn_peers (no guard answers), in one batch.
     pub fn clear_syn_peers(&self) -> Result<()> {
-        let keys: Vec<u32> = (0..2 * SLUICE_SYN_PEER_WORDS).collect();
-        self.syn_peers_batch(&keys, &vec![0u64; keys.len()])
+        let zeros: Vec<(u32, u64)> = (0..2 * SLUICE_SYN_PEER_WORDS).map(|i| (i, 0)).collect();
+        self.set_syn_peer_words(&zeros)
     }
 
-    fn syn_peers_batch(&self, keys: &[u32], values: &[u64]) -> Result<()> {
-        let k: Vec<u8> = keys.iter().flat_map(|k| k.to_ne_bytes()).collect();
-        let v: Vec<u8> = values.iter().flat_map(|w| w.to_ne_bytes()).collect();
-        self.skel
-            .maps
-            .syn_peers
-            .update_batch(&k, &v, keys.len() as u32, MapFlags::ANY, MapFlags::ANY)
-            .map_err(|err| GateError::Map { map: "syn_peers", err })
-    }
-
-    /// The daemon's and the gate's words of syn_peers that are not zero (index, value), for tests.
+    /// The words of syn_peers that are not zero, both halves (index, value), for tests.
     pub fn syn_peer_words(&self) -> Result<Vec<(u32, u64)>> {
-        let map = |err| GateError::Map { map: "syn_peers", err };
-        let mut out = Vec::new();
-        for i in 0..2 * SLUICE_SYN_PEER_WORDS {
-            if let Some(v) = self.skel.maps.syn_peers.lookup(&i.to_ne_bytes(), MapFlags::ANY).map_err(map)? {
-                let w = from_bytes::<u64>(&v);
-                if w != 0 {
-                    out.push((i, w));
-                }
-            }
-        }
-        Ok(out)
+        let words: Vec<(u32, u64)> = super::dump_map(&self.skel.maps.syn_peers, "syn_peers")?;
+        Ok(words.into_iter().filter(|&(_, w)| w != 0).collect())
     }
 
     /// Draw the key, read the MTU and attach the cookie checker (tcx
