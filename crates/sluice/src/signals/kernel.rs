@@ -235,6 +235,8 @@ pub struct SockDiag {
     seq: u32,
     /// The replies' buffer, kept: the daemon dumps several times a second.
     buf: Vec<u8>,
+    /// `read_each`'s replies, kept until every socket was found.
+    staged: Vec<u8>,
 }
 
 impl SockDiag {
@@ -249,7 +251,12 @@ impl SockDiag {
                 return Err(std::io::Error::last_os_error()).context("opening a NETLINK_SOCK_DIAG socket");
             }
             // SAFETY: fd is a fresh, valid descriptor.
-            Ok(SockDiag { fd: unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }, seq: 0, buf: vec![0; 32 * 1024] })
+            Ok(SockDiag {
+                fd: unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) },
+                seq: 0,
+                buf: vec![0; 32 * 1024],
+                staged: vec![],
+            })
         };
         match ns {
             Some(ns) => netns::run_in(ns, open),
@@ -306,6 +313,36 @@ impl SockDiag {
         self.request(family, libc::IPPROTO_MPTCP as u32, 1 << TCP_LISTEN, &[], each)
     }
 
+    /// Read the sockets of `keys` again, each alone: the kernel looks each
+    /// up by its addresses and ports (a hash lookup, where a dump walks
+    /// every slot of the protocol's table) and answers only if it finds
+    /// the socket of the key's cookie. `each` is called per socket only if
+    /// every one was found; Ok(false), and no call, if one is gone, was
+    /// replaced by another socket, or its lookup chose another socket (a
+    /// SO_REUSEPORT group's lookup picks one of its sockets by hash).
+    pub fn read_each(&mut self, keys: &[SockKey], each: &mut dyn FnMut(&DiagSock)) -> Result<bool> {
+        self.staged.clear();
+        let mut replies = Vec::with_capacity(keys.len());
+        for key in keys {
+            self.send(key.family, u32::from(key.protocol), u32::MAX, &[], Some(key))?;
+            let n = self.recv_into_buf()?;
+            let reply = &self.buf[..n];
+            let mut found = false;
+            match parse_diag_reply(reply, self.seq, &mut |_| found = true) {
+                Ok(_) if found => {}
+                Ok(_) => return Ok(false),
+                Err(e) if gone(&e) => return Ok(false),
+                Err(e) => return Err(e),
+            }
+            replies.push((self.seq, self.staged.len()..self.staged.len() + n));
+            self.staged.extend_from_slice(reply);
+        }
+        for (seq, range) in replies {
+            parse_diag_reply(&self.staged[range], seq, each)?;
+        }
+        Ok(true)
+    }
+
     fn request(
         &mut self,
         family: u8,
@@ -313,6 +350,26 @@ impl SockDiag {
         states: u32,
         ports: &[(u16, u16)],
         each: &mut dyn FnMut(&DiagSock),
+    ) -> Result<()> {
+        self.send(family, protocol, states, ports, None)?;
+        loop {
+            let n = self.recv_into_buf()?;
+            if parse_diag_reply(&self.buf[..n], self.seq, each)? {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Send a request under a new sequence number: a dump (of the sockets
+    /// in `states` whose local port is in `ports`), or with `one`, a
+    /// request for that one socket.
+    fn send(
+        &mut self,
+        family: u8,
+        protocol: u32,
+        states: u32,
+        ports: &[(u16, u16)],
+        one: Option<&SockKey>,
     ) -> Result<()> {
         use std::os::fd::AsRawFd;
         self.seq = self.seq.wrapping_add(1);
@@ -331,30 +388,85 @@ impl SockDiag {
             req.extend_from_slice(&protocol.to_ne_bytes());
         }
         let len = req.len() as u32;
+        let flags = if one.is_some() { libc::NLM_F_REQUEST } else { libc::NLM_F_REQUEST | libc::NLM_F_DUMP };
         req[0..4].copy_from_slice(&len.to_ne_bytes());
         req[4..6].copy_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes());
-        req[6..8].copy_from_slice(&((libc::NLM_F_REQUEST | libc::NLM_F_DUMP) as u16).to_ne_bytes());
+        req[6..8].copy_from_slice(&(flags as u16).to_ne_bytes());
         req[8..12].copy_from_slice(&self.seq.to_ne_bytes());
         let r = &mut req[NLMSG_HDRLEN..];
         r[0] = family;
         r[2] = 1 << (INET_DIAG_SKMEMINFO - 1);
         r[4..8].copy_from_slice(&states.to_ne_bytes());
+        if let Some(key) = one {
+            r[8..56].copy_from_slice(&key.sockid());
+        }
         // SAFETY: send(2) of a byte buffer we own.
         let n = unsafe { libc::send(self.fd.as_raw_fd(), req.as_ptr().cast(), req.len(), 0) };
         if n < 0 {
             return Err(std::io::Error::last_os_error()).context("sock_diag request");
         }
-        let buf = &mut self.buf;
-        loop {
-            // SAFETY: recv(2) into a buffer we own, at most its length.
-            let n = unsafe { libc::recv(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
-            if n < 0 {
-                return Err(std::io::Error::last_os_error()).context("sock_diag reply");
-            }
-            if parse_diag_reply(&buf[..n as usize], self.seq, each)? {
-                return Ok(());
-            }
+        Ok(())
+    }
+
+    /// Receive one datagram of replies into `buf`; its length.
+    fn recv_into_buf(&mut self) -> Result<usize> {
+        use std::os::fd::AsRawFd;
+        // SAFETY: recv(2) into a buffer we own, at most its length.
+        let n = unsafe { libc::recv(self.fd.as_raw_fd(), self.buf.as_mut_ptr().cast(), self.buf.len(), 0) };
+        if n < 0 {
+            return Err(std::io::Error::last_os_error()).context("sock_diag reply");
         }
+        Ok(n as usize)
+    }
+}
+
+/// Is this sock_diag error one socket's absence (ENOENT: no socket of the
+/// addresses; ESTALE: another socket than the cookie's)?
+fn gone(e: &anyhow::Error) -> bool {
+    let errno = e.root_cause().downcast_ref::<std::io::Error>().and_then(std::io::Error::raw_os_error);
+    matches!(errno, Some(libc::ENOENT | libc::ESTALE))
+}
+
+/// One socket as sock_diag names it, from a dump: enough to read it again
+/// alone ([`SockDiag::read_each`]), and only while it is the same socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SockKey {
+    pub family: u8,
+    pub protocol: u8,
+    /// Local address and port, remote address and port (as in [`DiagSock`]).
+    pub src: std::net::IpAddr,
+    pub sport: u16,
+    pub dst: std::net::IpAddr,
+    pub dport: u16,
+    pub ifindex: u32,
+    /// The kernel's cookie of the socket, as the dump gave it.
+    pub cookie: [u8; 8],
+}
+
+impl SockKey {
+    /// The request's struct inet_diag_sockid (48 bytes). The kernel finds
+    /// a TCP socket as the socket names itself (src: its local end) but
+    /// looks a UDP one up as a packet to it would be (src: the remote end;
+    /// udp_diag.c: "src and dst are swapped for historical reasons").
+    fn sockid(&self) -> [u8; 48] {
+        let (mut id, addr) = ([0u8; 48], |a: std::net::IpAddr| match a {
+            std::net::IpAddr::V4(v4) => {
+                let mut b = [0u8; 16];
+                b[..4].copy_from_slice(&v4.octets());
+                b
+            }
+            std::net::IpAddr::V6(v6) => v6.octets(),
+        });
+        let local = (self.sport, addr(self.src));
+        let remote = (self.dport, addr(self.dst));
+        let (first, second) = if self.protocol == libc::IPPROTO_UDP as u8 { (remote, local) } else { (local, remote) };
+        id[0..2].copy_from_slice(&first.0.to_be_bytes());
+        id[2..4].copy_from_slice(&second.0.to_be_bytes());
+        id[4..20].copy_from_slice(&first.1);
+        id[20..36].copy_from_slice(&second.1);
+        id[36..40].copy_from_slice(&self.ifindex.to_ne_bytes());
+        id[40..48].copy_from_slice(&self.cookie);
+        id
     }
 }
 
@@ -419,6 +531,8 @@ pub struct DiagSock<'a> {
     pub rqueue: u32,
     pub wqueue: u32,
     pub inode: u32,
+    /// The kernel's cookie of the socket (struct inet_diag_sockid's, as sent).
+    pub cookie: [u8; 8],
     /// An IPv6 socket with IPV6_V6ONLY (it takes no IPv4 packet).
     pub v6only: bool,
     /// INET_DIAG_SKMEMINFO, if the kernel sent it (SK_MEMINFO_* indexes).
@@ -426,6 +540,20 @@ pub struct DiagSock<'a> {
 }
 
 impl DiagSock<'_> {
+    /// The key to read this socket of `protocol` again alone.
+    pub fn key(&self, protocol: u8) -> SockKey {
+        SockKey {
+            family: self.family,
+            protocol,
+            src: self.src,
+            sport: self.sport,
+            dst: self.dst,
+            dport: self.dport,
+            ifindex: self.ifindex,
+            cookie: self.cookie,
+        }
+    }
+
     fn parse(m: &[u8]) -> DiagSock<'_> {
         let u32_at = |o: usize| u32::from_ne_bytes(m[o..o + 4].try_into().unwrap());
         // struct inet_diag_sockid: the ports, then 16 bytes of each address.
@@ -448,6 +576,7 @@ impl DiagSock<'_> {
             rqueue: u32_at(56),
             wqueue: u32_at(60),
             inode: u32_at(68),
+            cookie: m[44..52].try_into().unwrap(),
             v6only: false,
             mem: None,
         }
@@ -626,6 +755,75 @@ mod tests {
         let mut want = vec![(only, true), (dual, false)];
         want.sort_unstable();
         assert_eq!(seen, want);
+    }
+
+    /// The keys of the sockets of `proto` on `ports`, by a dump of both families.
+    fn keys_of(diag: &mut SockDiag, proto: i32, states: u32, ports: &[u16]) -> Vec<(SockKey, u32)> {
+        let ranges: Vec<(u16, u16)> = ports.iter().map(|&p| (p, p)).collect();
+        let mut keys = vec![];
+        for family in [libc::AF_INET as u8, libc::AF_INET6 as u8] {
+            diag.dump_ports(family, proto as u8, states, &ranges, &mut |s| keys.push((s.key(proto as u8), s.inode)))
+                .unwrap();
+        }
+        keys
+    }
+
+    /// A socket read again alone is the one the dump found (UDP wildcard,
+    /// UDP on one address, UDP over IPv6, TCP listeners): its own queue;
+    /// one closed, or its port taken by a new socket, reads as gone and
+    /// `each` is not called for the others either.
+    #[test]
+    fn sock_diag_reads_a_dumped_socket_again_alone_and_knows_when_it_is_gone() {
+        let any = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+        let one = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let six = std::net::UdpSocket::bind("[::1]:0").unwrap();
+        let tcp_any = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+        let tcp_one = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = |a: std::net::SocketAddr| a.port();
+        let udp_ports =
+            [port(any.local_addr().unwrap()), port(one.local_addr().unwrap()), port(six.local_addr().unwrap())];
+        let tcp_ports = [port(tcp_any.local_addr().unwrap()), port(tcp_one.local_addr().unwrap())];
+        let mut diag = SockDiag::open(None).unwrap();
+        let udp = keys_of(&mut diag, libc::IPPROTO_UDP, u32::MAX, &udp_ports);
+        let tcp = keys_of(&mut diag, libc::IPPROTO_TCP, 1 << TCP_LISTEN, &tcp_ports);
+        assert_eq!((udp.len(), tcp.len()), (3, 2), "{udp:?} {tcp:?}");
+        let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        for _ in 0..10 {
+            tx.send_to(&[0u8; 100], ("127.0.0.1", udp_ports[1])).unwrap();
+        }
+        let read = |diag: &mut SockDiag, keys: &[(SockKey, u32)]| {
+            let only: Vec<SockKey> = keys.iter().map(|k| k.0).collect();
+            let mut got = vec![];
+            let all = diag
+                .read_each(&only, &mut |s| got.push((s.inode, s.sport, s.mem.map(|m| m[SK_MEMINFO_RMEM_ALLOC]))))
+                .unwrap();
+            (all, got)
+        };
+        let (all, got) = read(&mut diag, &udp);
+        assert!(all);
+        for ((key, inode), (got_inode, got_port, rmem)) in udp.iter().zip(&got) {
+            assert_eq!((inode, key.sport), (got_inode, *got_port), "the same socket, in order");
+            let queued = rmem.unwrap();
+            if key.sport == udp_ports[1] {
+                assert!(queued >= 1000, "its own queue: {queued}");
+            } else {
+                assert_eq!(queued, 0, "port {}", key.sport);
+            }
+        }
+        let (all, got) = read(&mut diag, &tcp);
+        assert!(all);
+        assert_eq!(got.iter().map(|g| g.0).collect::<Vec<_>>(), tcp.iter().map(|k| k.1).collect::<Vec<_>>());
+        // Closed: gone, and no socket is handed on.
+        drop(one);
+        assert_eq!(read(&mut diag, &udp), (false, vec![]));
+        drop(tcp_one);
+        assert_eq!(read(&mut diag, &tcp), (false, vec![]));
+        // The port taken again by a new socket: not the socket of the key.
+        let again = std::net::UdpSocket::bind(("127.0.0.1", udp_ports[1])).unwrap();
+        assert!(!read(&mut diag, &udp).0, "a new socket at the old key's address");
+        drop(again);
+        let live: Vec<_> = udp.iter().filter(|k| k.0.sport != udp_ports[1]).copied().collect();
+        assert_eq!(read(&mut diag, &live).1.len(), 2);
     }
 
     #[test]
