@@ -4,7 +4,8 @@
 //! listeners (this process holds them; half IPv4, half IPv6), it builds the zero-config class list
 //! the daemon would (discovery + merge), attaches the gate, and times, in
 //! interleaved rounds, the daemon's whole 10 ms tick and each read it makes:
-//! the sock_diag dumps, the /proc files, the gate's counters, and discovery
+//! the sock_diag reads (each socket alone, and the dumps that read many),
+//! the /proc files, the gate's counters, and discovery
 //! (once a second in the daemon). Cost is the calling thread's CPU time
 //! (CLOCK_THREAD_CPUTIME_ID: steal time and waiting do not count), reported
 //! as µs per call and as % of one core at the daemon's call rates.
@@ -20,7 +21,7 @@ use sluice::dataplane::gate::{self, Gate};
 use sluice::policy::config::{self, XdpMode};
 use sluice::signals::discover::{self, Discovery, Listeners};
 use sluice::signals::health::HealthReader;
-use sluice::signals::kernel::{softnet, NsFile, SockDiag, TCP_LISTEN};
+use sluice::signals::kernel::{softnet, NsFile, SockDiag, SockKey, TCP_LISTEN};
 use sluice::{base::netns, dataplane::classify};
 use sluice_testkit::testbed::{Testbed, TestbedOpts, IF_B};
 
@@ -101,15 +102,34 @@ fn measure(services: u32, rounds: usize, calls: u32) -> Result<Report> {
     let mut netstat = NsFile::open_here("netstat")?;
     let (mut snmp, mut snmp6) = (NsFile::open_here("snmp")?, NsFile::open_here("snmp6")?);
     let families = [libc::AF_INET as u8, libc::AF_INET6 as u8];
+    // The services' sockets as the health reader keys them, to read alone.
+    let n = services as u16;
+    let keys = |diag: &mut SockDiag, proto: i32, states: u32, lo: u16| -> Result<Vec<SockKey>> {
+        let mut keys = vec![];
+        for &f in &families {
+            diag.dump_ports(f, proto as u8, states, &[(lo, lo + n.max(1) - 1)], &mut |s| {
+                keys.push(s.key(proto as u8))
+            })?;
+        }
+        Ok(keys)
+    };
+    let udp_keys = keys(&mut diag, libc::IPPROTO_UDP, u32::MAX, 7000)?;
+    let tcp_keys = keys(&mut diag, libc::IPPROTO_TCP, 1 << TCP_LISTEN, 8000)?;
     // The TCP signals are read every TCP_TICKS ticks; the UDP counters only
-    // while an auto class is near its knee (then every tick).
+    // while an auto class is near its knee (then every tick). The sockets
+    // are read alone while there are few (both families hold some here).
     let tcp_per_sec = 100.0 / sluice::signals::health::TCP_TICKS as f64;
-    let names: [(&'static str, f64); 11] = [
+    let alone = |keys: &[SockKey]| keys.len() <= sluice::signals::health::ALONE_PER_DUMP * families.len();
+    let (udp_alone, tcp_alone) = (alone(&udp_keys), alone(&tcp_keys));
+    let either = |yes: bool, rate: f64| if yes { rate } else { 0.0 };
+    let names: [(&'static str, f64); 13] = [
         ("the whole tick (health, auto, budget, limits)", 100.0),
         ("the whole tick, calm, no packet (UDP carried)", 2.0),
         ("  health: every signal below, once", 100.0),
-        ("  sock_diag UDP dump, IPv4 + IPv6", 100.0),
-        ("  sock_diag TCP LISTEN dump, IPv4 + IPv6", tcp_per_sec),
+        ("  sock_diag UDP, each socket read alone", either(udp_alone, 100.0)),
+        ("  sock_diag UDP dump, IPv4 + IPv6", either(!udp_alone, 100.0)),
+        ("  sock_diag TCP listeners, each read alone", either(tcp_alone, tcp_per_sec)),
+        ("  sock_diag TCP LISTEN dump, IPv4 + IPv6", either(!tcp_alone, tcp_per_sec)),
         ("  /proc/net/netstat (TcpExt)", tcp_per_sec),
         ("  /proc/net/softnet_stat", 100.0),
         ("  /proc/net/snmp + snmp6 (only near a knee)", 100.0),
@@ -123,9 +143,11 @@ fn measure(services: u32, rounds: usize, calls: u32) -> Result<Report> {
             time(calls, || ticker.tick(&mut gate, |_| {}))?,
             time(calls, || calm.tick(&mut gate, |_| {}))?,
             time(calls, || health.read(false).map(drop))?,
+            time(calls, || diag.read_each(&udp_keys, &mut |_| {}).map(drop))?,
             time(calls, || {
                 families.iter().try_for_each(|&f| diag.dump(f, libc::IPPROTO_UDP as u8, u32::MAX, &mut |_| {}))
             })?,
+            time(calls, || diag.read_each(&tcp_keys, &mut |_| {}).map(drop))?,
             time(calls, || {
                 families.iter().try_for_each(|&f| diag.dump(f, libc::IPPROTO_TCP as u8, 1 << TCP_LISTEN, &mut |_| {}))
             })?,

@@ -398,10 +398,11 @@ struct Families {
     alone_until: Option<Instant>,
 }
 
-/// A dump of one family costs about as much as this many sockets read
-/// alone (20-22 us against 3.4-4.8 us a socket, measured on this VM, one
-/// UDP socket, 2026-11-27).
-const ALONE_PER_DUMP: usize = 4;
+/// At most this many sockets a family are read alone. `sluice bench tick`
+/// (2026-11-27): a dump of both families 33.7 us, four sockets read alone
+/// 11.8 us (2.9 us each); so a dump costs about six sockets' reads, and
+/// four leaves a margin for a host whose lookups cost more.
+pub const ALONE_PER_DUMP: usize = 4;
 /// Sockets read alone are dumped again after this long: a socket added
 /// beside them (another address, another member of a SO_REUSEPORT group)
 /// is seen by then.
