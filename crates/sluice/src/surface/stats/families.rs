@@ -84,6 +84,12 @@ pub const FAMILIES: &[FamilyDoc] = &[
         help: "ACKs to a guarded class's listener: valid (carried a gate cookie the kernel took: the listener completed the connection), invalid (no gate cookie: left to the kernel) or refused (a valid gate cookie the kernel would not take)",
     },
     FamilyDoc {
+        name: "syn_cookie_direct_packets",
+        kind: Kind::Counter,
+        labels: "class",
+        help: "of the class's syn_cookie packets, the SYN-ACKs the gate sent without its socket lookup: every port of the class has a wildcard listener (none MPTCP's) and the client held no socket on them (docs/protection.md, \"SYN floods\")",
+    },
+    FamilyDoc {
         name: "unclassified_packets",
         kind: Kind::Counter,
         labels: "verdict",

@@ -94,6 +94,7 @@ fn register_class_families(reg: &mut Registry, classes: &[ClassSnapshot]) {
     let (throttle, distress) = (Family::<Labels, F64Gauge>::default(), Family::<Labels, F64Counter>::default());
     let harm = Family::<Labels, U64Counter>::default();
     let (answering, cookies) = (Family::<Labels, U64Gauge>::default(), Family::<Labels, U64Counter>::default());
+    let direct = Family::<Labels, U64Counter>::default();
     for c in classes {
         let t = &c.totals;
         // Every classified packet gets exactly one verdict: the sum over verdicts is what the class saw.
@@ -124,6 +125,7 @@ fn register_class_families(reg: &mut Registry, classes: &[ClassSnapshot]) {
         }
         if let Some(g) = &c.syn_guard {
             answering.get_or_create(&l).set(u64::from(g.answering));
+            direct.get_or_create(&l).inc_by(t.synack_direct);
             for (result, n) in
                 [("valid", t.cookies_valid), ("invalid", t.cookies_invalid), ("refused", t.cookies_refused)]
             {
@@ -133,6 +135,7 @@ fn register_class_families(reg: &mut Registry, classes: &[ClassSnapshot]) {
     }
     add(reg, "syn_guard_answering", answering);
     add(reg, "syn_cookie_acks", cookies);
+    add(reg, "syn_cookie_direct_packets", direct);
     add(reg, "class_packets", pkts);
     add(reg, "class_bytes", bytes);
     add(reg, "class_rate_limit_packets_per_second", limit);

@@ -567,6 +567,11 @@ mod tests {
         assert!(m.contains("sluice_syn_guard_answering{class=\"dns\"} 1"), "{m}");
         assert!(m.contains("sluice_syn_cookie_acks_total{class=\"dns\",result=\"valid\"} 12"), "{m}");
         assert!(m.contains("sluice_class_packets_total{class=\"dns\",verdict=\"syn_cookie\"} 900"), "{m}");
+        assert!(!t.contains("without a socket lookup"), "none sent so: no words for it");
+        assert!(m.contains("sluice_syn_cookie_direct_packets_total{class=\"dns\"} 0"), "{m}");
+        s.classes[0].totals.synack_direct = 850;
+        assert!(render_table(&s).contains("dropped 0; 850 of the SYN-ACKs sent without a socket lookup"));
+        assert!(prometheus_text(&s).contains("sluice_syn_cookie_direct_packets_total{class=\"dns\"} 850"));
         s.classes[0].totals.cookies_refused = 3;
         assert!(render_table(&s).contains("valid cookies back 12, valid cookies the kernel refused 3,"));
         let why = "net.ipv4.tcp_syncookies = 0 here";

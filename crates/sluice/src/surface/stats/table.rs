@@ -155,10 +155,14 @@ fn render_syn_guards(o: &mut String, classes: &[ClassSnapshot]) {
             0 => String::new(),
             n => format!(", valid cookies the kernel refused {n}"),
         };
+        let direct = match t.synack_direct {
+            0 => String::new(),
+            n => format!("; {n} of the SYN-ACKs sent without a socket lookup"),
+        };
         let _ = writeln!(
             o,
             "SYN COOKIES: the gate {now} for {} (syn_cookies = {}); totals since start: SYN-ACKs sent {}, \
-             valid cookies back {}{refused}, ACKs without one {}, ACKs and RSTs of no connection dropped {}",
+             valid cookies back {}{refused}, ACKs without one {}, ACKs and RSTs of no connection dropped {}{direct}",
             c.name, g.policy, t.synack_pkts, t.cookies_valid, t.cookies_invalid, t.dropped_noconn_pkts
         );
     }
