@@ -416,6 +416,15 @@ struct sluice_settings {
 #define SLUICE_SYN_SACK (1u << 1)    /* net.ipv4.tcp_sack */
 #define SLUICE_SYN_TS (1u << 2)      /* net.ipv4.tcp_timestamps */
 #define SLUICE_SYN_WSCALE (1u << 3)  /* net.ipv4.tcp_window_scaling */
+/*
+ * The gate's interface forwards this family (net.ipv4/ipv6.conf.IFACE.forwarding):
+ * the host may route segments through it to other machines, and a wildcard
+ * listener matches any destination at the socket lookup. The SYN answer and
+ * the drop of ACKs of no connection then first ask the kernel's FIB
+ * (bpf_fib_lookup) and leave a segment it would forward to the kernel.
+ */
+#define SLUICE_SYN_ROUTES_V4 (1u << 4)
+#define SLUICE_SYN_ROUTES_V6 (1u << 5)
 #define SLUICE_COOKIE_WSCALE 7
 
 /* A TCP class's SYN guard, written by the daemon. */

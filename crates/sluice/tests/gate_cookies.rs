@@ -85,6 +85,66 @@ fn a_guarded_ipv6_syn_behind_a_vlan_tag_is_answered_too() {
 
 /// Does the gate pass `s` (to the kernel) rather than answer it?
 #[track_caller]
+/// Where the gate's interface forwards, a SYN the host would route to
+/// another machine goes to the kernel, and so does an ACK of that
+/// machine's connection, though a wildcard listener on the port matches
+/// any destination at the socket lookup. Without the ROUTES bits (a
+/// forwarding setting not read) the gate answers the SYN in that machine's
+/// name and drops the ACK: what the bits are for. In a namespace of its own
+/// with a route to another network (a test run's frame comes in on lo).
+#[test]
+fn a_segment_the_host_would_route_elsewhere_goes_to_the_kernel_where_the_interface_forwards() {
+    use sluice::base::netns::sh;
+    const XDP_DROP: u32 = 1;
+    let opts = sluice_testkit::testbed::TestbedOpts { prefix: "sl-t", ipv6: true };
+    let tb = sluice_testkit::testbed::Testbed::create(opts, &format!("{}-route", std::process::id())).unwrap();
+    sluice::base::netns::in_netns(&tb.b, || {
+        // B holds 10.77.0.2 and fd77::2 on its veth; the other machine's networks are routed to A.
+        for cmd in ["ip route add 198.51.100.0/24 via 10.77.0.1", "ip -6 route add 2001:db8:7::/64 via fd77::1"] {
+            sh(&cmd.split(' ').collect::<Vec<_>>()).unwrap();
+        }
+        for family in ["ipv4", "ipv6"] {
+            std::fs::write(format!("/proc/sys/net/{family}/conf/lo/forwarding"), "1").unwrap();
+        }
+        let l = TcpListener::bind("[::]:0").unwrap(); // both families
+        let port = l.local_addr().unwrap().port();
+        let mut g = guarded(port, sluice::base::clock::wall_ms());
+        let verdict = |g: &TestGate, s: &Segment| g.gate.test_run(Prog::Gate, &s.build(), 1).unwrap().0;
+        let syn = |src: &str, dst: &str| Segment::new(src, dst, 40000, port, SYN);
+        let ack = |src: &str, dst: &str| {
+            let mut a = Segment::new(src, dst, 40001, port, ACK);
+            (a.seq, a.ack) = (0x1111_1111, 0x2222_2222);
+            a
+        };
+        let routes = SLUICE_SYN_ROUTES_V4 | SLUICE_SYN_ROUTES_V6;
+        // Attached, the gate reads its interface's forwarding with the TCP settings.
+        let vb = sluice_testkit::testbed::IF_B;
+        let forwarding = |family: &str, on: &str| {
+            std::fs::write(format!("/proc/sys/net/{family}/conf/{vb}/forwarding"), on).unwrap()
+        };
+        forwarding("ipv4", "1");
+        g.gate.attach(vb, sluice::policy::config::XdpMode::Native, false).unwrap();
+        assert!(g.gate.answers_syns(), "this kernel takes gate cookies (Linux 6.9), as the checker's tests need");
+        assert_eq!(g.gate.syn_allow() & routes, SLUICE_SYN_ROUTES_V4, "{vb} forwards IPv4 only");
+        forwarding("ipv6", "1");
+        assert_eq!(g.gate.refresh_syn_allow().map(|a| a & routes), Some(routes), "and now IPv6 too");
+        g.gate.detach();
+        let allow = g.gate.syn_allow() & !routes;
+        g.gate.set_syn_allow(allow | routes);
+        for (src, away, here) in [("10.77.0.1", "198.51.100.7", "10.77.0.2"), ("fd77::1", "2001:db8:7::7", "fd77::2")] {
+            assert_eq!(verdict(&g, &syn(src, away)), XDP_PASS, "a SYN routed on to {away}: the kernel forwards it");
+            assert_eq!(verdict(&g, &ack(src, away)), XDP_PASS, "an ACK routed on to {away}: not the gate's to drop");
+            assert_eq!(verdict(&g, &syn(src, here)), XDP_TX, "a SYN for this host ({here}) is answered");
+            assert_eq!(verdict(&g, &ack(src, here)), XDP_DROP, "an ACK of no connection here is dropped");
+        }
+        assert_eq!(counter(&g, SLUICE_CS_SYNACK_PKTS), 2, "the two SYNs for this host");
+        g.gate.set_syn_allow(allow);
+        assert_eq!(verdict(&g, &syn("10.77.0.1", "198.51.100.7")), XDP_TX, "the bit not set: answered in its name");
+        assert_eq!(verdict(&g, &ack("10.77.0.1", "198.51.100.7")), XDP_DROP, "and its connection's ACK dropped");
+        drop(l);
+    });
+}
+
 fn pass(g: &TestGate, what: &str, s: &Segment) {
     assert_eq!(g.gate.test_run(Prog::Gate, &s.build(), 1).unwrap().0, XDP_PASS, "{what}");
 }

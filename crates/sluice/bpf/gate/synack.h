@@ -19,6 +19,10 @@
 
 #define COOKIE_NO_L3 0xffff
 
+/* The address families of struct bpf_fib_lookup (sys/socket.h's, which BPF code does not include). */
+#define SL_AF_INET 2
+#define SL_AF_INET6 10
+
 /*
  * Mask an offset already checked against COOKIE_L3_MAX, in an instruction
  * the compiler cannot drop: it knows the bound and would otherwise use the
@@ -202,6 +206,39 @@ static __always_inline enum lookup_found look_up(struct xdp_md *ctx, const struc
 }
 
 /*
+ * Would the kernel forward this segment to another machine? Asked only where
+ * the gate's interface forwards the family (SLUICE_SYN_ROUTES_*): a wildcard
+ * listener matches any destination at the socket lookup, so without this the
+ * gate would answer a SYN routed through the host in the name of the machine
+ * it is for, and drop the ACKs of that machine's connections. Forwarded: the
+ * FIB has a route (the neighbour is not looked up). Not forwarded: local
+ * delivery, no route, or forwarding off on the device after all.
+ */
+static __always_inline int routed_through(struct xdp_md *ctx, const struct cookie_addrs *a, const struct tcphdr *th)
+{
+	struct bpf_fib_lookup p = {};
+	long ret;
+
+	if (!(settings.syn_allow & (a->family == 4 ? SLUICE_SYN_ROUTES_V4 : SLUICE_SYN_ROUTES_V6)))
+		return 0;
+	p.ifindex = ctx->ingress_ifindex;
+	p.l4_protocol = IPPROTO_TCP;
+	p.sport = th->source;
+	p.dport = th->dest;
+	if (a->family == 4) {
+		p.family = SL_AF_INET;
+		p.ipv4_src = a->words[0];
+		p.ipv4_dst = a->words[1];
+	} else {
+		p.family = SL_AF_INET6;
+		__builtin_memcpy(p.ipv6_src, &a->words[0], 16);
+		__builtin_memcpy(p.ipv6_dst, &a->words[4], 16);
+	}
+	ret = bpf_fib_lookup(ctx, &p, sizeof(p), BPF_FIB_LOOKUP_SKIP_NEIGH);
+	return ret == BPF_FIB_LKUP_RET_SUCCESS || ret == BPF_FIB_LKUP_RET_NO_NEIGH || ret == BPF_FIB_LKUP_RET_FRAG_NEEDED;
+}
+
+/*
  * Conntrack's view (the nf_conntrack kfuncs, Linux 6.0; absent without
  * nf_conntrack: then nothing is tracked and nothing is NATed). A segment
  * to a port the namespace DNATs elsewhere (a published container port
@@ -366,8 +403,9 @@ enum syn_answered {
  * returns XDP_TX); `direct` is the class's guard's SLUICE_SYN_DIRECT_*.
  * The SYN goes the normal way (SYN_NOT_ANSWERED) for a header the cookie
  * paths do not take, no gate clock or key yet, a frame that cannot be
- * resized, and, where the lookup decides, no listener found for it (see
- * look_up). A SYN's data, if any, is not kept (the client sends it
+ * resized, a SYN the kernel would forward to another machine
+ * (routed_through), and, where the lookup decides, no listener found for
+ * it (see look_up). A SYN's data, if any, is not kept (the client sends it
  * again, as after the kernel's own cookies).
  */
 static __always_inline enum syn_answered syn_answer(struct xdp_md *ctx, __u32 direct)
@@ -392,6 +430,8 @@ static __always_inline enum syn_answered syn_answer(struct xdp_md *ctx, __u32 di
 	if ((void *)th - data > COOKIE_L3_MAX + sizeof(struct ipv6hdr))
 		return SYN_NOT_ANSWERED;
 	cookie_addrs_of(data + l3, family, &a);
+	if (routed_through(ctx, &a, th))
+		return SYN_NOT_ANSWERED;
 	skip = (direct & (family == 4 ? SLUICE_SYN_DIRECT_V4 : SLUICE_SYN_DIRECT_V6)) && !syn_peer_held(&a);
 	if (!skip && look_up(ctx, &a, th, 1) != FOUND_LISTENER)
 		return SYN_NOT_ANSWERED;
@@ -459,8 +499,10 @@ static __always_inline int ack_has_cookie(void *ip, struct tcphdr *th, const str
  * half-open connections find their own socket and pass; a closed port
  * finds none (the kernel's RST, as before); a connection NATed elsewhere
  * (its socket the NAT target's) is conntrack's, asked last (xdp_tracked).
- * The client of a segment that finds its own socket, or of an ACK with a
- * valid cookie, gets its bit in syn_peers: its next SYN is looked up.
+ * A segment the kernel would forward to another machine is its (see
+ * routed_through). The client of a segment that finds its own socket, or
+ * of an ACK with a valid cookie, gets its bit in syn_peers: its next SYN
+ * is looked up.
  * Costs a socket lookup per TCP packet of the class, only while the guard
  * answers, and a conntrack lookup per packet it would drop.
  */
@@ -487,7 +529,7 @@ static __always_inline int no_connection(struct xdp_md *ctx, const struct pkt *p
 	if (ip + sizeof(struct ipv6hdr) > end)
 		return 0;
 	cookie_addrs_of(ip, family, &a);
-	if (look_up(ctx, &a, th, 0) != FOUND_LISTENER)
+	if (routed_through(ctx, &a, th) || look_up(ctx, &a, th, 0) != FOUND_LISTENER)
 		return 0;
 	if (!(pk->tcp_flags & TCP_FLAG_RST) && ack_has_cookie(ip, th, &a)) {
 		syn_peer_mark(&a); /* the connection the cookie opens */

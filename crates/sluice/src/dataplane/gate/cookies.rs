@@ -8,8 +8,8 @@ use libbpf_rs::{MapCore, MapFlags};
 
 use super::{bytes_of, from_bytes, Gate, GateError, Result};
 use crate::bpf_intf::{
-    sluice_syn_guard, SLUICE_CLASS_IDS, SLUICE_SYN_COOKIES, SLUICE_SYN_PEER_WORDS, SLUICE_SYN_SACK, SLUICE_SYN_TS,
-    SLUICE_SYN_WSCALE,
+    sluice_syn_guard, SLUICE_CLASS_IDS, SLUICE_SYN_COOKIES, SLUICE_SYN_PEER_WORDS, SLUICE_SYN_ROUTES_V4,
+    SLUICE_SYN_ROUTES_V6, SLUICE_SYN_SACK, SLUICE_SYN_TS, SLUICE_SYN_WSCALE,
 };
 
 /// The namespace's TCP settings a gate cookie depends on (net.ipv4.NAME,
@@ -68,6 +68,22 @@ fn read_conntrack_loose() -> Option<u32> {
     read_number(&format!("/proc/sys/net/netfilter/{CONNTRACK_LOOSE}"))
 }
 
+/// The SLUICE_SYN_ROUTES_* bits of an interface whose forwarding setting
+/// `read` finds for a family ("ipv4", "ipv6"; None: unreadable, taken as
+/// off, as the kernel then has no such device or family to forward).
+pub fn routes_of(read: impl Fn(&str) -> Option<u32>) -> u32 {
+    [("ipv4", SLUICE_SYN_ROUTES_V4), ("ipv6", SLUICE_SYN_ROUTES_V6)]
+        .iter()
+        .filter(|(family, _)| read(family).is_some_and(|v| v != 0))
+        .fold(0, |bits, (_, bit)| bits | bit)
+}
+
+/// net.FAMILY.conf.IFACE.forwarding in this process's namespace: what
+/// bpf_fib_lookup checks on the device a packet came in on.
+fn read_forwarding(iface: &str, family: &str) -> Option<u32> {
+    read_number(&format!("/proc/sys/net/{family}/conf/{iface}/forwarding"))
+}
+
 /// Every SLUICE_SYN_* bit: a namespace with the kernel's defaults.
 pub fn syn_allow_all() -> u32 {
     TCP_SETTINGS.iter().fold(0, |bits, (_, bit)| bits | bit)
@@ -81,9 +97,21 @@ pub fn describe_syn_allow(syn_allow: u32, why: Option<&str>) -> String {
     }
     let on: Vec<&str> = TCP_SETTINGS[1..].iter().filter(|(_, bit)| syn_allow & bit != 0).map(|(n, _)| *n).collect();
     let off: Vec<&str> = TCP_SETTINGS[1..].iter().filter(|(_, bit)| syn_allow & bit == 0).map(|(n, _)| *n).collect();
-    match off.is_empty() {
+    let offer = match off.is_empty() {
         true => "the gate's SYN-ACKs may offer SACK, timestamps and window scaling".into(),
         false => format!("the gate's SYN-ACKs offer only what is on ({}; off: {})", on.join(", "), off.join(", ")),
+    };
+    let routes: Vec<&str> = [(SLUICE_SYN_ROUTES_V4, "IPv4"), (SLUICE_SYN_ROUTES_V6, "IPv6")]
+        .iter()
+        .filter(|(bit, _)| syn_allow & bit != 0)
+        .map(|(_, f)| *f)
+        .collect();
+    match routes.is_empty() {
+        true => offer,
+        false => format!(
+            "{offer}; the interface forwards {}: a SYN or ACK the host would route to another machine goes to the kernel",
+            routes.join(" and ")
+        ),
     }
 }
 
@@ -155,7 +183,10 @@ impl Gate {
     /// Read the namespace's TCP settings again and tell the gate; the new
     /// `syn_allow` if it changed.
     pub fn refresh_syn_allow(&mut self) -> Option<u32> {
-        let (allow, why) = syn_allow_of(read_tcp_setting, read_conntrack_loose());
+        let (mut allow, why) = syn_allow_of(read_tcp_setting, read_conntrack_loose());
+        if let Some(iface) = &self.cookie_iface {
+            allow |= routes_of(|family| read_forwarding(iface, family));
+        }
         let changed = self.syn_allow() != allow;
         self.set_syn_allow(allow);
         self.syn_why_not = why;
@@ -222,6 +253,7 @@ impl Gate {
             gate.detach();
             Err(GateError::AttachCookies { iface: iface.into(), err })
         };
+        self.cookie_iface = Some(iface.into());
         match random_key() {
             Ok(key) => self.set_syn_key(key, mtu(iface)),
             Err(err) => return fail(self, err),
@@ -237,6 +269,22 @@ impl Gate {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An interface's forwarding gives each family's ROUTES bit only while
+    /// it is on (unreadable: off), and the log line says what it changes.
+    #[test]
+    fn an_interface_that_forwards_gives_its_families_routes_bits() {
+        assert_eq!(routes_of(|_| None), 0);
+        assert_eq!(routes_of(|_| Some(0)), 0);
+        assert_eq!(routes_of(|f| (f == "ipv4").then_some(1)), SLUICE_SYN_ROUTES_V4);
+        assert_eq!(routes_of(|_| Some(1)), SLUICE_SYN_ROUTES_V4 | SLUICE_SYN_ROUTES_V6);
+        let all = syn_allow_all();
+        assert!(!describe_syn_allow(all, None).contains("forwards"));
+        let said = describe_syn_allow(all | SLUICE_SYN_ROUTES_V6, None);
+        assert!(
+            said.ends_with("forwards IPv6: a SYN or ACK the host would route to another machine goes to the kernel")
+        );
+    }
 
     /// Each setting gives its bit only while it is on; an unreadable one
     /// (a kernel without it) is off; conntrack that takes up no connection

@@ -112,6 +112,8 @@ pub struct Gate {
     cookie_link: Option<OwnedFd>,
     /// Why the namespace's settings keep the gate from answering SYNs (`cookies.rs`).
     syn_why_not: Option<&'static str>,
+    /// The interface the cookie checker is attached to, whose forwarding settings are read with the TCP settings.
+    cookie_iface: Option<String>,
     /// The gate's id of each class in force (`ids.rs`).
     ids: ClassIds,
     /// Ids the last apply freed, with their classes' names, until their
@@ -185,6 +187,7 @@ impl Gate {
             learn_link: None,
             cookie_link: None,
             syn_why_not: None,
+            cookie_iface: None,
             ids: ClassIds::default(),
             freed: Vec::new(),
             gen: 0,
