@@ -444,7 +444,9 @@ impl Families {
             diag.dump_ports(f, proto, states, &self.ports, &mut |s| {
                 if each(s) {
                     any = true;
-                    ours.push(s.key(proto));
+                    if rediscover {
+                        ours.push(s.key(proto)); // kept only from a rediscovery
+                    }
                 }
             })?;
             if any {
