@@ -591,6 +591,8 @@ struct sluice_cpu_rx {
 	__u64 daemon_ns;     /* softirq time (any vector) run while a thread of settings.tgid was current */
 	__u64 daemon_start;  /* when that softirq began (0: none) */
 	__u64 backlog_drops; /* skbs of the traced interface dropped at this CPU's backlog (softnet "dropped") */
+	__u64 stack_pkts;    /* skbs this CPU's stack took in (netif_receive_skb), any interface's */
+	__u64 iface_pkts;    /* the part of stack_pkts that came in on the traced interface */
 };
 
 #endif /* SLUICE_H */

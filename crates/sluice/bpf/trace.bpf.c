@@ -50,6 +50,8 @@
  * - backlog_drops: skbs of the traced interface dropped at a CPU's backlog
  *   (kfree_skb, reason CPU_BACKLOG), softnet_stat's "dropped" for this
  *   interface alone;
+ * - stack_pkts, iface_pkts: skbs the stack took in on each CPU, all and
+ *   the traced interface's: the share of rx_ns the gate can act on;
  * - daemon_ns: softirq time charged to the daemon. This kernel has no
  *   IRQ_TIME_ACCOUNTING, so softirq work run on the way out of an interrupt
  *   counts as the system time of whatever thread is current, and a daemon
@@ -351,6 +353,25 @@ int BPF_PROG(trace_softirq_exit, unsigned int vec_nr)
 			c->daemon_ns += now - c->daemon_start;
 		c->daemon_start = 0;
 	}
+	return 0;
+}
+
+/* Which share of a CPU's receive work is the traced interface's: each skb
+ * its stack takes in, and whether it came in there. Loopback and other
+ * interfaces run in the same NET_RX softirq (a local process sending to
+ * 127.0.0.1 raises rx_ns of its CPU), and the gate can relieve none of it.
+ * Attached with the softirq pair, on demand. */
+SEC("tp_btf/netif_receive_skb")
+int BPF_PROG(trace_cpu_pkts, struct sk_buff *skb)
+{
+	__u32 zero = 0;
+	struct sluice_cpu_rx *c = bpf_map_lookup_elem(&cpu_rx, &zero);
+
+	if (!c)
+		return 0;
+	c->stack_pkts += 1;
+	if (on_iface(skb))
+		c->iface_pkts += 1;
 	return 0;
 }
 

@@ -331,7 +331,7 @@ impl Daemon {
             Some(Ok(r)) => ticker.read_rx_from(r),
             Some(Err(e)) => log::warn(format_args!("trace: receive work per CPU is not read: {e:#}")),
             None => log::warn(format_args!(
-                "without the tracer, backlog drops and receive work on the services' CPUs are not seen: only their queues say distress"
+                "without the tracer, backlog drops and receive work on the services' CPUs are not seen: a service's own queues and drops throttle the classes below it, whatever filled them"
             )),
         }
         let sources = SourceTables::start(&gate, &cfg)?;

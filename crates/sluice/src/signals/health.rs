@@ -88,6 +88,11 @@ pub struct RxWork {
     pub softirq_ns: Vec<u64>,
     /// The gate's interface's packets dropped at the per-CPU backlogs so far.
     pub backlog_drops: u64,
+    /// Packets each CPU's stack took in so far, by CPU number: all, and
+    /// those that came in on the gate's interface (the rest, loopback's or
+    /// another interface's, is work the gate cannot relieve).
+    pub stack_pkts: Vec<u64>,
+    pub iface_pkts: Vec<u64>,
 }
 
 /// One class's service at one tick.
@@ -582,7 +587,7 @@ mod tests {
     #[test]
     fn path_distress_is_the_interfaces_own_backlog_drops_and_needs_the_tracer() {
         let h = |rx: Option<RxWork>| Health { rx, ..Default::default() };
-        let rx = |drops| Some(RxWork { softirq_ns: vec![0, 0], backlog_drops: drops });
+        let rx = |drops| Some(RxWork { softirq_ns: vec![0, 0], backlog_drops: drops, ..RxWork::default() });
         assert!(path_distress(&h(rx(5)), &h(rx(6))));
         assert!(!path_distress(&h(rx(5)), &h(rx(5))));
         assert!(!path_distress(&h(None), &h(None)), "no tracer: no path signal");

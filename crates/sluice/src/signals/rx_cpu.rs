@@ -6,8 +6,11 @@
 //! empty queues: no socket signal sees it, this one does.
 //!
 //! Measured over windows of at least WINDOW: each CPU's share of time in
-//! NET_RX softirq (the daemon's tracer), and each class's share of the
-//! packets the gate admitted. A class's taken share is the busiest of its
+//! NET_RX softirq (the daemon's tracer) times the gate's interface's share
+//! of the packets that CPU's stack took in (`gate_share`: a local process
+//! sending to 127.0.0.1 from that CPU raises its softirq time too, and no
+//! gate can relieve it), and each class's share of the packets the gate
+//! admitted. A class's taken share is the busiest of its
 //! service's CPUs (`service_cpus`) times the share of admitted packets that
 //! belong to classes of lower priority (larger number), at most their
 //! packets/s times MAX_PKT_NS (the softirq time is any interface's). The packets' costs
@@ -52,6 +55,8 @@ pub const ARM_HOLD: Duration = Duration::from_secs(5);
 struct Mark {
     at: Instant,
     softirq_ns: Vec<u64>,
+    stack_pkts: Vec<u64>,
+    iface_pkts: Vec<u64>,
     admitted: Vec<u64>,
 }
 
@@ -84,7 +89,13 @@ impl RxCpu {
             (self.mark, self.taken, self.busiest) = (None, vec![None; admitted.len()], vec![None; admitted.len()]);
             return;
         };
-        let restart = || Mark { at, softirq_ns: rx.softirq_ns.clone(), admitted: admitted.to_vec() };
+        let restart = || Mark {
+            at,
+            softirq_ns: rx.softirq_ns.clone(),
+            stack_pkts: rx.stack_pkts.clone(),
+            iface_pkts: rx.iface_pkts.clone(),
+            admitted: admitted.to_vec(),
+        };
         let Some(m) = &self.mark else {
             self.mark = Some(restart());
             (self.taken, self.busiest) = (vec![None; admitted.len()], vec![None; admitted.len()]);
@@ -102,8 +113,12 @@ impl RxCpu {
             return;
         }
         let diff = |a: &[u64], b: &[u64]| a.iter().zip(b).map(|(n, o)| n.saturating_sub(*o)).collect::<Vec<u64>>();
-        let cpu_share: Vec<f64> =
-            diff(&rx.softirq_ns, &m.softirq_ns).iter().map(|&ns| (ns as f64 / dt.as_nanos() as f64).min(1.0)).collect();
+        let gate = gate_share(&diff(&rx.stack_pkts, &m.stack_pkts), &diff(&rx.iface_pkts, &m.iface_pkts));
+        let cpu_share: Vec<f64> = diff(&rx.softirq_ns, &m.softirq_ns)
+            .iter()
+            .enumerate()
+            .map(|(cpu, &ns)| (ns as f64 / dt.as_nanos() as f64).min(1.0) * gate.get(cpu).copied().unwrap_or(1.0))
+            .collect();
         let window = diff(admitted, &m.admitted);
         self.taken = taken(&cpu_share, &window, priorities, cpus, dt.as_secs_f64());
         self.busiest = busiest(&cpu_share, cpus, window.len());
@@ -132,6 +147,20 @@ impl RxCpu {
     pub fn distress(&self, id: usize) -> Option<&'static str> {
         self.taken.get(id).copied().flatten().filter(|&t| t >= CPU_TAKEN).map(|_| REASON)
     }
+}
+
+/// By CPU number: the share of its receive work that is the gate's
+/// interface's, taken as its share of the packets the CPU's stack took in
+/// over a window (`stack`: all; `iface`: the gate's interface's). A CPU
+/// whose stack took in nothing spent its softirq time in the driver (an
+/// XDP program's drops, or its own): counted whole, as before the packets
+/// were counted. Packets of both kinds are taken to cost the same.
+pub fn gate_share(stack: &[u64], iface: &[u64]) -> Vec<f64> {
+    stack
+        .iter()
+        .zip(iface)
+        .map(|(&all, &ours)| if all == 0 { 1.0 } else { (ours as f64 / all as f64).min(1.0) })
+        .collect()
 }
 
 /// By class id (`n` classes), the share of the busiest of its service's
@@ -205,7 +234,38 @@ mod tests {
     }
 
     fn rx(ns: [u64; 2]) -> RxWork {
-        RxWork { softirq_ns: ns.to_vec(), backlog_drops: 0 }
+        RxWork { softirq_ns: ns.to_vec(), ..RxWork::default() }
+    }
+
+    /// Softirq time that the stack spent on other interfaces' packets
+    /// (loopback's, from a local process on the service's CPU) is not the
+    /// gate's: only the gate's interface's share of the CPU's packets counts.
+    #[test]
+    fn receive_work_for_loopback_is_not_charged_to_the_gates_classes() {
+        assert_eq!(gate_share(&[0, 1000, 1000], &[0, 250, 1000]), [1.0, 0.25, 1.0]);
+        let t0 = Instant::now();
+        let (prio, cpus) = ([20u8, 25], vec![vec![1], vec![]]);
+        let work = |ns: u64, stack: u64, iface: u64| RxWork {
+            softirq_ns: vec![0, ns],
+            stack_pkts: vec![0, stack],
+            iface_pkts: vec![0, iface],
+            ..RxWork::default()
+        };
+        let mut s = RxCpu::default();
+        s.step(t0, Some(&work(0, 0, 0)), &[0, 0], &prio, &cpus);
+        // CPU 1 60% in softirq over the window; 5k/s of the lower class
+        // crossed the gate; the stack took in 95 loopback packets for each
+        // of the gate's.
+        let w = WINDOW.as_secs_f64();
+        let lower = (5_000.0 * w) as u64;
+        s.step(t0 + WINDOW, Some(&work(30_000_000, 20 * lower, lower)), &[0, lower], &prio, &cpus);
+        let taken = s.taken[0].unwrap();
+        assert!((taken - 0.6 / 20.0).abs() < 1e-6, "{taken}");
+        assert_eq!(s.distress(0), None, "the loopback work is not the lower class's doing");
+        // The same softirq time, all of it the gate's packets: distress.
+        s.step(t0 + 2 * WINDOW, Some(&work(60_000_000, 21 * lower, 2 * lower)), &[0, 2 * lower], &prio, &cpus);
+        assert!((s.taken[0].unwrap() - 0.25).abs() < 1e-6, "bound by 5k/s x MAX_PKT_NS: {:?}", s.taken);
+        assert_eq!(s.distress(0), Some(REASON));
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //! 2. run the auto controller on it (`auto`): a rate for each auto class
 //!    with UDP sockets;
 //! 3. run the budget on it (`budget`): a throttle for the classes below a
-//!    service in distress;
+//!    service whose CPUs their admitted packets take (its own queues only
+//!    where no tracer measures that);
 //! 4. write each class's limit, the tightest of its own (static rate or
 //!    auto rate) and the budget's throttle, split over CPUs by the arrivals
 //!    each CPU saw (see the design comment in gate.bpf.c); a limited class
@@ -352,9 +353,15 @@ impl Ticker {
             c.admitted = rate(|t| t.admitted_pkts);
             // (The first tick has no rates: no time for the learner's calm.)
             c.dt = if c.totals.is_some() { dt } else { 0.0 };
-            let queues = self.last.as_ref().and_then(|(_, prev)| distress(prev, &now.1, id));
-            let why = queues.or_else(|| self.rx_cpu.distress(id));
-            c.distress = why.is_some();
+            // Its own sockets' trouble says its own class is over-fed (the
+            // auto controller reads it), not who fed it: a local process
+            // can fill them without a packet crossing the gate. Others pay
+            // only for what they take: the receive work their admitted
+            // packets cost its CPUs. With no tracer nothing measures that,
+            // and its queues are all there is (the log says so at start).
+            let own = self.last.as_ref().and_then(|(_, prev)| distress(prev, &now.1, id));
+            let why = self.rx_cpu.distress(id).or(own.filter(|_| now.1.rx.is_none()));
+            c.distress = own.is_some() || why.is_some();
             c.behind = self.last.as_ref().is_some_and(|(_, prev)| behind(prev, &now.1, id));
             c.dropped = self.last.as_ref().is_some_and(|(_, prev)| dropped(prev, &now.1, id));
             c.distress_ticks += u64::from(c.distress);
@@ -523,6 +530,8 @@ fn rx_work(cpus: &[sluice_cpu_rx]) -> RxWork {
     RxWork {
         softirq_ns: cpus.iter().map(|c| c.rx_ns).collect(),
         backlog_drops: cpus.iter().map(|c| c.backlog_drops).sum(),
+        stack_pkts: cpus.iter().map(|c| c.stack_pkts).collect(),
+        iface_pkts: cpus.iter().map(|c| c.iface_pkts).collect(),
     }
 }
 

@@ -206,8 +206,13 @@ impl Tracer {
         match (on, self.softirq_links.is_some()) {
             (true, false) => {
                 let p = &self.skel.progs;
-                let mut links = Vec::with_capacity(2);
-                for (tp, prog) in [("softirq_entry", &p.trace_softirq_entry), ("softirq_exit", &p.trace_softirq_exit)] {
+                let mut links = Vec::with_capacity(3);
+                let progs = [
+                    ("softirq_entry", &p.trace_softirq_entry),
+                    ("softirq_exit", &p.trace_softirq_exit),
+                    ("netif_receive_skb", &p.trace_cpu_pkts),
+                ];
+                for (tp, prog) in progs {
                     links.push(prog.attach().with_context(|| format!("attaching to tracepoint {tp}"))?);
                 }
                 self.softirq_links = Some(links);

@@ -8,21 +8,28 @@
 //! share its limit). So the limit of each class depends on the health of the
 //! classes above it, whatever hurts them.
 //!
-//! Each tick, each class with a service says whether it is in distress:
-//! - its UDP sockets hold a standing queue (over 1/16 of the buffer at both
-//!   edges of the tick) or dropped datagrams (sock_diag, read for the auto
-//!   controller anyway);
-//! - its TCP listeners hold a standing accept queue (over 1/8 of the backlog
-//!   at both edges), or dropped SYNs or handshakes (their own sk_drops: never
-//!   a namespace counter, which another user's listener can raise);
+//! Others pay only for what they take. Each tick, each class with a
+//! service says whether lower classes cause it distress:
+//! - the receive work their admitted packets cost the CPUs its service
+//!   runs on is over CPU_TAKEN of a CPU (`signals::rx_cpu`: the NET_RX
+//!   softirq time of those CPUs, times the gate's interface's share of the
+//!   packets their stack took in, times the lower classes' share of what
+//!   the gate admitted);
 //!
 //! and the receive path as a whole is in distress when the per-CPU backlogs
 //! dropped packets of the gate's interface (the daemon's tracer), which no
 //! socket sees.
 //!
+//! A service's own socket drops, standing queue or listen drops are not
+//! distress here: they say its own class is over-fed (its auto rate reads
+//! them), not who fed it, and a local process can fill any socket without a
+//! packet crossing the gate (loopback), where throttling the gate relieves
+//! nothing. Only a daemon without its tracer, which measures no receive
+//! work, falls back to them (said in its log at start).
+//!
 //! All of these are counters the kernel keeps anyway (the tracer's run on
-//! freed skbs and at softirq entry and exit, not on the admitted packet's
-//! path), read with a few syscalls per tick.
+//! freed skbs, at softirq entry and exit and at the stack's intake while
+//! the CPU signal is armed), read with a few syscalls per tick.
 //!
 //! The rule, strict priority both ways:
 //! - distress at priority p (path distress counts as distress of the highest

@@ -63,7 +63,7 @@ pub const FAMILIES: &[FamilyDoc] = &[
         name: "class_distress_seconds",
         kind: Kind::Counter,
         labels: "class",
-        help: "time the class's service showed distress (socket drops or a standing queue, accept queue, listen overflows), in 10 ms ticks; classes with UDP/TCP ports only",
+        help: "time the class's service showed distress (its own: socket drops or a standing queue, accept queue, listen overflows; or receive work of lower classes on its CPUs), in 10 ms ticks; classes with UDP/TCP ports only",
     },
     FamilyDoc {
         name: "class_dropped_with_room_packets",
