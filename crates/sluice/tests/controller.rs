@@ -453,4 +453,19 @@ fn a_short_burst_over_capacity_engages_nothing_and_a_lasting_one_does() {
     assert!(lasting >= ENGAGE_TICKS as usize, "engaged after {lasting} ticks");
     let flood = first_limit(3.0, 1.0).expect("a 3x flood is limited");
     assert!(flood <= ENGAGE_TICKS as usize + 1, "a 3x flood engaged after {flood} ticks");
+    // Issue 48: a surge of ten times the calm load (5x capacity) is limited
+    // once its loss run is LOSS_TICKS long, not after ENGAGE_TICKS; the
+    // 60 ms burst at 6 times the calm load above is still not.
+    let surge = first_limit(5.0, 1.0).expect("a 10x surge is limited");
+    assert!(surge <= LOSS_TICKS as usize + 2, "a 10x surge engaged after {surge} ticks (ENGAGE_TICKS {ENGAGE_TICKS})");
+    assert_eq!(first_limit(5.0, 0.01), None, "a 10 ms spike engaged the class");
+}
+
+/// The surge rule alone: over SURGE times the calm capacity, and never
+/// before a calm capacity was seen.
+#[test]
+fn a_surge_is_judged_against_the_calm_capacity() {
+    assert!(surge(1_000.0, SURGE * 1_000.0));
+    assert!(!surge(1_000.0, 3.0 * 1_000.0), "a burst of 3x the usual load");
+    assert!(!surge(0.0, 1e9), "no calm capacity seen yet");
 }

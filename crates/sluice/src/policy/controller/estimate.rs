@@ -293,6 +293,12 @@ impl Estimate {
         self.loss_ticks
     }
 
+    /// Packets/s the gate admitted over the last LOSS_TICKS ticks (while
+    /// the class is unlimited, what arrived).
+    pub fn admitted_mean(&self) -> f64 {
+        self.mean(LOSS_TICKS as usize, |r| r.admitted)
+    }
+
     /// A probe the service took all of: its tick alone is a clean sample
     /// (what it read when given more, with nothing left queued), not to be
     /// averaged with the tick before (`capacity.rs`, `rose`).
