@@ -134,6 +134,7 @@ char LICENSE[] SEC("license") = "GPL";
 
 #include "gate/parse.h"
 #include "gate/bucket.h"
+#include "known.h"
 #include "gate/sources.h"
 #include "gate/synack.h"
 #include "gate/checker.h"

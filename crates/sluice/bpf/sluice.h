@@ -553,6 +553,15 @@ enum sluice_stage {
  * reasons) are counted under SLUICE_TRACE_REASONS - 1. Per-CPU hash `drops`,
  * key class << 16 | reason. */
 #define SLUICE_TRACE_REASONS 256
+/*
+ * Per-CPU array `known_lost`, by class id: packets of the class's known
+ * clients (answered over SLUICE_KNOWN_SPAN_MS, as the gate's known tier
+ * reads it; the entry's age is not checked) that the receive path dropped
+ * for want of room after the gate admitted them: at a full socket buffer
+ * (SOCKET_RCVBUFF), the protocol's memory limit (PROTO_MEM) or a full
+ * per-CPU backlog (CPU_BACKLOG). Its target is 0: the gate should have
+ * dropped a stranger's packet instead.
+ */
 
 /* Latency intervals of sampled packets, between consecutive stages. */
 enum sluice_interval {
@@ -580,6 +589,8 @@ struct sluice_trace_settings {
 	__u32 sample_every;  /* 1 in N skbs at the driver stage gets timed; 0 = none */
 	__u32 tgid;          /* the daemon (root PID namespace): softirq time while its threads run; 0 = none */
 	__u32 backlog_reason; /* enum skb_drop_reason's CPU_BACKLOG on this kernel; 0 = not counted */
+	__u32 rcvbuf_reason;  /* its SOCKET_RCVBUFF (a full socket buffer); 0 = known_lost not counted */
+	__u32 proto_mem_reason; /* its PROTO_MEM (the protocol's memory limit); 0 = not counted */
 	__u32 pad;
 };
 

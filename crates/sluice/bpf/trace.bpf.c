@@ -72,6 +72,7 @@
 #include "sluice.h"
 #include "kernel.h"
 #include "classify.h"
+#include "known.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -83,6 +84,14 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 } stage_in SEC(".maps");
+
+/* Known clients' packets lost for want of room, by class (sluice.h). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SLUICE_CLASS_IDS);
+	__type(key, __u32);
+	__type(value, __u64);
+} known_lost SEC(".maps");
 
 /* Key: class << 16 | reason. A hash, so user space reads only the pairs seen. */
 struct {
@@ -214,14 +223,20 @@ static __always_inline int skb_pkt(struct sk_buff *skb, struct pkt *pk)
 	return 0;
 }
 
+/* The skb's class, with its headers in `pk` (unclassified: pk unset). */
+static __always_inline __u32 skb_class_pkt(struct sk_buff *skb, struct pkt *pk)
+{
+	if (skb_pkt(skb, pk))
+		return SLUICE_TRACE_UNCLASSIFIED;
+	__u32 cls = classify(pk, tables_in_force(), settings.default_class);
+	return cls < SLUICE_CLASS_IDS ? cls : SLUICE_TRACE_UNCLASSIFIED;
+}
+
 static __always_inline __u32 skb_class(struct sk_buff *skb)
 {
 	struct pkt pk = {};
 
-	if (skb_pkt(skb, &pk))
-		return SLUICE_TRACE_UNCLASSIFIED;
-	__u32 cls = classify(&pk, tables_in_force(), settings.default_class);
-	return cls < SLUICE_CLASS_IDS ? cls : SLUICE_TRACE_UNCLASSIFIED;
+	return skb_class_pkt(skb, &pk);
 }
 
 /* A socket's class by its local port alone (the read stage has no packet). */
@@ -515,6 +530,30 @@ int BPF_PROG(trace_read, struct sock *sk, int ret, int flags)
 	return 0;
 }
 
+/* A packet the receive path dropped for want of room: count it if its
+ * source is one of its class's known clients (a class that holds none
+ * costs one array lookup). */
+static __always_inline void count_known_lost(const struct pkt *pk, __u32 cls)
+{
+	struct sluice_src_key k = {};
+	struct sluice_known_part *part;
+	struct sluice_known *v;
+	__u64 *n;
+
+	if (cls >= SLUICE_CLASS_IDS)
+		return;
+	part = bpf_map_lookup_elem(&known_part, &cls);
+	if (!part || !part->held)
+		return;
+	src_key(&k, pk, cls, pk->family == 4 ? 32 : 64);
+	v = bpf_map_lookup_elem(&known, &k);
+	if (!v || !known_span(v))
+		return;
+	n = bpf_map_lookup_elem(&known_lost, &cls);
+	if (n)
+		*n += 1;
+}
+
 SEC("tp_btf/kfree_skb")
 int BPF_PROG(trace_drop, struct sk_buff *skb, void *location, __u32 reason)
 {
@@ -535,8 +574,13 @@ int BPF_PROG(trace_drop, struct sk_buff *skb, void *location, __u32 reason)
 		if (c)
 			c->backlog_drops += 1;
 	}
+	struct pkt pk = {};
+	__u32 cls = skb_class_pkt(skb, &pk);
+	if (reason && (reason == settings.rcvbuf_reason || reason == settings.proto_mem_reason ||
+		       reason == settings.backlog_reason))
+		count_known_lost(&pk, cls);
 	__u32 r = reason < SLUICE_TRACE_REASONS ? reason : SLUICE_TRACE_REASONS - 1;
-	__u32 key = skb_class(skb) << 16 | r;
+	__u32 key = cls << 16 | r;
 	__u64 *c = bpf_map_lookup_elem(&drops, &key), one = 1;
 	if (c)
 		*c += 1;

@@ -150,6 +150,10 @@ fn known_sources_take_the_class_bucket_while_unknown_ones_find_theirs_empty() {
         (key([198, 51, 100, 8]), known(7200, 10)),
         (key([198, 51, 100, 9]), known(0, 0)),
         (key([198, 51, 100, 10]), known(-60, 10)),
+        // Its last answer dated before its first (the wall clock stepped
+        // back between them; issue 49, item 5): a wrapping difference made
+        // it known at once.
+        (key([198, 51, 100, 11]), sluice_known { first_ms: known(0, 0).last_ms + 5_000, ..known(0, 0) }),
     ];
     g.gate.insert_known(&entries).unwrap();
     g.expect("unknown takes the one token", &dns_from("192.0.2.1"), Admitted("dns".into()));
@@ -160,9 +164,10 @@ fn known_sources_take_the_class_bucket_while_unknown_ones_find_theirs_empty() {
     g.expect("known too long ago is unknown", &dns_from("198.51.100.8"), DroppedRate("dns".into()));
     g.expect("answered only within one second: not known", &dns_from("198.51.100.9"), DroppedRate("dns".into()));
     g.expect("known after the clock stepped back", &dns_from("198.51.100.10"), Admitted("dns".into()));
+    g.expect("last answer before the first: not known", &dns_from("198.51.100.11"), DroppedRate("dns".into()));
     assert_eq!(counter(&g, "dns", SLUICE_CS_KNOWN_PKTS), 21);
     assert_eq!(counter(&g, "dns", SLUICE_CS_KNOWN_ADMIT_PKTS), 21);
-    assert_eq!(counter(&g, "dns", SLUICE_CS_UNKNOWN_PKTS), 4);
+    assert_eq!(counter(&g, "dns", SLUICE_CS_UNKNOWN_PKTS), 5);
 }
 
 /// An egress frame from the service (port 53) to `client`.

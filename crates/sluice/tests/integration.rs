@@ -393,6 +393,40 @@ mod known {
         tb.wait(echo);
     }
 
+    /// Issue 48: a known client's datagrams that a full socket drops after
+    /// the gate admitted them are counted (`known_lost_pkts`, target 0):
+    /// none while the service keeps up, and about as many as the socket
+    /// dropped once the same client sends ten times what the service reads.
+    #[test]
+    fn a_known_clients_datagrams_lost_at_a_full_socket_are_counted() {
+        let mut tb = Testbed::new();
+        tb.start_gate(&["--no-discover", "--class", "svc:match=udp:7000"]);
+        let b = tb.b.clone();
+        // 200 us of CPU a datagram: about 5,000/s at most.
+        let echo =
+            tb.spawn_load(&b, &["serve", "udp-echo", "--port", "7000", "--work-ns", "200000", "--duration", "12"]);
+        std::thread::sleep(Duration::from_millis(300));
+        tb.send(7000, 200, 3.0);
+        let svc = |tb: &Testbed| tb.status().classes.into_iter().find(|c| c.name == "svc").unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !svc(&tb).sources.as_ref().and_then(|s| s.known).is_some_and(|k| k >= 1) {
+            assert!(std::time::Instant::now() < deadline, "the answered client was not learned in 10 s");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        let calm = svc(&tb).known_lost_pkts;
+        assert_eq!(calm, Some(0), "nothing lost while the service kept up");
+        let (sent, _) = tb.send(7000, 50_000, 1.0);
+        std::thread::sleep(Duration::from_millis(1500));
+        let lost = svc(&tb).known_lost_pkts.expect("counted (the daemon's tracer runs)");
+        let out = tb.cmd(&b, &["cat", "/proc/net/snmp"]).output().unwrap();
+        let dropped =
+            sluice::signals::kernel::proc_counter(&String::from_utf8_lossy(&out.stdout), "Udp:", "RcvbufErrors");
+        eprintln!("sent {sent}, the socket dropped {dropped}, known lost {lost}");
+        assert!(dropped > sent / 4, "the socket did not overflow ({dropped} of {sent}): the test shows nothing");
+        assert!(lost > dropped / 2 && lost <= dropped, "known lost {lost} against {dropped} socket drops");
+        tb.signal(echo, libc::SIGTERM);
+    }
+
     /// Known sources are read at start by class name, held in the gate (the
     /// status counts them after the first scan), and written back at exit
     /// with the ones whose class is not there kept; a corrupt file is refused

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * gate/maps.h - the gate's maps and run-time settings (the design comment
- * atop gate.bpf.c says what each is for), and its global counters.
+ * atop gate.bpf.c says what each is for), and its global counters; the
+ * known clients' maps are in known.h (the tracer shares them).
  * Included once, by gate.bpf.c.
  */
 #ifndef SLUICE_GATE_MAPS_H
@@ -64,13 +65,6 @@ struct {
 	__type(value, struct sluice_src_slot);
 } sources SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, SLUICE_KNOWN_ENTRIES);
-	__type(key, struct sluice_src_key);
-	__type(value, struct sluice_known);
-} known SEC(".maps");
-
 /*
  * When each peer last sent a learning class a packet (see
  * SLUICE_ASKED_WINDOW_MS): a direct-mapped table, one slot per hash of
@@ -88,26 +82,6 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 } asked SEC(".maps");
-
-/*
- * Each class's part of "known" (struct sluice_known_part): the new entries
- * it may still make (one taken by the learner per new client) and the
- * entries it holds. One LRU map holds every class's known clients, so
- * without a part of its own a busy class (or whoever it answers) would
- * evict another class's clients. The daemon gives each class an equal part
- * of 90% of the map, and every scan removes a class's oldest entries past
- * its part (src/signals/known.rs, `bound`) and writes room and held again;
- * not yet written: no learning, and no lookup. A client learned between a
- * scan's read and its write is not counted in held until the next scan (5
- * s): if it is its class's only one, it is looked up from then on (it
- * needs a second of answers to be known anyway).
- */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, SLUICE_CLASS_IDS);
-	__type(key, __u32);
-	__type(value, struct sluice_known_part);
-} known_part SEC(".maps");
 
 /* Each TCP class's SYN guard (syncookie.h), written by the daemon. */
 struct {

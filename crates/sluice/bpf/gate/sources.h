@@ -4,39 +4,10 @@
  * at its own rate), the unknown ones paced at their share (a GCRA per
  * source), the limited class's admission over both tiers, and who asked
  * a learning class (the learner learns only replies to them). Included by
- * gate.bpf.c after parse.h and bucket.h.
+ * gate.bpf.c after parse.h, bucket.h and known.h (the source's key, the span rule).
  */
 #ifndef SLUICE_GATE_SOURCES_H
 #define SLUICE_GATE_SOURCES_H
-
-/*
- * The peer's key at prefix length plen (32/64 for one address): the class,
- * the family and the address with the bits past plen cleared. plen is a
- * multiple of 8 (the daemon writes 16, 24, 32, 48 or 64).
- */
-static __always_inline void src_key(struct sluice_src_key *k, const struct pkt *pk, __u32 cls, __u32 plen)
-{
-	__u32 w;
-
-	k->class_id = cls;
-	k->family = pk->family;
-	k->plen = plen;
-	/* Words in and out of addr by memcpy: the key is read whole as other
-	 * types after (peer_hash, same_key), and a store through a cast
-	 * pointer is one the compiler may take as not aliasing those reads. */
-	if (pk->family == 4) {
-		w = bpf_ntohl(pk->peer4);
-		w = bpf_htonl(plen >= 32 ? w : w & ~(0xffffffffU >> plen));
-		__builtin_memcpy(k->addr, &w, 4);
-		return;
-	}
-	__builtin_memcpy(k->addr, &pk->peer6, 8);
-	if (plen < 64) {
-		__builtin_memcpy(&w, &k->addr[4], 4);
-		w = plen >= 48 ? w & bpf_htonl(0xffff0000) : 0;
-		__builtin_memcpy(&k->addr[4], &w, 4);
-	}
-}
 
 /* The peer's known entry, if it is known now (answered over the span, within the ttl). */
 static __always_inline struct sluice_known *known_entry(const struct pkt *pk, __u32 cls)
@@ -51,7 +22,7 @@ static __always_inline struct sluice_known *known_entry(const struct pkt *pk, __
 		return 0;
 	src_key(&k, pk, cls, pk->family == 4 ? 32 : 64);
 	v = bpf_map_lookup_elem(&known, &k);
-	if (!v || v->last_ms - v->first_ms < SLUICE_KNOWN_SPAN_MS)
+	if (!v || !known_span(v))
 		return 0;
 	/* Signed: a wall clock stepped back makes a recent answer look newer, not ancient. */
 	if ((__s64)(settings.now_ms - v->last_ms) > (__s64)settings.known_ttl_ms)

@@ -1,5 +1,6 @@
 //! The kernel's drops after the gate as the daemon reports them: running
-//! totals by class name and drop reason, from the tracer's drop counter.
+//! totals by class name and drop reason, from the tracer's drop counter,
+//! and of the known clients' packets lost for want of room (`known_lost`).
 use std::collections::BTreeMap;
 
 use anyhow::Result;
@@ -14,6 +15,10 @@ use crate::surface::stats::KernelDrop;
 pub struct DropBook {
     last: BTreeMap<(u32, u32), u64>,
     totals: BTreeMap<(String, u32), u64>,
+    /// The tracer's known_lost counts at the last read (by class id), and
+    /// the totals booked by class name.
+    known_last: BTreeMap<u32, u64>,
+    known_lost: BTreeMap<String, u64>,
 }
 
 impl DropBook {
@@ -28,7 +33,20 @@ impl DropBook {
             }
         }
         self.last = now;
+        let ids = names.iter().enumerate().filter(|(_, n)| !n.is_empty()).map(|(id, _)| id as u32);
+        for (id, n) in tracer.known_lost(ids)? {
+            let grew = n.saturating_sub(self.known_last.get(&id).copied().unwrap_or(0));
+            self.known_last.insert(id, n);
+            if grew > 0 {
+                *self.known_lost.entry(names[id as usize].clone()).or_default() += grew;
+            }
+        }
         Ok(())
+    }
+
+    /// A class's known clients' packets lost for want of room so far.
+    pub fn known_lost_of(&self, name: &str) -> u64 {
+        self.known_lost.get(name).copied().unwrap_or(0)
     }
 
     /// A class's drops so far, largest first.

@@ -105,6 +105,7 @@ impl Daemon {
             let mut strays = Vec::new();
             for c in self.publish.snap.classes.iter_mut() {
                 c.kernel_drops = book.of(t, &c.name);
+                c.known_lost_pkts = Some(book.known_lost_of(&c.name));
                 let stray = c.kernel_drops.iter().filter(|d| syn_guard::STRAY_REASONS.contains(&d.reason.as_str()));
                 strays.push((c.name.clone(), stray.map(|d| d.packets).sum()));
             }

@@ -200,7 +200,8 @@ impl Gate {
         self.ncpus
     }
 
-    /// The maps the tracer shares (the class tables and the class counters),
+    /// The maps the tracer shares (the class tables, the class counters and
+    /// the known clients),
     /// by name, as handles of their own.
     pub fn shared_maps(&self) -> Result<std::collections::BTreeMap<String, libbpf_rs::MapHandle>, GateError> {
         let m = &self.skel.maps;
@@ -211,6 +212,8 @@ impl Gate {
             ("prefix_v4", &m.prefix_v4),
             ("prefix_v6", &m.prefix_v6),
             ("class_state", &m.class_state),
+            ("known", &m.known),
+            ("known_part", &m.known_part),
         ] {
             let handle = libbpf_rs::MapHandle::try_from(map).map_err(|err| GateError::Map { map: name, err })?;
             out.insert(name.to_string(), handle);

@@ -119,7 +119,9 @@ impl Tracer {
         // The softirq pair is the daemon's (drops only); its own part needs its pid.
         let softirq = opts.drops_only;
         let reasons = drop_reason_names()?;
-        let backlog_reason = reasons.iter().position(|r| r == "CPU_BACKLOG").map_or(0, |v| v as u32);
+        // A reason this kernel lacks is 0, which nothing counts under.
+        let reason_value = |name: &str| reasons.iter().position(|r| r == name).map_or(0, |v| v as u32);
+        let backlog_reason = reason_value("CPU_BACKLOG");
         let skel = Owned::new(|storage| -> Result<TraceSkel<'static>> {
             let mut open = TraceSkelBuilder::default().open(storage).context("opening the tracer (bpf/trace.bpf.c)")?;
             if let Some(maps) = &gate {
@@ -128,6 +130,8 @@ impl Tracer {
                     ("tables_gen", &mut open.maps.tables_gen),
                     ("prefix_v4", &mut open.maps.prefix_v4),
                     ("prefix_v6", &mut open.maps.prefix_v6),
+                    ("known", &mut open.maps.known),
+                    ("known_part", &mut open.maps.known_part),
                 ] {
                     let m = maps.get(name).with_context(|| format!("the gate program has no map {name}"))?;
                     map.reuse_fd(m.as_fd()).with_context(|| format!("sharing the gate's {name} map"))?;
@@ -141,10 +145,13 @@ impl Tracer {
                 data.settings.sample_every = 0;
                 data.settings.tgid = opts.tgid.filter(|_| softirq).unwrap_or(0);
                 data.settings.backlog_reason = backlog_reason;
+                data.settings.rcvbuf_reason = reason_value("SOCKET_RCVBUFF");
+                data.settings.proto_mem_reason = reason_value("PROTO_MEM");
             }
             if !softirq {
                 open.progs.trace_softirq_entry.set_autoload(false);
                 open.progs.trace_softirq_exit.set_autoload(false);
+                open.progs.trace_cpu_pkts.set_autoload(false);
             }
             if opts.drops_only {
                 let p = &mut open.progs;
@@ -196,10 +203,12 @@ impl Tracer {
         Ok(())
     }
 
-    /// Attach (or detach) the softirq pair: the receive work per CPU
-    /// (`cpu_rx`) and the daemon's softirq time are counted only while it
-    /// is attached. It runs at every softirq of every CPU (about 2% of a
-    /// busy web server's CPU in `perf`), so the daemon attaches it only
+    /// Attach (or detach) the softirq pair and the stack's intake count
+    /// (`trace_cpu_pkts`): the receive work per CPU (`cpu_rx`), the gate's
+    /// interface's share of it and the daemon's softirq time are counted
+    /// only while they are attached. The pair runs at every softirq of
+    /// every CPU (about 2% of a busy web server's CPU in `perf`), the count
+    /// at every packet the stack takes in, so the daemon attaches them only
     /// while a lower class sends enough to matter (`Ticker::wants_rx_cpu`).
     /// Loaded only with `Options::drops_only`.
     pub fn set_softirq(&mut self, on: bool) -> Result<()> {
@@ -239,6 +248,14 @@ impl Tracer {
     /// daemon's tracer (`drops_only`); zeros otherwise.
     pub fn cpu_rx(&self) -> Result<Vec<sluice_cpu_rx>> {
         Ok(crate::dataplane::gate::maps::percpu(&self.skel.maps.cpu_rx, "cpu_rx", 0)?)
+    }
+
+    /// For each of `ids`: packets of the class's known clients the receive
+    /// path dropped for want of room so far (bpf/sluice.h, `known_lost`).
+    /// Counted only where the tracer shares the gate's known map
+    /// (`Tables::Gate`, the daemon's); zeros otherwise.
+    pub fn known_lost(&self, ids: impl Iterator<Item = u32>) -> Result<Vec<(u32, u64)>> {
+        ids.filter(|&id| id < SLUICE_CLASS_IDS).map(|id| Ok((id, sum_u64(&self.skel.maps.known_lost, id)?))).collect()
     }
 
     /// A reader of `cpu_rx` that another thread can own (the control loop's).

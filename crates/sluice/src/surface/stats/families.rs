@@ -72,6 +72,12 @@ pub const FAMILIES: &[FamilyDoc] = &[
         help: "packets the gate dropped in stretches of 0.5 s or more of ticks where the class's UDP sockets showed no distress, an auto class admitted under 90% of its capacity estimate, and no cap but sluice's own applied (no static rate, no budget throttle): loss sluice inflicted on a service that had room: 0 with no flood, and under a flood while the limit sits at what the service takes (`sluice status` says SELF-INFLICTED); classes with UDP sockets only",
     },
     FamilyDoc {
+        name: "class_known_lost_packets",
+        kind: Kind::Counter,
+        labels: "class",
+        help: "packets of the class's known clients that the receive path dropped for want of room after the gate admitted them (a full socket buffer, the protocol's memory limit, a full per-CPU backlog): the gate should have dropped a stranger's instead; target 0; absent without the daemon's tracer",
+    },
+    FamilyDoc {
         name: "syn_guard_answering",
         kind: Kind::Gauge,
         labels: "class",

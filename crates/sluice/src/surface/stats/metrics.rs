@@ -93,6 +93,7 @@ fn register_class_families(reg: &mut Registry, classes: &[ClassSnapshot]) {
     let limit = Family::<Labels, U64Gauge>::default();
     let (throttle, distress) = (Family::<Labels, F64Gauge>::default(), Family::<Labels, F64Counter>::default());
     let harm = Family::<Labels, U64Counter>::default();
+    let known_lost = Family::<Labels, U64Counter>::default();
     let (answering, cookies) = (Family::<Labels, U64Gauge>::default(), Family::<Labels, U64Counter>::default());
     let direct = Family::<Labels, U64Counter>::default();
     for c in classes {
@@ -123,6 +124,9 @@ fn register_class_families(reg: &mut Registry, classes: &[ClassSnapshot]) {
         if let Some(n) = c.dropped_with_room_pkts {
             harm.get_or_create(&l).inc_by(n);
         }
+        if let Some(n) = c.known_lost_pkts {
+            known_lost.get_or_create(&l).inc_by(n);
+        }
         if let Some(g) = &c.syn_guard {
             answering.get_or_create(&l).set(u64::from(g.answering));
             direct.get_or_create(&l).inc_by(t.synack_direct);
@@ -142,6 +146,7 @@ fn register_class_families(reg: &mut Registry, classes: &[ClassSnapshot]) {
     add(reg, "class_throttle_packets_per_second", throttle);
     add(reg, "class_distress_seconds", distress);
     add(reg, "class_dropped_with_room_packets", harm);
+    add(reg, "class_known_lost_packets", known_lost);
     register_kernel_drops(reg, classes);
     register_source_families(reg, classes);
 }

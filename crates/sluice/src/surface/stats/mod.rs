@@ -85,6 +85,13 @@ pub struct ClassSnapshot {
     /// drop reason (since the daemon started; empty if the tracer could not load).
     #[serde(default)]
     pub kernel_drops: Vec<KernelDrop>,
+    /// Packets of the class's known clients that the receive path dropped
+    /// for want of room after the gate admitted them (a full socket buffer,
+    /// the protocol's memory limit, a full per-CPU backlog), since the
+    /// daemon started: the gate should have dropped a stranger's instead;
+    /// its target is 0 (None: no tracer to count them).
+    #[serde(default)]
+    pub known_lost_pkts: Option<u64>,
     /// Seconds (in 10 ms ticks) the class's service showed distress since
     /// the daemon started (None: the class has no service the daemon reads).
     #[serde(default)]
@@ -283,6 +290,7 @@ pub fn class_snapshots(cfg: &Config) -> Vec<ClassSnapshot> {
                 rx_cpu_taken_max: None,
                 sources: None,
                 kernel_drops: Vec::new(),
+                known_lost_pkts: None,
                 distress_secs: None,
                 dropped_with_room_pkts: None,
                 syn_guard: None,

@@ -199,6 +199,14 @@ fn render_kernel_drops(o: &mut String, classes: &[ClassSnapshot]) {
             let _ = writeln!(o, "{:<24} {:<10} {:<24} {:>12}", c.name, d.stage, d.reason, d.packets);
         }
     }
+    for c in classes.iter().filter(|c| c.known_lost_pkts.is_some_and(|n| n > 0)) {
+        let n = c.known_lost_pkts.unwrap_or(0);
+        let _ = writeln!(
+            o,
+            "KNOWN LOST: {n} packets of {}'s known clients were dropped after the gate admitted them",
+            c.name
+        );
+    }
 }
 
 /// The budget's throttles and the discovered classes' priorities.
