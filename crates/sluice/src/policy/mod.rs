@@ -4,6 +4,7 @@
 //! - [`controller`]: the auto rate controller (100 Hz, after Macpherson's
 //!   rate selection);
 //! - [`budget`]: one packet budget shared by priority;
+//! - [`queue`]: the rules that read a queue (stands, full, dropped);
 //! - [`fair`]: source fairness inside a limited class;
 //! - [`remap`]: class identity across a config switch;
 //! - [`away`]: CPU protection, when and where to move a service;
@@ -14,5 +15,6 @@ pub mod budget;
 pub mod config;
 pub mod controller;
 pub mod fair;
+pub mod queue;
 pub mod remap;
 pub mod syn_guard;

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 
 use crate::policy::config::Config;
+use crate::policy::queue::{drops_grew, stands, ACCEPT_STANDS, OVERLOAD_QUEUE, QUEUE_LOW};
 use crate::signals::{
     kernel::parse_softnet, kernel::proc_counter, kernel::DiagSock, kernel::NsFile, kernel::SockDiag, kernel::SockKey,
     kernel::SockStats, kernel::Softnet, kernel::TCP_LISTEN, kernel::TCP_SYN_RECV,
@@ -23,11 +24,6 @@ use crate::signals::{
 
 /// Every this many ticks (1 s) both address families are dumped again.
 const REDISCOVER_TICKS: u64 = 100;
-/// A socket queue over this share of the receive buffer at both edges of a
-/// tick is a standing one (the same threshold as the knee controller's).
-const QUEUE_STANDS: f64 = crate::policy::controller::QUEUE_LOW;
-/// An accept queue over this share of the listen backlog at both edges of a tick stands.
-const ACCEPT_STANDS: f64 = 0.125;
 /// A class's listeners under SYN pressure hold at least this share of their
 /// backlog in request sockets: the kernel sends cookies at the whole
 /// backlog, and a spoofed flood's requests stay for the SYN-ACK retries
@@ -117,21 +113,10 @@ pub struct Health {
     pub rx: Option<RxWork>,
 }
 
-/// A queue over `share` of `of` at both ends of a tick (`a`, then `b`).
-fn stands(a: u64, b: u64, of: u64, share: f64) -> bool {
-    of > 0 && a as f64 > share * of as f64 && b as f64 > share * of as f64
-}
-
 /// Did a class's UDP sockets drop in the tick? Not a restarted service's:
 /// its new socket starts its drop count again.
 fn socket_dropped(p: &ClassHealth, n: &ClassHealth) -> bool {
     drops_grew((p.udp.sockets, p.udp.drops), (n.udp.sockets, n.udp.drops))
-}
-
-/// Did a set of sockets, (count, drops so far) at two reads, drop between
-/// them? Only if it is the same set: a new socket starts its count again.
-fn drops_grew((p_socks, p_drops): (u32, u64), (n_socks, n_drops): (u32, u64)) -> bool {
-    n_socks > 0 && n_drops > p_drops && p_socks == n_socks
 }
 
 /// Why a class's service is in distress between two ticks, if it is.
@@ -140,7 +125,7 @@ pub fn distress(prev: &Health, now: &Health, class: usize) -> Option<&'static st
     if socket_dropped(p, n) {
         return Some("socket drops");
     }
-    if n.udp.sockets > 0 && stands(p.udp.full_queued, n.udp.full_queued, n.udp.full_rcvbuf, QUEUE_STANDS) {
+    if n.udp.sockets > 0 && stands(p.udp.full_queued, n.udp.full_queued, n.udp.full_rcvbuf, QUEUE_LOW) {
         return Some("socket queue");
     }
     if n.listen.sockets > 0 {
@@ -173,8 +158,7 @@ pub fn dropped(prev: &Health, now: &Health, class: usize) -> bool {
 /// service with CPU to spare, which a cut of admission would only starve.
 pub fn behind(prev: &Health, now: &Health, class: usize) -> bool {
     let (Some(p), Some(n)) = (prev.classes.get(class), now.classes.get(class)) else { return false };
-    socket_dropped(p, n)
-        && stands(p.udp.full_queued, n.udp.full_queued, n.udp.full_rcvbuf, crate::policy::controller::OVERLOAD_QUEUE)
+    socket_dropped(p, n) && stands(p.udp.full_queued, n.udp.full_queued, n.udp.full_rcvbuf, OVERLOAD_QUEUE)
 }
 
 /// Do a class's own TCP listeners show SYN pressure between two ticks: they

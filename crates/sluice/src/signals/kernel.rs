@@ -203,9 +203,14 @@ impl SockStats {
         }
     }
 
+    /// The fullest socket's queue as a share of its buffer (None: no socket).
+    pub fn fullest_share(&self) -> Option<f64> {
+        (self.sockets > 0 && self.full_rcvbuf > 0).then(|| self.full_queued as f64 / self.full_rcvbuf as f64)
+    }
+
     /// Is the fullest socket's queue over `share` of its buffer?
     pub fn fuller_than(&self, share: f64) -> bool {
-        self.full_queued as f64 > share * self.full_rcvbuf as f64
+        crate::policy::queue::over(self.full_queued, self.full_rcvbuf, share)
     }
 }
 

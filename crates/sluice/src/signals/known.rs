@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::bpf_intf::{sluice_known, sluice_known_part, sluice_src_key};
+use crate::policy::fair::known_span;
 
 /// Where state files go unless `--state-dir` says otherwise.
 pub const STATE_DIR: &str = "/var/lib/sluice";
@@ -43,7 +44,7 @@ impl Known {
     /// SLUICE_KNOWN_SPAN_MS at least)? An entry short of that is a candidate:
     /// saved, but given nothing a stranger is not.
     pub fn is_known(&self) -> bool {
-        self.last_unix_ms.saturating_sub(self.first_unix_ms) >= u64::from(crate::bpf_intf::SLUICE_KNOWN_SPAN_MS)
+        known_span(self.first_unix_ms, self.last_unix_ms)
     }
 }
 
@@ -83,12 +84,9 @@ pub fn path(dir: &Path, iface: &str) -> PathBuf {
 /// `bound` forgets them), and entries of a class that no longer exists are
 /// left out.
 pub fn from_map(map: &[(sluice_src_key, sluice_known)], names: &[String], now_ms: u64, ttl_ms: u64) -> Vec<Known> {
-    let span = u64::from(crate::bpf_intf::SLUICE_KNOWN_SPAN_MS);
     map.iter()
         .filter(|(_, v)| now_ms.saturating_sub(v.last_ms) <= ttl_ms)
-        .filter(|(_, v)| {
-            v.last_ms.saturating_sub(v.first_ms) >= span || now_ms.saturating_sub(v.last_ms) <= CANDIDATE_TTL_MS
-        })
+        .filter(|(_, v)| known_span(v.first_ms, v.last_ms) || now_ms.saturating_sub(v.last_ms) <= CANDIDATE_TTL_MS)
         .filter_map(|(k, v)| {
             let class = names.get(k.class_id as usize)?.clone();
             let addr = match k.family {
@@ -318,12 +316,11 @@ pub fn bound(
     now_ms: u64,
     ttl_ms: u64,
 ) -> (Vec<sluice_src_key>, Vec<sluice_known_part>) {
-    let span = u64::from(crate::bpf_intf::SLUICE_KNOWN_SPAN_MS);
     let mut per_class: Vec<Vec<(bool, u64, sluice_src_key)>> = vec![vec![]; parts.len()];
     let mut delete = vec![];
     for (k, v) in map {
         let Some(c) = per_class.get_mut(k.class_id as usize) else { continue };
-        let (age, known) = (now_ms.saturating_sub(v.last_ms), v.last_ms.saturating_sub(v.first_ms) >= span);
+        let (age, known) = (now_ms.saturating_sub(v.last_ms), known_span(v.first_ms, v.last_ms));
         if age > ttl_ms || (!known && age > CANDIDATE_TTL_MS) {
             delete.push(*k);
         } else {

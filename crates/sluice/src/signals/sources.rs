@@ -10,7 +10,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use serde::{Deserialize, Serialize};
 
-use crate::bpf_intf::{sluice_known, sluice_src, sluice_src_key, SLUICE_KNOWN_SPAN_MS};
+use crate::bpf_intf::{sluice_known, sluice_src, sluice_src_key};
 
 /// The heaviest droppers kept per class.
 pub const TOP_SOURCES: usize = 10;
@@ -130,8 +130,7 @@ pub fn scan_sources(sources: &[(sluice_src_key, sluice_src)], classes: usize) ->
 /// SLUICE_KNOWN_SPAN_MS at least).
 pub fn count_known(known: &[(sluice_src_key, sluice_known)], classes: usize) -> Vec<u64> {
     let mut out = vec![0; classes];
-    let span = u64::from(SLUICE_KNOWN_SPAN_MS);
-    for (k, _) in known.iter().filter(|(_, v)| v.last_ms.saturating_sub(v.first_ms) >= span) {
+    for (k, _) in known.iter().filter(|(_, v)| crate::policy::fair::known_span(v.first_ms, v.last_ms)) {
         if let Some(c) = out.get_mut(k.class_id as usize) {
             *c += 1;
         }

@@ -69,6 +69,10 @@ pub(super) struct TickClass {
     /// Its sockets dropped in the last tick (health::dropped): what cuts the
     /// unknown tier by a tenth while known clients share them.
     pub(super) dropped: bool,
+    /// Its fullest UDP socket's queue at the last tick's end, as a share of
+    /// that socket's buffer (None: no UDP socket): what sizes the unknown
+    /// tier while known clients share it (`fair::QUEUE_TARGET`).
+    pub(super) queue: Option<f64>,
     pub(super) distress_ticks: u64,
     /// Packets the gate dropped while the service had room (see
     /// `ClassSnapshot::dropped_with_room_pkts`).
@@ -106,6 +110,7 @@ impl TickClass {
             distress: false,
             behind: false,
             dropped: false,
+            queue: None,
             distress_ticks: 0,
             dropped_with_room: WithRoom::default(),
             tiers: None,
@@ -162,6 +167,7 @@ impl TickClass {
             counts: self.counts,
             distress: self.behind,
             dropped: self.dropped,
+            queue: self.queue,
             capacity,
         };
         let out = self.fair.step(&t);

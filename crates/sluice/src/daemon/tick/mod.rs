@@ -364,6 +364,7 @@ impl Ticker {
             c.distress = own.is_some() || why.is_some();
             c.behind = self.last.as_ref().is_some_and(|(_, prev)| behind(prev, &now.1, id));
             c.dropped = self.last.as_ref().is_some_and(|(_, prev)| dropped(prev, &now.1, id));
+            c.queue = now.1.classes.get(id).and_then(|h| h.udp.fullest_share());
             c.distress_ticks += u64::from(c.distress);
             // Dropped with room: a service with sockets and no distress, under no cap
             // but sluice's own (no static rate, no budget throttle for a higher class).

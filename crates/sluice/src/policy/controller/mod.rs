@@ -51,16 +51,7 @@ pub const TICK: std::time::Duration = std::time::Duration::from_millis((1000.0 /
 /// Signals unreadable for this many ticks in a row (1 s) are stale: the
 /// daemon's tick drops the throttles and auto limits they set.
 pub const STALE_TICKS: u64 = 100;
-/// A queue over this fraction of the receive buffer at both edges of a
-/// tick is a standing one (below it: the few datagrams a batch-reading
-/// service leaves under steady arrivals): the service is at its knee.
-pub const QUEUE_LOW: f64 = 1.0 / 16.0;
-/// A queue over this fraction of the buffer at a tick's end is a full one:
-/// drops with it are loss (a burst that overflowed a buffer a few ms deep
-/// drains within a tick when the service keeps up: dnsperf's bursts
-/// overflowed NSD's socket at a fifth of its capacity), and without drops
-/// it is drained.
-pub const OVERLOAD_QUEUE: f64 = 0.5;
+pub use crate::policy::queue::{OVERLOAD_QUEUE, QUEUE_LOW};
 /// The gate is limiting when more than this much over what it admitted
 /// was offered (1%, plus one packet so an idle class is not "limiting").
 pub const LIMITING_MARGIN: f64 = 1.01;
@@ -195,12 +186,12 @@ impl Signals {
 
     /// The sockets' queue at the tick's end is over `share` of their buffer.
     pub fn queue_over(&self, share: f64) -> bool {
-        self.queue_end as f64 > share * self.rcvbuf as f64
+        crate::policy::queue::over(self.queue_end, self.rcvbuf, share)
     }
 
     /// The sockets' queue at both ends of the tick is over `share` of their buffer.
     pub fn queue_stands(&self, share: f64) -> bool {
-        self.queue_over(share) && self.queue_start as f64 > share * self.rcvbuf as f64
+        crate::policy::queue::stands(self.queue_start, self.queue_end, self.rcvbuf, share)
     }
 }
 

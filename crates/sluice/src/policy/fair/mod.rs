@@ -40,10 +40,12 @@
 //! SOFT_CUT for drops alone (a probe of the auto controller, a burst), by
 //! CUT when the service is behind and losing (the queue over half the
 //! buffer at both tick ends: health::behind); it grows back by REGROW per
-//! tick without drops. The class's limit runs at the edge of what its
-//! service takes, where a socket drops a share of everything it is given;
-//! with known clients in that share, the unknown tier gives way until the
-//! socket drops nothing.
+//! tick without drops while the socket's queue is under QUEUE_TARGET of its
+//! buffer, and shrinks in proportion while it is over (QUEUE_GAIN). The
+//! class's limit runs at the edge of what its service takes, where a socket
+//! drops a share of everything it is given; with known clients in that
+//! share, the unknown tier gives way until the queue sits at the target,
+//! with room left for a known client's burst.
 
 /// The unknown tier keeps at least this share of the class rate.
 pub const UNKNOWN_MIN: f64 = 0.1;
@@ -67,8 +69,23 @@ pub const SOFT_CUT: f64 = 0.9;
 pub const CUT_FLOOR: f64 = 0.01;
 pub const COOL_TICKS: u32 = 3;
 pub const REGROW: f64 = 0.02;
+/// While known clients share the socket with unknown sources, the unknown
+/// tier is sized by the socket's queue, not only by its drops: a drop is a
+/// known client's datagram lost already. Over QUEUE_TARGET of the buffer
+/// at a tick's end (the fullest socket's) the tier shrinks each tick by
+/// QUEUE_GAIN times how far over it is (as a share of the room above the
+/// target: at a full buffer, by QUEUE_GAIN); it grows back (REGROW) only
+/// while the queue is under the target. A quarter leaves three quarters
+/// of the buffer for a known client's burst, and a queue that never
+/// empties keeps the service busy (its throughput is not given away): at
+/// the bench's 4 MiB NSD buffer (about 1,000 datagrams of 4 KiB truesize)
+/// and 94k reads/s, a quarter is about 2.7 ms of sojourn. Sized before the
+/// issue-48 runs, not tuned on them (docs/protection.md has the figures).
+pub const QUEUE_TARGET: f64 = 0.25;
+pub const QUEUE_GAIN: f64 = 0.25;
 /// Prefix lengths sources are counted at: (IPv4, IPv6), by aggregation level.
 pub const PLENS: [(u8, u8); 3] = [(32, 64), (24, 48), (16, 32)];
+
 /// Ticks a level is held before the next step up.
 pub const AGG_TICKS: u32 = 100;
 /// Fewer active sources per epoch than this are never aggregated: a few
@@ -78,6 +95,14 @@ pub const AGG_MIN_SOURCES: u64 = 256;
 pub const CHURN_SECS: f64 = 10.0;
 /// Ticks without fairness before sources are counted one by one again.
 pub const OFF_TICKS: u32 = 500;
+/// Is a client answered from `first_ms` to `last_ms` (either clock, both
+/// the same) known: answered over SLUICE_KNOWN_SPAN_MS at least? An entry
+/// whose last answer is dated before its first (a clock stepped back) is
+/// not. The gate's copy of the rule is `known_span` in bpf/known.h.
+pub fn known_span(first_ms: u64, last_ms: u64) -> bool {
+    last_ms.checked_sub(first_ms).is_some_and(|d| d >= u64::from(crate::bpf_intf::SLUICE_KNOWN_SPAN_MS))
+}
+
 /// Healthy seconds (no drop, no distress, no surge) before the learner
 /// records clients. Time, not ticks: while all is calm the daemon ticks
 /// every 500 ms, and 100 ticks were then most of a minute (a client answered
@@ -117,6 +142,9 @@ pub struct FairTick {
     pub distress: bool,
     /// Its sockets dropped in the tick, with or without a standing queue.
     pub dropped: bool,
+    /// Its fullest UDP socket's queue at the tick's end, as a share of
+    /// that socket's buffer (None: no UDP socket read).
+    pub queue: Option<f64>,
     /// Entries of the sources map.
     pub capacity: u32,
 }
@@ -139,8 +167,9 @@ pub struct Fair {
     /// Index into PLENS, and ticks spent at it.
     level: usize,
     level_ticks: u32,
-    /// Share of the unknown tier's rate left by socket distress (0..1].
-    cut: f64,
+    /// The unknown tier's rate at the last tick while known clients share
+    /// the class (None: it follows what the known tier leaves).
+    unknown: Option<f64>,
     since_cut: u32,
     off_ticks: u32,
     calm_secs: f64,
@@ -159,7 +188,7 @@ impl Default for Fair {
             quota: None,
             level: 0,
             level_ticks: 0,
-            cut: 1.0,
+            unknown: None,
             since_cut: u32::MAX,
             off_ticks: 0,
             calm_secs: 0.0,
@@ -190,7 +219,7 @@ impl Fair {
     /// A tick with the class not limited.
     pub fn idle(&mut self) {
         self.quota = None;
-        self.cut = 1.0;
+        self.unknown = None;
         self.off_ticks = self.off_ticks.saturating_add(1);
         if self.off_ticks >= OFF_TICKS {
             (self.level, self.level_ticks) = (0, 0);
@@ -233,23 +262,48 @@ impl Fair {
         PLENS[self.level]
     }
 
-    /// The unknown tier's rate: what the known tier leaves, less the socket cut.
+    /// The unknown tier's rate. With no known client lately, what the known
+    /// tier leaves (`left`). With known clients sharing the class, a rate of
+    /// its own, moved from the last tick's: cut by the socket's drops (CUT,
+    /// SOFT_CUT, every COOL_TICKS at most) and by a queue over QUEUE_TARGET
+    /// (QUEUE_GAIN, each tick), grown by REGROW a tick while the queue is
+    /// under it, never over `left` nor under the floor. A rate of its own,
+    /// not a share of `left`: the auto controller's probes raise `left` for
+    /// a tick every 40 ms, and as a share each probe reached the socket at
+    /// once and dropped known clients' datagrams with the rest.
     fn unknown_rate(&mut self, t: &FairTick, left: f64) -> f64 {
         let floor = (CUT_FLOOR * t.rate).max(UNKNOWN_FLOOR_PPS).min(left);
         self.since_cut = self.since_cut.saturating_add(1);
-        // Only when known clients share the socket with admitted unknown
-        // traffic: with nobody to protect, a cut would only lower the
-        // class's intake below its limit.
-        let by = if t.distress { CUT } else { SOFT_CUT };
-        if (t.distress || t.dropped) && t.counts.unknown > 0 && t.counts.known > 0 {
-            if self.since_cut >= COOL_TICKS {
-                self.cut = (self.cut * by).max(floor / left.max(floor));
-                self.since_cut = 0;
-            }
-        } else {
-            self.cut = (self.cut * (1.0 + REGROW)).min(1.0);
+        if self.known_peak_pps < 1.0 {
+            self.unknown = None;
+            return left.max(floor);
         }
-        (left * self.cut).max(floor)
+        let last = self.unknown.unwrap_or(left);
+        // Cuts only when known clients share the socket with admitted
+        // unknown traffic in the tick: with nobody to protect, a cut would
+        // only lower the class's intake below its limit.
+        let shared = t.counts.unknown > 0 && t.counts.known > 0;
+        let by = if t.distress { CUT } else { SOFT_CUT };
+        // How far over its target the queue stands, as a share of the room
+        // above it (negative: under; no socket read: as if under).
+        let over = t.queue.map_or(-1.0, |q| (q - QUEUE_TARGET) / (1.0 - QUEUE_TARGET));
+        let next = if (t.distress || t.dropped) && shared {
+            if self.since_cut >= COOL_TICKS {
+                self.since_cut = 0;
+                last * by
+            } else {
+                last
+            }
+        } else if over > 0.0 && shared {
+            last * (1.0 - QUEUE_GAIN * over.min(1.0))
+        } else if over < 0.0 {
+            last * (1.0 + REGROW)
+        } else {
+            last
+        };
+        let next = next.min(left).max(floor);
+        self.unknown = Some(next);
+        next
     }
 
     /// The max-min fair quota for an epoch budget of `budget` packets.

@@ -3,7 +3,7 @@ use super::*;
 const DT: f64 = 0.01;
 
 fn tick(rate: f64, counts: FairCounts) -> FairTick {
-    FairTick { rate, dt: DT, epoch: DT, counts, distress: false, dropped: false, capacity: 1 << 18 }
+    FairTick { rate, dt: DT, epoch: DT, counts, distress: false, dropped: false, queue: None, capacity: 1 << 18 }
 }
 
 /// One epoch of the gate for unknown sources with these demands (packets per
@@ -221,4 +221,57 @@ fn learning_counts_seconds_whatever_the_tick() {
         idle.learn(true, 0.0, 0.5);
     }
     assert!(idle.learn(true, 5_000.0, 0.5), "the first load after 2 s idle is no surge");
+}
+
+/// One rule for every Rust reader of the known map: answered over a second,
+/// and never when the last answer is dated before the first.
+#[test]
+fn a_client_is_known_after_a_second_of_answers_and_never_across_a_clock_step_back() {
+    let span = u64::from(crate::bpf_intf::SLUICE_KNOWN_SPAN_MS);
+    assert!(known_span(5_000, 5_000 + span));
+    assert!(!known_span(5_000, 5_000 + span - 1));
+    assert!(!known_span(5_000 + span, 5_000), "last before first");
+}
+
+/// Issue 48: with known clients sharing the socket, a queue over
+/// QUEUE_TARGET of the buffer shrinks the unknown tier before anything is
+/// dropped, in proportion to how far over it is; under the target it grows
+/// back; with no known client to protect the queue cuts nothing.
+#[test]
+fn a_queue_over_its_target_shrinks_the_unknown_tier_before_any_drop() {
+    let counts = FairCounts { known: 50, unknown: 500, under: 500, active: 2, over: 1, inserts: 0 };
+    let at = |q: f64| FairTick { queue: Some(q), ..tick(100_000.0, counts) };
+    let mut f = Fair::default();
+    let first = f.step(&at(0.1)).unknown_pps;
+    let full = f.step(&at(1.0)).unknown_pps;
+    assert!((full - first * (1.0 - QUEUE_GAIN)).abs() < 1.0, "a full buffer: {first} -> {full}");
+    let half = f.step(&at(0.5)).unknown_pps;
+    let by = 1.0 - QUEUE_GAIN * (0.5 - QUEUE_TARGET) / (1.0 - QUEUE_TARGET);
+    assert!((half - full * by).abs() < 1.0, "half full: {full} -> {half}");
+    assert_eq!(f.step(&at(QUEUE_TARGET)).unknown_pps, half, "at the target: held");
+    let grown = f.step(&at(0.1)).unknown_pps;
+    assert!(grown > half, "under the target it grows back: {half} -> {grown}");
+    // Nobody known: the queue is the unknown sources' own; no cut.
+    let mut alone = Fair::default();
+    let t = FairTick { counts: FairCounts { known: 0, ..counts }, ..at(1.0) };
+    let before = alone.step(&t).unknown_pps;
+    assert!(alone.step(&t).unknown_pps >= before, "no known client to protect: no cut");
+}
+
+/// Issue 48: while known clients share the class, the unknown tier is a
+/// rate of its own: a tick at a 25% higher class rate (the auto
+/// controller's probe) raises it by REGROW at most, not by the probe; with
+/// no known client it follows the class rate at once.
+#[test]
+fn a_probe_of_the_class_rate_reaches_the_unknown_tier_only_by_its_regrowth() {
+    let counts = FairCounts { known: 50, unknown: 500, under: 500, active: 2, over: 1, inserts: 0 };
+    let at = |rate: f64| FairTick { queue: Some(0.1), ..tick(rate, counts) };
+    let mut f = Fair::default();
+    let base = f.step(&at(100_000.0)).unknown_pps;
+    let probed = f.step(&at(125_000.0)).unknown_pps;
+    assert!(probed <= base * (1.0 + REGROW) + 1.0, "{base} -> {probed} in a probe's tick");
+    let mut alone = Fair::default();
+    let no_known = |rate: f64| FairTick { counts: FairCounts { known: 0, ..counts }, ..at(rate) };
+    let base = alone.step(&no_known(100_000.0)).unknown_pps;
+    assert!(alone.step(&no_known(125_000.0)).unknown_pps > 1.2 * base, "nobody known: the tier follows the rate");
 }
