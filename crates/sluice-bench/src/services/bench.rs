@@ -253,6 +253,7 @@ impl<'a> Bench<'a> {
             cell.cpu_taken_max = cpu_taken_max(&snap);
             cell.admitted_pps = admitted0.map(|a0| admitted_of(&snap).saturating_sub(a0) as f64 / secs_run);
             cell.known = snap.sources.known;
+            cell.known_lost = known_lost_of(&snap);
             if self.svc == Service::Http {
                 cell.gate_synacks = Some(synacks_of(&snap) as f64 / secs_run);
             }
@@ -487,6 +488,11 @@ fn dropped_of(s: &Snapshot) -> u64 {
 /// sockets showed no distress: sluice's own harm); None: not counted.
 fn dropped_with_room_of(s: &Snapshot) -> Option<u64> {
     s.classes.iter().filter(|c| c.name != "default").map(|c| c.dropped_with_room_pkts).sum()
+}
+
+/// ... their known clients' packets lost after the gate (None: not counted) ...
+fn known_lost_of(s: &Snapshot) -> Option<u64> {
+    s.classes.iter().filter(|c| c.name != "default").map(|c| c.known_lost_pkts).sum()
 }
 
 fn admitted_of(s: &Snapshot) -> u64 {

@@ -441,6 +441,11 @@ pub struct Cell {
     /// daemon's last scan (None: no daemon, or no scan yet).
     #[serde(default)]
     pub known: Option<u64>,
+    /// Packets of the known clients of the service's classes that the
+    /// receive path dropped after the gate admitted them (the daemon's
+    /// `known_lost_pkts`, its target 0; None: no daemon or no tracer).
+    #[serde(default)]
+    pub known_lost: Option<u64>,
     /// A pulsing flood: its source is a known client (a second of answers) in
     /// the daemon's known-clients file after the cell (None: not a pulsing
     /// flood, or no daemon).

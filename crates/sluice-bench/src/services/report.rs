@@ -10,8 +10,9 @@ fn ms(v: Option<f64>) -> String {
 }
 
 /// The flooded class beside its service (the `sources` scenario): what the
-/// gate admitted of NSD's capacity, the known set, and whether a pulsing
-/// attacker became known ("-": not measured: no daemon).
+/// gate admitted of NSD's capacity, the known set and the known clients'
+/// packets lost after the gate (target 0), and whether a pulsing attacker
+/// became known ("-": not measured: no daemon).
 fn class_cells(r: &ServiceRun, cells: &[&Cell]) -> String {
     let of_capacity = |c: &Cell| c.admitted_pps.zip(r.head.capacity).map(|(a, cap)| a / cap);
     let known = med(cells, |c| c.known.map(|k| k as f64)).map_or("-".into(), |k| format!("{k:.0}"));
@@ -20,7 +21,11 @@ fn class_cells(r: &ServiceRun, cells: &[&Cell]) -> String {
         v => format!("  attacker known in {} of {}", v.iter().filter(|&&k| k).count(), v.len()),
     };
     let read = med(cells, |c| c.read_pps).map_or("n/a".into(), sluice::base::fmt::human);
-    format!("  admitted {} of capacity  NSD read {read}/s  known {known}{attacker}", spread(cells, of_capacity, pct))
+    let lost = med(cells, |c| c.known_lost.map(|k| k as f64)).map_or("-".into(), |k| format!("{k:.0}"));
+    format!(
+        "  admitted {} of capacity  NSD read {read}/s  known {known} (lost {lost}){attacker}",
+        spread(cells, of_capacity, pct)
+    )
 }
 
 /// A cell as one progress line.
