@@ -24,8 +24,9 @@
 //!   checks; grammar.rs: a class's keys and how they make a class, for
 //!   both syntaxes; values.rs: the value parsers; file.rs: TOML with
 //!   file:line errors; flags.rs: `--class`), `controller/` (the auto controller: capacity estimate,
-//!   capacity and pno), `budget/` (one budget by priority), `fair/` (source
-//!   fairness in a limited class), `remap.rs` (class identity across a
+//!   capacity and pno), `budget/` (one budget by priority, and what causes
+//!   distress for it), `fair/` (source fairness in a limited class), `queue.rs`
+//!   (the rules that read a queue: stands, over, dropped), `remap.rs` (class identity across a
 //!   config switch), `away.rs` (`cpu = "away"`), `syn_guard.rs` (when the
 //!   gate answers SYNs);
 //! - [`signals`]: what the daemon reads. `kernel.rs` (sock_diag,
@@ -57,7 +58,8 @@
 //! Beside this crate: `bpf/` (sluice.h, shared with Rust through bindgen;
 //! gate.bpf.c and its parts by role in gate/: maps.h, parse.h, bucket.h,
 //! sources.h, synack.h, checker.h; steer.bpf.c, trace.bpf.c; classify.h,
-//! syncookie.h, kernel.h), `build.rs` (clang to
+//! known.h (the source key, the known maps and the span rule, shared by the
+//! gate and the tracer), syncookie.h, kernel.h), `build.rs` (clang to
 //! skeletons), `src/main.rs` (the `sluice` command), `tests/` (one binary
 //! per topic: docs/testing.md). The bench is the `sluice-bench` crate (its
 //! own map is in its lib.rs); what the tests and the bench share (the

@@ -360,7 +360,7 @@ impl Ticker {
             // packets cost its CPUs. With no tracer nothing measures that,
             // and its queues are all there is (the log says so at start).
             let own = self.last.as_ref().and_then(|(_, prev)| distress(prev, &now.1, id));
-            let why = self.rx_cpu.distress(id).or(own.filter(|_| now.1.rx.is_none()));
+            let why = crate::policy::budget::cause(self.rx_cpu.distress(id), own, now.1.rx.is_some());
             c.distress = own.is_some() || why.is_some();
             c.behind = self.last.as_ref().is_some_and(|(_, prev)| behind(prev, &now.1, id));
             c.dropped = self.last.as_ref().is_some_and(|(_, prev)| dropped(prev, &now.1, id));

@@ -130,3 +130,18 @@ fn the_budget_settles_below_the_knee_of_a_shared_receive_path() {
     assert!(sick_ticks < 20, "the service was in distress {sick_ticks} of 2000 ticks");
     assert!(flood_avg > 0.35 * (cap - legit) && flood_avg < cap, "the flood got {flood_avg:.0}/s");
 }
+
+/// Issue 48: with the tracer, a service's own socket drops or queue never
+/// make it distressed for the budget (only the CPU signal does); without
+/// the tracer (it could not load), they are the fallback.
+#[test]
+fn own_socket_trouble_is_distress_only_without_the_tracer() {
+    assert_eq!(cause(None, Some("socket drops"), true), None, "traced: its own drops throttle no one");
+    assert_eq!(cause(Some("receive work on its CPUs"), Some("socket drops"), true), Some("receive work on its CPUs"));
+    assert_eq!(
+        cause(None, Some("socket drops"), false),
+        Some("socket drops"),
+        "no tracer: the queues are all there is"
+    );
+    assert_eq!(cause(None, None, false), None);
+}
