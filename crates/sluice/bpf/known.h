@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * known.h - a source's key in the "sources" and "known" maps, the rule
- * that makes an answered client known, and the maps that hold them: one
- * copy for the gate (its known tier) and the tracer (known clients' packets
- * a socket dropped). Included after classify.h (struct pkt).
+ * that makes an answered client known, the maps that hold them and their
+ * lookup: one copy for the gate (its known tier) and the tracer (known
+ * clients' packets a socket dropped). Included after classify.h (struct
+ * pkt).
  */
 #ifndef SLUICE_KNOWN_H
 #define SLUICE_KNOWN_H
@@ -74,6 +75,25 @@ static __always_inline void src_key(struct sluice_src_key *k, const struct pkt *
 static __always_inline int known_span(const struct sluice_known *v)
 {
 	return v->last_ms >= v->first_ms && v->last_ms - v->first_ms >= SLUICE_KNOWN_SPAN_MS;
+}
+
+/*
+ * The peer's entry in "known" if it was answered over the span (its age is
+ * the caller's to judge: the gate checks it against its clock's ttl). A
+ * class that holds no known client costs one array lookup, inlined, and
+ * skips the hash lookup.
+ */
+static __always_inline struct sluice_known *known_answered(const struct pkt *pk, __u32 cls)
+{
+	struct sluice_src_key k = {};
+	struct sluice_known_part *part = bpf_map_lookup_elem(&known_part, &cls);
+	struct sluice_known *v;
+
+	if (!part || !part->held)
+		return 0;
+	src_key(&k, pk, cls, pk->family == 4 ? 32 : 64);
+	v = bpf_map_lookup_elem(&known, &k);
+	return v && known_span(v) ? v : 0;
 }
 
 #endif /* SLUICE_KNOWN_H */

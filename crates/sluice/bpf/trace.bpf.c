@@ -535,19 +535,9 @@ int BPF_PROG(trace_read, struct sock *sk, int ret, int flags)
  * costs one array lookup). */
 static __always_inline void count_known_lost(const struct pkt *pk, __u32 cls)
 {
-	struct sluice_src_key k = {};
-	struct sluice_known_part *part;
-	struct sluice_known *v;
 	__u64 *n;
 
-	if (cls >= SLUICE_CLASS_IDS)
-		return;
-	part = bpf_map_lookup_elem(&known_part, &cls);
-	if (!part || !part->held)
-		return;
-	src_key(&k, pk, cls, pk->family == 4 ? 32 : 64);
-	v = bpf_map_lookup_elem(&known, &k);
-	if (!v || !known_span(v))
+	if (cls >= SLUICE_CLASS_IDS || !known_answered(pk, cls))
 		return;
 	n = bpf_map_lookup_elem(&known_lost, &cls);
 	if (n)

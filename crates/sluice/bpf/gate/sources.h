@@ -4,7 +4,8 @@
  * at its own rate), the unknown ones paced at their share (a GCRA per
  * source), the limited class's admission over both tiers, and who asked
  * a learning class (the learner learns only replies to them). Included by
- * gate.bpf.c after parse.h, bucket.h and known.h (the source's key, the span rule).
+ * gate.bpf.c after parse.h, bucket.h and known.h (the source's key, the
+ * known maps and their lookup).
  */
 #ifndef SLUICE_GATE_SOURCES_H
 #define SLUICE_GATE_SOURCES_H
@@ -12,17 +13,9 @@
 /* The peer's known entry, if it is known now (answered over the span, within the ttl). */
 static __always_inline struct sluice_known *known_entry(const struct pkt *pk, __u32 cls)
 {
-	struct sluice_src_key k = {};
-	struct sluice_known *v;
+	struct sluice_known *v = known_answered(pk, cls);
 
-	struct sluice_known_part *part = bpf_map_lookup_elem(&known_part, &cls);
-
-	/* An array slot, inlined: a class that holds no known client skips the hash lookup. */
-	if (!part || !part->held)
-		return 0;
-	src_key(&k, pk, cls, pk->family == 4 ? 32 : 64);
-	v = bpf_map_lookup_elem(&known, &k);
-	if (!v || !known_span(v))
+	if (!v)
 		return 0;
 	/* Signed: a wall clock stepped back makes a recent answer look newer, not ancient. */
 	if ((__s64)(settings.now_ms - v->last_ms) > (__s64)settings.known_ttl_ms)

@@ -254,8 +254,8 @@ mod tests {
         let mut s = RxCpu::default();
         s.step(t0, Some(&work(0, 0, 0)), &[0, 0], &prio, &cpus);
         // CPU 1 60% in softirq over the window; 5k/s of the lower class
-        // crossed the gate; the stack took in 95 loopback packets for each
-        // of the gate's.
+        // crossed the gate; the stack took in 19 loopback packets for each
+        // of the gate's (a twentieth of its work is the gate's).
         let w = WINDOW.as_secs_f64();
         let lower = (5_000.0 * w) as u64;
         s.step(t0 + WINDOW, Some(&work(30_000_000, 20 * lower, lower)), &[0, lower], &prio, &cpus);
