@@ -22,6 +22,8 @@
  *      flood), its SYNs are answered here with cookie SYN-ACKs (XDP_TX)
  *      and its ACKs and RSTs of no connection dropped; a tc ingress
  *      program checks the cookies (syncookie.h has the design).
+ *   7. past the daemon's deadline (it stalled: daemon_stalled below), what
+ *      3 and 6 would drop or answer is passed instead.
  * In user space (the sluice daemon): compiling rules into the tables, the
  * per-CPU rate split (below), reading and serving counters, reloads.
  *
@@ -164,6 +166,30 @@ static __always_inline int observe_drop(__u32 gen)
 	return XDP_PASS;
 }
 
+/*
+ * The daemon's deadline. Every limit, SYN answer and drop rule the gate
+ * applies was set by the daemon for the traffic of its last tick, and it
+ * writes settings.alive_until_ns at every tick. Past it (the daemon is
+ * stopped, frozen in a cgroup, or stalled in reclaim) those rules are
+ * stale: the gate fails open and passes what it would have dropped or
+ * answered, counted STALE_PASS (and admitted in its class). The clock is
+ * read only on that path: an admitted packet pays nothing. 0: no deadline
+ * (a gate no daemon drives: the tests' and benches' own).
+ */
+static __always_inline int daemon_stalled(void)
+{
+	__u64 until = settings.alive_until_ns;
+
+	return until && bpf_ktime_get_coarse_ns() > until;
+}
+
+static __always_inline int stale_pass(struct sluice_class_state *st, __u64 bytes)
+{
+	verdict_add(st, SLUICE_CS_ADMIT_PKTS, bytes);
+	global_inc(SLUICE_GS_STALE_PASS);
+	return XDP_PASS;
+}
+
 SEC("xdp")
 int sluice_gate(struct xdp_md *ctx)
 {
@@ -211,6 +237,8 @@ int sluice_gate(struct xdp_md *ctx)
 	if (pk.family)
 		note_asked(&pk, cls, f);
 	struct sluice_syn_guard *g = syn_guarded(&pk, gen, cls, st);
+	if (g && daemon_stalled())
+		return stale_pass(st, bytes);
 	enum syn_answered answered = g ? syn_answer(ctx, g->direct) : SYN_NOT_ANSWERED;
 
 	if (answered != SYN_NOT_ANSWERED) {
@@ -220,6 +248,8 @@ int sluice_gate(struct xdp_md *ctx)
 		return XDP_TX;
 	}
 	if (no_connection(ctx, &pk, cls)) {
+		if (daemon_stalled())
+			return stale_pass(st, bytes);
 		verdict_add(st, SLUICE_CS_DROP_NOCONN_PKTS, bytes);
 		return observe_drop(gen);
 	}
@@ -229,6 +259,8 @@ int sluice_gate(struct xdp_md *ctx)
 		idx = admit_limited(&pk, cls, sh, st, f);
 	else
 		idx = SLUICE_CS_ADMIT_PKTS;
+	if (idx != SLUICE_CS_ADMIT_PKTS && daemon_stalled())
+		return stale_pass(st, bytes);
 	verdict_add(st, idx, bytes);
 	return idx == SLUICE_CS_ADMIT_PKTS ? pass_or_away(cls, st) : observe_drop(gen);
 }

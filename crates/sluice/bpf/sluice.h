@@ -359,6 +359,7 @@ enum sluice_global_stat {
 	SLUICE_GS_FRAGMENTS,       /* info: non-first fragments, classified without ports */
 	SLUICE_GS_OBSERVED_PASS,   /* info: observe mode: counted as dropped (class or malformed), passed */
 	SLUICE_GS_UNASKED,         /* info: the learner skipped a reply to a peer that had asked the class nothing */
+	SLUICE_GS_STALE_PASS,      /* info: past the daemon's deadline, passed instead of dropped or answered */
 	SLUICE_GS_NR,
 };
 #define SLUICE_GS_VERDICT_NR 3
@@ -393,6 +394,7 @@ struct sluice_settings {
 	__u16 syn_mss6;          /* the same for IPv6 (MTU - 60) */
 	__u32 syn_allow;         /* SLUICE_SYN_*: what the namespace's TCP settings let a gate cookie carry */
 	__u64 syn_key[2];        /* the SYN cookies' SipHash key (random, drawn at start; 0: no cookies) */
+	__u64 alive_until_ns;    /* CLOCK_MONOTONIC ns (coarse): past it the daemon stalled and the gate fails open (0: no deadline) */
 };
 
 /*

@@ -183,6 +183,41 @@ fn a_local_process_flooding_another_users_socket_throttles_no_one() {
     assert!(got as f64 >= 0.999 * sent as f64, "the lower service lost datagrams: {got} of {sent}");
 }
 
+/// Issue 49, item 1: a login user or nobody binding 64 UDP ports pushed
+/// discovery past its class table, and every class was renamed
+/// (`sluice-bench.p20/ports`): a fresh gate id, counters zeroed, its
+/// controller and known clients reset. The users' ports now share one
+/// class, and root's service keeps its name, gate id and counters.
+#[test]
+fn a_local_user_binding_many_ports_renames_no_class() {
+    let mut tb = Testbed::new();
+    tb.start_gate(&[]);
+    let ns = tb.b.clone();
+    tb.spawn_load(&ns, &["serve", "udp-echo", "--port", "7100", "--no-echo", "--duration", "20"]);
+    wait_for(&tb, 4, "the service discovered", |s| class(s, "/udp:7100").is_some());
+    let (sent, _) = tb.send(7100, 2_000, 0.5);
+    let s = wait_for(&tb, 3, "counted", |s| class(s, "/udp:7100").unwrap().totals.seen_pkts >= sent);
+    let before = class(&s, "/udp:7100").unwrap().clone();
+    // Bounded: the ports are held for 6 s.
+    let binds = "import socket,time\nss=[]\nfor p in range(20000,20064):\n s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n s.bind(('0.0.0.0',p))\n ss.append(s)\ntime.sleep(6)";
+    tb.spawn_cmd(
+        &ns,
+        &["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", binds],
+    );
+    let s = wait_for(&tb, 4, "the user's 64 ports discovered", |s| {
+        s.classes
+            .iter()
+            .any(|c| c.discovered.as_deref().is_some_and(|d| d.starts_with("64 ports") || d.contains("(64 ports")))
+    });
+    let names: Vec<_> = s.classes.iter().map(|c| c.name.as_str()).collect();
+    let after = class(&s, "/udp:7100").unwrap_or_else(|| panic!("root's service lost its class: {names:?}"));
+    assert_eq!(after.gate_id, before.gate_id, "a new gate id: its state reset ({names:?})");
+    assert!(after.totals.seen_pkts >= before.totals.seen_pkts, "its counters went back");
+    let users = s.classes.iter().find(|c| c.name == sluice::signals::discover::USERS_CLASS).expect("the users' class");
+    assert_eq!(users.priority, sluice::signals::discover::UNTRUSTED_PRIORITY);
+    assert_eq!(s.classes.len(), 3, "root's service, the users' class and the default class: {names:?}");
+}
+
 /// Pin a running process (all its threads) to `cpu`.
 fn pin(pid: u32, cpu: u32) {
     let mut t = Command::new("taskset");
@@ -420,7 +455,7 @@ fn a_merged_config_compiles_and_sends_each_service_its_packets() {
     // One service a port: port 53 goes to nsd's class.
     let (cfg, _) = merge(
         &base,
-        &[svc(L4::Udp, 53, Family::Both, 1, "nsd", None), svc(L4::Tcp, 22, Family::Both, 2, "sshd", None)],
+        &[svc(L4::Udp, 53, Family::Both, 1, "nsd", Some(0)), svc(L4::Tcp, 22, Family::Both, 2, "sshd", Some(0))],
     );
     let id =
         |cfg: &sluice::policy::config::Config, name: &str| cfg.classes.iter().position(|c| c.name == name).unwrap();
@@ -428,7 +463,7 @@ fn a_merged_config_compiles_and_sends_each_service_its_packets() {
     // A thousand ports, grouped: the tables still hold them.
     let many: Vec<Service> = (0..1000u16)
         .map(|i| {
-            svc(L4::Udp, 10_000 + i, Family::Both, 100 + u32::from(i % 3), ["a", "b", "c"][usize::from(i % 3)], None)
+            svc(L4::Udp, 10_000 + i, Family::Both, 100 + u32::from(i % 3), ["a", "b", "c"][usize::from(i % 3)], Some(0))
         })
         .collect();
     let (cfg, note) = merge(&base, &many);
@@ -437,9 +472,13 @@ fn a_merged_config_compiles_and_sends_each_service_its_packets() {
     // A v6-only bind beside an IPv4 service: each family to its own class.
     let (cfg, _) = merge(
         &base,
-        &[svc(L4::Udp, 53, Family::V4, 100, "nsd", None), svc(L4::Udp, 53, Family::V6, 200, "mine", Some(1000))],
+        &[svc(L4::Udp, 53, Family::V4, 100, "nsd", Some(0)), svc(L4::Udp, 53, Family::V6, 200, "mine", Some(1000))],
     );
     let t = compile(&cfg).unwrap();
     assert_eq!(t.lookup(&probe(53, "192.0.2.1")), id(&cfg, "nsd/udp4:53"), "IPv4 goes to the IPv4 service");
-    assert_eq!(t.lookup(&probe(53, "2001:db8::1")), id(&cfg, "mine/udp6:53"), "IPv6 to the v6-only one");
+    assert_eq!(
+        t.lookup(&probe(53, "2001:db8::1")),
+        id(&cfg, sluice::signals::discover::USERS_CLASS),
+        "IPv6 to the v6-only one"
+    );
 }

@@ -72,6 +72,32 @@ fn blocked_and_rate_limited_classes() {
     g.expect("over the burst at 1 pps", &p, DroppedRate("slow".into()));
 }
 
+/// Issue 49, item 4: the gate had no deadline, so a stalled daemon left its
+/// limits in force on a frozen clock. Past the deadline it fails open: what
+/// a class would drop is admitted and counted a stale pass; an admitted
+/// packet is not counted so; a gate never kept alive has no deadline.
+#[test]
+fn past_the_daemons_deadline_the_gate_fails_open() {
+    let mut g = gate();
+    let blocked = Frame::udp("10.0.0.1", "10.0.0.2", 1, 6000).build();
+    let stale = |g: &TestGate| g.counters().global.stale_pass;
+    g.expect("blocked, no deadline", &blocked, DroppedBlocked("blocked".into()));
+    g.gate.keep_alive(sluice::base::clock::now_ns());
+    g.expect("blocked, the daemon alive", &blocked, DroppedBlocked("blocked".into()));
+    // 1 ns after boot: in the past on any host, however young.
+    g.gate.set_alive_until(1);
+    g.expect("blocked, the daemon stalled", &blocked, adm("blocked"));
+    let slow = Frame::udp("10.0.0.1", "10.0.0.2", 1, 7000).build();
+    for i in 0..5 {
+        g.expect(&format!("1 pps, burst 3, the daemon stalled: {i}"), &slow, adm("slow"));
+    }
+    assert_eq!(stale(&g), 3, "the blocked packet and the two past the burst");
+    g.expect("admitted anyway: not a stale pass", &Frame::udp("10.0.0.1", "10.0.0.2", 1, 53).build(), adm("dns"));
+    assert_eq!(stale(&g), 3);
+    g.gate.keep_alive(sluice::base::clock::now_ns());
+    g.expect("the daemon back", &blocked, DroppedBlocked("blocked".into()));
+}
+
 #[test]
 fn vlan_tags() {
     let g = gate();

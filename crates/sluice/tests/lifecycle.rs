@@ -284,3 +284,64 @@ mod privileges {
         assert!(tb.status().attached, "the daemon still serves, attached");
     }
 }
+
+/// Issue 49, item 4: a daemon stopped (SIGSTOP here; a cgroup freeze or a
+/// long reclaim stall is the same to the gate) left its limits in force on a
+/// frozen clock. Past its deadline (ALIVE_NS, 2 s after its last tick) the
+/// gate fails open: a blocked class's datagrams reach the service, counted
+/// as stale passes; once the daemon runs again, its next tick blocks them.
+#[test]
+fn a_stopped_daemon_leaves_the_gate_open_after_its_deadline() {
+    let mut tb = Testbed::new();
+    let pid = tb.start_gate(&["--no-discover", "--class", "shut:rate=blocked,match=udp:7000"]);
+    let sink = tb.start_sink(7000, 7.0);
+    let (before, _) = tb.send(7000, 1_000, 0.5);
+    tb.signal(pid, libc::SIGSTOP);
+    std::thread::sleep(Duration::from_millis(3_000));
+    let (stalled, _) = tb.send(7000, 1_000, 1.0);
+    tb.signal(pid, libc::SIGCONT);
+    std::thread::sleep(Duration::from_millis(500));
+    let (after, _) = tb.send(7000, 1_000, 0.5);
+    let s = tb.status();
+    let got = tb.sink_received(sink);
+    eprintln!(
+        "sent {before} alive, {stalled} stopped, {after} back; received {got}; stale passes {}",
+        s.global.stale_pass
+    );
+    assert!(before > 0 && after > 0, "nothing sent");
+    assert!(got as f64 >= 0.99 * stalled as f64, "the stopped daemon's block held: {got} of {stalled}");
+    assert!(got <= stalled, "datagrams passed while the daemon ran: {got} > {stalled}");
+    assert!(s.global.stale_pass >= got, "counted: {} < {got}", s.global.stale_pass);
+    assert!(tb.is_running(pid), "the daemon died");
+}
+
+/// Issue 49, item 4: the unit is `Type=notify` with `WatchdogSec=`: the
+/// daemon says READY=1 once attached and pings the watchdog from its tick
+/// loop (here every 100 ms asked, so at every tick: 500 ms while calm).
+#[test]
+fn the_daemon_tells_systemd_it_is_ready_and_alive() {
+    use std::os::unix::net::UnixDatagram;
+    let tb = Testbed::new();
+    let path = tb.dir.join("notify.sock");
+    let listen = UnixDatagram::bind(&path).unwrap();
+    listen.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+    let (sock, state) = (tb.socket(), tb.dir.join("state"));
+    let mut c = tb.cmd(&tb.b, &[BIN]);
+    c.args(["run", "--iface", tb.if_b, "--no-discover", "--metrics", "off"]);
+    c.args(["--socket", sock.to_str().unwrap(), "--state-dir", state.to_str().unwrap()]);
+    c.env("NOTIFY_SOCKET", &path).env("WATCHDOG_USEC", "100000").env_remove("WATCHDOG_PID");
+    let mut child = c.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().unwrap();
+    let mut said = Vec::new();
+    let mut buf = [0u8; 512];
+    let end = std::time::Instant::now() + Duration::from_secs(20);
+    while std::time::Instant::now() < end && said.iter().filter(|m: &&String| m.contains("WATCHDOG=1")).count() < 3 {
+        if let Ok(n) = listen.recv(&mut buf) {
+            said.push(String::from_utf8_lossy(&buf[..n]).to_string());
+        }
+    }
+    // SAFETY: a signal to the child this test started.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let _ = child.wait();
+    assert_eq!(said.first().map(|m| m.trim()), Some("READY=1"), "{said:?}");
+    assert!(said.iter().filter(|m| m.contains("WATCHDOG=1")).count() >= 3, "{said:?}");
+}

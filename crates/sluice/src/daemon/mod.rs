@@ -220,6 +220,9 @@ pub struct Daemon {
     /// SIGHUP, SIGINT and SIGTERM, caught from before the statistics socket
     /// answers (a signal sent as soon as it does stops the daemon cleanly).
     signals: Option<signal_hook::iterator::Signals>,
+    /// systemd's watchdog (WatchdogSec= in the unit): how often to ping it,
+    /// and when it was last pinged. None: not run by systemd with one.
+    watchdog: Option<(Duration, Instant)>,
 }
 
 /// When the tick after one due at `last` runs: `every` later, or `now` if
@@ -355,6 +358,7 @@ impl Daemon {
             tracer,
             decisions,
             signals,
+            watchdog: sd_notify::watchdog_enabled().map(|every| (every / 2, Instant::now())),
         };
         daemon.resteer();
         daemon.look_service_cpus();
@@ -400,6 +404,9 @@ impl Daemon {
             }
         });
         self.realtime();
+        // Attached and serving: systemd's Type=notify start is done (without
+        // $NOTIFY_SOCKET, nothing is sent).
+        let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
         let looped = self.run_loop(&rx);
         handle.close();
         if let Err(e) = &looped {
@@ -447,9 +454,17 @@ impl Daemon {
         Ok(())
     }
 
-    /// Every tick: the ticker (signals, controller, budget, limits), its
-    /// log lines, the steering program's heartbeat, CPU protection.
+    /// Every tick: the gate's deadline, the ticker (signals, controller,
+    /// budget, limits), its log lines, the steering program's heartbeat, CPU
+    /// protection.
     fn tick(&mut self, tick: u64) -> Result<()> {
+        self.gate.keep_alive(crate::base::clock::now_ns());
+        if let Some((every, last)) = &mut self.watchdog {
+            if last.elapsed() >= *every {
+                let _ = sd_notify::notify(&[sd_notify::NotifyState::Watchdog]);
+                *last = Instant::now();
+            }
+        }
         self.ticker.tick(&mut self.gate, |m| log::warn(m))?;
         if let Some((t, _)) = &mut self.tracer {
             match t.set_softirq(self.ticker.wants_rx_cpu()) {

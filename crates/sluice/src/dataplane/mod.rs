@@ -12,3 +12,8 @@ pub mod gate;
 pub mod share;
 pub mod steer;
 pub mod trace;
+
+/// How long the kernel programs trust what the daemon last wrote without a
+/// new tick (it ticks every 10 to 500 ms): past it the gate fails open
+/// (`Gate::keep_alive`) and the steering falls back to the kernel's hash.
+pub const ALIVE_NS: u64 = 2_000_000_000;

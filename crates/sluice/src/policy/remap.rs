@@ -2,8 +2,11 @@
 //! class list, and a reload or a discovered service changes the list: every
 //! part that keeps state per class (the gate's counters and buckets, the
 //! tick's controller, budget and fairness, the statistics' history) carries
-//! it over by class name through one `ClassRemap`, built once per switch.
-use crate::policy::config::Config;
+//! it over through one `ClassRemap`, built once per switch: by class name,
+//! and a class renamed (services grouped once there are too many for a class
+//! each, a config that renames a class) by the service ports it keeps, so
+//! state follows the service (protocol and port), not the name.
+use crate::policy::config::{Config, Proto, Rule};
 
 /// Where each class of a new list was in the old one (None: a new class).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -18,9 +21,26 @@ impl ClassRemap {
         ClassRemap { old_of }
     }
 
-    /// The remap from one config's classes to another's.
+    /// The remap from one config's classes to another's: by name, then each
+    /// new class no old one names takes the state of the old class, no
+    /// longer named, whose port rules it shares most (the default classes
+    /// match only each other, by name).
     pub fn of(old: &Config, new: &Config) -> ClassRemap {
-        ClassRemap::between(&old.names(), &new.names())
+        let mut remap = ClassRemap::between(&old.names(), &new.names());
+        let mut heirless: Vec<usize> =
+            (0..old.classes.len()).filter(|&o| o != old.default_class && !remap.old_of.contains(&Some(o))).collect();
+        for (n, c) in new.classes.iter().enumerate() {
+            if remap.old_of[n].is_some() || n == new.default_class {
+                continue;
+            }
+            let shared = |o: &usize| shared_rules(&old.classes[*o].rules, &c.rules);
+            let best = heirless.iter().copied().filter(|o| shared(o) > 0).max_by_key(|o| (shared(o), usize::MAX - o));
+            if let Some(o) = best {
+                remap.old_of[n] = Some(o);
+                heirless.retain(|&h| h != o);
+            }
+        }
+        remap
     }
 
     /// The old id of new class `new` (None: new, or out of range).
@@ -48,9 +68,44 @@ impl ClassRemap {
     }
 }
 
+/// How many pairs of rules, one from each list, take packets of a port in
+/// common (same protocol, overlapping port ranges, the same source prefix).
+/// Rules for any port match nothing here: they say nothing of a service.
+fn shared_rules(a: &[Rule], b: &[Rule]) -> usize {
+    let overlap = |x: &Rule, y: &Rule| {
+        let proto = x.proto == y.proto || x.proto == Proto::Any || y.proto == Proto::Any;
+        let ports = matches!((x.ports, y.ports), (Some((a, b)), Some((c, d))) if a <= d && c <= b);
+        proto && ports && x.src == y.src
+    };
+    a.iter().map(|x| b.iter().filter(|y| overlap(x, y)).count()).sum()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::config::from_flags;
+
+    /// Issue 49, item 1: services grouped under a new name (too many for a
+    /// class each) keep their state: it follows the ports, not the name.
+    #[test]
+    fn a_renamed_class_is_matched_by_the_ports_it_keeps() {
+        let old = from_flags(&["nsd:match=udp:53".into(), "web:match=tcp:80".into()]).unwrap();
+        let new = from_flags(&[
+            "ssh:match=tcp:22".into(),
+            "nsd_all:match=udp:53,match=udp:5353".into(),
+            "web:match=tcp:80".into(),
+        ])
+        .unwrap();
+        let r = ClassRemap::of(&old, &new);
+        assert_eq!((0..4).map(|i| r.old_of(i)).collect::<Vec<_>>(), [None, Some(0), Some(1), Some(2)]);
+        // Nothing in common, or another protocol: a new class.
+        let other = from_flags(&["dns:match=tcp:53".into()]).unwrap();
+        assert_eq!(ClassRemap::of(&old, &other).old_of(0), None);
+        // An old class is heir to one new class at most, the first that shares most.
+        let split = from_flags(&["a:match=udp:53".into(), "b:match=udp:53".into()]).unwrap();
+        let r = ClassRemap::of(&old, &split);
+        assert_eq!((r.old_of(0), r.old_of(1)), (Some(0), None));
+    }
 
     #[test]
     fn classes_are_matched_by_name_and_new_ones_start_empty() {

@@ -1,6 +1,7 @@
 //! Putting a config in force: the other tables generation written, then
 //! one switch (see `Gate::apply`), with the class ids kept by name.
 use super::*;
+use crate::policy::remap::ClassRemap;
 
 /// The prefix-trie keys of one generation's tables, as bytes.
 #[derive(Default)]
@@ -42,7 +43,8 @@ impl Gate {
     /// - the new tables and settings are written into the generation not in
     ///   force, then one write of `tables_gen` switches to them: a packet is
     ///   classified by the old config or by the new one, never a mix;
-    /// - a class keeps its gate id by name (`ids.rs`), so its counters,
+    /// - a class keeps its gate id by name, or renamed by its ports
+    ///   (`ids.rs`, `policy::remap`), so its counters,
     ///   bucket, fairness, SYN guard and known clients stay where they are,
     ///   wherever the class moves in the list; a new class takes a fresh id
     ///   (zeroed before the switch), a removed class's id is zeroed after it;
@@ -56,7 +58,11 @@ impl Gate {
     ///   every tick writes them).
     pub fn apply(&mut self, cfg: &Config, tables: &Tables) -> Result<()> {
         let names = cfg.names();
-        let (ids, freed) = self.ids.next(&names);
+        let remap = match &self.applied {
+            Some(old) => ClassRemap::of(&old.cfg, cfg),
+            None => ClassRemap::between::<&str, _>(&[], &names),
+        };
+        let (ids, freed) = self.ids.next(&names, &remap);
         let next = 1 - self.gen;
         // Each class's index in the config in force (None: a new class).
         let was: Vec<Option<usize>> = (0..names.len()).map(|c| self.ids.class_of(ids.id(c) as u8)).collect();

@@ -140,6 +140,10 @@ pub struct GlobalTotals {
     /// that had asked the class nothing (not learned).
     #[serde(default)]
     pub unasked_replies: u64,
+    /// Packets the gate passed past the daemon's deadline (it stalled)
+    /// instead of dropping or answering them.
+    #[serde(default)]
+    pub stale_pass: u64,
 }
 
 impl From<GlobalCounters> for GlobalTotals {
@@ -152,6 +156,7 @@ impl From<GlobalCounters> for GlobalTotals {
             fragments: g[SLUICE_GS_FRAGMENTS as usize],
             observed_pass: g[SLUICE_GS_OBSERVED_PASS as usize],
             unasked_replies: g[SLUICE_GS_UNASKED as usize],
+            stale_pass: g[SLUICE_GS_STALE_PASS as usize],
         }
     }
 }

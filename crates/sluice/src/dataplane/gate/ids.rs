@@ -6,7 +6,9 @@
 //! (sluice.h, SLUICE_CLASS_IDS) that a class keeps while it exists, so a
 //! reload moves no entry of any map, the known map included:
 //!
-//! - a class that stays (by name) keeps its id;
+//! - a class that stays keeps its id: by name, or renamed, by the service
+//!   ports it keeps (`policy::remap`: grouping services under a new name
+//!   must not reset their counters, buckets and known clients);
 //! - a new class takes a free id: one no class in force holds, the one freed
 //!   longest ago first (ids never used come first), so packets still on the
 //!   old tables never reach a new class through an id their tables name;
@@ -17,9 +19,10 @@
 //! boundary: its per-class calls take class indexes, and the keys of the
 //! per-source maps it hands out carry class indexes (NO_CLASS: an id no
 //! class holds).
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 use crate::bpf_intf::{sluice_src_key, SLUICE_CLASS_IDS};
+use crate::policy::remap::ClassRemap;
 
 /// A key's class for an id no class in force holds.
 pub const NO_CLASS: u8 = u8::MAX;
@@ -45,23 +48,16 @@ impl Default for ClassIds {
 
 impl ClassIds {
     /// The ids for the class list `names` (no two alike; at most
-    /// SLUICE_MAX_CLASSES), and the ids it frees with their classes' names.
-    pub fn next(&self, names: &[&str]) -> (ClassIds, Vec<(u8, String)>) {
-        let held: HashMap<&str, u8> = self
-            .ids
-            .iter()
-            .map(|&id| (self.names[id as usize].as_deref().expect("a held id has a name"), id))
-            .collect();
+    /// SLUICE_MAX_CLASSES), where `remap` says which class of the list in
+    /// force each one was, and the ids it frees with their classes' names.
+    pub fn next(&self, names: &[&str], remap: &ClassRemap) -> (ClassIds, Vec<(u8, String)>) {
         let mut next = ClassIds { ids: Vec::with_capacity(names.len()), ..self.clone() };
-        for name in names {
-            let id = match held.get(name) {
+        for (class, name) in names.iter().enumerate() {
+            let id = match remap.old_of(class).and_then(|o| self.ids.get(o)) {
                 Some(&id) => id,
-                None => {
-                    let id = next.free.pop_front().expect("a config has at most half as many classes as there are ids");
-                    next.names[id as usize] = Some(name.to_string());
-                    id
-                }
+                None => next.free.pop_front().expect("a config has at most half as many classes as there are ids"),
             };
+            next.names[id as usize] = Some(name.to_string());
             next.ids.push(id);
         }
         let mut freed = Vec::new();
@@ -73,6 +69,13 @@ impl ClassIds {
             }
         }
         (next, freed)
+    }
+
+    /// As `next`, matching the classes by name alone.
+    pub fn next_by_name(&self, names: &[&str]) -> (ClassIds, Vec<(u8, String)>) {
+        let held: Vec<&str> =
+            self.ids.iter().map(|&id| self.names[id as usize].as_deref().unwrap_or_default()).collect();
+        self.next(names, &ClassRemap::between(&held, names))
     }
 
     /// The id of class `class`. An index past the list is its own id: a gate
@@ -126,19 +129,34 @@ mod tests {
 
     #[test]
     fn a_class_keeps_its_id_and_a_new_one_takes_a_free_id() {
-        let (a, freed) = ClassIds::default().next(&["x", "y", "z"]);
+        let (a, freed) = ClassIds::default().next_by_name(&["x", "y", "z"]);
         assert!(freed.is_empty());
         assert_eq!((a.id(0), a.id(1), a.id(2)), (0, 1, 2), "the first config's ids are its indexes");
         // "w" comes first, "y" goes: x and z keep their ids though their indexes move.
-        let (b, freed) = a.next(&["w", "x", "z"]);
+        let (b, freed) = a.next_by_name(&["w", "x", "z"]);
         assert_eq!(freed, vec![(1, "y".to_string())]);
         assert_eq!((b.id(1), b.id(2)), (0, 2));
         assert_eq!(b.id(0), 3, "a new class takes an id no class of the old config held");
         assert_eq!(b.class_of(2), Some(2));
         assert_eq!(b.class_of(1), None);
         // The freed id is given only after the never-used ones.
-        let (c, _) = b.next(&["w", "x", "z", "v"]);
+        let (c, _) = b.next_by_name(&["w", "x", "z", "v"]);
         assert_eq!(c.id(3), 4);
+    }
+
+    #[test]
+    fn a_renamed_class_keeps_its_id() {
+        let flags =
+            |f: &[&str]| crate::policy::config::from_flags(&f.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        let old = flags(&["x:match=udp:1", "y:match=udp:2"]).unwrap();
+        let (a, _) = ClassIds::default().next_by_name(&old.names());
+        // "y" is now "y2" with the same port; "x" went.
+        let new = flags(&["fresh:match=udp:3", "y2:match=udp:2"]).unwrap();
+        let (b, freed) = a.next(&new.names(), &ClassRemap::of(&old, &new));
+        assert_eq!(freed, vec![(0, "x".to_string())]);
+        assert_eq!(b.id(1), 1, "the renamed class holds y's id");
+        assert_eq!(b.names_by_id()[1], "y2");
+        assert_eq!(b.id(0), 3, "a new class takes a never-used id");
     }
 
     #[test]
@@ -148,7 +166,7 @@ mod tests {
         for round in 0..10 {
             let names: Vec<String> = (0..max).map(|i| format!("c{round}-{i}")).collect();
             let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-            let (next, freed) = ids.next(&refs);
+            let (next, freed) = ids.next_by_name(&refs);
             assert_eq!(freed.len(), if round == 0 { 0 } else { max });
             let old: Vec<u32> = (0..ids.ids.len()).map(|c| ids.id(c)).collect();
             assert!((0..max).all(|c| !old.contains(&next.id(c))), "no new class takes an id in force");
@@ -158,8 +176,8 @@ mod tests {
 
     #[test]
     fn keys_are_translated_to_class_indexes() {
-        let (a, _) = ClassIds::default().next(&["x", "y"]);
-        let (b, _) = a.next(&["y", "new"]);
+        let (a, _) = ClassIds::default().next_by_name(&["x", "y"]);
+        let (b, _) = a.next_by_name(&["y", "new"]);
         let key = |class_id| sluice_src_key { class_id, ..Default::default() };
         let mut entries = vec![(key(0), ()), (key(1), ()), (key(2), ())];
         b.index().to_classes(&mut entries);

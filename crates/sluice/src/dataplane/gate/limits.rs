@@ -160,6 +160,19 @@ impl Gate {
         data.settings.known_ttl_ms = clock.known_ttl_ms;
     }
 
+    /// The daemon's deadline, written every tick: past `now_ns` (CLOCK_MONOTONIC)
+    /// plus ALIVE_NS without a new one, the gate fails open (gate.bpf.c,
+    /// daemon_stalled). A gate never kept alive has no deadline.
+    pub fn keep_alive(&mut self, now_ns: u64) {
+        self.set_alive_until(now_ns + crate::dataplane::ALIVE_NS);
+    }
+
+    /// The deadline itself (tests set one in the past).
+    pub fn set_alive_until(&mut self, until_ns: u64) {
+        let data = self.skel.maps.data_data.as_deref_mut().expect(".data is mmap'ed after load");
+        data.settings.alive_until_ns = until_ns;
+    }
+
     /// One class's per-CPU shares as the gate has them.
     pub fn shares(&self, class: usize) -> Result<Vec<sluice_share>> {
         self.percpu(&self.skel.maps.shares, "shares", self.ids.id(class))

@@ -47,8 +47,6 @@ use crate::signals::discover::{socket_holders, Listeners, L4};
 use crate::steer_skel::{SteerSkel, SteerSkelBuilder};
 pub use groups::{Group, Listener, Reader};
 
-/// How long the program trusts the daemon's queue view without a new tick.
-const ALIVE_NS: u64 = 2_000_000_000;
 /// setsockopt names from <asm-generic/socket.h> that the libc crate lacks.
 const SO_ATTACH_REUSEPORT_EBPF: libc::c_int = 52;
 const SO_DETACH_REUSEPORT_BPF: libc::c_int = 68;
@@ -173,7 +171,7 @@ impl Steer {
     /// Tell the program the daemon is alive (every tick): `now` is CLOCK_MONOTONIC ns.
     pub fn keep_alive(&mut self, now_ns: u64) {
         let data = self.skel.maps.data_data.as_deref_mut().expect(".data is mmap'ed after load");
-        data.settings.alive_until = now_ns + ALIVE_NS;
+        data.settings.alive_until = now_ns + crate::dataplane::ALIVE_NS;
     }
 
     /// The program's id and its kernel run statistics (run_time_ns, run_cnt),

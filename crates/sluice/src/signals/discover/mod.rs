@@ -16,16 +16,23 @@
 //! not seen before appears). Its priority is 20 + the owner's nice value
 //! (nice -20 -> 0, the highest; nice 0 -> 20; nice 19 -> 39); with several
 //! owners, the highest. A nice that cannot be read (the process left, /proc
-//! refuses) or an owner that cannot be found (a process in another mount of
-//! /proc, a kernel socket) counts as nice 0, and the class says so.
+//! refuses) counts as nice 0, and the class says so.
 //!
-//! Whose nice counts (the trust model): a service run by root or a system
-//! user (a uid below UID_MIN of /etc/login.defs, or above UID_MAX, as
-//! systemd's dynamic users are) keeps its nice-derived priority. One run
-//! only by a login user or by nobody gets UNTRUSTED_PRIORITY, the implicit
-//! default class's: any local user can bind a port, and a service of theirs
-//! must not outrank (nor, in distress, throttle) the host's traffic unless a
-//! configured class says so.
+//! Whose nice counts (the trust model): a service whose every owner runs as
+//! root or a system user (a uid below UID_MIN of /etc/login.defs, or one of
+//! systemd's dynamic users, 61184-65519) keeps its nice-derived priority.
+//! Any other (a login user, nobody, a rootless container's subordinate
+//! uids above 65535, a uid that cannot be read, a socket no process holds:
+//! one parked in an unread SCM_RIGHTS message) is untrusted: any local user
+//! can bind a port, and a service of theirs must not outrank (nor, in
+//! distress, throttle) the host's traffic unless a configured class says
+//! so. A port a login user shares with root (SO_REUSEADDR) is untrusted:
+//! some of its datagrams go to the user's socket.
+//!
+//! Untrusted services all share one class, USERS_CLASS, at
+//! UNTRUSTED_PRIORITY (the implicit default class's): what local users bind
+//! never takes a class slot, so it can neither push the host's services into
+//! shared classes (renaming them) nor crowd them out of the table.
 //!
 //! Services that go away keep their class for LINGER, so a service that
 //! restarts, or binds and closes many times a second, does not make its
@@ -47,8 +54,10 @@ pub const LINGER: Duration = Duration::from_secs(3);
 pub const NICE_ZERO_PRIORITY: u8 = 20;
 /// Priority of a service run only by login users or nobody.
 pub const UNTRUSTED_PRIORITY: u8 = crate::policy::config::IMPLICIT_DEFAULT_PRIORITY;
-/// The user nobody: unprivileged, whatever its uid's range.
-const NOBODY: u32 = 65534;
+/// The class all untrusted services share.
+pub const USERS_CLASS: &str = "users/ports";
+/// systemd's dynamic service users (DynamicUser=), system users above UID_MAX.
+const DYNAMIC_UIDS: std::ops::RangeInclusive<u32> = 61184..=65519;
 
 /// The two protocols a service can listen on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -173,9 +182,10 @@ pub fn parse_login_defs(text: &str) -> (u32, u32) {
 }
 
 /// May a process of `uid` give its service a priority above the default's?
-/// Root and system users may; login users (`logins`, inclusive) and nobody may not.
+/// Root and system users (below UID_MIN of `logins`) and systemd's dynamic
+/// users may; login users, nobody and container uids may not.
 pub fn trusted(uid: u32, logins: (u32, u32)) -> bool {
-    uid != NOBODY && !(logins.0..=logins.1).contains(&uid)
+    uid < logins.0 || DYNAMIC_UIDS.contains(&uid)
 }
 
 /// A listening port and the processes behind it.
@@ -199,18 +209,31 @@ impl Service {
 
     /// As `priority`, with the login users' uid range given.
     pub fn priority_with(&self, logins: (u32, u32)) -> (u8, String) {
-        let (p, why) = self.nice_priority();
-        let uids: Vec<u32> = self.owners.iter().filter_map(|o| o.uid).collect();
-        match uids.iter().find(|&&u| !trusted(u, logins)) {
-            Some(uid) if !uids.iter().any(|&u| trusted(u, logins)) => (
+        match self.untrusted_why(logins) {
+            Some(who) => (
                 UNTRUSTED_PRIORITY,
-                format!(
-                    "run by uid {uid} (a login user or nobody), not root or a system user: \
-                     priority {UNTRUSTED_PRIORITY}, the default class's, unless a class is configured ({why})"
-                ),
+                format!("{who}: untrusted, priority {UNTRUSTED_PRIORITY}, the default class's, unless a class is configured"),
             ),
-            _ => (p, why),
+            None => self.nice_priority(),
         }
+    }
+
+    /// Is the service untrusted (see the module's trust model)?
+    pub fn untrusted(&self) -> bool {
+        self.untrusted_why(login_uids()).is_some()
+    }
+
+    /// Why the service is untrusted, if it is: its first owner not known to
+    /// run as root or a system user.
+    fn untrusted_why(&self, logins: (u32, u32)) -> Option<String> {
+        if self.owners.is_empty() {
+            return Some("no process visible in /proc holds the socket".into());
+        }
+        self.owners.iter().find_map(|o| match o.uid {
+            Some(u) if trusted(u, logins) => None,
+            Some(u) => Some(format!("{} pid {} runs as uid {u}, not root or a system user", o.comm, o.pid)),
+            None => Some(format!("the user of {} pid {} cannot be read", o.comm, o.pid)),
+        })
     }
 
     /// The priority from the owners' nice values alone.
@@ -527,6 +550,11 @@ fn covered(cfg: &Config, s: &Service) -> bool {
 fn group_class(name: String, services: &[&Service], algo: crate::policy::controller::Algo) -> Class {
     let (priority, why) = services.iter().map(|s| s.priority()).min_by_key(|(p, _)| *p).expect("a group has a service");
     let why = if services.len() > 1 { format!("{} ports; {why}", services.len()) } else { why };
+    let why = if name == USERS_CLASS {
+        format!("every port of untrusted owners shares this class, so what they bind renames no other ({why})")
+    } else {
+        why
+    };
     Class {
         name,
         priority,
@@ -597,8 +625,13 @@ pub fn merge(base: &Config, services: &[Service]) -> (Config, MergeNote) {
         .iter()
         .find_map(|c| if let Limit::Auto(a) = c.limit { Some(a.algo) } else { None })
         .unwrap_or_default();
-    let groups = groups(&todo, room);
-    note.grouped = groups.len() < todo.len();
+    let (users, hosts): (Vec<&Service>, Vec<&Service>) = todo.iter().partition(|s| s.untrusted());
+    let mut groups = groups(&hosts, room);
+    note.grouped = groups.len() < hosts.len();
+    // What is left of the table after the host's services: the users' one class.
+    if !users.is_empty() && groups.len() < room {
+        groups.push((USERS_CLASS.to_string(), users));
+    }
     note.unplaced = todo.len() - groups.iter().map(|(_, v)| v.len()).sum::<usize>();
     let new: Vec<Class> = groups.into_iter().map(|(name, v)| group_class(name, &v, algo)).collect();
     let at = if base.default_class == base.classes.len() - 1 { base.default_class } else { base.classes.len() };

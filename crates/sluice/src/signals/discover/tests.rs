@@ -1,10 +1,11 @@
 use super::*;
 use crate::policy::config::from_flags;
 
+/// A service whose owners run as root.
 fn svc(l4: L4, port: u16, owners: &[(u32, &str, Result<i8, String>)]) -> Service {
     let owners = owners
         .iter()
-        .map(|(pid, comm, nice)| Owner { pid: *pid, comm: comm.to_string(), nice: nice.clone(), uid: None })
+        .map(|(pid, comm, nice)| Owner { pid: *pid, comm: comm.to_string(), nice: nice.clone(), uid: Some(0) })
         .collect();
     Service { l4, port, owners, family: Family::Both }
 }
@@ -37,8 +38,18 @@ fn login_users_and_nobody_get_the_default_priority_root_and_system_users_their_n
     assert_eq!(p, UNTRUSTED_PRIORITY, "a login user: {why}");
     assert!(why.contains("uid 1000") && why.contains("default class's"), "{why}");
     assert_eq!(by(&[65534]).0, UNTRUSTED_PRIORITY, "nobody");
-    assert_eq!(by(&[1000, 0]).0, 15, "a root owner among them: trusted");
-    assert_eq!(svc(L4::Udp, 1, &[(1, "x", Ok(0))]).priority_with(logins).0, 20, "uid unknown: the nice, as before");
+    // Issue 49, item 2: each of these was trusted before.
+    assert_eq!(by(&[100_000]).0, UNTRUSTED_PRIORITY, "a rootless container's subordinate uid, above UID_MAX");
+    assert_eq!(by(&[60_001]).0, UNTRUSTED_PRIORITY, "above UID_MAX, below the dynamic users");
+    assert_eq!(by(&[1000, 0]).0, UNTRUSTED_PRIORITY, "a login user sharing root's port: untrusted");
+    let mut unknown = svc(L4::Udp, 1, &[(1, "x", Ok(0))]);
+    unknown.owners[0].uid = None;
+    let (p, why) = unknown.priority_with(logins);
+    assert_eq!(p, UNTRUSTED_PRIORITY, "a user that cannot be read: {why}");
+    assert!(why.contains("cannot be read"), "{why}");
+    let (p, why) = svc(L4::Udp, 1, &[]).priority_with(logins);
+    assert_eq!(p, UNTRUSTED_PRIORITY, "no process holds the socket (one parked in SCM_RIGHTS): {why}");
+    assert!(why.contains("no process"), "{why}");
 }
 
 /// Issue 23, item 5: a socket no process holds sent every poll (once a
@@ -72,9 +83,6 @@ fn an_unreadable_nice_counts_as_nice_zero_and_says_why() {
     // A readable owner wins over an unreadable one.
     let s = svc(L4::Udp, 53, &[(10, "a", Err("gone".into())), (11, "b", Ok(4))]);
     assert_eq!(s.priority().0, 24);
-    let (p, why) = svc(L4::Udp, 53, &[]).priority();
-    assert_eq!(p, NICE_ZERO_PRIORITY);
-    assert!(why.contains("no process"), "{why}");
 }
 
 /// The nice comes from getpriority(2): this process's own, and an error
@@ -212,9 +220,41 @@ fn a_v6_only_bind_beside_an_ipv4_service_is_a_service_of_its_own() {
     let base = from_flags(&[]).unwrap();
     let (cfg, _) = merge(&base, &[v4, v6]);
     let class = |name: &str| cfg.classes.iter().find(|c| c.name == name).unwrap_or_else(|| panic!("{name}: {cfg:?}"));
-    let (nsd, mine) = (class("nsd/udp4:53"), class("mine/udp6:53"));
+    let (nsd, mine) = (class("nsd/udp4:53"), class(USERS_CLASS));
     assert_eq!(nsd.priority, 15);
     assert_eq!(mine.priority, UNTRUSTED_PRIORITY);
+    assert_eq!(mine.rules[0].src, Family::V6.prefix(), "the user's IPv6 bind, in the users' class");
+}
+
+/// Issue 49, item 1: a local user who binds many ports took every class
+/// slot, and the host's services were grouped under new names (counters,
+/// controllers and known clients reset). Untrusted services now share one
+/// class, so the host's classes keep their names whatever users bind.
+#[test]
+fn what_local_users_bind_renames_no_class_of_the_host() {
+    let base = from_flags(&[]).unwrap();
+    let host = [svc(L4::Udp, 53, &[(1, "nsd", Ok(0))]), svc(L4::Tcp, 22, &[(2, "sshd", Ok(-5))])];
+    let (before, _) = merge(&base, &host);
+    let mut all = host.to_vec();
+    for port in 20_000..20_200u16 {
+        let mut s = svc(L4::Udp, port, &[(3, "python3", Ok(0))]);
+        s.owners[0].uid = Some(65534);
+        all.push(s);
+    }
+    let (cfg, note) = merge(&base, &all);
+    let names: Vec<_> = cfg.classes.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["sshd/tcp:22", "nsd/udp:53", USERS_CLASS, "default"]);
+    assert_eq!(note, MergeNote::default(), "nothing grouped, nothing unplaced");
+    assert_eq!(cfg.classes[2].rules.len(), 200);
+    assert!(cfg.classes[2].discovered.as_deref().unwrap().contains("untrusted"));
+    let remap = crate::policy::remap::ClassRemap::of(&before, &cfg);
+    assert_eq!((remap.old_of(0), remap.old_of(1)), (Some(0), Some(1)));
+    // With no room left for it, the users' services go to the default class.
+    let flags: Vec<String> = (0..61).map(|i| format!("c{i}:match=udp:{}", 1000 + i)).collect();
+    let (cfg, note) = merge(&from_flags(&flags).unwrap(), &all);
+    assert_eq!(cfg.classes.len(), 64);
+    assert!(cfg.classes.iter().any(|c| c.name == "nsd/udp:53") && !cfg.classes.iter().any(|c| c.name == USERS_CLASS));
+    assert_eq!(note.unplaced, 200);
 }
 
 /// One reading of the listeners serves every handle while it is fresh; a

@@ -105,7 +105,7 @@ pub const FAMILIES: &[FamilyDoc] = &[
         name: "flagged_packets",
         kind: Kind::Counter,
         labels: "flag",
-        help: "packets the gate noted: depth_exceeded (headers past its parse depth, given the malformed verdict), fragment (no ports), observed_pass (observe mode: counted as dropped, passed); also in their class's (or the unclassified) counts",
+        help: "packets the gate noted: depth_exceeded (headers past its parse depth, given the malformed verdict), fragment (no ports), observed_pass (observe mode: counted as dropped, passed), stale_pass (past the daemon's deadline: it stalled, and what the gate would drop or answer was passed); also in their class's (or the unclassified) counts",
     },
     FamilyDoc {
         name: "learner_unasked_replies",

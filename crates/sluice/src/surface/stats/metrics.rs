@@ -23,8 +23,13 @@ pub fn prometheus_text(s: &Snapshot) -> String {
     {
         unclassified.get_or_create(&vec![label("verdict", v)]).inc_by(n);
     }
-    for (f, n) in [("depth_exceeded", g.depth_exceeded), ("fragment", g.fragments), ("observed_pass", g.observed_pass)]
-    {
+    let flags = [
+        ("depth_exceeded", g.depth_exceeded),
+        ("fragment", g.fragments),
+        ("observed_pass", g.observed_pass),
+        ("stale_pass", g.stale_pass),
+    ];
+    for (f, n) in flags {
         flagged.get_or_create(&vec![label("flag", f)]).inc_by(n);
     }
     add(&mut reg, "unclassified_packets", unclassified);

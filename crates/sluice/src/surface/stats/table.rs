@@ -75,6 +75,14 @@ fn render_header(o: &mut String, s: &Snapshot) {
     if let Some(e) = &s.last_reload_error {
         let _ = writeln!(o, "LAST RELOAD REFUSED (old config still active): {e}");
     }
+    if s.global.stale_pass > 0 {
+        let _ = writeln!(
+            o,
+            "STALE PASSES: {} packets passed past the daemon's deadline (it stalled for over {} s: the gate failed open)",
+            s.global.stale_pass,
+            crate::dataplane::ALIVE_NS / 1_000_000_000
+        );
+    }
     if s.observe {
         let _ = writeln!(
             o,
