@@ -90,6 +90,13 @@ fn measure(run: impl Fn(&[u8], u32) -> Result<(u32, Duration)>, pkt: &[u8], want
 }
 
 /// The median of the rounds (there is at least one: `rounds` >= 1 is checked).
+/// A deadline far ahead, as the daemon keeps one (gate.bpf.c reads the
+/// clock against it on its drop and answer paths; a gate with none skips
+/// the read).
+fn with_deadline(gate: &mut Gate) {
+    gate.set_alive_until(u64::MAX);
+}
+
 fn median(v: &mut [f64]) -> f64 {
     sluice_testkit::summary::median(v).unwrap_or(f64::NAN)
 }
@@ -141,6 +148,7 @@ pub fn run(repeat: u32, rounds: usize, progress: bool) -> Result<Report> {
             let cfg = config_with_rules(n, rate, *prefixes)?;
             let mut gate = Gate::load()?;
             gate.apply(&cfg, &classify::compile(&cfg)?)?;
+            with_deadline(&mut gate);
             let bench = cfg.class_id("bench").expect("the bench class");
             if let Limit::Rate { pps, burst } = cfg.classes[bench].limit {
                 gate.set_shares(bench, &vec![share(pps, burst); gate.ncpus()])?;
@@ -225,6 +233,7 @@ fn syn_gate(port: u16, answer: bool, direct: u32) -> Result<Gate> {
     let cfg = config::from_flags(&[format!("bench:rate={rate},burst=1000000,match=tcp:{port}")])?;
     let mut gate = Gate::load()?;
     gate.apply(&cfg, &classify::compile(&cfg)?)?;
+    with_deadline(&mut gate);
     let bench = cfg.class_id("bench").expect("the bench class");
     if let Limit::Rate { pps, burst } = cfg.classes[bench].limit {
         gate.set_shares(bench, &vec![share(pps, burst); gate.ncpus()])?;
@@ -313,6 +322,7 @@ fn source_cells(pkt: &[u8]) -> Result<(Vec<Vec<Cell>>, Memory)> {
             let cfg = config::from_flags(&["bench:rate=1G,burst=1000000,match=udp:7000".to_string()])?;
             let mut gate = Gate::load_with(if many { SOURCES_MANY } else { 1024 })?;
             gate.apply(&cfg, &classify::compile(&cfg)?)?;
+            with_deadline(&mut gate);
             let id = cfg.class_id("bench").expect("the bench class");
             gate.set_shares(id, &vec![share(1_000_000_000, 1_000_000); gate.ncpus()])?;
             // Within its share: paced at 1 ns a packet (the clock is read, the

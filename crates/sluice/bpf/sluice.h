@@ -333,6 +333,10 @@ enum sluice_class_stat {
 	SLUICE_CS_NR,
 };
 
+/* A class on a CPU reads the clock against the daemon's deadline once every
+ * this many drops and answers (gate.bpf.c, daemon_stalled). */
+#define SLUICE_STALE_EVERY 64
+
 /*
  * Value of the per-CPU "class_state" array (indexed by class): the bucket and
  * the counters side by side, so the packet path does one lookup for both.
@@ -343,6 +347,9 @@ struct sluice_class_state {
 	struct sluice_bucket unknown; /* the unknown sources' bucket (struct sluice_fair) */
 	struct sluice_pacer pacer;    /* the unknown sources' clock on this CPU (gate.bpf.c) */
 	__u64 wake_batch_ns;          /* the clock at the last SLUICE_WAKE_BATCH boundary while armed */
+	__u64 stale_until;            /* the daemon's deadline at the last clock read against it (gate.bpf.c) */
+	__u32 stale_left;             /* drops and answers until the next read */
+	__u32 stale;                  /* 1: past it at the last read */
 	__u64 cnt[SLUICE_CS_NR]; /* indexed by enum sluice_class_stat */
 };
 

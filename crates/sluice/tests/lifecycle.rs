@@ -309,7 +309,10 @@ fn a_stopped_daemon_leaves_the_gate_open_after_its_deadline() {
         s.global.stale_pass
     );
     assert!(before > 0 && after > 0, "nothing sent");
-    assert!(got as f64 >= 0.99 * stalled as f64, "the stopped daemon's block held: {got} of {stalled}");
+    // The gate reads its clock once every SLUICE_STALE_EVERY drops of a class
+    // on a CPU (the sender is pinned to one): so many may go before it sees the stall.
+    let late = u64::from(sluice::bpf_intf::SLUICE_STALE_EVERY);
+    assert!(got + late >= stalled, "the stopped daemon's block held: {got} of {stalled}");
     assert!(got <= stalled, "datagrams passed while the daemon ran: {got} > {stalled}");
     assert!(s.global.stale_pass >= got, "counted: {} < {got}", s.global.stale_pass);
     assert!(tb.is_running(pid), "the daemon died");
