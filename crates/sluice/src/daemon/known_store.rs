@@ -29,7 +29,11 @@ impl KnownStore {
     pub fn open(file: PathBuf) -> KnownStore {
         let loaded = match known::load(&file) {
             Ok(k) => {
+                let (k, refused) = known::validate(k, crate::base::clock::gate_ms());
                 log::info(format_args!("known sources: {} read from {}", k.len(), file.display()));
+                if refused.total() > 0 {
+                    log::warn(format_args!("known sources in {}: {refused}", file.display()));
+                }
                 k
             }
             Err(e) => {
@@ -52,7 +56,7 @@ impl KnownStore {
             entries.extend(known::from_map(
                 &removed,
                 &removed_names,
-                crate::base::clock::wall_ms(),
+                crate::base::clock::gate_ms(),
                 KNOWN_TTL_SECS * 1000,
             ));
             let (map, later) = known::to_map(std::mem::take(&mut entries), names);
@@ -69,7 +73,7 @@ impl KnownStore {
     /// The entries to save: a read of the gate's known map by class name,
     /// and the pending ones.
     fn entries(&self, map: &[(sluice_src_key, sluice_known)], names: &[String]) -> Vec<Known> {
-        let mut all = known::from_map(map, names, crate::base::clock::wall_ms(), KNOWN_TTL_SECS * 1000);
+        let mut all = known::from_map(map, names, crate::base::clock::gate_ms(), KNOWN_TTL_SECS * 1000);
         all.extend(pending(self.pending.clone()));
         all
     }
@@ -102,7 +106,7 @@ impl KnownStore {
 /// known TTL, at most as many as the gate's known map holds.
 fn pending(entries: Vec<Known>) -> Vec<Known> {
     let max = crate::bpf_intf::SLUICE_KNOWN_ENTRIES as usize;
-    known::prune_pending(entries, crate::base::clock::wall_ms(), KNOWN_TTL_SECS * 1000, max)
+    known::prune_pending(entries, crate::base::clock::gate_ms(), KNOWN_TTL_SECS * 1000, max)
 }
 
 /// Hold every class's part of the known map as a cache (`known::bound`):
@@ -112,7 +116,7 @@ pub(super) fn bound(
     map: &[(sluice_src_key, sluice_known)],
     shape: Shape,
 ) -> (Vec<sluice_src_key>, Vec<sluice_known_part>) {
-    known::bound(map, &shape.parts(), crate::base::clock::wall_ms(), KNOWN_TTL_SECS * 1000)
+    known::bound(map, &shape.parts(), crate::base::clock::gate_ms(), KNOWN_TTL_SECS * 1000)
 }
 
 /// Delete the known entries past their class's part; tell the gate each

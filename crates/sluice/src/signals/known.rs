@@ -85,8 +85,8 @@ pub fn path(dir: &Path, iface: &str) -> PathBuf {
 /// left out.
 pub fn from_map(map: &[(sluice_src_key, sluice_known)], names: &[String], now_ms: u64, ttl_ms: u64) -> Vec<Known> {
     map.iter()
-        .filter(|(_, v)| now_ms.saturating_sub(v.last_ms) <= ttl_ms)
-        .filter(|(_, v)| known_span(v.first_ms, v.last_ms) || now_ms.saturating_sub(v.last_ms) <= CANDIDATE_TTL_MS)
+        .filter(|(_, v)| age_ms(now_ms, v.last_ms) <= ttl_ms)
+        .filter(|(_, v)| known_span(v.first_ms, v.last_ms) || age_ms(now_ms, v.last_ms) <= CANDIDATE_TTL_MS)
         .filter_map(|(k, v)| {
             let class = names.get(k.class_id as usize)?.clone();
             let addr = match k.family {
@@ -212,7 +212,7 @@ impl Saver {
 /// answered of them. Without this, entries of churned classes piled up in
 /// memory and in the state file for good.
 pub fn prune_pending(mut pending: Vec<Known>, now_ms: u64, ttl_ms: u64, max: usize) -> Vec<Known> {
-    pending.retain(|k| now_ms.saturating_sub(k.last_unix_ms) <= ttl_ms);
+    pending.retain(|k| age_ms(now_ms, k.last_unix_ms) <= ttl_ms);
     if pending.len() > max {
         pending.sort_unstable_by_key(|k| std::cmp::Reverse(k.last_unix_ms));
         pending.truncate(max);
@@ -220,24 +220,128 @@ pub fn prune_pending(mut pending: Vec<Known>, now_ms: u64, ttl_ms: u64, max: usi
     pending
 }
 
+/// A state file larger than this is not read: a full known map and as many
+/// entries waiting for their classes are about 20 MiB of JSON.
+pub const MAX_FILE_BYTES: u64 = 32 << 20;
+/// Entries a state file may hold: the known map's and as many waiting.
+pub const MAX_ENTRIES: usize = 2 * crate::bpf_intf::SLUICE_KNOWN_ENTRIES as usize;
+/// An entry's last answer may be dated this far past the gate clock (two
+/// hosts' clocks, a save racing a tick); further, it is from another clock
+/// (a wall clock stepped back between two runs, a crafted file).
+pub const FUTURE_SLACK_MS: u64 = 60_000;
+/// No client is answered faster than this on average over its span (ten
+/// times what NSD answers on a core here): the learned rate is answers over
+/// span, and a count beyond it (u32::MAX in a crafted file) would lift the
+/// client's own cap in the known tier.
+pub const MAX_ANSWER_PPS: f64 = 1_000_000.0;
+
 /// Read the entries. A missing file is no error (Ok of nothing); a file
-/// that cannot be read or parsed is, and says why. A version 1 file's ages
-/// are taken back to wall-clock times from the time it was written.
+/// that cannot be read or parsed, one over MAX_FILE_BYTES or with over
+/// MAX_ENTRIES entries is, and says why. A version 1 file's ages are taken
+/// back to wall-clock times from the time it was written. Each entry is
+/// checked by `validate` after.
 pub fn load(file: &Path) -> Result<Vec<Known>, String> {
-    let text = match std::fs::read(file) {
-        Ok(t) => t,
+    use std::io::Read as _;
+    let mut text = Vec::new();
+    match std::fs::File::open(file) {
+        Ok(f) => f.take(MAX_FILE_BYTES + 1).read_to_end(&mut text),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
-        Err(e) => return Err(format!("cannot read {}: {e}", file.display())),
-    };
+        Err(e) => Err(e),
+    }
+    .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+    if text.len() as u64 > MAX_FILE_BYTES {
+        return Err(format!(
+            "{} is over {} MiB, more than sluice ever writes: not read (remove it)",
+            file.display(),
+            MAX_FILE_BYTES >> 20
+        ));
+    }
     let not_ours = |e: serde_json::Error| format!("{} is not a sluice state file: {e}", file.display());
     #[derive(Deserialize)]
     struct Version {
         version: u32,
     }
-    match serde_json::from_slice::<Version>(&text).map_err(not_ours)?.version {
-        VERSION => Ok(serde_json::from_slice::<StateFile>(&text).map_err(not_ours)?.sources),
-        1 => Ok(from_v1(serde_json::from_slice(&text).map_err(not_ours)?)),
-        v => Err(format!("{} has version {v}, this sluice reads {VERSION} and 1", file.display())),
+    let entries = match serde_json::from_slice::<Version>(&text).map_err(not_ours)?.version {
+        VERSION => serde_json::from_slice::<StateFile>(&text).map_err(not_ours)?.sources,
+        1 => from_v1(serde_json::from_slice(&text).map_err(not_ours)?),
+        v => return Err(format!("{} has version {v}, this sluice reads {VERSION} and 1", file.display())),
+    };
+    if entries.len() > MAX_ENTRIES {
+        return Err(format!(
+            "{} holds {} entries, more than sluice ever writes ({MAX_ENTRIES}): not read (remove it)",
+            file.display(),
+            entries.len()
+        ));
+    }
+    Ok(entries)
+}
+
+/// Entries of a state file refused one by one, by reason.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Refused {
+    /// The last answer dated before the first.
+    pub backwards: usize,
+    /// The last answer dated over FUTURE_SLACK_MS past the gate clock.
+    pub future: usize,
+    /// More answers than MAX_ANSWER_PPS over the span.
+    pub answers: usize,
+}
+
+impl Refused {
+    pub fn total(&self) -> usize {
+        self.backwards + self.future + self.answers
+    }
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} entries refused: {} with the last answer dated before the first, {} dated over {} s \
+             in the future, {} with more answers than {} a second",
+            self.total(),
+            self.backwards,
+            self.future,
+            FUTURE_SLACK_MS / 1000,
+            self.answers,
+            MAX_ANSWER_PPS
+        )
+    }
+}
+
+/// The entries a loaded file may give the gate at gate clock `now_ms`, and
+/// what was refused: dates in order and not from the future, an answer
+/// count a client could have had.
+pub fn validate(entries: Vec<Known>, now_ms: u64) -> (Vec<Known>, Refused) {
+    let mut refused = Refused::default();
+    let kept = entries
+        .into_iter()
+        .filter(|k| {
+            let span_ms = k.last_unix_ms.checked_sub(k.first_unix_ms);
+            let bad = if span_ms.is_none() {
+                &mut refused.backwards
+            } else if k.last_unix_ms > now_ms.saturating_add(FUTURE_SLACK_MS) {
+                &mut refused.future
+            } else if f64::from(k.answers) > MAX_ANSWER_PPS * (span_ms.unwrap_or(0) as f64 / 1000.0).max(1.0) {
+                &mut refused.answers
+            } else {
+                return true;
+            };
+            *bad += 1;
+            false
+        })
+        .collect();
+    (kept, refused)
+}
+
+/// How long ago `last_ms` was at `now_ms`, on the gate clock; a date over
+/// FUTURE_SLACK_MS ahead is from another clock and counts as older than
+/// anything (it would otherwise never age out).
+pub fn age_ms(now_ms: u64, last_ms: u64) -> u64 {
+    if last_ms > now_ms.saturating_add(FUTURE_SLACK_MS) {
+        u64::MAX
+    } else {
+        now_ms.saturating_sub(last_ms)
     }
 }
 
@@ -320,7 +424,7 @@ pub fn bound(
     let mut delete = vec![];
     for (k, v) in map {
         let Some(c) = per_class.get_mut(k.class_id as usize) else { continue };
-        let (age, known) = (now_ms.saturating_sub(v.last_ms), known_span(v.first_ms, v.last_ms));
+        let (age, known) = (age_ms(now_ms, v.last_ms), known_span(v.first_ms, v.last_ms));
         if age > ttl_ms || (!known && age > CANDIDATE_TTL_MS) {
             delete.push(*k);
         } else {
@@ -574,5 +678,60 @@ mod tests {
         assert!(load(&file).unwrap_err().contains("is not a sluice state file"));
         std::fs::write(&file, br#"{"version":99,"saved_unix":0,"sources":[]}"#).unwrap();
         assert!(load(&file).unwrap_err().contains("version 99"));
+    }
+
+    /// Issue 49, item 5: a load checked nothing. A file too large or with
+    /// too many entries is refused whole and says so.
+    #[test]
+    fn an_oversized_file_or_one_with_too_many_entries_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = path(dir.path(), "vb");
+        let big = std::fs::File::create(&file).unwrap();
+        big.set_len(MAX_FILE_BYTES + 1).unwrap();
+        let why = load(&file).unwrap_err();
+        assert!(why.contains("over 32 MiB") && why.contains("remove it"), "{why}");
+        let many: Vec<Known> =
+            (0..=MAX_ENTRIES as u32).map(|i| entry(&std::net::Ipv4Addr::from(i).to_string(), 1, 1, 1)).collect();
+        save(&file, &many).unwrap();
+        let why = load(&file).unwrap_err();
+        assert!(why.contains(&format!("holds {} entries", MAX_ENTRIES + 1)), "{why}");
+    }
+
+    /// Issue 49, item 5: an entry dated backwards, one from the future (it
+    /// would never age out) and one with u32::MAX answers (no cap of its
+    /// own in the known tier) are refused one by one; the rest is kept.
+    #[test]
+    fn entries_a_client_could_not_have_are_refused_one_by_one() {
+        let good = entry("198.51.100.7", 60, 30, 9);
+        let mut backwards = entry("198.51.100.8", 60, 30, 9);
+        std::mem::swap(&mut backwards.first_unix_ms, &mut backwards.last_unix_ms);
+        let mut future = entry("198.51.100.9", 0, 30, 9);
+        future.last_unix_ms = NOW_MS + FUTURE_SLACK_MS + 1;
+        let mut slightly_ahead = entry("198.51.100.10", 0, 30, 9);
+        slightly_ahead.last_unix_ms = NOW_MS + 1_000;
+        let greedy = entry("198.51.100.11", 60, 1, u32::MAX);
+        let busy = entry("198.51.100.12", 60, 2, 2_000_000);
+        let all = vec![good.clone(), backwards, future, slightly_ahead.clone(), greedy, busy.clone()];
+        let (kept, refused) = validate(all, NOW_MS);
+        assert_eq!(kept, vec![good, slightly_ahead, busy]);
+        assert_eq!(refused, Refused { backwards: 1, future: 1, answers: 1 });
+        assert!(refused.to_string().starts_with("3 entries refused"), "{refused}");
+    }
+
+    /// Issue 49, item 5: an entry dated in the future never aged out of
+    /// the map (its age saturated at 0); now it goes at the next scan.
+    #[test]
+    fn an_entry_from_the_future_ages_out_of_the_map() {
+        let key = |a: u8| {
+            let mut k = sluice_src_key { class_id: 0, family: 4, plen: 32, ..Default::default() };
+            k.addr[0] = a;
+            k
+        };
+        let v = |last_ms: u64| sluice_known { first_ms: last_ms - 5_000, last_ms, answers: 5, ..Default::default() };
+        let map = [(key(1), v(NOW_MS - 1_000)), (key(2), v(NOW_MS + 3_600_000))];
+        let (delete, _) = bound(&map, &[1000], NOW_MS, 3_600_000);
+        assert_eq!(delete, vec![key(2)]);
+        assert_eq!(from_map(&map, &["c".into()], NOW_MS, 3_600_000).len(), 1);
+        assert_eq!(age_ms(NOW_MS, NOW_MS + 1_000), 0, "a second ahead: two clocks, not another one");
     }
 }

@@ -225,7 +225,7 @@ impl Ticker {
     pub fn tick(&mut self, gate: &mut Gate, log: impl Fn(&dyn Display)) -> Result<()> {
         self.epoch = self.epoch.wrapping_add(1);
         self.changes.clear();
-        self.now_ms = crate::base::clock::wall_ms();
+        self.now_ms = crate::base::clock::gate_ms();
         gate.set_clock(&Clock { epoch: self.epoch, now_ms: self.now_ms, known_ttl_ms: KNOWN_TTL_SECS * 1000 });
         let throttles = match self.control(gate) {
             Ok(t) => {
@@ -249,7 +249,7 @@ impl Ticker {
                     // step no longer runs would keep answering after its
                     // checker's window, and RST every new connection.
                     if gate.answers_syns() {
-                        for (id, guard) in self.syn.release(crate::base::clock::wall_ms()) {
+                        for (id, guard) in self.syn.release(crate::base::clock::gate_ms()) {
                             gate.set_syn_guard(id, &guard)?;
                         }
                     }
@@ -423,7 +423,7 @@ impl Ticker {
             .collect();
         self.syn.tick(raw, &pressure, &rx, dt);
         let direct = self.direct_syns(gate);
-        for (id, guard) in self.syn.writes(crate::base::clock::wall_ms()) {
+        for (id, guard) in self.syn.writes(crate::base::clock::gate_ms()) {
             gate.set_syn_guard(id, &guard)?;
         }
         direct

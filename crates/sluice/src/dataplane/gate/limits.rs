@@ -54,7 +54,7 @@ impl FairTier {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Clock {
     pub epoch: u32,
-    /// The gate clock: wall-clock ms ([`crate::base::clock::wall_ms`]), the learner's and
+    /// The gate clock: ms since the Unix epoch ([`crate::base::clock::gate_ms`]), the learner's and
     /// the known map's time (see `struct sluice_known` in sluice.h).
     pub now_ms: u64,
     pub known_ttl_ms: u64,
