@@ -97,7 +97,8 @@
  * Verdicts for odd input (also in the README):
  *   - not IPv4/IPv6 (ARP, LLDP, ...): XDP_PASS, counted NON_IP_PASS;
  *   - frame too short for its Ethernet/VLAN header, IP header invalid or
- *     truncated, or IP packet truncated before a complete L4 header:
+ *     truncated, or IP packet truncated before a complete L4 header (by the
+ *     frame or by its own length field: the frame's padding is no header):
  *     settings.verdicts[].malformed_verdict (default XDP_DROP), counted MALFORMED_*;
  *   - more VLAN tags or IPv6 extension headers than the parse depth: the
  *     malformed verdict, counted DEPTH_EXCEEDED (info) and MALFORMED_* (its
@@ -257,6 +258,10 @@ int sluice_gate(struct xdp_md *ctx)
 	/* A stale guard answers nothing: the segment goes on to the bucket. */
 	if (g && daemon_stalled(st))
 		g = 0;
+	if (g && odd_l3_drop(&pk)) {
+		verdict_add(st, SLUICE_CS_DROP_NOCONN_PKTS, bytes);
+		return observe_drop(gen);
+	}
 	enum syn_answered answered = g ? syn_answer(ctx, g->direct) : SYN_NOT_ANSWERED;
 
 	if (answered != SYN_NOT_ANSWERED) {

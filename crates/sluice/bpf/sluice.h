@@ -208,10 +208,11 @@ struct sluice_src_slot {
  * Value of the LRU "known" map: a client the service answered. Written by the
  * egress learner (sluice_learn) while the class's fairness says learn, and by the daemon
  * (restoring its state file). Times are the gate's clock, settings.now_ms:
- * wall-clock (CLOCK_REALTIME) milliseconds that the daemon writes every tick.
- * Not CLOCK_MONOTONIC: it starts near 0 at boot, so on a host up for a minute
- * "answered two hours ago" (a restored entry) cannot be said in it, and a
- * state file outlives the boot.
+ * Unix milliseconds that the daemon writes every tick, the wall clock as it
+ * read it at its start moved on by CLOCK_MONOTONIC (a wall clock stepped
+ * back mid-run does not take it back). Not CLOCK_MONOTONIC alone: it starts
+ * near 0 at boot, so on a host up for a minute "answered two hours ago" (a
+ * restored entry) cannot be said in it, and a state file outlives the boot.
  */
 struct sluice_known {
 	__u64 first_ms; /* gate clock at the first answer */
@@ -326,7 +327,7 @@ enum sluice_class_stat {
 	SLUICE_CS_COOKIE_OK,      /* an ACK with a valid gate cookie: the listener got a request socket */
 	SLUICE_CS_COOKIE_BAD,     /* an ACK to a guarded listener with no valid gate cookie (left to the kernel) */
 	SLUICE_CS_SYN_PKTS,       /* TCP SYNs (no ACK) that reached the class, answered by the gate or not */
-	SLUICE_CS_DROP_NOCONN_PKTS, /* verdict: while the SYN guard answers, an ACK or RST of no connection (syncookie.h) */
+	SLUICE_CS_DROP_NOCONN_PKTS, /* verdict: while the SYN guard answers, an ACK or RST of no connection, or a segment the cookie paths cannot check (synack.h) */
 	SLUICE_CS_DROP_NOCONN_BYTES,
 	SLUICE_CS_COOKIE_REFUSED, /* an ACK with a valid gate cookie whose request socket the kernel refused (left to it) */
 	SLUICE_CS_SYNACK_DIRECT,  /* of SLUICE_CS_SYNACK_PKTS: answered without the socket lookup (struct sluice_syn_guard) */
@@ -367,6 +368,7 @@ enum sluice_global_stat {
 	SLUICE_GS_OBSERVED_PASS,   /* info: observe mode: counted as dropped (class or malformed), passed */
 	SLUICE_GS_UNASKED,         /* info: the learner skipped a reply to a peer that had asked the class nothing */
 	SLUICE_GS_STALE_PASS,      /* info: past the daemon's deadline, passed instead of dropped or answered */
+	SLUICE_GS_ODD_L3_DROP,     /* info: while a SYN guard answers, a SYN, ACK or RST after IPv4 options or IPv6 extension headers, dropped (also its class's DROP_NOCONN) */
 	SLUICE_GS_NR,
 };
 #define SLUICE_GS_VERDICT_NR 3
@@ -391,7 +393,7 @@ struct sluice_verdicts {
 
 /* Run-time settings, the gate's .data section. Written by the daemon through mmap. */
 struct sluice_settings {
-	__u64 now_ms;            /* the gate clock: wall-clock ms, written every tick (0: not yet) */
+	__u64 now_ms;            /* the gate clock: Unix ms that never step back (base::clock::gate_ms), written every tick (0: not yet) */
 	__u64 known_ttl_ms;      /* a known source not answered for this long is unknown again */
 	struct sluice_verdicts verdicts[SLUICE_GENERATIONS]; /* by tables generation (tables_gen) */
 	__u32 epoch;             /* the daemon's tick count: source counts are per epoch */

@@ -428,3 +428,73 @@ fn acks_and_rsts_of_no_connection_are_dropped_while_the_guard_answers() {
     assert_eq!(verdict(&junk), XDP_PASS, "the guard off: the kernel's RST, as before");
     assert_eq!(counter(&g, SLUICE_CS_DROP_NOCONN_PKTS), 2);
 }
+
+/// `frame` (Ethernet, IPv4) with 4 bytes of IPv4 options (NOP, NOP, NOP,
+/// EOL) after its 20-byte header.
+fn with_ipv4_option(frame: &[u8]) -> Vec<u8> {
+    let (l3, hl) = (14, 20);
+    let mut f = frame[..l3 + hl].to_vec();
+    f.extend_from_slice(&[1, 1, 1, 0]);
+    f.extend_from_slice(&frame[l3 + hl..]);
+    f[l3] = 0x46;
+    let tot = u16::from_be_bytes([f[l3 + 2], f[l3 + 3]]) + 4;
+    f[l3 + 2..l3 + 4].copy_from_slice(&tot.to_be_bytes());
+    f[l3 + 10..l3 + 12].copy_from_slice(&[0, 0]);
+    let sum = sluice_testkit::packet::checksum(&f[l3..l3 + 24], 0);
+    f[l3 + 10..l3 + 12].copy_from_slice(&sum.to_be_bytes());
+    f
+}
+
+/// `frame` (Ethernet, IPv6, TCP) with an 8-byte destination-options
+/// header (PadN) before its TCP header.
+fn with_ipv6_dest_options(frame: &[u8]) -> Vec<u8> {
+    let (l3, hl) = (14, 40);
+    let mut f = frame[..l3 + hl].to_vec();
+    f.extend_from_slice(&[6, 0, 1, 4, 0, 0, 0, 0]);
+    f.extend_from_slice(&frame[l3 + hl..]);
+    f[l3 + 6] = 60;
+    let len = u16::from_be_bytes([f[l3 + 4], f[l3 + 5]]) + 8;
+    f[l3 + 4..l3 + 6].copy_from_slice(&len.to_be_bytes());
+    f
+}
+
+/// Issue 49, item 6: the cookie paths take IPv4 without options and IPv6
+/// with TCP first, and anything else went to the kernel unanswered and
+/// undropped, so one IPv4 option or a destination-options header took a SYN
+/// or ACK flood past the guard. While the guard answers they are dropped and
+/// counted; with the guard off they pass, as before.
+#[test]
+fn syns_and_acks_the_cookie_paths_cannot_check_are_dropped_while_the_guard_answers() {
+    const XDP_DROP: u32 = 1;
+    let (_l, port) = listener();
+    let l6 = TcpListener::bind("[::1]:0").unwrap();
+    let port6 = l6.local_addr().unwrap().port();
+    let mut g = TestGate::new(&[&format!("web:match=tcp:{port},match=tcp:{port6}")]);
+    g.gate.set_syn_key(KEY, 1500);
+    let now_ms = sluice::base::clock::wall_ms();
+    g.gate.set_clock(&Clock { epoch: 1, now_ms, known_ttl_ms: 3_600_000 });
+    let guard = sluice_syn_guard { answer: 1, check_until_ms: now_ms + 200_000, ..Default::default() };
+    g.gate.set_syn_guard(g.class("web"), &guard).unwrap();
+    let verdict = |f: &[u8]| g.gate.test_run(Prog::Gate, f, 1).unwrap().0;
+    let mut syn = Segment::new("127.0.0.2", "127.0.0.1", 40000, port, SYN);
+    syn.options = linux_syn_options(1460, 777);
+    assert_eq!(verdict(&syn.build()), XDP_TX, "a plain SYN is answered");
+    assert_eq!(verdict(&with_ipv4_option(&syn.build())), XDP_DROP, "a SYN with an IPv4 option");
+    let mut ack = Segment::new("127.0.0.2", "127.0.0.1", 40001, port, ACK);
+    (ack.seq, ack.ack) = (0x1111_1111, 0x2222_2222);
+    assert_eq!(verdict(&with_ipv4_option(&ack.build())), XDP_DROP, "an ACK with an IPv4 option");
+    let mut syn6 = Segment::new("::1", "::1", 40000, port6, SYN);
+    syn6.options = linux_syn_options(1440, 777);
+    assert_eq!(verdict(&syn6.build()), XDP_TX, "a plain IPv6 SYN is answered");
+    assert_eq!(verdict(&with_ipv6_dest_options(&syn6.build())), XDP_DROP, "an IPv6 SYN after destination options");
+    let ack6 = Segment::new("::1", "::1", 40001, port6, ACK);
+    assert_eq!(verdict(&with_ipv6_dest_options(&ack6.build())), XDP_DROP, "an IPv6 ACK after destination options");
+    assert_eq!(counter(&g, SLUICE_CS_DROP_NOCONN_PKTS), 4);
+    assert_eq!(g.counters().global.odd_l3_drop, 4);
+    // The guard off: they pass, as before.
+    let off = sluice_syn_guard { answer: 0, check_until_ms: 0, ..Default::default() };
+    g.gate.set_syn_guard(g.class("web"), &off).unwrap();
+    assert_eq!(verdict(&with_ipv4_option(&syn.build())), XDP_PASS);
+    assert_eq!(verdict(&with_ipv6_dest_options(&ack6.build())), XDP_PASS);
+    assert_eq!(g.counters().global.odd_l3_drop, 4);
+}

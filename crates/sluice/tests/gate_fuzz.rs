@@ -66,6 +66,12 @@ fn reference_v4(p: &[u8], at: usize) -> Fate {
     if at + hlen > p.len() {
         return Fate::Malformed;
     }
+    // The packet's own length (0: unset, the frame's): shorter than its header is malformed.
+    let tot = be16(p, at + 2) as usize;
+    if tot != 0 && tot < hlen {
+        return Fate::Malformed;
+    }
+    let lim = if tot != 0 { at + tot } else { usize::MAX };
     let src = IpAddr::V4(Ipv4Addr::new(p[at + 12], p[at + 13], p[at + 14], p[at + 15]));
     let proto = p[at + 9];
     if be16(p, at + 6) & 0x1fff != 0 {
@@ -74,7 +80,7 @@ fn reference_v4(p: &[u8], at: usize) -> Fate {
             fragment: true,
         };
     }
-    reference_l4(p, at + hlen, proto, src)
+    reference_l4(p, at + hlen, lim, proto, src)
 }
 
 fn reference_v6(p: &[u8], at: usize) -> Fate {
@@ -82,6 +88,8 @@ fn reference_v6(p: &[u8], at: usize) -> Fate {
         return Fate::Malformed;
     }
     let src = IpAddr::V6(Ipv6Addr::from(<[u8; 16]>::try_from(&p[at + 8..at + 24]).unwrap()));
+    let plen = be16(p, at + 4) as usize;
+    let lim = if plen != 0 { at + 40 + plen } else { usize::MAX };
     let (mut next, mut at) = (p[at + 6], at + 40);
     for _ in 0..6 {
         match next {
@@ -104,16 +112,18 @@ fn reference_v6(p: &[u8], at: usize) -> Fate {
                 }
                 at += 8;
             }
-            _ => return reference_l4(p, at, next, src),
+            _ => return reference_l4(p, at, lim, next, src),
         }
     }
     match next {
         0 | 43 | 60 | 51 | 44 => Fate::Depth,
-        _ => reference_l4(p, at, next, src),
+        _ => reference_l4(p, at, lim, next, src),
     }
 }
 
-fn reference_l4(p: &[u8], at: usize, proto: u8, src: IpAddr) -> Fate {
+/// The L4 header at `at` must end within the frame and within the IP
+/// packet (`lim`, from its length field: past it is the frame's padding).
+fn reference_l4(p: &[u8], at: usize, lim: usize, proto: u8, src: IpAddr) -> Fate {
     let need = match proto {
         17 => 8,
         6 => 20,
@@ -121,7 +131,7 @@ fn reference_l4(p: &[u8], at: usize, proto: u8, src: IpAddr) -> Fate {
         58 => 4,
         _ => 0,
     };
-    if at + need > p.len() {
+    if at + need > p.len().min(lim) {
         return Fate::Malformed;
     }
     let probe = match proto {

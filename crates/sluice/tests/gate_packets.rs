@@ -345,3 +345,35 @@ fn observe_mode_counts_every_drop_and_passes_the_packet() {
     assert_eq!((t("lim").admitted_pkts, t("lim").dropped_rate_pkts), (1, 1), "the bucket still counts");
     assert_eq!((g.malformed_drop, g.observed_pass), (1, 3), "3 would-be drops passed: blocked, rate, malformed");
 }
+
+/// Issue 49, item 8: the IP length fields were not checked against the L4
+/// header, so a frame's padding could pose as a port. An L4 header past the
+/// packet's own length is malformed; padding after a whole packet (a short
+/// frame padded to 60 bytes) changes nothing.
+#[test]
+fn padding_past_the_ip_length_is_no_header() {
+    let g = gate();
+    let set16 = |f: &mut Vec<u8>, at: usize, v: u16| f[at..at + 2].copy_from_slice(&v.to_be_bytes());
+    // IPv4: total length 20 (the header alone), the UDP header in the padding.
+    let mut f = Frame::udp("10.0.0.1", "10.0.0.2", 1, 53).build();
+    set16(&mut f, 14 + 2, 20);
+    g.expect("v4 UDP header past the total length", &f, MalformedDrop);
+    set16(&mut f, 14 + 2, 12);
+    g.expect("v4 total length shorter than the header", &f, MalformedDrop);
+    set16(&mut f, 14 + 2, 0);
+    g.expect("v4 total length 0 (unset): the frame's", &f, adm("dns"));
+    let mut syn = Frame::tcp("10.0.0.1", "10.0.0.2", 1, 53).build();
+    set16(&mut syn, 14 + 2, 20);
+    g.expect("v4 TCP header in the padding", &syn, MalformedDrop);
+    // IPv6: payload length 4, the UDP header's 8 bytes past it.
+    let mut f6 = Frame::udp(&v6(1), &v6(2), 1, 53).build();
+    set16(&mut f6, 14 + 4, 4);
+    g.expect("v6 UDP header past the payload length", &f6, MalformedDrop);
+    // Padding after a whole packet: the packet is what counts.
+    let mut padded = Frame::udp("10.0.0.1", "10.0.0.2", 1, 53).build();
+    padded.resize(60, 0);
+    g.expect("a short frame padded to 60 bytes", &padded, adm("dns"));
+    let mut padded6 = Frame::udp(&v6(1), &v6(2), 1, 53).build();
+    padded6.resize(padded6.len() + 16, 0xff);
+    g.expect("v6 with trailing bytes", &padded6, adm("dns"));
+}

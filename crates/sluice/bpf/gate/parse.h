@@ -57,35 +57,44 @@ static __always_inline int parse_eth(void **pos, void *end, __be16 *proto)
 
 /*
  * Destination port of a UDP or TCP header at pos, or the slot/protocol for
- * port-less. pos past the end means the headers before it claimed more bytes
+ * port-less. The header must end within the frame (end) and within the IP
+ * packet (lim: where its length field says it ends; bytes past it are the
+ * frame's padding, which must not pose as a port, nor a SYN in it get a
+ * SYN-ACK). pos past either means the headers before it claimed more bytes
  * than the packet has (an IPv6 extension header's length): malformed.
+ * Both are checked: the verifier learns bounds only from end.
  */
-static __always_inline int parse_l4(void *pos, void *end, __u8 proto, struct pkt *pk, int egress)
+static __always_inline int l4_fits(void *pos, void *end, void *lim, __u32 len)
+{
+	return pos + len <= end && pos + len <= lim;
+}
+
+static __always_inline int parse_l4(void *pos, void *end, void *lim, __u8 proto, struct pkt *pk, int egress)
 {
 	__u32 port_off = egress ? 0 : 2;
 
-	if (pos > end)
+	if (pos > end || pos > lim)
 		return PARSE_MALFORMED;
 	switch (proto) {
 	case IPPROTO_UDP:
-		if (pos + SLUICE_UDP_HLEN > end)
+		if (pos + SLUICE_UDP_HLEN > end || !l4_fits(pos, end, lim, SLUICE_UDP_HLEN))
 			return PARSE_MALFORMED;
 		pk->slot = SLUICE_SLOT_UDP;
 		pk->port = bpf_ntohs(*(__be16 *)(pos + port_off));
 		return PARSE_OK;
 	case IPPROTO_TCP:
-		if (pos + SLUICE_TCP_HLEN > end)
+		if (pos + SLUICE_TCP_HLEN > end || !l4_fits(pos, end, lim, SLUICE_TCP_HLEN))
 			return PARSE_MALFORMED;
 		pk->slot = SLUICE_SLOT_TCP;
 		pk->port = bpf_ntohs(*(__be16 *)(pos + port_off));
 		pk->tcp_flags = *(__u8 *)(pos + 13);
 		return PARSE_OK;
 	case IPPROTO_ICMP:
-		if (pos + SLUICE_ICMP_HLEN > end)
+		if (!l4_fits(pos, end, lim, SLUICE_ICMP_HLEN))
 			return PARSE_MALFORMED;
 		break;
 	case IPPROTO_ICMPV6:
-		if (pos + SLUICE_ICMPV6_HLEN > end)
+		if (!l4_fits(pos, end, lim, SLUICE_ICMPV6_HLEN))
 			return PARSE_MALFORMED;
 		break;
 	}
@@ -97,7 +106,7 @@ static __always_inline int parse_l4(void *pos, void *end, __u8 proto, struct pkt
 static __always_inline int parse_ipv4(void *pos, void *end, struct pkt *pk, int egress)
 {
 	struct iphdr *ip = pos;
-	__u32 hlen;
+	__u32 hlen, tot;
 
 	if ((void *)(ip + 1) > end)
 		return PARSE_MALFORMED;
@@ -105,6 +114,10 @@ static __always_inline int parse_ipv4(void *pos, void *end, struct pkt *pk, int 
 		return PARSE_MALFORMED;
 	hlen = ip->ihl * 4;
 	if (pos + hlen > end)
+		return PARSE_MALFORMED;
+	/* The packet's own length (0: a BIG TCP packet's, unset; then the frame's). */
+	tot = bpf_ntohs(ip->tot_len);
+	if (tot && tot < hlen)
 		return PARSE_MALFORMED;
 	pk->family = 4;
 	pk->peer4 = egress ? ip->daddr : ip->saddr;
@@ -115,7 +128,8 @@ static __always_inline int parse_ipv4(void *pos, void *end, struct pkt *pk, int 
 		pk->port = ip->protocol;
 		return PARSE_OK;
 	}
-	return parse_l4(pos + hlen, end, ip->protocol, pk, egress);
+	pk->odd_l3 = hlen != sizeof(struct iphdr);
+	return parse_l4(pos + hlen, end, tot ? pos + tot : end, ip->protocol, pk, egress);
 }
 
 struct ipv6_opt_hdr_min {
@@ -127,7 +141,7 @@ static __always_inline int parse_ipv6(void *pos, void *end, struct pkt *pk, int 
 {
 	struct ipv6hdr *ip6 = pos;
 	__u8 nexthdr;
-	void *p;
+	void *p, *lim;
 
 	if ((void *)(ip6 + 1) > end)
 		return PARSE_MALFORMED;
@@ -137,6 +151,8 @@ static __always_inline int parse_ipv6(void *pos, void *end, struct pkt *pk, int 
 	pk->peer6 = egress ? ip6->daddr : ip6->saddr;
 	nexthdr = ip6->nexthdr;
 	p = ip6 + 1;
+	/* The packet's own end (payload length 0: a jumbogram's, in a hop-by-hop option; then the frame's). */
+	lim = ip6->payload_len ? p + bpf_ntohs(ip6->payload_len) : end;
 
 #pragma unroll
 	for (int i = 0; i < SLUICE_MAX_IPV6_EXT; i++) {
@@ -174,7 +190,8 @@ static __always_inline int parse_ipv6(void *pos, void *end, struct pkt *pk, int 
 			break;
 		}
 		default:
-			return parse_l4(p, end, nexthdr, pk, egress);
+			pk->odd_l3 = i > 0;
+			return parse_l4(p, end, lim, nexthdr, pk, egress);
 		}
 	}
 	switch (nexthdr) {
@@ -185,7 +202,8 @@ static __always_inline int parse_ipv6(void *pos, void *end, struct pkt *pk, int 
 	case IPPROTO_FRAGMENT:
 		return PARSE_DEPTH;
 	}
-	return parse_l4(p, end, nexthdr, pk, egress);
+	pk->odd_l3 = 1;
+	return parse_l4(p, end, lim, nexthdr, pk, egress);
 }
 
 

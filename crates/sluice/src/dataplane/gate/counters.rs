@@ -144,6 +144,10 @@ pub struct GlobalTotals {
     /// instead of dropping or answering them.
     #[serde(default)]
     pub stale_pass: u64,
+    /// While a SYN guard answered: SYNs, ACKs and RSTs after IPv4 options
+    /// or IPv6 extension headers, dropped (also in their class's dropped_noconn).
+    #[serde(default)]
+    pub odd_l3_drop: u64,
 }
 
 impl From<GlobalCounters> for GlobalTotals {
@@ -157,6 +161,7 @@ impl From<GlobalCounters> for GlobalTotals {
             observed_pass: g[SLUICE_GS_OBSERVED_PASS as usize],
             unasked_replies: g[SLUICE_GS_UNASKED as usize],
             stale_pass: g[SLUICE_GS_STALE_PASS as usize],
+            odd_l3_drop: g[SLUICE_GS_ODD_L3_DROP as usize],
         }
     }
 }

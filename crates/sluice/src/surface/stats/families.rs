@@ -39,7 +39,7 @@ pub const FAMILIES: &[FamilyDoc] = &[
         name: "class_packets",
         kind: Kind::Counter,
         labels: "class, verdict",
-        help: "packets per class and verdict (admitted, dropped_rate, dropped_blocked, dropped_share: over its source's fair share, syn_cookie: a SYN the gate answered itself, dropped_noconn: an ACK or RST of no connection while the class's SYN guard answers); each packet gets one verdict, so the sum over verdicts is what the class saw",
+        help: "packets per class and verdict (admitted, dropped_rate, dropped_blocked, dropped_share: over its source's fair share, syn_cookie: a SYN the gate answered itself, dropped_noconn: an ACK or RST of no connection while the class's SYN guard answers, or a segment its cookie paths cannot check); each packet gets one verdict, so the sum over verdicts is what the class saw",
     },
     FamilyDoc {
         name: "class_bytes",
@@ -105,7 +105,7 @@ pub const FAMILIES: &[FamilyDoc] = &[
         name: "flagged_packets",
         kind: Kind::Counter,
         labels: "flag",
-        help: "packets the gate noted: depth_exceeded (headers past its parse depth, given the malformed verdict), fragment (no ports), observed_pass (observe mode: counted as dropped, passed), stale_pass (past the daemon's deadline: it stalled, and what the gate would drop or answer was passed); also in their class's (or the unclassified) counts",
+        help: "packets the gate noted: depth_exceeded (headers past its parse depth, given the malformed verdict), fragment (no ports), observed_pass (observe mode: counted as dropped, passed), stale_pass (past the daemon's deadline: it stalled, and what the gate would drop or answer was passed), odd_l3_drop (while a SYN guard answered, a SYN, ACK or RST after IPv4 options or IPv6 extension headers, dropped: the cookie paths can check neither); also in their class's (or the unclassified) counts",
     },
     FamilyDoc {
         name: "learner_unasked_replies",

@@ -28,6 +28,7 @@ pub fn prometheus_text(s: &Snapshot) -> String {
         ("fragment", g.fragments),
         ("observed_pass", g.observed_pass),
         ("stale_pass", g.stale_pass),
+        ("odd_l3_drop", g.odd_l3_drop),
     ];
     for (f, n) in flags {
         flagged.get_or_create(&vec![label("flag", f)]).inc_by(n);
