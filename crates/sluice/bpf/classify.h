@@ -81,17 +81,13 @@ static __always_inline struct sluice_cell *cell_of(__u32 gen, __u32 slot, __u32 
 	return bpf_map_lookup_elem(&cells, &idx);
 }
 
-/* The packet's class id in generation `gen`: the cell of (slot, port),
- * refined by the source-prefix tries when the cell says rules with a
- * source prefix apply. `default_class` is returned only if the cell lookup
- * fails, which cannot happen (every cell is in the array). */
-static __always_inline __u32 classify(const struct pkt *pk, __u32 gen, __u32 default_class)
+/* The class id of a packet whose (slot, port) has `cell` in generation
+ * `gen`: the cell's, refined by the source-prefix tries (with the packet's
+ * peer) when the cell says rules with a source prefix apply. */
+static __always_inline __u32 class_of_cell(const struct pkt *pk, __u32 gen, const struct sluice_cell *cell)
 {
-	struct sluice_cell *cell = cell_of(gen, pk->slot, pk->port);
 	__u32 group, *cls = NULL;
 
-	if (!cell)
-		return default_class;
 	if (!(cell->flags & SLUICE_CELL_PREFIX))
 		return cell->class_id;
 	group = bpf_htonl(gen << SLUICE_GEN_GROUP_SHIFT | cell->group);
@@ -111,6 +107,16 @@ static __always_inline __u32 classify(const struct pkt *pk, __u32 gen, __u32 def
 		cls = bpf_map_lookup_elem(&prefix_v6, &k);
 	}
 	return cls ? *cls : cell->class_id;
+}
+
+/* The packet's class id in generation `gen`. `default_class` is returned
+ * only if the cell lookup fails, which cannot happen (every cell is in the
+ * array). */
+static __always_inline __u32 classify(const struct pkt *pk, __u32 gen, __u32 default_class)
+{
+	struct sluice_cell *cell = cell_of(gen, pk->slot, pk->port);
+
+	return cell ? class_of_cell(pk, gen, cell) : default_class;
 }
 
 #endif /* SLUICE_CLASSIFY_H */

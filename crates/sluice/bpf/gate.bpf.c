@@ -296,8 +296,10 @@ int sluice_gate(struct xdp_md *ctx)
  * calm second: the class dropped nothing and its service was healthy). A
  * client first noted in a window the daemon did not confirm (taint_*_ms in
  * struct sluice_fair) starts its span again at its next answer. The
- * class is the one of the service's port (its cell), as ingress would
- * classify a packet to that port without source-prefix rules. For TCP only
+ * class is the one the client's own packets to the service's port take
+ * (its cell, and the source-prefix rules with the client's address: a
+ * client of a class that `src` rules split off is learned there, not in the
+ * port's fallback class). For TCP only
  * a packet of a completed handshake counts: a SYN-ACK or RST proves nothing
  * (a spoofed SYN or ACK gets one) and is skipped. It never changes the
  * packet's fate.
@@ -311,7 +313,7 @@ int sluice_learn(struct __sk_buff *skb)
 	struct sluice_known *v, fresh = {};
 	struct sluice_known_part *part;
 	struct pkt pk = {};
-	__u32 cls;
+	__u32 cls, gen;
 	__u64 now;
 	struct sluice_fair *f;
 	struct sluice_cell *cell;
@@ -320,10 +322,12 @@ int sluice_learn(struct __sk_buff *skb)
 		return TC_ACT_OK;
 	if (pk.slot == SLUICE_SLOT_TCP && (pk.tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_RST)))
 		return TC_ACT_OK;
-	cell = cell_of(tables_in_force(), pk.slot, pk.port);
+	gen = tables_in_force();
+	cell = cell_of(gen, pk.slot, pk.port);
 	if (!cell)
 		return TC_ACT_OK;
-	cls = cell->class_id & (SLUICE_CLASS_IDS - 1);
+	/* The class the client's own packets to this port take, source-prefix rules included. */
+	cls = class_of_cell(&pk, gen, cell) & (SLUICE_CLASS_IDS - 1);
 	f = bpf_map_lookup_elem(&fairness, &cls);
 	if (!f || !f->learn)
 		return TC_ACT_OK;

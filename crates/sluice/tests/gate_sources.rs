@@ -668,3 +668,36 @@ fn known_entries_are_written_and_deleted_in_batches() {
     assert!(left.iter().all(|(k, _)| gone.binary_search_by_key(&k.addr, |g| g.addr).is_err()));
     println!("{n} known entries: written in {insert:?}, half deleted in {delete:?} (printed, not asserted: timed)");
 }
+
+/// Issue 49, item 10: the learner took the class of the service's port
+/// alone, so where `src` rules split a port, a client of the split-off
+/// class was learned into the port's fallback class (and, asked in its own
+/// class, was never learned at all). It now takes the class the client's
+/// own packets take.
+#[test]
+fn a_client_is_learned_in_the_class_its_source_prefix_puts_it() {
+    let mut g = TestGate::new(&[
+        "near:rate=1000000,match=udp:53@198.51.100.0/24,match=udp:53@2001:db8:1::/48",
+        "dns:rate=1000000,match=udp:53",
+    ]);
+    for class in ["near", "dns"] {
+        let f = sluice_fair { learn: 1, ..Default::default() };
+        g.gate.set_fairness(g.class(class), &vec![f; g.gate.ncpus()]).unwrap();
+        g.gate.set_known_room(g.class(class), 100).unwrap();
+    }
+    clock(&mut g, 1);
+    for client in ["198.51.100.7", "203.0.113.7", "2001:db8:1::7", "2001:db8:2::7"] {
+        ask(&g, client);
+        g.gate.test_run(Prog::Learn, &answer(client, None), 1).unwrap();
+    }
+    let mut learned: Vec<(u8, u8, u8)> = g
+        .gate
+        .known()
+        .unwrap()
+        .into_iter()
+        .map(|(k, _)| (k.family, k.addr[if k.family == 4 { 0 } else { 5 }], k.class_id))
+        .collect();
+    learned.sort();
+    let (near, dns) = (g.class("near") as u8, g.class("dns") as u8);
+    assert_eq!(learned, vec![(4, 198, near), (4, 203, dns), (6, 1, near), (6, 2, dns)]);
+}
