@@ -498,3 +498,30 @@ fn syns_and_acks_the_cookie_paths_cannot_check_are_dropped_while_the_guard_answe
     assert_eq!(verdict(&with_ipv6_dest_options(&ack6.build())), XDP_PASS);
     assert_eq!(g.counters().global.odd_l3_drop, 4);
 }
+
+/// Issue 49, item 6: a known client's SYNs skipped the cookies with no rate
+/// check, so a SYN flood spoofing one known address (or any address of a
+/// known IPv6 /64) reached the listener whole. Within its own rate a known
+/// client's SYN goes to the kernel; past it, it is answered with a cookie.
+#[test]
+fn a_known_clients_syns_skip_the_cookies_only_within_its_own_rate() {
+    let (_l, port) = listener();
+    let now_ms = sluice::base::clock::wall_ms();
+    let g = guarded(port, now_ms);
+    let mut addr = [0u8; 16];
+    addr[..4].copy_from_slice(&[127, 0, 0, 2]);
+    let key = sluice_src_key { class_id: g.class("web") as u8, family: 4, plen: 32, addr, ..Default::default() };
+    // Answered 10 times over 10 s: 1/s, at least SLUICE_KNOWN_MIN_PPS (10) x
+    // SLUICE_KNOWN_HEADROOM (4) = 40/s, bursts of 100 ms (at least 8 intervals): 9 back to back.
+    let entry = sluice_known { first_ms: now_ms - 10_000, last_ms: now_ms, answers: 10, ..Default::default() };
+    g.gate.insert_known(&[(key, entry)]).unwrap();
+    let mut verdicts = Vec::new();
+    for i in 0..20u16 {
+        let mut syn = Segment::new("127.0.0.2", "127.0.0.1", 41000 + i, port, SYN);
+        syn.options = linux_syn_options(1460, 777);
+        verdicts.push(answer(&g, &syn).0);
+    }
+    let passed = verdicts.iter().filter(|&&v| v == XDP_PASS).count();
+    assert_eq!(passed, 9, "within its own rate: the kernel's path ({verdicts:?})");
+    assert!(verdicts[9..].iter().all(|&v| v == XDP_TX), "past it: cookies ({verdicts:?})");
+}

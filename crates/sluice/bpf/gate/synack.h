@@ -455,7 +455,7 @@ static __always_inline enum syn_answered syn_answer(struct xdp_md *ctx, __u32 di
 
 /*
  * The guard of this SYN's class if the gate answers it (a class whose
- * guard says answer, a client not known), else NULL.
+ * guard says answer, a client not known or over its own rate), else NULL.
  */
 static __always_inline struct sluice_syn_guard *syn_guarded(const struct pkt *pk, __u32 gen, __u32 cls,
 							    struct sluice_class_state *st)
@@ -470,8 +470,13 @@ static __always_inline struct sluice_syn_guard *syn_guarded(const struct pkt *pk
 	g = bpf_map_lookup_elem(&syn_guard, &cls);
 	if (!g || !g->answer || settings.verdicts[gen].observe || !(settings.syn_allow & SLUICE_SYN_COOKIES))
 		return NULL; /* tcp_syncookies = 0: the listener would ignore the cookie's request socket */
-	/* A known client takes the kernel's own path, with every option it offered. */
-	return known_entry(pk, cls) ? NULL : g;
+	/* A known client takes the kernel's own path, with every option it
+	 * offered, within its own rate (as in the known tier): past it, or
+	 * from an address that only shares its /64, a SYN flood spoofing it
+	 * gets cookies like anyone's. */
+	struct sluice_known *v = known_entry(pk, cls);
+
+	return v && known_within_rate(v) ? NULL : g;
 }
 
 /*
