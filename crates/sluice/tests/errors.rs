@@ -144,6 +144,28 @@ mod errors {
         assert_eq!(tb.status().prog_id as u64, now);
     }
 
+    /// Issue 49, item 12: a start that failed after the attach (a step that
+    /// can fail only then: the napi policy, dropping capabilities) left the
+    /// program --replace took off detached for good. The gate dropped with
+    /// it still kept puts it back; the test fails the start on purpose
+    /// right after the attach (the daemon's fault injection for tests).
+    #[test]
+    fn a_start_that_fails_after_the_attach_puts_the_replaced_program_back() {
+        let tb = Testbed::new();
+        let foreign = attach_foreign_program(&tb);
+        let sock = tb.dir.join("after.sock");
+        let o = tb
+            .cmd(&tb.b, &[BIN])
+            .args(["run", "--iface", tb.if_b, "--replace", "--class", "x:match=udp", "--metrics", "off"])
+            .args(["--socket", sock.to_str().unwrap()])
+            .env(sluice::daemon::FAIL_AFTER_ATTACH, "1")
+            .output()
+            .unwrap();
+        assert!(!o.status.success(), "the start was to fail");
+        assert!(stderr(&o).contains("failing after the attach"), "{}", stderr(&o));
+        assert_eq!(tb.attached_prog(), foreign, "the program --replace took off is back");
+    }
+
     /// Regression: `run --replace` that failed a later check (metrics address,
     /// an auto class without sockets, a socket path in use) had already
     /// detached the program it was to replace, leaving the interface with none.

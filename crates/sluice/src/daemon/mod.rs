@@ -63,6 +63,21 @@ pub const CONFIG_DIR: &str = "/etc/sluice";
 /// sender on veth, an RSS change) finds only a small share there for up to
 /// one tick.
 pub const TICK: Duration = crate::policy::controller::TICK;
+/// Set in the environment, the daemon's start fails right after the gate
+/// is attached (tests check that such a failure leaves the interface as it was).
+pub const FAIL_AFTER_ATTACH: &str = "SLUICE_TEST_FAIL_AFTER_ATTACH";
+
+/// The napi kthreads of an interface a start put at SCHED_IDLE: put back
+/// if the start fails after all (dropped while it still names one).
+struct NapiUndo(Option<Iface>);
+
+impl Drop for NapiUndo {
+    fn drop(&mut self) {
+        if let Some(iface) = self.0.take() {
+            Protection::new(true).restore(&iface);
+        }
+    }
+}
 
 /// What the control loop does besides the tick itself, and how often:
 /// the daemon is this table over its parts.
@@ -290,8 +305,17 @@ impl Daemon {
         let metrics = cfg.metrics.map(bind_metrics).transpose()?;
 
         gate.attach(&iface.name, cfg.xdp_mode, opts.replace)?;
+        // From here the interface is changed: a start that fails puts it back
+        // as it was. Dropped, the gate detaches and puts back the program
+        // --replace took off (`Gate::keep_replaced` below, once started);
+        // the napi policy goes back with `napi_undo`.
+        if std::env::var_os(FAIL_AFTER_ATTACH).is_some() {
+            anyhow::bail!("{FAIL_AFTER_ATTACH} is set: failing after the attach (a test's fault injection)");
+        }
         let cfg_napi_idle = cfg.auto.napi == NapiSched::Idle;
+        let mut napi_undo = NapiUndo(None);
         if cfg_napi_idle {
+            napi_undo.0 = Some(iface.clone());
             let n = apply_napi(&iface, cfg.auto.napi)?;
             log::info(format_args!("napi = {:?}: {n} napi kthread(s) of {iface} set to SCHED_IDLE", cfg.auto.napi));
         }
@@ -360,6 +384,10 @@ impl Daemon {
             signals,
             watchdog: sd_notify::watchdog_enabled().map(|every| (every / 2, Instant::now())),
         };
+        // Started: the program --replace took off stays off, and the napi
+        // policy is Protection's to put back at the stop.
+        daemon.gate.keep_replaced();
+        napi_undo.0 = None;
         daemon.resteer();
         daemon.look_service_cpus();
         daemon.restore_known();

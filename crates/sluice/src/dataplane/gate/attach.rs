@@ -72,7 +72,26 @@ impl Gate {
             }
             return Err(e);
         }
+        self.replaced = old.map(|o| (o, iface.to_string()));
         Ok(())
+    }
+
+    /// The daemon started: the program `--replace` took off stays off (a
+    /// gate dropped before this puts it back: see `Drop for Gate`).
+    pub fn keep_replaced(&mut self) {
+        self.replaced = None;
+    }
+
+    /// Detach, and put back the program `--replace` took off unless
+    /// `keep_replaced` was called: the interface as it was.
+    pub(super) fn undo_attach(&mut self) {
+        self.detach();
+        if let Some((old, iface)) = self.replaced.take() {
+            match ifindex(&iface) {
+                Ok(ifidx) => old.put_back(&iface, ifidx as i32),
+                Err(e) => crate::base::log::error(format_args!("{e}: the program --replace took off is not put back")),
+            }
+        }
     }
 
     /// The gate's XDP bpf_link on `ifidx`, in `mode`.
@@ -207,8 +226,9 @@ pub fn attached_prog_id(ifindex: i32) -> Option<u32> {
 }
 
 /// A netlink-attached XDP program `--replace` took off an interface, kept
-/// (its fd and attach mode) to put back if the gate then cannot attach.
-struct Replaced {
+/// (its fd and attach mode) to put back if the gate then cannot attach, or
+/// the daemon's start fails after it did.
+pub(super) struct Replaced {
     id: u32,
     fd: OwnedFd,
     flags: u32,

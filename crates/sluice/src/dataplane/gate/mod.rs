@@ -126,6 +126,19 @@ pub struct Gate {
     tries: [TrieKeys; 2],
     /// The config in force.
     applied: Option<Applied>,
+    /// The program `--replace` took off the interface, with its interface:
+    /// put back if the daemon's start fails after the attach (`undo_attach`).
+    replaced: Option<(attach::Replaced, String)>,
+}
+
+/// A gate dropped with the program `--replace` took off still kept (a
+/// daemon whose start failed after the attach) puts it back.
+impl Drop for Gate {
+    fn drop(&mut self) {
+        if self.replaced.is_some() {
+            self.undo_attach();
+        }
+    }
 }
 
 /// N random words (getrandom): the SYN cookies' key, the sources table's seed.
@@ -193,6 +206,7 @@ impl Gate {
             gen: 0,
             tries: Default::default(),
             applied: None,
+            replaced: None,
         })
     }
 
