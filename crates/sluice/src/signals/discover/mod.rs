@@ -45,7 +45,7 @@ use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
 use crate::bpf_intf::SLUICE_MAX_CLASSES;
-use crate::policy::config::{AutoSpec, Class, Config, Limit, Prefix, Proto, Rule};
+use crate::policy::config::{AutoSpec, Class, Config, Limit, Prefix, Proto, Rule, SynCookies};
 use crate::signals::kernel::{DiagSock, SockDiag, TCP_CLOSE, TCP_LISTEN};
 
 /// How long a service that is no longer seen keeps its class.
@@ -54,6 +54,9 @@ pub const LINGER: Duration = Duration::from_secs(3);
 pub const NICE_ZERO_PRIORITY: u8 = 20;
 /// Priority of a service run only by login users or nobody.
 pub const UNTRUSTED_PRIORITY: u8 = crate::policy::config::IMPLICIT_DEFAULT_PRIORITY;
+/// The process names of container runtimes' host-side proxies of DNATed
+/// ports (see `Service::dnat_proxy`).
+pub const HOST_PROXIES: &[&str] = &["docker-proxy"];
 /// The class all untrusted services share.
 pub const USERS_CLASS: &str = "users/ports";
 /// systemd's dynamic service users (DynamicUser=), system users above UID_MAX.
@@ -259,6 +262,17 @@ impl Service {
                 (NICE_ZERO_PRIORITY, format!("{why}: nice 0 assumed, priority {NICE_ZERO_PRIORITY}"))
             }
         }
+    }
+
+    /// Is this TCP listener a container runtime's host-side proxy of a
+    /// port the namespace DNATs to a container (docker-proxy, run by root)?
+    /// Its SYNs must reach netfilter: a SYN the gate answers would make the
+    /// connection on the proxy's listener, not the NAT target's (issue 49,
+    /// item 7). A new connection has no conntrack entry for the gate to ask,
+    /// so the listener's owner is what tells. Untrusted owners are not
+    /// taken at their word (their class is shared: `USERS_CLASS`).
+    pub fn dnat_proxy(&self) -> bool {
+        self.l4 == L4::Tcp && !self.untrusted() && self.owners.iter().any(|o| HOST_PROXIES.contains(&o.comm.as_str()))
     }
 
     /// The process name the class is named after ("unknown" without owners).
@@ -555,6 +569,12 @@ fn group_class(name: String, services: &[&Service], algo: crate::policy::control
     } else {
         why
     };
+    let proxied = services.iter().any(|s| s.dnat_proxy());
+    let why = if proxied {
+        format!("{why}; a host-side proxy of a NATed port listens here: the gate answers none of its SYNs")
+    } else {
+        why
+    };
     Class {
         name,
         priority,
@@ -566,7 +586,7 @@ fn group_class(name: String, services: &[&Service], algo: crate::policy::control
         discovered: Some(why),
         readers: None,
         away: false,
-        syn_cookies: crate::policy::config::SynCookies::Auto,
+        syn_cookies: if proxied { SynCookies::Off } else { SynCookies::Auto },
     }
 }
 

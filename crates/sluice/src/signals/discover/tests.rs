@@ -282,3 +282,23 @@ fn one_reading_of_the_listeners_serves_every_handle_while_fresh() {
     assert_eq!((l.addr, l.family), (std::net::IpAddr::from([0, 0, 0, 0]), Family::V4));
     assert!(has(&mine.now().unwrap()), "and the first handle sees that reading");
 }
+
+/// Issue 49, item 7: where docker-proxy listens on the host side of a port
+/// the namespace DNATs to a container, a SYN the gate answered opened the
+/// connection on the proxy instead of the container. Its class answers no
+/// SYN (said in its reason); other services', and a user's process that
+/// names itself so, keep the automatic guard.
+#[test]
+fn a_dnat_proxys_listener_gets_no_syn_answers() {
+    let base = from_flags(&[]).unwrap();
+    let mut user = svc(L4::Tcp, 9090, &[(3, "docker-proxy", Ok(0))]);
+    user.owners[0].uid = Some(1000);
+    let services = [svc(L4::Tcp, 8080, &[(1, "docker-proxy", Ok(0))]), svc(L4::Tcp, 80, &[(2, "nginx", Ok(0))]), user];
+    let (cfg, _) = merge(&base, &services);
+    let class = |name: &str| cfg.classes.iter().find(|c| c.name == name).unwrap_or_else(|| panic!("{name}"));
+    let proxy = class("docker-proxy/tcp:8080");
+    assert_eq!(proxy.syn_cookies, SynCookies::Off);
+    assert!(proxy.discovered.as_deref().unwrap().contains("NATed port"), "{:?}", proxy.discovered);
+    assert_eq!(class("nginx/tcp:80").syn_cookies, SynCookies::Auto);
+    assert_eq!(class(USERS_CLASS).syn_cookies, SynCookies::Auto, "a login user's process is not taken at its name");
+}
