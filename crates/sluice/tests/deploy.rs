@@ -92,8 +92,24 @@ fn the_daemonset_agrees_with_the_unit_and_the_daemon() {
 
     let args: Vec<&str> = c["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
     assert_eq!(args[0], "run");
-    assert!(args.contains(&"--metrics=$(NODE_IP):9786") && args.contains(&"--log-format=json"), "{args:?}");
+    // Issue 49, item 11: the metrics (throttles, learning) were served on the
+    // node's IP to every pod. The daemon serves the node's loopback only;
+    // kube-rbac-proxy serves them on the node's IP to callers allowed /metrics.
+    let metrics = args.iter().find_map(|a| a.strip_prefix("--metrics=")).expect("a metrics address");
+    let addr: std::net::SocketAddr = metrics.parse().expect("a plain address, no variable");
+    assert!(addr.ip().is_loopback(), "the daemon's metrics on loopback only: {metrics}");
+    assert!(args.contains(&"--log-format=json"), "{args:?}");
+    let proxy = spec["containers"].as_array().unwrap().iter().find(|c| c["name"] == "kube-rbac-proxy").expect("the proxy");
+    let pargs: Vec<&str> = proxy["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+    assert!(pargs.contains(&format!("--upstream=http://{addr}/").as_str()), "the proxy forwards to the daemon: {pargs:?}");
+    assert!(pargs.contains(&"--secure-listen-address=$(NODE_IP):9786"), "{pargs:?}");
+    assert_eq!(proxy["securityContext"]["capabilities"]["drop"], serde_json::json!(["ALL"]));
+    assert_eq!(proxy["securityContext"]["runAsNonRoot"], true);
     assert_eq!(pod["metadata"]["annotations"]["prometheus.io/port"], "9786");
+    assert_eq!(pod["metadata"]["annotations"]["prometheus.io/scheme"], "https");
+    assert_eq!(spec["serviceAccountName"], "sluice");
+    let reader = docs.iter().find(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] == "sluice-metrics-reader");
+    assert_eq!(reader.expect("a role for the scraper")["rules"][0]["nonResourceURLs"], serde_json::json!(["/metrics"]));
     let mounts: Vec<&str> =
         c["volumeMounts"].as_array().unwrap().iter().map(|m| m["mountPath"].as_str().unwrap()).collect();
     for dir in [sluice::daemon::CONFIG_DIR, sluice::surface::client::SOCKET_DIR, sluice::signals::known::STATE_DIR] {
