@@ -131,6 +131,7 @@ char LICENSE[] SEC("license") = "GPL";
 #define TCP_FLAG_FIN 0x01
 #define TCP_FLAG_SYN 0x02
 #define TCP_FLAG_RST 0x04
+#define TCP_FLAG_PSH 0x08
 #define TCP_FLAG_ACK 0x10
 
 #include "syncookie.h"
@@ -301,7 +302,9 @@ int sluice_gate(struct xdp_md *ctx)
  * client of a class that `src` rules split off is learned there, not in the
  * port's fallback class). For TCP only
  * a packet of a completed handshake counts: a SYN-ACK or RST proves nothing
- * (a spoofed SYN or ACK gets one) and is skipped. It never changes the
+ * (a spoofed SYN or ACK gets one) and is skipped; and only the segment that
+ * ends a write of the service's (PSH) is an answer, not every segment of a
+ * download. It never changes the
  * packet's fate.
  */
 SEC("tc")
@@ -320,7 +323,11 @@ int sluice_learn(struct __sk_buff *skb)
 
 	if (parse(data, end, &pk, 1) != PARSE_OK || pk.slot == SLUICE_SLOT_PORTLESS)
 		return TC_ACT_OK;
-	if (pk.slot == SLUICE_SLOT_TCP && (pk.tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_RST)))
+	/* TCP: an answer is a write of the service's, the segment that ends it
+	 * (PSH): counting every segment, a download taught its client's rate at
+	 * its packet rate, and bought it four times that as known ingress. */
+	if (pk.slot == SLUICE_SLOT_TCP &&
+	    ((pk.tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_RST)) || !(pk.tcp_flags & TCP_FLAG_PSH)))
 		return TC_ACT_OK;
 	gen = tables_in_force();
 	cell = cell_of(gen, pk.slot, pk.port);

@@ -99,9 +99,13 @@ fn the_daemonset_agrees_with_the_unit_and_the_daemon() {
     let addr: std::net::SocketAddr = metrics.parse().expect("a plain address, no variable");
     assert!(addr.ip().is_loopback(), "the daemon's metrics on loopback only: {metrics}");
     assert!(args.contains(&"--log-format=json"), "{args:?}");
-    let proxy = spec["containers"].as_array().unwrap().iter().find(|c| c["name"] == "kube-rbac-proxy").expect("the proxy");
+    let proxy =
+        spec["containers"].as_array().unwrap().iter().find(|c| c["name"] == "kube-rbac-proxy").expect("the proxy");
     let pargs: Vec<&str> = proxy["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
-    assert!(pargs.contains(&format!("--upstream=http://{addr}/").as_str()), "the proxy forwards to the daemon: {pargs:?}");
+    assert!(
+        pargs.contains(&format!("--upstream=http://{addr}/").as_str()),
+        "the proxy forwards to the daemon: {pargs:?}"
+    );
     assert!(pargs.contains(&"--secure-listen-address=$(NODE_IP):9786"), "{pargs:?}");
     assert_eq!(proxy["securityContext"]["capabilities"]["drop"], serde_json::json!(["ALL"]));
     assert_eq!(proxy["securityContext"]["runAsNonRoot"], true);

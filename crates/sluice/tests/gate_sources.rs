@@ -258,7 +258,9 @@ fn the_learner_records_answered_clients_only_while_told_to_and_never_from_a_syn_
     run(&g, &answer("198.51.100.1", None));
     assert!(g.gate.known().unwrap().is_empty(), "nor while the gate clock is not set");
     clock(&mut g, 1);
-    for client in ["198.51.100.1", "2001:db8::1", "198.51.100.2", "198.51.100.3", "198.51.100.4", "198.51.100.5"] {
+    for client in
+        ["198.51.100.1", "2001:db8::1", "198.51.100.2", "198.51.100.3", "198.51.100.4", "198.51.100.5", "198.51.100.6"]
+    {
         ask(&g, client);
     }
     let run = |pkt: &[u8]| run(&g, pkt);
@@ -267,7 +269,8 @@ fn the_learner_records_answered_clients_only_while_told_to_and_never_from_a_syn_
     run(&answer("2001:db8::1", None));
     run(&answer("198.51.100.2", Some(0x12))); // SYN-ACK: a spoofed SYN gets one too
     run(&answer("198.51.100.3", Some(0x04))); // RST
-    run(&answer("198.51.100.4", Some(0x10))); // ACK of an established connection
+    run(&answer("198.51.100.4", Some(0x18))); // PSH-ACK: the end of a write of an established connection
+    run(&answer("198.51.100.6", Some(0x10))); // a bare ACK, or a download's segment before its last: no answer (issue 49, item 3)
     run(&Frame::udp("10.0.0.2", "198.51.100.5", 9999, 4000).build()); // not a class's port
     let mut known: Vec<(Vec<u8>, u32)> = g
         .gate
