@@ -522,8 +522,17 @@ impl Discovery {
         }
         for ((l4, port), socks) in found {
             for (family, pids) in by_family(&socks, &self.owners.owners) {
-                let owners = pids.into_iter().map(|p| owner(p, &mut self.processes)).collect();
-                self.seen.insert((l4, port, family), (Service { l4, port, owners, family }, now));
+                let key = (l4, port, family);
+                let mut owners: Vec<Owner> = pids.into_iter().map(|p| owner(p, &mut self.processes)).collect();
+                // No holder found: the /proc scan raced a close and a new bind
+                // (a service that rebinds its port): the owners seen last,
+                // within LINGER, still hold it. Without them the service
+                // would count as untrusted and its class go to `USERS_CLASS`
+                // and back at each such race.
+                if owners.is_empty() {
+                    owners = self.seen.get(&key).map(|(s, _)| s.owners.clone()).unwrap_or_default();
+                }
+                self.seen.insert(key, (Service { l4, port, owners, family }, now));
             }
         }
         self.seen.retain(|_, (_, at)| now.duration_since(*at) < LINGER);
