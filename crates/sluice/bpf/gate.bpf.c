@@ -185,7 +185,6 @@ static __always_inline int observe_drop(__u32 gen)
  * nothing beside the 2 s deadline. 0: no deadline (a gate no daemon
  * drives: the tests' and benches' own).
  */
-
 static __always_inline int daemon_stalled(struct sluice_class_state *st)
 {
 	__u64 until = settings.alive_until_ns;
@@ -259,10 +258,6 @@ int sluice_gate(struct xdp_md *ctx)
 	/* A stale guard answers nothing: the segment goes on to the bucket. */
 	if (g && daemon_stalled(st))
 		g = 0;
-	if (g && odd_l3_drop(&pk)) {
-		verdict_add(st, SLUICE_CS_DROP_NOCONN_PKTS, bytes);
-		return observe_drop(gen);
-	}
 	enum syn_answered answered = g ? syn_answer(ctx, g->direct) : SYN_NOT_ANSWERED;
 
 	if (answered != SYN_NOT_ANSWERED) {
@@ -271,9 +266,13 @@ int sluice_gate(struct xdp_md *ctx)
 			st->cnt[SLUICE_CS_SYNACK_DIRECT] += 1;
 		return XDP_TX;
 	}
-	if (no_connection(ctx, &pk, cls)) {
+	/* While the guard answers: a SYN its headers kept it from answering
+	 * (ODD_L3 in synack.h), an ACK or RST of no connection. */
+	if ((g && pk.odd_l3) || no_connection(ctx, &pk, cls)) {
 		if (daemon_stalled(st))
 			return stale_pass(st, bytes);
+		if (pk.odd_l3)
+			global_inc(SLUICE_GS_ODD_L3_DROP);
 		verdict_add(st, SLUICE_CS_DROP_NOCONN_PKTS, bytes);
 		return observe_drop(gen);
 	}

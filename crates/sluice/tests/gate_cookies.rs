@@ -11,6 +11,7 @@ use common::tcp::{linux_syn_options, parse, ts_options, Parsed, Segment, ACK, FI
 use common::TestGate;
 use sluice::bpf_intf::*;
 use sluice::dataplane::gate::{Clock, Prog, XDP_PASS};
+use sluice_testkit::packet::{Ext, Frame};
 
 const XDP_TX: u32 = 3;
 const KEY: [u64; 2] = [0x0123_4567_89ab_cdef, 0x0fed_cba9_8765_4321];
@@ -429,33 +430,12 @@ fn acks_and_rsts_of_no_connection_are_dropped_while_the_guard_answers() {
     assert_eq!(counter(&g, SLUICE_CS_DROP_NOCONN_PKTS), 2);
 }
 
-/// `frame` (Ethernet, IPv4) with 4 bytes of IPv4 options (NOP, NOP, NOP,
-/// EOL) after its 20-byte header.
-fn with_ipv4_option(frame: &[u8]) -> Vec<u8> {
-    let (l3, hl) = (14, 20);
-    let mut f = frame[..l3 + hl].to_vec();
-    f.extend_from_slice(&[1, 1, 1, 0]);
-    f.extend_from_slice(&frame[l3 + hl..]);
-    f[l3] = 0x46;
-    let tot = u16::from_be_bytes([f[l3 + 2], f[l3 + 3]]) + 4;
-    f[l3 + 2..l3 + 4].copy_from_slice(&tot.to_be_bytes());
-    f[l3 + 10..l3 + 12].copy_from_slice(&[0, 0]);
-    let sum = sluice_testkit::packet::checksum(&f[l3..l3 + 24], 0);
-    f[l3 + 10..l3 + 12].copy_from_slice(&sum.to_be_bytes());
-    f
-}
-
-/// `frame` (Ethernet, IPv6, TCP) with an 8-byte destination-options
-/// header (PadN) before its TCP header.
-fn with_ipv6_dest_options(frame: &[u8]) -> Vec<u8> {
-    let (l3, hl) = (14, 40);
-    let mut f = frame[..l3 + hl].to_vec();
-    f.extend_from_slice(&[6, 0, 1, 4, 0, 0, 0, 0]);
-    f.extend_from_slice(&frame[l3 + hl..]);
-    f[l3 + 6] = 60;
-    let len = u16::from_be_bytes([f[l3 + 4], f[l3 + 5]]) + 8;
-    f[l3 + 4..l3 + 6].copy_from_slice(&len.to_be_bytes());
-    f
+/// A TCP segment (the testkit's frame: a SYN) with its flags set to `flags`.
+fn with_flags(frame: Frame, flags: u8) -> Vec<u8> {
+    let (mut b, offs) = frame.build_with_offsets();
+    let l4 = offs.iter().find(|o| o.0 == "l4").unwrap().1;
+    b[l4 + 13] = flags;
+    b
 }
 
 /// Issue 49, item 6: the cookie paths take IPv4 without options and IPv6
@@ -479,23 +459,22 @@ fn syns_and_acks_the_cookie_paths_cannot_check_are_dropped_while_the_guard_answe
     let mut syn = Segment::new("127.0.0.2", "127.0.0.1", 40000, port, SYN);
     syn.options = linux_syn_options(1460, 777);
     assert_eq!(verdict(&syn.build()), XDP_TX, "a plain SYN is answered");
-    assert_eq!(verdict(&with_ipv4_option(&syn.build())), XDP_DROP, "a SYN with an IPv4 option");
-    let mut ack = Segment::new("127.0.0.2", "127.0.0.1", 40001, port, ACK);
-    (ack.seq, ack.ack) = (0x1111_1111, 0x2222_2222);
-    assert_eq!(verdict(&with_ipv4_option(&ack.build())), XDP_DROP, "an ACK with an IPv4 option");
+    let odd4 = |flags| with_flags(Frame::tcp("127.0.0.2", "127.0.0.1", 40001, port).options(4), flags);
+    assert_eq!(verdict(&odd4(SYN)), XDP_DROP, "a SYN with an IPv4 option");
+    assert_eq!(verdict(&odd4(ACK)), XDP_DROP, "an ACK with an IPv4 option");
     let mut syn6 = Segment::new("::1", "::1", 40000, port6, SYN);
     syn6.options = linux_syn_options(1440, 777);
     assert_eq!(verdict(&syn6.build()), XDP_TX, "a plain IPv6 SYN is answered");
-    assert_eq!(verdict(&with_ipv6_dest_options(&syn6.build())), XDP_DROP, "an IPv6 SYN after destination options");
-    let ack6 = Segment::new("::1", "::1", 40001, port6, ACK);
-    assert_eq!(verdict(&with_ipv6_dest_options(&ack6.build())), XDP_DROP, "an IPv6 ACK after destination options");
+    let odd6 = |flags| with_flags(Frame::tcp("::1", "::1", 40001, port6).ext(Ext::DestOpts), flags);
+    assert_eq!(verdict(&odd6(SYN)), XDP_DROP, "an IPv6 SYN after destination options");
+    assert_eq!(verdict(&odd6(ACK)), XDP_DROP, "an IPv6 ACK after destination options");
     assert_eq!(counter(&g, SLUICE_CS_DROP_NOCONN_PKTS), 4);
     assert_eq!(g.counters().global.odd_l3_drop, 4);
     // The guard off: they pass, as before.
     let off = sluice_syn_guard { answer: 0, check_until_ms: 0, ..Default::default() };
     g.gate.set_syn_guard(g.class("web"), &off).unwrap();
-    assert_eq!(verdict(&with_ipv4_option(&syn.build())), XDP_PASS);
-    assert_eq!(verdict(&with_ipv6_dest_options(&ack6.build())), XDP_PASS);
+    assert_eq!(verdict(&odd4(SYN)), XDP_PASS);
+    assert_eq!(verdict(&odd6(ACK)), XDP_PASS);
     assert_eq!(g.counters().global.odd_l3_drop, 4);
 }
 

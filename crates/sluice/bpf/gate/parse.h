@@ -77,13 +77,13 @@ static __always_inline int parse_l4(void *pos, void *end, void *lim, __u8 proto,
 		return PARSE_MALFORMED;
 	switch (proto) {
 	case IPPROTO_UDP:
-		if (pos + SLUICE_UDP_HLEN > end || !l4_fits(pos, end, lim, SLUICE_UDP_HLEN))
+		if (!l4_fits(pos, end, lim, SLUICE_UDP_HLEN))
 			return PARSE_MALFORMED;
 		pk->slot = SLUICE_SLOT_UDP;
 		pk->port = bpf_ntohs(*(__be16 *)(pos + port_off));
 		return PARSE_OK;
 	case IPPROTO_TCP:
-		if (pos + SLUICE_TCP_HLEN > end || !l4_fits(pos, end, lim, SLUICE_TCP_HLEN))
+		if (!l4_fits(pos, end, lim, SLUICE_TCP_HLEN))
 			return PARSE_MALFORMED;
 		pk->slot = SLUICE_SLOT_TCP;
 		pk->port = bpf_ntohs(*(__be16 *)(pos + port_off));

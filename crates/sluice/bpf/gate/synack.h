@@ -496,7 +496,7 @@ static __always_inline int ack_has_cookie(void *ip, struct tcphdr *th, const str
 }
 
 /*
- * While a class's SYN guard answers, a SYN, ACK or RST whose TCP header
+ * ODD_L3. While a class's SYN guard answers, a SYN, ACK or RST whose TCP header
  * follows IPv4 options or IPv6 extension headers: the cookie paths take
  * neither (they build the SYN-ACK in the SYN's own frame, and the
  * checker's cookie check reads a plain header), so such a segment could be
@@ -504,18 +504,10 @@ static __always_inline int ack_has_cookie(void *ip, struct tcphdr *th, const str
  * whole. No TCP stack sends them unasked (Linux only with IP_OPTIONS or
  * IPv6 ancillary headers set by the application; RFC 7126 advises routers
  * to drop most IPv4 options), so while the guard answers they are dropped,
- * counted ODD_L3_DROP. A connection using them stalls while the guard
- * answers (seconds) and goes on after.
- */
-static __always_inline int odd_l3_drop(const struct pkt *pk)
-{
-	if (!pk->odd_l3)
-		return 0;
-	global_inc(SLUICE_GS_ODD_L3_DROP);
-	return 1;
-}
-
-/*
+ * counted ODD_L3_DROP (by the gate, which drops them: gate.bpf.c). A
+ * connection using them stalls while the guard answers (seconds) and goes
+ * on after.
+ *
  * While a class's SYN guard answers (a SYN flood, often with ACKs and RSTs
  * of random sequence numbers beside it), is this ACK or RST one of no
  * connection, to drop? It is if the socket lookup finds only the listener
@@ -547,8 +539,8 @@ static __always_inline int no_connection(struct xdp_md *ctx, const struct pkt *p
 	g = bpf_map_lookup_elem(&syn_guard, &cls);
 	if (!g || !g->answer)
 		return 0;
-	if (odd_l3_drop(pk))
-		return 1;
+	if (pk->odd_l3)
+		return 1; /* ODD_L3, above */
 	th = cookie_tcp(data, end, &l3, &family);
 	if (!th)
 		return 0;

@@ -486,7 +486,8 @@ impl Daemon {
     /// budget, limits), its log lines, the steering program's heartbeat, CPU
     /// protection.
     fn tick(&mut self, tick: u64) -> Result<()> {
-        self.gate.keep_alive(crate::base::clock::now_ns());
+        let now_ns = crate::base::clock::now_ns();
+        self.gate.keep_alive(now_ns);
         if let Some((every, last)) = &mut self.watchdog {
             if last.elapsed() >= *every {
                 let _ = sd_notify::notify(&[sd_notify::NotifyState::Watchdog]);
@@ -506,7 +507,7 @@ impl Daemon {
         self.log_decisions();
         self.publish.retry();
         if let Some((s, _)) = &mut self.steer {
-            s.keep_alive(crate::base::clock::now_ns());
+            s.keep_alive(now_ns);
         }
         let distress = self.ticker.budget_status().0.is_some();
         self.protect.step(tick, distress, &self.cfg, &self.gate, &self.iface);
