@@ -115,6 +115,7 @@
 #include <linux/ipv6.h>
 #include <linux/pkt_cls.h>
 #include <linux/tcp.h>
+#include <linux/udp.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 #include <bpf/bpf_core_read.h>
@@ -141,6 +142,7 @@ char LICENSE[] SEC("license") = "GPL";
 #include "known.h"
 #include "gate/sources.h"
 #include "gate/synack.h"
+#include "gate/room.h"
 #include "gate/checker.h"
 
 /* An admitted packet: passed here, or sent away (see `away`). */
@@ -276,12 +278,18 @@ int sluice_gate(struct xdp_md *ctx)
 		verdict_add(st, SLUICE_CS_DROP_NOCONN_PKTS, bytes);
 		return observe_drop(gen);
 	}
+	int known = -1;
+
 	if (sh->mode == SLUICE_MODE_BLOCKED)
 		idx = SLUICE_CS_DROP_BLOCKED_PKTS;
 	else if (sh->mode == SLUICE_MODE_LIMITED)
-		idx = admit_limited(&pk, cls, sh, st, f);
+		idx = admit_limited(&pk, cls, sh, st, f, &known);
 	else
 		idx = SLUICE_CS_ADMIT_PKTS;
+	/* The last of the socket's buffer is its known clients' (gate/room.h). */
+	if (idx == SLUICE_CS_ADMIT_PKTS && f && f->room && pk.slot == SLUICE_SLOT_UDP && !pk.fragment &&
+	    keeps_room(ctx, &pk, cls, st, known))
+		idx = SLUICE_CS_DROP_ROOM_PKTS;
 	if (idx != SLUICE_CS_ADMIT_PKTS && daemon_stalled(st))
 		return stale_pass(st, bytes);
 	verdict_add(st, idx, bytes);

@@ -77,6 +77,14 @@ struct sock_reuseport {
 
 struct sock {
 	struct sock_common __sk_common;
+	/* sk_rmem_alloc is sk_backlog.rmem_alloc: the bytes a socket's queues
+	 * charge; a UDP socket drops a datagram that finds it over sk_rcvbuf. */
+	struct {
+		struct {
+			int counter;
+		} rmem_alloc;
+	} sk_backlog;
+	int sk_rcvbuf;
 	struct sk_buff_head sk_receive_queue;
 	__u16 sk_protocol;
 	struct sock_reuseport *sk_reuseport_cb;

@@ -137,7 +137,7 @@ struct sluice_fair {
 	__u8 plen4;   /* IPv4 prefix length a source is counted at (32, 24 or 16) */
 	__u8 plen6;   /* IPv6 prefix length (64, 48 or 32) */
 	__u8 learn;   /* 1: the egress learner records this class's clients (on or off) */
-	__u8 _pad;
+	__u8 room;    /* 1: keep room in the class's UDP sockets for its known clients (gate/room.h) */
 	/*
 	 * The gate clock's last window in which the learner noted answers the
 	 * daemon never confirmed: learning was on, then the daemon's next tick
@@ -331,12 +331,26 @@ enum sluice_class_stat {
 	SLUICE_CS_DROP_NOCONN_BYTES,
 	SLUICE_CS_COOKIE_REFUSED, /* an ACK with a valid gate cookie whose request socket the kernel refused (left to it) */
 	SLUICE_CS_SYNACK_DIRECT,  /* of SLUICE_CS_SYNACK_PKTS: answered without the socket lookup (struct sluice_syn_guard) */
+	SLUICE_CS_DROP_ROOM_PKTS, /* verdict: an unknown source's UDP packet to a socket over SLUICE_ROOM_UNKNOWN_PCT full (gate/room.h) */
+	SLUICE_CS_DROP_ROOM_BYTES,
 	SLUICE_CS_NR,
 };
 
 /* A class on a CPU reads the clock against the daemon's deadline once every
  * this many drops and answers (gate.bpf.c, daemon_stalled). */
 #define SLUICE_STALE_EVERY 64
+/*
+ * Room for known clients (gate/room.h): unknown sources' packets are
+ * admitted to a UDP socket only while it holds at most this share (%) of
+ * its receive buffer; the last quarter is the known clients'. At the
+ * bench's NSD (a 4 MiB buffer, about 1,000 datagrams, read at about 100k/s)
+ * the unknown sources keep 7 ms of reads queued, so the reader is never
+ * left idle by the rule, and a known client at 5k/s has 50 ms of room
+ * through a stall of its reader. The socket is looked at once every
+ * SLUICE_ROOM_EVERY admitted packets per CPU while it has room.
+ */
+#define SLUICE_ROOM_UNKNOWN_PCT 75
+#define SLUICE_ROOM_EVERY 16
 
 /*
  * Value of the per-CPU "class_state" array (indexed by class): the bucket and
@@ -351,6 +365,8 @@ struct sluice_class_state {
 	__u64 stale_until;            /* the daemon's deadline at the last clock read against it (gate.bpf.c) */
 	__u32 stale_left;             /* drops and answers until the next read */
 	__u32 stale;                  /* 1: past it at the last read */
+	__u32 room_left;              /* admitted UDP packets until the next look at their socket (gate/room.h) */
+	__u32 room_full;              /* 1: the socket was over SLUICE_ROOM_UNKNOWN_PCT at the last look */
 	__u64 cnt[SLUICE_CS_NR]; /* indexed by enum sluice_class_stat */
 };
 

@@ -49,6 +49,17 @@ fn dns_from(src: &str) -> Vec<u8> {
     Frame::udp(src, "10.0.0.2", 4000, 53).build()
 }
 
+/// Make 198.51.100.7 a known client of class `cls`: answered `answers`
+/// times over the 10 s up to now.
+fn known_client(g: &TestGate, cls: usize, answers: u32) {
+    let mut addr = [0u8; 16];
+    addr[..4].copy_from_slice(&[198, 51, 100, 7]);
+    let key = sluice_src_key { class_id: cls as u8, family: 4, plen: 32, addr, ..Default::default() };
+    let last_ms = sluice::base::clock::wall_ms();
+    let entry = sluice_known { first_ms: last_ms - 10_000, last_ms, answers, ..Default::default() };
+    g.gate.insert_known(&[(key, entry)]).unwrap();
+}
+
 #[test]
 fn a_source_over_its_share_is_dropped_and_a_light_one_is_not() {
     let mut g = gate();
@@ -198,12 +209,7 @@ fn a_known_source_over_its_own_rate_is_an_unknown_one() {
     let mut g = gate();
     fair(&g, "dns", PACED_NS, 1, 1, (32, 64));
     clock(&mut g, 1);
-    let mut addr = [0u8; 16];
-    addr[..4].copy_from_slice(&[198, 51, 100, 7]);
-    let key = sluice_src_key { class_id: g.class("dns") as u8, family: 4, plen: 32, addr, ..Default::default() };
-    let last_ms = sluice::base::clock::wall_ms();
-    let entry = sluice_known { first_ms: last_ms - 10_000, last_ms, answers: 10, ..Default::default() };
-    g.gate.insert_known(&[(key, entry)]).unwrap();
+    known_client(&g, g.class("dns"), 10);
     for i in 0..9 {
         g.expect(&format!("within its own rate {i}"), &dns_from("198.51.100.7"), Admitted("dns".into()));
     }
@@ -225,12 +231,7 @@ fn a_class_holding_no_known_client_skips_the_known_lookup() {
     fair(&g, "dns", PACED_NS, 1, 1, (32, 64));
     clock(&mut g, 1);
     let cls = g.class("dns");
-    let mut addr = [0u8; 16];
-    addr[..4].copy_from_slice(&[198, 51, 100, 7]);
-    let key = sluice_src_key { class_id: cls as u8, family: 4, plen: 32, addr, ..Default::default() };
-    let last_ms = sluice::base::clock::wall_ms();
-    let entry = sluice_known { first_ms: last_ms - 10_000, last_ms, answers: 1000, ..Default::default() };
-    g.gate.insert_known(&[(key, entry)]).unwrap();
+    known_client(&g, cls, 1000);
     assert_eq!(g.gate.known_part(cls).unwrap().held, 1, "an insert counts at once");
     g.gate.set_known_part(cls, sluice_known_part { room: 100, held: 0 }).unwrap();
     g.expect("held 0: looked up as nobody", &dns_from("198.51.100.7"), Admitted("dns".into()));
@@ -703,4 +704,74 @@ fn a_client_is_learned_in_the_class_its_source_prefix_puts_it() {
     learned.sort();
     let (near, dns) = (g.class("near") as u8, g.class("dns") as u8);
     assert_eq!(learned, vec![(4, 198, near), (4, 203, dns), (6, 1, near), (6, 2, dns)]);
+}
+
+/// Issue 48: the last quarter of a UDP socket's buffer is its known
+/// clients'. A real socket on loopback (the test run's netns; the frame's
+/// destination) is filled past SLUICE_ROOM_UNKNOWN_PCT by datagrams nobody
+/// reads: an unknown source's datagram to it is dropped (DROP_ROOM), a known
+/// client's within its rate is admitted, in an unlimited class (the known
+/// lookup done by the room check) and a limited one with fairness (told by
+/// the tiers). Once the socket is read empty the unknown source is admitted
+/// again; a class with the rule off, or holding no known client, admits it
+/// into the full socket. A gate
+/// without the rule admits all; one that read the wrong socket or the
+/// wrong count would drop nothing or everything.
+#[test]
+fn a_crowded_socket_keeps_its_last_quarter_for_known_clients() {
+    use std::net::UdpSocket;
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).unwrap();
+    sock.set_recv_buffer_size(4096).unwrap();
+    sock.bind(&"127.0.0.1:0".parse::<std::net::SocketAddr>().unwrap().into()).unwrap();
+    let sock: UdpSocket = sock.into();
+    sock.set_nonblocking(true).unwrap();
+    let port = sock.local_addr().unwrap().port();
+    let spec = |name: &str, rate: &str| format!("{name}:rate={rate},burst=1000000,match=udp:{port}");
+    let to = |src: &str| Frame::udp(src, "127.0.0.1", 4000, port).build();
+    let fill = || {
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        for _ in 0..64 {
+            tx.send_to(&[0u8; 64], ("127.0.0.1", port)).unwrap();
+        }
+    };
+    let drain = || {
+        let mut buf = [0u8; 128];
+        let mut n = 0;
+        while sock.recv(&mut buf).is_ok() {
+            n += 1;
+        }
+        n
+    };
+    for limited in [false, true] {
+        let rate = if limited { "1000000" } else { "100000000" };
+        let mut g = TestGate::new(&[&spec("svc", rate)]);
+        clock(&mut g, 1);
+        let cls = g.class("svc");
+        let mut f = sluice_fair { room: 1, ..Default::default() };
+        if limited {
+            f = sluice_fair {
+                unknown: share(1_000_000, 1_000_000),
+                on: 1,
+                quota: 1_000_000,
+                plen4: 32,
+                plen6: 64,
+                ..f
+            };
+        }
+        g.gate.set_fairness(cls, &vec![f; g.gate.ncpus()]).unwrap();
+        known_client(&g, cls, 100_000);
+        fill();
+        let what = if limited { "limited" } else { "unlimited" };
+        g.expect(&format!("{what}: unknown, socket full"), &to("192.0.2.1"), DroppedRoom("svc".into()));
+        g.expect(&format!("{what}: known, socket full"), &to("198.51.100.7"), Admitted("svc".into()));
+        assert!(drain() > 0, "the datagrams sent were queued");
+        g.expect(&format!("{what}: unknown, socket read empty"), &to("192.0.2.1"), Admitted("svc".into()));
+        fill();
+        g.gate.set_fairness(cls, &vec![sluice_fair { room: 0, ..f }; g.gate.ncpus()]).unwrap();
+        g.expect(&format!("{what}: unknown, rule off"), &to("192.0.2.1"), Admitted("svc".into()));
+        g.gate.set_fairness(cls, &vec![f; g.gate.ncpus()]).unwrap();
+        g.gate.set_known_part(cls, sluice_known_part { room: 100, held: 0 }).unwrap();
+        g.expect(&format!("{what}: unknown, no known client held"), &to("192.0.2.1"), Admitted("svc".into()));
+        drain();
+    }
 }

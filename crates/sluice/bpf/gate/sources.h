@@ -203,16 +203,19 @@ static __always_inline void verdict_add(struct sluice_class_state *st, __u32 idx
 /*
  * A limited class: with source fairness on, known sources take the class's
  * bucket and unknown ones their share, then the unknown tier's bucket.
- * Returns the verdict counter pair (SLUICE_CS_*_PKTS) the packet lands in.
+ * Returns the verdict counter pair (SLUICE_CS_*_PKTS) the packet lands in;
+ * *known is set 1 or 0 where the tiers told a known source within its rate
+ * from the rest (left as it was without fairness).
  */
 static __always_inline __u32 admit_limited(const struct pkt *pk, __u32 cls, const struct sluice_share *sh,
-					   struct sluice_class_state *st, struct sluice_fair *f)
+					   struct sluice_class_state *st, struct sluice_fair *f, int *known)
 {
 	if (!f || !f->on || pk->family == 0)
 		return bucket_take(sh, &st->bucket) ? SLUICE_CS_ADMIT_PKTS : SLUICE_CS_DROP_RATE_PKTS;
 	struct sluice_known *v = known_entry(pk, cls);
 
-	if (v && known_within_rate(v)) {
+	*known = v && known_within_rate(v);
+	if (*known) {
 		st->cnt[SLUICE_CS_KNOWN_PKTS] += 1;
 		if (!bucket_take(sh, &st->bucket))
 			return SLUICE_CS_DROP_RATE_PKTS;

@@ -37,9 +37,11 @@ static __always_inline void cookie_bound(__u32 *off)
 }
 /*
  * The IP header's offset in the frame (at most COOKIE_L3_MAX), or
- * COOKIE_NO_L3 if the cookie paths do not take the frame; *family 4 or 6.
+ * COOKIE_NO_L3 if the socket-lookup paths (the cookies', the room check's
+ * in room.h) do not take the frame: IPv4 with options or fragmented, IPv6
+ * with an extension header, or an L4 protocol other than `l4`; *family 4 or 6.
  */
-static __always_inline __u32 cookie_l3(void *data, void *end, __u32 *family)
+static __always_inline __u32 cookie_l3(void *data, void *end, __u32 *family, __u8 l4)
 {
 	void *pos = data;
 	__be16 proto = 0;
@@ -49,14 +51,14 @@ static __always_inline __u32 cookie_l3(void *data, void *end, __u32 *family)
 	if (proto == bpf_htons(ETH_P_IP)) {
 		struct iphdr *ip = pos;
 
-		if ((void *)(ip + 1) > end || ip->ihl != 5 || ip->protocol != IPPROTO_TCP ||
+		if ((void *)(ip + 1) > end || ip->ihl != 5 || ip->protocol != l4 ||
 		    (ip->frag_off & bpf_htons(0x3fff)))
 			return COOKIE_NO_L3;
 		*family = 4;
 	} else if (proto == bpf_htons(ETH_P_IPV6)) {
 		struct ipv6hdr *ip6 = pos;
 
-		if ((void *)(ip6 + 1) > end || ip6->nexthdr != IPPROTO_TCP)
+		if ((void *)(ip6 + 1) > end || ip6->nexthdr != l4)
 			return COOKIE_NO_L3;
 		*family = 6;
 	} else {
@@ -72,7 +74,7 @@ static __always_inline __u32 cookie_l3(void *data, void *end, __u32 *family)
  */
 static __always_inline struct tcphdr *cookie_tcp(void *data, void *end, __u32 *l3, __u32 *family)
 {
-	__u32 off = cookie_l3(data, end, family);
+	__u32 off = cookie_l3(data, end, family, IPPROTO_TCP);
 	struct tcphdr *th;
 
 	if (off > COOKIE_L3_MAX)

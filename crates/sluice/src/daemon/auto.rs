@@ -68,6 +68,9 @@ struct AutoClass {
 pub struct ClassSample {
     pub seen: u64,
     pub admitted: u64,
+    /// Unknown sources' packets the gate dropped to keep the socket's room
+    /// for known clients (bpf/gate/room.h).
+    pub room_drops: u64,
     pub sock: SockStats,
 }
 
@@ -99,6 +102,9 @@ pub fn class_signals(prev: &Sample, now: &Sample, i: usize) -> Signals {
         _ => f64::INFINITY,
     };
     let delivered = (admitted - sock_drops as f64 / dt).max(0.0).min(taken);
+    // The gate's room drops are the socket's overflow made before it: loss
+    // to the controller, but never admitted, so not taken from `delivered`.
+    let sock_drops = sock_drops + n.room_drops.saturating_sub(p.room_drops);
     let carries_the_flood = offered >= PATH_SHARE * d(prev.all_seen, now.all_seen) / dt && offered > 0.0;
     let path = |a: u64, b: u64| if carries_the_flood { b.saturating_sub(a) } else { 0 };
     Signals {
@@ -246,7 +252,12 @@ impl AutoLoop {
         for c in &mut self.classes {
             c.sock = health.classes.get(c.id).map(|h| h.udp).unwrap_or_default();
             let t = totals.get(c.id).copied().unwrap_or_default();
-            classes.push(ClassSample { seen: t.seen_pkts, admitted: t.admitted_pkts, sock: c.sock });
+            classes.push(ClassSample {
+                seen: t.seen_pkts,
+                admitted: t.admitted_pkts,
+                room_drops: t.dropped_room_pkts,
+                sock: c.sock,
+            });
         }
         let in_datagrams = match self.needs_datagrams(&classes) {
             true => {

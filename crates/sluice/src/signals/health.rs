@@ -158,7 +158,14 @@ pub fn dropped(prev: &Health, now: &Health, class: usize) -> bool {
 /// service with CPU to spare, which a cut of admission would only starve.
 pub fn behind(prev: &Health, now: &Health, class: usize) -> bool {
     let (Some(p), Some(n)) = (prev.classes.get(class), now.classes.get(class)) else { return false };
-    socket_dropped(p, n) && stands(p.udp.full_queued, n.udp.full_queued, n.udp.full_rcvbuf, OVERLOAD_QUEUE)
+    socket_dropped(p, n) && queue_stands(prev, now, class)
+}
+
+/// Did a class's fullest UDP socket's queue stand over OVERLOAD_QUEUE of its
+/// buffer at both ends of the tick?
+pub fn queue_stands(prev: &Health, now: &Health, class: usize) -> bool {
+    let (Some(p), Some(n)) = (prev.classes.get(class), now.classes.get(class)) else { return false };
+    stands(p.udp.full_queued, n.udp.full_queued, n.udp.full_rcvbuf, OVERLOAD_QUEUE)
 }
 
 /// Do a class's own TCP listeners show SYN pressure between two ticks: they

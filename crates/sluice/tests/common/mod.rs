@@ -16,6 +16,7 @@ pub enum Landed {
     DroppedRate(String),
     DroppedBlocked(String),
     DroppedShare(String),
+    DroppedRoom(String),
     NonIp,
     MalformedDrop,
     MalformedPass,
@@ -104,6 +105,9 @@ impl TestGate {
             }
             if d(|t| t.dropped_share_pkts) > 0 {
                 moved.push((Landed::DroppedShare(name.clone()), d(|t| t.dropped_share_pkts)));
+            }
+            if d(|t| t.dropped_room_pkts) > 0 {
+                moved.push((Landed::DroppedRoom(name.clone()), d(|t| t.dropped_room_pkts)));
             }
             let seen = d(|t| t.seen_pkts);
             let verdicts = d(|t| t.admitted_pkts) + d(|t| t.dropped_pkts());

@@ -153,7 +153,7 @@ impl TickClass {
         let taint = self.taint;
         let Limit::Rate { pps, burst } = limit else {
             self.fair.idle();
-            return Tiers { limit, fair: None, learn, taint, under: false };
+            return Tiers { limit, fair: None, learn, room: self.learns, taint, under: false };
         };
         // The counts' rates over the tick's measured length (a tick after a
         // 500 ms calm one, or one that overran, is not 10 ms); the budget is
@@ -183,6 +183,7 @@ impl TickClass {
                 plens: (out.plen4, out.plen6),
             }),
             learn,
+            room: self.learns,
             taint,
             under: self.offered < pps as f64,
         }

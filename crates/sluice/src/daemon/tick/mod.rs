@@ -34,7 +34,9 @@ use crate::policy::budget::{Budget, BudgetClass};
 use crate::policy::config::{Config, Limit};
 use crate::policy::remap::ClassRemap;
 use crate::policy::syn_guard::SynGuards;
-use crate::signals::health::{behind, distress, dropped, path_distress, syn_pressure, Health, HealthReader, RxWork};
+use crate::signals::health::{
+    behind, distress, dropped, path_distress, queue_stands, syn_pressure, Health, HealthReader, RxWork,
+};
 use crate::signals::rx_cpu::{RxCpu, ARM_PPS};
 use crate::signals::syn_peers::{direct_bits, SynPeers};
 
@@ -362,9 +364,13 @@ impl Ticker {
             let own = self.last.as_ref().and_then(|(_, prev)| distress(prev, &now.1, id));
             let why = crate::policy::budget::cause(self.rx_cpu.distress(id), own, now.1.rx.is_some());
             c.distress = own.is_some() || why.is_some();
-            c.behind = self.last.as_ref().is_some_and(|(_, prev)| behind(prev, &now.1, id));
-            c.dropped = self.last.as_ref().is_some_and(|(_, prev)| dropped(prev, &now.1, id));
+            // The gate's room drops (bpf/gate/room.h) are the socket's
+            // overflow made before it: the tiers take them as its drops.
+            let room = c.totals.is_some_and(|o| t.dropped_room_pkts > o.dropped_room_pkts);
             c.queue = now.1.classes.get(id).and_then(|h| h.udp.fullest_share());
+            let stands = self.last.as_ref().is_some_and(|(_, prev)| queue_stands(prev, &now.1, id));
+            c.behind = self.last.as_ref().is_some_and(|(_, prev)| behind(prev, &now.1, id)) || (room && stands);
+            c.dropped = self.last.as_ref().is_some_and(|(_, prev)| dropped(prev, &now.1, id)) || room;
             c.distress_ticks += u64::from(c.distress);
             // Dropped with room: a service with sockets and no distress, under no cap
             // but sluice's own (no static rate, no budget throttle for a higher class).

@@ -80,6 +80,14 @@ pub struct ClassTotals {
     /// Bytes of those ACKs and RSTs.
     #[serde(default)]
     pub dropped_noconn_bytes: u64,
+    /// Unknown sources' UDP packets dropped because their socket was over
+    /// SLUICE_ROOM_UNKNOWN_PCT full: its last quarter is the known clients'
+    /// (bpf/gate/room.h).
+    #[serde(default)]
+    pub dropped_room_pkts: u64,
+    /// Bytes of those packets.
+    #[serde(default)]
+    pub dropped_room_bytes: u64,
 }
 
 impl From<ClassCounters> for ClassTotals {
@@ -109,13 +117,19 @@ impl From<ClassCounters> for ClassTotals {
             synack_direct: c[SLUICE_CS_SYNACK_DIRECT as usize],
             dropped_noconn_pkts: c[SLUICE_CS_DROP_NOCONN_PKTS as usize],
             dropped_noconn_bytes: c[SLUICE_CS_DROP_NOCONN_BYTES as usize],
+            dropped_room_pkts: c[SLUICE_CS_DROP_ROOM_PKTS as usize],
+            dropped_room_bytes: c[SLUICE_CS_DROP_ROOM_BYTES as usize],
         }
     }
 }
 
 impl ClassTotals {
     pub fn dropped_pkts(&self) -> u64 {
-        self.dropped_rate_pkts + self.dropped_blocked_pkts + self.dropped_share_pkts + self.dropped_noconn_pkts
+        self.dropped_rate_pkts
+            + self.dropped_blocked_pkts
+            + self.dropped_share_pkts
+            + self.dropped_noconn_pkts
+            + self.dropped_room_pkts
     }
 }
 

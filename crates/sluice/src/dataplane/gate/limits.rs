@@ -13,6 +13,9 @@ pub struct Tiers {
     pub fair: Option<FairTier>,
     /// The egress learner records the class's clients.
     pub learn: bool,
+    /// Keep room in the class's UDP sockets for its known clients
+    /// (`struct sluice_fair`'s room: see bpf/gate/room.h).
+    pub room: bool,
     /// The gate clock's last window of answers the daemon did not confirm
     /// (`struct sluice_fair`'s taint_*_ms; 0, 0: none).
     pub taint: (u64, u64),
@@ -24,7 +27,7 @@ pub struct Tiers {
 impl Tiers {
     /// One bucket for the whole class, no fairness, no learning.
     pub fn plain(limit: Limit) -> Tiers {
-        Tiers { limit, fair: None, learn: false, taint: (0, 0), under: false }
+        Tiers { limit, fair: None, learn: false, room: false, taint: (0, 0), under: false }
     }
 }
 
@@ -89,9 +92,10 @@ impl Gate {
         if now != shares {
             self.set_shares(class, &shares)?;
         }
-        // Learning (and its taint) apply with fairness on or off.
+        // Learning (and its taint) and the room rule apply with fairness on or off.
         let base = sluice_fair {
             learn: tiers.learn as u8,
+            room: tiers.room as u8,
             taint_from_ms: tiers.taint.0,
             taint_to_ms: tiers.taint.1,
             ..Default::default()

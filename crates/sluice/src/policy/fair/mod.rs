@@ -9,8 +9,10 @@
 //!
 //! - known sources (clients the service answered while the class was healthy,
 //!   recorded by the egress learner) take the class's own bucket, sized here
-//!   at KNOWN_HEADROOM times the most they sent in a tick lately (decaying
-//!   over seconds), at most 1 - UNKNOWN_MIN of the class rate;
+//!   at KNOWN_CALM_HEADROOM times the class's usual load before the flood,
+//!   or KNOWN_HEADROOM times the most they sent in a tick lately (decaying
+//!   over seconds) up to KNOWN_FLOOD_SHARE of the class rate, whichever is
+//!   more, and at most 1 - UNKNOWN_MIN of the class rate;
 //! - every other source has a slot in the gate's direct-mapped "sources"
 //!   table (shared by chance with another source: each takes it over) and is paced
 //!   at `quota` packets per epoch (one tick; the gate turns it into an
@@ -55,6 +57,20 @@ pub const UNKNOWN_MIN: f64 = 0.1;
 /// over seconds, not by the last 10 ms.
 pub const KNOWN_HEADROOM: f64 = 2.0;
 pub const KNOWN_DECAY: f64 = 0.998;
+/// The gate counts known sources only while a class is limited: sized by
+/// those counts alone, a class's first limited tick gave its known clients
+/// 1 packet/s (the bench's known client lost 40-50 queries at each onset).
+/// So the known tier is also at least KNOWN_CALM_HEADROOM times the class's
+/// usual load (a slow mean of its arrivals over healthy ticks, frozen while
+/// it is flooded: its clients' load, known or about to be), from the first
+/// limited tick: a client's burst to three times its usual rate fits.
+pub const KNOWN_CALM_HEADROOM: f64 = 3.0;
+/// What known sources send during a flood sizes the tier only up to this
+/// share of the class rate: addresses made known by a few spoofed queries
+/// while calm (issue 49, item 3: a class's part of the map, ~44k entries,
+/// at 40 packets/s each) take at most half of what the class admits, and
+/// the unknown tier keeps the rest.
+pub const KNOWN_FLOOD_SHARE: f64 = 0.5;
 /// The unknown tier is never cut below this rate.
 pub const UNKNOWN_FLOOR_PPS: f64 = 100.0;
 /// Socket distress halves the unknown tier, every COOL_TICKS at most, down
@@ -204,7 +220,7 @@ impl Fair {
     pub fn step(&mut self, t: &FairTick) -> FairOut {
         self.off_ticks = 0;
         self.known_peak_pps = (t.counts.known as f64 / t.dt).max(self.known_peak_pps * KNOWN_DECAY);
-        let known_pps = (self.known_peak_pps * KNOWN_HEADROOM).min(t.rate * (1.0 - UNKNOWN_MIN));
+        let known_pps = self.known_rate(t.rate);
         let unknown_pps = self.unknown_rate(t, t.rate - known_pps);
         let budget = (unknown_pps * t.epoch).max(1.0);
         let quota = self.next_quota(&t.counts, budget);
@@ -214,6 +230,16 @@ impl Fair {
         // a tick that runs long would cut it below the rate.
         let quota = if t.counts.active <= 1 { u32::MAX } else { self.quota.unwrap_or(budget.floor()) as u32 };
         FairOut { known_pps, unknown_pps, quota, plen4, plen6 }
+    }
+
+    /// The known tier's rate at a class rate `rate`: KNOWN_CALM_HEADROOM
+    /// times the class's usual load from the first limited tick, and
+    /// KNOWN_HEADROOM times what known sources sent lately, that part at
+    /// most KNOWN_FLOOD_SHARE of the rate; never over 1 - UNKNOWN_MIN of it.
+    fn known_rate(&self, rate: f64) -> f64 {
+        let calm = KNOWN_CALM_HEADROOM * self.usual_pps;
+        let flood = (KNOWN_HEADROOM * self.known_peak_pps).min(KNOWN_FLOOD_SHARE * rate);
+        calm.max(flood).min(rate * (1.0 - UNKNOWN_MIN))
     }
 
     /// A tick with the class not limited.

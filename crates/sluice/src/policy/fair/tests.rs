@@ -121,8 +121,33 @@ fn known_sources_get_headroom_and_unknown_ones_keep_a_minimum() {
     assert_eq!(out.known_pps, 100.0 / DT * KNOWN_HEADROOM);
     assert!((out.known_pps + out.unknown_pps - 100_000.0).abs() < 1e-6);
     let out = f.step(&tick(100_000.0, FairCounts { known: 5_000, ..Default::default() }));
-    assert_eq!(out.known_pps, 90_000.0, "known sources cannot take the unknown minimum");
-    assert_eq!(out.unknown_pps, 10_000.0);
+    assert_eq!(out.known_pps, 50_000.0, "known sources' flood-time counts take at most KNOWN_FLOOD_SHARE");
+    assert_eq!(out.unknown_pps, 50_000.0);
+    // A class whose usual load was 40k/s: its known tier from the calm,
+    // over the flood share, under the unknown minimum.
+    for _ in 0..200 {
+        f.learn(true, 40_000.0, DT);
+    }
+    let out = f.step(&tick(100_000.0, FairCounts::default()));
+    assert!((out.known_pps - 90_000.0).abs() < 1.0, "{}", out.known_pps);
+}
+
+/// Issue 48: the gate counts known sources only while the class is
+/// limited, so its first limited tick has no count. The known tier is
+/// KNOWN_CALM_HEADROOM times the class's usual load from that tick (sized
+/// by counts alone it was 0, and the gate's bucket let 1 packet/s through),
+/// and the usual load does not follow the flood.
+#[test]
+fn the_known_tier_is_sized_by_the_calm_load_from_the_first_limited_tick() {
+    let mut f = Fair::default();
+    for _ in 0..300 {
+        assert!(f.learn(true, 5_000.0, DT) || f.usual_pps < 5_000.0);
+    }
+    for _ in 0..100 {
+        f.learn(false, 400_000.0, DT);
+    }
+    let out = f.step(&tick(100_000.0, FairCounts::default()));
+    assert!((out.known_pps - KNOWN_CALM_HEADROOM * 5_000.0).abs() < 50.0, "first limited tick: {}", out.known_pps);
 }
 
 /// Do no harm (issue 21): the known tier is sized over seconds. Known

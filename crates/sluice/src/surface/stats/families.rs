@@ -39,7 +39,7 @@ pub const FAMILIES: &[FamilyDoc] = &[
         name: "class_packets",
         kind: Kind::Counter,
         labels: "class, verdict",
-        help: "packets per class and verdict (admitted, dropped_rate, dropped_blocked, dropped_share: over its source's fair share, syn_cookie: a SYN the gate answered itself, dropped_noconn: an ACK or RST of no connection while the class's SYN guard answers, or a segment its cookie paths cannot check); each packet gets one verdict, so the sum over verdicts is what the class saw",
+        help: "packets per class and verdict (admitted, dropped_rate, dropped_blocked, dropped_share: over its source's fair share, syn_cookie: a SYN the gate answered itself, dropped_noconn: an ACK or RST of no connection while the class's SYN guard answers, or a segment its cookie paths cannot check, dropped_room: an unknown source's datagram to a socket over three quarters full, whose last quarter is its known clients'); each packet gets one verdict, so the sum over verdicts is what the class saw",
     },
     FamilyDoc {
         name: "class_bytes",

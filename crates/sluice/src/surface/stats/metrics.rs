@@ -112,6 +112,7 @@ fn register_class_families(reg: &mut Registry, classes: &[ClassSnapshot]) {
             ("dropped_share", t.dropped_share_pkts, t.dropped_share_bytes),
             ("syn_cookie", t.synack_pkts, t.synack_bytes),
             ("dropped_noconn", t.dropped_noconn_pkts, t.dropped_noconn_bytes),
+            ("dropped_room", t.dropped_room_pkts, t.dropped_room_bytes),
         ] {
             let l = vec![label("class", &c.name), label("verdict", verdict)];
             pkts.get_or_create(&l).inc_by(p);
