@@ -322,6 +322,10 @@ pub(crate) struct SendArgs {
     /// Destination ADDR:PORT.
     #[arg(long)]
     pub(crate) dst: SocketAddr,
+    /// Local address to send from (one of this host's; default: the
+    /// kernel's choice for the destination).
+    #[arg(long)]
+    pub(crate) src: Option<std::net::IpAddr>,
     /// Packets per second (0 = as fast as possible).
     #[arg(long)]
     pub(crate) rate: u64,

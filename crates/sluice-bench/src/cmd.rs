@@ -322,6 +322,7 @@ pub(crate) fn cmd_serve_udp_echo(a: UdpEchoArgs) -> Result<()> {
 pub(crate) fn cmd_send(a: SendArgs) -> Result<()> {
     let o = sluice_bench::send::SendOpts {
         dst: a.dst,
+        src: a.src,
         rate: a.rate,
         duration: a.duration,
         payload: a.payload,

@@ -15,6 +15,8 @@ const SLEEP_MIN: Duration = Duration::from_micros(100);
 #[derive(Debug, Clone)]
 pub struct SendOpts {
     pub dst: SocketAddr,
+    /// Local address to send from (None: the kernel's choice).
+    pub src: Option<std::net::IpAddr>,
     /// Packets/s; 0 = as fast as the socket goes.
     pub rate: u64,
     pub duration: Duration,
@@ -45,7 +47,8 @@ impl SendReport {
 
 /// Send at `rate` for `duration`; returns what was sent.
 pub fn send_udp(o: &SendOpts) -> io::Result<SendReport> {
-    let bind: SocketAddr = if o.dst.is_ipv4() { "0.0.0.0:0".parse().unwrap() } else { "[::]:0".parse().unwrap() };
+    let any: SocketAddr = if o.dst.is_ipv4() { "0.0.0.0:0".parse().unwrap() } else { "[::]:0".parse().unwrap() };
+    let bind = o.src.map_or(any, |a| SocketAddr::new(a, 0));
     let socks: Vec<UdpSocket> = (0..o.flows.max(1))
         .map(|_| {
             let s = UdpSocket::bind(bind)?;

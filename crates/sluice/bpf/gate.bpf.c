@@ -94,6 +94,12 @@
  * one), no lock and no atomic: two CPUs counting one source may each miss
  * a count or a step of the other.
  *
+ * Room in the socket (any class holding known clients, limited or not)
+ * -------------------
+ * An admitted UDP packet of an unknown source to a socket over
+ * SLUICE_ROOM_UNKNOWN_PCT of its buffer is dropped, verdict DROP_ROOM: the
+ * rest of the buffer is the known clients' (gate/room.h).
+ *
  * Verdicts for odd input (also in the README):
  *   - not IPv4/IPv6 (ARP, LLDP, ...): XDP_PASS, counted NON_IP_PASS;
  *   - frame too short for its Ethernet/VLAN header, IP header invalid or

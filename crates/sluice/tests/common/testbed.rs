@@ -236,6 +236,19 @@ impl Testbed {
         c
     }
 
+    /// `send_on_thread` from `src`, a second address of A's (`add_addr_a`).
+    pub fn send_from_on_thread(&self, src: &str, port: u16, rate: u64, secs: f64) -> std::thread::JoinHandle<Output> {
+        let mut c = self.send_cmd(1, port, rate, secs);
+        c.args(["--src", src]);
+        std::thread::spawn(move || c.output().unwrap())
+    }
+
+    /// Give A's interface a second address, `addr` (in A's /24).
+    pub fn add_addr_a(&self, addr: &str) {
+        let out = self.cmd(&self.a, &["ip", "addr", "add", &format!("{addr}/24"), "dev", self.if_a]).output().unwrap();
+        assert!(out.status.success(), "ip addr add: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
     pub fn write(&self, name: &str, text: &str) -> PathBuf {
         let p = self.dir.join(name);
         std::fs::write(&p, text).unwrap();

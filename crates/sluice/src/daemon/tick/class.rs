@@ -136,10 +136,11 @@ impl TickClass {
     }
 
     /// What the class's buckets get: a limited class is split between known
-    /// and unknown sources; any class but the default one lets the learner
+    /// and unknown sources (`holds_known`: the class holds entries in the
+    /// known map); any class but the default one lets the learner
     /// record its clients once it has been healthy (nothing dropped, no
     /// distress) for a while.
-    pub(super) fn tiers(&mut self, limit: Limit, capacity: u32, now_ms: u64) -> Tiers {
+    pub(super) fn tiers(&mut self, limit: Limit, capacity: u32, now_ms: u64, holds_known: bool) -> Tiers {
         let healthy = !self.distress && self.admitted >= self.offered;
         let learn = self.fair.learn(healthy, self.offered, self.dt) && self.learns;
         // The learner noted answers since the last learning tick with the
@@ -169,6 +170,7 @@ impl TickClass {
             dropped: self.dropped,
             queue: self.queue,
             capacity,
+            holds_known,
         };
         let out = self.fair.step(&t);
         let tier = |r: f64| {

@@ -60,8 +60,8 @@ pub const KNOWN_DECAY: f64 = 0.998;
 /// The gate counts known sources only while a class is limited: sized by
 /// those counts alone, a class's first limited tick gave its known clients
 /// 1 packet/s (the bench's known client lost 40-50 queries at each onset).
-/// So the known tier is also at least KNOWN_CALM_HEADROOM times the class's
-/// usual load (a slow mean of its arrivals over healthy ticks, frozen while
+/// So in a class that holds known clients the known tier is also at least
+/// KNOWN_CALM_HEADROOM times the class's usual load (a slow mean of its arrivals over healthy ticks, frozen while
 /// it is flooded: its clients' load, known or about to be), from the first
 /// limited tick: a client's burst to three times its usual rate fits.
 pub const KNOWN_CALM_HEADROOM: f64 = 3.0;
@@ -163,6 +163,9 @@ pub struct FairTick {
     pub queue: Option<f64>,
     /// Entries of the sources map.
     pub capacity: u32,
+    /// The class holds entries in the known map (clients or candidates):
+    /// only then is room kept for its known clients' calm load.
+    pub holds_known: bool,
 }
 
 /// What the gate is told for the next tick.
@@ -220,7 +223,7 @@ impl Fair {
     pub fn step(&mut self, t: &FairTick) -> FairOut {
         self.off_ticks = 0;
         self.known_peak_pps = (t.counts.known as f64 / t.dt).max(self.known_peak_pps * KNOWN_DECAY);
-        let known_pps = self.known_rate(t.rate);
+        let known_pps = self.known_rate(t.rate, t.holds_known);
         let unknown_pps = self.unknown_rate(t, t.rate - known_pps);
         let budget = (unknown_pps * t.epoch).max(1.0);
         let quota = self.next_quota(&t.counts, budget);
@@ -233,11 +236,13 @@ impl Fair {
     }
 
     /// The known tier's rate at a class rate `rate`: KNOWN_CALM_HEADROOM
-    /// times the class's usual load from the first limited tick, and
-    /// KNOWN_HEADROOM times what known sources sent lately, that part at
-    /// most KNOWN_FLOOD_SHARE of the rate; never over 1 - UNKNOWN_MIN of it.
-    fn known_rate(&self, rate: f64) -> f64 {
-        let calm = KNOWN_CALM_HEADROOM * self.usual_pps;
+    /// times the class's usual load from the first limited tick (if it
+    /// `holds_known` clients: else that room would only be taken from the
+    /// unknown sources), and KNOWN_HEADROOM times what known sources sent
+    /// lately, that part at most KNOWN_FLOOD_SHARE of the rate; never over
+    /// 1 - UNKNOWN_MIN of it.
+    fn known_rate(&self, rate: f64, holds_known: bool) -> f64 {
+        let calm = if holds_known { KNOWN_CALM_HEADROOM * self.usual_pps } else { 0.0 };
         let flood = (KNOWN_HEADROOM * self.known_peak_pps).min(KNOWN_FLOOD_SHARE * rate);
         calm.max(flood).min(rate * (1.0 - UNKNOWN_MIN))
     }

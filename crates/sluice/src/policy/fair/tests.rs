@@ -3,7 +3,17 @@ use super::*;
 const DT: f64 = 0.01;
 
 fn tick(rate: f64, counts: FairCounts) -> FairTick {
-    FairTick { rate, dt: DT, epoch: DT, counts, distress: false, dropped: false, queue: None, capacity: 1 << 18 }
+    FairTick {
+        rate,
+        dt: DT,
+        epoch: DT,
+        counts,
+        distress: false,
+        dropped: false,
+        queue: None,
+        capacity: 1 << 18,
+        holds_known: true,
+    }
 }
 
 /// One epoch of the gate for unknown sources with these demands (packets per
@@ -146,8 +156,13 @@ fn the_known_tier_is_sized_by_the_calm_load_from_the_first_limited_tick() {
     for _ in 0..100 {
         f.learn(false, 400_000.0, DT);
     }
+    let mut none = f.clone();
     let out = f.step(&tick(100_000.0, FairCounts::default()));
     assert!((out.known_pps - KNOWN_CALM_HEADROOM * 5_000.0).abs() < 50.0, "first limited tick: {}", out.known_pps);
+    // A class that holds no known client keeps no room for one: its
+    // sources all take the unknown tier (a static limit's whole rate).
+    let out = none.step(&FairTick { holds_known: false, ..tick(100_000.0, FairCounts::default()) });
+    assert_eq!((out.known_pps, out.unknown_pps), (0.0, 100_000.0));
 }
 
 /// Do no harm (issue 21): the known tier is sized over seconds. Known
