@@ -107,6 +107,8 @@ struct Cell {
     pkt: Vec<u8>,
     verdict: u32,
     samples: Vec<f64>,
+    /// The socket the packet goes to, for the cases that look at it.
+    _socket: Option<std::net::UdpSocket>,
 }
 
 /// Run every case with 1, 64 and 1024 rules, and the no-op floor, in
@@ -155,7 +157,7 @@ pub fn run(repeat: u32, rounds: usize, progress: bool) -> Result<Report> {
             }
             // Drain the burst so "dropped by rate" measures the drop path.
             gate.test_run(Prog::Gate, pkt, 2_000_000)?;
-            row.push(Cell { gate, pkt: pkt.to_vec(), verdict: *verdict, samples: vec![] });
+            row.push(Cell { gate, pkt: pkt.to_vec(), verdict: *verdict, samples: vec![], _socket: None });
         }
         cells.push(row);
     }
@@ -291,11 +293,14 @@ fn syn_cost(rounds: usize) -> Result<SynCost> {
 }
 
 /// The per-source cases: (name, verdict, how the class is set up).
-const SOURCE_CASES: [(&str, u32, SourceCase); 4] = [
+const SOURCE_CASES: [(&str, u32, SourceCase); 7] = [
     ("IPv4 UDP, unknown source within its share, admitted", XDP_PASS, SourceCase::Within),
     ("IPv4 UDP, unknown source over its share, dropped", XDP_DROP, SourceCase::Over),
     ("IPv4 UDP, known source, admitted", XDP_PASS, SourceCase::Known),
     ("IPv4 UDP, fairness off, learning (notes who asked), admitted", XDP_PASS, SourceCase::Learning),
+    ("IPv4 UDP, unknown within its share, a known client held, admitted", XDP_PASS, SourceCase::Held),
+    ("IPv4 UDP, the same, socket with room (looked at 1 in 16), admitted", XDP_PASS, SourceCase::Room),
+    ("IPv4 UDP, the same, socket 3/4 full (looked at each), dropped", XDP_DROP, SourceCase::Crowded),
 ];
 
 #[derive(Clone, Copy, PartialEq)]
@@ -305,6 +310,28 @@ enum SourceCase {
     Within,
     Over,
     Known,
+    /// Within its share, the class holding a known client (another
+    /// address): the known lookup misses. Then also room kept for known
+    /// clients (bpf/gate/room.h): a real socket the packet goes to, empty
+    /// or filled past three quarters.
+    Held,
+    Room,
+    Crowded,
+}
+
+/// A UDP socket on 127.0.0.1 the cases that look at a socket send to,
+/// filled past three quarters of its buffer if `crowded`, and a frame to it.
+fn room_socket(crowded: bool) -> Result<(std::net::UdpSocket, Vec<u8>)> {
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0")?;
+    let port = sock.local_addr()?.port();
+    if crowded {
+        let tx = std::net::UdpSocket::bind("127.0.0.1:0")?;
+        // Far more than a default buffer holds: it stays full (nobody reads).
+        for _ in 0..4096 {
+            tx.send_to(&[0u8; 64], ("127.0.0.1", port))?;
+        }
+    }
+    Ok((sock, Frame::udp("10.0.0.1", "127.0.0.1", 1234, port).frame_len(64).build()))
 }
 
 /// The large sources map's kernel memory (memlock) and this process's RSS
@@ -319,7 +346,13 @@ fn source_cells(pkt: &[u8]) -> Result<(Vec<Vec<Cell>>, Memory)> {
     for (_, verdict, case) in SOURCE_CASES {
         let mut row = Vec::new();
         for many in [false, true] {
-            let cfg = config::from_flags(&["bench:rate=1G,burst=1000000,match=udp:7000".to_string()])?;
+            let looks = matches!(case, SourceCase::Held | SourceCase::Room | SourceCase::Crowded);
+            let (socket, pkt) = match looks {
+                true => room_socket(case == SourceCase::Crowded).map(|(s, p)| (Some(s), p))?,
+                false => (None, pkt.to_vec()),
+            };
+            let port = if looks { u16::from_be_bytes([pkt[36], pkt[37]]) } else { 7000 };
+            let cfg = config::from_flags(&[format!("bench:rate=1G,burst=1000000,match=udp:{port}")])?;
             let mut gate = Gate::load_with(if many { SOURCES_MANY } else { 1024 })?;
             gate.apply(&cfg, &classify::compile(&cfg)?)?;
             with_deadline(&mut gate);
@@ -341,7 +374,11 @@ fn source_cells(pkt: &[u8]) -> Result<(Vec<Vec<Cell>>, Memory)> {
                 plen6: 64,
                 ..Default::default()
             };
-            let fair = if case == SourceCase::Learning { sluice_fair { learn: 1, ..Default::default() } } else { fair };
+            let fair = match case {
+                SourceCase::Learning => sluice_fair { learn: 1, ..Default::default() },
+                SourceCase::Room | SourceCase::Crowded => sluice_fair { room: 1, ..fair },
+                _ => fair,
+            };
             gate.set_fairness(id, &vec![fair; gate.ncpus()])?;
             gate.set_clock(&Clock { epoch: 1, now_ms: sluice::base::clock::wall_ms(), known_ttl_ms: 3_600_000 });
             if many {
@@ -355,9 +392,11 @@ fn source_cells(pkt: &[u8]) -> Result<(Vec<Vec<Cell>>, Memory)> {
                     memory.1 = sluice::surface::stats::rss_bytes();
                 }
             }
-            if case == SourceCase::Known {
+            // The known source (the looking cases: another address, so the
+            // class holds a known client and the packet's source is unknown).
+            if case == SourceCase::Known || looks {
                 let mut addr = [0u8; 16];
-                addr[..4].copy_from_slice(&[10, 0, 0, 1]);
+                addr[..4].copy_from_slice(if case == SourceCase::Known { &[10, 0, 0, 1] } else { &[10, 0, 0, 9] });
                 let key = sluice_src_key { class_id: id as u8, family: 4, plen: 32, addr, ..Default::default() };
                 let last_ms = sluice::base::clock::wall_ms();
                 let first_ms = last_ms - 2000;
@@ -365,8 +404,8 @@ fn source_cells(pkt: &[u8]) -> Result<(Vec<Vec<Cell>>, Memory)> {
                 let answers = 1_000_000_000;
                 gate.insert_known(&[(key, sluice_known { first_ms, last_ms, answers, ..Default::default() })])?;
             }
-            gate.test_run(Prog::Gate, pkt, 1000)?;
-            row.push(Cell { gate, pkt: pkt.to_vec(), verdict, samples: vec![] });
+            gate.test_run(Prog::Gate, &pkt, 1000)?;
+            row.push(Cell { gate, pkt, verdict, samples: vec![], _socket: socket });
         }
         cells.push(row);
     }
