@@ -136,11 +136,10 @@ impl TickClass {
     }
 
     /// What the class's buckets get: a limited class is split between known
-    /// and unknown sources (`holds_known`: the class holds entries in the
-    /// known map); any class but the default one lets the learner
+    /// and unknown sources; any class but the default one lets the learner
     /// record its clients once it has been healthy (nothing dropped, no
     /// distress) for a while.
-    pub(super) fn tiers(&mut self, limit: Limit, capacity: u32, now_ms: u64, holds_known: bool) -> Tiers {
+    pub(super) fn tiers(&mut self, limit: Limit, capacity: u32, now_ms: u64) -> Tiers {
         let healthy = !self.distress && self.admitted >= self.offered;
         let learn = self.fair.learn(healthy, self.offered, self.dt) && self.learns;
         // The learner noted answers since the last learning tick with the
@@ -154,7 +153,8 @@ impl TickClass {
         let taint = self.taint;
         let Limit::Rate { pps, burst } = limit else {
             self.fair.idle();
-            return Tiers { limit, fair: None, learn, room: self.learns, taint, under: false };
+            let room = self.learns && self.fair.keeps_room();
+            return Tiers { limit, fair: None, learn, room, taint, under: false };
         };
         // The counts' rates over the tick's measured length (a tick after a
         // 500 ms calm one, or one that overran, is not 10 ms); the budget is
@@ -170,7 +170,6 @@ impl TickClass {
             dropped: self.dropped,
             queue: self.queue,
             capacity,
-            holds_known,
         };
         let out = self.fair.step(&t);
         let tier = |r: f64| {
@@ -185,7 +184,7 @@ impl TickClass {
                 plens: (out.plen4, out.plen6),
             }),
             learn,
-            room: self.learns,
+            room: self.learns && self.fair.keeps_room(),
             taint,
             under: self.offered < pps as f64,
         }

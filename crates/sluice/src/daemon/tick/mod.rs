@@ -289,9 +289,7 @@ impl Ticker {
             if let Some(from) = c.decided.replace(limit).filter(|&l| l != limit) {
                 self.changes.push((id, Change { from, to: limit, cause }));
             }
-            // Read only for a limited class (a map lookup): the others have no tiers.
-            let holds_known = matches!(limit, Limit::Rate { .. }) && gate.known_part(id).is_ok_and(|p| p.held > 0);
-            let tiers = c.tiers(limit, gate.sources_capacity(), self.now_ms, holds_known);
+            let tiers = c.tiers(limit, gate.sources_capacity(), self.now_ms);
             // An unlimited or blocked class needs writing only when its tiers
             // (its limit, its learning) change.
             let fixed = matches!(limit, Limit::Unlimited | Limit::Blocked | Limit::Auto(_));
@@ -562,7 +560,7 @@ mod tests {
         let mut c = TickClass::new(1, limit, true);
         c.dt = 0.5;
         c.counts.known = 300;
-        let t = c.tiers(limit, 1 << 18, 1_000_000, true);
+        let t = c.tiers(limit, 1 << 18, 1_000_000);
         let Limit::Rate { pps, .. } = t.limit else { panic!("a rate: {:?}", t.limit) };
         assert_eq!(pps as f64, 600.0 * KNOWN_HEADROOM, "{:?}", t.limit);
     }

@@ -3,17 +3,7 @@ use super::*;
 const DT: f64 = 0.01;
 
 fn tick(rate: f64, counts: FairCounts) -> FairTick {
-    FairTick {
-        rate,
-        dt: DT,
-        epoch: DT,
-        counts,
-        distress: false,
-        dropped: false,
-        queue: None,
-        capacity: 1 << 18,
-        holds_known: true,
-    }
+    FairTick { rate, dt: DT, epoch: DT, counts, distress: false, dropped: false, queue: None, capacity: 1 << 18 }
 }
 
 /// One epoch of the gate for unknown sources with these demands (packets per
@@ -131,38 +121,25 @@ fn known_sources_get_headroom_and_unknown_ones_keep_a_minimum() {
     assert_eq!(out.known_pps, 100.0 / DT * KNOWN_HEADROOM);
     assert!((out.known_pps + out.unknown_pps - 100_000.0).abs() < 1e-6);
     let out = f.step(&tick(100_000.0, FairCounts { known: 5_000, ..Default::default() }));
-    assert_eq!(out.known_pps, 50_000.0, "known sources' flood-time counts take at most KNOWN_FLOOD_SHARE");
+    assert_eq!(out.known_pps, 50_000.0, "known sources take at most KNOWN_FLOOD_SHARE");
     assert_eq!(out.unknown_pps, 50_000.0);
-    // A class whose usual load was 40k/s: its known tier from the calm,
-    // over the flood share, under the unknown minimum.
-    for _ in 0..200 {
-        f.learn(true, 40_000.0, DT);
-    }
-    let out = f.step(&tick(100_000.0, FairCounts::default()));
-    assert!((out.known_pps - 90_000.0).abs() < 1.0, "{}", out.known_pps);
 }
 
 /// Issue 48: the gate counts known sources only while the class is
-/// limited, so its first limited tick has no count. The known tier is
-/// KNOWN_CALM_HEADROOM times the class's usual load from that tick (sized
-/// by counts alone it was 0, and the gate's bucket let 1 packet/s through),
-/// and the usual load does not follow the flood.
+/// limited, so its first limited tick has no count. That tick gives both
+/// tiers the whole rate (sized by no count, the known tier was 0 and the
+/// gate's bucket let 1 packet/s through); from the next, the counts size it.
 #[test]
-fn the_known_tier_is_sized_by_the_calm_load_from_the_first_limited_tick() {
+fn the_first_limited_tick_holds_no_known_client_back() {
     let mut f = Fair::default();
-    for _ in 0..300 {
-        assert!(f.learn(true, 5_000.0, DT) || f.usual_pps < 5_000.0);
-    }
-    for _ in 0..100 {
-        f.learn(false, 400_000.0, DT);
-    }
-    let mut none = f.clone();
     let out = f.step(&tick(100_000.0, FairCounts::default()));
-    assert!((out.known_pps - KNOWN_CALM_HEADROOM * 5_000.0).abs() < 50.0, "first limited tick: {}", out.known_pps);
-    // A class that holds no known client keeps no room for one: its
-    // sources all take the unknown tier (a static limit's whole rate).
-    let out = none.step(&FairTick { holds_known: false, ..tick(100_000.0, FairCounts::default()) });
-    assert_eq!((out.known_pps, out.unknown_pps), (0.0, 100_000.0));
+    assert_eq!((out.known_pps, out.unknown_pps), (100_000.0, 100_000.0));
+    let out = f.step(&tick(100_000.0, FairCounts { known: 50, ..Default::default() }));
+    assert_eq!(out.known_pps, 50.0 / DT * KNOWN_HEADROOM, "counted: sized by the count");
+    let mut none = Fair::default();
+    none.step(&tick(100_000.0, FairCounts::default()));
+    let out = none.step(&tick(100_000.0, FairCounts::default()));
+    assert_eq!(out.known_pps, 0.0, "no known client came: no room kept after the first tick");
 }
 
 /// Do no harm (issue 21): the known tier is sized over seconds. Known
@@ -314,4 +291,28 @@ fn a_probe_of_the_class_rate_reaches_the_unknown_tier_only_by_its_regrowth() {
     let no_known = |rate: f64| FairTick { counts: FairCounts { known: 0, ..counts }, ..at(rate) };
     let base = alone.step(&no_known(100_000.0)).unknown_pps;
     assert!(alone.step(&no_known(125_000.0)).unknown_pps > 1.2 * base, "nobody known: the tier follows the rate");
+}
+
+/// Issue 48, do no harm: a class keeps room in its sockets for known
+/// clients for ROOM_HOLD_SECS after a surge only; a service its own clients
+/// hold at its knee (a steady load, however high) keeps none, so its
+/// clients not known yet are never dropped for it.
+#[test]
+fn room_for_known_clients_is_kept_after_a_surge_only() {
+    let mut f = Fair::default();
+    for _ in 0..300 {
+        f.learn(true, 50_000.0, DT);
+    }
+    assert!(!f.keeps_room(), "a steady load, calm or at the knee: no room");
+    f.learn(false, 500_000.0, DT);
+    assert!(f.keeps_room(), "a surge: room at once");
+    let ticks = (ROOM_HOLD_SECS / DT).round() as usize;
+    for _ in 0..ticks - 2 {
+        f.learn(true, 50_000.0, DT);
+    }
+    assert!(f.keeps_room(), "held after the surge");
+    for _ in 0..3 {
+        f.learn(true, 50_000.0, DT);
+    }
+    assert!(!f.keeps_room(), "let go ROOM_HOLD_SECS after it");
 }
