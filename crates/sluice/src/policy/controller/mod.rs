@@ -303,14 +303,9 @@ impl Controller {
         // calm load: a service its own clients keep at its knee (dnsperf at
         // 90% of NSD's capacity) drops steadily too, and a limit would
         // only add the gate's drops to its socket's.
-        // A class flooded from the daemon's first ticks never showed a calm
-        // load: its arrivals are weighed against what the service reads
-        // now (without, only an unbroken loss run of ENGAGE_TICKS engaged
-        // it, and a starved reader whose queue dipped under half now and
-        // then was flooded unlimited for seconds: the auto test, 1 run in 4
-        // in a fresh-clone CI run).
-        let calm = if self.calm_capacity > 0.0 { self.calm_capacity } else { self.est.capacity };
-        let steady = self.est.steady_loss() && calm > 0.0 && self.est.admitted_mean() >= STEADY_SURGE * calm;
+        let steady = self.est.steady_loss()
+            && self.calm_capacity > 0.0
+            && self.est.admitted_mean() >= STEADY_SURGE * self.calm_capacity;
         if self.est.quiet() {
             self.calm_capacity = self.est.capacity;
         }
