@@ -10,14 +10,14 @@
 //! - known sources (clients the service answered while the class was healthy,
 //!   recorded by the egress learner) take the class's own bucket, sized here
 //!   at KNOWN_HEADROOM times the most they sent in a tick lately (decaying
-//!   over seconds), at most KNOWN_FLOOD_SHARE of the class rate (on the
+//!   over seconds), at most 1 - UNKNOWN_MIN of the class rate (on the
 //!   first limited tick, with no count yet, the whole rate);
 //! - every other source has a slot in the gate's direct-mapped "sources"
 //!   table (shared by chance with another source: each takes it over) and is paced
 //!   at `quota` packets per epoch (one tick; the gate turns it into an
 //!   interval per packet: see SLUICE_SRC_BURST_* in sluice.h); what is
 //!   within its share takes the unknown tier's bucket, the rest of the rate
-//!   at least half of it (new clients are never locked out).
+//!   and never less than UNKNOWN_MIN of it (new clients are never locked out).
 //!
 //! The quota is the max-min fair share, found from what the gate counted
 //! in the last epoch with the quota then in force (q): `under` packets were
@@ -53,19 +53,18 @@
 /// (half in 3.5 s), so a known client's bursts and returns find room sized
 /// over seconds, not by the last 10 ms.
 pub const KNOWN_HEADROOM: f64 = 2.0;
+/// The unknown tier keeps at least this share of the class rate. (Half was
+/// tried, to bound what addresses poisoned while calm can claim, issue 49
+/// item 3, and taken back: where a service's load is its known clients,
+/// held at its knee, their packets over half the rate would be dropped.)
+pub const UNKNOWN_MIN: f64 = 0.1;
 pub const KNOWN_DECAY: f64 = 0.998;
-/// What known sources send during a flood sizes the tier only up to this
-/// share of the class rate: addresses made known by a few spoofed queries
-/// while calm (issue 49, item 3: a class's part of the map, ~44k entries,
-/// at 40 packets/s each) take at most half of what the class admits, and
-/// the unknown tier keeps the rest.
-pub const KNOWN_FLOOD_SHARE: f64 = 0.5;
 /// The unknown tier is never cut below this rate.
 pub const UNKNOWN_FLOOR_PPS: f64 = 100.0;
 /// Socket distress halves the unknown tier, every COOL_TICKS at most, down
 /// to CUT_FLOOR of the class rate (at least UNKNOWN_FLOOR_PPS: new clients
 /// keep a way in); it grows back by REGROW per healthy tick. The floor is
-/// far below the half the known tier leaves because the class rate itself may be far above what
+/// far below UNKNOWN_MIN because the class rate itself may be far above what
 /// the service can take (the auto controller's estimate, mid-probe).
 pub const CUT: f64 = 0.5;
 /// The cut for socket drops without a standing queue: a tenth, so a tier
@@ -237,9 +236,9 @@ impl Fair {
     }
 
     /// The known tier's rate at a class rate `rate`: KNOWN_HEADROOM times
-    /// what known sources sent lately, at most KNOWN_FLOOD_SHARE of the rate.
+    /// what known sources sent lately, at most 1 - UNKNOWN_MIN of the rate.
     fn known_rate(&self, rate: f64) -> f64 {
-        (KNOWN_HEADROOM * self.known_peak_pps).min(KNOWN_FLOOD_SHARE * rate)
+        (KNOWN_HEADROOM * self.known_peak_pps).min((1.0 - UNKNOWN_MIN) * rate)
     }
 
     /// A tick with the class not limited.

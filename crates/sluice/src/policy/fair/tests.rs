@@ -121,8 +121,8 @@ fn known_sources_get_headroom_and_unknown_ones_keep_a_minimum() {
     assert_eq!(out.known_pps, 100.0 / DT * KNOWN_HEADROOM);
     assert!((out.known_pps + out.unknown_pps - 100_000.0).abs() < 1e-6);
     let out = f.step(&tick(100_000.0, FairCounts { known: 5_000, ..Default::default() }));
-    assert_eq!(out.known_pps, 50_000.0, "known sources take at most KNOWN_FLOOD_SHARE");
-    assert_eq!(out.unknown_pps, 50_000.0);
+    assert_eq!(out.known_pps, 90_000.0, "known sources cannot take the unknown minimum");
+    assert_eq!(out.unknown_pps, 10_000.0);
 }
 
 /// Issue 48: the gate counts known sources only while the class is
