@@ -320,8 +320,8 @@ enum SourceCase {
 }
 
 /// A UDP socket on 127.0.0.1 the cases that look at a socket send to,
-/// filled past three quarters of its buffer if `crowded`, and a frame to it.
-fn room_socket(crowded: bool) -> Result<(std::net::UdpSocket, Vec<u8>)> {
+/// filled past three quarters of its buffer if `crowded`, and its port.
+fn room_socket(crowded: bool) -> Result<(std::net::UdpSocket, u16)> {
     let sock = std::net::UdpSocket::bind("127.0.0.1:0")?;
     let port = sock.local_addr()?.port();
     if crowded {
@@ -331,7 +331,7 @@ fn room_socket(crowded: bool) -> Result<(std::net::UdpSocket, Vec<u8>)> {
             tx.send_to(&[0u8; 64], ("127.0.0.1", port))?;
         }
     }
-    Ok((sock, Frame::udp("10.0.0.1", "127.0.0.1", 1234, port).frame_len(64).build()))
+    Ok((sock, port))
 }
 
 /// The large sources map's kernel memory (memlock) and this process's RSS
@@ -347,11 +347,13 @@ fn source_cells(pkt: &[u8]) -> Result<(Vec<Vec<Cell>>, Memory)> {
         let mut row = Vec::new();
         for many in [false, true] {
             let looks = matches!(case, SourceCase::Held | SourceCase::Room | SourceCase::Crowded);
-            let (socket, pkt) = match looks {
-                true => room_socket(case == SourceCase::Crowded).map(|(s, p)| (Some(s), p))?,
-                false => (None, pkt.to_vec()),
+            let (socket, port, pkt) = match looks {
+                true => {
+                    let (s, port) = room_socket(case == SourceCase::Crowded)?;
+                    (Some(s), port, Frame::udp("10.0.0.1", "127.0.0.1", 1234, port).frame_len(64).build())
+                }
+                false => (None, 7000, pkt.to_vec()),
             };
-            let port = if looks { u16::from_be_bytes([pkt[36], pkt[37]]) } else { 7000 };
             let cfg = config::from_flags(&[format!("bench:rate=1G,burst=1000000,match=udp:{port}")])?;
             let mut gate = Gate::load_with(if many { SOURCES_MANY } else { 1024 })?;
             gate.apply(&cfg, &classify::compile(&cfg)?)?;

@@ -79,7 +79,7 @@ static __always_inline enum cookie_verdict cookie_ack(struct __sk_buff *skb, voi
 	enum cookie_verdict ret = COOKIE_NONE;
 
 	cookie_addrs_of(ip, family, &a);
-	size = cookie_tuple(&a, th, &tuple);
+	size = cookie_tuple(&a, th->source, th->dest, &tuple);
 	skc = bpf_skc_lookup_tcp(skb, &tuple, size, BPF_F_CURRENT_NETNS, 0);
 	if (!skc)
 		return COOKIE_NOT_LISTENER; /* no socket: the kernel answers with a RST */

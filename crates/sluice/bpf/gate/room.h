@@ -37,6 +37,7 @@ static __always_inline int socket_crowded(struct xdp_md *ctx)
 {
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
+	struct cookie_addrs a = {};
 	struct bpf_sock_tuple t = {};
 	struct bpf_sock *sk;
 	struct udphdr *uh;
@@ -55,19 +56,8 @@ static __always_inline int socket_crowded(struct xdp_md *ctx)
 	uh = ip + (family == 4 ? sizeof(struct iphdr) : sizeof(struct ipv6hdr));
 	if ((void *)(uh + 1) > end)
 		return 0;
-	if (family == 4) {
-		t.ipv4.saddr = ((struct iphdr *)ip)->saddr;
-		t.ipv4.daddr = ((struct iphdr *)ip)->daddr;
-		t.ipv4.sport = uh->source;
-		t.ipv4.dport = uh->dest;
-		size = sizeof(t.ipv4);
-	} else {
-		__builtin_memcpy(t.ipv6.saddr, &((struct ipv6hdr *)ip)->saddr, 16);
-		__builtin_memcpy(t.ipv6.daddr, &((struct ipv6hdr *)ip)->daddr, 16);
-		t.ipv6.sport = uh->source;
-		t.ipv6.dport = uh->dest;
-		size = sizeof(t.ipv6);
-	}
+	cookie_addrs_of(ip, family, &a);
+	size = cookie_tuple(&a, uh->source, uh->dest, &t);
 	sk = bpf_sk_lookup_udp(ctx, &t, size, BPF_F_CURRENT_NETNS, 0);
 	if (!sk)
 		return 0;

@@ -99,21 +99,22 @@ static __always_inline void cookie_addrs_of(const void *ip, __u32 family, struct
 	__builtin_memcpy(a->words, &((const struct ipv6hdr *)ip)->saddr, 32);
 }
 
-/* The socket lookup's tuple of a segment the client sent; its size. */
-static __always_inline __u32 cookie_tuple(const struct cookie_addrs *a, const struct tcphdr *th,
+/* The socket lookup's tuple of a packet the client sent (its ports as in
+ * its L4 header, TCP's or UDP's); its size. */
+static __always_inline __u32 cookie_tuple(const struct cookie_addrs *a, __be16 sport, __be16 dport,
 					  struct bpf_sock_tuple *t)
 {
 	if (a->family == 4) {
 		t->ipv4.saddr = a->words[0];
 		t->ipv4.daddr = a->words[1];
-		t->ipv4.sport = th->source;
-		t->ipv4.dport = th->dest;
+		t->ipv4.sport = sport;
+		t->ipv4.dport = dport;
 		return sizeof(t->ipv4);
 	}
 	__builtin_memcpy(t->ipv6.saddr, &a->words[0], 16);
 	__builtin_memcpy(t->ipv6.daddr, &a->words[4], 16);
-	t->ipv6.sport = th->source;
-	t->ipv6.dport = th->dest;
+	t->ipv6.sport = sport;
+	t->ipv6.dport = dport;
 	return sizeof(t->ipv6);
 }
 
@@ -191,7 +192,7 @@ static __always_inline enum lookup_found look_up(struct xdp_md *ctx, const struc
 						 const struct tcphdr *th, int for_cookie)
 {
 	struct bpf_sock_tuple tuple = {};
-	__u32 size = cookie_tuple(a, th, &tuple);
+	__u32 size = cookie_tuple(a, th->source, th->dest, &tuple);
 	struct bpf_sock *skc = bpf_skc_lookup_tcp(ctx, &tuple, size, BPF_F_CURRENT_NETNS, 0);
 	enum lookup_found found;
 
@@ -271,7 +272,7 @@ static __always_inline int xdp_tracked(struct xdp_md *ctx, const struct cookie_a
 {
 	struct bpf_ct_opts___sl opts = { .netns_id = BPF_F_CURRENT_NETNS, .l4proto = IPPROTO_TCP };
 	struct bpf_sock_tuple tuple = {};
-	__u32 size = cookie_tuple(a, th, &tuple);
+	__u32 size = cookie_tuple(a, th->source, th->dest, &tuple);
 	struct nf_conn *ct;
 
 	if (!bpf_xdp_ct_lookup || !bpf_ct_release)

@@ -48,16 +48,16 @@
 //! share, the unknown tier gives way until the queue sits at the target,
 //! with room left for a known client's burst.
 
-/// The known tier's bucket is this many times what known sources sent
-/// recently: the highest rate of a tick, decaying by KNOWN_DECAY a tick
-/// (half in 3.5 s), so a known client's bursts and returns find room sized
-/// over seconds, not by the last 10 ms.
-pub const KNOWN_HEADROOM: f64 = 2.0;
 /// The unknown tier keeps at least this share of the class rate. (Half was
 /// tried, to bound what addresses poisoned while calm can claim, issue 49
 /// item 3, and taken back: where a service's load is its known clients,
 /// held at its knee, their packets over half the rate would be dropped.)
 pub const UNKNOWN_MIN: f64 = 0.1;
+/// The known tier's bucket is this many times what known sources sent
+/// recently: the highest rate of a tick, decaying by KNOWN_DECAY a tick
+/// (half in 3.5 s), so a known client's bursts and returns find room sized
+/// over seconds, not by the last 10 ms.
+pub const KNOWN_HEADROOM: f64 = 2.0;
 pub const KNOWN_DECAY: f64 = 0.998;
 /// The unknown tier is never cut below this rate.
 pub const UNKNOWN_FLOOR_PPS: f64 = 100.0;
