@@ -135,16 +135,43 @@ pub fn run(repeat: u32, rounds: usize, progress: bool) -> Result<Report> {
     let v4_udp = Frame::udp("10.0.0.1", "10.0.0.2", 1234, 7000).frame_len(64).build();
     let v6_udp = Frame::udp(&v6(1), &v6(2), 1234, 7000).frame_len(64).build();
     let v4_tcp = Frame::tcp("10.0.0.1", "10.0.0.2", 1234, 7000).frame_len(64).build();
-    let cases: Vec<(&str, &[u8], &str, u32, bool)> = vec![
-        ("IPv4 UDP, admitted", &v4_udp, "1G", XDP_PASS, false),
-        ("IPv4 UDP, dropped by rate", &v4_udp, "1", XDP_DROP, false),
-        ("IPv6 UDP, admitted", &v6_udp, "1G", XDP_PASS, false),
-        ("IPv4 TCP, admitted", &v4_tcp, "1G", XDP_PASS, false),
-        ("IPv4 UDP, source-prefix rules, admitted", &v4_udp, "1G", XDP_PASS, true),
+    let host = HostSockets::new()?;
+    let (outside, no_socket, reply) =
+        (host.frame(HostCase::Outside), host.frame(HostCase::NoSocket), host.frame(HostCase::Reply));
+    let cases: Vec<GateCase> = vec![
+        ("IPv4 UDP, admitted", &v4_udp, "1G", XDP_PASS, false, None),
+        ("IPv4 UDP, dropped by rate", &v4_udp, "1", XDP_DROP, false, None),
+        ("IPv6 UDP, admitted", &v6_udp, "1G", XDP_PASS, false, None),
+        ("IPv4 TCP, admitted", &v4_tcp, "1G", XDP_PASS, false, None),
+        ("IPv4 UDP, source-prefix rules, admitted", &v4_udp, "1G", XDP_PASS, true, None),
+        (
+            "IPv4 UDP, default class, dropped, port outside the ephemeral range",
+            &outside,
+            "1G",
+            XDP_DROP,
+            false,
+            Some(HostCase::Outside),
+        ),
+        (
+            "IPv4 UDP, default class, dropped, ephemeral port (socket lookup: none)",
+            &no_socket,
+            "1G",
+            XDP_DROP,
+            false,
+            Some(HostCase::NoSocket),
+        ),
+        (
+            "IPv4 UDP, default class, a reply to a connected socket, passed",
+            &reply,
+            "1G",
+            XDP_PASS,
+            false,
+            Some(HostCase::Reply),
+        ),
     ];
     let (mut source_cells, memory) = source_cells(&v4_udp)?;
     let mut cells: Vec<Vec<Cell>> = Vec::new();
-    for (_, pkt, rate, verdict, prefixes) in &cases {
+    for (_, pkt, rate, verdict, prefixes, host_case) in &cases {
         let mut row = Vec::new();
         for &n in &rules {
             let cfg = config_with_rules(n, rate, *prefixes)?;
@@ -154,6 +181,11 @@ pub fn run(repeat: u32, rounds: usize, progress: bool) -> Result<Report> {
             let bench = cfg.class_id("bench").expect("the bench class");
             if let Limit::Rate { pps, burst } = cfg.classes[bench].limit {
                 gate.set_shares(bench, &vec![share(pps, burst); gate.ncpus()])?;
+            }
+            if host_case.is_some() {
+                // As "dropped by rate": rate 1, its burst drained below.
+                gate.set_shares(cfg.default_class, &vec![share(1, 1_000_000); gate.ncpus()])?;
+                gate.set_ephemeral(Some(host.range));
             }
             // Drain the burst so "dropped by rate" measures the drop path.
             gate.test_run(Prog::Gate, pkt, 2_000_000)?;
@@ -175,7 +207,8 @@ pub fn run(repeat: u32, rounds: usize, progress: bool) -> Result<Report> {
         bar.inc(1);
     }
     bar.finish_and_clear();
-    let rows = rows_of(cases.iter().map(|(name, _, _, verdict, _)| (*name, *verdict)), &mut cells);
+    let rows = rows_of(cases.iter().map(|(name, _, _, verdict, _, _)| (*name, *verdict)), &mut cells);
+    drop(host);
     let source_rows = rows_of(SOURCE_CASES.iter().map(|(name, verdict, _)| (*name, *verdict)), &mut source_cells);
     let noop_min_ns = noop.iter().copied().fold(f64::INFINITY, f64::min);
     let syn = syn_cost(rounds)?;
@@ -193,6 +226,53 @@ pub fn run(repeat: u32, rounds: usize, progress: bool) -> Result<Report> {
         rounds,
         syn,
     })
+}
+
+/// A row of the main table: its name, the frame, the bench class's rate,
+/// the verdict it must get, source-prefix rules or not, and the default
+/// class's case if it is one.
+type GateCase<'a> = (&'a str, &'a [u8], &'a str, u32, bool, Option<HostCase>);
+
+/// The default class's cases (bpf/gate/host.h), its limit 1/s: a
+/// datagram it drops to a port outside the ephemeral range (no lookup), to
+/// an ephemeral port where no socket is (the socket lookup finds none), and
+/// a reply to a connected socket (the lookup finds it: passed).
+#[derive(Clone, Copy, PartialEq)]
+enum HostCase {
+    Outside,
+    NoSocket,
+    Reply,
+}
+
+/// The sockets the default class's cases look for, on loopback.
+struct HostSockets {
+    /// Connected to 127.0.0.2:5353.
+    connected: std::net::UdpSocket,
+    /// A port in the range that no socket holds (one that was bound, then closed).
+    free_port: u16,
+    /// The host's ephemeral range (its default where unreadable).
+    range: (u16, u16),
+}
+
+impl HostSockets {
+    fn new() -> Result<HostSockets> {
+        let connected = std::net::UdpSocket::bind("127.0.0.1:0")?;
+        connected.connect("127.0.0.2:5353")?;
+        let free_port = std::net::UdpSocket::bind("127.0.0.1:0")?.local_addr()?.port();
+        let text = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap_or_default();
+        let mut it = text.split_whitespace().filter_map(|w| w.parse::<u16>().ok());
+        let range = it.next().zip(it.next()).unwrap_or((32768, 60999));
+        Ok(HostSockets { connected, free_port, range })
+    }
+
+    fn frame(&self, case: HostCase) -> Vec<u8> {
+        let port = match case {
+            HostCase::Outside => 9,
+            HostCase::NoSocket => self.free_port,
+            HostCase::Reply => self.connected.local_addr().map_or(0, |a| a.port()),
+        };
+        Frame::udp("127.0.0.2", "127.0.0.1", 5353, port).frame_len(64).build()
+    }
 }
 
 /// A SYN answered by the gate (a cookie SYN-ACK built in the frame,

@@ -94,6 +94,13 @@
  * one), no lock and no atomic: two CPUs counting one source may each miss
  * a count or a step of the other.
  *
+ * What the host needs (the default class)
+ * -------------------
+ * A packet of the default class its limit would drop is passed if it is a
+ * reply to a connection of the host's own (its socket found), or IPv6
+ * neighbour discovery or a PMTU message (at most SLUICE_HOST_ICMP_PPS per
+ * CPU): counted HOST_REPLY, HOST_ICMP (gate/host.h).
+ *
  * Room in the socket (any class holding known clients, limited or not)
  * -------------------
  * An admitted UDP packet of an unknown source to a socket over
@@ -149,6 +156,7 @@ char LICENSE[] SEC("license") = "GPL";
 #include "gate/sources.h"
 #include "gate/synack.h"
 #include "gate/room.h"
+#include "gate/host.h"
 #include "gate/checker.h"
 
 /* An admitted packet: passed here, or sent away (see `away`). */
@@ -291,6 +299,10 @@ int sluice_gate(struct xdp_md *ctx)
 	else if (sh->mode == SLUICE_MODE_LIMITED)
 		idx = admit_limited(&pk, cls, sh, st, f, &known);
 	else
+		idx = SLUICE_CS_ADMIT_PKTS;
+	/* What the host needs is kept out of its default class's limit (gate/host.h). */
+	if ((idx == SLUICE_CS_DROP_RATE_PKTS || idx == SLUICE_CS_DROP_SHARE_PKTS) &&
+	    cls == settings.verdicts[gen].default_class && host_needs(ctx, &pk))
 		idx = SLUICE_CS_ADMIT_PKTS;
 	/* The last of the socket's buffer is its known clients' (gate/room.h). */
 	if (idx == SLUICE_CS_ADMIT_PKTS && f && f->room && pk.slot == SLUICE_SLOT_UDP && !pk.fragment &&

@@ -385,6 +385,8 @@ enum sluice_global_stat {
 	SLUICE_GS_UNASKED,         /* info: the learner skipped a reply to a peer that had asked the class nothing */
 	SLUICE_GS_STALE_PASS,      /* info: past the daemon's deadline, passed instead of dropped or answered */
 	SLUICE_GS_ODD_L3_DROP,     /* info: while a SYN guard answers, a SYN, ACK or RST after IPv4 options or IPv6 extension headers, dropped (also its class's DROP_NOCONN) */
+	SLUICE_GS_HOST_REPLY,      /* info: a default-class packet its limit would drop, passed as a reply to a connection of the host's own (gate/host.h) */
+	SLUICE_GS_HOST_ICMP,       /* info: the same, passed as IPv6 neighbour discovery or a PMTU message (gate/host.h) */
 	SLUICE_GS_NR,
 };
 #define SLUICE_GS_VERDICT_NR 3
@@ -420,7 +422,18 @@ struct sluice_settings {
 	__u32 syn_allow;         /* SLUICE_SYN_*: what the namespace's TCP settings let a gate cookie carry */
 	__u64 syn_key[2];        /* the SYN cookies' SipHash key (random, drawn at start; 0: no cookies) */
 	__u64 alive_until_ns;    /* CLOCK_MONOTONIC ns (coarse): past it the daemon stalled and the gate fails open (0: no deadline) */
+	__u16 ephemeral_lo;      /* net.ipv4.ip_local_port_range: the ports the host's own connections take (gate/host.h) */
+	__u16 ephemeral_hi;      /* (both 0: every port) */
+	__u32 _pad_host;
 };
+
+/*
+ * What the host needs (gate/host.h): IPv6 neighbour discovery and PMTU
+ * messages that the default class's limit would drop are passed at up to
+ * this rate per CPU (a bucket of their own, this deep).
+ */
+#define SLUICE_HOST_ICMP_PPS 1000
+#define SLUICE_HOST_ICMP_BURST 100
 
 /*
  * SYN cookies at the driver (syncookie.h). A cookie is made in one slot of

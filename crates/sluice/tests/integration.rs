@@ -516,6 +516,58 @@ mod known {
     }
 }
 
+/// Issue 49 item 9: what the host needs from its default class, with real
+/// traffic through the daemon.
+mod host {
+    use super::*;
+
+    /// A resolver's queries to its upstream, the default class (where their
+    /// answers land, on the query socket's ephemeral port) limited to 200/s
+    /// and flooded at a closed port: every answer comes back, counted as a
+    /// reply to the host's own connection. On a gate without the rule the
+    /// answers share the 200/s with the flood (about 1 in 100 comes back).
+    #[test]
+    fn a_flooded_default_class_passes_the_answers_to_the_hosts_own_queries() {
+        let mut tb = Testbed::new();
+        tb.start_gate(&["--class", "default:rate=200,burst=20"]);
+        let a = tb.a.clone();
+        tb.spawn_load(&a, &["serve", "udp-echo", "--port", "5300", "--json", "--duration", "8"]);
+        std::thread::sleep(Duration::from_millis(300));
+        let flood = tb.send_on_thread(0, 9, 50_000, 3.0);
+        std::thread::sleep(Duration::from_millis(300));
+        let upstream = format!("{}:5300", tb.ip_a);
+        let (asked, answered) = in_netns(&tb.b, move || {
+            let s = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+            s.connect(&upstream).unwrap();
+            s.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+            let (mut asked, mut answered, mut buf) = (0u64, 0u64, [0u8; 64]);
+            let end = Instant::now() + Duration::from_secs(2);
+            while Instant::now() < end && asked < 400 {
+                asked += 1;
+                s.send(&asked.to_be_bytes()).unwrap();
+                if s.recv(&mut buf).is_ok() {
+                    answered += 1;
+                }
+            }
+            (asked, answered)
+        });
+        let out = flood.join().unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let s = tb.status();
+        let d = s.classes.iter().find(|c| c.name == "default").unwrap();
+        eprintln!(
+            "asked {asked}, answered {answered}; flood sent {}; default class dropped {}, host replies {}",
+            v["sent"],
+            d.totals.dropped_pkts(),
+            s.global.host_reply
+        );
+        assert!(d.totals.dropped_pkts() > 10 * asked, "the flood was limited: {} dropped", d.totals.dropped_pkts());
+        assert!(answered as f64 >= 0.99 * asked as f64, "answered {answered} of {asked}");
+        assert!(asked >= 50, "asked {asked} in 2 s");
+        assert!(s.global.host_reply > 0, "counted as replies to the host's connections");
+    }
+}
+
 /// Issue 25: an always-on daemon with nothing to control ticks slowly, and
 /// the first packets of a flood wake it through the gate: it ticks at 10 ms
 /// again at once (a calm loop runs about 2 ticks a second).

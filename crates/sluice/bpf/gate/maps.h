@@ -117,6 +117,14 @@ struct {
 	__type(value, __u64);
 } global_stats SEC(".maps");
 
+/* This CPU's bucket for the host's ND and PMTU messages (gate/host.h). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct sluice_bucket);
+} host_icmp SEC(".maps");
+
 /* Classes whose arrivals passed their wake mark (sluice_share.wake_at): struct sluice_wake. */
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);

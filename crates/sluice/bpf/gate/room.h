@@ -42,19 +42,14 @@ static __always_inline int socket_crowded(struct xdp_md *ctx)
 	struct bpf_sock *sk;
 	struct udphdr *uh;
 	struct sock *s;
-	__u32 family = 0, off, size;
+	__u32 family = 0, size;
 	__u64 rmem, rcvbuf;
 	void *ip;
 
 	if (!bpf_ksym_exists(bpf_rdonly_cast))
 		return 0;
-	off = cookie_l3(data, end, &family, IPPROTO_UDP);
-	if (off > COOKIE_L3_MAX)
-		return 0;
-	cookie_bound(&off);
-	ip = data + off;
-	uh = ip + (family == 4 ? sizeof(struct iphdr) : sizeof(struct ipv6hdr));
-	if ((void *)(uh + 1) > end)
+	uh = lookup_l4(data, end, IPPROTO_UDP, &family, &ip);
+	if (!uh)
 		return 0;
 	cookie_addrs_of(ip, family, &a);
 	size = cookie_tuple(&a, uh->source, uh->dest, &t);

@@ -87,6 +87,26 @@ static __always_inline struct tcphdr *cookie_tcp(void *data, void *end, __u32 *l
 	return th;
 }
 
+/*
+ * The L4 header of a frame the socket-lookup paths take (cookie_l3, with
+ * L4 protocol `l4`), its first 8 bytes (ports, or ICMP's type and code)
+ * within the frame, or NULL; *ip is then its IP header, *family 4 or 6.
+ */
+static __always_inline void *lookup_l4(void *data, void *end, __u8 l4, __u32 *family, void **ip)
+{
+	__u32 off = cookie_l3(data, end, family, l4);
+	void *h;
+
+	if (off > COOKIE_L3_MAX)
+		return NULL;
+	cookie_bound(&off);
+	*ip = data + off;
+	h = *ip + (*family == 4 ? sizeof(struct iphdr) : sizeof(struct ipv6hdr));
+	if (h + 8 > end)
+		return NULL;
+	return h;
+}
+
 /* The client's and the server's addresses of a segment the client sent (ip: its IP header, bounds checked). */
 static __always_inline void cookie_addrs_of(const void *ip, __u32 family, struct cookie_addrs *a)
 {

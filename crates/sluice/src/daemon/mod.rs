@@ -98,7 +98,8 @@ enum Duty {
     Napi,
     /// Look where each class's service runs (the CPU signal's CPUs).
     ServiceCpus,
-    /// Read the namespace's TCP settings a gate cookie depends on again.
+    /// Read the namespace's settings the gate depends on again: TCP's for
+    /// a gate cookie, the ephemeral port range for the host's replies.
     TcpSettings,
 }
 
@@ -292,6 +293,11 @@ impl Daemon {
         let tables = classify::compile(&cfg)?;
         let mut gate = Gate::load()?;
         gate.apply(&cfg, &tables)?;
+        if gate.refresh_ephemeral().is_none() {
+            log::info(format_args!(
+                "the ephemeral port range is unreadable: the default class looks for replies to the host's connections on every port"
+            ));
+        }
         gate.check_attachable(&iface.name, opts.replace)?;
         // The configured auto classes' sockets must be there.
         let mut ticker = Ticker::new(&cfg, None, true)?;
@@ -530,8 +536,14 @@ impl Daemon {
     }
 
     /// The namespace's TCP settings changed (an operator's sysctl): the
-    /// gate's SYN-ACKs offer what they allow from now on; said once per change.
+    /// gate's SYN-ACKs offer what they allow from now on, and it looks for
+    /// replies to the host's connections in the ephemeral range now set;
+    /// said once per change.
     fn reread_tcp_settings(&mut self) {
+        let range = self.gate.ephemeral();
+        if self.gate.refresh_ephemeral() != range {
+            log::info(format_args!("the ephemeral port range is now {:?}", self.gate.ephemeral()));
+        }
         if !self.gate.answers_syns() {
             return;
         }

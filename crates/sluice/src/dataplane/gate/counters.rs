@@ -162,6 +162,13 @@ pub struct GlobalTotals {
     /// or IPv6 extension headers, dropped (also in their class's dropped_noconn).
     #[serde(default)]
     pub odd_l3_drop: u64,
+    /// Default-class packets its limit would drop, passed as replies to a
+    /// connection of the host's own (also admitted in the class).
+    #[serde(default)]
+    pub host_reply: u64,
+    /// The same, passed as IPv6 neighbour discovery or a PMTU message.
+    #[serde(default)]
+    pub host_icmp: u64,
 }
 
 impl From<GlobalCounters> for GlobalTotals {
@@ -176,6 +183,8 @@ impl From<GlobalCounters> for GlobalTotals {
             unasked_replies: g[SLUICE_GS_UNASKED as usize],
             stale_pass: g[SLUICE_GS_STALE_PASS as usize],
             odd_l3_drop: g[SLUICE_GS_ODD_L3_DROP as usize],
+            host_reply: g[SLUICE_GS_HOST_REPLY as usize],
+            host_icmp: g[SLUICE_GS_HOST_ICMP as usize],
         }
     }
 }

@@ -24,6 +24,7 @@ mod apply;
 mod attach;
 mod cookies;
 pub mod counters;
+mod host;
 mod ids;
 mod limits;
 pub mod maps;

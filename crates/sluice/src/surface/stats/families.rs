@@ -105,7 +105,7 @@ pub const FAMILIES: &[FamilyDoc] = &[
         name: "flagged_packets",
         kind: Kind::Counter,
         labels: "flag",
-        help: "packets the gate noted: depth_exceeded (headers past its parse depth, given the malformed verdict), fragment (no ports), observed_pass (observe mode: counted as dropped, passed), stale_pass (past the daemon's deadline: it stalled, and what the gate would drop or answer was passed), odd_l3_drop (while a SYN guard answered, a SYN, ACK or RST after IPv4 options or IPv6 extension headers, dropped: the cookie paths can check neither); also in their class's (or the unclassified) counts",
+        help: "packets the gate noted: depth_exceeded (headers past its parse depth, given the malformed verdict), fragment (no ports), observed_pass (observe mode: counted as dropped, passed), stale_pass (past the daemon's deadline: it stalled, and what the gate would drop or answer was passed), odd_l3_drop (while a SYN guard answered, a SYN, ACK or RST after IPv4 options or IPv6 extension headers, dropped: the cookie paths can check neither), host_reply and host_icmp (a default-class packet its limit would drop, passed as what the host needs: a reply to a connection of its own, IPv6 neighbour discovery or a PMTU message); also in their class's (or the unclassified) counts",
     },
     FamilyDoc {
         name: "learner_unasked_replies",

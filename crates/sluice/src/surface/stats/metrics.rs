@@ -29,6 +29,8 @@ pub fn prometheus_text(s: &Snapshot) -> String {
         ("observed_pass", g.observed_pass),
         ("stale_pass", g.stale_pass),
         ("odd_l3_drop", g.odd_l3_drop),
+        ("host_reply", g.host_reply),
+        ("host_icmp", g.host_icmp),
     ];
     for (f, n) in flags {
         flagged.get_or_create(&vec![label("flag", f)]).inc_by(n);

@@ -1,0 +1,162 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/*
+ * gate/host.h - what the host itself needs from its default class.
+ *
+ * The default class holds every packet no service's class names, and the
+ * budget throttles it first (down to budget::FLOOR_PPS) while a service is
+ * in distress. Among those packets are some the host cannot do without:
+ *   - replies to its own connections: an upstream's answers to a
+ *     resolver's queries, a backend's to a proxy, a package mirror's
+ *     download. They come to the ephemeral port of a socket the host
+ *     connected (TCP, or UDP after connect()). The kernel's own socket
+ *     lookup finds that socket for the packet's exact 4-tuple only; a
+ *     flood would have to guess the peer's address and port and the
+ *     local port. A TCP segment counts where the socket is in a state a
+ *     connection of the host's own reaches (SYN_SENT: the SYN-ACK of its
+ *     connect(); ESTABLISHED; the closing states), not a listener's, a
+ *     request's or TIME_WAIT's; a UDP datagram where its socket is
+ *     connected. A SYN is no reply.
+ *   - IPv6 neighbour discovery (ICMPv6 133-137 with hop limit 255, which
+ *     RFC 4861 requires: only a neighbour on the link can send it) and
+ *     PMTU messages (ICMP fragmentation needed, ICMPv6 packet too big):
+ *     without them the host loses its neighbours, and its TCP connections
+ *     stall on a smaller path. These prove nothing about their sender, so
+ *     they pass at most SLUICE_HOST_ICMP_PPS per CPU (a bucket of their
+ *     own, host_icmp) beyond the class's limit.
+ * Such a packet that the default class's limit would drop is passed
+ * instead, admitted in the class and counted HOST_REPLY or HOST_ICMP. A
+ * blocked default class (an operator's config) stays blocked.
+ *
+ * Cost: asked only for packets the default class's limit drops, so never
+ * with no flood. A reply check is a socket lookup (the kernel's, about as
+ * costly as the rest of a drop: `sluice bench gate`), made only for a
+ * TCP or UDP packet to a port in the host's ephemeral range
+ * (settings.ephemeral_lo/hi, net.ipv4.ip_local_port_range, read by the
+ * daemon): a flood to one closed port outside the range pays nothing.
+ * Not looked at (the packet keeps its drop): frames with IPv4 options or
+ * IPv6 extension headers (cookie_l3), non-first fragments (no ports), and
+ * the sockets of other network namespaces (containers' and pods': their
+ * flows are routed, not delivered here). Included by gate.bpf.c after
+ * synack.h.
+ */
+#ifndef SLUICE_GATE_HOST_H
+#define SLUICE_GATE_HOST_H
+
+#define ICMP_FRAG_NEEDED_TYPE 3 /* destination unreachable ... */
+#define ICMP_FRAG_NEEDED_CODE 4 /* ... fragmentation needed */
+#define ICMPV6_PKT_TOOBIG 2
+#define ICMPV6_ND_FIRST 133 /* router solicitation */
+#define ICMPV6_ND_LAST 137  /* redirect */
+#define ND_HOP_LIMIT 255
+
+/* The bucket of the host's ND and PMTU messages on this CPU. */
+static const struct sluice_share host_icmp_share = {
+	.rate_pps = SLUICE_HOST_ICMP_PPS,
+	.burst = SLUICE_HOST_ICMP_BURST,
+	.fill_ns = SLUICE_HOST_ICMP_BURST * 1000000000ull / SLUICE_HOST_ICMP_PPS,
+	.mode = SLUICE_MODE_LIMITED,
+	.clock_skip = 8,
+};
+
+/* Is this TCP state one a connection the host opened reaches (not a listener's, a request's, TIME_WAIT's)? */
+static __always_inline int host_tcp_state(__u32 state)
+{
+	switch (state) {
+	case BPF_TCP_SYN_SENT:
+	case BPF_TCP_ESTABLISHED:
+	case BPF_TCP_FIN_WAIT1:
+	case BPF_TCP_FIN_WAIT2:
+	case BPF_TCP_CLOSE_WAIT:
+	case BPF_TCP_CLOSING:
+	case BPF_TCP_LAST_ACK:
+		return 1;
+	}
+	return 0;
+}
+
+/* Is this TCP or UDP packet a reply to a connection of the host's own? */
+static __always_inline int host_reply(struct xdp_md *ctx, const struct pkt *pk)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	__u8 l4 = pk->slot == SLUICE_SLOT_UDP ? IPPROTO_UDP : IPPROTO_TCP;
+	struct bpf_sock_tuple t = {};
+	struct cookie_addrs a = {};
+	struct bpf_sock *sk;
+	__u32 family = 0, size;
+	__be16 *ports;
+	void *ip;
+	int ok;
+
+	if (pk->slot == SLUICE_SLOT_TCP && (pk->tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN)
+		return 0;
+	if (settings.ephemeral_hi && (pk->port < settings.ephemeral_lo || pk->port > settings.ephemeral_hi))
+		return 0;
+	ports = lookup_l4(data, end, l4, &family, &ip);
+	if (!ports)
+		return 0;
+	cookie_addrs_of(ip, family, &a);
+	size = cookie_tuple(&a, ports[0], ports[1], &t);
+	if (l4 == IPPROTO_UDP) {
+		sk = bpf_sk_lookup_udp(ctx, &t, size, BPF_F_CURRENT_NETNS, 0);
+		if (!sk)
+			return 0;
+		ok = sk->state == BPF_TCP_ESTABLISHED; /* connect()ed */
+	} else {
+		sk = bpf_skc_lookup_tcp(ctx, &t, size, BPF_F_CURRENT_NETNS, 0);
+		if (!sk)
+			return 0;
+		ok = host_tcp_state(sk->state);
+	}
+	bpf_sk_release(sk);
+	return ok;
+}
+
+/* Is this ICMP packet IPv6 neighbour discovery or a PMTU message? */
+static __always_inline int host_icmp_needed(struct xdp_md *ctx, const struct pkt *pk)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	__u32 family = 0;
+	__u8 *icmp, type;
+	void *ip;
+
+	icmp = lookup_l4(data, end, pk->family == 4 ? IPPROTO_ICMP : IPPROTO_ICMPV6, &family, &ip);
+	if (!icmp)
+		return 0;
+	type = icmp[0];
+	if (family == 4)
+		return type == ICMP_FRAG_NEEDED_TYPE && icmp[1] == ICMP_FRAG_NEEDED_CODE;
+	if (type == ICMPV6_PKT_TOOBIG)
+		return 1;
+	return type >= ICMPV6_ND_FIRST && type <= ICMPV6_ND_LAST &&
+	       ((struct ipv6hdr *)ip)->hop_limit == ND_HOP_LIMIT;
+}
+
+/*
+ * Must this packet of the default class, which its limit drops, be passed
+ * as something the host needs? Counts it (HOST_REPLY, HOST_ICMP) if so.
+ */
+static __always_inline int host_needs(struct xdp_md *ctx, const struct pkt *pk)
+{
+	struct sluice_bucket *b;
+	__u32 zero = 0;
+
+	if (pk->fragment)
+		return 0;
+	if (pk->slot == SLUICE_SLOT_UDP || pk->slot == SLUICE_SLOT_TCP) {
+		if (!host_reply(ctx, pk))
+			return 0;
+		global_inc(SLUICE_GS_HOST_REPLY);
+		return 1;
+	}
+	if (pk->port != IPPROTO_ICMP && pk->port != IPPROTO_ICMPV6)
+		return 0;
+	b = bpf_map_lookup_elem(&host_icmp, &zero);
+	if (!b || !host_icmp_needed(ctx, pk) || !bucket_take(&host_icmp_share, b))
+		return 0;
+	global_inc(SLUICE_GS_HOST_ICMP);
+	return 1;
+}
+
+#endif /* SLUICE_GATE_HOST_H */

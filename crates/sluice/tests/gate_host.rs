@@ -1,0 +1,164 @@
+//! BPF_PROG_TEST_RUN tests of what the host needs from its default class
+//! (bpf/gate/host.h, issue 49 item 9): with the default class limited to
+//! nothing, replies to the host's own connections (sockets these tests
+//! open on loopback, found by the kernel's lookup), IPv6 neighbour
+//! discovery and PMTU messages are passed, and nothing else is. On a gate
+//! without the rule each of them is dropped. Needs root (CI is root).
+mod common;
+
+use std::net::{TcpListener, TcpStream, UdpSocket};
+use std::time::Instant;
+
+use common::{Landed::*, TestGate};
+use sluice::dataplane::share::share;
+use sluice_testkit::packet::{Frame, IPPROTO_ICMP, IPPROTO_ICMPV6, L4};
+
+/// A gate whose default class admits nothing (rate 0), beside one class
+/// `svc` for `svc_port` (UDP) limited to nothing too.
+fn gate(svc_port: u16) -> TestGate {
+    let g = TestGate::new(&[&format!("svc:rate=1,burst=1,match=udp:{svc_port}")]);
+    for c in ["default", "svc"] {
+        g.gate.set_shares(g.class(c), &vec![share(0, 1); g.gate.ncpus()]).unwrap();
+    }
+    g
+}
+
+fn host(g: &TestGate) -> (u64, u64) {
+    let c = g.counters().global;
+    (c.host_reply, c.host_icmp)
+}
+
+/// A TCP frame with these flags (the builder makes a SYN).
+fn tcp(src: &str, dst: &str, sport: u16, dport: u16, flags: u8) -> Vec<u8> {
+    let (mut b, offs) = Frame::tcp(src, dst, sport, dport).build_with_offsets();
+    let l4 = offs.iter().find(|o| o.0 == "l4").unwrap().1;
+    b[l4 + 13] = flags;
+    b
+}
+
+/// An ICMP or ICMPv6 message of this type and code (8 bytes of header, then
+/// 40 of the packet it is about), with this IPv6 hop limit.
+fn icmp(src: &str, dst: &str, type_code: (u8, u8), hop_limit: u8) -> Vec<u8> {
+    let v6 = src.contains(':');
+    let mut bytes = vec![type_code.0, type_code.1, 0, 0, 0, 0, 5, 0xdc];
+    bytes.resize(48, 0);
+    let proto = if v6 { IPPROTO_ICMPV6 } else { IPPROTO_ICMP };
+    let (mut b, offs) = Frame::new(src, dst, L4::Raw { proto, bytes }).build_with_offsets();
+    if v6 {
+        b[offs.iter().find(|o| o.0 == "ip").unwrap().1 + 7] = hop_limit;
+    }
+    b
+}
+
+/// A connected UDP socket's replies are passed, counted HOST_REPLY; a
+/// datagram from another peer, to a socket that is only bound, or outside
+/// the ephemeral range is dropped; another class's limit is its own.
+#[test]
+fn replies_to_a_connected_udp_socket_pass_a_default_class_limited_to_nothing() {
+    let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+    client.connect("127.0.0.2:5353").unwrap();
+    let port = client.local_addr().unwrap().port();
+    let bound = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let bound_port = bound.local_addr().unwrap().port();
+    let mut g = gate(1);
+    let reply = Frame::udp("127.0.0.2", "127.0.0.1", 5353, port).build();
+    g.expect("a reply to the connected socket", &reply, Admitted("default".into()));
+    assert_eq!(host(&g), (1, 0), "counted as a reply");
+    g.expect(
+        "from another peer",
+        &Frame::udp("127.0.0.3", "127.0.0.1", 5353, port).build(),
+        DroppedRate("default".into()),
+    );
+    g.expect(
+        "from another port",
+        &Frame::udp("127.0.0.2", "127.0.0.1", 5354, port).build(),
+        DroppedRate("default".into()),
+    );
+    g.expect(
+        "to a socket only bound",
+        &Frame::udp("127.0.0.2", "127.0.0.1", 5353, bound_port).build(),
+        DroppedRate("default".into()),
+    );
+    g.gate.set_ephemeral(Some((1, 2)));
+    g.expect("outside the ephemeral range", &reply, DroppedRate("default".into()));
+    g.gate.set_ephemeral(Some((port, port)));
+    g.expect("inside it", &reply, Admitted("default".into()));
+    assert_eq!(host(&g), (2, 0));
+    // The same reply in a class of its own: its limit holds.
+    let g = gate(port);
+    g.expect("a reply in a class of its own", &reply, DroppedRate("svc".into()));
+    assert_eq!(host(&g), (0, 0));
+}
+
+/// An established TCP connection's segments are passed (the SYN-ACK of a
+/// connect() too, where its socket waits in SYN_SENT); a SYN, a segment to
+/// a listener and one of no connection are dropped.
+#[test]
+fn segments_of_the_hosts_own_tcp_connection_pass() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let lport = listener.local_addr().unwrap().port();
+    let conn = TcpStream::connect(("127.0.0.1", lport)).unwrap();
+    let cport = conn.local_addr().unwrap().port();
+    let _accepted = listener.accept().unwrap();
+    let g = gate(1);
+    let d = || DroppedRate("default".into());
+    g.expect(
+        "an ACK of the connection",
+        &tcp("127.0.0.1", "127.0.0.1", lport, cport, 0x10),
+        Admitted("default".into()),
+    );
+    g.expect("a PSH-ACK of it", &tcp("127.0.0.1", "127.0.0.1", lport, cport, 0x18), Admitted("default".into()));
+    assert_eq!(host(&g), (2, 0));
+    g.expect("a SYN to the connection's port", &tcp("127.0.0.1", "127.0.0.1", lport, cport, 0x02), d());
+    g.expect("an ACK to the listener", &tcp("127.0.0.9", "127.0.0.1", 4000, lport, 0x10), d());
+    g.expect("an ACK of no connection", &tcp("127.0.0.9", "127.0.0.1", lport, cport, 0x10), d());
+    assert_eq!(host(&g), (2, 0));
+}
+
+/// Neighbour discovery (hop limit 255) and PMTU messages pass, counted
+/// HOST_ICMP; an echo request, an NS with a lower hop limit (not from the
+/// link) do not; and they pass at most SLUICE_HOST_ICMP_PPS per CPU
+/// beyond the burst (bounded from the time the test took).
+#[test]
+fn neighbour_discovery_and_pmtu_pass_within_their_own_bucket() {
+    let g = gate(1);
+    let (a6, b6) = ("fe80::1", "fe80::2");
+    let d = || DroppedRate("default".into());
+    let adm = || Admitted("default".into());
+    g.expect("a neighbour solicitation", &icmp(a6, b6, (135, 0), 255), adm());
+    g.expect("a neighbour advertisement", &icmp(a6, b6, (136, 0), 255), adm());
+    g.expect("a router advertisement", &icmp(a6, b6, (134, 0), 255), adm());
+    g.expect("an ICMPv6 packet too big", &icmp("2001:db8::1", "2001:db8::2", (2, 0), 64), adm());
+    g.expect("an ICMP fragmentation needed", &icmp("192.0.2.1", "192.0.2.2", (3, 4), 0), adm());
+    assert_eq!(host(&g), (0, 5));
+    g.expect("an NS from off the link", &icmp(a6, b6, (135, 0), 64), d());
+    g.expect("an ICMPv6 echo request", &icmp(a6, b6, (128, 0), 255), d());
+    g.expect("an ICMP port unreachable", &icmp("192.0.2.1", "192.0.2.2", (3, 3), 0), d());
+    assert_eq!(host(&g), (0, 5));
+
+    let ns = icmp(a6, b6, (135, 0), 255);
+    let (burst, pps) = (sluice::bpf_intf::SLUICE_HOST_ICMP_BURST as f64, sluice::bpf_intf::SLUICE_HOST_ICMP_PPS as f64);
+    let (before, t) = (host(&g).1, Instant::now());
+    let runs = 400;
+    for _ in 0..runs {
+        g.run(&ns);
+    }
+    let (passed, secs) = ((host(&g).1 - before) as f64, t.elapsed().as_secs_f64());
+    let most = burst + pps * secs + 1.0;
+    eprintln!("{passed} of {runs} NS passed in {secs:.3} s (at most {most:.0})");
+    assert!(passed <= most, "{passed} passed in {secs:.3} s: over the bucket's {most:.0}");
+    assert!(passed >= (burst - 5.0).min(runs as f64), "{passed} passed: the burst is {burst}");
+}
+
+/// A blocked default class (an operator's config) stays blocked.
+#[test]
+fn a_blocked_default_class_passes_nothing_the_host_needs() {
+    let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+    client.connect("127.0.0.2:5353").unwrap();
+    let port = client.local_addr().unwrap().port();
+    let g = TestGate::new(&["default:rate=blocked"]);
+    let reply = Frame::udp("127.0.0.2", "127.0.0.1", 5353, port).build();
+    g.expect("a reply", &reply, DroppedBlocked("default".into()));
+    g.expect("an NS", &icmp("fe80::1", "fe80::2", (135, 0), 255), DroppedBlocked("default".into()));
+    assert_eq!(host(&g), (0, 0));
+}
