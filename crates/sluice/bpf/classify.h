@@ -62,6 +62,7 @@ struct pkt {
 	__u8 tcp_flags; /* TCP only: the flags byte */
 	__u8 fragment;  /* 1: a non-first fragment (no L4 header): the gate counts it, the tc programs do not */
 	__u8 odd_l3;    /* 1: the L4 header follows IPv4 options or IPv6 extension headers (the cookie paths take neither) */
+	__u8 first_fragment; /* 1: an IPv4 first fragment (more fragments follow; the L4 header is here) */
 };
 
 /* The tables generation in force: read once a packet, before any table. */

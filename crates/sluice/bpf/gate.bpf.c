@@ -301,8 +301,8 @@ int sluice_gate(struct xdp_md *ctx)
 	else
 		idx = SLUICE_CS_ADMIT_PKTS;
 	/* What the host needs is kept out of its default class's limit (gate/host.h). */
-	if ((idx == SLUICE_CS_DROP_RATE_PKTS || idx == SLUICE_CS_DROP_SHARE_PKTS) &&
-	    cls == settings.verdicts[gen].default_class && host_needs(ctx, &pk))
+	if (cls == settings.verdicts[gen].default_class && sh->mode == SLUICE_MODE_LIMITED &&
+	    (idx != SLUICE_CS_ADMIT_PKTS || pk.first_fragment) && host_needs(ctx, &pk, idx != SLUICE_CS_ADMIT_PKTS))
 		idx = SLUICE_CS_ADMIT_PKTS;
 	/* The last of the socket's buffer is its known clients' (gate/room.h). */
 	if (idx == SLUICE_CS_ADMIT_PKTS && f && f->room && pk.slot == SLUICE_SLOT_UDP && !pk.fragment &&

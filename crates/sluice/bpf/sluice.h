@@ -436,6 +436,22 @@ struct sluice_settings {
 #define SLUICE_HOST_ICMP_BURST 100
 
 /*
+ * An IPv4 datagram whose first fragment was a reply to a connection of
+ * the host's own (gate/host.h): its other fragments are found by this key
+ * (the "host_frags" LRU map, SLUICE_HOST_FRAGS entries, the gate clock's
+ * ms of the first as value) for SLUICE_HOST_FRAG_MS.
+ */
+struct sluice_host_frag {
+	__be32 saddr;
+	__be32 daddr;
+	__be16 id;
+	__u8 proto;
+	__u8 _pad;
+};
+#define SLUICE_HOST_FRAGS 4096
+#define SLUICE_HOST_FRAG_MS 2000
+
+/*
  * SYN cookies at the driver (syncookie.h). A cookie is made in one slot of
  * SLUICE_COOKIE_SLOT_MS of the gate clock and taken in it and the next.
  * The gate's SYN-ACKs offer window scale SLUICE_COOKIE_WSCALE (the

@@ -90,6 +90,34 @@ fn replies_to_a_connected_udp_socket_pass_a_default_class_limited_to_nothing() {
     assert_eq!(host(&g), (0, 0));
 }
 
+/// A datagram in IPv4 fragments: its first fragment, a reply to the
+/// connected socket, passes, and then so do its other fragments (same
+/// addresses, protocol and IP id); a non-first fragment of another
+/// datagram does not, nor an IPv6 one (not looked at).
+#[test]
+fn the_fragments_of_a_reply_pass_with_their_first() {
+    let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+    client.connect("127.0.0.2:5353").unwrap();
+    let port = client.local_addr().unwrap().port();
+    let g = gate(1);
+    let d = || DroppedRate("default".into());
+    let rest = Frame::udp("127.0.0.2", "127.0.0.1", 5353, port).fragment(185, false).build();
+    g.expect("a non-first fragment before its first", &rest, d());
+    let first = Frame::udp("127.0.0.2", "127.0.0.1", 5353, port).fragment(0, true).payload(1472).build();
+    g.expect("the first fragment of a reply", &first, Admitted("default".into()));
+    g.expect("its second fragment", &rest, Admitted("default".into()));
+    g.expect("and its last again (a retransmission)", &rest, Admitted("default".into()));
+    assert_eq!(host(&g), (3, 0));
+    g.expect(
+        "a fragment of another sender",
+        &Frame::udp("127.0.0.3", "127.0.0.1", 5353, port).fragment(185, false).build(),
+        d(),
+    );
+    let other_first = Frame::udp("127.0.0.3", "127.0.0.1", 5353, port).fragment(0, true).build();
+    g.expect("the first fragment of a datagram from another peer", &other_first, d());
+    assert_eq!(host(&g), (3, 0));
+}
+
 /// An established TCP connection's segments are passed (the SYN-ACK of a
 /// connect() too, where its socket waits in SYN_SENT); a SYN, a segment to
 /// a listener and one of no connection are dropped.

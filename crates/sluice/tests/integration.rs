@@ -524,8 +524,9 @@ mod host {
     /// A resolver's queries to its upstream, the default class (where their
     /// answers land, on the query socket's ephemeral port) limited to 200/s
     /// and flooded at a closed port: every answer comes back, counted as a
-    /// reply to the host's own connection. On a gate without the rule the
-    /// answers share the 200/s with the flood (about 1 in 100 comes back).
+    /// reply to the host's own connection, also those large enough to come
+    /// in two fragments. On a gate without the rule the answers share the
+    /// 200/s with the flood (about 1 in 100 comes back).
     #[test]
     fn a_flooded_default_class_passes_the_answers_to_the_hosts_own_queries() {
         let mut tb = Testbed::new();
@@ -540,12 +541,15 @@ mod host {
             let s = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
             s.connect(&upstream).unwrap();
             s.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
-            let (mut asked, mut answered, mut buf) = (0u64, 0u64, [0u8; 64]);
+            let (mut asked, mut answered, mut buf) = (0u64, 0u64, [0u8; 4096]);
+            // 400 small queries, then 100 of 1,800 bytes: their answers come
+            // back in two IPv4 fragments each (the veth's MTU is 1,500).
             let end = Instant::now() + Duration::from_secs(2);
-            while Instant::now() < end && asked < 400 {
+            while Instant::now() < end && asked < 500 {
                 asked += 1;
-                s.send(&asked.to_be_bytes()).unwrap();
-                if s.recv(&mut buf).is_ok() {
+                let query = vec![asked as u8; if asked > 400 { 1800 } else { 8 }];
+                s.send(&query).unwrap();
+                if s.recv(&mut buf).is_ok_and(|n| n == query.len()) {
                     answered += 1;
                 }
             }

@@ -15,7 +15,11 @@
  *     connection of the host's own reaches (SYN_SENT: the SYN-ACK of its
  *     connect(); ESTABLISHED; the closing states), not a listener's, a
  *     request's or TIME_WAIT's; a UDP datagram where its socket is
- *     connected. A SYN is no reply.
+ *     connected. A SYN is no reply. An IPv4 datagram in fragments: its
+ *     first fragment (the ports are in it) is looked up, while the class is
+ *     limited whether or not its limit drops it, and a reply's key
+ *     (addresses, protocol, IP id) is noted in host_frags; the non-first
+ *     fragments that key finds within SLUICE_HOST_FRAG_MS pass too.
  *   - IPv6 neighbour discovery (ICMPv6 133-137 with hop limit 255, which
  *     RFC 4861 requires: only a neighbour on the link can send it) and
  *     PMTU messages (ICMP fragmentation needed, ICMPv6 packet too big):
@@ -34,9 +38,9 @@
  * (settings.ephemeral_lo/hi, net.ipv4.ip_local_port_range, read by the
  * daemon): a flood to one closed port outside the range pays nothing.
  * Not looked at (the packet keeps its drop): frames with IPv4 options or
- * IPv6 extension headers (cookie_l3), non-first fragments (no ports), and
- * the sockets of other network namespaces (containers' and pods': their
- * flows are routed, not delivered here). Included by gate.bpf.c after
+ * IPv6 extension headers (l3_for_lookup; so IPv6 fragments), and the
+ * sockets of other network namespaces (containers' and pods': their flows
+ * are routed, not delivered here). Included by gate.bpf.c after
  * synack.h.
  */
 #ifndef SLUICE_GATE_HOST_H
@@ -74,6 +78,43 @@ static __always_inline int host_tcp_state(__u32 state)
 	return 0;
 }
 
+/* The key of an IPv4 fragment's datagram (ip: its header, bounds checked). */
+static __always_inline void host_frag_key(const struct iphdr *ip, struct sluice_host_frag *k)
+{
+	k->saddr = ip->saddr;
+	k->daddr = ip->daddr;
+	k->id = ip->id;
+	k->proto = ip->protocol;
+}
+
+/* A first fragment found a reply: its datagram's other fragments are too. */
+static __always_inline void host_frag_note(const struct iphdr *ip)
+{
+	struct sluice_host_frag k = {};
+	__u64 now = settings.now_ms;
+
+	host_frag_key(ip, &k);
+	bpf_map_update_elem(&host_frags, &k, &now, BPF_ANY);
+}
+
+/* Is this non-first IPv4 fragment of a datagram whose first fragment was a reply (lately)? */
+static __always_inline int host_frag_of_reply(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	struct sluice_host_frag k = {};
+	struct iphdr *ip = data;
+	__be16 proto = 0;
+	__u64 *at;
+
+	if (parse_eth((void **)&ip, end, &proto) != PARSE_OK || proto != bpf_htons(ETH_P_IP) ||
+	    (void *)(ip + 1) > end)
+		return 0;
+	host_frag_key(ip, &k);
+	at = bpf_map_lookup_elem(&host_frags, &k);
+	return at && settings.now_ms - *at <= SLUICE_HOST_FRAG_MS;
+}
+
 /* Is this TCP or UDP packet a reply to a connection of the host's own? */
 static __always_inline int host_reply(struct xdp_md *ctx, const struct pkt *pk)
 {
@@ -92,7 +133,7 @@ static __always_inline int host_reply(struct xdp_md *ctx, const struct pkt *pk)
 		return 0;
 	if (settings.ephemeral_hi && (pk->port < settings.ephemeral_lo || pk->port > settings.ephemeral_hi))
 		return 0;
-	ports = lookup_l4(data, end, l4, &family, &ip);
+	ports = lookup_l4(data, end, l4, pk->first_fragment, &family, &ip);
 	if (!ports)
 		return 0;
 	cookie_addrs_of(ip, family, &a);
@@ -109,6 +150,8 @@ static __always_inline int host_reply(struct xdp_md *ctx, const struct pkt *pk)
 		ok = host_tcp_state(sk->state);
 	}
 	bpf_sk_release(sk);
+	if (ok && pk->first_fragment)
+		host_frag_note(ip);
 	return ok;
 }
 
@@ -121,7 +164,7 @@ static __always_inline int host_icmp_needed(struct xdp_md *ctx, const struct pkt
 	__u8 *icmp, type;
 	void *ip;
 
-	icmp = lookup_l4(data, end, pk->family == 4 ? IPPROTO_ICMP : IPPROTO_ICMPV6, &family, &ip);
+	icmp = lookup_l4(data, end, pk->family == 4 ? IPPROTO_ICMP : IPPROTO_ICMPV6, 0, &family, &ip);
 	if (!icmp)
 		return 0;
 	type = icmp[0];
@@ -134,20 +177,27 @@ static __always_inline int host_icmp_needed(struct xdp_md *ctx, const struct pkt
 }
 
 /*
- * Must this packet of the default class, which its limit drops, be passed
- * as something the host needs? Counts it (HOST_REPLY, HOST_ICMP) if so.
+ * Must this packet of the default class, which its limit drops (`dropped`),
+ * be passed as something the host needs? Counts it (HOST_REPLY, HOST_ICMP)
+ * if so. Also asked, not dropped, for an IPv4 first fragment while the
+ * class is limited: if it is a reply, its other fragments are noted.
  */
-static __always_inline int host_needs(struct xdp_md *ctx, const struct pkt *pk)
+static __always_inline int host_needs(struct xdp_md *ctx, const struct pkt *pk, int dropped)
 {
 	struct sluice_bucket *b;
 	__u32 zero = 0;
 
-	if (pk->fragment)
-		return 0;
+	if (pk->fragment) {
+		if (pk->family != 4 || !host_frag_of_reply(ctx))
+			return 0;
+		global_inc(SLUICE_GS_HOST_REPLY);
+		return 1;
+	}
 	if (pk->slot == SLUICE_SLOT_UDP || pk->slot == SLUICE_SLOT_TCP) {
 		if (!host_reply(ctx, pk))
 			return 0;
-		global_inc(SLUICE_GS_HOST_REPLY);
+		if (dropped)
+			global_inc(SLUICE_GS_HOST_REPLY);
 		return 1;
 	}
 	if (pk->port != IPPROTO_ICMP && pk->port != IPPROTO_ICMPV6)

@@ -129,6 +129,7 @@ static __always_inline int parse_ipv4(void *pos, void *end, struct pkt *pk, int 
 		return PARSE_OK;
 	}
 	pk->odd_l3 = hlen != sizeof(struct iphdr);
+	pk->first_fragment = (ip->frag_off & bpf_htons(0x2000)) != 0;
 	return parse_l4(pos + hlen, end, tot ? pos + tot : end, ip->protocol, pk, egress);
 }
 

@@ -48,7 +48,7 @@ static __always_inline int socket_crowded(struct xdp_md *ctx)
 
 	if (!bpf_ksym_exists(bpf_rdonly_cast))
 		return 0;
-	uh = lookup_l4(data, end, IPPROTO_UDP, &family, &ip);
+	uh = lookup_l4(data, end, IPPROTO_UDP, 0, &family, &ip);
 	if (!uh)
 		return 0;
 	cookie_addrs_of(ip, family, &a);

@@ -38,10 +38,12 @@ static __always_inline void cookie_bound(__u32 *off)
 /*
  * The IP header's offset in the frame (at most COOKIE_L3_MAX), or
  * COOKIE_NO_L3 if the socket-lookup paths (the cookies', the room check's
- * in room.h) do not take the frame: IPv4 with options or fragmented, IPv6
- * with an extension header, or an L4 protocol other than `l4`; *family 4 or 6.
+ * in room.h, host.h's) do not take the frame: IPv4 with options or
+ * fragmented (but for a first fragment where `first_fragment`: its L4
+ * header is whole), IPv6 with an extension header, or an L4 protocol
+ * other than `l4`; *family 4 or 6.
  */
-static __always_inline __u32 cookie_l3(void *data, void *end, __u32 *family, __u8 l4)
+static __always_inline __u32 l3_for_lookup(void *data, void *end, __u32 *family, __u8 l4, int first_fragment)
 {
 	void *pos = data;
 	__be16 proto = 0;
@@ -52,7 +54,7 @@ static __always_inline __u32 cookie_l3(void *data, void *end, __u32 *family, __u
 		struct iphdr *ip = pos;
 
 		if ((void *)(ip + 1) > end || ip->ihl != 5 || ip->protocol != l4 ||
-		    (ip->frag_off & bpf_htons(0x3fff)))
+		    (ip->frag_off & bpf_htons(first_fragment ? 0x1fff : 0x3fff)))
 			return COOKIE_NO_L3;
 		*family = 4;
 	} else if (proto == bpf_htons(ETH_P_IPV6)) {
@@ -65,6 +67,12 @@ static __always_inline __u32 cookie_l3(void *data, void *end, __u32 *family, __u
 		return COOKIE_NO_L3;
 	}
 	return pos - data;
+}
+
+/* l3_for_lookup of an unfragmented frame: the SYN cookies' and the room check's. */
+static __always_inline __u32 cookie_l3(void *data, void *end, __u32 *family, __u8 l4)
+{
+	return l3_for_lookup(data, end, family, l4, 0);
 }
 
 /*
@@ -88,13 +96,13 @@ static __always_inline struct tcphdr *cookie_tcp(void *data, void *end, __u32 *l
 }
 
 /*
- * The L4 header of a frame the socket-lookup paths take (cookie_l3, with
- * L4 protocol `l4`), its first 8 bytes (ports, or ICMP's type and code)
- * within the frame, or NULL; *ip is then its IP header, *family 4 or 6.
+ * The L4 header of a frame the socket-lookup paths take (l3_for_lookup,
+ * with L4 protocol `l4`), its first 8 bytes (ports, or ICMP's type and
+ * code) within the frame, or NULL; *ip is then its IP header, *family 4 or 6.
  */
-static __always_inline void *lookup_l4(void *data, void *end, __u8 l4, __u32 *family, void **ip)
+static __always_inline void *lookup_l4(void *data, void *end, __u8 l4, int first_fragment, __u32 *family, void **ip)
 {
-	__u32 off = cookie_l3(data, end, family, l4);
+	__u32 off = l3_for_lookup(data, end, family, l4, first_fragment);
 	void *h;
 
 	if (off > COOKIE_L3_MAX)
