@@ -44,6 +44,12 @@ impl KnownStore {
         KnownStore { saver: known::Saver::start(file.clone()), file, pending: pending(loaded), errors: 0 }
     }
 
+    /// Entries the state file gave at the start not yet in the gate (all of
+    /// them until the first `restore`): none on a first start.
+    pub fn pending_len(&self) -> usize {
+        self.pending.len()
+    }
+
     /// Put known sources in the gate's map for the classes `names` (the
     /// class list in force): the entries of classes the gate removed come
     /// out of its map and wait (`pending`); the pending entries go in once

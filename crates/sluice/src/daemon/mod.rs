@@ -27,6 +27,7 @@ use crate::dataplane::gate::{self, Gate};
 use crate::dataplane::steer::{self, Steer};
 use crate::dataplane::trace::{self, Tracer};
 use crate::policy::config::{Config, NapiSched, XdpMode};
+use crate::policy::fair::LEARN_HOLD_AFTER_RESTART_SECS;
 use crate::signals::discover::Listeners;
 use crate::signals::known;
 use crate::signals::service_cpus::ServiceCpus;
@@ -369,6 +370,14 @@ impl Daemon {
         }
         let sources = SourceTables::start(&gate, &cfg)?;
         let pace = Pace::new(&gate);
+        let known = KnownStore::open(known_file);
+        if known.pending_len() > 0 {
+            // A restart: what it answers at once may be what brought it about.
+            ticker.hold_learning(LEARN_HOLD_AFTER_RESTART_SECS);
+            log::info(format_args!(
+                "known sources kept from the last run: no class learns new clients for the first {LEARN_HOLD_AFTER_RESTART_SECS} s"
+            ));
+        }
         let mut daemon = Daemon {
             source,
             cfg,
@@ -377,7 +386,7 @@ impl Daemon {
             publish,
             socket,
             ticker,
-            known: KnownStore::open(known_file),
+            known,
             sources,
             steer: load_steer(&listeners),
             protect: Protection::new(cfg_napi_idle),

@@ -131,6 +131,14 @@ impl Ticker {
         })
     }
 
+    /// No class's learner records a client for `secs` seconds, then only
+    /// after a calm second (`Fair::hold_learning`: a restart).
+    pub fn hold_learning(&mut self, secs: f64) {
+        for c in &mut self.classes {
+            c.fair.hold_learning(secs);
+        }
+    }
+
     /// A ticker with nothing to do (no config in place yet).
     pub fn idle() -> Ticker {
         Ticker {

@@ -117,6 +117,15 @@ pub const LEARN_CALM_SECS: f64 = 1.0;
 /// starting, whose sources the service may answer before anything is limited.
 pub const LEARN_SURGE: f64 = 4.0;
 pub const LEARN_SLACK_PPS: f64 = 1000.0;
+/// Seconds after a restart (the state file held known clients) in which
+/// no class learns (`Fair::hold_learning`). A restart forgets each class's
+/// usual arrivals, and the first second of traffic after it sets them with
+/// no surge check: an attacker who pulses right after restarts (issue 49
+/// item 3: three pulses, a restart between each, the state kept) was its
+/// usual load, answered while calm, and known after the third. Held, a
+/// pulse must last the hold and a calm second more. A first start (no
+/// state) has nobody known to lose and learns at once.
+pub const LEARN_HOLD_AFTER_RESTART_SECS: f64 = 10.0;
 /// Seconds a class keeps room in its sockets for known clients after a
 /// tick of surge (`Fair::keeps_room`): a flood whose arrivals the limit or
 /// the room drops soon bring down is still that flood.
@@ -191,6 +200,8 @@ pub struct Fair {
     /// Seconds left in which the class keeps room in its sockets for its
     /// known clients after a surge (ROOM_HOLD_SECS).
     room_secs: f64,
+    /// Seconds left in which the learner records nothing (`hold_learning`).
+    hold_secs: f64,
 }
 
 impl Default for Fair {
@@ -207,6 +218,7 @@ impl Default for Fair {
             healthy_secs: 0.0,
             known_peak_pps: 0.0,
             room_secs: 0.0,
+            hold_secs: 0.0,
         }
     }
 }
@@ -280,7 +292,19 @@ impl Fair {
         }
         self.calm_secs = if healthy && !surge { self.calm_secs + dt } else { 0.0 };
         self.room_secs = if surge { ROOM_HOLD_SECS } else { (self.room_secs - dt).max(0.0) };
+        if self.hold_secs > 0.0 {
+            // The calm must come after the hold, whole.
+            self.hold_secs = (self.hold_secs - dt).max(0.0);
+            self.calm_secs = 0.0;
+        }
         self.calm_secs >= LEARN_CALM_SECS - 1e-9
+    }
+
+    /// Record no client for the next `secs` seconds (of `learn`'s `dt`),
+    /// and then only after LEARN_CALM_SECS calm: a restart
+    /// (LEARN_HOLD_AFTER_RESTART_SECS).
+    pub fn hold_learning(&mut self, secs: f64) {
+        self.hold_secs = secs;
     }
 
     /// Does the class keep room in its UDP sockets for its known clients

@@ -240,6 +240,23 @@ fn learning_counts_seconds_whatever_the_tick() {
     assert!(idle.learn(true, 5_000.0, 0.5), "the first load after 2 s idle is no surge");
 }
 
+/// Issue 49 item 3: after a restart (held) a class learns nothing for
+/// LEARN_HOLD_AFTER_RESTART_SECS, then only after a calm second more,
+/// whatever arrives; a first start learns after its calm second.
+#[test]
+fn no_class_learns_in_the_first_seconds_after_a_restart() {
+    let dt = 0.01;
+    let ticks = |secs: f64| (secs / dt).round() as usize;
+    let mut first = Fair::default();
+    assert!((0..ticks(LEARN_CALM_SECS) + 1).any(|_| first.learn(true, 5_000.0, dt)), "a first start learns");
+    let mut f = Fair::default();
+    f.hold_learning(LEARN_HOLD_AFTER_RESTART_SECS);
+    let held = ticks(LEARN_HOLD_AFTER_RESTART_SECS);
+    assert!(!(0..held).any(|_| f.learn(true, 5_000.0, dt)), "held for the hold");
+    let after = (0..ticks(5.0)).position(|_| f.learn(true, 5_000.0, dt)).expect("learns after the hold");
+    assert!(after + 1 >= ticks(LEARN_CALM_SECS), "a whole calm second after the hold: {after} ticks");
+}
+
 /// One rule for every Rust reader of the known map: answered over a second,
 /// and never when the last answer is dated before the first.
 #[test]
