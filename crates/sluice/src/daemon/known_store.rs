@@ -116,8 +116,9 @@ fn pending(entries: Vec<Known>) -> Vec<Known> {
 }
 
 /// Hold every class's part of the known map as a cache (`known::bound`):
-/// the entries to delete (aged out, or least recently answered past the
-/// part), and each class's part (room, held).
+/// the entries to delete (aged out, or past the part: candidates, then the
+/// known clients answered over the shortest span), and each class's part
+/// (room, held).
 pub(super) fn bound(
     map: &[(sluice_src_key, sluice_known)],
     shape: Shape,

@@ -412,15 +412,20 @@ pub fn parts(capacity: u32, classes: usize, learns: u64, untrusted: u64) -> Vec<
 /// reads it (the new entries it may still make, and the entries it holds;
 /// none: the gate skips the known lookup). An entry goes when it is past
 /// `ttl_ms` since its last answer, or a candidate past CANDIDATE_TTL_MS;
-/// then, past KEEP_OF_PART of the part, candidates before known clients,
-/// the least recently answered first, until KEEP_OF_PART is left.
+/// then, past KEEP_OF_PART of the part, until KEEP_OF_PART is left:
+/// candidates, the least recently answered first; then known clients,
+/// those answered over the shortest span first (issue 49 item 3). By last
+/// answer alone, addresses a spoofer keeps answered (refreshed every
+/// second) evicted the real clients that were merely quiet for a while;
+/// a real client answered over days outlasts a wave learned in an hour.
+/// The price: while a part is full, its newest known clients go first.
 pub fn bound(
     map: &[(sluice_src_key, sluice_known)],
     parts: &[u64],
     now_ms: u64,
     ttl_ms: u64,
 ) -> (Vec<sluice_src_key>, Vec<sluice_known_part>) {
-    let mut per_class: Vec<Vec<(bool, u64, sluice_src_key)>> = vec![vec![]; parts.len()];
+    let mut per_class: Vec<Vec<(bool, u64, u64, sluice_src_key)>> = vec![vec![]; parts.len()];
     let mut delete = vec![];
     for (k, v) in map {
         let Some(c) = per_class.get_mut(k.class_id as usize) else { continue };
@@ -428,17 +433,19 @@ pub fn bound(
         if age > ttl_ms || (!known && age > CANDIDATE_TTL_MS) {
             delete.push(*k);
         } else {
-            c.push((known, v.last_ms, *k));
+            // The order of eviction: a candidate's last answer, a known client's span.
+            let rank = if known { v.last_ms - v.first_ms } else { v.last_ms };
+            c.push((known, rank, v.last_ms, *k));
         }
     }
     let mut out = vec![];
     for (mut entries, &part) in per_class.into_iter().zip(parts) {
         let keep = (part as f64 * KEEP_OF_PART) as usize;
         if entries.len() > keep {
-            // Candidates (false) first, then the least recently answered.
-            entries.sort_unstable_by_key(|&(known, last, _)| (known, last));
+            // Candidates (false) first, then known clients, each by rank.
+            entries.sort_unstable_by_key(|&(known, rank, last, _)| (known, rank, last));
             let cut = entries.len() - keep;
-            delete.extend(entries.drain(..cut).map(|(_, _, k)| k));
+            delete.extend(entries.drain(..cut).map(|(_, _, _, k)| k));
         }
         let held = entries.len() as u64;
         out.push(sluice_known_part { room: part as i64 - held as i64, held });
@@ -484,6 +491,38 @@ mod tests {
             vec![0, 90, 10],
             "what the gate's lookup skip reads"
         );
+    }
+
+    /// Issue 49 item 3: a part filled by a wave of addresses a spoofer
+    /// keeps answered (each refreshed a second ago, answered over the last
+    /// 10 minutes) loses the wave, not the real clients answered over days
+    /// and quiet for the last hour. Evicting by last answer alone (before)
+    /// kept the wave and lost every real client.
+    #[test]
+    fn a_wave_of_refreshed_entries_does_not_evict_clients_known_for_days() {
+        let (day, now) = (86_400_000u64, 10 * 86_400_000u64);
+        let mut map = vec![];
+        for i in 0..50u32 {
+            let real = sluice_known {
+                first_ms: now - 3 * day,
+                last_ms: now - 3_600_000,
+                answers: 5_000,
+                ..Default::default()
+            };
+            map.push((key(1, i), real));
+        }
+        for i in 0..100u32 {
+            let wave =
+                sluice_known { first_ms: now - 600_000, last_ms: now - 1_000, answers: 600, ..Default::default() };
+            map.push((key(1, 1_000 + i), wave));
+        }
+        let (delete, room) = bound(&map, &[0, 100], now, 7 * day);
+        assert_eq!(delete.len(), 60, "the part keeps 90 of 150");
+        assert!(
+            delete.iter().all(|k| u32::from_be_bytes(k.addr[..4].try_into().unwrap()) >= 1_000),
+            "only the wave goes"
+        );
+        assert_eq!(room[1].held, 90);
     }
 
     /// Hardening (issue 35, item 2): a class's part filled with one-answer
