@@ -15,7 +15,10 @@
 //! 100 ms, comes within 10% of its steady value and stays there for 300 ms),
 //! the overshoot, the coefficient of
 //! variation of the admitted rate over the phase's last second (10 ms ticks),
-//! and the probe's loss and p99 RTT.
+//! and the probe's loss and p99 RTT. For the two flood onsets also the
+//! engage time (from the change until the first 10 ms sample in which the
+//! gate admitted under half of what arrived: ENGAGED, the sample period its
+//! resolution) and the probe's loss in the onset's first 500 ms (ONSET).
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -40,6 +43,12 @@ const SMOOTH_TICKS: usize = 10;
 const HOLD_SECS: f64 = 0.3;
 
 pub const PHASES: [&str; 5] = ["flood", "cost x2", "cost back", "flood stops", "flood again"];
+/// The phases a flood starts in.
+const ONSETS: [usize; 2] = [0, 4];
+/// A sample in which the gate admitted under this share of the arrivals is engaged.
+const ENGAGED: f64 = 0.5;
+/// The onset's first stretch, seconds, for the probe's loss in it.
+const ONSET: f64 = 0.5;
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub struct StepPoint {
@@ -64,6 +73,15 @@ pub struct PhaseStats {
     pub legit_loss: f64,
     /// None: no reply came back in the phase.
     pub legit_p99_us: Option<f64>,
+    /// A flood onset: seconds from the change until the first sample in
+    /// which the gate admitted under ENGAGED of the arrivals (None: never,
+    /// or not an onset).
+    #[serde(default)]
+    pub engage_secs: Option<f64>,
+    /// A flood onset: the probe's loss in its first ONSET seconds (None:
+    /// not an onset, or the probe sent nothing then).
+    #[serde(default)]
+    pub legit_loss_onset: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -127,13 +145,26 @@ pub fn settle(points: &[StepPoint], start: f64, steady_from: f64) -> (f64, Optio
 /// Phase `k`'s figures from the run's trace, the probe's (sent, received)
 /// times, the run's start on the monotonic clock, and the probe's sent count
 /// at the phase's start and end.
+/// The seconds from `start` until the first point in which the gate
+/// admitted under ENGAGED of the arrivals (None: none did).
+pub fn engage(points: &[StepPoint], start: f64) -> Option<f64> {
+    points.iter().find(|p| p.offered_pps > 0.0 && p.admitted_pps < ENGAGED * p.offered_pps).map(|p| p.t - start)
+}
+
+/// The probe's loss: `sent` probes, of which those sent in [s_ns, e_ns)
+/// have a reply in `replies` (sent, received; None: nothing sent).
+fn loss_between(replies: &[(u64, u64)], (s_ns, e_ns): (u64, u64), sent: u64) -> Option<f64> {
+    let got = replies.iter().filter(|r| r.0 >= s_ns && r.0 < e_ns).count() as f64;
+    (sent > 0).then(|| 1.0 - (got / sent as f64).min(1.0))
+}
+
 fn phase_stats(
     k: usize,
     phase_secs: f64,
     trace: &[StepPoint],
     replies: &[(u64, u64)],
     mono0: u64,
-    legit_sent: (u64, u64),
+    legit_sent: (u64, u64, u64),
 ) -> PhaseStats {
     let (start, end) = (k as f64 * phase_secs, (k + 1) as f64 * phase_secs);
     let pts: Vec<StepPoint> = trace.iter().copied().filter(|p| p.t > start && p.t <= end).collect();
@@ -144,7 +175,9 @@ fn phase_stats(
     let mut rtts: Vec<f64> =
         replies.iter().filter(|r| r.0 >= s_ns && r.0 < e_ns).map(|r| r.1.saturating_sub(r.0) as f64 / 1e3).collect();
     rtts.sort_by(f64::total_cmp);
-    let sent = legit_sent.1.saturating_sub(legit_sent.0);
+    let sent = legit_sent.2.saturating_sub(legit_sent.0);
+    let onset = ONSETS.contains(&k);
+    let onset_ns = (s_ns, mono0 + ((start + ONSET) * 1e9) as u64);
     PhaseStats {
         name: PHASES[k].into(),
         start,
@@ -155,6 +188,12 @@ fn phase_stats(
         admitted_cv: coefficient_of_variation(&cv),
         legit_loss: if sent > 0 { 1.0 - (rtts.len() as f64 / sent as f64).min(1.0) } else { 0.0 },
         legit_p99_us: percentile(&rtts, 0.99),
+        engage_secs: if onset { engage(&pts, start) } else { None },
+        legit_loss_onset: if onset {
+            loss_between(replies, onset_ns, legit_sent.1.saturating_sub(legit_sent.0))
+        } else {
+            None
+        },
     }
 }
 
@@ -174,11 +213,13 @@ fn one_run(env: &mut Rig, config: ConfigKind, peak: f64, o: &StepOpts) -> Result
     let t0 = Instant::now();
     let mono0 = crate::gen::mono_ns();
     let mut trace = vec![];
+    let legit_sent = |env: &Rig| legit_idx.map_or(Ok(0), |i| env.gen_counts().map(|c| c[i].sent));
     let mut legit_sent_at = vec![]; // legit sent count at each phase start, and at the end
+    let mut legit_sent_onset = [0u64; PHASES.len()]; // and ONSET seconds into each phase
     let (mut last_at, mut last) = (t0, env.tick_counters()?);
     let mut next = t0;
-    let mut phase = 0;
-    legit_sent_at.push(legit_idx.map_or(Ok(0), |i| env.gen_counts().map(|c| c[i].sent))?);
+    let (mut phase, mut onset_taken) = (0, false);
+    legit_sent_at.push(legit_sent(env)?);
     while phase < PHASES.len() {
         next += SAMPLE;
         std::thread::sleep(next.saturating_duration_since(Instant::now()));
@@ -193,9 +234,15 @@ fn one_run(env: &mut Rig, config: ConfigKind, peak: f64, o: &StepOpts) -> Result
             delivered_pps: d(last.delivered, c.delivered),
         });
         (last_at, last) = (now, c);
-        if now.duration_since(t0).as_secs_f64() >= (phase + 1) as f64 * o.phase_secs {
+        let elapsed = now.duration_since(t0).as_secs_f64();
+        if !onset_taken && elapsed >= phase as f64 * o.phase_secs + ONSET {
+            legit_sent_onset[phase] = legit_sent(env)?;
+            onset_taken = true;
+        }
+        if elapsed >= (phase + 1) as f64 * o.phase_secs {
             phase += 1;
-            legit_sent_at.push(legit_idx.map_or(Ok(0), |i| env.gen_counts().map(|c| c[i].sent))?);
+            onset_taken = false;
+            legit_sent_at.push(legit_sent(env)?);
             match phase {
                 1 => env.set_service_work(Some(doubled_work))?,
                 2 => env.set_service_work(None)?,
@@ -209,7 +256,10 @@ fn one_run(env: &mut Rig, config: ConfigKind, peak: f64, o: &StepOpts) -> Result
     std::thread::sleep(Duration::from_millis(200));
     let replies = env.take_replies();
     let phases = (0..PHASES.len())
-        .map(|k| phase_stats(k, o.phase_secs, &trace, &replies, mono0, (legit_sent_at[k], legit_sent_at[k + 1])))
+        .map(|k| {
+            let sent = (legit_sent_at[k], legit_sent_onset[k].max(legit_sent_at[k]), legit_sent_at[k + 1]);
+            phase_stats(k, o.phase_secs, &trace, &replies, mono0, sent)
+        })
         .collect();
     let controller = env.auto_trace();
     Ok(StepRun {
@@ -264,13 +314,21 @@ pub fn summary(r: &StepResults) -> String {
         );
         let _ = writeln!(
             o,
-            "  {:<12} {:>9} {:>9} {:>8} {:>9} {:>6} {:>7} {:>8}",
-            "phase", "admit/s", "deliv/s", "settle", "overshoot", "cv", "loss", "p99 us"
+            "  {:<12} {:>9} {:>9} {:>8} {:>9} {:>6} {:>7} {:>8} {:>8} {:>10}",
+            "phase", "admit/s", "deliv/s", "settle", "overshoot", "cv", "loss", "p99 us", "engage", "loss 0.5s"
         );
         for p in &run.phases {
+            let onset = ONSETS.iter().any(|&k| PHASES[k] == p.name);
+            let engage = match (onset, p.engage_secs) {
+                (false, _) => "".into(),
+                (true, None) => "never".into(),
+                (true, Some(s)) => format!("{:.0}ms", s * 1e3),
+            };
+            let onset_loss =
+                if onset { missing_or(p.legit_loss_onset, |v| format!("{:.2}%", v * 100.0)) } else { "".into() };
             let _ = writeln!(
                 o,
-                "  {:<12} {:>9} {:>9} {:>8} {:>8.1}% {:>6} {:>6.2}% {:>8}",
+                "  {:<12} {:>9} {:>9} {:>8} {:>8.1}% {:>6} {:>6.2}% {:>8} {:>8} {:>10}",
                 p.name,
                 sluice::base::fmt::human(p.steady_admitted_pps),
                 sluice::base::fmt::human(p.steady_delivered_pps),
@@ -278,7 +336,9 @@ pub fn summary(r: &StepResults) -> String {
                 p.overshoot * 100.0,
                 missing_or(p.admitted_cv, |v| format!("{:.1}%", v * 100.0)),
                 p.legit_loss * 100.0,
-                missing_or(p.legit_p99_us, |v| format!("{v:.0}"))
+                missing_or(p.legit_p99_us, |v| format!("{v:.0}")),
+                engage,
+                onset_loss
             );
         }
     }
@@ -403,6 +463,23 @@ mod tests {
         assert_eq!((v["schema_version"].as_u64(), v["scenario"].as_str()), (Some(1), Some("step")));
         assert!(v["testbed"]["victim"].is_object(), "{v}");
         crate::matrix::load::<StepHead, StepRun>(&dir.path().join("results.json")).unwrap();
+    }
+
+    #[test]
+    fn engage_time_is_the_first_sample_that_drops_over_half() {
+        let p = |t: f64, offered: f64, admitted: f64| StepPoint {
+            t,
+            offered_pps: offered,
+            admitted_pps: admitted,
+            delivered_pps: 0.0,
+        };
+        let pts = [p(3.01, 100.0, 100.0), p(3.02, 1000.0, 900.0), p(3.03, 1000.0, 499.0), p(3.04, 1000.0, 100.0)];
+        let e = engage(&pts, 3.0).unwrap();
+        assert!((e - 0.03).abs() < 1e-9, "{e}");
+        assert_eq!(engage(&pts[..2], 3.0), None, "never under half");
+        assert_eq!(engage(&[p(3.01, 0.0, 0.0)], 3.0), None, "nothing arrived: not engaged");
+        assert_eq!(loss_between(&[(5, 9), (7, 9), (20, 30)], (0, 10), 4), Some(0.5));
+        assert_eq!(loss_between(&[], (0, 10), 0), None, "nothing sent: missing, not 0");
     }
 
     #[test]
