@@ -463,6 +463,45 @@ fn a_short_burst_over_capacity_engages_nothing_and_a_lasting_one_does() {
     eprintln!("a 10x surge engaged after {surge} ticks, a lasting 3x flood after {flood} (asserted: <= LOSS_TICKS + 2, <= ENGAGE_TICKS + 1)");
     assert!(surge <= LOSS_TICKS as usize + 2, "a 10x surge engaged after {surge} ticks (ENGAGE_TICKS {ENGAGE_TICKS})");
     assert_eq!(first_limit(5.0, 0.01), None, "a 10 ms spike engaged the class");
+    // Issue 48: the time to engage falls with the overload (ENGAGE_EXCESS):
+    // the same flood at 1.5x, 2x, 3x and 3.5x the capacity, from a calm at
+    // half of it (under SURGE throughout: 7 times the calm load at most).
+    let at: Vec<usize> =
+        [1.5, 2.0, 3.0, 3.5].iter().map(|&m| first_limit(m, 1.0).expect("a lasting flood is limited")).collect();
+    eprintln!("engaged after {at:?} ticks at 1.5x, 2x, 3x, 3.5x the capacity");
+    assert!(at.windows(2).all(|w| w[0] >= w[1]), "engaging is not faster for a larger overload: {at:?}");
+    assert!(
+        at[3] * 3 <= ENGAGE_TICKS as usize,
+        "a 3.5x flood engaged after {} ticks: not within a third of ENGAGE_TICKS",
+        at[3]
+    );
+    assert!(at[0] + 2 >= ENGAGE_TICKS as usize * 3 / 4, "a 1.5x overload engaged after {} ticks", at[0]);
+}
+
+/// ENGAGE_EXCESS's sum: ticks of the capacity (or of what was read, if
+/// more) admitted over it, over ticks that dropped; nothing in a tick that
+/// dropped nothing, or before a capacity.
+#[test]
+fn the_excess_of_a_run_of_drops_adds_up_while_it_drops() {
+    let sig = |admitted: f64, delivered: f64, sock_drops: u64| Signals {
+        dt: DT,
+        present: true,
+        offered: admitted,
+        admitted,
+        delivered,
+        queue_start: 0,
+        queue_end: 0,
+        rcvbuf: 0,
+        sock_drops,
+        backlog_drops: 0,
+        squeeze: 0,
+    };
+    assert_eq!(run_excess(7.0, 1_000.0, &sig(5_000.0, 100.0, 0)), 0.0, "nothing dropped: the run ends");
+    assert_eq!(run_excess(7.0, 0.0, &sig(5_000.0, 100.0, 9)), 0.0, "no capacity yet");
+    assert!((run_excess(0.0, 1_000.0, &sig(5_000.0, 100.0, 9)) - 4.0).abs() < 1e-9);
+    assert!((run_excess(4.0, 1_000.0, &sig(3_000.0, 100.0, 9)) - 6.0).abs() < 1e-9);
+    assert!((run_excess(4.0, 1_000.0, &sig(3_000.0, 2_000.0, 9)) - 4.5).abs() < 1e-9, "against what was read, more");
+    assert!((run_excess(4.0, 1_000.0, &sig(500.0, 500.0, 9)) - 4.0).abs() < 1e-9, "under the capacity adds nothing");
 }
 
 /// The surge rule alone: over SURGE times the calm capacity, and never

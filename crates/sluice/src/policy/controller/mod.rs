@@ -22,9 +22,12 @@
 //! And here, what both share: a controller is *engaged* only while its own
 //! service is overloaded (`estimate`'s loss run: LOSS_TICKS of socket drops
 //! with the queue over half the buffer, or of drops before the socket, not a
-//! stall, that has lasted ENGAGE_TICKS, or at once where what arrives in it
-//! is over SURGE times the capacity it showed while calm; or steady loss
-//! over ENGAGE_TICKS without a standing queue: a batch reader). A controller
+//! stall, that has lasted ENGAGE_TICKS, or at once where
+//! what arrives in it is over SURGE times the capacity it showed while
+//! calm; or steady loss
+//! over ENGAGE_TICKS without a standing queue: a batch reader; or a run of
+//! drops whose arrivals over the capacity add up to ENGAGE_EXCESS ticks of
+//! it, so a larger overload engages sooner). A controller
 //! that is not engaged leaves its class unlimited (a
 //! healthy service is never limited, whatever its load or its bursts); it
 //! lets go after RELEASE_TICKS in which what arrived fitted under the limit
@@ -85,6 +88,17 @@ pub const ENGAGE_TICKS: u32 = 30;
 /// ENGAGE_TICKS, that flood had 300 ms (and often a second) unlimited, in
 /// which the socket dropped the known clients' queries with the rest.
 pub const SURGE: f64 = 8.0;
+/// A run of ticks with drops engages an unlimited class once what was
+/// admitted over the capacity in it (`run_excess`) adds up to this many
+/// ticks of the capacity (after LOSS_TICKS at least), so the time to engage falls with
+/// the overload: 5x the capacity after 10 ticks, 10x after 5, where
+/// ENGAGE_TICKS alone made a 10x flood wait 300 ms like a 1.3x one
+/// (`sluice bench step --flood 10`: 240-330 ms at each onset). Under about
+/// 2.3x, ENGAGE_TICKS comes first. 40: a third over the 30 that the burst
+/// the controller tests keep unlimited piles up (60 ms at 6 times a calm
+/// load of half the capacity, which the plant's estimate takes for the
+/// capacity); not tuned on the bench.
+pub const ENGAGE_EXCESS: f64 = 40.0;
 /// Steady loss without a loss run (`Estimate::steady_loss`: a batch
 /// reader) engages a class only with arrivals over this multiple of the
 /// calm capacity: a service that its own clients hold at its knee loses
@@ -254,6 +268,10 @@ pub struct Controller {
     /// last ENGAGE_TICKS; 0: none yet): what the service showed while
     /// calm, against which a surge is judged.
     calm_capacity: f64,
+    /// Ticks of the capacity admitted over it in the current run of drops
+    /// (ENGAGE_EXCESS), and the run's length in ticks.
+    run_excess: f64,
+    drop_ticks: u32,
 }
 
 impl Controller {
@@ -274,6 +292,8 @@ impl Controller {
             knee_age_secs: f64::INFINITY,
             calm_ticks: 0,
             calm_capacity: 0.0,
+            run_excess: 0.0,
+            drop_ticks: 0,
         }
     }
 
@@ -288,16 +308,22 @@ impl Controller {
         self.engaged.then_some(self.target)
     }
 
-    /// Engage on the service's own overload that lasted ENGAGE_TICKS, at
-    /// once on a surge (SURGE), or on steady loss over ENGAGE_TICKS with no
-    /// loss run (a batch reader: `Estimate::steady_loss`); let go after
-    /// RELEASE_TICKS in which what arrived fitted under the limit with no
-    /// loss run.
+    /// Engage on the service's own overload that lasted ENGAGE_TICKS, or
+    /// on drops that piled up ENGAGE_EXCESS over the capacity, at once on a surge
+    /// (SURGE), or on steady loss over ENGAGE_TICKS with no loss run (a
+    /// batch reader: `Estimate::steady_loss`); let go after RELEASE_TICKS
+    /// in which what arrived fitted under the limit with no loss run.
     fn engage(&mut self, s: &Signals) {
         let overload = self.est.verdict == Verdict::Overloaded;
         let fits = s.offered <= self.target * LIMITING_MARGIN + 1.0;
         self.calm_ticks = if fits && !overload { self.calm_ticks.saturating_add(1) } else { 0 };
         let surge = surge(self.calm_capacity, self.est.admitted_mean());
+        self.run_excess = run_excess(self.run_excess, self.est.capacity, s);
+        let dropped = s.sock_drops > 0 || s.backlog_drops > 0 || s.squeeze > 0;
+        self.drop_ticks = if dropped { self.drop_ticks.saturating_add(1) } else { 0 };
+        // After LOSS_TICKS, as a surge: the estimate has seen what the
+        // service reads under the flood, where the limit starts.
+        let heavy = self.drop_ticks >= LOSS_TICKS && self.run_excess >= ENGAGE_EXCESS;
         let flood = self.est.loss_ticks() >= ENGAGE_TICKS || surge;
         // Steady loss is overload only where arrivals rose well over the
         // calm load: a service its own clients keep at its knee (dnsperf at
@@ -309,7 +335,7 @@ impl Controller {
         if self.est.quiet() {
             self.calm_capacity = self.est.capacity;
         }
-        if ((overload && flood) || steady) && !self.engaged {
+        if ((overload && flood) || steady || heavy) && !self.engaged {
             // Start from what the service takes, never from the calm load
             // (or pno's wandering) the target followed while unlimited.
             self.engaged = true;
@@ -371,6 +397,24 @@ impl Controller {
 /// so no surge can be told from its normal load)?
 pub fn surge(calm: f64, arriving: f64) -> bool {
     calm > 0.0 && arriving >= SURGE * calm
+}
+
+/// The ticks of the service's capacity admitted over it in the current
+/// run of ticks that dropped (at its sockets or before them), from the
+/// run's `before` (0 at its first tick) and this tick's signals: 0 in a
+/// tick that dropped nothing, or before a capacity was measured. A run of
+/// drops, not the loss run: a batch reader's queue dips under half at a
+/// tick's edge now and then under a flood, and each dip restarted the loss
+/// run (the bench's second onset: 230 ms). The capacity is the estimate,
+/// or what the service read in the tick where that is more: while calm the
+/// estimate is only the calm load (what was read), and a client's burst
+/// over it would pile up against that.
+pub fn run_excess(before: f64, capacity: f64, s: &Signals) -> f64 {
+    let dropping = s.sock_drops > 0 || s.backlog_drops > 0 || s.squeeze > 0;
+    if !dropping || capacity <= 0.0 {
+        return 0.0;
+    }
+    before + (s.admitted / capacity.max(s.delivered) - 1.0).max(0.0) * s.dt * TICK_HZ
 }
 
 /// What the auto loop decides every tick for one class, and what the tests
