@@ -151,6 +151,7 @@ char LICENSE[] SEC("license") = "GPL";
 #include "syncookie.h"
 
 #include "gate/parse.h"
+#include "gate/lookup.h"
 #include "gate/bucket.h"
 #include "known.h"
 #include "gate/sources.h"
