@@ -259,9 +259,7 @@ impl HostSockets {
         let connected = std::net::UdpSocket::bind("127.0.0.1:0")?;
         connected.connect("127.0.0.2:5353")?;
         let free_port = std::net::UdpSocket::bind("127.0.0.1:0")?.local_addr()?.port();
-        let text = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap_or_default();
-        let mut it = text.split_whitespace().filter_map(|w| w.parse::<u16>().ok());
-        let range = it.next().zip(it.next()).unwrap_or((32768, 60999));
+        let range = sluice::dataplane::gate::local_port_range().unwrap_or((32768, 60999));
         Ok(HostSockets { connected, free_port, range })
     }
 

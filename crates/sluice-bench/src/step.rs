@@ -142,9 +142,6 @@ pub fn settle(points: &[StepPoint], start: f64, steady_from: f64) -> (f64, Optio
     (steady, settle, overshoot)
 }
 
-/// Phase `k`'s figures from the run's trace, the probe's (sent, received)
-/// times, the run's start on the monotonic clock, and the probe's sent count
-/// at the phase's start and end.
 /// The seconds from `start` until the first point in which the gate
 /// admitted under ENGAGED of the arrivals (None: none did).
 pub fn engage(points: &[StepPoint], start: f64) -> Option<f64> {
@@ -158,6 +155,9 @@ fn loss_between(replies: &[(u64, u64)], (s_ns, e_ns): (u64, u64), sent: u64) -> 
     (sent > 0).then(|| 1.0 - (got / sent as f64).min(1.0))
 }
 
+/// Phase `k`'s figures from the run's trace, the probe's (sent, received)
+/// times, the run's start on the monotonic clock, and the probe's sent count
+/// at the phase's start, ONSET seconds into it, and at its end.
 fn phase_stats(
     k: usize,
     phase_secs: f64,
@@ -186,7 +186,7 @@ fn phase_stats(
         settle_secs,
         overshoot,
         admitted_cv: coefficient_of_variation(&cv),
-        legit_loss: if sent > 0 { 1.0 - (rtts.len() as f64 / sent as f64).min(1.0) } else { 0.0 },
+        legit_loss: loss_between(replies, (s_ns, e_ns), sent).unwrap_or(0.0),
         legit_p99_us: percentile(&rtts, 0.99),
         engage_secs: if onset { engage(&pts, start) } else { None },
         legit_loss_onset: if onset {

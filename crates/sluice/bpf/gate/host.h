@@ -59,7 +59,7 @@ static const struct sluice_share host_icmp_share = {
 	.burst = SLUICE_HOST_ICMP_BURST,
 	.fill_ns = SLUICE_HOST_ICMP_BURST * 1000000000ull / SLUICE_HOST_ICMP_PPS,
 	.mode = SLUICE_MODE_LIMITED,
-	.clock_skip = 8,
+	.clock_skip = SLUICE_CLOCK_SKIP, /* < the burst, as dataplane::share::share sets it */
 };
 
 /* Is this TCP state one a connection the host opened reaches (not a listener's, a request's, TIME_WAIT's)? */

@@ -14,6 +14,11 @@ pub fn parse_port_range(text: &str) -> Option<(u16, u16)> {
     (it.next().is_none() && lo <= hi && hi > 0).then_some((lo, hi))
 }
 
+/// The namespace's ephemeral range as its settings say (None: unreadable, or not a range).
+pub fn local_port_range() -> Option<(u16, u16)> {
+    std::fs::read_to_string(LOCAL_PORT_RANGE).ok().and_then(|t| parse_port_range(&t))
+}
+
 impl Gate {
     /// Tell the gate the ports the host's own connections take (None:
     /// every port, which costs a socket lookup for every packet the default
@@ -28,7 +33,7 @@ impl Gate {
     /// Read the namespace's ephemeral range again and tell the gate; the
     /// range read (None: unreadable, every port is looked at).
     pub fn refresh_ephemeral(&mut self) -> Option<(u16, u16)> {
-        let range = std::fs::read_to_string(LOCAL_PORT_RANGE).ok().and_then(|t| parse_port_range(&t));
+        let range = local_port_range();
         self.set_ephemeral(range);
         range
     }

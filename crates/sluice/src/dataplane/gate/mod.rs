@@ -34,6 +34,7 @@ mod wake;
 use apply::{Applied, TrieKeys};
 pub use attach::{attached_prog_id, caps_sufficient, check_privileges, iface, ifindex, prog_name, xdp_link_holding};
 pub use cookies::{describe_syn_allow, syn_allow_all};
+pub use host::local_port_range;
 pub use ids::{ClassIds, IdIndex, NO_CLASS};
 pub use limits::{Clock, FairTier, Tiers};
 pub use maps::{bytes_of, dump_map, from_bytes, Owned, Pod};

@@ -22,9 +22,8 @@
 //! And here, what both share: a controller is *engaged* only while its own
 //! service is overloaded (`estimate`'s loss run: LOSS_TICKS of socket drops
 //! with the queue over half the buffer, or of drops before the socket, not a
-//! stall, that has lasted ENGAGE_TICKS, or at once where
-//! what arrives in it is over SURGE times the capacity it showed while
-//! calm; or steady loss
+//! stall, that has lasted ENGAGE_TICKS, or at once where what arrives in it
+//! is over SURGE times the capacity it showed while calm; or steady loss
 //! over ENGAGE_TICKS without a standing queue: a batch reader; or a run of
 //! drops whose arrivals over the capacity add up to ENGAGE_EXCESS ticks of
 //! it, so a larger overload engages sooner). A controller
@@ -90,8 +89,9 @@ pub const ENGAGE_TICKS: u32 = 30;
 pub const SURGE: f64 = 8.0;
 /// A run of ticks with drops engages an unlimited class once what was
 /// admitted over the capacity in it (`run_excess`) adds up to this many
-/// ticks of the capacity (after LOSS_TICKS at least), so the time to engage falls with
-/// the overload: 5x the capacity after 10 ticks, 10x after 5, where
+/// ticks of the capacity (after LOSS_TICKS at least), so the time to
+/// engage falls with the overload: 5x the capacity after 10 ticks, 10x
+/// after 5, where
 /// ENGAGE_TICKS alone made a 10x flood wait 300 ms like a 1.3x one
 /// (`sluice bench step --flood 10`: 240-330 ms at each onset). Under about
 /// 2.3x, ENGAGE_TICKS comes first. 40: a third over the 30 that the burst
@@ -206,6 +206,12 @@ impl Signals {
         self.offered > self.admitted * LIMITING_MARGIN + 1.0
     }
 
+    /// The tick dropped something the class was given: at its sockets or
+    /// before them (backlog drops, time squeezes).
+    pub fn dropped(&self) -> bool {
+        self.sock_drops > 0 || self.backlog_drops > 0 || self.squeeze > 0
+    }
+
     /// The sockets' queue at the tick's end is over `share` of their buffer.
     pub fn queue_over(&self, share: f64) -> bool {
         crate::policy::queue::over(self.queue_end, self.rcvbuf, share)
@@ -309,18 +315,18 @@ impl Controller {
     }
 
     /// Engage on the service's own overload that lasted ENGAGE_TICKS, or
-    /// on drops that piled up ENGAGE_EXCESS over the capacity, at once on a surge
-    /// (SURGE), or on steady loss over ENGAGE_TICKS with no loss run (a
-    /// batch reader: `Estimate::steady_loss`); let go after RELEASE_TICKS
-    /// in which what arrived fitted under the limit with no loss run.
+    /// on drops that piled up ENGAGE_EXCESS over the capacity, at once on a
+    /// surge (SURGE), or on steady loss over ENGAGE_TICKS with no loss run
+    /// (a batch reader: `Estimate::steady_loss`); let go after
+    /// RELEASE_TICKS in which what arrived fitted under the limit with no
+    /// loss run.
     fn engage(&mut self, s: &Signals) {
         let overload = self.est.verdict == Verdict::Overloaded;
         let fits = s.offered <= self.target * LIMITING_MARGIN + 1.0;
         self.calm_ticks = if fits && !overload { self.calm_ticks.saturating_add(1) } else { 0 };
         let surge = surge(self.calm_capacity, self.est.admitted_mean());
         self.run_excess = run_excess(self.run_excess, self.est.capacity, s);
-        let dropped = s.sock_drops > 0 || s.backlog_drops > 0 || s.squeeze > 0;
-        self.drop_ticks = if dropped { self.drop_ticks.saturating_add(1) } else { 0 };
+        self.drop_ticks = if s.dropped() { self.drop_ticks.saturating_add(1) } else { 0 };
         // After LOSS_TICKS, as a surge: the estimate has seen what the
         // service reads under the flood, where the limit starts.
         let heavy = self.drop_ticks >= LOSS_TICKS && self.run_excess >= ENGAGE_EXCESS;
@@ -410,8 +416,7 @@ pub fn surge(calm: f64, arriving: f64) -> bool {
 /// estimate is only the calm load (what was read), and a client's burst
 /// over it would pile up against that.
 pub fn run_excess(before: f64, capacity: f64, s: &Signals) -> f64 {
-    let dropping = s.sock_drops > 0 || s.backlog_drops > 0 || s.squeeze > 0;
-    if !dropping || capacity <= 0.0 {
+    if !s.dropped() || capacity <= 0.0 {
         return 0.0;
     }
     before + (s.admitted / capacity.max(s.delivered) - 1.0).max(0.0) * s.dt * TICK_HZ
