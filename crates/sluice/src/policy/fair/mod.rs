@@ -130,6 +130,20 @@ pub const LEARN_HOLD_AFTER_RESTART_SECS: f64 = 10.0;
 /// tick of surge (`Fair::keeps_room`): a flood whose arrivals the limit or
 /// the room drops soon bring down is still that flood.
 pub const ROOM_HOLD_SECS: f64 = 2.0;
+/// A run of surge ticks keeps room (`Fair::keeps_room`) once what arrived
+/// in it over the usual adds up to this many seconds of the usual load
+/// (plus LEARN_SLACK_PPS). A stall of the service's host (a VM's slow
+/// moment) lets its clients' packets pile up and arrive at once after it:
+/// a burst over LEARN_SURGE times the usual in a tick, but one that carries
+/// only the stall's length of the usual load; room kept for it dropped a
+/// calm NSD's own clients whenever its socket was three quarters full for
+/// the next two seconds (a fresh-clone CI run: 7,196 of dnsperf's queries
+/// at half NSD's capacity, with no flood; at 0.05 s, stalls of about 60 ms
+/// made by two busy loops at nice -10 still kept room in one run of four).
+/// A flood's excess grows for as long as it lasts: at 20 times the usual
+/// it reaches this in the first 10 ms tick, at 10 times in two, at
+/// LEARN_SURGE times in four.
+pub const ROOM_EXCESS_SECS: f64 = 0.1;
 
 /// What the gate counted for one class in one tick (differences of its
 /// SLUICE_CS_* counters).
@@ -200,6 +214,8 @@ pub struct Fair {
     /// Seconds left in which the class keeps room in its sockets for its
     /// known clients after a surge (ROOM_HOLD_SECS).
     room_secs: f64,
+    /// Packets over the usual in the current run of surge ticks (ROOM_EXCESS_SECS).
+    surge_excess: f64,
     /// Seconds left in which the learner records nothing (`hold_learning`).
     hold_secs: f64,
 }
@@ -218,6 +234,7 @@ impl Default for Fair {
             healthy_secs: 0.0,
             known_peak_pps: 0.0,
             room_secs: 0.0,
+            surge_excess: 0.0,
             hold_secs: 0.0,
         }
     }
@@ -291,7 +308,9 @@ impl Fair {
             }
         }
         self.calm_secs = if healthy && !surge { self.calm_secs + dt } else { 0.0 };
-        self.room_secs = if surge { ROOM_HOLD_SECS } else { (self.room_secs - dt).max(0.0) };
+        self.surge_excess = if surge { self.surge_excess + (offered - usual) * dt } else { 0.0 };
+        let lasting = self.surge_excess >= ROOM_EXCESS_SECS * (usual + LEARN_SLACK_PPS);
+        self.room_secs = if lasting { ROOM_HOLD_SECS } else { (self.room_secs - dt).max(0.0) };
         if self.hold_secs > 0.0 {
             // The calm must come after the hold, whole.
             self.hold_secs = (self.hold_secs - dt).max(0.0);
@@ -311,7 +330,8 @@ impl Fair {
     /// (bpf/gate/room.h)? For ROOM_HOLD_SECS after a tick whose arrivals
     /// surged (`learn` sees it: a flood starting, or going on while its
     /// class is unhealthy, limited or not: a batch reader's class may never
-    /// be). Not otherwise, not even while limited: a service its own
+    /// be), in a run of surge ticks that brought ROOM_EXCESS_SECS of the
+    /// usual load over it (a stall's catch-up burst brings less). Not otherwise, not even while limited: a service its own
     /// clients hold at its knee (dnsperf at 90% of NSD's capacity, its
     /// socket over three quarters full at times, the auto controller
     /// engaged now and then) would have the gate drop its clients not known
