@@ -64,7 +64,7 @@ fn capacity_converges_from_below_and_from_above() {
         let mut c = Controller::new(Algo::Capacity, Tuning::default());
         // Engaged with an estimate far off, below or above.
         c.est.restart(start);
-        (c.state, c.target, c.engaged) = (CtlState::Cruising, start, true);
+        (c.state, c.target, c.engaged) = (CtlState::Cruising, start, Some(Engage::LossRun));
         let ticks = run(&mut p, &mut c, 3.0, &mut |_, _| {});
         let got = mean(window(&ticks, 1.0, 3.0).map(|k| k.delivered));
         assert!(got >= 0.99 * peak, "from {start}: delivered {got:.0} of peak {peak:.0}");
@@ -562,4 +562,29 @@ fn a_batch_reader_losing_steadily_is_limited_and_a_bursty_client_is_not() {
         let limit = decide(&mut c, &sig(100_000.0, 100_000.0 - drops as f64 / DT, drops), None);
         assert_eq!(limit, None, "clients at the knee engaged the class at tick {k}");
     }
+}
+
+/// Act on the cause (issue 48): a service slowed under its own steady load
+/// (another process took two thirds of its CPU for a second: the load, 60%
+/// of its peak, is now twice what it reads) loses in a loss run that lasts
+/// well past ENGAGE_TICKS, but nothing more arrives than it took while
+/// calm: its class is not limited (a limit would only add the gate's drops
+/// to its socket's, and hold on after the slowdown). The same service
+/// flooded afterwards is limited as before.
+#[test]
+fn a_slowed_service_under_its_steady_load_is_not_limited_and_a_flood_still_is() {
+    let mut p = Plant::new(1);
+    let base_ns = p.service_ns;
+    let peak = p.peak();
+    let mut c = Controller::new(Algo::Capacity, Tuning::default());
+    let ticks = run(&mut p, &mut c, 6.0, &mut |t, p| {
+        p.service_ns = if (1.0..2.0).contains(&t) { 3.0 * base_ns + 1_000.0 } else { base_ns };
+        p.classes[0].offered = if t >= 4.0 { 1.5 * peak } else { 0.6 * peak };
+    });
+    assert!(window(&ticks, 0.0, 4.0).all(|k| k.limit.is_none()), "the slowed service's class was limited");
+    let slowed = window(&ticks, 1.0, 2.0);
+    let lost = slowed.filter(|k| k.delivered < 0.9 * k.admitted).count();
+    assert!(lost > 2 * ENGAGE_TICKS as usize, "the slowdown lost in {lost} ticks only: not a test of the loss run");
+    let first = window(&ticks, 4.0, 6.0).position(|k| k.limit.is_some()).expect("the flood was never limited");
+    assert!(first <= ENGAGE_TICKS as usize + 2, "the flood engaged after {first} ticks");
 }

@@ -32,11 +32,12 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
 
+use crate::base::{fmt, log};
 use crate::surface::stats::AutoStatus;
 
 use crate::dataplane::gate::counters::ClassTotals;
 use crate::policy::config::{AutoSpec, Config, Limit};
-use crate::policy::controller::{decide, Algo, Controller, Signals, Tuning, QUEUE_LOW};
+use crate::policy::controller::{decide, Algo, Controller, Engage, Signals, Tuning, QUEUE_LOW};
 use crate::signals::health::Health;
 use crate::signals::kernel::{udp_counters, NsFile, SockDiag, SockStats};
 
@@ -306,8 +307,10 @@ impl AutoLoop {
                 let sig = class_signals(&prev, &now, i);
                 if !held.get(c.id).copied().unwrap_or(false) {
                     let fallback = c.spec.fallback_pps.map(|p| p as f64);
+                    let was = c.ctl.engaged;
                     c.rate = decide(&mut c.ctl, &sig, fallback).map(|r| r.round().max(1.0));
                     c.near = c.rate.is_some() || c.ctl.near_knee(sig.offered);
+                    log_engage(&c.name, was, &c.ctl);
                 }
                 if i == 0 {
                     let point = trace_point(now.at.duration_since(self.started), &c.ctl, &sig);
@@ -356,6 +359,7 @@ impl AutoLoop {
                         capacity_pps: c.ctl.capacity(),
                         target_pps: c.ctl.target,
                         rate_pps: c.rate,
+                        engaged_by: c.ctl.engaged.map(|e| e.name().into()),
                         min_share: c.spec.min_share(),
                         sockets: c.sock.sockets,
                         queued_bytes: c.sock.full_queued,
@@ -376,6 +380,24 @@ impl AutoLoop {
     /// Names of the auto classes, for logs.
     pub fn class_names(&self) -> Vec<String> {
         self.classes.iter().map(|c| c.name.clone()).collect()
+    }
+}
+
+/// Say in the daemon's log when a class's controller engages (and by which
+/// rule) or lets go: at most once a second a class (RELEASE_TICKS).
+fn log_engage(name: &str, was: Option<Engage>, ctl: &Controller) {
+    match (was, ctl.engaged) {
+        (None, Some(why)) => log::info(format_args!(
+            "auto: {name} limited at {}/s ({}: {}; capacity estimate {}/s)",
+            fmt::human(ctl.target),
+            why.name(),
+            why.describe(),
+            fmt::human(ctl.capacity())
+        )),
+        (Some(_), None) => {
+            log::info(format_args!("auto: {name} unlimited again (a second with what arrived under the limit)"))
+        }
+        _ => {}
     }
 }
 

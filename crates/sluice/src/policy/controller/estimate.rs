@@ -136,10 +136,10 @@ pub struct Estimate {
     since_probe: u32,
     /// The last cut for loss, until it is judged (`judge_cut`).
     cut: Option<Cut>,
-    /// The last ENGAGE_TICKS ticks' socket drops and admitted packets (per
-    /// tick), and their sums, for `steady_loss`.
-    steady: VecDeque<(f64, f64)>,
-    steady_sums: (f64, f64),
+    /// The last ENGAGE_TICKS ticks' socket drops, admitted packets and
+    /// lengths (s), and their sums, for `steady_loss` and `arrived_mean`.
+    steady: VecDeque<(f64, f64, f64)>,
+    steady_sums: (f64, f64, f64),
     steady_dropping: usize,
     /// The share of what is admitted the path loses whatever the rate.
     base_loss: f64,
@@ -180,7 +180,7 @@ impl Default for Estimate {
             since_probe: u32::MAX,
             cut: None,
             steady: VecDeque::with_capacity(ENGAGE_TICKS as usize),
-            steady_sums: (0.0, 0.0),
+            steady_sums: (0.0, 0.0, 0.0),
             steady_dropping: 0,
             base_loss: 0.0,
         }
@@ -204,7 +204,7 @@ impl Estimate {
         }
         let dropped = s.sock_drops as f64 / s.dt.max(1e-6);
         self.recent.push_back(Recent { delivered: s.delivered, admitted: s.admitted, dropped, dt: s.dt });
-        self.note_steady(s.sock_drops as f64, s.admitted * s.dt);
+        self.note_steady(s.sock_drops as f64, s.admitted * s.dt, s.dt);
         self.loss_ticks = if lost(s) { self.loss_ticks.saturating_add(1) } else { 0 };
         let path = s.backlog_drops > 0 || s.squeeze > 0;
         self.path_ticks = if path { self.path_ticks.saturating_add(1) } else { 0 };
@@ -306,15 +306,15 @@ impl Estimate {
         self.loss_ticks
     }
 
-    /// Keep the last ENGAGE_TICKS ticks' drops and admitted packets.
-    fn note_steady(&mut self, drops: f64, admitted: f64) {
+    /// Keep the last ENGAGE_TICKS ticks' drops, admitted packets and lengths.
+    fn note_steady(&mut self, drops: f64, admitted: f64, dt: f64) {
         if self.steady.len() == ENGAGE_TICKS as usize {
-            let (d, a) = self.steady.pop_front().expect("full");
-            self.steady_sums = (self.steady_sums.0 - d, self.steady_sums.1 - a);
+            let (d, a, t) = self.steady.pop_front().expect("full");
+            self.steady_sums = (self.steady_sums.0 - d, self.steady_sums.1 - a, self.steady_sums.2 - t);
             self.steady_dropping -= usize::from(d > 0.0);
         }
-        self.steady.push_back((drops, admitted));
-        self.steady_sums = (self.steady_sums.0 + drops, self.steady_sums.1 + admitted);
+        self.steady.push_back((drops, admitted, dt));
+        self.steady_sums = (self.steady_sums.0 + drops, self.steady_sums.1 + admitted, self.steady_sums.2 + dt);
         self.steady_dropping += usize::from(drops > 0.0);
     }
 
@@ -327,7 +327,7 @@ impl Estimate {
     /// of 3-4 ticks (dnsperf's against NSD), not in three ticks of four
     /// over 300 ms.
     pub fn steady_loss(&self) -> bool {
-        let (drops, admitted) = self.steady_sums;
+        let (drops, admitted, _) = self.steady_sums;
         self.steady.len() == ENGAGE_TICKS as usize
             && self.steady_dropping as f64 >= STEADY_SHARE * ENGAGE_TICKS as f64
             && admitted > 0.0
@@ -343,6 +343,18 @@ impl Estimate {
     /// the class is unlimited, what arrived).
     pub fn admitted_mean(&self) -> f64 {
         self.mean(LOSS_TICKS as usize, |r| r.admitted)
+    }
+
+    /// Packets/s the gate admitted over the last ENGAGE_TICKS ticks (while
+    /// the class is unlimited, what arrived): a loss run's arrivals, where
+    /// `admitted_mean` is its last LOSS_TICKS.
+    pub fn arrived_mean(&self) -> f64 {
+        let (_, admitted, secs) = self.steady_sums;
+        if secs > 0.0 {
+            admitted / secs
+        } else {
+            0.0
+        }
     }
 
     /// A probe the service took all of: its tick alone is a clean sample

@@ -22,7 +22,8 @@
 //! And here, what both share: a controller is *engaged* only while its own
 //! service is overloaded (`estimate`'s loss run: LOSS_TICKS of socket drops
 //! with the queue over half the buffer, or of drops before the socket, not a
-//! stall, that has lasted ENGAGE_TICKS, or at once where what arrives in it
+//! stall, that has lasted ENGAGE_TICKS with more arriving than the service
+//! took while calm (a slowed service is not flooded), or at once where what arrives in it
 //! is over SURGE times the capacity it showed while calm; or steady loss
 //! over ENGAGE_TICKS without a standing queue: a batch reader; or a run of
 //! drops whose arrivals over the capacity add up to ENGAGE_EXCESS ticks of
@@ -105,6 +106,50 @@ pub const ENGAGE_EXCESS: f64 = 40.0;
 /// steadily as well (dnsperf at 90% of NSD's capacity: the gate dropped
 /// 24,201 of its queries in an 8 s cell when steady loss alone engaged).
 pub const STEADY_SURGE: f64 = 2.0;
+
+/// Which rule engaged a controller (`Controller::engage`), for status and
+/// the daemon's log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Engage {
+    /// A loss run that lasted ENGAGE_TICKS, with more arriving than the
+    /// service took while calm.
+    LossRun,
+    /// A loss run of LOSS_TICKS with arrivals over SURGE times the calm capacity.
+    Surge,
+    /// A run of drops whose arrivals over the capacity added up to ENGAGE_EXCESS.
+    Excess,
+    /// Steady loss with no loss run (a batch reader).
+    SteadyLoss,
+}
+
+impl Engage {
+    pub fn name(self) -> &'static str {
+        match self {
+            Engage::LossRun => "loss-run",
+            Engage::Surge => "surge",
+            Engage::Excess => "excess",
+            Engage::SteadyLoss => "steady-loss",
+        }
+    }
+
+    /// What the rule saw, in words, for the daemon's log.
+    pub fn describe(self) -> String {
+        let ms = |ticks: u32| (f64::from(ticks) * 1000.0 / TICK_HZ).round();
+        match self {
+            Engage::LossRun => format!(
+                "its sockets dropped with a standing queue for {} ms while more arrived than it took calm",
+                ms(ENGAGE_TICKS)
+            ),
+            Engage::Surge => format!("a loss run while over {SURGE} times its calm capacity arrived"),
+            Engage::Excess => format!("drops while arrivals over its capacity added up to {ENGAGE_EXCESS} ticks of it"),
+            Engage::SteadyLoss => format!(
+                "its sockets dropped in most ticks for {} ms while over {STEADY_SURGE} times its calm capacity arrived",
+                ms(ENGAGE_TICKS)
+            ),
+        }
+    }
+}
 
 /// The rate selection algorithm of the auto classes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, Default)]
@@ -253,9 +298,10 @@ pub struct Controller {
     pub state: CtlState,
     /// Seconds without signals.
     pub lost_secs: f64,
-    /// The service showed distress and the gate has not yet been quiet for
-    /// RELEASE_TICKS: the class is limited to `target` (else unlimited).
-    pub engaged: bool,
+    /// The service showed distress (by the rule named) and the gate has not
+    /// yet been quiet for RELEASE_TICKS: the class is limited to `target`
+    /// (else unlimited).
+    pub engaged: Option<Engage>,
     /// Capacity: the gain `target` was set with and the position in the
     /// probe cycle.
     gain: f64,
@@ -289,7 +335,7 @@ impl Controller {
             est: Estimate::default(),
             state: CtlState::Starting,
             lost_secs: 0.0,
-            engaged: false,
+            engaged: None,
             gain: 1.0,
             phase: CYCLE - 1,
             step: PROBE_STEP,
@@ -311,7 +357,7 @@ impl Controller {
     /// The class's limit: the target while engaged, None (unlimited) while
     /// its service shows no distress.
     pub fn limit(&self) -> Option<f64> {
-        self.engaged.then_some(self.target)
+        self.engaged.is_some().then_some(self.target)
     }
 
     /// Engage on the service's own overload that lasted ENGAGE_TICKS, or
@@ -333,28 +379,45 @@ impl Controller {
         // calm capacity: a service its own clients' bursts hold at its knee
         // drops in runs too (a fresh-clone CI run: NSD at half its capacity,
         // slowed, the gate dropped 4,045 of dnsperf's queries).
+        let calm = self.calm_capacity;
         let heavy = self.drop_ticks >= LOSS_TICKS
             && self.run_excess >= ENGAGE_EXCESS
-            && self.calm_capacity > 0.0
-            && self.est.admitted_mean() >= STEADY_SURGE * self.calm_capacity;
-        let flood = self.est.loss_ticks() >= ENGAGE_TICKS || surge;
+            && calm > 0.0
+            && self.est.admitted_mean() >= STEADY_SURGE * calm;
+        // A loss run is a flood where more arrived over it than the service
+        // took while calm (or where it was never calm: a flood from the
+        // daemon's first ticks). A service that loses with no more arriving
+        // than it took calm was slowed (a VM's slow moment, a neighbour on
+        // its CPU), not flooded, and a limit only adds the gate's drops to
+        // its socket's (a fresh-clone CI run: NSD at half its capacity,
+        // slowed, the gate dropped 7,196 of dnsperf's queries).
+        let lasting = self.est.loss_ticks() >= ENGAGE_TICKS && (calm == 0.0 || self.est.arrived_mean() > calm);
         // Steady loss is overload only where arrivals rose well over the
         // calm load: a service its own clients keep at its knee (dnsperf at
         // 90% of NSD's capacity) drops steadily too, and a limit would
         // only add the gate's drops to its socket's.
-        let steady = self.est.steady_loss()
-            && self.calm_capacity > 0.0
-            && self.est.admitted_mean() >= STEADY_SURGE * self.calm_capacity;
+        let steady = self.est.steady_loss() && calm > 0.0 && self.est.admitted_mean() >= STEADY_SURGE * calm;
         if self.est.quiet() {
             self.calm_capacity = self.est.capacity;
         }
-        if ((overload && flood) || steady || heavy) && !self.engaged {
+        let why = if overload && surge {
+            Some(Engage::Surge)
+        } else if overload && lasting {
+            Some(Engage::LossRun)
+        } else if heavy {
+            Some(Engage::Excess)
+        } else if steady {
+            Some(Engage::SteadyLoss)
+        } else {
+            None
+        };
+        if let (Some(why), None) = (why, self.engaged) {
             // Start from what the service takes, never from the calm load
             // (or pno's wandering) the target followed while unlimited.
-            self.engaged = true;
+            self.engaged = Some(why);
             self.target = self.est.capacity.clamp(self.tuning.min_pps, self.tuning.max_pps);
         } else if self.calm_ticks >= RELEASE_TICKS {
-            self.engaged = false;
+            self.engaged = None;
         }
     }
 
@@ -364,7 +427,7 @@ impl Controller {
     /// estimate. A service that keeps up is not near its knee whatever it is
     /// offered, and a knee long past may have been a stall.
     pub fn near_knee(&self, offered: f64) -> bool {
-        self.engaged || (self.knee_age_secs < KNEE_MEMORY_SECS && offered >= NEAR_KNEE * self.est.capacity)
+        self.engaged.is_some() || (self.knee_age_secs < KNEE_MEMORY_SECS && offered >= NEAR_KNEE * self.est.capacity)
     }
 
     /// True once the signals have been gone longer than the hold time.

@@ -31,6 +31,10 @@ pub struct AutoStatus {
     pub target_pps: f64,
     /// This class's current rate (pkt/s); None = unlimited (fallback).
     pub rate_pps: Option<f64>,
+    /// The rule that engaged the controller ("loss-run", "surge",
+    /// "excess", "steady-loss"); None while its service shows no distress.
+    #[serde(default)]
+    pub engaged_by: Option<String>,
     /// The share of its capacity estimate the class keeps under any budget throttle (0 to 1).
     pub min_share: f64,
     /// The class's UDP sockets found by sock_diag.
