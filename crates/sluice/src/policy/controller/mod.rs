@@ -376,14 +376,13 @@ impl Controller {
         // After LOSS_TICKS, as a surge: the estimate has seen what the
         // service reads under the flood, where the limit starts. And, as
         // steady loss, only where arrivals rose over STEADY_SURGE times the
-        // calm capacity: a service its own clients' bursts hold at its knee
-        // drops in runs too (a fresh-clone CI run: NSD at half its capacity,
-        // slowed, the gate dropped 4,045 of dnsperf's queries).
+        // calm capacity (or it never was calm: a flood from the daemon's
+        // first ticks): a service its own clients' bursts hold at its knee
+        // drops in runs too.
         let calm = self.calm_capacity;
         let heavy = self.drop_ticks >= LOSS_TICKS
             && self.run_excess >= ENGAGE_EXCESS
-            && calm > 0.0
-            && self.est.admitted_mean() >= STEADY_SURGE * calm;
+            && (calm == 0.0 || self.est.admitted_mean() >= STEADY_SURGE * calm);
         // A loss run is a flood where more arrived over it than the service
         // took while calm (or where it was never calm: a flood from the
         // daemon's first ticks). A service that loses with no more arriving
