@@ -588,3 +588,54 @@ fn a_slowed_service_under_its_steady_load_is_not_limited_and_a_flood_still_is() 
     let first = window(&ticks, 4.0, 6.0).position(|k| k.limit.is_some()).expect("the flood was never limited");
     assert!(first <= ENGAGE_TICKS as usize + 2, "the flood engaged after {first} ticks");
 }
+
+/// Act on the cause (issue 48): the calm capacity a loss run's arrivals are
+/// judged against is what the service showed at its quiet ticks lately,
+/// not the estimate a slowdown cut to what it read: a service under its
+/// own load of 50k/s (in bursts of 70k/s at first, even later) slowed
+/// twice, with 50k/s arriving in the first slowdown and 60k/s in the
+/// second as its clients' packets pile up, is never limited; a flood after
+/// it is.
+#[test]
+fn a_slowdown_does_not_lower_the_calm_capacity_a_loss_run_is_judged_against() {
+    let sig = |admitted: f64, delivered: f64, drops: u64, queue: u64| Signals {
+        dt: DT,
+        present: true,
+        offered: admitted,
+        admitted,
+        delivered,
+        queue_start: queue,
+        queue_end: queue,
+        rcvbuf: 200_000,
+        sock_drops: drops,
+        backlog_drops: 0,
+        squeeze: 0,
+    };
+    let mut c = Controller::new(Algo::Capacity, Tuning::default());
+    let calm = |c: &mut Controller, ticks: usize, bursty: bool| {
+        for k in 0..ticks {
+            let load = match (bursty, k % 6 < 3) {
+                (false, _) => 50_000.0,
+                (true, true) => 30_000.0,
+                (true, false) => 70_000.0,
+            };
+            assert_eq!(decide(c, &sig(load, load, 0, 0), None), None, "limited while calm");
+        }
+    };
+    let slowed = |c: &mut Controller, arriving: f64| {
+        for _ in 0..50 {
+            let limit = decide(c, &sig(arriving, 20_000.0, 300, 190_000), None);
+            assert_eq!(limit, None, "a slowed service was limited ({:?})", c.engaged);
+        }
+    };
+    calm(&mut c, 100, true);
+    slowed(&mut c, 50_000.0);
+    calm(&mut c, 50, false);
+    slowed(&mut c, 60_000.0);
+    calm(&mut c, 50, false);
+    let flood = (0..100).position(|_| decide(&mut c, &sig(300_000.0, 60_000.0, 3000, 190_000), None).is_some());
+    assert!(
+        flood.is_some_and(|k| k <= ENGAGE_TICKS as usize),
+        "a flood after the slowdowns engaged after {flood:?} ticks"
+    );
+}

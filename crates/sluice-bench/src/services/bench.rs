@@ -169,6 +169,7 @@ impl<'a> Bench<'a> {
         if let Installed::Daemon(_, sock) = &installed {
             let snap = daemon_status(&self.o.exe, &self.bed.net.b, sock)?;
             (cell.gate_drops, cell.dropped_with_room) = (Some(dropped_of(&snap)), dropped_with_room_of(&snap));
+            cell.room_drops = Some(room_drops_of(&snap));
         }
         self.uninstall(installed)?;
         cell.flood =
@@ -482,6 +483,11 @@ pub(super) fn daemon_status(exe: &Path, ns: &str, sock: &Path) -> Result<Snapsho
 /// admitted of every class but the default one (the service's classes) ...
 fn dropped_of(s: &Snapshot) -> u64 {
     s.classes.iter().filter(|c| c.name != "default").map(|c| c.totals.dropped_pkts()).sum()
+}
+
+/// ... of those drops, the ones the room for known clients made ...
+fn room_drops_of(s: &Snapshot) -> u64 {
+    s.classes.iter().filter(|c| c.name != "default").map(|c| c.totals.dropped_room_pkts).sum()
 }
 
 /// ... of those drops, the ones made while the service had room (its

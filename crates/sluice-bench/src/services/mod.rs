@@ -404,6 +404,11 @@ pub struct Cell {
     /// (no distress of its sockets); None where not measured.
     #[serde(default)]
     pub dropped_with_room: Option<u64>,
+    /// Calm cells: of gate_drops, those the room kept for known clients
+    /// made (`dropped_room_pkts`: unknown or over-pace datagrams to a socket
+    /// over three quarters full); None where not measured.
+    #[serde(default)]
+    pub room_drops: Option<u64>,
     /// http: SYNs/s the daemon's gate answered itself (SYN cookies at the
     /// driver); None without a daemon.
     #[serde(default)]

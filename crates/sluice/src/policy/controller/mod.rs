@@ -151,6 +151,17 @@ impl Engage {
     }
 }
 
+/// How long the capacity a service showed at its quiet ticks is kept in
+/// mind against a fall of the estimate (s; a mean time: it fades by e over
+/// it): a loss run cuts the estimate to what the service read, and a
+/// service slowed for a moment (a neighbour on its CPU, a VM's stall) came
+/// back calm with an estimate of its load only, against which its own
+/// clients' next burst was more than it took calm (busy loops at nice -10
+/// for 60 ms of every 460: the loss run's rule engaged the class in a 4 s
+/// calm cell at half NSD's capacity, 4,743 gate drops). The estimate's own
+/// window is as long.
+pub const CALM_MEMORY_SECS: f64 = 10.0;
+
 /// The rate selection algorithm of the auto classes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
@@ -316,9 +327,9 @@ pub struct Controller {
     knee_age_secs: f64,
     /// Ticks in a row with what arrived under the limit and no loss run.
     calm_ticks: u32,
-    /// The capacity estimate at the last quiet tick (no socket drop in the
-    /// last ENGAGE_TICKS; 0: none yet): what the service showed while
-    /// calm, against which a surge is judged.
+    /// The highest capacity estimate of a quiet tick (no socket drop in the
+    /// last ENGAGE_TICKS; 0: none yet), fading over CALM_MEMORY_SECS: what
+    /// the service showed while calm, against which a surge is judged.
     calm_capacity: f64,
     /// Ticks of the capacity admitted over it in the current run of drops
     /// (ENGAGE_EXCESS), and the run's length in ticks.
@@ -397,7 +408,13 @@ impl Controller {
         // only add the gate's drops to its socket's.
         let steady = self.est.steady_loss() && calm > 0.0 && self.est.admitted_mean() >= STEADY_SURGE * calm;
         if self.est.quiet() {
-            self.calm_capacity = self.est.capacity;
+            // The highest estimate of a quiet tick, fading over
+            // CALM_MEMORY_SECS: after a slowdown, whose loss run cut the
+            // estimate to what the service read in it, the estimate is back
+            // at the load only (the window restarted), and the clients'
+            // packets that piled up in the slowdown arrived over it.
+            let fade = (-s.dt / CALM_MEMORY_SECS).exp();
+            self.calm_capacity = self.est.capacity.max(fade * self.calm_capacity);
         }
         let why = if overload && surge {
             Some(Engage::Surge)

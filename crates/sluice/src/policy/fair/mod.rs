@@ -132,18 +132,19 @@ pub const LEARN_HOLD_AFTER_RESTART_SECS: f64 = 10.0;
 pub const ROOM_HOLD_SECS: f64 = 2.0;
 /// A run of surge ticks keeps room (`Fair::keeps_room`) once what arrived
 /// in it over the usual adds up to this many seconds of the usual load
-/// (plus LEARN_SLACK_PPS). A stall of the service's host (a VM's slow
-/// moment) lets its clients' packets pile up and arrive at once after it:
-/// a burst over LEARN_SURGE times the usual in a tick, but one that carries
-/// only the stall's length of the usual load; room kept for it dropped a
-/// calm NSD's own clients whenever its socket was three quarters full for
-/// the next two seconds (a fresh-clone CI run: 7,196 of dnsperf's queries
-/// at half NSD's capacity, with no flood; at 0.05 s, stalls of about 60 ms
-/// made by two busy loops at nice -10 still kept room in one run of four).
-/// A flood's excess grows for as long as it lasts: at 20 times the usual
-/// it reaches this in the first 10 ms tick, at 10 times in two, at
-/// LEARN_SURGE times in four.
-pub const ROOM_EXCESS_SECS: f64 = 0.1;
+/// (plus LEARN_SLACK_PPS). A client that fell behind its schedule (its CPU
+/// taken for a moment, as its server's was) catches up in a burst over
+/// LEARN_SURGE times its usual, but one that carries only what it owed:
+/// room kept for it dropped a calm NSD's own clients whenever its socket
+/// was three quarters full, for the next two seconds (a fresh-clone CI run:
+/// 7,196 of dnsperf's queries at half NSD's capacity, with no flood).
+/// Busy loops at nice -10 for 60 ms of every 460 made dnsperf catch up at
+/// 4-6 times its usual for up to 120 ms, 0.27 s of its usual load over it;
+/// at 0.1 s, two runs of four still kept room, at 0.2 s one of six. A
+/// flood's excess grows for as long as it lasts: at 40 times the usual it
+/// reaches this in the first 10 ms tick, at 10 times in three, at
+/// LEARN_SURGE times in seven.
+pub const ROOM_EXCESS_SECS: f64 = 0.2;
 
 /// What the gate counted for one class in one tick (differences of its
 /// SLUICE_CS_* counters).

@@ -330,8 +330,8 @@ fn room_for_known_clients_is_kept_after_a_surge_only() {
     for _ in 0..300 {
         f.learn(true, 50_000.0, DT);
     }
-    f.learn(false, 1_000_000.0, DT);
-    assert!(f.keeps_room(), "a surge of 20 times the usual: room at once");
+    f.learn(false, 2_000_000.0, DT);
+    assert!(f.keeps_room(), "a surge of 40 times the usual: room at once");
     let ticks = (ROOM_HOLD_SECS / DT).round() as usize;
     for _ in 0..ticks - 2 {
         f.learn(true, 50_000.0, DT);
