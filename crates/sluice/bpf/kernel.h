@@ -89,6 +89,10 @@ struct sock {
 	__u16 sk_protocol;
 	struct sock_reuseport *sk_reuseport_cb;
 	struct socket *sk_socket;
+	/* The owner's uid (in the initial user namespace), set when the socket is made. */
+	struct {
+		__u32 val;
+	} sk_uid;
 } __attribute__((preserve_access_index));
 
 /* UDP moves the receive queue to this one in a batch when a reader empties it. */

@@ -90,6 +90,43 @@ fn replies_to_a_connected_udp_socket_pass_a_default_class_limited_to_nothing() {
     assert_eq!(host(&g), (0, 0));
 }
 
+/// The reply's socket must be the host's own (issue 49, item 9's gap): a
+/// connected UDP socket that nobody (uid 65534) made, as a login user's
+/// process could connect one to an accomplice whose datagrams then passed
+/// the throttle at any rate, is not; root's, a system user's and a systemd
+/// dynamic user's are. Before, each was.
+#[test]
+fn a_reply_to_a_socket_a_login_user_or_nobody_made_is_not_the_hosts_own() {
+    // The socket's owner (sk_uid) is the fsuid of the thread that makes it,
+    // a thread's own (setfsuid is not broadcast to the process).
+    let made_by = |uid: u32| {
+        std::thread::spawn(move || {
+            unsafe { libc::setfsuid(uid) };
+            let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+            s.connect("127.0.0.2:5353").unwrap();
+            s
+        })
+        .join()
+        .unwrap()
+    };
+    let (login_min, login_max) = sluice::signals::discover::login_uids();
+    let g = gate(1);
+    for (who, uid, passes) in [
+        ("root", 0, true),
+        ("a system user", login_min - 1, true),
+        ("a systemd dynamic user", sluice::bpf_intf::SLUICE_DYNAMIC_UID_LO, true),
+        ("a login user", login_min, false),
+        ("the last login user", login_max, false),
+        ("nobody", 65534, false),
+    ] {
+        let s = made_by(uid);
+        let reply = Frame::udp("127.0.0.2", "127.0.0.1", 5353, s.local_addr().unwrap().port()).build();
+        let want = if passes { Admitted("default".into()) } else { DroppedRate("default".into()) };
+        g.expect(&format!("a reply to a socket {who} (uid {uid}) made"), &reply, want);
+    }
+    assert_eq!(host(&g), (3, 0));
+}
+
 /// A datagram in IPv4 fragments: its first fragment, a reply to the
 /// connected socket, passes, and then so do its other fragments (same
 /// addresses, protocol and IP id); a non-first fragment of another

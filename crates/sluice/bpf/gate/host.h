@@ -15,7 +15,13 @@
  *     connection of the host's own reaches (SYN_SENT: the SYN-ACK of its
  *     connect(); ESTABLISHED; the closing states), not a listener's, a
  *     request's or TIME_WAIT's; a UDP datagram where its socket is
- *     connected. A SYN is no reply. An IPv4 datagram in fragments: its
+ *     connected. The socket must be the host's own: its owner root, a
+ *     system user (a uid under settings.host_uid_min, UID_MIN) or a systemd
+ *     dynamic user, as discovery trusts a service's owner; a login user's
+ *     or nobody's connected socket would let its peer's packets through
+ *     the throttle at any rate (kernels before 6.2, without
+ *     bpf_rdonly_cast, cannot read the owner and take any). A SYN is no
+ *     reply. An IPv4 datagram in fragments: its
  *     first fragment (the ports are in it) is looked up, while the class is
  *     limited whether or not its limit drops it, and a reply's key
  *     (addresses, protocol, IP id) is noted in host_frags; the non-first
@@ -115,6 +121,19 @@ static __always_inline int host_frag_of_reply(struct xdp_md *ctx)
 	return at && settings.now_ms - *at <= SLUICE_HOST_FRAG_MS;
 }
 
+/* Is this socket (a full one: a UDP socket, or TCP in a host_tcp_state) owned by a trusted user? */
+static __always_inline int host_owner_trusted(struct bpf_sock *sk)
+{
+	struct sock *s;
+	__u32 uid;
+
+	if (!settings.host_uid_min || !bpf_ksym_exists(bpf_rdonly_cast))
+		return 1;
+	s = bpf_rdonly_cast(sk, bpf_core_type_id_kernel(struct sock));
+	uid = s->sk_uid.val;
+	return uid < settings.host_uid_min || (uid >= SLUICE_DYNAMIC_UID_LO && uid <= SLUICE_DYNAMIC_UID_HI);
+}
+
 /* Is this TCP or UDP packet a reply to a connection of the host's own? */
 static __always_inline int host_reply(struct xdp_md *ctx, const struct pkt *pk)
 {
@@ -149,6 +168,7 @@ static __always_inline int host_reply(struct xdp_md *ctx, const struct pkt *pk)
 			return 0;
 		ok = host_tcp_state(sk->state);
 	}
+	ok = ok && host_owner_trusted(sk);
 	bpf_sk_release(sk);
 	if (ok && pk->first_fragment)
 		host_frag_note(ip);

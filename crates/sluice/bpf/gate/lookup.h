@@ -11,6 +11,9 @@
 #ifndef SLUICE_GATE_LOOKUP_H
 #define SLUICE_GATE_LOOKUP_H
 
+/* Reads a socket a lookup found as the kernel's struct sock (6.2 and later; room.h, host.h). */
+extern void *bpf_rdonly_cast(const void *obj__ign, __u32 btf_id) __ksym __weak;
+
 /* Where the IP header can start: after Ethernet and SLUICE_MAX_VLAN tags. */
 #define COOKIE_L3_MAX (ETH_HLEN + 4 * SLUICE_MAX_VLAN)
 #define COOKIE_NO_L3 0xffff

@@ -30,8 +30,6 @@
 #ifndef SLUICE_GATE_ROOM_H
 #define SLUICE_GATE_ROOM_H
 
-extern void *bpf_rdonly_cast(const void *obj__ign, __u32 btf_id) __ksym __weak;
-
 /* Is the UDP socket this frame goes to over SLUICE_ROOM_UNKNOWN_PCT of its buffer? */
 static __always_inline int socket_crowded(struct xdp_md *ctx)
 {

@@ -191,6 +191,9 @@ impl Gate {
             let data = open.maps.data_data.as_deref_mut().expect(".data is mmap'ed before load");
             data.settings.sources_mask = slots - 1;
             data.settings.slot_seed = seed;
+            // Whose sockets' replies are the host's own (gate/host.h): as
+            // discovery trusts a service's owner.
+            data.settings.host_uid_min = crate::signals::discover::login_uids().0;
             open.load()
         })
         .map_err(GateError::Load)?;

@@ -59,8 +59,10 @@ pub const UNTRUSTED_PRIORITY: u8 = crate::policy::config::IMPLICIT_DEFAULT_PRIOR
 pub const HOST_PROXIES: &[&str] = &["docker-proxy"];
 /// The class all untrusted services share.
 pub const USERS_CLASS: &str = "users/ports";
-/// systemd's dynamic service users (DynamicUser=), system users above UID_MAX.
-const DYNAMIC_UIDS: std::ops::RangeInclusive<u32> = 61184..=65519;
+/// systemd's dynamic service users (DynamicUser=), system users above
+/// UID_MAX (the gate's copy: bpf/gate/host.h's host_owner_trusted).
+const DYNAMIC_UIDS: std::ops::RangeInclusive<u32> =
+    crate::bpf_intf::SLUICE_DYNAMIC_UID_LO..=crate::bpf_intf::SLUICE_DYNAMIC_UID_HI;
 
 /// The two protocols a service can listen on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -165,7 +167,7 @@ pub struct Owner {
 
 /// The login users' uid range, UID_MIN and UID_MAX of /etc/login.defs
 /// (1000 and 60000 where it does not say).
-fn login_uids() -> (u32, u32) {
+pub fn login_uids() -> (u32, u32) {
     static RANGE: std::sync::OnceLock<(u32, u32)> = std::sync::OnceLock::new();
     *RANGE.get_or_init(|| parse_login_defs(&std::fs::read_to_string("/etc/login.defs").unwrap_or_default()))
 }
