@@ -424,7 +424,7 @@ struct sluice_settings {
 	__u64 alive_until_ns;    /* CLOCK_MONOTONIC ns (coarse): past it the daemon stalled and the gate fails open (0: no deadline) */
 	__u16 ephemeral_lo;      /* net.ipv4.ip_local_port_range: the ports the host's own connections take (gate/host.h) */
 	__u16 ephemeral_hi;      /* (both 0: every port) */
-	__u32 host_uid_min;      /* a reply's socket is the host's own if its owner's uid is under it (root, system users: UID_MIN) or a systemd dynamic user's (gate/host.h); 0: any owner's */
+	__u32 host_uid_min;      /* a reply's socket is the host's own if its owner's uid is under it (root, system users: UID_MIN) or a systemd dynamic user's (gate/host.h; set at load, as discovery's UID_MIN) */
 };
 
 /*

@@ -127,7 +127,7 @@ static __always_inline int host_owner_trusted(struct bpf_sock *sk)
 	struct sock *s;
 	__u32 uid;
 
-	if (!settings.host_uid_min || !bpf_ksym_exists(bpf_rdonly_cast))
+	if (!bpf_ksym_exists(bpf_rdonly_cast))
 		return 1;
 	s = bpf_rdonly_cast(sk, bpf_core_type_id_kernel(struct sock));
 	uid = s->sk_uid.val;

@@ -109,8 +109,8 @@ pub const ENGAGE_EXCESS: f64 = 40.0;
 /// steadily as well (dnsperf at 90% of NSD's capacity: the gate dropped
 /// 24,201 of its queries in an 8 s cell when steady loss alone engaged),
 /// and so does one slowed under its own load. A flood that brings less
-/// than its service's calm load again is left to the socket (a miss where
-/// the service was near its knee already).
+/// than its service's calm capacity again is left to the socket (a miss
+/// where the service was near its knee already).
 pub const STEADY_SURGE: f64 = 2.0;
 
 /// Which rule engaged a controller (`Controller::engage`), for status and
@@ -335,7 +335,7 @@ pub struct Controller {
     calm_ticks: u32,
     /// The highest capacity estimate of a quiet tick (no socket drop in the
     /// last ENGAGE_TICKS; 0: none yet), fading over CALM_MEMORY_SECS: what
-    /// the service showed while calm, against which a surge is judged.
+    /// the service showed while calm, against which arrivals are judged.
     calm_capacity: f64,
     /// Ticks of the capacity admitted over it in the current run of drops
     /// (ENGAGE_EXCESS), and the run's length in ticks.
@@ -377,9 +377,10 @@ impl Controller {
         self.engaged.is_some().then_some(self.target)
     }
 
-    /// Engage on the service's own overload that lasted ENGAGE_TICKS, or
-    /// on drops that piled up ENGAGE_EXCESS over the capacity, at once on a
-    /// surge (SURGE), or on steady loss over ENGAGE_TICKS with no loss run
+    /// Engage at once on a surge (SURGE); or, with arrivals over
+    /// STEADY_SURGE times the calm capacity, on the service's own overload
+    /// that lasted ENGAGE_TICKS, on drops that piled up ENGAGE_EXCESS over
+    /// the capacity, or on steady loss over ENGAGE_TICKS with no loss run
     /// (a batch reader: `Estimate::steady_loss`); let go after
     /// RELEASE_TICKS in which what arrived fitted under the limit with no
     /// loss run.

@@ -332,7 +332,8 @@ impl Fair {
     /// surged (`learn` sees it: a flood starting, or going on while its
     /// class is unhealthy, limited or not: a batch reader's class may never
     /// be), in a run of surge ticks that brought ROOM_EXCESS_SECS of the
-    /// usual load over it (a stall's catch-up burst brings less). Not otherwise, not even while limited: a service its own
+    /// usual load over it (a client catching up after a slow moment brings
+    /// less). Not otherwise, not even while limited: a service its own
     /// clients hold at its knee (dnsperf at 90% of NSD's capacity, its
     /// socket over three quarters full at times, the auto controller
     /// engaged now and then) would have the gate drop its clients not known
