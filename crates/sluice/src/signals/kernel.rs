@@ -228,6 +228,9 @@ const SK_MEMINFO_RMEM_ALLOC: usize = 0;
 const SK_MEMINFO_RCVBUF: usize = 1;
 const SK_MEMINFO_DROPS: usize = 8;
 const NLMSG_HDRLEN: usize = 16;
+/// INET_DIAG_NOCOOKIE: a one-socket request that names no cookie (the
+/// kernel then checks only the addresses and ports).
+const NO_COOKIE: [u8; 8] = [0xff; 8];
 /// struct inet_diag_req_v2: family, protocol, ext, pad, states, 48-byte sockid.
 const REQ_LEN: usize = 56;
 /// struct inet_diag_msg: family, state, timer, retrans, sockid (48), expires,
@@ -346,6 +349,33 @@ impl SockDiag {
             parse_diag_reply(&self.staged[range], seq, each)?;
         }
         Ok(true)
+    }
+
+    /// The owner (uid) of the TCP socket of this namespace whose local end
+    /// is `from` and whose remote end is `to`: the process at the other end
+    /// of a connection accepted from `from` on `to`, where that process is
+    /// on this host. None where no such socket is here (a remote peer).
+    pub fn tcp_owner(&mut self, from: std::net::SocketAddr, to: std::net::SocketAddr) -> Result<Option<u32>> {
+        // An IPv4 peer of an IPv6 listener shows as ::ffff:a.b.c.d; its socket is IPv4.
+        let plain = |a: std::net::IpAddr| a.to_canonical();
+        let (src, dst) = (plain(from.ip()), plain(to.ip()));
+        let family = if src.is_ipv4() { libc::AF_INET } else { libc::AF_INET6 } as u8;
+        if src.is_ipv4() != dst.is_ipv4() {
+            return Ok(None);
+        }
+        let key = SockKey {
+            family,
+            protocol: libc::IPPROTO_TCP as u8,
+            src,
+            sport: from.port(),
+            dst,
+            dport: to.port(),
+            ifindex: 0,
+            cookie: NO_COOKIE,
+        };
+        let mut uid = None;
+        self.read_each(&[key], &mut |s| uid = Some(s.uid))?;
+        Ok(uid)
     }
 
     fn request(
@@ -535,6 +565,9 @@ pub struct DiagSock<'a> {
     /// in the receive and send queues.
     pub rqueue: u32,
     pub wqueue: u32,
+    /// The socket's owner (sk_uid: who created it), as this namespace's
+    /// user namespace maps it.
+    pub uid: u32,
     pub inode: u32,
     /// The kernel's cookie of the socket (struct inet_diag_sockid's, as sent).
     pub cookie: [u8; 8],
@@ -580,6 +613,7 @@ impl DiagSock<'_> {
             ifindex: u32_at(40),
             rqueue: u32_at(56),
             wqueue: u32_at(60),
+            uid: u32_at(64),
             inode: u32_at(68),
             cookie: m[44..52].try_into().unwrap(),
             v6only: false,

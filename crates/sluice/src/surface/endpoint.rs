@@ -4,14 +4,23 @@
 //! it. Each request is bounded in size (HEAD_MAX bytes of request head) and
 //! in time (DEADLINE from accept to the last byte of the answer, however
 //! slowly its bytes come); an answer goes out without blocking (a client
-//! that does not read it is cut at its deadline). When all CONNS slots are
-//! taken, a new connection takes a slot from the peer (IP address) that
-//! holds the most, its oldest not being answered: connections that send
-//! nothing cannot shut a scrape out, nor can a burst from one peer evict
-//! another peer's scrape. The
-//! request head is parsed by httparse. (tiny_http, used before, started a
-//! thread per open connection; a pool of two workers after it was held by
-//! any two slow clients.)
+//! that does not read it is cut at its deadline).
+//!
+//! When all CONNS slots are taken, a new connection takes one from another
+//! (`victim`): an untrusted holder's before a trusted one's, one not being
+//! answered before one that is, from the holder with the most slots, its
+//! oldest. A holder is a local user where the connection comes from this
+//! host (its socket's owner, found by sock_diag: every local user shares
+//! the address 127.0.0.1, and one user can take any other loopback
+//! address), or else the peer's IP address; only a local root, system or
+//! systemd dynamic user is trusted (discovery's rule). So connections that
+//! send nothing cannot shut a scrape out, a burst from one peer or one
+//! local user never evicts another's scrape, and no local user can evict
+//! a local scraper run by root or a system user.
+//!
+//! The request head is parsed by httparse. (tiny_http, used before, started
+//! a thread per open connection; a pool of two workers after it was held
+//! by any two slow clients.)
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
@@ -19,6 +28,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
+
+use crate::signals::discover;
+use crate::signals::kernel::SockDiag;
 
 /// Connections open at once; past this a new one takes the oldest's slot.
 pub const CONNS: usize = 64;
@@ -49,10 +61,48 @@ pub fn serve(listener: TcpListener, render: Render) {
 /// The endpoint's thread's name (in /proc/PID/task/*/comm).
 pub const THREAD_NAME: &str = "sluice-metrics";
 
+/// Who holds a connection (the unit `victim` counts slots by).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Holder {
+    /// A process of this host, by its socket's owner.
+    User(u32),
+    /// Anyone else (or a local socket whose owner was not found), by address.
+    Addr(IpAddr),
+}
+
+/// A connection's holder, and whether it is a trusted local user.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Peer {
+    holder: Holder,
+    trusted: bool,
+}
+
+/// Finds who is at the other end of a connection.
+struct Peers {
+    /// None where sock_diag could not be opened: every peer by address.
+    diag: Option<SockDiag>,
+    logins: (u32, u32),
+}
+
+impl Peers {
+    fn new() -> Peers {
+        Peers { diag: SockDiag::open(None).ok(), logins: discover::login_uids() }
+    }
+
+    /// The peer at `from` of a connection accepted on `to`.
+    fn of(&mut self, from: SocketAddr, to: SocketAddr) -> Peer {
+        let owner = self.diag.as_mut().and_then(|d| d.tcp_owner(from, to).ok().flatten());
+        match owner {
+            Some(uid) => Peer { holder: Holder::User(uid), trusted: discover::trusted(uid, self.logins) },
+            None => Peer { holder: Holder::Addr(from.ip().to_canonical()), trusted: false },
+        }
+    }
+}
+
 /// One connection: its request head so far, then its answer's unsent bytes.
 struct Conn {
     stream: TcpStream,
-    peer: IpAddr,
+    peer: Peer,
     deadline: Instant,
     head: Vec<u8>,
     out: Option<(Vec<u8>, usize)>,
@@ -65,7 +115,7 @@ enum Step {
 }
 
 impl Conn {
-    fn new(stream: TcpStream, peer: IpAddr) -> std::io::Result<Conn> {
+    fn new(stream: TcpStream, peer: Peer) -> std::io::Result<Conn> {
         stream.set_nonblocking(true)?;
         Ok(Conn { stream, peer, deadline: Instant::now() + DEADLINE, head: Vec::with_capacity(1024), out: None })
     }
@@ -117,6 +167,7 @@ fn run(listener: &TcpListener, render: &Render) {
         return;
     }
     let mut conns: Vec<Conn> = Vec::new();
+    let mut peers = Peers::new();
     loop {
         // A connection waits to read its request, or to write its answer.
         let wants = |c: &Conn| if c.out.is_some() { libc::POLLOUT } else { libc::POLLIN };
@@ -146,32 +197,45 @@ fn run(listener: &TcpListener, render: &Render) {
         }
         conns = keep;
         if fds[0].revents != 0 {
-            accept_all(listener, &mut conns);
+            accept_all(listener, &mut peers, &mut conns);
         }
     }
 }
 
 /// Take every waiting connection; when CONNS are open, one makes room
 /// (`victim`).
-fn accept_all(listener: &TcpListener, conns: &mut Vec<Conn>) {
+fn accept_all(listener: &TcpListener, peers: &mut Peers, conns: &mut Vec<Conn>) {
     while let Ok((stream, from)) = listener.accept() {
-        let Ok(c) = Conn::new(stream, from.ip()) else { continue };
+        let peer = match stream.local_addr() {
+            Ok(to) => peers.of(from, to),
+            Err(_) => Peer { holder: Holder::Addr(from.ip()), trusted: false },
+        };
+        let Ok(c) = Conn::new(stream, peer) else { continue };
         if conns.len() >= CONNS {
-            conns.swap_remove(victim(conns)).expire();
+            let slots: Vec<Slot> = conns.iter().map(|c| (c.peer, c.out.is_some(), c.deadline)).collect();
+            conns.swap_remove(victim(&slots)).expire();
         }
         conns.push(c);
     }
 }
 
-/// The connection that gives up its slot: one not being answered before one
-/// that is, from the peer holding the most slots, the oldest of its.
-fn victim(conns: &[Conn]) -> usize {
-    let mut held: std::collections::HashMap<IpAddr, usize> = std::collections::HashMap::new();
-    for c in conns {
-        *held.entry(c.peer).or_default() += 1;
+/// What `victim` weighs of a connection: its peer, whether it is being
+/// answered, its deadline (the oldest's is the soonest).
+type Slot = (Peer, bool, Instant);
+
+/// The slot that is given up: an untrusted peer's before a trusted one's,
+/// one not being answered before one that is, the holder's with the most
+/// slots, its oldest.
+fn victim(slots: &[Slot]) -> usize {
+    let mut held: std::collections::HashMap<Holder, usize> = std::collections::HashMap::new();
+    for (peer, ..) in slots {
+        *held.entry(peer.holder).or_default() += 1;
     }
-    (0..conns.len())
-        .min_by_key(|&i| (conns[i].out.is_some(), std::cmp::Reverse(held[&conns[i].peer]), conns[i].deadline))
+    (0..slots.len())
+        .min_by_key(|&i| {
+            let (peer, answering, deadline) = slots[i];
+            (peer.trusted, answering, std::cmp::Reverse(held[&peer.holder]), deadline)
+        })
         .expect("CONNS > 0")
 }
 
@@ -259,6 +323,14 @@ mod tests {
         scrape_over(TcpStream::connect(addr).unwrap())
     }
 
+    /// A new endpoint on loopback, answering "x": its address.
+    fn serving_x() -> SocketAddr {
+        let listener = bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = listener.local_addr().unwrap();
+        serve(listener, Arc::new(|_| "x\n".into()));
+        addr
+    }
+
     /// A scrape over the connection `c`: the answer, or what came.
     fn scrape_over(mut c: TcpStream) -> String {
         c.set_read_timeout(Some(DEADLINE * 2)).unwrap();
@@ -300,52 +372,125 @@ mod tests {
         drop(idle);
     }
 
-    /// A connection to `addr` from 127.0.0.2 (another peer than the rest).
-    fn connect_from_another_peer(addr: SocketAddr) -> TcpStream {
-        use std::os::fd::FromRawFd;
-        let sin = |ip: [u8; 4], port: u16| libc::sockaddr_in {
-            sin_family: libc::AF_INET as u16,
-            sin_port: port.to_be(),
-            sin_addr: libc::in_addr { s_addr: u32::from_ne_bytes(ip) },
-            sin_zero: [0; 8],
-        };
-        let len = std::mem::size_of::<libc::sockaddr_in>() as u32;
-        // SAFETY: plain socket(2)/bind(2)/connect(2) on a fd the stream returned owns.
-        unsafe {
-            let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
-            assert!(fd >= 0);
-            let from = sin([127, 0, 0, 2], 0);
-            assert_eq!(libc::bind(fd, (&from as *const libc::sockaddr_in).cast(), len), 0);
-            let to = sin([127, 0, 0, 1], addr.port());
-            assert_eq!(libc::connect(fd, (&to as *const libc::sockaddr_in).cast(), len), 0);
-            TcpStream::from_raw_fd(fd)
-        }
+    /// A connection to `addr` from a socket that `uid` owns (its owner is
+    /// the fsuid of the thread that made it).
+    fn connect_as(uid: u32, addr: SocketAddr) -> TcpStream {
+        std::thread::spawn(move || {
+            // SAFETY: setfsuid changes this thread's file-system uid only.
+            unsafe { libc::setfsuid(uid) };
+            TcpStream::connect(addr).unwrap()
+        })
+        .join()
+        .unwrap()
     }
 
     /// Hardening (issue 35, item 13): a burst of connections from one peer,
     /// past CONNS, makes room from that peer's own connections: a scrape
     /// that connected before the burst and sends its request after it is
     /// still answered. Before, the oldest connection went first: the scrape.
+    /// Both are untrusted local users here (nobody's burst, a login user's
+    /// scrape), so only the count of slots held decides.
     #[test]
     fn a_burst_from_one_peer_never_evicts_another_peers_scrape() {
         let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-        let listener = bind("127.0.0.1:0".parse().unwrap()).unwrap();
-        let addr = listener.local_addr().unwrap();
-        serve(listener, Arc::new(|_| "x\n".into()));
-        let scraper = connect_from_another_peer(addr);
+        let addr = serving_x();
+        let scraper = connect_as(discover::login_uids().0, addr);
         std::thread::sleep(Duration::from_millis(50));
-        let burst: Vec<TcpStream> = (0..3 * CONNS).filter_map(|_| TcpStream::connect(addr).ok()).collect();
+        let burst: Vec<TcpStream> = (0..3 * CONNS).map(|_| connect_as(65534, addr)).collect();
         std::thread::sleep(Duration::from_millis(200));
         let out = scrape_over(scraper);
         assert!(out.starts_with("HTTP/1.1 200"), "the scrape was answered after a burst of {}: {out:?}", burst.len());
     }
 
+    /// Issue 49, item 11: every local user connects from 127.0.0.1 (and can
+    /// take any other loopback address), so when slots were counted by
+    /// address, a local user's burst of connections, spread over 200
+    /// loopback addresses or not, made room by evicting root's scrape,
+    /// the oldest. Now a local connection's holder is its socket's owner,
+    /// and an untrusted one's slots go before a trusted one's.
+    #[test]
+    fn a_local_users_connections_never_evict_a_scrape_root_runs() {
+        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+        let addr = serving_x();
+        let scraper = TcpStream::connect(addr).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        // nobody's connections (a socket's owner is the fsuid of the thread
+        // that made it), from 127.0.0.1 and from 127.0.1.1-200, one each.
+        let burst = std::thread::spawn(move || {
+            // SAFETY: setfsuid changes this thread's file-system uid only.
+            unsafe { libc::setfsuid(65534) };
+            let from = |i: u8| -> Option<TcpStream> {
+                let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).ok()?;
+                s.bind(&SocketAddr::from(([127, 0, 1, i], 0)).into()).ok()?;
+                s.connect(&addr.into()).ok()?;
+                Some(s.into())
+            };
+            let mut all: Vec<TcpStream> = (0..CONNS).filter_map(|_| TcpStream::connect(addr).ok()).collect();
+            all.extend((1..=200).filter_map(from));
+            all
+        })
+        .join()
+        .unwrap();
+        assert!(burst.len() > 2 * CONNS, "the burst made {} connections", burst.len());
+        std::thread::sleep(Duration::from_millis(200));
+        let out = scrape_over(scraper);
+        assert!(out.starts_with("HTTP/1.1 200"), "root's scrape was answered after nobody's {}: {out:?}", burst.len());
+    }
+
+    /// The order slots are given up in, on made-up peers.
+    #[test]
+    fn the_untrusted_the_unanswered_and_the_largest_holders_oldest_go_first() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let user = |uid, trusted| Peer { holder: Holder::User(uid), trusted };
+        let remote = |last: u8| Peer { holder: Holder::Addr(IpAddr::from([192, 0, 2, last])), trusted: false };
+        let root = user(0, true);
+        // A trusted holder of many slots keeps them while anyone else has one.
+        let slots = [(root, false, at(1)), (root, false, at(2)), (root, false, at(3)), (remote(1), false, at(9))];
+        assert_eq!(victim(&slots), 3);
+        // Among the untrusted: the unanswered, then the holder of the most, then the oldest.
+        let slots = [
+            (user(1000, false), true, at(1)),
+            (remote(1), false, at(5)),
+            (remote(2), false, at(6)),
+            (remote(2), false, at(7)),
+            (root, false, at(0)),
+        ];
+        assert_eq!(victim(&slots), 2, "remote 2 holds two unanswered slots; its oldest");
+        let slots = [(user(1000, false), true, at(1)), (remote(1), false, at(5)), (remote(2), false, at(4))];
+        assert_eq!(victim(&slots), 2, "one slot each: the oldest unanswered");
+        let slots = [(user(1000, false), true, at(1)), (root, false, at(0))];
+        assert_eq!(victim(&slots), 0, "an untrusted slot being answered goes before a trusted one");
+    }
+
+    /// The peer of a connection from this host is its socket's owner; the
+    /// owner of a closed connection's address is not found.
+    #[test]
+    fn a_local_connections_peer_is_the_user_that_made_its_socket() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut peers = Peers::new();
+        assert!(peers.diag.is_some(), "sock_diag opens (as any user)");
+        let mine = TcpStream::connect(addr).unwrap();
+        let (_, from) = listener.accept().unwrap();
+        let me = unsafe { libc::geteuid() };
+        let trusted = discover::trusted(me, discover::login_uids());
+        assert_eq!(peers.of(from, addr), Peer { holder: Holder::User(me), trusted });
+        let nobodys = connect_as(65534, addr);
+        let (_, from) = listener.accept().unwrap();
+        if me == 0 {
+            assert_eq!(peers.of(from, addr), Peer { holder: Holder::User(65534), trusted: false });
+        }
+        drop((mine, nobodys));
+        std::thread::sleep(Duration::from_millis(50));
+        let gone = SocketAddr::from(([127, 0, 0, 1], 9));
+        assert_eq!(peers.of(gone, addr), Peer { holder: Holder::Addr(gone.ip()), trusted: false });
+    }
+
     #[test]
     fn a_slow_client_is_cut_at_the_deadline_and_a_long_head_refused() {
         let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-        let listener = bind("127.0.0.1:0".parse().unwrap()).unwrap();
-        let addr = listener.local_addr().unwrap();
-        serve(listener, Arc::new(|_| "x\n".into()));
+        let addr = serving_x();
         // One byte every 300 ms: the request never completes before DEADLINE.
         let mut slow = TcpStream::connect(addr).unwrap();
         let started = Instant::now();
