@@ -79,7 +79,9 @@ impl Ledger {
         let mut l = Ledger {
             applied: s0.gen.iter().zip(&s1.gen).map(|(a, b)| d(a.sent, b.sent)).sum(),
             ring_drops: d(s0.ring_drops, s1.ring_drops),
-            xdp_drops: class_drops + d(s0.gate_global.malformed_drop, s1.gate_global.malformed_drop),
+            xdp_drops: class_drops
+                + d(s0.gate_global.malformed_drop, s1.gate_global.malformed_drop)
+                + d(s0.gate_global.non_ip_drop, s1.gate_global.non_ip_drop),
             nft_drops: d(s0.nft_drops, s1.nft_drops),
             backlog_drops: d(s0.softnet_drops, s1.softnet_drops),
             socket_drops: d(s0.udp.rcvbuf_errors, s1.udp.rcvbuf_errors),
@@ -269,6 +271,7 @@ impl Rig {
         let ledger = Ledger::between(s0, s1);
         let seen: u64 = s0.classes.iter().zip(&s1.classes).map(|(a, b)| d(a.seen_pkts, b.seen_pkts)).sum::<u64>()
             + d(s0.gate_global.non_ip_pass, s1.gate_global.non_ip_pass)
+            + d(s0.gate_global.non_ip_drop, s1.gate_global.non_ip_drop)
             + d(s0.gate_global.malformed_drop, s1.gate_global.malformed_drop);
         let legit_idx = streams.iter().position(|(_, legit)| *legit);
         let probe = self.probe(legit_idx, s0, s1);

@@ -108,7 +108,9 @@
  * rest of the buffer is the known clients' (gate/room.h).
  *
  * Verdicts for odd input (also in the README):
- *   - not IPv4/IPv6 (ARP, LLDP, ...): XDP_PASS, counted NON_IP_PASS;
+ *   - not IPv4/IPv6 (ARP, LLDP, ...): XDP_PASS, counted NON_IP_PASS; while
+ *     the default class is limited or blocked, over SLUICE_HOST_LINK_PPS per
+ *     CPU: dropped, counted NON_IP_DROP (gate/host.h);
  *   - frame too short for its Ethernet/VLAN header, IP header invalid or
  *     truncated, or IP packet truncated before a complete L4 header (by the
  *     frame or by its own length field: the frame's padding is no header):
@@ -225,6 +227,27 @@ static __always_inline int stale_pass(struct sluice_class_state *st, __u64 bytes
 	return XDP_PASS;
 }
 
+/* A frame that is not IPv4/IPv6: passed, or over the host's link bucket
+ * while the default class is limited, dropped (gate/host.h). */
+static __always_inline int non_ip(__u32 gen)
+{
+	__u32 cls = settings.verdicts[gen].default_class & (SLUICE_CLASS_IDS - 1);
+	struct sluice_class_state *st;
+
+	if (host_link_passes(gen)) {
+		global_inc(SLUICE_GS_NON_IP_PASS);
+		return XDP_PASS;
+	}
+	st = bpf_map_lookup_elem(&class_state, &cls);
+	if (st && daemon_stalled(st)) {
+		global_inc(SLUICE_GS_NON_IP_PASS);
+		global_inc(SLUICE_GS_STALE_PASS);
+		return XDP_PASS;
+	}
+	global_inc(SLUICE_GS_NON_IP_DROP);
+	return observe_drop(gen);
+}
+
 SEC("xdp")
 int sluice_gate(struct xdp_md *ctx)
 {
@@ -241,8 +264,7 @@ int sluice_gate(struct xdp_md *ctx)
 		cls = classify(&pk, gen, settings.verdicts[gen].default_class);
 		break;
 	case PARSE_NON_IP:
-		global_inc(SLUICE_GS_NON_IP_PASS);
-		return XDP_PASS;
+		return non_ip(gen);
 	case PARSE_DEPTH:
 		/* Its port is unknown: classed, it would skip its port's class
 		 * and its source's share. It is malformed input. */

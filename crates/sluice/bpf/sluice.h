@@ -372,13 +372,14 @@ struct sluice_class_state {
 
 /*
  * Global counters: the per-CPU "global_stats" array indexed by this enum.
- * The first three are verdict counters (a packet lands in exactly one of them
+ * The first four are verdict counters (a packet lands in exactly one of them
  * or in one class's ADMIT/DROP_* counters); the rest are informational.
  */
 enum sluice_global_stat {
 	SLUICE_GS_NON_IP_PASS = 0, /* verdict: not IPv4/IPv6 (ARP, LLDP, ...), passed */
 	SLUICE_GS_MALFORMED_DROP,  /* verdict: IP packet truncated or invalid, dropped */
 	SLUICE_GS_MALFORMED_PASS,  /* verdict: same, passed (settings.malformed_verdict) */
+	SLUICE_GS_NON_IP_DROP,     /* verdict: not IPv4/IPv6, over the host's link bucket while the default class is limited (gate/host.h) */
 	SLUICE_GS_DEPTH_EXCEEDED,  /* info: headers beyond the parse depth (also counted malformed) */
 	SLUICE_GS_FRAGMENTS,       /* info: non-first fragments, classified without ports */
 	SLUICE_GS_OBSERVED_PASS,   /* info: observe mode: counted as dropped (class or malformed), passed */
@@ -389,7 +390,7 @@ enum sluice_global_stat {
 	SLUICE_GS_HOST_ICMP,       /* info: the same, passed as IPv6 neighbour discovery or a PMTU message (gate/host.h) */
 	SLUICE_GS_NR,
 };
-#define SLUICE_GS_VERDICT_NR 3
+#define SLUICE_GS_VERDICT_NR 4
 
 /* Parse depth limits. */
 #define SLUICE_MAX_VLAN 2    /* 802.1Q / 802.1ad tags */
@@ -434,6 +435,14 @@ struct sluice_settings {
  */
 #define SLUICE_HOST_ICMP_PPS 1000
 #define SLUICE_HOST_ICMP_BURST 100
+
+/*
+ * The same for frames that are not IPv4/IPv6 (ARP, LLDP, STP, ...) while
+ * the default class is limited or blocked (gate/host.h): a host's ARP
+ * needs a few a second, a large broadcast domain's some hundreds.
+ */
+#define SLUICE_HOST_LINK_PPS 10000
+#define SLUICE_HOST_LINK_BURST 1000
 
 /*
  * systemd's dynamic users (DynamicUser=): trusted as system users are, by

@@ -303,7 +303,8 @@ fn a_million_packets_get_the_verdicts_and_counts_the_reference_predicts() {
     let admitted: u64 = c.classes.iter().map(|t| t.admitted_pkts).sum();
     let dropped: u64 = c.classes.iter().map(|t| t.dropped_pkts()).sum();
     assert_eq!(pass, admitted + c.global.non_ip_pass + c.global.malformed_pass, "PASS verdicts = PASS counters");
-    assert_eq!(drop, dropped + c.global.malformed_drop, "DROP verdicts = DROP counters");
+    assert_eq!(drop, dropped + c.global.malformed_drop + c.global.non_ip_drop, "DROP verdicts = DROP counters");
+    assert_eq!(c.global.non_ip_drop, 0, "the default class is unlimited: non-IP frames pass");
     // Every path was exercised.
     for (i, t) in c.classes.iter().enumerate() {
         assert!(t.seen_pkts > 0, "class {} saw no packet", g.cfg.classes[i].name);

@@ -10,8 +10,9 @@ use std::net::{TcpListener, TcpStream, UdpSocket};
 use std::time::Instant;
 
 use common::{Landed::*, TestGate};
+use sluice::dataplane::gate::Prog;
 use sluice::dataplane::share::share;
-use sluice_testkit::packet::{Frame, IPPROTO_ICMP, IPPROTO_ICMPV6, L4};
+use sluice_testkit::packet::{non_ip, Frame, ETH_P_ARP, ETH_P_LLDP, IPPROTO_ICMP, IPPROTO_ICMPV6, L4};
 
 /// A gate whose default class admits nothing (rate 0), beside one class
 /// `svc` for `svc_port` (UDP) limited to nothing too.
@@ -226,4 +227,39 @@ fn a_blocked_default_class_passes_nothing_the_host_needs() {
     g.expect("a reply", &reply, DroppedBlocked("default".into()));
     g.expect("an NS", &icmp("fe80::1", "fe80::2", (135, 0), 255), DroppedBlocked("default".into()));
     assert_eq!(host(&g), (0, 0));
+}
+
+/// `n` frames back to back on one CPU (BPF_PROG_TEST_RUN's repeat): how
+/// many passed and were dropped as non-IP, and the seconds the run took.
+fn non_ip_run(g: &TestGate, frame: &[u8], n: u32) -> (u64, u64, f64) {
+    let (b, t) = (g.counters().global, Instant::now());
+    g.gate.test_run(Prog::Gate, frame, n).expect("test run");
+    let (a, secs) = (g.counters().global, t.elapsed().as_secs_f64());
+    assert_eq!(a.malformed_drop + a.malformed_pass, b.malformed_drop + b.malformed_pass);
+    (a.non_ip_pass - b.non_ip_pass, a.non_ip_drop - b.non_ip_drop, secs)
+}
+
+/// Issue 49, item 8: frames that are not IPv4/IPv6 passed unmetered, so an
+/// ARP flood went past a default class throttled to nothing. While the
+/// default class is limited (here to nothing) or blocked, they pass at most
+/// SLUICE_HOST_LINK_PPS per CPU beyond a burst (bounded from the time the
+/// run took) and the rest are dropped, counted NON_IP_DROP; while it is
+/// unlimited (always with no flood) every one passes, as before.
+#[test]
+fn non_ip_frames_pass_within_the_link_bucket_while_the_default_class_is_limited() {
+    let (burst, pps) = (sluice::bpf_intf::SLUICE_HOST_LINK_BURST as f64, sluice::bpf_intf::SLUICE_HOST_LINK_PPS as f64);
+    let n = 5 * burst as u32;
+    let limited = gate(1);
+    let blocked = TestGate::new(&["default:rate=blocked"]);
+    for (what, g) in [("limited to nothing", &limited), ("blocked", &blocked)] {
+        let (passed, dropped, secs) = non_ip_run(g, &non_ip(ETH_P_ARP), n);
+        let most = burst + pps * secs + 1.0;
+        eprintln!("default class {what}: {passed} of {n} ARP frames passed in {secs:.4} s (at most {most:.0})");
+        assert_eq!(passed + dropped, u64::from(n), "{what}: one verdict each");
+        assert!(passed as f64 <= most, "{what}: {passed} passed in {secs:.4} s: over the bucket's {most:.0}");
+        assert!(passed as f64 >= burst - 5.0, "{what}: {passed} passed: the burst is {burst}");
+        g.expect(&format!("LLDP, the bucket spent ({what})"), &non_ip(ETH_P_LLDP), NonIpDropped);
+    }
+    let unlimited = TestGate::new(&["svc:rate=1,burst=1,match=udp:1"]);
+    assert_eq!(non_ip_run(&unlimited, &non_ip(ETH_P_ARP), n).1, 0, "an unlimited default class drops none");
 }

@@ -37,6 +37,17 @@
  * instead, admitted in the class and counted HOST_REPLY or HOST_ICMP. A
  * blocked default class (an operator's config) stays blocked.
  *
+ * Frames that are not IPv4/IPv6 (ARP, LLDP, STP, ...) name no port either,
+ * and IPv4 needs ARP as IPv6 needs ND; an ARP flood costs the kernel its
+ * neighbour table's work. They pass unmetered, counted NON_IP_PASS, while
+ * the default class is unlimited (no service in distress, no configured
+ * rate: always with no flood); while it is limited or blocked, at most
+ * SLUICE_HOST_LINK_PPS per CPU (a bucket of their own) pass, the rest are
+ * dropped, counted NON_IP_DROP (`host_link_passes`). A blocked default
+ * class meters them too: blocking every unnamed IP packet is no reason to
+ * lose the link's neighbours. They are not the class's packets (no class
+ * counts them).
+ *
  * Cost: asked only for packets the default class's limit drops, so never
  * with no flood. A reply check is a socket lookup (the kernel's, about as
  * costly as the rest of a drop: `sluice bench gate`), made only for a
@@ -59,14 +70,22 @@
 #define ICMPV6_ND_LAST 137  /* redirect */
 #define ND_HOP_LIMIT 255
 
-/* The bucket of the host's ND and PMTU messages on this CPU. */
-static const struct sluice_share host_icmp_share = {
-	.rate_pps = SLUICE_HOST_ICMP_PPS,
-	.burst = SLUICE_HOST_ICMP_BURST,
-	.fill_ns = SLUICE_HOST_ICMP_BURST * 1000000000ull / SLUICE_HOST_ICMP_PPS,
-	.mode = SLUICE_MODE_LIMITED,
-	.clock_skip = SLUICE_CLOCK_SKIP, /* < the burst, as dataplane::share::share sets it */
+/* The host's buckets on each CPU (entries of host_buckets). */
+enum host_bucket {
+	HOST_BUCKET_ICMP = 0, /* ND and PMTU messages */
+	HOST_BUCKET_LINK = 1, /* frames that are not IPv4/IPv6 */
 };
+
+/* A bucket of `per_sec` packets a second, `depth` deep (clock_skip < the
+ * depth, as dataplane::share::share sets it). */
+#define HOST_SHARE(per_sec, depth)                                                              \
+	{                                                                                       \
+		.rate_pps = (per_sec), .burst = (depth), .fill_ns = (depth) * 1000000000ull / (per_sec), \
+		.mode = SLUICE_MODE_LIMITED, .clock_skip = SLUICE_CLOCK_SKIP,                    \
+	}
+
+static const struct sluice_share host_icmp_share = HOST_SHARE(SLUICE_HOST_ICMP_PPS, SLUICE_HOST_ICMP_BURST);
+static const struct sluice_share host_link_share = HOST_SHARE(SLUICE_HOST_LINK_PPS, SLUICE_HOST_LINK_BURST);
 
 /* Is this TCP state one a connection the host opened reaches (not a listener's, a request's, TIME_WAIT's)? */
 static __always_inline int host_tcp_state(__u32 state)
@@ -204,8 +223,8 @@ static __always_inline int host_icmp_needed(struct xdp_md *ctx, const struct pkt
  */
 static __always_inline int host_needs(struct xdp_md *ctx, const struct pkt *pk, int dropped)
 {
+	__u32 which = HOST_BUCKET_ICMP;
 	struct sluice_bucket *b;
-	__u32 zero = 0;
 
 	if (pk->fragment) {
 		if (pk->family != 4 || !host_frag_of_reply(ctx))
@@ -222,11 +241,28 @@ static __always_inline int host_needs(struct xdp_md *ctx, const struct pkt *pk, 
 	}
 	if (pk->port != IPPROTO_ICMP && pk->port != IPPROTO_ICMPV6)
 		return 0;
-	b = bpf_map_lookup_elem(&host_icmp, &zero);
+	b = bpf_map_lookup_elem(&host_buckets, &which);
 	if (!b || !host_icmp_needed(ctx, pk) || !bucket_take(&host_icmp_share, b))
 		return 0;
 	global_inc(SLUICE_GS_HOST_ICMP);
 	return 1;
+}
+
+/*
+ * May this frame, not IPv4/IPv6, pass? Yes while the default class of
+ * generation `gen` is unlimited; while it is limited or blocked, as long
+ * as this CPU's link bucket has a token.
+ */
+static __always_inline int host_link_passes(__u32 gen)
+{
+	__u32 cls = settings.verdicts[gen].default_class & (SLUICE_CLASS_IDS - 1), which = HOST_BUCKET_LINK;
+	struct sluice_share *sh = bpf_map_lookup_elem(&shares, &cls);
+	struct sluice_bucket *b;
+
+	if (!sh || sh->mode == SLUICE_MODE_UNLIMITED)
+		return 1;
+	b = bpf_map_lookup_elem(&host_buckets, &which);
+	return !b || bucket_take(&host_link_share, b);
 }
 
 #endif /* SLUICE_GATE_HOST_H */

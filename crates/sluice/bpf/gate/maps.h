@@ -117,13 +117,14 @@ struct {
 	__type(value, __u64);
 } global_stats SEC(".maps");
 
-/* This CPU's bucket for the host's ND and PMTU messages (gate/host.h). */
+/* This CPU's buckets for what the host needs past its default class's
+ * limit (gate/host.h, enum host_bucket): ND and PMTU messages, non-IP frames. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, 2);
 	__type(key, __u32);
 	__type(value, struct sluice_bucket);
-} host_icmp SEC(".maps");
+} host_buckets SEC(".maps");
 
 /* Datagrams whose first fragment was a reply to the host's own connection (gate/host.h). */
 struct {

@@ -18,6 +18,7 @@ pub enum Landed {
     DroppedShare(String),
     DroppedRoom(String),
     NonIp,
+    NonIpDropped,
     MalformedDrop,
     MalformedPass,
 }
@@ -119,6 +120,7 @@ impl TestGate {
         let g = |f: fn(&GlobalTotals) -> u64| f(&a.global) - f(&b.global);
         for (l, n) in [
             (Landed::NonIp, g(|t| t.non_ip_pass)),
+            (Landed::NonIpDropped, g(|t| t.non_ip_drop)),
             (Landed::MalformedDrop, g(|t| t.malformed_drop)),
             (Landed::MalformedPass, g(|t| t.malformed_pass)),
         ] {

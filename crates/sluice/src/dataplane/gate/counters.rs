@@ -142,6 +142,10 @@ pub struct GlobalTotals {
     pub malformed_drop: u64,
     /// Malformed IP packets passed (malformed = "pass").
     pub malformed_pass: u64,
+    /// Not IPv4/IPv6: dropped, over the host's link bucket (10,000/s a CPU)
+    /// while the default class was limited or blocked.
+    #[serde(default)]
+    pub non_ip_drop: u64,
     /// Headers beyond the parse depth (sent to the default class).
     pub depth_exceeded: u64,
     /// Non-first fragments (classified without ports).
@@ -177,6 +181,7 @@ impl From<GlobalCounters> for GlobalTotals {
             non_ip_pass: g[SLUICE_GS_NON_IP_PASS as usize],
             malformed_drop: g[SLUICE_GS_MALFORMED_DROP as usize],
             malformed_pass: g[SLUICE_GS_MALFORMED_PASS as usize],
+            non_ip_drop: g[SLUICE_GS_NON_IP_DROP as usize],
             depth_exceeded: g[SLUICE_GS_DEPTH_EXCEEDED as usize],
             fragments: g[SLUICE_GS_FRAGMENTS as usize],
             observed_pass: g[SLUICE_GS_OBSERVED_PASS as usize],

@@ -99,7 +99,7 @@ pub const FAMILIES: &[FamilyDoc] = &[
         name: "unclassified_packets",
         kind: Kind::Counter,
         labels: "verdict",
-        help: "packets outside the classes: non_ip_pass, malformed_drop, malformed_pass",
+        help: "packets outside the classes: non_ip_pass, non_ip_drop (not IPv4/IPv6, over the host's link bucket of 10,000/s a CPU while the default class is limited or blocked), malformed_drop, malformed_pass",
     },
     FamilyDoc {
         name: "flagged_packets",

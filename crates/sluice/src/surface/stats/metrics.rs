@@ -18,9 +18,12 @@ pub fn prometheus_text(s: &Snapshot) -> String {
     // counts them in once, so they are served as counters (the encoder adds _total).
     let (unclassified, flagged) = (Family::<Labels, U64Counter>::default(), Family::<Labels, U64Counter>::default());
     let g = &s.global;
-    for (v, n) in
-        [("non_ip_pass", g.non_ip_pass), ("malformed_drop", g.malformed_drop), ("malformed_pass", g.malformed_pass)]
-    {
+    for (v, n) in [
+        ("non_ip_pass", g.non_ip_pass),
+        ("non_ip_drop", g.non_ip_drop),
+        ("malformed_drop", g.malformed_drop),
+        ("malformed_pass", g.malformed_pass),
+    ] {
         unclassified.get_or_create(&vec![label("verdict", v)]).inc_by(n);
     }
     let flags = [

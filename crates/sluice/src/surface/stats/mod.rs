@@ -249,7 +249,8 @@ impl Snapshot {
     /// Sum of every verdict counter: each packet the gate ran on lands in exactly one.
     pub fn verdict_total(&self) -> u64 {
         let classes: u64 = self.classes.iter().map(|c| c.totals.admitted_pkts + c.totals.dropped_pkts()).sum();
-        classes + self.global.non_ip_pass + self.global.malformed_drop + self.global.malformed_pass
+        let g = &self.global;
+        classes + g.non_ip_pass + g.non_ip_drop + g.malformed_drop + g.malformed_pass
     }
 }
 

@@ -42,8 +42,8 @@ pub fn render_table(s: &Snapshot) -> String {
     let g = &s.global;
     let _ = writeln!(
         o,
-        "(* = default class)  non-IP passed {}  malformed dropped {}  malformed passed {}  depth exceeded {}  fragments {}",
-        g.non_ip_pass, g.malformed_drop, g.malformed_pass, g.depth_exceeded, g.fragments
+        "(* = default class)  non-IP passed {}  non-IP dropped {}  malformed dropped {}  malformed passed {}  depth exceeded {}  fragments {}",
+        g.non_ip_pass, g.non_ip_drop, g.malformed_drop, g.malformed_pass, g.depth_exceeded, g.fragments
     );
     o
 }
