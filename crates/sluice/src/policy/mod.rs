@@ -5,6 +5,8 @@
 //!   rate selection);
 //! - [`budget`]: one packet budget shared by priority;
 //! - [`queue`]: the rules that read a queue (stands, full, dropped);
+//! - [`distress`]: what two readings of a class's sockets say (distress,
+//!   behind, SYN pressure), from those rules;
 //! - [`fair`]: source fairness inside a limited class;
 //! - [`remap`]: class identity across a config switch;
 //! - [`away`]: CPU protection, when and where to move a service;
@@ -14,6 +16,7 @@ pub mod away;
 pub mod budget;
 pub mod config;
 pub mod controller;
+pub mod distress;
 pub mod fair;
 pub mod queue;
 pub mod remap;

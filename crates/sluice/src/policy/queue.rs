@@ -1,6 +1,6 @@
 //! The rules that read a queue: one copy, over plain numbers (what is
-//! queued and what it may hold, bytes or connections), for the services'
-//! health (`signals::health`), the auto controller and the known-client
+//! queued and what it may hold, bytes or connections), for what a class's
+//! sockets say (`distress`), the auto controller and the known-client
 //! fairness. The readers only read; these decide.
 
 /// A queue over this share of what it may hold at both edges of a tick is
@@ -27,6 +27,15 @@ pub fn stands(start: u64, end: u64, of: u64, share: f64) -> bool {
     over(start, of, share) && over(end, of, share)
 }
 
+/// Is a service behind and losing: its sockets `dropped` in a tick while
+/// their queue stood over OVERLOAD_QUEUE of the buffer `of` at both edges
+/// (`start`, `end`)? Drops alone are also a burst overflowing a short queue
+/// of a service with CPU to spare, which a cut of admission would only
+/// starve.
+pub fn losing(dropped: bool, start: u64, end: u64, of: u64) -> bool {
+    dropped && stands(start, end, of, OVERLOAD_QUEUE)
+}
+
 /// Did a set of sockets, (count, drops so far) at two reads, drop between
 /// them? Only if it is the same set: a new socket (a restarted service)
 /// starts its count again.
@@ -45,6 +54,14 @@ mod tests {
         assert!(stands(900, 900, 1600, OVERLOAD_QUEUE));
         assert!(!stands(900, 700, 1600, OVERLOAD_QUEUE), "drained by the tick's end");
         assert!(!stands(700, 900, 1600, OVERLOAD_QUEUE), "filled within the tick");
+    }
+
+    #[test]
+    fn losing_is_drops_with_a_queue_standing_over_half_the_buffer() {
+        assert!(losing(true, 900, 900, 1600));
+        assert!(!losing(false, 900, 900, 1600), "a full queue without drops");
+        assert!(!losing(true, 100, 100, 1600), "a burst's drops over a short queue");
+        assert!(!losing(true, 0, 900, 1600), "the queue at one edge only");
     }
 
     #[test]

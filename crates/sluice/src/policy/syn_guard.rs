@@ -11,7 +11,7 @@
 //! hold half their backlog or more in request sockets (counted when the
 //! namespace's SyncookiesSent moved, which says some listener sent cookies),
 //! dropped SYNs or handshakes (sk_drops), or their accept queue stands
-//! (`health::syn_pressure`); another user's listener never counts. Once the gate answers, the kernel sees no SYN
+//! (`distress::Judgement::syn_pressure`); another user's listener never counts. Once the gate answers, the kernel sees no SYN
 //! and shows no pressure; the gate's own counters then say whether the flood
 //! goes on: a flood's SYNs (spoofed) never come back with a valid cookie.
 //!

@@ -1,7 +1,8 @@
 //! Each class's service health, read once per tick for the budget
 //! (`budget`), the SYN guard and the auto controller (`auto`): the class's
 //! UDP sockets and TCP listeners (sock_diag), and the receive path's work on
-//! each CPU (the daemon's tracer, `RxWork`).
+//! each CPU (the daemon's tracer, `RxWork`). This module reads; what the
+//! readings say (distress, behind, SYN pressure) is `policy::distress`'s.
 //!
 //! Every signal that can throttle a class is its own sockets' or the kernel's
 //! receive work for the gate's interface, never a namespace-wide counter: any
@@ -16,7 +17,7 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 
 use crate::policy::config::Config;
-use crate::policy::queue::{drops_grew, stands, ACCEPT_STANDS, OVERLOAD_QUEUE, QUEUE_LOW};
+use crate::policy::distress::{ListenStats, Reading, UdpReading};
 use crate::signals::{
     kernel::parse_softnet, kernel::proc_counter, kernel::DiagSock, kernel::NsFile, kernel::SockDiag, kernel::SockKey,
     kernel::SockStats, kernel::Softnet, kernel::TCP_LISTEN, kernel::TCP_SYN_RECV,
@@ -24,11 +25,6 @@ use crate::signals::{
 
 /// Every this many ticks (1 s) both address families are dumped again.
 const REDISCOVER_TICKS: u64 = 100;
-/// A class's listeners under SYN pressure hold at least this share of their
-/// backlog in request sockets: the kernel sends cookies at the whole
-/// backlog, and a spoofed flood's requests stay for the SYN-ACK retries
-/// (about a minute), so a flooded listener sits there.
-const SYN_QUEUE_FULL: f64 = 0.5;
 /// The TCP signals, /proc/net/netstat and the listeners' dump, are read every
 /// this many ticks (40 ms): the kernel prints every MIB counter to make
 /// netstat (the costliest read of a tick), and a SYN flood is answered by the
@@ -44,22 +40,6 @@ pub const TCP_TICKS: u64 = 4;
 /// or less. Traffic that does not pass the gate (loopback, another interface)
 /// is then seen up to this late; the gate can do nothing about it anyway.
 pub const UDP_CARRY_TICKS: u32 = 10;
-
-/// A class's TCP listeners, summed over its listening sockets.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ListenStats {
-    pub sockets: u32,
-    /// Connections waiting to be accepted, and the backlog limit.
-    pub accept_queue: u64,
-    pub backlog: u64,
-    /// SYNs and handshakes the listeners dropped (sk_drops: the kernel's
-    /// tcp_listendrop, a full accept queue), since they were created.
-    pub drops: u64,
-    /// Request sockets (half-open connections) of the listeners, read only
-    /// when the namespace sent SYN cookies since the last read (None: not
-    /// read). The kernel sends cookies once a listener holds its backlog of them.
-    pub syn_queue: Option<u64>,
-}
 
 /// The namespace's TCP counter that says some listener sent SYN cookies
 /// (whose: the classes' request sockets say).
@@ -113,83 +93,23 @@ pub struct Health {
     pub rx: Option<RxWork>,
 }
 
-/// Did a class's UDP sockets drop in the tick? Not a restarted service's:
-/// its new socket starts its drop count again.
-fn socket_dropped(p: &ClassHealth, n: &ClassHealth) -> bool {
-    drops_grew((p.udp.sockets, p.udp.drops), (n.udp.sockets, n.udp.drops))
-}
-
-/// Why a class's service is in distress between two ticks, if it is.
-pub fn distress(prev: &Health, now: &Health, class: usize) -> Option<&'static str> {
-    let (p, n) = (prev.classes.get(class)?, now.classes.get(class)?);
-    if socket_dropped(p, n) {
-        return Some("socket drops");
+impl ClassHealth {
+    /// What the policy's rules (`policy::distress`) read of it.
+    pub fn reading(&self) -> Reading {
+        let u = &self.udp;
+        let udp =
+            UdpReading { sockets: u.sockets, drops: u.drops, full_queued: u.full_queued, full_rcvbuf: u.full_rcvbuf };
+        Reading { udp, listen: self.listen }
     }
-    if n.udp.sockets > 0 && stands(p.udp.full_queued, n.udp.full_queued, n.udp.full_rcvbuf, QUEUE_LOW) {
-        return Some("socket queue");
-    }
-    if n.listen.sockets > 0 {
-        if stands(p.listen.accept_queue, n.listen.accept_queue, n.listen.backlog, ACCEPT_STANDS) {
-            return Some("accept queue");
-        }
-        if listen_dropped(p, n) {
-            return Some("listen drops");
-        }
-    }
-    None
 }
 
-/// Did a class's listeners drop a SYN or a handshake in the tick? Not a
-/// restarted service's: its new listener starts its drop count again.
-fn listen_dropped(p: &ClassHealth, n: &ClassHealth) -> bool {
-    drops_grew((p.listen.sockets, p.listen.drops), (n.listen.sockets, n.listen.drops))
-}
-
-/// Did a class's UDP sockets drop between two ticks (not a restarted
-/// service's new socket)?
-pub fn dropped(prev: &Health, now: &Health, class: usize) -> bool {
-    let (Some(p), Some(n)) = (prev.classes.get(class), now.classes.get(class)) else { return false };
-    socket_dropped(p, n)
-}
-
-/// Is a class's service behind and losing: its UDP sockets dropped in the
-/// tick while their queue stood over OVERLOAD_QUEUE of the buffer at both
-/// ends? Socket drops alone are also a burst overflowing a short queue of a
-/// service with CPU to spare, which a cut of admission would only starve.
-pub fn behind(prev: &Health, now: &Health, class: usize) -> bool {
-    let (Some(p), Some(n)) = (prev.classes.get(class), now.classes.get(class)) else { return false };
-    socket_dropped(p, n) && queue_stands(prev, now, class)
-}
-
-/// Did a class's fullest UDP socket's queue stand over OVERLOAD_QUEUE of its
-/// buffer at both ends of the tick?
-pub fn queue_stands(prev: &Health, now: &Health, class: usize) -> bool {
-    let (Some(p), Some(n)) = (prev.classes.get(class), now.classes.get(class)) else { return false };
-    stands(p.udp.full_queued, n.udp.full_queued, n.udp.full_rcvbuf, OVERLOAD_QUEUE)
-}
-
-/// Do a class's own TCP listeners show SYN pressure between two ticks: they
-/// hold at least SYN_QUEUE_FULL of their backlog in request sockets (read
-/// when the namespace sent SYN cookies), dropped SYNs or handshakes, or
-/// their accept queue stands?
-pub fn syn_pressure(prev: &Health, now: &Health, class: usize) -> bool {
-    let (Some(p), Some(n)) = (prev.classes.get(class), now.classes.get(class)) else { return false };
-    if n.listen.sockets == 0 {
-        return false;
-    }
-    let syn_full = n.listen.syn_queue.is_some_and(|q| q > 0 && q as f64 >= SYN_QUEUE_FULL * n.listen.backlog as f64);
-    syn_full
-        || listen_dropped(p, n)
-        || stands(p.listen.accept_queue, n.listen.accept_queue, n.listen.backlog, ACCEPT_STANDS)
-}
-
-/// True if the gate's interface lost packets at the per-CPU backlogs
-/// between two ticks (no tracer: never; the host-wide softnet_stat counter
-/// is not read for this, as any local user can overflow a backlog).
-pub fn path_distress(prev: &Health, now: &Health) -> bool {
-    match (&prev.rx, &now.rx) {
-        (Some(a), Some(b)) => b.backlog_drops > a.backlog_drops,
-        _ => false,
+impl Health {
+    /// The gate's interface's packets dropped at the per-CPU backlogs so
+    /// far, as the tracer counts them (None: no tracer; the host-wide
+    /// softnet_stat is never read for it: any local user can overflow a
+    /// backlog).
+    pub fn backlog_drops(&self) -> Option<u64> {
+        self.rx.as_ref().map(|r| r.backlog_drops)
     }
 }
 
@@ -495,96 +415,19 @@ mod tests {
         assert_eq!(parse_tcpext("garbage"), TcpExt::default());
     }
 
-    fn health(udp: SockStats, listen: ListenStats, tcp: TcpExt) -> Health {
-        Health { classes: vec![ClassHealth { udp, listen }], tcp, ..Default::default() }
-    }
-
-    /// One UDP socket with a 160,000-byte buffer.
-    fn sock(queued: u64, drops: u64) -> SockStats {
-        SockStats { sockets: 1, queued, rcvbuf: 160_000, drops, full_queued: queued, full_rcvbuf: 160_000 }
-    }
-
-    /// Two ticks of one class's UDP sockets, no listener.
-    fn udp_ticks(a: SockStats, b: SockStats) -> (Health, Health) {
-        let (none, t) = (ListenStats::default(), TcpExt::default());
-        (health(a, none, t), health(b, none, t))
-    }
-
+    /// The reading is the class's own sockets', the fullest one's queue;
+    /// the path's drops the tracer's, never the host's softnet_stat.
     #[test]
-    fn a_standing_queue_or_drops_are_distress_a_passing_queue_is_not() {
-        let d = |a: SockStats, b: SockStats| {
-            let (p, n) = udp_ticks(a, b);
-            distress(&p, &n, 0)
-        };
-        assert_eq!(d(sock(0, 0), sock(50_000, 0)), None, "a queue at one edge only is passing");
-        assert_eq!(d(sock(20_000, 0), sock(50_000, 0)), Some("socket queue"));
-        assert_eq!(d(sock(0, 5), sock(0, 6)), Some("socket drops"));
-        // A restarted service's socket starts its drop count again: not a drop.
-        assert_eq!(d(sock(0, 5), SockStats { sockets: 2, ..sock(0, 6) }), None);
-        assert_eq!(distress(&Health::default(), &udp_ticks(sock(0, 0), sock(0, 0)).1, 0), None, "no previous tick");
-    }
-
-    /// What cuts the unknown sources' tier: drops with the queue standing
-    /// over half the buffer, not a burst overflowing a short queue.
-    #[test]
-    fn behind_is_drops_with_a_queue_over_half_the_buffer_at_both_ends() {
-        let b = |a: SockStats, c: SockStats| {
-            let (p, n) = udp_ticks(a, c);
-            behind(&p, &n, 0)
-        };
-        assert!(b(sock(90_000, 5), sock(100_000, 6)));
-        assert!(!b(sock(10_000, 5), sock(10_000, 6)), "a burst's drops over a short queue: not behind");
-        assert!(!b(sock(90_000, 5), sock(100_000, 5)), "a full queue without drops: not behind");
-        assert!(!b(sock(0, 5), sock(100_000, 6)), "the queue at one end only");
-        assert!(!b(sock(90_000, 5), SockStats { sockets: 2, ..sock(100_000, 6) }), "a restarted service");
-    }
-
-    /// One listener with a backlog of 128.
-    fn listener(accept_queue: u64, drops: u64, syn_queue: Option<u64>) -> ListenStats {
-        ListenStats { sockets: 1, accept_queue, backlog: 128, drops, syn_queue }
-    }
-
-    #[test]
-    fn tcp_distress_comes_from_the_class_listeners_own_queue_and_drops() {
-        let (s, t) = (SockStats::default(), TcpExt::default());
-        let d = |a: ListenStats, b: ListenStats| distress(&health(s, a, t), &health(s, b, t), 0);
-        assert_eq!(d(listener(0, 0, None), listener(0, 0, None)), None);
-        assert_eq!(d(listener(20, 0, None), listener(30, 0, None)), Some("accept queue"));
-        assert_eq!(d(listener(0, 7, None), listener(0, 9, None)), Some("listen drops"));
-        // A restarted listener starts its drop count again: not a drop.
-        assert_eq!(d(listener(0, 7, None), ListenStats { sockets: 2, ..listener(0, 9, None) }), None);
-        // The namespace's counters say nothing of this class: another
-        // listener's overflows (SYN cookies sent anywhere) are not its distress.
-        let cookies = TcpExt { syncookies_sent: 1_000 };
-        assert_eq!(distress(&health(s, listener(0, 0, None), t), &health(s, listener(0, 0, None), cookies), 0), None);
-        assert_eq!(distress(&health(s, ListenStats::default(), t), &health(s, ListenStats::default(), t), 0), None);
-    }
-
-    #[test]
-    fn syn_pressure_is_the_class_listeners_own_syn_queue_drops_or_accept_queue() {
-        let (s, t) = (SockStats::default(), TcpExt::default());
-        let p = |a: ListenStats, b: ListenStats| syn_pressure(&health(s, a, t), &health(s, b, t), 0);
-        assert!(!p(listener(0, 0, None), listener(0, 0, None)));
-        assert!(p(listener(0, 0, None), listener(0, 0, Some(64))), "half the backlog in request sockets");
-        assert!(!p(listener(0, 0, None), listener(0, 0, Some(63))), "under half the backlog");
-        assert!(!p(listener(0, 0, None), listener(0, 0, Some(0))), "cookies were sent for another listener");
-        assert!(p(listener(0, 1, None), listener(0, 2, None)), "its listener dropped");
-        assert!(p(listener(20, 0, None), listener(30, 0, None)), "its accept queue stands");
-        // Cookies sent in the namespace with no request socket of this class: not its pressure.
-        let cookies = TcpExt { syncookies_sent: 1_000 };
-        assert!(!syn_pressure(&health(s, listener(0, 0, None), t), &health(s, listener(0, 0, Some(0)), cookies), 0));
-    }
-
-    #[test]
-    fn path_distress_is_the_interfaces_own_backlog_drops_and_needs_the_tracer() {
-        let h = |rx: Option<RxWork>| Health { rx, ..Default::default() };
-        let rx = |drops| Some(RxWork { softirq_ns: vec![0, 0], backlog_drops: drops, ..RxWork::default() });
-        assert!(path_distress(&h(rx(5)), &h(rx(6))));
-        assert!(!path_distress(&h(rx(5)), &h(rx(5))));
-        assert!(!path_distress(&h(None), &h(None)), "no tracer: no path signal");
-        // The host's softnet_stat (any interface, any local user) is not read for it.
-        let softnet = |d| Health { softnet: Softnet { dropped: d, ..Default::default() }, ..h(rx(5)) };
-        assert!(!path_distress(&softnet(0), &softnet(1_000)));
+    fn a_reading_is_the_class_sockets_and_the_path_the_tracers() {
+        let udp = SockStats { sockets: 2, queued: 9, rcvbuf: 20, drops: 4, full_queued: 7, full_rcvbuf: 10 };
+        let listen = ListenStats { sockets: 1, accept_queue: 3, backlog: 128, drops: 1, syn_queue: Some(5) };
+        let r = ClassHealth { udp, listen }.reading();
+        assert_eq!(r.udp, UdpReading { sockets: 2, drops: 4, full_queued: 7, full_rcvbuf: 10 });
+        assert_eq!(r.listen, listen);
+        let rx = Some(RxWork { backlog_drops: 6, ..RxWork::default() });
+        let softnet = Softnet { dropped: 1_000, ..Default::default() };
+        assert_eq!(Health { rx, softnet, ..Default::default() }.backlog_drops(), Some(6));
+        assert_eq!(Health { softnet, ..Default::default() }.backlog_drops(), None, "no tracer: no count");
     }
 
     /// A real listener's accept queue is seen by the reader.

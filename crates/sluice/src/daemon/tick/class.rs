@@ -63,10 +63,10 @@ pub(super) struct TickClass {
     pub(super) counts: FairCounts,
     /// The class's sockets were in distress in the last tick, and in how many ticks so far.
     pub(super) distress: bool,
-    /// Its service was behind and losing in the last tick (health::behind):
+    /// Its service was behind and losing in the last tick (distress::Judgement::behind):
     /// what cuts the unknown sources' tier.
     pub(super) behind: bool,
-    /// Its sockets dropped in the last tick (health::dropped): what cuts the
+    /// Its sockets dropped in the last tick (distress::Judgement::dropped): what cuts the
     /// unknown tier by a tenth while known clients share them.
     pub(super) dropped: bool,
     /// Its fullest UDP socket's queue at the last tick's end, as a share of

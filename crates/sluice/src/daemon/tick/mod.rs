@@ -32,11 +32,10 @@ use crate::dataplane::gate::{ClassCounters, Clock, Gate};
 use crate::dataplane::trace::CpuRxReader;
 use crate::policy::budget::{Budget, BudgetClass};
 use crate::policy::config::{Config, Limit};
+use crate::policy::distress::{judge, path_lost, Judgement};
 use crate::policy::remap::ClassRemap;
 use crate::policy::syn_guard::SynGuards;
-use crate::signals::health::{
-    behind, distress, dropped, path_distress, queue_stands, syn_pressure, Health, HealthReader, RxWork,
-};
+use crate::signals::health::{Health, HealthReader, RxWork};
 use crate::signals::rx_cpu::{RxCpu, ARM_PPS};
 use crate::signals::syn_peers::{direct_bits, SynPeers};
 
@@ -357,6 +356,7 @@ impl Ticker {
         self.rx_cpu.step(now.0, now.1.rx.as_ref(), &admitted_so_far, &priorities, &self.service_cpus);
         let mut demand = Vec::with_capacity(self.classes.len());
         let dt = self.last.as_ref().map_or(1.0, |(at, _)| now.0.duration_since(*at).as_secs_f64().max(1e-4));
+        let judgements: Vec<Judgement> = (0..self.classes.len()).map(|id| self.judge(&now.1, id)).collect();
         for ((id, c), &t) in self.classes.iter_mut().enumerate().zip(&totals) {
             let rate = |f: fn(&ClassTotals) -> u64| c.totals.map_or(0.0, |o| f(&t).saturating_sub(f(&o)) as f64 / dt);
             c.offered = rate(|t| t.seen_pkts);
@@ -369,16 +369,16 @@ impl Ticker {
             // only for what they take: the receive work their admitted
             // packets cost its CPUs. With no tracer nothing measures that,
             // and its queues are all there is (the log says so at start).
-            let own = self.last.as_ref().and_then(|(_, prev)| distress(prev, &now.1, id));
+            let judged = judgements[id];
+            let own = judged.distress;
             let why = crate::policy::budget::cause(self.rx_cpu.distress(id), own, now.1.rx.is_some());
             c.distress = own.is_some() || why.is_some();
             // The gate's room drops (bpf/gate/room.h) are the socket's
             // overflow made before it: the tiers take them as its drops.
             let room = c.totals.is_some_and(|o| t.dropped_room_pkts > o.dropped_room_pkts);
             c.queue = now.1.classes.get(id).and_then(|h| h.udp.fullest_share());
-            let stands = self.last.as_ref().is_some_and(|(_, prev)| queue_stands(prev, &now.1, id));
-            c.behind = self.last.as_ref().is_some_and(|(_, prev)| behind(prev, &now.1, id)) || (room && stands);
-            c.dropped = self.last.as_ref().is_some_and(|(_, prev)| dropped(prev, &now.1, id)) || room;
+            c.behind = judged.behind || (room && judged.queue_stands);
+            c.dropped = judged.dropped || room;
             c.distress_ticks += u64::from(c.distress);
             // Dropped with room: a service with sockets and no distress, under no cap
             // but sluice's own (no static rate, no budget throttle for a higher class).
@@ -396,8 +396,8 @@ impl Ticker {
             c.totals = Some(t);
             c.counts_from(raw[id]);
         }
-        self.guard_syns(gate, &raw, &now.1, dt)?;
-        let path = self.last.as_ref().is_some_and(|(_, prev)| path_distress(prev, &now.1));
+        self.guard_syns(gate, &raw, &judgements, dt)?;
+        let path = self.last.as_ref().is_some_and(|(_, prev)| path_lost(prev.backlog_drops(), now.1.backlog_drops()));
         let limits =
             if self.last.is_some() { self.budget.step(&demand, path).to_vec() } else { self.budget.limits.clone() };
         if let Some(d) = self.budget.distress {
@@ -408,6 +408,13 @@ impl Ticker {
         self.rx_cpu_wanted = self.rx_cpu.arm(now.0, throttled || self.lower_busy() || self.syn.strays_seen());
         self.last = Some(now);
         Ok(limits)
+    }
+
+    /// What class `id`'s sockets say between the last tick's reading and
+    /// `now` (nothing on the first tick, or for a class not read in both).
+    fn judge(&self, now: &Health, id: usize) -> Judgement {
+        let prev = self.last.as_ref().and_then(|(_, prev)| prev.classes.get(id));
+        prev.zip(now.classes.get(id)).map(|(p, n)| judge(&p.reading(), &n.reading())).unwrap_or_default()
     }
 
     /// Did no packet of a class with UDP ports reach the gate since the last
@@ -422,13 +429,11 @@ impl Ticker {
 
     /// Step each class's SYN guard and write the changed ones to the gate
     /// (none where the gate cannot answer SYNs: an older kernel).
-    fn guard_syns(&mut self, gate: &Gate, raw: &[ClassCounters], now: &Health, dt: f64) -> Result<()> {
+    fn guard_syns(&mut self, gate: &Gate, raw: &[ClassCounters], judged: &[Judgement], dt: f64) -> Result<()> {
         if !gate.answers_syns() {
             return Ok(());
         }
-        let pressure: Vec<bool> = (0..self.classes.len())
-            .map(|id| self.last.as_ref().is_some_and(|(_, prev)| syn_pressure(prev, now, id)))
-            .collect();
+        let pressure: Vec<bool> = judged.iter().map(|j| j.syn_pressure).collect();
         let rx: Vec<(Option<f64>, f64)> = (0..self.classes.len())
             .map(|id| {
                 let share = self.rx_cpu.busiest.get(id).copied().flatten();

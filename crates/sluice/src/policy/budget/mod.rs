@@ -93,7 +93,7 @@ pub const RELEASE_TICKS: u32 = 200;
 /// Why a class's service is in distress for the budget, from what was read
 /// of it this tick: `taken`, the CPU signal (lower classes' receive work on
 /// its CPUs, `signals::rx_cpu`); `own`, its own sockets' trouble (drops, a
-/// standing queue: `signals::health::distress`); `traced`, whether the
+/// standing queue: `policy::distress`); `traced`, whether the
 /// daemon's tracer measures receive work at all. Others pay only for what
 /// they take: with the tracer, its own sockets say nothing here (a local
 /// process fills any socket over loopback, and the gate relieves none of

@@ -42,7 +42,7 @@
 //!   estimate was high: it becomes `taken`, and the window restarts from it.
 use std::collections::VecDeque;
 
-use super::{Signals, ENGAGE_TICKS, OVERLOAD_QUEUE};
+use super::{Signals, ENGAGE_TICKS};
 
 /// Ticks (10 s) the windowed maximum remembers a sample: long against a
 /// flood's pauses and the calm between floods, so a class meets the next
@@ -188,11 +188,14 @@ impl Default for Estimate {
 }
 
 /// Did the tick lose packets the service was given: socket drops with its
-/// queue over half the buffer at both ends of the tick (standing, as
-/// health::behind reads it: a client's burst that overflowed a short queue
-/// and drained within the tick is not), or drops before the socket?
+/// queue standing over half the buffer (`queue::losing`, the rule
+/// `distress::Judgement::behind` is too: a client's burst that overflowed a
+/// short queue and drained within the tick is not), or drops before the
+/// socket?
 pub fn lost(s: &Signals) -> bool {
-    (s.sock_drops > 0 && s.queue_stands(OVERLOAD_QUEUE)) || s.backlog_drops > 0 || s.squeeze > 0
+    crate::policy::queue::losing(s.sock_drops > 0, s.queue_start, s.queue_end, s.rcvbuf)
+        || s.backlog_drops > 0
+        || s.squeeze > 0
 }
 
 impl Estimate {

@@ -40,7 +40,7 @@
 //! cut (every COOL_TICKS at most, down to CUT_FLOOR of the class rate): by
 //! SOFT_CUT for drops alone (a probe of the auto controller, a burst), by
 //! CUT when the service is behind and losing (the queue over half the
-//! buffer at both tick ends: health::behind); it grows back by REGROW per
+//! buffer at both tick ends: distress::Judgement::behind); it grows back by REGROW per
 //! tick without drops while the socket's queue is under QUEUE_TARGET of its
 //! buffer, and shrinks in proportion while it is over (QUEUE_GAIN). The
 //! class's limit runs at the edge of what its service takes, where a socket
@@ -169,7 +169,7 @@ pub struct FairTick {
     /// The length of the epoch the budget is for, seconds: the fast tick.
     pub epoch: f64,
     pub counts: FairCounts,
-    /// The class's own service is behind and losing (health::behind): its
+    /// The class's own service is behind and losing (distress::Judgement::behind): its
     /// sockets dropped with their queue standing over half the buffer.
     pub distress: bool,
     /// Its sockets dropped in the tick, with or without a standing queue.
