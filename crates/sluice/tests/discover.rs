@@ -325,7 +325,7 @@ fn receive_work_on_a_services_cpu_is_its_distress() {
     assert!(d.throttle_pps.is_some(), "the budget throttles it");
     let named = s.distress.as_ref().or(s.last_distress.as_ref().map(|(d, _)| d));
     assert!(
-        named.is_some_and(|w| w.contains(sluice::signals::rx_cpu::REASON)),
+        named.is_some_and(|w| w.contains(sluice::policy::budget::CPU_REASON)),
         "status names the CPU signal: {:?} (last {:?})",
         s.distress,
         s.last_distress

@@ -39,8 +39,6 @@ pub const MAX_PKT_NS: f64 = 50_000.0;
 /// Shares are measured over windows at least this long (the softirq work
 /// comes in bursts of a NAPI poll; 10 ms holds only a few).
 pub const WINDOW: Duration = Duration::from_millis(50);
-/// The reason the budget and status show.
-pub const REASON: &str = "receive work on its CPUs";
 /// The measurement runs (the tracer's softirq pair is attached) while the
 /// classes below some running service admit more than this many packets/s,
 /// or a budget throttle stands, and for ARM_HOLD after. Below it no class
@@ -143,9 +141,10 @@ impl RxCpu {
         self.armed_until.is_some_and(|u| at < u)
     }
 
-    /// Is class `id`'s service in distress by this signal?
-    pub fn distress(&self, id: usize) -> Option<&'static str> {
-        self.taken.get(id).copied().flatten().filter(|&t| t >= CPU_TAKEN).map(|_| REASON)
+    /// The share of class `id`'s service's busiest CPU that lower classes'
+    /// receive work took over the last window (None: not measured).
+    pub fn taken_of(&self, id: usize) -> Option<f64> {
+        self.taken.get(id).copied().flatten()
     }
 }
 
@@ -240,6 +239,11 @@ mod tests {
     /// Softirq time that the stack spent on other interfaces' packets
     /// (loopback's, from a local process on the service's CPU) is not the
     /// gate's: only the gate's interface's share of the CPU's packets counts.
+    /// What the budget makes of class 0's CPU signal.
+    fn cpu_cause(s: &RxCpu) -> Option<&'static str> {
+        crate::policy::budget::cause(s.taken_of(0), None, true)
+    }
+
     #[test]
     fn receive_work_for_loopback_is_not_charged_to_the_gates_classes() {
         assert_eq!(gate_share(&[0, 1000, 1000], &[0, 250, 1000]), [1.0, 0.25, 1.0]);
@@ -261,11 +265,11 @@ mod tests {
         s.step(t0 + WINDOW, Some(&work(30_000_000, 20 * lower, lower)), &[0, lower], &prio, &cpus);
         let taken = s.taken[0].unwrap();
         assert!((taken - 0.6 / 20.0).abs() < 1e-6, "{taken}");
-        assert_eq!(s.distress(0), None, "the loopback work is not the lower class's doing");
+        assert_eq!(cpu_cause(&s), None, "the loopback work is not the lower class's doing");
         // The same softirq time, all of it the gate's packets: distress.
         s.step(t0 + 2 * WINDOW, Some(&work(60_000_000, 21 * lower, 2 * lower)), &[0, 2 * lower], &prio, &cpus);
         assert!((s.taken[0].unwrap() - 0.25).abs() < 1e-6, "bound by 5k/s x MAX_PKT_NS: {:?}", s.taken);
-        assert_eq!(s.distress(0), Some(REASON));
+        assert_eq!(cpu_cause(&s), Some(crate::policy::budget::CPU_REASON));
     }
 
     #[test]
@@ -277,14 +281,14 @@ mod tests {
         assert_eq!(s.taken, [None, None], "no window yet");
         // 10 ms later: too short a window, nothing said.
         s.step(t0 + Duration::from_millis(10), Some(&rx([0, 5_000_000])), &[10, 90], &prio, &cpus);
-        assert_eq!(s.distress(0), None);
+        assert_eq!(cpu_cause(&s), None);
         // 50 ms in: CPU 1 spent 30 ms in softirq, 90% of the packets were the flood's.
         s.step(t0 + WINDOW, Some(&rx([0, 30_000_000])), &[100, 900], &prio, &cpus);
         assert!((s.taken[0].unwrap() - 0.54).abs() < 1e-6, "{:?}", s.taken);
-        assert_eq!(s.distress(0), Some(REASON));
+        assert_eq!(cpu_cause(&s), Some(crate::policy::budget::CPU_REASON));
         // A quiet window: released; the largest share is kept.
         s.step(t0 + 2 * WINDOW, Some(&rx([0, 31_000_000])), &[200, 900], &prio, &cpus);
-        assert_eq!(s.distress(0), None, "{:?}", s.taken);
+        assert_eq!(cpu_cause(&s), None, "{:?}", s.taken);
         assert!((s.max[0].unwrap() - 0.54).abs() < 1e-6, "{:?}", s.max);
     }
 

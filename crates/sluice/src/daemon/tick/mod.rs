@@ -371,7 +371,7 @@ impl Ticker {
             // and its queues are all there is (the log says so at start).
             let judged = judgements[id];
             let own = judged.distress;
-            let why = crate::policy::budget::cause(self.rx_cpu.distress(id), own, now.1.rx.is_some());
+            let why = crate::policy::budget::cause(self.rx_cpu.taken_of(id), own, now.1.rx.is_some());
             c.distress = own.is_some() || why.is_some();
             // The gate's room drops (bpf/gate/room.h) are the socket's
             // overflow made before it: the tiers take them as its drops.

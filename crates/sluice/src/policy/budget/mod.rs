@@ -90,16 +90,21 @@ pub const GROW_NEAR: f64 = 0.005;
 /// Healthy ticks before a level whose limit is far above its traffic is released.
 pub const RELEASE_TICKS: u32 = 200;
 
+/// The distress the CPU signal gives, as the budget and status say it.
+pub const CPU_REASON: &str = "receive work on its CPUs";
+
 /// Why a class's service is in distress for the budget, from what was read
-/// of it this tick: `taken`, the CPU signal (lower classes' receive work on
-/// its CPUs, `signals::rx_cpu`); `own`, its own sockets' trouble (drops, a
-/// standing queue: `policy::distress`); `traced`, whether the
-/// daemon's tracer measures receive work at all. Others pay only for what
-/// they take: with the tracer, its own sockets say nothing here (a local
-/// process fills any socket over loopback, and the gate relieves none of
-/// it); without it, they are all there is.
-pub fn cause(taken: Option<&'static str>, own: Option<&'static str>, traced: bool) -> Option<&'static str> {
-    taken.or(own.filter(|_| !traced))
+/// of it this tick: `taken`, the CPU signal (the share of its busiest CPU
+/// that lower classes' receive work took, `signals::rx_cpu`), distress at
+/// CPU_TAKEN or more; `own`, its own sockets' trouble (drops, a standing
+/// queue: `policy::distress`); `traced`, whether the daemon's tracer
+/// measures receive work at all. Others pay only for what they take: with
+/// the tracer, its own sockets say nothing here (a local process fills any
+/// socket over loopback, and the gate relieves none of it); without it,
+/// they are all there is.
+pub fn cause(taken: Option<f64>, own: Option<&'static str>, traced: bool) -> Option<&'static str> {
+    let cpu = taken.filter(|&t| t >= CPU_TAKEN).map(|_| CPU_REASON);
+    cpu.or(own.filter(|_| !traced))
 }
 
 /// One class as the budget sees it in a tick.

@@ -137,7 +137,9 @@ fn the_budget_settles_below_the_knee_of_a_shared_receive_path() {
 #[test]
 fn own_socket_trouble_is_distress_only_without_the_tracer() {
     assert_eq!(cause(None, Some("socket drops"), true), None, "traced: its own drops throttle no one");
-    assert_eq!(cause(Some("receive work on its CPUs"), Some("socket drops"), true), Some("receive work on its CPUs"));
+    assert_eq!(cause(Some(CPU_TAKEN), Some("socket drops"), true), Some(CPU_REASON));
+    assert_eq!(cause(Some(CPU_TAKEN * 0.99), None, true), None, "under the CPU-taken mark");
+    assert_eq!(cause(Some(0.0), Some("socket drops"), false), Some("socket drops"));
     assert_eq!(
         cause(None, Some("socket drops"), false),
         Some("socket drops"),
