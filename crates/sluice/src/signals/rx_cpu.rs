@@ -25,7 +25,6 @@
 //! it (pure logic here; the daemon feeds it).
 use std::time::{Duration, Instant};
 
-use crate::policy::budget::CPU_TAKEN;
 use crate::signals::health::RxWork;
 
 /// The most receive work one admitted packet of a lower class is taken to
@@ -226,7 +225,7 @@ mod tests {
         // The service sends little itself; 100 lower packets/s; CPU 1 60% in softirq.
         let v = taken(&[0.0, 0.6], &[10, 100], &prio, &cpus, 1.0)[0].unwrap();
         assert!((v - 100.0 * MAX_PKT_NS / 1e9).abs() < 1e-12, "{v}");
-        assert!(v < CPU_TAKEN, "no distress from 100 packets/s");
+        assert!(v < crate::policy::budget::CPU_TAKEN, "no distress from 100 packets/s");
         // A real flood is not bound by it.
         let v = taken(&[0.0, 0.6], &[10, 500_000], &prio, &cpus, 1.0)[0].unwrap();
         assert!(v > 0.59, "{v}");
