@@ -24,6 +24,9 @@ pub struct PlantClass {
     pub offered: f64,
     /// The gate's rate for the class (packets/s); `f64::INFINITY` = unlimited.
     pub rate: f64,
+    /// Its sources are the class's known clients (default: they are not,
+    /// as a flood's are not).
+    pub known: bool,
     tokens: f64,
     carry: f64,
     queue: u64,
@@ -189,6 +192,15 @@ impl Plant {
             sock_drops: self.classes.iter().zip(&before).map(|(n, o)| n.sock_drops - o.sock_drops).sum(),
             backlog_drops: self.backlog_drops - bl0,
             squeeze: 0,
+            unknown_share: {
+                let seen = |known: bool| -> u64 {
+                    let new = self.classes.iter().zip(&before).filter(|(n, _)| n.known == known);
+                    new.map(|(n, o)| n.seen - o.seen).sum()
+                };
+                let (known, all) = (seen(true), seen(true) + seen(false));
+                // The gate samples one packet in 16.
+                sluice::policy::controller::unknown_share(all / 16, known / 16)
+            },
         }
     }
 }

@@ -293,6 +293,7 @@ int sluice_gate(struct xdp_md *ctx)
 	check_wake(sh, st, cls);
 	if (pk.family)
 		note_asked(&pk, cls, f);
+	sample_known(&pk, cls, st);
 	struct sluice_syn_guard *g = syn_guarded(&pk, gen, cls, st);
 	/* A stale guard answers nothing: the segment goes on to the bucket. */
 	if (g && daemon_stalled(st))

@@ -333,6 +333,8 @@ enum sluice_class_stat {
 	SLUICE_CS_SYNACK_DIRECT,  /* of SLUICE_CS_SYNACK_PKTS: answered without the socket lookup (struct sluice_syn_guard) */
 	SLUICE_CS_DROP_ROOM_PKTS, /* verdict: an unknown source's UDP packet to a socket over SLUICE_ROOM_UNKNOWN_PCT full (gate/room.h) */
 	SLUICE_CS_DROP_ROOM_BYTES,
+	SLUICE_CS_SAMPLED_PKTS,   /* one packet in SLUICE_KNOWN_SAMPLE (per CPU) whose source was looked up in "known", any mode (gate/sources.h) */
+	SLUICE_CS_SAMPLED_KNOWN,  /* of those: from a known source */
 	SLUICE_CS_NR,
 };
 
@@ -433,6 +435,15 @@ struct sluice_settings {
  * messages that the default class's limit would drop are passed at up to
  * this rate per CPU (a bucket of their own, this deep).
  */
+/*
+ * Every this many packets of a class on a CPU, whatever its mode, the gate
+ * looks the source up in "known" and counts it (SAMPLED_*): the share of
+ * an unlimited class's arrivals that its known clients send, which the
+ * tiers count only while it is limited. A power of two; the lookup costs
+ * a sixteenth of itself per packet.
+ */
+#define SLUICE_KNOWN_SAMPLE 16
+
 #define SLUICE_HOST_ICMP_PPS 1000
 #define SLUICE_HOST_ICMP_BURST 100
 

@@ -181,6 +181,7 @@ fn capacity_lets_a_rising_load_through_until_the_service_shows_loss() {
         sock_drops: 0,
         backlog_drops: 0,
         squeeze: 0,
+        unknown_share: None,
     };
     for _ in 0..10 {
         assert_eq!(decide(&mut c, &quiet(1_000.0), None), None);
@@ -211,10 +212,13 @@ fn a_healthy_service_with_a_bursty_load_is_never_limited() {
 
 /// A flood engages the controller at what the service takes under
 /// overload, not at the calm load it saw before (10% of its peak here), and
-/// the class is unlimited again about a second after the flood ends.
+/// the class is unlimited again about a second after the flood ends. The
+/// flood's sources are known here (the surge's rule, after its loss run);
+/// a flood of newcomers engages sooner (the next test).
 #[test]
 fn a_flood_is_limited_at_the_capacity_and_released_a_second_after_it_ends() {
     let mut p = Plant::new(1);
+    p.classes[0].known = true;
     let peak = p.peak();
     let mut c = Controller::new(Algo::Capacity, Tuning::default());
     let ticks = run(&mut p, &mut c, 5.0, &mut |t, p| {
@@ -234,6 +238,56 @@ fn a_flood_is_limited_at_the_capacity_and_released_a_second_after_it_ends() {
     assert!(during >= 0.95 * peak, "delivered {during:.0} of {peak:.0} from 0.3 s after engaging");
     let released = window(&ticks, 2.0, 5.0).find(|k| k.limit.is_none()).map(|k| k.t).expect("never released");
     assert!((2.9..3.5).contains(&released), "released at {released:.2} s, the flood ended at 2 s");
+}
+
+/// Issue 48: a flood from sources the class does not know engages it in
+/// the first tick whose socket filled (Engage::Newcomers), where the same
+/// flood from known sources waits for its loss run (LOSS_TICKS): the
+/// first 30 ms in which the socket drops the known clients' packets with
+/// the flood's. The limit starts from the estimate of the calm (what the
+/// known clients took: their tier is admitted first) and reaches the peak
+/// within 0.3 s. A crowd of newcomers the service keeps up with (10 times
+/// the calm load, under its peak) is not limited, and a 10 ms spike of
+/// them costs the calm load after it nothing.
+#[test]
+fn a_flood_of_newcomers_is_limited_at_its_first_tick() {
+    let first = |known: bool, calm: f64, multiple: f64, secs: f64| {
+        let mut p = Plant::new(1);
+        let peak = p.peak();
+        let mut c = Controller::new(Algo::Capacity, Tuning::default());
+        p.classes[0].offered = calm * peak;
+        run(&mut p, &mut c, 1.0, &mut |_, _| {});
+        p.classes[0].known = known;
+        p.classes[0].offered = multiple * peak;
+        let mut ticks = run(&mut p, &mut c, secs, &mut |_, _| {});
+        // What the calm load after the surge lost to the gate.
+        p.classes[0].offered = calm * peak;
+        let before = (p.classes[0].seen, p.classes[0].admitted);
+        ticks.extend(run(&mut p, &mut c, 2.0 - secs, &mut |_, _| {}));
+        let after = (p.classes[0].seen - before.0, p.classes[0].admitted - before.1);
+        let at = ticks.iter().position(|k| k.limit.is_some());
+        (at, c.engaged, ticks, after, peak)
+    };
+    let (at, why, ticks, _, peak) = first(false, 0.1, 10.0, 2.0);
+    let at = at.expect("a flood of newcomers is limited");
+    eprintln!("newcomers at 10x the peak: engaged after {} ticks, first limit {:?}", at + 1, ticks[at].limit);
+    assert!(at <= 1, "engaged after {} ticks", at + 1);
+    assert_eq!(why, Some(Engage::Newcomers));
+    assert!(ticks[at].limit.unwrap() >= 0.1 * peak, "the first limit is under the calm load: {:?}", ticks[at].limit);
+    let during = mean(ticks[at + 30..150].iter().map(|k| k.delivered));
+    assert!(during >= 0.95 * peak, "delivered {during:.0} of {peak:.0} from 0.3 s after engaging");
+    let (known_at, known_why, ..) = first(true, 0.1, 10.0, 2.0);
+    assert!(known_at.expect("a known flood is limited") >= LOSS_TICKS as usize - 1);
+    assert_eq!(known_why, Some(Engage::Surge));
+    let (crowd, ..) = first(false, 0.05, 0.6, 2.0);
+    assert_eq!(crowd, None, "a crowd of newcomers at 12 times the calm load, under the peak, was limited");
+    let (spike, _, _, (seen, admitted), _) = first(false, 0.5, 5.0, 0.01);
+    eprintln!(
+        "a 10 ms spike of newcomers at 10 times the calm load: engaged {}; the calm load after it lost {} of {seen}",
+        spike.is_some(),
+        seen - admitted
+    );
+    assert!(admitted as f64 >= 0.999 * seen as f64, "a 10 ms spike cost the calm load {} of {seen}", seen - admitted);
 }
 
 /// Bad input (issue 21): a quiet service hit by a 10x step of new load (a
@@ -333,6 +387,7 @@ fn a_stall_at_a_light_load_is_near_the_knee_only_for_a_while() {
         sock_drops: 0,
         backlog_drops: 0,
         squeeze: 0,
+        unknown_share: None,
     };
     let mut step = |queue: u64| {
         let s = tick(queue);
@@ -438,6 +493,8 @@ fn a_short_burst_over_capacity_engages_nothing_and_a_lasting_one_does() {
     let first_limit = |multiple: f64, secs: f64| {
         let mut p = Plant::new(1);
         let peak = p.peak();
+        // A client's: its sources are known (a flood of newcomers: below).
+        p.classes[0].known = true;
         p.classes[0].offered = 0.5 * peak;
         let mut c = Controller::new(Algo::Capacity, Tuning::default());
         run(&mut p, &mut c, 1.0, &mut |_, _| {});
@@ -495,6 +552,7 @@ fn the_excess_of_a_run_of_drops_adds_up_while_it_drops() {
         sock_drops,
         backlog_drops: 0,
         squeeze: 0,
+        unknown_share: None,
     };
     assert_eq!(run_excess(7.0, 1_000.0, &sig(5_000.0, 100.0, 0)), 0.0, "nothing dropped: the run ends");
     assert_eq!(run_excess(7.0, 0.0, &sig(5_000.0, 100.0, 9)), 0.0, "no capacity yet");
@@ -534,6 +592,7 @@ fn a_batch_reader_losing_steadily_is_limited_and_a_bursty_client_is_not() {
         sock_drops: drops,
         backlog_drops: 0,
         squeeze: 0,
+        unknown_share: None,
     };
     // A calm second at 20k/s, then 110k/s arriving, 100k/s read, 8%
     // dropped in three ticks of four.
@@ -610,6 +669,7 @@ fn a_slowdown_does_not_lower_the_calm_capacity_a_loss_run_is_judged_against() {
         sock_drops: drops,
         backlog_drops: 0,
         squeeze: 0,
+        unknown_share: None,
     };
     let mut c = Controller::new(Algo::Capacity, Tuning::default());
     let calm = |c: &mut Controller, ticks: usize, bursty: bool| {

@@ -775,3 +775,28 @@ fn a_crowded_socket_keeps_its_last_quarter_for_known_clients() {
         drain();
     }
 }
+
+/// Issue 48: one packet in SLUICE_KNOWN_SAMPLE of a class on a CPU, in any
+/// mode (here unlimited: the tiers count nothing), has its source looked
+/// up: the known share of the class's arrivals, which a surge of newcomers
+/// engages the auto controller by (`controller::newcomers`).
+#[test]
+fn one_packet_in_sixteen_of_an_unlimited_class_is_sampled_for_its_known_share() {
+    let mut g = TestGate::new(&["svc:match=udp:53"]);
+    clock(&mut g, 1);
+    let cls = g.class("svc");
+    known_client(&g, cls, 1000);
+    let sampled =
+        |g: &TestGate| (counter(g, "svc", SLUICE_CS_SAMPLED_PKTS), counter(g, "svc", SLUICE_CS_SAMPLED_KNOWN));
+    // Runs of a multiple of 16 on one CPU each: every 16th packet sampled.
+    let n = 10 * SLUICE_KNOWN_SAMPLE;
+    g.gate.test_run(Prog::Gate, &dns_from("198.51.100.7"), n).unwrap();
+    assert_eq!(sampled(&g), (10, 10), "the known client's packets");
+    g.gate.test_run(Prog::Gate, &dns_from("203.0.113.9"), 3 * n).unwrap();
+    assert_eq!(sampled(&g), (40, 10), "a newcomer's packets");
+    let t = g.counters().classes[cls];
+    assert_eq!((t.sampled_pkts, t.sampled_known_pkts), (40, 10), "ClassTotals reads them");
+    assert_eq!(t.admitted_pkts, u64::from(4 * n), "sampling drops nothing");
+    let share = sluice::policy::controller::unknown_share(t.sampled_pkts, t.sampled_known_pkts);
+    assert_eq!(share, Some(0.75));
+}

@@ -235,6 +235,21 @@ static __always_inline __u32 admit_limited(const struct pkt *pk, __u32 cls, cons
 	return bucket_take(&f->unknown, &st->unknown) ? SLUICE_CS_ADMIT_PKTS : SLUICE_CS_DROP_RATE_PKTS;
 }
 
+/*
+ * One packet in SLUICE_KNOWN_SAMPLE of a class on a CPU, in any mode: is
+ * its source known? The daemon reads the known share of an unlimited
+ * class's arrivals from these counts (a surge of sources it does not know
+ * engages the class at once: policy::controller's Engage::Newcomers).
+ */
+static __always_inline void sample_known(const struct pkt *pk, __u32 cls, struct sluice_class_state *st)
+{
+	if (!pk->family || (st->cnt[SLUICE_CS_SEEN_PKTS] & (SLUICE_KNOWN_SAMPLE - 1)))
+		return;
+	st->cnt[SLUICE_CS_SAMPLED_PKTS] += 1;
+	if (known_entry(pk, cls))
+		st->cnt[SLUICE_CS_SAMPLED_KNOWN] += 1;
+}
+
 /* The peer's slot in "asked", and the tag its note carries in the slot's upper half. */
 static __always_inline __u64 *asked_slot(const struct pkt *pk, __u32 cls, __u32 *tag)
 {

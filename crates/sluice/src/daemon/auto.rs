@@ -37,7 +37,7 @@ use crate::surface::stats::AutoStatus;
 
 use crate::dataplane::gate::counters::ClassTotals;
 use crate::policy::config::{AutoSpec, Config, Limit};
-use crate::policy::controller::{decide, Algo, Controller, Engage, Signals, Tuning, QUEUE_LOW};
+use crate::policy::controller::{decide, unknown_share, Algo, Controller, Engage, Signals, Tuning, QUEUE_LOW};
 use crate::signals::health::Health;
 use crate::signals::kernel::{udp_counters, NsFile, SockDiag, SockStats};
 
@@ -72,6 +72,9 @@ pub struct ClassSample {
     /// Unknown sources' packets the gate dropped to keep the socket's room
     /// for known clients (bpf/gate/room.h).
     pub room_drops: u64,
+    /// Packets whose source the gate sampled, and of those the known ones'.
+    pub sampled: u64,
+    pub sampled_known: u64,
     pub sock: SockStats,
 }
 
@@ -120,6 +123,10 @@ pub fn class_signals(prev: &Sample, now: &Sample, i: usize) -> Signals {
         sock_drops,
         backlog_drops: path(prev.backlog_drops, now.backlog_drops),
         squeeze: path(prev.squeeze, now.squeeze),
+        unknown_share: unknown_share(
+            n.sampled.saturating_sub(p.sampled),
+            n.sampled_known.saturating_sub(p.sampled_known),
+        ),
     }
 }
 
@@ -257,6 +264,8 @@ impl AutoLoop {
                 seen: t.seen_pkts,
                 admitted: t.admitted_pkts,
                 room_drops: t.dropped_room_pkts,
+                sampled: t.sampled_pkts,
+                sampled_known: t.sampled_known_pkts,
                 sock: c.sock,
             });
         }

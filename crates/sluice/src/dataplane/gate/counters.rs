@@ -88,6 +88,13 @@ pub struct ClassTotals {
     /// Bytes of those packets.
     #[serde(default)]
     pub dropped_room_bytes: u64,
+    /// Packets whose source the gate looked up in the known map, one in
+    /// SLUICE_KNOWN_SAMPLE per CPU in any mode.
+    #[serde(default)]
+    pub sampled_pkts: u64,
+    /// Of those, the known sources': the known share of the class's arrivals.
+    #[serde(default)]
+    pub sampled_known_pkts: u64,
 }
 
 impl From<ClassCounters> for ClassTotals {
@@ -119,6 +126,8 @@ impl From<ClassCounters> for ClassTotals {
             dropped_noconn_bytes: c[SLUICE_CS_DROP_NOCONN_BYTES as usize],
             dropped_room_pkts: c[SLUICE_CS_DROP_ROOM_PKTS as usize],
             dropped_room_bytes: c[SLUICE_CS_DROP_ROOM_BYTES as usize],
+            sampled_pkts: c[SLUICE_CS_SAMPLED_PKTS as usize],
+            sampled_known_pkts: c[SLUICE_CS_SAMPLED_KNOWN as usize],
         }
     }
 }

@@ -18,7 +18,7 @@ use super::{GateError, Result};
 /// that have no padding bytes (every byte of a value is initialised) and for
 /// which every bit pattern is a valid value. The header `bpf/sluice.h` gives
 /// its structs explicit padding fields for this.
-pub unsafe trait Pod: Copy + Default + 'static {}
+pub unsafe trait Pod: Copy + 'static {}
 
 macro_rules! pod {
     ($($t:ty),* $(,)?) => { $(

@@ -20,7 +20,10 @@
 //! - `pno` ([`Algo::Pno`], the baseline): Macpherson's perturb and observe.
 //!
 //! And here, what both share: a controller is *engaged* only while its own
-//! service is overloaded by more arriving than it took while calm: `estimate`'s
+//! service is overloaded by more arriving than it took while calm: in the
+//! first tick where over SURGE times the capacity it showed while calm
+//! arrives from sources the class does not know (the gate's sample) and its
+//! socket fills (`newcomers`); `estimate`'s
 //! loss run (LOSS_TICKS of socket drops with the queue over half the
 //! buffer, or of drops before the socket, not a stall) at once where what
 //! arrives in it is over SURGE times the capacity the service showed while
@@ -127,6 +130,9 @@ pub enum Engage {
     Excess,
     /// Steady loss with no loss run (a batch reader).
     SteadyLoss,
+    /// In one tick, over SURGE times the calm capacity arrived from sources
+    /// the class does not know, and its socket filled or dropped.
+    Newcomers,
 }
 
 impl Engage {
@@ -136,6 +142,7 @@ impl Engage {
             Engage::Surge => "surge",
             Engage::Excess => "excess",
             Engage::SteadyLoss => "steady-loss",
+            Engage::Newcomers => "newcomers",
         }
     }
 
@@ -152,6 +159,10 @@ impl Engage {
             Engage::SteadyLoss => format!(
                 "its sockets dropped in most ticks for {} ms while over {STEADY_SURGE} times its calm capacity arrived",
                 ms(ENGAGE_TICKS)
+            ),
+            Engage::Newcomers => format!(
+                "over {SURGE} times its calm capacity arrived in {} ms from sources it does not know, and its socket filled",
+                ms(1)
             ),
         }
     }
@@ -259,6 +270,18 @@ pub struct Signals {
     /// softnet backlog drops and time squeezes in the tick.
     pub backlog_drops: u64,
     pub squeeze: u64,
+    /// The share of the tick's arrivals whose sources the class does not
+    /// know (from the gate's sample, `unknown_share`; None: too few sampled).
+    pub unknown_share: Option<f64>,
+}
+
+/// Sampled packets a tick needs before their known share says anything.
+pub const MIN_SAMPLES: u64 = 8;
+
+/// The share of `sampled` packets not from a known source (`known` of
+/// them), None under MIN_SAMPLES.
+pub fn unknown_share(sampled: u64, known: u64) -> Option<f64> {
+    (sampled >= MIN_SAMPLES).then(|| 1.0 - known.min(sampled) as f64 / sampled as f64)
 }
 
 impl Signals {
@@ -377,7 +400,8 @@ impl Controller {
         self.engaged.is_some().then_some(self.target)
     }
 
-    /// Engage at once on a surge (SURGE); or, with arrivals over
+    /// Engage at once on a surge of newcomers (`newcomers`) or a loss run
+    /// of a surge (SURGE); or, with arrivals over
     /// STEADY_SURGE times the calm capacity, on the service's own overload
     /// that lasted ENGAGE_TICKS, on drops that piled up ENGAGE_EXCESS over
     /// the capacity, or on steady loss over ENGAGE_TICKS with no loss run
@@ -413,6 +437,7 @@ impl Controller {
         // A batch reader's steady loss needs a calm capacity seen: with
         // none, it may be the daemon's first ticks of a service at its knee.
         let steady = self.est.steady_loss() && calm > 0.0 && risen(self.est.admitted_mean());
+        let newcomers = newcomers(calm, s);
         if self.est.quiet() {
             // The highest estimate of a quiet tick, fading over
             // CALM_MEMORY_SECS: after a slowdown, whose loss run cut the
@@ -422,7 +447,9 @@ impl Controller {
             let fade = (-s.dt / CALM_MEMORY_SECS).exp();
             self.calm_capacity = self.est.capacity.max(fade * self.calm_capacity);
         }
-        let why = if overload && surge {
+        let why = if newcomers {
+            Some(Engage::Newcomers)
+        } else if overload && surge {
             Some(Engage::Surge)
         } else if overload && lasting {
             Some(Engage::LossRun)
@@ -435,9 +462,14 @@ impl Controller {
         };
         if let (Some(why), None) = (why, self.engaged) {
             // Start from what the service takes, never from the calm load
-            // (or pno's wandering) the target followed while unlimited.
+            // (or pno's wandering) the target followed while unlimited. At
+            // a surge of newcomers' first tick the estimate has seen no
+            // loss run, only that tick (whose livelock it may take for a
+            // lower capacity): never under the calm capacity then, which
+            // the known clients took.
             self.engaged = Some(why);
-            self.target = self.est.capacity.clamp(self.tuning.min_pps, self.tuning.max_pps);
+            let start = if why == Engage::Newcomers { self.est.capacity.max(calm) } else { self.est.capacity };
+            self.target = start.clamp(self.tuning.min_pps, self.tuning.max_pps);
         } else if self.calm_ticks >= RELEASE_TICKS {
             self.engaged = None;
         }
@@ -488,6 +520,20 @@ impl Controller {
         self.engage(s);
         self.target
     }
+}
+
+/// Did a surge of newcomers arrive in the tick `s`: over SURGE times the
+/// calm capacity (`calm`, 0: never calm) from sources the class does not
+/// know (the gate's sample), while its socket filled over OVERLOAD_QUEUE or
+/// dropped? It engages at once, with no loss run: every rule that waits
+/// for one leaves the first 30-300 ms of a flood unlimited, in which the
+/// socket drops the known clients' packets with the flood's. Its clients'
+/// own bursts (a client catching up after a slow moment, at 4-6 times its
+/// pace) come from known sources and reach no such multiple of the
+/// capacity; a flash crowd the service keeps up with fills no socket.
+pub fn newcomers(calm: f64, s: &Signals) -> bool {
+    let strained = s.queue_over(OVERLOAD_QUEUE) || s.sock_drops > 0;
+    calm > 0.0 && strained && s.unknown_share.is_some_and(|u| u * s.offered >= SURGE * calm)
 }
 
 /// Is `arriving` (packets/s reaching the service over a loss run) a surge

@@ -32,7 +32,7 @@ pub struct AutoStatus {
     /// This class's current rate (pkt/s); None = unlimited (fallback).
     pub rate_pps: Option<f64>,
     /// The rule that engaged the controller ("loss-run", "surge",
-    /// "excess", "steady-loss"); None while its service shows no distress.
+    /// "excess", "steady-loss", "newcomers"); None while its service shows no distress.
     #[serde(default)]
     pub engaged_by: Option<String>,
     /// The share of its capacity estimate the class keeps under any budget throttle (0 to 1).
