@@ -21,9 +21,9 @@
 //!
 //! And here, what both share: a controller is *engaged* only while its own
 //! service is overloaded by more arriving than it took while calm: in the
-//! first tick where over SURGE times the capacity it showed while calm
-//! arrives from sources the class does not know (the gate's sample) and its
-//! socket fills (`newcomers`); `estimate`'s
+//! first tick where over STEADY_SURGE times the capacity it showed while
+//! calm arrives from sources the class does not know (the gate's sample)
+//! and its socket drops (`newcomers`); `estimate`'s
 //! loss run (LOSS_TICKS of socket drops with the queue over half the
 //! buffer, or of drops before the socket, not a stall) at once where what
 //! arrives in it is over SURGE times the capacity the service showed while
@@ -130,8 +130,8 @@ pub enum Engage {
     Excess,
     /// Steady loss with no loss run (a batch reader).
     SteadyLoss,
-    /// In one tick, over SURGE times the calm capacity arrived from sources
-    /// the class does not know, and its socket filled or dropped.
+    /// In one tick, over STEADY_SURGE times the calm capacity arrived from
+    /// sources the class does not know, and its socket dropped, over half full.
     Newcomers,
 }
 
@@ -161,7 +161,7 @@ impl Engage {
                 ms(ENGAGE_TICKS)
             ),
             Engage::Newcomers => format!(
-                "over {SURGE} times its calm capacity arrived in {} ms from sources it does not know, and its socket filled",
+                "over {STEADY_SURGE} times its calm capacity arrived in {} ms from sources it does not know, and its socket dropped",
                 ms(1)
             ),
         }
@@ -522,18 +522,21 @@ impl Controller {
     }
 }
 
-/// Did a surge of newcomers arrive in the tick `s`: over SURGE times the
-/// calm capacity (`calm`, 0: never calm) from sources the class does not
-/// know (the gate's sample), while its socket filled over OVERLOAD_QUEUE or
-/// dropped? It engages at once, with no loss run: every rule that waits
-/// for one leaves the first 30-300 ms of a flood unlimited, in which the
-/// socket drops the known clients' packets with the flood's. Its clients'
-/// own bursts (a client catching up after a slow moment, at 4-6 times its
-/// pace) come from known sources and reach no such multiple of the
-/// capacity; a flash crowd the service keeps up with fills no socket.
+/// Did a surge of newcomers arrive in the tick `s`: over STEADY_SURGE times
+/// the calm capacity (`calm`, 0: never calm) from sources the class does
+/// not know (the gate's sample), while its socket dropped with its queue
+/// over OVERLOAD_QUEUE at the tick's end? It engages at once, with no loss
+/// run: every rule that waits for one leaves the first 30-300 ms of a flood
+/// unlimited, in which the socket drops the known clients' packets with
+/// the flood's. What it needs beside the loss is who sent the excess:
+/// its clients' own bursts (a client catching up after a slow moment, at
+/// 4-6 times its pace) come from known sources, and a flash crowd the
+/// service keeps up with fills no socket. A flood at the daemon's start
+/// (no calm capacity yet, every client unknown) is left to the other
+/// rules: a service at its knee looks the same then.
 pub fn newcomers(calm: f64, s: &Signals) -> bool {
-    let strained = s.queue_over(OVERLOAD_QUEUE) || s.sock_drops > 0;
-    calm > 0.0 && strained && s.unknown_share.is_some_and(|u| u * s.offered >= SURGE * calm)
+    let losing = s.sock_drops > 0 && s.queue_over(OVERLOAD_QUEUE);
+    calm > 0.0 && losing && s.unknown_share.is_some_and(|u| u * s.offered >= STEADY_SURGE * calm)
 }
 
 /// Is `arriving` (packets/s reaching the service over a loss run) a surge
