@@ -132,6 +132,8 @@ impl TickClass {
             active: d(SLUICE_CS_SRC_ACTIVE),
             over: d(SLUICE_CS_SRC_OVER),
             inserts: d(SLUICE_CS_SRC_INSERTS),
+            sampled: d(SLUICE_CS_SAMPLED_PKTS),
+            sampled_known: d(SLUICE_CS_SAMPLED_KNOWN),
         };
     }
 
@@ -142,6 +144,7 @@ impl TickClass {
     pub(super) fn tiers(&mut self, limit: Limit, capacity: u32, now_ms: u64) -> Tiers {
         let healthy = !self.distress && self.admitted >= self.offered;
         let learn = self.fair.learn(healthy, self.offered, self.dt) && self.learns;
+        self.fair.note_known(self.counts.sampled, self.counts.sampled_known);
         // The learner noted answers since the last learning tick with the
         // gate clock that tick wrote: this tick confirms them, or taints
         // them (a surge or distress seen now may have been answered then).

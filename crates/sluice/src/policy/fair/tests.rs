@@ -273,7 +273,7 @@ fn a_client_is_known_after_a_second_of_answers_and_never_across_a_clock_step_bac
 /// back; with no known client to protect the queue cuts nothing.
 #[test]
 fn a_queue_over_its_target_shrinks_the_unknown_tier_before_any_drop() {
-    let counts = FairCounts { known: 50, unknown: 500, under: 500, active: 2, over: 1, inserts: 0 };
+    let counts = FairCounts { known: 50, unknown: 500, under: 500, active: 2, over: 1, ..Default::default() };
     let at = |q: f64| FairTick { queue: Some(q), ..tick(100_000.0, counts) };
     let mut f = Fair::default();
     let first = f.step(&at(0.1)).unknown_pps;
@@ -298,7 +298,7 @@ fn a_queue_over_its_target_shrinks_the_unknown_tier_before_any_drop() {
 /// no known client it follows the class rate at once.
 #[test]
 fn a_probe_of_the_class_rate_reaches_the_unknown_tier_only_by_its_regrowth() {
-    let counts = FairCounts { known: 50, unknown: 500, under: 500, active: 2, over: 1, inserts: 0 };
+    let counts = FairCounts { known: 50, unknown: 500, under: 500, active: 2, over: 1, ..Default::default() };
     let at = |rate: f64| FairTick { queue: Some(0.1), ..tick(rate, counts) };
     let mut f = Fair::default();
     let base = f.step(&at(100_000.0)).unknown_pps;
@@ -322,6 +322,7 @@ fn room_for_known_clients_is_kept_after_a_surge_only() {
     let mut f = Fair::default();
     for _ in 0..300 {
         f.learn(true, 50_000.0, DT);
+        f.note_known(10, 9);
     }
     assert!(!f.keeps_room(), "a steady load, calm or at the knee: no room");
     f.learn(false, 0.0, 0.04);
@@ -341,4 +342,28 @@ fn room_for_known_clients_is_kept_after_a_surge_only() {
         f.learn(true, 50_000.0, DT);
     }
     assert!(!f.keeps_room(), "let go ROOM_HOLD_SECS after it");
+    // A class whose calm arrivals were not its known clients' (never
+    // learned: only a probe of theirs is known) keeps no room for them.
+    let mut f = Fair::default();
+    for _ in 0..300 {
+        f.learn(true, 50_000.0, DT);
+        f.note_known(100, 2);
+    }
+    f.learn(false, 2_000_000.0, DT);
+    assert!(!f.keeps_room(), "room kept for the known 2% of the calm arrivals");
+    // A light class samples a packet every few ticks: the share is over
+    // the last KNOWN_SHARE_SAMPLES samples, not each tick's, and a pause
+    // (no sample) fades nothing.
+    let mut f = Fair::default();
+    for i in 0..300 {
+        f.learn(true, 200.0, DT);
+        f.note_known(u64::from(i % 8 == 0), u64::from(i % 8 == 0));
+    }
+    assert!(f.calm_known_share().is_some_and(|k| k > 0.99), "{:?}", f.calm_known_share());
+    for _ in 0..300 {
+        f.learn(true, 0.0, DT);
+        f.note_known(0, 0);
+    }
+    f.learn(false, 2_000_000.0, DT);
+    assert!(f.keeps_room(), "a light known client's class keeps room after a surge");
 }
