@@ -169,6 +169,13 @@ impl Plant {
         self.time_s += SUB_NS / 1e9;
     }
 
+    /// Packets the classes saw since `before` (`known`: only those whose
+    /// sources are known, or not; None: all).
+    fn seen_by(&self, before: &[PlantClass], known: Option<bool>) -> u64 {
+        let counted = self.classes.iter().zip(before).filter(|(n, _)| known.is_none_or(|k| n.known == k));
+        counted.map(|(n, o)| n.seen - o.seen).sum()
+    }
+
     /// Run one tick of `dt` seconds and return what the daemon would measure.
     pub fn tick(&mut self, dt: f64) -> Signals {
         let before: Vec<PlantClass> = self.classes.clone();
@@ -192,15 +199,9 @@ impl Plant {
             sock_drops: self.classes.iter().zip(&before).map(|(n, o)| n.sock_drops - o.sock_drops).sum(),
             backlog_drops: self.backlog_drops - bl0,
             squeeze: 0,
-            unknown_share: {
-                let seen = |known: bool| -> u64 {
-                    let new = self.classes.iter().zip(&before).filter(|(n, _)| n.known == known);
-                    new.map(|(n, o)| n.seen - o.seen).sum()
-                };
-                let (known, all) = (seen(true), seen(true) + seen(false));
-                // The gate samples one packet in 16.
-                sluice::policy::controller::unknown_share(all / 16, known / 16)
-            },
+            // The gate samples one packet in 16.
+            sampled: self.seen_by(&before, None) / 16,
+            sampled_known: self.seen_by(&before, Some(true)) / 16,
         }
     }
 }

@@ -181,7 +181,8 @@ fn capacity_lets_a_rising_load_through_until_the_service_shows_loss() {
         sock_drops: 0,
         backlog_drops: 0,
         squeeze: 0,
-        unknown_share: None,
+        sampled: 0,
+        sampled_known: 0,
     };
     for _ in 0..10 {
         assert_eq!(decide(&mut c, &quiet(1_000.0), None), None);
@@ -396,7 +397,8 @@ fn a_stall_at_a_light_load_is_near_the_knee_only_for_a_while() {
         sock_drops: 0,
         backlog_drops: 0,
         squeeze: 0,
-        unknown_share: None,
+        sampled: 0,
+        sampled_known: 0,
     };
     let mut step = |queue: u64| {
         let s = tick(queue);
@@ -561,7 +563,8 @@ fn the_excess_of_a_run_of_drops_adds_up_while_it_drops() {
         sock_drops,
         backlog_drops: 0,
         squeeze: 0,
-        unknown_share: None,
+        sampled: 0,
+        sampled_known: 0,
     };
     assert_eq!(run_excess(7.0, 1_000.0, &sig(5_000.0, 100.0, 0)), 0.0, "nothing dropped: the run ends");
     assert_eq!(run_excess(7.0, 0.0, &sig(5_000.0, 100.0, 9)), 0.0, "no capacity yet");
@@ -601,7 +604,8 @@ fn a_batch_reader_losing_steadily_is_limited_and_a_bursty_client_is_not() {
         sock_drops: drops,
         backlog_drops: 0,
         squeeze: 0,
-        unknown_share: None,
+        sampled: 0,
+        sampled_known: 0,
     };
     // A calm second at 20k/s, then 110k/s arriving, 100k/s read, 8%
     // dropped in three ticks of four.
@@ -678,7 +682,8 @@ fn a_slowdown_does_not_lower_the_calm_capacity_a_loss_run_is_judged_against() {
         sock_drops: drops,
         backlog_drops: 0,
         squeeze: 0,
-        unknown_share: None,
+        sampled: 0,
+        sampled_known: 0,
     };
     let mut c = Controller::new(Algo::Capacity, Tuning::default());
     let calm = |c: &mut Controller, ticks: usize, bursty: bool| {

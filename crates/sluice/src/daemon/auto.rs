@@ -37,7 +37,7 @@ use crate::surface::stats::AutoStatus;
 
 use crate::dataplane::gate::counters::ClassTotals;
 use crate::policy::config::{AutoSpec, Config, Limit};
-use crate::policy::controller::{decide, unknown_share, Algo, Controller, Engage, Signals, Tuning, QUEUE_LOW};
+use crate::policy::controller::{decide, Algo, Controller, Engage, Signals, Tuning, QUEUE_LOW};
 use crate::signals::health::Health;
 use crate::signals::kernel::{udp_counters, NsFile, SockDiag, SockStats};
 
@@ -123,10 +123,8 @@ pub fn class_signals(prev: &Sample, now: &Sample, i: usize) -> Signals {
         sock_drops,
         backlog_drops: path(prev.backlog_drops, now.backlog_drops),
         squeeze: path(prev.squeeze, now.squeeze),
-        unknown_share: unknown_share(
-            n.sampled.saturating_sub(p.sampled),
-            n.sampled_known.saturating_sub(p.sampled_known),
-        ),
+        sampled: n.sampled.saturating_sub(p.sampled),
+        sampled_known: n.sampled_known.saturating_sub(p.sampled_known),
     }
 }
 

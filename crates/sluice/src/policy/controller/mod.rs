@@ -44,6 +44,7 @@ mod capacity;
 pub mod estimate;
 mod pno;
 
+use crate::policy::fair::KnownShare;
 use serde::Serialize;
 
 pub use capacity::{CYCLE, DRAIN_GAIN, PROBE_STEP, PROBE_STEP_MAX, PROBE_STEP_MIN};
@@ -271,9 +272,10 @@ pub struct Signals {
     /// softnet backlog drops and time squeezes in the tick.
     pub backlog_drops: u64,
     pub squeeze: u64,
-    /// The share of the tick's arrivals whose sources the class does not
-    /// know (from the gate's sample, `unknown_share`; None: too few sampled).
-    pub unknown_share: Option<f64>,
+    /// Packets of the tick whose source the gate sampled (one in
+    /// SLUICE_KNOWN_SAMPLE), and of those the known sources'.
+    pub sampled: u64,
+    pub sampled_known: u64,
 }
 
 /// Sampled packets a tick needs before their known share says anything.
@@ -286,6 +288,12 @@ pub fn unknown_share(sampled: u64, known: u64) -> Option<f64> {
 }
 
 impl Signals {
+    /// The share of the tick's arrivals from sources the class does not
+    /// know (None: under MIN_SAMPLES sampled).
+    pub fn unknown_share(&self) -> Option<f64> {
+        unknown_share(self.sampled, self.sampled_known)
+    }
+
     /// The gate refused part of what was offered (more than LIMITING_MARGIN
     /// over what it admitted, plus a packet so an idle class is not limiting).
     pub fn limiting(&self) -> bool {
@@ -362,9 +370,9 @@ pub struct Controller {
     /// the service showed while calm, against which arrivals are judged.
     calm_capacity: f64,
     /// The share of its arrivals in quiet ticks that came from known
-    /// sources (the gate's sample), a moving mean over CALM_KNOWN_TICKS:
-    /// whether the class has a known lane that newcomers could be told from.
-    calm_known: f64,
+    /// sources (the gate's sample): whether the class has a known lane that
+    /// newcomers could be told from.
+    calm_known: KnownShare,
     /// Ticks of the capacity admitted over it in the current run of drops
     /// (ENGAGE_EXCESS), and the run's length in ticks.
     run_excess: f64,
@@ -389,7 +397,7 @@ impl Controller {
             knee_age_secs: f64::INFINITY,
             calm_ticks: 0,
             calm_capacity: 0.0,
-            calm_known: 0.0,
+            calm_known: KnownShare::default(),
             run_excess: 0.0,
             drop_ticks: 0,
         }
@@ -443,7 +451,7 @@ impl Controller {
         // A batch reader's steady loss needs a calm capacity seen: with
         // none, it may be the daemon's first ticks of a service at its knee.
         let steady = self.est.steady_loss() && calm > 0.0 && risen(self.est.admitted_mean());
-        let newcomers = self.calm_known >= CALM_KNOWN && newcomers(calm, s);
+        let newcomers = self.calm_known.share().is_some_and(|k| k >= CALM_KNOWN) && newcomers(calm, s);
         if self.est.quiet() {
             // The highest estimate of a quiet tick, fading over
             // CALM_MEMORY_SECS: after a slowdown, whose loss run cut the
@@ -452,9 +460,7 @@ impl Controller {
             // packets that piled up in the slowdown arrived over it.
             let fade = (-s.dt / CALM_MEMORY_SECS).exp();
             self.calm_capacity = self.est.capacity.max(fade * self.calm_capacity);
-            if let Some(u) = s.unknown_share {
-                self.calm_known += ((1.0 - u) - self.calm_known) / CALM_KNOWN_TICKS;
-            }
+            self.calm_known.note(s.sampled, s.sampled_known);
         }
         let why = if newcomers {
             Some(Engage::Newcomers)
@@ -538,9 +544,6 @@ impl Controller {
     }
 }
 
-/// A class's quiet ticks are judged over about this many (a moving mean)
-/// for the share of their arrivals its known clients sent.
-pub const CALM_KNOWN_TICKS: f64 = 100.0;
 /// The newcomers' rule needs a known lane: at least this share of the quiet
 /// ticks' arrivals from known sources (`fair::ROOM_KNOWN`'s). A service
 /// whose clients could not be learned (never calm: a VM's slow hour held
@@ -564,7 +567,7 @@ pub const CALM_KNOWN: f64 = crate::policy::fair::ROOM_KNOWN;
 /// other rules: a service at its knee looks the same then.
 pub fn newcomers(calm: f64, s: &Signals) -> bool {
     let losing = s.sock_drops > 0 && s.queue_over(OVERLOAD_QUEUE);
-    calm > 0.0 && losing && s.unknown_share.is_some_and(|u| u * s.offered >= STEADY_SURGE * calm)
+    calm > 0.0 && losing && s.unknown_share().is_some_and(|u| u * s.offered >= STEADY_SURGE * calm)
 }
 
 /// Is `arriving` (packets/s reaching the service over a loss run) a surge

@@ -177,6 +177,34 @@ pub struct FairCounts {
     pub sampled_known: u64,
 }
 
+/// The known sources' share of a class's sampled packets (the gate samples
+/// one in SLUICE_KNOWN_SAMPLE), a moving mean over KNOWN_SHARE_SAMPLES of
+/// them, fed only the ticks its owner counts (the calm ones).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct KnownShare {
+    /// Samples seen, up to KNOWN_SHARE_SAMPLES.
+    samples: f64,
+    known: f64,
+}
+
+impl KnownShare {
+    /// Add a tick's `sampled` packets, `known` of them from known sources.
+    pub fn note(&mut self, sampled: u64, known: u64) {
+        if sampled == 0 {
+            return;
+        }
+        let n = sampled as f64;
+        let weight = n / (n + self.samples.min(KNOWN_SHARE_SAMPLES));
+        self.known += weight * (known.min(sampled) as f64 / n - self.known);
+        self.samples = (self.samples + n).min(KNOWN_SHARE_SAMPLES);
+    }
+
+    /// The known share (None: fewer than MIN_SAMPLES samples yet).
+    pub fn share(&self) -> Option<f64> {
+        (self.samples >= crate::policy::controller::MIN_SAMPLES as f64).then_some(self.known)
+    }
+}
+
 /// One tick of a limited class.
 #[derive(Debug, Clone, Copy)]
 pub struct FairTick {
@@ -234,11 +262,8 @@ pub struct Fair {
     /// Seconds left in which the class keeps room in its sockets for its
     /// known clients after a surge (ROOM_HOLD_SECS).
     room_secs: f64,
-    /// The calm ticks' sampled packets (saturating at KNOWN_SHARE_SAMPLES)
-    /// and the known sources' share of them, a moving mean over
-    /// KNOWN_SHARE_SAMPLES (`note_known`).
-    calm_sampled: f64,
-    calm_known: f64,
+    /// The known sources' share of the calm ticks' sampled packets (`note_known`).
+    calm_known: KnownShare,
     /// Packets over the usual in the current run of surge ticks (ROOM_EXCESS_SECS).
     surge_excess: f64,
     /// Seconds left in which the learner records nothing (`hold_learning`).
@@ -259,8 +284,7 @@ impl Default for Fair {
             healthy_secs: 0.0,
             known_peak_pps: 0.0,
             room_secs: 0.0,
-            calm_sampled: 0.0,
-            calm_known: 0.0,
+            calm_known: KnownShare::default(),
             surge_excess: 0.0,
             hold_secs: 0.0,
         }
@@ -350,18 +374,15 @@ impl Fair {
     /// sources' among them, after `learn` judged the tick: counted only for
     /// a calm one, into a moving mean over KNOWN_SHARE_SAMPLES.
     pub fn note_known(&mut self, sampled: u64, known: u64) {
-        if self.calm_secs > 0.0 && sampled > 0 {
-            let n = sampled as f64;
-            let weight = n / (n + self.calm_sampled.min(KNOWN_SHARE_SAMPLES));
-            self.calm_known += weight * (known.min(sampled) as f64 / n - self.calm_known);
-            self.calm_sampled = (self.calm_sampled + n).min(KNOWN_SHARE_SAMPLES);
+        if self.calm_secs > 0.0 {
+            self.calm_known.note(sampled, known);
         }
     }
 
     /// The share of the calm ticks' arrivals from known sources (None: fewer
     /// than MIN_SAMPLES sampled yet).
     pub fn calm_known_share(&self) -> Option<f64> {
-        (self.calm_sampled >= crate::policy::controller::MIN_SAMPLES as f64).then_some(self.calm_known)
+        self.calm_known.share()
     }
 
     /// Record no client for the next `secs` seconds (of `learn`'s `dt`),
