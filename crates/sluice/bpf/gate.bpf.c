@@ -234,7 +234,7 @@ static __always_inline int non_ip(__u32 gen)
 	__u32 cls = settings.verdicts[gen].default_class & (SLUICE_CLASS_IDS - 1);
 	struct sluice_class_state *st;
 
-	if (host_link_passes(gen)) {
+	if (host_link_passes(cls)) {
 		global_inc(SLUICE_GS_NON_IP_PASS);
 		return XDP_PASS;
 	}

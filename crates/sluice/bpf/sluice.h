@@ -435,15 +435,6 @@ struct sluice_settings {
  * messages that the default class's limit would drop are passed at up to
  * this rate per CPU (a bucket of their own, this deep).
  */
-/*
- * Every this many packets of a class on a CPU, whatever its mode, the gate
- * looks the source up in "known" and counts it (SAMPLED_*): the share of
- * an unlimited class's arrivals that its known clients send, which the
- * tiers count only while it is limited. A power of two; the lookup costs
- * a sixteenth of itself per packet.
- */
-#define SLUICE_KNOWN_SAMPLE 16
-
 #define SLUICE_HOST_ICMP_PPS 1000
 #define SLUICE_HOST_ICMP_BURST 100
 
@@ -454,6 +445,15 @@ struct sluice_settings {
  */
 #define SLUICE_HOST_LINK_PPS 10000
 #define SLUICE_HOST_LINK_BURST 1000
+
+/*
+ * Every this many packets of a class on a CPU, whatever its mode, the gate
+ * looks the source up in "known" and counts it (SAMPLED_*): the share of
+ * an unlimited class's arrivals that its known clients send, which the
+ * tiers count only while it is limited. A power of two; the lookup costs
+ * a sixteenth of itself per packet.
+ */
+#define SLUICE_KNOWN_SAMPLE 16
 
 /*
  * systemd's dynamic users (DynamicUser=): trusted as system users are, by

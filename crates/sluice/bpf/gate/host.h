@@ -249,13 +249,13 @@ static __always_inline int host_needs(struct xdp_md *ctx, const struct pkt *pk, 
 }
 
 /*
- * May this frame, not IPv4/IPv6, pass? Yes while the default class of
- * generation `gen` is unlimited; while it is limited or blocked, as long
- * as this CPU's link bucket has a token.
+ * May this frame, not IPv4/IPv6, pass? Yes while the default class `cls`
+ * is unlimited; while it is limited or blocked, as long as this CPU's link
+ * bucket has a token.
  */
-static __always_inline int host_link_passes(__u32 gen)
+static __always_inline int host_link_passes(__u32 cls)
 {
-	__u32 cls = settings.verdicts[gen].default_class & (SLUICE_CLASS_IDS - 1), which = HOST_BUCKET_LINK;
+	__u32 which = HOST_BUCKET_LINK;
 	struct sluice_share *sh = bpf_map_lookup_elem(&shares, &cls);
 	struct sluice_bucket *b;
 

@@ -133,7 +133,7 @@ pub enum Engage {
     SteadyLoss,
     /// In one tick, over STEADY_SURGE times the calm capacity arrived from
     /// sources the class does not know, and its socket dropped, over half
-    /// full, where its quiet arrivals were mostly its known clients'.
+    /// full, where its quiet arrivals had a known lane (CALM_KNOWN).
     Newcomers,
 }
 
@@ -562,8 +562,8 @@ pub const CALM_KNOWN: f64 = crate::policy::fair::ROOM_KNOWN;
 /// its clients' own bursts (a client catching up after a slow moment, at
 /// 4-6 times its pace) come from known sources, and a flash crowd the
 /// service keeps up with fills no socket. A flood at the daemon's start
-/// (no calm capacity yet, every client unknown), or at a class whose quiet
-/// arrivals were not mostly its known clients' (CALM_KNOWN), is left to the
+/// (no calm capacity yet, every client unknown), or at a class under
+/// CALM_KNOWN of whose quiet arrivals came from known clients, is left to the
 /// other rules: a service at its knee looks the same then.
 pub fn newcomers(calm: f64, s: &Signals) -> bool {
     let losing = s.sock_drops > 0 && s.queue_over(OVERLOAD_QUEUE);
