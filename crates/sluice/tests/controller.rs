@@ -713,3 +713,62 @@ fn a_slowdown_does_not_lower_the_calm_capacity_a_loss_run_is_judged_against() {
         "a flood after the slowdowns engaged after {flood:?} ticks"
     );
 }
+
+/// Do no harm (issue 48): the steady-loss rule judges arrivals over the
+/// same ENGAGE_TICKS as the loss it counts, and only those from sources the
+/// class does not know. A batch reader slowed under its own calm load (it
+/// reads 12k/s of 25k/s for 270 ms, dropping in every tick) whose clients,
+/// 90% of them known, then catch up (three ticks at 100k/s, four times the
+/// calm load, as dnsperf does after a slow moment; then 600 ms of it, as
+/// dnsperf does when its outstanding-query cap held it back) is not
+/// limited. A flood of strangers to the same 100k/s is, by the same rule.
+#[test]
+fn a_catch_up_after_a_slowdown_is_not_steady_loss_and_a_flood_is() {
+    // The gate samples one packet in 16 (SLUICE_KNOWN_SAMPLE).
+    let sig = |admitted: f64, delivered: f64, drops: u64, known: f64| {
+        let sampled = (admitted * DT / 16.0).round() as u64;
+        Signals {
+            dt: DT,
+            present: true,
+            offered: admitted,
+            admitted,
+            delivered,
+            queue_start: 0,
+            queue_end: 4096,
+            rcvbuf: 4 << 20,
+            sock_drops: drops,
+            backlog_drops: 0,
+            squeeze: 0,
+            sampled,
+            sampled_known: (known * sampled as f64).round() as u64,
+        }
+    };
+    let calm = |c: &mut Controller, ticks: usize| {
+        for _ in 0..ticks {
+            assert_eq!(decide(c, &sig(25_000.0, 25_000.0, 0, 0.9), None), None, "limited while calm");
+        }
+    };
+    // A batch reader drops in three ticks of four, so no run of drops adds
+    // up (ENGAGE_EXCESS): steady loss is the rule under test.
+    let batch = |k: usize| if k % 4 == 3 { 0 } else { 700 };
+    let mut c = Controller::new(Algo::Capacity, Tuning::default());
+    calm(&mut c, 200);
+    for _ in 0..ENGAGE_TICKS - 3 {
+        let limit = decide(&mut c, &sig(25_000.0, 12_000.0, 130, 0.9), None);
+        assert_eq!(limit, None, "the slowdown engaged {:?}", c.engaged);
+    }
+    for _ in 0..3 {
+        let limit = decide(&mut c, &sig(100_000.0, 30_000.0, 700, 0.9), None);
+        assert_eq!(limit, None, "the clients' short catch-up engaged {:?}", c.engaged);
+    }
+    calm(&mut c, 200);
+    for k in 0..60 {
+        let limit = decide(&mut c, &sig(100_000.0, 30_000.0, batch(k), 0.9), None);
+        assert_eq!(limit, None, "the known clients' long catch-up engaged {:?} at tick {k}", c.engaged);
+    }
+    calm(&mut c, 200);
+    // 25k/s of known clients among 100k/s.
+    let flood = (0..100).position(|k| decide(&mut c, &sig(100_000.0, 30_000.0, batch(k), 0.225), None).is_some());
+    assert!(flood.is_some_and(|k| k <= ENGAGE_TICKS as usize), "a lasting flood engaged after {flood:?} ticks");
+    assert_eq!(c.engaged, Some(Engage::SteadyLoss));
+}

@@ -42,7 +42,7 @@
 //!   estimate was high: it becomes `taken`, and the window restarts from it.
 use std::collections::VecDeque;
 
-use super::{Signals, ENGAGE_TICKS};
+use super::{unknown_share, Signals, ENGAGE_TICKS};
 
 /// Ticks (10 s) the windowed maximum remembers a sample: long against a
 /// flood's pauses and the calm between floods, so a class meets the next
@@ -136,13 +136,43 @@ pub struct Estimate {
     since_probe: u32,
     /// The last cut for loss, until it is judged (`judge_cut`).
     cut: Option<Cut>,
-    /// The last ENGAGE_TICKS ticks' socket drops, admitted packets and
-    /// lengths (s), and their sums, for `steady_loss` and `arrived_mean`.
-    steady: VecDeque<(f64, f64, f64)>,
-    steady_sums: (f64, f64, f64),
+    /// The last ENGAGE_TICKS ticks, and their sums, for `steady_loss`,
+    /// `arrived_mean` and `unknown_arrived_mean`.
+    steady: VecDeque<Seen>,
+    steady_sums: Seen,
     steady_dropping: usize,
     /// The share of what is admitted the path loses whatever the rate.
     base_loss: f64,
+}
+
+/// What one tick (or the sum of several) brought: socket drops, admitted
+/// packets, its length (s), and the gate's sample of its arrivals (how many
+/// sampled, how many of those from known sources).
+#[derive(Debug, Clone, Copy, Default)]
+struct Seen {
+    drops: f64,
+    admitted: f64,
+    secs: f64,
+    sampled: u64,
+    known: u64,
+}
+
+impl Seen {
+    fn add(&mut self, o: &Seen) {
+        self.drops += o.drops;
+        self.admitted += o.admitted;
+        self.secs += o.secs;
+        self.sampled += o.sampled;
+        self.known += o.known;
+    }
+
+    fn sub(&mut self, o: &Seen) {
+        self.drops -= o.drops;
+        self.admitted -= o.admitted;
+        self.secs -= o.secs;
+        self.sampled -= o.sampled;
+        self.known -= o.known;
+    }
 }
 
 /// A cut for loss: the estimate before it, the loss share that made it, and
@@ -180,7 +210,7 @@ impl Default for Estimate {
             since_probe: u32::MAX,
             cut: None,
             steady: VecDeque::with_capacity(ENGAGE_TICKS as usize),
-            steady_sums: (0.0, 0.0, 0.0),
+            steady_sums: Seen::default(),
             steady_dropping: 0,
             base_loss: 0.0,
         }
@@ -207,7 +237,13 @@ impl Estimate {
         }
         let dropped = s.sock_drops as f64 / s.dt.max(1e-6);
         self.recent.push_back(Recent { delivered: s.delivered, admitted: s.admitted, dropped, dt: s.dt });
-        self.note_steady(s.sock_drops as f64, s.admitted * s.dt, s.dt);
+        self.note_steady(Seen {
+            drops: s.sock_drops as f64,
+            admitted: s.admitted * s.dt,
+            secs: s.dt,
+            sampled: s.sampled,
+            known: s.sampled_known.min(s.sampled),
+        });
         self.loss_ticks = if lost(s) { self.loss_ticks.saturating_add(1) } else { 0 };
         let path = s.backlog_drops > 0 || s.squeeze > 0;
         self.path_ticks = if path { self.path_ticks.saturating_add(1) } else { 0 };
@@ -309,16 +345,16 @@ impl Estimate {
         self.loss_ticks
     }
 
-    /// Keep the last ENGAGE_TICKS ticks' drops, admitted packets and lengths.
-    fn note_steady(&mut self, drops: f64, admitted: f64, dt: f64) {
+    /// Keep the last ENGAGE_TICKS ticks.
+    fn note_steady(&mut self, tick: Seen) {
         if self.steady.len() == ENGAGE_TICKS as usize {
-            let (d, a, t) = self.steady.pop_front().expect("full");
-            self.steady_sums = (self.steady_sums.0 - d, self.steady_sums.1 - a, self.steady_sums.2 - t);
-            self.steady_dropping -= usize::from(d > 0.0);
+            let old = self.steady.pop_front().expect("full");
+            self.steady_sums.sub(&old);
+            self.steady_dropping -= usize::from(old.drops > 0.0);
         }
-        self.steady.push_back((drops, admitted, dt));
-        self.steady_sums = (self.steady_sums.0 + drops, self.steady_sums.1 + admitted, self.steady_sums.2 + dt);
-        self.steady_dropping += usize::from(drops > 0.0);
+        self.steady.push_back(tick);
+        self.steady_sums.add(&tick);
+        self.steady_dropping += usize::from(tick.drops > 0.0);
     }
 
     /// Did the sockets lose over LOSS_SHARE of what was admitted over the
@@ -330,7 +366,7 @@ impl Estimate {
     /// of 3-4 ticks (dnsperf's against NSD), not in three ticks of four
     /// over 300 ms.
     pub fn steady_loss(&self) -> bool {
-        let (drops, admitted, _) = self.steady_sums;
+        let Seen { drops, admitted, .. } = self.steady_sums;
         self.steady.len() == ENGAGE_TICKS as usize
             && self.steady_dropping as f64 >= STEADY_SHARE * ENGAGE_TICKS as f64
             && admitted > 0.0
@@ -352,12 +388,21 @@ impl Estimate {
     /// the class is unlimited, what arrived): a loss run's arrivals, where
     /// `admitted_mean` is its last LOSS_TICKS.
     pub fn arrived_mean(&self) -> f64 {
-        let (_, admitted, secs) = self.steady_sums;
+        let Seen { admitted, secs, .. } = self.steady_sums;
         if secs > 0.0 {
             admitted / secs
         } else {
             0.0
         }
+    }
+
+    /// Packets/s from sources the class does not know over the last
+    /// ENGAGE_TICKS ticks: `arrived_mean` times the unknown share of the
+    /// gate's sample over them; all of it under MIN_SAMPLES sampled (a gate
+    /// that samples nothing, or a light load).
+    pub fn unknown_arrived_mean(&self) -> f64 {
+        let Seen { sampled, known, .. } = self.steady_sums;
+        self.arrived_mean() * unknown_share(sampled, known).unwrap_or(1.0)
     }
 
     /// A probe the service took all of: its tick alone is a clean sample
