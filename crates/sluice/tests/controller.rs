@@ -41,6 +41,27 @@ fn flood(plant: &mut Plant, multiple: f64) {
     plant.classes[0].offered = multiple * plant.peak();
 }
 
+/// A tick of a reader that takes its datagrams in batches: `admitted`
+/// arriving unlimited, `delivered` read, `drops` at its socket, whose queue
+/// never stands at both of the tick's edges; nothing sampled.
+fn batch_reader(admitted: f64, delivered: f64, drops: u64) -> Signals {
+    Signals {
+        dt: DT,
+        present: true,
+        offered: admitted,
+        admitted,
+        delivered,
+        queue_start: 0,
+        queue_end: 4096,
+        rcvbuf: 4 << 20,
+        sock_drops: drops,
+        backlog_drops: 0,
+        squeeze: 0,
+        sampled: 0,
+        sampled_known: 0,
+    }
+}
+
 #[test]
 fn the_plant_livelocks_without_a_gate() {
     let mut p = Plant::new(1);
@@ -551,21 +572,8 @@ fn a_short_burst_over_capacity_engages_nothing_and_a_lasting_one_does() {
 /// dropped nothing, or before a capacity.
 #[test]
 fn the_excess_of_a_run_of_drops_adds_up_while_it_drops() {
-    let sig = |admitted: f64, delivered: f64, sock_drops: u64| Signals {
-        dt: DT,
-        present: true,
-        offered: admitted,
-        admitted,
-        delivered,
-        queue_start: 0,
-        queue_end: 0,
-        rcvbuf: 0,
-        sock_drops,
-        backlog_drops: 0,
-        squeeze: 0,
-        sampled: 0,
-        sampled_known: 0,
-    };
+    // The queue plays no part in the sum.
+    let sig = batch_reader;
     assert_eq!(run_excess(7.0, 1_000.0, &sig(5_000.0, 100.0, 0)), 0.0, "nothing dropped: the run ends");
     assert_eq!(run_excess(7.0, 0.0, &sig(5_000.0, 100.0, 9)), 0.0, "no capacity yet");
     assert!((run_excess(0.0, 1_000.0, &sig(5_000.0, 100.0, 9)) - 4.0).abs() < 1e-9);
@@ -592,21 +600,7 @@ fn a_surge_is_judged_against_the_calm_capacity() {
 /// that hold the service at its knee.
 #[test]
 fn a_batch_reader_losing_steadily_is_limited_and_a_bursty_client_is_not() {
-    let sig = |offered: f64, delivered: f64, drops: u64| Signals {
-        dt: DT,
-        present: true,
-        offered,
-        admitted: offered,
-        delivered,
-        queue_start: 0,
-        queue_end: 4096,
-        rcvbuf: 4 << 20,
-        sock_drops: drops,
-        backlog_drops: 0,
-        squeeze: 0,
-        sampled: 0,
-        sampled_known: 0,
-    };
+    let sig = batch_reader;
     // A calm second at 20k/s, then 110k/s arriving, 100k/s read, 8%
     // dropped in three ticks of four.
     let mut c = Controller::new(Algo::Capacity, Tuning::default());
@@ -727,21 +721,8 @@ fn a_catch_up_after_a_slowdown_is_not_steady_loss_and_a_flood_is() {
     // The gate samples one packet in 16 (SLUICE_KNOWN_SAMPLE).
     let sig = |admitted: f64, delivered: f64, drops: u64, known: f64| {
         let sampled = (admitted * DT / 16.0).round() as u64;
-        Signals {
-            dt: DT,
-            present: true,
-            offered: admitted,
-            admitted,
-            delivered,
-            queue_start: 0,
-            queue_end: 4096,
-            rcvbuf: 4 << 20,
-            sock_drops: drops,
-            backlog_drops: 0,
-            squeeze: 0,
-            sampled,
-            sampled_known: (known * sampled as f64).round() as u64,
-        }
+        let sampled_known = (known * sampled as f64).round() as u64;
+        Signals { sampled, sampled_known, ..batch_reader(admitted, delivered, drops) }
     };
     let calm = |c: &mut Controller, ticks: usize| {
         for _ in 0..ticks {
