@@ -178,27 +178,36 @@ impl<'a> Bench<'a> {
         Ok(cell)
     }
 
-    /// One cell: the configuration, the flood from 0.5 s before the clients
-    /// to their end (a `calm` flood: after the clients ran CALM_SECS alone),
-    /// the clients for `secs`.
+    /// One cell: the configuration, the flood from ONSET_SECS before the
+    /// clients to their end (a `calm` flood: after the clients ran CALM_SECS
+    /// alone, and on through its first ONSET_SECS, timed by a probe of
+    /// their own), the clients for `secs`.
     pub(super) fn cell(&self, flood: Option<&Flood>, setup: Setup, repeat: u32, show_status: bool) -> Result<Cell> {
         let installed = self.install(setup)?;
         let secs = self.o.secs;
-        match flood {
-            Some(f) if f.pulses > 0 => self.pulses(f)?,
-            Some(f) if f.calm => drop(self.dns_clients(f.v6, CALM_SECS)?),
-            _ => {}
-        }
-        let gen = match flood {
+        let calm = match flood {
+            Some(f) if f.pulses > 0 => {
+                self.pulses(f)?;
+                None
+            }
+            Some(f) if f.calm => {
+                let t = self.dns_clients_spawn(f.v6, CALM_SECS + ONSET_SECS);
+                std::thread::sleep(Duration::from_secs_f64(CALM_SECS));
+                Some(t)
+            }
+            _ => None,
+        };
+        let (gen, onset) = match flood {
             Some(f) => {
                 let spec = self.flood_stream(f);
                 let v = stream_value(&spec, self.bed.net.mac_b, self.bed.net.mac_a)?;
                 self.gen.gen.write().unwrap().set_streams(&[v])?;
                 let rx = self.gen.send_for(Duration::from_secs_f64(secs + 1.5), crate::gen::DEFAULT_BATCH);
-                std::thread::sleep(Duration::from_millis(500));
-                Some(rx)
+                let onset = calm.is_some().then(|| self.probe_spawn(f.v6, None, ONSET_SECS));
+                std::thread::sleep(Duration::from_secs_f64(ONSET_SECS));
+                (Some(rx), onset)
             }
-            None => None,
+            None => (None, None),
         };
         let status = match (&installed, show_status) {
             (Installed::Daemon(_, sock), true) => {
@@ -231,6 +240,13 @@ impl<'a> Bench<'a> {
         if let Some(t) = newcomer {
             let probe = t.join().map_err(|_| anyhow::anyhow!("the new client's probe panicked"))??;
             cell.new_client = probe.answered_share();
+        }
+        if let Some(t) = onset {
+            let probe = t.join().map_err(|_| anyhow::anyhow!("the onset's probe panicked"))??;
+            cell.onset_answered = probe.answered_share();
+        }
+        if let Some(t) = calm {
+            t.join().map_err(|_| anyhow::anyhow!("the calm clients' thread panicked"))??;
         }
         let secs_run = t0.elapsed().as_secs_f64();
         cell.service_cpu = 100.0 * (tree_cpu_secs(self.service.id()) - cpu0) / secs_run;
@@ -362,13 +378,37 @@ impl<'a> Bench<'a> {
 
     /// A PROBE_QPS probe for `secs` from an address the service never saw before the flood.
     pub(super) fn new_client(&self, v6: bool) -> std::thread::JoinHandle<Result<dns::Probe>> {
+        let bind = if v6 { NEW_CLIENT_V6 } else { NEW_CLIENT_V4 };
+        self.probe_spawn(v6, Some(bind.parse().expect("an address")), self.o.secs)
+    }
+
+    /// A PROBE_QPS probe to the service for `secs` on a thread of its own,
+    /// from `bind` (None: A's own address, that of the clients).
+    pub(super) fn probe_spawn(
+        &self,
+        v6: bool,
+        bind: Option<std::net::IpAddr>,
+        secs: f64,
+    ) -> std::thread::JoinHandle<Result<dns::Probe>> {
         let net = &self.bed.net;
-        let (bind, server) = if v6 { (NEW_CLIENT_V6, net.ip6_b) } else { (NEW_CLIENT_V4, net.ip_b) };
-        let (ns, secs) = (net.a.clone(), self.o.secs);
-        let bind: std::net::IpAddr = bind.parse().expect("an address");
+        let server = if v6 { net.ip6_b } else { net.ip_b };
+        let ns = net.a.clone();
         std::thread::spawn(move || {
-            dns::probe_bound(&ns, GEN_CPU, Some(bind), std::net::SocketAddr::new(server, 53), dns::PROBE_QPS, secs)
+            dns::probe_bound(&ns, GEN_CPU, bind, std::net::SocketAddr::new(server, 53), dns::PROBE_QPS, secs)
         })
+    }
+
+    /// dnsperf at the scenario's rate and the probe, side by side, for
+    /// `secs`, on a thread of their own.
+    pub(super) fn dns_clients_spawn(
+        &self,
+        v6: bool,
+        secs: f64,
+    ) -> std::thread::JoinHandle<Result<(dns::Dnsperf, dns::Probe)>> {
+        let net = &self.bed.net;
+        let server = if v6 { net.ip6_b } else { net.ip_b };
+        let (ns, dir, qps) = (net.a.clone(), self.dir.to_path_buf(), self.o.qps);
+        std::thread::spawn(move || dns::clients(&ns, GEN_CPU, &dir, server, qps, secs))
     }
 
     /// dnsperf at the scenario's rate and the probe, side by side, for `secs`.

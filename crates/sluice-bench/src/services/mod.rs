@@ -223,6 +223,11 @@ const SYN_SRCS: u32 = 65_536;
 /// Seconds the clients run before a `calm` flood starts: learning needs a
 /// healthy second (fair.rs, LEARN_CALM_SECS), then answers.
 pub const CALM_SECS: f64 = 3.0;
+/// A flood's first seconds, before the cell's clients start: a `calm`
+/// flood's clients go on through them, and a probe from their address
+/// times them (`Cell::onset_answered`; issue 48's target: at least 99%
+/// answered in a flood's first 500 ms).
+pub const ONSET_SECS: f64 = 0.5;
 /// A client that first appears during the flood (the `sources` scenario):
 /// a probe from these addresses, added to A. Outside the floods' source
 /// ranges and their aggregates (FLOOD_SRC_V4 and the next 65,535 addresses
@@ -392,6 +397,11 @@ pub struct Cell {
     /// during the flood (NEW_CLIENT_V4/V6).
     #[serde(default)]
     pub new_client: Option<f64>,
+    /// A `calm` flood: the answered share of a PROBE_QPS probe from the
+    /// clients' address over the flood's first ONSET_SECS (before the
+    /// cell's clients start; None: no such flood).
+    #[serde(default)]
+    pub onset_answered: Option<f64>,
     /// Calm cells: dnsperf's asked rate as a fraction of NSD's capacity.
     #[serde(default)]
     pub load: Option<f64>,
