@@ -753,3 +753,45 @@ fn a_catch_up_after_a_slowdown_is_not_steady_loss_and_a_flood_is() {
     assert!(flood.is_some_and(|k| k <= ENGAGE_TICKS as usize), "a lasting flood engaged after {flood:?} ticks");
     assert_eq!(c.engaged, Some(Engage::SteadyLoss));
 }
+
+/// Do no harm (issue 48): clients held back (here for 0.6 s: their CPU
+/// taken, or the host stalled) owe what they missed, and their catch-up
+/// repays it (`owed`). A service whose clients were never learned, slowed
+/// as they catch up at 4 times their pace with its socket dropping in
+/// every tick, is not limited: every rule judges fresh arrivals, and these
+/// were owed (before, the run of drops engaged it by its excess). A flood
+/// of strangers after the same lull is limited once it has repaid at most
+/// OWED_SECS of the clients' pace.
+#[test]
+fn a_catch_up_repays_what_the_clients_owed_and_a_flood_after_a_lull_is_limited() {
+    let calm = |c: &mut Controller, ticks: usize| {
+        for _ in 0..ticks {
+            assert_eq!(decide(c, &batch_reader(25_000.0, 25_000.0, 0), None), None, "limited while calm");
+        }
+    };
+    let lull = |c: &mut Controller| {
+        for _ in 0..60 {
+            assert_eq!(decide(c, &batch_reader(0.0, 0.0, 0), None), None, "limited in a lull");
+        }
+    };
+    let mut c = Controller::new(Algo::Capacity, Tuning::default());
+    calm(&mut c, 200);
+    lull(&mut c);
+    // 20 ticks at 100k/s: 15,000 over the pace, what 0.6 s of it owed.
+    for k in 0..20 {
+        let limit = decide(&mut c, &batch_reader(100_000.0, 30_000.0, 700), None);
+        assert_eq!(limit, None, "the catch-up engaged {:?} at tick {k}", c.engaged);
+    }
+    for k in 0..20 {
+        let limit = decide(&mut c, &batch_reader(25_000.0, 12_000.0, 130), None);
+        assert_eq!(limit, None, "the slowed service engaged {:?} at tick {k}", c.engaged);
+    }
+    calm(&mut c, 300);
+    lull(&mut c);
+    let flood = (0..200).position(|_| decide(&mut c, &batch_reader(100_000.0, 30_000.0, 700), None).is_some());
+    // What was owed is repaid in 20 ticks; then the rules' own times.
+    assert!(
+        flood.is_some_and(|k| k <= 20 + ENGAGE_TICKS as usize),
+        "a flood after a lull engaged after {flood:?} ticks"
+    );
+}

@@ -42,6 +42,7 @@
 //!   estimate was high: it becomes `taken`, and the window restarts from it.
 use std::collections::VecDeque;
 
+use super::owed::Owed;
 use super::{unknown_share, Signals, ENGAGE_TICKS};
 
 /// Ticks (10 s) the windowed maximum remembers a sample: long against a
@@ -143,6 +144,9 @@ pub struct Estimate {
     steady_dropping: usize,
     /// The share of what is admitted the path loses whatever the rate.
     base_loss: f64,
+    /// What the class's clients owe (`owed`): arrivals that repay it are
+    /// not fresh.
+    owed: Owed,
 }
 
 /// What one tick (or the sum of several) brought: socket drops, admitted
@@ -152,6 +156,8 @@ pub struct Estimate {
 struct Seen {
     drops: f64,
     admitted: f64,
+    /// Of `admitted`, what repaid a debt of the clients (`Owed`).
+    repaid: f64,
     secs: f64,
     sampled: u64,
     known: u64,
@@ -161,6 +167,7 @@ impl Seen {
     fn add(&mut self, o: &Seen) {
         self.drops += o.drops;
         self.admitted += o.admitted;
+        self.repaid += o.repaid;
         self.secs += o.secs;
         self.sampled += o.sampled;
         self.known += o.known;
@@ -169,6 +176,7 @@ impl Seen {
     fn sub(&mut self, o: &Seen) {
         self.drops -= o.drops;
         self.admitted -= o.admitted;
+        self.repaid -= o.repaid;
         self.secs -= o.secs;
         self.sampled -= o.sampled;
         self.known -= o.known;
@@ -191,6 +199,8 @@ struct Cut {
 struct Recent {
     delivered: f64,
     admitted: f64,
+    /// Of `admitted`, what repaid no debt of the clients (`Owed`).
+    fresh: f64,
     /// Dropped by the service's sockets.
     dropped: f64,
     dt: f64,
@@ -213,6 +223,7 @@ impl Default for Estimate {
             steady_sums: Seen::default(),
             steady_dropping: 0,
             base_loss: 0.0,
+            owed: Owed::default(),
         }
     }
 }
@@ -236,10 +247,15 @@ impl Estimate {
             self.recent.pop_front();
         }
         let dropped = s.sock_drops as f64 / s.dt.max(1e-6);
-        self.recent.push_back(Recent { delivered: s.delivered, admitted: s.admitted, dropped, dt: s.dt });
+        // Quiet as of the tick before: a tick's own drops end the pace's
+        // following from the next tick on.
+        let repaid = self.owed.tick(s.admitted * s.dt, s.dt, self.quiet());
+        let fresh = (s.admitted * s.dt - repaid) / s.dt.max(1e-6);
+        self.recent.push_back(Recent { delivered: s.delivered, admitted: s.admitted, fresh, dropped, dt: s.dt });
         self.note_steady(Seen {
             drops: s.sock_drops as f64,
             admitted: s.admitted * s.dt,
+            repaid,
             secs: s.dt,
             sampled: s.sampled,
             known: s.sampled_known.min(s.sampled),
@@ -378,31 +394,41 @@ impl Estimate {
         self.steady.len() == ENGAGE_TICKS as usize && self.steady_dropping == 0 && self.loss_ticks == 0
     }
 
-    /// Packets/s the gate admitted over the last LOSS_TICKS ticks (while
-    /// the class is unlimited, what arrived).
-    pub fn admitted_mean(&self) -> f64 {
-        self.mean(LOSS_TICKS as usize, |r| r.admitted)
+    /// Fresh packets/s (what the gate admitted, less what repaid a debt
+    /// of the clients: `Owed`) in the last tick; while the class is
+    /// unlimited, what arrived.
+    pub fn fresh(&self) -> f64 {
+        self.recent.back().map_or(0.0, |r| r.fresh)
     }
 
-    /// Packets/s the gate admitted over the last ENGAGE_TICKS ticks (while
-    /// the class is unlimited, what arrived): a loss run's arrivals, where
-    /// `admitted_mean` is its last LOSS_TICKS.
+    /// Fresh packets/s over the last LOSS_TICKS ticks.
+    pub fn fresh_mean(&self) -> f64 {
+        self.mean(LOSS_TICKS as usize, |r| r.fresh)
+    }
+
+    /// Fresh packets/s over the last ENGAGE_TICKS ticks: a loss run's
+    /// arrivals, where `fresh_mean` is its last LOSS_TICKS.
     pub fn arrived_mean(&self) -> f64 {
-        let Seen { admitted, secs, .. } = self.steady_sums;
+        let Seen { admitted, repaid, secs, .. } = self.steady_sums;
         if secs > 0.0 {
-            admitted / secs
+            (admitted - repaid).max(0.0) / secs
         } else {
             0.0
         }
     }
 
-    /// Packets/s from sources the class does not know over the last
-    /// ENGAGE_TICKS ticks: `arrived_mean` times the unknown share of the
-    /// gate's sample over them; all of it under MIN_SAMPLES sampled (a gate
-    /// that samples nothing, or a light load).
+    /// Fresh packets/s from sources the class does not know over the last
+    /// ENGAGE_TICKS ticks: what arrived times the unknown share of the
+    /// gate's sample over them (all of it under MIN_SAMPLES sampled: a gate
+    /// that samples nothing, or a light load), and at most `arrived_mean`
+    /// (clients never learned repay their own debt).
     pub fn unknown_arrived_mean(&self) -> f64 {
-        let Seen { sampled, known, .. } = self.steady_sums;
-        self.arrived_mean() * unknown_share(sampled, known).unwrap_or(1.0)
+        let Seen { admitted, secs, sampled, known, .. } = self.steady_sums;
+        if secs <= 0.0 {
+            return 0.0;
+        }
+        let unknown = admitted / secs * unknown_share(sampled, known).unwrap_or(1.0);
+        unknown.min(self.arrived_mean())
     }
 
     /// A probe the service took all of: its tick alone is a clean sample

@@ -42,6 +42,7 @@
 
 mod capacity;
 pub mod estimate;
+pub mod owed;
 mod pno;
 
 use crate::policy::fair::KnownShare;
@@ -429,8 +430,11 @@ impl Controller {
         let overload = self.est.verdict == Verdict::Overloaded;
         let fits = s.offered <= self.target * LIMITING_MARGIN + 1.0;
         self.calm_ticks = if fits && !overload { self.calm_ticks.saturating_add(1) } else { 0 };
-        let surge = surge(self.calm_capacity, self.est.admitted_mean());
-        self.run_excess = run_excess(self.run_excess, self.est.capacity, s);
+        // Every rise is judged on fresh arrivals: what repaid the clients'
+        // debt (`owed`: they were held back, and catch up) is no surge.
+        let surge = surge(self.calm_capacity, self.est.fresh_mean());
+        self.run_excess =
+            run_excess(self.run_excess, self.est.capacity, &Signals { admitted: self.est.fresh(), ..s.clone() });
         self.drop_ticks = if s.dropped() { self.drop_ticks.saturating_add(1) } else { 0 };
         // Every rule but the surge's asks that arrivals rose over
         // STEADY_SURGE times the calm capacity (or that the service was
@@ -446,8 +450,7 @@ impl Controller {
         let risen = |arriving: f64| calm == 0.0 || arriving >= STEADY_SURGE * calm;
         // After LOSS_TICKS, as a surge: the estimate has seen what the
         // service reads under the flood, where the limit starts.
-        let heavy =
-            self.drop_ticks >= LOSS_TICKS && self.run_excess >= ENGAGE_EXCESS && risen(self.est.admitted_mean());
+        let heavy = self.drop_ticks >= LOSS_TICKS && self.run_excess >= ENGAGE_EXCESS && risen(self.est.fresh_mean());
         // Over the loss run's ENGAGE_TICKS, not its last LOSS_TICKS: what
         // arrived in a slow moment comes at once after it.
         let lasting = self.est.loss_ticks() >= ENGAGE_TICKS && risen(self.est.arrived_mean());
