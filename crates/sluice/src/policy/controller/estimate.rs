@@ -247,10 +247,11 @@ impl Estimate {
             self.recent.pop_front();
         }
         let dropped = s.sock_drops as f64 / s.dt.max(1e-6);
-        // Quiet as of the tick before: a tick's own drops end the pace's
-        // following from the next tick on.
-        let repaid = self.owed.tick(s.admitted * s.dt, s.dt, self.quiet());
-        let fresh = (s.admitted * s.dt - repaid) / s.dt.max(1e-6);
+        // What the clients sent (offered: a limit is no lull of theirs);
+        // quiet as of the tick before. While the class is unlimited,
+        // admitted is offered, and `fresh` what repaid no debt of it.
+        let repaid = self.owed.tick(s.offered * s.dt, s.dt, self.quiet());
+        let fresh = (s.admitted * s.dt - repaid).max(0.0) / s.dt.max(1e-6);
         self.recent.push_back(Recent { delivered: s.delivered, admitted: s.admitted, fresh, dropped, dt: s.dt });
         self.note_steady(Seen {
             drops: s.sock_drops as f64,
