@@ -467,7 +467,7 @@ pub fn html(r: &Results, figures: &[String], dns: Option<&DnsDemo>) -> String {
         }
         o.push_str(
             "</table><p>unaccounted = applied minus the other columns: packets in flight at the window's edges \
-             (tolerance 1% of applied). traced unaccounted = applied minus ring, XDP, nft, the traced kernel drops \
+             (tolerance 1% of applied, plus what was sent while each edge's counters were read). traced unaccounted = applied minus ring, XDP, nft, the traced kernel drops \
              and delivered (`sluice trace`'s counts).</p>",
         );
     }

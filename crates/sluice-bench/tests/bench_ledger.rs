@@ -96,11 +96,23 @@ fn the_ledger_balances_on_a_short_real_run() {
                 if let Some(p99) = r.rtt.p99_us {
                     assert!(p99 > 0.0 && p99 < 1e6, "{what}: p99 {p99} us");
                 }
+                // Reading the counters is a small part of the window, or the
+                // skew's allowance below would excuse anything.
                 assert!(
-                    (l.unaccounted.unsigned_abs() as f64) <= 0.01 * l.applied as f64,
-                    "ledger off by {} of {}",
-                    l.unaccounted,
+                    l.edge_skew as f64 <= 0.1 * l.applied as f64,
+                    "{what}: edge skew {} of {}",
+                    l.edge_skew,
                     l.applied
+                );
+                // Packets in flight at the edges: 1%, and what was sent while
+                // each edge's counters were read (nft at 600k once took long
+                // enough for 6,135 of 602,110, 1.02%, in CI).
+                assert!(
+                    (l.unaccounted.unsigned_abs() as f64) <= 0.01 * l.applied as f64 + l.edge_skew as f64,
+                    "ledger off by {} of {} (edge skew {})",
+                    l.unaccounted,
+                    l.applied,
+                    l.edge_skew
                 );
             }
         }
