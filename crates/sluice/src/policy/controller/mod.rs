@@ -463,9 +463,9 @@ impl Controller {
         // clients catch up at several times their pace (dnsperf after a
         // slow moment: 85-146k/s against its usual 21k/s, for ticks or,
         // held back by its outstanding-query cap, for most of a second),
-        // which looked like a flood (a calm cell at half NSD's capacity in
-        // a slow hour: 9,540 gate drops, engaged by steady loss, 77% of the
-        // sample known). A batch reader its known clients alone overload is
+        // which looked like a flood (a calm cell at half NSD's capacity
+        // beside busy loops and a status poller: 9,540 gate drops, engaged
+        // by steady loss, 77% of the sample known). A batch reader its known clients alone overload is
         // left to its socket, as one they hold at its knee.
         let steady = self.est.steady_loss() && calm > 0.0 && risen(self.est.unknown_arrived_mean());
         let newcomers = self.calm_known.share().is_some_and(|k| k >= CALM_KNOWN) && newcomers(calm, s);

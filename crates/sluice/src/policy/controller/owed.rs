@@ -11,8 +11,9 @@
 
 /// The most a class's clients can owe, in seconds of their usual pace: a
 /// VM's stall or a client starved for a moment is over well within it (a
-/// calm NSD cell beside busy loops: dnsperf behind by most of a second,
-/// whose catch-up engaged the steady-loss rule: 10,350 gate drops). A
+/// calm NSD cell beside busy loops, in observe mode: dnsperf, not yet
+/// learned, behind by most of a second, whose catch-up engaged the
+/// steady-loss rule: 10,350 would-be drops). A
 /// flood after a lull of its clients counts in full once it has brought
 /// this much over their pace: at 10 times the pace after 0.11 s.
 pub const OWED_SECS: f64 = 1.0;
