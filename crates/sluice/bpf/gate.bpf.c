@@ -105,7 +105,9 @@
  * -------------------
  * An admitted UDP packet of an unknown source to a socket over
  * SLUICE_ROOM_UNKNOWN_PCT of its buffer is dropped, verdict DROP_ROOM: the
- * rest of the buffer is the known clients' (gate/room.h).
+ * rest of the buffer is the known clients' (gate/room.h). Kept while the
+ * daemon says so (after a surge its tick saw), and on a CPU that marked a
+ * surge itself in a class whose room the daemon armed.
  *
  * Verdicts for odd input (also in the README):
  *   - not IPv4/IPv6 (ARP, LLDP, ...): XDP_PASS, counted NON_IP_PASS; while
@@ -290,6 +292,7 @@ int sluice_gate(struct xdp_md *ctx)
 
 	st->cnt[SLUICE_CS_SEEN_PKTS] += 1;
 	st->cnt[SLUICE_CS_SEEN_BYTES] += bytes;
+	note_surge(f, st);
 	check_wake(sh, st, cls);
 	if (pk.family)
 		note_asked(&pk, cls, f);
@@ -329,7 +332,7 @@ int sluice_gate(struct xdp_md *ctx)
 	    (idx != SLUICE_CS_ADMIT_PKTS || pk.first_fragment) && host_needs(ctx, &pk, idx != SLUICE_CS_ADMIT_PKTS))
 		idx = SLUICE_CS_ADMIT_PKTS;
 	/* The last of the socket's buffer is its known clients' (gate/room.h). */
-	if (idx == SLUICE_CS_ADMIT_PKTS && f && f->room && pk.slot == SLUICE_SLOT_UDP && !pk.fragment &&
+	if (idx == SLUICE_CS_ADMIT_PKTS && room_kept(f, st) && pk.slot == SLUICE_SLOT_UDP && !pk.fragment &&
 	    keeps_room(ctx, &pk, cls, st, known))
 		idx = SLUICE_CS_DROP_ROOM_PKTS;
 	if (idx != SLUICE_CS_ADMIT_PKTS && daemon_stalled(st))

@@ -147,6 +147,14 @@ struct sluice_fair {
 	 */
 	__u64 taint_from_ms;
 	__u64 taint_to_ms;
+	/*
+	 * Room armed (room 0): this many of the class's packets arriving on
+	 * one CPU within SLUICE_SURGE_WINDOW_NS are a surge the gate marks on
+	 * its own, and the CPU keeps room as if `room` were 1 for
+	 * SLUICE_SURGE_HOLD_NS (gate/room.h, note_surge). 0: not armed.
+	 */
+	__u32 surge_pkts;
+	__u32 _pad;
 };
 
 /*
@@ -335,6 +343,7 @@ enum sluice_class_stat {
 	SLUICE_CS_DROP_ROOM_BYTES,
 	SLUICE_CS_SAMPLED_PKTS,   /* one packet in SLUICE_KNOWN_SAMPLE (per CPU) whose source was looked up in "known", any mode (gate/sources.h) */
 	SLUICE_CS_SAMPLED_KNOWN,  /* of those: from a known source */
+	SLUICE_CS_SURGE_MARKS,    /* surges the gate marked on its own while the class's room was armed (gate/room.h) */
 	SLUICE_CS_NR,
 };
 
@@ -353,6 +362,17 @@ enum sluice_class_stat {
  */
 #define SLUICE_ROOM_UNKNOWN_PCT 75
 #define SLUICE_ROOM_EVERY 16
+/*
+ * The gate's own surge mark (gate/room.h, note_surge): struct sluice_fair's
+ * surge_pkts arriving on a CPU within this window mark a surge, which keeps
+ * room on that CPU for the hold. A socket of about 1,000 datagrams fills in
+ * about 3 ms under a flood four times what its reader takes, before the
+ * daemon's next tick: the mark comes within two windows of a surge of ten
+ * times the usual. The hold bridges the ticks until the daemon's own rule
+ * (policy/fair, ROOM_EXCESS_SECS) keeps room, or lets a short spike go.
+ */
+#define SLUICE_SURGE_WINDOW_NS 2000000ull
+#define SLUICE_SURGE_HOLD_NS 100000000ull
 
 /*
  * Value of the per-CPU "class_state" array (indexed by class): the bucket and
@@ -369,6 +389,10 @@ struct sluice_class_state {
 	__u32 stale;                  /* 1: past it at the last read */
 	__u32 room_left;              /* admitted UDP packets until the next look at their socket (gate/room.h) */
 	__u32 room_full;              /* 1: the socket was over SLUICE_ROOM_UNKNOWN_PCT at the last look */
+	__u64 surge_from_ns;          /* the clock when this CPU's surge count last started (gate/room.h) */
+	__u64 surge_until_ns;         /* the surge mark's hold, while surge_marked */
+	__u32 surge_cnt;              /* the class's packets on this CPU since surge_from_ns */
+	__u32 surge_marked;           /* 1: this CPU marked a surge, and keeps room (armed room) */
 	__u64 cnt[SLUICE_CS_NR]; /* indexed by enum sluice_class_stat */
 };
 

@@ -706,6 +706,42 @@ fn a_client_is_learned_in_the_class_its_source_prefix_puts_it() {
     assert_eq!(learned, vec![(4, 198, near), (4, 203, dns), (6, 1, near), (6, 2, dns)]);
 }
 
+/// A UDP socket on loopback (the test run's netns) with a 4 KiB buffer,
+/// which `fill` puts past SLUICE_ROOM_UNKNOWN_PCT with datagrams nobody reads.
+struct SmallSocket {
+    sock: std::net::UdpSocket,
+    port: u16,
+}
+
+impl SmallSocket {
+    fn new() -> SmallSocket {
+        let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).unwrap();
+        sock.set_recv_buffer_size(4096).unwrap();
+        sock.bind(&"127.0.0.1:0".parse::<std::net::SocketAddr>().unwrap().into()).unwrap();
+        let sock: std::net::UdpSocket = sock.into();
+        sock.set_nonblocking(true).unwrap();
+        let port = sock.local_addr().unwrap().port();
+        SmallSocket { sock, port }
+    }
+
+    fn fill(&self) {
+        let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        for _ in 0..64 {
+            tx.send_to(&[0u8; 64], ("127.0.0.1", self.port)).unwrap();
+        }
+    }
+
+    /// Read it empty; how many datagrams it held.
+    fn drain(&self) -> usize {
+        let mut buf = [0u8; 128];
+        let mut n = 0;
+        while self.sock.recv(&mut buf).is_ok() {
+            n += 1;
+        }
+        n
+    }
+}
+
 /// Issue 48: the last quarter of a UDP socket's buffer is its known
 /// clients'. A real socket on loopback (the test run's netns; the frame's
 /// destination) is filled past SLUICE_ROOM_UNKNOWN_PCT by datagrams nobody
@@ -719,29 +755,11 @@ fn a_client_is_learned_in_the_class_its_source_prefix_puts_it() {
 /// wrong count would drop nothing or everything.
 #[test]
 fn a_crowded_socket_keeps_its_last_quarter_for_known_clients() {
-    use std::net::UdpSocket;
-    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).unwrap();
-    sock.set_recv_buffer_size(4096).unwrap();
-    sock.bind(&"127.0.0.1:0".parse::<std::net::SocketAddr>().unwrap().into()).unwrap();
-    let sock: UdpSocket = sock.into();
-    sock.set_nonblocking(true).unwrap();
-    let port = sock.local_addr().unwrap().port();
+    let sock = SmallSocket::new();
+    let port = sock.port;
     let spec = |name: &str, rate: &str| format!("{name}:rate={rate},burst=1000000,match=udp:{port}");
     let to = |src: &str| Frame::udp(src, "127.0.0.1", 4000, port).build();
-    let fill = || {
-        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
-        for _ in 0..64 {
-            tx.send_to(&[0u8; 64], ("127.0.0.1", port)).unwrap();
-        }
-    };
-    let drain = || {
-        let mut buf = [0u8; 128];
-        let mut n = 0;
-        while sock.recv(&mut buf).is_ok() {
-            n += 1;
-        }
-        n
-    };
+    let (fill, drain) = (|| sock.fill(), || sock.drain());
     for limited in [false, true] {
         let rate = if limited { "1000000" } else { "100000000" };
         let mut g = TestGate::new(&[&spec("svc", rate)]);
@@ -774,6 +792,69 @@ fn a_crowded_socket_keeps_its_last_quarter_for_known_clients() {
         g.expect(&format!("{what}: unknown, no known client held"), &to("192.0.2.1"), Admitted("svc".into()));
         drain();
     }
+}
+
+/// Issue 48: a class whose room the daemon armed (surge_pkts, room 0)
+/// keeps room on a CPU from a surge that CPU marked itself, before any tick
+/// of the daemon: surge_pkts of its packets within SLUICE_SURGE_WINDOW_NS.
+/// The test pins itself to one CPU (a class's state is per CPU). Into a
+/// crowded socket: the same packets spaced over more than the window mark
+/// nothing and are admitted; a burst marks once, and then an unknown
+/// source is dropped for the room and a known client admitted; after the
+/// hold, the next spaced count lets the mark go; disarmed (surge_pkts 0),
+/// a burst marks nothing. A gate that never counted, or one that marked on
+/// any count, fails the first or second part.
+#[test]
+fn an_armed_room_is_kept_from_a_surge_the_gate_marks_itself() {
+    sluice::base::netns::pin_thread(0).unwrap();
+    let sock = SmallSocket::new();
+    let port = sock.port;
+    let mut g = TestGate::new(&[&format!("svc:rate=100000000,burst=1000000,match=udp:{port}")]);
+    clock(&mut g, 1);
+    let cls = g.class("svc");
+    let unknown = Frame::udp("192.0.2.1", "127.0.0.1", 4000, port).build();
+    let known = Frame::udp("198.51.100.7", "127.0.0.1", 4000, port).build();
+    known_client(&g, cls, 100_000);
+    const N: u32 = 64;
+    let armed = |n: u32| {
+        g.gate.set_fairness(cls, &vec![sluice_fair { surge_pkts: n, ..Default::default() }; g.gate.ncpus()]).unwrap()
+    };
+    let marks = |g: &TestGate| counter(g, "svc", SLUICE_CS_SURGE_MARKS);
+    // Each packet 100 us after the last: N of them span 6.4 ms at least.
+    let spaced = |g: &TestGate, pkt: &[u8], n: u32| {
+        for _ in 0..n {
+            std::thread::sleep(std::time::Duration::from_micros(100));
+            g.gate.test_run(Prog::Gate, pkt, 1).unwrap();
+        }
+    };
+    armed(N);
+    sock.fill();
+    let before = counter(&g, "svc", SLUICE_CS_ADMIT_PKTS);
+    spaced(&g, &unknown, 3 * N);
+    assert_eq!(marks(&g), 0, "{} packets, each 100 us apart, are no surge", 3 * N);
+    assert_eq!(counter(&g, "svc", SLUICE_CS_ADMIT_PKTS) - before, u64::from(3 * N), "all admitted");
+    g.expect("armed, no surge: unknown into the full socket", &unknown, Admitted("svc".into()));
+    // Back to back, in one run: some N of them within 2 ms, however slow the host.
+    g.gate.test_run(Prog::Gate, &unknown, 20 * N).unwrap();
+    assert_eq!(marks(&g), 1, "a burst marks one surge on this CPU");
+    g.expect("marked: unknown, socket full", &unknown, DroppedRoom("svc".into()));
+    g.expect("marked: known, socket full", &known, Admitted("svc".into()));
+    assert!(sock.drain() > 0, "the datagrams sent were queued");
+    g.expect("marked: unknown, socket read empty", &unknown, Admitted("svc".into()));
+    sock.fill();
+    std::thread::sleep(
+        std::time::Duration::from_nanos(u64::from(SLUICE_SURGE_HOLD_NS)) + std::time::Duration::from_millis(10),
+    );
+    spaced(&g, &unknown, N);
+    g.expect("after the hold and a spaced count: unknown, socket full", &unknown, Admitted("svc".into()));
+    g.gate.test_run(Prog::Gate, &unknown, 20 * N).unwrap();
+    assert_eq!(marks(&g), 2, "a second burst marks again");
+    armed(0);
+    g.expect("disarmed: unknown, socket full", &unknown, Admitted("svc".into()));
+    g.gate.test_run(Prog::Gate, &unknown, 20 * N).unwrap();
+    assert_eq!(marks(&g), 2, "disarmed: a burst marks nothing");
+    g.expect("disarmed after a burst: unknown, socket full", &unknown, Admitted("svc".into()));
+    sock.drain();
 }
 
 /// Issue 48: one packet in SLUICE_KNOWN_SAMPLE of a class on a CPU, in any

@@ -16,6 +16,17 @@
  * made early), so its controller and the class's tiers see them as loss.
  * A class that holds no known client keeps no room (nobody to keep it for).
  *
+ * When: the daemon keeps room (struct sluice_fair's room) for a while after
+ * its tick saw a surge, and arms it (surge_pkts) in a class with a known
+ * lane between surges. Armed, each CPU counts the class's arrivals and
+ * marks a surge itself when surge_pkts of them came within
+ * SLUICE_SURGE_WINDOW_NS (note_surge): from then, for SLUICE_SURGE_HOLD_NS
+ * (renewed while the surge lasts), that CPU keeps room as if told to. A
+ * socket fills in a few ms of a flood, before a tick of the daemon; the mark
+ * comes within two windows of it. A count of packets, not of time: the
+ * clock is read once every surge_pkts packets, and a mark lapses at the
+ * first read after its hold.
+ *
  * Cost: the socket lookup (and a known lookup while the socket is over) is
  * paid once every SLUICE_ROOM_EVERY admitted UDP packets on a CPU while the
  * socket had room at the last look, and for every one while it had none,
@@ -29,6 +40,37 @@
  */
 #ifndef SLUICE_GATE_ROOM_H
 #define SLUICE_GATE_ROOM_H
+
+/* Count an arrival of an armed class on this CPU; mark a surge (note above). */
+static __always_inline void note_surge(const struct sluice_fair *f, struct sluice_class_state *st)
+{
+	__u64 now;
+
+	if (!f || !f->surge_pkts) {
+		if (st->surge_marked)
+			st->surge_marked = 0;
+		return;
+	}
+	if (++st->surge_cnt < f->surge_pkts)
+		return;
+	now = bpf_ktime_get_ns();
+	if (now - st->surge_from_ns < SLUICE_SURGE_WINDOW_NS) {
+		if (!st->surge_marked)
+			st->cnt[SLUICE_CS_SURGE_MARKS] += 1;
+		st->surge_marked = 1;
+		st->surge_until_ns = now + SLUICE_SURGE_HOLD_NS;
+	} else if (now > st->surge_until_ns) {
+		st->surge_marked = 0;
+	}
+	st->surge_from_ns = now;
+	st->surge_cnt = 0;
+}
+
+/* Does this CPU keep room in the class's sockets now (told, or a surge it marked)? */
+static __always_inline int room_kept(const struct sluice_fair *f, const struct sluice_class_state *st)
+{
+	return f && (f->room || st->surge_marked);
+}
 
 /* Is the UDP socket this frame goes to over SLUICE_ROOM_UNKNOWN_PCT of its buffer? */
 static __always_inline int socket_crowded(struct xdp_md *ctx)

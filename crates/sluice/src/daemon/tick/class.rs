@@ -6,7 +6,7 @@ use crate::dataplane::gate::counters::ClassTotals;
 use crate::dataplane::gate::{ClassCounters, Tiers};
 use crate::policy::budget::FLOOR_PPS;
 use crate::policy::config::{default_burst, Limit};
-use crate::policy::fair::{Fair, FairCounts, FairTick};
+use crate::policy::fair::{Fair, FairCounts, FairTick, Room};
 
 /// An auto class whose gate drops while it admits under this share of its
 /// service's capacity estimate drops with room (`dropped_with_room`): its
@@ -137,6 +137,15 @@ impl TickClass {
         };
     }
 
+    /// The class's room rule (`Fair::room`), where it learns its clients.
+    fn room(&self) -> Room {
+        if self.learns {
+            self.fair.room()
+        } else {
+            Room::Off
+        }
+    }
+
     /// What the class's buckets get: a limited class is split between known
     /// and unknown sources; any class but the default one lets the learner
     /// record its clients once it has been healthy (nothing dropped, no
@@ -156,8 +165,7 @@ impl TickClass {
         let taint = self.taint;
         let Limit::Rate { pps, burst } = limit else {
             self.fair.idle();
-            let room = self.learns && self.fair.keeps_room();
-            return Tiers { limit, fair: None, learn, room, taint, under: false };
+            return Tiers { limit, fair: None, learn, room: self.room(), taint, under: false };
         };
         // The counts' rates over the tick's measured length (a tick after a
         // 500 ms calm one, or one that overran, is not 10 ms); the budget is
@@ -187,7 +195,7 @@ impl TickClass {
                 plens: (out.plen4, out.plen6),
             }),
             learn,
-            room: self.learns && self.fair.keeps_room(),
+            room: self.room(),
             taint,
             under: self.offered < pps as f64,
         }

@@ -95,6 +95,11 @@ pub struct ClassTotals {
     /// Of those, the known sources': the known share of the class's arrivals.
     #[serde(default)]
     pub sampled_known_pkts: u64,
+    /// Surges the gate marked on its own, a CPU at a time, while the
+    /// class's room was armed (bpf/gate/room.h): each kept room on that
+    /// CPU before a tick of the daemon saw the surge.
+    #[serde(default)]
+    pub surge_marks: u64,
 }
 
 impl From<ClassCounters> for ClassTotals {
@@ -128,6 +133,7 @@ impl From<ClassCounters> for ClassTotals {
             dropped_room_bytes: c[SLUICE_CS_DROP_ROOM_BYTES as usize],
             sampled_pkts: c[SLUICE_CS_SAMPLED_PKTS as usize],
             sampled_known_pkts: c[SLUICE_CS_SAMPLED_KNOWN as usize],
+            surge_marks: c[SLUICE_CS_SURGE_MARKS as usize],
         }
     }
 }

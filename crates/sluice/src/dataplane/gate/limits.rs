@@ -3,6 +3,7 @@
 //! fairness, where its admitted packets go (CPU protection), and the
 //! run-time clock of source fairness.
 use super::*;
+use crate::policy::fair::Room;
 
 /// What a class's buckets get in a tick (see `Gate::rebalance`).
 #[derive(Debug, Clone, PartialEq)]
@@ -13,9 +14,9 @@ pub struct Tiers {
     pub fair: Option<FairTier>,
     /// The egress learner records the class's clients.
     pub learn: bool,
-    /// Keep room in the class's UDP sockets for its known clients
-    /// (`struct sluice_fair`'s room: see bpf/gate/room.h).
-    pub room: bool,
+    /// Room in the class's UDP sockets for its known clients: kept, armed
+    /// or off (`struct sluice_fair`'s room and surge_pkts: see bpf/gate/room.h).
+    pub room: Room,
     /// The gate clock's last window of answers the daemon did not confirm
     /// (`struct sluice_fair`'s taint_*_ms; 0, 0: none).
     pub taint: (u64, u64),
@@ -27,7 +28,7 @@ pub struct Tiers {
 impl Tiers {
     /// One bucket for the whole class, no fairness, no learning.
     pub fn plain(limit: Limit) -> Tiers {
-        Tiers { limit, fair: None, learn: false, room: false, taint: (0, 0), under: false }
+        Tiers { limit, fair: None, learn: false, room: Room::Off, taint: (0, 0), under: false }
     }
 }
 
@@ -95,7 +96,11 @@ impl Gate {
         // Learning (and its taint) and the room rule apply with fairness on or off.
         let base = sluice_fair {
             learn: tiers.learn as u8,
-            room: tiers.room as u8,
+            room: (tiers.room == Room::Kept) as u8,
+            surge_pkts: match tiers.room {
+                Room::Armed { surge_pkts } => surge_pkts,
+                Room::Kept | Room::Off => 0,
+            },
             taint_from_ms: tiers.taint.0,
             taint_to_ms: tiers.taint.1,
             ..Default::default()

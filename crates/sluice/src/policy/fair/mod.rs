@@ -145,6 +145,41 @@ pub const ROOM_HOLD_SECS: f64 = 2.0;
 /// reaches this in the first 10 ms tick, at 10 times in three, at
 /// LEARN_SURGE times in seven.
 pub const ROOM_EXCESS_SECS: f64 = 0.2;
+/// The gate marks a surge on its own (an armed room, bpf/gate/room.h) at
+/// this many times the class's usual arrivals reaching one CPU. Ten, where
+/// the daemon's surge is LEARN_SURGE: it acts on a CPU's 2 ms, not a tick,
+/// and dnsperf catching up after its CPU was taken for 60 ms ran at 4-6
+/// times its usual (ROOM_EXCESS_SECS). One CPU's count against the class's
+/// whole usual: a CPU that takes all of a class's traffic never marks its
+/// usual load, however many CPUs there are; a flood spread over n CPUs is
+/// marked at n times that.
+pub const GATE_SURGE: f64 = 10.0;
+/// The fewest packets a gate's surge mark counts (a NIC's poll batch, 64
+/// frames): a class whose usual is a trickle is not marked by one poll.
+pub const GATE_SURGE_MIN_PKTS: u32 = 64;
+
+/// What the class's sockets keep for its known clients (bpf/gate/room.h;
+/// `struct sluice_fair`'s room and surge_pkts).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Room {
+    /// Nothing: no known lane, or still warming up.
+    #[default]
+    Off,
+    /// Room on every CPU (`Fair::keeps_room`).
+    Kept,
+    /// Room on a CPU once `surge_pkts` of the class's packets reach it
+    /// within SLUICE_SURGE_WINDOW_NS, for SLUICE_SURGE_HOLD_NS.
+    Armed { surge_pkts: u32 },
+}
+
+/// The packets in one SLUICE_SURGE_WINDOW_NS on one CPU that mark a surge
+/// of a class whose usual arrivals are `usual_pps`.
+pub fn gate_surge_pkts(usual_pps: f64) -> u32 {
+    let window = crate::bpf_intf::SLUICE_SURGE_WINDOW_NS as f64 / 1e9;
+    let pkts = (GATE_SURGE * usual_pps * window).ceil();
+    (pkts.min(u32::MAX as f64) as u32).max(GATE_SURGE_MIN_PKTS)
+}
+
 /// A class has a known lane when at least this share of its calm arrivals
 /// came from its known clients (the gate's sample, `note_known`; MIN_SAMPLES
 /// of them at least): room is kept for known clients only then, and the
@@ -407,7 +442,24 @@ impl Fair {
     /// And only where its calm arrivals were mostly its known clients'
     /// (ROOM_KNOWN): elsewhere there is no one to keep room for.
     pub fn keeps_room(&self) -> bool {
-        self.room_secs > 0.0 && self.calm_known_share().is_some_and(|k| k >= ROOM_KNOWN)
+        self.room() == Room::Kept
+    }
+
+    /// The room rule for the gate: kept (`keeps_room`); armed, in a class
+    /// with a known lane past its warm-up, so that the gate marks a surge
+    /// of GATE_SURGE times the usual arrivals itself, before a tick sees it
+    /// (`Room::Armed`); or off.
+    pub fn room(&self) -> Room {
+        if !self.calm_known_share().is_some_and(|k| k >= ROOM_KNOWN) {
+            return Room::Off;
+        }
+        if self.room_secs > 0.0 {
+            return Room::Kept;
+        }
+        if self.healthy_secs < LEARN_CALM_SECS || self.usual_pps <= 0.0 {
+            return Room::Off;
+        }
+        Room::Armed { surge_pkts: gate_surge_pkts(self.usual_pps) }
     }
 
     /// Prefix lengths in force (IPv4, IPv6).

@@ -310,6 +310,35 @@ fn a_probe_of_the_class_rate_reaches_the_unknown_tier_only_by_its_regrowth() {
     assert!(alone.step(&no_known(125_000.0)).unknown_pps > 1.2 * base, "nobody known: the tier follows the rate");
 }
 
+/// Issue 48: between surges, a class with a known lane arms the gate's own
+/// surge mark at GATE_SURGE times its usual arrivals over the gate's
+/// window (never under GATE_SURGE_MIN_PKTS); while the daemon keeps room
+/// it says so instead; with no known lane, or in its first calm second (no
+/// usual yet), nothing.
+#[test]
+fn room_is_armed_at_ten_times_the_usual_between_surges_where_a_known_lane_exists() {
+    let mut f = Fair::default();
+    assert_eq!(f.room(), Room::Off, "nothing seen");
+    f.learn(true, 50_000.0, DT);
+    f.note_known(10, 9);
+    assert_eq!(f.room(), Room::Off, "warming up, and under MIN_SAMPLES");
+    for _ in 0..300 {
+        f.learn(true, 50_000.0, DT);
+        f.note_known(10, 9);
+    }
+    // 10 x 50k/s over 2 ms: 1,000 packets on one CPU.
+    assert_eq!(f.room(), Room::Armed { surge_pkts: 1000 });
+    f.learn(false, 2_000_000.0, DT);
+    assert_eq!(f.room(), Room::Kept, "the daemon's own rule saw the surge");
+    assert_eq!(gate_surge_pkts(1_000.0), GATE_SURGE_MIN_PKTS, "a trickle's mark is a NIC poll at least");
+    let mut f = Fair::default();
+    for _ in 0..300 {
+        f.learn(true, 50_000.0, DT);
+        f.note_known(100, 2);
+    }
+    assert_eq!(f.room(), Room::Off, "no known lane: nobody to keep room for");
+}
+
 /// Issue 48, do no harm: a class keeps room in its sockets for known
 /// clients for ROOM_HOLD_SECS after a surge only; a service its own clients
 /// hold at its knee (a steady load, however high) keeps none, so its
