@@ -90,6 +90,9 @@ pub(super) struct TickClass {
     /// window the next tick did not confirm (`Tiers::taint`).
     pub(super) learned_at: Option<u64>,
     pub(super) taint: (u64, u64),
+    /// Observing: the last tick at which a lower class had a budget
+    /// throttle (`Ticker::observe_held`).
+    pub(super) observe_held_at: Option<std::time::Instant>,
 }
 
 impl TickClass {
@@ -118,6 +121,7 @@ impl TickClass {
             learns,
             learned_at: None,
             taint: (0, 0),
+            observe_held_at: None,
         }
     }
 

@@ -21,6 +21,7 @@
 //! doing, not its clients'), and its controller holds its estimate (the
 //! service's health then is not what it would be enforcing).
 use std::fmt::Display;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
@@ -38,6 +39,18 @@ use crate::policy::syn_guard::SynGuards;
 use crate::signals::health::{Health, HealthReader, RxWork};
 use crate::signals::rx_cpu::{RxCpu, ARM_PPS};
 use crate::signals::syn_peers::{direct_bits, SynPeers};
+
+/// Observing, a class stays held (`Ticker::observe_held`: its own auto
+/// rate unwritten, its estimate kept) for this long after the last tick in
+/// which a lower class had a budget throttle. Enforcing, that throttle would
+/// have held the flood off for as long as it lasted; observing, the flood
+/// still reaches the stack, and the CPU signal's distress (and with it the
+/// throttle) comes and goes: a fresh-clone CI run of
+/// `discover observe_mode_predicts_what_enforcing_drops` showed the
+/// service's class dropping 83.3% where enforcing dropped 0.0%, the
+/// budget's distress last seen 0.86 s before the end, the class's own
+/// controller engaged on a capacity estimate the unthrottled flood had cut.
+const OBSERVE_HOLD: Duration = Duration::from_secs(2);
 
 /// An auto class offered over this many times its capacity estimate is
 /// flooded itself: it is limited even while lower classes get traffic (see
@@ -213,6 +226,7 @@ impl Ticker {
                 c.decided = o.decided;
                 c.distress_ticks = o.distress_ticks;
                 c.dropped_with_room = o.dropped_with_room;
+                c.observe_held_at = o.observe_held_at;
             }
         }
         self.epoch = old.epoch;
@@ -274,7 +288,9 @@ impl Ticker {
         let auto: Vec<(usize, Option<f64>, u64)> =
             self.auto.iter().filter(|_| !stale).flat_map(|a| a.rates()).collect();
         let floors: Vec<(usize, f64)> = self.auto.iter().flat_map(|a| a.floors()).collect();
-        let held = self.observe_held(&throttles);
+        let now = Instant::now();
+        self.note_observe_held(&throttles, now);
+        let held = self.observe_held(&throttles, now);
         // (priority, admitted) of every class, to see who is below whom.
         let admitted: Vec<(u8, f64)> = self.classes.iter().map(|c| (c.priority, c.admitted)).collect();
         for (id, c) in self.classes.iter_mut().enumerate() {
@@ -309,11 +325,32 @@ impl Ticker {
     }
 
     /// By class id: observing, does some class of lower priority have a
-    /// budget throttle (`throttles`)? Enforcing, that throttle would have
+    /// budget throttle (`throttles`), or had one within OBSERVE_HOLD of
+    /// `now` (`note_observe_held`)? Enforcing, that throttle would have
     /// acted first (see the module comment). All false when enforcing.
-    fn observe_held(&self, throttles: &[Option<f64>]) -> Vec<bool> {
+    fn observe_held(&self, throttles: &[Option<f64>], now: Instant) -> Vec<bool> {
+        let lately = |c: &TickClass| c.observe_held_at.is_some_and(|t| now.saturating_duration_since(t) < OBSERVE_HOLD);
+        let below = self.throttled_below(throttles);
+        self.classes.iter().zip(below).map(|(c, b)| self.observe && (b || lately(c))).collect()
+    }
+
+    /// Observing, note the classes a lower class's throttle holds at `now`.
+    fn note_observe_held(&mut self, throttles: &[Option<f64>], now: Instant) {
+        if !self.observe {
+            return;
+        }
+        let below = self.throttled_below(throttles);
+        for (c, b) in self.classes.iter_mut().zip(below) {
+            if b {
+                c.observe_held_at = Some(now);
+            }
+        }
+    }
+
+    /// By class id: does some class of lower priority have a throttle in `throttles`?
+    fn throttled_below(&self, throttles: &[Option<f64>]) -> Vec<bool> {
         let below = |p: u8| self.classes.iter().zip(throttles).any(|(c, t)| c.priority > p && t.is_some());
-        self.classes.iter().map(|c| self.observe && below(c.priority)).collect()
+        self.classes.iter().map(|c| below(c.priority)).collect()
     }
 
     /// Whether some class counts its sources now (limited, with source
@@ -347,7 +384,7 @@ impl Ticker {
         let Some(reader) = &mut self.health else { return Ok(vec![]) };
         let mut now = (std::time::Instant::now(), reader.read(udp_quiet)?);
         now.1.rx = self.rx.as_ref().map(|r| r.read()).transpose()?.map(|cpus| rx_work(&cpus));
-        let held = self.observe_held(&self.budget.limits);
+        let held = self.observe_held(&self.budget.limits, now.0);
         if let Some(a) = &mut self.auto {
             a.tick(&totals, &now.1, &held)?;
         }
@@ -633,6 +670,29 @@ mod tests {
         assert!(!OwnRate { own_flood: true, ..observed }.passes(20_000.0), "flooded itself: written");
         let busy = OwnRate { lower_admitted: 5_000.0, ..at_floor };
         assert!(busy.passes(20_000.0) && !OwnRate { own_flood: true, ..busy }.passes(20_000.0));
+    }
+
+    /// Observing, a class whose lower class had a budget throttle stays
+    /// held for OBSERVE_HOLD after the throttle's last tick: the distress
+    /// that set it comes and goes while the unthrottled flood goes on.
+    /// Enforcing, nothing is held.
+    #[test]
+    fn observing_a_class_stays_held_through_a_lull_of_the_lower_throttle() {
+        let mut t = Ticker::idle();
+        t.classes =
+            vec![TickClass::new(0, Limit::Auto(Default::default()), true), TickClass::new(20, Limit::Unlimited, false)];
+        let t0 = Instant::now();
+        let (on, off) = ([None, Some(100.0)], [None, None]);
+        t.note_observe_held(&on, t0);
+        assert_eq!(t.observe_held(&on, t0), vec![false, false], "enforcing: never held");
+        t.observe = true;
+        t.note_observe_held(&on, t0);
+        assert_eq!(t.observe_held(&on, t0), vec![true, false], "a lower class throttled");
+        let lull = t0 + OBSERVE_HOLD / 2;
+        t.note_observe_held(&off, lull);
+        assert_eq!(t.observe_held(&off, lull), vec![true, false], "the throttle gone a moment: still held");
+        let later = t0 + OBSERVE_HOLD + Duration::from_millis(10);
+        assert_eq!(t.observe_held(&off, later), vec![false, false], "gone for OBSERVE_HOLD: let go");
     }
 
     #[test]
