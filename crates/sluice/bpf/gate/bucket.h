@@ -18,6 +18,21 @@ static __always_inline void wake_daemon(struct sluice_share *sh, __u32 cls)
 }
 
 /*
+ * Read the clock at the end of a batch of arrivals on this CPU: did the
+ * batch come within `gap_ns` of the last read (`*last_ns`, set to now)? A
+ * rate mark at the cost of one clock read per batch: the wake marks below
+ * and the room's surge mark (gate/room.h). The first batch (no last read)
+ * never does.
+ */
+static __always_inline int batch_within(__u64 *last_ns, __u64 gap_ns)
+{
+	__u64 now = bpf_ktime_get_ns(), last = *last_ns;
+
+	*last_ns = now;
+	return last && now - last < gap_ns;
+}
+
+/*
  * Wake the daemon while it ticks slowly if this CPU's arrivals of the class
  * passed the armed count, or came in faster than the armed rate: every
  * SLUICE_WAKE_BATCH packets the clock is read, and a batch that took less
@@ -27,7 +42,7 @@ static __always_inline void wake_daemon(struct sluice_share *sh, __u32 cls)
  */
 static __always_inline void check_wake(struct sluice_share *sh, struct sluice_class_state *st, __u32 cls)
 {
-	__u64 seen = st->cnt[SLUICE_CS_SEEN_PKTS], now, last;
+	__u64 seen = st->cnt[SLUICE_CS_SEEN_PKTS];
 
 	if (!sh->wake_at)
 		return;
@@ -37,10 +52,7 @@ static __always_inline void check_wake(struct sluice_share *sh, struct sluice_cl
 	}
 	if (!sh->wake_gap_ns || (seen & (SLUICE_WAKE_BATCH - 1)))
 		return;
-	now = bpf_ktime_get_ns();
-	last = st->wake_batch_ns;
-	st->wake_batch_ns = now;
-	if (last && now - last < sh->wake_gap_ns)
+	if (batch_within(&st->wake_batch_ns, sh->wake_gap_ns))
 		wake_daemon(sh, cls);
 }
 

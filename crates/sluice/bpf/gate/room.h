@@ -44,8 +44,6 @@
 /* Count an arrival of an armed class on this CPU; mark a surge (note above). */
 static __always_inline void note_surge(const struct sluice_fair *f, struct sluice_class_state *st)
 {
-	__u64 now;
-
 	if (!f || !f->surge_pkts) {
 		if (st->surge_marked)
 			st->surge_marked = 0;
@@ -53,17 +51,15 @@ static __always_inline void note_surge(const struct sluice_fair *f, struct sluic
 	}
 	if (++st->surge_cnt < f->surge_pkts)
 		return;
-	now = bpf_ktime_get_ns();
-	if (now - st->surge_from_ns < SLUICE_SURGE_WINDOW_NS) {
+	st->surge_cnt = 0;
+	if (batch_within(&st->surge_from_ns, SLUICE_SURGE_WINDOW_NS)) {
 		if (!st->surge_marked)
 			st->cnt[SLUICE_CS_SURGE_MARKS] += 1;
 		st->surge_marked = 1;
-		st->surge_until_ns = now + SLUICE_SURGE_HOLD_NS;
-	} else if (now > st->surge_until_ns) {
+		st->surge_until_ns = st->surge_from_ns + SLUICE_SURGE_HOLD_NS;
+	} else if (st->surge_from_ns > st->surge_until_ns) {
 		st->surge_marked = 0;
 	}
-	st->surge_from_ns = now;
-	st->surge_cnt = 0;
 }
 
 /* Does this CPU keep room in the class's sockets now (told, or a surge it marked)? */
