@@ -134,6 +134,7 @@ impl<'a> Bench<'a> {
                     }
                 };
                 eprintln!("[{}/{}] {}", repeat + 1, self.o.repeats, cell_line(self.svc, &cell));
+                self.keep_log(out, &cell)?;
                 Ok(cell)
             },
             |cells| {
@@ -144,6 +145,23 @@ impl<'a> Bench<'a> {
         runner.finish();
         r.cells = cells;
         Ok(r)
+    }
+
+    /// Move the daemon's log of the cell just run (if it ran one) to
+    /// OUT/logs/FLOOD-CONFIG-rREPEAT.log: its decisions, each limit with the
+    /// rule that set it, and its status at exit, for a cell whose figures
+    /// want explaining.
+    fn keep_log(&self, out: &Path, cell: &Cell) -> Result<()> {
+        let log = self.dir.join("sluice-run.log");
+        if !log.exists() {
+            return Ok(());
+        }
+        let dir = out.join("logs");
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let to = dir.join(format!("{}-{}-r{}.log", cell.flood, cell.config.name(), cell.repeat + 1));
+        std::fs::copy(&log, &to).with_context(|| format!("copying the daemon's log to {}", to.display()))?;
+        std::fs::remove_file(&log).with_context(|| format!("removing {}", log.display()))?;
+        Ok(())
     }
 
     /// A calm cell (do no harm): no flood, dnsperf at `load` times NSD's
