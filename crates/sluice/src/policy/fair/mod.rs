@@ -173,11 +173,15 @@ pub enum Room {
 }
 
 /// The packets in one SLUICE_SURGE_WINDOW_NS on one CPU that mark a surge
-/// of a class whose usual arrivals are `usual_pps`.
+/// of a class whose usual arrivals are `usual_pps`, rounded up to a step of
+/// a quarter of its highest power of two: the usual drifts a little every
+/// tick, and each change is a write of the class's per-CPU maps.
 pub fn gate_surge_pkts(usual_pps: f64) -> u32 {
     let window = crate::bpf_intf::SLUICE_SURGE_WINDOW_NS as f64 / 1e9;
-    let pkts = (GATE_SURGE * usual_pps * window).ceil();
-    (pkts.min(u32::MAX as f64) as u32).max(GATE_SURGE_MIN_PKTS)
+    let pkts = (GATE_SURGE * usual_pps * window).ceil().min(f64::from(u32::MAX >> 1)) as u32;
+    let pkts = pkts.max(GATE_SURGE_MIN_PKTS);
+    let step = 1u32 << (31 - pkts.leading_zeros()).saturating_sub(2);
+    pkts.div_ceil(step) * step
 }
 
 /// A class has a known lane when at least this share of its calm arrivals

@@ -326,8 +326,10 @@ fn room_is_armed_at_ten_times_the_usual_between_surges_where_a_known_lane_exists
         f.learn(true, 50_000.0, DT);
         f.note_known(10, 9);
     }
-    // 10 x 50k/s over 2 ms: 1,000 packets on one CPU.
-    assert_eq!(f.room(), Room::Armed { surge_pkts: 1000 });
+    // 10 x 50k/s over 2 ms: 1,000 packets on one CPU, 1,024 in steps of 128.
+    assert_eq!(f.room(), Room::Armed { surge_pkts: 1024 });
+    f.learn(true, 51_000.0, DT);
+    assert_eq!(f.room(), Room::Armed { surge_pkts: 1024 }, "a usual that drifts a little writes nothing new");
     f.learn(false, 2_000_000.0, DT);
     assert_eq!(f.room(), Room::Kept, "the daemon's own rule saw the surge");
     assert_eq!(gate_surge_pkts(1_000.0), GATE_SURGE_MIN_PKTS, "a trickle's mark is a NIC poll at least");
