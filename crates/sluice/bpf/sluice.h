@@ -390,9 +390,9 @@ struct sluice_class_state {
 	__u32 room_left;              /* admitted UDP packets until the next look at their socket (gate/room.h) */
 	__u32 room_full;              /* 1: the socket was over SLUICE_ROOM_UNKNOWN_PCT at the last look */
 	__u64 surge_from_ns;          /* the clock when this CPU's surge count last started (gate/room.h) */
-	__u64 surge_until_ns;         /* the surge mark's hold, while surge_marked */
+	__u64 surge_mark_ns;          /* the clock at this CPU's last surge mark (it keeps room, armed room); 0: none */
 	__u32 surge_cnt;              /* the class's packets on this CPU since surge_from_ns */
-	__u32 surge_marked;           /* 1: this CPU marked a surge, and keeps room (armed room) */
+	__u32 _pad_surge;
 	__u64 cnt[SLUICE_CS_NR]; /* indexed by enum sluice_class_stat */
 };
 

@@ -759,7 +759,6 @@ fn a_crowded_socket_keeps_its_last_quarter_for_known_clients() {
     let port = sock.port;
     let spec = |name: &str, rate: &str| format!("{name}:rate={rate},burst=1000000,match=udp:{port}");
     let to = |src: &str| Frame::udp(src, "127.0.0.1", 4000, port).build();
-    let (fill, drain) = (|| sock.fill(), || sock.drain());
     for limited in [false, true] {
         let rate = if limited { "1000000" } else { "100000000" };
         let mut g = TestGate::new(&[&spec("svc", rate)]);
@@ -778,19 +777,19 @@ fn a_crowded_socket_keeps_its_last_quarter_for_known_clients() {
         }
         g.gate.set_fairness(cls, &vec![f; g.gate.ncpus()]).unwrap();
         known_client(&g, cls, 100_000);
-        fill();
+        sock.fill();
         let what = if limited { "limited" } else { "unlimited" };
         g.expect(&format!("{what}: unknown, socket full"), &to("192.0.2.1"), DroppedRoom("svc".into()));
         g.expect(&format!("{what}: known, socket full"), &to("198.51.100.7"), Admitted("svc".into()));
-        assert!(drain() > 0, "the datagrams sent were queued");
+        assert!(sock.drain() > 0, "the datagrams sent were queued");
         g.expect(&format!("{what}: unknown, socket read empty"), &to("192.0.2.1"), Admitted("svc".into()));
-        fill();
+        sock.fill();
         g.gate.set_fairness(cls, &vec![sluice_fair { room: 0, ..f }; g.gate.ncpus()]).unwrap();
         g.expect(&format!("{what}: unknown, rule off"), &to("192.0.2.1"), Admitted("svc".into()));
         g.gate.set_fairness(cls, &vec![f; g.gate.ncpus()]).unwrap();
         g.gate.set_known_part(cls, sluice_known_part { room: 100, held: 0 }).unwrap();
         g.expect(&format!("{what}: unknown, no known client held"), &to("192.0.2.1"), Admitted("svc".into()));
-        drain();
+        sock.drain();
     }
 }
 

@@ -45,27 +45,26 @@
 static __always_inline void note_surge(const struct sluice_fair *f, struct sluice_class_state *st)
 {
 	if (!f || !f->surge_pkts) {
-		if (st->surge_marked)
-			st->surge_marked = 0;
+		if (st->surge_mark_ns)
+			st->surge_mark_ns = 0;
 		return;
 	}
 	if (++st->surge_cnt < f->surge_pkts)
 		return;
 	st->surge_cnt = 0;
 	if (batch_within(&st->surge_from_ns, SLUICE_SURGE_WINDOW_NS)) {
-		if (!st->surge_marked)
+		if (!st->surge_mark_ns)
 			st->cnt[SLUICE_CS_SURGE_MARKS] += 1;
-		st->surge_marked = 1;
-		st->surge_until_ns = st->surge_from_ns + SLUICE_SURGE_HOLD_NS;
-	} else if (st->surge_from_ns > st->surge_until_ns) {
-		st->surge_marked = 0;
+		st->surge_mark_ns = st->surge_from_ns;
+	} else if (st->surge_from_ns - st->surge_mark_ns > SLUICE_SURGE_HOLD_NS) {
+		st->surge_mark_ns = 0;
 	}
 }
 
 /* Does this CPU keep room in the class's sockets now (told, or a surge it marked)? */
 static __always_inline int room_kept(const struct sluice_fair *f, const struct sluice_class_state *st)
 {
-	return f && (f->room || st->surge_marked);
+	return f && (f->room || st->surge_mark_ns);
 }
 
 /* Is the UDP socket this frame goes to over SLUICE_ROOM_UNKNOWN_PCT of its buffer? */
