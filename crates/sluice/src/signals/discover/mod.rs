@@ -37,7 +37,7 @@
 //! Services that go away keep their class for LINGER, so a service that
 //! restarts, or binds and closes many times a second, does not make its
 //! class (and its counters and controller state) come and go.
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
@@ -498,6 +498,8 @@ pub struct Discovery {
     seen: BTreeMap<(L4, u16, Family), (Service, Instant)>,
     /// The owners read since the last /proc scan, by pid (see `owner`).
     processes: HashMap<u32, Owner>,
+    /// The socket inodes no process held at the last poll (see `holders`).
+    unowned: HashSet<u32>,
 }
 
 impl Discovery {
@@ -508,7 +510,13 @@ impl Discovery {
 
     /// Discovery reading `listeners` (a handle others share).
     pub fn sharing(listeners: Listeners) -> Discovery {
-        Discovery { listeners, owners: SocketOwners::default(), seen: BTreeMap::new(), processes: HashMap::new() }
+        Discovery {
+            listeners,
+            owners: SocketOwners::default(),
+            seen: BTreeMap::new(),
+            processes: HashMap::new(),
+            unowned: HashSet::new(),
+        }
     }
 
     /// Look again: the services listening now, plus those gone for less than LINGER.
@@ -522,23 +530,52 @@ impl Discovery {
         if self.owners.follow(&inodes) {
             self.processes.clear();
         }
+        let mut unowned = HashSet::new();
         for ((l4, port), socks) in found {
             for (family, pids) in by_family(&socks, &self.owners.owners) {
                 let key = (l4, port, family);
-                let mut owners: Vec<Owner> = pids.into_iter().map(|p| owner(p, &mut self.processes)).collect();
-                // No holder found: the /proc scan raced a close and a new bind
-                // (a service that rebinds its port): the owners seen last,
-                // within LINGER, still hold it. Without them the service
-                // would count as untrusted and its class go to `USERS_CLASS`
-                // and back at each such race.
-                if owners.is_empty() {
-                    owners = self.seen.get(&key).map(|(s, _)| s.owners.clone()).unwrap_or_default();
+                let found: Vec<Owner> = pids.into_iter().map(|p| owner(p, &mut self.processes)).collect();
+                let inodes: Vec<u32> =
+                    socks.iter().filter(|(_, f)| family == Family::Both || *f == family).map(|(i, _)| *i).collect();
+                if found.is_empty() {
+                    unowned.extend(inodes.iter().copied());
                 }
-                self.seen.insert(key, (Service { l4, port, owners, family }, now));
+                let last = self.seen.get(&key).map(|(s, _)| s);
+                if let Some(owners) = holders(found, last, &inodes, &self.unowned) {
+                    self.seen.insert(key, (Service { l4, port, owners, family }, now));
+                }
             }
         }
+        self.unowned = unowned;
         self.seen.retain(|_, (_, at)| now.duration_since(*at) < LINGER);
         Ok(self.seen.values().map(|(s, _)| s.clone()).collect())
+    }
+}
+
+/// Who holds a service's sockets this poll, or None to leave the service out
+/// of this poll.
+/// - The processes `found` holding them, when the /proc scan saw any.
+/// - Else the owners seen `last` (within LINGER): the scan raced a close and
+///   a new bind of a service that rebinds its port, and they still hold it.
+/// - Else, for a service never seen with owners, none (it is untrusted, and
+///   its class is `USERS_CLASS`) only if its sockets were already unowned at
+///   the previous poll (`unowned_before`): a kernel socket, or one held in
+///   another mount of /proc. A socket unowned once is most likely one whose
+///   close raced the scan; counted at once, a port that churns would move
+///   between `USERS_CLASS` and its own class.
+fn holders(
+    found: Vec<Owner>,
+    last: Option<&Service>,
+    inodes: &[u32],
+    unowned_before: &HashSet<u32>,
+) -> Option<Vec<Owner>> {
+    if !found.is_empty() {
+        return Some(found);
+    }
+    match last {
+        Some(s) if !s.owners.is_empty() => Some(s.owners.clone()),
+        Some(_) => Some(Vec::new()),
+        None => inodes.iter().all(|i| unowned_before.contains(i)).then(Vec::new),
     }
 }
 

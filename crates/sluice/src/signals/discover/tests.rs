@@ -67,6 +67,26 @@ fn an_unowned_socket_is_looked_for_again_only_after_a_while() {
     assert!(rescan_due([1u32].iter(), &HashMap::new(), None, now), "nothing scanned yet");
 }
 
+/// A port that a process binds and closes every few ms: the /proc scan that
+/// follows a new socket often finds it closed already. Counted as held by
+/// no one at once, it went to `USERS_CLASS` and back (a CI flake of
+/// `a_churning_service_neither_crashes_the_daemon_nor_flaps_its_class`).
+#[test]
+fn a_socket_unowned_once_waits_a_poll_before_it_counts_as_untrusted() {
+    let root = svc(L4::Udp, 7300, &[(10, "python3", Ok(0))]);
+    let none: HashSet<u32> = HashSet::new();
+    let before: HashSet<u32> = [5, 6].into_iter().collect();
+    let found = root.owners.clone();
+    assert_eq!(holders(found.clone(), None, &[7], &none), Some(found), "owners found: those");
+    let raced = holders(Vec::new(), Some(&root), &[7], &none);
+    assert_eq!(raced, Some(root.owners.clone()), "no owner found: the ones seen last");
+    assert_eq!(holders(Vec::new(), None, &[7], &before), None, "unowned for the first time: left out");
+    assert_eq!(holders(Vec::new(), None, &[5, 7], &before), None, "one socket of it new");
+    assert_eq!(holders(Vec::new(), None, &[5, 6], &before), Some(Vec::new()), "unowned twice: untrusted");
+    let unowned = svc(L4::Udp, 7300, &[]);
+    assert_eq!(holders(Vec::new(), Some(&unowned), &[9], &none), Some(Vec::new()), "already untrusted stays so");
+}
+
 #[test]
 fn login_defs_give_the_login_range() {
     assert_eq!(parse_login_defs(""), (1000, 60000));
