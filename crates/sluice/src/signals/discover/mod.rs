@@ -23,7 +23,8 @@
 //! systemd's dynamic users, 61184-65519) keeps its nice-derived priority.
 //! Any other (a login user, nobody, a rootless container's subordinate
 //! uids above 65535, a uid that cannot be read, a socket no process holds:
-//! one parked in an unread SCM_RIGHTS message) is untrusted: any local user
+//! one parked in an unread SCM_RIGHTS message, counted once it was unowned
+//! at two polls in a row, see `holders`) is untrusted: any local user
 //! can bind a port, and a service of theirs must not outrank (nor, in
 //! distress, throttle) the host's traffic unless a configured class says
 //! so. A port a login user shares with root (SO_REUSEADDR) is untrusted:
