@@ -317,7 +317,7 @@ impl AutoLoop {
                     let was = c.ctl.engaged;
                     c.rate = decide(&mut c.ctl, &sig, fallback).map(|r| r.round().max(1.0));
                     c.near = c.rate.is_some() || c.ctl.near_knee(sig.offered);
-                    log_engage(&c.name, was, &c.ctl);
+                    log_engage(&c.name, was, &c.ctl, &sig);
                 }
                 if i == 0 {
                     let point = trace_point(now.at.duration_since(self.started), &c.ctl, &sig);
@@ -392,14 +392,19 @@ impl AutoLoop {
 
 /// Say in the daemon's log when a class's controller engages (and by which
 /// rule) or lets go: at most once a second a class (RELEASE_TICKS).
-fn log_engage(name: &str, was: Option<Engage>, ctl: &Controller) {
+fn log_engage(name: &str, was: Option<Engage>, ctl: &Controller, sig: &Signals) {
     match (was, ctl.engaged) {
         (None, Some(why)) => log::info(format_args!(
-            "auto: {name} limited at {}/s ({}: {}; capacity estimate {}/s)",
+            "auto: {name} limited at {}/s ({}: {}; capacity estimate {}/s; in its tick of {:.0} ms {}/s admitted, {}/s delivered, queue {} -> {} bytes)",
             fmt::human(ctl.target),
             why.name(),
             why.describe(),
-            fmt::human(ctl.capacity())
+            fmt::human(ctl.capacity()),
+            sig.dt * 1e3,
+            fmt::human(sig.admitted),
+            fmt::human(sig.delivered),
+            sig.queue_start,
+            sig.queue_end,
         )),
         (Some(_), None) => {
             log::info(format_args!("auto: {name} unlimited again (a second with what arrived under the limit)"))
