@@ -558,7 +558,7 @@ impl Daemon {
         }
         if let Some(allow) = self.gate.refresh_syn_allow() {
             log::info(format_args!(
-                "the namespace's TCP settings changed: {}",
+                "what the gate's SYN cookies may carry changed (the namespace's TCP settings, the interface's forwarding or VLANs): {}",
                 gate::describe_syn_allow(allow, self.gate.why_no_cookies())
             ));
         }

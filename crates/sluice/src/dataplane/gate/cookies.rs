@@ -84,6 +84,98 @@ fn read_forwarding(iface: &str, family: &str) -> Option<u32> {
     read_number(&format!("/proc/sys/net/{family}/conf/{iface}/forwarding"))
 }
 
+/// Why a SYN-ACK the gate sends back from XDP would leave on the wrong VLAN
+/// (None: it would not). A NIC that strips 802.1Q tags before XDP
+/// (`rx-vlan-offload` on; the tag goes to the descriptor, where an XDP
+/// program cannot read it without a driver's metadata kfunc) hands the gate
+/// a tagged SYN as an untagged frame, and XDP_TX sends the answer untagged:
+/// onto the native VLAN, not the client's. That matters only where the
+/// interface carries VLANs: a VLAN device on it, or a bridge over it that
+/// filters by VLAN (`uppers`: its upper devices, each with its kind). With
+/// tags left in the frame, the answer keeps them (it is built in place).
+/// `stripped`: None where the driver cannot say (taken as stripping).
+pub fn vlan_untagged_why(iface: &str, stripped: Option<bool>, uppers: &[(String, UpperKind)]) -> Option<String> {
+    let carried: Vec<&str> = uppers.iter().filter(|(_, k)| *k != UpperKind::Other).map(|(n, _)| n.as_str()).collect();
+    if carried.is_empty() || stripped == Some(false) {
+        return None;
+    }
+    let how = match stripped {
+        Some(_) => "strips VLAN tags before XDP (rx-vlan-offload on)",
+        None => "may strip VLAN tags before XDP (its driver does not say)",
+    };
+    Some(format!(
+        "{iface} {how} and carries VLANs ({}): a SYN-ACK sent back from XDP would leave untagged; \
+         `ethtool -K {iface} rxvlan off` lets the gate answer",
+        carried.join(", ")
+    ))
+}
+
+/// What an upper device of the gate's interface is, for `vlan_untagged_why`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpperKind {
+    /// An 802.1Q/802.1ad VLAN device on it.
+    Vlan,
+    /// A bridge over it that filters by VLAN (`vlan_filtering` 1).
+    VlanBridge,
+    /// Anything else (a bridge without VLANs, a bond, macvlan).
+    Other,
+}
+
+/// The upper devices of `iface` (/sys/class/net/IFACE/upper_NAME), each with its kind.
+fn uppers_of(iface: &str) -> Vec<(String, UpperKind)> {
+    let Ok(dir) = std::fs::read_dir(format!("/sys/class/net/{iface}")) else { return Vec::new() };
+    let names = dir.filter_map(|e| e.ok()?.file_name().into_string().ok()?.strip_prefix("upper_").map(String::from));
+    names
+        .map(|n| {
+            let uevent = std::fs::read_to_string(format!("/sys/class/net/{n}/uevent")).unwrap_or_default();
+            let kind = if uevent.lines().any(|l| l == "DEVTYPE=vlan") {
+                UpperKind::Vlan
+            } else if uevent.lines().any(|l| l == "DEVTYPE=bridge")
+                && read_number(&format!("/sys/class/net/{n}/bridge/vlan_filtering")) == Some(1)
+            {
+                UpperKind::VlanBridge
+            } else {
+                UpperKind::Other
+            };
+            (n, kind)
+        })
+        .collect()
+}
+
+/// Does `iface` strip 802.1Q tags on receive (ETHTOOL_GFLAGS' ETH_FLAG_RXVLAN,
+/// which the kernel reads from the NETIF_F_HW_VLAN_CTAG_RX feature)? None:
+/// the ioctl failed.
+pub fn rx_vlan_stripped(iface: &str) -> Option<bool> {
+    const ETHTOOL_GFLAGS: u32 = 0x25;
+    const ETH_FLAG_RXVLAN: u32 = 1 << 8;
+    #[repr(C)]
+    struct EthtoolValue {
+        cmd: u32,
+        data: u32,
+    }
+    let name = std::ffi::CString::new(iface).ok()?;
+    if name.as_bytes_with_nul().len() > libc::IFNAMSIZ {
+        return None;
+    }
+    let mut value = EthtoolValue { cmd: ETHTOOL_GFLAGS, data: 0 };
+    // SAFETY: an ifreq whose name is a NUL-terminated string of at most
+    // IFNAMSIZ bytes and whose data points at `value`, which outlives the call.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+        if fd < 0 {
+            return None;
+        }
+        let mut req: libc::ifreq = std::mem::zeroed();
+        for (d, s) in req.ifr_name.iter_mut().zip(name.as_bytes_with_nul()) {
+            *d = *s as libc::c_char;
+        }
+        req.ifr_ifru.ifru_data = (&mut value as *mut EthtoolValue).cast();
+        let rc = libc::ioctl(fd, libc::SIOCETHTOOL, &mut req);
+        libc::close(fd);
+        (rc == 0).then_some(value.data & ETH_FLAG_RXVLAN != 0)
+    }
+}
+
 /// Every SLUICE_SYN_* bit: a namespace with the kernel's defaults.
 pub fn syn_allow_all() -> u32 {
     TCP_SETTINGS.iter().fold(0, |bits, (_, bit)| bits | bit)
@@ -176,16 +268,22 @@ impl Gate {
 
     /// Why the namespace's settings keep the gate from answering any SYN
     /// (None: they do not), as last read.
-    pub fn why_no_cookies(&self) -> Option<&'static str> {
-        self.syn_why_not
+    pub fn why_no_cookies(&self) -> Option<&str> {
+        self.syn_why_not.as_deref()
     }
 
-    /// Read the namespace's TCP settings again and tell the gate; the new
-    /// `syn_allow` if it changed.
+    /// Read the namespace's TCP settings and the interface's VLAN offload
+    /// and upper devices again (`vlan_untagged_why`) and tell the gate; the
+    /// new `syn_allow` if it changed.
     pub fn refresh_syn_allow(&mut self) -> Option<u32> {
         let (mut allow, why) = syn_allow_of(read_tcp_setting, read_conntrack_loose());
+        let mut why = why.map(String::from);
         if let Some(iface) = &self.cookie_iface {
             allow |= routes_of(|family| read_forwarding(iface, family));
+            if let (None, Some(vlan)) = (&why, vlan_untagged_why(iface, rx_vlan_stripped(iface), &uppers_of(iface))) {
+                allow &= !SLUICE_SYN_COOKIES;
+                why = Some(vlan);
+            }
         }
         let changed = self.syn_allow() != allow;
         self.set_syn_allow(allow);
@@ -284,6 +382,33 @@ mod tests {
         assert!(
             said.ends_with("forwards IPv6: a SYN or ACK the host would route to another machine goes to the kernel")
         );
+    }
+
+    /// Issue 49, item 8: where the interface strips VLAN tags before XDP
+    /// and carries VLANs, the gate's SYN-ACKs would leave untagged, so it
+    /// answers none, and says how to let it.
+    #[test]
+    fn a_gate_whose_answers_would_leave_untagged_answers_none() {
+        let vlan = [("eth0.100".to_string(), UpperKind::Vlan)];
+        let why = vlan_untagged_why("eth0", Some(true), &vlan).expect("stripped and carried: no answers");
+        assert!(why.starts_with("eth0 strips VLAN tags before XDP (rx-vlan-offload on) and carries VLANs (eth0.100)"));
+        assert!(why.ends_with("`ethtool -K eth0 rxvlan off` lets the gate answer"), "{why}");
+        assert_eq!(vlan_untagged_why("eth0", Some(false), &vlan), None, "tags left in the frame: answered in place");
+        assert!(vlan_untagged_why("eth0", None, &vlan).is_some_and(|w| w.contains("may strip")), "unread: taken as so");
+        let bridge = [("br0".to_string(), UpperKind::VlanBridge), ("bond0".to_string(), UpperKind::Other)];
+        assert!(vlan_untagged_why("eth0", Some(true), &bridge).is_some_and(|w| w.contains("VLANs (br0)")));
+        let plain = [("br0".to_string(), UpperKind::Other)];
+        assert_eq!(vlan_untagged_why("eth0", Some(true), &plain), None, "no VLAN carried: nothing to lose");
+        assert_eq!(vlan_untagged_why("eth0", Some(true), &[]), None);
+    }
+
+    /// The offload is read with ETHTOOL_GFLAGS, which needs no privilege:
+    /// loopback strips nothing; an interface that does not exist says nothing.
+    #[test]
+    fn the_vlan_offload_is_read_from_the_interface() {
+        assert_eq!(rx_vlan_stripped("lo"), Some(false));
+        assert_eq!(rx_vlan_stripped("sluice-none0"), None);
+        assert_eq!(rx_vlan_stripped("a-name-longer-than-ifnamsiz"), None);
     }
 
     /// Each setting gives its bit only while it is on; an unreadable one

@@ -112,9 +112,9 @@ pub struct Gate {
     learn_link: Option<OwnedFd>,
     /// The SYN cookie checker's tcx ingress link (with the gate, where the kernel takes gate cookies).
     cookie_link: Option<OwnedFd>,
-    /// Why the namespace's settings keep the gate from answering SYNs (`cookies.rs`).
-    syn_why_not: Option<&'static str>,
-    /// The interface the cookie checker is attached to, whose forwarding settings are read with the TCP settings.
+    /// Why the namespace's settings or the interface's VLANs keep the gate from answering SYNs (`cookies.rs`).
+    syn_why_not: Option<String>,
+    /// The interface the cookie checker is attached to, whose forwarding settings and VLANs are read with the TCP settings.
     cookie_iface: Option<String>,
     /// The gate's id of each class in force (`ids.rs`).
     ids: ClassIds,
