@@ -95,7 +95,8 @@ impl Ext {
         }
     }
 
-    fn bytes(self, next: u8) -> Vec<u8> {
+    /// The header's bytes, before `next`; a fragment header carries `frag_id`.
+    fn bytes(self, next: u8, frag_id: u32) -> Vec<u8> {
         match self {
             // 16 bytes: hdrlen 1 = (1+1)*8, padded with a PadN option.
             Ext::HopByHop | Ext::Routing | Ext::DestOpts => {
@@ -105,7 +106,7 @@ impl Ext {
             }
             Ext::Fragment { offset, more } => {
                 let fo = (offset << 3) | more as u16;
-                [&[next, 0][..], &fo.to_be_bytes(), &[0, 0, 0, 1]].concat()
+                [&[next, 0][..], &fo.to_be_bytes(), &frag_id.to_be_bytes()].concat()
             }
             // AH: hdrlen 4 = (4+2)*4 = 24 bytes.
             Ext::Auth => {
@@ -128,6 +129,8 @@ pub struct Frame {
     pub ipv4_options: usize,
     /// IPv4 fragment offset (8-byte units) and more-fragments flag.
     pub ipv4_frag: (u16, bool),
+    /// The IP id a fragment carries (IPv4: its low 16 bits; IPv6: the fragment header's).
+    pub frag_id: u32,
     pub ipv6_ext: Vec<Ext>,
     pub payload: usize,
     /// Byte the payload is filled with.
@@ -157,6 +160,7 @@ impl Frame {
             l4,
             ipv4_options: 0,
             ipv4_frag: (0, false),
+            frag_id: 1,
             ipv6_ext: vec![],
             payload: 18,
             fill: 0xab,
@@ -176,6 +180,12 @@ impl Frame {
 
     pub fn fragment(mut self, offset: u16, more: bool) -> Frame {
         self.ipv4_frag = (offset, more);
+        self
+    }
+
+    /// The datagram's IP id (in its fragments: which datagram they are of).
+    pub fn frag_id(mut self, id: u32) -> Frame {
+        self.frag_id = id;
         self
     }
 
@@ -221,7 +231,7 @@ impl Frame {
                 let fo = self.ipv4_frag.0 | if self.ipv4_frag.1 { 0x2000 } else { 0 };
                 b.extend([0x40 | (hlen / 4) as u8, 0]);
                 b.extend(total.to_be_bytes());
-                b.extend([0, 1]);
+                b.extend((self.frag_id as u16).to_be_bytes());
                 b.extend(fo.to_be_bytes());
                 b.extend([64, proto, 0, 0]);
                 b.extend(s.octets());
@@ -236,7 +246,7 @@ impl Frame {
                     .ipv6_ext
                     .iter()
                     .enumerate()
-                    .map(|(i, e)| e.bytes(self.ipv6_ext.get(i + 1).map_or(proto, |n| n.proto())))
+                    .map(|(i, e)| e.bytes(self.ipv6_ext.get(i + 1).map_or(proto, |n| n.proto()), self.frag_id))
                     .collect();
                 let plen = (exts.iter().map(Vec::len).sum::<usize>() + l4.len()) as u16;
                 let first = self.ipv6_ext.first().map_or(proto, |e| e.proto());

@@ -62,7 +62,9 @@ struct pkt {
 	__u8 tcp_flags; /* TCP only: the flags byte */
 	__u8 fragment;  /* 1: a non-first fragment (no L4 header): the gate counts it, the tc programs do not */
 	__u8 odd_l3;    /* 1: the L4 header follows IPv4 options or IPv6 extension headers (the cookie paths take neither) */
-	__u8 first_fragment; /* 1: an IPv4 first fragment (more fragments follow; the L4 header is here) */
+	__u8 first_fragment; /* 1: a first fragment (more fragments follow; the L4 header is here) */
+	__u8 frag_reply;     /* 1: a non-first fragment whose first was a reply to the host's own connection (gate/frags.h) */
+	__be32 frag_id;      /* a fragment's IP id (IPv4's 16 bits, IPv6's 32), as in its header */
 };
 
 /* The tables generation in force: read once a packet, before any table. */

@@ -121,7 +121,9 @@
  *     malformed verdict, counted DEPTH_EXCEEDED (info) and MALFORMED_* (its
  *     port is unknown: in the default class it would skip its port's
  *     class and its source's share);
- *   - non-first fragments (no ports): classified by protocol only.
+ *   - non-first fragments (no ports): the class their datagram's first
+ *     fragment took, where the gate saw it within SLUICE_FRAG_MS; else
+ *     classified by protocol only (gate/frags.h).
  * In observe mode (settings.verdicts[].observe) every packet counted as dropped above
  * is passed instead, and counted OBSERVED_PASS too.
  */
@@ -155,6 +157,7 @@ char LICENSE[] SEC("license") = "GPL";
 #include "syncookie.h"
 
 #include "gate/parse.h"
+#include "gate/frags.h"
 #include "gate/lookup.h"
 #include "gate/bucket.h"
 #include "known.h"
@@ -261,9 +264,14 @@ int sluice_gate(struct xdp_md *ctx)
 
 	switch (parse(data, end, &pk, 0)) {
 	case PARSE_OK:
-		if (pk.fragment)
-			global_inc(SLUICE_GS_FRAGMENTS);
 		cls = classify(&pk, gen, settings.verdicts[gen].default_class);
+		/* A datagram's fragments go with its first (gate/frags.h). */
+		if (pk.fragment) {
+			global_inc(SLUICE_GS_FRAGMENTS);
+			cls = frag_follow(&pk, gen, cls);
+		} else if (pk.first_fragment) {
+			frag_note(&pk, gen, cls);
+		}
 		break;
 	case PARSE_NON_IP:
 		return non_ip(gen);

@@ -488,20 +488,32 @@ struct sluice_settings {
 #define SLUICE_DYNAMIC_UID_HI 65519
 
 /*
- * An IPv4 datagram whose first fragment was a reply to a connection of
- * the host's own (gate/host.h): its other fragments are found by this key
- * (the "host_frags" LRU map, SLUICE_HOST_FRAGS entries, the gate clock's
- * ms of the first as value) for SLUICE_HOST_FRAG_MS.
+ * A datagram in fragments (gate/frags.h): its first fragment's class, so
+ * that its other fragments, which carry no ports, take the same one (the
+ * "frags" LRU map, SLUICE_FRAGS entries, each found for SLUICE_FRAG_MS
+ * after its first fragment). Keyed as the kernel reassembles, less the
+ * destination (one of the host's own addresses): the sender, the IP id,
+ * and for IPv4 the protocol (an IPv6 fragment's next header counts only in
+ * its first fragment, RFC 8200, so it is 0 in the key).
  */
-struct sluice_host_frag {
-	__be32 saddr;
-	__be32 daddr;
-	__be16 id;
-	__u8 proto;
-	__u8 _pad;
+struct sluice_frag {
+	__be32 src[4]; /* IPv4: src[0] */
+	__be32 id;     /* IPv4's 16-bit id, or IPv6's 32-bit one, as in the header */
+	__u8 family;   /* 4 or 6 */
+	__u8 proto;    /* IPv4: the protocol; IPv6: 0 */
+	__u16 _pad;
 };
-#define SLUICE_HOST_FRAGS 4096
-#define SLUICE_HOST_FRAG_MS 2000
+
+/* What a datagram's first fragment was given (struct sluice_frag's value). */
+struct sluice_frag_class {
+	__u64 at_ms;    /* the gate clock at its first fragment */
+	__u32 cls;      /* its class id ... */
+	__u8 gen;       /* ... in this tables generation */
+	__u8 host_reply; /* 1: it was a reply to a connection of the host's own (gate/host.h) */
+	__u16 _pad;
+};
+#define SLUICE_FRAGS 16384
+#define SLUICE_FRAG_MS 2000
 
 /*
  * SYN cookies at the driver (syncookie.h). A cookie is made in one slot of

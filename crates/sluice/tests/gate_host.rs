@@ -12,7 +12,7 @@ use std::time::Instant;
 use common::{Landed::*, TestGate};
 use sluice::dataplane::gate::Prog;
 use sluice::dataplane::share::share;
-use sluice_testkit::packet::{non_ip, Frame, ETH_P_ARP, ETH_P_LLDP, IPPROTO_ICMP, IPPROTO_ICMPV6, L4};
+use sluice_testkit::packet::{non_ip, Ext, Frame, ETH_P_ARP, ETH_P_LLDP, IPPROTO_ICMP, IPPROTO_ICMPV6, L4};
 
 /// A gate whose default class admits nothing (rate 0), beside one class
 /// `svc` for `svc_port` (UDP) limited to nothing too.
@@ -22,6 +22,14 @@ fn gate(svc_port: u16) -> TestGate {
         g.gate.set_shares(g.class(c), &vec![share(0, 1); g.gate.ncpus()]).unwrap();
     }
     g
+}
+
+/// A UDP socket on `local` connected to `peer`, and its port.
+fn connected(local: &str, peer: &str) -> (UdpSocket, u16) {
+    let client = UdpSocket::bind(local).unwrap();
+    client.connect(peer).unwrap();
+    let port = client.local_addr().unwrap().port();
+    (client, port)
 }
 
 fn host(g: &TestGate) -> (u64, u64) {
@@ -130,13 +138,11 @@ fn a_reply_to_a_socket_a_login_user_or_nobody_made_is_not_the_hosts_own() {
 
 /// A datagram in IPv4 fragments: its first fragment, a reply to the
 /// connected socket, passes, and then so do its other fragments (same
-/// addresses, protocol and IP id); a non-first fragment of another
-/// datagram does not, nor an IPv6 one (not looked at).
+/// sender, protocol and IP id); a non-first fragment of another
+/// datagram does not.
 #[test]
 fn the_fragments_of_a_reply_pass_with_their_first() {
-    let client = UdpSocket::bind("127.0.0.1:0").unwrap();
-    client.connect("127.0.0.2:5353").unwrap();
-    let port = client.local_addr().unwrap().port();
+    let (_client, port) = connected("127.0.0.1:0", "127.0.0.2:5353");
     let g = gate(1);
     let d = || DroppedRate("default".into());
     let rest = Frame::udp("127.0.0.2", "127.0.0.1", 5353, port).fragment(185, false).build();
@@ -154,6 +160,27 @@ fn the_fragments_of_a_reply_pass_with_their_first() {
     let other_first = Frame::udp("127.0.0.3", "127.0.0.1", 5353, port).fragment(0, true).build();
     g.expect("the first fragment of a datagram from another peer", &other_first, d());
     assert_eq!(host(&g), (3, 0));
+}
+
+/// The same in IPv6 fragments (issue 49, item 9), the fragment header
+/// right after the fixed one: before, neither the first fragment nor the
+/// rest were looked at, and a limited default class dropped them all.
+#[test]
+fn the_ipv6_fragments_of_a_reply_pass_with_their_first() {
+    let (_client, port) = connected("[::1]:0", "[::1]:5353");
+    let g = gate(1);
+    let d = || DroppedRate("default".into());
+    let frag = |id: u32, offset: u16, more: bool| {
+        Frame::udp("::1", "::1", 5353, port).frag_id(id).ext(Ext::Fragment { offset, more }).payload(64)
+    };
+    g.expect("a non-first fragment before its first", &frag(7, 185, false).build(), d());
+    g.expect("the first fragment of a reply", &frag(7, 0, true).payload(1400).build(), Admitted("default".into()));
+    g.expect("its second fragment", &frag(7, 185, false).build(), Admitted("default".into()));
+    assert_eq!(host(&g), (2, 0));
+    g.expect("a fragment of another datagram", &frag(8, 185, false).build(), d());
+    let stranger = Frame::udp("::1", "::1", 5354, port).frag_id(9).ext(Ext::Fragment { offset: 0, more: true });
+    g.expect("the first fragment of a datagram from a port the socket is not connected to", &stranger.build(), d());
+    assert_eq!(host(&g), (2, 0));
 }
 
 /// An established TCP connection's segments are passed (the SYN-ACK of a

@@ -125,21 +125,26 @@ fn ipv4_options_and_fragments() {
     let f = Frame::udp("10.0.0.1", "10.0.0.2", 1, 53);
     g.expect("4 bytes of options", &f.clone().options(4).build(), adm("dns"));
     g.expect("40 bytes of options (ihl 15)", &f.clone().options(40).build(), adm("dns"));
-    g.expect("first fragment has ports", &f.clone().fragment(0, true).build(), adm("dns"));
     let before = g.counters().global.fragments;
-    g.expect("non-first fragment: no ports", &f.clone().fragment(100, true).build(), adm("default"));
+    g.expect("non-first fragment before its first: no ports", &f.clone().fragment(100, true).build(), adm("default"));
+    g.expect("first fragment has ports", &f.clone().fragment(0, true).build(), adm("dns"));
+    g.expect("then its non-first fragment takes its class", &f.clone().fragment(100, true).build(), adm("dns"));
+    let other = f.clone().frag_id(2).fragment(100, true).build();
+    g.expect("a fragment of another datagram (IP id) does not", &other, adm("default"));
+    let icmp_tail = Frame::new("10.0.0.1", "10.0.0.2", L4::Raw { proto: 1, bytes: vec![0; 16] }).fragment(100, false);
+    g.expect("nor one of another protocol (IPv4 keys it)", &icmp_tail.build(), adm("ping"));
     g.expect(
         "non-first fragment matches a port-less udp rule",
         &Frame::udp("198.51.100.1", "10.0.0.2", 1, 53).fragment(185, false).build(),
         adm("udpnet"),
     );
-    assert_eq!(g.counters().global.fragments, before + 2);
+    assert_eq!(g.counters().global.fragments, before + 5);
     // Hardening (issue 35, item 9): the tc programs parse frames again (the
     // learner every frame that leaves, the cookie checker ACKs while a guard
     // checks); a fragment is counted once, by the gate. Before, the learner
     // counted each one it parsed.
     g.gate.test_run(sluice::dataplane::gate::Prog::Learn, &f.clone().fragment(100, true).build(), 1).unwrap();
-    assert_eq!(g.counters().global.fragments, before + 2, "the learner counts no fragment");
+    assert_eq!(g.counters().global.fragments, before + 5, "the learner counts no fragment");
 }
 
 #[test]
@@ -149,8 +154,18 @@ fn ipv6_extension_headers() {
     g.expect("hop-by-hop", &f.clone().ext(Ext::HopByHop).build(), adm("dns"));
     g.expect("routing + destination options", &f.clone().ext(Ext::Routing).ext(Ext::DestOpts).build(), adm("dns"));
     g.expect("authentication header", &f.clone().ext(Ext::Auth).build(), adm("dns"));
-    g.expect("fragment header, offset 0", &f.clone().ext(Ext::Fragment { offset: 0, more: true }).build(), adm("dns"));
-    g.expect("non-first fragment", &f.clone().ext(Ext::Fragment { offset: 10, more: false }).build(), adm("default"));
+    let rest = f.clone().frag_id(9).ext(Ext::Fragment { offset: 10, more: false });
+    g.expect("non-first fragment before its first", &rest.build(), adm("default"));
+    let first = f.clone().frag_id(9).ext(Ext::Fragment { offset: 0, more: true });
+    g.expect("fragment header, offset 0", &first.build(), adm("dns"));
+    g.expect("then its non-first fragment takes its class", &rest.build(), adm("dns"));
+    // Issue 49, item 8: an IPv6 fragment's next header counts only in its
+    // first fragment (RFC 8200); before, the rest were classed by their own.
+    let claims_icmpv6 = Frame::new(&v6(1), &v6(2), L4::Raw { proto: 58, bytes: vec![0; 16] })
+        .frag_id(9)
+        .ext(Ext::Fragment { offset: 20, more: false });
+    g.expect("one naming ICMPv6 takes its first fragment's class too", &claims_icmpv6.build(), adm("dns"));
+    g.expect("of a datagram not seen, by what it names", &claims_icmpv6.frag_id(10).build(), adm("ping"));
     let six = (0..6).fold(f.clone(), |f, _| f.ext(Ext::DestOpts));
     g.expect("six extension headers: at the depth limit", &six.build(), adm("dns"));
     let b = g.counters().global.depth_exceeded;

@@ -21,11 +21,11 @@
  *     or nobody's connected socket would let its peer's packets through
  *     the throttle at any rate (kernels before 6.2, without
  *     bpf_rdonly_cast, cannot read the owner and take any). A SYN is no
- *     reply. An IPv4 datagram in fragments: its
- *     first fragment (the ports are in it) is looked up, while the class is
- *     limited whether or not its limit drops it, and a reply's key
- *     (addresses, protocol, IP id) is noted in host_frags; the non-first
- *     fragments that key finds within SLUICE_HOST_FRAG_MS pass too.
+ *     reply. A datagram in fragments (IPv4, or IPv6 with its fragment
+ *     header first): its first fragment (the ports are in it) is looked
+ *     up, while the class is limited whether or not its limit drops it,
+ *     and a reply is marked in its datagram's note (gate/frags.h); the
+ *     non-first fragments that find that note pass too.
  *   - IPv6 neighbour discovery (ICMPv6 133-137 with hop limit 255, which
  *     RFC 4861 requires: only a neighbour on the link can send it) and
  *     PMTU messages (ICMP fragmentation needed, ICMPv6 packet too big):
@@ -55,7 +55,8 @@
  * (settings.ephemeral_lo/hi, net.ipv4.ip_local_port_range, read by the
  * daemon): a flood to one closed port outside the range pays nothing.
  * Not looked at (the packet keeps its drop): frames with IPv4 options or
- * IPv6 extension headers (l3_for_lookup; so IPv6 fragments), and the
+ * IPv6 extension headers other than a first fragment's fragment header
+ * right after the fixed one (l3_for_lookup), and the
  * sockets of other network namespaces (containers' and pods': their flows
  * are routed, not delivered here). Included by gate.bpf.c after
  * synack.h.
@@ -101,43 +102,6 @@ static __always_inline int host_tcp_state(__u32 state)
 		return 1;
 	}
 	return 0;
-}
-
-/* The key of an IPv4 fragment's datagram (ip: its header, bounds checked). */
-static __always_inline void host_frag_key(const struct iphdr *ip, struct sluice_host_frag *k)
-{
-	k->saddr = ip->saddr;
-	k->daddr = ip->daddr;
-	k->id = ip->id;
-	k->proto = ip->protocol;
-}
-
-/* A first fragment found a reply: its datagram's other fragments are too. */
-static __always_inline void host_frag_note(const struct iphdr *ip)
-{
-	struct sluice_host_frag k = {};
-	__u64 now = settings.now_ms;
-
-	host_frag_key(ip, &k);
-	bpf_map_update_elem(&host_frags, &k, &now, BPF_ANY);
-}
-
-/* Is this non-first IPv4 fragment of a datagram whose first fragment was a reply (lately)? */
-static __always_inline int host_frag_of_reply(struct xdp_md *ctx)
-{
-	void *data = (void *)(long)ctx->data;
-	void *end = (void *)(long)ctx->data_end;
-	struct sluice_host_frag k = {};
-	struct iphdr *ip = data;
-	__be16 proto = 0;
-	__u64 *at;
-
-	if (parse_eth((void **)&ip, end, &proto) != PARSE_OK || proto != bpf_htons(ETH_P_IP) ||
-	    (void *)(ip + 1) > end)
-		return 0;
-	host_frag_key(ip, &k);
-	at = bpf_map_lookup_elem(&host_frags, &k);
-	return at && settings.now_ms - *at <= SLUICE_HOST_FRAG_MS;
 }
 
 /* Is this socket (a full one: a UDP socket, or TCP in a host_tcp_state) owned by a trusted user? */
@@ -190,7 +154,7 @@ static __always_inline int host_reply(struct xdp_md *ctx, const struct pkt *pk)
 	ok = ok && host_owner_trusted(sk);
 	bpf_sk_release(sk);
 	if (ok && pk->first_fragment)
-		host_frag_note(ip);
+		frag_note_reply(pk);
 	return ok;
 }
 
@@ -218,8 +182,8 @@ static __always_inline int host_icmp_needed(struct xdp_md *ctx, const struct pkt
 /*
  * Must this packet of the default class, which its limit drops (`dropped`),
  * be passed as something the host needs? Counts it (HOST_REPLY, HOST_ICMP)
- * if so. Also asked, not dropped, for an IPv4 first fragment while the
- * class is limited: if it is a reply, its other fragments are noted.
+ * if so. Also asked, not dropped, for a first fragment while the class
+ * is limited: if it is a reply, its other fragments are marked so.
  */
 static __always_inline int host_needs(struct xdp_md *ctx, const struct pkt *pk, int dropped)
 {
@@ -227,7 +191,7 @@ static __always_inline int host_needs(struct xdp_md *ctx, const struct pkt *pk, 
 	struct sluice_bucket *b;
 
 	if (pk->fragment) {
-		if (pk->family != 4 || !host_frag_of_reply(ctx))
+		if (!pk->frag_reply)
 			return 0;
 		global_inc(SLUICE_GS_HOST_REPLY);
 		return 1;

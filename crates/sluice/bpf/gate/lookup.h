@@ -31,12 +31,31 @@ static __always_inline void cookie_bound(__u32 *off)
 	*off = v;
 }
 
+/* An IPv6 fragment header: next header, reserved, offset (13 bits) and flags, id. */
+struct frag6_hdr {
+	__u8 nexthdr;
+	__u8 reserved;
+	__be16 frag_off;
+	__be32 id;
+};
+
+/* Is this IPv6 packet (header bounds checked) a first fragment whose
+ * fragment header follows the fixed one, with protocol `l4` after it? */
+static __always_inline int first_fragment_of(struct ipv6hdr *ip6, void *end, __u8 l4)
+{
+	struct frag6_hdr *fh = (void *)(ip6 + 1);
+
+	return ip6->nexthdr == IPPROTO_FRAGMENT && (void *)(fh + 1) <= end && fh->nexthdr == l4 &&
+	       !(fh->frag_off & bpf_htons(0xfff8));
+}
+
 /*
  * The IP header's offset in the frame (at most COOKIE_L3_MAX), or
  * COOKIE_NO_L3 if the socket-lookup paths (the cookies', the room check's
  * in room.h, host.h's) do not take the frame: IPv4 with options or
  * fragmented (but for a first fragment where `first_fragment`: its L4
- * header is whole), IPv6 with an extension header, or an L4 protocol
+ * header is whole), IPv6 with an extension header (but, where
+ * `first_fragment`, a first fragment's fragment header), or an L4 protocol
  * other than `l4`; *family 4 or 6.
  */
 static __always_inline __u32 l3_for_lookup(void *data, void *end, __u32 *family, __u8 l4, int first_fragment)
@@ -56,7 +75,9 @@ static __always_inline __u32 l3_for_lookup(void *data, void *end, __u32 *family,
 	} else if (proto == bpf_htons(ETH_P_IPV6)) {
 		struct ipv6hdr *ip6 = pos;
 
-		if ((void *)(ip6 + 1) > end || ip6->nexthdr != l4)
+		if ((void *)(ip6 + 1) > end)
+			return COOKIE_NO_L3;
+		if (ip6->nexthdr != l4 && !(first_fragment && first_fragment_of(ip6, end, l4)))
 			return COOKIE_NO_L3;
 		*family = 6;
 	} else {
@@ -86,6 +107,11 @@ static __always_inline void *lookup_l4(void *data, void *end, __u8 l4, int first
 	cookie_bound(&off);
 	*ip = data + off;
 	h = *ip + (*family == 4 ? sizeof(struct iphdr) : sizeof(struct ipv6hdr));
+	if (h + 8 > end)
+		return NULL;
+	/* Past an IPv6 first fragment's fragment header (l3_for_lookup took it). */
+	if (*family == 6 && ((struct ipv6hdr *)*ip)->nexthdr == IPPROTO_FRAGMENT)
+		h += sizeof(struct frag6_hdr);
 	if (h + 8 > end)
 		return NULL;
 	return h;

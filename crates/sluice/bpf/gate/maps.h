@@ -126,13 +126,13 @@ struct {
 	__type(value, struct sluice_bucket);
 } host_buckets SEC(".maps");
 
-/* Datagrams whose first fragment was a reply to the host's own connection (gate/host.h). */
+/* Datagrams in fragments: the class their first fragment took (gate/frags.h). */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, SLUICE_HOST_FRAGS);
-	__type(key, struct sluice_host_frag);
-	__type(value, __u64);
-} host_frags SEC(".maps");
+	__uint(max_entries, SLUICE_FRAGS);
+	__type(key, struct sluice_frag);
+	__type(value, struct sluice_frag_class);
+} frags SEC(".maps");
 
 /* Classes whose arrivals passed their wake mark (sluice_share.wake_at): struct sluice_wake. */
 struct {

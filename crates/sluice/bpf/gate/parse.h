@@ -121,6 +121,7 @@ static __always_inline int parse_ipv4(void *pos, void *end, struct pkt *pk, int 
 		return PARSE_MALFORMED;
 	pk->family = 4;
 	pk->peer4 = egress ? ip->daddr : ip->saddr;
+	pk->frag_id = ip->id;
 	if (ip->frag_off & bpf_htons(0x1fff)) {
 		/* Non-first fragment: no L4 header, classify by protocol only. */
 		pk->fragment = 1;
@@ -181,12 +182,16 @@ static __always_inline int parse_ipv6(void *pos, void *end, struct pkt *pk, int 
 			if (p + 8 > end)
 				return PARSE_MALFORMED;
 			nexthdr = eh->nexthdr;
+			pk->frag_id = *(__be32 *)(p + 4);
 			if (*fo & bpf_htons(0xfff8)) {
+				/* Its class is its first fragment's where the gate saw
+				 * that (gate/frags.h); else by the next header it names. */
 				pk->fragment = 1;
 				pk->slot = SLUICE_SLOT_PORTLESS;
 				pk->port = nexthdr;
 				return PARSE_OK;
 			}
+			pk->first_fragment = (*fo & bpf_htons(1)) != 0;
 			p += 8;
 			break;
 		}

@@ -163,7 +163,7 @@ pub struct GlobalTotals {
     pub non_ip_drop: u64,
     /// Headers beyond the parse depth (sent to the default class).
     pub depth_exceeded: u64,
-    /// Non-first fragments (classified without ports).
+    /// Non-first fragments (no ports: classed as their first fragment was, or by protocol).
     pub fragments: u64,
     /// Observe mode: packets counted as dropped (by a class or as
     /// malformed) that the gate passed.
