@@ -25,15 +25,24 @@ enum Fate {
     Classified {
         probe: Probe,
         fragment: bool,
+        /// The datagram a first (true) or non-first (false) fragment is of.
+        datagram: Option<(Datagram, bool)>,
     },
 }
+
+/// A fragmented datagram as the gate keys it (family, sender, IP id, and
+/// IPv4's protocol; docs/protection.md "Fragments"): its first fragment's
+/// class is its other fragments' (when the gate saw the first).
+type Datagram = (u8, IpAddr, u32, u8);
 
 fn be16(p: &[u8], at: usize) -> u16 {
     u16::from_be_bytes([p[at], p[at + 1]])
 }
 
 /// The documented parse: Ethernet and up to 2 VLAN tags, IPv4 (options,
-/// non-first fragments by protocol) or IPv6 (up to 6 extension headers),
+/// non-first fragments by protocol, or by their first fragment's class
+/// where it was seen: the caller's `first_classes`) or IPv6 (up to 6
+/// extension headers),
 /// then enough of UDP (8 bytes), TCP (20), ICMP (8) or ICMPv6 (4) to be whole.
 fn reference(p: &[u8]) -> Fate {
     if p.len() < 14 {
@@ -74,13 +83,26 @@ fn reference_v4(p: &[u8], at: usize) -> Fate {
     let lim = if tot != 0 { at + tot } else { usize::MAX };
     let src = IpAddr::V4(Ipv4Addr::new(p[at + 12], p[at + 13], p[at + 14], p[at + 15]));
     let proto = p[at + 9];
-    if be16(p, at + 6) & 0x1fff != 0 {
+    let (frag, id) = (be16(p, at + 6), be16(p, at + 4) as u32);
+    let datagram = (4, src, id, proto);
+    if frag & 0x1fff != 0 {
         return Fate::Classified {
             probe: Probe { slot: SLUICE_SLOT_PORTLESS, port: proto as u16, src },
             fragment: true,
+            datagram: Some((datagram, false)),
         };
     }
-    reference_l4(p, at + hlen, lim, proto, src)
+    with_datagram(reference_l4(p, at + hlen, lim, proto, src), (frag & 0x2000 != 0).then_some(datagram))
+}
+
+/// A first fragment's fate carries its datagram.
+fn with_datagram(fate: Fate, first_of: Option<Datagram>) -> Fate {
+    match fate {
+        Fate::Classified { probe, fragment, .. } => {
+            Fate::Classified { probe, fragment, datagram: first_of.map(|d| (d, true)) }
+        }
+        other => other,
+    }
 }
 
 fn reference_v6(p: &[u8], at: usize) -> Fate {
@@ -91,6 +113,8 @@ fn reference_v6(p: &[u8], at: usize) -> Fate {
     let plen = be16(p, at + 4) as usize;
     let lim = if plen != 0 { at + 40 + plen } else { usize::MAX };
     let (mut next, mut at) = (p[at + 6], at + 40);
+    // The last fragment header's id and more-fragments flag (offset 0).
+    let mut first_of: Option<Datagram> = None;
     for _ in 0..6 {
         match next {
             0 | 43 | 60 | 51 => {
@@ -106,18 +130,20 @@ fn reference_v6(p: &[u8], at: usize) -> Fate {
                     return Fate::Malformed;
                 }
                 next = p[at];
+                let id = u32::from_be_bytes(<[u8; 4]>::try_from(&p[at + 4..at + 8]).unwrap());
                 if be16(p, at + 2) & 0xfff8 != 0 {
                     let probe = Probe { slot: SLUICE_SLOT_PORTLESS, port: next as u16, src };
-                    return Fate::Classified { probe, fragment: true };
+                    return Fate::Classified { probe, fragment: true, datagram: Some(((6, src, id, 0), false)) };
                 }
+                first_of = (be16(p, at + 2) & 1 != 0).then_some((6, src, id, 0));
                 at += 8;
             }
-            _ => return reference_l4(p, at, lim, next, src),
+            _ => return with_datagram(reference_l4(p, at, lim, next, src), first_of),
         }
     }
     match next {
         0 | 43 | 60 | 51 | 44 => Fate::Depth,
-        _ => reference_l4(p, at, lim, next, src),
+        _ => with_datagram(reference_l4(p, at, lim, next, src), first_of),
     }
 }
 
@@ -139,7 +165,7 @@ fn reference_l4(p: &[u8], at: usize, lim: usize, proto: u8, src: IpAddr) -> Fate
         6 => Probe { slot: SLUICE_SLOT_TCP, port: be16(p, at + 2), src },
         _ => Probe { slot: SLUICE_SLOT_PORTLESS, port: proto as u16, src },
     };
-    Fate::Classified { probe, fragment: false }
+    Fate::Classified { probe, fragment: false, datagram: None }
 }
 
 /// The reference's counts, to compare with the gate's counters.
@@ -164,6 +190,10 @@ fn templates() -> Vec<Vec<u8>> {
         Frame::udp(&v6(1), &v6(2), 1, 53).ext(Ext::HopByHop).ext(Ext::Auth).build(),
         Frame::tcp("2001:db8:1::1", &v6(2), 1, 6000).ext(Ext::Fragment { offset: 0, more: true }).build(),
         Frame::icmp(&v6(1), &v6(2)).ext(Ext::Routing).build(),
+        // First fragments whose datagrams the non-first ones above and
+        // below are of (same sender, id 1, and IPv4's protocol).
+        Frame::udp("10.0.0.1", "10.0.0.2", 1, 53).fragment(0, true).build(),
+        Frame::udp("2001:db8:1::1", &v6(2), 1, 9).ext(Ext::Fragment { offset: 20, more: false }).build(),
         non_ip(ETH_P_ARP),
     ]
 }
@@ -239,6 +269,10 @@ fn a_million_packets_get_the_verdicts_and_counts_the_reference_predicts() {
     let templates = templates();
     let mut want = Expected { seen: vec![0; g.cfg.classes.len()], ..Default::default() };
     let (mut pass, mut drop) = (0u64, 0u64);
+    // The class each datagram's first fragment took (the gate's `frags` map).
+    let mut first_classes: std::collections::HashMap<Datagram, usize> = Default::default();
+    // Non-first fragments the reference put in another class than their protocol's.
+    let mut followed = 0u64;
     for i in 0..PACKETS {
         let p = if i % 4 == 0 {
             let n = rng.gen_range(14..300);
@@ -258,7 +292,20 @@ fn a_million_packets_get_the_verdicts_and_counts_the_reference_predicts() {
             Fate::NonIp => None,
             Fate::Malformed => None,
             Fate::Depth => None,
-            Fate::Classified { probe, .. } => Some(first_match(&g.cfg, &probe)),
+            Fate::Classified { probe, datagram, .. } => {
+                let by_probe = first_match(&g.cfg, &probe);
+                Some(match datagram {
+                    Some((d, true)) => *first_classes.entry(d).insert_entry(by_probe).get(),
+                    Some((d, false)) => match first_classes.get(&d) {
+                        Some(&c) => {
+                            followed += u64::from(c != by_probe);
+                            c
+                        }
+                        None => by_probe,
+                    },
+                    None => by_probe,
+                })
+            }
         };
         match fate {
             Fate::NonIp => want.non_ip += 1,
@@ -313,8 +360,9 @@ fn a_million_packets_get_the_verdicts_and_counts_the_reference_predicts() {
     assert!(c.classes[g.class("slow")].dropped_rate_pkts > 0);
     assert!(c.global.non_ip_pass > 0 && c.global.malformed_drop > 0);
     assert!(c.global.depth_exceeded > 0 && c.global.fragments > 0);
+    assert!(followed > 0, "the fuzz sent non-first fragments that follow their first fragment's class");
     let inserts: u64 = c.classes.iter().map(|t| t.source_inserts).sum();
     assert!(inserts > 0, "the fuzz walked the per-source path");
     assert_eq!(c.global.malformed_pass, 0, "malformed = drop");
-    eprintln!("{PACKETS} packets: {pass} passed, {drop} dropped; {c:?}");
+    eprintln!("{PACKETS} packets: {pass} passed, {drop} dropped, {followed} fragments in their first's class; {c:?}");
 }
