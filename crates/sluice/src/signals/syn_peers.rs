@@ -192,7 +192,7 @@ mod tests {
     use crate::bpf_intf::SLUICE_SYN_PEER_BITS;
 
     fn tcp(port: u16, addr: &str, family: Family) -> Listening {
-        Listening { l4: L4::Tcp, port, addr: addr.parse().unwrap(), inode: 1, family }
+        Listening { l4: L4::Tcp, port, addr: addr.parse().unwrap(), inode: 1, uid: 0, family }
     }
 
     const BOTH: u32 = SLUICE_SYN_DIRECT_V4 | SLUICE_SYN_DIRECT_V6;

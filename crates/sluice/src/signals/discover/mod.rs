@@ -22,13 +22,14 @@
 //! root or a system user (a uid below UID_MIN of /etc/login.defs, or one of
 //! systemd's dynamic users, 61184-65519) keeps its nice-derived priority.
 //! Any other (a login user, nobody, a rootless container's subordinate
-//! uids above 65535, a uid that cannot be read, a socket no process holds:
-//! one parked in an unread SCM_RIGHTS message, counted once it was unowned
-//! at two polls in a row, see `holders`) is untrusted: any local user
+//! uids above 65535, a uid that cannot be read) is untrusted: any local user
 //! can bind a port, and a service of theirs must not outrank (nor, in
 //! distress, throttle) the host's traffic unless a configured class says
 //! so. A port a login user shares with root (SO_REUSEADDR) is untrusted:
-//! some of its datagrams go to the user's socket.
+//! some of its datagrams go to the user's socket. A socket no visible
+//! process holds (parked in an unread SCM_RIGHTS message, or closed before
+//! the /proc scan reached its holder) is owned by the uid the kernel
+//! records as its creator (see `holders`).
 //!
 //! Untrusted services all share one class, USERS_CLASS, at
 //! UNTRUSTED_PRIORITY (the implicit default class's): what local users bind
@@ -38,7 +39,7 @@
 //! Services that go away keep their class for LINGER, so a service that
 //! restarts, or binds and closes many times a second, does not make its
 //! class (and its counters and controller state) come and go.
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
@@ -237,6 +238,10 @@ impl Service {
         }
         self.owners.iter().find_map(|o| match o.uid {
             Some(u) if trusted(u, logins) => None,
+            // An owner with no process (`holders`): the socket's creator.
+            Some(u) if o.pid == 0 => Some(format!(
+                "no process visible in /proc holds the socket; uid {u} made it, not root or a system user"
+            )),
             Some(u) => Some(format!("{} pid {} runs as uid {u}, not root or a system user", o.comm, o.pid)),
             None => Some(format!("the user of {} pid {} cannot be read", o.comm, o.pid)),
         })
@@ -322,6 +327,8 @@ pub struct Listening {
     /// The local address (unspecified: the wildcard).
     pub addr: IpAddr,
     pub inode: u32,
+    /// Its creator, as the kernel records it (sk_uid, from sock_diag).
+    pub uid: u32,
     /// The families it receives.
     pub family: Family,
 }
@@ -366,7 +373,14 @@ impl Listeners {
         if inner.read_at.is_none_or(|at| at.elapsed() >= inner.fresh) {
             let mut socks = Vec::with_capacity(inner.socks.len());
             each_listener(&mut inner.diag, inner.ifindex, &[L4::Udp, L4::Tcp], &mut |l4, s| {
-                socks.push(Listening { l4, port: s.sport, addr: s.src, inode: s.inode, family: Family::of(s) })
+                socks.push(Listening {
+                    l4,
+                    port: s.sport,
+                    addr: s.src,
+                    inode: s.inode,
+                    uid: s.uid,
+                    family: Family::of(s),
+                })
             })?;
             inner.socks = socks;
             inner.read_at = Some(Instant::now());
@@ -499,8 +513,6 @@ pub struct Discovery {
     seen: BTreeMap<(L4, u16, Family), (Service, Instant)>,
     /// The owners read since the last /proc scan, by pid (see `owner`).
     processes: HashMap<u32, Owner>,
-    /// The socket inodes no process held at the last poll (see `holders`).
-    unowned: HashSet<u32>,
 }
 
 impl Discovery {
@@ -511,73 +523,69 @@ impl Discovery {
 
     /// Discovery reading `listeners` (a handle others share).
     pub fn sharing(listeners: Listeners) -> Discovery {
-        Discovery {
-            listeners,
-            owners: SocketOwners::default(),
-            seen: BTreeMap::new(),
-            processes: HashMap::new(),
-            unowned: HashSet::new(),
-        }
+        Discovery { listeners, owners: SocketOwners::default(), seen: BTreeMap::new(), processes: HashMap::new() }
     }
 
     /// Look again: the services listening now, plus those gone for less than LINGER.
     pub fn poll(&mut self) -> Result<Vec<Service>> {
         let mut found: BTreeMap<(L4, u16), Vec<(u32, Family)>> = BTreeMap::new();
+        let mut uids: HashMap<u32, u32> = HashMap::new();
         for l in self.listeners.now()? {
             found.entry((l.l4, l.port)).or_default().push((l.inode, l.family));
+            uids.insert(l.inode, l.uid);
         }
         let now = Instant::now();
         let inodes: Vec<u32> = found.values().flatten().map(|(i, _)| *i).collect();
         if self.owners.follow(&inodes) {
             self.processes.clear();
         }
-        let mut unowned = HashSet::new();
         for ((l4, port), socks) in found {
             for (family, pids) in by_family(&socks, &self.owners.owners) {
                 let key = (l4, port, family);
-                let found: Vec<Owner> = pids.into_iter().map(|p| owner(p, &mut self.processes)).collect();
-                let inodes: Vec<u32> =
-                    socks.iter().filter(|(_, f)| family == Family::Both || *f == family).map(|(i, _)| *i).collect();
-                if found.is_empty() {
-                    unowned.extend(inodes.iter().copied());
-                }
-                let last = self.seen.get(&key).map(|(s, _)| s);
-                if let Some(owners) = holders(found, last, &inodes, &self.unowned) {
-                    self.seen.insert(key, (Service { l4, port, owners, family }, now));
-                }
+                let held: Vec<Owner> = pids.into_iter().map(|p| owner(p, &mut self.processes)).collect();
+                let mut creators: Vec<u32> = socks
+                    .iter()
+                    .filter(|(_, f)| family == Family::Both || *f == family)
+                    .filter_map(|(i, _)| uids.get(i).copied())
+                    .collect();
+                creators.sort_unstable();
+                creators.dedup();
+                let owners = holders(held, self.seen.get(&key).map(|(s, _)| s), &creators);
+                self.seen.insert(key, (Service { l4, port, owners, family }, now));
             }
         }
-        self.unowned = unowned;
         self.seen.retain(|_, (_, at)| now.duration_since(*at) < LINGER);
         Ok(self.seen.values().map(|(s, _)| s.clone()).collect())
     }
 }
 
-/// Who holds a service's sockets this poll, or None to leave the service out
-/// of this poll.
-/// - The processes `found` holding them, when the /proc scan saw any.
-/// - Else the owners seen `last` (within LINGER): the scan raced a close and
-///   a new bind of a service that rebinds its port, and they still hold it.
-/// - Else, for a service never seen with owners, none (it is untrusted, and
-///   its class is `USERS_CLASS`) only if its sockets were already unowned at
-///   the previous poll (`unowned_before`): a kernel socket, or one held in
-///   another mount of /proc. A socket unowned once is most likely one whose
-///   close raced the scan; counted at once, a port that churns would move
-///   between `USERS_CLASS` and its own class.
-fn holders(
-    found: Vec<Owner>,
-    last: Option<&Service>,
-    inodes: &[u32],
-    unowned_before: &HashSet<u32>,
-) -> Option<Vec<Owner>> {
+/// Who holds a service's sockets this poll:
+/// - the processes the /proc scan found holding them;
+/// - else the owners seen last (within LINGER): the scan raced a close and
+///   a new bind of a service that rebinds its port, and they still hold it;
+/// - else, with no process visible holding them (a socket that lived
+///   shorter than the scan, one parked in an unread SCM_RIGHTS message, one
+///   held in another mount of /proc), each socket's creator as the kernel
+///   records it (`creators`: sk_uid, from sock_diag), as an owner with no
+///   process. A uid that is trusted makes the service trusted, one that is
+///   not untrusted, so what a login user parks or churns is theirs, and a
+///   root service whose sockets live shorter than a scan keeps its class
+///   (counted as untrusted at once, it moved between `USERS_CLASS` and its
+///   own class: a CI flake).
+fn holders(found: Vec<Owner>, last: Option<&Service>, creators: &[u32]) -> Vec<Owner> {
     if !found.is_empty() {
-        return Some(found);
+        return found;
     }
-    match last {
-        Some(s) if !s.owners.is_empty() => Some(s.owners.clone()),
-        Some(_) => Some(Vec::new()),
-        None => inodes.iter().all(|i| unowned_before.contains(i)).then(Vec::new),
+    if let Some(s) = last.filter(|s| !s.owners.is_empty()) {
+        return s.owners.clone();
     }
+    let unheld = |uid: u32| Owner {
+        pid: 0,
+        comm: "unknown".into(),
+        nice: Err(format!("no process visible in /proc holds the socket; uid {uid} made it")),
+        uid: Some(uid),
+    };
+    creators.iter().map(|u| unheld(*u)).collect()
 }
 
 /// A socket no process was seen holding is looked for again this long after

@@ -67,24 +67,28 @@ fn an_unowned_socket_is_looked_for_again_only_after_a_while() {
     assert!(rescan_due([1u32].iter(), &HashMap::new(), None, now), "nothing scanned yet");
 }
 
-/// A port that a process binds and closes every few ms: the /proc scan that
-/// follows a new socket often finds it closed already. Counted as held by
-/// no one at once, it went to `USERS_CLASS` and back (a CI flake of
-/// `a_churning_service_neither_crashes_the_daemon_nor_flaps_its_class`).
+/// A port that a process binds and closes every few ms: the /proc scan
+/// that follows a new socket often finds it closed already. Counted as
+/// held by no one, it went to `USERS_CLASS` and back (a CI flake of
+/// `a_churning_service_neither_crashes_the_daemon_nor_flaps_its_class`);
+/// its creator's uid (sk_uid) now says whose it is.
 #[test]
-fn a_socket_unowned_once_waits_a_poll_before_it_counts_as_untrusted() {
+fn a_socket_no_process_holds_is_its_creators() {
+    let logins = (1000, 60000);
     let root = svc(L4::Udp, 7300, &[(10, "python3", Ok(0))]);
-    let none: HashSet<u32> = HashSet::new();
-    let before: HashSet<u32> = [5, 6].into_iter().collect();
     let found = root.owners.clone();
-    assert_eq!(holders(found.clone(), None, &[7], &none), Some(found), "owners found: those");
-    let raced = holders(Vec::new(), Some(&root), &[7], &none);
-    assert_eq!(raced, Some(root.owners.clone()), "no owner found: the ones seen last");
-    assert_eq!(holders(Vec::new(), None, &[7], &before), None, "unowned for the first time: left out");
-    assert_eq!(holders(Vec::new(), None, &[5, 7], &before), None, "one socket of it new");
-    assert_eq!(holders(Vec::new(), None, &[5, 6], &before), Some(Vec::new()), "unowned twice: untrusted");
-    let unowned = svc(L4::Udp, 7300, &[]);
-    assert_eq!(holders(Vec::new(), Some(&unowned), &[9], &none), Some(Vec::new()), "already untrusted stays so");
+    assert_eq!(holders(found.clone(), None, &[0]), found, "owners found: those");
+    assert_eq!(holders(Vec::new(), Some(&root), &[1000]), root.owners, "none found: the ones seen last");
+    let by_uid = |uids: &[u32]| Service { owners: holders(Vec::new(), None, uids), ..root.clone() };
+    let made_by_root = by_uid(&[0]);
+    assert_eq!(made_by_root.untrusted_why(logins), None, "root made it: trusted");
+    let (p, why) = made_by_root.priority_with(logins);
+    assert_eq!(p, NICE_ZERO_PRIORITY, "its nice unknown: {why}");
+    assert!(why.contains("no process visible in /proc holds the socket; uid 0 made it"), "{why}");
+    let why = by_uid(&[1000]).untrusted_why(logins).expect("a login user made it: untrusted");
+    assert_eq!(why, "no process visible in /proc holds the socket; uid 1000 made it, not root or a system user");
+    assert!(by_uid(&[0, 65534]).untrusted_why(logins).is_some(), "one of its sockets nobody's: untrusted");
+    assert!(by_uid(&[]).untrusted_why(logins).is_some(), "no socket, no owner: untrusted");
 }
 
 #[test]
