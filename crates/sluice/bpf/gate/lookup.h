@@ -31,14 +31,6 @@ static __always_inline void cookie_bound(__u32 *off)
 	*off = v;
 }
 
-/* An IPv6 fragment header: next header, reserved, offset (13 bits) and flags, id. */
-struct frag6_hdr {
-	__u8 nexthdr;
-	__u8 reserved;
-	__be16 frag_off;
-	__be32 id;
-};
-
 /* Is this IPv6 packet (header bounds checked) a first fragment whose
  * fragment header follows the fixed one, with protocol `l4` after it? */
 static __always_inline int first_fragment_of(struct ipv6hdr *ip6, void *end, __u8 l4)
@@ -46,7 +38,7 @@ static __always_inline int first_fragment_of(struct ipv6hdr *ip6, void *end, __u
 	struct frag6_hdr *fh = (void *)(ip6 + 1);
 
 	return ip6->nexthdr == IPPROTO_FRAGMENT && (void *)(fh + 1) <= end && fh->nexthdr == l4 &&
-	       !(fh->frag_off & bpf_htons(0xfff8));
+	       !(fh->frag_off & bpf_htons(FRAG6_OFFSET));
 }
 
 /*
@@ -107,6 +99,7 @@ static __always_inline void *lookup_l4(void *data, void *end, __u8 l4, int first
 	cookie_bound(&off);
 	*ip = data + off;
 	h = *ip + (*family == 4 ? sizeof(struct iphdr) : sizeof(struct ipv6hdr));
+	/* (Also bounds the IP header for the verifier, which lost its check in cookie_bound.) */
 	if (h + 8 > end)
 		return NULL;
 	/* Past an IPv6 first fragment's fragment header (l3_for_lookup took it). */

@@ -139,6 +139,17 @@ struct ipv6_opt_hdr_min {
 	__u8 hdrlen;
 };
 
+/* An IPv6 fragment header (8 bytes); frag_off holds the offset in 8-byte
+ * units (FRAG6_OFFSET: not 0 in a non-first fragment) and the M flag. */
+struct frag6_hdr {
+	__u8 nexthdr;
+	__u8 reserved;
+	__be16 frag_off;
+	__be32 id;
+};
+#define FRAG6_OFFSET 0xfff8
+#define FRAG6_MORE 0x0001
+
 static __always_inline int parse_ipv6(void *pos, void *end, struct pkt *pk, int egress)
 {
 	struct ipv6hdr *ip6 = pos;
@@ -176,14 +187,13 @@ static __always_inline int parse_ipv6(void *pos, void *end, struct pkt *pk, int 
 			p += (eh->hdrlen + 2) * 4;
 			break;
 		case IPPROTO_FRAGMENT: {
-			/* 8 bytes: nexthdr, reserved, frag_off (13 bits offset, 2 reserved, M). */
-			__be16 *fo = p + 2;
+			struct frag6_hdr *fh = p;
 
-			if (p + 8 > end)
+			if ((void *)(fh + 1) > end)
 				return PARSE_MALFORMED;
-			nexthdr = eh->nexthdr;
-			pk->frag_id = *(__be32 *)(p + 4);
-			if (*fo & bpf_htons(0xfff8)) {
+			nexthdr = fh->nexthdr;
+			pk->frag_id = fh->id;
+			if (fh->frag_off & bpf_htons(FRAG6_OFFSET)) {
 				/* Its class is its first fragment's where the gate saw
 				 * that (gate/frags.h); else by the next header it names. */
 				pk->fragment = 1;
@@ -191,8 +201,8 @@ static __always_inline int parse_ipv6(void *pos, void *end, struct pkt *pk, int 
 				pk->port = nexthdr;
 				return PARSE_OK;
 			}
-			pk->first_fragment = (*fo & bpf_htons(1)) != 0;
-			p += 8;
+			pk->first_fragment = (fh->frag_off & bpf_htons(FRAG6_MORE)) != 0;
+			p = fh + 1;
 			break;
 		}
 		default:
