@@ -13,6 +13,7 @@ use sluice::bpf_intf::{
     sluice_fair, sluice_known, sluice_src_key, sluice_syn_guard, SLUICE_SYN_DIRECT_V4, SLUICE_SYN_DIRECT_V6,
 };
 use sluice::dataplane::classify;
+use sluice::dataplane::gate::verifier::{verifier_costs, VerifierCost, INSN_LIMIT, STACK_LIMIT};
 use sluice::dataplane::gate::{Clock, Gate, Prog, XDP_DROP, XDP_PASS};
 use sluice::dataplane::share::share;
 use sluice::policy::config::{self, Config, Limit};
@@ -51,6 +52,9 @@ pub struct Report {
     pub sources_held: Option<u64>,
     /// A SYN answered by the gate against a SYN it drops (see [`SynCost`]).
     pub syn: SynCost,
+    /// What the verifier spent on each program at load (none: not read).
+    #[serde(default)]
+    pub verifier: Vec<VerifierCost>,
     pub repeat: u32,
     pub rounds: usize,
 }
@@ -212,6 +216,7 @@ pub fn run(repeat: u32, rounds: usize, progress: bool) -> Result<Report> {
     let source_rows = rows_of(SOURCE_CASES.iter().map(|(name, verdict, _)| (*name, *verdict)), &mut source_cells);
     let noop_min_ns = noop.iter().copied().fold(f64::INFINITY, f64::min);
     let syn = syn_cost(rounds)?;
+    let verifier = verifier_costs()?;
     Ok(Report {
         rules,
         noop_ns: median(&mut noop),
@@ -225,6 +230,7 @@ pub fn run(repeat: u32, rounds: usize, progress: bool) -> Result<Report> {
         repeat,
         rounds,
         syn,
+        verifier,
     })
 }
 
@@ -288,6 +294,14 @@ pub struct SynCost {
     pub answered_ns: f64,
     #[serde(default)]
     pub direct_ns: f64,
+    /// Passed to the kernel by a class that neither answers nor watches
+    /// (`syn_cookies = "off"`), and by one that watches (the default,
+    /// "auto": the socket lookup reads the listener's SYN queue, which has
+    /// room); their difference is what watching costs a SYN with no flood.
+    #[serde(default)]
+    pub passed_ns: Option<f64>,
+    #[serde(default)]
+    pub watched_ns: Option<f64>,
 }
 
 const SYN_CALLS: u32 = 20_000;
@@ -306,10 +320,10 @@ fn syn_frame(port: u16) -> Vec<u8> {
     f
 }
 
-/// A gate whose class "bench" (tcp:`port`) answers SYNs (`answer`, with
-/// the SLUICE_SYN_DIRECT_* families `direct`) or drops them by its rate.
-fn syn_gate(port: u16, answer: bool, direct: u32) -> Result<Gate> {
-    let rate = if answer { "1G" } else { "1" };
+/// A gate whose class "bench" (tcp:`port`) has the SYN guard `guard`, at
+/// a rate that admits everything, or, `drop`, one that drops SYNs the guard does not answer.
+fn syn_gate(port: u16, guard: sluice_syn_guard, drop: bool) -> Result<Gate> {
+    let rate = if drop { "1" } else { "1G" };
     let cfg = config::from_flags(&[format!("bench:rate={rate},burst=1000000,match=tcp:{port}")])?;
     let mut gate = Gate::load()?;
     gate.apply(&cfg, &classify::compile(&cfg)?)?;
@@ -320,7 +334,6 @@ fn syn_gate(port: u16, answer: bool, direct: u32) -> Result<Gate> {
     }
     gate.set_syn_key([0x0123_4567_89ab_cdef, 0xfeed_f00d], 1500);
     gate.set_clock(&Clock { epoch: 1, now_ms: sluice::base::clock::wall_ms(), known_ttl_ms: 3_600_000 });
-    let guard = sluice_syn_guard { answer: u32::from(answer), check_until_ms: u64::MAX, direct };
     gate.set_syn_guard(bench, &guard)?;
     Ok(gate)
 }
@@ -348,26 +361,40 @@ fn syn_cost(rounds: usize) -> Result<SynCost> {
     let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
     let port = listener.local_addr()?.port();
     let syn = syn_frame(port);
-    let (answers, drops) = (syn_gate(port, true, 0)?, syn_gate(port, false, 0)?);
+    let guard = |answer, direct, early| sluice_syn_guard { answer, check_until_ms: u64::MAX, direct, early, _pad: 0 };
+    let (answers, drops) = (syn_gate(port, guard(1, 0, 0), false)?, syn_gate(port, guard(0, 0, 0), true)?);
+    let (passes, watches) = (syn_gate(port, guard(0, 0, 0), false)?, syn_gate(port, guard(0, 0, 1), false)?);
     // A direct class: the wildcard listener the daemon would have found,
     // and the bits of 1,000 other client addresses holding sockets (syn_peers).
     let wildcard = std::net::TcpListener::bind("0.0.0.0:0")?;
     let direct_syn = syn_frame(wildcard.local_addr()?.port());
-    let directs = syn_gate(wildcard.local_addr()?.port(), true, SLUICE_SYN_DIRECT_V4 | SLUICE_SYN_DIRECT_V6)?;
+    let both = SLUICE_SYN_DIRECT_V4 | SLUICE_SYN_DIRECT_V6;
+    let directs = syn_gate(wildcard.local_addr()?.port(), guard(1, both, 0), false)?;
     let held = (0..1000u32).map(|i| peer_key(std::net::Ipv4Addr::from(0x0a01_0000 + i).into())).collect();
     directs.set_syn_peer_words(&peer_words(&held))?;
     drops.test_run(Prog::Gate, &syn, 2_000_000)?; // drain the burst
     let floor = Generator::load()?;
     let (mut noop, mut dropped, mut answered, mut direct) = (vec![], vec![], vec![], vec![]);
+    let (mut passed, mut watched) = (vec![], vec![]);
     for _ in 0..rounds.min(7) {
         noop.push(per_call(|p, n| floor.noop_run(p, n), &syn, XDP_PASS)?);
         dropped.push(per_call(|p, n| Ok(drops.test_run(Prog::Gate, p, n)?), &syn, XDP_DROP)?);
         answered.push(per_call(|p, n| Ok(answers.test_run(Prog::Gate, p, n)?), &syn, XDP_TX)?);
         direct.push(per_call(|p, n| Ok(directs.test_run(Prog::Gate, p, n)?), &direct_syn, XDP_TX)?);
+        passed.push(per_call(|p, n| Ok(passes.test_run(Prog::Gate, p, n)?), &syn, XDP_PASS)?);
+        watched.push(per_call(|p, n| Ok(watches.test_run(Prog::Gate, p, n)?), &syn, XDP_PASS)?);
     }
     let direct_ns = median(&mut direct);
     let answered_ns = median(&mut answered);
-    Ok(SynCost { noop_ns: median(&mut noop), dropped_ns: median(&mut dropped), answered_ns, direct_ns })
+    let (passed_ns, watched_ns) = (Some(median(&mut passed)), Some(median(&mut watched)));
+    Ok(SynCost {
+        noop_ns: median(&mut noop),
+        dropped_ns: median(&mut dropped),
+        answered_ns,
+        direct_ns,
+        passed_ns,
+        watched_ns,
+    })
 }
 
 /// The per-source cases: (name, verdict, how the class is set up).
@@ -557,6 +584,25 @@ pub fn render(r: &Report) -> String {
         answer / drop.max(1e-9),
         direct / drop.max(1e-9)
     );
+    let ns = |v: Option<f64>| v.map_or("not measured".to_string(), |v| format!("{v:.0} ns"));
+    let _ = writeln!(
+        o,
+        "a SYN passed to the kernel: by a class that does not watch its listeners {}, by one that does (the \
+         default: the socket lookup reads the listener's SYN queue, which has room) {}; watching costs a SYN {}",
+        ns(y.passed_ns),
+        ns(y.watched_ns),
+        ns(y.watched_ns.zip(y.passed_ns).map(|(w, p)| w - p)),
+    );
+    for c in &r.verifier {
+        let _ = writeln!(
+            o,
+            "verifier: {} processed {} insns ({:.0}% of {INSN_LIMIT}); stack {} (a call chain's frames share {STACK_LIMIT} bytes)",
+            c.program,
+            c.insns,
+            c.insns as f64 * 100.0 / INSN_LIMIT as f64,
+            c.stack.iter().map(u32::to_string).collect::<Vec<_>>().join("+"),
+        );
+    }
     let mib =
         |b: Option<u64>| b.map_or("not measured".to_string(), |b| format!("{:.1} MiB", b as f64 / (1 << 20) as f64));
     let _ = writeln!(

@@ -309,17 +309,19 @@ int sluice_gate(struct xdp_md *ctx)
 	/* A stale guard answers nothing: the segment goes on to the bucket. */
 	if (g && daemon_stalled(st))
 		g = 0;
-	enum syn_answered answered = g ? syn_answer(ctx, g->direct) : SYN_NOT_ANSWERED;
+	enum syn_answered answered = g ? syn_answer(ctx, g->answer, g->direct) : SYN_NOT_ANSWERED;
 
 	if (answered != SYN_NOT_ANSWERED) {
 		verdict_add(st, SLUICE_CS_SYNACK_PKTS, bytes);
 		if (answered == SYN_DIRECT)
 			st->cnt[SLUICE_CS_SYNACK_DIRECT] += 1;
+		else if (answered == SYN_EARLY)
+			note_early(cls);
 		return XDP_TX;
 	}
 	/* While the guard answers: a SYN its headers kept it from answering
 	 * (ODD_L3 in synack.h), an ACK or RST of no connection. */
-	if ((g && pk.odd_l3) || no_connection(ctx, &pk, cls)) {
+	if ((g && g->answer && pk.odd_l3) || no_connection(ctx, &pk, cls)) {
 		if (daemon_stalled(st))
 			return stale_pass(st, bytes);
 		if (pk.odd_l3)
@@ -444,7 +446,8 @@ int sluice_learn(struct __sk_buff *skb)
 
 /*
  * The cookie checker (TC, tcx ingress of the gate's interface): an ACK to a
- * class whose SYN guard is on (or was, within a cookie's life) that finds
+ * class whose SYN guard is on, or whose SYNs the gate answered early
+ * (or did, within a cookie's life: syn_guard, syn_early), that finds
  * only a listening socket is checked for a gate cookie. A valid one gets a
  * request socket with the options the cookie kept (the listener then
  * completes the connection as for its own cookie); any other goes on to
@@ -463,8 +466,8 @@ int sluice_cookie_ack(struct __sk_buff *skb)
 	enum cookie_verdict ok;
 
 	__u32 kfunc = bpf_sk_assign_tcp_reqsk ? 1 : 2;
-	__u32 zero = 0;
-	__u64 *until;
+	__u32 zero = 0, any = SLUICE_CLASS_IDS;
+	__u64 *until, *early;
 
 	/* Written once: a word every CPU only reads stays in every cache. */
 	if (cookie_kfunc != kfunc)
@@ -473,7 +476,8 @@ int sluice_cookie_ack(struct __sk_buff *skb)
 		return TC_ACT_OK; /* a kernel before 6.9: the daemon never turns answering on */
 	/* No class's guard checks ACKs now (the usual case): nothing to parse. */
 	until = bpf_map_lookup_elem(&syn_guard_any, &zero);
-	if (!until || *until < settings.now_ms)
+	early = bpf_map_lookup_elem(&syn_early, &any);
+	if ((!until || *until < settings.now_ms) && (!early || *early < settings.now_ms))
 		return TC_ACT_OK;
 	if (parse(data, end, &pk, 0) != PARSE_OK || pk.slot != SLUICE_SLOT_TCP ||
 	    (pk.tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_ACK | TCP_FLAG_RST)) != TCP_FLAG_ACK)
@@ -481,7 +485,8 @@ int sluice_cookie_ack(struct __sk_buff *skb)
 	gen = tables_in_force();
 	cls = classify(&pk, gen, settings.verdicts[gen].default_class) & (SLUICE_CLASS_IDS - 1);
 	g = bpf_map_lookup_elem(&syn_guard, &cls);
-	if (!g || g->check_until_ms < settings.now_ms)
+	early = bpf_map_lookup_elem(&syn_early, &cls);
+	if ((!g || g->check_until_ms < settings.now_ms) && (!early || *early < settings.now_ms))
 		return TC_ACT_OK;
 	th = cookie_tcp(data, end, &l3, &family);
 	if (!th)

@@ -93,6 +93,8 @@ struct sock {
 	struct {
 		__u32 val;
 	} sk_uid;
+	/* A listener's backlog: listen(2)'s, capped at net.core.somaxconn. */
+	__u32 sk_max_ack_backlog;
 } __attribute__((preserve_access_index));
 
 /* UDP moves the receive queue to this one in a batch when a reader empties it. */
@@ -112,12 +114,30 @@ struct bpf_iter__udp {
 	struct udp_sock *udp_sk;
 } __attribute__((preserve_access_index));
 
+struct inet_sock {
+	struct sock sk;
+} __attribute__((preserve_access_index));
+
+/* A listener's SYN queue: qlen counts its request sockets (half-open handshakes). */
+struct request_sock_queue {
+	struct {
+		int counter;
+	} qlen;
+} __attribute__((preserve_access_index));
+
+struct inet_connection_sock {
+	struct inet_sock icsk_inet;
+	struct request_sock_queue icsk_accept_queue;
+} __attribute__((preserve_access_index));
+
 /*
- * The TCP socket, for MPTCP's mark alone: the kernel refuses a gate cookie's
- * request socket to an MPTCP listener. A kernel built without MPTCP has no
- * such field (bpf_core_field_exists says so).
+ * The TCP socket: a listener's SYN queue and backlog (inet_conn), and
+ * MPTCP's mark: the kernel refuses a gate cookie's request socket to an
+ * MPTCP listener. A kernel built without MPTCP has no such field
+ * (bpf_core_field_exists says so).
  */
 struct tcp_sock {
+	struct inet_connection_sock inet_conn;
 	__u8 is_mptcp;
 } __attribute__((preserve_access_index));
 

@@ -552,7 +552,30 @@ struct sluice_syn_guard {
 	__u64 check_until_ms; /* gate clock: ACKs to the class's listeners are checked for a gate cookie until then */
 	__u32 answer;         /* 1: the gate answers the class's SYNs with cookie SYN-ACKs */
 	__u32 direct;         /* SLUICE_SYN_DIRECT_*: which answered SYNs skip the socket lookup (below) */
+	__u32 early;          /* 1: while not answering, answer a SYN whose listener's queue is filling (below) */
+	__u32 _pad;
 };
+
+/*
+ * Early answers: the guard of an "auto" class (the default) watches while
+ * it does not answer. The daemon's guard engages at a tick (every 10 ms
+ * at most) once the kernel shows SYN pressure, and at 130k SYNs/s a
+ * listener's queue of 512 overflows in 4 ms: the kernel then sends its
+ * own cookies, and the flood's first SYNs sit in the queue as request
+ * sockets for a minute of SYN-ACK retries. Instead, with `early` set, the
+ * gate looks each SYN's listener up and answers it with a cookie when the
+ * listener holds half its backlog or more in request sockets (the kernel's
+ * own test, inet_csk_reqsk_queue_is_full, at half: gate/synack.h,
+ * listener_filling). No flood: request sockets last a round trip, the
+ * queue never gets there, and the SYN goes to the kernel after one socket
+ * lookup. A SYN answered so is counted SYN-ACK as any other, and sets the
+ * class's entry in syn_early (and its last, the latest of all) to when
+ * the checker stops looking at its ACKs; the daemon's guard, seeing the
+ * gate answer, engages (`policy::syn_guard`). Up to a NAPI batch of SYNs
+ * (64) passes the gate before the kernel makes their request sockets: a
+ * listener with a backlog under 128 can still overflow at a flood's start.
+ */
+#define SLUICE_SYN_CHECK_MS (2 * SLUICE_COOKIE_SLOT_MS) /* a cookie is valid in its slot and the next */
 
 /*
  * The socket lookup of an answered SYN, only where it decides something.

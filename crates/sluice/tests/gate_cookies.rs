@@ -246,7 +246,8 @@ fn a_direct_guard_skips_the_lookup_except_for_a_client_holding_a_socket() {
     let now = sluice::base::clock::wall_ms();
     let (l, port) = listener();
     let g = guarded(port, now);
-    let direct = |bits| sluice_syn_guard { answer: 1, check_until_ms: now + 200_000, direct: bits };
+    let direct =
+        |bits| sluice_syn_guard { answer: 1, check_until_ms: now + 200_000, direct: bits, ..Default::default() };
     g.gate.set_syn_guard(g.class("web"), &direct(SLUICE_SYN_DIRECT_V4)).unwrap();
     let client = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     let (served, _) = l.accept().unwrap();

@@ -290,6 +290,51 @@ fn under_a_syn_flood_the_gate_answers_and_clients_still_connect() {
     assert!(after.synack_direct > after.synack_pkts / 2, "most answered without the lookup: {after:?}");
 }
 
+/// TcpExt counters of B (the server's namespace), by name.
+fn tcp_ext(tb: &Testbed, names: [&str; 3]) -> [u64; 3] {
+    let out = tb.cmd(&tb.b, &["cat", "/proc/net/netstat"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    names.map(|n| sluice::signals::kernel::proc_counter(&text, "TcpExt:", n))
+}
+
+/// Zero config, from the flood's first SYNs: the gate answers once the
+/// listener's SYN queue holds half its backlog (bpf/sluice.h,
+/// SLUICE_SYN_CHECK_MS), not at the daemon's next tick, so the kernel never
+/// sends a cookie of its own nor drops a SYN; downloads during the flood
+/// arrive whole. Before (208d568), the queue of 128 (std's listen backlog)
+/// overflowed before the daemon engaged the guard: the kernel sent cookies.
+#[test]
+fn a_syn_flood_is_answered_by_the_gate_from_its_first_syns() {
+    let mut tb = Testbed::new();
+    peer_xdp(&mut tb);
+    // A route to the flood's sources, as a server's default route is: without
+    // one the kernel drops each SYN it gets (ListenDrops) and its SYN queue never fills.
+    let route = tb.cmd(&tb.b, &["ip", "route", "add", "10.200.0.0/16", "dev", tb.if_b]).status().unwrap();
+    assert!(route.success(), "ip route add in B");
+    let _seen = serve(&tb, PORT, 60.0);
+    tb.start_gate(&["--class", &format!("web:match=tcp:{PORT}")]);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(curl(&tb), Some(BODY as u64));
+    assert_eq!(web(&tb).synack_pkts, 0, "no flood: the kernel answered");
+    let names = ["SyncookiesSent", "ListenOverflows", "ListenDrops"];
+    let before = tcp_ext(&tb, names);
+    let stop = Arc::new(AtomicBool::new(false));
+    let sender = flood(&tb, SYN, 20.0, stop.clone());
+    std::thread::sleep(Duration::from_millis(500));
+    let ok = (0..3).filter(|_| curl(&tb) == Some(BODY as u64)).count();
+    stop.store(true, Ordering::Relaxed);
+    let sent = sender.join().unwrap();
+    let after = tcp_ext(&tb, names);
+    let t = web(&tb);
+
+    println!("flood: {sent} SYNs sent; the gate answered {}; kernel {names:?} {before:?} -> {after:?}", t.synack_pkts);
+    assert!(t.synack_pkts > sent / 2, "the gate answered the flood: {t:?}");
+    assert_eq!(after[..2], before[..2], "the kernel sent no cookie of its own, its queue never overflowed: {names:?}");
+    // A few the kernel drops on its own (a SYN racing its request socket's expiry): not the queue's.
+    assert!(after[2] - before[2] <= sent / 1000, "ListenDrops {before:?} -> {after:?} of {sent} SYNs");
+    assert_eq!(ok, 3, "every download during the flood arrived whole ({t:?})");
+}
+
 /// Zero config: a flood of ACKs (then, on a fresh testbed, of RSTs) of no
 /// connection to the open port, with no SYN flood at all, engages the guard
 /// from the kernel's drops (TCP_FLAGS, TCP_RESET); the gate then drops them

@@ -83,6 +83,15 @@ struct {
 	__type(value, __u64);
 } asked SEC(".maps");
 
+/* The FIB lookup's 64 bytes (gate/synack.h, routed_through), off the stack:
+ * the SYN paths' global functions share the 512 bytes with the gate's frame. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct bpf_fib_lookup);
+} fib_scratch SEC(".maps");
+
 /* Each TCP class's SYN guard (syncookie.h), written by the daemon. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -109,6 +118,16 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 } syn_guard_any SEC(".maps");
+
+/* The gate's own check times, written when it answers a SYN early (the
+ * class's guard watching, not answering: struct sluice_syn_guard): each
+ * class's, and at SLUICE_CLASS_IDS the latest of all. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, SLUICE_CLASS_IDS + 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} syn_early SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

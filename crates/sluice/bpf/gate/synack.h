@@ -17,6 +17,35 @@
  */
 #define SYNACK_TCP_LEN 40 /* the SYN-ACK's TCP header: 20 bytes and 20 of options */
 
+/*
+ * A segment's addresses, options and socket lookup tuple while syn_answer
+ * or segment_of_no_connection looks at it, off the stack: these global
+ * functions' frames add to the gate's own within the verifier's 512 bytes
+ * (as fib_scratch in gate/maps.h). One per CPU; neither runs inside the other.
+ */
+struct seg_scratch {
+	struct cookie_addrs a;
+	struct syn_opts o;
+	struct bpf_sock_tuple tuple;
+};
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct seg_scratch);
+} seg_scratch SEC(".maps");
+
+/* This CPU's seg_scratch, zeroed (NULL: never, for an array's one key). */
+static __always_inline struct seg_scratch *scratch(void)
+{
+	__u32 zero = 0;
+	struct seg_scratch *sc = bpf_map_lookup_elem(&seg_scratch, &zero);
+
+	if (sc)
+		__builtin_memset(sc, 0, sizeof(*sc));
+	return sc;
+}
+
 /* The address families of struct bpf_fib_lookup (sys/socket.h's, which BPF code does not include). */
 #define SL_AF_INET 2
 #define SL_AF_INET6 10
@@ -50,6 +79,27 @@ static __always_inline int is_mptcp(struct bpf_sock *skc)
 		return 0; /* a kernel without MPTCP */
 	tp = bpf_skc_to_tcp_sock(skc);
 	return tp && tp->is_mptcp;
+}
+
+/*
+ * Does this listener hold half its backlog or more in request sockets
+ * (half-open handshakes)? The kernel answers a SYN with its own cookie once
+ * they pass the backlog (inet_csk_reqsk_queue_is_full); at half, a flood
+ * is filling the queue (a service's own clients hold a request socket for
+ * one round trip each), and the gate answers from there on, before the
+ * kernel has to (SLUICE_SYN_EARLY, bpf/sluice.h). A listener with backlog
+ * 0 counts from its first request socket.
+ */
+static __always_inline int listener_filling(struct bpf_sock *skc)
+{
+	struct tcp_sock *tp = bpf_skc_to_tcp_sock(skc);
+	__u32 qlen, backlog;
+
+	if (!tp)
+		return 0;
+	qlen = tp->inet_conn.icsk_accept_queue.qlen.counter;
+	backlog = tp->inet_conn.icsk_inet.sk.sk_max_ack_backlog;
+	return qlen && 2 * qlen >= backlog;
 }
 
 /* A client address's bit in each half of syn_peers (IPv4 hashed as ::ffff:a.b.c.d). */
@@ -98,25 +148,33 @@ enum lookup_found {
 	FOUND_NONE = 0,     /* no socket: a closed port (the kernel's RST) */
 	FOUND_LISTENER = 1, /* the listener itself (one that takes a gate cookie, if asked) */
 	FOUND_OTHER = 2,    /* another socket of the 4-tuple (open, half-open, TIME_WAIT), or an MPTCP listener */
+	FOUND_ROOMY = 3,    /* for an early SYN: the listener, its SYN queue not filling (listener_filling) */
+};
+
+/* What a lookup is for. */
+enum lookup_for {
+	FOR_SEGMENT = 0,   /* an ACK or RST while the guard answers (no_connection) */
+	FOR_SYN = 1,       /* a SYN the guard answers: the listener must take a gate cookie (not MPTCP's) */
+	FOR_EARLY_SYN = 2, /* the same, the guard only watching: and its SYN queue must be filling */
 };
 
 /*
  * Look a segment's 4-tuple up. For a SYN the lookup decides (struct
  * sluice_syn_guard says where the daemon and syn_peers decide instead),
  * the gate answers only when it finds the listener, and only one that
- * takes a gate cookie (`for_cookie`: not MPTCP's). Another socket is found
+ * takes a gate cookie (FOR_SYN: not MPTCP's). Another socket is found
  * for a SYN that reuses the 4-tuple of one in TIME_WAIT (a client cycling
  * connections fast): the kernel must take that SYN, as only it can retire
  * the old socket (a cookie's ACK would meet the TIME_WAIT socket and never
  * open the connection). None is found for a closed port: the kernel's RST.
  * A client whose segment finds another socket gets its bit in syn_peers.
  */
-static __always_inline enum lookup_found look_up(struct xdp_md *ctx, const struct cookie_addrs *a,
-						 const struct tcphdr *th, int for_cookie)
+static __always_inline enum lookup_found look_up(struct xdp_md *ctx, struct seg_scratch *sc, const struct tcphdr *th,
+						 enum lookup_for why)
 {
-	struct bpf_sock_tuple tuple = {};
-	__u32 size = cookie_tuple(a, th->source, th->dest, &tuple);
-	struct bpf_sock *skc = bpf_skc_lookup_tcp(ctx, &tuple, size, BPF_F_CURRENT_NETNS, 0);
+	const struct cookie_addrs *a = &sc->a;
+	__u32 size = cookie_tuple(a, th->source, th->dest, &sc->tuple);
+	struct bpf_sock *skc = bpf_skc_lookup_tcp(ctx, &sc->tuple, size, BPF_F_CURRENT_NETNS, 0);
 	enum lookup_found found;
 
 	if (!skc)
@@ -125,7 +183,9 @@ static __always_inline enum lookup_found look_up(struct xdp_md *ctx, const struc
 		found = FOUND_OTHER;
 		syn_peer_mark(a);
 	} else {
-		found = for_cookie && is_mptcp(skc) ? FOUND_OTHER : FOUND_LISTENER;
+		found = why != FOR_SEGMENT && is_mptcp(skc) ? FOUND_OTHER : FOUND_LISTENER;
+		if (why == FOR_EARLY_SYN && found == FOUND_LISTENER && !listener_filling(skc))
+			found = FOUND_ROOMY;
 	}
 	bpf_sk_release(skc);
 	return found;
@@ -142,25 +202,30 @@ static __always_inline enum lookup_found look_up(struct xdp_md *ctx, const struc
  */
 static __always_inline int routed_through(struct xdp_md *ctx, const struct cookie_addrs *a, const struct tcphdr *th)
 {
-	struct bpf_fib_lookup p = {};
+	__u32 zero = 0;
+	struct bpf_fib_lookup *p;
 	long ret;
 
 	if (!(settings.syn_allow & (a->family == 4 ? SLUICE_SYN_ROUTES_V4 : SLUICE_SYN_ROUTES_V6)))
 		return 0;
-	p.ifindex = ctx->ingress_ifindex;
-	p.l4_protocol = IPPROTO_TCP;
-	p.sport = th->source;
-	p.dport = th->dest;
+	p = bpf_map_lookup_elem(&fib_scratch, &zero);
+	if (!p)
+		return 0;
+	__builtin_memset(p, 0, sizeof(*p));
+	p->ifindex = ctx->ingress_ifindex;
+	p->l4_protocol = IPPROTO_TCP;
+	p->sport = th->source;
+	p->dport = th->dest;
 	if (a->family == 4) {
-		p.family = SL_AF_INET;
-		p.ipv4_src = a->words[0];
-		p.ipv4_dst = a->words[1];
+		p->family = SL_AF_INET;
+		p->ipv4_src = a->words[0];
+		p->ipv4_dst = a->words[1];
 	} else {
-		p.family = SL_AF_INET6;
-		__builtin_memcpy(p.ipv6_src, &a->words[0], 16);
-		__builtin_memcpy(p.ipv6_dst, &a->words[4], 16);
+		p->family = SL_AF_INET6;
+		__builtin_memcpy(p->ipv6_src, &a->words[0], 16);
+		__builtin_memcpy(p->ipv6_dst, &a->words[4], 16);
 	}
-	ret = bpf_fib_lookup(ctx, &p, sizeof(p), BPF_FIB_LOOKUP_SKIP_NEIGH);
+	ret = bpf_fib_lookup(ctx, p, sizeof(*p), BPF_FIB_LOOKUP_SKIP_NEIGH);
 	return ret == BPF_FIB_LKUP_RET_SUCCESS || ret == BPF_FIB_LKUP_RET_NO_NEIGH || ret == BPF_FIB_LKUP_RET_FRAG_NEEDED;
 }
 
@@ -191,16 +256,15 @@ extern struct nf_conn *bpf_skb_ct_lookup(struct __sk_buff *skb_ctx, struct bpf_s
 extern void bpf_ct_release(struct nf_conn *ct) __ksym __weak;
 
 /* Does conntrack hold a connection of this segment's 4-tuple (XDP)? */
-static __always_inline int xdp_tracked(struct xdp_md *ctx, const struct cookie_addrs *a, const struct tcphdr *th)
+static __always_inline int xdp_tracked(struct xdp_md *ctx, struct seg_scratch *sc, const struct tcphdr *th)
 {
 	struct bpf_ct_opts___sl opts = { .netns_id = BPF_F_CURRENT_NETNS, .l4proto = IPPROTO_TCP };
-	struct bpf_sock_tuple tuple = {};
-	__u32 size = cookie_tuple(a, th->source, th->dest, &tuple);
+	__u32 size = cookie_tuple(&sc->a, th->source, th->dest, &sc->tuple);
 	struct nf_conn *ct;
 
 	if (!bpf_xdp_ct_lookup || !bpf_ct_release)
 		return 0;
-	ct = bpf_xdp_ct_lookup(ctx, &tuple, size, &opts, sizeof(opts));
+	ct = bpf_xdp_ct_lookup(ctx, &sc->tuple, size, &opts, sizeof(opts));
 	if (!ct)
 		return 0;
 	bpf_ct_release(ct);
@@ -322,11 +386,19 @@ enum syn_answered {
 	SYN_NOT_ANSWERED = 0, /* the SYN goes the normal way */
 	SYN_LOOKED_UP = 1,    /* answered after the socket lookup found the listener */
 	SYN_DIRECT = 2,       /* answered without the lookup (struct sluice_syn_guard) */
+	SYN_EARLY = 3,        /* the guard does not answer, the listener's SYN queue was filling (SLUICE_SYN_EARLY) */
 };
 
 /*
  * Answer a SYN with a cookie SYN-ACK built in its own frame (the caller
- * returns XDP_TX); `direct` is the class's guard's SLUICE_SYN_DIRECT_*.
+ * returns XDP_TX), for a class whose guard answers (`answer`, with
+ * `direct` its SLUICE_SYN_DIRECT_* families that skip the lookup), or only
+ * watches (answer 0; `early` in struct sluice_syn_guard): the SYN is then
+ * answered only if the lookup finds its listener's SYN queue filling
+ * (listener_filling). Returns an enum syn_answered.
+ * A global function: the verifier checks it once, on its own, rather than
+ * once for each way through the parser that reaches it (the gate was at
+ * 900k of the verifier's 1M instructions with it inlined).
  * The SYN goes the normal way (SYN_NOT_ANSWERED) for a header the cookie
  * paths do not take, no gate clock or key yet, a frame that cannot be
  * resized, a SYN the kernel would forward to another machine
@@ -334,12 +406,11 @@ enum syn_answered {
  * it (see look_up). A SYN's data, if any, is not kept (the client sends it
  * again, as after the kernel's own cookies).
  */
-static __always_inline enum syn_answered syn_answer(struct xdp_md *ctx, __u32 direct)
+__noinline int syn_answer(struct xdp_md *ctx, __u32 answer, __u32 direct)
 {
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
-	struct cookie_addrs a = {};
-	struct syn_opts o = {};
+	struct seg_scratch *sc;
 	__u64 slot = cookie_slot();
 	__u32 family = 0, iplen, isn, cookie, bits, len;
 	__be16 cport, sport;
@@ -349,39 +420,61 @@ static __always_inline enum syn_answered syn_answer(struct xdp_md *ctx, __u32 di
 
 	if (!slot || !(settings.syn_key[0] | settings.syn_key[1]))
 		return SYN_NOT_ANSWERED;
+	sc = scratch();
+	if (!sc)
+		return SYN_NOT_ANSWERED;
 	th = cookie_tcp(data, end, &l3, &family);
 	if (!th || th->doff < 5)
 		return SYN_NOT_ANSWERED;
 	iplen = family == 4 ? sizeof(struct iphdr) : sizeof(struct ipv6hdr);
 	if ((void *)th - data > COOKIE_L3_MAX + sizeof(struct ipv6hdr))
 		return SYN_NOT_ANSWERED;
-	cookie_addrs_of(data + l3, family, &a);
-	if (routed_through(ctx, &a, th))
+	cookie_addrs_of(data + l3, family, &sc->a);
+	if (routed_through(ctx, &sc->a, th))
 		return SYN_NOT_ANSWERED;
-	skip = (direct & (family == 4 ? SLUICE_SYN_DIRECT_V4 : SLUICE_SYN_DIRECT_V6)) && !syn_peer_held(&a);
-	if (!skip && look_up(ctx, &a, th, 1) != FOUND_LISTENER)
+	skip = answer && (direct & (family == 4 ? SLUICE_SYN_DIRECT_V4 : SLUICE_SYN_DIRECT_V6)) && !syn_peer_held(&sc->a);
+	if (!skip && look_up(ctx, sc, th, answer ? FOR_SYN : FOR_EARLY_SYN) != FOUND_LISTENER)
 		return SYN_NOT_ANSWERED;
-	syn_opts_read(data, end, (void *)(th + 1) - data, (void *)th - data + th->doff * 4, &o);
-	syn_opts_allowed(&o);
+	syn_opts_read(data, end, (void *)(th + 1) - data, (void *)th - data + th->doff * 4, &sc->o);
+	syn_opts_allowed(&sc->o);
 	isn = bpf_ntohl(th->seq);
 	cport = th->source;
 	sport = th->dest;
-	bits = cookie_data(&o, family) | ((slot & 1) ? COOKIE_SLOT_BIT : 0);
-	cookie = cookie_make(&a, cport, sport, isn, bits, slot);
+	bits = cookie_data(&sc->o, family) | ((slot & 1) ? COOKIE_SLOT_BIT : 0);
+	cookie = cookie_make(&sc->a, cport, sport, isn, bits, slot);
 	len = l3 + iplen + SYNACK_TCP_LEN;
 	if (len != end - data && bpf_xdp_adjust_tail(ctx, (int)len - (int)(end - data)))
 		return SYN_NOT_ANSWERED; /* a Linux SYN is the SYN-ACK's size already */
 	data = (void *)(long)ctx->data;
 	end = (void *)(long)ctx->data_end;
-	if (!(family == 4 ? synack_v4(data, end, l3, &o, cport, sport, isn, cookie)
-			  : synack_v6(data, end, l3, &o, cport, sport, isn, cookie)))
+	if (!(family == 4 ? synack_v4(data, end, l3, &sc->o, cport, sport, isn, cookie)
+			  : synack_v6(data, end, l3, &sc->o, cport, sport, isn, cookie)))
 		return SYN_NOT_ANSWERED;
-	return skip ? SYN_DIRECT : SYN_LOOKED_UP;
+	return !answer ? SYN_EARLY : skip ? SYN_DIRECT : SYN_LOOKED_UP;
 }
 
 /*
- * The guard of this SYN's class if the gate answers it (a class whose
- * guard says answer, a client not known or over its own rate), else NULL.
+ * A SYN of class `cls` was answered early (SYN_EARLY): the checker looks at
+ * the class's ACKs for SLUICE_SYN_CHECK_MS from now (syn_early; written at
+ * most once a second per class, and the latest of all beside it).
+ */
+static __always_inline void note_early(__u32 cls)
+{
+	__u32 any = SLUICE_CLASS_IDS;
+	__u64 until = settings.now_ms + SLUICE_SYN_CHECK_MS;
+	__u64 *mine = bpf_map_lookup_elem(&syn_early, &cls);
+	__u64 *all = bpf_map_lookup_elem(&syn_early, &any);
+
+	if (mine && *mine + 1000 < until)
+		*mine = until;
+	if (all && *all + 1000 < until)
+		*all = until;
+}
+
+/*
+ * The guard of this SYN's class if the gate may answer it (a class whose
+ * guard answers, or watches its listeners' SYN queues: SLUICE_SYN_EARLY;
+ * a client not known or over its own rate), else NULL.
  */
 static __always_inline struct sluice_syn_guard *syn_guarded(const struct pkt *pk, __u32 gen, __u32 cls,
 							    struct sluice_class_state *st)
@@ -394,7 +487,8 @@ static __always_inline struct sluice_syn_guard *syn_guarded(const struct pkt *pk
 	if (pk->tcp_flags & (TCP_FLAG_RST | TCP_FLAG_FIN))
 		return NULL; /* SYN+FIN, SYN+RST: the normal way (the kernel refuses them) */
 	g = bpf_map_lookup_elem(&syn_guard, &cls);
-	if (!g || !g->answer || settings.verdicts[gen].observe || !(settings.syn_allow & SLUICE_SYN_COOKIES))
+	if (!g || !(g->answer || g->early) || settings.verdicts[gen].observe ||
+	    !(settings.syn_allow & SLUICE_SYN_COOKIES))
 		return NULL; /* tcp_syncookies = 0: the listener would ignore the cookie's request socket */
 	/* A known client takes the kernel's own path, with every option it
 	 * offered, within its own rate (as in the known tier): past it, or
@@ -419,6 +513,40 @@ static __always_inline int ack_has_cookie(void *ip, struct tcphdr *th, const str
 	if (a->family == 4)
 		return bpf_tcp_raw_check_syncookie_ipv4(ip, th) == 0;
 	return bpf_tcp_raw_check_syncookie_ipv6(ip, th) == 0;
+}
+
+/*
+ * The lookups of no_connection (below) for an ACK (`rst` 0) or RST of a
+ * class whose guard answers: 1 if it belongs to no connection. A global
+ * function, as syn_answer (the verifier checks it once, and its frame is
+ * not the gate's).
+ */
+__noinline int segment_of_no_connection(struct xdp_md *ctx, __u32 rst)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	struct seg_scratch *sc = scratch();
+	struct tcphdr *th;
+	__u32 family = 0, l3;
+	void *ip;
+
+	if (!sc)
+		return 0;
+	th = cookie_tcp(data, end, &l3, &family);
+	if (!th)
+		return 0;
+	ip = data + l3;
+	if (ip + sizeof(struct ipv6hdr) > end)
+		return 0;
+	cookie_addrs_of(ip, family, &sc->a);
+	if (routed_through(ctx, &sc->a, th) || look_up(ctx, sc, th, FOR_SEGMENT) != FOUND_LISTENER)
+		return 0;
+	if (!rst && ack_has_cookie(ip, th, &sc->a)) {
+		syn_peer_mark(&sc->a); /* the connection the cookie opens */
+		return 0;
+	}
+	/* Last, for what the rest would drop: a NATed connection's segments. */
+	return !xdp_tracked(ctx, sc, th);
 }
 
 /*
@@ -451,13 +579,7 @@ static __always_inline int ack_has_cookie(void *ip, struct tcphdr *th, const str
  */
 static __always_inline int no_connection(struct xdp_md *ctx, const struct pkt *pk, __u32 cls)
 {
-	void *data = (void *)(long)ctx->data;
-	void *end = (void *)(long)ctx->data_end;
 	struct sluice_syn_guard *g;
-	struct cookie_addrs a = {};
-	struct tcphdr *th;
-	__u32 family = 0, l3;
-	void *ip;
 
 	if (pk->slot != SLUICE_SLOT_TCP || (pk->tcp_flags & TCP_FLAG_SYN) ||
 	    !(pk->tcp_flags & (TCP_FLAG_ACK | TCP_FLAG_RST)))
@@ -467,21 +589,7 @@ static __always_inline int no_connection(struct xdp_md *ctx, const struct pkt *p
 		return 0;
 	if (pk->odd_l3)
 		return 1; /* ODD_L3, above */
-	th = cookie_tcp(data, end, &l3, &family);
-	if (!th)
-		return 0;
-	ip = data + l3;
-	if (ip + sizeof(struct ipv6hdr) > end)
-		return 0;
-	cookie_addrs_of(ip, family, &a);
-	if (routed_through(ctx, &a, th) || look_up(ctx, &a, th, 0) != FOUND_LISTENER)
-		return 0;
-	if (!(pk->tcp_flags & TCP_FLAG_RST) && ack_has_cookie(ip, th, &a)) {
-		syn_peer_mark(&a); /* the connection the cookie opens */
-		return 0;
-	}
-	/* Last, for what the rest would drop: a NATed connection's segments. */
-	return !xdp_tracked(ctx, &a, th);
+	return segment_of_no_connection(ctx, pk->tcp_flags & TCP_FLAG_RST);
 }
 
 #endif /* SLUICE_GATE_SYNACK_H */

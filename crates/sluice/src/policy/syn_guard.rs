@@ -4,8 +4,14 @@
 //! pressure and SYNs arrive fast, and lets go once the SYNs it answers come
 //! back as connections again (or stop) for RELEASE_SECS; "on" answers
 //! always, "off" never. Nobody configured anything: every TCP class is
-//! "auto", and a host whose listeners never overflow never sees the gate
-//! answer a SYN.
+//! "auto", and a host whose listeners never fill half their SYN queue never
+//! sees the gate answer a SYN.
+//!
+//! Until the guard engages, the gate watches an "auto" class's SYNs itself
+//! (`early` in struct sluice_syn_guard, bpf/sluice.h): it answers a SYN
+//! whose listener holds half its backlog in request sockets, from the
+//! flood's first packets rather than at the next tick; such answers at
+//! ENGAGE_SYNS_PER_SEC engage the guard.
 //!
 //! Pressure is what the kernel shows for the class's own listeners: they
 //! hold half their backlog or more in request sockets (counted when the
@@ -166,7 +172,8 @@ impl ClassGuard {
             if strays && t.rx_share.is_some() {
                 (self.stray_ns, self.stray_measured) = (self.stray_cost(t) / t.strays_per_sec * 1e9, true);
             }
-            return (t.pressure && fast(t.syns)) || strays;
+            // t.answered: the gate answered early, its listeners' queues filling.
+            return (t.pressure && fast(t.syns)) || fast(t.answered) || strays;
         }
         let syn_flood = fast(t.answered) && t.answered > FLOOD_RATIO * t.valid;
         // What the strays the gate drops would cost the kernel, at the cost measured.
@@ -222,7 +229,16 @@ impl ClassGuard {
             (false, None) => 0,
         };
         self.written = Some((self.answering, until, direct));
-        Some(sluice_syn_guard { answer: u32::from(self.answering), check_until_ms: until, direct })
+        let early = u32::from(self.watches());
+        Some(sluice_syn_guard { answer: u32::from(self.answering), check_until_ms: until, direct, early, _pad: 0 })
+    }
+
+    /// Does the gate answer this class's SYNs early, on its own, while the
+    /// guard does not (bpf/sluice.h, SLUICE_SYN_CHECK_MS's comment)? An
+    /// "auto" class with TCP ports: the listener's filling queue is the
+    /// kernel's own signal, read at the SYN.
+    fn watches(&self) -> bool {
+        self.policy == SynCookies::Auto && self.tcp()
     }
 }
 
@@ -478,6 +494,22 @@ mod tests {
         let mut off = ClassGuard::new("b", SynCookies::Off, vec![(22, 22)]);
         assert!(on.step(&tick(0, 0, 0, false)));
         assert!(!off.step(&tick(100_000, 0, 0, true)));
+    }
+
+    /// Only an "auto" class with TCP ports has the gate answer early (its
+    /// listeners' SYN queues filling), and the gate's early answers at
+    /// ENGAGE_SYNS_PER_SEC engage the guard without the kernel's pressure.
+    #[test]
+    fn an_auto_guard_watches_and_engages_on_the_gates_early_answers() {
+        let early = |policy, ports: Vec<(u16, u16)>| ClassGuard::new("c", policy, ports).due_write(0).unwrap().early;
+        assert_eq!(early(SynCookies::Auto, vec![(80, 80)]), 1);
+        assert_eq!(early(SynCookies::Auto, vec![]), 0, "no TCP port: nothing to watch");
+        assert_eq!(early(SynCookies::Off, vec![(80, 80)]), 0);
+        assert_eq!(early(SynCookies::On, vec![(80, 80)]), 0, "on answers every SYN anyway");
+        let mut g = ClassGuard::new("web", SynCookies::Auto, vec![(80, 80)]);
+        let slow = (ENGAGE_SYNS_PER_SEC * TICK) as u64 - 1;
+        assert!(!g.step(&tick(slow + 1, slow, 0, false)), "a few early answers: a burst the kernel's queue took");
+        assert!(g.step(&tick(slow + 1, slow + 1, 0, false)), "early answers at the engage rate engage the guard");
     }
 
     #[test]

@@ -120,7 +120,9 @@ impl Gate {
         // syn_guard_any stays: a later check time than any guard's only has
         // the checker parse ACKs until then, and the next guard write sets it.
         let guard = sluice_syn_guard::default();
-        self.skel.maps.syn_guard.update(&key, bytes_of(&guard), MapFlags::ANY).map_err(map_err("syn_guard"))
+        self.skel.maps.syn_guard.update(&key, bytes_of(&guard), MapFlags::ANY).map_err(map_err("syn_guard"))?;
+        // The gate's early check time of the id's old class; the latest of all stays, as syn_guard_any.
+        self.skel.maps.syn_early.update(&key, &0u64.to_ne_bytes(), MapFlags::ANY).map_err(map_err("syn_early"))
     }
 
     /// Write generation `gen` (not in force): `cfg`'s settings and `tables`

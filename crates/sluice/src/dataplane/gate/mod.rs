@@ -29,6 +29,7 @@ mod ids;
 mod limits;
 pub mod maps;
 mod sources;
+pub mod verifier;
 mod wake;
 
 use apply::{Applied, TrieKeys};
@@ -182,10 +183,21 @@ impl Gate {
     /// whose sources must not share a slot by chance (`slot_of` says where
     /// each one goes).
     pub fn load_seeded(sources: u32, seed: u64) -> Result<Gate> {
+        Gate::load_logged(sources, seed, 0)
+    }
+
+    /// Load as `load_seeded`, the verifier logging at `log_level` (4: its
+    /// statistics; libbpf hands the log to its print callback: `verifier`).
+    fn load_logged(sources: u32, seed: u64, log_level: u32) -> Result<Gate> {
         let possible = libbpf_rs::num_possible_cpus().map_err(GateError::Load)?;
         let slots = sources.max(1).checked_next_power_of_two().unwrap_or(1 << 31);
         let skel = Owned::new(|storage| {
             let mut open = GateSkelBuilder::default().open(storage)?;
+            if log_level > 0 {
+                open.progs.sluice_gate.set_log_level(log_level);
+                open.progs.sluice_learn.set_log_level(log_level);
+                open.progs.sluice_cookie_ack.set_log_level(log_level);
+            }
             open.maps.sources.set_max_entries(slots)?;
             open.maps.cpus.set_max_entries(possible as u32)?;
             let data = open.maps.data_data.as_deref_mut().expect(".data is mmap'ed before load");
