@@ -11,6 +11,7 @@ use serde::Serialize;
 use indicatif::{ProgressBar, ProgressStyle};
 use sluice::bpf_intf::{
     sluice_fair, sluice_known, sluice_src_key, sluice_syn_guard, SLUICE_SYN_DIRECT_V4, SLUICE_SYN_DIRECT_V6,
+    SLUICE_WATCH_EVERY,
 };
 use sluice::dataplane::classify;
 use sluice::dataplane::gate::verifier::{verifier_costs, VerifierCost, INSN_LIMIT, STACK_LIMIT};
@@ -296,8 +297,8 @@ pub struct SynCost {
     pub direct_ns: f64,
     /// Passed to the kernel by a class that neither answers nor watches
     /// (`syn_cookies = "off"`), and by one that watches (the default,
-    /// "auto": the socket lookup reads the listener's SYN queue, which has
-    /// room); their difference is what watching costs a SYN with no flood.
+    /// "auto": one SYN in SLUICE_WATCH_EVERY looked up, its listener's SYN
+    /// queue with room); their difference is what watching costs a SYN with no flood.
     #[serde(default)]
     pub passed_ns: Option<f64>,
     #[serde(default)]
@@ -588,7 +589,7 @@ pub fn render(r: &Report) -> String {
     let _ = writeln!(
         o,
         "a SYN passed to the kernel: by a class that does not watch its listeners {}, by one that does (the \
-         default: the socket lookup reads the listener's SYN queue, which has room) {}; watching costs a SYN {}",
+         default: one SYN in {SLUICE_WATCH_EVERY} looked up, its listener's SYN queue with room) {}; watching costs a SYN {}",
         ns(y.passed_ns),
         ns(y.watched_ns),
         ns(y.watched_ns.zip(y.passed_ns).map(|(w, p)| w - p)),

@@ -309,6 +309,8 @@ int sluice_gate(struct xdp_md *ctx)
 	/* A stale guard answers nothing: the segment goes on to the bucket. */
 	if (g && daemon_stalled(st))
 		g = 0;
+	if (g && !g->answer && !watch_due(st))
+		g = 0;
 	enum syn_answered answered = g ? syn_answer(ctx, g->answer, g->direct) : SYN_NOT_ANSWERED;
 
 	if (answered != SYN_NOT_ANSWERED) {
@@ -316,7 +318,7 @@ int sluice_gate(struct xdp_md *ctx)
 		if (answered == SYN_DIRECT)
 			st->cnt[SLUICE_CS_SYNACK_DIRECT] += 1;
 		else if (answered == SYN_EARLY)
-			note_early(cls);
+			note_early(cls, st);
 		return XDP_TX;
 	}
 	/* While the guard answers: a SYN its headers kept it from answering

@@ -392,7 +392,7 @@ struct sluice_class_state {
 	__u64 surge_from_ns;          /* the clock when this CPU's surge count last started (gate/room.h) */
 	__u64 surge_mark_ns;          /* the clock at this CPU's last surge mark (it keeps room, armed room); 0: none */
 	__u32 surge_cnt;              /* the class's packets on this CPU since surge_from_ns */
-	__u32 _pad_surge;
+	__u32 watch_all;              /* SYNs of a watching guard this CPU still looks up each (SLUICE_WATCH_ALL) */
 	__u64 cnt[SLUICE_CS_NR]; /* indexed by enum sluice_class_stat */
 };
 
@@ -563,12 +563,12 @@ struct sluice_syn_guard {
  * listener's queue of 512 overflows in 4 ms: the kernel then sends its
  * own cookies, and the flood's first SYNs sit in the queue as request
  * sockets for a minute of SYN-ACK retries. Instead, with `early` set, the
- * gate looks each SYN's listener up and answers it with a cookie when the
+ * gate looks a SYN's listener up (one in SLUICE_WATCH_EVERY, below) and
+ * answers it with a cookie when the
  * listener holds half its backlog or more in request sockets (the kernel's
  * own test, inet_csk_reqsk_queue_is_full, at half: gate/synack.h,
  * listener_filling). No flood: request sockets last a round trip, the
- * queue never gets there, and the SYN goes to the kernel after one socket
- * lookup. A SYN answered so is counted SYN-ACK as any other, and sets the
+ * queue never gets there, and the SYN goes to the kernel. A SYN answered so is counted SYN-ACK as any other, and sets the
  * class's entry in syn_early (and its last, the latest of all) to when
  * the checker stops looking at its ACKs; the daemon's guard, seeing the
  * gate answer, engages (`policy::syn_guard`). Up to a NAPI batch of SYNs
@@ -576,6 +576,16 @@ struct sluice_syn_guard {
  * listener with a backlog under 128 can still overflow at a flood's start.
  */
 #define SLUICE_SYN_CHECK_MS (2 * SLUICE_COOKIE_SLOT_MS) /* a cookie is valid in its slot and the next */
+/*
+ * Watching costs the socket lookup (about 180 ns a SYN, `sluice bench
+ * gate`), so a CPU looks up one SYN in SLUICE_WATCH_EVERY of a watching
+ * class, and each of the next SLUICE_WATCH_ALL after one it answered early:
+ * with no flood a SYN costs a twentieth of that, and at a flood's start up
+ * to SLUICE_WATCH_EVERY - 1 more SYNs a CPU reach the queue before the
+ * gate sees it filling.
+ */
+#define SLUICE_WATCH_EVERY 8
+#define SLUICE_WATCH_ALL 1024
 
 /*
  * The socket lookup of an answered SYN, only where it decides something.

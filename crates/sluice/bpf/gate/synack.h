@@ -456,9 +456,10 @@ __noinline int syn_answer(struct xdp_md *ctx, __u32 answer, __u32 direct)
 /*
  * A SYN of class `cls` was answered early (SYN_EARLY): the checker looks at
  * the class's ACKs for SLUICE_SYN_CHECK_MS from now (syn_early; written at
- * most once a second per class, and the latest of all beside it).
+ * most once a second per class, and the latest of all beside it), and this
+ * CPU looks up each of the class's next SLUICE_WATCH_ALL SYNs.
  */
-static __always_inline void note_early(__u32 cls)
+static __always_inline void note_early(__u32 cls, struct sluice_class_state *st)
 {
 	__u32 any = SLUICE_CLASS_IDS;
 	__u64 until = settings.now_ms + SLUICE_SYN_CHECK_MS;
@@ -469,6 +470,21 @@ static __always_inline void note_early(__u32 cls)
 		*mine = until;
 	if (all && *all + 1000 < until)
 		*all = until;
+	st->watch_all = SLUICE_WATCH_ALL;
+}
+
+/*
+ * Is this SYN of a watching guard's class one to look up (sluice.h,
+ * SLUICE_WATCH_EVERY)? Each after an early answer on this CPU, else one in
+ * SLUICE_WATCH_EVERY (syn_guarded counted it in SYN_PKTS).
+ */
+static __always_inline int watch_due(struct sluice_class_state *st)
+{
+	if (st->watch_all) {
+		st->watch_all -= 1;
+		return 1;
+	}
+	return !(st->cnt[SLUICE_CS_SYN_PKTS] & (SLUICE_WATCH_EVERY - 1));
 }
 
 /*
