@@ -22,11 +22,15 @@ use crate::procs::{in_ns, Proc};
 
 pub const PORT: u16 = 80;
 
-/// nginx.conf: foreground, one worker, port 80 on both families, no logs, no files served.
+/// nginx.conf: foreground, one worker, port 80 on both families, no logs,
+/// no files served. The worker runs as www-data, as Debian's own nginx.conf
+/// has it: without a `user` line nginx's worker is nobody's, and sluice's
+/// discovery puts a service of nobody's in the untrusted `users/ports` class,
+/// which no packaged nginx lands in.
 pub fn nginx_conf(dir: &Path) -> String {
     let d = dir.display();
     format!(
-        "daemon off;\nmaster_process on;\nworker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log error;\n\
+        "daemon off;\nmaster_process on;\nuser www-data;\nworker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log error;\n\
          events {{ worker_connections 4096; }}\n\
          http {{\n  access_log off;\n  keepalive_requests 1000000;\n  keepalive_timeout 300s;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n  \
          fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n  \
@@ -284,6 +288,7 @@ mod tests {
         let c = nginx_conf(Path::new("/tmp/x"));
         assert!(c.contains("listen 80;") && c.contains("listen [::]:80;"));
         assert!(c.contains("access_log off;") && c.contains("worker_processes 1;"));
+        assert!(c.contains("user www-data;"), "the worker runs as Debian's nginx does, not as nobody");
         assert!(c.contains("keepalive_requests 1000000;"), "the probe's long-lived connection stays one");
     }
 
