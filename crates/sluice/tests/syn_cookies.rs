@@ -335,6 +335,45 @@ fn a_syn_flood_is_answered_by_the_gate_from_its_first_syns() {
     assert_eq!(ok, 3, "every download during the flood arrived whole ({t:?})");
 }
 
+/// A listener that goes away and comes back while the guard answers a SYN
+/// flood (a service restarting mid-flood): with no listener a client is
+/// refused at once (the gate leaves its SYN, or the ACK of a cookie it
+/// answered without the lookup, to the kernel, which resets it), and the
+/// restarted listener's clients connect through gate cookies again.
+#[test]
+fn a_listener_that_restarts_mid_flood_refuses_then_serves_again() {
+    let mut tb = Testbed::new();
+    peer_xdp(&mut tb);
+    let route = tb.cmd(&tb.b, &["ip", "route", "add", "10.200.0.0/16", "dev", tb.if_b]).status().unwrap();
+    assert!(route.success(), "ip route add in B");
+    let _first = serve(&tb, PORT, 4.0);
+    tb.start_gate(&["--class", &format!("web:match=tcp:{PORT}")]);
+    std::thread::sleep(Duration::from_millis(300));
+    let stop = Arc::new(AtomicBool::new(false));
+    let sender = flood(&tb, SYN, 30.0, stop.clone());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while web(&tb).synack_pkts == 0 {
+        assert!(Instant::now() < deadline, "the gate never answered the flood: {:?}", web(&tb));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(curl(&tb), Some(BODY as u64), "served during the flood");
+    // The first listener's accept thread ends 4 s after it started: the listener closes.
+    std::thread::sleep(Duration::from_secs(5));
+    let t = Instant::now();
+    let gone = curl(&tb);
+    let refused_in = t.elapsed();
+    let _second = serve(&tb, PORT, 30.0);
+    let before = web(&tb);
+    let back = curl(&tb);
+    let after = web(&tb);
+    stop.store(true, Ordering::Relaxed);
+    sender.join().unwrap();
+    assert_eq!(gone, None, "no listener: no download");
+    assert!(refused_in < Duration::from_secs(5), "refused at once, not left to time out: {refused_in:?}");
+    assert_eq!(back, Some(BODY as u64), "the restarted listener serves ({after:?})");
+    assert!(after.cookies_valid > before.cookies_valid, "through a gate cookie: {before:?} -> {after:?}");
+}
+
 /// Zero config: a flood of ACKs (then, on a fresh testbed, of RSTs) of no
 /// connection to the open port, with no SYN flood at all, engages the guard
 /// from the kernel's drops (TCP_FLAGS, TCP_RESET); the gate then drops them
