@@ -26,6 +26,16 @@ const PLAIN_PORT: u16 = 8081;
 /// Bytes each response carries (a 10 MB download).
 const BODY: usize = 10 << 20;
 
+/// One test at a time: the floods of one test's namespaces fill the
+/// per-CPU backlog every namespace's veth shares, so a test beside one lost
+/// segments of its own (a refused connection took 11 s, a download's last
+/// ACK never came and curl could not bind its port again).
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// What the server saw of each connection: (its send and receive window scales).
 type Seen = Arc<Mutex<Vec<(u8, u8)>>>;
 
@@ -194,6 +204,7 @@ fn web(tb: &Testbed) -> sluice::surface::stats::ClassTotals {
 /// `sluice trace` say so.
 #[test]
 fn a_client_downloads_through_a_connection_made_from_a_gate_cookie() {
+    let _one = one_at_a_time();
     let mut tb = Testbed::new();
     peer_xdp(&mut tb);
     let seen = serve(&tb, PORT, 30.0);
@@ -261,6 +272,7 @@ fn download_speeds(tb: &Testbed) {
 /// during the flood complete from gate cookies.
 #[test]
 fn under_a_syn_flood_the_gate_answers_and_clients_still_connect() {
+    let _one = one_at_a_time();
     let mut tb = Testbed::new();
     peer_xdp(&mut tb);
     let _seen = serve(&tb, PORT, 60.0);
@@ -305,6 +317,7 @@ fn tcp_ext(tb: &Testbed, names: [&str; 3]) -> [u64; 3] {
 /// overflowed before the daemon engaged the guard: the kernel sent cookies.
 #[test]
 fn a_syn_flood_is_answered_by_the_gate_from_its_first_syns() {
+    let _one = one_at_a_time();
     let mut tb = Testbed::new();
     peer_xdp(&mut tb);
     // A route to the flood's sources, as a server's default route is: without
@@ -342,6 +355,7 @@ fn a_syn_flood_is_answered_by_the_gate_from_its_first_syns() {
 /// restarted listener's clients connect through gate cookies again.
 #[test]
 fn a_listener_that_restarts_mid_flood_refuses_then_serves_again() {
+    let _one = one_at_a_time();
     let mut tb = Testbed::new();
     peer_xdp(&mut tb);
     let route = tb.cmd(&tb.b, &["ip", "route", "add", "10.200.0.0/16", "dev", tb.if_b]).status().unwrap();
@@ -380,6 +394,7 @@ fn a_listener_that_restarts_mid_flood_refuses_then_serves_again() {
 /// itself, and curl's downloads during the flood arrive whole.
 #[test]
 fn an_ack_or_rst_flood_alone_is_dropped_at_the_gate_and_clients_still_connect() {
+    let _one = one_at_a_time();
     for (name, flags) in [("ACK", ACK), ("RST", RST)] {
         let mut tb = Testbed::new();
         peer_xdp(&mut tb);
@@ -434,6 +449,7 @@ fn sysctl_b(tb: &Testbed, name: &str, value: u32) {
 /// while status counted each cookie valid.
 #[test]
 fn gate_cookies_offer_only_the_options_the_namespace_takes() {
+    let _one = one_at_a_time();
     let mut tb = Testbed::new();
     peer_xdp(&mut tb);
     let _seen = serve(&tb, PORT, 90.0);
@@ -463,6 +479,7 @@ fn gate_cookies_offer_only_the_options_the_namespace_takes() {
 /// connection completes.
 #[test]
 fn the_gate_leaves_syns_to_the_kernel_where_it_would_refuse_a_cookie() {
+    let _one = one_at_a_time();
     let mut tb = Testbed::new();
     peer_xdp(&mut tb);
     let _seen = serve(&tb, PORT, 60.0);
@@ -520,6 +537,7 @@ fn serve_to_close(tb: &Testbed, port: u16, secs: f64) {
 /// TIME_WAIT socket and the download would never come.
 #[test]
 fn a_syn_that_reuses_a_time_wait_4_tuple_goes_to_the_kernel_while_the_gate_answers_directly() {
+    let _one = one_at_a_time();
     let mut tb = Testbed::new();
     peer_xdp(&mut tb);
     // A second address in A: the daemon cannot have learnt it.
@@ -536,11 +554,18 @@ fn a_syn_that_reuses_a_time_wait_4_tuple_goes_to_the_kernel_while_the_gate_answe
     let pid = tb.start_gate(&["--config", path.to_str().unwrap(), "--no-discover"]);
     std::thread::sleep(Duration::from_millis(300));
     let url = format!("http://{}:{PORT}/", tb.ip_b);
+    // 30 s, as curl_at: this test's own downloads are unflooded, but the
+    // tests beside it flood both CPUs (a CI run once failed this at 10 s;
+    // the gate answering a TIME_WAIT 4-tuple's SYN never completes at all).
     let fetch = |from: &str, port: u16| {
         let port = port.to_string();
-        let args = ["curl", "-s", "-o", "/dev/null", "--max-time", "10", "--interface", from, "--local-port", &port];
+        let args = ["curl", "-s", "-o", "/dev/null", "--max-time", "30", "--interface", from, "--local-port", &port];
         let out = tb.cmd(&tb.a, &[&args[..], &["-w", "%{size_download}", &url]].concat()).output().unwrap();
-        String::from_utf8_lossy(&out.stdout).trim().parse::<u64>().ok().filter(|_| out.status.success())
+        let got = String::from_utf8_lossy(&out.stdout).trim().parse::<u64>().ok().filter(|_| out.status.success());
+        if got.is_none() {
+            eprintln!("curl from {from}:{port} failed: {} {}", out.status, String::from_utf8_lossy(&out.stdout));
+        }
+        got
     };
     let in_time_wait = |from: &str, port: u16| {
         let ss = tb.cmd(&tb.b, &["ss", "-Htan", "state", "time-wait"]).output().unwrap();
@@ -604,6 +629,7 @@ fn serve_mptcp(tb: &Testbed, port: u16, secs: f64) -> Seen {
 /// DNATed connection goes on whole across the guard turning on.
 #[test]
 fn a_dnat_connection_goes_on_while_the_guard_answers() {
+    let _one = one_at_a_time();
     let mut tb = Testbed::new();
     peer_xdp(&mut tb);
     let nat = format!(
@@ -678,6 +704,7 @@ fn a_dnat_connection_goes_on_while_the_guard_answers() {
 /// that carries no VLAN, and the gate goes on answering SYNs.
 #[test]
 fn a_bridge_without_vlans_over_a_stripping_interface_keeps_the_gate_answering() {
+    let _one = one_at_a_time();
     let mut tb = Testbed::new();
     tb.start_gate(&["--class", &format!("web:match=tcp:{PORT},syn_cookies=on")]);
     let guard = |tb: &Testbed| {

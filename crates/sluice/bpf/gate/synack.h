@@ -87,8 +87,8 @@ static __always_inline int is_mptcp(struct bpf_sock *skc)
  * they pass the backlog (inet_csk_reqsk_queue_is_full); at half, a flood
  * is filling the queue (a service's own clients hold a request socket for
  * one round trip each), and the gate answers from there on, before the
- * kernel has to (SLUICE_SYN_EARLY, bpf/sluice.h). A listener with backlog
- * 0 counts from its first request socket.
+ * kernel has to (`early` in struct sluice_syn_guard, bpf/sluice.h). A
+ * listener with backlog 0 counts from its first request socket.
  */
 static __always_inline int listener_filling(struct bpf_sock *skc)
 {
@@ -167,7 +167,8 @@ enum lookup_for {
  * connections fast): the kernel must take that SYN, as only it can retire
  * the old socket (a cookie's ACK would meet the TIME_WAIT socket and never
  * open the connection). None is found for a closed port: the kernel's RST.
- * A client whose segment finds another socket gets its bit in syn_peers.
+ * A client whose segment finds another socket gets its bit in syn_peers
+ * while the guard answers.
  */
 static __always_inline enum lookup_found look_up(struct xdp_md *ctx, struct seg_scratch *sc, const struct tcphdr *th,
 						 enum lookup_for why)
@@ -181,7 +182,8 @@ static __always_inline enum lookup_found look_up(struct xdp_md *ctx, struct seg_
 		return FOUND_NONE;
 	if (skc->state != BPF_TCP_LISTEN) {
 		found = FOUND_OTHER;
-		syn_peer_mark(a);
+		if (why != FOR_EARLY_SYN)
+			syn_peer_mark(a); /* watching, no guard answers: the daemon's read when one starts holds it */
 	} else {
 		found = why != FOR_SEGMENT && is_mptcp(skc) ? FOUND_OTHER : FOUND_LISTENER;
 		if (why == FOR_EARLY_SYN && found == FOUND_LISTENER && !listener_filling(skc))
@@ -386,7 +388,7 @@ enum syn_answered {
 	SYN_NOT_ANSWERED = 0, /* the SYN goes the normal way */
 	SYN_LOOKED_UP = 1,    /* answered after the socket lookup found the listener */
 	SYN_DIRECT = 2,       /* answered without the lookup (struct sluice_syn_guard) */
-	SYN_EARLY = 3,        /* the guard does not answer, the listener's SYN queue was filling (SLUICE_SYN_EARLY) */
+	SYN_EARLY = 3,        /* the guard only watches, the listener's SYN queue was filling (`early`) */
 };
 
 /*
@@ -489,7 +491,7 @@ static __always_inline int watch_due(struct sluice_class_state *st)
 
 /*
  * The guard of this SYN's class if the gate may answer it (a class whose
- * guard answers, or watches its listeners' SYN queues: SLUICE_SYN_EARLY;
+ * guard answers, or watches its listeners' SYN queues: `early`;
  * a client not known or over its own rate), else NULL.
  */
 static __always_inline struct sluice_syn_guard *syn_guarded(const struct pkt *pk, __u32 gen, __u32 cls,

@@ -37,8 +37,8 @@ use std::time::Instant;
 
 use crate::bpf_intf::ClassCounters;
 use crate::bpf_intf::{
-    sluice_syn_guard, SLUICE_COOKIE_SLOT_MS, SLUICE_CS_COOKIE_OK, SLUICE_CS_DROP_NOCONN_PKTS, SLUICE_CS_SYNACK_PKTS,
-    SLUICE_CS_SYN_PKTS,
+    sluice_syn_guard, SLUICE_CS_COOKIE_OK, SLUICE_CS_DROP_NOCONN_PKTS, SLUICE_CS_SYNACK_PKTS, SLUICE_CS_SYN_PKTS,
+    SLUICE_SYN_CHECK_MS,
 };
 use crate::policy::config::{Config, SynCookies};
 
@@ -69,8 +69,9 @@ pub const STRAY_NS: f64 = 5_000.0;
 /// The guard lets go after this long with neither pressure nor a flood.
 pub const RELEASE_SECS: f64 = 5.0;
 /// The checker keeps looking at ACKs this long after the last answer: a
-/// cookie is valid in its slot and the next.
-pub const CHECK_MS: u64 = 2 * SLUICE_COOKIE_SLOT_MS as u64;
+/// cookie is valid in its slot and the next (the gate's early answers use
+/// the same, bpf/sluice.h).
+pub const CHECK_MS: u64 = SLUICE_SYN_CHECK_MS as u64;
 
 /// What one tick saw of a class.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
