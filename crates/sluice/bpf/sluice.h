@@ -344,6 +344,7 @@ enum sluice_class_stat {
 	SLUICE_CS_SAMPLED_PKTS,   /* one packet in SLUICE_KNOWN_SAMPLE (per CPU) whose source was looked up in "known", any mode (gate/sources.h) */
 	SLUICE_CS_SAMPLED_KNOWN,  /* of those: from a known source */
 	SLUICE_CS_SURGE_MARKS,    /* surges the gate marked on its own while the class's room was armed (gate/room.h) */
+	SLUICE_CS_SYNACK_EARLY,   /* of SLUICE_CS_SYNACK_PKTS: answered while the guard only watched, the listener's queue half full (`early`) */
 	SLUICE_CS_NR,
 };
 

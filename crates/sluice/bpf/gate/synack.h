@@ -473,6 +473,7 @@ static __always_inline void note_early(__u32 cls, struct sluice_class_state *st)
 	if (all && *all + 1000 < until)
 		*all = until;
 	st->watch_all = SLUICE_WATCH_ALL;
+	st->cnt[SLUICE_CS_SYNACK_EARLY] += 1;
 }
 
 /*

@@ -73,6 +73,10 @@ pub struct ClassTotals {
     /// daemon found a wildcard listener and no socket of the client's).
     #[serde(default)]
     pub synack_direct: u64,
+    /// Of `synack_pkts`: SYNs answered while the class's guard did not
+    /// answer, its listener's SYN queue half full (the gate's early answers).
+    #[serde(default)]
+    pub synack_early: u64,
     /// While the class's SYN guard answers: ACKs and RSTs of no connection
     /// (only the listener found, no valid cookie) the gate dropped.
     #[serde(default)]
@@ -127,6 +131,7 @@ impl From<ClassCounters> for ClassTotals {
             cookies_invalid: c[SLUICE_CS_COOKIE_BAD as usize],
             cookies_refused: c[SLUICE_CS_COOKIE_REFUSED as usize],
             synack_direct: c[SLUICE_CS_SYNACK_DIRECT as usize],
+            synack_early: c[SLUICE_CS_SYNACK_EARLY as usize],
             dropped_noconn_pkts: c[SLUICE_CS_DROP_NOCONN_PKTS as usize],
             dropped_noconn_bytes: c[SLUICE_CS_DROP_NOCONN_BYTES as usize],
             dropped_room_pkts: c[SLUICE_CS_DROP_ROOM_PKTS as usize],

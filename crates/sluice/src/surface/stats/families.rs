@@ -96,6 +96,12 @@ pub const FAMILIES: &[FamilyDoc] = &[
         help: "of the class's syn_cookie packets, the SYN-ACKs the gate sent without its socket lookup: every port of the class has a wildcard listener (none MPTCP's) and the client held no socket on them (docs/protection.md, \"SYN floods\")",
     },
     FamilyDoc {
+        name: "syn_cookie_early_packets",
+        kind: Kind::Counter,
+        labels: "class",
+        help: "of the class's syn_cookie packets, the SYN-ACKs the gate sent before its guard engaged: the listener held half its backlog in request sockets (docs/protection.md, \"SYN floods\")",
+    },
+    FamilyDoc {
         name: "unclassified_packets",
         kind: Kind::Counter,
         labels: "verdict",

@@ -106,7 +106,7 @@ fn register_class_families(reg: &mut Registry, classes: &[ClassSnapshot]) {
     let harm = Family::<Labels, U64Counter>::default();
     let known_lost = Family::<Labels, U64Counter>::default();
     let (answering, cookies) = (Family::<Labels, U64Gauge>::default(), Family::<Labels, U64Counter>::default());
-    let direct = Family::<Labels, U64Counter>::default();
+    let (direct, early) = (Family::<Labels, U64Counter>::default(), Family::<Labels, U64Counter>::default());
     for c in classes {
         let t = &c.totals;
         // Every classified packet gets exactly one verdict: the sum over verdicts is what the class saw.
@@ -142,6 +142,7 @@ fn register_class_families(reg: &mut Registry, classes: &[ClassSnapshot]) {
         if let Some(g) = &c.syn_guard {
             answering.get_or_create(&l).set(u64::from(g.answering));
             direct.get_or_create(&l).inc_by(t.synack_direct);
+            early.get_or_create(&l).inc_by(t.synack_early);
             for (result, n) in
                 [("valid", t.cookies_valid), ("invalid", t.cookies_invalid), ("refused", t.cookies_refused)]
             {
@@ -152,6 +153,7 @@ fn register_class_families(reg: &mut Registry, classes: &[ClassSnapshot]) {
     add(reg, "syn_guard_answering", answering);
     add(reg, "syn_cookie_acks", cookies);
     add(reg, "syn_cookie_direct_packets", direct);
+    add(reg, "syn_cookie_early_packets", early);
     add(reg, "class_packets", pkts);
     add(reg, "class_bytes", bytes);
     add(reg, "class_rate_limit_packets_per_second", limit);

@@ -585,6 +585,9 @@ mod tests {
         s.classes[0].totals.synack_direct = 850;
         assert!(render_table(&s).contains("dropped 0; 850 of the SYN-ACKs sent without a socket lookup"));
         assert!(prometheus_text(&s).contains("sluice_syn_cookie_direct_packets_total{class=\"dns\"} 850"));
+        s.classes[0].totals.synack_early = 40;
+        assert!(render_table(&s).contains("without a socket lookup; 40 sent before the guard engaged"));
+        assert!(prometheus_text(&s).contains("sluice_syn_cookie_early_packets_total{class=\"dns\"} 40"));
         s.classes[0].totals.cookies_refused = 3;
         assert!(render_table(&s).contains("valid cookies back 12, valid cookies the kernel refused 3,"));
         let why = "net.ipv4.tcp_syncookies = 0 here";

@@ -167,10 +167,14 @@ fn render_syn_guards(o: &mut String, classes: &[ClassSnapshot]) {
             0 => String::new(),
             n => format!("; {n} of the SYN-ACKs sent without a socket lookup"),
         };
+        let early = match t.synack_early {
+            0 => String::new(),
+            n => format!("; {n} sent before the guard engaged, a listener's SYN queue half full"),
+        };
         let _ = writeln!(
             o,
             "SYN COOKIES: the gate {now} for {} (syn_cookies = {}); totals since start: SYN-ACKs sent {}, \
-             valid cookies back {}{refused}, ACKs without one {}, ACKs and RSTs of no connection dropped {}{direct}",
+             valid cookies back {}{refused}, ACKs without one {}, ACKs and RSTs of no connection dropped {}{direct}{early}",
             c.name, g.policy, t.synack_pkts, t.cookies_valid, t.cookies_invalid, t.dropped_noconn_pkts
         );
     }
