@@ -132,9 +132,12 @@ fn curl_from(tb: &Testbed, port: u16, from: Option<&str>) -> Option<(u64, f64)> 
     }
 }
 
+/// The addresses `flood` spoofs: 10.200.x.y.
+const FLOOD_SOURCES: &str = "10.200.0.0/16";
+
 /// A flood of `flags` segments (SYN, or ACK or RST of no connection) from A
 /// to B's PORT for `secs`: 4096 spoofed sources
-/// (10.200.0.0/16), random ports, as fast as one thread sends on an
+/// (FLOOD_SOURCES), random ports, as fast as one thread sends on an
 /// AF_PACKET socket. Returns the frames sent.
 fn flood(tb: &Testbed, flags: u8, secs: f64, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
     let (mac_b, ifindex) = (tb.mac_b, tb.ifindex_a);
@@ -184,6 +187,23 @@ fn flood(tb: &Testbed, flags: u8, secs: f64, stop: Arc<AtomicBool>) -> std::thre
         }
         sent
     })
+}
+
+/// B's route to the flood's sources, as a server's default route is: without
+/// one the kernel drops each SYN of the flood it gets (ListenDrops) and its
+/// SYN queue never fills.
+fn route_to_the_flood(tb: &Testbed) {
+    let route = tb.cmd(&tb.b, &["ip", "route", "add", FLOOD_SOURCES, "dev", tb.if_b]).status().unwrap();
+    assert!(route.success(), "ip route add {FLOOD_SOURCES} in B");
+}
+
+/// Wait up to 10 s for the gate's first answer to class web's SYNs.
+fn until_the_gate_answers(tb: &Testbed) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while web(tb).synack_pkts == 0 {
+        assert!(Instant::now() < deadline, "the gate never answered the flood: {:?}", web(tb));
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// An XDP program on A's end of the veth (a second sluice, passing all):
@@ -282,11 +302,7 @@ fn under_a_syn_flood_the_gate_answers_and_clients_still_connect() {
     assert_eq!(web(&tb).synack_pkts, 0, "no flood: the kernel answered");
     let stop = Arc::new(AtomicBool::new(false));
     let sender = flood(&tb, SYN, 20.0, stop.clone());
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while web(&tb).synack_pkts == 0 {
-        assert!(Instant::now() < deadline, "the gate never answered the flood: {:?}", web(&tb));
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    until_the_gate_answers(&tb);
     let before = web(&tb);
     let ok = (0..5).filter(|_| curl(&tb) == Some(BODY as u64)).count();
     let after = web(&tb);
@@ -320,10 +336,7 @@ fn a_syn_flood_is_answered_by_the_gate_from_its_first_syns() {
     let _one = one_at_a_time();
     let mut tb = Testbed::new();
     peer_xdp(&mut tb);
-    // A route to the flood's sources, as a server's default route is: without
-    // one the kernel drops each SYN it gets (ListenDrops) and its SYN queue never fills.
-    let route = tb.cmd(&tb.b, &["ip", "route", "add", "10.200.0.0/16", "dev", tb.if_b]).status().unwrap();
-    assert!(route.success(), "ip route add in B");
+    route_to_the_flood(&tb);
     let _seen = serve(&tb, PORT, 60.0);
     tb.start_gate(&["--class", &format!("web:match=tcp:{PORT}")]);
     std::thread::sleep(Duration::from_millis(300));
@@ -339,7 +352,6 @@ fn a_syn_flood_is_answered_by_the_gate_from_its_first_syns() {
     let sent = sender.join().unwrap();
     let after = tcp_ext(&tb, names);
     let t = web(&tb);
-
     println!(
         "flood: {sent} SYNs sent; the gate answered {} ({} before its guard engaged); kernel {names:?} {before:?} -> {after:?}",
         t.synack_pkts, t.synack_early
@@ -362,18 +374,13 @@ fn a_listener_that_restarts_mid_flood_refuses_then_serves_again() {
     let _one = one_at_a_time();
     let mut tb = Testbed::new();
     peer_xdp(&mut tb);
-    let route = tb.cmd(&tb.b, &["ip", "route", "add", "10.200.0.0/16", "dev", tb.if_b]).status().unwrap();
-    assert!(route.success(), "ip route add in B");
+    route_to_the_flood(&tb);
     let _first = serve(&tb, PORT, 4.0);
     tb.start_gate(&["--class", &format!("web:match=tcp:{PORT}")]);
     std::thread::sleep(Duration::from_millis(300));
     let stop = Arc::new(AtomicBool::new(false));
     let sender = flood(&tb, SYN, 30.0, stop.clone());
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while web(&tb).synack_pkts == 0 {
-        assert!(Instant::now() < deadline, "the gate never answered the flood: {:?}", web(&tb));
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    until_the_gate_answers(&tb);
     assert_eq!(curl(&tb), Some(BODY as u64), "served during the flood");
     // The first listener's accept thread ends 4 s after it started: the listener closes.
     std::thread::sleep(Duration::from_secs(5));
