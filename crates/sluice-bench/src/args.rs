@@ -131,7 +131,9 @@ pub(crate) struct BenchRunArgs {
     #[arg(long)]
     pub(crate) keep_alive: bool,
     /// dns and http scenarios: the floods to run (closed-v4, closed-v6, own-v4, own-v6; default all;
-    /// http also ack-v4 and rst-v4, by name only: TCP ACKs or RSTs of no connection to nginx's port).
+    /// http also ack-v4, rst-v4, conns-v4 and newconns-v4, by name only: TCP ACKs or RSTs of no connection
+    /// to nginx's port; real keep-alive connections from 4 addresses pipelining requests; a new real
+    /// connection per request from 32 addresses).
     #[arg(long, value_delimiter = ',', value_parser = parse_flood_name)]
     pub(crate) floods: Vec<services::Flood>,
     /// dns and http scenarios: the generator's asked flood rate, packets/s

@@ -152,6 +152,8 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 pub const KEPT_INTERVAL: Duration = Duration::from_millis(2);
 /// nginx's fixed answer's body: a response ends with it.
 const BODY: &[u8] = b"sluice bench\n";
+/// A keep-alive request.
+const REQUEST: &[u8] = b"GET / HTTP/1.1\r\nHost: bench\r\n\r\n";
 
 /// What the probe saw.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -240,7 +242,7 @@ fn keep_asking(to: SocketAddr, end: Instant) -> (u64, f64, u64) {
 
 /// One request over `c`; true when the whole answer came back.
 fn ask(c: &mut TcpStream) -> bool {
-    if c.write_all(b"GET / HTTP/1.1\r\nHost: bench\r\n\r\n").is_err() {
+    if c.write_all(REQUEST).is_err() {
         return false;
     }
     let (mut buf, mut got) = ([0u8; 1024], 0);
@@ -254,6 +256,125 @@ fn ask(c: &mut TcpStream) -> bool {
         }
     }
     false
+}
+
+/// Floods of real connections (the `http` scenario's `conns-v4` and
+/// `newconns-v4`): clients behind A on addresses of their own, asking as
+/// fast as their CPU share lets them. Real TCP from real addresses:
+/// handshakes complete, every segment is acknowledged; only the volume is
+/// hostile. Each source holds HEAVY_CONNS connections at a time.
+pub const HEAVY_CONNS: usize = 16;
+/// A keep-alive flood's requests in flight per connection (HTTP/1.1
+/// pipelining: one write carries them, so a request costs its sender a
+/// fraction of a syscall and one small segment's share, and nginx a whole
+/// request's work).
+pub const HEAVY_PIPELINE: usize = 8;
+
+/// How a connection flood's clients ask.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Heaviness {
+    /// HEAVY_CONNS keep-alive connections per source, HEAVY_PIPELINE requests in flight on each.
+    KeepAlive,
+    /// A new connection per request (`Connection: close`), HEAVY_CONNS at a time per source.
+    NewConns,
+}
+
+/// What a connection flood's clients got: answered requests and the seconds they ran.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Heavy {
+    pub answered: u64,
+    pub secs: f64,
+}
+
+/// Start a connection flood from namespace `ns`, one thread per source in
+/// `srcs`, pinned to `cpu` at `nice`, against `addr` until `secs` pass.
+pub fn start_heavy(
+    ns: &str,
+    (cpu, nice): (usize, i32),
+    (srcs, how): (&[std::net::IpAddr], Heaviness),
+    addr: std::net::IpAddr,
+    secs: f64,
+) -> JoinHandle<Result<Heavy>> {
+    let end = Instant::now() + Duration::from_secs_f64(secs);
+    let to = SocketAddr::new(addr, PORT);
+    let threads: Vec<_> = srcs
+        .iter()
+        .map(|&src| {
+            let ns = ns.to_string();
+            std::thread::spawn(move || {
+                sluice::base::netns::run_in(&ns, move || {
+                    sluice::base::netns::pin_thread(cpu)?;
+                    crate::workers::set_thread_nice(nice)?;
+                    Ok(heavy_source(src, to, how, end))
+                })
+            })
+        })
+        .collect();
+    std::thread::spawn(move || {
+        let start = Instant::now();
+        let mut answered = 0;
+        for t in threads {
+            answered += t.join().map_err(|_| anyhow::anyhow!("a flooding client panicked"))??;
+        }
+        Ok(Heavy { answered, secs: start.elapsed().as_secs_f64() })
+    })
+}
+
+/// One source's connections, each kept busy until `end`: answered requests.
+/// Each round writes on every connection, then reads every answer, so the
+/// HEAVY_CONNS connections' requests are in flight together.
+fn heavy_source(src: std::net::IpAddr, to: SocketAddr, how: Heaviness, end: Instant) -> u64 {
+    let open = || -> Option<TcpStream> {
+        let s = socket2::Socket::new(socket2::Domain::for_address(to), socket2::Type::STREAM, None).ok()?;
+        s.bind(&SocketAddr::new(src, 0).into()).ok()?;
+        s.connect_timeout(&to.into(), CONNECT_TIMEOUT).ok()?;
+        let c: TcpStream = s.into();
+        c.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+        Some(c)
+    };
+    let (asks, per_write) = match how {
+        Heaviness::KeepAlive => (REQUEST.repeat(HEAVY_PIPELINE), HEAVY_PIPELINE),
+        Heaviness::NewConns => (b"GET / HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n".to_vec(), 1),
+    };
+    let mut conns: Vec<Option<TcpStream>> = (0..HEAVY_CONNS).map(|_| None).collect();
+    let mut answered = 0;
+    while Instant::now() < end {
+        let mut asked = vec![false; conns.len()];
+        for (c, a) in conns.iter_mut().zip(&mut asked) {
+            if c.is_none() {
+                *c = open();
+            }
+            *a = c.as_mut().is_some_and(|c| c.write_all(&asks).is_ok());
+        }
+        for (c, a) in conns.iter_mut().zip(asked) {
+            match c.as_mut().filter(|_| a).map(|c| answers(c, per_write)) {
+                Some(Some(n)) => answered += n,
+                _ => *c = None,
+            }
+            if how == Heaviness::NewConns {
+                *c = None;
+            }
+        }
+    }
+    answered
+}
+
+/// Read `n` answers from `r` (each ends with BODY): Some(n), or None if the
+/// connection broke or stalled first.
+fn answers(r: &mut impl Read, n: usize) -> Option<u64> {
+    let (mut buf, mut seen, mut tail) = ([0u8; 4096], 0, Vec::<u8>::new());
+    while seen < n {
+        let got = match r.read(&mut buf) {
+            Ok(0) | Err(_) => return None,
+            Ok(g) => g,
+        };
+        // An answer may end across two reads: keep the last bytes of each
+        // (fewer than BODY's, so no answer is counted twice).
+        tail.extend_from_slice(&buf[..got]);
+        seen += tail.windows(BODY.len()).filter(|w| *w == BODY).count();
+        tail.drain(..tail.len() - tail.len().min(BODY.len() - 1));
+    }
+    Some(n as u64)
 }
 
 #[cfg(test)]
@@ -290,6 +411,31 @@ mod tests {
         assert!(c.contains("access_log off;") && c.contains("worker_processes 1;"));
         assert!(c.contains("user www-data;"), "the worker runs as Debian's nginx does, not as nobody");
         assert!(c.contains("keepalive_requests 1000000;"), "the probe's long-lived connection stays one");
+    }
+
+    /// A reader that hands out its bytes in the given pieces.
+    struct Pieces(Vec<Vec<u8>>);
+
+    impl Read for Pieces {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            if self.0.is_empty() {
+                return Ok(0);
+            }
+            let p = self.0.remove(0);
+            buf[..p.len()].copy_from_slice(&p);
+            Ok(p.len())
+        }
+    }
+
+    #[test]
+    fn answers_are_counted_once_across_reads_and_a_short_stream_is_none() {
+        let one = [b"HTTP/1.1 200 OK\r\nContent-Length: 13\r\n\r\n".as_slice(), BODY].concat();
+        let three = one.repeat(3);
+        // Split inside the second answer's body, and after the third's first byte.
+        let (cut1, cut2) = (one.len() + one.len() - 5, 2 * one.len() + 1);
+        let pieces = vec![three[..cut1].to_vec(), three[cut1..cut2].to_vec(), three[cut2..].to_vec()];
+        assert_eq!(answers(&mut Pieces(pieces), 3), Some(3));
+        assert_eq!(answers(&mut Pieces(vec![one.clone(), one[..20].to_vec()]), 2), None, "the stream ended");
     }
 
     #[test]

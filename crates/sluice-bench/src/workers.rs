@@ -134,9 +134,9 @@ impl GenWorker {
 }
 
 /// Set the calling thread's nice value (Linux: a thread is a task of its own for setpriority).
-fn set_thread_nice(nice: i32) -> Result<()> {
+pub(crate) fn set_thread_nice(nice: i32) -> Result<()> {
     // SAFETY: setpriority on our own thread id.
     let r = unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, nice) };
-    anyhow::ensure!(r == 0, "setting the generator's nice to {nice}: {}", std::io::Error::last_os_error());
+    anyhow::ensure!(r == 0, "setting a thread's nice to {nice}: {}", std::io::Error::last_os_error());
     Ok(())
 }

@@ -51,6 +51,9 @@ impl<'a> Bench<'a> {
         if o.sources {
             add_new_client(bed)?;
         }
+        if o.floods.iter().any(|f| f.heavy_srcs > 0) {
+            add_heavy_sources(bed)?;
+        }
         let filter = attach_client_filter(bed)?;
         // The nic model's receive side: the stack on the victim CPU (RPS), beside the service.
         bed.net
@@ -216,6 +219,19 @@ impl<'a> Bench<'a> {
             _ => None,
         };
         let (gen, onset) = match flood {
+            Some(f) if f.heavy_srcs > 0 => {
+                let net = &self.bed.net;
+                let how = if f.new_conns { http::Heaviness::NewConns } else { http::Heaviness::KeepAlive };
+                let heavy = http::start_heavy(
+                    &net.a,
+                    (GEN_CPU, 19),
+                    (&heavy_sources(f.heavy_srcs), how),
+                    net.ip_b,
+                    secs + ONSET_SECS,
+                );
+                std::thread::sleep(Duration::from_secs_f64(ONSET_SECS));
+                (Some(Flooding::Conns(heavy)), None)
+            }
             Some(f) => {
                 let spec = self.flood_stream(f);
                 let v = stream_value(&spec, self.bed.net.mac_b, self.bed.net.mac_a)?;
@@ -223,7 +239,7 @@ impl<'a> Bench<'a> {
                 let rx = self.gen.send_for(Duration::from_secs_f64(secs + 1.5), crate::gen::DEFAULT_BATCH);
                 let onset = calm.is_some().then(|| self.probe_spawn(f.v6, None, ONSET_SECS));
                 std::thread::sleep(Duration::from_secs_f64(ONSET_SECS));
-                (Some(rx), onset)
+                (Some(Flooding::Frames(rx)), onset)
             }
             None => (None, None),
         };
@@ -278,9 +294,17 @@ impl<'a> Bench<'a> {
         if let Some(st) = status.and_then(|t| t.join().ok()).transpose()? {
             eprintln!("== sluice status during the {} flood (zero config):\n{st}", flood.map_or("", |f| f.name));
         }
-        if let Some(rx) = gen {
-            let (counts, gsecs) = rx.recv().context("the generator thread ended")??;
-            cell.flood_pps = Some(counts[0].sent as f64 / gsecs.max(1e-9));
+        match gen {
+            Some(Flooding::Frames(rx)) => {
+                let (counts, gsecs) = rx.recv().context("the generator thread ended")??;
+                cell.flood_pps = Some(counts[0].sent as f64 / gsecs.max(1e-9));
+            }
+            Some(Flooding::Conns(t)) => {
+                let h = t.join().map_err(|_| anyhow::anyhow!("the heavy clients' thread panicked"))??;
+                // A connection flood's rate: the requests nginx answered it.
+                cell.flood_pps = Some(h.answered as f64 / h.secs.max(1e-9));
+            }
+            None => {}
         }
         if let Installed::Daemon(_, sock) = &installed {
             // One read of the daemon's status serves the cell's figures.
@@ -572,6 +596,30 @@ fn synacks_of(s: &Snapshot) -> u64 {
 /// (0-1; None: never measured).
 fn cpu_taken_max(s: &Snapshot) -> Option<f64> {
     s.classes.iter().filter(|c| !c.is_default).filter_map(|c| c.rx_cpu_taken_max).reduce(f64::max)
+}
+
+/// A running flood: the generator's frames, or the heavy clients' connections.
+enum Flooding {
+    Frames(std::sync::mpsc::Receiver<crate::workers::GenDone>),
+    Conns(std::thread::JoinHandle<Result<http::Heavy>>),
+}
+
+/// A connection flood's `n` source addresses.
+fn heavy_sources(n: u8) -> Vec<std::net::IpAddr> {
+    let first: std::net::Ipv4Addr = HEAVY_SRC_V4.parse().expect("an address");
+    (0..n as u32).map(|i| std::net::Ipv4Addr::from(u32::from(first) + i).into()).collect()
+}
+
+/// The connection floods' addresses on A (/32: never a source other
+/// clients pick), known to B as neighbours as the new client's are.
+fn add_heavy_sources(bed: &VictimBed) -> Result<()> {
+    let mac = sluice_testkit::testbed::format_mac(bed.net.mac_a);
+    for ip in heavy_sources(HEAVY_SRCS.max(NEWCONN_SRCS)) {
+        let (ip, addr) = (ip.to_string(), format!("{ip}/32"));
+        netns::sh(&["ip", "-n", &bed.net.a, "addr", "add", &addr, "dev", IF_A])?;
+        netns::sh(&["ip", "-n", &bed.net.b, "neigh", "replace", &ip, "lladdr", &mac, "dev", IF_B, "nud", "permanent"])?;
+    }
+    Ok(())
 }
 
 /// The new client's addresses on A: deprecated (preferred_lft 0), so the

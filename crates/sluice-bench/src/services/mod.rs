@@ -134,6 +134,14 @@ pub struct Flood {
     /// UDP to NSD's port over IPv4: valid queries for its name (NSD answers
     /// each, at a few times the cost of junk), not junk.
     pub queries: bool,
+    /// Real connections to nginx from this many of A's addresses
+    /// (HEAVY_SRC_V4 and the next), not the generator's frames: an HTTP
+    /// flood from a few machines (`http::start_heavy`; 0: not one), each
+    /// asking over keep-alive connections or over a new one per request.
+    #[serde(default)]
+    pub heavy_srcs: u8,
+    #[serde(default)]
+    pub new_conns: bool,
 }
 
 impl Flood {
@@ -148,15 +156,17 @@ impl Flood {
 }
 
 const fn flood(name: &'static str, v6: bool, own_port: bool, srcs: u32, calm: bool) -> Flood {
-    Flood { name, v6, own_port, srcs, calm, tcp_flags: 0, pulses: 0, queries: false }
+    Flood { name, v6, own_port, srcs, calm, tcp_flags: 0, pulses: 0, queries: false, heavy_srcs: 0, new_conns: false }
 }
 
-/// The `http` scenario's ACK and RST floods (by name only, not in the
-/// default set): segments of no connection to nginx's port from 65,536
-/// random sources, as the SYN-cookie tests send them. The gate drops them
-/// itself while the class's SYN guard answers (engaged by the kernel's
-/// drops of them, TCP_FLAGS and TCP_RESET).
-pub const TCP_FLOODS: [Flood; 2] = [
+/// The `http` scenario's ACK, RST and connection floods (by name only, not
+/// in the default set): segments of no connection to nginx's port from
+/// 65,536 random sources, as the SYN-cookie tests send them (the gate drops
+/// them itself while the class's SYN guard answers, engaged by the kernel's
+/// drops of them, TCP_FLAGS and TCP_RESET); and real connections from A's
+/// own addresses: keep-alive ones from HEAVY_SRCS, pipelining requests
+/// (`conns-v4`), and a new one per request from NEWCONN_SRCS (`newconns-v4`).
+pub const TCP_FLOODS: [Flood; 4] = [
     Flood {
         name: "ack-v4",
         v6: false,
@@ -166,6 +176,8 @@ pub const TCP_FLOODS: [Flood; 2] = [
         tcp_flags: 0x10,
         pulses: 0,
         queries: false,
+        heavy_srcs: 0,
+        new_conns: false,
     },
     Flood {
         name: "rst-v4",
@@ -176,8 +188,21 @@ pub const TCP_FLOODS: [Flood; 2] = [
         tcp_flags: 0x04,
         pulses: 0,
         queries: false,
+        heavy_srcs: 0,
+        new_conns: false,
+    },
+    Flood { heavy_srcs: HEAVY_SRCS, ..flood("conns-v4", false, true, HEAVY_SRCS as u32, false) },
+    Flood {
+        heavy_srcs: NEWCONN_SRCS,
+        new_conns: true,
+        ..flood("newconns-v4", false, true, NEWCONN_SRCS as u32, false)
     },
 ];
+
+/// The connection floods' sources: HEAVY_SRC_V4 and the next addresses on A.
+pub const HEAVY_SRCS: u8 = 4;
+pub const NEWCONN_SRCS: u8 = 32;
+pub const HEAVY_SRC_V4: &str = "10.77.0.100";
 
 /// Every flood a scenario can name.
 pub fn all_floods() -> impl Iterator<Item = &'static Flood> + Clone {
