@@ -64,6 +64,9 @@ struct pkt {
 	__u8 odd_l3;    /* 1: the L4 header follows IPv4 options or IPv6 extension headers (the cookie paths take neither) */
 	__u8 first_fragment; /* 1: a first fragment (more fragments follow; the L4 header is here) */
 	__u8 frag_reply;     /* 1: a non-first fragment whose first was a reply to the host's own connection (gate/frags.h) */
+	__u8 tcp_hlen;       /* TCP only: the header's length in 32-bit words (its data offset) */
+	__u16 peer_port;     /* the peer's port (host order; 0 port-less) */
+	__u32 l4_len;        /* bytes from the L4 header to the IP packet's end (gate/delay.h: is there data?) */
 	__be32 frag_id;      /* a fragment's IP id (IPv4's 16 bits, IPv6's 32), as in its header */
 };
 

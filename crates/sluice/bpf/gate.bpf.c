@@ -162,6 +162,7 @@ char LICENSE[] SEC("license") = "GPL";
 #include "gate/bucket.h"
 #include "known.h"
 #include "gate/sources.h"
+#include "gate/delay.h"
 #include "gate/synack.h"
 #include "gate/room.h"
 #include "gate/host.h"
@@ -350,7 +351,12 @@ int sluice_gate(struct xdp_md *ctx)
 	if (idx != SLUICE_CS_ADMIT_PKTS && daemon_stalled(st))
 		return stale_pass(st, bytes);
 	verdict_add(st, idx, bytes);
-	return idx == SLUICE_CS_ADMIT_PKTS ? pass_or_away(cls, st) : observe_drop(gen);
+	if (idx != SLUICE_CS_ADMIT_PKTS)
+		return observe_drop(gen);
+	/* One admitted packet in SLUICE_DELAY_EVERY on this CPU may stamp its request (gate/delay.h). */
+	if (!(st->cnt[SLUICE_CS_SEEN_PKTS] & (SLUICE_DELAY_EVERY - 1)))
+		delay_stamp(&pk, gen, cls);
+	return pass_or_away(cls, st);
 }
 
 /*
@@ -368,8 +374,9 @@ int sluice_gate(struct xdp_md *ctx)
  * a packet of a completed handshake counts: a SYN-ACK or RST proves nothing
  * (a spoofed SYN or ACK gets one) and is skipped; and only the segment that
  * ends a write of the service's (PSH) is an answer, not every segment of a
- * download. It never changes the
- * packet's fate.
+ * download. Before any of that, it times the service's answer to the
+ * flow's request (gate/delay.h), whatever the class's learning. It never
+ * changes the packet's fate.
  */
 SEC("tc")
 int sluice_learn(struct __sk_buff *skb)
@@ -387,11 +394,7 @@ int sluice_learn(struct __sk_buff *skb)
 
 	if (parse(data, end, &pk, 1) != PARSE_OK || pk.slot == SLUICE_SLOT_PORTLESS)
 		return TC_ACT_OK;
-	/* TCP: an answer is a write of the service's, the segment that ends it
-	 * (PSH): counting every segment, a download taught its client's rate at
-	 * its packet rate, and bought it four times that as known ingress. */
-	if (pk.slot == SLUICE_SLOT_TCP &&
-	    ((pk.tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_RST)) || !(pk.tcp_flags & TCP_FLAG_PSH)))
+	if (pk.slot == SLUICE_SLOT_TCP && (pk.tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_RST)))
 		return TC_ACT_OK;
 	gen = tables_in_force();
 	cell = cell_of(gen, pk.slot, pk.port);
@@ -399,6 +402,13 @@ int sluice_learn(struct __sk_buff *skb)
 		return TC_ACT_OK;
 	/* The class the client's own packets to this port take, source-prefix rules included. */
 	cls = class_of_cell(&pk, gen, cell) & (SLUICE_CLASS_IDS - 1);
+	/* The answer's delay, since the gate admitted the flow's request (gate/delay.h). */
+	delay_answered(&pk, gen, cls);
+	/* TCP: an answer is a write of the service's, the segment that ends it
+	 * (PSH): counting every segment, a download taught its client's rate at
+	 * its packet rate, and bought it four times that as known ingress. */
+	if (pk.slot == SLUICE_SLOT_TCP && !(pk.tcp_flags & TCP_FLAG_PSH))
+		return TC_ACT_OK;
 	f = bpf_map_lookup_elem(&fairness, &cls);
 	if (!f || !f->learn)
 		return TC_ACT_OK;

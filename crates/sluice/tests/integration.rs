@@ -336,6 +336,41 @@ mod status {
         tb.wait(pid);
     }
 
+    /// The gate times each class's answers (bpf/gate/delay.h): an echo
+    /// service that answers at once and one that spends 20 ms of CPU on
+    /// each datagram (40 a second: it keeps up), side by side; status's
+    /// delays tell them apart, and the table says so.
+    #[test]
+    fn status_says_how_long_each_service_takes_to_answer() {
+        let mut tb = Testbed::new();
+        tb.start_gate(&["--no-discover", "--class", "fast:match=udp:7000", "--class", "slow:match=udp:7001"]);
+        let b = tb.b.clone();
+        tb.spawn_load(&b, &["serve", "udp-echo", "--port", "7000", "--duration", "6"]);
+        tb.spawn_load(&b, &["serve", "udp-echo", "--port", "7001", "--work-ns", "20000000", "--duration", "6"]);
+        std::thread::sleep(Duration::from_millis(300));
+        let (fast, slow) = (tb.send_on_thread(1, 7000, 200, 3.0), tb.send_on_thread(0, 7001, 40, 3.0));
+        for t in [fast, slow] {
+            assert!(t.join().unwrap().status.success());
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        let s = tb.status();
+        let delays = |name: &str| s.classes.iter().find(|c| c.name == name).unwrap().totals.answer_delays;
+        let (fast, slow) = (delays("fast"), delays("slow"));
+        println!("fast: {fast:?}\nslow: {slow:?}");
+        // One admitted packet in SLUICE_DELAY_EVERY (16) is offered a stamp:
+        // about 37 of the fast service's 600 requests, 7 of the slow one's 120.
+        assert!(fast.samples >= 20, "fast: {} of 600 timed", fast.samples);
+        assert!(slow.samples >= 3, "slow: {} of 120 timed", slow.samples);
+        // 20 ms of work: its median's bucket is 2^24-2^25 ns or later; an
+        // echo with none answers in a fraction of that.
+        let (f50, s50) = (fast.quantile_ms(0.5).unwrap(), slow.quantile_ms(0.5).unwrap());
+        assert!(s50 > 20.0, "the slow service's median delay is at least its 20 ms of work: under {s50} ms");
+        assert!(f50 * 4.0 <= s50, "the fast one answers in under a quarter of that: under {f50} ms");
+        assert_eq!(delays("default").samples, 0, "the default class is not timed");
+        let table = tb.sluice(&tb.b, &["status", "--socket", tb.socket().to_str().unwrap()]);
+        assert!(String::from_utf8_lossy(&table.stdout).contains("ANSWERED IN"), "the table shows them");
+    }
+
     #[test]
     fn sigterm_detaches_and_prints_totals() {
         let mut tb = Testbed::new();

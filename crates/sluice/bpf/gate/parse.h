@@ -81,13 +81,18 @@ static __always_inline int parse_l4(void *pos, void *end, void *lim, __u8 proto,
 			return PARSE_MALFORMED;
 		pk->slot = SLUICE_SLOT_UDP;
 		pk->port = bpf_ntohs(*(__be16 *)(pos + port_off));
+		pk->peer_port = bpf_ntohs(*(__be16 *)(pos + (2 - port_off)));
 		return PARSE_OK;
 	case IPPROTO_TCP:
 		if (!l4_fits(pos, end, lim, SLUICE_TCP_HLEN))
 			return PARSE_MALFORMED;
 		pk->slot = SLUICE_SLOT_TCP;
 		pk->port = bpf_ntohs(*(__be16 *)(pos + port_off));
+		pk->peer_port = bpf_ntohs(*(__be16 *)(pos + (2 - port_off)));
 		pk->tcp_flags = *(__u8 *)(pos + 13);
+		/* Stored, not compared: a branch here would split every way through the parser in two. */
+		pk->tcp_hlen = *(__u8 *)(pos + 12) >> 4;
+		pk->l4_len = lim - pos;
 		return PARSE_OK;
 	case IPPROTO_ICMP:
 		if (!l4_fits(pos, end, lim, SLUICE_ICMP_HLEN))

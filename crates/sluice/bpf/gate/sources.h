@@ -68,20 +68,23 @@ static __always_inline int known_within_rate(struct sluice_known *v)
  * so which sources share a slot of "sources" or "asked" cannot be worked
  * out from outside. The Rust side's copy is `dataplane::gate::slot_of`.
  */
-static __always_inline __u64 peer_hash(const struct sluice_src_key *k)
+/* The 64-bit finaliser of MurmurHash3: every input bit moves every output bit. */
+static __always_inline __u64 mix64(__u64 h)
 {
-	__u64 h;
-
-	__builtin_memcpy(&h, k->addr, 8);
-	h ^= ((__u64)k->class_id << 8 | k->family) ^ settings.slot_seed;
-
-	/* The 64-bit finaliser of MurmurHash3: every input bit moves every output bit. */
 	h ^= h >> 33;
 	h *= 0xff51afd7ed558ccdULL;
 	h ^= h >> 33;
 	h *= 0xc4ceb9fe1a85ec53ULL;
 	h ^= h >> 33;
 	return h;
+}
+
+static __always_inline __u64 peer_hash(const struct sluice_src_key *k)
+{
+	__u64 h;
+
+	__builtin_memcpy(&h, k->addr, 8);
+	return mix64(h ^ ((__u64)k->class_id << 8 | k->family) ^ settings.slot_seed);
 }
 
 /* Is the slot's key this one? Five words (the key is 20 bytes, 4-aligned). */

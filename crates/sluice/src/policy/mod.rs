@@ -7,6 +7,8 @@
 //! - [`queue`]: the rules that read a queue (stands, full, dropped);
 //! - [`distress`]: what two readings of a class's sockets say (distress,
 //!   behind, SYN pressure), from those rules;
+//! - [`delay`]: how long a class's service takes to answer, from the
+//!   gate's buckets;
 //! - [`fair`]: source fairness inside a limited class;
 //! - [`remap`]: class identity across a config switch;
 //! - [`away`]: CPU protection, when and where to move a service;
@@ -16,6 +18,7 @@ pub mod away;
 pub mod budget;
 pub mod config;
 pub mod controller;
+pub mod delay;
 pub mod distress;
 pub mod fair;
 pub mod queue;

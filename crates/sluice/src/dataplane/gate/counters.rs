@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::bpf_intf::*;
 use crate::dataplane::gate::{ClassCounters, GlobalCounters};
+use crate::policy::delay::Delays;
 
 /// Packet and byte totals of one class, summed over CPUs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -104,6 +105,10 @@ pub struct ClassTotals {
     /// CPU before a tick of the daemon saw the surge.
     #[serde(default)]
     pub surge_marks: u64,
+    /// The service's answers the gate timed, from the request it admitted
+    /// to the answer leaving (bpf/gate/delay.h), in power-of-two buckets.
+    #[serde(default)]
+    pub answer_delays: Delays,
 }
 
 impl From<ClassCounters> for ClassTotals {
@@ -139,6 +144,11 @@ impl From<ClassCounters> for ClassTotals {
             sampled_pkts: c[SLUICE_CS_SAMPLED_PKTS as usize],
             sampled_known_pkts: c[SLUICE_CS_SAMPLED_KNOWN as usize],
             surge_marks: c[SLUICE_CS_SURGE_MARKS as usize],
+            answer_delays: Delays {
+                samples: c[SLUICE_CS_DELAY_SAMPLES as usize],
+                sum_ns: c[SLUICE_CS_DELAY_NS as usize],
+                buckets: std::array::from_fn(|i| c[SLUICE_CS_DELAY_BUCKET0 as usize + i]),
+            },
         }
     }
 }
@@ -232,6 +242,15 @@ pub struct ClassRates {
     /// Source-epochs per second (divide by 100 for sources per epoch).
     #[serde(default)]
     pub source_epochs_ps: f64,
+    /// Answers/s of the class's service the gate timed (bpf/gate/delay.h).
+    #[serde(default)]
+    pub answers_ps: f64,
+    /// Their delay's median, ms: its power-of-two bucket's upper edge (null: no answer timed in the window).
+    #[serde(default)]
+    pub answer_p50_ms: Option<f64>,
+    /// Their delay's 99th percentile, ms, as the median (null: no answer timed in the window).
+    #[serde(default)]
+    pub answer_p99_ms: Option<f64>,
 }
 
 impl ClassRates {
@@ -241,6 +260,7 @@ impl ClassRates {
             return ClassRates::default();
         }
         let r = |a: u64, b: u64| b.saturating_sub(a) as f64 / secs;
+        let window = new.answer_delays.since(&old.answer_delays);
         ClassRates {
             seen_pps: r(old.seen_pkts, new.seen_pkts),
             admitted_pps: r(old.admitted_pkts, new.admitted_pkts),
@@ -248,6 +268,9 @@ impl ClassRates {
             known_pps: r(old.known_pkts, new.known_pkts),
             share_dropped_pps: r(old.dropped_share_pkts, new.dropped_share_pkts),
             source_epochs_ps: r(old.source_epochs, new.source_epochs),
+            answers_ps: r(old.answer_delays.samples, new.answer_delays.samples),
+            answer_p50_ms: window.quantile_ms(0.5),
+            answer_p99_ms: window.quantile_ms(0.99),
         }
     }
 }

@@ -8,6 +8,8 @@
 pub enum Kind {
     Counter,
     Gauge,
+    /// Served as NAME_bucket{le}, NAME_sum and NAME_count.
+    Histogram,
 }
 
 /// One metric family.
@@ -28,7 +30,7 @@ impl FamilyDoc {
     pub fn served_name(&self) -> String {
         match self.kind {
             Kind::Counter => format!("sluice_{}_total", self.name),
-            Kind::Gauge => format!("sluice_{}", self.name),
+            Kind::Gauge | Kind::Histogram => format!("sluice_{}", self.name),
         }
     }
 }
@@ -46,6 +48,12 @@ pub const FAMILIES: &[FamilyDoc] = &[
         kind: Kind::Counter,
         labels: "class, verdict",
         help: "bytes per class and verdict, as for class_packets",
+    },
+    FamilyDoc {
+        name: "answer_delay_seconds",
+        kind: Kind::Histogram,
+        labels: "class, le",
+        help: "how long the class's service took to answer: from the gate admitting a request (a UDP datagram, or a TCP segment with data) to the service's next answer to that flow (a datagram, or a segment with data) leaving through the gate's interface; power-of-two buckets from 32.8 us to 0.54 s; the default class is not timed (docs/protection.md, \"Answer delay\")",
     },
     FamilyDoc {
         name: "class_rate_limit_packets_per_second",
@@ -227,6 +235,7 @@ pub fn reference_table() -> String {
         let kind = match f.kind {
             Kind::Counter => "counter",
             Kind::Gauge => "gauge",
+            Kind::Histogram => "histogram",
         };
         out += &format!("| `{}` | {kind} | {} | {} |\n", f.served_name(), f.labels, f.help);
     }

@@ -161,8 +161,47 @@ fn register_class_families(reg: &mut Registry, classes: &[ClassSnapshot]) {
     add(reg, "class_distress_seconds", distress);
     add(reg, "class_dropped_with_room_packets", harm);
     add(reg, "class_known_lost_packets", known_lost);
+    register_answer_delays(reg, classes);
     register_kernel_drops(reg, classes);
     register_source_families(reg, classes);
+}
+
+/// Each timed class's answer delays (bpf/gate/delay.h) as a histogram: the
+/// gate's power-of-two buckets, in seconds. No sample for a class with no
+/// answer timed.
+fn register_answer_delays(reg: &mut Registry, classes: &[ClassSnapshot]) {
+    use crate::policy::delay::{edge_secs, BUCKETS};
+    let delays = Family::<Labels, ConstHistogram>::default();
+    for c in classes.iter().filter(|c| c.totals.answer_delays.samples > 0) {
+        let d = &c.totals.answer_delays;
+        // The encoder sums the counts up, and writes f64::MAX as +Inf.
+        let edge = |i: usize| if i + 1 < BUCKETS { edge_secs(i) } else { f64::MAX };
+        let buckets = (0..BUCKETS).map(|i| (edge(i), d.buckets[i])).collect();
+        *delays.get_or_create(&vec![label("class", &c.name)]).0.lock().unwrap_or_else(|e| e.into_inner()) =
+            (d.sum_ns as f64 / 1e9, buckets);
+    }
+    add(reg, "answer_delay_seconds", delays);
+}
+
+/// A histogram whose buckets were counted elsewhere (the gate's): its sum
+/// and each bucket's (upper edge, count), the last at f64::MAX (+Inf).
+#[derive(Debug, Default)]
+struct ConstHistogram(std::sync::Mutex<(f64, Vec<(f64, u64)>)>);
+
+impl prometheus_client::metrics::TypedMetric for ConstHistogram {
+    const TYPE: prometheus_client::metrics::MetricType = prometheus_client::metrics::MetricType::Histogram;
+}
+
+impl prometheus_client::encoding::EncodeMetric for ConstHistogram {
+    fn encode(&self, mut encoder: prometheus_client::encoding::MetricEncoder) -> Result<(), std::fmt::Error> {
+        let (sum, buckets) = &*self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let count = buckets.iter().map(|b| b.1).sum();
+        encoder.encode_histogram::<prometheus_client::encoding::NoLabelSet>(*sum, count, buckets, None)
+    }
+
+    fn metric_type(&self) -> prometheus_client::metrics::MetricType {
+        <Self as prometheus_client::metrics::TypedMetric>::TYPE
+    }
 }
 
 /// Each class's packets the kernel dropped after the gate.

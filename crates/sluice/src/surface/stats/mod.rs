@@ -597,6 +597,43 @@ mod tests {
         assert!(t.contains("SYN COOKIES: unavailable (net.ipv4.tcp_syncookies = 0 here)"), "{t}");
     }
 
+    /// The answer delays: a table line per timed class with its window's
+    /// quantiles (each a bucket's upper edge), and a histogram in /metrics
+    /// whose buckets are the gate's, cumulative, in seconds.
+    #[test]
+    fn answer_delays_are_shown_as_quantiles_and_served_as_a_histogram() {
+        let mut s = snap();
+        assert!(!render_table(&s).contains("ANSWERED IN"), "nothing timed: no section");
+        assert!(!prometheus_text(&s).contains("sluice_answer_delay_seconds_bucket"), "no sample, not zeros");
+        let d = &mut s.classes[0].totals.answer_delays;
+        (d.samples, d.sum_ns, d.buckets[0], d.buckets[6], d.buckets[15]) = (100, 60_000_000, 90, 9, 1);
+        s.classes[0].rates = ClassRates {
+            answers_ps: 100.0,
+            answer_p50_ms: Some(0.032768),
+            answer_p99_ms: Some(2.097152),
+            ..Default::default()
+        };
+        let t = render_table(&s);
+        assert!(t.contains("ANSWERED IN"), "{t}");
+        let line = t.lines().find(|l| l.starts_with("dns ") && l.contains("under")).expect("a line for dns");
+        assert!(line.contains("under 0.03 ms") && line.contains("under 2 ms"), "{line}");
+        s.classes[0].rates.answer_p99_ms = Some(crate::policy::delay::edge_ms(15));
+        s.classes[0].rates.answer_p50_ms = None;
+        let t = render_table(&s);
+        let line = t.lines().find(|l| l.starts_with("dns ") && l.contains("over")).expect("a line for dns");
+        assert!(line.contains("over 537 ms") && line.contains(" - "), "none in the window: '-', not 0: {line}");
+        let m = prometheus_text_004(&s);
+        assert!(m.contains("# TYPE sluice_answer_delay_seconds histogram"), "{m}");
+        assert!(m.contains("sluice_answer_delay_seconds_bucket{le=\"0.000032768\",class=\"dns\"} 90"), "{m}");
+        assert!(
+            m.contains("sluice_answer_delay_seconds_bucket{le=\"0.002097152\",class=\"dns\"} 99"),
+            "cumulative: {m}"
+        );
+        assert!(m.contains("sluice_answer_delay_seconds_bucket{le=\"+Inf\",class=\"dns\"} 100"), "{m}");
+        assert!(m.contains("sluice_answer_delay_seconds_sum{class=\"dns\"} 0.06"), "{m}");
+        assert!(m.contains("sluice_answer_delay_seconds_count{class=\"dns\"} 100"), "{m}");
+    }
+
     /// Regression: _total families were served as gauges, and two counters had no help
     /// text for the 0.0.4 parser (their HELP named the family without _total). The
     /// families' kinds are checked against promtool's rules on a running daemon's

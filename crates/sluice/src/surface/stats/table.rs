@@ -8,6 +8,7 @@ pub fn render_table(s: &Snapshot) -> String {
     let mut o = String::new();
     render_header(&mut o, s);
     render_classes(&mut o, &s.classes);
+    render_answers(&mut o, &s.classes);
     render_auto(&mut o, &s.classes);
     for c in s.classes.iter().filter(|c| c.dropped_with_room_pkts.is_some_and(|n| n > 0)) {
         let _ = writeln!(
@@ -115,6 +116,41 @@ fn render_classes(o: &mut String, classes: &[ClassSnapshot]) {
             c.totals.admitted_pkts,
             c.totals.dropped_pkts()
         );
+    }
+}
+
+/// How long each class's service took to answer over the rate window (the
+/// gate times a request it admitted to the answer leaving: bpf/gate/delay.h),
+/// for the classes with an answer timed since the gate was loaded.
+fn render_answers(o: &mut String, classes: &[ClassSnapshot]) {
+    let timed: Vec<&ClassSnapshot> = classes.iter().filter(|c| c.totals.answer_delays.samples > 0).collect();
+    if timed.is_empty() {
+        return;
+    }
+    let _ = writeln!(o, "{:<24} {:>10} {:>14} {:>14}", "ANSWERED IN", "ANSWERS/s", "p50", "p99");
+    for c in timed {
+        let r = &c.rates;
+        let _ = writeln!(
+            o,
+            "{:<24} {:>10} {:>14} {:>14}",
+            c.name,
+            human(r.answers_ps),
+            delay_ms(r.answer_p50_ms),
+            delay_ms(r.answer_p99_ms)
+        );
+    }
+}
+
+/// A quantile of the answer delay: its bucket's upper edge, as "under X",
+/// or the last bucket's lower edge as "over X"; "-" with none timed.
+fn delay_ms(v: Option<f64>) -> String {
+    let Some(v) = v else { return "-".into() };
+    let last = crate::policy::delay::edge_ms(crate::policy::delay::BUCKETS - 1);
+    let n = if v < 1.0 { format!("{v:.2}") } else { format!("{v:.0}") };
+    if v >= last {
+        format!("over {n} ms")
+    } else {
+        format!("under {n} ms")
     }
 }
 

@@ -1,0 +1,124 @@
+//! How long a service takes to answer (bpf/gate/delay.h), by
+//! BPF_PROG_TEST_RUN: the gate stamps a request it admits, the egress
+//! learner times the service's answer to the same flow into the class's
+//! delay buckets. The gate offers one admitted packet in SLUICE_DELAY_EVERY
+//! of a class on a CPU for a stamp, so a request here is run that many
+//! times in one call (one CPU): one of them is offered. Needs root (CI is root).
+mod common;
+
+use std::time::Duration;
+
+use common::tcp::{Segment, ACK};
+use common::TestGate;
+use sluice::bpf_intf::*;
+use sluice::dataplane::gate::Prog;
+use sluice_testkit::packet::Frame;
+
+const PSH: u8 = 0x08;
+
+fn gate() -> TestGate {
+    TestGate::new(&["web:match=tcp:8080", "dns:match=udp:53", "shut:rate=blocked,match=udp:54"])
+}
+
+/// A TCP segment with `data` bytes, client to service (`request`) or back.
+fn segment(client: &str, data: usize, request: bool) -> Vec<u8> {
+    let server = if client.contains(':') { "2001:db8::2" } else { "10.0.0.2" };
+    let mut s = if request {
+        Segment::new(client, server, 40000, 8080, ACK | PSH)
+    } else {
+        Segment::new(server, client, 8080, 40000, ACK | PSH)
+    };
+    s.payload = vec![0x61; data];
+    s.build()
+}
+
+fn delays(g: &TestGate, class: &str) -> (u64, u64, Vec<u64>) {
+    let c = g.gate.class_counters(g.class(class)).unwrap();
+    let buckets = (SLUICE_CS_DELAY_BUCKET0..=SLUICE_CS_DELAY_LAST).map(|i| c[i as usize]).collect();
+    (c[SLUICE_CS_DELAY_SAMPLES as usize], c[SLUICE_CS_DELAY_NS as usize], buckets)
+}
+
+/// Run a request through the gate SLUICE_DELAY_EVERY times in one call: its verdict.
+fn request(g: &TestGate, frame: &[u8]) -> u32 {
+    g.gate.test_run(Prog::Gate, frame, SLUICE_DELAY_EVERY).unwrap().0
+}
+
+fn answer(g: &TestGate, frame: &[u8]) {
+    assert_eq!(g.gate.test_run(Prog::Learn, frame, 1).unwrap().0, 0, "TC_ACT_OK: the learner never drops");
+}
+
+#[test]
+fn a_requests_answer_is_timed_once_into_its_classs_buckets() {
+    let g = gate();
+    assert_eq!(request(&g, &segment("198.51.100.1", 40, true)), 2, "XDP_PASS: admitted");
+    std::thread::sleep(Duration::from_millis(3));
+    answer(&g, &segment("198.51.100.1", 200, false));
+    let (n, ns, buckets) = delays(&g, "web");
+    assert_eq!(n, 1, "one answer timed");
+    assert!((3_000_000..1_000_000_000).contains(&ns), "at least the 3 ms slept: {ns} ns");
+    // Bucket i holds delays under 2^(SHIFT0 + i) ns, and from 2^(SHIFT0 + i - 1).
+    let b = buckets.iter().position(|&x| x == 1).expect("one bucket holds it");
+    assert_eq!(buckets.iter().sum::<u64>(), 1);
+    assert!(
+        ns < 1 << (SLUICE_DELAY_SHIFT0 + b as u32) && ns >= 1 << (SLUICE_DELAY_SHIFT0 + b as u32 - 1),
+        "{ns} in bucket {b}"
+    );
+    // The slot is spent: a second answer with no new request is not timed.
+    answer(&g, &segment("198.51.100.1", 200, false));
+    assert_eq!(delays(&g, "web").0, 1);
+}
+
+#[test]
+fn a_flows_first_waiting_request_is_the_one_timed() {
+    let g = gate();
+    request(&g, &segment("2001:db8::1", 40, true));
+    std::thread::sleep(Duration::from_millis(5));
+    // The client's next requests (pipelined) do not move the stamp.
+    request(&g, &segment("2001:db8::1", 40, true));
+    answer(&g, &segment("2001:db8::1", 200, false));
+    let (n, ns, _) = delays(&g, "web");
+    assert_eq!(n, 1);
+    assert!(ns >= 5_000_000, "timed from the first request: {ns} ns");
+}
+
+/// One admitted packet of a class in SLUICE_DELAY_EVERY on a CPU is
+/// offered a stamp: distinct flows' requests run one at a time, each
+/// answered, on one CPU (the test thread pinned: each CPU counts its own).
+#[test]
+fn one_admitted_packet_in_delay_every_is_offered_a_stamp() {
+    sluice::base::netns::pin_thread(0).unwrap();
+    let g = gate();
+    for i in 0..2 * SLUICE_DELAY_EVERY {
+        let client = format!("198.51.100.{}", 10 + i);
+        g.run(&segment(&client, 40, true));
+        answer(&g, &segment(&client, 200, false));
+    }
+    assert_eq!(delays(&g, "web").0, 2, "two of {} requests timed", 2 * SLUICE_DELAY_EVERY);
+}
+
+#[test]
+fn segments_without_data_other_flows_drops_and_the_default_class_are_not_timed() {
+    let g = gate();
+    // A bare ACK in is no request, and a bare ACK out no answer.
+    request(&g, &segment("198.51.100.2", 0, true));
+    answer(&g, &segment("198.51.100.2", 200, false));
+    request(&g, &segment("198.51.100.3", 40, true));
+    answer(&g, &segment("198.51.100.3", 0, false));
+    // An answer to another client, or from another port, does not match.
+    answer(&g, &segment("198.51.100.4", 200, false));
+    assert_eq!(delays(&g, "web").0, 0, "nothing timed yet");
+    answer(&g, &segment("198.51.100.3", 200, false));
+    assert_eq!(delays(&g, "web").0, 1, "the request with data, answered with data");
+    // A request the gate drops never reaches the service: not stamped.
+    assert_eq!(request(&g, &Frame::udp("198.51.100.5", "10.0.0.2", 4000, 54).build()), 1, "XDP_DROP: blocked");
+    answer(&g, &Frame::udp("10.0.0.2", "198.51.100.5", 54, 4000).build());
+    assert_eq!(delays(&g, "shut").0, 0);
+    // UDP: a datagram is a request, the reply an answer.
+    request(&g, &Frame::udp("198.51.100.6", "10.0.0.2", 4000, 53).build());
+    answer(&g, &Frame::udp("10.0.0.2", "198.51.100.6", 53, 4000).build());
+    assert_eq!(delays(&g, "dns").0, 1);
+    // The default class's "requests" are replies to the host's own connections.
+    request(&g, &Frame::udp("198.51.100.7", "10.0.0.2", 443, 5555).build());
+    answer(&g, &Frame::udp("10.0.0.2", "198.51.100.7", 5555, 443).build());
+    assert_eq!(delays(&g, "default").0, 0);
+}
