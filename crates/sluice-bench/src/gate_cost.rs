@@ -10,8 +10,8 @@ use serde::Serialize;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use sluice::bpf_intf::{
-    sluice_fair, sluice_known, sluice_src_key, sluice_syn_guard, SLUICE_SYN_DIRECT_V4, SLUICE_SYN_DIRECT_V6,
-    SLUICE_WATCH_EVERY,
+    sluice_fair, sluice_known, sluice_src_key, sluice_syn_guard, SLUICE_DELAY_EVERY, SLUICE_SYN_DIRECT_V4,
+    SLUICE_SYN_DIRECT_V6, SLUICE_WATCH_EVERY,
 };
 use sluice::dataplane::classify;
 use sluice::dataplane::gate::verifier::{verifier_costs, VerifierCost, INSN_LIMIT, STACK_LIMIT};
@@ -53,6 +53,8 @@ pub struct Report {
     pub sources_held: Option<u64>,
     /// A SYN answered by the gate against a SYN it drops (see [`SynCost`]).
     pub syn: SynCost,
+    /// The egress learner's cost for a packet leaving (see [`LearnerCost`]; none: not measured).
+    pub learner: Option<LearnerCost>,
     /// What the verifier spent on each program at load (none: not read).
     #[serde(default)]
     pub verifier: Vec<VerifierCost>,
@@ -217,6 +219,7 @@ pub fn run(repeat: u32, rounds: usize, progress: bool) -> Result<Report> {
     let source_rows = rows_of(SOURCE_CASES.iter().map(|(name, verdict, _)| (*name, *verdict)), &mut source_cells);
     let noop_min_ns = noop.iter().copied().fold(f64::INFINITY, f64::min);
     let syn = syn_cost(rounds)?;
+    let learner = Some(learner_cost(rounds)?);
     let verifier = verifier_costs()?;
     Ok(Report {
         rules,
@@ -231,6 +234,7 @@ pub fn run(repeat: u32, rounds: usize, progress: bool) -> Result<Report> {
         repeat,
         rounds,
         syn,
+        learner,
         verifier,
     })
 }
@@ -319,6 +323,44 @@ fn syn_frame(port: u16) -> Vec<u8> {
     let total = (f.len() - ip) as u16;
     f[ip + 2..ip + 4].copy_from_slice(&total.to_be_bytes());
     f
+}
+
+/// The egress learner (tc) on one packet leaving, ns a call (one run per
+/// call, median of the rounds): from a port of no class (it looks the port
+/// up and stops), and a class's answer whose flow has no stamp (the answer
+/// delay's hash and lookup: the usual case, as the gate offers one request
+/// in SLUICE_DELAY_EVERY a stamp). An answer that times a stamp adds a
+/// clock read and a bucket's count; not measured here: each call would
+/// need a request through the XDP program first, and an XDP test run
+/// beside a TC one waits for an RCU grace period (the kernel's XDP
+/// dispatcher), which swamps the figure.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct LearnerCost {
+    pub noop_ns: f64,
+    pub unclassed_ns: f64,
+    pub untimed_ns: f64,
+}
+
+fn learner_cost(rounds: usize) -> Result<LearnerCost> {
+    let cfg = config::from_flags(&["bench:match=udp:53".to_string()])?;
+    let mut gate = Gate::load()?;
+    gate.apply(&cfg, &classify::compile(&cfg)?)?;
+    with_deadline(&mut gate);
+    let answer = Frame::udp("10.0.0.2", "10.0.0.1", 53, 4000).build();
+    let other = Frame::udp("10.0.0.2", "10.0.0.1", 9999, 4000).build();
+    let floor = Generator::load()?;
+    let learn = |p: &[u8], n| Ok(gate.test_run(Prog::Learn, p, n)?);
+    let (mut noop, mut unclassed, mut untimed) = (vec![], vec![], vec![]);
+    for _ in 0..rounds.min(7) {
+        noop.push(per_call(|p, n| floor.noop_run(p, n), &answer, XDP_PASS)?);
+        unclassed.push(per_call(learn, &other, 0)?);
+        untimed.push(per_call(learn, &answer, 0)?);
+    }
+    Ok(LearnerCost {
+        noop_ns: median(&mut noop),
+        unclassed_ns: median(&mut unclassed),
+        untimed_ns: median(&mut untimed),
+    })
 }
 
 /// A gate whose class "bench" (tcp:`port`) has the SYN guard `guard`, at
@@ -594,6 +636,15 @@ pub fn render(r: &Report) -> String {
         ns(y.watched_ns),
         ns(y.watched_ns.zip(y.passed_ns).map(|(w, p)| w - p)),
     );
+    if let Some(l) = &r.learner {
+        let _ = writeln!(
+            o,
+            "a packet leaving through the egress learner, one run per call: no-op (XDP) {:.0} ns, from no class's port {:.0} ns, \
+             a class's answer with no stamp to time {:.0} ns (answer delays: the gate offers one admitted packet in \
+             {SLUICE_DELAY_EVERY} a stamp; an answer that times one adds a clock read, not measured here)",
+            l.noop_ns, l.unclassed_ns, l.untimed_ns
+        );
+    }
     for c in &r.verifier {
         let _ = writeln!(
             o,

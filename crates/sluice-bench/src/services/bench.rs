@@ -1,6 +1,7 @@
 //! The running testbed of one scenario: the service, the generator, and
 //! each cell (a flood, a configuration, a repeat) measured in it.
 use super::*;
+use sluice::policy::delay::Delays;
 use sluice::surface::stats::Snapshot;
 
 /// The running testbed of one scenario.
@@ -40,7 +41,7 @@ impl Item<'_> {
 pub(super) enum Installed {
     /// The pass-through gate, attached while held.
     Pass {
-        _gate: Box<Gate>,
+        gate: Box<Gate>,
     },
     Daemon(Proc, PathBuf),
 }
@@ -267,6 +268,7 @@ impl<'a> Bench<'a> {
             Installed::Daemon(_, sock) => Some(admitted_of(&daemon_status(&self.o.exe, &self.bed.net.b, sock)?)),
             Installed::Pass { .. } => None,
         };
+        let answers0 = self.answer_delays(&installed)?;
         let mut cell = match self.svc {
             Service::Dns => self.dns_clients(v6, secs)?,
             Service::Http => self.http_clients(v6)?,
@@ -321,6 +323,8 @@ impl<'a> Bench<'a> {
                 cell.gate_drops = Some(dropped_of(&snap));
             }
         }
+        let answers = self.answer_delays(&installed)?.since(&answers0);
+        (cell.answer_p50_ms, cell.answer_p99_ms) = (answers.quantile_ms(0.5), answers.quantile_ms(0.99));
         let state = match &installed {
             Installed::Daemon(_, sock) => Some(sluice::signals::known::path(&sock.with_extension("state"), IF_B)),
             Installed::Pass { .. } => None,
@@ -338,6 +342,22 @@ impl<'a> Bench<'a> {
         cell.config = setup;
         cell.repeat = repeat;
         Ok(cell)
+    }
+
+    /// The answer delays the gate timed so far for the service's classes:
+    /// every class but the default one (the daemon's, from its status), or
+    /// the pass-through gate's `svc` class.
+    fn answer_delays(&self, installed: &Installed) -> Result<Delays> {
+        Ok(match installed {
+            Installed::Daemon(_, sock) => {
+                let s = daemon_status(&self.o.exe, &self.bed.net.b, sock)?;
+                let service = s.classes.iter().filter(|c| !c.is_default);
+                service.fold(Delays::default(), |all, c| all.plus(&c.totals.answer_delays))
+            }
+            Installed::Pass { gate } => {
+                sluice::dataplane::gate::counters::ClassTotals::from(gate.class_counters(0)?).answer_delays
+            }
+        })
     }
 
     /// A pulsing flood's pulses (PULSE_ON_SECS each, PULSE_OFF_SECS apart),
@@ -369,7 +389,7 @@ impl<'a> Bench<'a> {
         let args: Vec<String> = match setup {
             Setup::Off => {
                 let g = attach_gate(&self.bed.net.b, IF_B, vec![svc_class])?;
-                return Ok(Installed::Pass { _gate: Box::new(g) });
+                return Ok(Installed::Pass { gate: Box::new(g) });
             }
             Setup::Zero => vec![],
             Setup::Observe => vec!["--observe".into()],

@@ -460,6 +460,15 @@ pub struct Cell {
     /// (it asks 500/s).
     #[serde(default)]
     pub kept_rps: Option<f64>,
+    /// The service's answer delay over the cell, as the gate timed it
+    /// (bpf/gate/delay.h: from the request's admission to the answer
+    /// leaving): median and 99th percentile in ms, each its power-of-two
+    /// bucket's upper edge. The service's own classes, every configuration
+    /// (off: the pass-through gate's counters); None: none timed.
+    #[serde(default)]
+    pub answer_p50_ms: Option<f64>,
+    #[serde(default)]
+    pub answer_p99_ms: Option<f64>,
     /// The CPU signal: the largest share of a service's CPU that receive
     /// work for lower classes took, over the cell's samples (None: no daemon
     /// or never measured).

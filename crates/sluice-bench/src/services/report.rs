@@ -106,7 +106,7 @@ pub fn summary(r: &ServiceRun) -> String {
         "p99",
         "svc CPU",
         "sluice CPU",
-        if dns { "" } else { "  cookies/s  gate SYN-ACKs/s    connect p50/p99  kept/s  taken" }
+        if dns { "" } else { "  cookies/s  gate SYN-ACKs/s    connect p50/p99  kept/s  taken  answered p50/p99" }
     );
     let calm = calm_names(r);
     let names = calm.iter().copied().chain(std::iter::once("none")).chain(all_floods().map(|f| f.name));
@@ -151,12 +151,13 @@ pub fn summary(r: &ServiceRun) -> String {
                 } else {
                     let human = |v: Option<f64>| v.map_or("-".into(), sluice::base::fmt::human);
                     format!(
-                        "{:>11} {:>16} {:>18} {:>7} {:>6}",
+                        "{:>11} {:>16} {:>18} {:>7} {:>6} {:>17}",
                         human(med(&cells, |c| Some(c.syn_cookies))),
                         human(med(&cells, |c| c.gate_synacks)),
                         format!("{}/{}", ms(med(&cells, |c| c.connect_p50_ms)), ms(med(&cells, |c| c.connect_p99_ms))),
                         human(med(&cells, |c| c.kept_rps)),
-                        pct(cells.iter().filter_map(|c| c.cpu_taken_max).reduce(f64::max))
+                        pct(cells.iter().filter_map(|c| c.cpu_taken_max).reduce(f64::max)),
+                        format!("{}/{}", ms(med(&cells, |c| c.answer_p50_ms)), ms(med(&cells, |c| c.answer_p99_ms)))
                     )
                 }
             );
@@ -181,6 +182,7 @@ fn legend(dns: bool, keep_alive: bool, calm: bool) -> String {
         s += "connect p50/p99 = a probe's new connection every 10 ms, timed to the handshake's end (a failed one counts as its 3 s timeout);\n";
         s += "  kept/s = requests/s answered over the probe's one long-lived connection, which asks 500/s\n";
         s += "taken = the CPU signal: the largest share of the service's CPU that receive work for lower classes took\n  (the daemon's largest since its start, read at the cell's end; max over repeats; - = no daemon)\n";
+        s += "answered p50/p99 = nginx's answer delay as the gate timed it (a request's admission to the answer leaving;\n  each the upper edge of its power-of-two bucket), every configuration; n/a = none timed\n";
     }
     if calm {
         s += "calm-N = no flood, dnsperf asked N% of NSD's measured capacity (do no harm: zero config must answer what off answers)\n";
