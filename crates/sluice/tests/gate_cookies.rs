@@ -65,6 +65,29 @@ fn a_guarded_ipv4_syn_gets_a_syn_ack_with_a_cookie_and_the_clients_options() {
     assert_ne!(answer(&g, &syn).1.seq, sa.seq);
 }
 
+/// TCP Fast Open (issue 50, bad input): a SYN that carries data and a
+/// Fast Open option (kind 34, a cookie request, or a cookie) is answered
+/// like any other: the SYN-ACK acknowledges the SYN alone (the client sends
+/// its data again after the handshake, as after the kernel's own cookies),
+/// offers no Fast Open cookie, and carries no data.
+#[test]
+fn a_fast_open_syn_with_data_is_answered_without_taking_its_data() {
+    let (_l, port) = listener();
+    let g = guarded(port, sluice::base::clock::wall_ms());
+    for tfo in [vec![34, 2], vec![34, 10, 1, 2, 3, 4, 5, 6, 7, 8]] {
+        let mut syn = Segment::new("127.0.0.2", "127.0.0.1", 40000, port, SYN);
+        syn.options = [linux_syn_options(1460, 777), vec![1, 1], tfo.clone()].concat();
+        syn.payload = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n".to_vec();
+        let (verdict, sa) = answer(&g, &syn);
+        assert_eq!(verdict, XDP_TX, "answered (Fast Open option {tfo:?})");
+        assert_eq!(sa.flags, SYN | ACK);
+        assert_eq!(sa.ack, syn.seq.wrapping_add(1), "the SYN acknowledged, not its {} bytes", syn.payload.len());
+        assert_eq!(sa.payload_len, 0, "the SYN-ACK carries none of it");
+        assert!(sa.option(34).is_none(), "no Fast Open cookie offered");
+        assert!(sa.ip_csum_ok && sa.tcp_csum_ok, "{sa:?}");
+    }
+}
+
 #[test]
 fn a_guarded_ipv6_syn_behind_a_vlan_tag_is_answered_too() {
     let l = TcpListener::bind("[::1]:0").unwrap();

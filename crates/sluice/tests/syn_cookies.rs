@@ -489,6 +489,90 @@ fn gate_cookies_offer_only_the_options_the_namespace_takes() {
     }
 }
 
+/// TCP Fast Open (issue 50, bad input): a client that sends its request
+/// in the SYN. The gate answers that SYN with a cookie that acknowledges the
+/// SYN alone, the client sends its request again after the handshake, and
+/// the download arrives over a connection made from the gate's cookie. On a
+/// port whose SYNs the kernel answers, the same client's data is taken in
+/// the SYN (TcpExt TCPFastOpenActive moves in A): the client did send SYN
+/// data, so the first half is no accident of a client that never tried.
+#[test]
+fn a_fast_open_client_is_served_through_a_gate_cookie() {
+    let _one = one_at_a_time();
+    let mut tb = Testbed::new();
+    peer_xdp(&mut tb);
+    // A: Fast Open on for clients, data in the SYN without a cookie (0x1 | 0x4);
+    // B: on for servers, data taken without a cookie (0x2 | 0x200).
+    let set = |ns: &str, v: u32| {
+        let st = tb.cmd(ns, &["sysctl", "-qw", &format!("net.ipv4.tcp_fastopen={v}")]).status().unwrap();
+        assert!(st.success(), "tcp_fastopen in {ns}");
+    };
+    set(&tb.a.clone(), 0x5);
+    set(&tb.b.clone(), 0x202);
+    let fast_open_listener = |port: u16| {
+        in_netns(&tb.b, move || {
+            let l = TcpListener::bind(("0.0.0.0", port)).expect("bind the server");
+            let qlen: libc::c_int = 16;
+            // SAFETY: setsockopt on a socket this closure owns, with an int it owns.
+            let r = unsafe {
+                libc::setsockopt(
+                    l.as_raw_fd(),
+                    libc::IPPROTO_TCP,
+                    libc::TCP_FASTOPEN,
+                    &qlen as *const _ as *const libc::c_void,
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                )
+            };
+            assert_eq!(r, 0, "TCP_FASTOPEN on the listener: {}", std::io::Error::last_os_error());
+            l
+        })
+    };
+    let _gated = serve_on(fast_open_listener(PORT), 30.0);
+    let _plain = serve_on(fast_open_listener(PLAIN_PORT), 30.0);
+    let web_spec = format!("web:match=tcp:{PORT},syn_cookies=on");
+    tb.start_gate(&["--class", &web_spec, "--class", &format!("plain:match=tcp:{PLAIN_PORT},syn_cookies=off")]);
+    std::thread::sleep(Duration::from_millis(300));
+    let fast_open_get = |port: u16| -> usize {
+        let to: std::net::SocketAddr = format!("{}:{port}", tb.ip_b).parse().unwrap();
+        in_netns(&tb.a, move || {
+            let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let on: libc::c_int = 1;
+            // SAFETY: as above.
+            let r = unsafe {
+                libc::setsockopt(
+                    s.as_raw_fd(),
+                    libc::IPPROTO_TCP,
+                    libc::TCP_FASTOPEN_CONNECT,
+                    &on as *const _ as *const libc::c_void,
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                )
+            };
+            assert_eq!(r, 0, "TCP_FASTOPEN_CONNECT: {}", std::io::Error::last_os_error());
+            // With TCP_FASTOPEN_CONNECT the SYN waits for the first write, and carries it.
+            s.connect(&to.into()).unwrap();
+            let mut c: std::net::TcpStream = s.into();
+            c.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
+            let mut got = Vec::new();
+            let _ = c.read_to_end(&mut got);
+            got.len()
+        })
+    };
+    let fast_open_acked = || {
+        let mut f = sluice::signals::kernel::NsFile::open(&tb.a, "netstat").unwrap();
+        sluice::signals::kernel::proc_counter(&f.read().unwrap(), "TcpExt:", "TCPFastOpenActive")
+    };
+    let header = format!("HTTP/1.0 200 OK\r\nContent-Length: {BODY}\r\n\r\n").len();
+    let acked0 = fast_open_acked();
+    assert_eq!(fast_open_get(PLAIN_PORT), header + BODY, "the plain port's download arrived whole");
+    let acked1 = fast_open_acked();
+    assert_eq!(acked1, acked0 + 1, "the kernel took the client's SYN data on the plain port");
+    assert_eq!(fast_open_get(PORT), header + BODY, "the download through a gate cookie arrived whole");
+    let t = web(&tb);
+    assert_eq!((t.synack_pkts, t.cookies_valid), (1, 1), "the SYN answered by the gate, its cookie back: {t:?}");
+    assert_eq!(fast_open_acked(), acked1, "the gate's SYN-ACK took none of the SYN's data");
+}
+
 /// Hardening (issue 35, item 1): a namespace with `tcp_syncookies = 0`
 /// ignores the request socket the checker hands over, and an MPTCP listener
 /// is refused one: the gate leaves their SYNs to the kernel, and every
