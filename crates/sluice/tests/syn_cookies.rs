@@ -152,8 +152,7 @@ fn flood(tb: &Testbed, flags: u8, secs: f64, stop: Arc<AtomicBool>) -> std::thre
     std::thread::spawn(move || {
         let frames: Vec<Vec<u8>> = (0..4096u32)
             .map(|i| {
-                let src = format!("10.200.{}.{}", i >> 8, i & 255);
-                let mut s = Segment::new(&src, &ip_b, 1024 + (i * 7919 % 60000) as u16, PORT, flags);
+                let mut s = Segment::new(&flood_source(i), &ip_b, 1024 + (i * 7919 % 60000) as u16, PORT, flags);
                 s.seq = i.wrapping_mul(2_654_435_761);
                 s.ack = i.wrapping_mul(40_503).rotate_left(7);
                 if flags == SYN {
@@ -187,6 +186,12 @@ fn flood(tb: &Testbed, flags: u8, secs: f64, stop: Arc<AtomicBool>) -> std::thre
         }
         sent
     })
+}
+
+/// The flood's `i`th source address, counted from the start of FLOOD_SOURCES.
+fn flood_source(i: u32) -> String {
+    let net = FLOOD_SOURCES.split('/').next().expect("an address, then its prefix length");
+    std::net::Ipv4Addr::from(u32::from(net.parse::<std::net::Ipv4Addr>().expect("an IPv4 network")) + i).to_string()
 }
 
 /// B's route to the flood's sources, as a server's default route is: without
