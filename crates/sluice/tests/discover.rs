@@ -315,7 +315,10 @@ fn receive_work_on_a_services_cpu_is_its_distress() {
     assert!(flood.join().unwrap().status.success());
     let d = s.classes.iter().find(|c| c.is_default).unwrap();
     let svc = class(&s, "/tcp:7200").unwrap();
-    eprintln!("default {:?}; distress {:?}; service taken {:?}", d.totals, s.distress, svc.rx_cpu_taken);
+    eprintln!(
+        "default {:?}; distress {:?} (last {:?}); service taken {:?}, at most {:?}",
+        d.totals, s.distress, s.last_distress, svc.rx_cpu_taken, svc.rx_cpu_taken_max
+    );
     assert!(d.totals.seen_pkts > 50_000, "the flood arrived: {:?}", d.totals);
     assert!(
         (d.totals.admitted_pkts as f64) < 0.5 * d.totals.seen_pkts as f64,
@@ -323,9 +326,15 @@ fn receive_work_on_a_services_cpu_is_its_distress() {
         d.totals
     );
     assert!(d.throttle_pps.is_some(), "the budget throttles it");
+    // The CPU signal crossed its mark. Status names the last distress seen:
+    // that is the CPU signal, or where CPU 0 could not keep up (a busy CI
+    // host, the other tests of this file running beside it) the backlog's
+    // drops the same flood caused after it (one run in 17 fresh clones).
+    let taken = svc.rx_cpu_taken_max.unwrap_or(0.0);
+    assert!(taken > sluice::policy::budget::CPU_TAKEN, "the flood's receive work took {taken} of the service's CPU");
     let named = s.distress.as_ref().or(s.last_distress.as_ref().map(|(d, _)| d));
     assert!(
-        named.is_some_and(|w| w.contains(sluice::policy::budget::CPU_REASON)),
+        named.is_some_and(|w| w.contains(sluice::policy::budget::CPU_REASON) || w.contains("backlog drops")),
         "status names the CPU signal: {:?} (last {:?})",
         s.distress,
         s.last_distress
