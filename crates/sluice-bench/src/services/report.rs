@@ -106,7 +106,11 @@ pub fn summary(r: &ServiceRun) -> String {
         "p99",
         "svc CPU",
         "sluice CPU",
-        if dns { "" } else { "  cookies/s  gate SYN-ACKs/s    connect p50/p99  kept/s  taken  answered p50/p99" }
+        if dns {
+            "  answered p50/p99"
+        } else {
+            "  cookies/s  gate SYN-ACKs/s    connect p50/p99  kept/s  taken  answered p50/p99"
+        }
     );
     let calm = calm_names(r);
     let names = calm.iter().copied().chain(std::iter::once("none")).chain(all_floods().map(|f| f.name));
@@ -147,7 +151,8 @@ pub fn summary(r: &ServiceRun) -> String {
                     };
                     format!("{onset}  new client {}{}", spread(&cells, |c| c.new_client, pct), class_cells(r, &cells))
                 } else if dns {
-                    String::new()
+                    let answered = |c: &Cell| c.answer_p50_ms;
+                    format!("{:>19}", format!("{}/{}", ms(med(&cells, answered)), ms(med(&cells, |c| c.answer_p99_ms))))
                 } else {
                     let human = |v: Option<f64>| v.map_or("-".into(), sluice::base::fmt::human);
                     format!(
@@ -167,10 +172,14 @@ pub fn summary(r: &ServiceRun) -> String {
     s + &targets(r)
 }
 
+/// The answered column's legend, both services'.
+const ANSWERED: &str = "answered p50/p99 = the service's answer delay as the gate timed it (a request's admission to the answer\n  leaving; each the upper edge of its power-of-two bucket), every configuration; n/a = none timed\n";
+
 /// What the summary's columns mean.
 fn legend(dns: bool, keep_alive: bool, calm: bool) -> String {
     let mut s = String::new();
     if dns {
+        s += ANSWERED;
         s += "(!) = dnsperf sent under 95% of its asked rate in a repeat (CPU 0 is shared with the generator and the gate's work)\n";
         s += "answered = dnsperf's completed/sent; p50/p99 = a separate 200 queries/s probe timing each answer\n";
         s += "NSD capacity = what unpaced dnsperf got answered (bound by dnsperf on a shared CPU); NSD read = the datagrams/s\n  NSD's namespace read in the cell (Udp InDatagrams): a flood of one cheap query is read several times faster\n";
@@ -182,7 +191,7 @@ fn legend(dns: bool, keep_alive: bool, calm: bool) -> String {
         s += "connect p50/p99 = a probe's new connection every 10 ms, timed to the handshake's end (a failed one counts as its 3 s timeout);\n";
         s += "  kept/s = requests/s answered over the probe's one long-lived connection, which asks 500/s\n";
         s += "taken = the CPU signal: the largest share of the service's CPU that receive work for lower classes took\n  (the daemon's largest since its start, read at the cell's end; max over repeats; - = no daemon)\n";
-        s += "answered p50/p99 = nginx's answer delay as the gate timed it (a request's admission to the answer leaving;\n  each the upper edge of its power-of-two bucket), every configuration; n/a = none timed\n";
+        s += ANSWERED;
     }
     if calm {
         s += "calm-N = no flood, dnsperf asked N% of NSD's measured capacity (do no harm: zero config must answer what off answers)\n";
