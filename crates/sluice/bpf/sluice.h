@@ -357,12 +357,14 @@ enum sluice_class_stat {
  * flow's request as it admits it, the egress learner times the service's
  * answer to that flow. A flow is a 4-tuple of a class; a request or an
  * answer is a UDP datagram or a TCP segment that carries data. One stamp
- * per slot: a request finds its slot taken by another flow's unanswered
- * one (younger than SLUICE_DELAY_STALE_NS) is not timed. Delays go in
- * SLUICE_DELAY_BUCKETS power-of-two buckets per class: bucket 0 holds those
- * under 2^SLUICE_DELAY_SHIFT0 ns (32.8 us), bucket i those under
- * 2^(SHIFT0 + i) ns, the last everything longer (over 0.54 s: never, as a
- * stamp that old is taken over by the next request in its slot, unless none came).
+ * per slot: a request that finds its slot taken by another flow's
+ * unanswered one (younger than SLUICE_DELAY_STALE_NS) is not timed, and an
+ * answer more than SLUICE_DELAY_STALE_NS after its stamp is not counted
+ * (the stamped request may be one the service never answered: a datagram
+ * its socket dropped). Delays go in SLUICE_DELAY_BUCKETS power-of-two
+ * buckets per class: bucket 0 holds those under 2^SLUICE_DELAY_SHIFT0 ns
+ * (32.8 us), bucket i those under 2^(SHIFT0 + i) ns; the 250 ms limit
+ * falls in bucket 13, and the last two stay empty.
  */
 #define SLUICE_DELAY_SLOTS 4096
 /* The gate offers one admitted packet in this many of a class on a CPU

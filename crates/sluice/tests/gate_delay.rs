@@ -68,6 +68,21 @@ fn a_requests_answer_is_timed_once_into_its_classs_buckets() {
     assert_eq!(delays(&g, "web").0, 1);
 }
 
+/// An answer more than SLUICE_DELAY_STALE_NS after its stamp is not
+/// counted: the stamped request may be one the service never answered.
+#[test]
+fn an_answer_long_after_its_stamp_is_not_counted() {
+    let g = gate();
+    request(&g, &Frame::udp("198.51.100.9", "10.0.0.2", 4000, 53).build());
+    std::thread::sleep(Duration::from_nanos(u64::from(SLUICE_DELAY_STALE_NS)) + Duration::from_millis(20));
+    answer(&g, &Frame::udp("10.0.0.2", "198.51.100.9", 53, 4000).build());
+    assert_eq!(delays(&g, "dns").0, 0, "not counted");
+    // The slot is free again: the next request and its answer are timed.
+    request(&g, &Frame::udp("198.51.100.9", "10.0.0.2", 4000, 53).build());
+    answer(&g, &Frame::udp("10.0.0.2", "198.51.100.9", 53, 4000).build());
+    assert_eq!(delays(&g, "dns").0, 1);
+}
+
 #[test]
 fn a_flows_first_waiting_request_is_the_one_timed() {
     let g = gate();

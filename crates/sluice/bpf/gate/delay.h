@@ -103,6 +103,10 @@ __noinline int delay_answered(const struct pkt *pk, __u32 gen, __u32 cls)
 	asked = s->asked_ns;
 	s->asked_ns = 0;
 	d = bpf_ktime_get_ns() - asked;
+	/* A stamp that old may be a request the service never answered (a
+	 * datagram its socket dropped), and this the answer to a later one. */
+	if (d > SLUICE_DELAY_STALE_NS)
+		return 0;
 	cls &= SLUICE_CLASS_IDS - 1;
 	st = bpf_map_lookup_elem(&class_state, &cls);
 	if (!st)

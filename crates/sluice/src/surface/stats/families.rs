@@ -53,7 +53,7 @@ pub const FAMILIES: &[FamilyDoc] = &[
         name: "answer_delay_seconds",
         kind: Kind::Histogram,
         labels: "class, le",
-        help: "how long the class's service took to answer: from the gate admitting a request (a UDP datagram, or a TCP segment with data) to the service's next answer to that flow (a datagram, or a segment with data) leaving through the gate's interface; power-of-two buckets from 32.8 us to 0.54 s; the default class is not timed (docs/protection.md, \"Answer delay\")",
+        help: "how long the class's service took to answer: from the gate admitting a request (a UDP datagram, or a TCP segment with data) to the service's next answer to that flow (a datagram, or a segment with data) leaving through the gate's interface; power-of-two buckets from 32.8 us; an answer over 250 ms after its request is not counted (that request may be one the service never answered); the default class is not timed (docs/protection.md, \"Answer delay\")",
     },
     FamilyDoc {
         name: "class_rate_limit_packets_per_second",
