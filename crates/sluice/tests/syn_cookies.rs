@@ -494,6 +494,21 @@ fn gate_cookies_offer_only_the_options_the_namespace_takes() {
     }
 }
 
+/// Set the IPPROTO_TCP option `opt` of socket `fd` to `value` (`what` names it in a failure).
+fn set_tcp_int(fd: i32, opt: libc::c_int, value: libc::c_int, what: &str) {
+    // SAFETY: setsockopt with an int that outlives the call, and its size.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            opt,
+            &value as *const _ as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(r, 0, "{what}: {}", std::io::Error::last_os_error());
+}
+
 /// TCP Fast Open (issue 50, bad input): a client that sends its request
 /// in the SYN. The gate answers that SYN with a cookie that acknowledges the
 /// SYN alone, the client sends its request again after the handshake, and
@@ -517,18 +532,7 @@ fn a_fast_open_client_is_served_through_a_gate_cookie() {
     let fast_open_listener = |port: u16| {
         in_netns(&tb.b, move || {
             let l = TcpListener::bind(("0.0.0.0", port)).expect("bind the server");
-            let qlen: libc::c_int = 16;
-            // SAFETY: setsockopt on a socket this closure owns, with an int it owns.
-            let r = unsafe {
-                libc::setsockopt(
-                    l.as_raw_fd(),
-                    libc::IPPROTO_TCP,
-                    libc::TCP_FASTOPEN,
-                    &qlen as *const _ as *const libc::c_void,
-                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-                )
-            };
-            assert_eq!(r, 0, "TCP_FASTOPEN on the listener: {}", std::io::Error::last_os_error());
+            set_tcp_int(l.as_raw_fd(), libc::TCP_FASTOPEN, 16, "TCP_FASTOPEN on the listener");
             l
         })
     };
@@ -542,18 +546,7 @@ fn a_fast_open_client_is_served_through_a_gate_cookie() {
         in_netns(&tb.a, move || {
             let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
             s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-            let on: libc::c_int = 1;
-            // SAFETY: as above.
-            let r = unsafe {
-                libc::setsockopt(
-                    s.as_raw_fd(),
-                    libc::IPPROTO_TCP,
-                    libc::TCP_FASTOPEN_CONNECT,
-                    &on as *const _ as *const libc::c_void,
-                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-                )
-            };
-            assert_eq!(r, 0, "TCP_FASTOPEN_CONNECT: {}", std::io::Error::last_os_error());
+            set_tcp_int(s.as_raw_fd(), libc::TCP_FASTOPEN_CONNECT, 1, "TCP_FASTOPEN_CONNECT");
             // With TCP_FASTOPEN_CONNECT the SYN waits for the first write, and carries it.
             s.connect(&to.into()).unwrap();
             let mut c: std::net::TcpStream = s.into();

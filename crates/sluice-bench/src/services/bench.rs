@@ -264,11 +264,9 @@ impl<'a> Bench<'a> {
         let softirq0 = self.softirq_secs(&installed);
         let (cpu0, t0) = (tree_cpu_secs(self.service.id()), Instant::now());
         let newcomer = (self.o.sources && flood.is_some()).then(|| self.new_client(v6));
-        let admitted0 = match &installed {
-            Installed::Daemon(_, sock) => Some(admitted_of(&daemon_status(&self.o.exe, &self.bed.net.b, sock)?)),
-            Installed::Pass { .. } => None,
-        };
-        let answers0 = self.answer_delays(&installed)?;
+        let start = self.status_of(&installed)?;
+        let admitted0 = start.as_ref().map(admitted_of);
+        let answers0 = self.answer_delays(&installed, start.as_ref())?;
         let mut cell = match self.svc {
             Service::Dns => self.dns_clients(v6, secs)?,
             Service::Http => self.http_clients(v6)?,
@@ -308,22 +306,22 @@ impl<'a> Bench<'a> {
             }
             None => {}
         }
-        if let Installed::Daemon(_, sock) = &installed {
-            // One read of the daemon's status serves the cell's figures.
-            let snap = daemon_status(&self.o.exe, &self.bed.net.b, sock)?;
-            cell.cpu_taken_max = cpu_taken_max(&snap);
-            cell.admitted_pps = admitted0.map(|a0| admitted_of(&snap).saturating_sub(a0) as f64 / secs_run);
+        // One read of the daemon's status serves the cell's figures.
+        let end = self.status_of(&installed)?;
+        if let Some(snap) = &end {
+            cell.cpu_taken_max = cpu_taken_max(snap);
+            cell.admitted_pps = admitted0.map(|a0| admitted_of(snap).saturating_sub(a0) as f64 / secs_run);
             cell.known = snap.sources.known;
-            cell.known_lost = known_lost_of(&snap);
+            cell.known_lost = known_lost_of(snap);
             if self.svc == Service::Http {
-                cell.gate_synacks = Some(synacks_of(&snap) as f64 / secs_run);
+                cell.gate_synacks = Some(synacks_of(snap) as f64 / secs_run);
             }
             if flood.is_some_and(|f| !f.own_port) {
                 // The flood goes to another class: every drop of the service's classes is a client's.
-                cell.gate_drops = Some(dropped_of(&snap));
+                cell.gate_drops = Some(dropped_of(snap));
             }
         }
-        let answers = self.answer_delays(&installed)?.since(&answers0);
+        let answers = self.answer_delays(&installed, end.as_ref())?.since(&answers0);
         (cell.answer_p50_ms, cell.answer_p99_ms) = (answers.quantile_ms(0.5), answers.quantile_ms(0.99));
         let state = match &installed {
             Installed::Daemon(_, sock) => Some(sluice::signals::known::path(&sock.with_extension("state"), IF_B)),
@@ -344,19 +342,27 @@ impl<'a> Bench<'a> {
         Ok(cell)
     }
 
+    /// The daemon's status now (None: no daemon, the pass-through gate).
+    fn status_of(&self, installed: &Installed) -> Result<Option<Snapshot>> {
+        match installed {
+            Installed::Daemon(_, sock) => Ok(Some(daemon_status(&self.o.exe, &self.bed.net.b, sock)?)),
+            Installed::Pass { .. } => Ok(None),
+        }
+    }
+
     /// The answer delays the gate timed so far for the service's classes:
-    /// every class but the default one (the daemon's, from its status), or
-    /// the pass-through gate's `svc` class.
-    fn answer_delays(&self, installed: &Installed) -> Result<Delays> {
-        Ok(match installed {
-            Installed::Daemon(_, sock) => {
-                let s = daemon_status(&self.o.exe, &self.bed.net.b, sock)?;
+    /// every class but the default one (the daemon's, from its status
+    /// `snap` read now), or the pass-through gate's `svc` class.
+    fn answer_delays(&self, installed: &Installed, snap: Option<&Snapshot>) -> Result<Delays> {
+        Ok(match (installed, snap) {
+            (Installed::Pass { gate }, _) => {
+                sluice::dataplane::gate::counters::ClassTotals::from(gate.class_counters(0)?).answer_delays
+            }
+            (Installed::Daemon(..), Some(s)) => {
                 let service = s.classes.iter().filter(|c| !c.is_default);
                 service.fold(Delays::default(), |all, c| all.plus(&c.totals.answer_delays))
             }
-            Installed::Pass { gate } => {
-                sluice::dataplane::gate::counters::ClassTotals::from(gate.class_counters(0)?).answer_delays
-            }
+            (Installed::Daemon(..), None) => bail!("the daemon's answer delays need its status"),
         })
     }
 
