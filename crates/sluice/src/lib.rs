@@ -25,7 +25,9 @@
 //!   both syntaxes; values.rs: the value parsers; file.rs: TOML with
 //!   file:line errors; flags.rs: `--class`), `controller/` (the auto controller: capacity estimate,
 //!   capacity and pno), `budget/` (one budget by priority, and what causes
-//!   distress for it), `fair/` (source fairness in a limited class), `queue.rs`
+//!   distress for it), `fair/` (source fairness in a limited class),
+//!   `delay.rs` (the answer delay's quantiles), `late.rs` (when a TCP
+//!   class answers late: its known clients first), `queue.rs`
 //!   (the rules that read a queue: stands, over, dropped), `remap.rs` (class identity across a
 //!   config switch), `away.rs` (`cpu = "away"`), `syn_guard.rs` (when the
 //!   gate answers SYNs);

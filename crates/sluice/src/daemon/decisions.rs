@@ -23,6 +23,8 @@ pub enum Cause {
     Config,
     /// The auto controller.
     Auto,
+    /// A TCP class's answers are late (`policy::late`).
+    Late,
     /// The budget throttles the class for a service of higher priority in
     /// distress (priority, signal), or holds the throttle while it recovers.
     Budget(Option<(u8, &'static str)>),
@@ -33,6 +35,7 @@ impl Cause {
         match self {
             Cause::Config => "config",
             Cause::Auto => "auto",
+            Cause::Late => "late-answers",
             Cause::Budget(_) => "budget",
         }
     }
@@ -41,6 +44,11 @@ impl Cause {
         match self {
             Cause::Config => "the config".into(),
             Cause::Auto => "the auto controller".into(),
+            Cause::Late => format!(
+                "late answers: its service's p{:.0} answer delay is over {} times its calm one (known clients first)",
+                crate::policy::late::LATE_QUANTILE * 100.0,
+                crate::policy::late::LATE_FACTOR
+            ),
             Cause::Budget(Some((p, why))) => format!("the budget: a service of priority {p} is in distress ({why})"),
             Cause::Budget(None) => "the budget: holding while the service recovers".into(),
         }

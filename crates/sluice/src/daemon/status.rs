@@ -54,6 +54,9 @@ impl Daemon {
                 snap.classes[id].auto = Some(st);
             }
         }
+        for (c, l) in snap.classes.iter_mut().zip(self.ticker.late_status()) {
+            c.late = l;
+        }
         let (distress, throttles) = self.ticker.budget_status();
         snap.distress = distress.map(|(p, why)| format!("priority {p}: {why}"));
         snap.last_distress =

@@ -10,6 +10,8 @@
 //! - [`delay`]: how long a class's service takes to answer, from the
 //!   gate's buckets;
 //! - [`fair`]: source fairness inside a limited class;
+//! - [`late`]: when a TCP class's answers are late, and its known
+//!   clients go first;
 //! - [`remap`]: class identity across a config switch;
 //! - [`away`]: CPU protection, when and where to move a service;
 //! - [`syn_guard`]: when the gate answers a class's SYNs with cookies.
@@ -21,6 +23,7 @@ pub mod controller;
 pub mod delay;
 pub mod distress;
 pub mod fair;
+pub mod late;
 pub mod queue;
 pub mod remap;
 pub mod syn_guard;

@@ -6,7 +6,8 @@ use crate::dataplane::gate::counters::ClassTotals;
 use crate::dataplane::gate::{ClassCounters, Tiers};
 use crate::policy::budget::FLOOR_PPS;
 use crate::policy::config::{default_burst, Limit};
-use crate::policy::fair::{Fair, FairCounts, FairTick, Room};
+use crate::policy::fair::{Fair, FairCounts, FairTick, Room, ROOM_KNOWN};
+use crate::policy::late::{LateAnswers, LateOut, LateTick};
 
 /// An auto class whose gate drops while it admits under this share of its
 /// service's capacity estimate drops with room (`dropped_with_room`): its
@@ -93,12 +94,17 @@ pub(super) struct TickClass {
     /// Observing: the last tick at which a lower class had a budget
     /// throttle (`Ticker::observe_held`).
     pub(super) observe_held_at: Option<std::time::Instant>,
+    /// A TCP auto class (no UDP port, so no auto controller) is judged on
+    /// its answer delays (`late`): the judge, and what it said last tick.
+    pub(super) late: Option<LateAnswers>,
+    pub(super) late_out: LateOut,
 }
 
 impl TickClass {
     /// A class as the tick first sees it; `learns`: the learner may record
-    /// its clients (every class but the default one).
-    pub(super) fn new(priority: u8, limit: Limit, learns: bool) -> TickClass {
+    /// its clients (every class but the default one); `judged_late`: its
+    /// answers' delay may engage it (`late`).
+    pub(super) fn new(priority: u8, limit: Limit, learns: bool, judged_late: bool) -> TickClass {
         TickClass {
             priority,
             limit,
@@ -122,7 +128,25 @@ impl TickClass {
             learned_at: None,
             taint: (0, 0),
             observe_held_at: None,
+            late: judged_late.then(LateAnswers::default),
+            late_out: LateOut::default(),
         }
+    }
+
+    /// Judge the tick's answers (`now`: this tick's totals; the class's own
+    /// are the last tick's, not yet replaced), for a class judged on them:
+    /// a late one is behind (its unknown tier is cut).
+    pub(super) fn judge_answers(&mut self, now: &ClassTotals, dt: f64) {
+        let (Some(late), Some(old)) = (self.late.as_mut(), self.totals) else { return };
+        let t = LateTick {
+            answers: now.answer_delays.since(&old.answer_delays),
+            offered: self.offered,
+            dt,
+            limiting: now.dropped_pkts() > old.dropped_pkts(),
+            known_lane: self.learns && self.fair.calm_known_share().is_some_and(|k| k >= ROOM_KNOWN),
+        };
+        self.late_out = late.step(&t);
+        self.behind |= self.late_out.late;
     }
 
     /// The fairness counters of the last tick, from the gate's raw counters.
@@ -155,7 +179,8 @@ impl TickClass {
     /// record its clients once it has been healthy (nothing dropped, no
     /// distress) for a while.
     pub(super) fn tiers(&mut self, limit: Limit, capacity: u32, now_ms: u64) -> Tiers {
-        let healthy = !self.distress && self.admitted >= self.offered;
+        let late = self.late.as_ref().is_some_and(LateAnswers::late);
+        let healthy = !self.distress && !late && self.admitted >= self.offered;
         let learn = self.fair.learn(healthy, self.offered, self.dt) && self.learns;
         self.fair.note_known(self.counts.sampled, self.counts.sampled_known);
         // The learner noted answers since the last learning tick with the
@@ -183,6 +208,7 @@ impl TickClass {
             counts: self.counts,
             distress: self.behind,
             dropped: self.dropped,
+            late: self.late_out.late,
             queue: self.queue,
             capacity,
         };

@@ -129,7 +129,12 @@ impl Ticker {
             .classes
             .iter()
             .enumerate()
-            .map(|(id, c)| TickClass::new(c.priority, c.limit, id != cfg.default_class))
+            .map(|(id, c)| {
+                let learns = id != cfg.default_class;
+                let tcp_auto =
+                    matches!(c.limit, Limit::Auto(_)) && c.udp_ports().is_empty() && !c.tcp_ports().is_empty();
+                TickClass::new(c.priority, c.limit, learns, learns && tcp_auto)
+            })
             .collect();
         let health = Some(HealthReader::new(cfg, ns)?);
         Ok(Ticker {
@@ -227,6 +232,9 @@ impl Ticker {
                 c.distress_ticks = o.distress_ticks;
                 c.dropped_with_room = o.dropped_with_room;
                 c.observe_held_at = o.observe_held_at;
+                if let (Some(_), Some(l)) = (&c.late, &o.late) {
+                    (c.late, c.late_out) = (Some(l.clone()), o.late_out);
+                }
             }
         }
         self.epoch = old.epoch;
@@ -301,12 +309,15 @@ impl Ticker {
             let pass = |r: &Option<f64>| r.is_some_and(|r| seen.passes(r));
             let by_auto = auto.iter().find(|(i, _, _)| *i == id);
             let own = by_auto.map_or(c.limit, |(_, r, depth)| rate_limit(r.filter(|_| !pass(r)), *depth));
+            // A TCP class whose answers are late (`late`).
+            let own = if c.late_out.rate.is_some() { rate_limit(c.late_out.rate, 0) } else { own };
             // An auto class's minimum share of its capacity is kept under any throttle.
             let floor = floors.iter().find(|(i, _)| *i == id).map_or(0.0, |f| f.1);
             let limit = tightest(own, throttles.get(id).copied().flatten().map(|t| t.max(floor)));
             let cause = match () {
                 _ if limit != tightest(own, None) => Cause::Budget(self.budget.distress),
                 _ if by_auto.is_some() => Cause::Auto,
+                _ if c.late.is_some() => Cause::Late,
                 _ => Cause::Config,
             };
             if let Some(from) = c.decided.replace(limit).filter(|&l| l != limit) {
@@ -357,6 +368,19 @@ impl Ticker {
     /// fairness on): the gate writes the sources map only then.
     pub fn counts_sources(&self) -> bool {
         self.classes.iter().any(|c| c.tiers.as_ref().is_some_and(|t| t.fair.is_some()))
+    }
+
+    /// Each TCP auto class's judge of its answers (for status; None: not such a class).
+    pub fn late_status(&self) -> Vec<Option<crate::surface::stats::LateStatus>> {
+        let status = |c: &TickClass| {
+            c.late.as_ref().map(|l| crate::surface::stats::LateStatus {
+                window_p90_ms: l.last_ms(),
+                calm_p90_ms: l.calm_ms(),
+                late: l.late(),
+                rate_pps: c.late_out.rate,
+            })
+        };
+        self.classes.iter().map(status).collect()
     }
 
     /// Each class's source fairness as the tick last wrote it (for status).
@@ -416,6 +440,7 @@ impl Ticker {
             c.queue = now.1.classes.get(id).and_then(|h| h.udp.fullest_share());
             c.behind = judged.behind || (room && judged.queue_stands);
             c.dropped = judged.dropped || room;
+            c.judge_answers(&t, dt);
             c.distress_ticks += u64::from(c.distress);
             // Dropped with room: a service with sockets and no distress, under no cap
             // but sluice's own (no static rate, no budget throttle for a higher class).
@@ -607,7 +632,7 @@ mod tests {
     fn the_known_tier_is_sized_over_the_measured_tick() {
         use crate::policy::fair::KNOWN_HEADROOM;
         let limit = Limit::Rate { pps: 100_000, burst: 1_000 };
-        let mut c = TickClass::new(1, limit, true);
+        let mut c = TickClass::new(1, limit, true, false);
         c.dt = 0.5;
         c.counts.known = 300;
         let t = c.tiers(limit, 1 << 18, 1_000_000);
@@ -679,8 +704,10 @@ mod tests {
     #[test]
     fn observing_a_class_stays_held_through_a_lull_of_the_lower_throttle() {
         let mut t = Ticker::idle();
-        t.classes =
-            vec![TickClass::new(0, Limit::Auto(Default::default()), true), TickClass::new(20, Limit::Unlimited, false)];
+        t.classes = vec![
+            TickClass::new(0, Limit::Auto(Default::default()), true, false),
+            TickClass::new(20, Limit::Unlimited, false, false),
+        ];
         let t0 = Instant::now();
         let (on, off) = ([None, Some(100.0)], [None, None]);
         t.note_observe_held(&on, t0);

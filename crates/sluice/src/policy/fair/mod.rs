@@ -260,6 +260,9 @@ pub struct FairTick {
     pub distress: bool,
     /// Its sockets dropped in the tick, with or without a standing queue.
     pub dropped: bool,
+    /// Its answers are late (`late`): its known clients wait behind the
+    /// unknown sources' requests, and may send nothing in a tick for it.
+    pub late: bool,
     /// Its fullest UDP socket's queue at the tick's end, as a share of
     /// that socket's buffer (None: no UDP socket read).
     pub queue: Option<f64>,
@@ -490,8 +493,12 @@ impl Fair {
         let last = self.unknown.unwrap_or(left);
         // Cuts only when known clients share the socket with admitted
         // unknown traffic in the tick: with nobody to protect, a cut would
-        // only lower the class's intake below its limit.
-        let shared = t.counts.unknown > 0 && t.counts.known > 0;
+        // only lower the class's intake below its limit. Late answers cut
+        // whether a known packet came in the tick or not: a known client
+        // that waits for its answers sends nothing meanwhile (a light
+        // client behind a flood of real connections sent a request every
+        // 50 ms, and a cut that waited for one came in one tick of five).
+        let shared = t.counts.unknown > 0 && (t.counts.known > 0 || t.late);
         let by = if t.distress { CUT } else { SOFT_CUT };
         // How far over its target the queue stands, as a share of the room
         // above it (negative: under; no socket read: as if under).

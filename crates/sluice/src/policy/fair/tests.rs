@@ -3,7 +3,17 @@ use super::*;
 const DT: f64 = 0.01;
 
 fn tick(rate: f64, counts: FairCounts) -> FairTick {
-    FairTick { rate, dt: DT, epoch: DT, counts, distress: false, dropped: false, queue: None, capacity: 1 << 18 }
+    FairTick {
+        rate,
+        dt: DT,
+        epoch: DT,
+        counts,
+        distress: false,
+        dropped: false,
+        late: false,
+        queue: None,
+        capacity: 1 << 18,
+    }
 }
 
 /// One epoch of the gate for unknown sources with these demands (packets per
@@ -183,6 +193,14 @@ fn socket_distress_halves_the_unknown_tier_down_to_its_floor_and_it_grows_back()
     // No cut; the tier grows by what the known tier's fading memory frees.
     let after = f.step(&t).unknown_pps;
     assert!((before..before * 1.001).contains(&after), "no known client to protect: no cut ({before} -> {after})");
+    // Late answers cut with no known packet in the tick: a known client
+    // seen lately waits for its answers and sends nothing meanwhile.
+    (t.late, t.counts.known) = (true, 0);
+    for _ in 0..COOL_TICKS {
+        f.step(&t);
+    }
+    let late = f.step(&t).unknown_pps;
+    assert!(late <= after * CUT + 1.0, "late answers cut: {after} -> {late}");
 }
 
 /// Socket drops without a standing queue (a probe's overflow) cut the

@@ -47,6 +47,22 @@ pub struct AutoStatus {
     pub lost_secs: f64,
 }
 
+/// A TCP class judged on its answers' delay (`policy::late`): a class with
+/// TCP ports, `rate = "auto"` and no UDP port.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct LateStatus {
+    /// The last window's p90 answer delay, ms (None: no window judged yet).
+    pub window_p90_ms: Option<f64>,
+    /// The calm windows' p90, ms (None: not learned yet; until then the class is never engaged).
+    pub calm_p90_ms: Option<f64>,
+    /// The last window was late (over 8 times the calm p90 and over 8 ms).
+    pub late: bool,
+    /// Limited for its late answers, at this rate (pkt/s): its known clients
+    /// go first, its unknown sources' tier is cut while the answers are late.
+    /// None: not engaged (unlimited).
+    pub rate_pps: Option<f64>,
+}
+
 /// One class in a snapshot.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ClassSnapshot {
@@ -75,6 +91,9 @@ pub struct ClassSnapshot {
     /// The controller's view, for `rate = "auto"` classes.
     #[serde(default)]
     pub auto: Option<AutoStatus>,
+    /// Its answers' delay, for a TCP auto class (None: not such a class).
+    #[serde(default)]
+    pub late: Option<LateStatus>,
     /// For a class made by discovery: where its priority came from.
     #[serde(default)]
     pub discovered: Option<String>,
@@ -289,6 +308,7 @@ pub fn class_snapshots(cfg: &Config) -> Vec<ClassSnapshot> {
                 rates: ClassRates::default(),
                 totals: ClassTotals::default(),
                 auto: None,
+                late: None,
                 discovered: c.discovered.clone(),
                 throttle_pps: None,
                 rx_cpu_taken: None,
@@ -632,6 +652,33 @@ mod tests {
         assert!(m.contains("sluice_answer_delay_seconds_bucket{le=\"+Inf\",class=\"dns\"} 100"), "{m}");
         assert!(m.contains("sluice_answer_delay_seconds_sum{class=\"dns\"} 0.06"), "{m}");
         assert!(m.contains("sluice_answer_delay_seconds_count{class=\"dns\"} 100"), "{m}");
+    }
+
+    /// A TCP class judged on its answers: a line only while its answers are
+    /// late or it is limited for them, saying which and why.
+    #[test]
+    fn late_answers_say_why_a_tcp_class_is_limited() {
+        let mut s = snap();
+        s.classes[0].late =
+            Some(LateStatus { window_p90_ms: Some(1.048576), calm_p90_ms: Some(0.524288), ..Default::default() });
+        assert!(!render_table(&s).contains("LATE ANSWERS"), "in time and unlimited: no line");
+        let late = LateStatus {
+            window_p90_ms: Some(268.435456),
+            calm_p90_ms: Some(0.524288),
+            late: true,
+            rate_pps: Some(1800.0),
+        };
+        s.classes[0].late = Some(late.clone());
+        let t = render_table(&s);
+        let line = t.lines().find(|l| l.starts_with("LATE ANSWERS: dns")).expect("a line for dns");
+        assert!(
+            line.contains("p90 under 268 ms (calm: under 0.52 ms)") && line.contains("limited at 1800/s"),
+            "{line}"
+        );
+        assert!(line.contains("tier is cut"), "{line}");
+        s.classes[0].late = Some(LateStatus { rate_pps: None, ..late });
+        let t = render_table(&s);
+        assert!(t.contains("not limited: no known client to serve first"), "{t}");
     }
 
     /// Regression: _total families were served as gauges, and two counters had no help

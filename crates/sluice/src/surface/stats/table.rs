@@ -9,6 +9,7 @@ pub fn render_table(s: &Snapshot) -> String {
     render_header(&mut o, s);
     render_classes(&mut o, &s.classes);
     render_answers(&mut o, &s.classes);
+    render_late(&mut o, &s.classes);
     render_auto(&mut o, &s.classes);
     for c in s.classes.iter().filter(|c| c.dropped_with_room_pkts.is_some_and(|n| n > 0)) {
         let _ = writeln!(
@@ -138,6 +139,29 @@ fn render_answers(o: &mut String, classes: &[ClassSnapshot]) {
             delay_ms(r.answer_p50_ms),
             delay_ms(r.answer_p99_ms)
         );
+    }
+}
+
+/// The TCP auto classes whose answers are late or that are limited for
+/// them (`policy::late`), a line each.
+fn render_late(o: &mut String, classes: &[ClassSnapshot]) {
+    for c in classes {
+        let Some(l) = c.late.as_ref().filter(|l| l.late || l.rate_pps.is_some()) else { continue };
+        let (now, calm) = (delay_ms(l.window_p90_ms), delay_ms(l.calm_p90_ms));
+        let what = match (l.rate_pps, l.late) {
+            (Some(r), true) => format!(
+                "limited at {}/s, known clients first; its unknown sources' tier is cut while the answers are late",
+                human(r)
+            ),
+            (Some(r), false) => {
+                format!(
+                    "limited at {}/s, known clients first; answers in time again, its unknown sources' tier grows back",
+                    human(r)
+                )
+            }
+            (None, _) => "not limited: no known client to serve first (none answered while calm)".into(),
+        };
+        let _ = writeln!(o, "LATE ANSWERS: {}: p90 {now} (calm: {calm}): {what}", c.name);
     }
 }
 

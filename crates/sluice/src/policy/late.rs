@@ -1,0 +1,329 @@
+//! Late answers: when a TCP class's known clients go first (pure logic: the
+//! tick feeds it the class's answer delays, the unit tests feed it numbers).
+//!
+//! Why: a flood of real connections (a few sources with many keep-alive
+//! connections, or many new connections a second) takes a CPU-bound TCP
+//! service whole with no queue to show for it. nginx reads at once and is
+//! behind on its CPU: of 65-70 connections under the bench's `conns-v4`
+//! flood, 0-6 held unread bytes, none for over 4 ms, and every socket rule
+//! (`distress`) stayed quiet while the service's own light client lost
+//! half its requests. What the flood does show is the time the service
+//! takes to answer (`delay`, timed by the gate and its egress learner):
+//! its p99 went from 2.1 ms to 67 ms.
+//!
+//! So a TCP class with no rate of its own (an auto class with no UDP port:
+//! the auto controller reads UDP sockets) is judged on its answers, in
+//! windows of WINDOW_ANSWERS timed answers at least. A window is late when
+//! its LATE_QUANTILE is over LATE_FACTOR times the same quantile of the
+//! calm windows (a slow mean, in log2, over CALM_WINDOWS of them) and over
+//! LATE_MIN_MS. LATE_RUN late windows in a row engage the class, where it
+//! has a known lane (its calm arrivals were its known clients' at least
+//! `fair::ROOM_KNOWN`: elsewhere there is nobody to serve first). Engaged,
+//! the class is limited at the most it was offered in the late run (a rate
+//! that admits what came: the limit only puts the source tiers in force),
+//! and the tick hands fairness "behind" while its last window was late:
+//! the unknown sources' tier is cut (`fair::CUT` every COOL_TICKS) while
+//! the answers are late and grows back while they are not, so the unknown
+//! tier settles where the service answers in time, the known clients ahead
+//! of it. It lets go after RELEASE_SECS of windows in time with nothing of
+//! the class limited in the tick.
+//!
+//! A class with too few answers to fill a window (an idle service, or one
+//! that stopped answering) is not judged: its state holds.
+use crate::policy::delay::Delays;
+
+/// Timed answers a window takes at least (the gate stamps one admitted
+/// packet of a class in 16 per CPU: nginx answering 11k requests/s fills a
+/// window in about 50 ms).
+pub const WINDOW_ANSWERS: u64 = 32;
+/// A window with fewer answers is judged once it is this old (s), if it has
+/// WINDOW_MIN_ANSWERS; with fewer still, it is dropped unjudged.
+pub const WINDOW_SECS: f64 = 0.25;
+pub const WINDOW_MIN_ANSWERS: u64 = 8;
+/// The quantile a window is judged on: the tail the light clients wait in.
+/// (Under `conns-v4` the median moved from 0.52-1.05 ms to 2.1 ms, inside
+/// what a calm service's bursts do; the p99 from 2.1 ms to 67 ms.)
+pub const LATE_QUANTILE: f64 = 0.9;
+/// A window is late at over this many times the calm windows' quantile
+/// (three of the gate's power-of-two buckets above it) ...
+pub const LATE_FACTOR: f64 = 8.0;
+/// ... and over this many ms: a service that answers in microseconds when
+/// calm is not late at a millisecond.
+pub const LATE_MIN_MS: f64 = 8.0;
+/// Late windows in a row that engage the class (one may be a moment's
+/// stall of the service's CPU).
+pub const LATE_RUN: u32 = 2;
+/// The calm quantile is a mean over about this many calm windows; a class
+/// is judged only after CALM_MIN_WINDOWS of them.
+pub const CALM_WINDOWS: f64 = 50.0;
+pub const CALM_MIN_WINDOWS: u32 = 4;
+/// Seconds of windows in time, with nothing of the class limited, before
+/// an engaged class lets go.
+pub const RELEASE_SECS: f64 = 1.0;
+/// The least rate an engaged class is limited at (packets/s).
+pub const RATE_FLOOR_PPS: f64 = 1000.0;
+
+/// One tick of a class, as `LateAnswers::step` takes it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LateTick {
+    /// The answers timed in the tick (`Delays::since` of the class's totals).
+    pub answers: Delays,
+    /// Packets/s offered to the class in the tick, and its length (s).
+    pub offered: f64,
+    pub dt: f64,
+    /// The gate dropped some of the class's packets in the tick.
+    pub limiting: bool,
+    /// The class has a known lane (`fair::Fair::calm_known_share` at
+    /// ROOM_KNOWN or over).
+    pub known_lane: bool,
+}
+
+/// What the class gets for the next tick.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct LateOut {
+    /// The class's rate (None: unlimited).
+    pub rate: Option<f64>,
+    /// The last window judged was late: the unknown tier is cut.
+    pub late: bool,
+}
+
+/// One class's judge of its answers, between ticks.
+#[derive(Debug, Clone, Default)]
+pub struct LateAnswers {
+    /// The window being filled and its age (s).
+    window: Delays,
+    window_secs: f64,
+    /// The most offered since the window opened, and in the late run (packets/s).
+    window_offered: f64,
+    run_offered: f64,
+    /// The calm windows' quantile (log2 of ms), and how many windows made it.
+    calm_log2: f64,
+    calm_windows: u32,
+    /// Late windows in a row, and the last window's verdict and quantile (ms).
+    run: u32,
+    late: bool,
+    last_ms: Option<f64>,
+    /// The rate while engaged.
+    rate: Option<f64>,
+    /// Seconds in time with nothing limited, while engaged.
+    calm_secs: f64,
+}
+
+impl LateAnswers {
+    /// One tick: fold its answers into the window, judge a full window,
+    /// engage or let go.
+    pub fn step(&mut self, t: &LateTick) -> LateOut {
+        self.window = self.window.plus(&t.answers);
+        self.window_secs += t.dt;
+        self.window_offered = self.window_offered.max(t.offered);
+        let n = self.window.samples;
+        let due = n >= WINDOW_ANSWERS || (self.window_secs >= WINDOW_SECS && n >= WINDOW_MIN_ANSWERS);
+        if due {
+            self.judge();
+        } else if self.window_secs >= 4.0 * WINDOW_SECS {
+            self.reset_window();
+        }
+        match self.rate {
+            None if self.run >= LATE_RUN && t.known_lane => {
+                self.rate = Some(self.run_offered.max(RATE_FLOOR_PPS));
+                self.calm_secs = 0.0;
+            }
+            Some(_) => {
+                self.calm_secs = if self.late || t.limiting { 0.0 } else { self.calm_secs + t.dt };
+                if self.calm_secs >= RELEASE_SECS - 1e-9 {
+                    self.rate = None;
+                }
+            }
+            None => {}
+        }
+        LateOut { rate: self.rate, late: self.rate.is_some() && self.late }
+    }
+
+    /// Judge the window and open the next.
+    fn judge(&mut self) {
+        let Some(ms) = self.window.quantile_ms(LATE_QUANTILE) else { return };
+        let calm = self.calm_ms();
+        self.late = calm.is_some_and(|c| ms > (LATE_FACTOR * c).max(LATE_MIN_MS));
+        if self.late {
+            self.run_offered =
+                if self.run == 0 { self.window_offered } else { self.run_offered.max(self.window_offered) };
+            self.run += 1;
+        } else {
+            self.run = 0;
+            if self.rate.is_none() {
+                // The calm quantile follows the windows in time while unlimited.
+                let w = 1.0 / (f64::from(self.calm_windows) + 1.0).min(CALM_WINDOWS);
+                self.calm_log2 += w * (ms.log2() - self.calm_log2);
+                self.calm_windows = self.calm_windows.saturating_add(1);
+            }
+        }
+        self.last_ms = Some(ms);
+        self.reset_window();
+    }
+
+    fn reset_window(&mut self) {
+        (self.window, self.window_secs, self.window_offered) = (Delays::default(), 0.0, 0.0);
+    }
+
+    /// The calm windows' quantile in ms (None: fewer than CALM_MIN_WINDOWS yet).
+    pub fn calm_ms(&self) -> Option<f64> {
+        (self.calm_windows >= CALM_MIN_WINDOWS).then(|| self.calm_log2.exp2())
+    }
+
+    /// The last judged window's quantile in ms (None: none yet).
+    pub fn last_ms(&self) -> Option<f64> {
+        self.last_ms
+    }
+
+    /// Was the last window judged late (engaged or not)? A class whose
+    /// answers are late is not healthy: its learner records nobody (a flood
+    /// of real connections is answered, and its few packets are no surge
+    /// of arrivals: unchecked, its sources were known within a second).
+    pub fn late(&self) -> bool {
+        self.late
+    }
+
+    /// Is the class engaged (limited for its late answers)?
+    pub fn engaged(&self) -> bool {
+        self.rate.is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::delay::BUCKETS;
+
+    /// `n` answers, all in bucket `i`.
+    fn answers(i: usize, n: u64) -> Delays {
+        let mut d = Delays { samples: n, ..Delays::default() };
+        d.buckets[i.min(BUCKETS - 1)] = n;
+        d
+    }
+
+    /// A tick of `n` answers in bucket `i` at `offered` packets/s.
+    fn tick(i: usize, n: u64, offered: f64, known_lane: bool) -> LateTick {
+        LateTick { answers: answers(i, n), offered, dt: 0.01, limiting: false, known_lane }
+    }
+
+    /// A judge that saw `windows` calm windows at bucket 6 (up to 2.1 ms).
+    fn calm(windows: u32) -> LateAnswers {
+        let mut l = LateAnswers::default();
+        for _ in 0..windows {
+            assert_eq!(l.step(&tick(6, WINDOW_ANSWERS, 5_000.0, true)), LateOut::default());
+        }
+        l
+    }
+
+    #[test]
+    fn a_calm_service_is_never_limited_and_learns_its_calm() {
+        let l = calm(200);
+        let c = l.calm_ms().expect("calm learned");
+        assert!((c - 2.097152).abs() < 1e-6, "{c}");
+        assert!(!l.engaged());
+        // Before CALM_MIN_WINDOWS there is no calm to be late against.
+        assert_eq!(calm(CALM_MIN_WINDOWS - 1).calm_ms(), None);
+    }
+
+    #[test]
+    fn late_windows_in_a_row_engage_at_the_most_offered_and_cut_while_late() {
+        let mut l = calm(20);
+        // 67 ms answers (bucket 12) at 30k packets/s: the first late window does not engage ...
+        assert_eq!(l.step(&tick(12, WINDOW_ANSWERS, 30_000.0, true)), LateOut::default());
+        // ... the second does, at the most offered in the run.
+        let out = l.step(&tick(12, WINDOW_ANSWERS, 40_000.0, true));
+        assert_eq!(out, LateOut { rate: Some(40_000.0), late: true });
+        assert_eq!(l.last_ms(), Some(answers(12, 1).quantile_ms(0.9).unwrap()));
+        // Answers in time: still limited, no longer cutting.
+        let out = l.step(&tick(6, WINDOW_ANSWERS, 40_000.0, true));
+        assert_eq!(out, LateOut { rate: Some(40_000.0), late: false });
+        // The calm quantile did not follow the engaged windows.
+        assert!((l.calm_ms().unwrap() - 2.097152).abs() < 1e-6);
+    }
+
+    #[test]
+    fn without_a_known_lane_there_is_nobody_to_serve_first() {
+        let mut l = calm(20);
+        for _ in 0..10 {
+            assert_eq!(l.step(&tick(12, WINDOW_ANSWERS, 30_000.0, false)).rate, None);
+        }
+    }
+
+    #[test]
+    fn a_moment_late_a_few_buckets_up_or_under_the_floor_is_not_late() {
+        // One late window between calm ones (a stall) never engages.
+        let mut l = calm(20);
+        for _ in 0..20 {
+            l.step(&tick(12, WINDOW_ANSWERS, 30_000.0, true));
+            assert_eq!(l.step(&tick(6, WINDOW_ANSWERS, 30_000.0, true)).rate, None);
+        }
+        // Four times the calm quantile is not late (bucket 8: 8.4 ms against 2.1).
+        let mut l = calm(20);
+        for _ in 0..10 {
+            assert_eq!(l.step(&tick(8, WINDOW_ANSWERS, 30_000.0, true)).rate, None);
+        }
+        // A microsecond service at a few ms: over 8 times its calm, under LATE_MIN_MS.
+        let mut l = LateAnswers::default();
+        for _ in 0..20 {
+            l.step(&tick(0, WINDOW_ANSWERS, 5_000.0, true));
+        }
+        for _ in 0..10 {
+            assert_eq!(l.step(&tick(7, WINDOW_ANSWERS, 30_000.0, true)).rate, None, "4.2 ms is not late");
+        }
+    }
+
+    #[test]
+    fn a_window_waits_for_its_answers_and_a_silent_class_holds() {
+        let mut l = calm(20);
+        // Three answers a tick: a window is judged once it has WINDOW_ANSWERS.
+        for i in 0..11 {
+            l.step(&tick(12, 3, 30_000.0, true));
+            assert_eq!(l.run, u32::from(i >= 10), "tick {i}");
+        }
+        // No answers for seconds: nothing judged, nothing changes.
+        let mut l = calm(20);
+        l.step(&tick(12, WINDOW_ANSWERS, 30_000.0, true));
+        let engaged = l.step(&tick(12, WINDOW_ANSWERS, 30_000.0, true));
+        for _ in 0..500 {
+            assert_eq!(l.step(&tick(0, 0, 30_000.0, true)), engaged);
+        }
+        // Too few answers in an old window: dropped unjudged.
+        let mut l = calm(20);
+        for _ in 0..100 {
+            l.step(&tick(12, 0, 30_000.0, true));
+        }
+        l.step(&tick(12, WINDOW_MIN_ANSWERS - 1, 30_000.0, true));
+        assert_eq!(l.run, 0);
+    }
+
+    #[test]
+    fn an_engaged_class_lets_go_after_a_second_in_time_with_nothing_limited() {
+        let mut l = calm(20);
+        l.step(&tick(12, WINDOW_ANSWERS, 30_000.0, true));
+        assert!(l.step(&tick(12, WINDOW_ANSWERS, 30_000.0, true)).rate.is_some());
+        // In time, but the gate still drops (the unknown tier grows back): held.
+        for _ in 0..200 {
+            let out = l.step(&LateTick { limiting: true, ..tick(6, WINDOW_ANSWERS, 30_000.0, true) });
+            assert!(out.rate.is_some());
+        }
+        // In time with nothing limited: let go after RELEASE_SECS.
+        let ticks = (RELEASE_SECS / 0.01).round() as usize;
+        for i in 1..=ticks {
+            let out = l.step(&tick(6, WINDOW_ANSWERS, 30_000.0, true));
+            assert_eq!(out.rate.is_none(), i == ticks, "tick {i}");
+        }
+        // A late window restarts the count.
+        let mut l = calm(20);
+        l.step(&tick(12, WINDOW_ANSWERS, 30_000.0, true));
+        l.step(&tick(12, WINDOW_ANSWERS, 30_000.0, true));
+        for _ in 0..ticks - 1 {
+            l.step(&tick(6, WINDOW_ANSWERS, 30_000.0, true));
+        }
+        l.step(&tick(12, WINDOW_ANSWERS, 30_000.0, true));
+        assert!(l.step(&tick(6, WINDOW_ANSWERS, 30_000.0, true)).rate.is_some());
+        // A light offered rate is limited at the floor, not below.
+        let mut l = calm(20);
+        l.step(&tick(12, WINDOW_ANSWERS, 10.0, true));
+        assert_eq!(l.step(&tick(12, WINDOW_ANSWERS, 10.0, true)).rate, Some(RATE_FLOOR_PPS));
+    }
+}

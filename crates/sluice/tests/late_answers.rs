@@ -1,0 +1,230 @@
+//! A TCP service taken whole by a flood of real connections (issue 50,
+//! item 2): a server in namespace B that answers one request at a time on
+//! one CPU (a single worker, as nginx's), a light client from A's own
+//! address, and keep-alive connections from four more of A's addresses,
+//! each pipelining requests. Nothing queues in a socket: the service is
+//! behind on its CPU, and only its answers' delay shows it. With the
+//! kernel alone, the light client waits behind every pipelined request;
+//! with sluice, its class (a TCP auto class) is judged late and its known
+//! client goes first (`policy::late`). Needs root (CI is root).
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::testbed::{in_netns, Testbed};
+use sluice::base::netns::pin_thread;
+
+const PORT: u16 = 8090;
+/// CPU time the server spends on each request (its one worker takes them
+/// one at a time: about 3,300 a second at most).
+const WORK: Duration = Duration::from_micros(300);
+/// The light client's requests per second (a sixth of what the server takes).
+const LIGHT_RPS: f64 = 500.0;
+/// The flood: this many connections from each of FLOOD_ADDRS, each with
+/// PIPELINE requests in flight.
+const FLOOD_ADDRS: [u8; 4] = [100, 101, 102, 103];
+const FLOOD_CONNS: usize = 16;
+const PIPELINE: usize = 8;
+/// How long a read waits before it looks at the clock again.
+const READ_WAIT: Duration = Duration::from_millis(100);
+
+/// The server's one worker: a request holds it for WORK.
+static WORKER: Mutex<()> = Mutex::new(());
+
+/// Answer each line on `s` with "ok" after WORK on the worker, until `end`.
+fn answer(s: TcpStream, end: Instant) {
+    let _ = pin_thread(1);
+    s.set_read_timeout(Some(READ_WAIT)).unwrap();
+    let mut out = s.try_clone().unwrap();
+    let mut lines = BufReader::new(s);
+    let mut line = String::new();
+    while Instant::now() < end {
+        line.clear();
+        match lines.read_line(&mut line) {
+            Ok(0) => return,
+            Ok(_) => {
+                {
+                    let _worker = WORKER.lock().unwrap_or_else(|e| e.into_inner());
+                    let t = Instant::now();
+                    while t.elapsed() < WORK {
+                        std::hint::spin_loop();
+                    }
+                }
+                if out.write_all(b"ok\n").is_err() {
+                    return;
+                }
+            }
+            Err(_) => {}
+        }
+    }
+}
+
+/// The server on B's PORT for `secs`, a thread per connection.
+fn serve(tb: &Testbed, secs: f64) {
+    let listener = in_netns(&tb.b, || TcpListener::bind(("0.0.0.0", PORT)).expect("bind the server"));
+    listener.set_nonblocking(true).unwrap();
+    let end = Instant::now() + Duration::from_secs_f64(secs);
+    std::thread::spawn(move || {
+        while Instant::now() < end {
+            match listener.accept() {
+                Ok((s, _)) => {
+                    s.set_nonblocking(false).unwrap();
+                    std::thread::spawn(move || answer(s, end));
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(2)),
+            }
+        }
+    });
+}
+
+/// A connection from A (from `src`, or A's own address) to the server.
+fn connect(tb: &Testbed, src: Option<String>) -> TcpStream {
+    let dst: SocketAddr = format!("{}:{PORT}", tb.ip_b).parse().unwrap();
+    in_netns(&tb.a, move || {
+        let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        if let Some(src) = src {
+            s.bind(&format!("{src}:0").parse::<SocketAddr>().unwrap().into()).expect("bind the flood's address");
+        }
+        s.connect_timeout(&dst.into(), Duration::from_secs(5)).expect("connect to the server");
+        TcpStream::from(s)
+    })
+}
+
+/// The light client: a request every 1/LIGHT_RPS s (the next one once its
+/// answer came), for `secs`; when each answer came, in seconds from its start.
+fn light(tb: &Testbed, secs: f64) -> std::thread::JoinHandle<Vec<f64>> {
+    let s = connect(tb, None);
+    std::thread::spawn(move || {
+        let _ = pin_thread(0);
+        s.set_read_timeout(Some(READ_WAIT)).unwrap();
+        let mut out = s.try_clone().unwrap();
+        let mut lines = BufReader::new(s);
+        let (t0, every) = (Instant::now(), Duration::from_secs_f64(1.0 / LIGHT_RPS));
+        let end = t0 + Duration::from_secs_f64(secs);
+        let (mut next, mut answered, mut line) = (t0, vec![], String::new());
+        while Instant::now() < end {
+            std::thread::sleep(next.saturating_duration_since(Instant::now()));
+            next = (next + every).max(Instant::now());
+            out.write_all(b"r\n").unwrap();
+            loop {
+                line.clear();
+                match lines.read_line(&mut line) {
+                    Ok(0) => return answered,
+                    Ok(_) => break answered.push(t0.elapsed().as_secs_f64()),
+                    Err(_) if Instant::now() >= end => return answered,
+                    Err(_) => {}
+                }
+            }
+        }
+        answered
+    })
+}
+
+/// The flood's connections, each pipelining PIPELINE requests, until `stop`.
+fn flood(tb: &Testbed, addrs: &[String], stop: &Arc<AtomicBool>) -> Vec<std::thread::JoinHandle<()>> {
+    let mut threads = vec![];
+    for a in addrs {
+        for _ in 0..FLOOD_CONNS {
+            let s = connect(tb, Some(a.clone()));
+            let stop = stop.clone();
+            threads.push(std::thread::spawn(move || {
+                let _ = pin_thread(0);
+                s.set_read_timeout(Some(READ_WAIT)).unwrap();
+                let mut out = s.try_clone().unwrap();
+                let mut lines = BufReader::new(s);
+                let (batch, mut line) = ("r\n".repeat(PIPELINE), String::new());
+                'conn: while !stop.load(Ordering::Relaxed) {
+                    if out.write_all(batch.as_bytes()).is_err() {
+                        return;
+                    }
+                    let mut got = 0;
+                    while got < PIPELINE {
+                        line.clear();
+                        match lines.read_line(&mut line) {
+                            Ok(0) => return,
+                            Ok(_) => got += 1,
+                            Err(_) if stop.load(Ordering::Relaxed) => break 'conn,
+                            Err(_) => {}
+                        }
+                    }
+                }
+            }));
+        }
+    }
+    threads
+}
+
+/// The light client's answers from `from` to `to` s, as a share of what it asked for.
+fn share(answers: &[f64], from: f64, to: f64) -> f64 {
+    answers.iter().filter(|&&t| t >= from && t < to).count() as f64 / ((to - from) * LIGHT_RPS)
+}
+
+/// The light client `calm` s alone, then beside the flood for `flooded` s:
+/// its answered share in the flood's last `judged` s, and the flood's stop flag.
+fn run(tb: &Testbed, addrs: &[String], calm: f64, flooded: f64, judged: f64, mid: impl FnOnce()) -> f64 {
+    let client = light(tb, calm + flooded);
+    std::thread::sleep(Duration::from_secs_f64(calm));
+    mid();
+    let stop = Arc::new(AtomicBool::new(false));
+    let threads = flood(tb, addrs, &stop);
+    let answers = client.join().expect("the light client");
+    stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        let _ = t.join();
+    }
+    share(&answers, calm + flooded - judged, calm + flooded)
+}
+
+#[test]
+fn a_flood_of_real_connections_is_cut_where_the_answers_come_late_and_the_known_client_goes_first() {
+    let mut tb = Testbed::new();
+    let addrs: Vec<String> = FLOOD_ADDRS
+        .iter()
+        .map(|&last| {
+            let mut o = tb.ip_a.parse::<std::net::Ipv4Addr>().unwrap().octets();
+            o[3] = last;
+            let a = std::net::Ipv4Addr::from(o).to_string();
+            tb.add_addr_a(&a);
+            a
+        })
+        .collect();
+    serve(&tb, 40.0);
+    // The kernel alone: the light client waits behind the pipelined requests.
+    let alone = run(&tb, &addrs, 1.0, 3.0, 2.0, || {});
+    std::thread::sleep(Duration::from_secs(1));
+
+    tb.start_gate(&["--no-discover", "--class", &format!("web:rate=auto,match=tcp:{PORT}")]);
+    let web = |tb: &Testbed| tb.status().classes.into_iter().find(|c| c.name == "web").expect("class web").totals;
+    let mut calm_drops = None;
+    // Five calm seconds: its client answered while calm is known (a calm
+    // second, then a second's span: fair::LEARN_CALM_SECS,
+    // SLUICE_KNOWN_SPAN_MS), and the class has its calm answer delay.
+    let with = run(&tb, &addrs, 5.0, 5.0, 3.0, || calm_drops = Some(web(&tb).dropped_pkts()));
+    let after = web(&tb);
+    eprintln!(
+        "light client's answered share in the flood: {:.1}% with the kernel alone, {:.1}% with sluice; \
+         the gate dropped {} of the class's packets ({} before the flood); answer delays: {:?}",
+        alone * 100.0,
+        with * 100.0,
+        after.dropped_pkts(),
+        calm_drops.unwrap(),
+        after.answer_delays
+    );
+    assert_eq!(calm_drops, Some(0), "no flood, no drop");
+    assert!(
+        alone < 0.5,
+        "the flood did not take the service ({:.1}% answered): the test measures nothing",
+        alone * 100.0
+    );
+    assert!(after.dropped_pkts() > 0, "the late class was never limited");
+    assert!(
+        with >= 0.7 && with >= 2.0 * alone,
+        "answered {:.1}% with sluice against {:.1}% alone",
+        with * 100.0,
+        alone * 100.0
+    );
+}
