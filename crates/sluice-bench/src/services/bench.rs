@@ -213,7 +213,7 @@ impl<'a> Bench<'a> {
                 None
             }
             Some(f) if f.calm => {
-                let t = self.dns_clients_spawn(f.v6, CALM_SECS + ONSET_SECS);
+                let t = self.calm_clients_spawn(f.v6, CALM_SECS + ONSET_SECS);
                 std::thread::sleep(Duration::from_secs_f64(CALM_SECS));
                 Some(t)
             }
@@ -477,6 +477,27 @@ impl<'a> Bench<'a> {
         let server = if v6 { net.ip6_b } else { net.ip_b };
         let (ns, dir, qps) = (net.a.clone(), self.dir.to_path_buf(), self.o.qps);
         std::thread::spawn(move || dns::clients(&ns, GEN_CPU, &dir, server, qps, secs))
+    }
+
+    /// The light clients a `calm` flood comes after, for `secs` on a thread
+    /// of their own: dnsperf and the probe (dns), or the http probe (its
+    /// long-lived connection and its new ones).
+    fn calm_clients_spawn(&self, v6: bool, secs: f64) -> std::thread::JoinHandle<Result<()>> {
+        match self.svc {
+            Service::Dns => {
+                let t = self.dns_clients_spawn(v6, secs);
+                std::thread::spawn(move || {
+                    t.join().map_err(|_| anyhow::anyhow!("the dns clients panicked"))?.map(|_| ())
+                })
+            }
+            Service::Http => {
+                let net = &self.bed.net;
+                let t = http::start_probe(&net.a, GEN_CPU, if v6 { net.ip6_b } else { net.ip_b }, secs);
+                std::thread::spawn(move || {
+                    t.join().map_err(|_| anyhow::anyhow!("the http probe panicked"))?.map(|_| ())
+                })
+            }
+        }
     }
 
     /// dnsperf at the scenario's rate and the probe, side by side, for `secs`.

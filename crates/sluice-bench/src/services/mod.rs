@@ -165,8 +165,10 @@ const fn flood(name: &'static str, v6: bool, own_port: bool, srcs: u32, calm: bo
 /// them itself while the class's SYN guard answers, engaged by the kernel's
 /// drops of them, TCP_FLAGS and TCP_RESET); and real connections from A's
 /// own addresses: keep-alive ones from HEAVY_SRCS, pipelining requests
-/// (`conns-v4`), and a new one per request from NEWCONN_SRCS (`newconns-v4`).
-pub const TCP_FLOODS: [Flood; 4] = [
+/// (`conns-v4`), and a new one per request from NEWCONN_SRCS (`newconns-v4`),
+/// each also after CALM_SECS of the light clients alone (`-calm`: the
+/// service answered them while calm, so they are known).
+pub const TCP_FLOODS: [Flood; 6] = [
     Flood {
         name: "ack-v4",
         v6: false,
@@ -196,6 +198,12 @@ pub const TCP_FLOODS: [Flood; 4] = [
         heavy_srcs: NEWCONN_SRCS,
         new_conns: true,
         ..flood("newconns-v4", false, true, NEWCONN_SRCS as u32, false)
+    },
+    Flood { heavy_srcs: HEAVY_SRCS, ..flood("conns-calm-v4", false, true, HEAVY_SRCS as u32, true) },
+    Flood {
+        heavy_srcs: NEWCONN_SRCS,
+        new_conns: true,
+        ..flood("newconns-calm-v4", false, true, NEWCONN_SRCS as u32, true)
     },
 ];
 
