@@ -70,6 +70,12 @@ struct pkt {
 	__be32 frag_id;      /* a fragment's IP id (IPv4's 16 bits, IPv6's 32), as in its header */
 };
 
+/* A TCP segment that carries no data (a SYN, a bare ACK, a FIN): no request. */
+static __always_inline int tcp_bare(const struct pkt *pk)
+{
+	return pk->slot == SLUICE_SLOT_TCP && pk->l4_len <= pk->tcp_hlen * 4;
+}
+
 /* The tables generation in force: read once a packet, before any table. */
 static __always_inline __u32 tables_in_force(void)
 {

@@ -271,6 +271,20 @@ struct sluice_known_part {
  */
 #define SLUICE_KNOWN_HEADROOM 4
 #define SLUICE_KNOWN_MIN_PPS 10
+/*
+ * A known source's TCP segments without data but its SYN (its handshake's
+ * ACK, its ACKs, its FIN) move its rate by 1 >> SLUICE_KNOWN_BARE_SHIFT of
+ * a packet. Its rate counts answers (segments that end a service's
+ * write), and a client that opens a connection per request sends about six
+ * segments per answer, four of them bare ACKs or FINs: counted whole, that
+ * was over SLUICE_KNOWN_HEADROOM, and the bench's wrk and the light client
+ * sharing its address went to the unknown tier with the flood. Counted a
+ * quarter, 3 steps an answer. A SYN counts whole (it costs the listener a
+ * request socket: a SYN flood spoofing a known address gets cookies past
+ * the rate); a known address sending only bare ACKs is held at four times
+ * its allowance.
+ */
+#define SLUICE_KNOWN_BARE_SHIFT 2
 #define SLUICE_KNOWN_BURST_MS 100
 #define SLUICE_KNOWN_BURST_PKTS 8
 /*

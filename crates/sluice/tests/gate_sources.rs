@@ -219,6 +219,43 @@ fn a_known_source_over_its_own_rate_is_an_unknown_one() {
     assert_eq!(counter(&g, "dns", SLUICE_CS_KNOWN_OVER_PKTS), 2);
 }
 
+/// A known TCP source's segments without data but SYNs (ACKs, FINs) move
+/// its own rate by a quarter of a packet (SLUICE_KNOWN_BARE_SHIFT; a SYN
+/// counts whole: gate_cookies tests it): the
+/// client of the test above sends 28 bare ACKs and a request as known (a
+/// step of 6.25 ms each, then 25 ms, against its 200 ms burst) where it
+/// sent 9 datagrams: a segment with data still moves it a whole step. Counted whole, a client that opens a
+/// connection per request (five bare segments an answer) was over its own
+/// rate at its calm pace.
+#[test]
+fn a_known_tcp_sources_bare_acks_count_a_quarter_against_its_own_rate() {
+    let mut g = gate();
+    fair(&g, "dns", PACED_NS, 1, 1, (32, 64));
+    clock(&mut g, 1);
+    known_client(&g, g.class("dns"), 10);
+    // Frame::tcp makes SYNs: these are ACKs, bare and with a request.
+    let acked = |payload: usize| {
+        let (mut b, offs) = Frame::tcp("198.51.100.7", "10.0.0.2", 4000, 53).payload(payload).build_with_offsets();
+        b[offs.iter().find(|o| o.0 == "l4").unwrap().1 + 13] = 0x10;
+        b
+    };
+    let (ack, request) = (acked(0), acked(40));
+    for i in 0..28 {
+        g.expect(&format!("a bare ACK within its own rate {i}"), &ack, Admitted("dns".into()));
+    }
+    // 28 quarters: 175 ms of its 200 ms burst; one request takes 25 ms more ...
+    g.expect("a request: a whole step", &request, Admitted("dns".into()));
+    assert_eq!(counter(&g, "dns", SLUICE_CS_KNOWN_OVER_PKTS), 0);
+    // ... and the burst is spent: requests go over it (the test's own time,
+    // a few ms, may let one or two more through as known).
+    for _ in 0..4 {
+        g.run(&request);
+    }
+    let known = counter(&g, "dns", SLUICE_CS_KNOWN_PKTS);
+    assert!((29..=31).contains(&known), "{known} known: bare ACKs counted whole let 9 through");
+    assert!(counter(&g, "dns", SLUICE_CS_KNOWN_OVER_PKTS) >= 2);
+}
+
 /// Cost (issue 25, item 3): a class that holds no known client skips the
 /// known map's hash lookup, reading only its part's `held` (an array slot).
 /// With held at 0 a source the map does hold is an unknown one; the daemon's

@@ -49,7 +49,7 @@ static __always_inline struct sluice_delay_slot *delay_slot(const struct pkt *pk
 	    cls == (settings.verdicts[gen & 1].default_class & (SLUICE_CLASS_IDS - 1)))
 		return 0;
 	/* A UDP datagram is a request or an answer; a TCP segment if it has data. */
-	if (pk->slot == SLUICE_SLOT_TCP && pk->l4_len <= pk->tcp_hlen * 4)
+	if (tcp_bare(pk))
 		return 0;
 	if (pk->family == 6) {
 		__builtin_memcpy(&lo, &pk->peer6, 8);

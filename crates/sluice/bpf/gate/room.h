@@ -121,7 +121,7 @@ static __always_inline int keeps_room(struct xdp_md *ctx, const struct pkt *pk, 
 		return 0;
 	if (known < 0) {
 		v = known_entry(pk, cls);
-		known = v && known_within_rate(v);
+		known = v && known_within_rate(v, pk);
 	}
 	return !known;
 }

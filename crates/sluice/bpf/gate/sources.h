@@ -26,9 +26,10 @@ static __always_inline struct sluice_known *known_entry(const struct pkt *pk, __
 /*
  * Is a known source within its own rate (see SLUICE_KNOWN_HEADROOM)? A
  * GCRA on the entry's theoretical arrival time: each packet moves it on by
- * one interval of the source's rate; a packet that finds it more than the
- * burst ahead of now is over. Plain (not atomic) updates: two CPUs may each
- * miss the other's step.
+ * one interval of the source's rate (a TCP segment without data, but a
+ * SYN, by a fraction of one: SLUICE_KNOWN_BARE_SHIFT); a packet that finds it more
+ * than the burst ahead of now is over. Plain (not atomic) updates: two
+ * CPUs may each miss the other's step.
  */
 static __always_inline __u32 known_interval(const struct sluice_known *v)
 {
@@ -42,7 +43,7 @@ static __always_inline __u32 known_interval(const struct sluice_known *v)
 	return interval ? interval : 1; /* at most 25 ms: fits */
 }
 
-static __always_inline int known_within_rate(struct sluice_known *v)
+static __always_inline int known_within_rate(struct sluice_known *v, const struct pkt *pk)
 {
 	/* The coarse clock (jiffies) is cheaper to read and fine at the 100 ms tolerance. */
 	__u64 now = bpf_ktime_get_coarse_ns(), interval, tolerance;
@@ -58,7 +59,7 @@ static __always_inline int known_within_rate(struct sluice_known *v)
 		v->tat_ns = now;
 	if (v->tat_ns - now > tolerance)
 		return 0;
-	v->tat_ns += interval;
+	v->tat_ns += tcp_bare(pk) && !(pk->tcp_flags & TCP_FLAG_SYN) ? interval >> SLUICE_KNOWN_BARE_SHIFT : interval;
 	return 1;
 }
 
@@ -217,7 +218,7 @@ static __always_inline __u32 admit_limited(const struct pkt *pk, __u32 cls, cons
 		return bucket_take(sh, &st->bucket) ? SLUICE_CS_ADMIT_PKTS : SLUICE_CS_DROP_RATE_PKTS;
 	struct sluice_known *v = known_entry(pk, cls);
 
-	*known = v && known_within_rate(v);
+	*known = v && known_within_rate(v, pk);
 	if (*known) {
 		st->cnt[SLUICE_CS_KNOWN_PKTS] += 1;
 		if (!bucket_take(sh, &st->bucket))

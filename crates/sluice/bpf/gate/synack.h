@@ -515,7 +515,7 @@ static __always_inline struct sluice_syn_guard *syn_guarded(const struct pkt *pk
 	 * gets cookies like anyone's. */
 	struct sluice_known *v = known_entry(pk, cls);
 
-	return v && known_within_rate(v) ? NULL : g;
+	return v && known_within_rate(v, pk) ? NULL : g;
 }
 
 /*
