@@ -479,9 +479,10 @@ impl<'a> Bench<'a> {
         std::thread::spawn(move || dns::clients(&ns, GEN_CPU, &dir, server, qps, secs))
     }
 
-    /// The light clients a `calm` flood comes after, for `secs` on a thread
-    /// of their own: dnsperf and the probe (dns), or the http probe (its
-    /// long-lived connection and its new ones).
+    /// The clients a `calm` flood comes after, for `secs` on a thread of
+    /// their own, the same as the cell's: dnsperf and the probe (dns), or
+    /// wrk and the http probe (so the service's answers to them while calm
+    /// set the rate their address is known at).
     fn calm_clients_spawn(&self, v6: bool, secs: f64) -> std::thread::JoinHandle<Result<()>> {
         match self.svc {
             Service::Dns => {
@@ -492,9 +493,12 @@ impl<'a> Bench<'a> {
             }
             Service::Http => {
                 let net = &self.bed.net;
-                let t = http::start_probe(&net.a, GEN_CPU, if v6 { net.ip6_b } else { net.ip_b }, secs);
+                let (ns, wrk) = (net.a.clone(), (self.o.conns, self.o.keep_alive));
+                let addr = if v6 { net.ip6_b } else { net.ip_b };
                 std::thread::spawn(move || {
-                    t.join().map_err(|_| anyhow::anyhow!("the http probe panicked"))?.map(|_| ())
+                    let probe = http::start_probe(&ns, GEN_CPU, addr, secs);
+                    http::run_wrk(&ns, GEN_CPU, addr, wrk, secs)?;
+                    probe.join().map_err(|_| anyhow::anyhow!("the http probe panicked"))?.map(|_| ())
                 })
             }
         }
