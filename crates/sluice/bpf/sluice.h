@@ -363,6 +363,10 @@ enum sluice_class_stat {
 	SLUICE_CS_DELAY_NS,       /* the sum of their delays, ns */
 	SLUICE_CS_DELAY_BUCKET0,  /* the first of SLUICE_DELAY_BUCKETS: delays under 2^SLUICE_DELAY_SHIFT0 ns */
 	SLUICE_CS_DELAY_LAST = SLUICE_CS_DELAY_BUCKET0 + 15, /* SLUICE_DELAY_BUCKETS - 1 after it */
+	SLUICE_CS_DELAY_KNOWN_SAMPLES, /* of the answers timed: to a known client (the same three, for them alone) */
+	SLUICE_CS_DELAY_KNOWN_NS,
+	SLUICE_CS_DELAY_KNOWN_BUCKET0,
+	SLUICE_CS_DELAY_KNOWN_LAST = SLUICE_CS_DELAY_KNOWN_BUCKET0 + 15,
 	SLUICE_CS_NR,
 };
 

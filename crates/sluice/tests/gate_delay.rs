@@ -68,6 +68,33 @@ fn a_requests_answer_is_timed_once_into_its_classs_buckets() {
     assert_eq!(delays(&g, "web").0, 1);
 }
 
+/// An answer to a known client is counted in the class's buckets and in
+/// its known clients' (what the late-answers judge reads: a flood's own
+/// answers can hide what they wait); an answer to anyone else only in the
+/// first.
+#[test]
+fn a_known_clients_answer_is_also_counted_as_a_known_clients() {
+    let mut g = gate();
+    let mut addr = [0u8; 16];
+    addr[..4].copy_from_slice(&[198, 51, 100, 7]);
+    let key = sluice_src_key { class_id: g.class("web") as u8, family: 4, plen: 32, addr, ..Default::default() };
+    let last_ms = sluice::base::clock::wall_ms();
+    let entry = sluice_known { first_ms: last_ms - 10_000, last_ms, answers: 10, ..Default::default() };
+    g.gate.insert_known(&[(key, entry)]).unwrap();
+    g.gate.set_clock(&sluice::dataplane::gate::Clock { epoch: 1, now_ms: last_ms, known_ttl_ms: 3_600_000 });
+    let known = |g: &TestGate| {
+        let c = g.gate.class_counters(g.class("web")).unwrap();
+        let buckets: u64 = (SLUICE_CS_DELAY_KNOWN_BUCKET0..=SLUICE_CS_DELAY_KNOWN_LAST).map(|i| c[i as usize]).sum();
+        (c[SLUICE_CS_DELAY_KNOWN_SAMPLES as usize], c[SLUICE_CS_DELAY_KNOWN_NS as usize] > 0, buckets)
+    };
+    for client in ["198.51.100.1", "198.51.100.7"] {
+        request(&g, &segment(client, 40, true));
+        answer(&g, &segment(client, 200, false));
+    }
+    assert_eq!(delays(&g, "web").0, 2, "both timed");
+    assert_eq!(known(&g), (1, true, 1), "the known client's answer alone, in one bucket");
+}
+
 /// An answer more than SLUICE_DELAY_STALE_NS after its stamp is not
 /// counted: the stamped request may be one the service never answered.
 #[test]

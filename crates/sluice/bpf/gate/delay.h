@@ -87,7 +87,10 @@ __noinline int delay_stamp(const struct pkt *pk, __u32 gen, __u32 cls)
 }
 
 /* An answer leaving: the delay since its flow's stamp, into the class's
- * buckets (per CPU, in the class's counters). Returns 1 if it was timed. */
+ * buckets (per CPU, in the class's counters), and into its known clients'
+ * if the client is known: a flood's own answers can hide what the known
+ * clients wait (a flow that pipelines requests is answered at once, to an
+ * earlier request). Returns 1 if it was timed. */
 __noinline int delay_answered(const struct pkt *pk, __u32 gen, __u32 cls)
 {
 	struct sluice_class_state *st;
@@ -117,10 +120,16 @@ __noinline int delay_answered(const struct pkt *pk, __u32 gen, __u32 cls)
 		b++;
 		v >>= 1;
 	}
+	if (b >= SLUICE_DELAY_BUCKETS)
+		return 0; /* cannot happen: the loop stops at the last bucket */
 	st->cnt[SLUICE_CS_DELAY_SAMPLES] += 1;
 	st->cnt[SLUICE_CS_DELAY_NS] += d;
-	if (b < SLUICE_DELAY_BUCKETS)
-		st->cnt[SLUICE_CS_DELAY_BUCKET0 + b] += 1;
+	st->cnt[SLUICE_CS_DELAY_BUCKET0 + b] += 1;
+	if (known_entry(pk, cls)) {
+		st->cnt[SLUICE_CS_DELAY_KNOWN_SAMPLES] += 1;
+		st->cnt[SLUICE_CS_DELAY_KNOWN_NS] += d;
+		st->cnt[SLUICE_CS_DELAY_KNOWN_BUCKET0 + b] += 1;
+	}
 	return 1;
 }
 

@@ -140,6 +140,7 @@ impl TickClass {
         let (Some(late), Some(old)) = (self.late.as_mut(), self.totals) else { return };
         let t = LateTick {
             answers: now.answer_delays.since(&old.answer_delays),
+            known_answers: now.answer_delays_known.since(&old.answer_delays_known),
             offered: self.offered,
             dt,
             limiting: now.dropped_pkts() > old.dropped_pkts(),

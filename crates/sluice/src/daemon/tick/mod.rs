@@ -373,11 +373,17 @@ impl Ticker {
     /// Each TCP auto class's judge of its answers (for status; None: not such a class).
     pub fn late_status(&self) -> Vec<Option<crate::surface::stats::LateStatus>> {
         let status = |c: &TickClass| {
-            c.late.as_ref().map(|l| crate::surface::stats::LateStatus {
-                window_p90_ms: l.last_ms(),
-                calm_p90_ms: l.calm_ms(),
-                late: l.late(),
-                rate_pps: c.late_out.rate,
+            c.late.as_ref().map(|l| {
+                let ((window_p90_ms, known_window_p90_ms), (calm_p90_ms, known_calm_p90_ms)) =
+                    (l.last_ms(), l.calm_ms());
+                crate::surface::stats::LateStatus {
+                    window_p90_ms,
+                    calm_p90_ms,
+                    known_window_p90_ms,
+                    known_calm_p90_ms,
+                    late: l.late(),
+                    rate_pps: c.late_out.rate,
+                }
             })
         };
         self.classes.iter().map(status).collect()

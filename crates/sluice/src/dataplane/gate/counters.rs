@@ -109,6 +109,11 @@ pub struct ClassTotals {
     /// to the answer leaving (bpf/gate/delay.h), in power-of-two buckets.
     #[serde(default)]
     pub answer_delays: Delays,
+    /// Of those, the answers to the class's known clients: what they wait,
+    /// which a flood's own answers can hide (a flow that pipelines its
+    /// requests is answered at once, to an earlier one).
+    #[serde(default)]
+    pub answer_delays_known: Delays,
 }
 
 impl From<ClassCounters> for ClassTotals {
@@ -148,6 +153,11 @@ impl From<ClassCounters> for ClassTotals {
                 samples: c[SLUICE_CS_DELAY_SAMPLES as usize],
                 sum_ns: c[SLUICE_CS_DELAY_NS as usize],
                 buckets: std::array::from_fn(|i| c[SLUICE_CS_DELAY_BUCKET0 as usize + i]),
+            },
+            answer_delays_known: Delays {
+                samples: c[SLUICE_CS_DELAY_KNOWN_SAMPLES as usize],
+                sum_ns: c[SLUICE_CS_DELAY_KNOWN_NS as usize],
+                buckets: std::array::from_fn(|i| c[SLUICE_CS_DELAY_KNOWN_BUCKET0 as usize + i]),
             },
         }
     }

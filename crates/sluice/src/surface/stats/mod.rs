@@ -55,7 +55,15 @@ pub struct LateStatus {
     pub window_p90_ms: Option<f64>,
     /// The calm windows' p90, ms (None: not learned yet; until then the class is never engaged).
     pub calm_p90_ms: Option<f64>,
-    /// The last window was late (over 8 times the calm p90 and over 8 ms).
+    /// The last window's p90 of its known clients' answers alone, ms (a
+    /// flood that pipelines its requests is answered at once and can hide
+    /// what they wait).
+    #[serde(default)]
+    pub known_window_p90_ms: Option<f64>,
+    /// The calm windows' p90 of its known clients' answers, ms.
+    #[serde(default)]
+    pub known_calm_p90_ms: Option<f64>,
+    /// The last window of either was late (over 8 times its calm p90 and over 8 ms).
     pub late: bool,
     /// Limited for its late answers, at this rate (pkt/s): its known clients
     /// go first, its unknown sources' tier is cut while the answers are late.
@@ -663,18 +671,19 @@ mod tests {
             Some(LateStatus { window_p90_ms: Some(1.048576), calm_p90_ms: Some(0.524288), ..Default::default() });
         assert!(!render_table(&s).contains("LATE ANSWERS"), "in time and unlimited: no line");
         let late = LateStatus {
-            window_p90_ms: Some(268.435456),
+            window_p90_ms: Some(1.048576),
             calm_p90_ms: Some(0.524288),
+            known_window_p90_ms: Some(268.435456),
+            known_calm_p90_ms: Some(0.524288),
             late: true,
             rate_pps: Some(1800.0),
         };
         s.classes[0].late = Some(late.clone());
         let t = render_table(&s);
         let line = t.lines().find(|l| l.starts_with("LATE ANSWERS: dns")).expect("a line for dns");
-        assert!(
-            line.contains("p90 under 268 ms (calm: under 0.52 ms)") && line.contains("limited at 1800/s"),
-            "{line}"
-        );
+        assert!(line.contains(": p90 under 1 ms (calm: under 0.52 ms)"), "{line}");
+        assert!(line.contains("known clients' p90 under 268 ms (calm: under 0.52 ms)"), "{line}");
+        assert!(line.contains("limited at 1800/s"), "{line}");
         assert!(line.contains("tier is cut"), "{line}");
         s.classes[0].late = Some(LateStatus { rate_pps: None, ..late });
         let t = render_table(&s);

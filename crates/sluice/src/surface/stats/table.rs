@@ -148,6 +148,7 @@ fn render_late(o: &mut String, classes: &[ClassSnapshot]) {
     for c in classes {
         let Some(l) = c.late.as_ref().filter(|l| l.late || l.rate_pps.is_some()) else { continue };
         let (now, calm) = (delay_ms(l.window_p90_ms), delay_ms(l.calm_p90_ms));
+        let (known_now, known_calm) = (delay_ms(l.known_window_p90_ms), delay_ms(l.known_calm_p90_ms));
         let what = match (l.rate_pps, l.late) {
             (Some(r), true) => format!(
                 "limited at {}/s, known clients first; its unknown sources' tier is cut while the answers are late",
@@ -161,7 +162,11 @@ fn render_late(o: &mut String, classes: &[ClassSnapshot]) {
             }
             (None, _) => "not limited: no known client to serve first (none answered while calm)".into(),
         };
-        let _ = writeln!(o, "LATE ANSWERS: {}: p90 {now} (calm: {calm}): {what}", c.name);
+        let _ = writeln!(
+            o,
+            "LATE ANSWERS: {}: p90 {now} (calm: {calm}), its known clients' p90 {known_now} (calm: {known_calm}): {what}",
+            c.name
+        );
     }
 }
 
