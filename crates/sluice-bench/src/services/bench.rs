@@ -316,8 +316,9 @@ impl<'a> Bench<'a> {
             if self.svc == Service::Http {
                 cell.gate_synacks = Some(synacks_of(snap) as f64 / secs_run);
             }
-            if flood.is_some_and(|f| !f.own_port) {
-                // The flood goes to another class: every drop of the service's classes is a client's.
+            if flood.is_some_and(|f| !f.own_port) || (flood.is_none() && self.svc == Service::Http) {
+                // The flood goes to another class, or there is none: every
+                // drop of the service's classes is a client's.
                 cell.gate_drops = Some(dropped_of(snap));
             }
         }

@@ -282,10 +282,14 @@ fn cpu_per_request(r: &ServiceRun) -> String {
     if z.is_empty() || off.is_empty() {
         return String::new();
     }
+    let drops: Option<u64> = z.iter().map(|c| c.gate_drops).sum();
     format!(
-        "  http, no flood: nginx's CPU per request {} vs {} with the kernel alone (not judged: compare with the spread)\n",
+        "  http, no flood: nginx's CPU per request {} vs {} with the kernel alone (not judged: compare with the spread); \
+         the gate dropped {} of its packets (0: {})\n",
         spread(&z, us, show),
-        spread(&off, us, show)
+        spread(&off, us, show),
+        drops.map_or("n/a".into(), |d| d.to_string()),
+        verdict(drops.map(|d| d == 0))
     )
 }
 
