@@ -676,6 +676,41 @@ fn a_client_first_noted_in_an_unconfirmed_window_starts_its_span_again() {
     assert_eq!(span(&g, 2), (0, 1), "the pulse starts again: never a second's span, never known");
 }
 
+/// A known client first noted inside the window the daemon last did not
+/// confirm is not known at the gate while that window stands (a flood of
+/// real connections answered before the class's late answers were judged:
+/// `late::LATE_TAINT_MS`), before the learner sees it again; outside the
+/// window it is.
+#[test]
+fn a_known_client_first_noted_in_the_unconfirmed_window_is_not_known_meanwhile() {
+    let mut g = gate();
+    clock(&mut g, 1);
+    let cls = g.class("dns");
+    known_client(&g, cls, 1_000);
+    let first_ms = sluice::base::clock::wall_ms() - 10_000;
+    let limited = |g: &TestGate, taint: (u64, u64)| {
+        let f = sluice_fair {
+            unknown: share(1_000_000, 1_000_000),
+            on: 1,
+            quota: 1_000_000,
+            src_interval_ns: 1,
+            plen4: 32,
+            plen6: 64,
+            taint_from_ms: taint.0,
+            taint_to_ms: taint.1,
+            ..Default::default()
+        };
+        g.gate.set_fairness(g.class("dns"), &vec![f; g.gate.ncpus()]).unwrap();
+    };
+    limited(&g, (first_ms - 500, first_ms + 500));
+    g.run(&dns_from("198.51.100.7"));
+    assert_eq!(counter(&g, "dns", SLUICE_CS_KNOWN_PKTS), 0, "first noted in the window: not known");
+    assert_eq!(counter(&g, "dns", SLUICE_CS_UNKNOWN_PKTS), 1);
+    limited(&g, (first_ms + 1, first_ms + 500));
+    g.run(&dns_from("198.51.100.7"));
+    assert_eq!(counter(&g, "dns", SLUICE_CS_KNOWN_PKTS), 1, "first noted before it: known");
+}
+
 /// Hardening (issue 35, item 3): re-keying the known map for a new class
 /// list writes and deletes its entries in batches (one syscall per 4,096),
 /// not one syscall each on the control thread; a batch that meets a key

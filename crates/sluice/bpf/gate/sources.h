@@ -10,15 +10,25 @@
 #ifndef SLUICE_GATE_SOURCES_H
 #define SLUICE_GATE_SOURCES_H
 
-/* The peer's known entry, if it is known now (answered over the span, within the ttl). */
+/*
+ * The peer's known entry, if it is known now: answered over the span,
+ * within the ttl, and not first noted in the window the daemon last did
+ * not confirm (struct sluice_fair's taint_*_ms: a surge, distress or late
+ * answers seen after it; the learner starts its span again at its next
+ * answer, and until then it is not known).
+ */
 static __always_inline struct sluice_known *known_entry(const struct pkt *pk, __u32 cls)
 {
 	struct sluice_known *v = known_answered(pk, cls);
+	struct sluice_fair *f;
 
 	if (!v)
 		return 0;
 	/* Signed: a wall clock stepped back makes a recent answer look newer, not ancient. */
 	if ((__s64)(settings.now_ms - v->last_ms) > (__s64)settings.known_ttl_ms)
+		return 0;
+	f = bpf_map_lookup_elem(&fairness, &cls);
+	if (f && v->first_ms >= f->taint_from_ms && v->first_ms <= f->taint_to_ms)
 		return 0;
 	return v;
 }

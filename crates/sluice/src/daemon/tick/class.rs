@@ -144,6 +144,7 @@ impl TickClass {
             offered: self.offered,
             dt,
             limiting: now.dropped_pkts() > old.dropped_pkts(),
+            known_pps: now.known_pkts.saturating_sub(old.known_pkts) as f64 / dt.max(1e-4),
             known_lane: self.learns && self.fair.calm_known_share().is_some_and(|k| k >= ROOM_KNOWN),
         };
         self.late_out = late.step(&t);
@@ -190,7 +191,10 @@ impl TickClass {
         if learn {
             self.learned_at = Some(now_ms);
         } else if let Some(at) = self.learned_at.take() {
-            self.taint = (at, now_ms);
+            // Late answers taint further back (`late::LATE_TAINT_MS`): the
+            // late run took windows to see.
+            let back = if late { crate::policy::late::LATE_TAINT_MS } else { 0 };
+            self.taint = (at.saturating_sub(back), now_ms);
         }
         let taint = self.taint;
         let Limit::Rate { pps, burst } = limit else {

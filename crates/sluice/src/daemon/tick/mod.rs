@@ -591,7 +591,10 @@ impl Ticker {
     pub fn calm(&self) -> bool {
         let quiet = |c: &TickClass| {
             let limited = matches!(c.decided, Some(Limit::Rate { .. })) && c.offered > 0.0;
-            !c.distress && !c.behind && !limited
+            // Late answers: the next windows come at the fast tick (a calm
+            // tick's window is 500 ms of answers, and the late run is two).
+            let late = c.late.as_ref().is_some_and(crate::policy::late::LateAnswers::late);
+            !c.distress && !c.behind && !limited && !late
         };
         self.signals.failing == 0
             && self.budget.distress.is_none()
