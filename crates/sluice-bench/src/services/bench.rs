@@ -201,7 +201,7 @@ impl<'a> Bench<'a> {
     }
 
     /// One cell: the configuration, the flood from ONSET_SECS before the
-    /// clients to their end (a `calm` flood: after the clients ran CALM_SECS
+    /// clients to their end (a `calm` flood: after the clients ran CALM_SECS, CALM_SECS_HTTP for http,
     /// alone, and on through its first ONSET_SECS, timed by a probe of
     /// their own), the clients for `secs`.
     pub(super) fn cell(&self, flood: Option<&Flood>, setup: Setup, repeat: u32, show_status: bool) -> Result<Cell> {
@@ -213,8 +213,9 @@ impl<'a> Bench<'a> {
                 None
             }
             Some(f) if f.calm => {
-                let t = self.calm_clients_spawn(f.v6, CALM_SECS + ONSET_SECS);
-                std::thread::sleep(Duration::from_secs_f64(CALM_SECS));
+                let calm = if self.svc == Service::Http { CALM_SECS_HTTP } else { CALM_SECS };
+                let t = self.calm_clients_spawn(f.v6, calm + ONSET_SECS);
+                std::thread::sleep(Duration::from_secs_f64(calm));
                 Some(t)
             }
             _ => None,
