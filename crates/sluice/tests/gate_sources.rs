@@ -191,7 +191,12 @@ fn ask(g: &TestGate, client: &str) {
 fn answer(client: &str, tcp_flags: Option<u8>) -> Vec<u8> {
     let server = if client.contains(':') { "2001:db8::2" } else { "10.0.0.2" };
     let Some(flags) = tcp_flags else { return Frame::udp(server, client, 53, 4000).build() };
-    let (mut b, offs) = Frame::tcp(server, client, 53, 4000).build_with_offsets();
+    with_tcp_flags(&Frame::tcp(server, client, 53, 4000), flags)
+}
+
+/// A TCP frame's bytes with its flags byte set to `flags` (Frame::tcp makes SYNs).
+fn with_tcp_flags(f: &Frame, flags: u8) -> Vec<u8> {
+    let (mut b, offs) = f.build_with_offsets();
     let l4 = offs.iter().find(|o| o.0 == "l4").unwrap().1;
     b[l4 + 13] = flags;
     b
@@ -221,24 +226,21 @@ fn a_known_source_over_its_own_rate_is_an_unknown_one() {
 
 /// A known TCP source's segments without data but SYNs (ACKs, FINs) move
 /// its own rate by a quarter of a packet (SLUICE_KNOWN_BARE_SHIFT; a SYN
-/// counts whole: gate_cookies tests it): the
-/// client of the test above sends 28 bare ACKs and a request as known (a
-/// step of 6.25 ms each, then 25 ms, against its 200 ms burst) where it
-/// sent 9 datagrams: a segment with data still moves it a whole step. Counted whole, a client that opens a
-/// connection per request (five bare segments an answer) was over its own
-/// rate at its calm pace.
+/// counts whole: gate_cookies tests it): the client of the test above
+/// sends 28 bare ACKs and a request as known (a step of 6.25 ms each, then
+/// 25 ms, against its 200 ms burst) where it sent 9 datagrams: a segment
+/// with data still moves it a whole step. Counted whole, a client that
+/// opens a connection per request (four bare ACKs or FINs an answer) was
+/// over its own rate at its calm pace.
 #[test]
 fn a_known_tcp_sources_bare_acks_count_a_quarter_against_its_own_rate() {
     let mut g = gate();
     fair(&g, "dns", PACED_NS, 1, 1, (32, 64));
     clock(&mut g, 1);
     known_client(&g, g.class("dns"), 10);
-    // Frame::tcp makes SYNs: these are ACKs, bare and with a request.
-    let acked = |payload: usize| {
-        let (mut b, offs) = Frame::tcp("198.51.100.7", "10.0.0.2", 4000, 53).payload(payload).build_with_offsets();
-        b[offs.iter().find(|o| o.0 == "l4").unwrap().1 + 13] = 0x10;
-        b
-    };
+    // ACKs, bare and with a request.
+    let acked =
+        |payload: usize| with_tcp_flags(&Frame::tcp("198.51.100.7", "10.0.0.2", 4000, 53).payload(payload), 0x10);
     let (ack, request) = (acked(0), acked(40));
     for i in 0..28 {
         g.expect(&format!("a bare ACK within its own rate {i}"), &ack, Admitted("dns".into()));

@@ -163,8 +163,9 @@ fn share(answers: &[f64], from: f64, to: f64) -> f64 {
     answers.iter().filter(|&&t| t >= from && t < to).count() as f64 / ((to - from) * LIGHT_RPS)
 }
 
-/// The light client `calm` s alone, then beside the flood for `flooded` s:
-/// its answered share in the flood's last `judged` s, and the flood's stop flag.
+/// The light client `calm` s alone (`mid` runs at its end, before the
+/// flood starts), then beside the flood for `flooded` s: its answered share
+/// in the flood's last `judged` s.
 fn run(tb: &Testbed, addrs: &[String], calm: f64, flooded: f64, judged: f64, mid: impl FnOnce()) -> f64 {
     let client = light(tb, calm + flooded);
     std::thread::sleep(Duration::from_secs_f64(calm));

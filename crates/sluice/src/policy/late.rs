@@ -220,7 +220,7 @@ impl LateAnswers {
     }
 
     /// The calm windows' quantile in ms, of all answers and of the known
-    /// clients' (None: fewer than CALM_MIN_WINDOWS yet).
+    /// clients' (None: fewer than CALM_MIN_ANSWERS yet).
     pub fn calm_ms(&self) -> (Option<f64>, Option<f64>) {
         (self.all.calm_ms(), self.known.calm_ms())
     }
@@ -238,11 +238,6 @@ impl LateAnswers {
     /// within a second).
     pub fn late(&self) -> bool {
         self.all.late || self.known.late
-    }
-
-    /// Is the class engaged (limited for its late answers)?
-    pub fn engaged(&self) -> bool {
-        self.rate.is_some()
     }
 }
 
@@ -277,7 +272,7 @@ mod tests {
         let l = calm(200);
         let c = l.calm_ms().0.expect("calm learned");
         assert!((c - 2.097152).abs() < 1e-6, "{c}");
-        assert!(!l.engaged());
+        assert_eq!(l.rate, None, "never engaged");
         // Before CALM_MIN_ANSWERS there is no calm to be late against.
         assert_eq!(calm((CALM_MIN_ANSWERS / WINDOW_ANSWERS) as u32 - 1).calm_ms(), (None, None));
         // However they come: one window of 500 ms (a calm tick) holds them.

@@ -6,7 +6,7 @@ use crate::dataplane::gate::counters::ClassTotals;
 use crate::dataplane::gate::{ClassCounters, Tiers};
 use crate::policy::budget::FLOOR_PPS;
 use crate::policy::config::{default_burst, Limit};
-use crate::policy::fair::{Fair, FairCounts, FairTick, Room, ROOM_KNOWN};
+use crate::policy::fair::{Fair, FairCounts, FairTick, Room};
 use crate::policy::late::{LateAnswers, LateOut, LateTick};
 
 /// An auto class whose gate drops while it admits under this share of its
@@ -145,10 +145,15 @@ impl TickClass {
             dt,
             limiting: now.dropped_pkts() > old.dropped_pkts(),
             known_pps: now.known_pkts.saturating_sub(old.known_pkts) as f64 / dt.max(1e-4),
-            known_lane: self.learns && self.fair.calm_known_share().is_some_and(|k| k >= ROOM_KNOWN),
+            known_lane: self.learns && self.fair.has_known_lane(),
         };
         self.late_out = late.step(&t);
         self.behind |= self.late_out.late;
+    }
+
+    /// Was the class's last window of answers late (`LateAnswers::late`)?
+    pub(super) fn answers_late(&self) -> bool {
+        self.late.as_ref().is_some_and(LateAnswers::late)
     }
 
     /// The fairness counters of the last tick, from the gate's raw counters.
@@ -181,7 +186,7 @@ impl TickClass {
     /// record its clients once it has been healthy (nothing dropped, no
     /// distress) for a while.
     pub(super) fn tiers(&mut self, limit: Limit, capacity: u32, now_ms: u64) -> Tiers {
-        let late = self.late.as_ref().is_some_and(LateAnswers::late);
+        let late = self.answers_late();
         let healthy = !self.distress && !late && self.admitted >= self.offered;
         let learn = self.fair.learn(healthy, self.offered, self.dt) && self.learns;
         self.fair.note_known(self.counts.sampled, self.counts.sampled_known);

@@ -593,8 +593,7 @@ impl Ticker {
             let limited = matches!(c.decided, Some(Limit::Rate { .. })) && c.offered > 0.0;
             // Late answers: the next windows come at the fast tick (a calm
             // tick's window is 500 ms of answers, and the late run is two).
-            let late = c.late.as_ref().is_some_and(crate::policy::late::LateAnswers::late);
-            !c.distress && !c.behind && !limited && !late
+            !c.distress && !c.behind && !limited && !c.answers_late()
         };
         self.signals.failing == 0
             && self.budget.distress.is_none()

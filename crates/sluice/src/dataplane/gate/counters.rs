@@ -149,17 +149,24 @@ impl From<ClassCounters> for ClassTotals {
             sampled_pkts: c[SLUICE_CS_SAMPLED_PKTS as usize],
             sampled_known_pkts: c[SLUICE_CS_SAMPLED_KNOWN as usize],
             surge_marks: c[SLUICE_CS_SURGE_MARKS as usize],
-            answer_delays: Delays {
-                samples: c[SLUICE_CS_DELAY_SAMPLES as usize],
-                sum_ns: c[SLUICE_CS_DELAY_NS as usize],
-                buckets: std::array::from_fn(|i| c[SLUICE_CS_DELAY_BUCKET0 as usize + i]),
-            },
-            answer_delays_known: Delays {
-                samples: c[SLUICE_CS_DELAY_KNOWN_SAMPLES as usize],
-                sum_ns: c[SLUICE_CS_DELAY_KNOWN_NS as usize],
-                buckets: std::array::from_fn(|i| c[SLUICE_CS_DELAY_KNOWN_BUCKET0 as usize + i]),
-            },
+            answer_delays: delays_at(&c, SLUICE_CS_DELAY_SAMPLES, SLUICE_CS_DELAY_NS, SLUICE_CS_DELAY_BUCKET0),
+            answer_delays_known: delays_at(
+                &c,
+                SLUICE_CS_DELAY_KNOWN_SAMPLES,
+                SLUICE_CS_DELAY_KNOWN_NS,
+                SLUICE_CS_DELAY_KNOWN_BUCKET0,
+            ),
         }
+    }
+}
+
+/// A set of answer-delay counters (its count, its sum of ns, its first
+/// bucket: bpf/gate/delay.h) read from the class's counters.
+fn delays_at(c: &ClassCounters, samples: u32, sum_ns: u32, bucket0: u32) -> Delays {
+    Delays {
+        samples: c[samples as usize],
+        sum_ns: c[sum_ns as usize],
+        buckets: std::array::from_fn(|i| c[bucket0 as usize + i]),
     }
 }
 

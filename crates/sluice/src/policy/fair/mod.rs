@@ -421,6 +421,13 @@ impl Fair {
         }
     }
 
+    /// Does the class have a known lane: ROOM_KNOWN of its calm arrivals,
+    /// at least, from its known clients? Only then is there anyone to keep
+    /// room for or to serve first.
+    pub fn has_known_lane(&self) -> bool {
+        self.calm_known_share().is_some_and(|k| k >= ROOM_KNOWN)
+    }
+
     /// The share of the calm ticks' arrivals from known sources (None: fewer
     /// than MIN_SAMPLES sampled yet).
     pub fn calm_known_share(&self) -> Option<f64> {
@@ -457,7 +464,7 @@ impl Fair {
     /// of GATE_SURGE times the usual arrivals itself, before a tick sees it
     /// (`Room::Armed`); or off.
     pub fn room(&self) -> Room {
-        if !self.calm_known_share().is_some_and(|k| k >= ROOM_KNOWN) {
+        if !self.has_known_lane() {
             return Room::Off;
         }
         if self.room_secs > 0.0 {
