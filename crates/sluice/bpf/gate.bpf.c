@@ -353,8 +353,11 @@ int sluice_gate(struct xdp_md *ctx)
 	verdict_add(st, idx, bytes);
 	if (idx != SLUICE_CS_ADMIT_PKTS)
 		return observe_drop(gen);
-	/* One admitted packet in SLUICE_DELAY_EVERY on this CPU may stamp its request (gate/delay.h). */
-	if (!(st->cnt[SLUICE_CS_SEEN_PKTS] & (SLUICE_DELAY_EVERY - 1)))
+	/* One admitted packet in SLUICE_DELAY_EVERY on this CPU (or in the
+	 * daemon's delay_every) may stamp its request (gate/delay.h). */
+	__u32 every = f && f->delay_every ? f->delay_every : SLUICE_DELAY_EVERY;
+
+	if (!(st->cnt[SLUICE_CS_SEEN_PKTS] & (every - 1)))
 		delay_stamp(&pk, gen, cls);
 	return pass_or_away(cls, st);
 }

@@ -154,7 +154,14 @@ struct sluice_fair {
 	 * SLUICE_SURGE_HOLD_NS (gate/room.h, note_surge). 0: not armed.
 	 */
 	__u32 surge_pkts;
-	__u32 _pad;
+	/*
+	 * Offer a stamp (gate/delay.h) to one admitted packet of the class in
+	 * this many on this CPU, a power of two; 0: SLUICE_DELAY_EVERY. The
+	 * daemon sets 1 while the class's answers are slower than usual
+	 * (policy/late.rs): its known clients' answers, few among a flood's,
+	 * then fill a window in tens of ms, not in a second.
+	 */
+	__u32 delay_every;
 };
 
 /*
@@ -388,7 +395,9 @@ enum sluice_class_stat {
 /* The gate offers one admitted packet in this many of a class on a CPU
  * for a stamp: stamping every request cost an admitted packet 52 ns (a
  * clock read, the hash and the lookup: 39 ns became 91 in `sluice bench
- * gate`); a service answering 100 requests/s is still timed 6 times a second. */
+ * gate`); a service answering 100 requests/s is still timed 6 times a second.
+ * The daemon may ask for every one while a class's answers are slow
+ * (struct sluice_fair's delay_every). */
 #define SLUICE_DELAY_EVERY 16
 #define SLUICE_DELAY_BUCKETS 16
 #define SLUICE_DELAY_SHIFT0 15

@@ -11,7 +11,8 @@ use std::time::Duration;
 use common::tcp::{Segment, ACK};
 use common::TestGate;
 use sluice::bpf_intf::*;
-use sluice::dataplane::gate::Prog;
+use sluice::dataplane::gate::{Prog, Tiers};
+use sluice::policy::config::Limit;
 use sluice_testkit::packet::Frame;
 
 const PSH: u8 = 0x08;
@@ -124,10 +125,10 @@ fn a_flows_first_waiting_request_is_the_one_timed() {
 }
 
 /// One admitted packet of a class in SLUICE_DELAY_EVERY on a CPU is
-/// offered a stamp: distinct flows' requests run one at a time, each
+/// offered a stamp (each one while the daemon asks): distinct flows' requests run one at a time, each
 /// answered, on one CPU (the test thread pinned: each CPU counts its own).
 #[test]
-fn one_admitted_packet_in_delay_every_is_offered_a_stamp() {
+fn one_admitted_packet_in_delay_every_is_offered_a_stamp_or_each_while_slow() {
     sluice::base::netns::pin_thread(0).unwrap();
     let g = gate();
     for i in 0..2 * SLUICE_DELAY_EVERY {
@@ -136,6 +137,24 @@ fn one_admitted_packet_in_delay_every_is_offered_a_stamp() {
         answer(&g, &segment(&client, 200, false));
     }
     assert_eq!(delays(&g, "web").0, 2, "two of {} requests timed", 2 * SLUICE_DELAY_EVERY);
+    // While the daemon says the class's answers are slow, every request is
+    // offered one (`Tiers::time_all`, written the way the tick writes it).
+    let tiers = sluice::dataplane::gate::Tiers { time_all: true, ..Tiers::plain(Limit::Unlimited) };
+    g.gate.rebalance(g.class("web"), &tiers, &mut Vec::new()).unwrap();
+    for i in 0..SLUICE_DELAY_EVERY {
+        let client = format!("198.51.101.{}", 10 + i);
+        g.run(&segment(&client, 40, true));
+        answer(&g, &segment(&client, 200, false));
+    }
+    assert_eq!(delays(&g, "web").0, 2 + u64::from(SLUICE_DELAY_EVERY), "each of {SLUICE_DELAY_EVERY} more timed");
+    // And back to one in SLUICE_DELAY_EVERY.
+    g.gate.rebalance(g.class("web"), &Tiers::plain(Limit::Unlimited), &mut Vec::new()).unwrap();
+    for i in 0..SLUICE_DELAY_EVERY {
+        let client = format!("198.51.102.{}", 10 + i);
+        g.run(&segment(&client, 40, true));
+        answer(&g, &segment(&client, 200, false));
+    }
+    assert_eq!(delays(&g, "web").0, 3 + u64::from(SLUICE_DELAY_EVERY));
 }
 
 #[test]

@@ -17,7 +17,8 @@
  * answered flows are timed in the slots they find free).
  *
  * Cost: the gate offers one admitted packet in SLUICE_DELAY_EVERY of a
- * class on a CPU (sluice.h), which costs one hash, one array lookup and a
+ * class on a CPU (sluice.h; every one while the daemon says the class's
+ * answers are slow, struct sluice_fair's delay_every), which costs one hash, one array lookup and a
  * clock read (the coarse one to find a slot stale, the fine one to stamp);
  * the learner one hash and one lookup per answer, and a clock read to time
  * one that matches. Plain stores: two CPUs stamping one slot

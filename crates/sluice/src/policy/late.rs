@@ -21,7 +21,9 @@
 //! while wrk waited 37 ms.) A window is late when
 //! its LATE_QUANTILE is over LATE_FACTOR times the same quantile of the
 //! calm windows (a slow mean, in log2, over CALM_ANSWERS of their answers) and over
-//! LATE_MIN_MS. LATE_RUN late windows in a row of either engage the class, where it
+//! LATE_MIN_MS; slow (SLOW_FACTOR) when over a smaller mark: a slow window
+//! feeds no calm, and the class learns nobody while it lasts and has
+//! the gate time every request (`Tiers::time_all`). LATE_RUN late windows in a row of either engage the class, where it
 //! has a known lane (its calm arrivals were its known clients' at least
 //! `fair::ROOM_KNOWN`: elsewhere there is nobody to serve first). Engaged,
 //! the class is limited at the most it was offered in the late run, raised
@@ -59,6 +61,20 @@ pub const LATE_MIN_MS: f64 = 8.0;
 /// Late windows in a row that engage the class (one may be a moment's
 /// stall of the service's CPU).
 pub const LATE_RUN: u32 = 2;
+/// A window is slow at over this many times the calm windows' quantile
+/// and over SLOW_MIN_MS: not late, but no longer what the class's calm
+/// was. A slow window does not feed the calm quantile (a flood that
+/// raises the class's answer delay step by step would raise its own
+/// baseline: under the bench's `conns-calm-v4` the class's calm p90
+/// went from 1.0 to 2.0 ms in a second of 4 ms windows, so 8 ms was never
+/// 8 times it), and while a stream's last window was slow the class
+/// learns nobody (`LateAnswers::slow`): the known clients' stream takes
+/// windows to judge a flood late, and the flood's sources, answered from
+/// their first packet, were known by then in 3 of 6 bench cells. Three,
+/// not two: the quantile is a power-of-two bucket's upper edge, and a
+/// calm nginx's windows read its calm's bucket and the next one up.
+pub const SLOW_FACTOR: f64 = 3.0;
+pub const SLOW_MIN_MS: f64 = 2.0;
 /// The calm quantile is a mean over about this many answers of calm
 /// windows (50 full windows); a stream is judged only after
 /// CALM_MIN_ANSWERS of them. Answers, not windows: a calm daemon ticks
@@ -128,9 +144,10 @@ struct Judge {
     /// The calm windows' quantile (log2 of ms), and how many answers made it.
     calm_log2: f64,
     calm_answers: u64,
-    /// Late windows in a row, and the last window's verdict and quantile (ms).
+    /// Late windows in a row, and the last window's verdicts and quantile (ms).
     run: u32,
     late: bool,
+    slow: bool,
     last_ms: Option<f64>,
 }
 
@@ -150,12 +167,13 @@ impl Judge {
         }
         let ms = self.window.quantile_ms(LATE_QUANTILE)?;
         (self.window, self.window_secs) = (Delays::default(), 0.0);
-        self.late = self.calm_ms().is_some_and(|c| ms > (LATE_FACTOR * c).max(LATE_MIN_MS));
+        let over = |factor: f64, min_ms: f64| self.calm_ms().is_some_and(|c| ms > (factor * c).max(min_ms));
+        (self.late, self.slow) = (over(LATE_FACTOR, LATE_MIN_MS), over(SLOW_FACTOR, SLOW_MIN_MS));
         if self.late {
             self.run += 1;
         } else {
             self.run = 0;
-            if calm {
+            if calm && !self.slow {
                 let n = n as f64;
                 let w = n / ((self.calm_answers as f64).min(CALM_ANSWERS) + n);
                 self.calm_log2 += w * (ms.log2() - self.calm_log2);
@@ -238,6 +256,13 @@ impl LateAnswers {
     /// within a second).
     pub fn late(&self) -> bool {
         self.all.late || self.known.late
+    }
+
+    /// Was the last window of either stream slow (SLOW_FACTOR; a late one
+    /// is slow too)? The class learns nobody meanwhile: what its service
+    /// answers now may be a flood's first seconds.
+    pub fn slow(&self) -> bool {
+        self.all.slow || self.known.slow
     }
 }
 
@@ -356,6 +381,54 @@ mod tests {
         for _ in 0..10 {
             assert_eq!(l.step(&tick(7, WINDOW_ANSWERS, 30_000.0, true)).rate, None, "4.2 ms is not late");
         }
+    }
+
+    /// A flood that raises the answer delay in steps: windows at four times
+    /// the calm are slow, not late; they neither feed the calm (which would
+    /// rise to meet the flood) nor let the class learn.
+    #[test]
+    fn slow_windows_neither_feed_the_calm_nor_let_the_class_learn() {
+        let mut l = LateAnswers::default();
+        for _ in 0..20 {
+            l.step(&tick(5, WINDOW_ANSWERS, 5_000.0, true));
+        }
+        assert!((l.calm_ms().0.unwrap() - 1.048576).abs() < 1e-6, "{:?}", l.calm_ms());
+        // The next bucket up (a calm service's own jitter) is neither slow
+        // nor late, and feeds the calm.
+        l.step(&tick(6, WINDOW_ANSWERS, 5_000.0, true));
+        assert!(!l.slow() && !l.late());
+        let calm_ms = l.calm_ms().0.unwrap();
+        assert!(calm_ms > 1.05, "{calm_ms}");
+        // Four times the calm (4.2 ms) for 100 windows: slow, never late, the calm unmoved.
+        for _ in 0..100 {
+            assert_eq!(l.step(&tick(7, WINDOW_ANSWERS, 30_000.0, true)), LateOut::default());
+            assert!(l.slow() && !l.late());
+        }
+        assert!((l.calm_ms().0.unwrap() - calm_ms).abs() < 1e-6, "{:?}", l.calm_ms());
+        // So 16 times the calm (16.8 ms) is late, and engages.
+        l.step(&tick(9, WINDOW_ANSWERS, 30_000.0, true));
+        assert!(l.late() && l.slow());
+        assert!(l.step(&tick(9, WINDOW_ANSWERS, 30_000.0, true)).rate.is_some());
+        // The known clients' stream alone being slow is enough.
+        let mut l = LateAnswers::default();
+        let both = |all: usize, known: usize| LateTick {
+            known_answers: answers(known, WINDOW_ANSWERS),
+            ..tick(all, WINDOW_ANSWERS, 5_000.0, true)
+        };
+        for _ in 0..20 {
+            l.step(&both(5, 5));
+        }
+        l.step(&both(5, 8));
+        assert!(l.slow() && !l.late());
+        l.step(&both(5, 5));
+        assert!(!l.slow());
+        // Under SLOW_MIN_MS nothing is slow: a microsecond service at 0.5 ms.
+        let mut l = LateAnswers::default();
+        for _ in 0..20 {
+            l.step(&tick(0, WINDOW_ANSWERS, 5_000.0, true));
+        }
+        l.step(&tick(4, WINDOW_ANSWERS, 5_000.0, true));
+        assert!(!l.slow());
     }
 
     #[test]

@@ -156,6 +156,11 @@ impl TickClass {
         self.late.as_ref().is_some_and(LateAnswers::late)
     }
 
+    /// Was it slow (`LateAnswers::slow`; a late one is slow too)?
+    pub(super) fn answers_slow(&self) -> bool {
+        self.late.as_ref().is_some_and(LateAnswers::slow)
+    }
+
     /// The fairness counters of the last tick, from the gate's raw counters.
     pub(super) fn counts_from(&mut self, raw: ClassCounters) {
         let old = self.raw.replace(raw).unwrap_or(raw);
@@ -188,7 +193,12 @@ impl TickClass {
     pub(super) fn tiers(&mut self, limit: Limit, capacity: u32, now_ms: u64) -> Tiers {
         let late = self.answers_late();
         let healthy = !self.distress && !late && self.admitted >= self.offered;
-        let learn = self.fair.learn(healthy, self.offered, self.dt) && self.learns;
+        // Answers slower than usual (`late::SLOW_FACTOR`) pause the learner
+        // without restarting its calm second (a calm service's moment of
+        // load does not cost it a second of learning), and have the gate
+        // time every request it admits (`Tiers::time_all`).
+        let slow = self.answers_slow();
+        let learn = self.fair.learn(healthy, self.offered, self.dt) && self.learns && !slow;
         self.fair.note_known(self.counts.sampled, self.counts.sampled_known);
         // The learner noted answers since the last learning tick with the
         // gate clock that tick wrote: this tick confirms them, or taints
@@ -204,7 +214,7 @@ impl TickClass {
         let taint = self.taint;
         let Limit::Rate { pps, burst } = limit else {
             self.fair.idle();
-            return Tiers { limit, fair: None, learn, room: self.room(), taint, under: false };
+            return Tiers { limit, fair: None, learn, room: self.room(), taint, under: false, time_all: slow };
         };
         // The counts' rates over the tick's measured length (a tick after a
         // 500 ms calm one, or one that overran, is not 10 ms); the budget is
@@ -238,6 +248,7 @@ impl TickClass {
             room: self.room(),
             taint,
             under: self.offered < pps as f64,
+            time_all: slow,
         }
     }
 }

@@ -382,6 +382,7 @@ impl Ticker {
                     known_window_p90_ms,
                     known_calm_p90_ms,
                     late: l.late(),
+                    slow: l.slow(),
                     rate_pps: c.late_out.rate,
                 }
             })
@@ -591,9 +592,11 @@ impl Ticker {
     pub fn calm(&self) -> bool {
         let quiet = |c: &TickClass| {
             let limited = matches!(c.decided, Some(Limit::Rate { .. })) && c.offered > 0.0;
-            // Late answers: the next windows come at the fast tick (a calm
-            // tick's window is 500 ms of answers, and the late run is two).
-            !c.distress && !c.behind && !limited && !c.answers_late()
+            // Slow (or late) answers: the next windows come at the fast
+            // tick (a calm tick's window is 500 ms of answers, and the late
+            // run is two: under `conns-calm-v4` the first slow window came
+            // half a second before the first late one, a calm tick apart).
+            !c.distress && !c.behind && !limited && !c.answers_slow()
         };
         self.signals.failing == 0
             && self.budget.distress.is_none()
@@ -728,6 +731,49 @@ mod tests {
         assert_eq!(t.observe_held(&off, lull), vec![true, false], "the throttle gone a moment: still held");
         let later = t0 + OBSERVE_HOLD + Duration::from_millis(10);
         assert_eq!(t.observe_held(&off, later), vec![false, false], "gone for OBSERVE_HOLD: let go");
+    }
+
+    /// A TCP auto class whose answers turn slow (`late::SLOW_FACTOR`)
+    /// learns nobody, has the gate time every request and brings the fast
+    /// tick; in time again, it learns at once (its calm second was not
+    /// restarted) and the daemon may tick slowly.
+    #[test]
+    fn slow_answers_pause_learning_time_every_request_and_bring_the_fast_tick() {
+        let mut t = Ticker::idle();
+        t.classes = vec![TickClass::new(20, Limit::Auto(Default::default()), true, true)];
+        let c = &mut t.classes[0];
+        let mut totals = crate::dataplane::gate::counters::ClassTotals::default();
+        c.totals = Some(totals);
+        let mut now_ms = 1_000_000;
+        // One tick of 10 ms whose answers are a window at bucket `b`.
+        let mut tick = |c: &mut TickClass, b: usize| {
+            totals.answer_delays.samples += crate::policy::late::WINDOW_ANSWERS;
+            totals.answer_delays.buckets[b] += crate::policy::late::WINDOW_ANSWERS;
+            (c.offered, c.admitted, c.dt) = (1_000.0, 1_000.0, 0.01);
+            c.judge_answers(&totals, 0.01);
+            c.totals = Some(totals);
+            now_ms += 10;
+            c.tiers(Limit::Unlimited, 1 << 18, now_ms)
+        };
+        // Two calm seconds at about 1 ms (bucket 5).
+        let mut tiers = None;
+        for _ in 0..200 {
+            tiers = Some(tick(c, 5));
+        }
+        let calm = tiers.unwrap();
+        assert!(calm.learn && !calm.time_all, "{calm:?}");
+        assert!(t.calm(), "in time: the slow tick");
+        // 4.2 ms: slow, not late.
+        let c = &mut t.classes[0];
+        let slow = tick(c, 7);
+        assert!(!slow.learn && slow.time_all, "{slow:?}");
+        assert_eq!(c.late_out, crate::policy::late::LateOut::default(), "not late, not limited");
+        assert!(!t.calm(), "slow: the fast tick");
+        // In time again: learning at once, one request in SLUICE_DELAY_EVERY timed.
+        let c = &mut t.classes[0];
+        let back = tick(c, 5);
+        assert!(back.learn && !back.time_all, "{back:?}");
+        assert!(t.calm());
     }
 
     #[test]

@@ -23,12 +23,16 @@ pub struct Tiers {
     /// The class arrived under its limit in the last tick: every CPU's
     /// bucket gets the whole rate (`share::shares_for`).
     pub under: bool,
+    /// Time every request the gate admits, not one in SLUICE_DELAY_EVERY
+    /// (`struct sluice_fair`'s delay_every): the class's answers are slow
+    /// (`policy::late`), and its judge wants its known clients' windows soon.
+    pub time_all: bool,
 }
 
 impl Tiers {
     /// One bucket for the whole class, no fairness, no learning.
     pub fn plain(limit: Limit) -> Tiers {
-        Tiers { limit, fair: None, learn: false, room: Room::Off, taint: (0, 0), under: false }
+        Tiers { limit, fair: None, learn: false, room: Room::Off, taint: (0, 0), under: false, time_all: false }
     }
 }
 
@@ -103,6 +107,7 @@ impl Gate {
             },
             taint_from_ms: tiers.taint.0,
             taint_to_ms: tiers.taint.1,
+            delay_every: u32::from(tiers.time_all),
             ..Default::default()
         };
         let fair: Vec<sluice_fair> = match &tiers.fair {

@@ -65,6 +65,10 @@ pub struct LateStatus {
     pub known_calm_p90_ms: Option<f64>,
     /// The last window of either was late (over 8 times its calm p90 and over 8 ms).
     pub late: bool,
+    /// The last window of either was slow (over 3 times its calm p90 and
+    /// over 2 ms; a late one is slow too): the class learns nobody meanwhile.
+    #[serde(default)]
+    pub slow: bool,
     /// Limited for its late answers, at this rate (pkt/s): its known clients
     /// go first, its unknown sources' tier is cut while the answers are late.
     /// None: not engaged (unlimited).
@@ -676,6 +680,7 @@ mod tests {
             known_window_p90_ms: Some(268.435456),
             known_calm_p90_ms: Some(0.524288),
             late: true,
+            slow: true,
             rate_pps: Some(1800.0),
         };
         s.classes[0].late = Some(late.clone());
@@ -685,9 +690,13 @@ mod tests {
         assert!(line.contains("known clients' p90 under 268 ms (calm: under 0.52 ms)"), "{line}");
         assert!(line.contains("limited at 1800/s"), "{line}");
         assert!(line.contains("tier is cut"), "{line}");
-        s.classes[0].late = Some(LateStatus { rate_pps: None, ..late });
+        s.classes[0].late = Some(LateStatus { rate_pps: None, ..late.clone() });
         let t = render_table(&s);
         assert!(t.contains("not limited: no known client to serve first"), "{t}");
+        // Slow, not late: a line saying the class learns nobody meanwhile.
+        s.classes[0].late = Some(LateStatus { rate_pps: None, late: false, ..late });
+        let t = render_table(&s);
+        assert!(t.contains("slower than usual, not late: learning no client meanwhile"), "{t}");
     }
 
     /// Regression: _total families were served as gauges, and two counters had no help

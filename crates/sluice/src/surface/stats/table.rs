@@ -146,7 +146,7 @@ fn render_answers(o: &mut String, classes: &[ClassSnapshot]) {
 /// them (`policy::late`), a line each.
 fn render_late(o: &mut String, classes: &[ClassSnapshot]) {
     for c in classes {
-        let Some(l) = c.late.as_ref().filter(|l| l.late || l.rate_pps.is_some()) else { continue };
+        let Some(l) = c.late.as_ref().filter(|l| l.slow || l.rate_pps.is_some()) else { continue };
         let (now, calm) = (delay_ms(l.window_p90_ms), delay_ms(l.calm_p90_ms));
         let (known_now, known_calm) = (delay_ms(l.known_window_p90_ms), delay_ms(l.known_calm_p90_ms));
         let what = match (l.rate_pps, l.late) {
@@ -160,7 +160,8 @@ fn render_late(o: &mut String, classes: &[ClassSnapshot]) {
                     human(r)
                 )
             }
-            (None, _) => "not limited: no known client to serve first (none answered while calm)".into(),
+            (None, true) => "not limited: no known client to serve first (none answered while calm)".into(),
+            (None, false) => "slower than usual, not late: learning no client meanwhile".into(),
         };
         let _ = writeln!(
             o,
