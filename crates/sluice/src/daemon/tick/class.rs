@@ -229,6 +229,7 @@ impl TickClass {
             distress: self.behind,
             dropped: self.dropped,
             late: self.late_out.late,
+            slow,
             queue: self.queue,
             capacity,
         };

@@ -34,6 +34,9 @@
 //! AGG_TICKS at most, back to single addresses after OFF_TICKS without
 //! fairness. Known sources are never aggregated.
 //!
+//! A TCP class limited for its late answers (`late`) is cut the same way:
+//! by CUT while they are late, by SOFT_CUT while they are slow.
+//!
 //! And when the class's own sockets drop while known clients and unknown
 //! sources are both admitted (the queue they share overflowed, and it drops
 //! the known clients' datagrams with the rest), the unknown tier's rate is
@@ -263,6 +266,13 @@ pub struct FairTick {
     /// Its answers are late (`late`): its known clients wait behind the
     /// unknown sources' requests, and may send nothing in a tick for it.
     pub late: bool,
+    /// Its answers are slow, late or not (`late::SLOW_FACTOR`): the
+    /// unknown tier is cut by SOFT_CUT, as for socket drops, and does not
+    /// grow. So a class limited for late answers settles where they are
+    /// under 3 times the calm p90, not where they are just under late:
+    /// grown back while merely slow, the tier took the service to 8 ms
+    /// again and again, and was halved each time.
+    pub slow: bool,
     /// Its fullest UDP socket's queue at the tick's end, as a share of
     /// that socket's buffer (None: no UDP socket read).
     pub queue: Option<f64>,
@@ -505,12 +515,12 @@ impl Fair {
         // that waits for its answers sends nothing meanwhile (a light
         // client behind a flood of real connections sent a request every
         // 50 ms, and a cut that waited for one came in one tick of five).
-        let shared = t.counts.unknown > 0 && (t.counts.known > 0 || t.late);
+        let shared = t.counts.unknown > 0 && (t.counts.known > 0 || t.late || t.slow);
         let by = if t.distress { CUT } else { SOFT_CUT };
         // How far over its target the queue stands, as a share of the room
         // above it (negative: under; no socket read: as if under).
         let over = t.queue.map_or(-1.0, |q| (q - QUEUE_TARGET) / (1.0 - QUEUE_TARGET));
-        let next = if (t.distress || t.dropped) && shared {
+        let next = if (t.distress || t.dropped || t.slow) && shared {
             if self.since_cut >= COOL_TICKS {
                 self.since_cut = 0;
                 last * by

@@ -11,6 +11,7 @@ fn tick(rate: f64, counts: FairCounts) -> FairTick {
         distress: false,
         dropped: false,
         late: false,
+        slow: false,
         queue: None,
         capacity: 1 << 18,
     }
@@ -201,6 +202,18 @@ fn socket_distress_halves_the_unknown_tier_down_to_its_floor_and_it_grows_back()
     }
     let late = f.step(&t).unknown_pps;
     assert!(late <= after * CUT + 1.0, "late answers cut: {after} -> {late}");
+    // Slow answers, not late: cut by SOFT_CUT every COOL_TICKS, never grown.
+    (t.late, t.slow) = (false, true);
+    let mut was = late;
+    for i in 0..4 * COOL_TICKS {
+        let now = f.step(&t).unknown_pps;
+        assert!(now <= was, "tick {i}: slow answers never grow the tier ({was} -> {now})");
+        was = now;
+    }
+    assert!(was <= late * SOFT_CUT * SOFT_CUT + 1.0, "cut by a tenth at least twice: {late} -> {was}");
+    // In time again: it grows back.
+    t.slow = false;
+    assert!(f.step(&t).unknown_pps > was);
 }
 
 /// Socket drops without a standing queue (a probe's overflow) cut the
