@@ -18,11 +18,11 @@
  *
  * Cost: the gate offers one admitted packet in SLUICE_DELAY_EVERY of a
  * class on a CPU (sluice.h; every one while the daemon says the class's
- * answers are slow, struct sluice_fair's delay_every), which costs one hash, one array lookup and a
- * clock read (the coarse one to find a slot stale, the fine one to stamp);
- * the learner one hash and one lookup per answer, and a clock read to time
- * one that matches. Plain stores: two CPUs stamping one slot
- * at once leave one stamp, and an answer timed against the other's is
+ * answers are slow, struct sluice_fair's delay_every), which costs one
+ * hash, one array lookup and a clock read (the coarse one to find a slot
+ * stale, the fine one to stamp); the learner one hash and one lookup per
+ * answer, and a clock read to time one that matches. Plain stores: two
+ * CPUs stamping one slot at once leave one stamp, and an answer timed against the other's is
  * one wrong sample among many.
  */
 #ifndef SLUICE_GATE_DELAY_H

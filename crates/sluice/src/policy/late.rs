@@ -18,22 +18,24 @@
 //! pipelines its requests is answered at once, to an earlier request on
 //! its flow, and its answers are most of the class's: under the bench's
 //! `conns-calm-v4` the class's p90 stayed in time in two runs of three
-//! while wrk waited 37 ms.) A window is late when
-//! its LATE_QUANTILE is over LATE_FACTOR times the same quantile of the
-//! calm windows (a slow mean, in log2, over CALM_ANSWERS of their answers) and over
+//! while wrk waited 37 ms.) A window is late when its LATE_QUANTILE is
+//! over LATE_FACTOR times the same quantile of the calm windows (a slow
+//! mean, in log2, over CALM_ANSWERS of their answers) and over
 //! LATE_MIN_MS; slow (SLOW_FACTOR) when over a smaller mark: a slow window
-//! feeds no calm, and the class learns nobody while it lasts and has
-//! the gate time every request (`Tiers::time_all`). LATE_RUN late windows in a row of either engage the class, where it
-//! has a known lane (its calm arrivals were its known clients' at least
-//! `fair::ROOM_KNOWN`: elsewhere there is nobody to serve first). Engaged,
-//! the class is limited at the most it was offered in the late run, raised
-//! to KNOWN_ROOM times what its known clients send (a rate that admits what
-//! came: the limit only puts the source tiers in force),
-//! and the tick hands fairness "behind" while its last window was late:
-//! the unknown sources' tier is cut (`fair::CUT` every COOL_TICKS) while
-//! the answers are late and grows back while they are not, so the unknown
-//! tier settles where the service answers in time, the known clients ahead
-//! of it. It lets go after RELEASE_SECS of windows in time with nothing of
+//! feeds no calm, and the class learns nobody while it lasts and has the
+//! gate time every request (`Tiers::time_all`). LATE_RUN late windows in a
+//! row of either engage the class, where it has a known lane (its calm
+//! arrivals were its known clients' at least `fair::ROOM_KNOWN`:
+//! elsewhere there is nobody to serve first). Engaged, the class is
+//! limited at the most it was offered in the late run, raised to
+//! KNOWN_ROOM times what its known clients send (a rate that admits what
+//! came: the limit only puts the source tiers in force), and the tick
+//! hands fairness "behind" while its last window was late: the unknown
+//! sources' tier is cut (`fair::CUT` every COOL_TICKS) while the answers
+//! are late, by `fair::SOFT_CUT` while they are slow, and grows back only
+//! while they are neither, so the unknown tier settles where the service
+//! answers within SLOW_FACTOR times its calm, the known clients ahead of
+//! it. It lets go after RELEASE_SECS of windows in time with nothing of
 //! the class limited in the tick.
 //!
 //! A class with too few answers to fill a window (an idle service, or one
@@ -70,7 +72,8 @@ pub const LATE_RUN: u32 = 2;
 /// 8 times it), and while a stream's last window was slow the class
 /// learns nobody (`LateAnswers::slow`): the known clients' stream takes
 /// windows to judge a flood late, and the flood's sources, answered from
-/// their first packet, were known by then in 3 of 6 bench cells. Three,
+/// their first packet, may be learned meanwhile (in a traced bench cell
+/// the learner ran half a second into the flood). Three,
 /// not two: the quantile is a power-of-two bucket's upper edge, and a
 /// calm nginx's windows read its calm's bucket and the next one up.
 pub const SLOW_FACTOR: f64 = 3.0;
