@@ -113,10 +113,20 @@ struct sluice_share {
 	 * arriving on this CPU in less than this many ns (a rate over the
 	 * daemon's mark) wake it too, wherever the count is; 0: off. */
 	__u64 wake_gap_ns;
+	/* While wake_at is armed, for a class judged on its answer delay
+	 * (policy/late.rs): an answer the egress learner times on this CPU
+	 * later than this many us is slow, and the SLUICE_SLOW_WAKE_ANSWERS-th
+	 * since the arming wakes the daemon (gate/delay.h); 0: off. A flood of
+	 * real connections brings no jump of arrivals, only late answers. */
+	__u32 slow_wake_us;
+	__u32 slow_answers; /* slow answers since the arming (the learner's count) */
 };
 
 /* Packets between the gate's clock reads for the wake's rate mark (a power of 2). */
 #define SLUICE_WAKE_BATCH 256
+/* Slow answers on one CPU between two calm ticks that wake the daemon
+ * (struct sluice_share's slow_wake_us): one is a moment's stall. */
+#define SLUICE_SLOW_WAKE_ANSWERS 8
 
 /*
  * Source fairness of a limited class ("fairness" per-CPU array, indexed by

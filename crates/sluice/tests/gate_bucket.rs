@@ -178,11 +178,11 @@ fn a_rebalance_keeps_the_wake_mark() {
     let g = TestGate::new(&["c:rate=1000,match=udp:9"]);
     let id = g.class("c");
     let at: Vec<u64> = (0..g.gate.ncpus() as u64).map(|cpu| 100 + cpu).collect();
-    g.gate.arm_wake(id, &at, 5_000_000).unwrap();
+    g.gate.arm_wake(id, &at, 5_000_000, 3_000).unwrap();
     let limit = Limit::Rate { pps: 2000, burst: 100 };
     g.gate.rebalance(id, &sluice::dataplane::gate::Tiers::plain(limit), &mut Vec::new()).unwrap();
     let shares = g.gate.shares(id).unwrap();
     assert!(shares.iter().any(|s| s.rate_pps > 0), "the new limit is written: {shares:?}");
-    let kept: Vec<(u64, u64)> = shares.iter().map(|s| (s.wake_at, s.wake_gap_ns)).collect();
-    assert_eq!(kept, at.iter().map(|&a| (a, 5_000_000)).collect::<Vec<_>>());
+    let kept: Vec<(u64, u64, u32)> = shares.iter().map(|s| (s.wake_at, s.wake_gap_ns, s.slow_wake_us)).collect();
+    assert_eq!(kept, at.iter().map(|&a| (a, 5_000_000, 3_000)).collect::<Vec<_>>());
 }

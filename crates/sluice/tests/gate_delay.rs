@@ -52,7 +52,7 @@ fn answer(g: &TestGate, frame: &[u8]) {
 fn a_requests_answer_is_timed_once_into_its_classs_buckets() {
     let g = gate();
     assert_eq!(request(&g, &segment("198.51.100.1", 40, true)), 2, "XDP_PASS: admitted");
-    std::thread::sleep(Duration::from_millis(3));
+    std::thread::sleep(Duration::from_millis(50));
     answer(&g, &segment("198.51.100.1", 200, false));
     let (n, ns, buckets) = delays(&g, "web");
     assert_eq!(n, 1, "one answer timed");
@@ -155,6 +155,49 @@ fn one_admitted_packet_in_delay_every_is_offered_a_stamp_or_each_while_slow() {
         answer(&g, &segment(&client, 200, false));
     }
     assert_eq!(delays(&g, "web").0, 3 + u64::from(SLUICE_DELAY_EVERY));
+}
+
+/// While the daemon ticks slowly, SLUICE_SLOW_WAKE_ANSWERS answers timed
+/// over the class's slow mark on a CPU wake it (struct sluice_share's
+/// slow_wake_us); answers under the mark, or with no mark armed, do not.
+#[test]
+fn slow_answers_wake_a_calm_daemon() {
+    sluice::base::netns::pin_thread(0).unwrap();
+    let g = gate();
+    let web = g.class("web");
+    let woke = std::sync::Arc::new(sluice::dataplane::gate::Woken::default());
+    let ring = g.gate.wake_ring(woke.clone()).unwrap();
+    let at = vec![u64::MAX; g.gate.ncpus()];
+    // `n` requests of distinct flows, each answered `wait` later.
+    let ask = |from: u32, n: u32, wait: Duration| {
+        for i in from..from + n {
+            let client = format!("198.51.100.{i}");
+            request(&g, &segment(&client, 40, true));
+            std::thread::sleep(wait);
+            answer(&g, &segment(&client, 200, false));
+        }
+    };
+    let polled = |ring: &libbpf_rs::RingBuffer| {
+        ring.poll(Duration::from_millis(5)).unwrap();
+        woke.count()
+    };
+    // Armed at 40 ms: answers 0.1 ms after their request never wake it
+    // (a test run of the learner may wait out an RCU grace period first:
+    // the mark leaves room for it).
+    g.gate.arm_wake(web, &at, 0, 40_000).unwrap();
+    ask(10, 2 * SLUICE_SLOW_WAKE_ANSWERS, Duration::from_micros(100));
+    assert_eq!(polled(&ring), 0, "answers in time");
+    // Slow ones: the SLUICE_SLOW_WAKE_ANSWERS-th wakes it, once.
+    ask(40, SLUICE_SLOW_WAKE_ANSWERS - 1, Duration::from_millis(50));
+    assert_eq!(polled(&ring), 0, "one short of the count");
+    ask(60, 1, Duration::from_millis(50));
+    assert_eq!(polled(&ring), 1, "the count reached");
+    ask(70, 2, Duration::from_millis(50));
+    assert_eq!(polled(&ring), 1, "once per arming");
+    // No slow mark (a class not judged on its answers): never.
+    g.gate.arm_wake(web, &at, 0, 0).unwrap();
+    ask(100, SLUICE_SLOW_WAKE_ANSWERS, Duration::from_millis(50));
+    assert_eq!(polled(&ring), 1);
 }
 
 #[test]

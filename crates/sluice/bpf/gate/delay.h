@@ -87,6 +87,19 @@ __noinline int delay_stamp(const struct pkt *pk, __u32 gen, __u32 cls)
 	return 1;
 }
 
+/* A timed answer `d` ns after its request: while the daemon ticks slowly,
+ * count it if over the class's slow mark, and wake the daemon at the
+ * SLUICE_SLOW_WAKE_ANSWERS-th on this CPU (struct sluice_share). */
+static __always_inline void note_slow_answer(__u32 cls, __u64 d)
+{
+	struct sluice_share *sh = bpf_map_lookup_elem(&shares, &cls);
+
+	if (!sh || !sh->wake_at || !sh->slow_wake_us || d <= (__u64)sh->slow_wake_us * 1000)
+		return;
+	if (++sh->slow_answers >= SLUICE_SLOW_WAKE_ANSWERS)
+		wake_daemon(sh, cls);
+}
+
 /* An answer leaving: the delay since its flow's stamp, into the class's
  * buckets (per CPU, in the class's counters), and into its known clients'
  * if the client is known: a flood's own answers can hide what the known
@@ -123,6 +136,7 @@ __noinline int delay_answered(const struct pkt *pk, __u32 gen, __u32 cls)
 	}
 	if (b >= SLUICE_DELAY_BUCKETS)
 		return 0; /* cannot happen: the loop stops at the last bucket */
+	note_slow_answer(cls, d);
 	st->cnt[SLUICE_CS_DELAY_SAMPLES] += 1;
 	st->cnt[SLUICE_CS_DELAY_NS] += d;
 	st->cnt[SLUICE_CS_DELAY_BUCKET0 + b] += 1;

@@ -134,7 +134,7 @@ impl Pace {
         let since = *self.calm_since.get_or_insert(now);
         if now.duration_since(since) >= CALM_AFTER {
             self.calm = true;
-            self.arm(gate, &ticker.offered(), &ticker.seen())?;
+            self.arm(gate, &ticker.offered(), &ticker.seen(), &ticker.slow_marks_us())?;
         }
         Ok(())
     }
@@ -151,8 +151,10 @@ impl Pace {
     /// that saw no packet (`seen`, all CPUs) since it was armed keeps its
     /// marks: an idle class costs no map access. One that did is armed again
     /// at every calm tick, so its count mark is always at least half a calm
-    /// tick of its traffic ahead.
-    fn arm(&mut self, gate: &Gate, offered: &[f64], seen: &[u64]) -> Result<()> {
+    /// tick of its traffic ahead. A class judged on its answers gets its
+    /// slow mark too (`slow_us`, by class id: a flood of real connections
+    /// brings no jump of arrivals, only late answers).
+    fn arm(&mut self, gate: &Gate, offered: &[f64], seen: &[u64], slow_us: &[u32]) -> Result<()> {
         self.armed.resize(offered.len(), None);
         for (id, (&pps, &now)) in offered.iter().zip(seen).enumerate() {
             if self.armed[id] == Some(now) {
@@ -161,7 +163,7 @@ impl Pace {
             let allowance = WAKE_FLOOR.max((2.0 * pps * CALM.as_secs_f64()) as u64);
             let at: Vec<u64> =
                 gate.class_counters_percpu(id)?.iter().map(|c| c[SLUICE_CS_SEEN_PKTS as usize] + allowance).collect();
-            gate.arm_wake(id, &at, wake_gap_ns(pps))?;
+            gate.arm_wake(id, &at, wake_gap_ns(pps), slow_us.get(id).copied().unwrap_or(0))?;
             self.armed[id] = Some(now);
         }
         Ok(())

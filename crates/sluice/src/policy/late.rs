@@ -261,6 +261,18 @@ impl LateAnswers {
         self.all.late || self.known.late
     }
 
+    /// The delay over which one of the class's answers is slow while the
+    /// daemon ticks slowly (ms): SLOW_FACTOR times the calm quantile of all
+    /// its answers, at least SLOW_MIN_MS (None: no calm yet). The gate's
+    /// learner wakes the daemon at SLUICE_SLOW_WAKE_ANSWERS such answers
+    /// on a CPU between two calm ticks: a calm tick judges one window in
+    /// 500 ms, and a flood of real connections brings no jump of arrivals
+    /// to wake it (under `conns-calm-v4` the first slow window was judged
+    /// up to half a second into the flood).
+    pub fn slow_mark_ms(&self) -> Option<f64> {
+        self.all.calm_ms().map(|c| (SLOW_FACTOR * c).max(SLOW_MIN_MS))
+    }
+
     /// Was the last window of either stream slow (SLOW_FACTOR; a late one
     /// is slow too)? The class learns nobody meanwhile: what its service
     /// answers now may be a flood's first seconds.
@@ -432,6 +444,20 @@ mod tests {
         }
         l.step(&tick(4, WINDOW_ANSWERS, 5_000.0, true));
         assert!(!l.slow());
+        assert_eq!(l.slow_mark_ms(), Some(SLOW_MIN_MS), "the learner's wake mark: SLOW_MIN_MS at least");
+    }
+
+    /// The learner's wake mark: SLOW_FACTOR times the calm p90 of all the
+    /// class's answers, once there is a calm.
+    #[test]
+    fn the_slow_mark_follows_the_calm_of_all_answers() {
+        assert_eq!(LateAnswers::default().slow_mark_ms(), None, "no calm, no mark");
+        let mut l = LateAnswers::default();
+        for _ in 0..20 {
+            l.step(&tick(5, WINDOW_ANSWERS, 5_000.0, true));
+        }
+        let mark = l.slow_mark_ms().unwrap();
+        assert!((mark - SLOW_FACTOR * 1.048576).abs() < 1e-6, "{mark}");
     }
 
     #[test]

@@ -580,6 +580,14 @@ impl Ticker {
         self.classes.iter().map(|c| c.offered).collect()
     }
 
+    /// Each class's slow mark for the learner's wake (us; 0: none), by
+    /// class id: a TCP auto class's `LateAnswers::slow_mark_ms` once it
+    /// has a calm.
+    pub fn slow_marks_us(&self) -> Vec<u32> {
+        let us = |c: &TickClass| c.late.as_ref().and_then(crate::policy::late::LateAnswers::slow_mark_ms).map_or(0, |ms| (ms * 1e3) as u32);
+        self.classes.iter().map(us).collect()
+    }
+
     /// Each class's packets seen so far (all CPUs) as of the last tick, by class id.
     pub fn seen(&self) -> Vec<u64> {
         self.classes.iter().map(|c| c.totals.map_or(0, |t| t.seen_pkts)).collect()

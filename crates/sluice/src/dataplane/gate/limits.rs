@@ -93,6 +93,7 @@ impl Gate {
         // now may go quiet, and only its mark wakes a calm daemon for it.
         for (new, old) in shares.iter_mut().zip(&now) {
             (new.wake_at, new.wake_gap_ns) = (old.wake_at, old.wake_gap_ns);
+            (new.slow_wake_us, new.slow_answers) = (old.slow_wake_us, old.slow_answers);
         }
         if now != shares {
             self.set_shares(class, &shares)?;

@@ -13,11 +13,14 @@ impl Gate {
     /// Have the gate wake the daemon (`wake_ring`) once `class`'s seen
     /// packets on each CPU reach `at` (by CPU; 0: never on that CPU), or
     /// once SLUICE_WAKE_BATCH of them arrive on a CPU within `gap_ns`
-    /// (0: no rate mark).
-    pub fn arm_wake(&self, class: usize, at: &[u64], gap_ns: u64) -> Result<()> {
+    /// (0: no rate mark), or once the egress learner has timed
+    /// SLUICE_SLOW_WAKE_ANSWERS of its answers on a CPU over `slow_us`
+    /// (0: no slow mark; see `Ticker::slow_marks_us`).
+    pub fn arm_wake(&self, class: usize, at: &[u64], gap_ns: u64, slow_us: u32) -> Result<()> {
         let mut shares = self.shares(class)?;
         for (s, &a) in shares.iter_mut().zip(at) {
             (s.wake_at, s.wake_gap_ns) = (a, gap_ns);
+            (s.slow_wake_us, s.slow_answers) = (slow_us, 0);
         }
         self.set_shares(class, &shares)
     }
