@@ -584,7 +584,9 @@ impl Ticker {
     /// class id: a TCP auto class's `LateAnswers::slow_mark_ms` once it
     /// has a calm.
     pub fn slow_marks_us(&self) -> Vec<u32> {
-        let us = |c: &TickClass| c.late.as_ref().and_then(crate::policy::late::LateAnswers::slow_mark_ms).map_or(0, |ms| (ms * 1e3) as u32);
+        let us = |c: &TickClass| {
+            c.late.as_ref().and_then(crate::policy::late::LateAnswers::slow_mark_ms).map_or(0, |ms| (ms * 1e3) as u32)
+        };
         self.classes.iter().map(us).collect()
     }
 
