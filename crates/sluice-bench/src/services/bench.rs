@@ -201,9 +201,9 @@ impl<'a> Bench<'a> {
     }
 
     /// One cell: the configuration, the flood from ONSET_SECS before the
-    /// clients to their end (a `calm` flood: after the clients ran CALM_SECS, CALM_SECS_HTTP for http,
-    /// alone, and on through its first ONSET_SECS, timed by a probe of
-    /// their own), the clients for `secs`.
+    /// clients to their end (a `calm` flood: after the clients ran alone
+    /// for CALM_SECS, CALM_SECS_HTTP for http, and on through its first
+    /// ONSET_SECS, timed by a probe of their own), the clients for `secs`.
     pub(super) fn cell(&self, flood: Option<&Flood>, setup: Setup, repeat: u32, show_status: bool) -> Result<Cell> {
         let installed = self.install(setup)?;
         let secs = self.o.secs;

@@ -22,8 +22,8 @@
  * hash, one array lookup and a clock read (the coarse one to find a slot
  * stale, the fine one to stamp); the learner one hash and one lookup per
  * answer, and a clock read to time one that matches. Plain stores: two
- * CPUs stamping one slot at once leave one stamp, and an answer timed against the other's is
- * one wrong sample among many.
+ * CPUs stamping one slot at once leave one stamp, and an answer timed
+ * against the other's is one wrong sample among many.
  */
 #ifndef SLUICE_GATE_DELAY_H
 #define SLUICE_GATE_DELAY_H

@@ -73,9 +73,9 @@ pub const LATE_RUN: u32 = 2;
 /// learns nobody (`LateAnswers::slow`): the known clients' stream takes
 /// windows to judge a flood late, and the flood's sources, answered from
 /// their first packet, may be learned meanwhile (in a traced bench cell
-/// the learner ran half a second into the flood). Three,
-/// not two: the quantile is a power-of-two bucket's upper edge, and a
-/// calm nginx's windows read its calm's bucket and the next one up.
+/// the learner ran half a second into the flood). Three, not two: the
+/// quantile is a power-of-two bucket's upper edge, and a calm nginx's
+/// windows read its calm's bucket and the next one up.
 pub const SLOW_FACTOR: f64 = 3.0;
 pub const SLOW_MIN_MS: f64 = 2.0;
 /// The calm quantile is a mean over about this many answers of calm

@@ -510,11 +510,12 @@ impl Fair {
         let last = self.unknown.unwrap_or(left);
         // Cuts only when known clients share the socket with admitted
         // unknown traffic in the tick: with nobody to protect, a cut would
-        // only lower the class's intake below its limit. Late answers cut
-        // whether a known packet came in the tick or not: a known client
-        // that waits for its answers sends nothing meanwhile (a light
-        // client behind a flood of real connections sent a request every
-        // 50 ms, and a cut that waited for one came in one tick of five).
+        // only lower the class's intake below its limit. Late (or slow)
+        // answers cut whether a known packet came in the tick or not: a
+        // known client that waits for its answers sends nothing meanwhile
+        // (a light client behind a flood of real connections sent a
+        // request every 50 ms, and a cut that waited for one came in one
+        // tick of five).
         let shared = t.counts.unknown > 0 && (t.counts.known > 0 || t.late || t.slow);
         let by = if t.distress { CUT } else { SOFT_CUT };
         // How far over its target the queue stands, as a share of the room

@@ -142,8 +142,8 @@ fn render_answers(o: &mut String, classes: &[ClassSnapshot]) {
     }
 }
 
-/// The TCP auto classes whose answers are late or that are limited for
-/// them (`policy::late`), a line each.
+/// The TCP auto classes whose answers are slow (or late) or that are
+/// limited for them (`policy::late`), a line each.
 fn render_late(o: &mut String, classes: &[ClassSnapshot]) {
     for c in classes {
         let Some(l) = c.late.as_ref().filter(|l| l.slow || l.rate_pps.is_some()) else { continue };
