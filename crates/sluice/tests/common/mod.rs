@@ -47,6 +47,13 @@ impl TestGate {
     }
 
     pub fn with(flags: &[&str], malformed: Verdict) -> TestGate {
+        // The buckets are per CPU and a test run executes on whichever CPU
+        // the thread is on: keep this test's thread on the CPU it is on now,
+        // so a bucket one run spent is the one the next run meets (a thread
+        // that migrated between runs met a full bucket on the other CPU).
+        // SAFETY: sched_getcpu reads the calling thread's CPU.
+        let cpu = unsafe { libc::sched_getcpu() };
+        sluice::base::netns::pin_thread(usize::try_from(cpu).unwrap_or(0)).expect("pin the test thread");
         let flags: Vec<String> = flags.iter().map(|s| s.to_string()).collect();
         let mut cfg = config::from_flags(&flags).expect("test config is valid");
         cfg.malformed = malformed;
