@@ -172,7 +172,21 @@ struct sluice_fair {
 	 * then fill a window in tens of ms, not in a second.
 	 */
 	__u32 delay_every;
+	/*
+	 * 1: the unknown tier's bucket counts TCP data in work, not packets: a
+	 * segment takes a token per SLUICE_WORK_BYTES of its data (tier_cost in
+	 * gate/sources.h). The daemon sets it while the tier runs at a rate of
+	 * its own beside known clients: a keep-alive flood's segment carries
+	 * many pipelined requests, and counted as one packet each of the
+	 * tier's admissions was many requests of the service's work at once.
+	 */
+	__u32 by_work;
+	__u32 _pad;
 };
+
+/* Data bytes of a TCP segment per token of a tier counted in work (a small
+ * request's size: a bare ACK or one short request costs one token). */
+#define SLUICE_WORK_BYTES 64
 
 /*
  * Key of the "sources" and "known" maps: a source prefix within a class.

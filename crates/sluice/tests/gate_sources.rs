@@ -258,6 +258,45 @@ fn a_known_tcp_sources_bare_acks_count_a_quarter_against_its_own_rate() {
     assert!(counter(&g, "dns", SLUICE_CS_KNOWN_OVER_PKTS) >= 2);
 }
 
+/// Issue 50, item 2: a keep-alive flood's one segment carries many
+/// pipelined requests. While the unknown tier counts in work (by_work), a
+/// TCP segment takes a token per SLUICE_WORK_BYTES of its data (at most half
+/// the burst); a bare ACK, a UDP datagram, or any packet with by_work off
+/// takes one. Each case meets a full bucket of 16 tokens refilled at 1/s.
+#[test]
+fn the_unknown_tier_counted_in_work_takes_a_token_per_work_bytes_of_tcp_data() {
+    let burst = 16u64;
+    let segment =
+        |payload: usize| with_tcp_flags(&Frame::tcp("192.0.2.9", "10.0.0.2", 4000, 53).payload(payload), 0x18);
+    let w = SLUICE_WORK_BYTES as usize;
+    let cases = [
+        ("8 pipelined requests (4 x WORK_BYTES)", segment(4 * w), true, burst / 4),
+        ("one short request", segment(40), true, burst),
+        ("one byte over WORK_BYTES (rounded up)", segment(w + 1), true, burst / 2),
+        ("a full-sized segment (capped at half the burst)", segment(1400), true, 2),
+        ("a bare ACK", segment(0), true, burst),
+        ("a UDP query", dns_from("192.0.2.9"), true, burst),
+        ("8 pipelined requests, by_work off", segment(4 * w), false, burst),
+    ];
+    for (what, pkt, by_work, admits) in cases {
+        let mut g = gate();
+        let f = sluice_fair {
+            unknown: share(1, burst),
+            on: 1,
+            quota: u32::MAX,
+            by_work: u32::from(by_work),
+            ..Default::default()
+        };
+        g.gate.set_fairness(g.class("dns"), &vec![f; g.gate.ncpus()]).unwrap();
+        clock(&mut g, 1);
+        for _ in 0..2 * burst {
+            g.run(&pkt);
+        }
+        assert_eq!(counter(&g, "dns", SLUICE_CS_ADMIT_PKTS), admits, "{what}: admitted of {}", 2 * burst);
+        assert_eq!(counter(&g, "dns", SLUICE_CS_DROP_RATE_PKTS), 2 * burst - admits, "{what}: dropped");
+    }
+}
+
 /// Cost (issue 25, item 3): a class that holds no known client skips the
 /// known map's hash lookup, reading only its part's `held` (an array slot).
 /// With held at 0 a source the map does hold is an unknown one; the daemon's

@@ -77,18 +77,21 @@ static __always_inline __u64 bucket_refill(const struct sluice_share *sh, struct
 }
 
 /*
- * Take one token from this CPU's bucket if that leaves at least `reserve`
- * units in it; 1 if it did. The clock is read only when the bucket holds too
- * little (see "Reading the clock"). reserve is 0 but for packets of a
- * source over its share, which may use only the top half of the unknown
- * tier's bucket (see "Source fairness").
+ * Take `cost` tokens (a packet's worth each) from this CPU's bucket if that
+ * leaves at least `reserve` units in it; 1 if it did. The clock is read only
+ * when the bucket holds too little (see "Reading the clock"). reserve is 0
+ * but for packets of a source over its share, which may use only the top
+ * half of the unknown tier's bucket (see "Source fairness"); cost is 1 but
+ * for the unknown tier counted in work (tier_cost in gate/sources.h).
  */
-static __always_inline int bucket_take_above(const struct sluice_share *sh, struct sluice_bucket *b, __u64 reserve)
+static __always_inline int bucket_take_above(const struct sluice_share *sh, struct sluice_bucket *b, __u64 reserve,
+					     __u64 cost)
 {
-	__u64 need = reserve + SLUICE_TOKEN_SCALE;
+	__u64 take = cost * SLUICE_TOKEN_SCALE;
+	__u64 need = reserve + take;
 
 	if (b->tokens >= need) {
-		b->tokens -= SLUICE_TOKEN_SCALE;
+		b->tokens -= take;
 		return 1;
 	}
 	if (b->skip) {
@@ -96,7 +99,7 @@ static __always_inline int bucket_take_above(const struct sluice_share *sh, stru
 		return 0;
 	}
 	if (bucket_refill(sh, b) >= need) {
-		b->tokens -= SLUICE_TOKEN_SCALE;
+		b->tokens -= take;
 		return 1;
 	}
 	b->skip = sh->clock_skip;
@@ -105,7 +108,7 @@ static __always_inline int bucket_take_above(const struct sluice_share *sh, stru
 
 static __always_inline int bucket_take(const struct sluice_share *sh, struct sluice_bucket *b)
 {
-	return bucket_take_above(sh, b, 0);
+	return bucket_take_above(sh, b, 0, 1);
 }
 
 #endif /* SLUICE_GATE_BUCKET_H */

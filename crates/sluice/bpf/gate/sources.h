@@ -153,6 +153,25 @@ static __always_inline int src_within_share(struct sluice_src *s, __u32 interval
 }
 
 /*
+ * What an unknown packet takes from the unknown tier's bucket, in tokens:
+ * one, or while the tier counts in work (struct sluice_fair's by_work) a
+ * TCP segment's data in SLUICE_WORK_BYTES, rounded up. At most half the
+ * bucket's burst, so a large segment can still pass a full bucket, over
+ * its source's share too (which takes only the top half).
+ */
+static __always_inline __u64 tier_cost(const struct pkt *pk, const struct sluice_fair *f)
+{
+	__u64 cost, most = f->unknown.burst / 2;
+
+	if (!f->by_work || pk->slot != SLUICE_SLOT_TCP || tcp_bare(pk))
+		return 1;
+	cost = (pk->l4_len - pk->tcp_hlen * 4 + SLUICE_WORK_BYTES - 1) / SLUICE_WORK_BYTES;
+	if (cost > most)
+		cost = most;
+	return cost ? cost : 1;
+}
+
+/*
  * Count an unknown packet against its source: 1 if the source is within its
  * share, 2 if it is over but took a token from the spare half of the unknown
  * tier's bucket, 0 if it is to be dropped. A source that finds another in
@@ -199,7 +218,7 @@ static __always_inline int within_share(const struct pkt *pk, __u32 cls, const s
 		st->cnt[SLUICE_CS_SRC_OVER] += 1;
 	}
 	/* Over its share: the top half of the unknown tier's bucket only. */
-	if (bucket_take_above(&f->unknown, &st->unknown, f->unknown.burst * (SLUICE_TOKEN_SCALE / 2)))
+	if (bucket_take_above(&f->unknown, &st->unknown, f->unknown.burst * (SLUICE_TOKEN_SCALE / 2), tier_cost(pk, f)))
 		return 2;
 	s->drops += 1;
 	return 0;
@@ -246,7 +265,8 @@ static __always_inline __u32 admit_limited(const struct pkt *pk, __u32 cls, cons
 		return SLUICE_CS_ADMIT_PKTS; /* over its share, from the spare half of the bucket */
 	}
 	st->cnt[SLUICE_CS_UNDER_PKTS] += 1;
-	return bucket_take(&f->unknown, &st->unknown) ? SLUICE_CS_ADMIT_PKTS : SLUICE_CS_DROP_RATE_PKTS;
+	return bucket_take_above(&f->unknown, &st->unknown, 0, tier_cost(pk, f)) ? SLUICE_CS_ADMIT_PKTS
+										 : SLUICE_CS_DROP_RATE_PKTS;
 }
 
 /*

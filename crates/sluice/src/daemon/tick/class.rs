@@ -244,6 +244,7 @@ impl TickClass {
                 unknown: tier(out.unknown_pps),
                 quota: out.quota,
                 plens: (out.plen4, out.plen6),
+                by_work: out.by_work,
             }),
             learn,
             room: self.room(),

@@ -44,6 +44,8 @@ pub struct FairTier {
     pub quota: u32,
     /// Prefix lengths unknown sources are counted at (IPv4, IPv6).
     pub plens: (u8, u8),
+    /// The unknown tier counts TCP data in work (`FairOut::by_work`).
+    pub by_work: bool,
 }
 
 impl FairTier {
@@ -122,6 +124,7 @@ impl Gate {
                     src_interval_ns: f.source_interval_ns(),
                     plen4: f.plens.0,
                     plen6: f.plens.1,
+                    by_work: u32::from(f.by_work),
                     ..base
                 })
                 .collect(),

@@ -288,6 +288,11 @@ pub struct FairOut {
     pub quota: u32,
     pub plen4: u8,
     pub plen6: u8,
+    /// The unknown tier runs at a rate of its own beside known clients:
+    /// the gate counts its TCP data in work, not packets (`struct
+    /// sluice_fair`'s by_work), since one segment of a keep-alive flood
+    /// carries many pipelined requests. Its rate is then in those tokens.
+    pub by_work: bool,
 }
 
 /// One class's fairness state between ticks.
@@ -364,7 +369,7 @@ impl Fair {
         // One source alone has nobody to share with: its quota is moot, and
         // a tick that runs long would cut it below the rate.
         let quota = if t.counts.active <= 1 { u32::MAX } else { self.quota.unwrap_or(budget.floor()) as u32 };
-        FairOut { known_pps, unknown_pps, quota, plen4, plen6 }
+        FairOut { known_pps, unknown_pps, quota, plen4, plen6, by_work: self.unknown.is_some() }
     }
 
     /// The known tier's rate at a class rate `rate`: KNOWN_HEADROOM times

@@ -170,6 +170,18 @@ fn the_known_tier_remembers_the_known_clients_rate_over_seconds() {
     assert!(out.known_pps > 0.8 * 300.0 / DT * KNOWN_HEADROOM, "a second later: {}", out.known_pps);
 }
 
+/// The unknown tier counts TCP data in work (`FairOut::by_work`) only while
+/// it runs at a rate of its own beside known clients; with nobody known it
+/// follows what the known tier leaves, in packets, as the class's limit.
+#[test]
+fn the_unknown_tier_counts_in_work_only_while_it_has_a_rate_of_its_own() {
+    let mut f = Fair::default();
+    let alone = tick(100_000.0, FairCounts { unknown: 5_000, under: 900, ..Default::default() });
+    assert!(!f.step(&alone).by_work, "no known client: packets");
+    let shared = tick(100_000.0, FairCounts { known: 10, ..alone.counts });
+    assert!(f.step(&shared).by_work, "known clients beside it: work");
+}
+
 #[test]
 fn socket_distress_halves_the_unknown_tier_down_to_its_floor_and_it_grows_back() {
     let mut f = Fair::default();
