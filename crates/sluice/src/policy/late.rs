@@ -33,7 +33,8 @@
 //! hands fairness "behind" while its last window was late: the unknown
 //! sources' tier is cut (`fair::CUT` every COOL_TICKS) while the answers
 //! are late, by `fair::SOFT_CUT` while they are slow, and grows back only
-//! while they are neither, so the unknown tier settles where the service
+//! while they are neither and the gate holds some of the class back
+//! (`fair::FairTick::held`), so the unknown tier settles where the service
 //! answers within SLOW_FACTOR times its calm, the known clients ahead of
 //! it. It lets go after RELEASE_SECS of windows in time with nothing of
 //! the class limited in the tick.

@@ -230,6 +230,7 @@ impl TickClass {
             dropped: self.dropped,
             late: self.late_out.late,
             slow,
+            held: self.admitted < self.offered,
             queue: self.queue,
             capacity,
         };

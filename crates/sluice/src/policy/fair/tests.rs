@@ -12,6 +12,7 @@ fn tick(rate: f64, counts: FairCounts) -> FairTick {
         dropped: false,
         late: false,
         slow: false,
+        held: true,
         queue: None,
         capacity: 1 << 18,
     }
@@ -226,6 +227,27 @@ fn socket_distress_halves_the_unknown_tier_down_to_its_floor_and_it_grows_back()
     // In time again: it grows back.
     t.slow = false;
     assert!(f.step(&t).unknown_pps > was);
+}
+
+/// The unknown tier grows only in a tick where the gate held some of the
+/// class back: through the silences between a bursting flood's rounds it
+/// holds where the last cut left it, and a cut while slow still comes.
+#[test]
+fn the_unknown_tier_grows_only_while_the_gate_holds_some_of_the_class_back() {
+    let mut f = Fair::default();
+    let t = tick(100_000.0, FairCounts { known: 10, unknown: 5_000, under: 900, ..Default::default() });
+    let first = f.step(&t).unknown_pps;
+    let slow = FairTick { slow: true, ..t };
+    for _ in 0..COOL_TICKS {
+        f.step(&slow);
+    }
+    let cut = f.step(&slow).unknown_pps;
+    assert!(cut < first, "slow answers cut: {first} -> {cut}");
+    let silent = FairTick { held: false, counts: FairCounts { unknown: 0, under: 0, ..t.counts }, ..t };
+    for i in 0..100 {
+        assert_eq!(f.step(&silent).unknown_pps, cut, "tick {i}: nothing held back, nothing grown");
+    }
+    assert!(f.step(&t).unknown_pps > cut, "held back and in time: grown");
 }
 
 /// Socket drops without a standing queue (a probe's overflow) cut the
