@@ -45,7 +45,8 @@
 //! CUT when the service is behind and losing (the queue over half the
 //! buffer at both tick ends: distress::Judgement::behind); it grows back by REGROW per
 //! tick without drops while the socket's queue is under QUEUE_TARGET of its
-//! buffer and the gate held some of the class back (FairTick::held), and shrinks in proportion while it is over (QUEUE_GAIN). The
+//! buffer and the gate held some of the class back (FairTick::held), and
+//! shrinks in proportion while it is over (QUEUE_GAIN). The
 //! class's limit runs at the edge of what its service takes, where a socket
 //! drops a share of everything it is given; with known clients in that
 //! share, the unknown tier gives way until the queue sits at the target,
