@@ -377,6 +377,71 @@ fn answers(r: &mut impl Read, n: usize) -> Option<u64> {
     Some(n as u64)
 }
 
+/// How long `settle_listener` waits at most (s): Linux retries a SYN-ACK
+/// 5 times (`tcp_synack_retries`), about 63 s in all.
+pub const SETTLE_MAX_SECS: f64 = 70.0;
+
+/// Wait until nginx's listener in namespace `ns` holds no half-open
+/// connection (SYN_RECV) left from the last cell, at most SETTLE_MAX_SECS.
+/// After a SYN flood the kernel keeps the flood's half-open connections
+/// until their SYN-ACKs time out. A cell started meanwhile met a SYN queue
+/// in use (results/2026-11-29-tcp-under-floods.md, round nine: a no-flood
+/// cell after a SYN flood had its gate answer wrk's SYNs and drop 2-3 of
+/// its packets). Says what it waits for, and goes on at the limit.
+pub fn settle_listener(ns: &str) -> Result<()> {
+    let start = Instant::now();
+    let mut said = false;
+    loop {
+        let n = half_open(ns)?;
+        if n == 0 {
+            if said {
+                eprintln!("== nginx's listener is clear after {:.0} s", start.elapsed().as_secs_f64());
+            }
+            return Ok(());
+        }
+        if start.elapsed().as_secs_f64() >= SETTLE_MAX_SECS {
+            eprintln!(
+                "== nginx's listener still holds {n} half-open connections after {SETTLE_MAX_SECS:.0} s: going on"
+            );
+            return Ok(());
+        }
+        if !said {
+            eprintln!(
+                "== waiting for nginx's listener to drop {n} half-open connections left by the last cell (at most {SETTLE_MAX_SECS:.0} s)"
+            );
+            said = true;
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
+/// Half-open connections to nginx's port in namespace `ns`, from
+/// /proc/net/tcp and tcp6 as the namespace sees them.
+fn half_open(ns: &str) -> Result<usize> {
+    sluice::base::netns::run_in(ns, || {
+        let mut n = 0;
+        for table in ["tcp", "tcp6"] {
+            let path = format!("/proc/thread-self/net/{table}");
+            let text = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+            n += count_half_open(&text, PORT);
+        }
+        Ok(n)
+    })
+}
+
+/// Rows of a /proc/net/tcp table in state SYN_RECV (03) on local port `port`.
+fn count_half_open(table: &str, port: u16) -> usize {
+    table
+        .lines()
+        .skip(1)
+        .filter(|row| {
+            let mut cols = row.split_whitespace();
+            let local = cols.nth(1).and_then(|a| a.rsplit(':').next()).and_then(|p| u16::from_str_radix(p, 16).ok());
+            local == Some(port) && cols.nth(1) == Some("03")
+        })
+        .count()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -402,6 +467,25 @@ mod tests {
         assert!(parse_wrk("unable to connect to 10.77.0.2:80 Connection refused").is_err());
         let w = parse_wrk("  0 requests in 8.00s, 0B read\nRequests/sec:      0.00\n").unwrap();
         assert_eq!((w.requests, w.p50_ms, w.p99_ms), (0, None, None));
+    }
+
+    /// Rows of /proc/net/tcp (IPv4) and tcp6: the listener (0A), an
+    /// established connection (01), and half-open ones (03) on port 80 and
+    /// on another port.
+    #[test]
+    fn half_open_connections_are_counted_on_the_port_only() {
+        let v4 = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n\
+             0: 0200A80A:0050 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1\n\
+             1: 0200A80A:0050 0100A80A:9C40 03 00000000:00000000 01:00000100 00000000     0        0 0\n\
+             2: 0200A80A:0050 0300A80A:9C41 03 00000000:00000000 01:00000100 00000000     0        0 0\n\
+             3: 0200A80A:0050 0100A80A:9C42 01 00000000:00000000 00:00000000 00000000     0        0 2\n\
+             4: 0200A80A:1F90 0100A80A:9C43 03 00000000:00000000 01:00000100 00000000     0        0 0\n";
+        assert_eq!(count_half_open(v4, 80), 2);
+        assert_eq!(count_half_open(v4, 8080), 1);
+        let v6 = "  sl  local_address                         remote_address                        st\n\
+             0: 00000000000000000000000001000000:0050 00000000000000000000000002000000:A000 03 0\n";
+        assert_eq!(count_half_open(v6, 80), 1);
+        assert_eq!(count_half_open("", 80), 0, "an empty table");
     }
 
     #[test]

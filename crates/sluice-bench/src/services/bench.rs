@@ -128,6 +128,10 @@ impl<'a> Bench<'a> {
             &plan,
             label,
             |item, repeat| {
+                // A SYN flood's half-open connections outlive its cell.
+                if self.svc == Service::Http {
+                    http::settle_listener(&self.bed.net.b)?;
+                }
                 let cell = match *item {
                     Item::Calm(load, neighbour, setup) => self.calm_cell(load, neighbour, setup, repeat)?,
                     Item::Flood(flood, setup) => {
