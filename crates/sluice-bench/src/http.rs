@@ -415,31 +415,16 @@ pub fn settle_listener(ns: &str) -> Result<()> {
     }
 }
 
-/// Half-open connections to nginx's port in namespace `ns`, from
-/// /proc/net/tcp and tcp6 as the namespace sees them.
+/// Half-open connections (request sockets) to nginx's port in namespace
+/// `ns`, as the daemon counts a listener's SYN queue (sock_diag).
 fn half_open(ns: &str) -> Result<usize> {
-    sluice::base::netns::run_in(ns, || {
-        let mut n = 0;
-        for table in ["tcp", "tcp6"] {
-            let path = format!("/proc/thread-self/net/{table}");
-            let text = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
-            n += count_half_open(&text, PORT);
-        }
-        Ok(n)
-    })
-}
-
-/// Rows of a /proc/net/tcp table in state SYN_RECV (03) on local port `port`.
-fn count_half_open(table: &str, port: u16) -> usize {
-    table
-        .lines()
-        .skip(1)
-        .filter(|row| {
-            let mut cols = row.split_whitespace();
-            let local = cols.nth(1).and_then(|a| a.rsplit(':').next()).and_then(|p| u16::from_str_radix(p, 16).ok());
-            local == Some(port) && cols.nth(1) == Some("03")
-        })
-        .count()
+    use sluice::signals::kernel::{SockDiag, TCP_SYN_RECV};
+    let mut diag = SockDiag::open(Some(ns))?;
+    let mut n = 0;
+    for family in [libc::AF_INET as u8, libc::AF_INET6 as u8] {
+        diag.dump_ports(family, libc::IPPROTO_TCP as u8, 1 << TCP_SYN_RECV, &[(PORT, PORT)], &mut |_| n += 1)?;
+    }
+    Ok(n)
 }
 
 #[cfg(test)]
@@ -467,25 +452,6 @@ mod tests {
         assert!(parse_wrk("unable to connect to 10.77.0.2:80 Connection refused").is_err());
         let w = parse_wrk("  0 requests in 8.00s, 0B read\nRequests/sec:      0.00\n").unwrap();
         assert_eq!((w.requests, w.p50_ms, w.p99_ms), (0, None, None));
-    }
-
-    /// Rows of /proc/net/tcp (IPv4) and tcp6: the listener (0A), an
-    /// established connection (01), and half-open ones (03) on port 80 and
-    /// on another port.
-    #[test]
-    fn half_open_connections_are_counted_on_the_port_only() {
-        let v4 = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n\
-             0: 0200A80A:0050 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1\n\
-             1: 0200A80A:0050 0100A80A:9C40 03 00000000:00000000 01:00000100 00000000     0        0 0\n\
-             2: 0200A80A:0050 0300A80A:9C41 03 00000000:00000000 01:00000100 00000000     0        0 0\n\
-             3: 0200A80A:0050 0100A80A:9C42 01 00000000:00000000 00:00000000 00000000     0        0 2\n\
-             4: 0200A80A:1F90 0100A80A:9C43 03 00000000:00000000 01:00000100 00000000     0        0 0\n";
-        assert_eq!(count_half_open(v4, 80), 2);
-        assert_eq!(count_half_open(v4, 8080), 1);
-        let v6 = "  sl  local_address                         remote_address                        st\n\
-             0: 00000000000000000000000001000000:0050 00000000000000000000000002000000:A000 03 0\n";
-        assert_eq!(count_half_open(v6, 80), 1);
-        assert_eq!(count_half_open("", 80), 0, "an empty table");
     }
 
     #[test]
