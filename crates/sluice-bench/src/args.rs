@@ -344,6 +344,10 @@ pub(crate) struct SendArgs {
     /// burst of N every N/rate seconds); 1 paces them evenly.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub(crate) burst: u64,
+    /// Also count the datagrams that come back (an echo service's
+    /// answers), until 300 ms after the last one sent.
+    #[arg(long)]
+    pub(crate) answers: bool,
     /// Print the report as JSON.
     #[arg(long)]
     pub(crate) json: bool,

@@ -328,17 +328,19 @@ pub(crate) fn cmd_send(a: SendArgs) -> Result<()> {
         payload: a.payload,
         flows: a.flows,
         burst: a.burst,
+        answers: a.answers,
     };
     let r = sluice_bench::send::send_udp(&o).with_context(|| format!("sending to {}", o.dst))?;
     if a.json {
         println!("{}", serde_json::to_string(&r)?);
     } else {
         println!(
-            "sent {} datagrams in {:.1} s ({}/s), {} refused by the kernel",
+            "sent {} datagrams in {:.1} s ({}/s), {} refused by the kernel{}",
             r.sent,
             r.secs,
             stats::human(r.rate()),
-            r.refused
+            r.refused,
+            r.answered.map_or(String::new(), |n| format!(", {n} answered"))
         );
     }
     Ok(())

@@ -27,7 +27,13 @@ pub struct SendOpts {
     /// Datagrams sent back to back each time (1: evenly paced); the rate
     /// is kept on average, so a burst of N comes every N / rate seconds.
     pub burst: u64,
+    /// Count the datagrams that come back on the sending sockets (an echo
+    /// service's answers), read between sends and for ANSWER_WAIT after the last.
+    pub answers: bool,
 }
+
+/// How long after its last datagram the sender still counts answers.
+pub const ANSWER_WAIT: Duration = Duration::from_millis(300);
 
 #[derive(Debug, Clone, Copy, Default, serde::Serialize)]
 pub struct SendReport {
@@ -37,6 +43,8 @@ pub struct SendReport {
     pub secs: f64,
     /// CLOCK_MONOTONIC (the gate's bpf_ktime_get_ns clock) when sending began, ns.
     pub start_ns: u64,
+    /// Datagrams that came back (None: not counted, `SendOpts::answers` off).
+    pub answered: Option<u64>,
 }
 
 impl SendReport {
@@ -71,7 +79,8 @@ pub fn send_udp(o: &SendOpts) -> io::Result<SendReport> {
         })
         .collect();
     let start = Instant::now();
-    let mut rep = SendReport { start_ns: sluice::base::clock::now_ns(), ..Default::default() };
+    let mut rep =
+        SendReport { start_ns: sluice::base::clock::now_ns(), answered: o.answers.then_some(0), ..Default::default() };
     let mut flow = 0usize;
     loop {
         let elapsed = start.elapsed();
@@ -94,6 +103,9 @@ pub fn send_udp(o: &SendOpts) -> io::Result<SendReport> {
             }
             continue;
         }
+        if let Some(a) = rep.answered.as_mut() {
+            *a += take_answers(&socks);
+        }
         let n = behind.min(BATCH as u64) as usize;
         let fd = socks[flow].as_raw_fd();
         flow = (flow + 1) % socks.len();
@@ -111,5 +123,18 @@ pub fn send_udp(o: &SendOpts) -> io::Result<SendReport> {
         }
     }
     rep.secs = start.elapsed().as_secs_f64();
+    if let Some(a) = rep.answered.as_mut() {
+        let end = Instant::now() + ANSWER_WAIT;
+        while Instant::now() < end {
+            *a += take_answers(&socks);
+            std::thread::sleep(SLEEP_MIN);
+        }
+    }
     Ok(rep)
+}
+
+/// Read every datagram waiting on `socks` (non-blocking); how many there were.
+fn take_answers(socks: &[UdpSocket]) -> u64 {
+    let mut buf = [0u8; 2048];
+    socks.iter().map(|s| std::iter::from_fn(|| s.recv(&mut buf).ok()).count() as u64).sum()
 }
