@@ -64,8 +64,10 @@
  * class is under its limit, every CPU's share is at least its arrivals and
  * nothing is dropped; if it is over, the shares add up to R. The error is
  * bounded by how fast the traffic moves between CPUs compared to the update
- * period (the daemon's tick, 10 ms: src/tick.rs). This is user-space work
- * once per tick, not per packet.
+ * period (the daemon's tick, 10 ms: src/daemon/tick/). This is user-space
+ * work once per tick, not per packet. With source fairness (below) each tier
+ * is split by its own arrivals (src/dataplane/share.rs, CpuArrivals): a
+ * known client on a CPU the flood does not reach finds the known tier there.
  *
  * Source fairness (a limited class; the daemon's side is src/fair/mod.rs)
  * ---------------

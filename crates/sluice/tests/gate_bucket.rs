@@ -113,14 +113,14 @@ fn two_cpus_together_admit_the_configured_total_within_5_percent() {
     let (per_cpu, burst) = testable(1_000_000, 1000, repeat, 2.0);
     let (rate, burst) = (2 * per_cpu, 2 * burst);
     let limit = Limit::Rate { pps: rate, burst };
-    g.gate.rebalance(id, &sluice::dataplane::gate::Tiers::plain(limit), &mut Vec::new()).unwrap();
+    g.gate.rebalance(id, &sluice::dataplane::gate::Tiers::plain(limit), &mut Default::default()).unwrap();
     g.gate.reset_counters().unwrap();
     // The daemon's rebalancing, every 100 ms, while both CPUs flood.
     let done = Arc::new(AtomicBool::new(false));
     let rebalancer = {
         let (g, done) = (g.clone(), done.clone());
         std::thread::spawn(move || {
-            let (mut last, mut samples) = (Vec::new(), Vec::new());
+            let (mut last, mut samples) = (Default::default(), Vec::new());
             while !done.load(Ordering::Relaxed) {
                 g.gate.rebalance(id, &sluice::dataplane::gate::Tiers::plain(limit), &mut last).unwrap();
                 samples.push((mono_ns(), g.gate.class_counters(id).unwrap()[2]));
@@ -180,7 +180,7 @@ fn a_rebalance_keeps_the_wake_mark() {
     let at: Vec<u64> = (0..g.gate.ncpus() as u64).map(|cpu| 100 + cpu).collect();
     g.gate.arm_wake(id, &at, 5_000_000, 3_000).unwrap();
     let limit = Limit::Rate { pps: 2000, burst: 100 };
-    g.gate.rebalance(id, &sluice::dataplane::gate::Tiers::plain(limit), &mut Vec::new()).unwrap();
+    g.gate.rebalance(id, &sluice::dataplane::gate::Tiers::plain(limit), &mut Default::default()).unwrap();
     let shares = g.gate.shares(id).unwrap();
     assert!(shares.iter().any(|s| s.rate_pps > 0), "the new limit is written: {shares:?}");
     let kept: Vec<(u64, u64, u32)> = shares.iter().map(|s| (s.wake_at, s.wake_gap_ns, s.slow_wake_us)).collect();

@@ -140,7 +140,7 @@ fn one_admitted_packet_in_delay_every_is_offered_a_stamp_or_each_while_slow() {
     // While the daemon says the class's answers are slow, every request is
     // offered one (`Tiers::time_all`, written the way the tick writes it).
     let tiers = sluice::dataplane::gate::Tiers { time_all: true, ..Tiers::plain(Limit::Unlimited) };
-    g.gate.rebalance(g.class("web"), &tiers, &mut Vec::new()).unwrap();
+    g.gate.rebalance(g.class("web"), &tiers, &mut Default::default()).unwrap();
     for i in 0..SLUICE_DELAY_EVERY {
         let client = format!("198.51.101.{}", 10 + i);
         g.run(&segment(&client, 40, true));
@@ -148,7 +148,7 @@ fn one_admitted_packet_in_delay_every_is_offered_a_stamp_or_each_while_slow() {
     }
     assert_eq!(delays(&g, "web").0, 2 + u64::from(SLUICE_DELAY_EVERY), "each of {SLUICE_DELAY_EVERY} more timed");
     // And back to one in SLUICE_DELAY_EVERY.
-    g.gate.rebalance(g.class("web"), &Tiers::plain(Limit::Unlimited), &mut Vec::new()).unwrap();
+    g.gate.rebalance(g.class("web"), &Tiers::plain(Limit::Unlimited), &mut Default::default()).unwrap();
     for i in 0..SLUICE_DELAY_EVERY {
         let client = format!("198.51.102.{}", 10 + i);
         g.run(&segment(&client, 40, true));

@@ -5,8 +5,9 @@ mod common;
 
 use common::{Landed::*, TestGate};
 use sluice::bpf_intf::*;
-use sluice::dataplane::gate::{Clock, Gate, Prog};
-use sluice::dataplane::share::share;
+use sluice::dataplane::gate::{Clock, FairTier, Gate, Prog, Tiers};
+use sluice::dataplane::share::{share, SplitCounts};
+use sluice::policy::config::Limit;
 use sluice_testkit::packet::{Ext, Frame};
 
 /// A limited class "dns" on udp:53 and tcp:53, the default class for the rest.
@@ -295,6 +296,92 @@ fn the_unknown_tier_counted_in_work_takes_a_token_per_work_bytes_of_tcp_data() {
         assert_eq!(counter(&g, "dns", SLUICE_CS_ADMIT_PKTS), admits, "{what}: admitted of {}", 2 * burst);
         assert_eq!(counter(&g, "dns", SLUICE_CS_DROP_RATE_PKTS), 2 * burst - admits, "{what}: dropped");
     }
+}
+
+/// Issue 51: a known client that enters on another CPU than the flood
+/// (another RSS queue; on veth, another sender's CPU) finds the known tier
+/// there, and a light stranger on that CPU its part of the unknown tier. The
+/// daemon splits each tier by its own arrivals (`CpuArrivals`): split by all
+/// of the class's arrivals, the flood's CPU took all of the known tier but a
+/// floor (about 3% of it here: of the client's 150 packets after the split,
+/// about 6 passed, a bucket's burst), and the client got 51.5% of its answers in the issue's run.
+#[test]
+fn a_known_client_on_another_cpu_than_the_flood_finds_the_known_tier_there() {
+    let mut g = gate();
+    assert!(g.gate.ncpus() >= 2, "this test needs two CPUs");
+    let cls = g.class("dns");
+    // Known at far more than it sends: its own rate never binds here.
+    known_client(&g, cls, u32::MAX);
+    clock(&mut g, 1);
+    let (known_pps, unknown_pps) = (2_000u64, 1_000u64);
+    let tiers = Tiers {
+        limit: Limit::Rate { pps: known_pps, burst: 200 },
+        fair: Some(FairTier {
+            unknown: Limit::Rate { pps: unknown_pps, burst: 100 },
+            quota: 1,
+            plens: (32, 64),
+            by_work: false,
+        }),
+        ..Tiers::plain(Limit::Unlimited)
+    };
+    let mut split = SplitCounts::default();
+    g.gate.rebalance(cls, &tiers, &mut split).unwrap();
+    // One tick's arrivals: a stranger's flood on CPU 0; on CPU 1 the known
+    // client and a light stranger within its share.
+    let run_on = |cpu: usize, pkt: Vec<u8>, n: u32| {
+        let g = &g;
+        move || {
+            sluice::base::netns::pin_thread(cpu).unwrap();
+            for _ in 0..n.div_ceil(10_000) {
+                g.gate.test_run(Prog::Gate, &pkt, n.min(10_000)).unwrap();
+            }
+        }
+    };
+    std::thread::scope(|s| {
+        s.spawn(run_on(0, dns_from("192.0.2.1"), 20_000));
+        s.spawn(|| {
+            run_on(1, dns_from("198.51.100.7"), 500)();
+            run_on(1, dns_from("192.0.2.9"), 3)();
+        });
+    });
+    g.gate.rebalance(cls, &tiers, &mut split).unwrap();
+    let (known, fair) = (g.gate.shares(cls).unwrap(), g.gate.fairness(cls).unwrap());
+    let rates = |v: Vec<u64>| format!("{v:?}");
+    eprintln!(
+        "known tier per CPU {}, unknown tier per CPU {}",
+        rates(known.iter().map(|s| s.rate_pps).collect()),
+        rates(fair.iter().map(|f| f.unknown.rate_pps).collect())
+    );
+    assert!(
+        known[1].rate_pps * 10 >= known_pps * 9,
+        "the known client's CPU got {} of {known_pps}/s",
+        known[1].rate_pps
+    );
+    // The flood's stranger had its burst and one packet a 10 ms epoch
+    // within its share (quota 1), the light one its 3: CPU 1's part of the
+    // max-min budget. Split by all arrivals, it got 31/s.
+    let under: Vec<u64> =
+        g.gate.class_counters_percpu(cls).unwrap().iter().map(|c| c[SLUICE_CS_UNDER_PKTS as usize]).collect();
+    assert_eq!(under[1], 3, "the light stranger was within its share");
+    let fair_part = unknown_pps * under[1] / under.iter().sum::<u64>();
+    assert!(
+        fair[1].unknown.rate_pps * 10 >= fair_part * 9,
+        "the light stranger's CPU got {} of the unknown tier's {unknown_pps}/s, its fair part {fair_part} (within share per CPU {under:?})",
+        fair[1].unknown.rate_pps
+    );
+    // Then the known client's next 150 packets, its bucket refilled.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let before = counter(&g, "dns", SLUICE_CS_KNOWN_ADMIT_PKTS);
+    std::thread::scope(|s| {
+        s.spawn(run_on(1, dns_from("198.51.100.7"), 150));
+    });
+    let admitted = counter(&g, "dns", SLUICE_CS_KNOWN_ADMIT_PKTS) - before;
+    // Less the packets a dry bucket drops before it reads the clock again
+    // (SLUICE_CLOCK_SKIP, gate.bpf.c: phase one left it dry). Before, about 6.
+    assert!(
+        admitted >= 150 - u64::from(SLUICE_CLOCK_SKIP),
+        "the known client's packets on its own CPU: {admitted} of 150 admitted"
+    );
 }
 
 /// Cost (issue 25, item 3): a class that holds no known client skips the

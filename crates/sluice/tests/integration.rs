@@ -441,7 +441,7 @@ mod known {
         let echo = tb.start_echo(7000, 8.0);
         let newcomer = tb.ip_a.rsplit_once('.').map(|(net, _)| format!("{net}.78")).unwrap();
         tb.add_addr_a(&newcomer);
-        let out = tb.send_from_on_thread(&newcomer, 7000, 200, 4.0).join().unwrap();
+        let out = tb.send_from_on_thread(1, &newcomer, 7000, 200, 4.0).join().unwrap();
         assert!(out.status.success(), "send: {}", String::from_utf8_lossy(&out.stderr));
         let deadline = Instant::now() + Duration::from_secs(3);
         let mut known = None;
@@ -462,7 +462,7 @@ mod known {
     fn a_known_clients_datagrams_lost_at_a_full_socket_are_counted() {
         let mut tb = Testbed::new();
         // Answered at 2,000/s: known up to four times that (its own rate).
-        let echo = echo_with_known_client(&mut tb, 2_000);
+        let echo = echo_with_known_client(&mut tb, 2_000, "svc:match=udp:7000");
         let calm = svc(&tb).known_lost_pkts;
         assert_eq!(calm, Some(0), "nothing lost while the service kept up");
         let (sent, _) = tb.send(7000, 50_000, 1.0);
@@ -481,12 +481,12 @@ mod known {
         tb.status().classes.into_iter().find(|c| c.name == "svc").unwrap()
     }
 
-    /// The gate with class svc on udp:7000, an echo service there that
+    /// The gate with `class` (svc, on udp:7000), an echo service there that
     /// reads in batches and spends 200 us of CPU a datagram (about 5,000/s
     /// at most) for 14 s, and A's address answered at `rate` for 3 s until
     /// the daemon knows it. Returns the echo service's pid.
-    fn echo_with_known_client(tb: &mut Testbed, rate: u64) -> u32 {
-        tb.start_gate(&["--no-discover", "--class", "svc:match=udp:7000"]);
+    fn echo_with_known_client(tb: &mut Testbed, rate: u64, class: &str) -> u32 {
+        tb.start_gate(&["--no-discover", "--class", class]);
         let b = tb.b.clone();
         let echo =
             tb.spawn_load(&b, &["serve", "udp-echo", "--port", "7000", "--work-ns", "200000", "--duration", "14"]);
@@ -519,10 +519,10 @@ mod known {
     #[test]
     fn a_batch_reader_flooded_by_a_stranger_loses_no_known_datagram() {
         let mut tb = Testbed::new();
-        let echo = echo_with_known_client(&mut tb, 200);
+        let echo = echo_with_known_client(&mut tb, 200, "svc:match=udp:7000");
         let stranger = tb.ip_a.rsplit_once('.').map(|(net, _)| format!("{net}.77")).unwrap();
         tb.add_addr_a(&stranger);
-        let flood = tb.send_from_on_thread(&stranger, 7000, 50_000, 2.0);
+        let flood = tb.send_from_on_thread(1, &stranger, 7000, 50_000, 2.0);
         let (sent, _) = tb.send(7000, 200, 2.0);
         let flood = flood.join().unwrap();
         std::thread::sleep(Duration::from_millis(500));
@@ -548,6 +548,49 @@ mod known {
         assert!(c.totals.surge_marks >= 1, "the gate marked no surge: the room came only with a tick");
         let onset = (200.0_f64 * 2.0 / sluice::policy::controller::TICK_HZ).ceil() as u64;
         assert!(lost <= onset, "known client's datagrams lost at the socket: {lost} (onset allowance {onset})");
+        tb.signal(echo, libc::SIGTERM);
+    }
+
+    /// Issue 51: a known client whose datagrams enter on another CPU than a
+    /// stranger's flood (on veth the gate runs on the sender's CPU, as RSS
+    /// puts two flows on two queues) keeps its answers: the known tier is
+    /// split over CPUs by the known clients' own arrivals. Split by all of
+    /// the class's arrivals, the flood's CPU took all of it but a floor
+    /// (the issue's run: 51.5% answered). The class is held at 3,000/s,
+    /// under what the service reads, so the split, not the room in its
+    /// socket, decides what passes.
+    #[test]
+    fn a_known_client_on_another_cpu_than_the_flood_keeps_its_answers() {
+        let mut tb = Testbed::new();
+        let echo = echo_with_known_client(&mut tb, 200, "svc:rate=3000,match=udp:7000");
+        let stranger = tb.ip_a.rsplit_once('.').map(|(net, _)| format!("{net}.78")).unwrap();
+        tb.add_addr_a(&stranger);
+        // The client goes on at its usual rate; the flood comes 300 ms into it.
+        let (sent, answered, flood) = std::thread::scope(|s| {
+            let flood = s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(300));
+                tb.send_from_on_thread(0, &stranger, 7000, 50_000, 2.0).join().unwrap()
+            });
+            let (sent, answered) = tb.send_answered(1, 7000, 200, 2.5);
+            (sent, answered, flood.join().unwrap())
+        });
+        let c = svc(&tb);
+        eprintln!(
+            "known client on CPU 1: sent {sent}, answered {answered} (known {}, admitted {}, over its own rate {}); flood on CPU 0: {}; the gate dropped {} (share {}, room {}), the socket {}",
+            c.totals.known_pkts,
+            c.totals.known_admitted_pkts,
+            c.totals.known_over_pkts,
+            String::from_utf8_lossy(&flood.stdout).trim(),
+            c.totals.dropped_pkts(),
+            c.totals.dropped_share_pkts,
+            c.totals.dropped_room_pkts,
+            rcvbuf_errors(&tb)
+        );
+        assert!(
+            c.totals.dropped_rate_pkts + c.totals.dropped_share_pkts > 10_000,
+            "the flood was not limited: shows nothing"
+        );
+        assert!(answered * 100 >= sent * 99, "the known client got {answered} of {sent} answered (< 99%)");
         tb.signal(echo, libc::SIGTERM);
     }
 

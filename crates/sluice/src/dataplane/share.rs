@@ -1,10 +1,113 @@
 //! Per-CPU split of a class's rate (pure logic; see the design comment in
 //! `bpf/gate.bpf.c` for why the split follows each CPU's recent arrivals).
 use crate::bpf_intf::{
-    sluice_share, SLUICE_CLOCK_SKIP, SLUICE_MODE_BLOCKED, SLUICE_MODE_LIMITED, SLUICE_MODE_UNLIMITED,
+    sluice_share, ClassCounters, SLUICE_CLOCK_SKIP, SLUICE_CS_KNOWN_PKTS, SLUICE_CS_SAMPLED_KNOWN, SLUICE_CS_SEEN_PKTS,
+    SLUICE_CS_UNDER_PKTS, SLUICE_CS_UNKNOWN_PKTS, SLUICE_MODE_BLOCKED, SLUICE_MODE_LIMITED, SLUICE_MODE_UNLIMITED,
     SLUICE_TOKEN_SCALE,
 };
 use crate::policy::config::Limit;
+
+/// The class counters a split follows, in `CpuArrivals`' order.
+const SPLIT_COUNTERS: [u32; 5] =
+    [SLUICE_CS_SEEN_PKTS, SLUICE_CS_KNOWN_PKTS, SLUICE_CS_SAMPLED_KNOWN, SLUICE_CS_UNDER_PKTS, SLUICE_CS_UNKNOWN_PKTS];
+
+/// A class's per-CPU counters at the last split (`CpuArrivals::since`),
+/// and its known sources' recent packets per CPU (`CpuArrivals::known_recent`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SplitCounts {
+    last: Vec<[u64; SPLIT_COUNTERS.len()]>,
+    known_recent: Vec<u64>,
+}
+
+/// The known tier follows where known packets landed over the last few
+/// splits, not the last one alone: each split's known packets are added to
+/// a per-CPU sum that loses 1/2^KNOWN_SPLIT_SHIFT of itself a split (an
+/// eighth: half of a CPU's weight is gone after 5 ticks, 50 ms). One
+/// queue's packets are not always taken on one CPU (on veth a busy NAPI on
+/// the flood's CPU takes the other sender's packets too): split by one
+/// tick's counts, the CPU that took one of a client's packets in a tick got
+/// half the tier, and the next tick a floor of 4/s and a bucket of one
+/// packet, where the client's next stray packet was dropped (an
+/// integration run: 2-23 of 499 lost, every one at the known tier).
+pub const KNOWN_SPLIT_SHIFT: u32 = 3;
+/// The sums are kept in 1/2^KNOWN_SPLIT_SCALE packets, so that a CPU's last
+/// packet fades over many splits, not in one rounding.
+const KNOWN_SPLIT_SCALE: u32 = 10;
+
+/// What each CPU saw of a class since the last split, by tier. Each tier
+/// is split by its own arrivals: a known client that enters on a CPU the
+/// flood does not reach (another RSS queue) finds the known tier there, where a
+/// split by all arrivals gave that CPU the flood's share of it, next to
+/// nothing (issue 51: 51.5% of a known client's answers on 2 CPUs).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CpuArrivals {
+    /// Every packet of the class.
+    pub seen: Vec<u64>,
+    /// Known sources' packets within their own rate (counted while source
+    /// fairness is on).
+    pub known: Vec<u64>,
+    /// Known sources' packets in the gate's sample (one in
+    /// SLUICE_KNOWN_SAMPLE, counted in any mode).
+    pub sampled_known: Vec<u64>,
+    /// Unknown sources' packets within their source's share (fairness on).
+    pub under: Vec<u64>,
+    /// Unknown sources' packets (fairness on).
+    pub unknown: Vec<u64>,
+    /// The known packets per CPU over the last few splits, this one's
+    /// included (`KNOWN_SPLIT_SHIFT`).
+    pub known_recent: Vec<u64>,
+}
+
+impl CpuArrivals {
+    /// The arrivals since `last` (updated to `now`, one class's per-CPU
+    /// counters). A counter that went back (a class id reset) counts 0.
+    pub fn since(last: &mut SplitCounts, now: &[ClassCounters]) -> CpuArrivals {
+        last.last.resize(now.len(), [0; SPLIT_COUNTERS.len()]);
+        last.known_recent.resize(now.len(), 0);
+        let mut a = CpuArrivals::default();
+        for (cnt, old) in now.iter().zip(last.last.iter_mut()) {
+            let new = SPLIT_COUNTERS.map(|i| cnt[i as usize]);
+            let d: Vec<u64> = new.iter().zip(old.iter()).map(|(n, o)| n.saturating_sub(*o)).collect();
+            for (v, x) in
+                [&mut a.seen, &mut a.known, &mut a.sampled_known, &mut a.under, &mut a.unknown].into_iter().zip(d)
+            {
+                v.push(x);
+            }
+            *old = new;
+        }
+        for (sum, &n) in last.known_recent.iter_mut().zip(&a.known) {
+            *sum = *sum - (*sum >> KNOWN_SPLIT_SHIFT) + n.saturating_mul(1 << KNOWN_SPLIT_SCALE);
+        }
+        a.known_recent.clone_from(&last.known_recent);
+        a
+    }
+
+    /// What splits the known tier (the class bucket while source fairness
+    /// is on): the known sources' recent packets (`known_recent`), so a
+    /// tick that counted none (a client's pause, a short tick) moves
+    /// nothing. Fairness just turned on: the gate's sample of known
+    /// sources; with no known packet at all, an even split (known clients
+    /// may come on any CPU; split by all arrivals, the flood's CPU would
+    /// take the tier).
+    pub fn known_tier(&self) -> &[u64] {
+        first_counted([&self.known_recent, &self.sampled_known])
+    }
+
+    /// What splits the unknown tier: its packets within their source's
+    /// share, each CPU's part of the max-min fair budget (a CPU whose few
+    /// light sources are all within their share gets what they send, not
+    /// the share of the unknown arrivals a flood on another CPU leaves it);
+    /// without them, its packets; without those, all of the class's.
+    pub fn unknown_tier(&self) -> &[u64] {
+        first_counted([&self.under, &self.unknown, &self.seen])
+    }
+}
+
+/// The first of `counts` that counted a packet on some CPU (else the
+/// last: all zero, an even split).
+fn first_counted<const N: usize>(counts: [&Vec<u64>; N]) -> &[u64] {
+    counts.iter().find(|v| v.iter().any(|&n| n > 0)).unwrap_or(&counts[N - 1])
+}
 
 /// Every CPU keeps at least 1/FLOOR_DIV of an even share, so a CPU that starts
 /// receiving a class's packets is not shut out until the next update.
@@ -57,6 +160,20 @@ pub fn shares_for(limit: &Limit, arrivals: &[u64], under: bool) -> Vec<sluice_sh
             })
             .collect(),
     }
+}
+
+/// The known tier's per-CPU shares (`shares_for` of its limit, split by
+/// `CpuArrivals::known_tier`), each bucket at least SLUICE_KNOWN_BURST_PKTS
+/// deep (a known client's own smallest burst, bpf/sluice.h; never over the
+/// tier's whole burst): a CPU that takes a known client's packets now and
+/// then has a small share of the rate, and a bucket of one packet there
+/// dropped the second of two that came close together. All CPUs together
+/// may admit that many packets more, once.
+pub fn known_shares(limit: &Limit, arrivals: &[u64], under: bool) -> Vec<sluice_share> {
+    let shares = shares_for(limit, arrivals, under);
+    let Limit::Rate { burst, .. } = *limit else { return shares };
+    let least = u64::from(crate::bpf_intf::SLUICE_KNOWN_BURST_PKTS).min(burst);
+    shares.into_iter().map(|s| if s.burst < least { share(s.rate_pps, least) } else { s }).collect()
 }
 
 /// One CPU's bucket parameters, with fill_ns precomputed (no division in BPF).
@@ -115,6 +232,64 @@ mod tests {
         assert_eq!(v.iter().map(|s| s.rate_pps).sum::<u64>(), 1000);
         assert!(v.iter().all(|s| s.mode == SLUICE_MODE_LIMITED && s.burst == 5));
         assert!(shares_for(&Limit::Blocked, &[0; 4], false).iter().all(|s| s.mode == SLUICE_MODE_BLOCKED));
+    }
+
+    /// Per-CPU counters with `seen`, `known`, `sampled_known`, `under`, `unknown` set.
+    fn counters(v: [u64; 5]) -> ClassCounters {
+        let mut c = [0; crate::bpf_intf::SLUICE_CS_NR as usize];
+        for (i, x) in SPLIT_COUNTERS.iter().zip(v) {
+            c[*i as usize] = x;
+        }
+        c
+    }
+
+    #[test]
+    fn each_tier_is_split_by_its_own_arrivals_since_the_last_split() {
+        let mut last = SplitCounts::default();
+        let a = CpuArrivals::since(&mut last, &[counters([5, 0, 0, 0, 0]), counters([1, 0, 0, 0, 0])]);
+        assert_eq!((a.seen, a.known), (vec![5, 1], vec![0, 0]), "the first read counts from 0");
+        // CPU 0: a flood of strangers; CPU 1: a known client and one light stranger.
+        let now = [counters([20_005, 0, 1_250, 9, 20_000]), counters([504, 500, 31, 3, 3])];
+        let a = CpuArrivals::since(&mut last, &now);
+        assert_eq!(a.seen, vec![20_000, 503]);
+        assert_eq!(a.known_tier(), &[0, 500 << KNOWN_SPLIT_SCALE], "the known tier follows the known packets");
+        assert_eq!(a.unknown_tier(), &[9, 3], "the unknown tier follows the packets within their share");
+        let a = CpuArrivals::since(&mut last, &now);
+        let faded = (500 << KNOWN_SPLIT_SCALE) * 7 / 8;
+        assert_eq!(a.known_tier(), &[0, faded], "no known packet since: the recent ones, an eighth gone");
+        assert_eq!(a.unknown_tier(), &[0, 0], "nothing since: all zero (an even split)");
+        // A stray known packet on CPU 0 moves an eighth of a tick's weight there, not half the tier.
+        let stray = [counters([20_005, 1, 1_250, 9, 20_000]), counters([506, 502, 31, 3, 3])];
+        let a = CpuArrivals::since(&mut last, &stray);
+        let split = split_rate(400, a.known_tier());
+        assert!(split[0] < 10 && split[1] > 390, "{split:?}");
+    }
+
+    #[test]
+    fn a_tier_with_nothing_counted_falls_back_to_the_sample_then_to_all_arrivals() {
+        let mut last = SplitCounts::default();
+        // Fairness just turned on: no known or unknown packet counted yet.
+        let a = CpuArrivals::since(&mut last, &[counters([900, 0, 0, 0, 0]), counters([100, 0, 3, 0, 0])]);
+        assert_eq!(a.known_tier(), &[0, 3], "the gate's sample of known sources");
+        assert_eq!(a.unknown_tier(), &[900, 100], "all arrivals");
+        let a = CpuArrivals::since(&mut last, &[counters([1900, 0, 0, 0, 50]), counters([200, 0, 3, 0, 10])]);
+        assert_eq!(a.known_tier(), &[0, 0], "no known packet recently, no sample: an even split, not the flood's");
+        assert_eq!(a.unknown_tier(), &[50, 10], "none within share: the unknown packets");
+        // A counter that went back (the class id reset) counts nothing.
+        let a = CpuArrivals::since(&mut last, &[counters([0; 5]), counters([0; 5])]);
+        assert_eq!(a.seen, vec![0, 0]);
+    }
+
+    #[test]
+    fn every_cpus_known_tier_bucket_holds_a_known_clients_smallest_burst() {
+        let limit = Limit::Rate { pps: 400, burst: 40 };
+        let v = known_shares(&limit, &[1, 1000], false);
+        assert_eq!(v.iter().map(|s| s.rate_pps).sum::<u64>(), 400, "the rate is split as ever");
+        assert_eq!(v[0].burst, u64::from(crate::bpf_intf::SLUICE_KNOWN_BURST_PKTS), "{v:?}");
+        assert_eq!(v[0].fill_ns, share(v[0].rate_pps, v[0].burst).fill_ns);
+        assert!(v[1].burst > v[0].burst);
+        let shallow = known_shares(&Limit::Rate { pps: 100, burst: 3 }, &[1, 1000], false);
+        assert!(shallow.iter().all(|s| s.burst <= 3), "never deeper than the tier: {shallow:?}");
     }
 
     /// Do no harm (issue 21): a class under its rate with all of its last

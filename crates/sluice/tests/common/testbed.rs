@@ -236,9 +236,25 @@ impl Testbed {
         c
     }
 
+    /// `send`, pinned to `cpu`, counting what comes back (an echo service's
+    /// answers, until 300 ms after the last datagram): (sent, answered).
+    pub fn send_answered(&self, cpu: u32, port: u16, rate: u64, secs: f64) -> (u64, u64) {
+        let out = self.send_cmd(cpu, port, rate, secs).arg("--answers").output().unwrap();
+        assert!(out.status.success(), "send failed: {}", String::from_utf8_lossy(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        (v["sent"].as_u64().unwrap(), v["answered"].as_u64().unwrap())
+    }
+
     /// `send_on_thread` from `src`, a second address of A's (`add_addr_a`).
-    pub fn send_from_on_thread(&self, src: &str, port: u16, rate: u64, secs: f64) -> std::thread::JoinHandle<Output> {
-        let mut c = self.send_cmd(1, port, rate, secs);
+    pub fn send_from_on_thread(
+        &self,
+        cpu: u32,
+        src: &str,
+        port: u16,
+        rate: u64,
+        secs: f64,
+    ) -> std::thread::JoinHandle<Output> {
+        let mut c = self.send_cmd(cpu, port, rate, secs);
         c.args(["--src", src]);
         std::thread::spawn(move || c.output().unwrap())
     }

@@ -4,6 +4,7 @@
 use crate::bpf_intf::*;
 use crate::dataplane::gate::counters::ClassTotals;
 use crate::dataplane::gate::{ClassCounters, Tiers};
+use crate::dataplane::share::SplitCounts;
 use crate::policy::budget::FLOOR_PPS;
 use crate::policy::config::{default_burst, Limit};
 use crate::policy::fair::{Fair, FairCounts, FairTick, Room};
@@ -56,8 +57,8 @@ pub(super) struct TickClass {
     pub(super) offered: f64,
     pub(super) admitted: f64,
     pub(super) dt: f64,
-    /// Per-CPU arrivals at the last split.
-    pub(super) last_seen: Vec<u64>,
+    /// The per-CPU counters at the last split (`Gate::rebalance`).
+    pub(super) split: SplitCounts,
     /// Source fairness, and the gate's counters at the last tick for it.
     pub(super) fair: Fair,
     pub(super) raw: Option<ClassCounters>,
@@ -112,7 +113,7 @@ impl TickClass {
             offered: 0.0,
             admitted: 0.0,
             dt: 0.0,
-            last_seen: vec![],
+            split: SplitCounts::default(),
             fair: Fair::default(),
             raw: None,
             counts: FairCounts::default(),

@@ -226,7 +226,7 @@ impl Ticker {
         self.syn_peers = old.syn_peers.take();
         for (id, c) in self.classes.iter_mut().enumerate() {
             if let Some(o) = remap.old_of(id).and_then(|i| old.classes.get(i)) {
-                c.last_seen = o.last_seen.clone();
+                c.split = o.split.clone();
                 c.fair = o.fair.clone();
                 c.decided = o.decided;
                 c.distress_ticks = o.distress_ticks;
@@ -328,7 +328,7 @@ impl Ticker {
             // (its limit, its learning) change.
             let fixed = matches!(limit, Limit::Unlimited | Limit::Blocked | Limit::Auto(_));
             if !fixed || c.tiers.as_ref() != Some(&tiers) {
-                gate.rebalance(id, &tiers, &mut c.last_seen)?;
+                gate.rebalance(id, &tiers, &mut c.split)?;
                 c.tiers = Some(tiers);
             }
         }

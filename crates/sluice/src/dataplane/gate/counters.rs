@@ -34,6 +34,10 @@ pub struct ClassTotals {
     /// Packets from known sources, while the class is limited with source fairness on.
     #[serde(default)]
     pub known_pkts: u64,
+    /// Packets from known sources (`known_pkts`) the known tier admitted;
+    /// the rest it dropped: known clients' packets lost at the gate.
+    #[serde(default)]
+    pub known_admitted_pkts: u64,
     /// Source-epochs: a source's first packet in a 10 ms epoch, while the class is limited with source fairness on.
     #[serde(default)]
     pub source_epochs: u64,
@@ -130,6 +134,7 @@ impl From<ClassCounters> for ClassTotals {
             dropped_share_pkts: c[SLUICE_CS_DROP_SHARE_PKTS as usize],
             dropped_share_bytes: c[SLUICE_CS_DROP_SHARE_BYTES as usize],
             known_pkts: c[SLUICE_CS_KNOWN_PKTS as usize],
+            known_admitted_pkts: c[SLUICE_CS_KNOWN_ADMIT_PKTS as usize],
             source_epochs: c[SLUICE_CS_SRC_ACTIVE as usize],
             source_inserts: c[SLUICE_CS_SRC_INSERTS as usize],
             away_pkts: c[SLUICE_CS_AWAY_PKTS as usize],

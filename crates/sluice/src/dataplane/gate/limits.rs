@@ -77,20 +77,18 @@ impl Gate {
     }
 
     /// Re-split a class's limits over CPUs by the arrivals each CPU saw
-    /// since the last call (`last_seen`: per-CPU seen packets, updated here):
-    /// the class bucket's, and with source fairness the unknown tier's.
-    /// The daemon calls this every tick; see the design comment in gate.bpf.c.
-    pub fn rebalance(&self, class: usize, tiers: &Tiers, last_seen: &mut Vec<u64>) -> Result<()> {
-        let seen: Vec<u64> = self
-            .class_counters_percpu(class)?
-            .iter()
-            .map(|c| c[crate::bpf_intf::SLUICE_CS_SEEN_PKTS as usize])
-            .collect();
-        last_seen.resize(seen.len(), 0);
-        let arrivals: Vec<u64> = seen.iter().zip(last_seen.iter()).map(|(n, o)| n.saturating_sub(*o)).collect();
-        *last_seen = seen;
+    /// since the last call (`last`: the per-CPU counters then, updated
+    /// here): the class bucket by all of the class's arrivals, or with
+    /// source fairness the known tier by the known sources' and the unknown
+    /// tier by the unknown sources' (`CpuArrivals`). The daemon calls this
+    /// every tick; see the design comment in gate.bpf.c.
+    pub fn rebalance(&self, class: usize, tiers: &Tiers, last: &mut SplitCounts) -> Result<()> {
+        let arrivals = CpuArrivals::since(last, &self.class_counters_percpu(class)?);
         let now = self.shares(class)?;
-        let mut shares = shares_for(&tiers.limit, &arrivals, tiers.under);
+        let mut shares = match tiers.fair {
+            Some(_) => known_shares(&tiers.limit, arrivals.known_tier(), tiers.under),
+            None => shares_for(&tiers.limit, &arrivals.seen, tiers.under),
+        };
         // The wake mark the daemon armed (`arm_wake`) stays: a class limited
         // now may go quiet, and only its mark wakes a calm daemon for it.
         for (new, old) in shares.iter_mut().zip(&now) {
@@ -115,7 +113,7 @@ impl Gate {
         };
         let fair: Vec<sluice_fair> = match &tiers.fair {
             None => vec![base; self.ncpus],
-            Some(f) => shares_for(&f.unknown, &arrivals, tiers.under)
+            Some(f) => shares_for(&f.unknown, arrivals.unknown_tier(), tiers.under)
                 .into_iter()
                 .map(|unknown| sluice_fair {
                     unknown,
