@@ -110,7 +110,10 @@ fn first_counted<const N: usize>(counts: [&Vec<u64>; N]) -> &[u64] {
 }
 
 /// Every CPU keeps at least 1/FLOOR_DIV of an even share, so a CPU that starts
-/// receiving a class's packets is not shut out until the next update.
+/// receiving a class's packets is not shut out until the next update; and
+/// at least a packet a second where the rate has one for each CPU (at 256
+/// CPUs, 1/64 of an even share is 0 for a rate under 16,384/s, and a rate
+/// of 0 drops everything).
 pub const FLOOR_DIV: u64 = 64;
 
 /// Split `total` packets/s over CPUs in proportion to `arrivals` (packets each
@@ -120,7 +123,7 @@ pub fn split_rate(total: u64, arrivals: &[u64]) -> Vec<u64> {
     let n = arrivals.len() as u64;
     assert!(n > 0, "at least one CPU");
     let sum: u128 = arrivals.iter().map(|&a| a as u128).sum();
-    let floor = total / (n * FLOOR_DIV);
+    let floor = (total / (n * FLOOR_DIV)).max(u64::from(total >= n));
     let spread = total - floor * n;
     let mut shares: Vec<u64> = arrivals
         .iter()
@@ -207,6 +210,17 @@ mod tests {
         assert_eq!(s[1], 64_000 / 128);
         assert_eq!(s.iter().sum::<u64>(), 64_000);
         assert_eq!(split_rate(10_001, &[0, 0]), vec![5001, 5000]);
+    }
+
+    #[test]
+    fn on_many_cpus_an_idle_cpu_keeps_a_packet_a_second() {
+        let mut arrivals = vec![0u64; 256];
+        arrivals[3] = 50_000;
+        let s = split_rate(10_000, &arrivals);
+        assert_eq!(s.iter().sum::<u64>(), 10_000);
+        assert!(s.iter().all(|&r| r >= 1), "a CPU at 0/s drops all: {:?}", &s[..8]);
+        assert_eq!(s[3], 10_000 - 255);
+        assert_eq!(split_rate(100, &arrivals).iter().sum::<u64>(), 100, "fewer packets than CPUs: no floor");
     }
 
     #[test]
