@@ -101,9 +101,8 @@ impl Phase {
 pub fn run(o: &DemoOpts) -> Result<crate::report::DnsDemo> {
     sluice::dataplane::gate::check_privileges()?;
     let bed = VictimBed::create("demo", VictimModel::Nic, GEN_CPU, VICTIM_CPU)?;
-    // The nic model's receive side: the IP/UDP stack on the victim CPU (RPS),
-    // beside the service.
-    bed.net.write_in_b(&format!("/sys/class/net/{IF_B}/queues/rx-0/rps_cpus"), &format!("{:x}", 1u64 << VICTIM_CPU))?;
+    // The nic model's receive side: the stack on the victim CPU (RPS), beside the service.
+    bed.steer_rps()?;
     add_flood_neighbours(&bed, 64)?;
     let _filter = attach_client_filter(&bed)?;
     let dir = std::env::temp_dir().join(format!("{}-files", bed.net.b));

@@ -95,10 +95,17 @@ impl VictimBed {
             }
             VictimModel::Nic => {
                 self.net.write_in_b(&threaded, "0")?;
-                self.net.write_in_b(&rps, &format!("{:x}", 1u64 << self.victim_cpu))?;
+                self.steer_rps()?;
             }
         }
         Ok(())
+    }
+
+    /// The nic model's receive side: vb's stack on the victim CPU (RPS),
+    /// beside the service. (`apply_model` does it too, with threaded NAPI
+    /// off, which vb takes only with an XDP program attached.)
+    pub fn steer_rps(&self) -> Result<()> {
+        self.net.write_in_b(&format!("/sys/class/net/{IF_B}/queues/rx-0/rps_cpus"), &cpu_mask(self.victim_cpu))
     }
 
     /// Pids of vb's napi kthreads (as the kernel lists them in B), waiting
@@ -128,6 +135,15 @@ pub struct LinkStats {
     pub tx_dropped: u64,
 }
 
+/// The kernel's cpumask text for one CPU (rps_cpus and the like): 32-bit
+/// hex words, highest first, comma-separated ("1" for CPU 0,
+/// "8,00000000" for CPU 35), so any CPU number fits, not only the first 64.
+pub fn cpu_mask(cpu: usize) -> String {
+    let mut words = vec![format!("{:x}", 1u32 << (cpu % 32))];
+    words.extend(std::iter::repeat_n("00000000".to_string(), cpu / 32));
+    words.join(",")
+}
+
 pub fn link_stats(ns: &str, ifname: &str) -> Result<LinkStats> {
     let out = sh(&["ip", "-n", ns, "-s", "-j", "link", "show", ifname])?;
     let v: serde_json::Value = serde_json::from_str(&out)?;
@@ -147,4 +163,18 @@ pub fn link_stats(ns: &str, ifname: &str) -> Result<LinkStats> {
 /// Delete the namespaces a killed bench left behind; returns their names.
 pub fn cleanup_leftovers() -> Result<Vec<String>> {
     sluice_testkit::testbed::cleanup_leftovers(NS_PREFIX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cpu_mask_has_a_word_for_every_32_cpus_below_it() {
+        assert_eq!(cpu_mask(0), "1");
+        assert_eq!(cpu_mask(1), "2");
+        assert_eq!(cpu_mask(31), "80000000");
+        assert_eq!(cpu_mask(35), "8,00000000");
+        assert_eq!(cpu_mask(64), "1,00000000,00000000", "1 << 64 overflowed a u64");
+    }
 }

@@ -57,8 +57,7 @@ impl<'a> Bench<'a> {
         }
         let filter = attach_client_filter(bed)?;
         // The nic model's receive side: the stack on the victim CPU (RPS), beside the service.
-        bed.net
-            .write_in_b(&format!("/sys/class/net/{IF_B}/queues/rx-0/rps_cpus"), &format!("{:x}", 1u64 << VICTIM_CPU))?;
+        bed.steer_rps()?;
         let (a, b) = (&bed.net.a, &bed.net.b);
         let service = match svc {
             Service::Dns => {
