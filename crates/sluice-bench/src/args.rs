@@ -152,6 +152,12 @@ pub(crate) struct BenchRunArgs {
     /// (filled over loopback), and one bound and closed 100 times a second.
     #[arg(long)]
     pub(crate) neighbours: bool,
+    /// dns and http scenarios: the CPU the legitimate clients (dnsperf, the
+    /// probes, wrk) run on; default the generator's (0). On veth the gate
+    /// runs on the sender's CPU: 1 puts the clients on another queue than
+    /// the flood, as a NIC's RSS would.
+    #[arg(long, value_name = "CPU")]
+    pub(crate) clients_cpu: Option<usize>,
 }
 
 /// A calm cell's load: a fraction of capacity in (0, 2], or "none".

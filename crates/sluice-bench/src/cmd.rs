@@ -113,6 +113,14 @@ pub(crate) fn cmd_bench_services(svc: services::Service, sources: bool, a: Bench
         sources,
         calm_loads: if svc == services::Service::Dns { a.calm_loads.into_iter().flatten().collect() } else { vec![] },
         neighbours: svc == services::Service::Dns && a.neighbours,
+        clients_cpu: match a.clients_cpu {
+            Some(cpu) => {
+                let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+                anyhow::ensure!(cpu < n, "--clients-cpu {cpu}: this host runs CPUs 0 to {}", n - 1);
+                cpu
+            }
+            None => services::GEN_CPU,
+        },
         interrupted: stop_flag()?,
     };
     eprintln!("sluice bench: scenario {}, writing to {}", a.scenario, out.display());

@@ -26,6 +26,7 @@ fn opts(floods: &[&str]) -> ServiceOpts {
         sources: false,
         calm_loads: vec![],
         neighbours: false,
+        clients_cpu: services::GEN_CPU,
         interrupted: Arc::new(AtomicBool::new(false)),
     }
 }

@@ -67,12 +67,13 @@ fn durations_are_checked_the_same_way_everywhere() {
 
 #[test]
 fn bad_values_name_their_flag() {
-    let cases: [(&[&str], &str); 5] = [
+    let cases: [(&[&str], &str); 6] = [
         (&["run", "--iface", "x", "--metrics", "nowhere"], "is not ADDR:PORT or \"off\""),
         (&["run", "--iface", "x", "--xdp-mode", "fast"], "valid modes are native and generic"),
         (&["bench", "step", "--phase", "100"], "a phase is 0.5 to 60 seconds"),
         (&["bench", "step", "--models", "gpu"], "--models"),
         (&["bench", "gate", "--rounds", "0"], "--rounds"),
+        (&["bench", "run", "--scenario", "dns", "--clients-cpu", "4096"], "--clients-cpu 4096: this host runs CPUs 0 to"),
     ];
     for (args, said) in cases {
         let o = sluice(args);

@@ -69,8 +69,9 @@ impl<'a> Bench<'a> {
         // At nice 19: the clients on its CPU send what they ask; the flood takes the rest.
         let gen = GenWorker::start(a, GEN_CPU, bed.net.ifindex_a, 19)?;
         eprintln!(
-            "== {}: namespaces {a} (clients, generator: CPU {GEN_CPU}) and {b} ({}, CPU {VICTIM_CPU}, nic model)",
+            "== {}: namespaces {a} (clients: CPU {}, generator: CPU {GEN_CPU}) and {b} ({}, CPU {VICTIM_CPU}, nic model)",
             svc.name(),
+            o.clients_cpu,
             if svc == Service::Dns { "NSD" } else { "nginx" }
         );
         let mut bench = Bench { svc, o, bed, dir, service, gen, capacity: None, _filter: filter };
@@ -465,9 +466,9 @@ impl<'a> Bench<'a> {
     ) -> std::thread::JoinHandle<Result<dns::Probe>> {
         let net = &self.bed.net;
         let server = if v6 { net.ip6_b } else { net.ip_b };
-        let ns = net.a.clone();
+        let (ns, cpu) = (net.a.clone(), self.o.clients_cpu);
         std::thread::spawn(move || {
-            dns::probe_bound(&ns, GEN_CPU, bind, std::net::SocketAddr::new(server, 53), dns::PROBE_QPS, secs)
+            dns::probe_bound(&ns, cpu, bind, std::net::SocketAddr::new(server, 53), dns::PROBE_QPS, secs)
         })
     }
 
@@ -480,8 +481,8 @@ impl<'a> Bench<'a> {
     ) -> std::thread::JoinHandle<Result<(dns::Dnsperf, dns::Probe)>> {
         let net = &self.bed.net;
         let server = if v6 { net.ip6_b } else { net.ip_b };
-        let (ns, dir, qps) = (net.a.clone(), self.dir.to_path_buf(), self.o.qps);
-        std::thread::spawn(move || dns::clients(&ns, GEN_CPU, &dir, server, qps, secs))
+        let (ns, dir, qps, cpu) = (net.a.clone(), self.dir.to_path_buf(), self.o.qps, self.o.clients_cpu);
+        std::thread::spawn(move || dns::clients(&ns, cpu, &dir, server, qps, secs))
     }
 
     /// The clients a `calm` flood comes after, for `secs` on a thread of
@@ -498,11 +499,11 @@ impl<'a> Bench<'a> {
             }
             Service::Http => {
                 let net = &self.bed.net;
-                let (ns, wrk) = (net.a.clone(), (self.o.conns, self.o.keep_alive));
+                let (ns, wrk, cpu) = (net.a.clone(), (self.o.conns, self.o.keep_alive), self.o.clients_cpu);
                 let addr = if v6 { net.ip6_b } else { net.ip_b };
                 std::thread::spawn(move || {
-                    let probe = http::start_probe(&ns, GEN_CPU, addr, secs);
-                    http::run_wrk(&ns, GEN_CPU, addr, wrk, secs)?;
+                    let probe = http::start_probe(&ns, cpu, addr, secs);
+                    http::run_wrk(&ns, cpu, addr, wrk, secs)?;
                     probe.join().map_err(|_| anyhow::anyhow!("the http probe panicked"))?.map(|_| ())
                 })
             }
@@ -518,7 +519,7 @@ impl<'a> Bench<'a> {
     pub(super) fn dns_clients_at(&self, v6: bool, secs: f64, qps: u64) -> Result<Cell> {
         let net = &self.bed.net;
         let server = if v6 { net.ip6_b } else { net.ip_b };
-        let (p, probe) = dns::clients(&net.a, GEN_CPU, self.dir, server, qps, secs)?;
+        let (p, probe) = dns::clients(&net.a, self.o.clients_cpu, self.dir, server, qps, secs)?;
         Ok(Cell {
             client_rate: p.sent_qps,
             client_short: p.sent_qps < 0.95 * qps as f64,
@@ -533,8 +534,8 @@ impl<'a> Bench<'a> {
     pub(super) fn http_clients(&self, v6: bool) -> Result<Cell> {
         let net = &self.bed.net;
         let addr = if v6 { net.ip6_b } else { net.ip_b };
-        let probe = http::start_probe(&net.a, GEN_CPU, addr, self.o.secs);
-        let w = http::run_wrk(&net.a, GEN_CPU, addr, (self.o.conns, self.o.keep_alive), self.o.secs)?;
+        let probe = http::start_probe(&net.a, self.o.clients_cpu, addr, self.o.secs);
+        let w = http::run_wrk(&net.a, self.o.clients_cpu, addr, (self.o.conns, self.o.keep_alive), self.o.secs)?;
         let p = probe.join().map_err(|_| anyhow::anyhow!("the http probe panicked"))??;
         let tried = w.requests + w.errors;
         let timeout_ms = http::CONNECT_TIMEOUT.as_secs_f64() * 1e3;

@@ -58,7 +58,7 @@ pub(crate) use bench::{attach_client_filter, flood_stream, service_drops};
 use report::cell_line;
 pub use report::{summary, targets, write_all};
 
-const GEN_CPU: usize = 0;
+pub const GEN_CPU: usize = 0;
 const VICTIM_CPU: usize = 1;
 /// What the generator is asked for: above its top rate on this VM, so it sends as fast as it can.
 pub const FLOOD_PPS: f64 = 8e6;
@@ -393,6 +393,11 @@ pub struct ServiceOpts {
     /// dns: calm cells at NEIGHBOUR_LOAD with a misbehaving local neighbour
     /// beside NSD (see [`Neighbour`]).
     pub neighbours: bool,
+    /// The CPU the legitimate clients (dnsperf, the probes, wrk) run on:
+    /// GEN_CPU, beside the flood's generator, unless told. On veth the gate
+    /// runs on the sender's CPU, so another CPU than the generator's is
+    /// another RSS queue: the clients enter where the flood does not.
+    pub clients_cpu: usize,
     /// Set by Ctrl-C: stop after the current cell.
     pub interrupted: Arc<AtomicBool>,
 }
