@@ -73,7 +73,10 @@ fn bad_values_name_their_flag() {
         (&["bench", "step", "--phase", "100"], "a phase is 0.5 to 60 seconds"),
         (&["bench", "step", "--models", "gpu"], "--models"),
         (&["bench", "gate", "--rounds", "0"], "--rounds"),
-        (&["bench", "run", "--scenario", "dns", "--clients-cpu", "4096"], "--clients-cpu 4096: this host runs CPUs 0 to"),
+        (
+            &["bench", "run", "--scenario", "dns", "--clients-cpu", "4096"],
+            "--clients-cpu 4096: this host runs CPUs 0 to",
+        ),
     ];
     for (args, said) in cases {
         let o = sluice(args);
