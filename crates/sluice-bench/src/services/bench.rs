@@ -117,6 +117,7 @@ impl<'a> Bench<'a> {
             repeats: self.o.repeats,
             capacity: self.capacity,
             keep_alive: self.o.keep_alive,
+            cpus: Some(CpuPlan { generator: GEN_CPU, service: VICTIM_CPU, clients: self.o.clients_cpu }),
         };
         let mut r = ServiceRun::new(scenario, head);
         let plan = interleave(&self.plan(), self.o.repeats);

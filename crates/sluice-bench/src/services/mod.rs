@@ -532,6 +532,19 @@ pub struct ServiceHead {
     /// http: wrk kept its connections open (false: a new connection per request).
     #[serde(default)]
     pub keep_alive: bool,
+    /// The CPUs: the flood's generator, the service, and its legitimate
+    /// clients (None: a run from before they were recorded, clients beside
+    /// the generator).
+    #[serde(default)]
+    pub cpus: Option<CpuPlan>,
+}
+
+/// Where a run's parts ran (issue 51: the bench's CPU plan).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CpuPlan {
+    pub generator: usize,
+    pub service: usize,
+    pub clients: usize,
 }
 
 /// A run: its scenario (dns, http, sources), head and cells.

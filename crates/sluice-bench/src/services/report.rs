@@ -88,11 +88,18 @@ fn spread(cells: &[&Cell], f: impl Fn(&Cell) -> Option<f64>, show: impl Fn(Optio
 pub fn summary(r: &ServiceRun) -> String {
     let dns = r.head.service == Service::Dns;
     let mut s = format!(
-        "\nscenario {} ({} s per cell, {} repeat(s), medians; (min-max) over repeats){}\n",
+        "\nscenario {} ({} s per cell, {} repeat(s), medians; (min-max) over repeats){}{}\n",
         r.head.service.name(),
         r.head.secs,
         r.head.repeats,
-        r.head.capacity.map_or(String::new(), |c| format!("; NSD capacity {}/s", sluice::base::fmt::human(c)))
+        r.head.capacity.map_or(String::new(), |c| format!("; NSD capacity {}/s", sluice::base::fmt::human(c))),
+        r.head.cpus.map_or(String::new(), |p| format!(
+            "; CPUs: generator {}, {} {}, clients {}",
+            p.generator,
+            if dns { "NSD" } else { "nginx" },
+            p.service,
+            p.clients
+        ))
     );
     s += &format!(
         "{:<10} {:<8} {:>8} {:>8} {:>12} {:>24} {:>9} {:>9} {:>8} {:>10}{}\n",
@@ -480,7 +487,7 @@ mod tests {
     fn run(service: Service, cells: Vec<Cell>) -> ServiceRun {
         let mut r = ServiceRun::new(
             service.name(),
-            ServiceHead { service, secs: 8.0, repeats: 1, capacity: None, keep_alive: false },
+            ServiceHead { service, secs: 8.0, repeats: 1, capacity: None, keep_alive: false, cpus: None },
         );
         r.cells = cells;
         r
