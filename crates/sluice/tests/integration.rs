@@ -439,8 +439,7 @@ mod known {
         state(&tb);
         tb.start_gate(&["--no-discover", "--class", "svc:match=udp:7000"]);
         let echo = tb.start_echo(7000, 8.0);
-        let newcomer = tb.ip_a.rsplit_once('.').map(|(net, _)| format!("{net}.78")).unwrap();
-        tb.add_addr_a(&newcomer);
+        let newcomer = tb.add_host_a(78);
         let out = tb.send_from_on_thread(1, &newcomer, 7000, 200, 4.0).join().unwrap();
         assert!(out.status.success(), "send: {}", String::from_utf8_lossy(&out.stderr));
         let deadline = Instant::now() + Duration::from_secs(3);
@@ -520,8 +519,7 @@ mod known {
     fn a_batch_reader_flooded_by_a_stranger_loses_no_known_datagram() {
         let mut tb = Testbed::new();
         let echo = echo_with_known_client(&mut tb, 200, "svc:match=udp:7000");
-        let stranger = tb.ip_a.rsplit_once('.').map(|(net, _)| format!("{net}.77")).unwrap();
-        tb.add_addr_a(&stranger);
+        let stranger = tb.add_host_a(77);
         let flood = tb.send_from_on_thread(1, &stranger, 7000, 50_000, 2.0);
         let (sent, _) = tb.send(7000, 200, 2.0);
         let flood = flood.join().unwrap();
@@ -563,8 +561,7 @@ mod known {
     fn a_known_client_on_another_cpu_than_the_flood_keeps_its_answers() {
         let mut tb = Testbed::new();
         let echo = echo_with_known_client(&mut tb, 200, "svc:rate=3000,match=udp:7000");
-        let stranger = tb.ip_a.rsplit_once('.').map(|(net, _)| format!("{net}.78")).unwrap();
-        tb.add_addr_a(&stranger);
+        let stranger = tb.add_host_a(78);
         // The client goes on at its usual rate; the flood comes 300 ms into it.
         let (sent, answered, flood) = std::thread::scope(|s| {
             let flood = s.spawn(|| {

@@ -183,16 +183,7 @@ fn run(tb: &Testbed, addrs: &[String], calm: f64, flooded: f64, judged: f64, mid
 #[test]
 fn a_flood_of_real_connections_is_cut_where_the_answers_come_late_and_the_known_client_goes_first() {
     let mut tb = Testbed::new();
-    let addrs: Vec<String> = FLOOD_ADDRS
-        .iter()
-        .map(|&last| {
-            let mut o = tb.ip_a.parse::<std::net::Ipv4Addr>().unwrap().octets();
-            o[3] = last;
-            let a = std::net::Ipv4Addr::from(o).to_string();
-            tb.add_addr_a(&a);
-            a
-        })
-        .collect();
+    let addrs: Vec<String> = FLOOD_ADDRS.iter().map(|&last| tb.add_host_a(last)).collect();
     serve(&tb, 40.0);
     // The kernel alone: the light client waits behind the pipelined requests.
     let alone = run(&tb, &addrs, 1.0, 3.0, 2.0, || {});

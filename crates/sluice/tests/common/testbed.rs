@@ -245,7 +245,7 @@ impl Testbed {
         (v["sent"].as_u64().unwrap(), v["answered"].as_u64().unwrap())
     }
 
-    /// `send_on_thread` from `src`, a second address of A's (`add_addr_a`).
+    /// `send_on_thread` from `src`, a second address of A's (`add_host_a`).
     pub fn send_from_on_thread(
         &self,
         cpu: u32,
@@ -259,10 +259,15 @@ impl Testbed {
         std::thread::spawn(move || c.output().unwrap())
     }
 
-    /// Give A's interface a second address, `addr` (in A's /24).
-    pub fn add_addr_a(&self, addr: &str) {
+    /// Give A's interface another address in its /24, the one whose last
+    /// octet is `host`; returns it.
+    pub fn add_host_a(&self, host: u8) -> String {
+        let mut o = self.ip_a.parse::<std::net::Ipv4Addr>().expect("A's address is IPv4").octets();
+        o[3] = host;
+        let addr = std::net::Ipv4Addr::from(o).to_string();
         let out = self.cmd(&self.a, &["ip", "addr", "add", &format!("{addr}/24"), "dev", self.if_a]).output().unwrap();
         assert!(out.status.success(), "ip addr add: {}", String::from_utf8_lossy(&out.stderr));
+        addr
     }
 
     pub fn write(&self, name: &str, text: &str) -> PathBuf {
