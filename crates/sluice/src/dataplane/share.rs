@@ -67,12 +67,12 @@ impl CpuArrivals {
         let mut a = CpuArrivals::default();
         for (cnt, old) in now.iter().zip(last.last.iter_mut()) {
             let new = SPLIT_COUNTERS.map(|i| cnt[i as usize]);
-            let d: Vec<u64> = new.iter().zip(old.iter()).map(|(n, o)| n.saturating_sub(*o)).collect();
-            for (v, x) in
-                [&mut a.seen, &mut a.known, &mut a.sampled_known, &mut a.under, &mut a.unknown].into_iter().zip(d)
-            {
-                v.push(x);
-            }
+            let [seen, known, sampled_known, under, unknown] = std::array::from_fn(|i| new[i].saturating_sub(old[i]));
+            a.seen.push(seen);
+            a.known.push(known);
+            a.sampled_known.push(sampled_known);
+            a.under.push(under);
+            a.unknown.push(unknown);
             *old = new;
         }
         for (sum, &n) in last.known_recent.iter_mut().zip(&a.known) {
