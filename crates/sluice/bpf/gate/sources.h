@@ -34,12 +34,29 @@ static __always_inline struct sluice_known *known_entry(const struct pkt *pk, __
 }
 
 /*
+ * Move a GCRA's theoretical arrival time (*tat, read as `seen`) on by one
+ * step, from `now` where it had fallen behind. Atomic, because one source
+ * may arrive on many CPUs at once (RSS spreads its flows over queues): with
+ * a plain read and write, a CPU writes back a time that misses another's
+ * step, and each such miss is a packet over the source's pace, up to one
+ * per CPU per step. Only an admitted packet pays this; a source over its
+ * pace is told so by the plain read alone.
+ */
+static __always_inline void pace_step(__u64 *tat, __u64 seen, __u64 now, __u64 step)
+{
+	if (seen < now && __sync_val_compare_and_swap(tat, seen, now + step) == seen)
+		return;
+	/* Ahead of now, or another CPU moved it first: after it. */
+	__sync_fetch_and_add(tat, step);
+}
+
+/*
  * Is a known source within its own rate (see SLUICE_KNOWN_HEADROOM)? A
  * GCRA on the entry's theoretical arrival time: each packet moves it on by
  * one interval of the source's rate (a TCP segment without data, but a
  * SYN, by a fraction of one: SLUICE_KNOWN_BARE_SHIFT); a packet that finds it more
- * than the burst ahead of now is over. Plain (not atomic) updates: two
- * CPUs may each miss the other's step.
+ * than the burst ahead of now is over. The step is atomic (pace_step):
+ * a client whose packets arrive on several CPUs at once keeps to one rate.
  */
 static __always_inline __u32 known_interval(const struct sluice_known *v)
 {
@@ -56,7 +73,7 @@ static __always_inline __u32 known_interval(const struct sluice_known *v)
 static __always_inline int known_within_rate(struct sluice_known *v, const struct pkt *pk)
 {
 	/* The coarse clock (jiffies) is cheaper to read and fine at the 100 ms tolerance. */
-	__u64 now = bpf_ktime_get_coarse_ns(), interval, tolerance;
+	__u64 now = bpf_ktime_get_coarse_ns(), interval, tolerance, tat;
 
 	/* Computed once per change of the entry's answers (the learner resets it). */
 	if (!v->interval_ns)
@@ -65,11 +82,11 @@ static __always_inline int known_within_rate(struct sluice_known *v, const struc
 	tolerance = SLUICE_KNOWN_BURST_MS * 1000000ULL;
 	if (tolerance < SLUICE_KNOWN_BURST_PKTS * interval)
 		tolerance = SLUICE_KNOWN_BURST_PKTS * interval;
-	if (v->tat_ns < now)
-		v->tat_ns = now;
-	if (v->tat_ns - now > tolerance)
+	tat = v->tat_ns;
+	if (tat > now && tat - now > tolerance)
 		return 0;
-	v->tat_ns += tcp_bare(pk) && !(pk->tcp_flags & TCP_FLAG_SYN) ? interval >> SLUICE_KNOWN_BARE_SHIFT : interval;
+	pace_step(&v->tat_ns, tat, now,
+		  tcp_bare(pk) && !(pk->tcp_flags & TCP_FLAG_SYN) ? interval >> SLUICE_KNOWN_BARE_SHIFT : interval);
 	return 1;
 }
 
@@ -127,28 +144,26 @@ static __always_inline int same_key(const struct sluice_src_key *a, const struct
  */
 static __always_inline int src_within_share(struct sluice_src *s, __u32 interval, struct sluice_pacer *p)
 {
-	__u64 now = p->seen_ns, tolerance;
+	__u64 now = p->seen_ns, tolerance, tat = s->tat_ns;
 
 	if (!interval)
 		return 1;
 	tolerance = SLUICE_SRC_BURST_PKTS * (__u64)interval;
 	if (tolerance < SLUICE_SRC_BURST_NS)
 		tolerance = SLUICE_SRC_BURST_NS;
-	if (!now || s->tat_ns > now + tolerance) {
+	if (!now || tat > now + tolerance) {
 		if (p->skip) {
 			p->skip--;
 			return 0;
 		}
 		now = bpf_ktime_get_ns();
 		p->seen_ns = now;
-		if (s->tat_ns > now + tolerance) {
+		if (tat > now + tolerance) {
 			p->skip = SLUICE_CLOCK_SKIP;
 			return 0;
 		}
 	}
-	if (s->tat_ns < now)
-		s->tat_ns = now;
-	s->tat_ns += interval;
+	pace_step(&s->tat_ns, tat, now, interval);
 	return 1;
 }
 
