@@ -100,74 +100,6 @@ fn one_cpu_admits_rate_times_time_plus_burst_within_2_percent() {
     }
 }
 
-#[test]
-fn two_cpus_together_admit_the_configured_total_within_5_percent() {
-    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let g = Arc::new(TestGate::new(&["c:rate=2000000,burst=2000,match=udp:9"]));
-    assert!(g.gate.ncpus() >= 2, "this test needs two CPUs");
-    let id = g.class("c");
-    let pkt = Frame::udp("10.0.0.1", "10.0.0.2", 1, 9).build();
-    pin(0);
-    let repeat = calibrate(&g, &pkt, 2.0);
-    // Two CPUs' worth: twice what one may take.
-    let (per_cpu, burst) = testable(1_000_000, 1000, repeat, 2.0);
-    let (rate, burst) = (2 * per_cpu, 2 * burst);
-    let limit = Limit::Rate { pps: rate, burst };
-    g.gate.rebalance(id, &sluice::dataplane::gate::Tiers::plain(limit), &mut Default::default()).unwrap();
-    g.gate.reset_counters().unwrap();
-    // The daemon's rebalancing, every 100 ms, while both CPUs flood.
-    let done = Arc::new(AtomicBool::new(false));
-    let rebalancer = {
-        let (g, done) = (g.clone(), done.clone());
-        std::thread::spawn(move || {
-            let (mut last, mut samples) = (Default::default(), Vec::new());
-            while !done.load(Ordering::Relaxed) {
-                g.gate.rebalance(id, &sluice::dataplane::gate::Tiers::plain(limit), &mut last).unwrap();
-                samples.push((mono_ns(), g.gate.class_counters(id).unwrap()[2]));
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            samples
-        })
-    };
-    let floods: Vec<_> = (0..2)
-        .map(|cpu| {
-            let (g, pkt) = (g.clone(), pkt.clone());
-            std::thread::spawn(move || {
-                pin(cpu);
-                flood(&g, &pkt, repeat)
-            })
-        })
-        .collect();
-    let starts: Vec<u64> = floods.into_iter().map(|h| h.join().unwrap()).collect();
-    done.store(true, Ordering::Relaxed);
-    let samples = rebalancer.join().unwrap();
-    let start = *starts.iter().min().unwrap();
-    let end = last_refill(&g, id);
-    let per_cpu: Vec<u64> = g.gate.class_counters_percpu(id).unwrap().iter().map(|c| c[2]).collect();
-    let ends: Vec<u64> = g.gate.buckets(id).unwrap().iter().map(|b| b.last_ns).collect();
-    eprintln!("admitted per CPU: {per_cpu:?}; starts {starts:?}, last refills {ends:?}");
-    assert!(per_cpu[0] > 0 && per_cpu[1] > 0, "both CPUs admitted packets");
-    // Whole window, edges included, printed only: the two calls finish 30-300 ms
-    // apart (the CPUs are shared with this harness), and the CPU left alone
-    // keeps only its share until the next rebalance; that is the harness, not the split.
-    let c = g.counters().classes[id];
-    let want = rate as f64 * (end - start) as f64 / 1e9 + burst as f64;
-    eprintln!("whole window (info): admitted {}, rate x time + burst {want:.0}", c.admitted_pkts);
-    // Steady state, both CPUs flooding: samples taken 300 ms after both started
-    // and before the first one finished.
-    let first_end = *ends.iter().min().unwrap();
-    let inside: Vec<&(u64, u64)> =
-        samples.iter().filter(|(t, _)| *t > starts.iter().max().unwrap() + 300_000_000 && *t < first_end).collect();
-    assert!(inside.len() >= 3, "need samples inside the overlap: {samples:?}");
-    let (a, b) = (inside[0], inside[inside.len() - 1]);
-    within(
-        &format!("2 CPUs, {rate} pps, steady state"),
-        (b.1 - a.1) as f64,
-        rate as f64 * (b.0 - a.0) as f64 / 1e9,
-        0.05,
-    );
-}
-
 /// Hardening: a rebalance keeps the wake mark the daemon armed. It wrote
 /// each limited class's shares whole, without the wake fields, so a class
 /// that went idle was never re-armed and a flood on it waited up to a calm
@@ -185,4 +117,133 @@ fn a_rebalance_keeps_the_wake_mark() {
     assert!(shares.iter().any(|s| s.rate_pps > 0), "the new limit is written: {shares:?}");
     let kept: Vec<(u64, u64, u32)> = shares.iter().map(|s| (s.wake_at, s.wake_gap_ns, s.slow_wake_us)).collect();
     assert_eq!(kept, at.iter().map(|&a| (a, 5_000_000, 3_000)).collect::<Vec<_>>());
+}
+
+/// How a flood's packets spread over CPUs 0 and 1.
+#[derive(Debug, Clone, Copy)]
+enum Spread {
+    /// Both CPUs flood back to back.
+    Even,
+    /// CPU 0 floods back to back; CPU 1 sends about a ninth of that
+    /// (90/10), among packets of another class.
+    Skewed,
+    /// CPU 0 alone (CPU 1 sends another class's packets).
+    OneHot,
+}
+
+/// Issue 51, item 1: a class's admitted rate while its flood spreads over
+/// the CPUs as `spread` says, its shares re-split every 10 ms as the
+/// daemon's tick does. Returns (admitted per second in the steady state,
+/// the limit). The limit is at most a quarter of what one CPU sends here
+/// (`testable`), so each CPU's part of the flood exceeds its part of the limit.
+fn admitted_rate(spread: Spread) -> (f64, u64) {
+    let g = Arc::new(TestGate::new(&["c:rate=1000000,burst=1000,match=udp:9"]));
+    assert!(g.gate.ncpus() >= 2, "this test needs two CPUs");
+    let id = g.class("c");
+    let pkt = Frame::udp("10.0.0.1", "10.0.0.2", 1, 9).build();
+    pin(0);
+    let per_sec = calibrate(&g, &pkt, 1.0);
+    let (rate, burst) = testable(1_000_000, 1000, per_sec, 1.0);
+    let limit = Limit::Rate { pps: rate, burst };
+    let tiers = sluice::dataplane::gate::Tiers::plain(limit);
+    g.gate.rebalance(id, &tiers, &mut Default::default()).unwrap();
+    g.gate.reset_counters().unwrap();
+    let (secs, chunk) = (1.5, (per_sec / 100).max(9));
+    let done = Arc::new(AtomicBool::new(false));
+    let rebalancer = {
+        let (g, done) = (g.clone(), done.clone());
+        std::thread::spawn(move || {
+            let (mut last, mut samples) = (Default::default(), Vec::new());
+            while !done.load(Ordering::Relaxed) {
+                g.gate.rebalance(id, &tiers, &mut last).unwrap();
+                let (t, per_cpu) = (mono_ns(), g.gate.class_counters_percpu(id).unwrap());
+                let seen: Vec<u64> = per_cpu.iter().map(|c| c[0]).collect();
+                samples.push((t, seen, per_cpu.iter().map(|c| c[2]).sum::<u64>()));
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            samples
+        })
+    };
+    let start = mono_ns();
+    let until = start + (secs * 1e9) as u64;
+    let senders: Vec<_> = [(0, Spread::Even), (1, spread)]
+        .into_iter()
+        .map(|(cpu, s)| {
+            let (g, pkt) = (g.clone(), pkt.clone());
+            let other = Frame::udp("10.0.0.1", "10.0.0.2", 1, 10).build();
+            std::thread::spawn(move || {
+                pin(cpu);
+                while mono_ns() < until {
+                    match s {
+                        // A ninth of a call of the class, then the rest of
+                        // it of another class: the CPU is never idle between
+                        // calls (each test run puts the program into the XDP
+                        // dispatcher and takes it out; a CPU that sleeps
+                        // between short calls makes the other's calls wait
+                        // 15-30 ms on that, measured).
+                        Spread::Skewed => {
+                            g.gate.test_run(Prog::Gate, &pkt, (chunk / 9).max(1)).unwrap();
+                            g.gate.test_run(Prog::Gate, &other, chunk - chunk / 9).unwrap();
+                        }
+                        // Another class only: CPU 0's calls do not wait on the dispatcher.
+                        Spread::OneHot if cpu == 1 => {
+                            g.gate.test_run(Prog::Gate, &other, chunk).unwrap();
+                        }
+                        _ => {
+                            g.gate.test_run(Prog::Gate, &pkt, chunk).unwrap();
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    senders.into_iter().for_each(|h| h.join().unwrap());
+    done.store(true, Ordering::Relaxed);
+    let samples = rebalancer.join().unwrap();
+    // Steady state: from 300 ms in (the split has followed the arrivals
+    // for many ticks) to 100 ms before the senders stop, less the ticks in
+    // which a sending CPU sent under half its usual (its thread was not
+    // running: this 2-CPU machine runs the harness too, and a bucket left
+    // alone that long caps its tokens; that is the harness, not the split).
+    let ticks: Vec<(u64, Vec<u64>, u64)> = samples
+        .windows(2)
+        .filter(|w| w[0].0 > start + 300_000_000 && w[1].0 + 100_000_000 < until)
+        .map(|w| (w[1].0 - w[0].0, w[1].1.iter().zip(&w[0].1).map(|(b, a)| b - a).collect(), w[1].2 - w[0].2))
+        .collect();
+    let sending: Vec<usize> = (0..2).filter(|&cpu| cpu == 0 || !matches!(spread, Spread::OneHot)).collect();
+    let usual: Vec<u64> = sending
+        .iter()
+        .map(|&cpu| {
+            let mut v: Vec<u64> = ticks.iter().map(|t| t.1[cpu]).collect();
+            v.sort_unstable();
+            v[v.len() / 2]
+        })
+        .collect();
+    // The tick after a short one too: its buckets start full.
+    let normal: Vec<bool> =
+        ticks.iter().map(|t| sending.iter().zip(&usual).all(|(&cpu, &u)| t.1[cpu] * 2 >= u)).collect();
+    let kept: Vec<&(u64, Vec<u64>, u64)> =
+        ticks.iter().enumerate().filter(|&(i, _)| normal[i] && (i == 0 || normal[i - 1])).map(|(_, t)| t).collect();
+    assert!(kept.len() * 2 >= ticks.len(), "most ticks must be kept: {} of {}", kept.len(), ticks.len());
+    let (ns, admitted): (u64, u64) = kept.iter().fold((0, 0), |(n, a), t| (n + t.0, a + t.2));
+    let got = admitted as f64 * 1e9 / ns as f64;
+    let seen: Vec<u64> = g.gate.class_counters_percpu(id).unwrap().iter().map(|c| c[0]).collect();
+    eprintln!(
+        "{spread:?}: arrivals per CPU {seen:?}, {} of {} ticks kept; admitted {got:.0}/s of a limit of {rate}/s",
+        kept.len(),
+        ticks.len()
+    );
+    (got, rate)
+}
+
+/// Measured here (three runs): even -0.00%, 89/11 -0.4 to -0.6%, one CPU
+/// -0.78% (the idle CPU's floor, 1/64 of an even share: at most 1/64 of the
+/// rate at any number of CPUs).
+#[test]
+fn a_class_limit_holds_within_5_percent_however_its_flood_spreads_over_cpus() {
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    for spread in [Spread::Even, Spread::Skewed, Spread::OneHot] {
+        let (got, rate) = admitted_rate(spread);
+        within(&format!("{spread:?}, {rate} pps"), got, rate as f64, 0.05);
+    }
 }
