@@ -52,6 +52,17 @@ pub struct Report {
     pub rounds: usize,
     pub calls: u32,
     pub parts: Vec<Part>,
+    pub counters: CounterRead,
+}
+
+/// What the tick's one read of the gate's counters copies: for each class
+/// id up to the highest in use, every possible CPU's value (the kernel's
+/// per-CPU array has one per possible CPU, and a lookup copies them all).
+#[derive(Debug, Clone, Serialize)]
+pub struct CounterRead {
+    pub ids: u32,
+    pub possible_cpus: usize,
+    pub bytes_per_cpu: usize,
 }
 
 /// Mean CPU µs of `calls` calls of `f`.
@@ -97,6 +108,12 @@ fn measure(services: u32, rounds: usize, calls: u32) -> Result<Report> {
     let mut ticker = Ticker::new(&cfg, None, false)?;
     ticker.read_every_tick();
     let mut calm = Ticker::new(&cfg, None, false)?;
+    // The same classes each at a static rate: every tick re-splits each
+    // one's rate over the possible CPUs (`Gate::rebalance_from`).
+    let mut limited_cfg = cfg.clone();
+    limited_cfg.classes.iter_mut().for_each(|c| c.limit = config::Limit::Rate { pps: 1_000_000, burst: 10_000 });
+    let mut limited = Ticker::new(&limited_cfg, None, false)?;
+    limited.read_every_tick();
     let mut health = HealthReader::new(&cfg, None)?;
     let mut diag = SockDiag::open(None)?;
     let mut netstat = NsFile::open_here("netstat")?;
@@ -122,9 +139,10 @@ fn measure(services: u32, rounds: usize, calls: u32) -> Result<Report> {
     let alone = |keys: &[SockKey]| keys.len() <= sluice::signals::health::ALONE_PER_DUMP * families.len();
     let (udp_alone, tcp_alone) = (alone(&udp_keys), alone(&tcp_keys));
     let either = |yes: bool, rate: f64| if yes { rate } else { 0.0 };
-    let names: [(&'static str, f64); 13] = [
+    let names: [(&'static str, f64); 14] = [
         ("the whole tick (health, auto, budget, limits)", 100.0),
         ("the whole tick, calm, no packet (UDP carried)", 2.0),
+        ("the whole tick, every class limited (not summed)", 0.0),
         ("  health: every signal below, once", 100.0),
         ("  sock_diag UDP, each socket read alone", either(udp_alone, 100.0)),
         ("  sock_diag UDP dump, IPv4 + IPv6", either(!udp_alone, 100.0)),
@@ -142,6 +160,7 @@ fn measure(services: u32, rounds: usize, calls: u32) -> Result<Report> {
         let s = [
             time(calls, || ticker.tick(&mut gate, |_| {}))?,
             time(calls, || calm.tick(&mut gate, |_| {}))?,
+            time(calls, || limited.tick(&mut gate, |_| {}))?,
             time(calls, || health.read(false).map(drop))?,
             time(calls, || diag.read_each(&udp_keys, &mut |_| {}).map(drop))?,
             time(calls, || {
@@ -181,7 +200,12 @@ fn measure(services: u32, rounds: usize, calls: u32) -> Result<Report> {
         })
         .collect();
     drop(held);
-    Ok(Report { services, classes: cfg.classes.len(), rounds, calls, parts })
+    let counters = CounterRead {
+        ids: (0..cfg.classes.len()).map(|c| gate.class_ids().id(c) + 1).max().unwrap_or(0),
+        possible_cpus: gate.ncpus(),
+        bytes_per_cpu: std::mem::size_of::<sluice::bpf_intf::sluice_class_state>().next_multiple_of(8),
+    };
+    Ok(Report { services, classes: cfg.classes.len(), rounds, calls, parts, counters })
 }
 
 /// The table.
@@ -199,5 +223,18 @@ pub fn render(r: &Report) -> String {
     let total = r.parts.iter().filter(|p| p.name.starts_with("the whole tick (") || p.name.starts_with("discovery"));
     let total: f64 = total.map(Part::core_pct).sum();
     let _ = writeln!(s, "daemon loop total (tick + discovery): {total:.2}% of one core (target of issue 8: <= 1%)");
+    let c = &r.counters;
+    let read = r.parts.iter().find(|p| p.name.contains("one batched read")).map_or(f64::NAN, |p| p.us);
+    let _ = writeln!(
+        s,
+        "the gate counters' read copies {} class ids x {} possible CPUs x {} bytes = {:.1} KiB; \
+         {read:.1} us, at most {:.2} us per possible CPU (the call's fixed cost included): \
+         it grows with the possible CPUs, and a limited class's split re-reads none of it",
+        c.ids,
+        c.possible_cpus,
+        c.bytes_per_cpu,
+        (c.ids as usize * c.possible_cpus * c.bytes_per_cpu) as f64 / 1024.0,
+        read / c.possible_cpus as f64
+    );
     s
 }

@@ -13,7 +13,7 @@ fn the_tick_bench_times_every_read_of_the_daemons_loop() {
     let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(r["classes"], 9, "4 UDP + 4 TCP services and the default class: {r}");
     let parts = r["parts"].as_array().unwrap();
-    assert_eq!(parts.len(), 13);
+    assert_eq!(parts.len(), 14);
     for p in parts {
         let us = p["us"].as_f64().unwrap_or(f64::NAN);
         assert!(us > 0.1 && us < 100_000.0, "{p}");
@@ -25,6 +25,15 @@ fn the_tick_bench_times_every_read_of_the_daemons_loop() {
     let min = |name: &str| part(name)["min_us"].as_f64().unwrap();
     assert!(min("the whole tick (") > min("health:"), "the whole tick includes its health reads: {r}");
     assert!(min("health:") > min("softnet_stat"), "the health read includes softnet_stat: {r}");
+    assert!(min("every class limited") > min("the whole tick ("), "limited, each class is also re-split: {r}");
+    // The counters' read: as many ids as classes at least, one value per
+    // possible CPU (the kernel's count, not this test's guess).
+    let possible = std::fs::read_to_string("/sys/devices/system/cpu/possible").unwrap();
+    let last: u64 = possible.trim().rsplit(['-', ',']).next().unwrap().parse().unwrap();
+    let c = &r["counters"];
+    assert!(c["ids"].as_u64().unwrap() >= 9, "{c}");
+    assert_eq!(c["possible_cpus"].as_u64().unwrap(), last + 1, "{c} against {possible}");
+    assert!(c["bytes_per_cpu"].as_u64().unwrap() >= 8, "{c}");
     // Two sockets a family: the tick reads each alone, and the dumps are
     // timed beside them but not made (none a second).
     for (alone, dump) in [("UDP, each socket read alone", "UDP dump"), ("TCP listeners, each", "TCP LISTEN dump")] {

@@ -81,9 +81,22 @@ impl Gate {
     /// here): the class bucket by all of the class's arrivals, or with
     /// source fairness the known tier by the known sources' and the unknown
     /// tier by the unknown sources' (`CpuArrivals`). The daemon calls this
-    /// every tick; see the design comment in gate.bpf.c.
+    /// every tick (`rebalance_from`); see the design comment in gate.bpf.c.
     pub fn rebalance(&self, class: usize, tiers: &Tiers, last: &mut SplitCounts) -> Result<()> {
-        let arrivals = CpuArrivals::since(last, &self.class_counters_percpu(class)?);
+        self.rebalance_from(class, tiers, &self.class_counters_percpu(class)?, last)
+    }
+
+    /// `rebalance` from the class's per-CPU counters as the caller read them
+    /// (the daemon's tick reads every class's in one batch: a second read
+    /// per limited class would copy each possible CPU's counters again).
+    pub fn rebalance_from(
+        &self,
+        class: usize,
+        tiers: &Tiers,
+        counters: &[ClassCounters],
+        last: &mut SplitCounts,
+    ) -> Result<()> {
+        let arrivals = CpuArrivals::since(last, counters);
         let now = self.shares(class)?;
         let mut shares = match tiers.fair {
             Some(_) => known_shares(&tiers.limit, arrivals.known_tier(), tiers.under),

@@ -273,13 +273,18 @@ impl Gate {
         Ok(sum_cpus(self.class_counters_percpu(class)?))
     }
 
-    /// Every class's counters (by class index, `classes` of them) summed
-    /// over CPUs, in one read of the map.
-    pub fn all_class_counters(&self, classes: usize) -> Result<Vec<ClassCounters>> {
+    /// Every class's counters (by class index, `classes` of them) on each
+    /// CPU, in one read of the map.
+    pub fn all_class_counters_percpu(&self, classes: usize) -> Result<Vec<Vec<ClassCounters>>> {
         let count = (0..classes).map(|c| self.ids.id(c) + 1).max().unwrap_or(0);
         let states: Vec<Vec<sluice_class_state>> =
             maps::percpu_entries(&self.skel.maps.class_state, "class_state", count, self.ncpus)?;
-        Ok((0..classes).map(|c| sum_cpus(states[self.ids.id(c) as usize].iter().map(|s| s.cnt))).collect())
+        Ok((0..classes).map(|c| states[self.ids.id(c) as usize].iter().map(|s| s.cnt).collect()).collect())
+    }
+
+    /// Every class's counters (by class index) summed over CPUs, in one read of the map.
+    pub fn all_class_counters(&self, classes: usize) -> Result<Vec<ClassCounters>> {
+        Ok(self.all_class_counters_percpu(classes)?.into_iter().map(sum_cpus).collect())
     }
 
     /// Global counters summed over CPUs.
@@ -336,7 +341,7 @@ impl Gate {
 }
 
 /// One class's counters summed over its per-CPU copies.
-fn sum_cpus(per_cpu: impl IntoIterator<Item = ClassCounters>) -> ClassCounters {
+pub fn sum_cpus(per_cpu: impl IntoIterator<Item = ClassCounters>) -> ClassCounters {
     let mut sum = [0u64; SLUICE_CS_NR as usize];
     for c in per_cpu {
         sum.iter_mut().zip(c).for_each(|(s, v)| *s += v);
