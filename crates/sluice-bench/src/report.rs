@@ -264,7 +264,7 @@ pub fn loss_free(points: &[Point], config: ConfigKind) -> (Option<&Point>, Optio
 fn loss_free_table(o: &mut String, m: &ModelRun) {
     let _ = writeln!(
         o,
-        "  the NAPI study's table: highest loss-free level (< {}% lost), first lossy level, 1 / loss-free rate",
+        "  the NAPI study's table from the levels above (their repeats' medians, not the calibration's runs): highest loss-free level (< {}% lost), first lossy level, 1 / loss-free rate",
         crate::sweep::LOSS_FREE * 100.0
     );
     let mut configs: Vec<ConfigKind> = m.points.iter().map(|p| p.config).collect();
@@ -298,7 +298,7 @@ pub fn summary(r: &Results) -> String {
     for m in &r.models {
         let _ = writeln!(
             o,
-            "{} model: peak {}/s delivered; MLFRR (< {}% loss) {}; static rate {}/s; {} repeat(s) per level: median (min-max)",
+            "{} model: peak {}/s delivered; the calibration's MLFRR (< {}% loss, one short run a rate) {}; static rate {}/s; {} repeat(s) per level: median (min-max)",
             m.model.name(),
             sluice::base::fmt::human(m.peak_pps),
             crate::sweep::LOSS_FREE * 100.0,
@@ -362,10 +362,17 @@ fn esc(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
 }
 
-/// The report's verdict on one model: at the highest level measured, what
-/// the service delivered (of its calibrated peak) in each configuration.
+/// The report's verdict on one model: at the highest level whose cells are
+/// all valid (the generator reached the asked rate in each), what the
+/// service delivered (of its calibrated peak) in each configuration. A
+/// higher level with an invalid cell is named, never quoted.
 pub fn verdict(m: &ModelRun) -> Option<String> {
-    let top = m.points.iter().map(|p| p.multiple).fold(None, |a: Option<f64>, x| Some(a.map_or(x, |a| a.max(x))))?;
+    let mut levels: Vec<f64> = m.points.iter().map(|p| p.multiple).collect();
+    levels.sort_by(|a, b| b.total_cmp(a));
+    levels.dedup();
+    let valid = |level: f64| m.points.iter().filter(|p| p.multiple == level).all(|p| p.valid);
+    let top = levels.iter().copied().find(|&l| valid(l))?;
+    let skipped: Vec<String> = levels.iter().take_while(|&&l| l > top).map(|l| format!("{l}x")).collect();
     let share = |c: ConfigKind| {
         let p = m.points.iter().find(|p| p.multiple == top && p.config == c)?;
         Some(p.delivered_pps.median.map_or("n/a".into(), |d| pct(d / m.peak_pps.max(1.0))))
@@ -387,7 +394,16 @@ pub fn verdict(m: &ModelRun) -> Option<String> {
         1 => parts[0].clone(),
         n => format!("{}, and {}", parts[..n - 1].join(", "), parts[n - 1]),
     };
-    Some(format!("{} model: flooded at {top}x what the service can take, it delivered {said}.", m.model.name()))
+    let not_valid = match skipped.len() {
+        0 => String::new(),
+        _ => {
+            format!(" ({} not quoted: the generator fell short of the asked rate in some cell)", skipped.join(" and "))
+        }
+    };
+    Some(format!(
+        "{} model: flooded at {top}x what the service can take, it delivered {said}{not_valid}.",
+        m.model.name()
+    ))
 }
 
 /// What `sluice bench demo` wrote beside the report (`dns-demo.json`): its
@@ -580,6 +596,25 @@ mod tests {
         assert!(verdict.contains(want), "{verdict}");
         let (params, summary) = (page.find("<h2>Parameters").unwrap(), page.find("<h2>Summary").unwrap());
         assert!(params > summary && page[params..].contains("<pre>"), "parameters come last");
+    }
+
+    /// A level the generator did not reach in some cell is not quoted: the
+    /// verdict stands on the highest level whose cells are all valid, and
+    /// names the one it passed over (issue 52: `make demo` quoted 118% from
+    /// such a cell).
+    #[test]
+    fn the_verdict_stands_on_the_highest_level_whose_cells_are_all_valid() {
+        let mut r = fixture();
+        let m = &mut r.models[0];
+        m.points.iter_mut().filter(|p| p.multiple == 10.0 && p.config == ConfigKind::Auto).for_each(|p| {
+            p.valid = false;
+            p.delivered_pps.median = Some(118e3);
+        });
+        let v = verdict(m).unwrap();
+        assert!(v.contains("flooded at 1x") && v.contains("97% of its peak with sluice (auto)"), "{v}");
+        assert!(v.contains("10x not quoted") && !v.contains("118%"), "{v}");
+        m.points.iter_mut().for_each(|p| p.valid = false);
+        assert_eq!(verdict(m), None, "no valid level: no verdict");
     }
 
     /// The page's text as headless Chromium renders it (`--dump-dom`, tags

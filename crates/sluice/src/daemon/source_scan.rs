@@ -284,7 +284,7 @@ impl SourceTables {
             }
             c.sources = Some(sources::ClassSources {
                 learning: f.learning,
-                quota: f.quota,
+                quota: f.quota.filter(|&q| q != crate::policy::fair::UNPACED),
                 plen4: f.plens.0,
                 plen6: f.plens.1,
                 active_per_epoch: c.rates.source_epochs_ps * TICK.as_secs_f64(),

@@ -24,7 +24,8 @@ pub struct ClassSources {
     /// has been healthy for a second).
     pub learning: bool,
     /// While the class is limited: packets one unknown source may send per
-    /// 10 ms epoch (None: not limited).
+    /// 10 ms epoch (None: not limited, or one unknown source alone, which
+    /// has nobody to share with and is not paced).
     pub quota: Option<u32>,
     /// The prefix length IPv4 sources are counted at.
     pub plen4: u8,

@@ -63,7 +63,8 @@ const OWN_FLOOD: f64 = 1.5;
 pub struct FairStatus {
     /// The egress learner records the class's clients.
     pub learning: bool,
-    /// Packets per unknown source and epoch, while the class is limited.
+    /// Packets per unknown source and epoch, while the class is limited
+    /// (`policy::fair::UNPACED`: one source alone).
     pub quota: Option<u32>,
     /// Prefix lengths unknown sources are counted at (IPv4, IPv6).
     pub plens: (u8, u8),

@@ -52,7 +52,7 @@ impl FairTier {
     /// The quota as the gate paces it: ns between one source's packets
     /// (an epoch is one tick; 0: unlimited, a source with nobody to share with).
     pub fn source_interval_ns(&self) -> u32 {
-        if self.quota == u32::MAX {
+        if self.quota == crate::policy::fair::UNPACED {
             return 0;
         }
         let tick = crate::policy::controller::TICK.as_nanos() as u64;

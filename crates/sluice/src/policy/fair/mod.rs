@@ -292,6 +292,11 @@ pub struct FairTick {
     pub capacity: u32,
 }
 
+/// The quota of a class with one unknown source alone: it has nobody to
+/// share with, and the gate does not pace it (`FairTier::source_interval_ns`).
+/// Status shows no quota for it, not this number.
+pub const UNPACED: u32 = u32::MAX;
+
 /// What the gate is told for the next tick.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct FairOut {
@@ -380,7 +385,7 @@ impl Fair {
         let (plen4, plen6) = PLENS[self.level];
         // One source alone has nobody to share with: its quota is moot, and
         // a tick that runs long would cut it below the rate.
-        let quota = if t.counts.active <= 1 { u32::MAX } else { self.quota.unwrap_or(budget.floor()) as u32 };
+        let quota = if t.counts.active <= 1 { UNPACED } else { self.quota.unwrap_or(budget.floor()) as u32 };
         FairOut { known_pps, unknown_pps, quota, plen4, plen6, by_work: self.unknown.is_some() }
     }
 

@@ -79,7 +79,7 @@ fn sixteen_heavy_sources_share_equally_and_light_ones_keep_theirs() {
 fn a_lone_source_has_no_quota() {
     let mut f = Fair::default();
     let out = f.step(&tick(10_000.0, FairCounts { unknown: 300, under: 99, active: 1, over: 1, ..Default::default() }));
-    assert_eq!(out.quota, u32::MAX);
+    assert_eq!(out.quota, UNPACED);
 }
 
 #[test]

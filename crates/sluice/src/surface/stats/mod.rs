@@ -446,6 +446,11 @@ mod tests {
         assert!(render_sources_class(&s, "nope").unwrap_err().contains("no class named"));
         let d = render_sources_class(&s, "default").unwrap();
         assert!(d.contains("no source state"), "{d}");
+        // Before the first scan: said once, not in each figure's place.
+        s.sources.entries = None;
+        let t = render_table(&s);
+        assert!(t.contains("sources map: 1024 entries, not scanned yet\n"), "{t}");
+        assert_eq!(t.matches("not scanned yet").count(), 1, "{t}");
     }
 
     #[test]

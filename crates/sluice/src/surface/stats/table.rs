@@ -360,15 +360,19 @@ fn render_sources(o: &mut String, s: &Snapshot) {
         );
     }
     let m = &s.sources;
-    let opt = |v: Option<u64>| v.map_or("not scanned yet".to_string(), |v| v.to_string());
-    let _ = writeln!(
-        o,
-        "sources map: {} of {} entries, {} evicted, {} known sources",
-        opt(m.entries),
-        m.capacity,
-        opt(m.evictions),
-        opt(m.known)
-    );
+    let _ = match m.entries {
+        None => writeln!(o, "sources map: {} entries, not scanned yet", m.capacity),
+        Some(entries) => {
+            let opt = |v: Option<u64>| v.map_or("-".to_string(), |v| v.to_string());
+            writeln!(
+                o,
+                "sources map: {entries} of {} entries, {} evicted, {} known sources",
+                m.capacity,
+                opt(m.evictions),
+                opt(m.known)
+            )
+        }
+    };
 }
 
 /// `sluice sources --class NAME`: one class's fairness and its heaviest droppers.
@@ -386,7 +390,7 @@ pub fn render_sources_class(s: &Snapshot, class: &str) -> Result<String, String>
         o,
         "{}: quota {} per 10 ms epoch (paced), counted at /{} /{}; {} active sources per epoch; learning {}",
         c.name,
-        x.quota.map_or("- (not limited)".into(), |q| q.to_string()),
+        x.quota.map_or("- (not limited, or one source: nobody to share with)".into(), |q| q.to_string()),
         x.plen4,
         x.plen6,
         human(x.active_per_epoch),
