@@ -111,7 +111,6 @@ impl Rig {
         let (gen_cpu, victim_cpu) = (0, 1);
         let tb = VictimBed::create(tag, model, gen_cpu, victim_cpu)?;
         add_flood_neighbours(&tb, scenario.streams.iter().map(|s| s.sources).max().unwrap_or(1))?;
-        // A's side: only legitimate replies (and ARP/ND) reach A's stack.
         // A's side: the legitimate replies, the victim's outbound flow and
         // ping's echo replies; everything else is dropped there.
         let replies_only = [

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0-only */
 /*
- * kernel.h - the few kernel structs and fields the tracing programs read
- * (steer.bpf.c, trace.bpf.c), declared with preserve_access_index: libbpf's
+ * kernel.h - the few kernel structs and fields the BPF programs read
+ * (included by gate.bpf.c, steer.bpf.c and trace.bpf.c), declared with
+ * preserve_access_index: libbpf's
  * CO-RE finds each field's offset in the running kernel's BTF at load, so
  * no vmlinux.h is needed and only the fields a program touches must exist.
  */

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
- * sluice.h - the ONE header shared by the BPF programs (the XDP gate in gate.bpf.c,
- * the reader steering in steer.bpf.c) and user space.
+ * sluice.h - the ONE header shared by the BPF programs (the XDP gate in
+ * gate.bpf.c and the headers it includes, the reader steering in
+ * steer.bpf.c, the tracer in trace.bpf.c) and user space.
  *
  * Every constant, enum and struct that both sides use lives here. build.rs runs
  * bindgen over this file, so the Rust side (crate::bpf_intf) is generated from it

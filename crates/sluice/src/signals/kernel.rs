@@ -7,7 +7,7 @@
 //! | datagrams the services took | /proc/net/snmp and snmp6 `InDatagrams` | service rate |
 //! | socket drops | /proc/net/snmp `RcvbufErrors`; sock_diag `SK_MEMINFO_DROPS` | the socket queue overflowed |
 //! | socket queue, receive buffer | sock_diag `INET_DIAG_SKMEMINFO` (rmem_alloc, rcvbuf) of the class's sockets | is the service busy, how full |
-//! | backlog drops, time squeeze | /proc/net/softnet_stat | loss or congestion before the socket |
+//! | time squeeze, backlog drops of the whole host | /proc/net/softnet_stat | congestion before the socket (read and shown; the budget takes backlog drops from the tracer, for the gate's interface only: `health::RxWork`) |
 //!
 //! The files are opened once, inside the namespace, and re-read in place; the
 //! sock_diag netlink socket is created once inside the namespace too.
