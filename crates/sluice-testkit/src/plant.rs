@@ -5,13 +5,13 @@
 //! service that dequeues round robin at a per-packet cost. Driving it past
 //! `1 / (stack + service cost)` reproduces livelock: the stack takes the CPU
 //! and the service starves. Time advances in 20 µs steps; [`Plant::tick`]
-//! returns the controller's [`Signals`] over one 10 ms tick. Two ways to make
+//! returns the controller's [`TickInput`] over one 10 ms tick. Two ways to make
 //! it less tidy than a model: a reader that pauses (`pause`: it reads
 //! nothing for a part of every period, as a service collecting garbage or
 //! writing a log does) and steal (`steal`: a share of the 20 µs steps, drawn
 //! at random from a fixed seed, in which the CPU runs someone else, as a
 //! VM's host does).
-use sluice::policy::controller::Signals;
+use sluice::policy::controller::TickInput;
 
 const SUB_NS: f64 = 20_000.0;
 /// Bytes a queued datagram charges to the socket (truesize of a small skb).
@@ -177,7 +177,7 @@ impl Plant {
     }
 
     /// Run one tick of `dt` seconds and return what the daemon would measure.
-    pub fn tick(&mut self, dt: f64) -> Signals {
+    pub fn tick(&mut self, dt: f64) -> TickInput {
         let before: Vec<PlantClass> = self.classes.clone();
         let (bl0, q0) = (self.backlog_drops, self.queued());
         let steps = (dt * 1e9 / SUB_NS).round() as usize;
@@ -187,7 +187,7 @@ impl Plant {
         let rate = |f: &dyn Fn(&PlantClass) -> u64| -> f64 {
             self.classes.iter().zip(&before).map(|(n, o)| (f(n) - f(o)) as f64).sum::<f64>() / dt
         };
-        Signals {
+        TickInput {
             dt,
             present: self.socket_present,
             offered: rate(&|c| c.seen),

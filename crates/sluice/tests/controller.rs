@@ -44,8 +44,8 @@ fn flood(plant: &mut Plant, multiple: f64) {
 /// A tick of a reader that takes its datagrams in batches: `admitted`
 /// arriving unlimited, `delivered` read, `drops` at its socket, whose queue
 /// never stands at both of the tick's edges; nothing sampled.
-fn batch_reader(admitted: f64, delivered: f64, drops: u64) -> Signals {
-    Signals {
+fn batch_reader(admitted: f64, delivered: f64, drops: u64) -> TickInput {
+    TickInput {
         dt: DT,
         present: true,
         offered: admitted,
@@ -190,7 +190,7 @@ fn lost_signals_hold_the_last_rate_then_fall_back() {
 #[test]
 fn capacity_lets_a_rising_load_through_until_the_service_shows_loss() {
     let mut c = Controller::new(Algo::Capacity, Tuning::default());
-    let quiet = |rate: f64| Signals {
+    let quiet = |rate: f64| TickInput {
         dt: DT,
         present: true,
         offered: rate,
@@ -406,7 +406,7 @@ fn a_service_that_keeps_up_is_not_near_its_knee_until_a_flood() {
 #[test]
 fn a_stall_at_a_light_load_is_near_the_knee_only_for_a_while() {
     let mut c = Controller::new(Algo::Capacity, Tuning::default());
-    let tick = |queue: u64| Signals {
+    let tick = |queue: u64| TickInput {
         dt: DT,
         present: true,
         offered: 1000.0,
@@ -664,7 +664,7 @@ fn a_slowed_service_under_its_steady_load_is_not_limited_and_a_flood_still_is() 
 /// it is.
 #[test]
 fn a_slowdown_does_not_lower_the_calm_capacity_a_loss_run_is_judged_against() {
-    let sig = |admitted: f64, delivered: f64, drops: u64, queue: u64| Signals {
+    let sig = |admitted: f64, delivered: f64, drops: u64, queue: u64| TickInput {
         dt: DT,
         present: true,
         offered: admitted,
@@ -722,7 +722,7 @@ fn a_catch_up_after_a_slowdown_is_not_steady_loss_and_a_flood_is() {
     let sig = |admitted: f64, delivered: f64, drops: u64, known: f64| {
         let sampled = (admitted * DT / 16.0).round() as u64;
         let sampled_known = (known * sampled as f64).round() as u64;
-        Signals { sampled, sampled_known, ..batch_reader(admitted, delivered, drops) }
+        TickInput { sampled, sampled_known, ..batch_reader(admitted, delivered, drops) }
     };
     let calm = |c: &mut Controller, ticks: usize| {
         for _ in 0..ticks {

@@ -37,7 +37,7 @@ use crate::surface::stats::AutoStatus;
 
 use crate::dataplane::gate::counters::ClassTotals;
 use crate::policy::config::{AutoSpec, Config, Limit};
-use crate::policy::controller::{decide, Algo, Controller, Engage, Signals, Tuning, QUEUE_LOW};
+use crate::policy::controller::{decide, Algo, Controller, Engage, TickInput, Tuning, QUEUE_LOW};
 use crate::signals::health::Health;
 use crate::signals::kernel::{udp_counters, NsFile, SockDiag, SockStats};
 
@@ -93,7 +93,7 @@ pub struct Sample {
 
 /// Class `i`'s signals over the time between two samples (see the module
 /// comment for how its delivered rate and the path signals are had).
-pub fn class_signals(prev: &Sample, now: &Sample, i: usize) -> Signals {
+pub fn class_signals(prev: &Sample, now: &Sample, i: usize) -> TickInput {
     let dt = now.at.duration_since(prev.at).as_secs_f64().max(1e-4);
     let d = |a: u64, b: u64| b.saturating_sub(a) as f64;
     let (p, n) = (prev.classes[i], now.classes[i]);
@@ -111,7 +111,7 @@ pub fn class_signals(prev: &Sample, now: &Sample, i: usize) -> Signals {
     let sock_drops = sock_drops + n.room_drops.saturating_sub(p.room_drops);
     let carries_the_flood = offered >= PATH_SHARE * d(prev.all_seen, now.all_seen) / dt && offered > 0.0;
     let path = |a: u64, b: u64| if carries_the_flood { b.saturating_sub(a) } else { 0 };
-    Signals {
+    TickInput {
         dt,
         present: n.sock.sockets > 0,
         offered,
@@ -392,7 +392,7 @@ impl AutoLoop {
 
 /// Say in the daemon's log when a class's controller engages (and by which
 /// rule) or lets go: at most once a second a class (RELEASE_TICKS).
-fn log_engage(name: &str, was: Option<Engage>, ctl: &Controller, sig: &Signals) {
+fn log_engage(name: &str, was: Option<Engage>, ctl: &Controller, sig: &TickInput) {
     match (was, ctl.engaged) {
         (None, Some(why)) => log::info(format_args!(
             "auto: {name} limited at {}/s ({}: {}; capacity estimate {}/s; in its tick of {:.0} ms {}/s admitted, {}/s delivered, queue {} -> {} bytes)",
@@ -414,7 +414,7 @@ fn log_engage(name: &str, was: Option<Engage>, ctl: &Controller, sig: &Signals) 
 }
 
 /// One tick of a class's controller, for the trace.
-fn trace_point(since_start: Duration, ctl: &Controller, sig: &Signals) -> TracePoint {
+fn trace_point(since_start: Duration, ctl: &Controller, sig: &TickInput) -> TracePoint {
     TracePoint {
         t: since_start.as_secs_f64(),
         offered_pps: sig.offered,

@@ -9,10 +9,47 @@ use anyhow::Result;
 use crate::base::log;
 use crate::bpf_intf::{sluice_known, sluice_known_part, sluice_src_key};
 use crate::daemon::tick::KNOWN_TTL_SECS;
-use crate::dataplane::gate::Gate;
+use crate::dataplane::gate::{Gate, IdIndex};
+use crate::policy::config::{Config, DEFAULT_CLASS};
 use crate::signals::known::{self, Known};
 
-use super::source_scan::Shape;
+/// The config a scan works for: its generation (one per switch), its class
+/// count, the classes that learn clients (every class but the default) and
+/// those of them that are untrusted (at the untrusted priority), as bits by
+/// class index, the known map's capacity, and the gate's class ids (the
+/// maps' keys carry ids: the scan reads them as class indexes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shape {
+    pub generation: u64,
+    pub classes: usize,
+    pub learns: u64,
+    pub untrusted: u64,
+    pub known_capacity: u32,
+    pub ids: IdIndex,
+}
+
+impl Shape {
+    /// The shape of `cfg`, the `generation`th config in force.
+    pub fn of(cfg: &Config, generation: u64, gate: &Gate) -> Shape {
+        let mask = |f: &dyn Fn(&crate::policy::config::Class) -> bool| {
+            cfg.classes.iter().enumerate().filter(|(_, c)| f(c)).fold(0u64, |m, (i, _)| m | 1u64 << i)
+        };
+        let untrusted = crate::signals::discover::UNTRUSTED_PRIORITY;
+        Shape {
+            generation,
+            classes: cfg.classes.len(),
+            learns: mask(&|c| c.name != DEFAULT_CLASS),
+            untrusted: mask(&|c| c.name != DEFAULT_CLASS && c.priority >= untrusted),
+            known_capacity: gate.known_capacity(),
+            ids: gate.class_ids().index(),
+        }
+    }
+
+    /// Each class's part of the known map (`known::parts`), by class id.
+    pub fn parts(&self) -> Vec<u64> {
+        crate::signals::known::parts(self.known_capacity, self.classes, self.learns, self.untrusted)
+    }
+}
 
 pub(super) struct KnownStore {
     file: PathBuf,

@@ -27,26 +27,14 @@ use libbpf_rs::MapHandle;
 use crate::base::log;
 use crate::bpf_intf::{sluice_known, sluice_known_part, sluice_src_key};
 use crate::daemon::tick::FairStatus;
-use crate::dataplane::gate::{dump_map, occupied_sources, Gate, IdIndex};
-use crate::policy::config::{Config, DEFAULT_CLASS};
+use crate::dataplane::gate::{dump_map, occupied_sources, Gate};
+use crate::policy::config::Config;
 use crate::policy::controller::TICK;
 use crate::signals::sources;
 use crate::surface::stats::{ClassTotals, Snapshot};
 
-/// The config a scan works for: its generation (one per switch), its class
-/// count, the classes that learn clients (every class but the default) and
-/// those of them that are untrusted (at the untrusted priority), as bits by
-/// class index, the known map's capacity, and the gate's class ids (the
-/// maps' keys carry ids: the scan reads them as class indexes).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Shape {
-    pub generation: u64,
-    pub classes: usize,
-    pub learns: u64,
-    pub untrusted: u64,
-    pub known_capacity: u32,
-    pub ids: IdIndex,
-}
+/// The config a scan works for (it is the known map's shape: `known_store`).
+pub use super::known_store::Shape;
 
 /// What one scan found.
 pub struct Found {
@@ -121,29 +109,6 @@ impl SourceScan {
     /// The last scan's result, if one came since the last call.
     pub fn take(&self) -> Option<Result<Found>> {
         self.found.try_recv().ok()
-    }
-}
-
-impl Shape {
-    /// The shape of `cfg`, the `generation`th config in force.
-    pub fn of(cfg: &Config, generation: u64, gate: &Gate) -> Shape {
-        let mask = |f: &dyn Fn(&crate::policy::config::Class) -> bool| {
-            cfg.classes.iter().enumerate().filter(|(_, c)| f(c)).fold(0u64, |m, (i, _)| m | 1u64 << i)
-        };
-        let untrusted = crate::signals::discover::UNTRUSTED_PRIORITY;
-        Shape {
-            generation,
-            classes: cfg.classes.len(),
-            learns: mask(&|c| c.name != DEFAULT_CLASS),
-            untrusted: mask(&|c| c.name != DEFAULT_CLASS && c.priority >= untrusted),
-            known_capacity: gate.known_capacity(),
-            ids: gate.class_ids().index(),
-        }
-    }
-
-    /// Each class's part of the known map (`known::parts`), by class id.
-    pub fn parts(&self) -> Vec<u64> {
-        crate::signals::known::parts(self.known_capacity, self.classes, self.learns, self.untrusted)
     }
 }
 

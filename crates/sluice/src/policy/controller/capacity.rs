@@ -19,7 +19,7 @@
 //! With nothing refused (demand fits), `T` is the estimate: the class is
 //! either unlimited (not engaged) or let go after RELEASE_TICKS.
 use super::estimate::{Verdict, LOSS_SHARE};
-use super::{Controller, CtlState, Signals, OVERLOAD_QUEUE, QUEUE_LOW};
+use super::{Controller, CtlState, TickInput, OVERLOAD_QUEUE, QUEUE_LOW};
 
 /// Ticks in one probe cycle (40 ms): a capacity that rose is found within
 /// 40 ms even while the service is not saturated (BBR cycles through eight
@@ -48,7 +48,7 @@ pub const PROBE_STEP_MAX: f64 = 0.2;
 pub const DRAIN_GAIN: f64 = 0.95;
 
 impl Controller {
-    pub(super) fn capacity_target(&mut self, s: &Signals) -> f64 {
+    pub(super) fn capacity_target(&mut self, s: &TickInput) -> f64 {
         let probed = self.gain > 1.0;
         let queued = s.queue_over(QUEUE_LOW);
         // What the probe's tick read of what arrived in it: a clean sample

@@ -1,5 +1,5 @@
 //! The capacity estimate: what a class's service takes, from the one
-//! quantity that says it, the rate the service read (`Signals::delivered`).
+//! quantity that says it, the rate the service read (`TickInput::delivered`).
 //! Both algorithms keep it (the default one sets its limit from it, the
 //! baseline reports it beside its own target); it is pure arithmetic on the
 //! tick's signals.
@@ -43,7 +43,7 @@
 use std::collections::VecDeque;
 
 use super::owed::Owed;
-use super::{unknown_share, Signals, ENGAGE_TICKS};
+use super::{unknown_share, TickInput, ENGAGE_TICKS};
 
 /// Ticks (10 s) the windowed maximum remembers a sample: long against a
 /// flood's pauses and the calm between floods, so a class meets the next
@@ -233,7 +233,7 @@ impl Default for Estimate {
 /// `distress::Judgement::behind` is too: a client's burst that overflowed a
 /// short queue and drained within the tick is not), or drops before the
 /// socket?
-pub fn lost(s: &Signals) -> bool {
+pub fn lost(s: &TickInput) -> bool {
     crate::policy::queue::losing(s.sock_drops > 0, s.queue_start, s.queue_end, s.rcvbuf)
         || s.backlog_drops > 0
         || s.squeeze > 0
@@ -242,7 +242,7 @@ pub fn lost(s: &Signals) -> bool {
 impl Estimate {
     /// Take one tick's signals (the service's sockets were found);
     /// `probed`: the gate admitted over the estimate in it on purpose.
-    pub fn observe(&mut self, s: &Signals, probed: bool) {
+    pub fn observe(&mut self, s: &TickInput, probed: bool) {
         if self.recent.len() == (LOSS_TICKS as usize).max(SAMPLE_TICKS) {
             self.recent.pop_front();
         }

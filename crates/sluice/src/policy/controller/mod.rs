@@ -2,7 +2,7 @@
 //!
 //! Every tick (10 ms, the 100 Hz of Macpherson's "Performing Under
 //! Overload") the daemon hands [`Controller::step`] what it measured over one
-//! auto class in the tick ([`Signals`]) and gets back the rate `T` that class
+//! auto class in the tick ([`TickInput`]) and gets back the rate `T` that class
 //! may admit; [`decide`] turns it into the class's limit.
 //!
 //! Each auto class has its own controller, fed its own signals: its own
@@ -253,7 +253,7 @@ impl CtlState {
 
 /// One tick's measurements, as rates over the tick unless said otherwise.
 #[derive(Debug, Clone, Default)]
-pub struct Signals {
+pub struct TickInput {
     /// Length of the tick (s).
     pub dt: f64,
     /// False when the service's sockets could not be found this tick.
@@ -290,7 +290,7 @@ pub fn unknown_share(sampled: u64, known: u64) -> Option<f64> {
     (sampled >= MIN_SAMPLES).then(|| 1.0 - known.min(sampled) as f64 / sampled as f64)
 }
 
-impl Signals {
+impl TickInput {
     /// The share of the tick's arrivals from sources the class does not
     /// know (None: under MIN_SAMPLES sampled).
     pub fn unknown_share(&self) -> Option<f64> {
@@ -426,7 +426,7 @@ impl Controller {
     /// unknown sources only); let go after
     /// RELEASE_TICKS in which what arrived fitted under the limit with no
     /// loss run.
-    fn engage(&mut self, s: &Signals) {
+    fn engage(&mut self, s: &TickInput) {
         let overload = self.est.verdict == Verdict::Overloaded;
         let fits = s.offered <= self.target * LIMITING_MARGIN + 1.0;
         self.calm_ticks = if fits && !overload { self.calm_ticks.saturating_add(1) } else { 0 };
@@ -434,7 +434,7 @@ impl Controller {
         // debt (`owed`: they were held back, and catch up) is no surge.
         let surge = surge(self.calm_capacity, self.est.fresh_mean());
         self.run_excess =
-            run_excess(self.run_excess, self.est.capacity, &Signals { admitted: self.est.fresh(), ..s.clone() });
+            run_excess(self.run_excess, self.est.capacity, &TickInput { admitted: self.est.fresh(), ..s.clone() });
         self.drop_ticks = if s.dropped() { self.drop_ticks.saturating_add(1) } else { 0 };
         // Every rule but the surge's asks that arrivals rose over
         // STEADY_SURGE times the calm capacity (or that the service was
@@ -529,7 +529,7 @@ impl Controller {
     }
 
     /// One tick: take the measurements, return the new admitted total.
-    pub fn step(&mut self, s: &Signals) -> f64 {
+    pub fn step(&mut self, s: &TickInput) -> f64 {
         if !s.present {
             self.lost_secs += s.dt;
             self.state = if self.lost_secs > self.tuning.hold_secs { CtlState::Fallback } else { CtlState::Holding };
@@ -582,7 +582,7 @@ pub const CALM_KNOWN: f64 = crate::policy::fair::ROOM_KNOWN;
 /// (no calm capacity yet, every client unknown), or at a class under
 /// CALM_KNOWN of whose quiet arrivals came from known clients, is left to the
 /// other rules: a service at its knee looks the same then.
-pub fn newcomers(calm: f64, s: &Signals) -> bool {
+pub fn newcomers(calm: f64, s: &TickInput) -> bool {
     let losing = s.sock_drops > 0 && s.queue_over(OVERLOAD_QUEUE);
     calm > 0.0 && losing && s.unknown_share().is_some_and(|u| u * s.offered >= STEADY_SURGE * calm)
 }
@@ -604,7 +604,7 @@ pub fn surge(calm: f64, arriving: f64) -> bool {
 /// or what the service read in the tick where that is more: while calm the
 /// estimate is only the calm load (what was read), and a client's burst
 /// over it would pile up against that.
-pub fn run_excess(before: f64, capacity: f64, s: &Signals) -> f64 {
+pub fn run_excess(before: f64, capacity: f64, s: &TickInput) -> f64 {
     if !s.dropped() || capacity <= 0.0 {
         return 0.0;
     }
@@ -616,7 +616,7 @@ pub fn run_excess(before: f64, capacity: f64, s: &Signals) -> f64 {
 /// on the tick's signals, then the class's rate: the target while the
 /// controller is engaged, None (unlimited) while the service is healthy, or
 /// the class's fallback rate once the signals have been lost for too long.
-pub fn decide(ctl: &mut Controller, sig: &Signals, fallback: Option<f64>) -> Option<f64> {
+pub fn decide(ctl: &mut Controller, sig: &TickInput, fallback: Option<f64>) -> Option<f64> {
     ctl.step(sig);
     if ctl.in_fallback() {
         fallback

@@ -6,10 +6,10 @@
 //! must keep moving to see the slope, so it always admits a little too much
 //! or too little: `capacity` (the estimator ours uses) is kept beside it to
 //! compare the two on the same runs.
-use super::{Controller, CtlState, Signals};
+use super::{Controller, CtlState, TickInput};
 
 impl Controller {
-    pub(super) fn pno(&mut self, s: &Signals) -> f64 {
+    pub(super) fn pno(&mut self, s: &TickInput) -> f64 {
         if s.delivered < self.last_delivered {
             self.dir = -self.dir;
         } else if s.delivered == self.last_delivered {
