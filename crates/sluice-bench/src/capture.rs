@@ -193,7 +193,12 @@ struct Bed {
 
 impl Bed {
     fn start() -> Result<Bed> {
-        let tb = VictimBed::create("capture", VictimModel::SameCore, 0, 1)?;
+        let tb = VictimBed::create(
+            "capture",
+            VictimModel::SameCore,
+            crate::cpu_plan::here().generator,
+            crate::cpu_plan::here().service,
+        )?;
         let gate = netns::run_in(&tb.net.b, || {
             let mut g = Gate::load()?;
             g.attach(IF_B, config::XdpMode::Native, false)?;
@@ -248,7 +253,7 @@ impl Bed {
         let secs = (FRAMES as f64 / cap_pps).max(0.1);
         let (a, ifx, gen) = (net.a.clone(), net.ifindex_a, self.gen.clone());
         let (counts, run_secs) = netns::run_in(&a, move || {
-            netns::pin_thread(0)?;
+            netns::pin_thread(crate::cpu_plan::here().generator)?;
             gen.lock().unwrap().run(ifx, Duration::from_secs_f64(secs), 64)
         })?;
         std::thread::sleep(Duration::from_millis(1000));

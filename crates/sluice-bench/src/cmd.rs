@@ -14,6 +14,7 @@ use sluice_bench::{
 };
 
 use crate::args::*;
+use sluice_bench::cpu_plan;
 
 /// The `sluice` binary beside this one: the bench runs its `run` and
 /// `status` (and this binary's own `serve` and `send`, found beside it:
@@ -119,7 +120,7 @@ pub(crate) fn cmd_bench_services(svc: services::Service, sources: bool, a: Bench
                 anyhow::ensure!(cpu < n, "--clients-cpu {cpu}: this host runs CPUs 0 to {}", n - 1);
                 cpu
             }
-            None => services::GEN_CPU,
+            None => cpu_plan::here().generator,
         },
         interrupted: stop_flag()?,
     };

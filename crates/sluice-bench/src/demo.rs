@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
+use crate::cpu_plan;
 use crate::dns;
 use crate::gen::{stream_value, DEFAULT_BATCH};
 use crate::procs::{start_daemon, status_after, Proc};
@@ -33,8 +34,6 @@ use crate::victim::{VictimBed, VictimModel, IF_B};
 use crate::workers::{GenDone, GenWorker};
 use sluice::signals::kernel::{proc_counter, NsFile};
 
-const GEN_CPU: usize = 0;
-const VICTIM_CPU: usize = 1;
 /// Seconds of the calibration (the flood alone).
 const CALIBRATE_SECS: f64 = 2.0;
 /// The flood should be at least this many times what the victim takes.
@@ -100,7 +99,7 @@ impl Phase {
 /// the table, which it returns for the report.
 pub fn run(o: &DemoOpts) -> Result<crate::report::DnsDemo> {
     sluice::dataplane::gate::check_privileges()?;
-    let bed = VictimBed::create("demo", VictimModel::Nic, GEN_CPU, VICTIM_CPU)?;
+    let bed = VictimBed::create("demo", VictimModel::Nic, cpu_plan::here().generator, cpu_plan::here().service)?;
     // The nic model's receive side: the stack on the victim CPU (RPS), beside the service.
     bed.steer_rps()?;
     add_flood_neighbours(&bed, 64)?;
@@ -108,11 +107,14 @@ pub fn run(o: &DemoOpts) -> Result<crate::report::DnsDemo> {
     let dir = std::env::temp_dir().join(format!("{}-files", bed.net.b));
     std::fs::create_dir_all(&dir)?;
     // At nice 19: the clients on its CPU send what they ask; the flood takes the rest.
-    let gen = GenWorker::start(&bed.net.a, GEN_CPU, bed.net.ifindex_a, 19)?;
+    let gen = GenWorker::start(&bed.net.a, cpu_plan::here().generator, bed.net.ifindex_a, 19)?;
     let demo = Demo { o, bed: &bed, dir: &dir, gen };
     println!(
-        "== testbed: namespaces {} (clients and the flood's generator, CPU {GEN_CPU}) and {} (NSD, CPU {VICTIM_CPU}), veth va <-> vb",
-        bed.net.a, bed.net.b
+        "== testbed: namespaces {} (clients and the flood's generator, CPU {}) and {} (NSD, CPU {}), veth va <-> vb",
+        bed.net.a,
+        cpu_plan::here().generator,
+        bed.net.b,
+        cpu_plan::here().service
     );
     let result = (|| -> Result<(Calibration, Vec<Phase>)> {
         let _nsd = demo.start_nsd()?;
@@ -205,11 +207,11 @@ impl Demo<'_> {
         let p = dns::start_nsd(
             self.dir,
             &self.bed.net.b,
-            VICTIM_CPU,
+            cpu_plan::here().service,
             std::slice::from_ref(&ip),
-            (&self.bed.net.a, GEN_CPU),
+            (&self.bed.net.a, cpu_plan::here().generator),
         )?;
-        println!("== NSD answers on {ip}:53 (one server process, rrl off), pinned to CPU {VICTIM_CPU}");
+        println!("== NSD answers on {ip}:53 (one server process, rrl off), pinned to CPU {}", cpu_plan::here().service);
         Ok(p)
     }
 
@@ -268,7 +270,8 @@ impl Demo<'_> {
         std::thread::sleep(Duration::from_millis(500));
         let half = Duration::from_secs_f64(secs / 2.0);
         let status = gate.is_some().then(|| status_after(&self.o.exe, &self.bed.net.b, &sock, half));
-        let (perf, probe) = dns::clients(&self.bed.net.a, GEN_CPU, self.dir, self.bed.net.ip_b, self.o.qps, secs)?;
+        let (perf, probe) =
+            dns::clients(&self.bed.net.a, cpu_plan::here().generator, self.dir, self.bed.net.ip_b, self.o.qps, secs)?;
         if let Some(st) = status.and_then(|t| t.join().ok()).transpose()? {
             println!("== sluice status, during the flood");
             print!("{st}");

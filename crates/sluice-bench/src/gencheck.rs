@@ -29,7 +29,12 @@ pub struct GenCheck {
 /// Send 64-byte frames at each rate for `secs`; one testbed for all of them.
 pub fn check(rates: &[f64], secs: f64, batch: u32) -> Result<Vec<GenCheck>> {
     sluice::dataplane::gate::check_privileges()?;
-    let tb = VictimBed::create("gencheck", VictimModel::SameCore, 0, 1)?;
+    let tb = VictimBed::create(
+        "gencheck",
+        VictimModel::SameCore,
+        crate::cpu_plan::here().generator,
+        crate::cpu_plan::here().service,
+    )?;
     let gate = netns::run_in(&tb.net.b, || {
         let cfg = config::from_flags(&["default:rate=blocked".into()])?;
         let mut g = Gate::load()?;
@@ -50,7 +55,7 @@ pub fn check(rates: &[f64], secs: f64, batch: u32) -> Result<Vec<GenCheck>> {
         )?;
         let (a, ifx, g) = (tb.net.a.clone(), tb.net.ifindex_a, gen.clone());
         let (counts, run_secs) = netns::run_in(&a, move || {
-            netns::pin_thread(0)?;
+            netns::pin_thread(crate::cpu_plan::here().generator)?;
             let mut g = g.lock().unwrap();
             g.set_streams(&[v])?;
             g.run(ifx, Duration::from_secs_f64(secs), batch)

@@ -43,6 +43,7 @@ pub mod gen_skel {
 
 pub mod capture;
 pub mod cpu;
+pub mod cpu_plan;
 pub mod demo;
 pub mod dns;
 pub mod echo;

@@ -43,6 +43,7 @@ use serde::Serialize;
 
 use sluice_testkit::summary::median;
 
+use crate::cpu_plan;
 use crate::dns;
 use crate::echo::{self, percentile, Load};
 use crate::matrix::{interleave, Results, Runner};
@@ -51,8 +52,6 @@ use crate::procs::{in_ns, start_daemon, tree_cpu_secs, Proc};
 use crate::victim::{VictimBed, VictimModel};
 
 const PORT: u16 = 7500;
-const GEN_CPU: usize = 0;
-const VICTIM_CPU: usize = 1;
 /// Part `threads`: offered load and the service's work per datagram.
 const THREADS_RATE: u64 = 120_000;
 const THREADS_WORK_NS: u64 = 10_000;
@@ -149,9 +148,9 @@ pub struct Head {
 /// configurations interleave); results go to OUT/results.json as they come.
 pub fn run(o: &ReadersOpts, out: &Path) -> Result<Vec<Cell>> {
     std::fs::create_dir_all(out)?;
-    let bed = VictimBed::create("readers", VictimModel::Nic, GEN_CPU, VICTIM_CPU)?;
+    let bed = VictimBed::create("readers", VictimModel::Nic, cpu_plan::here().generator, cpu_plan::here().service)?;
     let stats = BpfStats::enable()?;
-    let meter = IdleMeter::start(VICTIM_CPU)?;
+    let meter = IdleMeter::start(cpu_plan::here().service)?;
     let plan = interleave(&plan(), o.repeats);
     let mut results = Results::new("readers", Head { secs: o.secs, repeats: o.repeats });
     let mut stall_rate = None;
@@ -189,7 +188,7 @@ pub fn run(o: &ReadersOpts, out: &Path) -> Result<Vec<Cell>> {
 fn start_service(o: &ReadersOpts, bed: &VictimBed, s: &Setup) -> Result<Proc> {
     let (sockets, threads) = if s.layout == "shared" { (1, s.readers) } else { (s.readers, 1) };
     let work = if s.part == "threads" { THREADS_WORK_NS } else { STALL_WORK_NS };
-    let cpu = if s.part == "threads" { None } else { Some(VICTIM_CPU) };
+    let cpu = if s.part == "threads" { None } else { Some(cpu_plan::here().service) };
     let mut c = in_ns(&bed.net.b, cpu);
     c.arg(crate::load_exe(&o.exe)).args(["serve", "udp-echo", "--port", &PORT.to_string(), "--json"]);
     c.args(["--readers", &sockets.to_string(), "--threads", &threads.to_string()]);
@@ -249,14 +248,14 @@ fn cell(
         wait_steered(&o.exe, &bed.net.b, &sock)?;
     }
     let before = prog_stats();
-    let cpu0 = meter.sample(VICTIM_CPU)?;
+    let cpu0 = meter.sample(cpu_plan::here().service)?;
     let svc0 = tree_cpu_secs(service.id());
     let load = if s.part == "nsd" {
         dns_load(bed, out, o.secs)?
     } else {
-        echo::client(&bed.net.a, GEN_CPU, &format!("{}:{PORT}", bed.net.ip_b), rate, o.secs)?
+        echo::client(&bed.net.a, cpu_plan::here().generator, &format!("{}:{PORT}", bed.net.ip_b), rate, o.secs)?
     };
-    let cpu1 = meter.sample(VICTIM_CPU)?;
+    let cpu1 = meter.sample(cpu_plan::here().service)?;
     let svc_ns = (tree_cpu_secs(service.id()) - svc0) * 1e9;
     let after = prog_stats();
     daemon.terminate("sluice run")?;
@@ -308,12 +307,20 @@ fn start_nsd(bed: &VictimBed, out: &Path) -> Result<Proc> {
     let dir = out.join("nsd");
     std::fs::create_dir_all(&dir)?;
     let addrs = [bed.net.ip_b.to_string()];
-    dns::start_nsd_servers(&dir, &bed.net.b, VICTIM_CPU, &addrs, (&bed.net.a, GEN_CPU), NSD_SERVERS)
+    dns::start_nsd_servers(
+        &dir,
+        &bed.net.b,
+        cpu_plan::here().service,
+        &addrs,
+        (&bed.net.a, cpu_plan::here().generator),
+        NSD_SERVERS,
+    )
 }
 
 /// dnsperf at NSD_QPS and the latency probe, from namespace A.
 fn dns_load(bed: &VictimBed, out: &Path, secs: f64) -> Result<Load> {
-    let (perf, probe) = dns::clients(&bed.net.a, GEN_CPU, &out.join("nsd"), bed.net.ip_b, NSD_QPS, secs)?;
+    let (perf, probe) =
+        dns::clients(&bed.net.a, cpu_plan::here().generator, &out.join("nsd"), bed.net.ip_b, NSD_QPS, secs)?;
     let rtts_us = probe.rtt_ms.iter().map(|ms| (ms * 1000.0) as u32).collect();
     Ok(Load { sent: perf.sent, answered: perf.completed, rtts_us })
 }

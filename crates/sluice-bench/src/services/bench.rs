@@ -1,6 +1,7 @@
 //! The running testbed of one scenario: the service, the generator, and
 //! each cell (a flood, a configuration, a repeat) measured in it.
 use super::*;
+use crate::cpu_plan;
 use sluice::policy::delay::Delays;
 use sluice::surface::stats::Snapshot;
 
@@ -62,17 +63,19 @@ impl<'a> Bench<'a> {
         let service = match svc {
             Service::Dns => {
                 let addrs = [bed.net.ip_b.to_string(), bed.net.ip6_b.to_string()];
-                dns::start_nsd(dir, b, VICTIM_CPU, &addrs, (a, GEN_CPU))?
+                dns::start_nsd(dir, b, cpu_plan::here().service, &addrs, (a, cpu_plan::here().generator))?
             }
-            Service::Http => http::start_nginx(dir, b, VICTIM_CPU, a, bed.net.ip_b)?,
+            Service::Http => http::start_nginx(dir, b, cpu_plan::here().service, a, bed.net.ip_b)?,
         };
         // At nice 19: the clients on its CPU send what they ask; the flood takes the rest.
-        let gen = GenWorker::start(a, GEN_CPU, bed.net.ifindex_a, 19)?;
+        let gen = GenWorker::start(a, cpu_plan::here().generator, bed.net.ifindex_a, 19)?;
         eprintln!(
-            "== {}: namespaces {a} (clients: CPU {}, generator: CPU {GEN_CPU}) and {b} ({}, CPU {VICTIM_CPU}, nic model)",
+            "== {}: namespaces {a} (clients: CPU {}, generator: CPU {}) and {b} ({}, CPU {}, nic model)",
             svc.name(),
             o.clients_cpu,
-            if svc == Service::Dns { "NSD" } else { "nginx" }
+            cpu_plan::here().generator,
+            if svc == Service::Dns { "NSD" } else { "nginx" },
+            cpu_plan::here().service
         );
         let mut bench = Bench { svc, o, bed, dir, service, gen, capacity: None, _filter: filter };
         if svc == Service::Dns {
@@ -85,7 +88,14 @@ impl<'a> Bench<'a> {
     /// CPU may be the limit: then this is below NSD's true capacity, and the
     /// static cap only safer).
     pub(super) fn dns_capacity(&self) -> Result<f64> {
-        let p = dns::spawn_dnsperf(&self.bed.net.a, GEN_CPU, self.dir, &self.bed.net.ip_b.to_string(), None, 2.0)?;
+        let p = dns::spawn_dnsperf(
+            &self.bed.net.a,
+            cpu_plan::here().generator,
+            self.dir,
+            &self.bed.net.ip_b.to_string(),
+            None,
+            2.0,
+        )?;
         let perf = dns::finish_dnsperf(p, self.dir, 2.0)?;
         let cap = perf.completed as f64 / 2.0;
         eprintln!(
@@ -117,7 +127,11 @@ impl<'a> Bench<'a> {
             repeats: self.o.repeats,
             capacity: self.capacity,
             keep_alive: self.o.keep_alive,
-            cpus: Some(CpuPlan { generator: GEN_CPU, service: VICTIM_CPU, clients: self.o.clients_cpu }),
+            cpus: Some(CpuPlan {
+                generator: cpu_plan::here().generator,
+                service: cpu_plan::here().service,
+                clients: self.o.clients_cpu,
+            }),
         };
         let mut r = ServiceRun::new(scenario, head);
         let plan = interleave(&self.plan(), self.o.repeats);
@@ -231,7 +245,7 @@ impl<'a> Bench<'a> {
                 let how = if f.new_conns { http::Heaviness::NewConns } else { http::Heaviness::KeepAlive };
                 let heavy = http::start_heavy(
                     &net.a,
-                    (GEN_CPU, 19),
+                    (cpu_plan::here().generator, 19),
                     (&heavy_sources(f.heavy_srcs), how),
                     net.ip_b,
                     secs + ONSET_SECS,

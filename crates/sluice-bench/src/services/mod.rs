@@ -39,6 +39,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
+use crate::cpu_plan;
 use crate::gen::{stream_value, StreamSpec};
 use crate::matrix::{interleave, Results, Runner};
 use crate::procs::{daemon_softirq_secs, start_daemon, status_after, tree_cpu_secs, Proc};
@@ -58,8 +59,6 @@ pub(crate) use bench::{attach_client_filter, flood_stream, service_drops};
 use report::cell_line;
 pub use report::{summary, targets, write_all};
 
-pub const GEN_CPU: usize = 0;
-const VICTIM_CPU: usize = 1;
 /// What the generator is asked for: above its top rate on this VM, so it sends as fast as it can.
 pub const FLOOD_PPS: f64 = 8e6;
 /// The closed port of the `closed-*` floods.
@@ -394,8 +393,8 @@ pub struct ServiceOpts {
     /// beside NSD (see [`Neighbour`]).
     pub neighbours: bool,
     /// The CPU the legitimate clients (dnsperf, the probes, wrk) run on:
-    /// GEN_CPU, beside the flood's generator, unless told. On veth the gate
-    /// runs on the sender's CPU, so another CPU than the generator's is
+    /// the generator's (`cpu_plan`) unless told. On veth the gate runs on
+    /// the sender's CPU, so another CPU than the generator's is
     /// another RSS queue: the clients enter where the flood does not.
     pub clients_cpu: usize,
     /// Set by Ctrl-C: stop after the current cell.
@@ -555,7 +554,7 @@ pub type ServiceRun = Results<ServiceHead, Cell>;
 pub fn run(svc: Service, o: &ServiceOpts, out: &Path) -> Result<ServiceRun> {
     sluice::dataplane::gate::check_privileges()?;
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
-    let bed = VictimBed::create(svc.name(), VictimModel::Nic, GEN_CPU, VICTIM_CPU)?;
+    let bed = VictimBed::create(svc.name(), VictimModel::Nic, cpu_plan::here().generator, cpu_plan::here().service)?;
     let dir = std::env::temp_dir().join(format!("{}-files", bed.net.b));
     std::fs::create_dir_all(&dir)?;
     let result = (|| {
