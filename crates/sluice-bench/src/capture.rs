@@ -193,12 +193,7 @@ struct Bed {
 
 impl Bed {
     fn start() -> Result<Bed> {
-        let tb = VictimBed::create(
-            "capture",
-            VictimModel::SameCore,
-            crate::cpu_plan::here().generator,
-            crate::cpu_plan::here().service,
-        )?;
+        let tb = VictimBed::create("capture", VictimModel::SameCore)?;
         let gate = netns::run_in(&tb.net.b, || {
             let mut g = Gate::load()?;
             g.attach(IF_B, config::XdpMode::Native, false)?;

@@ -34,7 +34,6 @@ use serde::Serialize;
 use sluice_testkit::summary::median;
 use sluice_testkit::testbed::IF_B;
 
-use crate::cpu_plan;
 use crate::echo::{self, percentile};
 use crate::gen::{stream_value, udp_stream};
 use crate::matrix::{interleave, Planned, Results, Runner};
@@ -103,8 +102,8 @@ struct Bed {
 
 impl Bed {
     fn start(model: VictimModel) -> Result<Bed> {
-        let bed = VictimBed::create("cpu", model, cpu_plan::here().generator, cpu_plan::here().service)?;
-        let gen = GenWorker::start(&bed.net.a, cpu_plan::here().generator, bed.net.ifindex_a, 19)?;
+        let bed = VictimBed::create("cpu", model)?;
+        let gen = GenWorker::start(&bed.net.a, bed.gen_cpu, bed.net.ifindex_a, 19)?;
         let mut flood = udp_stream("flood", FLOOD_PPS, 64, FLOOD_SRC_V4.parse()?, 20_000, bed.net.ip_b, LO_PORT);
         flood.flows = 64;
         gen.gen.write().unwrap().set_streams(&[stream_value(&flood, bed.net.mac_b, bed.net.mac_a)?])?;
@@ -158,7 +157,7 @@ pub fn run(o: &CpuOpts, out: &Path) -> Result<Vec<Cell>> {
 
 /// An echo or sink service on the victim CPU at `nice`.
 fn service(o: &CpuOpts, bed: &VictimBed, port: u16, work: u64, nice: i32, echo: bool) -> Result<Proc> {
-    let mut c = in_ns(&bed.net.b, Some(cpu_plan::here().service));
+    let mut c = in_ns(&bed.net.b, Some(bed.victim_cpu));
     c.args(["nice", "-n", &nice.to_string()]).arg(crate::load_exe(&o.exe));
     c.args(["serve", "udp-echo", "--port", &port.to_string(), "--work-ns", &work.to_string()]);
     c.args(["--duration", &format!("{}", o.secs + 15.0), "--rcvbuf", &RCVBUF.to_string()]);
@@ -203,13 +202,13 @@ fn cell(o: &CpuOpts, bed: &VictimBed, gen: &GenWorker, config: &'static str, rep
     // Discovery looks once a second: let it find both services first.
     std::thread::sleep(Duration::from_millis(1000));
     let dst = format!("{}:{HI_PORT}", bed.net.ip_b);
-    echo::client(&bed.net.a, cpu_plan::here().generator, &dst, HI_RATE / 10, 0.5)?;
+    echo::client(&bed.net.a, bed.gen_cpu, &dst, HI_RATE / 10, 0.5)?;
     let flood = (config != "unflooded").then(|| {
         let rx = gen.send_for(Duration::from_secs_f64(o.secs + 1.0), crate::gen::DEFAULT_BATCH);
         std::thread::sleep(Duration::from_millis(500));
         rx
     });
-    let load = echo::client(&bed.net.a, cpu_plan::here().generator, &dst, HI_RATE, o.secs)?;
+    let load = echo::client(&bed.net.a, bed.gen_cpu, &dst, HI_RATE, o.secs)?;
     let (lo_away, lo_dropped, hi_dropped) = match &inst {
         Installed::Daemon(_, sock) => class_counters(&o.exe, &bed.net.b, sock)?,
         Installed::Pass(_) => (None, None, None),

@@ -99,7 +99,7 @@ impl Phase {
 /// the table, which it returns for the report.
 pub fn run(o: &DemoOpts) -> Result<crate::report::DnsDemo> {
     sluice::dataplane::gate::check_privileges()?;
-    let bed = VictimBed::create("demo", VictimModel::Nic, cpu_plan::here().generator, cpu_plan::here().service)?;
+    let bed = VictimBed::create("demo", VictimModel::Nic)?;
     // The nic model's receive side: the stack on the victim CPU (RPS), beside the service.
     bed.steer_rps()?;
     add_flood_neighbours(&bed, 64)?;
@@ -107,7 +107,7 @@ pub fn run(o: &DemoOpts) -> Result<crate::report::DnsDemo> {
     let dir = std::env::temp_dir().join(format!("{}-files", bed.net.b));
     std::fs::create_dir_all(&dir)?;
     // At nice 19: the clients on its CPU send what they ask; the flood takes the rest.
-    let gen = GenWorker::start(&bed.net.a, cpu_plan::here().generator, bed.net.ifindex_a, 19)?;
+    let gen = GenWorker::start(&bed.net.a, bed.gen_cpu, bed.net.ifindex_a, 19)?;
     let demo = Demo { o, bed: &bed, dir: &dir, gen };
     println!(
         "== testbed: namespaces {} (clients and the flood's generator, CPU {}) and {} (NSD, CPU {}), veth va <-> vb",
@@ -209,7 +209,7 @@ impl Demo<'_> {
             &self.bed.net.b,
             cpu_plan::here().service,
             std::slice::from_ref(&ip),
-            (&self.bed.net.a, cpu_plan::here().generator),
+            (&self.bed.net.a, self.bed.gen_cpu),
         )?;
         println!("== NSD answers on {ip}:53 (one server process, rrl off), pinned to CPU {}", cpu_plan::here().service);
         Ok(p)
@@ -271,7 +271,7 @@ impl Demo<'_> {
         let half = Duration::from_secs_f64(secs / 2.0);
         let status = gate.is_some().then(|| status_after(&self.o.exe, &self.bed.net.b, &sock, half));
         let (perf, probe) =
-            dns::clients(&self.bed.net.a, cpu_plan::here().generator, self.dir, self.bed.net.ip_b, self.o.qps, secs)?;
+            dns::clients(&self.bed.net.a, self.bed.gen_cpu, self.dir, self.bed.net.ip_b, self.o.qps, secs)?;
         if let Some(st) = status.and_then(|t| t.join().ok()).transpose()? {
             println!("== sluice status, during the flood");
             print!("{st}");

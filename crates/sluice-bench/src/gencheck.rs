@@ -29,12 +29,7 @@ pub struct GenCheck {
 /// Send 64-byte frames at each rate for `secs`; one testbed for all of them.
 pub fn check(rates: &[f64], secs: f64, batch: u32) -> Result<Vec<GenCheck>> {
     sluice::dataplane::gate::check_privileges()?;
-    let tb = VictimBed::create(
-        "gencheck",
-        VictimModel::SameCore,
-        crate::cpu_plan::here().generator,
-        crate::cpu_plan::here().service,
-    )?;
+    let tb = VictimBed::create("gencheck", VictimModel::SameCore)?;
     let gate = netns::run_in(&tb.net.b, || {
         let cfg = config::from_flags(&["default:rate=blocked".into()])?;
         let mut g = Gate::load()?;

@@ -148,7 +148,7 @@ pub struct Head {
 /// configurations interleave); results go to OUT/results.json as they come.
 pub fn run(o: &ReadersOpts, out: &Path) -> Result<Vec<Cell>> {
     std::fs::create_dir_all(out)?;
-    let bed = VictimBed::create("readers", VictimModel::Nic, cpu_plan::here().generator, cpu_plan::here().service)?;
+    let bed = VictimBed::create("readers", VictimModel::Nic)?;
     let stats = BpfStats::enable()?;
     let meter = IdleMeter::start(cpu_plan::here().service)?;
     let plan = interleave(&plan(), o.repeats);
@@ -253,7 +253,7 @@ fn cell(
     let load = if s.part == "nsd" {
         dns_load(bed, out, o.secs)?
     } else {
-        echo::client(&bed.net.a, cpu_plan::here().generator, &format!("{}:{PORT}", bed.net.ip_b), rate, o.secs)?
+        echo::client(&bed.net.a, bed.gen_cpu, &format!("{}:{PORT}", bed.net.ip_b), rate, o.secs)?
     };
     let cpu1 = meter.sample(cpu_plan::here().service)?;
     let svc_ns = (tree_cpu_secs(service.id()) - svc0) * 1e9;
@@ -307,20 +307,12 @@ fn start_nsd(bed: &VictimBed, out: &Path) -> Result<Proc> {
     let dir = out.join("nsd");
     std::fs::create_dir_all(&dir)?;
     let addrs = [bed.net.ip_b.to_string()];
-    dns::start_nsd_servers(
-        &dir,
-        &bed.net.b,
-        cpu_plan::here().service,
-        &addrs,
-        (&bed.net.a, cpu_plan::here().generator),
-        NSD_SERVERS,
-    )
+    dns::start_nsd_servers(&dir, &bed.net.b, cpu_plan::here().service, &addrs, (&bed.net.a, bed.gen_cpu), NSD_SERVERS)
 }
 
 /// dnsperf at NSD_QPS and the latency probe, from namespace A.
 fn dns_load(bed: &VictimBed, out: &Path, secs: f64) -> Result<Load> {
-    let (perf, probe) =
-        dns::clients(&bed.net.a, cpu_plan::here().generator, &out.join("nsd"), bed.net.ip_b, NSD_QPS, secs)?;
+    let (perf, probe) = dns::clients(&bed.net.a, bed.gen_cpu, &out.join("nsd"), bed.net.ip_b, NSD_QPS, secs)?;
     let rtts_us = probe.rtt_ms.iter().map(|ms| (ms * 1000.0) as u32).collect();
     Ok(Load { sent: perf.sent, answered: perf.completed, rtts_us })
 }

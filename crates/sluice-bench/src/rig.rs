@@ -108,8 +108,8 @@ impl Drop for Rig {
 impl Rig {
     /// Build the testbed for `model` and start everything in it.
     pub fn start(scenario: &Scenario, model: VictimModel, exe: &Path, tag: &str) -> Result<Rig> {
-        let crate::cpu_plan::Plan { generator: gen_cpu, service: victim_cpu } = crate::cpu_plan::here();
-        let tb = VictimBed::create(tag, model, gen_cpu, victim_cpu)?;
+        let tb = VictimBed::create(tag, model)?;
+        let (gen_cpu, victim_cpu) = (tb.gen_cpu, tb.victim_cpu);
         add_flood_neighbours(&tb, scenario.streams.iter().map(|s| s.sources).max().unwrap_or(1))?;
         // A's side: the legitimate replies, the victim's outbound flow and
         // ping's echo replies; everything else is dropped there.

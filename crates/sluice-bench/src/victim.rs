@@ -68,12 +68,14 @@ pub struct VictimBed {
 }
 
 impl VictimBed {
-    /// Make the testbed (sluice-bench-PID-TAG-a/b, with IPv6). The model is
-    /// put in place by `apply_model`, after the XDP programs are attached.
-    pub fn create(tag: &str, model: VictimModel, gen_cpu: usize, victim_cpu: usize) -> Result<VictimBed> {
+    /// Make the testbed (sluice-bench-PID-TAG-a/b, with IPv6) on the CPU
+    /// plan's two CPUs (`cpu_plan::here`). The model is put in place by
+    /// `apply_model`, after the XDP programs are attached.
+    pub fn create(tag: &str, model: VictimModel) -> Result<VictimBed> {
         let opts = TestbedOpts { prefix: NS_PREFIX, ipv6: true };
         let net = Testbed::create(opts, &format!("{}-{tag}", std::process::id()))?;
-        Ok(VictimBed { net, model, gen_cpu, victim_cpu })
+        let plan = crate::cpu_plan::here();
+        Ok(VictimBed { net, model, gen_cpu: plan.generator, victim_cpu: plan.service })
     }
 
     /// Put the victim model in place. Call it after every XDP attach on vb:

@@ -44,7 +44,7 @@ fn generator_rates_match_the_victims_xdp_counters_within_2_percent() {
 #[test]
 fn ipv6_full_size_frames_with_flows_arrive_intact() {
     let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
-    let tb = VictimBed::create("gen6", VictimModel::SameCore, 0, 1).unwrap();
+    let tb = VictimBed::create("gen6", VictimModel::SameCore).unwrap();
     let b = tb.net.b.clone();
     let gate = netns::run_in(&b, || {
         let cfg = config::from_flags(&["default:rate=blocked".into()])?;

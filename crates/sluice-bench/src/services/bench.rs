@@ -65,10 +65,10 @@ impl<'a> Bench<'a> {
                 let addrs = [bed.net.ip_b.to_string(), bed.net.ip6_b.to_string()];
                 dns::start_nsd(dir, b, cpu_plan::here().service, &addrs, (a, cpu_plan::here().generator))?
             }
-            Service::Http => http::start_nginx(dir, b, cpu_plan::here().service, a, bed.net.ip_b)?,
+            Service::Http => http::start_nginx(dir, b, bed.victim_cpu, a, bed.net.ip_b)?,
         };
         // At nice 19: the clients on its CPU send what they ask; the flood takes the rest.
-        let gen = GenWorker::start(a, cpu_plan::here().generator, bed.net.ifindex_a, 19)?;
+        let gen = GenWorker::start(a, bed.gen_cpu, bed.net.ifindex_a, 19)?;
         eprintln!(
             "== {}: namespaces {a} (clients: CPU {}, generator: CPU {}) and {b} ({}, CPU {}, nic model)",
             svc.name(),

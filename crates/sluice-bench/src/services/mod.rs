@@ -39,7 +39,6 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::cpu_plan;
 use crate::gen::{stream_value, StreamSpec};
 use crate::matrix::{interleave, Results, Runner};
 use crate::procs::{daemon_softirq_secs, start_daemon, status_after, tree_cpu_secs, Proc};
@@ -554,7 +553,7 @@ pub type ServiceRun = Results<ServiceHead, Cell>;
 pub fn run(svc: Service, o: &ServiceOpts, out: &Path) -> Result<ServiceRun> {
     sluice::dataplane::gate::check_privileges()?;
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
-    let bed = VictimBed::create(svc.name(), VictimModel::Nic, cpu_plan::here().generator, cpu_plan::here().service)?;
+    let bed = VictimBed::create(svc.name(), VictimModel::Nic)?;
     let dir = std::env::temp_dir().join(format!("{}-files", bed.net.b));
     std::fs::create_dir_all(&dir)?;
     let result = (|| {
