@@ -32,7 +32,7 @@ use crate::rig::{add_flood_neighbours, attach_gate};
 use crate::services::{attach_client_filter, flood_stream, service_drops, Flood, Service};
 use crate::victim::{VictimBed, VictimModel, IF_B};
 use crate::workers::{GenDone, GenWorker};
-use sluice::signals::kernel::{proc_counter, NsFile};
+use sluice::signals::procfs::{proc_counter, NsFile};
 
 /// Seconds of the calibration (the flood alone).
 const CALIBRATE_SECS: f64 = 2.0;

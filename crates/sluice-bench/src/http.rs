@@ -418,7 +418,7 @@ pub fn settle_listener(ns: &str) -> Result<()> {
 /// Half-open connections (request sockets) to nginx's port in namespace
 /// `ns`, as the daemon counts a listener's SYN queue (sock_diag).
 fn half_open(ns: &str) -> Result<usize> {
-    use sluice::signals::kernel::{SockDiag, TCP_SYN_RECV};
+    use sluice::signals::sock_diag::{SockDiag, TCP_SYN_RECV};
     let mut diag = SockDiag::open(Some(ns))?;
     let mut n = 0;
     for family in [libc::AF_INET as u8, libc::AF_INET6 as u8] {

@@ -12,8 +12,8 @@ use anyhow::{Context, Result};
 use crate::gen::mono_ns;
 use sluice::base::netns;
 pub use sluice::signals::{
-    kernel::parse_snmp_udp, kernel::parse_softnet, kernel::softnet, kernel::udp_counters, kernel::NsFile,
-    kernel::UdpCounters,
+    procfs::parse_snmp_udp, procfs::parse_softnet, procfs::softnet, procfs::udp_counters, procfs::NsFile,
+    procfs::UdpCounters,
 };
 
 /// A loop iteration longer than this means the idle thread was not running
@@ -160,7 +160,7 @@ impl Drop for IdleMeter {
 /// CPU time (utime + stime, clock ticks) of a thread of this process.
 pub fn thread_ticks(tid: i32) -> u64 {
     let s = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap_or_default();
-    sluice::signals::kernel::stat_cpu_ticks(&s).unwrap_or(0)
+    sluice::signals::procfs::stat_cpu_ticks(&s).unwrap_or(0)
 }
 
 /// One CPU's line of /proc/stat: (busy, total) in clock ticks.

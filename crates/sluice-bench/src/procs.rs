@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
-use sluice::signals::kernel::{stat_cpu_ticks, stat_fields};
+use sluice::signals::procfs::{stat_cpu_ticks, stat_fields};
 
 /// A child process, killed (if still running) when dropped.
 pub struct Proc(Option<Child>, bool);

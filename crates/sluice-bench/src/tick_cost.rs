@@ -21,7 +21,8 @@ use sluice::dataplane::gate::{self, Gate};
 use sluice::policy::config::{self, XdpMode};
 use sluice::signals::discover::{self, Discovery, Listeners};
 use sluice::signals::health::HealthReader;
-use sluice::signals::kernel::{softnet, NsFile, SockDiag, SockKey, TCP_LISTEN};
+use sluice::signals::procfs::{softnet, NsFile};
+use sluice::signals::sock_diag::{SockDiag, SockKey, TCP_LISTEN};
 use sluice::{base::netns, dataplane::classify};
 use sluice_testkit::testbed::{Testbed, TestbedOpts, IF_B};
 
@@ -178,7 +179,7 @@ fn measure(services: u32, rounds: usize, calls: u32) -> Result<Report> {
             time(calls, || softnet().map(drop))?,
             time(calls, || {
                 let (a, b) = (snmp.read()?, snmp6.read()?);
-                let _ = sluice::signals::kernel::udp_counters(&a, &b);
+                let _ = sluice::signals::procfs::udp_counters(&a, &b);
                 Ok(())
             })?,
             time(calls, || Ok(gate.all_class_counters(cfg.classes.len()).map(drop)?))?,

@@ -59,7 +59,7 @@ fn servers() -> usize {
     // A zombie is gone (only its exit status is left, for its parent to reap).
     let zombie = |e: &std::fs::DirEntry| {
         let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
-        sluice::signals::kernel::stat_fields(&stat).and_then(|f| f.first().map(|s| *s == "Z")).unwrap_or(false)
+        sluice::signals::procfs::stat_fields(&stat).and_then(|f| f.first().map(|s| *s == "Z")).unwrap_or(false)
     };
     std::fs::read_dir("/proc")
         .unwrap()

@@ -29,10 +29,11 @@
 //!   `delay.rs` (the answer delay's quantiles), `late.rs` (when a TCP
 //!   class answers late: its known clients first), `queue.rs`
 //!   (the rules that read a queue: stands, over, dropped), `remap.rs` (class identity across a
-//!   config switch), `away.rs` (`cpu = "away"`), `syn_guard.rs` (when the
+//!   config switch), `protect.rs` (CPU protection, `cpu = "away"`), `syn_guard.rs` (when the
 //!   gate answers SYNs);
-//! - [`signals`]: what the daemon reads. `kernel.rs` (sock_diag,
-//!   /proc/net/snmp, softnet_stat, /proc/stat), `health.rs` (each class's
+//! - [`signals`]: what the daemon reads. `procfs.rs` (/proc/net/snmp,
+//!   netstat, softnet_stat, /proc/PID/stat), `sock_diag.rs` (the sockets
+//!   behind a class's ports), `health.rs` (each class's
 //!   service health per tick), `service_cpus.rs`, `rx_cpu.rs` (lower
 //!   classes' receive work on a service's CPUs), `discover/` (zero config),
 //!   `sources.rs` (source fairness as status shows it), `known.rs` (the

@@ -285,7 +285,7 @@ fn renice(pid: u32, nice: i32) {
 fn listen_overflows(tb: &Testbed) -> u64 {
     let out = tb.cmd(&tb.b, &["cat", "/proc/net/netstat"]).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    sluice::signals::kernel::proc_counter(&text, "TcpExt:", "ListenOverflows")
+    sluice::signals::procfs::proc_counter(&text, "TcpExt:", "ListenOverflows")
 }
 
 /// The CPU signal: a TCP service that keeps its CPU busy and never lets a

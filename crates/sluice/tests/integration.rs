@@ -506,7 +506,7 @@ mod known {
     /// B's UDP RcvbufErrors: datagrams its sockets dropped, full.
     fn rcvbuf_errors(tb: &Testbed) -> u64 {
         let out = tb.cmd(&tb.b, &["cat", "/proc/net/snmp"]).output().unwrap();
-        sluice::signals::kernel::proc_counter(&String::from_utf8_lossy(&out.stdout), "Udp:", "RcvbufErrors")
+        sluice::signals::procfs::proc_counter(&String::from_utf8_lossy(&out.stdout), "Udp:", "RcvbufErrors")
     }
 
     /// Issue 48: a service that reads in batches (recvmmsg, 64 at a time:

@@ -327,7 +327,7 @@ fn under_a_syn_flood_the_gate_answers_and_clients_still_connect() {
 fn tcp_ext(tb: &Testbed, names: [&str; 3]) -> [u64; 3] {
     let out = tb.cmd(&tb.b, &["cat", "/proc/net/netstat"]).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    names.map(|n| sluice::signals::kernel::proc_counter(&text, "TcpExt:", n))
+    names.map(|n| sluice::signals::procfs::proc_counter(&text, "TcpExt:", n))
 }
 
 /// Zero config, from the flood's first SYNs: the gate answers once the
@@ -557,8 +557,8 @@ fn a_fast_open_client_is_served_through_a_gate_cookie() {
         })
     };
     let fast_open_acked = || {
-        let mut f = sluice::signals::kernel::NsFile::open(&tb.a, "netstat").unwrap();
-        sluice::signals::kernel::proc_counter(&f.read().unwrap(), "TcpExt:", "TCPFastOpenActive")
+        let mut f = sluice::signals::procfs::NsFile::open(&tb.a, "netstat").unwrap();
+        sluice::signals::procfs::proc_counter(&f.read().unwrap(), "TcpExt:", "TCPFastOpenActive")
     };
     let header = format!("HTTP/1.0 200 OK\r\nContent-Length: {BODY}\r\n\r\n").len();
     let acked0 = fast_open_acked();

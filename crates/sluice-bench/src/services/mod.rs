@@ -48,7 +48,7 @@ use crate::workers::GenWorker;
 use crate::{dns, http};
 use sluice::base::netns;
 use sluice::dataplane::gate::Gate;
-use sluice::signals::kernel::{proc_counter, NsFile};
+use sluice::signals::procfs::{proc_counter, NsFile};
 
 mod bench;
 mod report;

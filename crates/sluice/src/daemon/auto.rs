@@ -39,7 +39,8 @@ use crate::dataplane::gate::counters::ClassTotals;
 use crate::policy::config::{AutoSpec, Config, Limit};
 use crate::policy::controller::{decide, Algo, Controller, Engage, TickInput, Tuning, QUEUE_LOW};
 use crate::signals::health::Health;
-use crate::signals::kernel::{udp_counters, NsFile, SockDiag, SockStats};
+use crate::signals::procfs::{udp_counters, NsFile};
+use crate::signals::sock_diag::{SockDiag, SockStats};
 
 /// Ticks kept in the trace (60 s).
 const TRACE_LEN: usize = 6_000;
@@ -450,6 +451,6 @@ mod tests {
         };
         assert!(counter_files(no_v4).is_err(), "snmp is required");
         let snmp = "Udp: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors\nUdp: 7 0 0 0 0\n";
-        assert_eq!(crate::signals::kernel::udp_counters(snmp, "").in_datagrams, 7, "IPv4's alone");
+        assert_eq!(crate::signals::procfs::udp_counters(snmp, "").in_datagrams, 7, "IPv4's alone");
     }
 }

@@ -1,4 +1,4 @@
-//! CPU protection in the daemon (`crate::policy::away`: while a service is in
+//! CPU protection in the daemon (`crate::policy::protect`: while a service is in
 //! distress, the classes with `cpu = "away"` and the napi kthreads go to
 //! another CPU; back after the hold), and the napi kthreads' scheduling
 //! policy (`napi = "idle"`), put back at a stop.
@@ -8,14 +8,14 @@ use crate::base::iface::Iface;
 use crate::base::log;
 use crate::daemon::sched::{apply_napi, set_napi};
 use crate::dataplane::gate::Gate;
-use crate::policy::away;
 use crate::policy::config::{Config, NapiSched, Proto};
+use crate::policy::protect;
 use crate::signals::discover::{each_listener, socket_holders, L4};
-use crate::signals::kernel::SockDiag;
+use crate::signals::sock_diag::SockDiag;
 
 #[derive(Default)]
 pub(super) struct Protection {
-    hold: away::Hold,
+    hold: protect::Hold,
     /// Where each class goes while the hold lasts (None: nowhere).
     to: Vec<Option<u32>>,
     /// Each class's target as written to the gate (empty: all None).
@@ -68,7 +68,7 @@ impl Protection {
             crate::daemon::sched::restore_affinity(&std::mem::take(&mut self.napi));
             log::info(format_args!("cpu away: the napi kthreads of {iface} are back"));
         }
-        let want = away::targets(cfg, on, &self.to);
+        let want = protect::targets(cfg, on, &self.to);
         if want == self.applied {
             return;
         }
@@ -147,7 +147,7 @@ fn targets(cfg: &Config, gate: &Gate, iface: &Iface) -> Vec<Option<u32>> {
                 Ok(Some(p)) => {
                     let mut cpus: Vec<_> = p.iter().copied().collect();
                     cpus.sort_unstable();
-                    away::target(&p, online)
+                    protect::target(&p, online)
                         .ok_or(format!("the services above it may run on every CPU ({cpus:?})"))
                         .map(|t| (t, cpus))
                 }

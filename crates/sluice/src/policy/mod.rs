@@ -13,10 +13,9 @@
 //! - [`late`]: when a TCP class's answers are late, and its known
 //!   clients go first;
 //! - [`remap`]: class identity across a config switch;
-//! - [`away`]: CPU protection, when and where to move a service;
+//! - [`protect`]: CPU protection (`cpu = "away"`), when and where to move a service;
 //! - [`syn_guard`]: when the gate answers a class's SYNs with cookies.
 
-pub mod away;
 pub mod budget;
 pub mod config;
 pub mod controller;
@@ -24,6 +23,7 @@ pub mod delay;
 pub mod distress;
 pub mod fair;
 pub mod late;
+pub mod protect;
 pub mod queue;
 pub mod remap;
 pub mod syn_guard;

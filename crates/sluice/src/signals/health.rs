@@ -19,8 +19,8 @@ use anyhow::Result;
 use crate::policy::config::Config;
 use crate::policy::distress::{ListenStats, Reading, UdpReading};
 use crate::signals::{
-    kernel::parse_softnet, kernel::proc_counter, kernel::DiagSock, kernel::NsFile, kernel::SockDiag, kernel::SockKey,
-    kernel::SockStats, kernel::Softnet, kernel::TCP_LISTEN, kernel::TCP_SYN_RECV,
+    procfs::parse_softnet, procfs::proc_counter, procfs::NsFile, procfs::Softnet, sock_diag::DiagSock,
+    sock_diag::SockDiag, sock_diag::SockKey, sock_diag::SockStats, sock_diag::TCP_LISTEN, sock_diag::TCP_SYN_RECV,
 };
 
 /// Every this many ticks (1 s) both address families are dumped again.
@@ -143,7 +143,7 @@ impl HealthReader {
                 Some(ns) => NsFile::open(ns, "netstat")?,
                 None => NsFile::open_here("netstat")?,
             };
-            let missing = crate::signals::kernel::missing_counters(&f.read()?, "TcpExt:", &TCPEXT_NAMES);
+            let missing = crate::signals::procfs::missing_counters(&f.read()?, "TcpExt:", &TCPEXT_NAMES);
             if !missing.is_empty() {
                 crate::base::log::warn(format_args!(
                     "this kernel's /proc/net/netstat has no TcpExt {}: a SYN flood that fills a listener's SYN queue is seen only once it drops",

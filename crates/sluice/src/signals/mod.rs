@@ -1,6 +1,7 @@
 //! Signals: what the daemon reads about the host and its services.
-//! - [`kernel`]: the kernel's own counters (/proc/net/snmp, softnet_stat,
-//!   /proc/stat) and sock_diag, read in place each tick;
+//! - [`procfs`]: the /proc files (/proc/net/snmp, netstat, softnet_stat,
+//!   /proc/PID/stat), opened once and read in place each tick;
+//! - [`sock_diag`]: a sock_diag client for the sockets behind a class's ports;
 //! - [`health`]: each class's service health per tick, from those;
 //! - [`service_cpus`]: the CPUs each class's service runs on;
 //! - [`rx_cpu`]: the CPU signal: receive work for lower classes on those CPUs;
@@ -12,10 +13,11 @@
 
 pub mod discover;
 pub mod health;
-pub mod kernel;
 pub mod known;
 pub mod netdev;
+pub mod procfs;
 pub mod rx_cpu;
 pub mod service_cpus;
+pub mod sock_diag;
 pub mod sources;
 pub mod syn_peers;

@@ -13,7 +13,7 @@ use anyhow::Result;
 use crate::policy::config::Config;
 use crate::signals::discover::{Listeners, SocketOwners, L4};
 use crate::signals::health::class_of;
-use crate::signals::kernel::{stat_cpu_ticks, stat_fields};
+use crate::signals::procfs::{stat_cpu_ticks, stat_fields};
 
 /// One thread at one look: runnable, its CPU time (clock ticks), its last CPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 
 use super::discover::{Family, Listeners, Listening, L4};
-use super::kernel::{SockDiag, TCP_CLOSE, TCP_LISTEN};
+use super::sock_diag::{SockDiag, TCP_CLOSE, TCP_LISTEN};
 use crate::bpf_intf::{SLUICE_SYN_DIRECT_V4, SLUICE_SYN_DIRECT_V6, SLUICE_SYN_PEER_LOG2};
 
 /// A client address as the gate's syn_peers hashes it: the 16 bytes of an

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 
 use crate::signals::discover;
-use crate::signals::kernel::SockDiag;
+use crate::signals::sock_diag::SockDiag;
 
 /// Connections open at once; past this a new one takes the oldest's slot.
 pub const CONNS: usize = 64;

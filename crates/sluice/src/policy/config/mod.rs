@@ -289,7 +289,7 @@ pub struct Class {
     /// How its UDP services' reuseport groups are steered; None: the default (see `Readers`).
     pub readers: Option<Readers>,
     /// `cpu = "away"`: its admitted packets go to another CPU while a higher
-    /// priority is in distress (see `crate::policy::away`); false (`"stay"`, the default): never.
+    /// priority is in distress (see `crate::policy::protect`); false (`"stay"`, the default): never.
     pub away: bool,
     /// When the gate answers the class's TCP SYNs with its own cookies (see `crate::policy::syn_guard`).
     pub syn_cookies: SynCookies,

@@ -48,7 +48,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::bpf_intf::SLUICE_MAX_CLASSES;
 use crate::policy::config::{AutoSpec, Class, Config, Limit, Prefix, Proto, Rule, SynCookies};
-use crate::signals::kernel::{DiagSock, SockDiag, TCP_CLOSE, TCP_LISTEN};
+use crate::signals::sock_diag::{DiagSock, SockDiag, TCP_CLOSE, TCP_LISTEN};
 
 /// How long a service that is no longer seen keeps its class.
 pub const LINGER: Duration = Duration::from_secs(3);

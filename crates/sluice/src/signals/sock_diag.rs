@@ -1,157 +1,19 @@
-//! The signals the auto controller reads each tick, all from the service's
-//! own namespace and all cheap (microseconds, no process started):
+//! A sock_diag client: the memory, queue and drops of the sockets behind a
+//! class's ports (`INET_DIAG_SKMEMINFO`: rmem_alloc, rcvbuf,
+//! `SK_MEMINFO_DROPS`), filtered by port in the kernel, and a socket read
+//! again alone by its cookie. The netlink socket is created once, inside
+//! the service's namespace.
 //!
-//! | signal | source | meaning |
-//! |---|---|---|
-//! | admitted / seen per class | the gate's per-CPU counters (one map read) | what the gate let in / what arrived |
-//! | datagrams the services took | /proc/net/snmp and snmp6 `InDatagrams` | service rate |
-//! | socket drops | /proc/net/snmp `RcvbufErrors`; sock_diag `SK_MEMINFO_DROPS` | the socket queue overflowed |
-//! | socket queue, receive buffer | sock_diag `INET_DIAG_SKMEMINFO` (rmem_alloc, rcvbuf) of the class's sockets | is the service busy, how full |
-//! | time squeeze, backlog drops of the whole host | /proc/net/softnet_stat | congestion before the socket (read and shown; the budget takes backlog drops from the tracer, for the gate's interface only: `health::RxWork`) |
-//!
-//! The files are opened once, inside the namespace, and re-read in place; the
-//! sock_diag netlink socket is created once inside the namespace too.
-//!
-//! Why these readers are written here and not taken from a crate (read in
-//! the crates' source, 2026-11; neither was built in and measured):
-//! - `procfs` parses /proc/net/snmp by column position into ~80 fields, with
-//!   an `unwrap` on a missing line (a truncated read panics the daemon's
-//!   control thread), has no snmp6, and opens the file by path each time
-//!   (the process's namespace, not the service's). The tick needs two
-//!   counters, found by their header name (a kernel that adds a column
-//!   moves nothing), from files opened once in the service's namespace.
-//! - `netlink-packet-sock-diag`'s `InetRequest` carries no attributes, so
-//!   it cannot send `INET_DIAG_REQ_BYTECODE`: without that filter every
-//!   tick would dump every UDP socket of the namespace instead of those on
-//!   the class's ports (`SockDiag::udp`).
+//! Why not `netlink-packet-sock-diag` (read in its source, 2026-11; not
+//! built in and measured): its `InetRequest` carries no attributes, so it
+//! cannot send `INET_DIAG_REQ_BYTECODE`: without that filter every tick
+//! would dump every UDP socket of the namespace instead of those on the
+//! class's ports (`SockDiag::udp`).
 use anyhow::{Context, Result};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::base::netns;
 
-/// UDP counters of a namespace (/proc/net/snmp, "Udp:" lines).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-pub struct UdpCounters {
-    /// Datagrams the application took from its sockets.
-    pub in_datagrams: u64,
-    pub no_ports: u64,
-    pub in_errors: u64,
-    /// Datagrams dropped because a socket's receive buffer was full.
-    pub rcvbuf_errors: u64,
-    pub out_datagrams: u64,
-}
-
-/// The fields of a /proc/PID/stat text from field 3 (the state) on: field N
-/// of proc(5) is index N - 3. The name in field 2 may hold spaces and
-/// parentheses, so the fields are counted from its closing one. None without it.
-pub fn stat_fields(stat: &str) -> Option<Vec<&str>> {
-    Some(stat.rsplit_once(')')?.1.split_whitespace().collect())
-}
-
-/// utime + stime (fields 14 and 15, clock ticks) of a /proc/PID/stat text.
-pub fn stat_cpu_ticks(stat: &str) -> Option<u64> {
-    let f = stat_fields(stat)?;
-    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
-}
-
-/// The counter `name` from the first pair of lines starting with `prefix`
-/// (a header line of names, then a line of values), as /proc/net/snmp and
-/// /proc/net/netstat write them; 0 if absent.
-pub fn proc_counter(text: &str, prefix: &str, name: &str) -> u64 {
-    let mut lines = text.lines().filter(|l| l.starts_with(prefix));
-    let (Some(h), Some(v)) = (lines.next(), lines.next()) else { return 0 };
-    h.split_whitespace().position(|x| x == name).and_then(|i| v.split_whitespace().nth(i)?.parse().ok()).unwrap_or(0)
-}
-
-/// The counters of `names` that the `prefix` lines of `text` lack (a kernel
-/// without them: `proc_counter` reads them as 0, so they are said once).
-pub fn missing_counters<'a>(text: &str, prefix: &str, names: &[&'a str]) -> Vec<&'a str> {
-    let header = text.lines().find(|l| l.starts_with(prefix)).unwrap_or("");
-    names.iter().copied().filter(|n| !header.split_whitespace().any(|x| x == *n)).collect()
-}
-
-/// Parse the "Udp:" header and value lines of /proc/net/snmp.
-pub fn parse_snmp_udp(text: &str) -> UdpCounters {
-    let get = |name: &str| proc_counter(text, "Udp:", name);
-    UdpCounters {
-        in_datagrams: get("InDatagrams"),
-        no_ports: get("NoPorts"),
-        in_errors: get("InErrors"),
-        rcvbuf_errors: get("RcvbufErrors"),
-        out_datagrams: get("OutDatagrams"),
-    }
-}
-
-/// A /proc/net file of one namespace, opened once from inside it and re-read
-/// in place: reading it costs microseconds, with no thread or process to
-/// start, so the counters at a window's edge are read close together.
-pub struct NsFile(std::fs::File);
-
-impl NsFile {
-    pub fn open(ns: &str, name: &str) -> Result<NsFile> {
-        let path = format!("/proc/thread-self/net/{name}");
-        netns::run_in(ns, move || Ok(NsFile(std::fs::File::open(&path).with_context(|| format!("opening {path}"))?)))
-    }
-
-    /// The file of the current namespace.
-    pub fn open_here(name: &str) -> Result<NsFile> {
-        let path = format!("/proc/thread-self/net/{name}");
-        Ok(NsFile(std::fs::File::open(&path).with_context(|| format!("opening {path}"))?))
-    }
-
-    pub fn read(&mut self) -> Result<String> {
-        use std::io::{Read, Seek};
-        self.0.seek(std::io::SeekFrom::Start(0))?;
-        let mut s = String::new();
-        self.0.read_to_string(&mut s)?;
-        Ok(s)
-    }
-}
-
-/// UDP counters from /proc/net/snmp and snmp6 texts (IPv4 and IPv6 added up).
-pub fn udp_counters(snmp: &str, snmp6: &str) -> UdpCounters {
-    let v4 = parse_snmp_udp(snmp);
-    let g = |n: &str| -> u64 {
-        snmp6.lines().find_map(|l| l.strip_prefix(n).map(|x| x.trim().parse().unwrap_or(0))).unwrap_or(0)
-    };
-    UdpCounters {
-        in_datagrams: v4.in_datagrams + g("Udp6InDatagrams "),
-        no_ports: v4.no_ports + g("Udp6NoPorts "),
-        in_errors: v4.in_errors + g("Udp6InErrors "),
-        rcvbuf_errors: v4.rcvbuf_errors + g("Udp6RcvbufErrors "),
-        out_datagrams: v4.out_datagrams + g("Udp6OutDatagrams "),
-    }
-}
-
-/// The first three columns of /proc/net/softnet_stat, summed over CPUs.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Softnet {
-    /// Packets taken from the per-CPU backlogs.
-    pub processed: u64,
-    /// Packets dropped because a backlog was full.
-    pub dropped: u64,
-    /// Times a receive round ran out of budget or time with work left.
-    pub time_squeeze: u64,
-}
-
-pub fn parse_softnet(text: &str) -> Softnet {
-    let mut t = Softnet::default();
-    for l in text.lines() {
-        let v: Vec<u64> = l.split_whitespace().filter_map(|x| u64::from_str_radix(x, 16).ok()).collect();
-        if v.len() >= 3 {
-            t.processed += v[0];
-            t.dropped += v[1];
-            t.time_squeeze += v[2];
-        }
-    }
-    t
-}
-
-pub fn softnet() -> Result<Softnet> {
-    Ok(parse_softnet(&std::fs::read_to_string("/proc/net/softnet_stat")?))
-}
-
-// ---------------------------------------------------------------------------
 // sock_diag: the UDP sockets behind a class's ports.
 
 /// Memory and drops of the sockets bound to some ports, added up, and the
@@ -681,24 +543,7 @@ pub fn parse_diag_reply(mut b: &[u8], seq: u32, each: &mut dyn FnMut(&DiagSock))
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn missing_counters_are_named() {
-        let text = "TcpExt: SyncookiesSent ListenDrops\nTcpExt: 1 2\n";
-        let want = ["SyncookiesSent", "ListenOverflows", "ListenDrops"];
-        assert_eq!(super::missing_counters(text, "TcpExt:", &want), ["ListenOverflows"]);
-        assert_eq!(super::missing_counters("", "TcpExt:", &["A"]), ["A"]);
-    }
-
     use super::*;
-
-    #[test]
-    fn stat_fields_count_from_the_names_closing_parenthesis() {
-        let stat = "42 (a (b) c) S 1 42 42 0 -1 4194560 100 0 0 0 7 5 0 0 20 0 1";
-        assert_eq!(stat_fields(stat).unwrap()[..2], ["S", "1"]);
-        assert_eq!(stat_cpu_ticks(stat), Some(12), "utime 7 + stime 5");
-        assert_eq!(stat_cpu_ticks("42 (x) S 1"), None, "too few fields");
-        assert_eq!(stat_fields("no name here"), None);
-    }
 
     /// Two sockets of one service, a full one and an empty one: the sums
     /// read half full, the fullest socket full (the case of a service's

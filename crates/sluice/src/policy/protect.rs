@@ -29,7 +29,7 @@
 //! Unconfigured, a class stays (`cpu = "stay"`): nothing is sent away.
 //!
 //! This is the pure half; reading the protected set from the sockets and
-//! moving the kthreads is the daemon's (`daemon/protect.rs`).
+//! moving the kthreads is the daemon's (`daemon/protect.rs`, the same feature's I/O).
 use std::collections::HashSet;
 
 use crate::policy::config::Config;
