@@ -246,9 +246,9 @@ impl Bed {
         // a generator run of a few ms sends erratically (its start costs
         // about 20 ms). The share is of what the generator really sent.
         let secs = (FRAMES as f64 / cap_pps).max(0.1);
-        let (a, ifx, gen) = (net.a.clone(), net.ifindex_a, self.gen.clone());
+        let (a, ifx, gen, cpu) = (net.a.clone(), net.ifindex_a, self.gen.clone(), self.tb.gen_cpu);
         let (counts, run_secs) = netns::run_in(&a, move || {
-            netns::pin_thread(crate::cpu_plan::here().generator)?;
+            netns::pin_thread(cpu)?;
             gen.lock().unwrap().run(ifx, Duration::from_secs_f64(secs), 64)
         })?;
         std::thread::sleep(Duration::from_millis(1000));

@@ -24,8 +24,9 @@ pub struct Cpu {
     pub core: u32,
 }
 
-/// The generator's CPU and the service's.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+/// The generator's CPU and the service's (a run records them, with the
+/// clients', as `services::CpuPlan`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Plan {
     pub generator: usize,
     pub service: usize,

@@ -24,7 +24,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use crate::cpu_plan;
 use crate::dns;
 use crate::gen::{stream_value, DEFAULT_BATCH};
 use crate::procs::{start_daemon, status_after, Proc};
@@ -111,10 +110,7 @@ pub fn run(o: &DemoOpts) -> Result<crate::report::DnsDemo> {
     let demo = Demo { o, bed: &bed, dir: &dir, gen };
     println!(
         "== testbed: namespaces {} (clients and the flood's generator, CPU {}) and {} (NSD, CPU {}), veth va <-> vb",
-        bed.net.a,
-        cpu_plan::here().generator,
-        bed.net.b,
-        cpu_plan::here().service
+        bed.net.a, bed.gen_cpu, bed.net.b, bed.victim_cpu
     );
     let result = (|| -> Result<(Calibration, Vec<Phase>)> {
         let _nsd = demo.start_nsd()?;
@@ -207,11 +203,11 @@ impl Demo<'_> {
         let p = dns::start_nsd(
             self.dir,
             &self.bed.net.b,
-            cpu_plan::here().service,
+            self.bed.victim_cpu,
             std::slice::from_ref(&ip),
             (&self.bed.net.a, self.bed.gen_cpu),
         )?;
-        println!("== NSD answers on {ip}:53 (one server process, rrl off), pinned to CPU {}", cpu_plan::here().service);
+        println!("== NSD answers on {ip}:53 (one server process, rrl off), pinned to CPU {}", self.bed.victim_cpu);
         Ok(p)
     }
 

@@ -48,9 +48,9 @@ pub fn check(rates: &[f64], secs: f64, batch: u32) -> Result<Vec<GenCheck>> {
             tb.net.mac_b,
             tb.net.mac_a,
         )?;
-        let (a, ifx, g) = (tb.net.a.clone(), tb.net.ifindex_a, gen.clone());
+        let (a, ifx, g, cpu) = (tb.net.a.clone(), tb.net.ifindex_a, gen.clone(), tb.gen_cpu);
         let (counts, run_secs) = netns::run_in(&a, move || {
-            netns::pin_thread(crate::cpu_plan::here().generator)?;
+            netns::pin_thread(cpu)?;
             let mut g = g.lock().unwrap();
             g.set_streams(&[v])?;
             g.run(ifx, Duration::from_secs_f64(secs), batch)

@@ -43,7 +43,6 @@ use serde::Serialize;
 
 use sluice_testkit::summary::median;
 
-use crate::cpu_plan;
 use crate::dns;
 use crate::echo::{self, percentile, Load};
 use crate::matrix::{interleave, Results, Runner};
@@ -150,7 +149,7 @@ pub fn run(o: &ReadersOpts, out: &Path) -> Result<Vec<Cell>> {
     std::fs::create_dir_all(out)?;
     let bed = VictimBed::create("readers", VictimModel::Nic)?;
     let stats = BpfStats::enable()?;
-    let meter = IdleMeter::start(cpu_plan::here().service)?;
+    let meter = IdleMeter::start(bed.victim_cpu)?;
     let plan = interleave(&plan(), o.repeats);
     let mut results = Results::new("readers", Head { secs: o.secs, repeats: o.repeats });
     let mut stall_rate = None;
@@ -188,7 +187,7 @@ pub fn run(o: &ReadersOpts, out: &Path) -> Result<Vec<Cell>> {
 fn start_service(o: &ReadersOpts, bed: &VictimBed, s: &Setup) -> Result<Proc> {
     let (sockets, threads) = if s.layout == "shared" { (1, s.readers) } else { (s.readers, 1) };
     let work = if s.part == "threads" { THREADS_WORK_NS } else { STALL_WORK_NS };
-    let cpu = if s.part == "threads" { None } else { Some(cpu_plan::here().service) };
+    let cpu = if s.part == "threads" { None } else { Some(bed.victim_cpu) };
     let mut c = in_ns(&bed.net.b, cpu);
     c.arg(crate::load_exe(&o.exe)).args(["serve", "udp-echo", "--port", &PORT.to_string(), "--json"]);
     c.args(["--readers", &sockets.to_string(), "--threads", &threads.to_string()]);
@@ -248,14 +247,14 @@ fn cell(
         wait_steered(&o.exe, &bed.net.b, &sock)?;
     }
     let before = prog_stats();
-    let cpu0 = meter.sample(cpu_plan::here().service)?;
+    let cpu0 = meter.sample(bed.victim_cpu)?;
     let svc0 = tree_cpu_secs(service.id());
     let load = if s.part == "nsd" {
         dns_load(bed, out, o.secs)?
     } else {
         echo::client(&bed.net.a, bed.gen_cpu, &format!("{}:{PORT}", bed.net.ip_b), rate, o.secs)?
     };
-    let cpu1 = meter.sample(cpu_plan::here().service)?;
+    let cpu1 = meter.sample(bed.victim_cpu)?;
     let svc_ns = (tree_cpu_secs(service.id()) - svc0) * 1e9;
     let after = prog_stats();
     daemon.terminate("sluice run")?;
@@ -307,7 +306,7 @@ fn start_nsd(bed: &VictimBed, out: &Path) -> Result<Proc> {
     let dir = out.join("nsd");
     std::fs::create_dir_all(&dir)?;
     let addrs = [bed.net.ip_b.to_string()];
-    dns::start_nsd_servers(&dir, &bed.net.b, cpu_plan::here().service, &addrs, (&bed.net.a, bed.gen_cpu), NSD_SERVERS)
+    dns::start_nsd_servers(&dir, &bed.net.b, bed.victim_cpu, &addrs, (&bed.net.a, bed.gen_cpu), NSD_SERVERS)
 }
 
 /// dnsperf at NSD_QPS and the latency probe, from namespace A.

@@ -713,7 +713,8 @@ fn fragments_are_paced_by_source_and_headers_past_the_parse_depth_never_reach_a_
 /// new config from its next scan on; `take` never waits for it.
 #[test]
 fn the_source_scan_reads_the_maps_on_its_own_thread_for_the_config_it_follows() {
-    use sluice::daemon::source_scan::{Shape, SourceScan};
+    use sluice::daemon::known_store::Shape;
+    use sluice::daemon::source_scan::SourceScan;
     use std::time::{Duration, Instant};
     let mut g = gate();
     fair(&g, "dns", PACED_NS, 1_000_000, 1_000_000, (32, 64));

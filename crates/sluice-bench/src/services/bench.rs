@@ -1,7 +1,6 @@
 //! The running testbed of one scenario: the service, the generator, and
 //! each cell (a flood, a configuration, a repeat) measured in it.
 use super::*;
-use crate::cpu_plan;
 use sluice::policy::delay::Delays;
 use sluice::surface::stats::Snapshot;
 
@@ -63,7 +62,7 @@ impl<'a> Bench<'a> {
         let service = match svc {
             Service::Dns => {
                 let addrs = [bed.net.ip_b.to_string(), bed.net.ip6_b.to_string()];
-                dns::start_nsd(dir, b, cpu_plan::here().service, &addrs, (a, cpu_plan::here().generator))?
+                dns::start_nsd(dir, b, bed.victim_cpu, &addrs, (a, bed.gen_cpu))?
             }
             Service::Http => http::start_nginx(dir, b, bed.victim_cpu, a, bed.net.ip_b)?,
         };
@@ -73,9 +72,9 @@ impl<'a> Bench<'a> {
             "== {}: namespaces {a} (clients: CPU {}, generator: CPU {}) and {b} ({}, CPU {}, nic model)",
             svc.name(),
             o.clients_cpu,
-            cpu_plan::here().generator,
+            bed.gen_cpu,
             if svc == Service::Dns { "NSD" } else { "nginx" },
-            cpu_plan::here().service
+            bed.victim_cpu
         );
         let mut bench = Bench { svc, o, bed, dir, service, gen, capacity: None, _filter: filter };
         if svc == Service::Dns {
@@ -88,14 +87,8 @@ impl<'a> Bench<'a> {
     /// CPU may be the limit: then this is below NSD's true capacity, and the
     /// static cap only safer).
     pub(super) fn dns_capacity(&self) -> Result<f64> {
-        let p = dns::spawn_dnsperf(
-            &self.bed.net.a,
-            cpu_plan::here().generator,
-            self.dir,
-            &self.bed.net.ip_b.to_string(),
-            None,
-            2.0,
-        )?;
+        let p =
+            dns::spawn_dnsperf(&self.bed.net.a, self.bed.gen_cpu, self.dir, &self.bed.net.ip_b.to_string(), None, 2.0)?;
         let perf = dns::finish_dnsperf(p, self.dir, 2.0)?;
         let cap = perf.completed as f64 / 2.0;
         eprintln!(
@@ -128,8 +121,8 @@ impl<'a> Bench<'a> {
             capacity: self.capacity,
             keep_alive: self.o.keep_alive,
             cpus: Some(CpuPlan {
-                generator: cpu_plan::here().generator,
-                service: cpu_plan::here().service,
+                generator: self.bed.gen_cpu,
+                service: self.bed.victim_cpu,
                 clients: self.o.clients_cpu,
             }),
         };
@@ -245,7 +238,7 @@ impl<'a> Bench<'a> {
                 let how = if f.new_conns { http::Heaviness::NewConns } else { http::Heaviness::KeepAlive };
                 let heavy = http::start_heavy(
                     &net.a,
-                    (cpu_plan::here().generator, 19),
+                    (self.bed.gen_cpu, 19),
                     (&heavy_sources(f.heavy_srcs), how),
                     net.ip_b,
                     secs + ONSET_SECS,

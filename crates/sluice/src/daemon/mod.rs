@@ -47,7 +47,7 @@ pub mod auto;
 mod decisions;
 mod drop_book;
 mod generation;
-mod known_store;
+pub mod known_store;
 mod pace;
 pub mod privileges;
 mod protect;

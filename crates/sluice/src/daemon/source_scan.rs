@@ -33,8 +33,7 @@ use crate::policy::controller::TICK;
 use crate::signals::sources;
 use crate::surface::stats::{ClassTotals, Snapshot};
 
-/// The config a scan works for (it is the known map's shape: `known_store`).
-pub use super::known_store::Shape;
+use super::known_store::Shape;
 
 /// What one scan found.
 pub struct Found {
