@@ -247,9 +247,8 @@ impl<'a> Bench<'a> {
                 (Some(Flooding::Conns(heavy)), None)
             }
             Some(f) => {
-                let spec = self.flood_stream(f);
-                let v = stream_value(&spec, self.bed.net.mac_b, self.bed.net.mac_a)?;
-                self.gen.gen.write().unwrap().set_streams(&[v])?;
+                let v = self.flood_values(f)?;
+                self.gen.gen.write().unwrap().set_streams(&v)?;
                 let rx = self.gen.send_for(Duration::from_secs_f64(secs + 1.5), crate::gen::DEFAULT_BATCH);
                 let onset = calm.is_some().then(|| self.probe_spawn(f.v6, None, ONSET_SECS));
                 std::thread::sleep(Duration::from_secs_f64(ONSET_SECS));
@@ -310,7 +309,8 @@ impl<'a> Bench<'a> {
         match gen {
             Some(Flooding::Frames(rx)) => {
                 let (counts, gsecs) = rx.recv().context("the generator thread ended")??;
-                cell.flood_pps = Some(counts[0].sent as f64 / gsecs.max(1e-9));
+                let sent: u64 = counts.iter().map(|c| c.sent).sum();
+                cell.flood_pps = Some(sent as f64 / gsecs.max(1e-9));
             }
             Some(Flooding::Conns(t)) => {
                 let h = t.join().map_err(|_| anyhow::anyhow!("the heavy clients' thread panicked"))??;
@@ -383,12 +383,12 @@ impl<'a> Bench<'a> {
     /// A pulsing flood's pulses (PULSE_ON_SECS each, PULSE_OFF_SECS apart),
     /// the clients running beside them throughout.
     fn pulses(&self, f: &Flood) -> Result<()> {
-        let v = stream_value(&self.flood_stream(f), self.bed.net.mac_b, self.bed.net.mac_a)?;
+        let v = self.flood_values(f)?;
         let secs = f64::from(f.pulses) * (PULSE_ON_SECS + PULSE_OFF_SECS);
         std::thread::scope(|s| {
             let clients = s.spawn(|| self.dns_clients(f.v6, secs));
             let pulsed = (0..f.pulses).try_for_each(|_| -> Result<()> {
-                self.gen.gen.write().unwrap().set_streams(&[v])?;
+                self.gen.gen.write().unwrap().set_streams(&v)?;
                 let rx = self.gen.send_for(Duration::from_secs_f64(PULSE_ON_SECS), crate::gen::DEFAULT_BATCH);
                 rx.recv().context("the generator thread ended")??;
                 std::thread::sleep(Duration::from_secs_f64(PULSE_OFF_SECS));
@@ -399,8 +399,22 @@ impl<'a> Bench<'a> {
         })
     }
 
-    pub(super) fn flood_stream(&self, f: &Flood) -> StreamSpec {
-        StreamSpec { rate: self.o.flood_pps, ..flood_stream(&self.bed.net, self.svc, f) }
+    /// The generator's streams for `f` at the asked rate: its own, or with
+    /// `with_closed` its own and `closed-v4`'s (or `closed-v6`'s), half each.
+    fn flood_streams(&self, f: &Flood) -> Vec<StreamSpec> {
+        let mut streams = vec![flood_stream(&self.bed.net, self.svc, f)];
+        if f.with_closed {
+            let closed = FLOODS.iter().find(|c| !c.own_port && c.v6 == f.v6).expect("a closed-port flood per family");
+            streams.push(flood_stream(&self.bed.net, self.svc, closed));
+        }
+        let rate = self.o.flood_pps / streams.len() as f64;
+        streams.into_iter().map(|s| StreamSpec { rate, ..s }).collect()
+    }
+
+    /// The same as the generator's map takes them.
+    fn flood_values(&self, f: &Flood) -> Result<Vec<crate::gen_intf::sluice_gen_stream>> {
+        let (mac_b, mac_a) = (self.bed.net.mac_b, self.bed.net.mac_a);
+        self.flood_streams(f).iter().map(|s| stream_value(s, mac_b, mac_a)).collect()
     }
 
     /// Put `setup` in place on vb.

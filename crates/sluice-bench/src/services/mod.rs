@@ -140,6 +140,11 @@ pub struct Flood {
     pub heavy_srcs: u8,
     #[serde(default)]
     pub new_conns: bool,
+    /// Beside it, a closed-port flood (`closed-v4`'s: junk to CLOSED_PORT
+    /// from 16 sources), each at half the asked rate: an own-port flood
+    /// mixed with one the gate can tell by port.
+    #[serde(default)]
+    pub with_closed: bool,
 }
 
 impl Flood {
@@ -154,7 +159,19 @@ impl Flood {
 }
 
 const fn flood(name: &'static str, v6: bool, own_port: bool, srcs: u32, calm: bool) -> Flood {
-    Flood { name, v6, own_port, srcs, calm, tcp_flags: 0, pulses: 0, queries: false, heavy_srcs: 0, new_conns: false }
+    Flood {
+        name,
+        v6,
+        own_port,
+        srcs,
+        calm,
+        tcp_flags: 0,
+        pulses: 0,
+        queries: false,
+        heavy_srcs: 0,
+        new_conns: false,
+        with_closed: false,
+    }
 }
 
 /// The `http` scenario's ACK, RST and connection floods (by name only, not
@@ -178,6 +195,7 @@ pub const TCP_FLOODS: [Flood; 6] = [
         queries: false,
         heavy_srcs: 0,
         new_conns: false,
+        with_closed: false,
     },
     Flood {
         name: "rst-v4",
@@ -190,6 +208,7 @@ pub const TCP_FLOODS: [Flood; 6] = [
         queries: false,
         heavy_srcs: 0,
         new_conns: false,
+        with_closed: false,
     },
     Flood { heavy_srcs: HEAVY_SRCS, ..flood("conns-v4", false, true, HEAVY_SRCS as u32, false) },
     Flood {
@@ -226,10 +245,12 @@ pub const FLOODS: [Flood; 4] = [
 /// The `sources` scenario's floods: junk DNS to NSD's port from 1, 16 and
 /// 65,536 sources after a calm period, from 65,536 starting first, and from
 /// one source that pulses three times beside the clients before it floods;
-/// and valid queries (q...) from one source, from 65,536 and from one that
+/// valid queries (q...) from one source, from 65,536 and from one that
 /// pulses: NSD answers each, so a flood a few times its capacity is a rate
-/// the generator reaches without starving dnsperf on the shared CPU.
-pub const SOURCE_FLOODS: [Flood; 10] = [
+/// the generator reaches without starving dnsperf on the shared CPU; and
+/// the one-source and 65,536-source query floods each mixed with a
+/// closed-port flood (`+closed`, half the rate each).
+pub const SOURCE_FLOODS: [Flood; 12] = [
     flood("src1-v4", false, true, 1, true),
     flood("src16-v4", false, true, 16, true),
     flood("src64k-v4", false, true, 65_536, true),
@@ -240,6 +261,8 @@ pub const SOURCE_FLOODS: [Flood; 10] = [
     Flood { queries: true, ..flood("q1-v4", false, true, 1, true) },
     Flood { queries: true, ..flood("q64k-v4", false, true, 65_536, true) },
     Flood { queries: true, pulses: 3, ..flood("qpulse1-v4", false, true, 1, true) },
+    Flood { queries: true, with_closed: true, ..flood("q1+closed-v4", false, true, 1, true) },
+    Flood { queries: true, with_closed: true, ..flood("q64k+closed-v4", false, true, 65_536, true) },
 ];
 
 /// A pulse of a pulsing flood, and the pause after it (seconds): each pulse
