@@ -23,6 +23,7 @@ use crate::measure::{udp_counters, IdleMeter, NftCounter, NsFile};
 use crate::scenario::{ConfigKind, Scenario};
 use crate::victim::{VictimBed, VictimModel, IF_A, IF_B};
 use crate::workers::{GenDone, GenWorker, ReplyRx};
+use sluice::daemon::known_store::Shape;
 use sluice::daemon::sched::set_napi;
 use sluice::daemon::tick::Ticker;
 use sluice::dataplane::gate::Gate;
@@ -214,6 +215,10 @@ impl Rig {
             let mut c = self.control.lock().unwrap();
             c.ticker = Ticker::idle();
             gate.apply(&cfg, &classify::compile(&cfg)?)?;
+            // The classes' parts of the known map, as the daemon's start
+            // writes them: without a part the learner records nobody, and
+            // the configurations would run with no known client.
+            sluice::daemon::known_store::hold_to_parts(&gate, Shape::of(&cfg, 0, &gate))?;
             c.ticker = ticker.unwrap_or_else(Ticker::idle);
         }
         self.n_classes = cfg.classes.len();

@@ -105,8 +105,7 @@ impl KnownStore {
             let (map, later) = known::to_map(std::mem::take(&mut entries), names);
             gate.insert_known(&map)?;
             self.pending = pending(later);
-            let (delete, room) = bound(&gate.known()?, shape);
-            apply_bound(gate, &delete, room)
+            hold_to_parts(gate, shape)
         })();
         if let Err(e) = result {
             log::warn(format_args!("known sources: could not restore them: {e:#}"));
@@ -161,6 +160,18 @@ pub(super) fn bound(
     shape: Shape,
 ) -> (Vec<sluice_src_key>, Vec<sluice_known_part>) {
     known::bound(map, &shape.parts(), crate::base::clock::gate_ms(), KNOWN_TTL_SECS * 1000)
+}
+
+/// Hold the gate's known map to the parts of `shape` now: delete what is
+/// past them, and tell the gate each class's room. The learner adds a
+/// client only to a class whose part has room, and only this (at a
+/// restore) and a scan's bound write it: a gate whose classes were never
+/// held learns nobody. The daemon's start does it; so must anything else
+/// that runs the tick on a gate of its own (the bench's rig), once per
+/// config.
+pub fn hold_to_parts(gate: &Gate, shape: Shape) -> Result<()> {
+    let (delete, parts) = bound(&gate.known()?, shape);
+    apply_bound(gate, &delete, parts)
 }
 
 /// Delete the known entries past their class's part; tell the gate each
