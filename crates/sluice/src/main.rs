@@ -67,13 +67,8 @@ struct RunArgs {
     /// none: zero-config protection.
     #[arg(long, short)]
     config: Option<PathBuf>,
-    /// A class as NAME:KEY=VAL,... with keys priority, rate (packets/s,
-    /// unlimited, blocked or auto), burst, match, and for rate=auto algo
-    /// (capacity|pno), min_share (0-1) and fallback (packets/s|unlimited)
-    /// (repeatable). Example: 'dns:priority=0,rate=50k,match=udp:53,match=tcp:53@10.0.0.0/8',
-    /// 'api:rate=auto,min_share=0.1,match=udp:8053'.
-    /// A class with the same name as one in the file replaces it.
-    #[arg(long = "class", value_name = "SPEC")]
+    /// A class as NAME:KEY=VAL,... (repeatable; --help lists the keys).
+    #[arg(long = "class", value_name = "SPEC", long_help = sluice::policy::config::class_flag_help())]
     classes: Vec<String>,
     /// Detach an XDP program already on the interface (attached with netlink) instead of refusing.
     #[arg(long)]

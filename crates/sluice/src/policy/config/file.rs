@@ -53,6 +53,30 @@ pub(super) struct RawRule {
     src: Option<Spanned<String>>,
 }
 
+impl RawClass {
+    /// The value written for `key` (of `grammar::CLASS_KEYS`) as its text,
+    /// and where; None where the table does not have it. (serde reads the
+    /// table into the fields above, named as CLASS_KEYS spells them: the
+    /// test `every_class_key_is_read_from_a_file` holds the two together.)
+    fn value(&self, key: Key) -> Option<(String, std::ops::Range<usize>)> {
+        let num = |v: &Option<Spanned<IntOrString>>| v.as_ref().map(|v| (v.get_ref().text(), v.span()));
+        let txt = |v: &Option<Spanned<String>>| v.as_ref().map(|v| (v.get_ref().clone(), v.span()));
+        match key {
+            Key::Name => Some((self.name.get_ref().clone(), self.name.span())),
+            Key::Priority => num(&self.priority),
+            Key::Rate => num(&self.rate),
+            Key::Burst => num(&self.burst),
+            Key::Algo => txt(&self.algo),
+            Key::MinShare => num(&self.min_share),
+            Key::Fallback => num(&self.fallback),
+            Key::Readers => txt(&self.readers),
+            Key::Cpu => txt(&self.cpu),
+            Key::SynCookies => txt(&self.syn_cookies),
+            Key::Rule(..) => None,
+        }
+    }
+}
+
 /// A value TOML may write as a number or as a string ("450k"): its text
 /// goes to the one grammar either way.
 #[derive(Deserialize)]
@@ -138,54 +162,44 @@ impl Locator<'_> {
     fn class(&self, rc: &Spanned<RawClass>) -> Result<Class, ConfigError> {
         let cspan = rc.span();
         let rc = rc.get_ref();
-        let text = |v: &Option<Spanned<IntOrString>>| v.as_ref().map(|v| v.get_ref().text());
-        let string = |v: &Option<Spanned<String>>| v.as_ref().map(|v| v.get_ref().clone());
+        let values = CLASS_KEYS
+            .iter()
+            .filter(|k| k.0 != Key::Name)
+            .filter_map(|&(key, ..)| rc.value(key).map(|(v, _)| (key, v)))
+            .collect();
         let keys = ClassKeys {
             name: rc.name.get_ref().clone(),
-            priority: text(&rc.priority),
-            rate: text(&rc.rate),
-            burst: text(&rc.burst),
-            algo: string(&rc.algo),
-            min_share: text(&rc.min_share),
-            fallback: text(&rc.fallback),
-            readers: string(&rc.readers),
-            cpu: string(&rc.cpu),
-            syn_cookies: string(&rc.syn_cookies),
+            values,
             rules: rc
                 .rules
                 .iter()
                 .map(|r| {
                     let r = r.get_ref();
-                    RuleKeys { proto: text(&r.proto), port: text(&r.port), src: string(&r.src) }
+                    let text = |v: &Option<Spanned<IntOrString>>| v.as_ref().map(|v| v.get_ref().text());
+                    RuleKeys {
+                        proto: text(&r.proto),
+                        port: text(&r.port),
+                        src: r.src.as_ref().map(|s| s.get_ref().clone()),
+                    }
                 })
                 .collect(),
         };
         let name = &keys.name;
         let span_of = |key: Key| {
-            let num = |v: &Option<Spanned<IntOrString>>| v.as_ref().map(|v| v.span());
-            let txt = |v: &Option<Spanned<String>>| v.as_ref().map(|v| v.span());
             let span = match key {
-                Key::Name => Some(rc.name.span()),
-                Key::Priority => num(&rc.priority),
                 // A rate's error about the burst points at the burst, if written.
-                Key::Rate => num(&rc.rate),
-                Key::Burst => num(&rc.burst).or_else(|| num(&rc.rate)),
-                Key::Algo => txt(&rc.algo),
-                Key::MinShare => num(&rc.min_share),
-                Key::Fallback => num(&rc.fallback),
-                Key::Readers => txt(&rc.readers),
-                Key::Cpu => txt(&rc.cpu),
-                Key::SynCookies => txt(&rc.syn_cookies),
+                Key::Burst => rc.value(Key::Burst).or_else(|| rc.value(Key::Rate)).map(|(_, s)| s),
                 Key::Rule(i, part) => rc.rules.get(i).map(|r| {
                     let (whole, r) = (r.span(), r.get_ref());
                     match part {
-                        RulePart::Proto => num(&r.proto),
-                        RulePart::Port => num(&r.port),
-                        RulePart::Src => txt(&r.src),
+                        RulePart::Proto => r.proto.as_ref().map(Spanned::span),
+                        RulePart::Port => r.port.as_ref().map(Spanned::span),
+                        RulePart::Src => r.src.as_ref().map(Spanned::span),
                         RulePart::Whole => None,
                     }
                     .unwrap_or(whole)
                 }),
+                key => rc.value(key).map(|(_, s)| s),
             };
             span.unwrap_or(cspan.clone())
         };

@@ -1,10 +1,8 @@
 //! The flag syntax: --class 'NAME:priority=P,rate=R,burst=B,match=PROTO[:PORTS][@PREFIX],...'.
 use super::*;
 
-pub(super) const FLAG_KEYS: &str = "priority, rate, burst, match, algo, min_share, fallback, readers, cpu, syn_cookies";
-
 /// Parse one `--class` flag into a class (not yet validated against the
-/// others): its keys, then the one grammar (`grammar.rs`).
+/// others): its keys (`grammar::CLASS_KEYS`), then the one grammar (`grammar.rs`).
 pub fn parse_class_flag(spec: &str) -> Result<Class, ConfigError> {
     let err =
         |field: &str, message: String| ConfigError { origin: Origin::Flag(spec.into()), field: field.into(), message };
@@ -12,20 +10,13 @@ pub fn parse_class_flag(spec: &str) -> Result<Class, ConfigError> {
     let mut k = ClassKeys { name: name.trim().into(), ..Default::default() };
     for kv in rest.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let (key, v) =
-            kv.split_once('=').ok_or_else(|| err(kv, format!("expected key=value with key one of {FLAG_KEYS}")))?;
-        let v = Some(v.to_string());
-        match key.trim() {
-            "priority" => k.priority = v,
-            "rate" => k.rate = v,
-            "burst" => k.burst = v,
-            "algo" => k.algo = v,
-            "min_share" => k.min_share = v,
-            "fallback" => k.fallback = v,
-            "readers" => k.readers = v,
-            "cpu" => k.cpu = v,
-            "syn_cookies" => k.syn_cookies = v,
-            "match" => k.rules.push(rule_keys(v.as_deref().unwrap_or_default())),
-            other => return Err(err(other, format!("unknown key; valid keys: {FLAG_KEYS}"))),
+            kv.split_once('=').ok_or_else(|| err(kv, format!("expected key=value with key one of {}", flag_keys())))?;
+        match (key.trim(), Key::by_name(key.trim())) {
+            ("match", _) => k.rules.push(rule_keys(v)),
+            (_, Some(key)) => {
+                k.values.insert(key, v.to_string());
+            }
+            (other, None) => return Err(err(other, format!("unknown key; valid keys: {}", flag_keys()))),
         }
     }
     // A flag names a rule's errors by its one key, `match`.

@@ -4,22 +4,23 @@
 //! keys there are, what values they take and how they combine into a
 //! [`Class`] is decided here once, and an error names the [`Key`] it is
 //! about so each syntax can say where that key was written.
+use std::collections::BTreeMap;
+
 use super::*;
 
 /// One class as written: every value as its text.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub(super) struct ClassKeys {
     pub name: String,
-    pub priority: Option<String>,
-    pub rate: Option<String>,
-    pub burst: Option<String>,
-    pub algo: Option<String>,
-    pub min_share: Option<String>,
-    pub fallback: Option<String>,
-    pub readers: Option<String>,
-    pub cpu: Option<String>,
-    pub syn_cookies: Option<String>,
+    /// The keys of CLASS_KEYS written, each once.
+    pub values: BTreeMap<Key, String>,
     pub rules: Vec<RuleKeys>,
+}
+
+impl ClassKeys {
+    fn get(&self, key: Key) -> Option<&str> {
+        self.values.get(&key).map(String::as_str)
+    }
 }
 
 /// One match rule as written.
@@ -31,7 +32,7 @@ pub(super) struct RuleKeys {
 }
 
 /// The key an error is about (a rule's part with the rule's index).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) enum Key {
     Name,
     Priority,
@@ -46,7 +47,7 @@ pub(super) enum Key {
     Rule(usize, RulePart),
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) enum RulePart {
     Whole,
     Proto,
@@ -54,53 +55,79 @@ pub(super) enum RulePart {
     Src,
 }
 
+/// Every key a class takes beside its name, once: how both syntaxes spell
+/// it (the flag's `KEY=VAL`, the file's `KEY = VAL`) and what it takes, in
+/// the order `--class`'s help lists them. The flag parser looks keys up
+/// here, the file reader reads these keys of its table, and an error names
+/// a key by this spelling.
+pub(super) const CLASS_KEYS: [(Key, &str, &str); 11] = [
+    (Key::Priority, "priority", "0-255, 0 = highest"),
+    (Key::Rate, "rate", "packets/s (\"50k\"), unlimited, blocked or auto"),
+    (Key::Burst, "burst", "packets, beside a packets/s rate"),
+    (Key::Rule(0, RulePart::Whole), "match", "PROTO[:PORTS][@PREFIX], repeatable"),
+    (Key::Algo, "algo", "with rate=auto: capacity or pno"),
+    (Key::MinShare, "min_share", "with rate=auto: 0 to 1"),
+    (Key::Fallback, "fallback", "with rate=auto: packets/s or unlimited"),
+    (Key::Readers, "readers", "hash, round-robin or least-loaded"),
+    (Key::Cpu, "cpu", "stay or away"),
+    (Key::SynCookies, "syn_cookies", "auto, on or off"),
+    (Key::Name, "name", "the file's; a flag writes NAME: first"),
+];
+
+/// The keys a `--class` flag takes, for its errors.
+pub(super) fn flag_keys() -> String {
+    CLASS_KEYS.iter().filter(|k| k.0 != Key::Name).map(|k| k.1).collect::<Vec<_>>().join(", ")
+}
+
+/// What `--class` takes, key by key, for its help.
+pub fn class_flag_help() -> String {
+    let keys: Vec<String> =
+        CLASS_KEYS.iter().filter(|k| k.0 != Key::Name).map(|(_, name, what)| format!("  {name}: {what}")).collect();
+    format!(
+        "A class as NAME:KEY=VAL,... (repeatable; a class with the same name as one in the file replaces it). \
+         Keys:\n{}\nExample: 'dns:priority=0,rate=50k,match=udp:53,match=tcp:53@10.0.0.0/8', \
+         'api:rate=auto,min_share=0.1,match=udp:8053'.",
+        keys.join("\n")
+    )
+}
+
 impl Key {
+    /// The value key spelled `name` (not `name` itself, nor `match`).
+    pub fn by_name(name: &str) -> Option<Key> {
+        CLASS_KEYS.iter().find(|k| k.1 == name && !matches!(k.0, Key::Name | Key::Rule(..))).map(|k| k.0)
+    }
+
     /// The key's name as the file writes it (`match.port` for a rule's part).
     pub fn name(self) -> &'static str {
         match self {
-            Key::Name => "name",
-            Key::Priority => "priority",
-            Key::Rate => "rate",
-            Key::Burst => "burst",
-            Key::Algo => "algo",
-            Key::MinShare => "min_share",
-            Key::Fallback => "fallback",
-            Key::Readers => "readers",
-            Key::Cpu => "cpu",
-            Key::SynCookies => "syn_cookies",
-            Key::Rule(_, RulePart::Whole) => "match",
             Key::Rule(_, RulePart::Proto) => "match.proto",
             Key::Rule(_, RulePart::Port) => "match.port",
             Key::Rule(_, RulePart::Src) => "match.src",
+            Key::Rule(_, RulePart::Whole) => "match",
+            key => CLASS_KEYS.iter().find(|k| k.0 == key).map(|k| k.1).expect("every key is in CLASS_KEYS"),
         }
     }
 
     /// A field name the value checks return ("rate", "burst", "algo", ...).
     fn of(field: &str) -> Key {
-        match field {
-            "burst" => Key::Burst,
-            "algo" => Key::Algo,
-            "min_share" => Key::MinShare,
-            "fallback" => Key::Fallback,
-            _ => Key::Rate,
-        }
+        Key::by_name(field).unwrap_or(Key::Rate)
     }
 }
 
 /// The class `k` says, or the first error, about the key it names.
 pub(super) fn build_class(k: &ClassKeys, err: &dyn Fn(Key, String) -> ConfigError) -> Result<Class, ConfigError> {
     check_name(&k.name).map_err(|m| err(Key::Name, m))?;
-    let priority = match &k.priority {
+    let priority = match k.get(Key::Priority) {
         Some(p) => p.trim().parse().map_err(|_| err(Key::Priority, format!("\"{p}\" is not 0-255 (0 = highest)")))?,
         None => DEFAULT_PRIORITY,
     };
-    let burst = k.burst.as_deref().map(parse_count).transpose().map_err(|m| err(Key::Burst, m))?;
-    let limit = match &k.rate {
+    let burst = k.get(Key::Burst).map(parse_count).transpose().map_err(|m| err(Key::Burst, m))?;
+    let limit = match k.get(Key::Rate) {
         Some(r) => parse_limit(r, burst).map_err(|(f, m)| err(Key::of(f), m))?,
         None if burst.is_some() => return Err(err(Key::Burst, "a burst needs a packets/s rate".into())),
         None => Limit::Unlimited,
     };
-    let min_share = match &k.min_share {
+    let min_share = match k.get(Key::MinShare) {
         Some(m) => Some(
             m.trim()
                 .parse::<f64>()
@@ -109,13 +136,12 @@ pub(super) fn build_class(k: &ClassKeys, err: &dyn Fn(Key, String) -> ConfigErro
         None => None,
     };
     let limit =
-        auto_keys(limit, k.algo.as_deref(), min_share, k.fallback.as_deref()).map_err(|(f, m)| err(Key::of(f), m))?;
+        auto_keys(limit, k.get(Key::Algo), min_share, k.get(Key::Fallback)).map_err(|(f, m)| err(Key::of(f), m))?;
     let rules = k.rules.iter().enumerate().map(|(i, r)| rule(i, r, err)).collect::<Result<Vec<_>, _>>()?;
-    let readers = k.readers.as_deref().map(Readers::parse).transpose().map_err(|m| err(Key::Readers, m))?;
-    let away = k.cpu.as_deref().map(parse_cpu).transpose().map_err(|m| err(Key::Cpu, m))?.unwrap_or(false);
+    let readers = k.get(Key::Readers).map(Readers::parse).transpose().map_err(|m| err(Key::Readers, m))?;
+    let away = k.get(Key::Cpu).map(parse_cpu).transpose().map_err(|m| err(Key::Cpu, m))?.unwrap_or(false);
     let syn_cookies = k
-        .syn_cookies
-        .as_deref()
+        .get(Key::SynCookies)
         .map(SynCookies::parse)
         .transpose()
         .map_err(|m| err(Key::SynCookies, m))?
@@ -150,6 +176,33 @@ fn rule(i: usize, r: &RuleKeys, err: &dyn Fn(Key, String) -> ConfigError) -> Res
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One table of keys: each of CLASS_KEYS is read by the file (serde's
+    /// field names agree with it) and by the flag, a bad value of it is an
+    /// error about that key in both, and `--class`'s help lists it.
+    #[test]
+    fn every_class_key_is_read_from_a_file_and_a_flag_and_shown_in_help() {
+        let help = class_flag_help();
+        for &(key, name, _) in CLASS_KEYS.iter().filter(|k| !matches!(k.0, Key::Name | Key::Rule(..))) {
+            let by_flag = parse_class_flag(&format!("x:{name}=bogus,match=udp:1")).unwrap_err();
+            assert_eq!(by_flag.field, name, "the flag's error is about {name}: {by_flag}");
+            assert!(!by_flag.message.starts_with("unknown key"), "the flag reads {name}: {by_flag}");
+            let toml =
+                format!("[[class]]\nname = \"x\"\n{name} = \"bogus\"\nmatch = [{{ proto = \"udp\", port = 1 }}]\n");
+            let by_file = from_toml(&toml, Path::new("t.toml")).unwrap_err();
+            assert_eq!(
+                by_file.field,
+                format!("class.{name} (class \"x\")"),
+                "the file's error is about {name}: {by_file}"
+            );
+            assert!(by_file.to_string().contains("t.toml:3:"), "it points at the key's line: {by_file}");
+            assert_eq!(Key::by_name(name), Some(key));
+            assert!(help.contains(&format!("  {name}: ")), "--class's help lists {name}");
+        }
+        assert!(help.contains("  match: "));
+        let unknown = parse_class_flag("x:colour=red").unwrap_err();
+        assert!(unknown.message.contains("syn_cookies"), "the flag's unknown key lists the keys: {unknown}");
+    }
 
     /// One grammar: a class written as a flag and as a file's table is the
     /// same class, and a bad value is refused by both with the same words.

@@ -60,7 +60,8 @@ mod values;
 
 pub use file::{from_toml, load_file};
 pub use flags::{from_flags, parse_class_flag};
-use grammar::{build_class, ClassKeys, Key, RuleKeys, RulePart};
+pub use grammar::class_flag_help;
+use grammar::{build_class, flag_keys, ClassKeys, Key, RuleKeys, RulePart, CLASS_KEYS};
 use values::*;
 pub use values::{default_burst, parse_count, parse_prefix};
 
