@@ -14,7 +14,7 @@
 //!   `gate/` (mod.rs: load, apply into the tables generation not in force and
 //!   switch, per-CPU splits, test runs; ids.rs: the gate's class ids, kept by
 //!   name; maps.rs: typed map reads; attach.rs: privileges, bpf_link, tcx;
-//!   counters.rs; cookies.rs: SYN cookies at the driver; sources.rs: the
+//!   counters.rs; cookies.rs: SYN cookies at the driver; source_maps.rs: the
 //!   per-source maps; wake.rs: the ring that wakes a calm daemon),
 //!   `classify.rs` (rules to cells and prefix tries), `share.rs` (a class's
 //!   rate split over CPUs), `steer/` (reader steering: groups.rs, pure
@@ -36,7 +36,7 @@
 //!   behind a class's ports), `health.rs` (each class's
 //!   service health per tick), `service_cpus.rs`, `rx_cpu.rs` (lower
 //!   classes' receive work on a service's CPUs), `discover/` (zero config),
-//!   `sources.rs` (source fairness as status shows it), `known.rs` (the
+//!   `source_tables.rs` (source fairness as status shows it: the scan of the per-source maps summed by class), `known.rs` (the
 //!   known clients' file and each class's part of the map), `netdev.rs`
 //!   (an interface's NAPI kthreads, generic netlink), `syn_peers.rs` (what
 //!   lets the gate answer a SYN without its socket lookup);

@@ -2,9 +2,9 @@
 //!
 //! Reading the whole "sources" table (262,144 slots, a walk of its
 //! read-only mapping) and the known map takes milliseconds: the control
-//! thread, a 10 ms tick at SCHED_FIFO, must not spend them. Every `sources::SCAN_EVERY` this thread reads the "sources" and "known"
+//! thread, a 10 ms tick at SCHED_FIFO, must not spend them. Every `source_tables::SCAN_EVERY` this thread reads the "sources" and "known"
 //! maps through handles of its own, sums them up per class
-//! (`sources::scan`), and works out which known entries are past their
+//! (`source_tables::scan`), and works out which known entries are past their
 //! class's part of the map (`known::bound`). The control thread takes the
 //! result at a tick (`take`) and applies the bound only if the config the
 //! scan was made for is still in force: class ids change with a reload.
@@ -30,7 +30,7 @@ use crate::daemon::tick::FairStatus;
 use crate::dataplane::gate::{dump_map, occupied_sources, Gate};
 use crate::policy::config::Config;
 use crate::policy::controller::TICK;
-use crate::signals::sources;
+use crate::signals::source_tables;
 use crate::surface::stats::{ClassTotals, Snapshot};
 
 use super::known_store::Shape;
@@ -39,7 +39,7 @@ use super::known_store::Shape;
 pub struct Found {
     pub shape: Shape,
     /// Per class: entries of the sources map, known sources, heaviest droppers.
-    pub per_class: Vec<(u64, u64, Vec<sources::TopSource>)>,
+    pub per_class: Vec<(u64, u64, Vec<source_tables::TopSource>)>,
     /// Entries of the sources map.
     pub entries: u64,
     /// How long the reads and sums took (ms).
@@ -124,7 +124,7 @@ impl Drop for SourceScan {
 struct SourcesRead {
     shape: Shape,
     entries: u64,
-    per_class: Vec<(u64, Vec<sources::TopSource>)>,
+    per_class: Vec<(u64, Vec<source_tables::TopSource>)>,
 }
 
 /// One scan for `shape`: the known map always, the sources map if `dirty`
@@ -135,13 +135,13 @@ fn scan(maps: &(MapHandle, MapHandle), shape: Shape, dirty: bool, last: &mut Opt
     if !reuse {
         let mut sources = occupied_sources(&maps.0)?;
         shape.ids.to_classes(&mut sources);
-        let per_class = sources::scan_sources(&sources, shape.classes);
+        let per_class = source_tables::scan_sources(&sources, shape.classes);
         *last = Some(SourcesRead { shape, entries: sources.len() as u64, per_class });
     }
     let read = last.as_ref().expect("read above");
     let mut known: Vec<(sluice_src_key, sluice_known)> = dump_map(&maps.1, "known")?;
     shape.ids.to_classes(&mut known);
-    let per_class = sources::combine(read.per_class.clone(), &sources::count_known(&known, shape.classes));
+    let per_class = source_tables::combine(read.per_class.clone(), &source_tables::count_known(&known, shape.classes));
     let (delete, parts) = super::known_store::bound(&known, shape);
     Ok(Found {
         shape,
@@ -157,7 +157,7 @@ fn scan(maps: &(MapHandle, MapHandle), shape: Shape, dirty: bool, last: &mut Opt
 
 /// What the last scan found, by the class ids in force.
 struct Scan {
-    per_class: Vec<(u64, u64, Vec<sources::TopSource>)>,
+    per_class: Vec<(u64, u64, Vec<source_tables::TopSource>)>,
     entries: u64,
     known: u64,
     /// The known map as read (what the minute's save offers).
@@ -182,7 +182,7 @@ impl SourceTables {
     pub fn start(gate: &Gate, cfg: &Config) -> anyhow::Result<SourceTables> {
         let shape = Shape::of(cfg, 0, gate);
         Ok(SourceTables {
-            thread: SourceScan::start(gate.source_maps()?, shape, sources::SCAN_EVERY),
+            thread: SourceScan::start(gate.source_maps()?, shape, source_tables::SCAN_EVERY),
             shape,
             last: None,
         })
@@ -229,7 +229,7 @@ impl SourceTables {
             .map(|id| Ok(ClassTotals::from(gate.class_counters(id)?).source_inserts))
             .sum::<anyhow::Result<u64>>()?;
         let before = self.last.as_ref().map_or(0, |s| s.evictions);
-        let evictions = sources::evictions(before, inserts, entries);
+        let evictions = source_tables::evictions(before, inserts, entries);
         self.last = Some(Scan { per_class, entries, known, known_map, ms, evictions, held });
         Ok(())
     }
@@ -246,7 +246,7 @@ impl SourceTables {
                 c.sources = None;
                 continue;
             }
-            c.sources = Some(sources::ClassSources {
+            c.sources = Some(source_tables::ClassSources {
                 learning: f.learning,
                 quota: f.quota.filter(|&q| q != crate::policy::fair::UNPACED),
                 plen4: f.plens.0,
@@ -263,7 +263,7 @@ impl SourceTables {
         }
         let inserts = snap.classes.iter().map(|c| c.totals.source_inserts).sum();
         let last = self.last.as_ref();
-        snap.sources = sources::SourcesMap {
+        snap.sources = source_tables::SourcesMap {
             capacity,
             entries: last.map(|s| s.entries),
             inserts,

@@ -6,7 +6,7 @@
 //! - [`service_cpus`]: the CPUs each class's service runs on;
 //! - [`rx_cpu`]: the CPU signal: receive work for lower classes on those CPUs;
 //! - [`discover`]: the listening services and their owners (zero-config);
-//! - [`sources`]: the gate's source maps summed up for status;
+//! - [`source_tables`]: the gate's source maps summed up for status;
 //! - [`known`]: the known clients' state file;
 //! - [`syn_peers`]: what lets the gate answer a SYN without its socket lookup;
 //! - [`netdev`]: an interface's NAPI instances and their kthreads (generic netlink).
@@ -19,5 +19,5 @@ pub mod procfs;
 pub mod rx_cpu;
 pub mod service_cpus;
 pub mod sock_diag;
-pub mod sources;
+pub mod source_tables;
 pub mod syn_peers;

@@ -28,7 +28,7 @@ mod host;
 mod ids;
 mod limits;
 pub mod maps;
-mod sources;
+mod source_maps;
 pub mod verifier;
 mod wake;
 
@@ -39,7 +39,7 @@ pub use host::local_port_range;
 pub use ids::{ClassIds, IdIndex, NO_CLASS};
 pub use limits::{Clock, FairTier, Tiers};
 pub use maps::{bytes_of, dump_map, from_bytes, Owned, Pod};
-pub use sources::{occupied_sources, slot_of};
+pub use source_maps::{occupied_sources, slot_of};
 pub use wake::Woken;
 
 pub const XDP_DROP: u32 = libbpf_sys::XDP_DROP;

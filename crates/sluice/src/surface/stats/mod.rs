@@ -115,7 +115,7 @@ pub struct ClassSnapshot {
     pub throttle_pps: Option<f64>,
     /// Source fairness and learning, for a class that is limited or learns.
     #[serde(default)]
-    pub sources: Option<crate::signals::sources::ClassSources>,
+    pub sources: Option<crate::signals::source_tables::ClassSources>,
     /// Packets the kernel dropped after the gate admitted them, by stage and
     /// drop reason (since the daemon started; empty if the tracer could not load).
     #[serde(default)]
@@ -254,7 +254,7 @@ pub struct Snapshot {
     pub signals_unreadable: Option<(f64, String)>,
     /// The per-source map and the known sources.
     #[serde(default)]
-    pub sources: crate::signals::sources::SourcesMap,
+    pub sources: crate::signals::source_tables::SourcesMap,
     /// The reuseport groups sluice steers, and their readers.
     #[serde(default)]
     pub readers: Vec<crate::dataplane::steer::GroupStatus>,
@@ -407,7 +407,7 @@ mod tests {
     fn status_metrics_and_the_sources_table_show_source_fairness() {
         let mut s = snap();
         s.classes[0].totals.dropped_share_pkts = 40;
-        s.classes[0].sources = Some(crate::signals::sources::ClassSources {
+        s.classes[0].sources = Some(crate::signals::source_tables::ClassSources {
             learning: false,
             quota: Some(12),
             plen4: 24,
@@ -417,7 +417,7 @@ mod tests {
             known_held: Some(17),
             known_part: Some(29_491),
             tracked: Some(900),
-            top: vec![crate::signals::sources::TopSource {
+            top: vec![crate::signals::source_tables::TopSource {
                 prefix: "192.0.2.0/24".into(),
                 drops: 40,
                 pkts: 30,
@@ -425,7 +425,7 @@ mod tests {
             }],
             ..Default::default()
         });
-        s.sources = crate::signals::sources::SourcesMap {
+        s.sources = crate::signals::source_tables::SourcesMap {
             capacity: 1024,
             entries: Some(900),
             evictions: Some(7),

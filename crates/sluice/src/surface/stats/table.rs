@@ -401,7 +401,7 @@ pub fn render_sources_class(s: &Snapshot, class: &str) -> Result<String, String>
         "known sources {}, tracked sources {} (last scan; scanned every {} s)",
         x.known.map_or("-".into(), |v| v.to_string()),
         x.tracked.map_or("-".into(), |v| v.to_string()),
-        crate::signals::sources::SCAN_EVERY.as_secs()
+        crate::signals::source_tables::SCAN_EVERY.as_secs()
     );
     if x.top.is_empty() {
         let _ = writeln!(o, "no source was dropped over its quota");
