@@ -4,7 +4,7 @@
  *
  * What runs where
  * ---------------
- * User space (crates/sluice-bench/src/gen.rs) fills "gen_streams" with up to
+ * User space (crates/sluice-bench/src/load/gen.rs) fills "gen_streams" with up to
  * SLUICE_GEN_MAX_STREAMS streams (rate, frame size, flows, a header template
  * with valid checksums), then makes ONE BPF_PROG_RUN call in live-frames mode
  * (BPF_F_TEST_XDP_LIVE_FRAMES) with a huge repeat count, from a thread inside

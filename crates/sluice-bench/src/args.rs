@@ -7,9 +7,9 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 
 use sluice::surface::cli::{parse_rate, parse_secs};
-use sluice_bench::scenario::ConfigKind;
+use sluice_bench::scenarios::scenario::ConfigKind;
 use sluice_bench::services;
-use sluice_bench::victim::VictimModel;
+use sluice_bench::testbed::victim::VictimModel;
 
 #[derive(Args)]
 pub(crate) struct RecoveryArgs {
@@ -222,7 +222,7 @@ pub(crate) struct GeneratorArgs {
     #[arg(long, visible_alias = "secs", value_name = "SECS", default_value = "2", value_parser = parse_secs)]
     pub(crate) duration: Duration,
     /// Frames per flush, 1-256 (bursts never exceed it).
-    #[arg(long, default_value_t = sluice_bench::gen::DEFAULT_BATCH, value_parser = clap::value_parser!(u32).range(1..=256))]
+    #[arg(long, default_value_t = sluice_bench::load::gen::DEFAULT_BATCH, value_parser = clap::value_parser!(u32).range(1..=256))]
     pub(crate) batch: u32,
 }
 

@@ -8,13 +8,14 @@ use anyhow::{Context, Result};
 
 use sluice::surface::cli::{print_json_or, stop_flag};
 use sluice::surface::stats;
-use sluice_bench::{
-    capture, cpu, demo, gate_cost, gencheck, readers, recovery, report, scenario, services, step, sweep, tick_cost,
-    trace_cost, victim,
-};
+use sluice_bench::load::gencheck;
+use sluice_bench::scenarios::{recovery, scenario, step, sweep};
+use sluice_bench::studies::{capture, cpu, demo, gate_cost, readers, tick_cost, trace_cost};
+use sluice_bench::testbed::victim;
+use sluice_bench::{report, services};
 
 use crate::args::*;
-use sluice_bench::cpu_plan;
+use sluice_bench::testbed::cpu_plan;
 
 /// The `sluice` binary beside this one: the bench runs its `run` and
 /// `status` (and this binary's own `serve` and `send`, found beside it:
@@ -292,8 +293,9 @@ pub(crate) fn cmd_bench_idle(a: IdleArgs) -> Result<()> {
         anyhow::ensure!(b.exists(), "--compare {}: no such file", b.display());
         binaries.push(b.clone());
     }
-    let r = sluice_bench::idle::run(&binaries, (a.services, a.flood_rate), a.rounds as usize, a.window, !a.json)?;
-    print_json_or(a.json, &r, sluice_bench::idle::render)
+    let r =
+        sluice_bench::studies::idle::run(&binaries, (a.services, a.flood_rate), a.rounds as usize, a.window, !a.json)?;
+    print_json_or(a.json, &r, sluice_bench::studies::idle::render)
 }
 
 pub(crate) fn cmd_bench_tick(a: TickArgs) -> Result<()> {
@@ -307,7 +309,7 @@ pub(crate) fn cmd_bench_gate(a: GateArgs) -> Result<()> {
 }
 
 pub(crate) fn cmd_serve_udp_echo(a: UdpEchoArgs) -> Result<()> {
-    let o = sluice_bench::serve::ServeOpts {
+    let o = sluice_bench::testbed::serve::ServeOpts {
         bind: SocketAddr::new(a.addr, a.port),
         work_ns: a.work_ns,
         duration: a.duration,
@@ -318,7 +320,8 @@ pub(crate) fn cmd_serve_udp_echo(a: UdpEchoArgs) -> Result<()> {
         rcvbuf: a.rcvbuf,
         work_file: a.work_file,
     };
-    let r = sluice_bench::serve::udp_echo(&o, stop_flag()?).with_context(|| format!("serving UDP on {}", o.bind))?;
+    let r = sluice_bench::testbed::serve::udp_echo(&o, stop_flag()?)
+        .with_context(|| format!("serving UDP on {}", o.bind))?;
     if a.json {
         println!("{}", serde_json::to_string(&r)?);
     } else {
@@ -329,7 +332,7 @@ pub(crate) fn cmd_serve_udp_echo(a: UdpEchoArgs) -> Result<()> {
 }
 
 pub(crate) fn cmd_send(a: SendArgs) -> Result<()> {
-    let o = sluice_bench::send::SendOpts {
+    let o = sluice_bench::load::send::SendOpts {
         dst: a.dst,
         src: a.src,
         rate: a.rate,
@@ -339,7 +342,7 @@ pub(crate) fn cmd_send(a: SendArgs) -> Result<()> {
         burst: a.burst,
         answers: a.answers,
     };
-    let r = sluice_bench::send::send_udp(&o).with_context(|| format!("sending to {}", o.dst))?;
+    let r = sluice_bench::load::send::send_udp(&o).with_context(|| format!("sending to {}", o.dst))?;
     if a.json {
         println!("{}", serde_json::to_string(&r)?);
     } else {

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use sluice::dataplane::gate::Gate;
 use sluice::{base::netns, dataplane::classify, policy::config};
-use sluice_bench::gen::{stream_value, udp_stream, Generator};
-use sluice_bench::victim::{link_stats, VictimBed, VictimModel, IF_A, IF_B};
+use sluice_bench::load::gen::{stream_value, udp_stream, Generator};
+use sluice_bench::testbed::victim::{link_stats, VictimBed, VictimModel, IF_A, IF_B};
 
 static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
@@ -14,7 +14,7 @@ static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
 fn generator_rates_match_the_victims_xdp_counters_within_2_percent() {
     let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
     let rates = [10_000.0, 100_000.0, 500_000.0];
-    for c in sluice_bench::gencheck::check(&rates, 2.0, sluice_bench::gen::DEFAULT_BATCH).unwrap() {
+    for c in sluice_bench::load::gencheck::check(&rates, 2.0, sluice_bench::load::gen::DEFAULT_BATCH).unwrap() {
         eprintln!("{c:?}");
         // The generator keeps its schedule or says how far it fell behind:
         // frames sent plus frames it counted late are the asked rate.
@@ -68,7 +68,7 @@ fn ipv6_full_size_frames_with_flows_arrive_intact() {
         netns::pin_thread(0)?;
         let mut g = g.lock().unwrap();
         g.set_streams(&[v])?;
-        g.run(ifx, Duration::from_secs(1), sluice_bench::gen::DEFAULT_BATCH)
+        g.run(ifx, Duration::from_secs(1), sluice_bench::load::gen::DEFAULT_BATCH)
     })
     .unwrap();
     std::thread::sleep(Duration::from_millis(100));

@@ -1,9 +1,9 @@
 //! A short real bench run: every applied packet is accounted for in the ledger.
 mod common;
 
-use sluice_bench::rig::Rig;
-use sluice_bench::scenario::{self, ConfigKind};
-use sluice_bench::victim::VictimModel;
+use sluice_bench::scenarios::scenario::{self, ConfigKind};
+use sluice_bench::testbed::rig::Rig;
+use sluice_bench::testbed::victim::VictimModel;
 
 /// One testbed at a time: the bench owns both CPUs.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());

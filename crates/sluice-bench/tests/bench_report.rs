@@ -1,7 +1,7 @@
 //! Report generation from a recorded results fixture (a real `sluice bench run
 //! --scenario demo` on the reference machine), and the schema's round trip.
 use sluice_bench::report;
-use sluice_bench::sweep::Results;
+use sluice_bench::scenarios::sweep::Results;
 
 const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/demo-results.json");
 
@@ -34,7 +34,7 @@ fn a_version_1_file_is_summarised_again() {
     std::fs::write(&path, v.to_string()).unwrap();
     let r = report::load(&path).unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
-    assert_eq!(r.schema_version, sluice_bench::scenario::SCHEMA_VERSION);
+    assert_eq!(r.schema_version, sluice_bench::scenarios::scenario::SCHEMA_VERSION);
     let m = &r.models[0];
     let x = &m.results[0];
     let p = m.points.iter().find(|p| p.config == x.config && p.multiple == x.multiple).unwrap();

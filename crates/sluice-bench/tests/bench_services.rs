@@ -26,7 +26,7 @@ fn opts(floods: &[&str]) -> ServiceOpts {
         sources: false,
         calm_loads: vec![],
         neighbours: false,
-        clients_cpu: sluice_bench::cpu_plan::here().generator,
+        clients_cpu: sluice_bench::testbed::cpu_plan::here().generator,
         interrupted: Arc::new(AtomicBool::new(false)),
     }
 }

@@ -4,9 +4,9 @@ mod common;
 
 use std::sync::Mutex;
 
-use sluice_bench::rig::Rig;
-use sluice_bench::scenario::{self, ConfigKind};
-use sluice_bench::victim::{cleanup_leftovers, VictimModel, NS_PREFIX};
+use sluice_bench::scenarios::scenario::{self, ConfigKind};
+use sluice_bench::testbed::rig::Rig;
+use sluice_bench::testbed::victim::{cleanup_leftovers, VictimModel, NS_PREFIX};
 use sluice_testkit::testbed::netns_exists;
 
 /// One test, so that `bench cleanup` (which removes every bench namespace)

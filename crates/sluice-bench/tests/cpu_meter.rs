@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sluice::base::netns::pin_thread;
-use sluice_bench::level::CPU_METERS_BOUND;
-use sluice_bench::measure::IdleMeter;
+use sluice_bench::scenarios::level::CPU_METERS_BOUND;
+use sluice_bench::testbed::measure::IdleMeter;
 
 const CPU: usize = 1;
 

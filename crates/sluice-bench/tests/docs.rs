@@ -1,7 +1,7 @@
 //! The documents say what the code does: numbers the docs and the results
 //! schema state are the ones the code uses (no root needed).
-use sluice_bench::scenario;
-use sluice_bench::sweep::LOSS_FREE;
+use sluice_bench::scenarios::scenario;
+use sluice_bench::scenarios::sweep::LOSS_FREE;
 
 fn read(rel: &str) -> String {
     let path = format!("{}/../../{rel}", env!("CARGO_MANIFEST_DIR"));

@@ -249,7 +249,7 @@ impl<'a> Bench<'a> {
             Some(f) => {
                 let v = self.flood_values(f)?;
                 self.gen.gen.write().unwrap().set_streams(&v)?;
-                let rx = self.gen.send_for(Duration::from_secs_f64(secs + 1.5), crate::gen::DEFAULT_BATCH);
+                let rx = self.gen.send_for(Duration::from_secs_f64(secs + 1.5), crate::load::gen::DEFAULT_BATCH);
                 let onset = calm.is_some().then(|| self.probe_spawn(f.v6, None, ONSET_SECS));
                 std::thread::sleep(Duration::from_secs_f64(ONSET_SECS));
                 (Some(Flooding::Frames(rx)), onset)
@@ -389,7 +389,7 @@ impl<'a> Bench<'a> {
             let clients = s.spawn(|| self.dns_clients(f.v6, secs));
             let pulsed = (0..f.pulses).try_for_each(|_| -> Result<()> {
                 self.gen.gen.write().unwrap().set_streams(&v)?;
-                let rx = self.gen.send_for(Duration::from_secs_f64(PULSE_ON_SECS), crate::gen::DEFAULT_BATCH);
+                let rx = self.gen.send_for(Duration::from_secs_f64(PULSE_ON_SECS), crate::load::gen::DEFAULT_BATCH);
                 rx.recv().context("the generator thread ended")??;
                 std::thread::sleep(Duration::from_secs_f64(PULSE_OFF_SECS));
                 Ok(())
@@ -608,7 +608,8 @@ pub(crate) fn flood_stream(net: &sluice_testkit::testbed::Testbed, svc: Service,
     };
     // Many source ports and addresses for SYNs (distinct connections), below the clients' ports.
     let (sport, flows, srcs) = if syn { (1024, 30_000, SYN_SRCS) } else { (20_000, 64, f.srcs) };
-    let payload = (f.queries && f.own_port && !f.v6 && svc == Service::Dns).then(|| crate::dns::query(0x5eed));
+    let payload =
+        (f.queries && f.own_port && !f.v6 && svc == Service::Dns).then(|| crate::services::dns::query(0x5eed));
     StreamSpec {
         name: f.name.into(),
         rate: FLOOD_PPS,
@@ -637,7 +638,7 @@ pub(crate) fn service_drops(exe: &Path, ns: &str, sock: &Path) -> Result<u64> {
 }
 
 pub(super) fn daemon_status(exe: &Path, ns: &str, sock: &Path) -> Result<Snapshot> {
-    Ok(serde_json::from_value(crate::procs::status_json(exe, ns, sock)?)?)
+    Ok(serde_json::from_value(crate::testbed::procs::status_json(exe, ns, sock)?)?)
 }
 
 /// Of a daemon's status, since it started: packets its gate dropped and
@@ -679,7 +680,7 @@ fn cpu_taken_max(s: &Snapshot) -> Option<f64> {
 
 /// A running flood: the generator's frames, or the heavy clients' connections.
 enum Flooding {
-    Frames(std::sync::mpsc::Receiver<crate::workers::GenDone>),
+    Frames(std::sync::mpsc::Receiver<crate::load::workers::GenDone>),
     Conns(std::thread::JoinHandle<Result<http::Heavy>>),
 }
 

@@ -39,18 +39,19 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::gen::{stream_value, StreamSpec};
-use crate::matrix::{interleave, Results, Runner};
-use crate::procs::{daemon_softirq_secs, start_daemon, status_after, tree_cpu_secs, Proc};
-use crate::rig::{add_flood_neighbours, attach_gate, FLOOD_SRC_V4, FLOOD_SRC_V6};
-use crate::victim::{link_stats, VictimBed, VictimModel, IF_A, IF_B};
-use crate::workers::GenWorker;
-use crate::{dns, http};
+use crate::load::gen::{stream_value, StreamSpec};
+use crate::load::workers::GenWorker;
+use crate::scenarios::matrix::{interleave, Results, Runner};
+use crate::testbed::procs::{daemon_softirq_secs, start_daemon, status_after, tree_cpu_secs, Proc};
+use crate::testbed::rig::{add_flood_neighbours, attach_gate, FLOOD_SRC_V4, FLOOD_SRC_V6};
+use crate::testbed::victim::{link_stats, VictimBed, VictimModel, IF_A, IF_B};
 use sluice::base::netns;
 use sluice::dataplane::gate::Gate;
 use sluice::signals::procfs::{proc_counter, NsFile};
 
 mod bench;
+pub mod dns;
+pub mod http;
 mod report;
 
 use bench::Bench;
@@ -345,7 +346,7 @@ impl Neighbour {
 
     /// Start it in `ns` as user nobody; killed when the handle drops.
     fn start(self, ns: &str, secs: f64) -> Result<Proc> {
-        let mut c = crate::procs::in_ns(ns, None);
+        let mut c = crate::testbed::procs::in_ns(ns, None);
         c.args(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "python3", "-c"]);
         c.arg(self.program(secs));
         c.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());

@@ -39,8 +39,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use serde::Serialize;
 
-use crate::procs::{in_ns, start_daemon, status_json, Proc};
-use crate::victim::NS_PREFIX;
+use crate::testbed::procs::{in_ns, start_daemon, status_json, Proc};
+use crate::testbed::victim::NS_PREFIX;
 use sluice_testkit::summary::median;
 use sluice_testkit::testbed::{Testbed, TestbedOpts, IF_B};
 
@@ -281,7 +281,7 @@ fn closed_port_flood(
     let clients = send((REACT_PORT, CALM_PPS))?;
     let sender = send((CLOSED_PORT, pps))?;
     std::thread::sleep(FLOOD_SETTLE);
-    let soft = || crate::procs::daemon_softirq_secs(exe, &tb.b, &sock);
+    let soft = || crate::testbed::procs::daemon_softirq_secs(exe, &tb.b, &sock);
     let (c0, s0, t0) = (threads_cpu_ns(daemon.id()).0, soft(), Instant::now());
     std::thread::sleep(window);
     let (c1, s1) = (threads_cpu_ns(daemon.id()).0, soft());
@@ -289,7 +289,7 @@ fn closed_port_flood(
     let tick_ms = status_json(exe, &tb.b, &sock)?["tick_ms"].as_f64();
     let cpu = 100.0 * c1.saturating_sub(c0) as f64 / (elapsed * 1e9);
     let softirq = s0.zip(s1).map(|(a, b)| 100.0 * (b - a).max(0.0) / elapsed);
-    let sent = crate::procs::json_of(sender.into_output()?, "sluice-bench send")?;
+    let sent = crate::testbed::procs::json_of(sender.into_output()?, "sluice-bench send")?;
     let field = |k: &str| sent[k].as_f64().with_context(|| format!("sluice-bench send's report has no {k}"));
     let rate = field("sent")? / field("secs")?.max(1e-9);
     drop(clients);

@@ -9,7 +9,7 @@ use std::thread::JoinHandle;
 
 use anyhow::{Context, Result};
 
-use crate::gen::mono_ns;
+use crate::load::gen::mono_ns;
 use sluice::base::netns;
 pub use sluice::signals::{
     procfs::parse_snmp_udp, procfs::parse_softnet, procfs::softnet, procfs::udp_counters, procfs::NsFile,

@@ -21,7 +21,7 @@ use sluice::policy::config::{self, Config, Limit};
 use sluice::signals::syn_peers::{peer_key, peer_words};
 use sluice_testkit::packet::{v6, Frame};
 
-use crate::gen::Generator;
+use crate::load::gen::Generator;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Row {

@@ -74,7 +74,7 @@ impl VictimBed {
     pub fn create(tag: &str, model: VictimModel) -> Result<VictimBed> {
         let opts = TestbedOpts { prefix: NS_PREFIX, ipv6: true };
         let net = Testbed::create(opts, &format!("{}-{tag}", std::process::id()))?;
-        let plan = crate::cpu_plan::here();
+        let plan = crate::testbed::cpu_plan::here();
         Ok(VictimBed { net, model, gen_cpu: plan.generator, victim_cpu: plan.service })
     }
 

@@ -2,15 +2,20 @@
 //! can be rendered again): results.json (versioned schema), results.csv,
 //! figures as SVG and PNG (one set per victim model, one line per
 //! configuration), report.html, and the summary table printed at the end.
+//! Beside it: [`plot`] (the figures' common parts) and [`fate`] (the
+//! per-level chart of where the applied packets went).
+pub mod fate;
+pub mod plot;
+
 use std::fmt::Write as _;
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use plotters::prelude::*;
 
-use crate::level::{Ledger, Rtt};
-use crate::scenario::{ConfigKind, SCHEMA_VERSION};
-use crate::sweep::{summarise, ModelRun, Point, Results, Stat};
+use crate::scenarios::level::{Ledger, Rtt};
+use crate::scenarios::scenario::{ConfigKind, SCHEMA_VERSION};
+use crate::scenarios::sweep::{summarise, ModelRun, Point, Results, Stat};
 
 /// Read a results.json, checking its schema version. A version-1 file is
 /// upgraded: its per-level summaries are made again from its measurements
@@ -229,14 +234,14 @@ where
 
 /// Write every figure of every model as SVG and PNG into `dir`; returns the SVG file names.
 pub fn figures(r: &Results, dir: &Path) -> Result<Vec<String>> {
-    crate::plot::register_font()?;
+    crate::report::plot::register_font()?;
     let mut names = Vec::new();
     for m in &r.models {
         for fig in FIGURES {
             let stem = format!("{}-{}", m.model.name(), fig.0);
-            names.push(crate::plot::svg_and_png!(dir, stem, (760, 460), |root| draw(root, m, fig)));
+            names.push(crate::report::plot::svg_and_png!(dir, stem, (760, 460), |root| draw(root, m, fig)));
         }
-        names.extend(crate::fate::figures(m, dir)?);
+        names.extend(crate::report::fate::figures(m, dir)?);
     }
     Ok(names)
 }
@@ -253,7 +258,7 @@ pub fn loss_free(points: &[Point], config: ConfigKind) -> (Option<&Point>, Optio
     let mut ps: Vec<&Point> = points.iter().filter(|p| p.config == config).collect();
     ps.sort_by(|a, b| a.multiple.total_cmp(&b.multiple));
     let lossy = |p: &Point| match (p.sent_pps.median, p.delivered_pps.median) {
-        (Some(s), Some(d)) if s > 0.0 => 1.0 - d / s >= crate::sweep::LOSS_FREE,
+        (Some(s), Some(d)) if s > 0.0 => 1.0 - d / s >= crate::scenarios::sweep::LOSS_FREE,
         _ => true,
     };
     let first_lossy = ps.iter().position(|p| lossy(p));
@@ -265,7 +270,7 @@ fn loss_free_table(o: &mut String, m: &ModelRun) {
     let _ = writeln!(
         o,
         "  the NAPI study's table from the levels above (their repeats' medians, not the calibration's runs): highest loss-free level (< {}% lost), first lossy level, 1 / loss-free rate",
-        crate::sweep::LOSS_FREE * 100.0
+        crate::scenarios::sweep::LOSS_FREE * 100.0
     );
     let mut configs: Vec<ConfigKind> = m.points.iter().map(|p| p.config).collect();
     configs.sort_by_key(|c| c.name());
@@ -301,7 +306,7 @@ pub fn summary(r: &Results) -> String {
             "{} model: peak {}/s delivered; the calibration's MLFRR (< {}% loss, one short run a rate) {}; static rate {}/s; {} repeat(s) per level: median (min-max)",
             m.model.name(),
             sluice::base::fmt::human(m.peak_pps),
-            crate::sweep::LOSS_FREE * 100.0,
+            crate::scenarios::sweep::LOSS_FREE * 100.0,
             m.mlfrr_pps.map_or("n/a (no loss-free level)".into(), |x| format!(
                 "{}/s ({:.0} ns per packet)",
                 sluice::base::fmt::human(x),
@@ -351,7 +356,7 @@ pub fn summary(r: &Results) -> String {
         let _ = writeln!(
             o,
             "  cpu: busy by the idle-thread meter / by /proc/stat; ! = they differ by more than {:.0} points",
-            crate::level::CPU_METERS_BOUND * 100.0
+            crate::scenarios::level::CPU_METERS_BOUND * 100.0
         );
         loss_free_table(&mut o, m);
     }
@@ -565,7 +570,7 @@ mod tests {
             point(ConfigKind::Auto, 10.0, 1e6, 96e3),
         ];
         let model = ModelRun {
-            model: crate::victim::VictimModel::Nic,
+            model: crate::testbed::victim::VictimModel::Nic,
             stages: vec![("service".into(), 1)],
             calibration: vec![],
             peak_pps: 100e3,
@@ -577,8 +582,13 @@ mod tests {
         };
         Results {
             schema_version: SCHEMA_VERSION,
-            scenario: crate::scenario::load("demo").unwrap(),
-            machine: crate::sweep::Machine { kernel: "6.18".into(), cpu: "test".into(), cpus: 2, sluice: "0".into() },
+            scenario: crate::scenarios::scenario::load("demo").unwrap(),
+            machine: crate::scenarios::sweep::Machine {
+                kernel: "6.18".into(),
+                cpu: "test".into(),
+                cpus: 2,
+                sluice: "0".into(),
+            },
             started: 0,
             models: vec![model],
         }

@@ -9,8 +9,8 @@ use std::time::Duration;
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
-use crate::gen::{stream_value, udp_stream, Generator};
-use crate::victim::{link_stats, VictimBed, VictimModel, IF_A, IF_B};
+use crate::load::gen::{stream_value, udp_stream, Generator};
+use crate::testbed::victim::{link_stats, VictimBed, VictimModel, IF_A, IF_B};
 use sluice::dataplane::gate::Gate;
 use sluice::{base::netns, dataplane::classify, policy::config};
 

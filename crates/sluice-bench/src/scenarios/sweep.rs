@@ -8,11 +8,11 @@ use anyhow::Result;
 use indicatif::ProgressBar;
 use serde::{Deserialize, Serialize};
 
-use crate::level::LevelResult;
-use crate::matrix::{self, interleave, Planned, Runner};
-use crate::rig::Rig;
-use crate::scenario::{ConfigKind, Scenario, SCHEMA_VERSION};
-use crate::victim::VictimModel;
+use crate::scenarios::level::LevelResult;
+use crate::scenarios::matrix::{self, interleave, Planned, Runner};
+use crate::scenarios::scenario::{ConfigKind, Scenario, SCHEMA_VERSION};
+use crate::testbed::rig::Rig;
+use crate::testbed::victim::VictimModel;
 use sluice_testkit::summary::median;
 
 /// Calibration: the load doubles from this rate until the delivered rate falls
@@ -381,7 +381,7 @@ mod tests {
         let s = Stat::of_all([3.0, 1.0, 2.0, f64::INFINITY]);
         assert_eq!((s.median, s.min, s.max), (Some(2.0), Some(1.0), Some(3.0)));
         assert_eq!(s.missing, 1, "an infinite value (nothing delivered) is missing, not 0");
-        let sc = crate::scenario::load("demo").unwrap();
+        let sc = crate::scenarios::scenario::load("demo").unwrap();
         let lv = levels(&sc, 200_000.0);
         // 0.5, 1, 2, 5, 10 x 200k; 10x = 2M is under the 3M cap.
         assert_eq!(lv.len(), 5);

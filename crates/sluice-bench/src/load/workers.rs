@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
-use crate::gen::{mono_ns, Generator, StreamCount};
+use crate::load::gen::{mono_ns, Generator, StreamCount};
 use sluice::base::netns;
 
 /// What a generator run returns: the per-stream counts and the seconds it sent for.

@@ -24,13 +24,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use crate::dns;
-use crate::gen::{stream_value, DEFAULT_BATCH};
-use crate::procs::{start_daemon, status_after, Proc};
-use crate::rig::{add_flood_neighbours, attach_gate};
+use crate::load::gen::{stream_value, DEFAULT_BATCH};
+use crate::load::workers::{GenDone, GenWorker};
+use crate::services::dns;
 use crate::services::{attach_client_filter, flood_stream, service_drops, Flood, Service};
-use crate::victim::{VictimBed, VictimModel, IF_B};
-use crate::workers::{GenDone, GenWorker};
+use crate::testbed::procs::{start_daemon, status_after, Proc};
+use crate::testbed::rig::{add_flood_neighbours, attach_gate};
+use crate::testbed::victim::{VictimBed, VictimModel, IF_B};
 use sluice::signals::procfs::{proc_counter, NsFile};
 
 /// Seconds of the calibration (the flood alone).

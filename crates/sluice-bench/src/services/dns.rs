@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
-use crate::procs::{in_ns, Proc};
+use crate::testbed::procs::{in_ns, Proc};
 
 /// The latency probe's rate (queries/s), beside dnsperf.
 pub const PROBE_QPS: f64 = 200.0;

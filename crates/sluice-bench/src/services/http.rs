@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
-use crate::procs::{in_ns, Proc};
+use crate::testbed::procs::{in_ns, Proc};
 
 pub const PORT: u16 = 80;
 
@@ -304,7 +304,7 @@ pub fn start_heavy(
             std::thread::spawn(move || {
                 sluice::base::netns::run_in(&ns, move || {
                     sluice::base::netns::pin_thread(cpu)?;
-                    crate::workers::set_thread_nice(nice)?;
+                    crate::load::workers::set_thread_nice(nice)?;
                     Ok(heavy_source(src, to, how, end))
                 })
             })

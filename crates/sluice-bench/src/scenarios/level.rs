@@ -8,11 +8,11 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::gen::{mono_ns, StreamCount};
-use crate::measure::{dev_tx_dropped, softnet, udp_counters, CpuSample, UdpCounters};
-use crate::rig::Rig;
-use crate::scenario::ConfigKind;
-use crate::victim::{VictimModel, IF_A};
+use crate::load::gen::{mono_ns, StreamCount};
+use crate::scenarios::scenario::ConfigKind;
+use crate::testbed::measure::{dev_tx_dropped, softnet, udp_counters, CpuSample, UdpCounters};
+use crate::testbed::rig::Rig;
+use crate::testbed::victim::{VictimModel, IF_A};
 use sluice::surface::stats::ClassTotals;
 use sluice_testkit::summary::{coefficient_of_variation, percentile};
 
@@ -340,7 +340,7 @@ impl Rig {
         if let Some(r) = &self.replies {
             r.take();
         }
-        let ping = crate::outbound::Ping::start(&self.tb.net.a, &self.tb.net.ip_b.to_string(), duration);
+        let ping = crate::testbed::outbound::Ping::start(&self.tb.net.a, &self.tb.net.ip_b.to_string(), duration);
         let start = self.window_edge()?;
         let auto_start = self.auto_progress();
         std::thread::sleep(Duration::from_secs_f64(duration));
@@ -380,7 +380,7 @@ impl Rig {
 struct Window {
     start: WindowEdge,
     end: WindowEdge,
-    ping: Option<crate::outbound::PingResult>,
+    ping: Option<crate::testbed::outbound::PingResult>,
     auto_start: Option<(u64, u64)>,
     auto_end: Option<(u64, u64)>,
     trace: Vec<sluice::daemon::auto::TracePoint>,

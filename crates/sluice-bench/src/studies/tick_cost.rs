@@ -26,7 +26,7 @@ use sluice::signals::sock_diag::{SockDiag, SockKey, TCP_LISTEN};
 use sluice::{base::netns, dataplane::classify};
 use sluice_testkit::testbed::{Testbed, TestbedOpts, IF_B};
 
-use crate::victim::NS_PREFIX;
+use crate::testbed::victim::NS_PREFIX;
 
 /// One timed read.
 #[derive(Debug, Clone, Serialize)]

@@ -16,7 +16,7 @@ use std::thread::JoinHandle;
 
 use anyhow::{Context, Result};
 
-use crate::victim::VictimBed;
+use crate::testbed::victim::VictimBed;
 
 /// The outbound flow's destination port in A.
 pub const OUT_PORT: u16 = 40001;
@@ -37,7 +37,7 @@ impl Outbound {
         let (bytes, stop) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicBool::new(false)));
         let bind = SocketAddr::new(tb.net.ip_a, OUT_PORT);
         let b = bytes.clone();
-        let thread = crate::workers::receive_in(&tb.net.a, bind, stop.clone(), move |d| {
+        let thread = crate::load::workers::receive_in(&tb.net.a, bind, stop.clone(), move |d| {
             b.fetch_add(d.len() as u64, Ordering::Relaxed);
         })
         .context("the outbound flow's receiver")?;

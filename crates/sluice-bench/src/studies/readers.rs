@@ -43,12 +43,12 @@ use serde::Serialize;
 
 use sluice_testkit::summary::median;
 
-use crate::dns;
-use crate::echo::{self, percentile, Load};
-use crate::matrix::{interleave, Results, Runner};
-use crate::measure::IdleMeter;
-use crate::procs::{in_ns, start_daemon, tree_cpu_secs, Proc};
-use crate::victim::{VictimBed, VictimModel};
+use crate::scenarios::matrix::{interleave, Results, Runner};
+use crate::services::dns;
+use crate::studies::echo::{self, percentile, Load};
+use crate::testbed::measure::IdleMeter;
+use crate::testbed::procs::{in_ns, start_daemon, tree_cpu_secs, Proc};
+use crate::testbed::victim::{VictimBed, VictimModel};
 
 const PORT: u16 = 7500;
 /// Part `threads`: offered load and the service's work per datagram.

@@ -26,11 +26,11 @@ use anyhow::{Context, Result};
 use plotters::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::matrix::{interleave, Planned, Results};
-use crate::rig::Rig;
-use crate::scenario::{ConfigKind, Scenario};
-use crate::sweep::run_on_rigs;
-use crate::victim::VictimModel;
+use crate::scenarios::matrix::{interleave, Planned, Results};
+use crate::scenarios::scenario::{ConfigKind, Scenario};
+use crate::scenarios::sweep::run_on_rigs;
+use crate::testbed::rig::Rig;
+use crate::testbed::victim::VictimModel;
 use sluice::base::fmt::missing_or;
 use sluice_testkit::summary::{coefficient_of_variation, percentile};
 
@@ -211,7 +211,7 @@ fn one_run(env: &mut Rig, config: ConfigKind, peak: f64, o: &StepOpts) -> Result
     // Sample from the generator's CPU: on the victim's it would steal from the service.
     sluice::base::netns::pin_thread(env.tb.gen_cpu)?;
     let t0 = Instant::now();
-    let mono0 = crate::gen::mono_ns();
+    let mono0 = crate::load::gen::mono_ns();
     let mut trace = vec![];
     let legit_sent = |env: &Rig| legit_idx.map_or(Ok(0), |i| env.gen_counts().map(|c| c[i].sent));
     let mut legit_sent_at = vec![]; // legit sent count at each phase start, and at the end
@@ -378,7 +378,7 @@ where
         .draw()
         .map_err(e)?;
     for r in runs {
-        let col = super::report::colour(r.config);
+        let col = crate::report::colour(r.config);
         let pts: Vec<(f64, f64)> = r
             .trace
             .windows(SMOOTH_TICKS)
@@ -421,14 +421,14 @@ pub fn write_all(r: &StepResults, dir: &Path) -> Result<()> {
     }
     std::fs::write(dir.join("step.csv"), csv)?;
     std::fs::write(dir.join("summary.txt"), summary(r))?;
-    crate::plot::register_font()?;
+    crate::report::plot::register_font()?;
     let mut models: Vec<VictimModel> = r.cells.iter().map(|x| x.model).collect();
     models.dedup();
     for m in models {
         let runs: Vec<&StepRun> = r.cells.iter().filter(|x| x.model == m).collect();
         for delivered in [false, true] {
             let stem = format!("step-{}-{}", m.name(), if delivered { "delivered" } else { "admitted" });
-            let _svg = crate::plot::svg_and_png!(dir, stem, (900, 460), |root| draw(root, &runs, delivered));
+            let _svg = crate::report::plot::svg_and_png!(dir, stem, (900, 460), |root| draw(root, &runs, delivered));
         }
     }
     Ok(())
@@ -455,14 +455,14 @@ mod tests {
     #[test]
     fn step_results_are_the_versioned_envelope() {
         let dir = tempfile::tempdir().unwrap();
-        let testbed = crate::scenario::load("default").unwrap();
+        let testbed = crate::scenarios::scenario::load("default").unwrap();
         let r = StepResults::new("step", StepHead { testbed });
         r.save(dir.path()).unwrap();
         let v: serde_json::Value =
             serde_json::from_slice(&std::fs::read(dir.path().join("results.json")).unwrap()).unwrap();
         assert_eq!((v["schema_version"].as_u64(), v["scenario"].as_str()), (Some(1), Some("step")));
         assert!(v["testbed"]["victim"].is_object(), "{v}");
-        crate::matrix::load::<StepHead, StepRun>(&dir.path().join("results.json")).unwrap();
+        crate::scenarios::matrix::load::<StepHead, StepRun>(&dir.path().join("results.json")).unwrap();
     }
 
     #[test]

@@ -15,10 +15,10 @@ use anyhow::{bail, Context, Result};
 use indicatif::ProgressBar;
 use serde::{Deserialize, Serialize};
 
-use crate::rig::Rig;
-use crate::scenario::{self, ConfigKind};
-use crate::sweep::{calibrate, Stat};
-use crate::victim::{VictimModel, IF_B};
+use crate::scenarios::scenario::{self, ConfigKind};
+use crate::scenarios::sweep::{calibrate, Stat};
+use crate::testbed::rig::Rig;
+use crate::testbed::victim::{VictimModel, IF_B};
 
 /// The traced configurations, in the order each round runs them.
 pub const MODES: [(&str, Option<u32>); 3] = [("untraced", None), ("counting", Some(0)), ("sampling", Some(2000))];

@@ -22,11 +22,11 @@ use anyhow::{Context, Result};
 use plotters::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::matrix::{interleave, Planned, Results};
-use crate::rig::Rig;
-use crate::scenario::{ConfigKind, Scenario};
-use crate::sweep::run_on_rigs;
-use crate::victim::VictimModel;
+use crate::scenarios::matrix::{interleave, Planned, Results};
+use crate::scenarios::scenario::{ConfigKind, Scenario};
+use crate::scenarios::sweep::run_on_rigs;
+use crate::testbed::rig::Rig;
+use crate::testbed::victim::VictimModel;
 use sluice::base::fmt::missing_or;
 use sluice_testkit::summary::median;
 
@@ -138,7 +138,7 @@ fn one_run(env: &mut Rig, config: ConfigKind, peak: f64, flood_secs: f64, o: &Re
     let _ = env.take_replies();
     let start = Instant::now();
     std::thread::sleep(Duration::from_secs_f64(o.calm));
-    let t0 = crate::gen::mono_ns();
+    let t0 = crate::load::gen::mono_ns();
     for &i in &flood_idx {
         env.set_stream_rate(i, streams[i].0.rate)?;
     }
@@ -228,7 +228,7 @@ pub fn write_all(r: &RecoveryResults, dir: &Path) -> Result<()> {
     std::fs::create_dir_all(dir)?;
     r.save(dir)?;
     std::fs::write(dir.join("summary.txt"), summary(r))?;
-    crate::plot::register_font()?;
+    crate::report::plot::register_font()?;
     let mut keys: Vec<(VictimModel, u64)> = r.cells.iter().map(|x| (x.model, x.flood_secs as u64)).collect();
     keys.dedup();
     for (model, secs) in keys {
@@ -236,7 +236,7 @@ pub fn write_all(r: &RecoveryResults, dir: &Path) -> Result<()> {
             r.cells.iter().filter(|x| x.model == model && x.flood_secs as u64 == secs).collect();
         for rtt in [false, true] {
             let stem = format!("recovery-{}-{secs}s-{}", model.name(), if rtt { "rtt" } else { "replies" });
-            let _svg = crate::plot::svg_and_png!(dir, stem, (900, 420), |root| draw(root, &runs, rtt));
+            let _svg = crate::report::plot::svg_and_png!(dir, stem, (900, 420), |root| draw(root, &runs, rtt));
         }
     }
     Ok(())

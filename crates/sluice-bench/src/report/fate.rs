@@ -10,9 +10,9 @@ use std::path::Path;
 use anyhow::Result;
 use plotters::prelude::*;
 
-use crate::level::{Ledger, LevelResult};
-use crate::scenario::ConfigKind;
-use crate::sweep::ModelRun;
+use crate::scenarios::level::{Ledger, LevelResult};
+use crate::scenarios::scenario::ConfigKind;
+use crate::scenarios::sweep::ModelRun;
 
 /// The parts, bottom to top, and their colours.
 pub const PARTS: [(&str, RGBColor); 8] = [
@@ -79,7 +79,7 @@ pub fn figures(m: &ModelRun, dir: &Path) -> Result<Vec<String>> {
         let rows = shares(&m.results, c);
         let stem = format!("{}-fate-{}", m.model.name(), c.name());
         let title = format!("where the applied packets went: {} ({} model)", c.name(), m.model.name());
-        names.push(crate::plot::svg_and_png!(dir, stem, (760, 460), |root| draw(root, &title, &rows)));
+        names.push(crate::report::plot::svg_and_png!(dir, stem, (760, 460), |root| draw(root, &title, &rows)));
     }
     Ok(names)
 }

@@ -37,7 +37,7 @@ use std::path::Path;
 use anyhow::{bail, ensure, Context, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::victim::VictimModel;
+use crate::testbed::victim::VictimModel;
 
 /// Version of the results JSON schema (results.json); bump on incompatible changes.
 pub const SCHEMA_VERSION: u32 = 2;
@@ -214,7 +214,7 @@ fn default_static() -> f64 {
     1.0
 }
 fn default_batch() -> u32 {
-    crate::gen::DEFAULT_BATCH
+    crate::load::gen::DEFAULT_BATCH
 }
 
 impl Scenario {

@@ -18,11 +18,11 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
-use crate::gen::{stream_value, StreamCount, StreamSpec};
-use crate::measure::{udp_counters, IdleMeter, NftCounter, NsFile};
-use crate::scenario::{ConfigKind, Scenario};
-use crate::victim::{VictimBed, VictimModel, IF_A, IF_B};
-use crate::workers::{GenDone, GenWorker, ReplyRx};
+use crate::load::gen::{stream_value, StreamCount, StreamSpec};
+use crate::load::workers::{GenDone, GenWorker, ReplyRx};
+use crate::scenarios::scenario::{ConfigKind, Scenario};
+use crate::testbed::measure::{udp_counters, IdleMeter, NftCounter, NsFile};
+use crate::testbed::victim::{VictimBed, VictimModel, IF_A, IF_B};
 use sluice::daemon::known_store::Shape;
 use sluice::daemon::sched::set_napi;
 use sluice::daemon::tick::Ticker;
@@ -86,7 +86,7 @@ pub struct Rig {
     /// drop counter, bpf/trace.bpf.c); None if it could not load (said once).
     pub(crate) tracer: Option<sluice::dataplane::trace::Tracer>,
     /// The NAPI study's steady outbound flow from the victim to A.
-    pub(crate) outbound: crate::outbound::Outbound,
+    pub(crate) outbound: crate::testbed::outbound::Outbound,
     // Last, so the namespaces go after everything that lives in them.
     pub tb: VictimBed,
 }
@@ -116,7 +116,7 @@ impl Rig {
         // ping's echo replies; everything else is dropped there.
         let replies_only = [
             format!("replies:match=udp:{LEGIT_SPORT}"),
-            format!("outbound:match=udp:{}", crate::outbound::OUT_PORT),
+            format!("outbound:match=udp:{}", crate::testbed::outbound::OUT_PORT),
             "ping:match=icmp".into(),
             "default:rate=blocked,match=icmpv6".into(),
         ];
@@ -142,7 +142,7 @@ impl Rig {
         } else {
             None
         };
-        let outbound = crate::outbound::Outbound::start(&tb, exe)?;
+        let outbound = crate::testbed::outbound::Outbound::start(&tb, exe)?;
         let meter = IdleMeter::start(victim_cpu)?;
         let procs = Mutex::new(ProcFiles {
             snmp: NsFile::open(&tb.net.b, "snmp")?,

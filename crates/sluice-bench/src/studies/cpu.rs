@@ -34,13 +34,13 @@ use serde::Serialize;
 use sluice_testkit::summary::median;
 use sluice_testkit::testbed::IF_B;
 
-use crate::echo::{self, percentile};
-use crate::gen::{stream_value, udp_stream};
-use crate::matrix::{interleave, Planned, Results, Runner};
-use crate::procs::{in_ns, start_daemon, status_json, Proc};
-use crate::rig::{attach_gate, FLOOD_SRC_V4};
-use crate::victim::{VictimBed, VictimModel};
-use crate::workers::GenWorker;
+use crate::load::gen::{stream_value, udp_stream};
+use crate::load::workers::GenWorker;
+use crate::scenarios::matrix::{interleave, Planned, Results, Runner};
+use crate::studies::echo::{self, percentile};
+use crate::testbed::procs::{in_ns, start_daemon, status_json, Proc};
+use crate::testbed::rig::{attach_gate, FLOOD_SRC_V4};
+use crate::testbed::victim::{VictimBed, VictimModel};
 
 const HI_PORT: u16 = 7600;
 const LO_PORT: u16 = 7700;
@@ -107,7 +107,7 @@ impl Bed {
         let mut flood = udp_stream("flood", FLOOD_PPS, 64, FLOOD_SRC_V4.parse()?, 20_000, bed.net.ip_b, LO_PORT);
         flood.flows = 64;
         gen.gen.write().unwrap().set_streams(&[stream_value(&flood, bed.net.mac_b, bed.net.mac_a)?])?;
-        crate::rig::add_flood_neighbours(&bed, 1)?;
+        crate::testbed::rig::add_flood_neighbours(&bed, 1)?;
         Ok(Bed { model, bed, gen })
     }
 }
@@ -204,7 +204,7 @@ fn cell(o: &CpuOpts, bed: &VictimBed, gen: &GenWorker, config: &'static str, rep
     let dst = format!("{}:{HI_PORT}", bed.net.ip_b);
     echo::client(&bed.net.a, bed.gen_cpu, &dst, HI_RATE / 10, 0.5)?;
     let flood = (config != "unflooded").then(|| {
-        let rx = gen.send_for(Duration::from_secs_f64(o.secs + 1.0), crate::gen::DEFAULT_BATCH);
+        let rx = gen.send_for(Duration::from_secs_f64(o.secs + 1.0), crate::load::gen::DEFAULT_BATCH);
         std::thread::sleep(Duration::from_millis(500));
         rx
     });

@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::gen::{stream_value, udp_stream, Generator};
-use crate::victim::{link_stats, VictimBed, VictimModel, IF_A, IF_B};
+use crate::load::gen::{stream_value, udp_stream, Generator};
+use crate::testbed::victim::{link_stats, VictimBed, VictimModel, IF_A, IF_B};
 use sluice::dataplane::gate::Gate;
 use sluice::surface::trace::fate::{Interval, INTERVALS};
 use sluice::{base::netns, dataplane::classify, policy::config};
