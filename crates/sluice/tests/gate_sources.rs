@@ -561,7 +561,7 @@ fn more_sources_than_the_table_holds_take_each_others_slots_and_are_counted() {
     // is turnover (an insert), the others take it from a live one.
     clock(&mut g, 2);
     let (seed, mask) = g.gate.slot_hash();
-    let id = g.gate.class_ids().id(g.class("dns")) as u8;
+    let id = g.gate.class_ids().id(g.class("dns")).byte();
     let mut slots = std::collections::BTreeSet::new();
     for i in 1000..1100u32 {
         let a = [10, (i >> 16) as u8, (i >> 8) as u8, i as u8];
@@ -625,7 +625,7 @@ fn a_light_source_sharing_a_heavy_ones_slot_gives_it_a_fresh_burst_and_is_never_
         let mut addr = [0u8; 16];
         addr[..4].copy_from_slice(&a);
         let key = sluice_src_key {
-            class_id: g.gate.class_ids().id(g.class("dns")) as u8,
+            class_id: g.gate.class_ids().id(g.class("dns")).byte(),
             family: 4,
             plen: 32,
             addr,

@@ -202,7 +202,7 @@ fn measure(services: u32, rounds: usize, calls: u32) -> Result<Report> {
         .collect();
     drop(held);
     let counters = CounterRead {
-        ids: (0..cfg.classes.len()).map(|c| gate.class_ids().id(c) + 1).max().unwrap_or(0),
+        ids: (0..cfg.classes.len()).map(|c| gate.class_ids().id(c).key() + 1).max().unwrap_or(0),
         possible_cpus: gate.ncpus(),
         bytes_per_cpu: std::mem::size_of::<sluice::bpf_intf::sluice_class_state>().next_multiple_of(8),
     };

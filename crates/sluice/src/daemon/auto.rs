@@ -304,7 +304,7 @@ impl AutoLoop {
     /// One tick: sample the counters, and for each class take its signals
     /// since the last tick and decide its rate ([`AutoLoop::rates`]); trace
     /// the first class. The first tick only samples. A class `held` (by
-    /// class id: observe mode, while a lower class would be throttled) keeps
+    /// class index: observe mode, while a lower class would be throttled) keeps
     /// its controller and rate as they were: its service's health is not
     /// what enforcing would give it.
     pub fn tick(&mut self, totals: &[ClassTotals], health: &Health, held: &[bool]) -> Result<()> {
@@ -338,13 +338,13 @@ impl AutoLoop {
     /// Each auto class's rate from the last tick (None: unlimited) and the
     /// least depth of its bucket (packets: what its sockets' buffers hold
     /// at most, so the gate never drops a burst the service could queue), by
-    /// class id.
+    /// class index.
     pub fn rates(&self) -> impl Iterator<Item = (usize, Option<f64>, u64)> + '_ {
         self.classes.iter().map(|c| (c.id, c.rate, c.sock.rcvbuf / DATAGRAM_TRUESIZE_MIN))
     }
 
     /// The rate below which the budget may not throttle each auto class:
-    /// its minimum share of its capacity estimate, by class id.
+    /// its minimum share of its capacity estimate, by class index.
     pub fn floors(&self) -> impl Iterator<Item = (usize, f64)> + '_ {
         self.classes.iter().map(|c| (c.id, c.spec.min_share() * c.ctl.capacity()))
     }
@@ -354,7 +354,7 @@ impl AutoLoop {
         self.classes.iter().find(|c| c.id == id).map(|c| c.ctl.capacity()).filter(|&c| c > 0.0)
     }
 
-    /// Each auto class's controller as status shows it, by class id.
+    /// Each auto class's controller as status shows it, by class index.
     pub fn status(&self) -> Vec<(usize, AutoStatus)> {
         self.classes
             .iter()

@@ -15,14 +15,14 @@ use crate::surface::stats::KernelDrop;
 pub struct DropBook {
     last: BTreeMap<(u32, u32), u64>,
     totals: BTreeMap<(String, u32), u64>,
-    /// The tracer's known_lost counts at the last read (by class id), and
+    /// The tracer's known_lost counts at the last read (by gate id), and
     /// the totals booked by class name.
     known_last: BTreeMap<u32, u64>,
     known_lost: BTreeMap<String, u64>,
 }
 
 impl DropBook {
-    /// Book what the tracer counted since the last call under `names` (by class id).
+    /// Book what the tracer counted since the last call under `names` (by gate id).
     pub fn update(&mut self, tracer: &Tracer, names: &[String]) -> Result<()> {
         let now = tracer.drop_counts()?;
         for (&(class, reason), &n) in &now {

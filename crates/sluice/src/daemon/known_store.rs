@@ -16,7 +16,7 @@ use crate::signals::known::{self, Known};
 /// The config a scan works for: its generation (one per switch), its class
 /// count, the classes that learn clients (every class but the default) and
 /// those of them that are untrusted (at the untrusted priority), as bits by
-/// class index, the known map's capacity, and the gate's class ids (the
+/// class index, the known map's capacity, and the gate's class indexes (the
 /// maps' keys carry ids: the scan reads them as class indexes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Shape {
@@ -45,7 +45,7 @@ impl Shape {
         }
     }
 
-    /// Each class's part of the known map (`known::parts`), by class id.
+    /// Each class's part of the known map (`known::parts`), by class index.
     pub fn parts(&self) -> Vec<u64> {
         crate::signals::known::parts(self.known_capacity, self.classes, self.learns, self.untrusted)
     }

@@ -152,7 +152,7 @@ impl Pace {
     /// marks: an idle class costs no map access. One that did is armed again
     /// at every calm tick, so its count mark is always at least half a calm
     /// tick of its traffic ahead. A class judged on its answers gets its
-    /// slow mark too (`slow_us`, by class id: a flood of real connections
+    /// slow mark too (`slow_us`, by class index: a flood of real connections
     /// brings no jump of arrivals, only late answers).
     fn arm(&mut self, gate: &Gate, offered: &[f64], seen: &[u64], slow_us: &[u32]) -> Result<()> {
         self.armed.resize(offered.len(), None);

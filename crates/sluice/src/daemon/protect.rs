@@ -95,7 +95,7 @@ impl Protection {
         }
     }
 
-    /// Take every class back (class ids move with a new class list; the
+    /// Take every class back (class indexes move with a new class list; the
     /// next tick sends away again) and the napi kthreads too.
     pub fn take_back(&mut self, gate: &Gate) -> anyhow::Result<()> {
         let was = std::mem::take(self);

@@ -7,7 +7,7 @@
 //! (`source_tables::scan`), and works out which known entries are past their
 //! class's part of the map (`known::bound`). The control thread takes the
 //! result at a tick (`take`) and applies the bound only if the config the
-//! scan was made for is still in force: class ids change with a reload.
+//! scan was made for is still in force: class indexes change with a reload.
 //!
 //! Only the gate writes the sources map, and only for a class that counts
 //! its sources (limited, with source fairness on). So the thread reads it
@@ -155,7 +155,7 @@ fn scan(maps: &(MapHandle, MapHandle), shape: Shape, dirty: bool, last: &mut Opt
     })
 }
 
-/// What the last scan found, by the class ids in force.
+/// What the last scan found, by the class indexes in force.
 struct Scan {
     per_class: Vec<(u64, u64, Vec<source_tables::TopSource>)>,
     entries: u64,
@@ -192,7 +192,7 @@ impl SourceTables {
     pub fn follow(&mut self, cfg: &Config, gate: &Gate) {
         self.shape = Shape::of(cfg, self.shape.generation + 1, gate);
         self.thread.follow(self.shape);
-        // The last scan's tables are by the old class ids.
+        // The last scan's tables are by the old class indexes.
         if let Some(scan) = &mut self.last {
             (scan.per_class, scan.known_map) = (vec![], vec![]);
         }
@@ -235,7 +235,7 @@ impl SourceTables {
     }
 
     /// Source fairness into the snapshot: the tick's quotas (`fair`, by
-    /// class id), the counters' rates, the last scan's tables.
+    /// class index), the counters' rates, the last scan's tables.
     pub fn fill(&self, snap: &mut Snapshot, fair: &[FairStatus], capacity: u32) {
         let parts = self.shape.parts();
         for (id, c) in snap.classes.iter_mut().enumerate() {

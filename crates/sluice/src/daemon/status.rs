@@ -18,7 +18,7 @@ use super::Daemon;
 pub(super) fn gate_snapshots(cfg: &Config, gate: &Gate) -> Vec<ClassSnapshot> {
     let mut classes = class_snapshots(cfg);
     for c in &mut classes {
-        c.gate_id = Some(gate.class_ids().id(c.id));
+        c.gate_id = Some(gate.class_ids().id(c.id).key());
     }
     classes
 }

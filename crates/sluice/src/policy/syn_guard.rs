@@ -243,7 +243,7 @@ impl ClassGuard {
     }
 }
 
-/// Every class's guard, by class id.
+/// Every class's guard, by class index.
 #[derive(Debug, Clone, Default)]
 pub struct SynGuards {
     pub classes: Vec<ClassGuard>,
@@ -255,7 +255,7 @@ impl SynGuards {
         SynGuards { classes: classes.collect() }
     }
 
-    /// Each class's guard for status (by class id): those with TCP ports or
+    /// Each class's guard for status (by class index): those with TCP ports or
     /// `syn_cookies = "on"`. `unavailable`: why the gate cannot answer SYNs
     /// here (None: it can).
     pub fn status(&self, unavailable: Option<&str>) -> Vec<Option<SynGuardStatus>> {
@@ -274,7 +274,7 @@ impl SynGuards {
     }
 
     /// Take over `old`'s state by class name; every guard is written again
-    /// (class ids may have moved in the gate's map).
+    /// (class indexes may have moved in the gate's map).
     pub fn carry_from(&mut self, old: &SynGuards, remap: &crate::policy::remap::ClassRemap) {
         for (id, c) in self.classes.iter_mut().enumerate() {
             if let Some(o) = remap.old_of(id).and_then(|i| old.classes.get(i)) {
@@ -334,7 +334,7 @@ impl SynGuards {
     }
 
     /// One tick: `raw` the gate's counters and `pressure` the kernel's, by
-    /// class id; `rx` each class's receive work as the CPU signal measured
+    /// class index; `rx` each class's receive work as the CPU signal measured
     /// it (`GuardTick::rx_share`, `admitted_pps`). A class that stops
     /// answering has no direct family from here on. `writes` then says
     /// what to write to the gate.

@@ -81,7 +81,7 @@ pub struct ClassHealth {
 /// Everything read at one tick.
 #[derive(Debug, Clone, Default)]
 pub struct Health {
-    /// By class id.
+    /// By class index.
     pub classes: Vec<ClassHealth>,
     /// The host's per-CPU backlog counters (all interfaces): the auto
     /// controller reads their time squeezes as a hint of a congested
@@ -116,7 +116,7 @@ impl Health {
 /// Reads [`Health`] for one config's classes.
 pub struct HealthReader {
     diag: SockDiag,
-    /// By class id: the UDP and TCP port ranges of its rules.
+    /// By class index: the UDP and TCP port ranges of its rules.
     udp: Vec<Vec<(u16, u16)>>,
     tcp: Vec<Vec<(u16, u16)>>,
     udp_families: Families,
@@ -170,12 +170,12 @@ impl HealthReader {
         })
     }
 
-    /// The class ids whose services are read (those matching UDP or TCP ports).
+    /// The class indexes whose services are read (those matching UDP or TCP ports).
     pub fn watched(&self) -> Vec<usize> {
         (0..self.udp.len()).filter(|&id| !self.udp[id].is_empty() || !self.tcp[id].is_empty()).collect()
     }
 
-    /// The class ids with UDP ports.
+    /// The class indexes with UDP ports.
     pub fn udp_classes(&self) -> impl Iterator<Item = usize> + '_ {
         (0..self.udp.len()).filter(|&id| !self.udp[id].is_empty())
     }
@@ -275,7 +275,7 @@ impl HealthReader {
     }
 }
 
-/// The first class whose ports hold `port`, in `ports` (by class id; first
+/// The first class whose ports hold `port`, in `ports` (by class index; first
 /// match wins, as in the gate).
 pub fn class_of(ports: &[Vec<(u16, u16)>], port: u16) -> Option<usize> {
     ports.iter().position(|r| r.iter().any(|&(lo, hi)| (lo..=hi).contains(&port)))

@@ -5,7 +5,7 @@
 //! One JSON file per interface, `STATE_DIR/known-IFACE.json`, written
 //! atomically (a temporary file in the same directory, fsync, rename), so a
 //! crash leaves the old file or the new one, never half of one. Entries are
-//! stored by class name (class ids change when services come and go) with
+//! stored by class name (class indexes change when services come and go) with
 //! wall-clock times, as the gate's map keeps them (`struct sluice_known`):
 //! the time the daemon or the host was down ages them, and a reboot does
 //! not (monotonic time restarts near 0 at boot; version 1 files kept ages
@@ -78,7 +78,7 @@ pub fn path(dir: &Path, iface: &str) -> PathBuf {
     dir.join(format!("known-{iface}.json"))
 }
 
-/// The gate's known map as entries, with class ids named by `names`;
+/// The gate's known map as entries, with class indexes named by `names`;
 /// entries not answered in the last `ttl_ms` before `now_ms` (the gate
 /// clock), candidates not answered in the last CANDIDATE_TTL_MS (as
 /// `bound` forgets them), and entries of a class that no longer exists are
@@ -382,7 +382,7 @@ pub const CANDIDATE_TTL_MS: u64 = 60_000;
 /// part (issue 35, item 3: NSD's part fell from 58,982 to about 930).
 pub const UNTRUSTED_SHARE: f64 = 0.25;
 
-/// Each class's part of the known map, by class id (`classes` of them):
+/// Each class's part of the known map, by class index (`classes` of them):
 /// bit i of `learns` says class i learns (every class but the default one),
 /// bit i of `untrusted` that it is untrusted. The trusted classes share
 /// 1 - UNTRUSTED_SHARE of PARTS_OF_MAP of `capacity` equally, the untrusted
@@ -408,7 +408,7 @@ pub fn parts(capacity: u32, classes: usize, learns: u64, untrusted: u64) -> Vec<
 }
 
 /// Hold every class's part of the map as a cache, at `now_ms` (the gate
-/// clock): the entries to delete and, per class id, its part as the gate
+/// clock): the entries to delete and, per class index, its part as the gate
 /// reads it (the new entries it may still make, and the entries it holds;
 /// none: the gate skips the known lookup). An entry goes when it is past
 /// `ttl_ms` since its last answer, or a candidate past CANDIDATE_TTL_MS;
@@ -476,7 +476,7 @@ mod tests {
         for i in 0..10u32 {
             map.push((key(2, 1_000 + i), sluice_known { last_ms: 5, ..Default::default() }));
         }
-        map.push((key(63, 7), sluice_known::default())); // a class id past the config: left alone
+        map.push((key(63, 7), sluice_known::default())); // a class index past the config: left alone
         let (delete, room) = bound(&map, &[100, 100, 100], 2_000, 3_600_000);
         assert_eq!(delete.len(), 60, "class 1 keeps 90 of its part of 100");
         assert!(delete.iter().all(|k| k.class_id == 1), "only the class past its part loses entries");

@@ -61,13 +61,13 @@ struct Mark {
 #[derive(Debug, Clone, Default)]
 pub struct RxCpu {
     mark: Option<Mark>,
-    /// By class id: the share of its busiest CPU that receive work for
+    /// By class index: the share of its busiest CPU that receive work for
     /// lower classes took in the last window (None: not measured: no
     /// tracer, no busy thread of its service seen, or no window closed yet).
     pub taken: Vec<Option<f64>>,
-    /// By class id, the largest `taken` since the class list last changed.
+    /// By class index, the largest `taken` since the class list last changed.
     pub max: Vec<Option<f64>>,
-    /// By class id, over the last window: the share of its service's
+    /// By class index, over the last window: the share of its service's
     /// busiest CPU in receive work (None: not measured), and its admitted
     /// packets/s (the SYN guard weighs stray ACKs with these).
     pub busiest: Vec<Option<f64>>,
@@ -78,7 +78,7 @@ pub struct RxCpu {
 
 impl RxCpu {
     /// One tick: `rx` the tracer's counts (None: no tracer), `admitted` each
-    /// class's packets admitted so far, `priorities` and `cpus` by class id.
+    /// class's packets admitted so far, `priorities` and `cpus` by class index.
     /// A window closes once WINDOW has passed; `taken` then holds its shares
     /// until the next one closes.
     pub fn step(&mut self, at: Instant, rx: Option<&RxWork>, admitted: &[u64], priorities: &[u8], cpus: &[Vec<usize>]) {
@@ -161,7 +161,7 @@ pub fn gate_share(stack: &[u64], iface: &[u64]) -> Vec<f64> {
         .collect()
 }
 
-/// By class id (`n` classes), the share of the busiest of its service's
+/// By class index (`n` classes), the share of the busiest of its service's
 /// CPUs in receive work (None: no CPU of its service known).
 pub fn busiest(cpu_share: &[f64], cpus: &[Vec<usize>], n: usize) -> Vec<Option<f64>> {
     (0..n).map(|i| cpus.get(i)?.iter().filter_map(|&c| cpu_share.get(c)).copied().reduce(f64::max)).collect()

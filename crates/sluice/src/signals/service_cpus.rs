@@ -51,7 +51,7 @@ impl ServiceCpus {
         ServiceCpus { listeners, owners: SocketOwners::default(), ticks: HashMap::new() }
     }
 
-    /// Look once: by class id of `cfg`, the CPUs its service's busy threads
+    /// Look once: by class index of `cfg`, the CPUs its service's busy threads
     /// ran on (empty: no socket, no owner visible, or idle).
     pub fn look(&mut self, cfg: &Config) -> Result<Vec<Vec<usize>>> {
         let udp: Vec<_> = cfg.classes.iter().map(|c| c.udp_ports()).collect();

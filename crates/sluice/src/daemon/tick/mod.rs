@@ -104,7 +104,7 @@ pub struct Ticker {
     /// The tracer's receive work per CPU (None: no tracer, so no backlog
     /// drops and no CPU signal; said in the log where the tracer failed).
     rx: Option<CpuRxReader>,
-    /// The CPU signal, and by class id the CPUs its service runs on (set
+    /// The CPU signal, and by class index the CPUs its service runs on (set
     /// by the daemon once a second; empty: none known).
     pub rx_cpu: RxCpu,
     service_cpus: Vec<Vec<usize>>,
@@ -217,7 +217,7 @@ impl Ticker {
         self.rx.is_some()
     }
 
-    /// By class id, the CPUs each class's service ran on at the last look
+    /// By class index, the CPUs each class's service ran on at the last look
     /// (`signals::service_cpus`), for the CPU signal.
     pub fn set_service_cpus(&mut self, cpus: Vec<Vec<usize>>) {
         self.service_cpus = cpus;
@@ -344,7 +344,7 @@ impl Ticker {
         Ok(())
     }
 
-    /// By class id: observing, does some class of lower priority have a
+    /// By class index: observing, does some class of lower priority have a
     /// budget throttle (`throttles`), or had one within OBSERVE_HOLD of
     /// `now` (`note_observe_held`)? Enforcing, that throttle would have
     /// acted first (see the module comment). All false when enforcing.
@@ -367,7 +367,7 @@ impl Ticker {
         }
     }
 
-    /// By class id: does some class of lower priority have a throttle in `throttles`?
+    /// By class index: does some class of lower priority have a throttle in `throttles`?
     fn throttled_below(&self, throttles: &[Option<f64>]) -> Vec<bool> {
         let below = |p: u8| self.classes.iter().zip(throttles).any(|(c, t)| c.priority > p && t.is_some());
         self.classes.iter().map(|c| below(c.priority)).collect()
@@ -566,7 +566,7 @@ impl Ticker {
         Ok(())
     }
 
-    /// Seconds each class's service has been in distress (by class id;
+    /// Seconds each class's service has been in distress (by class index;
     /// None for a class whose health the tick does not read).
     pub fn distress_secs(&self) -> Vec<Option<f64>> {
         let read = self.health.as_ref().map(|h| h.watched()).unwrap_or_default();
@@ -579,19 +579,19 @@ impl Ticker {
     }
 
     /// Packets the gate dropped while each class's service had room (by
-    /// class id; None for a class without UDP sockets the tick reads).
+    /// class index; None for a class without UDP sockets the tick reads).
     pub fn dropped_with_room(&self) -> Vec<Option<u64>> {
         let read = self.health.as_ref().map(|h| h.watched()).unwrap_or_default();
         self.classes.iter().enumerate().map(|(id, c)| read.contains(&id).then_some(c.dropped_with_room.total)).collect()
     }
 
-    /// Each class's packets/s offered at the last tick, by class id.
+    /// Each class's packets/s offered at the last tick, by class index.
     pub fn offered(&self) -> Vec<f64> {
         self.classes.iter().map(|c| c.offered).collect()
     }
 
     /// Each class's slow mark for the learner's wake (us; 0: none), by
-    /// class id: a TCP auto class's `LateAnswers::slow_mark_ms` once it
+    /// class index: a TCP auto class's `LateAnswers::slow_mark_ms` once it
     /// has a calm.
     pub fn slow_marks_us(&self) -> Vec<u32> {
         let us = |c: &TickClass| {
@@ -600,7 +600,7 @@ impl Ticker {
         self.classes.iter().map(us).collect()
     }
 
-    /// Each class's packets seen so far (all CPUs) as of the last tick, by class id.
+    /// Each class's packets seen so far (all CPUs) as of the last tick, by class index.
     pub fn seen(&self) -> Vec<u64> {
         self.classes.iter().map(|c| c.totals.map_or(0, |t| t.seen_pkts)).collect()
     }
@@ -627,7 +627,7 @@ impl Ticker {
     }
 
     /// The budget's view for status: the highest distressed priority and why,
-    /// and each class's throttle by class id.
+    /// and each class's throttle by class index.
     pub fn budget_status(&self) -> (Option<(u8, &'static str)>, &[Option<f64>]) {
         (self.budget.distress, &self.budget.limits)
     }

@@ -20,16 +20,20 @@ pub(super) struct Applied {
 fn tables_for(tables: &Tables, ids: &ClassIds, gen: u32) -> Tables {
     let group = |g: u32| (u32::from_be(g) | gen << SLUICE_GEN_GROUP_SHIFT).to_be();
     Tables {
-        cells: tables.cells.iter().map(|c| sluice_cell { class_id: ids.id(c.class_id as usize) as u8, ..*c }).collect(),
+        cells: tables
+            .cells
+            .iter()
+            .map(|c| sluice_cell { class_id: ids.id(c.class_id as usize).byte(), ..*c })
+            .collect(),
         v4: tables
             .v4
             .iter()
-            .map(|(k, c)| (sluice_v4_key { group: group(k.group), ..*k }, ids.id(*c as usize)))
+            .map(|(k, c)| (sluice_v4_key { group: group(k.group), ..*k }, ids.id(*c as usize).key()))
             .collect(),
         v6: tables
             .v6
             .iter()
-            .map(|(k, c)| (sluice_v6_key { group: group(k.group), ..*k }, ids.id(*c as usize)))
+            .map(|(k, c)| (sluice_v6_key { group: group(k.group), ..*k }, ids.id(*c as usize).key()))
             .collect(),
         groups: tables.groups,
     }
@@ -65,7 +69,7 @@ impl Gate {
         let (ids, freed) = self.ids.next(&names, &remap);
         let next = 1 - self.gen;
         // Each class's index in the config in force (None: a new class).
-        let was: Vec<Option<usize>> = (0..names.len()).map(|c| self.ids.class_of(ids.id(c) as u8)).collect();
+        let was: Vec<Option<usize>> = (0..names.len()).map(|c| self.ids.class_of(ids.id(c))).collect();
         let written = (|| {
             for (class, c) in cfg.classes.iter().enumerate().filter(|(class, _)| was[*class].is_none()) {
                 self.reset_id(ids.id(class), &self.fresh_shares(&c.limit))?;
@@ -91,7 +95,7 @@ impl Gate {
         }
         let none = vec![sluice_share::default(); self.ncpus];
         for (id, _) in &freed {
-            after = after.and(self.reset_id(u32::from(*id), &none));
+            after = after.and(self.reset_id(*id, &none));
         }
         after.map_err(|err| GateError::AfterSwitch(Box::new(err)))
     }
@@ -101,9 +105,10 @@ impl Gate {
         shares_for(limit, &vec![0; self.ncpus], false)
     }
 
-    /// Zero everything the gate keeps for class id `id` (a new class's, or a
-    /// freed one), and give it `shares`.
-    fn reset_id(&self, id: u32, shares: &[sluice_share]) -> Result<()> {
+    /// Zero everything the gate keeps for `id` (a new class's, or a freed
+    /// one), and give it `shares`.
+    fn reset_id(&self, id: GateId, shares: &[sluice_share]) -> Result<()> {
+        let id = id.key();
         self.set_percpu(
             &self.skel.maps.class_state,
             "class_state",
@@ -136,7 +141,7 @@ impl Gate {
             Verdict::Drop => XDP_DROP,
             Verdict::Pass => XDP_PASS,
         };
-        v.default_class = ids.id(cfg.default_class);
+        v.default_class = ids.id(cfg.default_class).key();
         v.observe = u32::from(cfg.observe);
         let map_err = |map| move |err| GateError::Map { map, err };
         let stale = std::mem::take(&mut self.tries[gen as usize]);

@@ -296,7 +296,7 @@ impl Gate {
     pub fn set_syn_guard(&self, class: usize, guard: &sluice_syn_guard) -> Result<()> {
         let map = |err| GateError::Map { map: "syn_guard", err };
         let guards = &self.skel.maps.syn_guard;
-        guards.update(&self.ids.id(class).to_ne_bytes(), bytes_of(guard), MapFlags::ANY).map_err(map)?;
+        guards.update(&self.ids.id(class).key().to_ne_bytes(), bytes_of(guard), MapFlags::ANY).map_err(map)?;
         let mut latest = 0u64;
         for c in 0..SLUICE_CLASS_IDS {
             if let Some(v) = guards.lookup(&c.to_ne_bytes(), MapFlags::ANY).map_err(map)? {

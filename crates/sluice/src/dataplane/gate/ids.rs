@@ -27,22 +27,47 @@ use crate::policy::remap::ClassRemap;
 /// A key's class for an id no class in force holds.
 pub const NO_CLASS: u8 = u8::MAX;
 
+/// A class's id in the gate's maps (below SLUICE_CLASS_IDS): what a map key
+/// or a kernel record carries. Not a class index, which is what every
+/// layer above the gate means by a class (its place in the config's list):
+/// `ClassIds` turns one into the other.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct GateId(u8);
+
+impl GateId {
+    /// The id as the maps' u32 keys take it.
+    pub fn key(self) -> u32 {
+        u32::from(self.0)
+    }
+
+    /// The id as a key's or a cell's u8 `class_id` field holds it.
+    pub fn byte(self) -> u8 {
+        self.0
+    }
+
+    /// The id a kernel record carries (the tracer's counts, a map key),
+    /// None past SLUICE_CLASS_IDS.
+    pub fn from_key(key: u32) -> Option<GateId> {
+        (key < SLUICE_CLASS_IDS).then_some(GateId(key as u8))
+    }
+}
+
 const IDS: usize = SLUICE_CLASS_IDS as usize;
 
 /// The ids of the classes in force, and the free ones.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ClassIds {
     /// By class index: its id.
-    ids: Vec<u8>,
+    ids: Vec<GateId>,
     /// By id: the name of the class that holds it (None: free).
     names: Vec<Option<String>>,
     /// The free ids, the next to give first.
-    free: VecDeque<u8>,
+    free: VecDeque<GateId>,
 }
 
 impl Default for ClassIds {
     fn default() -> Self {
-        ClassIds { ids: vec![], names: vec![None; IDS], free: (0..IDS as u8).collect() }
+        ClassIds { ids: vec![], names: vec![None; IDS], free: (0..IDS as u8).map(GateId).collect() }
     }
 }
 
@@ -50,20 +75,20 @@ impl ClassIds {
     /// The ids for the class list `names` (no two alike; at most
     /// SLUICE_MAX_CLASSES), where `remap` says which class of the list in
     /// force each one was, and the ids it frees with their classes' names.
-    pub fn next(&self, names: &[&str], remap: &ClassRemap) -> (ClassIds, Vec<(u8, String)>) {
+    pub fn next(&self, names: &[&str], remap: &ClassRemap) -> (ClassIds, Vec<(GateId, String)>) {
         let mut next = ClassIds { ids: Vec::with_capacity(names.len()), ..self.clone() };
         for (class, name) in names.iter().enumerate() {
             let id = match remap.old_of(class).and_then(|o| self.ids.get(o)) {
                 Some(&id) => id,
                 None => next.free.pop_front().expect("a config has at most half as many classes as there are ids"),
             };
-            next.names[id as usize] = Some(name.to_string());
+            next.names[id.0 as usize] = Some(name.to_string());
             next.ids.push(id);
         }
         let mut freed = Vec::new();
         for &id in &self.ids {
             if !next.ids.contains(&id) {
-                let name = next.names[id as usize].take().expect("a held id has a name");
+                let name = next.names[id.0 as usize].take().expect("a held id has a name");
                 next.free.push_back(id);
                 freed.push((id, name));
             }
@@ -72,21 +97,21 @@ impl ClassIds {
     }
 
     /// As `next`, matching the classes by name alone.
-    pub fn next_by_name(&self, names: &[&str]) -> (ClassIds, Vec<(u8, String)>) {
+    pub fn next_by_name(&self, names: &[&str]) -> (ClassIds, Vec<(GateId, String)>) {
         let held: Vec<&str> =
-            self.ids.iter().map(|&id| self.names[id as usize].as_deref().unwrap_or_default()).collect();
+            self.ids.iter().map(|&id| self.names[id.0 as usize].as_deref().unwrap_or_default()).collect();
         self.next(names, &ClassRemap::between(&held, names))
     }
 
     /// The id of class `class`. An index past the list is its own id: a gate
     /// no config was applied to yet (tests and benchmarks set up its maps
     /// directly).
-    pub fn id(&self, class: usize) -> u32 {
-        self.ids.get(class).map_or(class as u32, |&id| u32::from(id))
+    pub fn id(&self, class: usize) -> GateId {
+        self.ids.get(class).copied().unwrap_or(GateId(class as u8))
     }
 
     /// The class index holding `id`, if any.
-    pub fn class_of(&self, id: u8) -> Option<usize> {
+    pub fn class_of(&self, id: GateId) -> Option<usize> {
         self.ids.iter().position(|&i| i == id)
     }
 
@@ -99,7 +124,7 @@ impl ClassIds {
     pub fn index(&self) -> IdIndex {
         let mut to = [NO_CLASS; IDS];
         for (class, &id) in self.ids.iter().enumerate() {
-            to[id as usize] = class as u8;
+            to[id.0 as usize] = class as u8;
         }
         // Before any config, an id is its own index (as `id`).
         if self.ids.is_empty() {
@@ -131,17 +156,17 @@ mod tests {
     fn a_class_keeps_its_id_and_a_new_one_takes_a_free_id() {
         let (a, freed) = ClassIds::default().next_by_name(&["x", "y", "z"]);
         assert!(freed.is_empty());
-        assert_eq!((a.id(0), a.id(1), a.id(2)), (0, 1, 2), "the first config's ids are its indexes");
+        assert_eq!((a.id(0).key(), a.id(1).key(), a.id(2).key()), (0, 1, 2), "the first config's ids are its indexes");
         // "w" comes first, "y" goes: x and z keep their ids though their indexes move.
         let (b, freed) = a.next_by_name(&["w", "x", "z"]);
-        assert_eq!(freed, vec![(1, "y".to_string())]);
-        assert_eq!((b.id(1), b.id(2)), (0, 2));
-        assert_eq!(b.id(0), 3, "a new class takes an id no class of the old config held");
-        assert_eq!(b.class_of(2), Some(2));
-        assert_eq!(b.class_of(1), None);
+        assert_eq!(freed, vec![(GateId(1), "y".to_string())]);
+        assert_eq!((b.id(1).key(), b.id(2).key()), (0, 2));
+        assert_eq!(b.id(0).key(), 3, "a new class takes an id no class of the old config held");
+        assert_eq!(b.class_of(GateId(2)), Some(2));
+        assert_eq!(b.class_of(GateId(1)), None);
         // The freed id is given only after the never-used ones.
         let (c, _) = b.next_by_name(&["w", "x", "z", "v"]);
-        assert_eq!(c.id(3), 4);
+        assert_eq!(c.id(3).key(), 4);
     }
 
     #[test]
@@ -153,10 +178,10 @@ mod tests {
         // "y" is now "y2" with the same port; "x" went.
         let new = flags(&["fresh:match=udp:3", "y2:match=udp:2"]).unwrap();
         let (b, freed) = a.next(&new.names(), &ClassRemap::of(&old, &new));
-        assert_eq!(freed, vec![(0, "x".to_string())]);
-        assert_eq!(b.id(1), 1, "the renamed class holds y's id");
+        assert_eq!(freed, vec![(GateId(0), "x".to_string())]);
+        assert_eq!(b.id(1).key(), 1, "the renamed class holds y's id");
         assert_eq!(b.names_by_id()[1], "y2");
-        assert_eq!(b.id(0), 3, "a new class takes a never-used id");
+        assert_eq!(b.id(0).key(), 3, "a new class takes a never-used id");
     }
 
     #[test]
@@ -168,8 +193,8 @@ mod tests {
             let refs: Vec<&str> = names.iter().map(String::as_str).collect();
             let (next, freed) = ids.next_by_name(&refs);
             assert_eq!(freed.len(), if round == 0 { 0 } else { max });
-            let old: Vec<u32> = (0..ids.ids.len()).map(|c| ids.id(c)).collect();
-            assert!((0..max).all(|c| !old.contains(&next.id(c))), "no new class takes an id in force");
+            let old: Vec<u32> = (0..ids.ids.len()).map(|c| ids.id(c).key()).collect();
+            assert!((0..max).all(|c| !old.contains(&next.id(c).key())), "no new class takes an id in force");
             ids = next;
         }
     }

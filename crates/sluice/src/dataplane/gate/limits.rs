@@ -73,7 +73,7 @@ pub struct Clock {
 impl Gate {
     /// Set one class's per-CPU bucket parameters (one value per possible CPU).
     pub fn set_shares(&self, class: usize, shares: &[sluice_share]) -> Result<()> {
-        self.set_percpu(&self.skel.maps.shares, "shares", self.ids.id(class), shares)
+        self.set_percpu(&self.skel.maps.shares, "shares", self.ids.id(class).key(), shares)
     }
 
     /// Re-split a class's limits over CPUs by the arrivals each CPU saw
@@ -145,7 +145,7 @@ impl Gate {
 
     /// Set one class's per-CPU source fairness (all zero: off).
     pub fn set_fairness(&self, class: usize, fair: &[sluice_fair]) -> Result<()> {
-        self.set_percpu(&self.skel.maps.fairness, "fairness", self.ids.id(class), fair)
+        self.set_percpu(&self.skel.maps.fairness, "fairness", self.ids.id(class).key(), fair)
     }
 
     /// Send a class's admitted packets to CPU `to`'s cpumap kthread (None:
@@ -170,13 +170,13 @@ impl Gate {
         self.skel
             .maps
             .away
-            .update(&self.ids.id(class).to_ne_bytes(), &v.to_ne_bytes(), MapFlags::ANY)
+            .update(&self.ids.id(class).key().to_ne_bytes(), &v.to_ne_bytes(), MapFlags::ANY)
             .map_err(|err| GateError::Map { map: "away", err })
     }
 
     /// One class's per-CPU source fairness as the gate has it.
     pub fn fairness(&self, class: usize) -> Result<Vec<sluice_fair>> {
-        self.percpu(&self.skel.maps.fairness, "fairness", self.ids.id(class))
+        self.percpu(&self.skel.maps.fairness, "fairness", self.ids.id(class).key())
     }
 
     /// The run-time clock of source fairness, written every tick: the epoch
@@ -204,12 +204,13 @@ impl Gate {
 
     /// One class's per-CPU shares as the gate has them.
     pub fn shares(&self, class: usize) -> Result<Vec<sluice_share>> {
-        self.percpu(&self.skel.maps.shares, "shares", self.ids.id(class))
+        self.percpu(&self.skel.maps.shares, "shares", self.ids.id(class).key())
     }
 
     /// One class's per-CPU bucket state.
     pub fn buckets(&self, class: usize) -> Result<Vec<sluice_bucket>> {
-        let v: Vec<sluice_class_state> = self.percpu(&self.skel.maps.class_state, "class_state", self.ids.id(class))?;
+        let v: Vec<sluice_class_state> =
+            self.percpu(&self.skel.maps.class_state, "class_state", self.ids.id(class).key())?;
         Ok(v.into_iter().map(|s| s.bucket).collect())
     }
 }

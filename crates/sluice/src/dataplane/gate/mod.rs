@@ -36,7 +36,7 @@ use apply::{Applied, TrieKeys};
 pub use attach::{attached_prog_id, caps_sufficient, check_privileges, iface, ifindex, prog_name, xdp_link_holding};
 pub use cookies::{describe_syn_allow, syn_allow_all};
 pub use host::local_port_range;
-pub use ids::{ClassIds, IdIndex, NO_CLASS};
+pub use ids::{ClassIds, GateId, IdIndex, NO_CLASS};
 pub use limits::{Clock, FairTier, Tiers};
 pub use maps::{bytes_of, dump_map, from_bytes, Owned, Pod};
 pub use source_maps::{occupied_sources, slot_of};
@@ -121,7 +121,7 @@ pub struct Gate {
     ids: ClassIds,
     /// Ids the last apply freed, with their classes' names, until their
     /// known entries are taken (`take_freed_known`).
-    freed: Vec<(u8, String)>,
+    freed: Vec<(GateId, String)>,
     /// The tables generation in force (0 or 1; sluice.h, SLUICE_GENERATIONS).
     gen: u32,
     /// The trie keys written into each generation, to delete when that
@@ -264,7 +264,8 @@ impl Gate {
 
     /// A class's counters on each CPU.
     pub fn class_counters_percpu(&self, class: usize) -> Result<Vec<ClassCounters>> {
-        let v: Vec<sluice_class_state> = self.percpu(&self.skel.maps.class_state, "class_state", self.ids.id(class))?;
+        let v: Vec<sluice_class_state> =
+            self.percpu(&self.skel.maps.class_state, "class_state", self.ids.id(class).key())?;
         Ok(v.into_iter().map(|s| s.cnt).collect())
     }
 
@@ -276,10 +277,10 @@ impl Gate {
     /// Every class's counters (by class index, `classes` of them) on each
     /// CPU, in one read of the map.
     pub fn all_class_counters_percpu(&self, classes: usize) -> Result<Vec<Vec<ClassCounters>>> {
-        let count = (0..classes).map(|c| self.ids.id(c) + 1).max().unwrap_or(0);
+        let count = (0..classes).map(|c| self.ids.id(c).key() + 1).max().unwrap_or(0);
         let states: Vec<Vec<sluice_class_state>> =
             maps::percpu_entries(&self.skel.maps.class_state, "class_state", count, self.ncpus)?;
-        Ok((0..classes).map(|c| states[self.ids.id(c) as usize].iter().map(|s| s.cnt).collect()).collect())
+        Ok((0..classes).map(|c| states[self.ids.id(c).key() as usize].iter().map(|s| s.cnt).collect()).collect())
     }
 
     /// Every class's counters (by class index) summed over CPUs, in one read of the map.

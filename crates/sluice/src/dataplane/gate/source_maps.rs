@@ -99,10 +99,11 @@ impl Gate {
         let (mut keys, mut taken) = (Vec::new(), Vec::new());
         for (k, v) in raw {
             // An id freed and given again since is a class in force now: its entries stay.
-            if self.ids.class_of(k.class_id).is_some() {
+            let Some(id) = GateId::from_key(u32::from(k.class_id)) else { continue };
+            if self.ids.class_of(id).is_some() {
                 continue;
             }
-            if let Some(at) = freed.iter().position(|(id, _)| *id == k.class_id) {
+            if let Some(at) = freed.iter().position(|(freed, _)| *freed == id) {
                 keys.push(k);
                 taken.push((sluice_src_key { class_id: at as u8, ..k }, v));
             }
@@ -148,7 +149,7 @@ impl Gate {
     /// slots they hold.
     pub fn fill_sources(&self, class: u8, n: u32, epoch: u32) -> Result<u32> {
         let (seed, mask) = self.slot_hash();
-        let class_id = self.ids.id(class as usize) as u8;
+        let class_id = self.ids.id(class as usize).byte();
         // Which slots hold a source (a bit each): the count returned.
         let mut taken = vec![0u64; (mask as usize + 1).div_ceil(64)];
         for start in (0..n).step_by(65_536) {
@@ -203,7 +204,7 @@ impl Gate {
         self.skel
             .maps
             .known_part
-            .update(&self.ids.id(class).to_ne_bytes(), bytes_of(&part), MapFlags::ANY)
+            .update(&self.ids.id(class).key().to_ne_bytes(), bytes_of(&part), MapFlags::ANY)
             .map_err(|err| GateError::Map { map: "known_part", err })
     }
 
@@ -213,7 +214,7 @@ impl Gate {
             .skel
             .maps
             .known_part
-            .lookup(&self.ids.id(class).to_ne_bytes(), MapFlags::ANY)
+            .lookup(&self.ids.id(class).key().to_ne_bytes(), MapFlags::ANY)
             .map_err(|err| GateError::Map { map: "known_part", err })?;
         Ok(v.map(|b| from_bytes(&b)).unwrap_or_default())
     }
@@ -232,9 +233,9 @@ impl Gate {
         self.delete_raw_known(&keys)
     }
 
-    /// A key by class index as the gate's map keys it (by class id).
+    /// A key by class index as the gate's map keys it (by gate id).
     fn key_by_id(&self, k: &sluice_src_key) -> sluice_src_key {
-        sluice_src_key { class_id: self.ids.id(k.class_id as usize) as u8, ..*k }
+        sluice_src_key { class_id: self.ids.id(k.class_id as usize).byte(), ..*k }
     }
 
     /// Remove known entries by their keys in the map (by class id).
