@@ -35,7 +35,7 @@
 //!   netstat, softnet_stat, /proc/PID/stat), `sock_diag.rs` (the sockets
 //!   behind a class's ports), `health.rs` (each class's
 //!   service health per tick), `service_cpus.rs`, `rx_cpu.rs` (lower
-//!   classes' receive work on a service's CPUs), `discover/` (zero config),
+//!   classes' receive work on a service's CPUs), `discover/` (zero config: mod.rs the classes, listeners.rs the sockets, owners.rs who holds them),
 //!   `source_tables.rs` (source fairness as status shows it: the scan of the per-source maps summed by class), `known.rs` (the
 //!   known clients' file and each class's part of the map), `netdev.rs`
 //!   (an interface's NAPI kthreads, generic netlink), `syn_peers.rs` (what

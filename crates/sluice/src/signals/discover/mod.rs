@@ -39,6 +39,9 @@
 //! Services that go away keep their class for LINGER, so a service that
 //! restarts, or binds and closes many times a second, does not make its
 //! class (and its counters and controller state) come and go.
+//!
+//! `listeners.rs` reads the sockets, `owners.rs` who holds them and whose
+//! nice counts; this file turns the services into classes.
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
@@ -48,7 +51,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::bpf_intf::SLUICE_MAX_CLASSES;
 use crate::policy::config::{AutoSpec, Class, Config, Limit, Prefix, Proto, Rule, SynCookies};
-use crate::signals::sock_diag::{DiagSock, SockDiag, TCP_CLOSE, TCP_LISTEN};
+use crate::signals::sock_diag::DiagSock;
+
+mod listeners;
+mod owners;
+
+pub use listeners::{each_listener, is_listener, parse_port_range, Listeners, Listening, LISTENERS_FRESH};
+use owners::{holders, owner};
+pub use owners::{login_uids, parse_login_defs, socket_holders, trusted, Owner, SocketOwners, RESCAN_UNOWNED};
 
 /// How long a service that is no longer seen keeps its class.
 pub const LINGER: Duration = Duration::from_secs(3);
@@ -61,10 +71,6 @@ pub const UNTRUSTED_PRIORITY: u8 = crate::policy::config::IMPLICIT_DEFAULT_PRIOR
 pub const HOST_PROXIES: &[&str] = &["docker-proxy"];
 /// The class all untrusted services share.
 pub const USERS_CLASS: &str = "users/ports";
-/// systemd's dynamic service users (DynamicUser=), system users above
-/// UID_MAX (the gate's copy: bpf/gate/host.h's host_owner_trusted).
-const DYNAMIC_UIDS: std::ops::RangeInclusive<u32> =
-    crate::bpf_intf::SLUICE_DYNAMIC_UID_LO..=crate::bpf_intf::SLUICE_DYNAMIC_UID_HI;
 
 /// The two protocols a service can listen on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -153,46 +159,6 @@ pub fn by_family(socks: &[(u32, Family)], owners: &HashMap<u32, Vec<u32>>) -> Ve
     } else {
         vec![(Family::Both, pids(&|_| true))]
     }
-}
-
-/// A process holding a service's socket.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Owner {
-    pub pid: u32,
-    pub comm: String,
-    /// The nice value, or why it could not be read.
-    pub nice: Result<i8, String>,
-    /// The user it runs as (None: unreadable).
-    #[serde(default)]
-    pub uid: Option<u32>,
-}
-
-/// The login users' uid range, UID_MIN and UID_MAX of /etc/login.defs
-/// (1000 and 60000 where it does not say).
-pub fn login_uids() -> (u32, u32) {
-    static RANGE: std::sync::OnceLock<(u32, u32)> = std::sync::OnceLock::new();
-    *RANGE.get_or_init(|| parse_login_defs(&std::fs::read_to_string("/etc/login.defs").unwrap_or_default()))
-}
-
-/// UID_MIN and UID_MAX from the text of login.defs.
-pub fn parse_login_defs(text: &str) -> (u32, u32) {
-    let get = |key: &str, or: u32| {
-        text.lines()
-            .rev()
-            .find_map(|l| {
-                let mut w = l.split_whitespace();
-                (w.next() == Some(key)).then(|| w.next()?.parse().ok()).flatten()
-            })
-            .unwrap_or(or)
-    };
-    (get("UID_MIN", 1000), get("UID_MAX", 60000))
-}
-
-/// May a process of `uid` give its service a priority above the default's?
-/// Root and system users (below UID_MIN of `logins`) and systemd's dynamic
-/// users may; login users, nobody and container uids may not.
-pub fn trusted(uid: u32, logins: (u32, u32)) -> bool {
-    uid < logins.0 || DYNAMIC_UIDS.contains(&uid)
 }
 
 /// A listening port and the processes behind it.
@@ -306,205 +272,6 @@ impl Service {
     }
 }
 
-/// Is a socket one a service listens on, for an interface with index `ifindex`?
-pub fn is_listener(s: &DiagSock, l4: L4, ifindex: u32, ephemeral: (u16, u16)) -> bool {
-    let state_ok = match l4 {
-        L4::Tcp => s.state == TCP_LISTEN,
-        L4::Udp => s.state == TCP_CLOSE && s.dport == 0 && !(ephemeral.0..=ephemeral.1).contains(&s.sport),
-    };
-    let loopback = match s.src {
-        IpAddr::V4(a) => a.is_loopback(),
-        IpAddr::V6(a) => a.is_loopback() || a.to_ipv4_mapped().is_some_and(|m| m.is_loopback()),
-    };
-    state_ok && s.sport != 0 && !loopback && (s.ifindex == 0 || s.ifindex == ifindex)
-}
-
-/// A socket a service listens on, as the users of [`Listeners`] keep it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Listening {
-    pub l4: L4,
-    pub port: u16,
-    /// The local address (unspecified: the wildcard).
-    pub addr: IpAddr,
-    pub inode: u32,
-    /// Its creator, as the kernel records it (sk_uid, from sock_diag).
-    pub uid: u32,
-    /// The families it receives.
-    pub family: Family,
-}
-
-/// How long one reading of the listeners serves every user that asks.
-pub const LISTENERS_FRESH: Duration = Duration::from_millis(100);
-
-/// The sockets services listen on for one interface, read by one set of
-/// sock_diag dumps (UDP and TCP, both families) that discovery, the steering
-/// finder and the service-CPU look share: a reading younger than
-/// LISTENERS_FRESH serves them all. Each dumped on its own before, and an
-/// unfiltered UDP dump walks the whole UDP hash table (16,384 slots here):
-/// those walks were a fifth of an idle daemon's CPU with 20 services.
-/// A handle: clones share the one reading.
-#[derive(Clone)]
-pub struct Listeners(std::sync::Arc<std::sync::Mutex<ListenersInner>>);
-
-struct ListenersInner {
-    diag: SockDiag,
-    ifindex: u32,
-    fresh: Duration,
-    read_at: Option<Instant>,
-    socks: Vec<Listening>,
-}
-
-impl Listeners {
-    /// For interface `ifindex` (0: any), in the current network namespace.
-    pub fn new(ifindex: u32) -> Result<Listeners> {
-        Self::fresh_for(ifindex, LISTENERS_FRESH)
-    }
-
-    /// As `new`, a reading serving for `fresh` (zero: every call reads; the bench times the dumps so).
-    pub fn fresh_for(ifindex: u32, fresh: Duration) -> Result<Listeners> {
-        let inner = ListenersInner { diag: SockDiag::open(None)?, ifindex, fresh, read_at: None, socks: vec![] };
-        Ok(Listeners(std::sync::Arc::new(std::sync::Mutex::new(inner))))
-    }
-
-    /// The listeners now: the last reading if it is younger than its freshness, else a new one.
-    pub fn now(&self) -> Result<Vec<Listening>> {
-        let mut g = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let inner = &mut *g;
-        if inner.read_at.is_none_or(|at| at.elapsed() >= inner.fresh) {
-            let mut socks = Vec::with_capacity(inner.socks.len());
-            each_listener(&mut inner.diag, inner.ifindex, &[L4::Udp, L4::Tcp], &mut |l4, s| {
-                socks.push(Listening {
-                    l4,
-                    port: s.sport,
-                    addr: s.src,
-                    inode: s.inode,
-                    uid: s.uid,
-                    family: Family::of(s),
-                })
-            })?;
-            inner.socks = socks;
-            inner.read_at = Some(Instant::now());
-        }
-        Ok(inner.socks.clone())
-    }
-}
-
-/// Each socket a service listens on (`is_listener`) for the protocols in
-/// `l4s`, in both families: one sock_diag dump per protocol and family.
-pub fn each_listener(diag: &mut SockDiag, ifindex: u32, l4s: &[L4], each: &mut dyn FnMut(L4, &DiagSock)) -> Result<()> {
-    let ephemeral =
-        parse_port_range(&std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap_or_default());
-    for &l4 in l4s {
-        let (proto, states) = match l4 {
-            L4::Udp => (libc::IPPROTO_UDP, 1u32 << TCP_CLOSE),
-            L4::Tcp => (libc::IPPROTO_TCP, 1 << TCP_LISTEN),
-        };
-        for family in [libc::AF_INET as u8, libc::AF_INET6 as u8] {
-            diag.dump(family, proto as u8, states, &mut |s| {
-                if is_listener(s, l4, ifindex, ephemeral) {
-                    each(l4, s);
-                }
-            })?;
-        }
-    }
-    Ok(())
-}
-
-/// "32768\t60999" -> (32768, 60999); anything else -> the kernel's default range.
-pub fn parse_port_range(text: &str) -> (u16, u16) {
-    let v: Vec<u16> = text.split_whitespace().filter_map(|x| x.parse().ok()).collect();
-    match v.as_slice() {
-        [lo, hi] if lo <= hi => (*lo, *hi),
-        _ => (32768, 60999),
-    }
-}
-
-/// One process's nice value (getpriority(2): no /proc text to render and parse).
-fn nice_of(pid: u32) -> Result<i8, String> {
-    // SAFETY: errno is cleared first, as getpriority may return -1 as a value.
-    unsafe {
-        *libc::__errno_location() = 0;
-        let n = libc::getpriority(libc::PRIO_PROCESS, pid);
-        let e = std::io::Error::last_os_error();
-        if n == -1 && e.raw_os_error().is_some_and(|c| c != 0) {
-            return Err(format!("getpriority({pid}): {e}"));
-        }
-        Ok(n as i8)
-    }
-}
-
-/// Read one process's name, nice and user. `known` caches the name and user
-/// by pid until the next /proc scan (a pid is reused only after its process
-/// exited, and its sockets with it: the scan that finds the new sockets
-/// clears the cache); the nice is read every time (it may change).
-fn owner(pid: u32, known: &mut HashMap<u32, Owner>) -> Owner {
-    let nice = nice_of(pid);
-    if let Some(o) = known.get(&pid) {
-        return Owner { nice, ..o.clone() };
-    }
-    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).map(|c| c.trim().to_string()).unwrap_or_default();
-    // /proc/PID belongs to the process's effective user.
-    let uid = std::fs::metadata(format!("/proc/{pid}")).ok().map(|m| std::os::unix::fs::MetadataExt::uid(&m));
-    let o = Owner { pid, comm: if comm.is_empty() { "unknown".into() } else { comm }, nice, uid };
-    known.insert(pid, o.clone());
-    o
-}
-
-/// Every socket inode held open by a process, and each (pid, fd) holding it.
-pub fn socket_holders() -> HashMap<u32, Vec<(u32, i32)>> {
-    let mut map: HashMap<u32, Vec<(u32, i32)>> = HashMap::new();
-    let Ok(procs) = std::fs::read_dir("/proc") else { return map };
-    for p in procs.flatten() {
-        let Some(pid) = p.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
-        let Ok(fds) = std::fs::read_dir(p.path().join("fd")) else { continue };
-        for fd in fds.flatten() {
-            let Some(num) = fd.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
-            let Ok(link) = std::fs::read_link(fd.path()) else { continue };
-            let inode = link.to_str().and_then(|l| l.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok());
-            if let Some(inode) = inode {
-                map.entry(inode).or_default().push((pid, num));
-            }
-        }
-    }
-    map
-}
-
-/// Every socket inode held open by a process, and the processes holding it.
-fn socket_owners() -> HashMap<u32, Vec<u32>> {
-    let mut map = socket_holders();
-    map.values_mut().for_each(|v| v.dedup_by_key(|(pid, _)| *pid));
-    map.into_iter().map(|(inode, v)| (inode, v.into_iter().map(|(pid, _)| pid).collect())).collect()
-}
-
-/// Socket inode -> the pids holding it, from a /proc scan that is redone
-/// only when a socket calls for it (`rescan_due`).
-#[derive(Default)]
-pub struct SocketOwners {
-    pub owners: HashMap<u32, Vec<u32>>,
-    /// When the last /proc scan ran (a socket no process holds waits
-    /// RESCAN_UNOWNED for the next).
-    scanned: Option<Instant>,
-}
-
-impl SocketOwners {
-    /// Scan /proc again if a socket of `found` calls for it; true if it did.
-    /// A socket held by no visible process (a kernel socket, a process in
-    /// another mount of /proc) is noted, so it alone does not send every
-    /// call through /proc again.
-    pub fn follow(&mut self, found: &[u32]) -> bool {
-        let now = Instant::now();
-        if !rescan_due(found.iter(), &self.owners, self.scanned, now) {
-            return false;
-        }
-        self.owners = socket_owners();
-        self.scanned = Some(now);
-        for i in found {
-            self.owners.entry(*i).or_default();
-        }
-        true
-    }
-}
-
 /// The discovery state the daemon keeps between polls.
 pub struct Discovery {
     listeners: Listeners,
@@ -557,55 +324,6 @@ impl Discovery {
         self.seen.retain(|_, (_, at)| now.duration_since(*at) < LINGER);
         Ok(self.seen.values().map(|(s, _)| s.clone()).collect())
     }
-}
-
-/// Who holds a service's sockets this poll:
-/// - the processes the /proc scan found holding them;
-/// - else the owners seen last (within LINGER): the scan raced a close and
-///   a new bind of a service that rebinds its port, and they still hold it;
-/// - else, with no process visible holding them (a socket that lived
-///   shorter than the scan, one parked in an unread SCM_RIGHTS message, one
-///   held in another mount of /proc), each socket's creator as the kernel
-///   records it (`creators`: sk_uid, from sock_diag), as an owner with no
-///   process. A uid that is trusted makes the service trusted, one that is
-///   not untrusted, so what a login user parks or churns is theirs, and a
-///   root service whose sockets live shorter than a scan keeps its class
-///   (counted as untrusted at once, it moved between `USERS_CLASS` and its
-///   own class: a CI flake).
-fn holders(found: Vec<Owner>, last: Option<&Service>, creators: &[u32]) -> Vec<Owner> {
-    if !found.is_empty() {
-        return found;
-    }
-    if let Some(s) = last.filter(|s| !s.owners.is_empty()) {
-        return s.owners.clone();
-    }
-    let unheld = |uid: u32| Owner {
-        pid: 0,
-        comm: "unknown".into(),
-        nice: Err(format!("no process visible in /proc holds the socket; uid {uid} made it")),
-        uid: Some(uid),
-    };
-    creators.iter().map(|u| unheld(*u)).collect()
-}
-
-/// A socket no process was seen holding is looked for again this long after
-/// the last /proc scan (a new one, with an owner, triggers a scan at once).
-pub const RESCAN_UNOWNED: Duration = Duration::from_secs(30);
-
-/// Should a poll scan /proc: a socket inode not seen at the last scan, or
-/// one seen without an owner once RESCAN_UNOWNED has passed?
-fn rescan_due<'a>(
-    found: impl Iterator<Item = &'a u32>,
-    owners: &HashMap<u32, Vec<u32>>,
-    scanned: Option<Instant>,
-    now: Instant,
-) -> bool {
-    let stale = scanned.is_none_or(|t| now.duration_since(t) >= RESCAN_UNOWNED);
-    let mut found = found;
-    found.any(|i| match owners.get(i) {
-        None => true,
-        Some(pids) => pids.is_empty() && stale,
-    })
 }
 
 /// Does a configured class already cover this service's port (config wins)?

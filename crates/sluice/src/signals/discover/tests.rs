@@ -1,5 +1,6 @@
 use super::*;
 use crate::policy::config::from_flags;
+use owners::{nice_of, rescan_due};
 
 /// A service whose owners run as root.
 fn svc(l4: L4, port: u16, owners: &[(u32, &str, Result<i8, String>)]) -> Service {
