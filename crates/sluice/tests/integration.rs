@@ -462,13 +462,19 @@ mod known {
         let mut tb = Testbed::new();
         // Answered at 2,000/s: known up to four times that (its own rate).
         let echo = echo_with_known_client(&mut tb, 2_000, "svc:match=udp:7000");
-        let calm = svc(&tb).known_lost_pkts;
-        assert_eq!(calm, Some(0), "nothing lost while the service kept up");
+        // While it keeps up the socket drops nothing and nothing is lost; a
+        // host busy elsewhere may stall it even at this rate (17 lost once,
+        // beside a build on both CPUs): lost never exceeds what the socket
+        // dropped, and the flood's part is counted from here.
+        let (calm, dropped_calm) = (svc(&tb).known_lost_pkts.expect("counted"), rcvbuf_errors(&tb));
+        assert!(calm <= dropped_calm, "known lost {calm} while calm, the socket dropped {dropped_calm}");
         let (sent, _) = tb.send(7000, 50_000, 1.0);
         std::thread::sleep(Duration::from_millis(1500));
-        let lost = svc(&tb).known_lost_pkts.expect("counted (the daemon's tracer runs)");
-        let dropped = rcvbuf_errors(&tb);
-        eprintln!("sent {sent}, the socket dropped {dropped}, known lost {lost}");
+        let lost = svc(&tb).known_lost_pkts.expect("counted (the daemon's tracer runs)") - calm;
+        let dropped = rcvbuf_errors(&tb) - dropped_calm;
+        eprintln!(
+            "calm: lost {calm} of {dropped_calm} drops; sent {sent}, the socket dropped {dropped}, known lost {lost}"
+        );
         // Over its own rate its packets are a stranger's, and the gate keeps
         // the socket's last quarter from them: what overflows is known.
         assert!(dropped > 500, "the socket did not overflow ({dropped} of {sent}): the test shows nothing");
