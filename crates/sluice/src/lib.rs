@@ -23,7 +23,7 @@
 //! - [`policy`]: pure logic, no kernel I/O. `config/` (mod.rs: types and
 //!   checks; grammar.rs: a class's keys and how they make a class, for
 //!   both syntaxes; values.rs: the value parsers; file.rs: TOML with
-//!   file:line errors; flags.rs: `--class`), `controller/` (the auto controller: capacity estimate,
+//!   file:line errors; flags.rs: `--class`), `controller/` (the auto controller: capacity estimate, when it engages,
 //!   capacity and pno), `budget/` (one budget by priority, and what causes
 //!   distress for it), `fair/` (source fairness in a limited class),
 //!   `delay.rs` (the answer delay's quantiles), `late.rs` (when a TCP
