@@ -42,7 +42,8 @@
 //!   lets the gate answer a SYN without its socket lookup);
 //! - [`daemon`]: `sluice run`. mod.rs (start, the cadence table, stop),
 //!   tick/ (the 10 ms tick the daemon and the bench run: mod.rs, each
-//!   class's part in class.rs, whether the signals can be read in
+//!   class's part in class.rs, what it shows of itself in readout.rs,
+//!   whether the signals can be read in
 //!   watch.rs), auto.rs,
 //!   decisions.rs (which limit changes get a log line), drop_book.rs (the
 //!   kernel's drops after the gate, by class name),
