@@ -41,6 +41,7 @@
 //!   (an interface's NAPI kthreads, generic netlink), `syn_peers.rs` (what
 //!   lets the gate answer a SYN without its socket lookup);
 //! - [`daemon`]: `sluice run`. mod.rs (start, the cadence table, stop),
+//!   setup.rs (the tracer, steering and the start's log lines),
 //!   tick/ (the 10 ms tick the daemon and the bench run: mod.rs, each
 //!   class's part in class.rs, what it shows of itself in readout.rs,
 //!   whether the signals can be read in

@@ -8,7 +8,8 @@
 //! own their state: `generation` (the config in force, discovery, reload),
 //! `publish` (snapshot, socket, metrics), [`source_scan`] (the sources
 //! tables on their own thread), `known_store`, `protect` (CPU protection),
-//! `pace` (the tick's period) and [`privileges`] (down to the unit's
+//! `pace` (the tick's period), `setup` (the tracer, steering and the start's
+//! log lines beside the gate) and [`privileges`] (down to the unit's
 //! capabilities once attached).
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -53,9 +54,12 @@ pub mod privileges;
 mod protect;
 mod publish;
 pub mod sched;
+mod setup;
 pub mod source_scan;
 mod status;
 pub mod tick;
+
+use setup::{load_steer, load_tracer, log_start, NapiUndo};
 
 /// Where `sluice run --iface IFACE` looks for IFACE.toml when no --config is given.
 pub const CONFIG_DIR: &str = "/etc/sluice";
@@ -67,18 +71,6 @@ pub const TICK: Duration = crate::policy::controller::TICK;
 /// Set in the environment, the daemon's start fails right after the gate
 /// is attached (tests check that such a failure leaves the interface as it was).
 pub const FAIL_AFTER_ATTACH: &str = "SLUICE_TEST_FAIL_AFTER_ATTACH";
-
-/// The napi kthreads of an interface a start put at SCHED_IDLE: put back
-/// if the start fails after all (dropped while it still names one).
-struct NapiUndo(Option<Iface>);
-
-impl Drop for NapiUndo {
-    fn drop(&mut self) {
-        if let Some(iface) = self.0.take() {
-            Protection::new(true).restore(&iface);
-        }
-    }
-}
 
 /// What the control loop does besides the tick itself, and how often:
 /// the daemon is this table over its parts.
@@ -156,51 +148,6 @@ pub struct RunOpts {
     pub observe: bool,
 }
 
-/// The reader steering, or None with a log line saying why not.
-fn load_steer(listeners: &Listeners) -> Option<(Steer, steer::Finder)> {
-    match Steer::load().map(|s| (s, steer::Finder::new(listeners.clone()))) {
-        Ok(s) => Some(s),
-        Err(e) => {
-            log::warn(format_args!("steer: reader steering is off, the kernel's hash stays: {e:#}"));
-            None
-        }
-    }
-}
-
-/// This process's id as the kernel's BPF helpers see it (the root PID
-/// namespace): None inside a PID namespace of its own (NSpid lists more than
-/// one id), where the softirq time it is charged is then not separated.
-fn root_pid() -> Option<u32> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let ids: Vec<&str> = status.lines().find_map(|l| l.strip_prefix("NSpid:"))?.split_whitespace().collect();
-    match ids[..] {
-        [one] => one.parse().ok(),
-        _ => None,
-    }
-}
-
-/// The drop counter (kfree_skb) for the per-reason drops in status, or None
-/// with a log line saying why not.
-fn load_tracer(ifindex: u32, gate: &Gate) -> Option<(Tracer, DropBook)> {
-    let start = || {
-        let opts = trace::Options {
-            ifindex,
-            netns: crate::base::netns::current_inode()?,
-            default_class: 0,
-            drops_only: true,
-            tgid: root_pid(),
-        };
-        Tracer::start(&opts, trace::Tables::Gate(gate.shared_maps()?))
-    };
-    match start() {
-        Ok(t) => Some((t, DropBook::default())),
-        Err(e) => {
-            log::warn(format_args!("trace: drops after the gate are not counted: {e:#}"));
-            None
-        }
-    }
-}
-
 pub struct Daemon {
     /// Where configs come from: the file and flags, and discovery.
     source: ConfigSource,
@@ -252,29 +199,6 @@ fn next_tick(last: Instant, now: Instant, every: Duration) -> Instant {
         now
     } else {
         next
-    }
-}
-
-/// The start's log lines: where the gate is attached, the config file, observe mode.
-fn log_start(iface: &Iface, cfg: &Config, gate: &Gate, socket: &Path, file: (Option<PathBuf>, &Option<PathBuf>)) {
-    log::info(format_args!(
-        "gate attached to {iface} ({:?} mode, prog id {}), {} classes; stats on {}{}",
-        cfg.xdp_mode,
-        gate.prog_id(),
-        cfg.classes.len(),
-        socket.display(),
-        cfg.metrics.map(|a| format!(", metrics on http://{a}/metrics")).unwrap_or_default()
-    ));
-    log::info(match file {
-        (Some(f), _) => format!("config file: {}", f.display()),
-        (None, Some(f)) => format!("config file: none ({} does not exist)", f.display()),
-        (None, None) => "config file: none".into(),
-    });
-    if cfg.observe {
-        log::info(format_args!("observe mode: every verdict is counted, nothing is dropped"));
-    }
-    if gate.answers_syns() && gate.syn_allow() != gate::syn_allow_all() {
-        log::info(format_args!("SYN cookies: {}", gate::describe_syn_allow(gate.syn_allow(), gate.why_no_cookies())));
     }
 }
 
