@@ -461,7 +461,7 @@ mod known {
     fn a_known_clients_datagrams_lost_at_a_full_socket_are_counted() {
         let mut tb = Testbed::new();
         // Answered at 2,000/s: known up to four times that (its own rate).
-        let echo = echo_with_known_client(&mut tb, 2_000, "svc:match=udp:7000");
+        let (echo, gate) = echo_with_known_client(&mut tb, 2_000, "svc:match=udp:7000");
         // While it keeps up the socket drops nothing and nothing is lost; a
         // host busy elsewhere may stall it even at this rate (17 lost once,
         // beside a build on both CPUs): lost never exceeds what the socket
@@ -480,6 +480,12 @@ mod known {
         assert!(dropped > 500, "the socket did not overflow ({dropped} of {sent}): the test shows nothing");
         assert!(lost > dropped / 2 && lost <= dropped, "known lost {lost} against {dropped} socket drops");
         tb.signal(echo, libc::SIGTERM);
+        // The daemon's log says so, with the class's limit.
+        tb.signal(gate, libc::SIGTERM);
+        let log = String::from_utf8_lossy(&tb.wait(gate).stderr).to_string();
+        let line =
+            log.lines().find(|l| l.contains("known lost: ")).unwrap_or_else(|| panic!("no known-lost line:\n{log}"));
+        assert!(line.contains("of svc's known clients' datagrams") && line.contains("the class unlimited"), "{line}");
     }
 
     fn svc(tb: &Testbed) -> sluice::surface::stats::ClassSnapshot {
@@ -489,16 +495,16 @@ mod known {
     /// The gate with `class` (svc, on udp:7000), an echo service there that
     /// reads in batches and spends 200 us of CPU a datagram (about 5,000/s
     /// at most) for 14 s, and A's address answered at `rate` for 3 s until
-    /// the daemon knows it. Returns the echo service's pid.
-    fn echo_with_known_client(tb: &mut Testbed, rate: u64, class: &str) -> u32 {
-        tb.start_gate(&["--no-discover", "--class", class]);
+    /// the daemon knows it. Returns the echo service's pid and the daemon's.
+    fn echo_with_known_client(tb: &mut Testbed, rate: u64, class: &str) -> (u32, u32) {
+        let gate = tb.start_gate(&["--no-discover", "--class", class]);
         let b = tb.b.clone();
         let echo =
             tb.spawn_load(&b, &["serve", "udp-echo", "--port", "7000", "--work-ns", "200000", "--duration", "14"]);
         std::thread::sleep(Duration::from_millis(300));
         tb.send(7000, rate, 3.0);
         wait_known(tb);
-        echo
+        (echo, gate)
     }
 
     fn wait_known(tb: &Testbed) {
@@ -524,7 +530,7 @@ mod known {
     #[test]
     fn a_batch_reader_flooded_by_a_stranger_loses_no_known_datagram() {
         let mut tb = Testbed::new();
-        let echo = echo_with_known_client(&mut tb, 200, "svc:match=udp:7000");
+        let (echo, _) = echo_with_known_client(&mut tb, 200, "svc:match=udp:7000");
         let stranger = tb.add_host_a(77);
         let flood = tb.send_from_on_thread(1, &stranger, 7000, 50_000, 2.0);
         let (sent, _) = tb.send(7000, 200, 2.0);
@@ -566,7 +572,7 @@ mod known {
     #[test]
     fn a_known_client_on_another_cpu_than_the_flood_keeps_its_answers() {
         let mut tb = Testbed::new();
-        let echo = echo_with_known_client(&mut tb, 200, "svc:rate=3000,match=udp:7000");
+        let (echo, _) = echo_with_known_client(&mut tb, 200, "svc:rate=3000,match=udp:7000");
         let stranger = tb.add_host_a(78);
         // The client goes on at its usual rate; the flood comes 300 ms into it.
         let (sent, answered, flood) = std::thread::scope(|s| {

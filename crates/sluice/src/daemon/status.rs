@@ -113,6 +113,23 @@ impl Daemon {
                 strays.push((c.name.clone(), stray.map(|d| d.packets).sum()));
             }
             self.ticker.syn.kernel_strays(&strays, std::time::Instant::now());
+            for (class, n) in book.known_lost_due(std::time::Instant::now()) {
+                let limit = self.publish.snap.classes.iter().find(|c| c.name == class).map_or(String::new(), |c| {
+                    // An auto class's rate is its controller's; its sockets' fill, the last tick's.
+                    let rate = c.auto.as_ref().map_or(c.rate_pps.map(|r| r as f64), |a| a.rate_pps);
+                    let limit = rate.map_or("unlimited".into(), |r| format!("limited at {r:.0} pkt/s"));
+                    let fill = c.auto.as_ref().filter(|a| a.rcvbuf_bytes > 0).map_or(String::new(), |a| {
+                        format!(
+                            ", its fullest socket {:.0}% full",
+                            100.0 * a.queued_bytes as f64 / a.rcvbuf_bytes as f64
+                        )
+                    });
+                    format!("; the class {limit}{fill}")
+                });
+                log::warn(format_args!(
+                    "known lost: {n} of {class}'s known clients' datagrams dropped after the gate admitted them{limit}"
+                ));
+            }
         }
         self.publish.publish();
         Ok(())
