@@ -37,7 +37,7 @@ pub struct KnownLostLog {
 }
 
 impl KnownLostLog {
-    /// Note `n` more lost of `class` at `now`.
+    /// Note `n` more lost of `class`.
     pub fn note(&mut self, class: &str, n: u64) {
         if n > 0 {
             self.pending.entry(class.to_string()).or_default().0 += n;

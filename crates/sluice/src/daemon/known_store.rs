@@ -16,8 +16,8 @@ use crate::signals::known::{self, Known};
 /// The config a scan works for: its generation (one per switch), its class
 /// count, the classes that learn clients (every class but the default) and
 /// those of them that are untrusted (at the untrusted priority), as bits by
-/// class index, the known map's capacity, and the gate's class indexes (the
-/// maps' keys carry ids: the scan reads them as class indexes).
+/// class index, the known map's capacity, and the gate's ids (the maps'
+/// keys carry gate ids: the scan reads them as class indexes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Shape {
     pub generation: u64,

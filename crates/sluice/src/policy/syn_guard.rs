@@ -274,7 +274,7 @@ impl SynGuards {
     }
 
     /// Take over `old`'s state by class name; every guard is written again
-    /// (class indexes may have moved in the gate's map).
+    /// (the classes' gate ids may have moved).
     pub fn carry_from(&mut self, old: &SynGuards, remap: &crate::policy::remap::ClassRemap) {
         for (id, c) in self.classes.iter_mut().enumerate() {
             if let Some(o) = remap.old_of(id).and_then(|i| old.classes.get(i)) {

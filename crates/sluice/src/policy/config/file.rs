@@ -57,7 +57,8 @@ impl RawClass {
     /// The value written for `key` (of `grammar::CLASS_KEYS`) as its text,
     /// and where; None where the table does not have it. (serde reads the
     /// table into the fields above, named as CLASS_KEYS spells them: the
-    /// test `every_class_key_is_read_from_a_file` holds the two together.)
+    /// test `every_class_key_is_read_from_a_file_and_a_flag_and_shown_in_help`
+    /// holds the two together.)
     fn value(&self, key: Key) -> Option<(String, std::ops::Range<usize>)> {
         let num = |v: &Option<Spanned<IntOrString>>| v.as_ref().map(|v| (v.get_ref().text(), v.span()));
         let txt = |v: &Option<Spanned<String>>| v.as_ref().map(|v| (v.get_ref().clone(), v.span()));
@@ -162,11 +163,7 @@ impl Locator<'_> {
     fn class(&self, rc: &Spanned<RawClass>) -> Result<Class, ConfigError> {
         let cspan = rc.span();
         let rc = rc.get_ref();
-        let values = CLASS_KEYS
-            .iter()
-            .filter(|k| k.0 != Key::Name)
-            .filter_map(|&(key, ..)| rc.value(key).map(|(v, _)| (key, v)))
-            .collect();
+        let values = CLASS_KEYS.iter().filter_map(|&(key, ..)| rc.value(key).map(|(v, _)| (key, v))).collect();
         let keys = ClassKeys {
             name: rc.name.get_ref().clone(),
             values,

@@ -59,8 +59,9 @@ pub(super) enum RulePart {
 /// it (the flag's `KEY=VAL`, the file's `KEY = VAL`) and what it takes, in
 /// the order `--class`'s help lists them. The flag parser looks keys up
 /// here, the file reader reads these keys of its table, and an error names
-/// a key by this spelling.
-pub(super) const CLASS_KEYS: [(Key, &str, &str); 11] = [
+/// a key by this spelling. (The name is the file's `name` and the flag's
+/// `NAME:`, not a key of either list.)
+pub(super) const CLASS_KEYS: [(Key, &str, &str); 10] = [
     (Key::Priority, "priority", "0-255, 0 = highest"),
     (Key::Rate, "rate", "packets/s (\"50k\"), unlimited, blocked or auto"),
     (Key::Burst, "burst", "packets, beside a packets/s rate"),
@@ -71,18 +72,16 @@ pub(super) const CLASS_KEYS: [(Key, &str, &str); 11] = [
     (Key::Readers, "readers", "hash, round-robin or least-loaded"),
     (Key::Cpu, "cpu", "stay or away"),
     (Key::SynCookies, "syn_cookies", "auto, on or off"),
-    (Key::Name, "name", "the file's; a flag writes NAME: first"),
 ];
 
 /// The keys a `--class` flag takes, for its errors.
 pub(super) fn flag_keys() -> String {
-    CLASS_KEYS.iter().filter(|k| k.0 != Key::Name).map(|k| k.1).collect::<Vec<_>>().join(", ")
+    CLASS_KEYS.iter().map(|k| k.1).collect::<Vec<_>>().join(", ")
 }
 
 /// What `--class` takes, key by key, for its help.
 pub fn class_flag_help() -> String {
-    let keys: Vec<String> =
-        CLASS_KEYS.iter().filter(|k| k.0 != Key::Name).map(|(_, name, what)| format!("  {name}: {what}")).collect();
+    let keys: Vec<String> = CLASS_KEYS.iter().map(|(_, name, what)| format!("  {name}: {what}")).collect();
     format!(
         "A class as NAME:KEY=VAL,... (repeatable; a class with the same name as one in the file replaces it). \
          Keys:\n{}\nExample: 'dns:priority=0,rate=50k,match=udp:53,match=tcp:53@10.0.0.0/8', \
@@ -94,7 +93,7 @@ pub fn class_flag_help() -> String {
 impl Key {
     /// The value key spelled `name` (not `name` itself, nor `match`).
     pub fn by_name(name: &str) -> Option<Key> {
-        CLASS_KEYS.iter().find(|k| k.1 == name && !matches!(k.0, Key::Name | Key::Rule(..))).map(|k| k.0)
+        CLASS_KEYS.iter().find(|k| k.1 == name && !matches!(k.0, Key::Rule(..))).map(|k| k.0)
     }
 
     /// The key's name as the file writes it (`match.port` for a rule's part).
@@ -104,6 +103,7 @@ impl Key {
             Key::Rule(_, RulePart::Port) => "match.port",
             Key::Rule(_, RulePart::Src) => "match.src",
             Key::Rule(_, RulePart::Whole) => "match",
+            Key::Name => "name",
             key => CLASS_KEYS.iter().find(|k| k.0 == key).map(|k| k.1).expect("every key is in CLASS_KEYS"),
         }
     }
@@ -183,7 +183,7 @@ mod tests {
     #[test]
     fn every_class_key_is_read_from_a_file_and_a_flag_and_shown_in_help() {
         let help = class_flag_help();
-        for &(key, name, _) in CLASS_KEYS.iter().filter(|k| !matches!(k.0, Key::Name | Key::Rule(..))) {
+        for &(key, name, _) in CLASS_KEYS.iter().filter(|k| !matches!(k.0, Key::Rule(..))) {
             let by_flag = parse_class_flag(&format!("x:{name}=bogus,match=udp:1")).unwrap_err();
             assert_eq!(by_flag.field, name, "the flag's error is about {name}: {by_flag}");
             assert!(!by_flag.message.starts_with("unknown key"), "the flag reads {name}: {by_flag}");
