@@ -383,7 +383,9 @@ int sluice_gate(struct xdp_md *ctx)
  * a packet of a completed handshake counts: a SYN-ACK or RST proves nothing
  * (a spoofed SYN or ACK gets one) and is skipped; and only the segment that
  * ends a write of the service's (PSH) is an answer, not every segment of a
- * download. Before any of that, it times the service's answer to the
+ * download. A client's answers are held to its requests (count_answer):
+ * a service that sends several datagrams per request teaches one answer
+ * per request. Before any of that, it times the service's answer to the
  * flow's request (gate/delay.h), whatever the class's learning. It never
  * changes the packet's fate.
  */
@@ -394,6 +396,7 @@ int sluice_learn(struct __sk_buff *skb)
 	void *end = (void *)(long)skb->data_end;
 	struct sluice_src_key k = {};
 	struct sluice_known *v, fresh = {};
+	struct sluice_asked *a;
 	struct sluice_known_part *part;
 	struct pkt pk = {};
 	__u32 cls, gen;
@@ -427,8 +430,8 @@ int sluice_learn(struct __sk_buff *skb)
 	src_key(&k, &pk, cls, pk.family == 4 ? 32 : 64);
 	v = bpf_map_lookup_elem(&known, &k);
 	/* A known source answered within SLUICE_LEARN_REFRESH_MS: the answer
-	 * counts (the rate a client is known at is its answers over its span),
-	 * nothing else is noted. A busy service's every reply would otherwise
+	 * counts (the rate a client is known at is its answers over its span;
+	 * held to its requests at the next refresh), nothing else is noted. A busy service's every reply would otherwise
 	 * move its client's times (and look up who asked) on the service's own
 	 * CPU. (Plain increment: two CPUs answering one client may lose one.) */
 	if (v && now - v->last_ms < SLUICE_LEARN_REFRESH_MS) {
@@ -436,7 +439,8 @@ int sluice_learn(struct __sk_buff *skb)
 			v->answers += 1;
 		return TC_ACT_OK;
 	}
-	if (!peer_asked(&pk, cls, now)) {
+	a = peer_asked(&pk, cls, now);
+	if (!a) {
 		global_inc(SLUICE_GS_UNASKED);
 		return TC_ACT_OK;
 	}
@@ -445,10 +449,10 @@ int sluice_learn(struct __sk_buff *skb)
 			/* First noted in a window the daemon did not confirm: its span starts now. */
 			v->first_ms = now;
 			v->answers = 0;
+			v->answers_from = 0;
 		}
 		v->last_ms = now;
-		if (v->answers != 0xffffffff)
-			v->answers += 1;
+		count_answer(v, a); /* held to what it asked (issue 49, item 3) */
 		v->interval_ns = 0; /* its own rate changed: the gate computes it again */
 		return TC_ACT_OK;
 	}
@@ -458,6 +462,8 @@ int sluice_learn(struct __sk_buff *skb)
 	fresh.answers = 1;
 	fresh.first_ms = now;
 	fresh.last_ms = now;
+	fresh.asks_from = asks_mark(a);
+	fresh.answers_from = 1; /* none before this one, plus one */
 	if (!bpf_map_update_elem(&known, &k, &fresh, BPF_NOEXIST)) {
 		__sync_fetch_and_add(&part->room, -1);
 		__sync_fetch_and_add(&part->held, 1);

@@ -260,6 +260,12 @@ struct sluice_known {
 	__u32 answers;  /* answers seen (saturating) */
 	__u32 interval_ns; /* gate only: one packet's interval at its own rate; 0 = to compute (the learner resets it) */
 	__u64 tat_ns;   /* gate only: its own rate's theoretical arrival time (bpf_ktime_get_coarse_ns), 0 = none yet */
+	/* learner only: where its count of answers is held to its requests
+	 * from (see SLUICE_ASKED_REFRESH_MS): the "asked" slot's requests then,
+	 * and its answers then plus one (0: not set, as in an entry the daemon
+	 * wrote; the learner sets both at its next refresh of the entry). */
+	__u32 asks_from;
+	__u32 answers_from;
 };
 /*
  * A record of the "wake" ring: the class whose arrivals passed their wake
@@ -322,14 +328,36 @@ struct sluice_known_part {
 /*
  * A reply teaches the learner only if its peer asked first: the gate notes,
  * in the "asked" table, when each peer last sent a learning class a packet
- * (at most once per SLUICE_ASKED_REFRESH_MS), and the learner skips replies
- * to peers not noted in the last SLUICE_ASKED_WINDOW_MS. The host's own
- * outbound traffic from a service's port (a `sendto` loop, a reply to
- * nobody) then teaches nothing. A spoofer that sends from an address still
- * "asks"; what bounds it is the known source's own rate (above).
+ * (its time moved at most once per SLUICE_ASKED_REFRESH_MS) and how many
+ * it sent, and the learner skips replies to peers not noted in the last
+ * SLUICE_ASKED_WINDOW_MS. The host's own outbound traffic from a service's
+ * port (a `sendto` loop, a reply to nobody) then teaches nothing. A known
+ * source's answers are held to its requests: at each refresh of its entry
+ * (SLUICE_LEARN_REFRESH_MS) the learner cuts the answers it counted since
+ * it set the entry's *_from marks to the requests its slot counted since,
+ * so a service that sends several datagrams (or writes) per request
+ * teaches its client one answer per request, not its own packet rate
+ * (issue 49, item 3). A spoofer that sends from an address still "asks";
+ * what bounds it is the known source's own rate (above).
  */
 #define SLUICE_ASKED_REFRESH_MS 1000
+/* Requests taken as unanswered when an entry's marks are set: a client's
+ * pipelined requests before its first counted answer (or a daemon's
+ * restore) are not lost to the hold. */
+#define SLUICE_ASKS_IN_FLIGHT 8
 #define SLUICE_ASKED_WINDOW_MS 5000
+/*
+ * A slot of "asked" (gate/maps.h). The requests are counted whoever holds
+ * the slot: a peer that takes it from another does not start them again,
+ * so the learner's difference over a span only ever over-counts a peer's
+ * requests (by another's on its slot), never wraps.
+ */
+struct sluice_asked {
+	__u32 tag;  /* the upper half of the (class, peer) hash */
+	__u32 ms;   /* gate clock's low 32 bits when the peer last asked (moved at most once per SLUICE_ASKED_REFRESH_MS) */
+	__u32 asks; /* packets the slot's peers sent a learning class (wraps; the learner takes differences) */
+	__u32 _pad;
+};
 /* Entries of the "known" map and slots of "asked" (a power of 2); the slots of "sources" are set at load (default below, a power of 2). */
 #define SLUICE_KNOWN_ENTRIES 65536
 #define SLUICE_ASKED_SLOTS 65536

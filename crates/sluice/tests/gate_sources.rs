@@ -429,6 +429,7 @@ fn the_learner_records_answered_clients_only_while_told_to_and_never_from_a_syn_
     {
         ask(&g, client);
     }
+    ask(&g, "198.51.100.1"); // two requests, two answers
     let run = |pkt: &[u8]| run(&g, pkt);
     run(&answer("198.51.100.1", None));
     run(&answer("198.51.100.1", None));
@@ -455,7 +456,9 @@ fn the_learner_records_answered_clients_only_while_told_to_and_never_from_a_syn_
     assert_eq!(known, vec![(v6, 1), (vec![198, 51, 100, 1], 2), (vec![198, 51, 100, 4], 1)]);
     let part = g.gate.known_part(g.class("dns")).unwrap();
     assert_eq!((part.room, part.held), (97, 3), "each new client takes one from room and adds one to held");
-    // Once the refresh time has passed, an answer is noted again.
+    // Once the refresh time has passed, an answer is noted again (to a
+    // request of its own: answers are held to requests, below).
+    ask(&g, "198.51.100.1");
     let later = sluice::base::clock::wall_ms() + SLUICE_LEARN_REFRESH_MS as u64;
     g.gate.set_clock(&Clock { epoch: 1, now_ms: later, known_ttl_ms: 3_600_000 });
     g.gate.test_run(Prog::Learn, &answer("198.51.100.1", None), 1).unwrap();
@@ -483,9 +486,11 @@ fn a_class_learns_new_clients_only_within_its_part_of_the_known_map() {
         ask(&g, &format!("198.51.100.{i}"));
         run(&g, &format!("198.51.100.{i}"));
     }
-    // Past the learner's refresh time, so the next answer is noted.
+    // Past the learner's refresh time, so the next answer (to a second
+    // request) is noted.
     let later = sluice::base::clock::wall_ms() + SLUICE_LEARN_REFRESH_MS as u64;
     g.gate.set_clock(&Clock { epoch: 1, now_ms: later, known_ttl_ms: 3_600_000 });
+    ask(&g, "198.51.100.1");
     run(&g, "198.51.100.1");
     let known = g.gate.known().unwrap();
     assert_eq!(known.len(), 2, "room for two new clients");
@@ -525,6 +530,51 @@ fn the_learner_learns_only_replies_to_a_peer_that_asked_first() {
     ask(&g, "198.51.100.3");
     reply(&g, "198.51.100.3");
     assert_eq!(learned(&g), vec![1, 3], "asked again: learned");
+}
+
+/// Issue 49, item 3: a client's answers are held to its requests. A
+/// service that sends four datagrams per request (each counted as an
+/// answer before) teaches the learner one per request: 10 requests, 40
+/// datagrams back over 10 refreshes, 10 answers. A client answered one for
+/// one keeps every answer, and one whose answers lag its requests by a
+/// refresh (an answer after the refresh that counted its request) loses
+/// none over the span: the hold is cumulative from the entry's marks, not
+/// a refresh's. Without the hold the first client is known at 40 answers.
+#[test]
+fn a_clients_answers_are_held_to_its_requests() {
+    let mut g = gate();
+    let f = sluice_fair { learn: 1, ..Default::default() };
+    g.gate.set_fairness(g.class("dns"), &vec![f; g.gate.ncpus()]).unwrap();
+    g.gate.set_known_room(g.class("dns"), 100).unwrap();
+    let start = sluice::base::clock::wall_ms();
+    let at = |g: &mut TestGate, ms: u64| g.gate.set_clock(&Clock { epoch: 1, now_ms: ms, known_ttl_ms: 3_600_000 });
+    let reply = |g: &TestGate, client: &str| g.gate.test_run(Prog::Learn, &answer(client, None), 1).unwrap();
+    let answers = |g: &TestGate, last: u8| {
+        g.gate.known().unwrap().iter().find(|(k, _)| k.addr[..4] == [198, 51, 100, last]).map(|(_, v)| v.answers)
+    };
+    let refresh = SLUICE_LEARN_REFRESH_MS as u64;
+    for round in 0..10u64 {
+        at(&mut g, start + round * refresh);
+        ask(&g, "198.51.100.1");
+        ask(&g, "198.51.100.2");
+        for _ in 0..4 {
+            reply(&g, "198.51.100.1");
+        }
+        reply(&g, "198.51.100.2");
+        // .3's answer comes in the refresh after its request.
+        if round > 0 {
+            reply(&g, "198.51.100.3");
+        }
+        ask(&g, "198.51.100.3");
+    }
+    // One more refresh with no request: each entry's count is held again.
+    at(&mut g, start + 10 * refresh);
+    reply(&g, "198.51.100.1");
+    reply(&g, "198.51.100.2");
+    reply(&g, "198.51.100.3");
+    assert_eq!(answers(&g, 1), Some(10), "four datagrams a request: one answer each");
+    assert_eq!(answers(&g, 2), Some(10), "one for one: none held back (the last reply asked nothing)");
+    assert_eq!(answers(&g, 3), Some(10), "a reply a refresh late: 10 requests, 10 answers");
 }
 
 /// A limited "dns" class in a gate whose sources table has `slots` slots.

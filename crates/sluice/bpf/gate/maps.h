@@ -66,10 +66,11 @@ struct {
 } sources SEC(".maps");
 
 /*
- * When each peer last sent a learning class a packet (see
- * SLUICE_ASKED_WINDOW_MS): a direct-mapped table, one slot per hash of
- * (class, peer), holding the upper half of that hash as a tag and the gate
- * clock's low 32 bits (ms; they wrap in 49 days, differences do not). A
+ * When each peer last sent a learning class a packet, and how many it sent
+ * (see SLUICE_ASKED_WINDOW_MS): a direct-mapped table, one slot per hash of
+ * (class, peer), holding the upper half of that hash as a tag, the gate
+ * clock's low 32 bits (ms; they wrap in 49 days, differences do not) and
+ * the count (struct sluice_asked). A
  * hash map costs this path a lookup with a key compare (measured: +49 ns a
  * packet by `sluice bench gate`); an array slot costs a multiply or two.
  * Two peers on one slot overwrite each other: a real client then loses its
@@ -80,7 +81,7 @@ struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, SLUICE_ASKED_SLOTS);
 	__type(key, __u32);
-	__type(value, __u64);
+	__type(value, struct sluice_asked);
 } asked SEC(".maps");
 
 /* The FIB lookup's 64 bytes (gate/synack.h, routed_through), off the stack:

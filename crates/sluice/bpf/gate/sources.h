@@ -299,8 +299,8 @@ static __always_inline void sample_known(const struct pkt *pk, __u32 cls, struct
 		st->cnt[SLUICE_CS_SAMPLED_KNOWN] += 1;
 }
 
-/* The peer's slot in "asked", and the tag its note carries in the slot's upper half. */
-static __always_inline __u64 *asked_slot(const struct pkt *pk, __u32 cls, __u32 *tag)
+/* The peer's slot in "asked", and the tag its note carries. */
+static __always_inline struct sluice_asked *asked_slot(const struct pkt *pk, __u32 cls, __u32 *tag)
 {
 	struct sluice_src_key k = {};
 	__u64 h;
@@ -315,29 +315,68 @@ static __always_inline __u64 *asked_slot(const struct pkt *pk, __u32 cls, __u32 
 
 /*
  * Note that the peer asked a learning class something (the learner then
- * takes the service's replies to it as answers). Written at most once per
- * SLUICE_ASKED_REFRESH_MS per peer. Nothing while the class does not learn
- * (a limited class, a flood).
+ * takes the service's replies to it as answers, as many as it asked). Its
+ * time is written at most once per SLUICE_ASKED_REFRESH_MS per peer, its
+ * count at each packet (atomic: one peer's flows reach several CPUs, and
+ * a lost count would hold its answers below what it asked). Nothing while
+ * the class does not learn (a limited class, a flood).
  */
 static __always_inline void note_asked(const struct pkt *pk, __u32 cls, const struct sluice_fair *f)
 {
 	__u32 now = settings.now_ms, tag;
-	__u64 *v;
+	struct sluice_asked *v;
 
 	if (!f || !f->learn || !settings.now_ms)
 		return;
 	v = asked_slot(pk, cls, &tag);
-	if (v && ((__u32)(*v >> 32) != tag || now - (__u32)*v >= SLUICE_ASKED_REFRESH_MS))
-		*v = (__u64)tag << 32 | now;
+	if (!v)
+		return;
+	if (v->tag != tag || now - v->ms >= SLUICE_ASKED_REFRESH_MS) {
+		v->tag = tag;
+		v->ms = now;
+	}
+	__sync_fetch_and_add(&v->asks, 1);
 }
 
-/* Did the peer ask the class something in the last SLUICE_ASKED_WINDOW_MS? */
-static __always_inline int peer_asked(const struct pkt *pk, __u32 cls, __u64 now_ms)
+/* The peer's slot, if it asked the class something in the last SLUICE_ASKED_WINDOW_MS. */
+static __always_inline struct sluice_asked *peer_asked(const struct pkt *pk, __u32 cls, __u64 now_ms)
 {
 	__u32 tag;
-	__u64 *v = asked_slot(pk, cls, &tag);
+	struct sluice_asked *v = asked_slot(pk, cls, &tag);
 
-	return v && (__u32)(*v >> 32) == tag && (__u32)now_ms - (__u32)*v <= SLUICE_ASKED_WINDOW_MS;
+	return v && v->tag == tag && (__u32)now_ms - v->ms <= SLUICE_ASKED_WINDOW_MS ? v : 0;
+}
+
+/*
+ * The "asked" mark of an entry set now: up to SLUICE_ASKS_IN_FLIGHT of the
+ * slot's requests so far (this answer's among them) are taken as still
+ * unanswered.
+ */
+static __always_inline __u32 asks_mark(const struct sluice_asked *a)
+{
+	return a->asks - (a->asks < SLUICE_ASKS_IN_FLIGHT ? a->asks : SLUICE_ASKS_IN_FLIGHT);
+}
+
+/*
+ * Count one answer to a known source at a refresh of its entry, and hold
+ * its answers since the entry's marks to its slot's requests since (see
+ * SLUICE_ASKED_REFRESH_MS). An entry with no marks (the daemon wrote it,
+ * or its span starts again) takes them now.
+ */
+static __always_inline void count_answer(struct sluice_known *v, const struct sluice_asked *a)
+{
+	__u32 asks = a->asks, answered, asked;
+
+	if (!v->answers_from) {
+		v->asks_from = asks_mark(a);
+		v->answers_from = v->answers + 1;
+	}
+	if (v->answers != 0xffffffff)
+		v->answers += 1;
+	answered = v->answers - (v->answers_from - 1);
+	asked = asks - v->asks_from;
+	if (answered > asked)
+		v->answers = v->answers_from - 1 + asked;
 }
 
 #endif /* SLUICE_GATE_SOURCES_H */
