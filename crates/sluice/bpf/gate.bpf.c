@@ -452,7 +452,7 @@ int sluice_learn(struct __sk_buff *skb)
 			v->answers_from = 0;
 		}
 		v->last_ms = now;
-		count_answer(v, a); /* held to what it asked (issue 49, item 3) */
+		count_answer(v, a, now); /* held to what it asked (issue 49, item 3) */
 		v->interval_ns = 0; /* its own rate changed: the gate computes it again */
 		return TC_ACT_OK;
 	}

@@ -577,6 +577,55 @@ fn a_clients_answers_are_held_to_its_requests() {
     assert_eq!(answers(&g, 3), Some(10), "a reply a refresh late: 10 requests, 10 answers");
 }
 
+/// Issue 49, item 3: a slot counts at most SLUICE_ASKS_PER_SEC of its
+/// peer's packets a second (each count is an atomic add on a line every
+/// CPU the peer reaches writes). A peer under it is held exactly: 4,000
+/// requests answered four times each, 4,000 answers. A peer past it is
+/// not held (its requests are not known): 10,000 requests in a second
+/// answered four times each keep their 40,000 answers; two seconds after
+/// its last full second it is held again (100 more requests, four answers
+/// each: about 100 more answers, the 8 in flight at its marks at most).
+#[test]
+fn a_peer_past_the_counted_rate_is_not_held_until_it_falls_below() {
+    let mut g = gate();
+    let f = sluice_fair { learn: 1, ..Default::default() };
+    g.gate.set_fairness(g.class("dns"), &vec![f; g.gate.ncpus()]).unwrap();
+    g.gate.set_known_room(g.class("dns"), 100).unwrap();
+    let start = sluice::base::clock::wall_ms();
+    let at = |g: &mut TestGate, ms: u64| g.gate.set_clock(&Clock { epoch: 1, now_ms: ms, known_ttl_ms: 3_600_000 });
+    let answers = |g: &TestGate, last: u8| {
+        g.gate.known().unwrap().iter().find(|(k, _)| k.addr[..4] == [198, 51, 100, last]).map(|(_, v)| v.answers)
+    };
+    let asks = |g: &TestGate, client: &str, n: u32| {
+        g.gate.test_run(Prog::Gate, &Frame::udp(client, "10.0.0.2", 4000, 53).build(), n).unwrap();
+    };
+    let replies = |g: &TestGate, client: &str, n: u32| g.gate.test_run(Prog::Learn, &answer(client, None), n).unwrap();
+    let refresh = SLUICE_LEARN_REFRESH_MS as u64;
+    at(&mut g, start);
+    for _ in 0..4000 {
+        asks(&g, "198.51.100.1", 1);
+        replies(&g, "198.51.100.1", 4);
+    }
+    for _ in 0..100 {
+        asks(&g, "198.51.100.2", 100);
+        replies(&g, "198.51.100.2", 400);
+    }
+    at(&mut g, start + refresh);
+    replies(&g, "198.51.100.1", 1);
+    replies(&g, "198.51.100.2", 1);
+    assert_eq!(answers(&g, 1), Some(4000), "under the counted rate: one answer a request");
+    assert_eq!(answers(&g, 2), Some(40_001), "past it: not held");
+    let before = answers(&g, 2).unwrap();
+    let later = start + 2 * SLUICE_ASKED_REFRESH_MS as u64 + refresh;
+    at(&mut g, later);
+    asks(&g, "198.51.100.2", 100);
+    replies(&g, "198.51.100.2", 400);
+    at(&mut g, later + refresh);
+    replies(&g, "198.51.100.2", 1);
+    let grew = answers(&g, 2).unwrap() - before;
+    assert!((100..=110).contains(&grew), "held again two seconds on: {grew} more answers for 100 requests");
+}
+
 /// A limited "dns" class in a gate whose sources table has `slots` slots.
 fn small_table(slots: u32, seed: u64) -> TestGate {
     let flags = ["dns:rate=1000000,burst=1000000,match=udp:53"];

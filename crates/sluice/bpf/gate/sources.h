@@ -317,9 +317,10 @@ static __always_inline struct sluice_asked *asked_slot(const struct pkt *pk, __u
  * Note that the peer asked a learning class something (the learner then
  * takes the service's replies to it as answers, as many as it asked). Its
  * time is written at most once per SLUICE_ASKED_REFRESH_MS per peer, its
- * count at each packet (atomic: one peer's flows reach several CPUs, and
- * a lost count would hold its answers below what it asked). Nothing while
- * the class does not learn (a limited class, a flood).
+ * count at each packet up to SLUICE_ASKS_PER_SEC since (atomic: one peer's
+ * flows reach several CPUs, and a lost count would hold its answers below
+ * what it asked), and past that, once a second, that the count stopped.
+ * Nothing while the class does not learn (a limited class, a flood).
  */
 static __always_inline void note_asked(const struct pkt *pk, __u32 cls, const struct sluice_fair *f)
 {
@@ -334,8 +335,12 @@ static __always_inline void note_asked(const struct pkt *pk, __u32 cls, const st
 	if (v->tag != tag || now - v->ms >= SLUICE_ASKED_REFRESH_MS) {
 		v->tag = tag;
 		v->ms = now;
+		v->asks_at_ms = v->asks;
 	}
-	__sync_fetch_and_add(&v->asks, 1);
+	if (v->asks - v->asks_at_ms < SLUICE_ASKS_PER_SEC)
+		__sync_fetch_and_add(&v->asks, 1);
+	else if (v->full_ms != v->ms)
+		v->full_ms = v->ms;
 }
 
 /* The peer's slot, if it asked the class something in the last SLUICE_ASKED_WINDOW_MS. */
@@ -361,18 +366,21 @@ static __always_inline __u32 asks_mark(const struct sluice_asked *a)
  * Count one answer to a known source at a refresh of its entry, and hold
  * its answers since the entry's marks to its slot's requests since (see
  * SLUICE_ASKED_REFRESH_MS). An entry with no marks (the daemon wrote it,
- * or its span starts again) takes them now.
+ * or its span starts again) takes them now. So does a peer whose count
+ * stopped at SLUICE_ASKS_PER_SEC in the last two seconds: its requests
+ * are not known, and it is not held.
  */
-static __always_inline void count_answer(struct sluice_known *v, const struct sluice_asked *a)
+static __always_inline void count_answer(struct sluice_known *v, const struct sluice_asked *a, __u32 now)
 {
 	__u32 asks = a->asks, answered, asked;
 
-	if (!v->answers_from) {
-		v->asks_from = asks_mark(a);
-		v->answers_from = v->answers + 1;
-	}
 	if (v->answers != 0xffffffff)
 		v->answers += 1;
+	if (!v->answers_from || (a->full_ms && now - a->full_ms < 2 * SLUICE_ASKED_REFRESH_MS)) {
+		v->asks_from = asks_mark(a);
+		v->answers_from = v->answers; /* the answers before this one, plus one */
+		return;
+	}
 	answered = v->answers - (v->answers_from - 1);
 	asked = asks - v->asks_from;
 	if (answered > asked)
