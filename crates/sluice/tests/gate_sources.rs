@@ -498,6 +498,25 @@ fn a_class_learns_new_clients_only_within_its_part_of_the_known_map() {
     assert_eq!(first.1.answers, 2, "a known client still counts its answers with the part full");
 }
 
+/// The "dns" class learning, with room for 100 new clients in its part of the known map.
+fn learning_gate() -> TestGate {
+    let g = gate();
+    let f = sluice_fair { learn: 1, ..Default::default() };
+    g.gate.set_fairness(g.class("dns"), &vec![f; g.gate.ncpus()]).unwrap();
+    g.gate.set_known_room(g.class("dns"), 100).unwrap();
+    g
+}
+
+/// Set the gate clock to `ms`.
+fn at(g: &mut TestGate, ms: u64) {
+    g.gate.set_clock(&Clock { epoch: 1, now_ms: ms, known_ttl_ms: 3_600_000 });
+}
+
+/// The answers known for 198.51.100.`last`, if it is in the known map.
+fn answers_of(g: &TestGate, last: u8) -> Option<u32> {
+    g.gate.known().unwrap().iter().find(|(k, _)| k.addr[..4] == [198, 51, 100, last]).map(|(_, v)| v.answers)
+}
+
 /// Issue 23, item 4: the learner learns only replies to a peer that asked
 /// the class something in the last SLUICE_ASKED_WINDOW_MS (the host's own
 /// outbound traffic from a service's port, to peers that sent nothing,
@@ -505,12 +524,8 @@ fn a_class_learns_new_clients_only_within_its_part_of_the_known_map() {
 /// all three replies below are learned.
 #[test]
 fn the_learner_learns_only_replies_to_a_peer_that_asked_first() {
-    let mut g = gate();
-    let f = sluice_fair { learn: 1, ..Default::default() };
-    g.gate.set_fairness(g.class("dns"), &vec![f; g.gate.ncpus()]).unwrap();
-    g.gate.set_known_room(g.class("dns"), 100).unwrap();
+    let mut g = learning_gate();
     let now = sluice::base::clock::wall_ms();
-    let at = |g: &mut TestGate, ms: u64| g.gate.set_clock(&Clock { epoch: 1, now_ms: ms, known_ttl_ms: 3_600_000 });
     let reply = |g: &TestGate, client: &str| g.gate.test_run(Prog::Learn, &answer(client, None), 1).unwrap();
     let learned = |g: &TestGate| {
         let mut v: Vec<u8> = g.gate.known().unwrap().iter().map(|(k, _)| k.addr[3]).collect();
@@ -542,16 +557,9 @@ fn the_learner_learns_only_replies_to_a_peer_that_asked_first() {
 /// a refresh's. Without the hold the first client is known at 40 answers.
 #[test]
 fn a_clients_answers_are_held_to_its_requests() {
-    let mut g = gate();
-    let f = sluice_fair { learn: 1, ..Default::default() };
-    g.gate.set_fairness(g.class("dns"), &vec![f; g.gate.ncpus()]).unwrap();
-    g.gate.set_known_room(g.class("dns"), 100).unwrap();
+    let mut g = learning_gate();
     let start = sluice::base::clock::wall_ms();
-    let at = |g: &mut TestGate, ms: u64| g.gate.set_clock(&Clock { epoch: 1, now_ms: ms, known_ttl_ms: 3_600_000 });
     let reply = |g: &TestGate, client: &str| g.gate.test_run(Prog::Learn, &answer(client, None), 1).unwrap();
-    let answers = |g: &TestGate, last: u8| {
-        g.gate.known().unwrap().iter().find(|(k, _)| k.addr[..4] == [198, 51, 100, last]).map(|(_, v)| v.answers)
-    };
     let refresh = SLUICE_LEARN_REFRESH_MS as u64;
     for round in 0..10u64 {
         at(&mut g, start + round * refresh);
@@ -572,9 +580,9 @@ fn a_clients_answers_are_held_to_its_requests() {
     reply(&g, "198.51.100.1");
     reply(&g, "198.51.100.2");
     reply(&g, "198.51.100.3");
-    assert_eq!(answers(&g, 1), Some(10), "four datagrams a request: one answer each");
-    assert_eq!(answers(&g, 2), Some(10), "one for one: none held back (the last reply asked nothing)");
-    assert_eq!(answers(&g, 3), Some(10), "a reply a refresh late: 10 requests, 10 answers");
+    assert_eq!(answers_of(&g, 1), Some(10), "four datagrams a request: one answer each");
+    assert_eq!(answers_of(&g, 2), Some(10), "one for one: none held back (the last reply asked nothing)");
+    assert_eq!(answers_of(&g, 3), Some(10), "a reply a refresh late: 10 requests, 10 answers");
 }
 
 /// Issue 49, item 3: a slot counts at most SLUICE_ASKS_PER_SEC of its
@@ -587,15 +595,8 @@ fn a_clients_answers_are_held_to_its_requests() {
 /// each: about 100 more answers, the 8 in flight at its marks at most).
 #[test]
 fn a_peer_past_the_counted_rate_is_not_held_until_it_falls_below() {
-    let mut g = gate();
-    let f = sluice_fair { learn: 1, ..Default::default() };
-    g.gate.set_fairness(g.class("dns"), &vec![f; g.gate.ncpus()]).unwrap();
-    g.gate.set_known_room(g.class("dns"), 100).unwrap();
+    let mut g = learning_gate();
     let start = sluice::base::clock::wall_ms();
-    let at = |g: &mut TestGate, ms: u64| g.gate.set_clock(&Clock { epoch: 1, now_ms: ms, known_ttl_ms: 3_600_000 });
-    let answers = |g: &TestGate, last: u8| {
-        g.gate.known().unwrap().iter().find(|(k, _)| k.addr[..4] == [198, 51, 100, last]).map(|(_, v)| v.answers)
-    };
     let asks = |g: &TestGate, client: &str, n: u32| {
         g.gate.test_run(Prog::Gate, &Frame::udp(client, "10.0.0.2", 4000, 53).build(), n).unwrap();
     };
@@ -613,16 +614,16 @@ fn a_peer_past_the_counted_rate_is_not_held_until_it_falls_below() {
     at(&mut g, start + refresh);
     replies(&g, "198.51.100.1", 1);
     replies(&g, "198.51.100.2", 1);
-    assert_eq!(answers(&g, 1), Some(4000), "under the counted rate: one answer a request");
-    assert_eq!(answers(&g, 2), Some(40_001), "past it: not held");
-    let before = answers(&g, 2).unwrap();
+    assert_eq!(answers_of(&g, 1), Some(4000), "under the counted rate: one answer a request");
+    assert_eq!(answers_of(&g, 2), Some(40_001), "past it: not held");
+    let before = answers_of(&g, 2).unwrap();
     let later = start + 2 * SLUICE_ASKED_REFRESH_MS as u64 + refresh;
     at(&mut g, later);
     asks(&g, "198.51.100.2", 100);
     replies(&g, "198.51.100.2", 400);
     at(&mut g, later + refresh);
     replies(&g, "198.51.100.2", 1);
-    let grew = answers(&g, 2).unwrap() - before;
+    let grew = answers_of(&g, 2).unwrap() - before;
     assert!((100..=110).contains(&grew), "held again two seconds on: {grew} more answers for 100 requests");
 }
 
