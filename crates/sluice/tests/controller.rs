@@ -321,6 +321,68 @@ fn a_flood_of_newcomers_is_limited_at_its_first_tick() {
     assert_ne!(why, Some(Engage::Newcomers), "clients never learned were taken for newcomers");
 }
 
+/// A flood of newcomers that engages the class in a tick too short to see
+/// a read (the daemon woken early by the gate's wake mark: "in its tick of
+/// 1 ms 174.1k/s admitted, 0/s delivered", a sources bench cell of
+/// 2026-11-30) starts the limit from the calm estimate alone, what the
+/// known clients took (5k/s), and the estimate then only probes up: that
+/// cell held NSD at 6-13k/s of its 77k/s for seconds (a new client
+/// answered 56%). The next full tick's reads, the service draining its
+/// full socket, show what it takes: the limit starts there. A service
+/// reading 77k/s that filled its socket in the short tick is limited at
+/// over half its rate from the second tick on (before: 6k/s).
+#[test]
+fn a_newcomers_engage_in_a_tick_too_short_to_see_a_read_starts_from_the_next_ticks_reads() {
+    const READS: f64 = 77_000.0; // the service's rate, datagrams/s
+    const SOCKET: f64 = 5_000.0; // datagrams its socket holds
+    const BYTES: f64 = 800.0; // a datagram's truesize in the socket
+    let tick =
+        |dt: f64, offered: f64, admitted: f64, delivered: f64, q: (f64, f64), drops: f64, known: u64| TickInput {
+            dt,
+            present: true,
+            offered,
+            admitted,
+            delivered,
+            queue_start: (q.0 * BYTES) as u64,
+            queue_end: (q.1 * BYTES) as u64,
+            rcvbuf: (SOCKET * BYTES) as u64,
+            sock_drops: drops as u64,
+            backlog_drops: 0,
+            squeeze: 0,
+            sampled: 16,
+            sampled_known: known,
+        };
+    let mut c = Controller::new(Algo::Capacity, Tuning::default());
+    // Two calm seconds: the known clients' 5k/s, all read.
+    for _ in 0..200 {
+        decide(&mut c, &tick(DT, 5_000.0, 5_000.0, 5_000.0, (0.0, 0.0), 0.0, 16), None);
+    }
+    // A tick of 1 ms: 174k/s of newcomers filled the socket, nothing read
+    // yet; then another early wake, 2 ms, reading little (it says nothing
+    // either: the estimate waits for a tick of SHORT_TICK or more).
+    let short = tick(0.001, 174_000.0, 174_000.0, 0.0, (0.0, SOCKET), 100.0, 0);
+    let first = decide(&mut c, &short, None).expect("a flood of newcomers is limited at once");
+    assert_eq!(c.engaged, Some(Engage::Newcomers));
+    let again = tick(0.002, 400_000.0, first, 2_000.0, (SOCKET, SOCKET), 0.0, 0);
+    let second = decide(&mut c, &again, None).expect("still limited");
+    assert!(second < 2.0 * first, "a second short tick restarted the estimate: {first:.0} -> {second:.0}");
+    // Then 400k/s offered; the service reads its 77k/s from its queue and
+    // what the limit admits.
+    let (mut q, mut limit, mut limits) = (SOCKET, second, vec![]);
+    for _ in 0..50 {
+        let admitted = limit.min(400_000.0);
+        let read = (q + admitted * DT).min(READS * DT);
+        let over = (q + admitted * DT - read - SOCKET).max(0.0);
+        let q1 = q + admitted * DT - read - over;
+        let s = tick(DT, 400_000.0, admitted, read / DT, (q, q1), over, 0);
+        q = q1;
+        limit = decide(&mut c, &s, None).unwrap_or(f64::INFINITY);
+        limits.push(limit);
+    }
+    eprintln!("first limit {first:.0}/s, then {:?}", limits.iter().take(6).map(|l| l.round()).collect::<Vec<_>>());
+    assert!(limits[1..].iter().all(|&l| l >= 0.5 * READS), "limits after the first full tick: {limits:?}");
+}
+
 /// Bad input (issue 21): a quiet service hit by a 10x step of new load (a
 /// flash crowd) that it can serve is not limited: 5% of its peak, then 50%.
 #[test]

@@ -211,12 +211,21 @@ impl Controller {
                 Engage::Newcomers => self.est.capacity.max(calm).max(s.delivered),
                 _ => self.est.capacity,
             };
+            // A tick too short for the service to read in: its reads say
+            // nothing yet (a 1 ms tick read 0/s, and the limit started at
+            // the known clients' 5k/s of NSD's 77k/s, where it stayed for
+            // seconds); the next tick's do.
+            self.read_next = why == Engage::Newcomers && s.dt < SHORT_TICK / TICK_HZ;
             self.target = start.clamp(self.tuning.min_pps, self.tuning.max_pps);
         } else if self.calm_ticks >= RELEASE_TICKS {
             self.engaged = None;
         }
     }
 }
+
+/// A tick under this share of the nominal one is too short for the
+/// service's reads in it to say what it takes (`Controller::read_next`).
+pub const SHORT_TICK: f64 = 0.5;
 
 /// The newcomers' rule needs a known lane: at least this share of the quiet
 /// ticks' arrivals from known sources (`fair::ROOM_KNOWN`'s). A service
