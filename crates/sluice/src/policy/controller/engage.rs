@@ -171,7 +171,11 @@ impl Controller {
         // by steady loss, 77% of the sample known). A batch reader its known clients alone overload is
         // left to its socket, as one they hold at its knee.
         let steady = self.est.steady_loss() && calm > 0.0 && risen(self.est.unknown_arrived_mean());
-        let newcomers = self.calm_known.share().is_some_and(|k| k >= CALM_KNOWN) && newcomers(calm, s);
+        // Not from a tick too short for the service to be seen reading
+        // (SHORT_TICK): its start is what the service read in the tick.
+        let newcomers = s.dt >= SHORT_TICK / TICK_HZ
+            && self.calm_known.share().is_some_and(|k| k >= CALM_KNOWN)
+            && newcomers(calm, s);
         if self.est.quiet() {
             // The highest estimate of a quiet tick, fading over
             // CALM_MEMORY_SECS: after a slowdown, whose loss run cut the
@@ -211,11 +215,6 @@ impl Controller {
                 Engage::Newcomers => self.est.capacity.max(calm).max(s.delivered),
                 _ => self.est.capacity,
             };
-            // A tick too short for the service to read in: its reads say
-            // nothing yet (a 1 ms tick read 0/s, and the limit started at
-            // the known clients' 5k/s of NSD's 77k/s, where it stayed for
-            // seconds); the next tick's do.
-            self.read_next = why == Engage::Newcomers && s.dt < SHORT_TICK / TICK_HZ;
             self.target = start.clamp(self.tuning.min_pps, self.tuning.max_pps);
         } else if self.calm_ticks >= RELEASE_TICKS {
             self.engaged = None;
@@ -224,7 +223,13 @@ impl Controller {
 }
 
 /// A tick under this share of the nominal one is too short for the
-/// service's reads in it to say what it takes (`Controller::read_next`).
+/// service's reads in it to say what it takes, and engages no class by
+/// newcomers: the daemon woken early by the gate's wake mark read a tick
+/// of 1-2 ms in which the socket's drops ate all that was admitted (0/s
+/// delivered), and the limit started from the known clients' 5-6k/s of
+/// NSD's 77k/s, where it stayed for seconds (two sources bench cells of
+/// 2026-11-30, a new client answered 54-56%). The next tick, at most a
+/// tick later, engages from what the service read in it.
 pub const SHORT_TICK: f64 = 0.5;
 
 /// The newcomers' rule needs a known lane: at least this share of the quiet

@@ -274,12 +274,6 @@ pub struct Controller {
     /// (ENGAGE_EXCESS), and the run's length in ticks.
     run_excess: f64,
     drop_ticks: u32,
-    /// A surge of newcomers engaged the class in a tick too short to see
-    /// the service read (under SHORT_TICK of a tick: the daemon woken
-    /// early by the gate's wake mark): the next tick at least SHORT_TICK
-    /// long, whose reads are the service draining the socket the surge
-    /// filled, restarts the estimate where they are over it.
-    read_next: bool,
 }
 
 impl Controller {
@@ -303,7 +297,6 @@ impl Controller {
             calm_known: KnownShare::default(),
             run_excess: 0.0,
             drop_ticks: 0,
-            read_next: false,
         }
     }
 
@@ -351,12 +344,6 @@ impl Controller {
             self.est.restart(s.delivered);
         }
         self.lost_secs = 0.0;
-        if self.read_next && s.dt >= SHORT_TICK / TICK_HZ {
-            self.read_next = false;
-            if s.delivered > self.est.capacity {
-                self.est.restart(s.delivered);
-            }
-        }
         self.est.observe(s, self.algo == Algo::Capacity && self.gain > 1.0);
         let knee = lost(s) || s.queue_stands(QUEUE_LOW);
         self.knee_age_secs = if knee { 0.0 } else { self.knee_age_secs + s.dt };
