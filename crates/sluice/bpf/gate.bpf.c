@@ -431,9 +431,10 @@ int sluice_learn(struct __sk_buff *skb)
 	v = bpf_map_lookup_elem(&known, &k);
 	/* A known source answered within SLUICE_LEARN_REFRESH_MS: the answer
 	 * counts (the rate a client is known at is its answers over its span;
-	 * held to its requests at the next refresh), nothing else is noted. A busy service's every reply would otherwise
-	 * move its client's times (and look up who asked) on the service's own
-	 * CPU. (Plain increment: two CPUs answering one client may lose one.) */
+	 * held to its requests at the next refresh), nothing else is noted. A
+	 * busy service's every reply would otherwise move its client's times
+	 * (and look up who asked) on the service's own CPU. (Plain increment:
+	 * two CPUs answering one client may lose one.) */
 	if (v && now - v->last_ms < SLUICE_LEARN_REFRESH_MS) {
 		if (v->answers != 0xffffffff)
 			v->answers += 1;
