@@ -397,6 +397,7 @@ int sluice_learn(struct __sk_buff *skb)
 	struct sluice_src_key k = {};
 	struct sluice_known *v, fresh = {};
 	struct sluice_asked *a;
+	__u32 slot;
 	struct sluice_known_part *part;
 	struct pkt pk = {};
 	__u32 cls, gen;
@@ -440,7 +441,7 @@ int sluice_learn(struct __sk_buff *skb)
 			v->answers += 1;
 		return TC_ACT_OK;
 	}
-	a = peer_asked(&pk, cls, now);
+	a = peer_asked(&pk, cls, now, &slot);
 	if (!a) {
 		global_inc(SLUICE_GS_UNASKED);
 		return TC_ACT_OK;
@@ -453,7 +454,7 @@ int sluice_learn(struct __sk_buff *skb)
 			v->answers_from = 0;
 		}
 		v->last_ms = now;
-		count_answer(v, a, now); /* held to what it asked (issue 49, item 3) */
+		count_answer(v, asks_of(a, slot)); /* held to what it asked (issue 49, item 3) */
 		v->interval_ns = 0; /* its own rate changed: the gate computes it again */
 		return TC_ACT_OK;
 	}
@@ -463,7 +464,7 @@ int sluice_learn(struct __sk_buff *skb)
 	fresh.answers = 1;
 	fresh.first_ms = now;
 	fresh.last_ms = now;
-	fresh.asks_from = asks_mark(a);
+	fresh.asks_from = asks_mark(asks_of(a, slot));
 	fresh.answers_from = 1; /* none before this one, plus one */
 	if (!bpf_map_update_elem(&known, &k, &fresh, BPF_NOEXIST)) {
 		__sync_fetch_and_add(&part->room, -1);

@@ -357,19 +357,22 @@ struct sluice_asked {
 	__u32 ms;   /* gate clock's low 32 bits when the peer last asked (moved at most once per SLUICE_ASKED_REFRESH_MS) */
 	__u32 asks; /* packets the slot's peers sent a learning class (wraps; the learner takes differences) */
 	__u32 asks_at_ms; /* asks when ms last moved */
-	__u32 full_ms;    /* ms of the last second whose count stopped at SLUICE_ASKS_PER_SEC; 0 = none */
+	__u32 full_ms;    /* ms of the last second whose count went on in "asks_over"; 0 = none ever */
 	__u32 _pad;
 };
 /*
- * A slot counts at most this many packets a second (from when its time
- * moved): each count is an atomic add on a line every CPU the peer's
- * packets reach writes, and one source on both CPUs of the reference VM
- * cost 44-52 ns a packet with no count and 53-56 ns with an add at each
+ * A slot counts at most this many packets a second in itself (from when
+ * its time moved), the rest in this CPU's entry of "asks_over": each count
+ * in the slot is an atomic add on a line every CPU the peer's packets
+ * reach writes, and one source on both CPUs of the reference VM cost
+ * 44-52 ns a packet with no count and 53-56 ns with an add at each
  * (72-75 ns sampling one in 16 past a first 256: the other CPU's reads
- * miss the line each time it moved). A peer past it in a second is not
- * held (the learner cannot know its requests) until two seconds after.
+ * miss the line each time it moved). The learner sums a heavy peer's
+ * "asks_over" over the CPUs, up to SLUICE_ASKS_MAX_CPUS of them.
  */
 #define SLUICE_ASKS_PER_SEC 4096
+#define SLUICE_ASKS_OVER_SLOTS 4096
+#define SLUICE_ASKS_MAX_CPUS 4096
 /* Entries of the "known" map and slots of "asked" (a power of 2); the slots of "sources" are set at load (default below, a power of 2). */
 #define SLUICE_KNOWN_ENTRIES 65536
 #define SLUICE_ASKED_SLOTS 65536

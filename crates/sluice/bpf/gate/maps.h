@@ -84,6 +84,20 @@ struct {
 	__type(value, struct sluice_asked);
 } asked SEC(".maps");
 
+/*
+ * What each "asked" slot's peers sent a learning class past
+ * SLUICE_ASKS_PER_SEC in a second, on each CPU (a slot's index modulo
+ * SLUICE_ASKS_OVER_SLOTS: heavy peers are few, and two on one entry only
+ * over-count each other's requests). Written by the CPU the packet came
+ * on, summed by the learner at a heavy peer's refresh (asks_of).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SLUICE_ASKS_OVER_SLOTS);
+	__type(key, __u32);
+	__type(value, __u32);
+} asks_over SEC(".maps");
+
 /* The FIB lookup's 64 bytes (gate/synack.h, routed_through), off the stack:
  * the SYN paths' global functions share the 512 bytes with the gate's frame. */
 struct {

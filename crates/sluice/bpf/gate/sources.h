@@ -299,37 +299,38 @@ static __always_inline void sample_known(const struct pkt *pk, __u32 cls, struct
 		st->cnt[SLUICE_CS_SAMPLED_KNOWN] += 1;
 }
 
-/* The peer's slot in "asked", and the tag its note carries. */
-static __always_inline struct sluice_asked *asked_slot(const struct pkt *pk, __u32 cls, __u32 *tag)
+/* The peer's slot in "asked" (its index in *slot), and the tag its note carries. */
+static __always_inline struct sluice_asked *asked_slot(const struct pkt *pk, __u32 cls, __u32 *tag, __u32 *slot)
 {
 	struct sluice_src_key k = {};
 	__u64 h;
-	__u32 slot;
 
 	src_key(&k, pk, cls, pk->family == 4 ? 32 : 64);
 	h = peer_hash(&k);
-	slot = h & (SLUICE_ASKED_SLOTS - 1);
+	*slot = h & (SLUICE_ASKED_SLOTS - 1);
 	*tag = h >> 32;
-	return bpf_map_lookup_elem(&asked, &slot);
+	return bpf_map_lookup_elem(&asked, slot);
 }
 
 /*
  * Note that the peer asked a learning class something (the learner then
  * takes the service's replies to it as answers, as many as it asked). Its
  * time is written at most once per SLUICE_ASKED_REFRESH_MS per peer, its
- * count at each packet up to SLUICE_ASKS_PER_SEC since (atomic: one peer's
- * flows reach several CPUs, and a lost count would hold its answers below
- * what it asked), and past that, once a second, that the count stopped.
- * Nothing while the class does not learn (a limited class, a flood).
+ * count in the slot at each packet up to SLUICE_ASKS_PER_SEC since (atomic:
+ * one peer's flows reach several CPUs, and a lost count would hold its
+ * answers below what it asked), and past that in this CPU's "asks_over"
+ * (the slot's line is then only read), with the slot's full_ms moved once
+ * a second. Nothing while the class does not learn (a limited class, a
+ * flood).
  */
 static __always_inline void note_asked(const struct pkt *pk, __u32 cls, const struct sluice_fair *f)
 {
-	__u32 now = settings.now_ms, tag;
+	__u32 now = settings.now_ms, tag, slot, *over;
 	struct sluice_asked *v;
 
 	if (!f || !f->learn || !settings.now_ms)
 		return;
-	v = asked_slot(pk, cls, &tag);
+	v = asked_slot(pk, cls, &tag, &slot);
 	if (!v)
 		return;
 	if (v->tag != tag || now - v->ms >= SLUICE_ASKED_REFRESH_MS) {
@@ -337,47 +338,82 @@ static __always_inline void note_asked(const struct pkt *pk, __u32 cls, const st
 		v->ms = now;
 		v->asks_at_ms = v->asks;
 	}
-	if (v->asks - v->asks_at_ms < SLUICE_ASKS_PER_SEC)
+	if (v->asks - v->asks_at_ms < SLUICE_ASKS_PER_SEC) {
 		__sync_fetch_and_add(&v->asks, 1);
-	else if (v->full_ms != v->ms)
+		return;
+	}
+	if (v->full_ms != v->ms)
 		v->full_ms = v->ms;
+	slot &= SLUICE_ASKS_OVER_SLOTS - 1;
+	over = bpf_map_lookup_elem(&asks_over, &slot);
+	if (over)
+		*over += 1;
 }
 
-/* The peer's slot, if it asked the class something in the last SLUICE_ASKED_WINDOW_MS. */
-static __always_inline struct sluice_asked *peer_asked(const struct pkt *pk, __u32 cls, __u64 now_ms)
+/* The peer's slot (its index in *slot), if it asked the class something in the last SLUICE_ASKED_WINDOW_MS. */
+static __always_inline struct sluice_asked *peer_asked(const struct pkt *pk, __u32 cls, __u64 now_ms, __u32 *slot)
 {
 	__u32 tag;
-	struct sluice_asked *v = asked_slot(pk, cls, &tag);
+	struct sluice_asked *v = asked_slot(pk, cls, &tag, slot);
 
 	return v && v->tag == tag && (__u32)now_ms - v->ms <= SLUICE_ASKED_WINDOW_MS ? v : 0;
 }
 
-/*
- * The "asked" mark of an entry set now: up to SLUICE_ASKS_IN_FLIGHT of the
- * slot's requests so far (this answer's among them) are taken as still
- * unanswered.
- */
-static __always_inline __u32 asks_mark(const struct sluice_asked *a)
+/* The sum of one "asks_over" entry over the CPUs (a bpf_loop callback: verified once). */
+struct asks_sum {
+	__u32 key;
+	__u32 sum;
+};
+
+static long asks_over_cpu(__u64 cpu, void *ctx)
 {
-	return a->asks - (a->asks < SLUICE_ASKS_IN_FLIGHT ? a->asks : SLUICE_ASKS_IN_FLIGHT);
+	struct asks_sum *s = ctx;
+	__u32 *c = bpf_map_lookup_percpu_elem(&asks_over, &s->key, cpu);
+
+	if (!c)
+		return 1; /* past the last CPU */
+	s->sum += *c;
+	return 0;
+}
+
+/*
+ * The requests the slot counted: in it, and where it ever went past
+ * SLUICE_ASKS_PER_SEC in a second (full_ms set), in every CPU's
+ * "asks_over" too (a heavy peer's refresh only: a lookup per CPU).
+ */
+static __always_inline __u32 asks_of(const struct sluice_asked *a, __u32 slot)
+{
+	struct asks_sum s = { .key = slot & (SLUICE_ASKS_OVER_SLOTS - 1), .sum = 0 };
+
+	if (a->full_ms)
+		bpf_loop(SLUICE_ASKS_MAX_CPUS, asks_over_cpu, &s, 0);
+	return a->asks + s.sum;
+}
+
+/*
+ * The "asked" mark of an entry set now, from the slot's requests so far
+ * (`asks`): up to SLUICE_ASKS_IN_FLIGHT of them (this answer's among them)
+ * are taken as still unanswered.
+ */
+static __always_inline __u32 asks_mark(__u32 asks)
+{
+	return asks - (asks < SLUICE_ASKS_IN_FLIGHT ? asks : SLUICE_ASKS_IN_FLIGHT);
 }
 
 /*
  * Count one answer to a known source at a refresh of its entry, and hold
- * its answers since the entry's marks to its slot's requests since (see
- * SLUICE_ASKED_REFRESH_MS). An entry with no marks (the daemon wrote it,
- * or its span starts again) takes them now. So does a peer whose count
- * stopped at SLUICE_ASKS_PER_SEC in the last two seconds: its requests
- * are not known, and it is not held.
+ * its answers since the entry's marks to its slot's requests since
+ * (`asks`, asks_of; see SLUICE_ASKED_REFRESH_MS). An entry with no marks
+ * (the daemon wrote it, or its span starts again) takes them now.
  */
-static __always_inline void count_answer(struct sluice_known *v, const struct sluice_asked *a, __u32 now)
+static __always_inline void count_answer(struct sluice_known *v, __u32 asks)
 {
-	__u32 asks = a->asks, answered, asked;
+	__u32 answered, asked;
 
 	if (v->answers != 0xffffffff)
 		v->answers += 1;
-	if (!v->answers_from || (a->full_ms && now - a->full_ms < 2 * SLUICE_ASKED_REFRESH_MS)) {
-		v->asks_from = asks_mark(a);
+	if (!v->answers_from) {
+		v->asks_from = asks_mark(asks);
 		v->answers_from = v->answers; /* the answers before this one, plus one */
 		return;
 	}
