@@ -357,7 +357,7 @@ struct sluice_asked {
 	__u32 ms;   /* gate clock's low 32 bits when the peer last asked (moved at most once per SLUICE_ASKED_REFRESH_MS) */
 	__u32 asks; /* packets the slot's peers sent a learning class (wraps; the learner takes differences) */
 	__u32 asks_at_ms; /* asks when ms last moved */
-	__u32 full_ms;    /* ms of the last second whose count went on in "asks_over"; 0 = none ever */
+	__u32 overflowed; /* 1: the slot's count went on in "asks_over" once (the learner sums it then) */
 	__u32 _pad;
 };
 /*

@@ -319,9 +319,8 @@ static __always_inline struct sluice_asked *asked_slot(const struct pkt *pk, __u
  * count in the slot at each packet up to SLUICE_ASKS_PER_SEC since (atomic:
  * one peer's flows reach several CPUs, and a lost count would hold its
  * answers below what it asked), and past that in this CPU's "asks_over"
- * (the slot's line is then only read), with the slot's full_ms moved once
- * a second. Nothing while the class does not learn (a limited class, a
- * flood).
+ * (the slot's line is then only read), the slot marked `overflowed` once.
+ * Nothing while the class does not learn (a limited class, a flood).
  */
 static __always_inline void note_asked(const struct pkt *pk, __u32 cls, const struct sluice_fair *f)
 {
@@ -342,8 +341,8 @@ static __always_inline void note_asked(const struct pkt *pk, __u32 cls, const st
 		__sync_fetch_and_add(&v->asks, 1);
 		return;
 	}
-	if (v->full_ms != v->ms)
-		v->full_ms = v->ms;
+	if (!v->overflowed)
+		v->overflowed = 1;
 	slot &= SLUICE_ASKS_OVER_SLOTS - 1;
 	over = bpf_map_lookup_elem(&asks_over, &slot);
 	if (over)
@@ -378,14 +377,14 @@ static long asks_over_cpu(__u64 cpu, void *ctx)
 
 /*
  * The requests the slot counted: in it, and where it ever went past
- * SLUICE_ASKS_PER_SEC in a second (full_ms set), in every CPU's
+ * SLUICE_ASKS_PER_SEC in a second (`overflowed`), in every CPU's
  * "asks_over" too (a heavy peer's refresh only: a lookup per CPU).
  */
 static __always_inline __u32 asks_of(const struct sluice_asked *a, __u32 slot)
 {
 	struct asks_sum s = { .key = slot & (SLUICE_ASKS_OVER_SLOTS - 1), .sum = 0 };
 
-	if (a->full_ms)
+	if (a->overflowed)
 		bpf_loop(SLUICE_ASKS_MAX_CPUS, asks_over_cpu, &s, 0);
 	return a->asks + s.sum;
 }
