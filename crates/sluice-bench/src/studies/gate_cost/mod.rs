@@ -111,6 +111,19 @@ fn with_deadline(gate: &mut Gate) {
     gate.set_alive_until(u64::MAX);
 }
 
+/// `gate` with `cfg` applied (its class "bench" is the one measured) and a
+/// deadline far ahead; where "bench" has a rate, each CPU's share is the
+/// whole of it (the bench calls the program from one CPU).
+fn bench_gate(mut gate: Gate, cfg: &Config) -> Result<(Gate, usize)> {
+    gate.apply(cfg, &classify::compile(cfg)?)?;
+    with_deadline(&mut gate);
+    let bench = cfg.class_id("bench").expect("the bench class");
+    if let Limit::Rate { pps, burst } = cfg.classes[bench].limit {
+        gate.set_shares(bench, &vec![share(pps, burst); gate.ncpus()])?;
+    }
+    Ok((gate, bench))
+}
+
 fn median(v: &mut [f64]) -> f64 {
     sluice_testkit::summary::median(v).unwrap_or(f64::NAN)
 }
@@ -189,13 +202,7 @@ pub fn run(repeat: u32, rounds: usize, progress: bool) -> Result<Report> {
         let mut row = Vec::new();
         for &n in &rules {
             let cfg = config_with_rules(n, rate, *prefixes)?;
-            let mut gate = Gate::load()?;
-            gate.apply(&cfg, &classify::compile(&cfg)?)?;
-            with_deadline(&mut gate);
-            let bench = cfg.class_id("bench").expect("the bench class");
-            if let Limit::Rate { pps, burst } = cfg.classes[bench].limit {
-                gate.set_shares(bench, &vec![share(pps, burst); gate.ncpus()])?;
-            }
+            let (mut gate, _) = bench_gate(Gate::load()?, &cfg)?;
             if host_case.is_some() {
                 // As "dropped by rate": rate 1, its burst drained below.
                 gate.set_shares(cfg.default_class, &vec![share(1, 1_000_000); gate.ncpus()])?;

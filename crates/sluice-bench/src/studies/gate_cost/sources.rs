@@ -66,11 +66,8 @@ pub(super) fn source_cells(pkt: &[u8]) -> Result<(Vec<Vec<Cell>>, Memory)> {
                 false => (None, 7000, pkt.to_vec()),
             };
             let cfg = config::from_flags(&[format!("bench:rate=1G,burst=1000000,match=udp:{port}")])?;
-            let mut gate = Gate::load_with(if many { SOURCES_MANY } else { 1024 })?;
-            gate.apply(&cfg, &classify::compile(&cfg)?)?;
-            with_deadline(&mut gate);
-            let id = cfg.class_id("bench").expect("the bench class");
-            gate.set_shares(id, &vec![share(1_000_000_000, 1_000_000); gate.ncpus()])?;
+            // rate=1G,burst=1000000: its shares are share(1_000_000_000, 1_000_000).
+            let (mut gate, id) = bench_gate(Gate::load_with(if many { SOURCES_MANY } else { 1024 })?, &cfg)?;
             // Within its share: paced at 1 ns a packet (the clock is read, the
             // source never falls behind). Over it: one packet a second, and an
             // unknown tier too small to lend its spare half.

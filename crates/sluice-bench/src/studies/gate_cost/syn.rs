@@ -62,9 +62,7 @@ pub struct LearnerCost {
 
 pub(super) fn learner_cost(rounds: usize) -> Result<LearnerCost> {
     let cfg = config::from_flags(&["bench:match=udp:53".to_string()])?;
-    let mut gate = Gate::load()?;
-    gate.apply(&cfg, &classify::compile(&cfg)?)?;
-    with_deadline(&mut gate);
+    let (gate, _) = bench_gate(Gate::load()?, &cfg)?;
     let answer = Frame::udp("10.0.0.2", "10.0.0.1", 53, 4000).build();
     let other = Frame::udp("10.0.0.2", "10.0.0.1", 9999, 4000).build();
     let floor = Generator::load()?;
@@ -87,13 +85,7 @@ pub(super) fn learner_cost(rounds: usize) -> Result<LearnerCost> {
 fn syn_gate(port: u16, guard: sluice_syn_guard, drop: bool) -> Result<Gate> {
     let rate = if drop { "1" } else { "1G" };
     let cfg = config::from_flags(&[format!("bench:rate={rate},burst=1000000,match=tcp:{port}")])?;
-    let mut gate = Gate::load()?;
-    gate.apply(&cfg, &classify::compile(&cfg)?)?;
-    with_deadline(&mut gate);
-    let bench = cfg.class_id("bench").expect("the bench class");
-    if let Limit::Rate { pps, burst } = cfg.classes[bench].limit {
-        gate.set_shares(bench, &vec![share(pps, burst); gate.ncpus()])?;
-    }
+    let (mut gate, bench) = bench_gate(Gate::load()?, &cfg)?;
     gate.set_syn_key([0x0123_4567_89ab_cdef, 0xfeed_f00d], 1500);
     gate.set_clock(&Clock { epoch: 1, now_ms: sluice::base::clock::wall_ms(), known_ttl_ms: 3_600_000 });
     gate.set_syn_guard(bench, &guard)?;
