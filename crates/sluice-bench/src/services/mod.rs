@@ -510,6 +510,12 @@ pub struct Cell {
     pub answer_p50_ms: Option<f64>,
     #[serde(default)]
     pub answer_p99_ms: Option<f64>,
+    /// The same 99th percentile for the known clients' requests alone
+    /// (the light clients the service answered while calm): the part of
+    /// their wait spent at the server, where their own tools' p99 adds
+    /// their CPU's. None: none timed (no daemon knows anyone, or off).
+    #[serde(default)]
+    pub known_answer_p99_ms: Option<f64>,
     /// The CPU signal: the largest share of a service's CPU that receive
     /// work for lower classes took, over the cell's samples (None: no daemon
     /// or never measured).

@@ -116,7 +116,7 @@ pub fn summary(r: &ServiceRun) -> String {
         if dns {
             "  answered p50/p99"
         } else {
-            "  cookies/s  gate SYN-ACKs/s    connect p50/p99  kept/s  taken  answered p50/p99"
+            "  cookies/s  gate SYN-ACKs/s    connect p50/p99  kept/s  taken  answered p50/p99  known p99"
         }
     );
     let calm = calm_names(r);
@@ -163,13 +163,14 @@ pub fn summary(r: &ServiceRun) -> String {
                 } else {
                     let human = |v: Option<f64>| v.map_or("-".into(), sluice::base::fmt::human);
                     format!(
-                        "{:>11} {:>16} {:>18} {:>7} {:>6} {:>17}",
+                        "{:>11} {:>16} {:>18} {:>7} {:>6} {:>17} {:>10}",
                         human(med(&cells, |c| Some(c.syn_cookies))),
                         human(med(&cells, |c| c.gate_synacks)),
                         format!("{}/{}", ms(med(&cells, |c| c.connect_p50_ms)), ms(med(&cells, |c| c.connect_p99_ms))),
                         human(med(&cells, |c| c.kept_rps)),
                         pct(cells.iter().filter_map(|c| c.cpu_taken_max).reduce(f64::max)),
-                        format!("{}/{}", ms(med(&cells, |c| c.answer_p50_ms)), ms(med(&cells, |c| c.answer_p99_ms)))
+                        format!("{}/{}", ms(med(&cells, |c| c.answer_p50_ms)), ms(med(&cells, |c| c.answer_p99_ms))),
+                        ms(med(&cells, |c| c.known_answer_p99_ms))
                     )
                 }
             );
@@ -199,6 +200,9 @@ fn legend(dns: bool, keep_alive: bool, calm: bool) -> String {
         s += "  kept/s = requests/s answered over the probe's one long-lived connection, which asks 500/s\n";
         s += "taken = the CPU signal: the largest share of the service's CPU that receive work for lower classes took\n  (the daemon's largest since its start, read at the cell's end; max over repeats; - = no daemon)\n";
         s += ANSWERED;
+        s += "known p99 = the same for the known clients' requests alone (wrk's and the probe's, once learnt): their wait at the
+  server; what wrk's own p99 has over it is its own CPU's (CPU 0, shared with the flood's clients)
+";
     }
     if calm {
         s += "calm-N = no flood, dnsperf asked N% of NSD's measured capacity (do no harm: zero config must answer what off answers)\n";

@@ -344,8 +344,10 @@ impl<'a> Bench<'a> {
                 cell.gate_drops = Some(dropped_of(snap));
             }
         }
-        let answers = self.answer_delays(&installed, end.as_ref())?.since(&answers0);
+        let (all, known) = self.answer_delays(&installed, end.as_ref())?;
+        let (answers, known) = (all.since(&answers0.0), known.since(&answers0.1));
         (cell.answer_p50_ms, cell.answer_p99_ms) = (answers.quantile_ms(0.5), answers.quantile_ms(0.99));
+        cell.known_answer_p99_ms = known.quantile_ms(0.99);
         let state = match &installed {
             Installed::Daemon(_, sock) => Some(sluice::signals::known::path(&sock.with_extension("state"), IF_B)),
             Installed::Pass { .. } => None,
@@ -373,17 +375,21 @@ impl<'a> Bench<'a> {
         }
     }
 
-    /// The answer delays the gate timed so far for the service's classes:
-    /// every class but the default one (the daemon's, from its status
-    /// `snap` read now), or the pass-through gate's `svc` class.
-    fn answer_delays(&self, installed: &Installed, snap: Option<&Snapshot>) -> Result<Delays> {
+    /// The answer delays the gate timed so far for the service's classes,
+    /// all answers and the known clients' alone: every class but the
+    /// default one (the daemon's, from its status `snap` read now), or the
+    /// pass-through gate's `svc` class (which knows nobody).
+    fn answer_delays(&self, installed: &Installed, snap: Option<&Snapshot>) -> Result<(Delays, Delays)> {
         Ok(match (installed, snap) {
             (Installed::Pass { gate }, _) => {
-                sluice::dataplane::gate::counters::ClassTotals::from(gate.class_counters(0)?).answer_delays
+                let t = sluice::dataplane::gate::counters::ClassTotals::from(gate.class_counters(0)?);
+                (t.answer_delays, t.answer_delays_known)
             }
             (Installed::Daemon(..), Some(s)) => {
                 let service = s.classes.iter().filter(|c| !c.is_default);
-                service.fold(Delays::default(), |all, c| all.plus(&c.totals.answer_delays))
+                service.fold((Delays::default(), Delays::default()), |(all, known), c| {
+                    (all.plus(&c.totals.answer_delays), known.plus(&c.totals.answer_delays_known))
+                })
             }
             (Installed::Daemon(..), None) => bail!("the daemon's answer delays need its status"),
         })
