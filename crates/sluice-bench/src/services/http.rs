@@ -161,9 +161,10 @@ pub struct Probe {
     /// Each completed connect's time, ms; connects that failed or timed out.
     pub connect_ms: Vec<f64>,
     pub connect_failed: u64,
-    /// Requests answered over the long-lived connection, in `kept_secs`, and
-    /// how often it broke (reopened).
-    pub kept: u64,
+    /// Each request answered over the long-lived connection, in
+    /// `kept_secs`: its time, ms (the write to the whole answer); and how
+    /// often the connection broke (reopened).
+    pub kept_ms: Vec<f64>,
     pub kept_secs: f64,
     pub kept_broken: u64,
 }
@@ -171,7 +172,7 @@ pub struct Probe {
 impl Probe {
     /// The long-lived connection's answered requests/s.
     pub fn kept_rps(&self) -> Option<f64> {
-        (self.kept_secs > 0.0).then(|| self.kept as f64 / self.kept_secs)
+        (self.kept_secs > 0.0).then(|| self.kept_ms.len() as f64 / self.kept_secs)
     }
 }
 
@@ -190,9 +191,9 @@ pub fn start_probe(ns: &str, cpu: usize, addr: std::net::IpAddr, secs: f64) -> J
             sluice::base::netns::pin_thread(cpu)?;
             Ok(time_connects(to, end))
         })?;
-        let (kept, kept_secs, kept_broken) =
+        let (kept_ms, kept_secs, kept_broken) =
             kept.join().map_err(|_| anyhow::anyhow!("the long-lived client panicked"))??;
-        Ok(Probe { connect_ms: connects.0, connect_failed: connects.1, kept, kept_secs, kept_broken })
+        Ok(Probe { connect_ms: connects.0, connect_failed: connects.1, kept_ms, kept_secs, kept_broken })
     })
 }
 
@@ -213,9 +214,10 @@ fn time_connects(to: SocketAddr, end: Instant) -> (Vec<f64>, u64) {
 }
 
 /// One keep-alive connection asking a request every KEPT_INTERVAL until
-/// `end` (reopened if it breaks): (answered, seconds, times broken).
-fn keep_asking(to: SocketAddr, end: Instant) -> (u64, f64, u64) {
-    let (start, mut answered, mut broken) = (Instant::now(), 0, 0);
+/// `end` (reopened if it breaks): (each answered request's time in ms,
+/// seconds, times broken).
+fn keep_asking(to: SocketAddr, end: Instant) -> (Vec<f64>, f64, u64) {
+    let (start, mut answered, mut broken) = (Instant::now(), Vec::new(), 0);
     let mut conn: Option<TcpStream> = None;
     let mut next = Instant::now();
     while next < end {
@@ -227,8 +229,9 @@ fn keep_asking(to: SocketAddr, end: Instant) -> (u64, f64, u64) {
                 let _ = c.set_read_timeout(Some(Duration::from_secs(2)));
             }
         }
+        let asked = Instant::now();
         match conn.as_mut().map(ask) {
-            Some(true) => answered += 1,
+            Some(true) => answered.push(asked.elapsed().as_secs_f64() * 1e3),
             Some(false) => {
                 broken += 1;
                 conn = None;
@@ -491,7 +494,7 @@ mod tests {
     #[test]
     fn a_probe_without_time_has_no_long_lived_rate() {
         assert_eq!(Probe::default().kept_rps(), None);
-        let p = Probe { kept: 500, kept_secs: 2.0, ..Probe::default() };
+        let p = Probe { kept_ms: vec![0.5; 500], kept_secs: 2.0, ..Probe::default() };
         assert_eq!(p.kept_rps(), Some(250.0));
     }
 }

@@ -501,6 +501,11 @@ pub struct Cell {
     /// (it asks 500/s).
     #[serde(default)]
     pub kept_rps: Option<f64>,
+    /// http: the 99th percentile of those requests' times, ms (the light
+    /// client's wait; it runs on the clients' CPU, as wrk does). None:
+    /// none answered.
+    #[serde(default)]
+    pub kept_p99_ms: Option<f64>,
     /// The service's answer delay over the cell, as the gate timed it
     /// (bpf/gate/delay.h: from the request's admission to the answer
     /// leaving): median and 99th percentile in ms, each its power-of-two

@@ -116,7 +116,7 @@ pub fn summary(r: &ServiceRun) -> String {
         if dns {
             "  answered p50/p99"
         } else {
-            "  cookies/s  gate SYN-ACKs/s    connect p50/p99  kept/s  taken  answered p50/p99  known p99"
+            "  cookies/s  gate SYN-ACKs/s    connect p50/p99  kept/s  kept p99  taken  answered p50/p99  known p99"
         }
     );
     let calm = calm_names(r);
@@ -163,11 +163,12 @@ pub fn summary(r: &ServiceRun) -> String {
                 } else {
                     let human = |v: Option<f64>| v.map_or("-".into(), sluice::base::fmt::human);
                     format!(
-                        "{:>11} {:>16} {:>18} {:>7} {:>6} {:>17} {:>10}",
+                        "{:>11} {:>16} {:>18} {:>7} {:>9} {:>6} {:>17} {:>10}",
                         human(med(&cells, |c| Some(c.syn_cookies))),
                         human(med(&cells, |c| c.gate_synacks)),
                         format!("{}/{}", ms(med(&cells, |c| c.connect_p50_ms)), ms(med(&cells, |c| c.connect_p99_ms))),
                         human(med(&cells, |c| c.kept_rps)),
+                        ms(med(&cells, |c| c.kept_p99_ms)),
                         pct(cells.iter().filter_map(|c| c.cpu_taken_max).reduce(f64::max)),
                         format!("{}/{}", ms(med(&cells, |c| c.answer_p50_ms)), ms(med(&cells, |c| c.answer_p99_ms))),
                         ms(med(&cells, |c| c.known_answer_p99_ms))
@@ -197,7 +198,7 @@ fn legend(dns: bool, keep_alive: bool, calm: bool) -> String {
         s += "cookies/s = SYN cookies the victim's kernel sent (TcpExt SyncookiesSent): SYNs it answered without queueing;\n";
         s += "  gate SYN-ACKs/s = SYNs the gate answered itself with a cookie (SYN cookies at the driver; - = no daemon)\n";
         s += "connect p50/p99 = a probe's new connection every 10 ms, timed to the handshake's end (a failed one counts as its 3 s timeout);\n";
-        s += "  kept/s = requests/s answered over the probe's one long-lived connection, which asks 500/s\n";
+        s += "  kept/s = requests/s answered over the probe's one long-lived connection, which asks 500/s; kept p99 = the\n  99th percentile of those requests' times (a light client, on the clients' CPU)\n";
         s += "taken = the CPU signal: the largest share of the service's CPU that receive work for lower classes took\n  (the daemon's largest since its start, read at the cell's end; max over repeats; - = no daemon)\n";
         s += ANSWERED;
         s += "known p99 = the same for the known clients' requests alone (wrk's and the probe's, once learnt): their wait at the
@@ -444,23 +445,29 @@ fn syn_flood_clients(r: &ServiceRun, f: &Flood) -> String {
     )
 }
 
-/// A connection flood, zero config: wrk's requests/s against the unflooded
-/// kernel alone's, and its p99 (issue 50: the light clients keep 99% of
-/// their requests at a p99 within 2x of unflooded).
+/// A connection flood, zero config (issue 50: the light clients keep 99%
+/// of their requests at a p99 within 2x of unflooded, against the
+/// unflooded kernel alone). Judged for the light client, the probe's
+/// long-lived connection (500 requests/s, a load the service meets), and
+/// for wrk, a closed loop that alone keeps nginx near its whole CPU: with
+/// any share for the flood it loses that share.
 fn light_clients(r: &ServiceRun, f: &Flood) -> String {
     let (zero, calm) = (group(r, f.name, Setup::Zero), group(r, "none", Setup::Off));
-    let (rate, calm_rate) = (med(&zero, |c| Some(c.client_rate)), med(&calm, |c| Some(c.client_rate)));
-    let ratio = rate.zip(calm_rate).filter(|(_, c)| *c > 0.0).map(|(r, c)| r / c);
-    let (p99, calm_p99) = (med(&zero, |c| c.p99_ms), med(&calm, |c| c.p99_ms));
-    let within = p99.zip(calm_p99).map(|(p, c)| p <= 2.0 * c);
-    format!(
-        "  http {}: wrk {} of its unflooded requests/s at p99 {} vs {} (>= 99% at p99 within 2x: {})\n",
-        f.name,
-        pct(ratio),
-        ms(p99),
-        ms(calm_p99),
-        verdict(ratio.map(|r| r >= 0.99).zip(within).map(|(a, b)| a && b))
-    )
+    let line = |who: &str, rate: &dyn Fn(&Cell) -> Option<f64>, p99: &dyn Fn(&Cell) -> Option<f64>| {
+        let ratio = med(&zero, rate).zip(med(&calm, rate)).filter(|(_, c)| *c > 0.0).map(|(r, c)| r / c);
+        let (p99, calm_p99) = (med(&zero, p99), med(&calm, p99));
+        let within = p99.zip(calm_p99).map(|(p, c)| p <= 2.0 * c);
+        format!(
+            "  http {}: {who} {} of its unflooded requests/s at p99 {} vs {} (>= 99% at p99 within 2x: {})\n",
+            f.name,
+            pct(ratio),
+            ms(p99),
+            ms(calm_p99),
+            verdict(ratio.map(|r| r >= 0.99).zip(within).map(|(a, b)| a && b))
+        )
+    };
+    line("the light client (long-lived connection)", &|c| c.kept_rps, &|c| c.kept_p99_ms)
+        + &line("wrk", &|c| Some(c.client_rate), &|c| c.p99_ms)
 }
 
 /// The daemon's CPU, and in brackets the softirq part of it (charged to its
@@ -558,15 +565,18 @@ mod tests {
 
     #[test]
     fn a_connection_flood_is_judged_on_the_light_clients_requests_and_p99() {
+        let light = |c: Cell, kept, p99| Cell { kept_rps: Some(kept), kept_p99_ms: Some(p99), ..c };
         let r = run(
             Service::Http,
             vec![
-                cell("none", Setup::Off, 1000.0, Some(1.0), Some(1.0)),
-                cell("conns-v4", Setup::Zero, 995.0, Some(1.0), Some(1.9)),
-                cell("newconns-v4", Setup::Zero, 980.0, Some(1.0), Some(1.5)),
+                light(cell("none", Setup::Off, 1000.0, Some(1.0), Some(1.0)), 500.0, 0.5),
+                light(cell("conns-v4", Setup::Zero, 995.0, Some(1.0), Some(1.9)), 498.0, 0.9),
+                light(cell("newconns-v4", Setup::Zero, 980.0, Some(1.0), Some(1.5)), 500.0, 1.1),
             ],
         );
         let t = targets(&r);
+        assert!(t.contains("http conns-v4: the light client (long-lived connection) 99.60% of its unflooded requests/s at p99 0.90 ms vs 0.50 ms (>= 99% at p99 within 2x: MET)"), "{t}");
+        assert!(t.contains("http newconns-v4: the light client (long-lived connection) 100.00% of its unflooded requests/s at p99 1.10 ms vs 0.50 ms (>= 99% at p99 within 2x: MISSED)"), "{t}");
         assert!(
             t.contains("http conns-v4: wrk 99.50% of its unflooded requests/s at p99 1.90 ms vs 1.00 ms (>= 99% at p99 within 2x: MET)"),
             "{t}"

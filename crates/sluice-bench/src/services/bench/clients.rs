@@ -104,6 +104,11 @@ impl Bench<'_> {
             connect_p99_ms: sluice_testkit::summary::percentile(&connects, 0.99),
             connects_failed: Some(p.connect_failed),
             kept_rps: p.kept_rps(),
+            kept_p99_ms: {
+                let mut kept = p.kept_ms.clone();
+                kept.sort_by(f64::total_cmp);
+                sluice_testkit::summary::percentile(&kept, 0.99)
+            },
             ..Cell::default()
         })
     }
