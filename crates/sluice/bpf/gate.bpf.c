@@ -452,6 +452,10 @@ int sluice_learn(struct __sk_buff *skb)
 			v->first_ms = now;
 			v->answers = 0;
 			v->answers_from = 0;
+			v->paused_ms = 0;
+		} else if (v->last_ms < f->learn_from_ms && v->paused_ms < 0xffffffff - (f->learn_from_ms - v->last_ms)) {
+			/* Refreshed last before a pause of learning: its answers then went uncounted. */
+			v->paused_ms += f->learn_from_ms - v->last_ms;
 		}
 		v->last_ms = now;
 		count_answer(v, asks_of(a, slot)); /* held to what it asked (issue 49, item 3) */

@@ -183,6 +183,14 @@ struct sluice_fair {
 	 */
 	__u32 by_work;
 	__u32 _pad;
+	/*
+	 * With learn 1: the gate clock when learning last turned on. A known
+	 * entry the learner last refreshed before it waited out a pause of
+	 * learning (a flood, slow answers): its answers then were not counted,
+	 * so the pause is kept out of its span (struct sluice_known's
+	 * paused_ms), or the client's own rate falls at each pause.
+	 */
+	__u64 learn_from_ms;
 };
 
 /* Data bytes of a TCP segment per token of a tier counted in work (a small
@@ -266,6 +274,11 @@ struct sluice_known {
 	 * wrote; the learner sets both at its next refresh of the entry). */
 	__u32 asks_from;
 	__u32 answers_from;
+	/* learner only: ms of learning's pauses between first_ms and last_ms,
+	 * when it counted none of the client's answers (struct sluice_fair's
+	 * learn_from_ms); its rate is its answers over the rest of its span. */
+	__u32 paused_ms;
+	__u32 _pad;
 };
 /*
  * A record of the "wake" ring: the class whose arrivals passed their wake

@@ -555,6 +555,47 @@ fn the_learner_learns_only_replies_to_a_peer_that_asked_first() {
 /// refresh (an answer after the refresh that counted its request) loses
 /// none over the span: the hold is cumulative from the entry's marks, not
 /// a refresh's. Without the hold the first client is known at 40 answers.
+/// A pause of learning (a flood, answers slower than usual) counts none of
+/// a known client's answers, so it stays out of the client's span: its own
+/// rate after the pause is what it was before. Before, the first refresh
+/// after a 5 s pause stretched a 2 s span to 7 s and cut the client's rate
+/// to under a third (the bench's wrk then went over its own rate mid-flood,
+/// docs/results/2026-11-29-tcp-under-floods.md, round ten).
+#[test]
+fn a_pause_of_learning_stays_out_of_a_known_clients_span() {
+    let mut g = learning_gate();
+    let start = sluice::base::clock::wall_ms();
+    let reply = |g: &TestGate| g.gate.test_run(Prog::Learn, &answer("198.51.100.1", None), 1).unwrap();
+    let refresh = SLUICE_LEARN_REFRESH_MS as u64;
+    let learning = |g: &TestGate, learn: u8, from_ms: u64| {
+        let f = sluice_fair { learn, learn_from_ms: from_ms, ..Default::default() };
+        g.gate.set_fairness(g.class("dns"), &vec![f; g.gate.ncpus()]).unwrap();
+    };
+    // Answered once a refresh for 2 s.
+    for round in 0..=20u64 {
+        at(&mut g, start + round * refresh);
+        ask(&g, "198.51.100.1");
+        reply(&g);
+    }
+    // 5 s of a pause: its answers are not counted.
+    learning(&g, 0, 0);
+    for round in 21..70u64 {
+        at(&mut g, start + round * refresh);
+        ask(&g, "198.51.100.1");
+        reply(&g);
+    }
+    learning(&g, 1, start + 7_000);
+    at(&mut g, start + 7_000);
+    ask(&g, "198.51.100.1");
+    reply(&g);
+    let known = g.gate.known().unwrap();
+    let (_, v) = known.iter().find(|(k, _)| k.addr[..4] == [198, 51, 100, 1]).expect("known");
+    assert_eq!((v.first_ms, v.last_ms, v.answers), (start, start + 7_000, 22), "{v:?}");
+    assert_eq!(v.paused_ms, 5_000, "the pause, from its last refresh to learning's return");
+    let rate = v.answers as f64 * 1000.0 / (v.last_ms - v.first_ms - v.paused_ms as u64) as f64;
+    assert!((10.0..=11.0).contains(&rate), "its rate as the gate takes it: {rate}/s (10.5/s before the pause)");
+}
+
 #[test]
 fn a_clients_answers_are_held_to_its_requests() {
     let mut g = learning_gate();

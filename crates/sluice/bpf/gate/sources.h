@@ -60,9 +60,12 @@ static __always_inline void pace_step(__u64 *tat, __u64 seen, __u64 now, __u64 s
  */
 static __always_inline __u32 known_interval(const struct sluice_known *v)
 {
-	__u64 span = v->last_ms - v->first_ms;
-	__u64 pps = (__u64)v->answers * 1000 / (span ? span : 1);
-	__u64 interval;
+	__u64 span = v->last_ms - v->first_ms, pps, interval;
+
+	/* Learning's pauses counted none of its answers: not part of its span. */
+	if (v->paused_ms < span)
+		span -= v->paused_ms;
+	pps = (__u64)v->answers * 1000 / (span ? span : 1);
 
 	if (pps < SLUICE_KNOWN_MIN_PPS)
 		pps = SLUICE_KNOWN_MIN_PPS;

@@ -92,6 +92,10 @@ pub(super) struct TickClass {
     /// window the next tick did not confirm (`Tiers::taint`).
     pub(super) learned_at: Option<u64>,
     pub(super) taint: (u64, u64),
+    /// The gate clock of the first tick of the learner's current run (None:
+    /// not learning): the gate keeps a pause before it out of its known
+    /// clients' spans (`struct sluice_fair`'s learn_from_ms).
+    pub(super) learning_since: Option<u64>,
     /// Observing: the last tick at which a lower class had a budget
     /// throttle (`Ticker::observe_held`).
     pub(super) observe_held_at: Option<std::time::Instant>,
@@ -128,6 +132,7 @@ impl TickClass {
             learns,
             learned_at: None,
             taint: (0, 0),
+            learning_since: None,
             observe_held_at: None,
             late: judged_late.then(LateAnswers::default),
             late_out: LateOut::default(),
@@ -204,7 +209,9 @@ impl TickClass {
         // The learner noted answers since the last learning tick with the
         // gate clock that tick wrote: this tick confirms them, or taints
         // them (a surge or distress seen now may have been answered then).
-        if learn {
+        self.learning_since = if learn { self.learning_since.or(Some(now_ms)) } else { None };
+        let learn = self.learning_since;
+        if learn.is_some() {
             self.learned_at = Some(now_ms);
         } else if let Some(at) = self.learned_at.take() {
             // Late answers taint further back (`late::LATE_TAINT_MS`): the

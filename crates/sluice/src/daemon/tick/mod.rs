@@ -681,18 +681,18 @@ mod tests {
             tiers = Some(tick(c, 5));
         }
         let calm = tiers.unwrap();
-        assert!(calm.learn && !calm.time_all, "{calm:?}");
+        assert!(calm.learn.is_some() && !calm.time_all, "{calm:?}");
         assert!(t.calm(), "in time: the slow tick");
         // 4.2 ms: slow, not late.
         let c = &mut t.classes[0];
         let slow = tick(c, 7);
-        assert!(!slow.learn && slow.time_all, "{slow:?}");
+        assert!(slow.learn.is_none() && slow.time_all, "{slow:?}");
         assert_eq!(c.late_out, crate::policy::late::LateOut::default(), "not late, not limited");
         assert!(!t.calm(), "slow: the fast tick");
         // In time again: learning at once, one request in SLUICE_DELAY_EVERY timed.
         let c = &mut t.classes[0];
         let back = tick(c, 5);
-        assert!(back.learn && !back.time_all, "{back:?}");
+        assert!(back.learn.is_some() && !back.time_all, "{back:?}");
         assert!(t.calm());
     }
 

@@ -48,7 +48,7 @@ impl Ticker {
             .iter()
             .map(|c| match &c.tiers {
                 Some(t) => FairStatus {
-                    learning: t.learn,
+                    learning: t.learn.is_some(),
                     quota: t.fair.as_ref().map(|f| f.quota),
                     plens: t.fair.as_ref().map_or(crate::policy::fair::PLENS[0], |f| f.plens),
                 },

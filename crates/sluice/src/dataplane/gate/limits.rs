@@ -12,8 +12,9 @@ pub struct Tiers {
     pub limit: Limit,
     /// Source fairness, for a limited class.
     pub fair: Option<FairTier>,
-    /// The egress learner records the class's clients.
-    pub learn: bool,
+    /// The egress learner records the class's clients, since this gate
+    /// clock ms (`struct sluice_fair`'s learn_from_ms); None: it does not.
+    pub learn: Option<u64>,
     /// Room in the class's UDP sockets for its known clients: kept, armed
     /// or off (`struct sluice_fair`'s room and surge_pkts: see bpf/gate/room.h).
     pub room: Room,
@@ -32,7 +33,7 @@ pub struct Tiers {
 impl Tiers {
     /// One bucket for the whole class, no fairness, no learning.
     pub fn plain(limit: Limit) -> Tiers {
-        Tiers { limit, fair: None, learn: false, room: Room::Off, taint: (0, 0), under: false, time_all: false }
+        Tiers { limit, fair: None, learn: None, room: Room::Off, taint: (0, 0), under: false, time_all: false }
     }
 }
 
@@ -113,7 +114,8 @@ impl Gate {
         }
         // Learning (and its taint) and the room rule apply with fairness on or off.
         let base = sluice_fair {
-            learn: tiers.learn as u8,
+            learn: tiers.learn.is_some() as u8,
+            learn_from_ms: tiers.learn.unwrap_or(0),
             room: (tiers.room == Room::Kept) as u8,
             surge_pkts: match tiers.room {
                 Room::Armed { surge_pkts } => surge_pkts,
