@@ -243,14 +243,14 @@ impl TickClass {
             capacity,
         };
         let out = self.fair.step(&t);
-        let tier = |r: f64| {
+        let tier = |r: f64, depth: Option<u64>| {
             let pps = r.round().max(1.0) as u64;
-            Limit::Rate { pps, burst: default_burst(pps).min(burst) }
+            Limit::Rate { pps, burst: depth.unwrap_or_else(|| default_burst(pps)).min(burst) }
         };
         Tiers {
-            limit: tier(out.known_pps),
+            limit: tier(out.known_pps, None),
             fair: Some(crate::dataplane::gate::FairTier {
-                unknown: tier(out.unknown_pps),
+                unknown: tier(out.unknown_pps, out.unknown_depth()),
                 quota: out.quota,
                 plens: (out.plen4, out.plen6),
                 by_work: out.by_work,

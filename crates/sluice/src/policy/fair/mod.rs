@@ -92,6 +92,19 @@ pub const REGROW: f64 = 0.02;
 /// issue-48 runs, not tuned on them (docs/protection.md has the figures).
 pub const QUEUE_TARGET: f64 = 0.25;
 pub const QUEUE_GAIN: f64 = 0.25;
+/// While the unknown tier runs at a rate of its own beside known clients
+/// (`FairOut::by_work`), its bucket holds UNKNOWN_DEPTH_SECS of that rate
+/// (at least UNKNOWN_DEPTH_MIN tokens), not the 10 ms of a class's own
+/// bucket: what the tier admits at once is work the service takes before
+/// the next known client's request, and a rate within what the service
+/// takes makes a millisecond of it at most a millisecond's wait. With
+/// 10 ms, the bench's pipelining flood (`conns-calm-v4`), bursting after
+/// each pause, held the light client's p99 at 1.7 ms against 0.29 ms
+/// unflooded, where its server-side wait (the gate's answer delay) was
+/// the flood's work queued ahead of it; 1 ms deep, 0.25-0.67 ms against
+/// 0.24-0.29 ms.
+pub const UNKNOWN_DEPTH_SECS: f64 = 0.001;
+pub const UNKNOWN_DEPTH_MIN: u64 = 8;
 /// Prefix lengths sources are counted at: (IPv4, IPv6), by aggregation level.
 pub const PLENS: [(u8, u8); 3] = [(32, 64), (24, 48), (16, 32)];
 
@@ -310,6 +323,14 @@ pub struct FairOut {
     /// sluice_fair`'s by_work), since one segment of a keep-alive flood
     /// carries many pipelined requests. Its rate is then in those tokens.
     pub by_work: bool,
+}
+
+impl FairOut {
+    /// The unknown tier's bucket depth (tokens) when it runs at a rate of
+    /// its own (UNKNOWN_DEPTH_SECS of it); None: a class's usual depth.
+    pub fn unknown_depth(&self) -> Option<u64> {
+        self.by_work.then(|| ((self.unknown_pps * UNKNOWN_DEPTH_SECS).ceil() as u64).max(UNKNOWN_DEPTH_MIN))
+    }
 }
 
 /// One class's fairness state between ticks.

@@ -183,6 +183,23 @@ fn the_unknown_tier_counts_in_work_only_while_it_has_a_rate_of_its_own() {
     assert!(f.step(&shared).by_work, "known clients beside it: work");
 }
 
+/// The unknown tier's bucket holds a millisecond of its rate while it runs
+/// beside known clients (what it admits at once waits ahead of their next
+/// request), and a class's usual depth otherwise.
+#[test]
+fn the_unknown_tier_beside_known_clients_holds_a_millisecond_of_its_rate() {
+    let mut f = Fair::default();
+    let alone = tick(100_000.0, FairCounts { unknown: 5_000, under: 900, ..Default::default() });
+    assert_eq!(f.step(&alone).unknown_depth(), None, "no known client: the class's depth");
+    let out = f.step(&tick(100_000.0, FairCounts { known: 10, ..alone.counts }));
+    let ms = (out.unknown_pps * UNKNOWN_DEPTH_SECS).ceil() as u64;
+    assert!(ms > UNKNOWN_DEPTH_MIN, "{}", out.unknown_pps);
+    assert_eq!(out.unknown_depth(), Some(ms));
+    assert!(ms * 5 < crate::policy::config::default_burst(out.unknown_pps as u64), "shallower than 10 ms of the rate");
+    let slow = FairOut { unknown_pps: 500.0, ..out };
+    assert_eq!(slow.unknown_depth(), Some(UNKNOWN_DEPTH_MIN), "at least a few packets");
+}
+
 #[test]
 fn socket_distress_halves_the_unknown_tier_down_to_its_floor_and_it_grows_back() {
     let mut f = Fair::default();
