@@ -89,12 +89,13 @@ impl Bench<'_> {
         let addr = if v6 { net.ip6_b } else { net.ip_b };
         let probe = http::start_probe(&net.a, self.o.clients_cpu, addr, self.o.secs);
         let w = http::run_wrk(&net.a, self.o.clients_cpu, addr, (self.o.conns, self.o.keep_alive), self.o.secs)?;
-        let p = probe.join().map_err(|_| anyhow::anyhow!("the http probe panicked"))??;
+        let mut p = probe.join().map_err(|_| anyhow::anyhow!("the http probe panicked"))??;
         let tried = w.requests + w.errors;
         let timeout_ms = http::CONNECT_TIMEOUT.as_secs_f64() * 1e3;
         let mut connects: Vec<f64> =
             p.connect_ms.iter().copied().chain((0..p.connect_failed).map(|_| timeout_ms)).collect();
         connects.sort_by(f64::total_cmp);
+        p.kept_ms.sort_by(f64::total_cmp);
         Ok(Cell {
             client_rate: w.rps,
             success: (tried > 0).then(|| w.requests as f64 / tried as f64),
@@ -104,11 +105,7 @@ impl Bench<'_> {
             connect_p99_ms: sluice_testkit::summary::percentile(&connects, 0.99),
             connects_failed: Some(p.connect_failed),
             kept_rps: p.kept_rps(),
-            kept_p99_ms: {
-                let mut kept = p.kept_ms.clone();
-                kept.sort_by(f64::total_cmp);
-                sluice_testkit::summary::percentile(&kept, 0.99)
-            },
+            kept_p99_ms: sluice_testkit::summary::percentile(&p.kept_ms, 0.99),
             ..Cell::default()
         })
     }
