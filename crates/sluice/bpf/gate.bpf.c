@@ -395,7 +395,7 @@ int sluice_learn(struct __sk_buff *skb)
 	void *data = (void *)(long)skb->data;
 	void *end = (void *)(long)skb->data_end;
 	struct sluice_src_key k = {};
-	struct sluice_known *v, fresh = {};
+	struct sluice_known *v;
 	struct sluice_asked *a;
 	__u32 slot;
 	struct sluice_known_part *part;
@@ -465,14 +465,20 @@ int sluice_learn(struct __sk_buff *skb)
 	part = bpf_map_lookup_elem(&known_part, &cls);
 	if (!part || part->room <= 0)
 		return TC_ACT_OK; /* the class's part of the map is full until the daemon's next scan */
-	fresh.answers = 1;
-	fresh.first_ms = now;
-	fresh.last_ms = now;
-	fresh.asks_from = asks_mark(asks_of(a, slot));
-	fresh.answers_from = 1; /* none before this one, plus one */
-	if (!bpf_map_update_elem(&known, &k, &fresh, BPF_NOEXIST)) {
-		__sync_fetch_and_add(&part->room, -1);
-		__sync_fetch_and_add(&part->held, 1);
+	{
+		/* Made here, not at entry: zeroing it cost every packet the learner saw. */
+		struct sluice_known fresh = {
+			.answers = 1,
+			.first_ms = now,
+			.last_ms = now,
+			.asks_from = asks_mark(asks_of(a, slot)),
+			.answers_from = 1, /* none before this one, plus one */
+		};
+
+		if (!bpf_map_update_elem(&known, &k, &fresh, BPF_NOEXIST)) {
+			__sync_fetch_and_add(&part->room, -1);
+			__sync_fetch_and_add(&part->held, 1);
+		}
 	}
 	return TC_ACT_OK;
 }
