@@ -60,7 +60,9 @@ pub struct LateStatus {
     /// what they wait).
     #[serde(default)]
     pub known_window_p90_ms: Option<f64>,
-    /// The calm windows' p90 of its known clients' answers, ms.
+    /// The calm windows' p90 of its known clients' answers, ms (None: not
+    /// learned yet; once a window of theirs was in time against the
+    /// class's calm, their windows are judged late against that).
     #[serde(default)]
     pub known_calm_p90_ms: Option<f64>,
     /// The last window of either was late (over 8 times its calm p90 and over 8 ms).
