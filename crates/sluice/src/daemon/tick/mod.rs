@@ -654,7 +654,8 @@ mod tests {
     }
 
     /// A TCP auto class whose answers turn slow (`late::SLOW_FACTOR`)
-    /// learns nobody, has the gate time every request and brings the fast
+    /// learns nobody (and taints what it learnt in the last
+    /// `late::LATE_TAINT_MS`), has the gate time every request and brings the fast
     /// tick; in time again, it learns at once (its calm second was not
     /// restarted) and the daemon may tick slowly.
     #[test]
@@ -687,6 +688,11 @@ mod tests {
         let c = &mut t.classes[0];
         let slow = tick(c, 7);
         assert!(slow.learn.is_none() && slow.time_all, "{slow:?}");
+        // What the learner noted from LATE_TAINT_MS before its last
+        // learning tick (the 200th, at 1,002,000 ms) is not known: the slow
+        // window took answers to fill.
+        let last_learnt = 1_000_000 + 200 * 10;
+        assert_eq!(slow.taint, (last_learnt - crate::policy::late::LATE_TAINT_MS, last_learnt + 10), "{slow:?}");
         assert_eq!(c.late_out, crate::policy::late::LateOut::default(), "not late, not limited");
         assert!(!t.calm(), "slow: the fast tick");
         // In time again: learning at once, one request in SLUICE_DELAY_EVERY timed.
