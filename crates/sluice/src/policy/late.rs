@@ -360,6 +360,19 @@ mod tests {
         LateTick { answers: answers(i, n), offered, dt: 0.01, limiting: false, known_lane, ..LateTick::default() }
     }
 
+    /// A tick of a window of the class's answers in bucket `all` and one
+    /// of its known clients' in bucket `known`, at 30k packets/s.
+    fn both(all: usize, known: usize) -> LateTick {
+        LateTick {
+            answers: answers(all, WINDOW_ANSWERS),
+            known_answers: answers(known, WINDOW_ANSWERS),
+            offered: 30_000.0,
+            dt: 0.01,
+            known_lane: true,
+            ..LateTick::default()
+        }
+    }
+
     /// A judge that saw `windows` calm windows at bucket 6 (up to 2.1 ms).
     fn calm(windows: u32) -> LateAnswers {
         let mut l = LateAnswers::default();
@@ -405,14 +418,6 @@ mod tests {
     #[test]
     fn the_known_clients_late_answers_engage_where_the_floods_own_hide_them() {
         let mut l = LateAnswers::default();
-        let both = |all: usize, known: usize| LateTick {
-            answers: answers(all, WINDOW_ANSWERS),
-            known_answers: answers(known, WINDOW_ANSWERS),
-            offered: 30_000.0,
-            dt: 0.01,
-            known_lane: true,
-            ..LateTick::default()
-        };
         for _ in 0..20 {
             assert_eq!(l.step(&both(6, 6)), LateOut::default());
         }
@@ -436,14 +441,6 @@ mod tests {
     /// cell of 8 under `conns-calm-v4`).
     #[test]
     fn known_clients_with_no_calm_of_their_own_are_judged_against_the_classs() {
-        let both = |all: usize, known: usize| LateTick {
-            answers: answers(all, WINDOW_ANSWERS),
-            known_answers: answers(known, WINDOW_ANSWERS),
-            offered: 30_000.0,
-            dt: 0.01,
-            known_lane: true,
-            ..LateTick::default()
-        };
         // The class's calm (bucket 6) learned before its known clients
         // had any answers; then a window of theirs, in time.
         let class_calm = || {
