@@ -401,6 +401,7 @@ mod known {
             first_unix_ms: now - 40_000,
             last_unix_ms: now - 10_000,
             answers: 5,
+            paused_ms: 0,
         };
         sluice::signals::known::save(&file, &[known("svc", "10.77.0.1"), known("later", "10.77.0.9")]).unwrap();
         file

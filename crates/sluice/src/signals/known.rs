@@ -37,6 +37,11 @@ pub struct Known {
     pub first_unix_ms: u64,
     pub last_unix_ms: u64,
     pub answers: u32,
+    /// ms of the span when the class's learning was paused and counted none
+    /// of its answers (`struct sluice_known`'s paused_ms): its own rate is
+    /// its answers over the rest. Files before it have none (0).
+    #[serde(default)]
+    pub paused_ms: u32,
 }
 
 impl Known {
@@ -94,7 +99,14 @@ pub fn from_map(map: &[(sluice_src_key, sluice_known)], names: &[String], now_ms
                 6 => IpAddr::V6(Ipv6Addr::from(k.addr)),
                 _ => return None,
             };
-            Some(Known { class, addr, first_unix_ms: v.first_ms, last_unix_ms: v.last_ms, answers: v.answers })
+            Some(Known {
+                class,
+                addr,
+                first_unix_ms: v.first_ms,
+                last_unix_ms: v.last_ms,
+                answers: v.answers,
+                paused_ms: v.paused_ms,
+            })
         })
         .collect()
 }
@@ -125,6 +137,7 @@ pub fn to_map(entries: Vec<Known>, names: &[String]) -> (Vec<(sluice_src_key, sl
             first_ms: e.first_unix_ms,
             last_ms: e.last_unix_ms,
             answers: e.answers,
+            paused_ms: e.paused_ms,
             ..Default::default()
         };
         map.push((key, value));
@@ -279,7 +292,7 @@ pub fn load(file: &Path) -> Result<Vec<Known>, String> {
 /// Entries of a state file refused one by one, by reason.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Refused {
-    /// The last answer dated before the first.
+    /// The last answer dated before the first, or pauses longer than the span.
     pub backwards: usize,
     /// The last answer dated over FUTURE_SLACK_MS past the gate clock.
     pub future: usize,
@@ -297,8 +310,8 @@ impl std::fmt::Display for Refused {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{} entries refused: {} with the last answer dated before the first, {} dated over {} s \
-             in the future, {} with more answers than {} a second",
+            "{} entries refused: {} with the last answer dated before the first (or paused longer than \
+             their span), {} dated over {} s in the future, {} with more answers than {} a second",
             self.total(),
             self.backwards,
             self.future,
@@ -317,7 +330,9 @@ pub fn validate(entries: Vec<Known>, now_ms: u64) -> (Vec<Known>, Refused) {
     let kept = entries
         .into_iter()
         .filter(|k| {
-            let span_ms = k.last_unix_ms.checked_sub(k.first_unix_ms);
+            // Its answers were counted over its span less its pauses.
+            let span_ms =
+                k.last_unix_ms.checked_sub(k.first_unix_ms).and_then(|s| s.checked_sub(u64::from(k.paused_ms)));
             let bad = if span_ms.is_none() {
                 &mut refused.backwards
             } else if k.last_unix_ms > now_ms.saturating_add(FUTURE_SLACK_MS) {
@@ -357,6 +372,7 @@ fn from_v1(state: StateFileV1) -> Vec<Known> {
             class: k.class,
             addr: k.addr,
             answers: k.answers,
+            paused_ms: 0,
         })
         .collect()
 }
@@ -606,11 +622,18 @@ mod tests {
     fn entry(addr: &str, ago_secs: u64, span_secs: u64, answers: u32) -> Known {
         let last_unix_ms = NOW_MS - ago_secs * 1000;
         let first_unix_ms = last_unix_ms - span_secs * 1000;
-        Known { class: "udp-53".into(), addr: addr.parse().unwrap(), first_unix_ms, last_unix_ms, answers }
+        Known {
+            class: "udp-53".into(),
+            addr: addr.parse().unwrap(),
+            first_unix_ms,
+            last_unix_ms,
+            answers,
+            paused_ms: 0,
+        }
     }
 
     fn entries() -> Vec<Known> {
-        vec![entry("198.51.100.7", 60, 30, 9), entry("2001:db8:1:2::", 3600, 5, 1)]
+        vec![Known { paused_ms: 4_000, ..entry("198.51.100.7", 60, 30, 9) }, entry("2001:db8:1:2::", 3600, 5, 1)]
     }
 
     /// Hardening: pending entries (of a class not in force) age out like
@@ -649,6 +672,7 @@ mod tests {
         assert!(later.is_empty());
         assert_eq!((map[0].0.class_id, map[0].0.family, map[0].0.plen), (1, 4, 32));
         assert_eq!((map[0].1.first_ms, map[0].1.last_ms), (NOW_MS - 90_000, NOW_MS - 60_000));
+        assert_eq!(map[0].1.paused_ms, 4_000, "a pause of learning stays out of its span after a restart");
         assert_eq!(from_map(&map, &names(), NOW_MS, 7 * 86_400_000), entries());
         assert!(!dir.path().join("known-vb.json.tmp").exists(), "the temporary file is renamed");
     }
@@ -750,11 +774,24 @@ mod tests {
         slightly_ahead.last_unix_ms = NOW_MS + 1_000;
         let greedy = entry("198.51.100.11", 60, 1, u32::MAX);
         let busy = entry("198.51.100.12", 60, 2, 2_000_000);
-        let all = vec![good.clone(), backwards, future, slightly_ahead.clone(), greedy, busy.clone()];
+        // Its pauses are no part of its span: longer than it, or leaving
+        // too short a span for its answers, refused.
+        let paused_past = Known { paused_ms: 30_001, ..entry("198.51.100.13", 60, 30, 9) };
+        let paused_busy = Known { paused_ms: 1_000, ..busy.clone() };
+        let all = vec![
+            good.clone(),
+            backwards,
+            future,
+            slightly_ahead.clone(),
+            greedy,
+            busy.clone(),
+            paused_past,
+            paused_busy,
+        ];
         let (kept, refused) = validate(all, NOW_MS);
         assert_eq!(kept, vec![good, slightly_ahead, busy]);
-        assert_eq!(refused, Refused { backwards: 1, future: 1, answers: 1 });
-        assert!(refused.to_string().starts_with("3 entries refused"), "{refused}");
+        assert_eq!(refused, Refused { backwards: 2, future: 1, answers: 2 });
+        assert!(refused.to_string().starts_with("5 entries refused"), "{refused}");
     }
 
     /// Issue 49, item 5: an entry dated in the future never aged out of
