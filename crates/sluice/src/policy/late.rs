@@ -89,13 +89,14 @@ pub const SLOW_MIN_MS: f64 = 2.0;
 /// holds (the bench's known clients, known a second before its flood, had
 /// two calm windows, and their stream was never judged). Until the known
 /// clients' stream has its own, its windows are late against the class's
-/// calm, once one of them was in time against it: the bench's known
-/// clients had their calm 1-2 s before its flood (`conns-calm-v4`, traced
-/// at 1 s), and in a cell of 8 none, where the flood's answers, pipelined,
-/// kept the class's windows under the late mark; the class never engaged
-/// and wrk lost its requests. Only once: a service whose long-lived
-/// clients ask for slower answers than its passing ones is not late when
-/// calm, and its windows teach the stream its own calm.
+/// calm, once one of them was in time against it: clients known shortly
+/// before a flood, or restored from the state file after a restart (the
+/// judge starts empty), have none, and a flood that pipelines its requests
+/// keeps the class's windows under the late mark (the bench's known
+/// clients, traced, had theirs 2-3 s before its flood). Only once: a
+/// service whose long-lived clients ask for slower answers than its
+/// passing ones is not late when calm, and their windows teach the stream
+/// its own calm.
 pub const CALM_ANSWERS: f64 = 50.0 * WINDOW_ANSWERS as f64;
 pub const CALM_MIN_ANSWERS: u64 = 4 * WINDOW_ANSWERS;
 /// Seconds of windows in time, with nothing of the class limited, before
