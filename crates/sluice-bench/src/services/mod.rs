@@ -552,6 +552,12 @@ pub struct Cell {
     /// flood, or no daemon).
     #[serde(default)]
     pub attacker_known: Option<bool>,
+    /// The daemon's judge of the service's answers at the cell's end (a
+    /// TCP auto class's: its calm p90s, its known clients' share of its
+    /// calm arrivals, its rate if engaged): why a cell engaged or did not.
+    /// None: no daemon, or no class judged on its answers.
+    #[serde(default)]
+    pub late: Option<sluice::surface::stats::LateStatus>,
 }
 
 /// What a run's results.json holds besides its cells.

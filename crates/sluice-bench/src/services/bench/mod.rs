@@ -335,6 +335,7 @@ impl<'a> Bench<'a> {
             cell.admitted_pps = admitted0.map(|a0| admitted_of(snap).saturating_sub(a0) as f64 / secs_run);
             cell.known = snap.sources.known;
             cell.known_lost = known_lost_of(snap);
+            cell.late = snap.classes.iter().find_map(|c| c.late.clone());
             if self.svc == Service::Http {
                 cell.gate_synacks = Some(synacks_of(snap) as f64 / secs_run);
             }

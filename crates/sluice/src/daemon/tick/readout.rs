@@ -36,6 +36,7 @@ impl Ticker {
                     late: l.late(),
                     slow: l.slow(),
                     rate_pps: c.late_out.rate,
+                    known_share: c.fair.calm_known_share(),
                 }
             })
         };

@@ -75,6 +75,11 @@ pub struct LateStatus {
     /// go first, its unknown sources' tier is cut while the answers are late.
     /// None: not engaged (unlimited).
     pub rate_pps: Option<f64>,
+    /// The share of its calm arrivals from known clients (None: too few
+    /// sampled yet): under 0.1 (`fair::ROOM_KNOWN`) it has nobody to serve
+    /// first, and late answers never engage it.
+    #[serde(default)]
+    pub known_share: Option<f64>,
 }
 
 /// One class in a snapshot.
@@ -689,6 +694,7 @@ mod tests {
             late: true,
             slow: true,
             rate_pps: Some(1800.0),
+            known_share: Some(0.35),
         };
         s.classes[0].late = Some(late.clone());
         let t = render_table(&s);
@@ -698,6 +704,12 @@ mod tests {
         assert!(line.contains("limited at 1800/s"), "{line}");
         assert!(line.contains("tier is cut"), "{line}");
         s.classes[0].late = Some(LateStatus { rate_pps: None, ..late.clone() });
+        let t = render_table(&s);
+        assert!(t.contains("not limited yet: 2 late windows in a row engage it"), "{t}");
+        s.classes[0].late = Some(LateStatus { rate_pps: None, known_share: Some(0.04), ..late.clone() });
+        let t = render_table(&s);
+        assert!(t.contains("too few known clients to serve first (4% of its calm arrivals, under 10%)"), "{t}");
+        s.classes[0].late = Some(LateStatus { rate_pps: None, known_share: None, ..late.clone() });
         let t = render_table(&s);
         assert!(t.contains("not limited: no known client to serve first"), "{t}");
         // Slow, not late: a line saying the class learns nobody meanwhile.

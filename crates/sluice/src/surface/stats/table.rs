@@ -160,7 +160,20 @@ fn render_late(o: &mut String, classes: &[ClassSnapshot]) {
                     human(r)
                 )
             }
-            (None, true) => "not limited: no known client to serve first (none answered while calm)".into(),
+            (None, true) => {
+                let lane = crate::policy::fair::ROOM_KNOWN;
+                match l.known_share {
+                    Some(k) if k >= lane => {
+                        format!("not limited yet: {} late windows in a row engage it", crate::policy::late::LATE_RUN)
+                    }
+                    Some(k) => format!(
+                        "not limited: too few known clients to serve first ({:.0}% of its calm arrivals, under {:.0}%)",
+                        k * 100.0,
+                        lane * 100.0
+                    ),
+                    None => "not limited: no known client to serve first (none answered while calm)".into(),
+                }
+            }
             (None, false) => "slower than usual, not late: learning no client meanwhile".into(),
         };
         let _ = writeln!(
