@@ -198,7 +198,13 @@ impl TickClass {
     /// distress) for a while.
     pub(super) fn tiers(&mut self, limit: Limit, capacity: u32, now_ms: u64) -> Tiers {
         let late = self.answers_late();
-        let healthy = !self.distress && !late && self.admitted >= self.offered;
+        // A class limited for its late answers is not healthy until it lets
+        // go: the flood it holds back is answered in time meanwhile, and
+        // nothing of it dropped once its tier grows back, so the learner
+        // would learn the flood's addresses (the bench's `conns-calm-v4`:
+        // 2 cells of 12 were learning at their end, still engaged).
+        let engaged = self.late_out.rate.is_some();
+        let healthy = !self.distress && !late && !engaged && self.admitted >= self.offered;
         // Answers slower than usual (`late::SLOW_FACTOR`) pause the learner
         // without restarting its calm second (a calm service's moment of
         // load does not cost it a second of learning), and have the gate

@@ -702,6 +702,54 @@ mod tests {
         assert!(t.calm());
     }
 
+    /// A TCP auto class limited for its late answers learns nobody until it
+    /// lets go, though its answers are in time again and nothing of it is
+    /// dropped: the flood it holds back is answered meanwhile. Let go, it
+    /// learns again after its calm second.
+    #[test]
+    fn a_class_engaged_by_late_answers_learns_nobody_until_it_lets_go() {
+        use crate::policy::late::{RELEASE_SECS, WINDOW_ANSWERS};
+        let mut c = TickClass::new(20, Limit::Auto(Default::default()), true, true);
+        let mut totals = crate::dataplane::gate::counters::ClassTotals::default();
+        c.totals = Some(totals);
+        let mut now_ms = 1_000_000;
+        // One tick of 10 ms whose answers (all of them a known client's)
+        // are a window at bucket `b`, every packet sampled and known.
+        let mut tick = |c: &mut TickClass, b: usize| {
+            for d in [&mut totals.answer_delays, &mut totals.answer_delays_known] {
+                d.samples += WINDOW_ANSWERS;
+                d.buckets[b] += WINDOW_ANSWERS;
+            }
+            (c.offered, c.admitted, c.dt) = (1_000.0, 1_000.0, 0.01);
+            c.counts = crate::policy::fair::FairCounts { sampled: 10, sampled_known: 10, ..Default::default() };
+            c.judge_answers(&totals, 0.01);
+            c.totals = Some(totals);
+            now_ms += 10;
+            c.tiers(Limit::Unlimited, 1 << 18, now_ms)
+        };
+        for _ in 0..200 {
+            tick(&mut c, 5);
+        }
+        assert!(tick(&mut c, 5).learn.is_some(), "calm: learning");
+        // 67 ms (bucket 12) twice: engaged.
+        tick(&mut c, 12);
+        tick(&mut c, 12);
+        assert!(c.late_out.rate.is_some(), "engaged: {:?}", c.late_out);
+        // In time again, nothing dropped: still engaged, and learning nobody.
+        let in_time = ((RELEASE_SECS - 0.5) / 0.01) as usize;
+        for i in 0..in_time {
+            let t = tick(&mut c, 5);
+            assert!(t.learn.is_none(), "tick {i} of {in_time} in time while engaged: {t:?}");
+        }
+        assert!(c.late_out.rate.is_some(), "not let go yet");
+        // Let go, then a calm second: learning again.
+        let mut learnt = false;
+        for _ in 0..200 {
+            learnt |= tick(&mut c, 5).learn.is_some();
+        }
+        assert!(c.late_out.rate.is_none() && learnt, "let go and learning: {:?}", c.late_out);
+    }
+
     #[test]
     fn a_static_rate_stays_a_cap_and_blocked_stays_blocked() {
         let r = |pps| Limit::Rate { pps, burst: default_burst(pps) };
