@@ -211,17 +211,18 @@ impl Judge {
         }
         let ms = self.window.quantile_ms(LATE_QUANTILE)?;
         (self.window, self.window_secs) = (Delays::default(), 0.0);
-        let over = |calm: Option<f64>, factor: f64, min_ms: f64| calm.is_some_and(|c| ms > (factor * c).max(min_ms));
-        (self.late, self.slow) = match self.calm_ms() {
-            Some(c) => (over(Some(c), LATE_FACTOR, LATE_MIN_MS), over(Some(c), SLOW_FACTOR, SLOW_MIN_MS)),
-            None if self.borrows => {
-                let late = over(borrowed, LATE_FACTOR, LATE_MIN_MS);
+        let over = |calm: f64, factor: f64, min_ms: f64| ms > (factor * calm).max(min_ms);
+        (self.late, self.slow) = match (self.calm_ms(), borrowed) {
+            (Some(c), _) => (over(c, LATE_FACTOR, LATE_MIN_MS), over(c, SLOW_FACTOR, SLOW_MIN_MS)),
+            (None, Some(b)) if self.borrows => {
+                let late = over(b, LATE_FACTOR, LATE_MIN_MS);
                 (late, late)
             }
-            None => {
-                self.borrows = borrowed.is_some() && !over(borrowed, SLOW_FACTOR, SLOW_MIN_MS);
+            (None, Some(b)) => {
+                self.borrows = !over(b, SLOW_FACTOR, SLOW_MIN_MS);
                 (false, false)
             }
+            (None, None) => (false, false),
         };
         self.slow_run = if self.slow { self.slow_run + 1 } else { 0 };
         if self.late {

@@ -220,14 +220,15 @@ impl TickClass {
         if learn.is_some() {
             self.learned_at = Some(now_ms);
         } else if let Some(at) = self.learned_at.take() {
-            // Slow or late answers taint further back (`late::LATE_TAINT_MS`):
-            // the window that showed them took answers to fill, and a flood
+            // Slow answers (a late one is slow too) taint further back
+            // (`late::LATE_TAINT_MS`): the window that showed them took
+            // answers to fill, and a flood
             // of real connections is answered from its first packet. (Late
             // only, the learner stopped at the first slow window and the
             // taint held its last 30 ms: in a traced `conns-calm-v4` cell
             // three of the flood's four addresses, noted in the flood's
             // first 50 ms, were known 3 s later, and took wrk's place.)
-            let back = if late || slow { crate::policy::late::LATE_TAINT_MS } else { 0 };
+            let back = if slow { crate::policy::late::LATE_TAINT_MS } else { 0 };
             self.taint = (at.saturating_sub(back), now_ms);
         }
         let taint = self.taint;
