@@ -222,10 +222,10 @@ impl TickClass {
         } else if let Some(at) = self.learned_at.take() {
             // Slow answers (a late one is slow too) taint further back
             // (`late::LATE_TAINT_MS`): the window that showed them took
-            // answers to fill, and a flood
-            // of real connections is answered from its first packet. (Late
-            // only, the learner stopped at the first slow window and the
-            // taint held its last 30 ms: in a traced `conns-calm-v4` cell
+            // answers to fill, and a flood of real connections is answered
+            // from its first packet. (Late only, the learner stopped at the
+            // first slow window and the taint held its last 30 ms: in a
+            // traced `conns-calm-v4` cell
             // three of the flood's four addresses, noted in the flood's
             // first 50 ms, were known 3 s later, and took wrk's place.)
             let back = if slow { crate::policy::late::LATE_TAINT_MS } else { 0 };
