@@ -90,8 +90,9 @@
  *     source still gets the whole rate (max-min fair and work-conserving).
  *     The daemon sets the share to the max-min one from last epoch's counts
  *     (settings.epoch, its tick: SRC_ACTIVE, SRC_OVER, UNDER_PKTS).
- *     While the unknown tier runs at a rate of its own beside known clients,
- *     its bucket counts a TCP segment's data in work (a token per
+ *     While the unknown tier runs at a rate of its own (beside known
+ *     clients, or the class limited for its late answers), its bucket and
+ *     each source's pace count a TCP segment's data in work (a token per
  *     SLUICE_WORK_BYTES, struct sluice_fair's by_work): a keep-alive
  *     flood's one segment of pipelined requests is that many requests.
  * All per-packet: one array lookup for the source's slot (a new source

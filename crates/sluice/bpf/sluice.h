@@ -176,10 +176,13 @@ struct sluice_fair {
 	/*
 	 * 1: the unknown tier's bucket counts TCP data in work, not packets: a
 	 * segment takes a token per SLUICE_WORK_BYTES of its data (tier_cost in
-	 * gate/sources.h). The daemon sets it while the tier runs at a rate of
-	 * its own beside known clients: a keep-alive flood's segment carries
-	 * many pipelined requests, and counted as one packet each of the
-	 * tier's admissions was many requests of the service's work at once.
+	 * gate/sources.h), and moves its source's pace on by as many
+	 * intervals (src_interval_ns is then per token, UNDER_PKTS counts
+	 * tokens). The daemon sets it while the tier runs at a rate of its own
+	 * (beside known clients, or the class limited for its late answers): a
+	 * keep-alive flood's segment carries many pipelined requests, and
+	 * counted as one packet each of the tier's admissions was many
+	 * requests of the service's work at once.
 	 */
 	__u32 by_work;
 	__u32 _pad;
@@ -425,7 +428,7 @@ enum sluice_class_stat {
 	SLUICE_CS_KNOWN_PKTS,     /* from a known source (took the class bucket) */
 	SLUICE_CS_KNOWN_ADMIT_PKTS,
 	SLUICE_CS_UNKNOWN_PKTS,   /* from an unknown source */
-	SLUICE_CS_UNDER_PKTS,     /* unknown, within its source's share */
+	SLUICE_CS_UNDER_PKTS,     /* unknown, within its source's share (tokens while by_work) */
 	SLUICE_CS_SRC_ACTIVE,     /* sources that sent their first packet of an epoch */
 	SLUICE_CS_SRC_OVER,       /* sources that went over their share in an epoch */
 	SLUICE_CS_SRC_INSERTS,    /* sources that took a slot of "sources" that was empty or whose source was quiet this epoch */

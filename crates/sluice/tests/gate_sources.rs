@@ -298,6 +298,50 @@ fn the_unknown_tier_counted_in_work_takes_a_token_per_work_bytes_of_tcp_data() {
     }
 }
 
+/// Issue 50, item 2: while the tier counts in work, a source's share is of
+/// the service's work too. A segment of 4 x WORK_BYTES moves its source's
+/// pace on by 4 intervals, so of a source paced at one token a second, 2
+/// such segments are within its share (its pace 4 intervals ahead of now
+/// at most: SLUICE_SRC_BURST_PKTS), against 5 bare ACKs or 5 such segments
+/// with by_work off; and what is within counts in tokens (UNDER_PKTS, the
+/// daemon's quota is a share of the tier's tokens). Counted in packets, a
+/// keep-alive flood's source sending 8 pipelined requests a segment got 8
+/// times the share of a client asking one a connection.
+#[test]
+fn a_source_counted_in_work_is_paced_by_its_segments_data() {
+    let segment =
+        |payload: usize| with_tcp_flags(&Frame::tcp("192.0.2.9", "10.0.0.2", 4000, 53).payload(payload), 0x18);
+    let w = SLUICE_WORK_BYTES as usize;
+    let cases = [
+        ("8 pipelined requests (4 x WORK_BYTES)", segment(4 * w), true, 2, 8),
+        ("a bare ACK", segment(0), true, WITHIN, WITHIN),
+        ("8 pipelined requests, by_work off", segment(4 * w), false, WITHIN, WITHIN),
+    ];
+    for (what, pkt, by_work, within, tokens) in cases {
+        let mut g = gate();
+        let f = sluice_fair {
+            unknown: share(1_000_000, 1_000_000),
+            on: 1,
+            quota: 1,
+            src_interval_ns: PACED_NS,
+            plen4: 32,
+            plen6: 64,
+            by_work: u32::from(by_work),
+            ..Default::default()
+        };
+        g.gate.set_fairness(g.class("dns"), &vec![f; g.gate.ncpus()]).unwrap();
+        clock(&mut g, 1);
+        for _ in 0..10 {
+            g.run(&pkt);
+        }
+        assert_eq!(counter(&g, "dns", SLUICE_CS_UNDER_PKTS), u64::from(tokens), "{what}: tokens within its share");
+        assert_eq!(counter(&g, "dns", SLUICE_CS_UNKNOWN_PKTS), 10, "{what}");
+        // Over its share: only the spare half of the tier, which is deep here.
+        let over = counter(&g, "dns", SLUICE_CS_ADMIT_PKTS) - u64::from(within);
+        assert_eq!(over, 10 - u64::from(within), "{what}: the rest over its share, from the spare half");
+    }
+}
+
 /// Issue 51: a known client that enters on another CPU than the flood
 /// (another RSS queue; on veth, another sender's CPU) finds the known tier
 /// there, and a light stranger on that CPU its part of the unknown tier. The

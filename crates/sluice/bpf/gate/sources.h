@@ -145,7 +145,7 @@ static __always_inline int same_key(const struct sluice_src_key *a, const struct
  *     runs dry. Under a flood that is a few microseconds; its only error is
  *     a source that came back within its share in them going as over.
  */
-static __always_inline int src_within_share(struct sluice_src *s, __u32 interval, struct sluice_pacer *p)
+static __always_inline int src_within_share(struct sluice_src *s, __u32 interval, __u64 cost, struct sluice_pacer *p)
 {
 	__u64 now = p->seen_ns, tolerance, tat = s->tat_ns;
 
@@ -166,7 +166,7 @@ static __always_inline int src_within_share(struct sluice_src *s, __u32 interval
 			return 0;
 		}
 	}
-	pace_step(&s->tat_ns, tat, now, interval);
+	pace_step(&s->tat_ns, tat, now, interval * cost);
 	return 1;
 }
 
@@ -190,9 +190,12 @@ static __always_inline __u64 tier_cost(const struct pkt *pk, const struct sluice
 }
 
 /*
- * Count an unknown packet against its source: 1 if the source is within its
- * share, 2 if it is over but took a token from the spare half of the unknown
- * tier's bucket, 0 if it is to be dropped. A source that finds another in
+ * Count an unknown packet of `cost` tokens (tier_cost) against its source:
+ * 1 if the source is within its share (its pace moved on by `cost`
+ * intervals: while the tier counts in work, a source's share is of the
+ * service's work, not of its packets), 2 if it is over but took a token
+ * from the spare half of the unknown tier's bucket, 0 if it is to be
+ * dropped. A source that finds another in
  * its slot takes the slot over with a fresh state (struct sluice_src_slot):
  * the other one's pace starts again when it next sends, so a heavy source
  * that shares a slot with a light one gets a fresh burst after each of the
@@ -200,7 +203,7 @@ static __always_inline __u64 tier_cost(const struct pkt *pk, const struct sluice
  * share, s->drops counts the packet only if it is then dropped.
  */
 static __always_inline int within_share(const struct pkt *pk, __u32 cls, const struct sluice_fair *f,
-					struct sluice_class_state *st)
+					struct sluice_class_state *st, __u64 cost)
 {
 	struct sluice_src_key k = {};
 	__u32 epoch = settings.epoch, slot;
@@ -229,14 +232,14 @@ static __always_inline int within_share(const struct pkt *pk, __u32 cls, const s
 	s->pkts += 1;
 	if (s->pkts == 1)
 		st->cnt[SLUICE_CS_SRC_ACTIVE] += 1;
-	if (src_within_share(s, f->src_interval_ns, &st->pacer))
+	if (src_within_share(s, f->src_interval_ns, cost, &st->pacer))
 		return 1;
 	if (s->over_epoch != epoch) {
 		s->over_epoch = epoch;
 		st->cnt[SLUICE_CS_SRC_OVER] += 1;
 	}
 	/* Over its share: the top half of the unknown tier's bucket only. */
-	if (bucket_take_above(&f->unknown, &st->unknown, f->unknown.burst * (SLUICE_TOKEN_SCALE / 2), tier_cost(pk, f)))
+	if (bucket_take_above(&f->unknown, &st->unknown, f->unknown.burst * (SLUICE_TOKEN_SCALE / 2), cost))
 		return 2;
 	s->drops += 1;
 	return 0;
@@ -264,6 +267,7 @@ static __always_inline __u32 admit_limited(const struct pkt *pk, __u32 cls, cons
 	if (!f || !f->on || pk->family == 0)
 		return bucket_take(sh, &st->bucket) ? SLUICE_CS_ADMIT_PKTS : SLUICE_CS_DROP_RATE_PKTS;
 	struct sluice_known *v = known_entry(pk, cls);
+	__u64 cost;
 
 	*known = v && known_within_rate(v, pk);
 	if (*known) {
@@ -276,15 +280,16 @@ static __always_inline __u32 admit_limited(const struct pkt *pk, __u32 cls, cons
 	if (v)
 		st->cnt[SLUICE_CS_KNOWN_OVER_PKTS] += 1;
 	st->cnt[SLUICE_CS_UNKNOWN_PKTS] += 1;
-	switch (within_share(pk, cls, f, st)) {
+	cost = tier_cost(pk, f);
+	switch (within_share(pk, cls, f, st, cost)) {
 	case 0:
 		return SLUICE_CS_DROP_SHARE_PKTS;
 	case 2:
 		return SLUICE_CS_ADMIT_PKTS; /* over its share, from the spare half of the bucket */
 	}
-	st->cnt[SLUICE_CS_UNDER_PKTS] += 1;
-	return bucket_take_above(&f->unknown, &st->unknown, 0, tier_cost(pk, f)) ? SLUICE_CS_ADMIT_PKTS
-										 : SLUICE_CS_DROP_RATE_PKTS;
+	/* In the tier's unit: the daemon's quota is a share of the tier's tokens. */
+	st->cnt[SLUICE_CS_UNDER_PKTS] += cost;
+	return bucket_take_above(&f->unknown, &st->unknown, 0, cost) ? SLUICE_CS_ADMIT_PKTS : SLUICE_CS_DROP_RATE_PKTS;
 }
 
 /*
