@@ -529,12 +529,12 @@ impl Daemon {
     /// look leaves no CPU known (the CPU signal then says nothing, the queues still do).
     pub(super) fn look_service_cpus(&mut self) {
         match self.service_cpus.look(&self.cfg) {
-            Ok(cpus) => {
-                self.ticker.set_service_cpus(cpus);
+            Ok(loads) => {
+                self.ticker.set_service_loads(loads);
                 self.service_cpus_failing = false;
             }
             Err(e) => {
-                self.ticker.set_service_cpus(vec![]);
+                self.ticker.set_service_loads(vec![]);
                 if !std::mem::replace(&mut self.service_cpus_failing, true) {
                     log::warn(format_args!("where the services run is not known (the CPU signal is off): {e:#}"));
                 }

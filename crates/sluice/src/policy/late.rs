@@ -25,9 +25,19 @@
 //! LATE_MIN_MS; slow (SLOW_FACTOR) when over a smaller mark: a slow window
 //! feeds no calm, and the class learns nobody while it lasts and has the
 //! gate time every request (`Tiers::time_all`). LATE_RUN late windows in a
-//! row of either engage the class, where it has a known lane (its calm
-//! arrivals were its known clients' at least `fair::ROOM_KNOWN`:
-//! elsewhere there is nobody to serve first). Engaged, the class is
+//! row of either engage the class where it has a load to shed for someone:
+//! its service kept the CPUs it runs on busy (BUSY_SHARE, read in the last
+//! second: its answers are late for its load), and either it has a known
+//! lane (its calm arrivals were its known clients' at least
+//! `fair::ROOM_KNOWN`) or it has none but its unknown sources are held
+//! each to its fair share of the service's work (`fair`'s quota, counted
+//! in work while engaged: a light client is within its share). A known
+//! lane engages where the service's load was not read (no look in the
+//! last second), as it did before the load was read. A service seen idle
+//! while its answers are late waits on something else (a backend, a
+//! disk): a cut would shed its clients and not bring its answers back, so
+//! it is neither engaged nor cut, and an engaged one lets go after
+//! RELEASE_SECS of that as after RELEASE_SECS in time. Engaged, the class is
 //! limited at the most it was offered in the late run, raised to
 //! KNOWN_ROOM times what its known clients send (a rate that admits what
 //! came: the limit only puts the source tiers in force), and the tick
@@ -139,6 +149,12 @@ pub const LATE_TAINT_MS: u64 = 1_000;
 pub const KNOWN_ROOM: f64 = 2.5;
 /// The least rate an engaged class is limited at (packets/s).
 pub const RATE_FLOOR_PPS: f64 = 1000.0;
+/// A service whose threads used this share of the CPUs they ran on since
+/// the daemon's last look (`signals::service_cpus::ServiceLoad::busy`) is
+/// busy: late answers are then its load's. (nginx flooded by the bench's
+/// `conns-v4` ran its one worker's CPU at 99%; a service behind a slow
+/// backend waits, its CPU idle.)
+pub const BUSY_SHARE: f64 = 0.9;
 
 /// One tick of a class, as `LateAnswers::step` takes it.
 #[derive(Debug, Clone, Copy, Default)]
@@ -158,6 +174,9 @@ pub struct LateTick {
     /// The class has a known lane (`fair::Fair::calm_known_share` at
     /// ROOM_KNOWN or over).
     pub known_lane: bool,
+    /// Its service was busy at the daemon's last look (BUSY_SHARE; None:
+    /// no look in the last second).
+    pub busy: Option<bool>,
 }
 
 /// What the class gets for the next tick.
@@ -284,8 +303,12 @@ impl LateAnswers {
         }
         let run = |j: &Judge| if held { j.slow_run } else { j.run };
         self.since_release = self.since_release.map(|s| s + t.dt).filter(|s| *s < RELEASE_HOLD_SECS);
+        // A load to shed for someone: known clients to serve first (unless
+        // the service is seen idle), or, with none, light sources to keep
+        // within their shares of a service seen busy.
+        let sheds = (t.known_lane && t.busy != Some(false)) || t.busy == Some(true);
         match self.rate {
-            None if (run(&self.all) >= LATE_RUN || run(&self.known) >= LATE_RUN) && t.known_lane => {
+            None if (run(&self.all) >= LATE_RUN || run(&self.known) >= LATE_RUN) && sheds => {
                 self.rate = Some(self.run_offered.max(RATE_FLOOR_PPS));
                 (self.calm_secs, self.since_release) = (0.0, None);
             }
@@ -294,14 +317,16 @@ impl LateAnswers {
                 // to KNOWN_ROOM times what they send (their tier is at most
                 // 0.9 of it, `fair::UNKNOWN_MIN`), as they come back.
                 self.rate = Some(r.max(KNOWN_ROOM * t.known_pps));
-                self.calm_secs = if self.late() || t.limiting { 0.0 } else { self.calm_secs + t.dt };
+                // In time with nothing limited, or late with nothing to shed.
+                let done = if self.late() { !sheds } else { !t.limiting };
+                self.calm_secs = if done { self.calm_secs + t.dt } else { 0.0 };
                 if self.calm_secs >= RELEASE_SECS - 1e-9 {
                     (self.rate, self.since_release) = (None, Some(0.0));
                 }
             }
             None => {}
         }
-        LateOut { rate: self.rate, late: self.rate.is_some() && self.late() }
+        LateOut { rate: self.rate, late: self.rate.is_some() && self.late() && sheds }
     }
 
     /// The calm windows' quantile in ms, of all answers and of the known
@@ -526,6 +551,44 @@ mod tests {
         let mut l = calm(20);
         for _ in 0..10 {
             assert_eq!(l.step(&tick(12, WINDOW_ANSWERS, 30_000.0, false)).rate, None);
+        }
+    }
+
+    /// With nobody known, a service late while busy is late for its load:
+    /// engaged, its unknown tier is cut while it stays busy; late while
+    /// idle (it waits on something else), it is not cut, and lets go after
+    /// RELEASE_SECS of that. Its load not read, nothing engages it.
+    #[test]
+    fn with_nobody_known_a_busy_service_sheds_its_load_and_an_idle_one_is_let_go() {
+        let busy = |i: usize, busy: Option<bool>| LateTick { busy, ..tick(i, WINDOW_ANSWERS, 30_000.0, false) };
+        let mut l = calm(20);
+        assert_eq!(l.step(&busy(12, Some(true))).rate, None, "one late window");
+        let out = l.step(&busy(12, Some(true)));
+        assert_eq!(out, LateOut { rate: Some(30_000.0), late: true }, "two: engaged, cutting");
+        // Late and idle: no cut, and let go after RELEASE_SECS of it.
+        let idle_ticks = (RELEASE_SECS / 0.01).round() as usize;
+        for i in 0..idle_ticks - 1 {
+            assert_eq!(l.step(&busy(12, Some(false))), LateOut { rate: Some(30_000.0), late: false }, "tick {i}");
+        }
+        assert_eq!(l.step(&busy(12, Some(false))).rate, None, "let go");
+        for seen in [Some(false), None] {
+            let mut l = calm(20);
+            for _ in 0..10 {
+                assert_eq!(l.step(&busy(12, seen)).rate, None, "{seen:?}: never engaged");
+            }
+        }
+    }
+
+    /// Do no harm: a service with known clients whose answers come late
+    /// while its CPU idles (a slow backend) is not cut; its known lane
+    /// engages it where its load was read busy, or not read at all.
+    #[test]
+    fn a_known_lane_sheds_nothing_for_a_service_seen_idle() {
+        let lane = |busy: Option<bool>| LateTick { busy, ..tick(12, WINDOW_ANSWERS, 30_000.0, true) };
+        for (busy, engaged) in [(Some(false), false), (Some(true), true), (None, true)] {
+            let mut l = calm(20);
+            l.step(&lane(busy));
+            assert_eq!(l.step(&lane(busy)).rate.is_some(), engaged, "{busy:?}");
         }
     }
 

@@ -6,7 +6,15 @@
 //! and its CPU is the one it last ran on (/proc/PID/task/TID/stat field 39).
 //! An idle service has no CPUs: receive work on a CPU where nothing of it
 //! runs takes nothing from it.
+//!
+//! The same look says how hard the service worked: the CPU time its
+//! threads used since the last look, as a share of the time of the CPUs
+//! they ran on (`ServiceLoad::busy`). A TCP service whose answers are late
+//! while it is busy is late for its load, which a limit can shed; one that
+//! is late while idle waits on something else (a backend, a disk), and
+//! shedding its clients would not bring its answers back (policy/late.rs).
 use std::collections::{BTreeSet, HashMap};
+use std::time::Instant;
 
 use anyhow::Result;
 
@@ -37,23 +45,56 @@ pub fn busy_cpus(threads: &[(u32, ThreadStat)], before: &HashMap<u32, u64>) -> V
     set.into_iter().collect()
 }
 
+/// Clock ticks a second in /proc's CPU times (USER_HZ: fixed at 100 in
+/// the kernel's ABI, whatever its own HZ).
+const USER_HZ: f64 = 100.0;
+
+/// Looks further apart than this (s) say nothing of how busy a service is
+/// now: a calm daemon looks every 10 s, and a flood's first second is a
+/// tenth of that look's span.
+pub const BUSY_SPAN_SECS: f64 = 1.0;
+
+/// The CPU time (s) the threads seen `before` used since, as a share of
+/// `secs` on each of `cpus` CPUs (None: no time passed, more than
+/// BUSY_SPAN_SECS, or no CPU).
+pub fn busy_share(threads: &[(u32, ThreadStat)], before: &HashMap<u32, u64>, cpus: usize, secs: f64) -> Option<f64> {
+    if cpus == 0 || secs <= 0.0 || secs > BUSY_SPAN_SECS {
+        return None;
+    }
+    let used: u64 = threads.iter().filter_map(|(tid, t)| before.get(tid).map(|&b| t.cpu_ticks.saturating_sub(b))).sum();
+    Some(used as f64 / USER_HZ / (secs * cpus as f64))
+}
+
+/// One class's service at one look.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ServiceLoad {
+    /// The CPUs its busy threads ran on (`busy_cpus`).
+    pub cpus: Vec<usize>,
+    /// The CPU time its threads used since the last look, as a share of
+    /// those CPUs' time (`busy_share`; None: no earlier look within
+    /// BUSY_SPAN_SECS, or idle).
+    pub busy: Option<f64>,
+}
+
 /// The reader, kept by the daemon between looks.
 pub struct ServiceCpus {
     listeners: Listeners,
     owners: SocketOwners,
-    /// Each thread's CPU time at the last look.
+    /// Each thread's CPU time at the last look, and when that was.
     ticks: HashMap<u32, u64>,
+    at: Option<Instant>,
 }
 
 impl ServiceCpus {
     /// For the services `listeners` (a handle others share) finds.
     pub fn new(listeners: Listeners) -> ServiceCpus {
-        ServiceCpus { listeners, owners: SocketOwners::default(), ticks: HashMap::new() }
+        ServiceCpus { listeners, owners: SocketOwners::default(), ticks: HashMap::new(), at: None }
     }
 
-    /// Look once: by class index of `cfg`, the CPUs its service's busy threads
-    /// ran on (empty: no socket, no owner visible, or idle).
-    pub fn look(&mut self, cfg: &Config) -> Result<Vec<Vec<usize>>> {
+    /// Look once: by class index of `cfg`, the CPUs its service's busy
+    /// threads ran on (empty: no socket, no owner visible, or idle), and how
+    /// busy they kept them.
+    pub fn look(&mut self, cfg: &Config) -> Result<Vec<ServiceLoad>> {
         let udp: Vec<_> = cfg.classes.iter().map(|c| c.udp_ports()).collect();
         let tcp: Vec<_> = cfg.classes.iter().map(|c| c.tcp_ports()).collect();
         let mut inodes: Vec<Vec<u32>> = vec![vec![]; cfg.classes.len()];
@@ -63,8 +104,10 @@ impl ServiceCpus {
             }
         }
         self.owners.follow(&inodes.concat());
+        let now = Instant::now();
+        let secs = self.at.map_or(0.0, |a| now.duration_since(a).as_secs_f64());
         let mut ticks = HashMap::new();
-        let cpus = inodes
+        let loads = inodes
             .iter()
             .map(|socks| {
                 let mut pids: Vec<u32> =
@@ -73,11 +116,13 @@ impl ServiceCpus {
                 pids.dedup();
                 let threads: Vec<(u32, ThreadStat)> = pids.iter().flat_map(|&p| threads_of(p)).collect();
                 ticks.extend(threads.iter().map(|(tid, t)| (*tid, t.cpu_ticks)));
-                busy_cpus(&threads, &self.ticks)
+                let cpus = busy_cpus(&threads, &self.ticks);
+                let busy = busy_share(&threads, &self.ticks, cpus.len(), secs);
+                ServiceLoad { cpus, busy }
             })
             .collect();
-        self.ticks = ticks;
-        Ok(cpus)
+        (self.ticks, self.at) = (ticks, Some(now));
+        Ok(loads)
     }
 }
 
@@ -133,6 +178,22 @@ mod tests {
         assert!(busy_cpus(&[], &before).is_empty(), "no thread readable (a process gone)");
     }
 
+    #[test]
+    fn a_services_busy_share_is_its_threads_cpu_time_over_its_cpus_time() {
+        let t = |cpu_ticks| ThreadStat { runnable: false, cpu_ticks, cpu: 0 };
+        let before: HashMap<u32, u64> = [(1, 100), (2, 50)].into();
+        // Thread 1 used 45 ticks (0.45 s) and thread 2 none in half a second on one CPU: 90%.
+        let now = [(1, t(145)), (2, t(50))];
+        assert!((busy_share(&now, &before, 1, 0.5).unwrap() - 0.9).abs() < 1e-9);
+        // The same time over two CPUs: 45%.
+        assert!((busy_share(&now, &before, 2, 0.5).unwrap() - 0.45).abs() < 1e-9);
+        // A thread not seen before counts nothing (its time is not since the last look).
+        assert!((busy_share(&[(1, t(145)), (3, t(900))], &before, 1, 0.5).unwrap() - 0.9).abs() < 1e-9);
+        assert_eq!(busy_share(&now, &before, 0, 0.5), None, "no CPU: idle, not busy");
+        assert_eq!(busy_share(&now, &before, 1, 0.0), None, "no time passed");
+        assert_eq!(busy_share(&now, &before, 1, 10.0), None, "a calm look's 10 s say nothing of now");
+    }
+
     /// This test process holds a listener and is running: its class's CPUs
     /// hold the CPU this thread runs on.
     #[test]
@@ -143,11 +204,18 @@ mod tests {
         let mut r = ServiceCpus::new(crate::signals::discover::Listeners::new(0).unwrap());
         let end = std::time::Instant::now() + std::time::Duration::from_millis(30);
         while std::time::Instant::now() < end {}
-        let cpus = r.look(&cfg).unwrap();
-        assert_eq!(cpus.len(), cfg.classes.len());
+        let loads = r.look(&cfg).unwrap();
+        assert_eq!(loads.len(), cfg.classes.len());
         // SAFETY: sched_getcpu(3) has no arguments.
         let here = unsafe { libc::sched_getcpu() } as usize;
-        assert!(cpus[0].contains(&here), "this thread runs on CPU {here}: {cpus:?}");
+        assert!(loads[0].cpus.contains(&here), "this thread runs on CPU {here}: {loads:?}");
+        assert_eq!(loads[0].busy, None, "no earlier look to compare with");
+        // Spinning 100 ms: some CPU time used between two looks (how much
+        // depends on who else runs here; a clock tick of /proc is 10 ms).
+        let end = std::time::Instant::now() + std::time::Duration::from_millis(100);
+        while std::time::Instant::now() < end {}
+        let loads = r.look(&cfg).unwrap();
+        assert!(loads[0].busy.is_some_and(|b| b > 0.0), "{loads:?}");
         drop(l);
     }
 }

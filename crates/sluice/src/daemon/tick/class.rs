@@ -103,6 +103,10 @@ pub(super) struct TickClass {
     /// its answer delays (`late`): the judge, and what it said last tick.
     pub(super) late: Option<LateAnswers>,
     pub(super) late_out: LateOut,
+    /// Its service kept the CPUs it ran on busy at the last look
+    /// (`late::BUSY_SHARE`): late answers are then its load's (None: no
+    /// look in the last second).
+    pub(super) busy: Option<bool>,
 }
 
 impl TickClass {
@@ -136,6 +140,7 @@ impl TickClass {
             observe_held_at: None,
             late: judged_late.then(LateAnswers::default),
             late_out: LateOut::default(),
+            busy: None,
         }
     }
 
@@ -152,6 +157,7 @@ impl TickClass {
             limiting: now.dropped_pkts() > old.dropped_pkts(),
             known_pps: now.known_pkts.saturating_sub(old.known_pkts) as f64 / dt.max(1e-4),
             known_lane: self.learns && self.fair.has_known_lane(),
+            busy: self.busy,
         };
         self.late_out = late.step(&t);
         self.behind |= self.late_out.late;
@@ -249,6 +255,7 @@ impl TickClass {
             distress: self.behind,
             dropped: self.dropped,
             late: self.late_out.late,
+            by_answers: engaged,
             slow,
             held: self.admitted < self.offered,
             queue: self.queue,

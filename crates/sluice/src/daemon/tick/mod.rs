@@ -38,6 +38,7 @@ use crate::policy::remap::ClassRemap;
 use crate::policy::syn_guard::SynGuards;
 use crate::signals::health::{Health, HealthReader, RxWork};
 use crate::signals::rx_cpu::{RxCpu, ARM_PPS};
+use crate::signals::service_cpus::ServiceLoad;
 use crate::signals::syn_peers::{direct_bits, SynPeers};
 
 /// Observing, a class stays held (`Ticker::observe_held`: its own auto
@@ -96,9 +97,11 @@ pub struct Ticker {
     /// drops and no CPU signal; said in the log where the tracer failed).
     rx: Option<CpuRxReader>,
     /// The CPU signal, and by class index the CPUs its service runs on (set
-    /// by the daemon once a second; empty: none known).
+    /// by the daemon once a second; empty: none known) and how busy it kept
+    /// them (`ServiceLoad::busy`).
     pub rx_cpu: RxCpu,
     service_cpus: Vec<Vec<usize>>,
+    service_busy: Vec<Option<f64>>,
     /// The budget's last distress (priority, why) and when it was seen, for
     /// status: a signal that fires for a few ticks and is answered by a cut
     /// is gone by the time someone looks.
@@ -168,6 +171,7 @@ impl Ticker {
             rx: None,
             rx_cpu: RxCpu::default(),
             service_cpus: vec![],
+            service_busy: vec![],
             last_distress: None,
             rx_cpu_wanted: false,
             observe: false,
@@ -208,10 +212,12 @@ impl Ticker {
         self.rx.is_some()
     }
 
-    /// By class index, the CPUs each class's service ran on at the last look
-    /// (`signals::service_cpus`), for the CPU signal.
-    pub fn set_service_cpus(&mut self, cpus: Vec<Vec<usize>>) {
-        self.service_cpus = cpus;
+    /// By class index, where each class's service ran at the last look and
+    /// how busy it was (`signals::service_cpus`): for the CPU signal, and
+    /// for the late-answers rule (`late::LateTick::busy`).
+    pub fn set_service_loads(&mut self, loads: Vec<ServiceLoad>) {
+        self.service_busy = loads.iter().map(|l| l.busy).collect();
+        self.service_cpus = loads.into_iter().map(|l| l.cpus).collect();
     }
 
     /// Take over what `old` learnt (the controller, the budget's throttles,
@@ -407,6 +413,7 @@ impl Ticker {
             c.queue = now.1.classes.get(id).and_then(|h| h.udp.fullest_share());
             c.behind = judged.behind || (room && judged.queue_stands);
             c.dropped = judged.dropped || room;
+            c.busy = self.service_busy.get(id).copied().flatten().map(|b| b >= crate::policy::late::BUSY_SHARE);
             c.judge_answers(&t, dt);
             c.distress_ticks += u64::from(c.distress);
             // Dropped with room: a service with sockets and no distress, under no cap

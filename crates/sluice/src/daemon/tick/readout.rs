@@ -37,6 +37,7 @@ impl Ticker {
                     slow: l.slow(),
                     rate_pps: c.late_out.rate,
                     known_share: c.fair.calm_known_share(),
+                    busy: c.busy,
                 }
             })
         };

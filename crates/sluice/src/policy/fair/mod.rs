@@ -281,6 +281,12 @@ pub struct FairTick {
     /// Its answers are late (`late`): its known clients wait behind the
     /// unknown sources' requests, and may send nothing in a tick for it.
     pub late: bool,
+    /// The class is limited for its late answers (`late::LateOut::rate`):
+    /// its unknown tier runs at a rate of its own, cut while they are late
+    /// or slow, and counts in work, though nobody known shares the class (a
+    /// busy service flooded by real connections from new sources: each
+    /// source is held to its share of the service's work).
+    pub by_answers: bool,
     /// Its answers are slow, late or not (`late::SLOW_FACTOR`): the
     /// unknown tier is cut by SOFT_CUT, as for socket drops, and does not
     /// grow. So a class limited for late answers settles where they are
@@ -318,10 +324,11 @@ pub struct FairOut {
     pub quota: u32,
     pub plen4: u8,
     pub plen6: u8,
-    /// The unknown tier runs at a rate of its own beside known clients:
-    /// the gate counts its TCP data in work, not packets (`struct
-    /// sluice_fair`'s by_work), since one segment of a keep-alive flood
-    /// carries many pipelined requests. Its rate is then in those tokens.
+    /// The unknown tier runs at a rate of its own (beside known clients,
+    /// or limited for late answers): the gate counts its TCP data in work,
+    /// not packets (`struct sluice_fair`'s by_work), and paces each source
+    /// in it, since one segment of a keep-alive flood carries many
+    /// pipelined requests. Its rate and the quota are then in those tokens.
     pub by_work: bool,
 }
 
@@ -535,8 +542,9 @@ impl Fair {
     }
 
     /// The unknown tier's rate. With no known client lately, what the known
-    /// tier leaves (`left`). With known clients sharing the class, a rate of
-    /// its own, moved from the last tick's: cut by the socket's drops (CUT,
+    /// tier leaves (`left`). With known clients sharing the class, or while
+    /// it is limited for its late answers (`FairTick::by_answers`), a rate
+    /// of its own, moved from the last tick's: cut by the socket's drops (CUT,
     /// SOFT_CUT, every COOL_TICKS at most) and by a queue over QUEUE_TARGET
     /// (QUEUE_GAIN, each tick), grown by REGROW a tick while the queue is
     /// under it and the gate held some of the class back (`FairTick::held`),
@@ -547,7 +555,7 @@ impl Fair {
     fn unknown_rate(&mut self, t: &FairTick, left: f64) -> f64 {
         let floor = (CUT_FLOOR * t.rate).max(UNKNOWN_FLOOR_PPS).min(left);
         self.since_cut = self.since_cut.saturating_add(1);
-        if self.known_peak_pps < 1.0 {
+        if self.known_peak_pps < 1.0 && !t.by_answers {
             self.unknown = None;
             return left.max(floor);
         }

@@ -11,6 +11,7 @@ fn tick(rate: f64, counts: FairCounts) -> FairTick {
         distress: false,
         dropped: false,
         late: false,
+        by_answers: false,
         slow: false,
         held: true,
         queue: None,
@@ -285,6 +286,30 @@ fn socket_drops_alone_cut_the_unknown_tier_by_a_tenth() {
     let t = FairTick { dropped: true, counts: FairCounts { known: 0, ..t.counts }, ..t };
     let before = alone.step(&t).unknown_pps;
     assert!(alone.step(&t).unknown_pps >= before, "no known client to protect: no cut");
+}
+
+/// Limited for its late answers with nobody known (a busy service flooded
+/// by real connections from new sources), the unknown tier is the whole
+/// class, at a rate of its own counted in work: cut while late, as beside
+/// known clients.
+#[test]
+fn limited_for_late_answers_with_nobody_known_the_unknown_tier_is_cut_while_late() {
+    let counts = FairCounts { known: 0, unknown: 5_000, under: 900, active: 5, over: 4, ..Default::default() };
+    let t = FairTick { by_answers: true, ..tick(100_000.0, counts) };
+    let mut f = Fair::default();
+    let first = f.step(&t);
+    assert!(first.by_work, "counted in work: {first:?}");
+    // (The tick hands a class whose answers are late `distress`: behind.)
+    let late = FairTick { late: true, slow: true, distress: true, ..t };
+    let mut cut = first.unknown_pps;
+    for _ in 0..=COOL_TICKS {
+        cut = f.step(&late).unknown_pps;
+    }
+    assert!(cut <= first.unknown_pps * CUT + 1.0, "cut while late: {} -> {cut}", first.unknown_pps);
+    // Not limited for its answers: the tier is what the known tier leaves, in packets.
+    let mut plain = Fair::default();
+    let out = plain.step(&FairTick { late: true, slow: true, ..tick(100_000.0, counts) });
+    assert!(!out.by_work && out.unknown_pps == 100_000.0, "{out:?}");
 }
 
 #[test]

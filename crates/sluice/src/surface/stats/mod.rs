@@ -77,9 +77,17 @@ pub struct LateStatus {
     pub rate_pps: Option<f64>,
     /// The share of its calm arrivals from known clients (None: too few
     /// sampled yet): under 0.1 (`fair::ROOM_KNOWN`) it has nobody to serve
-    /// first, and late answers never engage it.
+    /// first, and late answers engage it only while its service is busy.
     #[serde(default)]
     pub known_share: Option<f64>,
+    /// Its service kept the CPUs it ran on busy at the daemon's last look
+    /// (at least 0.9 of their time): late answers are then its load's, and
+    /// engage it with nobody known, each source held to its share of the
+    /// service's work. False: seen idle (late answers then wait on
+    /// something else, and nothing is cut for them); None: no look in the
+    /// last second.
+    #[serde(default)]
+    pub busy: Option<bool>,
 }
 
 /// One class in a snapshot.
@@ -695,6 +703,7 @@ mod tests {
             slow: true,
             rate_pps: Some(1800.0),
             known_share: Some(0.35),
+            busy: None,
         };
         s.classes[0].late = Some(late.clone());
         let t = render_table(&s);
@@ -711,7 +720,24 @@ mod tests {
         assert!(t.contains("too few known clients to serve first (4% of its calm arrivals, under 10%)"), "{t}");
         s.classes[0].late = Some(LateStatus { rate_pps: None, known_share: None, ..late.clone() });
         let t = render_table(&s);
-        assert!(t.contains("not limited: no known client to serve first"), "{t}");
+        assert!(
+            t.contains("no known client to serve first (none answered while calm), and its service was not seen busy"),
+            "{t}"
+        );
+        // Nobody known, its service busy: late answers engage it, each source to its share.
+        let alone = LateStatus { known_share: None, busy: Some(true), ..late.clone() };
+        s.classes[0].late = Some(LateStatus { rate_pps: None, ..alone.clone() });
+        assert!(render_table(&s).contains("not limited yet: 2 late windows in a row engage it"));
+        s.classes[0].late = Some(alone.clone());
+        let t = render_table(&s);
+        assert!(t.contains("limited at 1800/s, nobody known, each source to its share of the work"), "{t}");
+        assert!(t.contains("tier is cut"), "{t}");
+        s.classes[0].late = Some(LateStatus { busy: Some(false), ..alone });
+        let t = render_table(&s);
+        assert!(t.contains("not cut: its service is idle (late for something else)"), "{t}");
+        // Known clients, but the service idle: late for something else.
+        s.classes[0].late = Some(LateStatus { rate_pps: None, busy: Some(false), ..late.clone() });
+        assert!(render_table(&s).contains("not limited: its service is idle"));
         // Slow, not late: a line saying the class learns nobody meanwhile.
         s.classes[0].late = Some(LateStatus { rate_pps: None, late: false, ..late });
         let t = render_table(&s);

@@ -149,30 +149,40 @@ fn render_late(o: &mut String, classes: &[ClassSnapshot]) {
         let Some(l) = c.late.as_ref().filter(|l| l.slow || l.rate_pps.is_some()) else { continue };
         let (now, calm) = (delay_ms(l.window_p90_ms), delay_ms(l.calm_p90_ms));
         let (known_now, known_calm) = (delay_ms(l.known_window_p90_ms), delay_ms(l.known_calm_p90_ms));
+        let lane = crate::policy::fair::ROOM_KNOWN;
+        let has_lane = l.known_share.is_some_and(|k| k >= lane);
+        // As policy::late judges it: a load to shed for someone.
+        let sheds = (has_lane && l.busy != Some(false)) || l.busy == Some(true);
+        let first = if has_lane { "known clients first" } else { "nobody known, each source to its share of the work" };
         let what = match (l.rate_pps, l.late) {
-            (Some(r), true) => format!(
-                "limited at {}/s, known clients first; its unknown sources' tier is cut while the answers are late",
+            (Some(r), true) if sheds => format!(
+                "limited at {}/s, {first}; its unknown sources' tier is cut while the answers are late",
                 human(r)
             ),
+            (Some(r), true) => format!(
+                "limited at {}/s, {first}; not cut: its service is idle (late for something else), let go after {} s of it",
+                human(r),
+                crate::policy::late::RELEASE_SECS
+            ),
             (Some(r), false) => {
-                format!(
-                    "limited at {}/s, known clients first; answers in time again, its unknown sources' tier grows back",
-                    human(r)
-                )
+                format!("limited at {}/s, {first}; answers in time again, its unknown sources' tier grows back", human(r))
+            }
+            (None, true) if sheds => {
+                format!("not limited yet: {} late windows in a row engage it", crate::policy::late::LATE_RUN)
+            }
+            (None, true) if l.busy == Some(false) => {
+                "not limited: its service is idle (late for something else, not for its load)".into()
             }
             (None, true) => {
-                let lane = crate::policy::fair::ROOM_KNOWN;
-                match l.known_share {
-                    Some(k) if k >= lane => {
-                        format!("not limited yet: {} late windows in a row engage it", crate::policy::late::LATE_RUN)
-                    }
+                let why = match l.known_share {
                     Some(k) => format!(
-                        "not limited: too few known clients to serve first ({:.0}% of its calm arrivals, under {:.0}%)",
+                        "too few known clients to serve first ({:.0}% of its calm arrivals, under {:.0}%)",
                         k * 100.0,
                         lane * 100.0
                     ),
-                    None => "not limited: no known client to serve first (none answered while calm)".into(),
-                }
+                    None => "no known client to serve first (none answered while calm)".into(),
+                };
+                format!("not limited: {why}, and its service was not seen busy")
             }
             (None, false) => "slower than usual, not late: learning no client meanwhile".into(),
         };
