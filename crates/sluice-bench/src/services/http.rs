@@ -8,7 +8,11 @@
 //!
 //! Beside wrk, [`start_probe`] times new connections (connect p50/p99) and
 //! keeps one connection open for the whole cell, asking a request every
-//! KEPT_INTERVAL over it: the clients a SYN flood must not touch.
+//! KEPT_INTERVAL over it: the clients a SYN flood must not touch. The probe
+//! is a light client on a host of its own (LIGHT_CLIENT_V4/V6): wrk, a
+//! closed loop that keeps nginx's CPU busy alone, is a heavy client, and
+//! no rule that tells clients apart by address could tell the light one
+//! from it on one address.
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
@@ -176,20 +180,25 @@ impl Probe {
     }
 }
 
-/// Start the probe from namespace `ns` on `cpu` against `addr` for `secs`.
-pub fn start_probe(ns: &str, cpu: usize, addr: std::net::IpAddr, secs: f64) -> JoinHandle<Result<Probe>> {
+/// Start the probe from namespace `ns` on `cpu`, from `from`, against `addr` for `secs`.
+pub fn start_probe(
+    ns: &str,
+    cpu: usize,
+    (from, addr): (std::net::IpAddr, std::net::IpAddr),
+    secs: f64,
+) -> JoinHandle<Result<Probe>> {
     let (ns, to, end) = (ns.to_string(), SocketAddr::new(addr, PORT), Instant::now() + Duration::from_secs_f64(secs));
     std::thread::spawn(move || {
         let kept_ns = ns.clone();
         let kept = std::thread::spawn(move || {
             sluice::base::netns::run_in(&kept_ns, move || {
                 sluice::base::netns::pin_thread(cpu)?;
-                Ok(keep_asking(to, end))
+                Ok(keep_asking(from, to, end))
             })
         });
         let connects = sluice::base::netns::run_in(&ns, move || {
             sluice::base::netns::pin_thread(cpu)?;
-            Ok(time_connects(to, end))
+            Ok(time_connects(from, to, end))
         })?;
         let (kept_ms, kept_secs, kept_broken) =
             kept.join().map_err(|_| anyhow::anyhow!("the long-lived client panicked"))??;
@@ -197,26 +206,34 @@ pub fn start_probe(ns: &str, cpu: usize, addr: std::net::IpAddr, secs: f64) -> J
     })
 }
 
-/// A new connection every CONNECT_INTERVAL until `end`: (times in ms, failures).
-fn time_connects(to: SocketAddr, end: Instant) -> (Vec<f64>, u64) {
+/// A connection from `src` to `to` within CONNECT_TIMEOUT (None: failed).
+fn connect_from(src: std::net::IpAddr, to: SocketAddr) -> Option<TcpStream> {
+    let s = socket2::Socket::new(socket2::Domain::for_address(to), socket2::Type::STREAM, None).ok()?;
+    s.bind(&SocketAddr::new(src, 0).into()).ok()?;
+    s.connect_timeout(&to.into(), CONNECT_TIMEOUT).ok()?;
+    Some(s.into())
+}
+
+/// A new connection from `from` every CONNECT_INTERVAL until `end`: (times in ms, failures).
+fn time_connects(from: std::net::IpAddr, to: SocketAddr, end: Instant) -> (Vec<f64>, u64) {
     let (mut times, mut failed) = (Vec::new(), 0);
     let mut next = Instant::now();
     while next < end {
         std::thread::sleep(next.saturating_duration_since(Instant::now()));
         let t = Instant::now();
-        match TcpStream::connect_timeout(&to, CONNECT_TIMEOUT) {
-            Ok(_) => times.push(t.elapsed().as_secs_f64() * 1e3),
-            Err(_) => failed += 1,
+        match connect_from(from, to) {
+            Some(_) => times.push(t.elapsed().as_secs_f64() * 1e3),
+            None => failed += 1,
         }
         next = (next + CONNECT_INTERVAL).max(Instant::now());
     }
     (times, failed)
 }
 
-/// One keep-alive connection asking a request every KEPT_INTERVAL until
-/// `end` (reopened if it breaks): (each answered request's time in ms,
-/// seconds, times broken).
-fn keep_asking(to: SocketAddr, end: Instant) -> (Vec<f64>, f64, u64) {
+/// One keep-alive connection from `from` asking a request every
+/// KEPT_INTERVAL until `end` (reopened if it breaks): (each answered
+/// request's time in ms, seconds, times broken).
+fn keep_asking(from: std::net::IpAddr, to: SocketAddr, end: Instant) -> (Vec<f64>, f64, u64) {
     let (start, mut answered, mut broken) = (Instant::now(), Vec::new(), 0);
     let mut conn: Option<TcpStream> = None;
     let mut next = Instant::now();
@@ -224,7 +241,7 @@ fn keep_asking(to: SocketAddr, end: Instant) -> (Vec<f64>, f64, u64) {
         std::thread::sleep(next.saturating_duration_since(Instant::now()));
         next += KEPT_INTERVAL;
         if conn.is_none() {
-            conn = TcpStream::connect_timeout(&to, CONNECT_TIMEOUT).ok();
+            conn = connect_from(from, to);
             if let Some(c) = &conn {
                 let _ = c.set_read_timeout(Some(Duration::from_secs(2)));
             }
@@ -328,10 +345,7 @@ pub fn start_heavy(
 /// HEAVY_CONNS connections' requests are in flight together.
 fn heavy_source(src: std::net::IpAddr, to: SocketAddr, how: Heaviness, end: Instant) -> u64 {
     let open = || -> Option<TcpStream> {
-        let s = socket2::Socket::new(socket2::Domain::for_address(to), socket2::Type::STREAM, None).ok()?;
-        s.bind(&SocketAddr::new(src, 0).into()).ok()?;
-        s.connect_timeout(&to.into(), CONNECT_TIMEOUT).ok()?;
-        let c: TcpStream = s.into();
+        let c = connect_from(src, to)?;
         c.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
         Some(c)
     };

@@ -297,6 +297,11 @@ pub const ONSET_SECS: f64 = 0.5;
 /// flood.
 pub const NEW_CLIENT_V4: &str = "10.200.0.200";
 pub const NEW_CLIENT_V6: &str = "fd77:ffff::200";
+/// The http scenario's light client (the probe: `http::start_probe`), a
+/// host of its own beside wrk's, outside the floods' ranges and their
+/// aggregates as the new client is.
+pub const LIGHT_CLIENT_V4: &str = "10.200.0.201";
+pub const LIGHT_CLIENT_V6: &str = "fd77:ffff::201";
 
 /// A local process beside NSD that misbehaves, run as user nobody in the
 /// victim's namespace with no flood (do no harm: NSD must not pay for it).

@@ -55,7 +55,7 @@ impl Bench<'_> {
                 let (ns, wrk, cpu) = (net.a.clone(), (self.o.conns, self.o.keep_alive), self.o.clients_cpu);
                 let addr = if v6 { net.ip6_b } else { net.ip_b };
                 std::thread::spawn(move || {
-                    let probe = http::start_probe(&ns, cpu, addr, secs);
+                    let probe = http::start_probe(&ns, cpu, (light_client(v6), addr), secs);
                     http::run_wrk(&ns, cpu, addr, wrk, secs)?;
                     probe.join().map_err(|_| anyhow::anyhow!("the http probe panicked"))?.map(|_| ())
                 })
@@ -87,7 +87,7 @@ impl Bench<'_> {
     pub(in crate::services) fn http_clients(&self, v6: bool) -> Result<Cell> {
         let net = &self.bed.net;
         let addr = if v6 { net.ip6_b } else { net.ip_b };
-        let probe = http::start_probe(&net.a, self.o.clients_cpu, addr, self.o.secs);
+        let probe = http::start_probe(&net.a, self.o.clients_cpu, (light_client(v6), addr), self.o.secs);
         let w = http::run_wrk(&net.a, self.o.clients_cpu, addr, (self.o.conns, self.o.keep_alive), self.o.secs)?;
         let mut p = probe.join().map_err(|_| anyhow::anyhow!("the http probe panicked"))??;
         let tried = w.requests + w.errors;
@@ -125,6 +125,11 @@ pub(crate) fn attach_client_filter(bed: &VictimBed) -> Result<Gate> {
     )
 }
 
+/// The http probe's address (a light client on a host of its own).
+fn light_client(v6: bool) -> std::net::IpAddr {
+    (if v6 { LIGHT_CLIENT_V6 } else { LIGHT_CLIENT_V4 }).parse().expect("an address")
+}
+
 /// A connection flood's `n` source addresses.
 pub(super) fn heavy_sources(n: u8) -> Vec<std::net::IpAddr> {
     let first: std::net::Ipv4Addr = HEAVY_SRC_V4.parse().expect("an address");
@@ -143,13 +148,15 @@ pub(super) fn add_heavy_sources(bed: &VictimBed) -> Result<()> {
     Ok(())
 }
 
-/// The new client's addresses on A: deprecated (preferred_lft 0), so the
-/// other clients never pick them as their source, and known to B as
-/// neighbours (A's filter blocks ICMPv6, so B could not resolve them).
-pub(in crate::services) fn add_new_client(bed: &VictimBed) -> Result<()> {
+/// The new client's addresses on A, and the http probe's: deprecated
+/// (preferred_lft 0), so the other clients never pick them as their
+/// source, and known to B as neighbours (A's filter blocks ICMPv6, so B
+/// could not resolve them).
+pub(in crate::services) fn add_clients_of_their_own(bed: &VictimBed) -> Result<()> {
     let (a, b) = (&bed.net.a, &bed.net.b);
     let mac = sluice_testkit::testbed::format_mac(bed.net.mac_a);
-    for (ip, len) in [(NEW_CLIENT_V4, 24), (NEW_CLIENT_V6, 64)] {
+    let all = [(NEW_CLIENT_V4, 24), (NEW_CLIENT_V6, 64), (LIGHT_CLIENT_V4, 24), (LIGHT_CLIENT_V6, 64)];
+    for (ip, len) in all {
         let addr = format!("{ip}/{len}");
         netns::sh(&["ip", "-n", a, "addr", "add", &addr, "dev", IF_A, "nodad", "preferred_lft", "0"])?;
         netns::sh(&["ip", "-n", b, "neigh", "replace", ip, "lladdr", &mac, "dev", IF_B, "nud", "permanent"])?;

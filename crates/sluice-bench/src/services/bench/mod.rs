@@ -7,7 +7,7 @@ use sluice::surface::stats::Snapshot;
 mod clients;
 mod readings;
 
-pub(super) use clients::add_new_client;
+pub(super) use clients::add_clients_of_their_own;
 pub(crate) use clients::attach_client_filter;
 use clients::{add_heavy_sources, heavy_sources};
 pub(crate) use readings::service_drops;
@@ -58,9 +58,7 @@ pub(super) enum Installed {
 impl<'a> Bench<'a> {
     pub(super) fn start(svc: Service, o: &'a ServiceOpts, bed: &'a VictimBed, dir: &'a Path) -> Result<Bench<'a>> {
         add_flood_neighbours(bed, 64)?;
-        if o.sources {
-            add_new_client(bed)?;
-        }
+        add_clients_of_their_own(bed)?;
         if o.floods.iter().any(|f| f.heavy_srcs > 0) {
             add_heavy_sources(bed)?;
         }
