@@ -6,12 +6,14 @@
 //! behind on its CPU, and only its answers' delay shows it. With the
 //! kernel alone, the light client waits behind every pipelined request;
 //! with sluice, its class (a TCP auto class) is judged late and its known
-//! client goes first (`policy::late`). Needs root (CI is root).
+//! client goes first (`policy::late`). And a server whose answers are late
+//! because it waits (a slow backend, its CPU idle) is not cut for them.
+//! Needs root (CI is root).
 mod common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -34,9 +36,35 @@ const READ_WAIT: Duration = Duration::from_millis(100);
 
 /// The server's one worker: a request holds it for WORK.
 static WORKER: Mutex<()> = Mutex::new(());
+/// The tests one at a time: the daemon reads how busy the server's process
+/// (this one) keeps its CPUs, and one test's load is not another's.
+static SERIAL: Mutex<()> = Mutex::new(());
 
-/// Answer each line on `s` with "ok" after WORK on the worker, until `end`.
-fn answer(s: TcpStream, end: Instant) {
+/// How the server spends a request: WORK on the worker (its CPU busy), or
+/// asleep for the backend's delay in us (its CPU idle).
+#[derive(Clone)]
+enum Work {
+    Cpu,
+    Backend(Arc<AtomicU64>),
+}
+
+impl Work {
+    fn spend(&self) {
+        match self {
+            Work::Cpu => {
+                let _worker = WORKER.lock().unwrap_or_else(|e| e.into_inner());
+                let t = Instant::now();
+                while t.elapsed() < WORK {
+                    std::hint::spin_loop();
+                }
+            }
+            Work::Backend(us) => std::thread::sleep(Duration::from_micros(us.load(Ordering::Relaxed))),
+        }
+    }
+}
+
+/// Answer each line on `s` with "ok" after `work`, until `end`.
+fn answer(s: TcpStream, end: Instant, work: Work) {
     let _ = pin_thread(1);
     s.set_read_timeout(Some(READ_WAIT)).unwrap();
     let mut out = s.try_clone().unwrap();
@@ -47,13 +75,7 @@ fn answer(s: TcpStream, end: Instant) {
         match lines.read_line(&mut line) {
             Ok(0) => return,
             Ok(_) => {
-                {
-                    let _worker = WORKER.lock().unwrap_or_else(|e| e.into_inner());
-                    let t = Instant::now();
-                    while t.elapsed() < WORK {
-                        std::hint::spin_loop();
-                    }
-                }
+                work.spend();
                 if out.write_all(b"ok\n").is_err() {
                     return;
                 }
@@ -64,7 +86,7 @@ fn answer(s: TcpStream, end: Instant) {
 }
 
 /// The server on B's PORT for `secs`, a thread per connection.
-fn serve(tb: &Testbed, secs: f64) {
+fn serve(tb: &Testbed, secs: f64, work: Work) {
     let listener = in_netns(&tb.b, || TcpListener::bind(("0.0.0.0", PORT)).expect("bind the server"));
     listener.set_nonblocking(true).unwrap();
     let end = Instant::now() + Duration::from_secs_f64(secs);
@@ -73,7 +95,8 @@ fn serve(tb: &Testbed, secs: f64) {
             match listener.accept() {
                 Ok((s, _)) => {
                     s.set_nonblocking(false).unwrap();
-                    std::thread::spawn(move || answer(s, end));
+                    let work = work.clone();
+                    std::thread::spawn(move || answer(s, end, work));
                 }
                 Err(_) => std::thread::sleep(Duration::from_millis(2)),
             }
@@ -182,9 +205,10 @@ fn run(tb: &Testbed, addrs: &[String], calm: f64, flooded: f64, judged: f64, mid
 
 #[test]
 fn a_flood_of_real_connections_is_cut_where_the_answers_come_late_and_the_known_client_goes_first() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let mut tb = Testbed::new();
     let addrs: Vec<String> = FLOOD_ADDRS.iter().map(|&last| tb.add_host_a(last)).collect();
-    serve(&tb, 40.0);
+    serve(&tb, 40.0, Work::Cpu);
     // The kernel alone: the light client waits behind the pipelined requests.
     let alone = run(&tb, &addrs, 1.0, 3.0, 2.0, || {});
     std::thread::sleep(Duration::from_secs(1));
@@ -219,4 +243,33 @@ fn a_flood_of_real_connections_is_cut_where_the_answers_come_late_and_the_known_
         with * 100.0,
         alone * 100.0
     );
+}
+
+/// Do no harm: a server whose answers turn late because it waits on a slow
+/// backend (60 ms a request, its threads asleep) while new clients come is
+/// not cut for them, though its known client gives it a known lane: its
+/// CPU idles, and shedding the new clients would not bring the answers
+/// back. Its late answers are seen (the test measures something), and
+/// nothing of the class is limited or dropped.
+#[test]
+fn a_service_late_for_a_slow_backend_is_not_cut() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut tb = Testbed::new();
+    let addrs: Vec<String> = FLOOD_ADDRS.iter().map(|&last| tb.add_host_a(last)).collect();
+    let backend = Arc::new(AtomicU64::new(0));
+    serve(&tb, 30.0, Work::Backend(backend.clone()));
+    tb.start_gate(&["--no-discover", "--class", &format!("web:rate=auto,match=tcp:{PORT}")]);
+    let web = |tb: &Testbed| tb.status().classes.into_iter().find(|c| c.name == "web").expect("class web");
+    // Five calm seconds make the light client known; then the backend
+    // slows and new clients (the flood's addresses and connections, each
+    // waiting on the backend like the light client) come for 4 s.
+    run(&tb, &addrs, 5.0, 4.0, 2.0, || backend.store(60_000, Ordering::Relaxed));
+    let c = web(&tb);
+    let late = c.late.clone().expect("a TCP auto class is judged on its answers");
+    eprintln!("the class at the end: {late:?}, dropped {}", c.totals.dropped_pkts());
+    assert!(late.window_p90_ms.is_some_and(|ms| ms >= 32.0), "the answers were not late: {late:?}");
+    assert!(late.known_share.is_some_and(|k| k >= 0.1), "no known lane: the test measures nothing: {late:?}");
+    assert_eq!(late.busy, Some(false), "the server's process waits: {late:?}");
+    assert_eq!(late.rate_pps, None, "limited for answers a cut would not bring back");
+    assert_eq!(c.totals.dropped_pkts(), 0, "the gate dropped the class's packets");
 }

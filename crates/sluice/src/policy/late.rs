@@ -26,18 +26,17 @@
 //! feeds no calm, and the class learns nobody while it lasts and has the
 //! gate time every request (`Tiers::time_all`). LATE_RUN late windows in a
 //! row of either engage the class where it has a load to shed for someone:
-//! its service kept the CPUs it runs on busy (BUSY_SHARE, read in the last
-//! second: its answers are late for its load), and either it has a known
-//! lane (its calm arrivals were its known clients' at least
-//! `fair::ROOM_KNOWN`) or it has none but its unknown sources are held
-//! each to its fair share of the service's work (`fair`'s quota, counted
-//! in work while engaged: a light client is within its share). A known
-//! lane engages where the service's load was not read (no look in the
-//! last second), as it did before the load was read. A service seen idle
-//! while its answers are late waits on something else (a backend, a
-//! disk): a cut would shed its clients and not bring its answers back, so
-//! it is neither engaged nor cut, and an engaged one lets go after
-//! RELEASE_SECS of that as after RELEASE_SECS in time. Engaged, the class is
+//! its service kept the CPUs it runs on busy (BUSY_SHARE: its answers are
+//! late for its load), whether it has a known lane (its calm arrivals
+//! were its known clients' at least `fair::ROOM_KNOWN`: they go first) or
+//! not (its unknown sources are held each to its fair share of the
+//! service's work: `fair`'s quota, counted in work while engaged, and a
+//! light client is within its share). Where the service's threads cannot
+//! be read, a known lane engages it as before they were read. A service
+//! seen idle while its answers are late waits on something else (a
+//! backend, a disk): a cut would shed its clients and not bring its
+//! answers back, so it is neither engaged nor cut, and an engaged one lets
+//! go after RELEASE_SECS of that as after RELEASE_SECS in time. Engaged, the class is
 //! limited at the most it was offered in the late run, raised to
 //! KNOWN_ROOM times what its known clients send (a rate that admits what
 //! came: the limit only puts the source tiers in force), and the tick
@@ -175,7 +174,7 @@ pub struct LateTick {
     /// ROOM_KNOWN or over).
     pub known_lane: bool,
     /// Its service was busy at the daemon's last look (BUSY_SHARE; None:
-    /// no look in the last second).
+    /// its threads could not be read).
     pub busy: Option<bool>,
 }
 
@@ -303,10 +302,10 @@ impl LateAnswers {
         }
         let run = |j: &Judge| if held { j.slow_run } else { j.run };
         self.since_release = self.since_release.map(|s| s + t.dt).filter(|s| *s < RELEASE_HOLD_SECS);
-        // A load to shed for someone: known clients to serve first (unless
-        // the service is seen idle), or, with none, light sources to keep
-        // within their shares of a service seen busy.
-        let sheds = (t.known_lane && t.busy != Some(false)) || t.busy == Some(true);
+        // A load to shed for someone: a service seen busy (known clients
+        // to serve first, or light sources to keep within their shares),
+        // or known clients where the service's threads cannot be read.
+        let sheds = t.busy.unwrap_or(t.known_lane);
         match self.rate {
             None if (run(&self.all) >= LATE_RUN || run(&self.known) >= LATE_RUN) && sheds => {
                 self.rate = Some(self.run_offered.max(RATE_FLOOR_PPS));
@@ -557,7 +556,7 @@ mod tests {
     /// With nobody known, a service late while busy is late for its load:
     /// engaged, its unknown tier is cut while it stays busy; late while
     /// idle (it waits on something else), it is not cut, and lets go after
-    /// RELEASE_SECS of that. Its load not read, nothing engages it.
+    /// RELEASE_SECS of that. Its threads not read, nothing engages it.
     #[test]
     fn with_nobody_known_a_busy_service_sheds_its_load_and_an_idle_one_is_let_go() {
         let busy = |i: usize, busy: Option<bool>| LateTick { busy, ..tick(i, WINDOW_ANSWERS, 30_000.0, false) };
@@ -581,7 +580,7 @@ mod tests {
 
     /// Do no harm: a service with known clients whose answers come late
     /// while its CPU idles (a slow backend) is not cut; its known lane
-    /// engages it where its load was read busy, or not read at all.
+    /// engages it where it was read busy, or its threads were not read.
     #[test]
     fn a_known_lane_sheds_nothing_for_a_service_seen_idle() {
         let lane = |busy: Option<bool>| LateTick { busy, ..tick(12, WINDOW_ANSWERS, 30_000.0, true) };

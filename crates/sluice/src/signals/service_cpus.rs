@@ -54,12 +54,24 @@ const USER_HZ: f64 = 100.0;
 /// tenth of that look's span.
 pub const BUSY_SPAN_SECS: f64 = 1.0;
 
-/// The CPU time (s) the threads seen `before` used since, as a share of
-/// `secs` on each of `cpus` CPUs (None: no time passed, more than
-/// BUSY_SPAN_SECS, or no CPU).
+/// How busy `threads` kept the `cpus` CPUs they ran on (`busy_cpus`): the
+/// CPU time the threads seen `before` used in the `secs` since, as a share
+/// of those CPUs' time. With no look in the last BUSY_SPAN_SECS (the first
+/// look after a calm spell, when a flood woke the daemon), the share of
+/// those CPUs a thread is runnable on now: a flooded service's worker is
+/// caught running, one waiting on a backend is caught asleep. 0 where no
+/// thread ran (idle); None where no thread was read (no socket, no owner
+/// visible).
 pub fn busy_share(threads: &[(u32, ThreadStat)], before: &HashMap<u32, u64>, cpus: usize, secs: f64) -> Option<f64> {
-    if cpus == 0 || secs <= 0.0 || secs > BUSY_SPAN_SECS {
+    if threads.is_empty() {
         return None;
+    }
+    if cpus == 0 {
+        return Some(0.0);
+    }
+    if secs <= 0.0 || secs > BUSY_SPAN_SECS {
+        let running: BTreeSet<usize> = threads.iter().filter(|(_, t)| t.runnable).map(|(_, t)| t.cpu).collect();
+        return Some(running.len() as f64 / cpus as f64);
     }
     let used: u64 = threads.iter().filter_map(|(tid, t)| before.get(tid).map(|&b| t.cpu_ticks.saturating_sub(b))).sum();
     Some(used as f64 / USER_HZ / (secs * cpus as f64))
@@ -70,9 +82,8 @@ pub fn busy_share(threads: &[(u32, ThreadStat)], before: &HashMap<u32, u64>, cpu
 pub struct ServiceLoad {
     /// The CPUs its busy threads ran on (`busy_cpus`).
     pub cpus: Vec<usize>,
-    /// The CPU time its threads used since the last look, as a share of
-    /// those CPUs' time (`busy_share`; None: no earlier look within
-    /// BUSY_SPAN_SECS, or idle).
+    /// How busy its threads kept those CPUs (`busy_share`; None: no
+    /// thread read).
     pub busy: Option<f64>,
 }
 
@@ -189,9 +200,13 @@ mod tests {
         assert!((busy_share(&now, &before, 2, 0.5).unwrap() - 0.45).abs() < 1e-9);
         // A thread not seen before counts nothing (its time is not since the last look).
         assert!((busy_share(&[(1, t(145)), (3, t(900))], &before, 1, 0.5).unwrap() - 0.9).abs() < 1e-9);
-        assert_eq!(busy_share(&now, &before, 0, 0.5), None, "no CPU: idle, not busy");
-        assert_eq!(busy_share(&now, &before, 1, 0.0), None, "no time passed");
-        assert_eq!(busy_share(&now, &before, 1, 10.0), None, "a calm look's 10 s say nothing of now");
+        assert_eq!(busy_share(&now, &before, 0, 0.5), Some(0.0), "no thread ran: idle");
+        assert_eq!(busy_share(&[], &before, 0, 0.5), None, "no thread read: not known");
+        // No look in the last second (a calm 10 s, or none): the CPUs a thread runs on now.
+        let run = |cpu| ThreadStat { runnable: true, cpu_ticks: 900, cpu };
+        assert_eq!(busy_share(&now, &before, 1, 10.0), Some(0.0), "caught asleep");
+        assert_eq!(busy_share(&[(1, run(1)), (2, t(50))], &before, 2, 10.0), Some(0.5), "one of its two CPUs");
+        assert_eq!(busy_share(&[(1, run(1))], &HashMap::new(), 1, 0.0), Some(1.0), "the first look");
     }
 
     /// This test process holds a listener and is running: its class's CPUs
@@ -209,7 +224,7 @@ mod tests {
         // SAFETY: sched_getcpu(3) has no arguments.
         let here = unsafe { libc::sched_getcpu() } as usize;
         assert!(loads[0].cpus.contains(&here), "this thread runs on CPU {here}: {loads:?}");
-        assert_eq!(loads[0].busy, None, "no earlier look to compare with");
+        assert!(loads[0].busy.is_some_and(|b| b > 0.0), "caught running at the first look: {loads:?}");
         // Spinning 100 ms: some CPU time used between two looks (how much
         // depends on who else runs here; a clock tick of /proc is 10 ms).
         let end = std::time::Instant::now() + std::time::Duration::from_millis(100);

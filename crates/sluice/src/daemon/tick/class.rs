@@ -104,8 +104,8 @@ pub(super) struct TickClass {
     pub(super) late: Option<LateAnswers>,
     pub(super) late_out: LateOut,
     /// Its service kept the CPUs it ran on busy at the last look
-    /// (`late::BUSY_SHARE`): late answers are then its load's (None: no
-    /// look in the last second).
+    /// (`late::BUSY_SHARE`): late answers are then its load's (None: its
+    /// threads were not read).
     pub(super) busy: Option<bool>,
 }
 

@@ -84,8 +84,8 @@ pub struct LateStatus {
     /// (at least 0.9 of their time): late answers are then its load's, and
     /// engage it with nobody known, each source held to its share of the
     /// service's work. False: seen idle (late answers then wait on
-    /// something else, and nothing is cut for them); None: no look in the
-    /// last second.
+    /// something else, and nothing is cut for them); None: its threads
+    /// were not read (known clients then engage it as before).
     #[serde(default)]
     pub busy: Option<bool>,
 }
@@ -721,7 +721,9 @@ mod tests {
         s.classes[0].late = Some(LateStatus { rate_pps: None, known_share: None, ..late.clone() });
         let t = render_table(&s);
         assert!(
-            t.contains("no known client to serve first (none answered while calm), and its service was not seen busy"),
+            t.contains(
+                "no known client to serve first (none answered while calm), and its service's load was not read"
+            ),
             "{t}"
         );
         // Nobody known, its service busy: late answers engage it, each source to its share.

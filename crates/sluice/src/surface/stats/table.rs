@@ -152,7 +152,7 @@ fn render_late(o: &mut String, classes: &[ClassSnapshot]) {
         let lane = crate::policy::fair::ROOM_KNOWN;
         let has_lane = l.known_share.is_some_and(|k| k >= lane);
         // As policy::late judges it: a load to shed for someone.
-        let sheds = (has_lane && l.busy != Some(false)) || l.busy == Some(true);
+        let sheds = l.busy.unwrap_or(has_lane);
         let first = if has_lane { "known clients first" } else { "nobody known, each source to its share of the work" };
         let what = match (l.rate_pps, l.late) {
             (Some(r), true) if sheds => format!(
@@ -182,7 +182,7 @@ fn render_late(o: &mut String, classes: &[ClassSnapshot]) {
                     ),
                     None => "no known client to serve first (none answered while calm)".into(),
                 };
-                format!("not limited: {why}, and its service was not seen busy")
+                format!("not limited: {why}, and its service's load was not read")
             }
             (None, false) => "slower than usual, not late: learning no client meanwhile".into(),
         };
