@@ -454,8 +454,13 @@ int sluice_learn(struct __sk_buff *skb)
 			v->answers = 0;
 			v->answers_from = 0;
 			v->paused_ms = 0;
-		} else if (v->last_ms < f->learn_from_ms && v->paused_ms < 0xffffffff - (f->learn_from_ms - v->last_ms)) {
-			/* Refreshed last before a pause of learning: its answers then went uncounted. */
+		} else if (v->last_ms < f->learn_from_ms &&
+			   f->learn_from_ms - v->last_ms < 0xffffffffULL - v->paused_ms) {
+			/*
+			 * Refreshed last before a pause of learning: its answers then
+			 * went uncounted. (A sum past 32 bits is left out: the gap is
+			 * then over any ttl.)
+			 */
 			v->paused_ms += f->learn_from_ms - v->last_ms;
 		}
 		v->last_ms = now;

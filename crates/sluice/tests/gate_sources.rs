@@ -640,6 +640,32 @@ fn a_pause_of_learning_stays_out_of_a_known_clients_span() {
     assert!((10.0..=11.0).contains(&rate), "its rate as the gate takes it: {rate}/s (10.5/s before the pause)");
 }
 
+/// A gap past 32 bits of ms (49 days: over any ttl, but an entry the
+/// learner still finds) is left out of the client's pauses, not wrapped
+/// into them: 5,000,000,000 ms before learning's return, a wrapped sum
+/// read 705,033,704 ms.
+#[test]
+fn a_pause_past_32_bits_of_ms_is_left_out_not_wrapped() {
+    let mut g = learning_gate();
+    let now = sluice::base::clock::wall_ms();
+    let mut addr = [0u8; 16];
+    addr[..4].copy_from_slice(&[198, 51, 100, 9]);
+    let key = sluice_src_key { class_id: g.class("dns") as u8, family: 4, plen: 32, addr, ..Default::default() };
+    let last_ms = now - 5_000_000_000;
+    let entry =
+        sluice_known { first_ms: last_ms - 10_000, last_ms, answers: 100, paused_ms: 1_000, ..Default::default() };
+    g.gate.insert_known(&[(key, entry)]).unwrap();
+    let f = sluice_fair { learn: 1, learn_from_ms: now, ..Default::default() };
+    g.gate.set_fairness(g.class("dns"), &vec![f; g.gate.ncpus()]).unwrap();
+    at(&mut g, now);
+    ask(&g, "198.51.100.9");
+    g.gate.test_run(Prog::Learn, &answer("198.51.100.9", None), 1).unwrap();
+    let known = g.gate.known().unwrap();
+    let (_, v) = known.iter().find(|(k, _)| k.addr[..4] == [198, 51, 100, 9]).expect("known");
+    assert_eq!(v.last_ms, now, "refreshed: {v:?}");
+    assert_eq!(v.paused_ms, 1_000, "the gap left out: {v:?}");
+}
+
 #[test]
 fn a_clients_answers_are_held_to_its_requests() {
     let mut g = learning_gate();
