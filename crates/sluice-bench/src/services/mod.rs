@@ -559,8 +559,10 @@ pub struct Cell {
     pub attacker_known: Option<bool>,
     /// The daemon's judge of the service's answers at the cell's end (a
     /// TCP auto class's: its calm p90s, its known clients' share of its
-    /// calm arrivals, its rate if engaged): why a cell engaged or did not.
-    /// None: no daemon, or no class judged on its answers.
+    /// calm arrivals, its rate if engaged, and `engagements`, the times it
+    /// engaged during the cell: the rest is its state after the flood):
+    /// why a cell engaged or did not. None: no daemon, or no class judged
+    /// on its answers.
     #[serde(default)]
     pub late: Option<sluice::surface::stats::LateStatus>,
 }

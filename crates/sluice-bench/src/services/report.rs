@@ -468,6 +468,26 @@ fn light_clients(r: &ServiceRun, f: &Flood) -> String {
     };
     line("the light client (long-lived connection)", &|c| c.kept_rps, &|c| c.kept_p99_ms)
         + &line("wrk", &|c| Some(c.client_rate), &|c| c.p99_ms)
+        + &engaged(f, &zero)
+}
+
+/// In how many zero-config cells late answers engaged the service's class
+/// (`LateStatus::engagements`: the judge's state at a cell's end is its
+/// state after the flood, and says nothing of it). Not judged.
+fn engaged(f: &Flood, zero: &[&Cell]) -> String {
+    let judged: Vec<u64> = zero.iter().filter_map(|c| c.late.as_ref().map(|l| l.engagements)).collect();
+    if judged.is_empty() {
+        return format!(
+            "  http {}: late answers engaged the class in - cells (no class judged on its answers)\n",
+            f.name
+        );
+    }
+    let n = judged.iter().filter(|&&e| e > 0).count();
+    format!(
+        "  http {}: late answers engaged the class in {n} of {} zero-config cells (not judged)\n",
+        f.name,
+        judged.len()
+    )
 }
 
 /// The daemon's CPU, and in brackets the softirq part of it (charged to its
@@ -570,7 +590,10 @@ mod tests {
             Service::Http,
             vec![
                 light(cell("none", Setup::Off, 1000.0, Some(1.0), Some(1.0)), 500.0, 0.5),
-                light(cell("conns-v4", Setup::Zero, 995.0, Some(1.0), Some(1.9)), 498.0, 0.9),
+                Cell {
+                    late: Some(sluice::surface::stats::LateStatus { engagements: 2, ..Default::default() }),
+                    ..light(cell("conns-v4", Setup::Zero, 995.0, Some(1.0), Some(1.9)), 498.0, 0.9)
+                },
                 light(cell("newconns-v4", Setup::Zero, 980.0, Some(1.0), Some(1.5)), 500.0, 1.1),
             ],
         );
@@ -583,6 +606,8 @@ mod tests {
         );
         assert!(t.contains("http newconns-v4: wrk 98.00% of its unflooded requests/s at p99 1.50 ms vs 1.00 ms (>= 99% at p99 within 2x: MISSED)"), "{t}");
         assert!(t.contains("conns-v4 (connection flood)"), "{t}");
+        assert!(t.contains("http conns-v4: late answers engaged the class in 1 of 1 zero-config cells"), "{t}");
+        assert!(t.contains("http newconns-v4: late answers engaged the class in - cells"), "{t}");
     }
 
     #[test]

@@ -278,6 +278,8 @@ pub struct LateAnswers {
     calm_secs: f64,
     /// Seconds since the class let go, within RELEASE_HOLD_SECS of it.
     since_release: Option<f64>,
+    /// Times it engaged since the judge began (a daemon's start).
+    engagements: u64,
 }
 
 impl LateAnswers {
@@ -309,6 +311,7 @@ impl LateAnswers {
         match self.rate {
             None if (run(&self.all) >= LATE_RUN || run(&self.known) >= LATE_RUN) && sheds => {
                 self.rate = Some(self.run_offered.max(RATE_FLOOR_PPS));
+                self.engagements += 1;
                 (self.calm_secs, self.since_release) = (0.0, None);
             }
             Some(r) => {
@@ -366,6 +369,12 @@ impl LateAnswers {
     /// answers now may be a flood's first seconds.
     pub fn slow(&self) -> bool {
         self.all.slow || self.known.slow
+    }
+
+    /// How many times the class engaged since the judge began: what it
+    /// did over a flood, where its state now is only how it ends.
+    pub fn engagements(&self) -> u64 {
+        self.engagements
     }
 }
 
@@ -570,6 +579,7 @@ mod tests {
             assert_eq!(l.step(&busy(12, Some(false))), LateOut { rate: Some(30_000.0), late: false }, "tick {i}");
         }
         assert_eq!(l.step(&busy(12, Some(false))).rate, None, "let go");
+        assert_eq!(l.engagements(), 1, "engaged once, let go since");
         for seen in [Some(false), None] {
             let mut l = calm(20);
             for _ in 0..10 {

@@ -88,6 +88,11 @@ pub struct LateStatus {
     /// were not read (known clients then engage it as before).
     #[serde(default)]
     pub busy: Option<bool>,
+    /// Times late answers engaged the class since the daemon started (the
+    /// rest of this object is its state now: a flood that came and went
+    /// leaves it unlimited again).
+    #[serde(default)]
+    pub engagements: u64,
 }
 
 /// One class in a snapshot.
@@ -704,6 +709,7 @@ mod tests {
             rate_pps: Some(1800.0),
             known_share: Some(0.35),
             busy: None,
+            engagements: 1,
         };
         s.classes[0].late = Some(late.clone());
         let t = render_table(&s);
