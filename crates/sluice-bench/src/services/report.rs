@@ -473,14 +473,12 @@ fn light_clients(r: &ServiceRun, f: &Flood) -> String {
 
 /// In how many zero-config cells late answers engaged the service's class
 /// (`LateStatus::engagements`: the judge's state at a cell's end is its
-/// state after the flood, and says nothing of it). Not judged.
+/// state after the flood, and says nothing of it). Not judged; a daemon
+/// that did not count them is left out.
 fn engaged(f: &Flood, zero: &[&Cell]) -> String {
-    let judged: Vec<u64> = zero.iter().filter_map(|c| c.late.as_ref().map(|l| l.engagements)).collect();
+    let judged: Vec<u64> = zero.iter().filter_map(|c| c.late.as_ref()?.engagements).collect();
     if judged.is_empty() {
-        return format!(
-            "  http {}: late answers engaged the class in - cells (no class judged on its answers)\n",
-            f.name
-        );
+        return format!("  http {}: late answers engaged the class in - cells (none counted)\n", f.name);
     }
     let n = judged.iter().filter(|&&e| e > 0).count();
     format!(
@@ -591,7 +589,7 @@ mod tests {
             vec![
                 light(cell("none", Setup::Off, 1000.0, Some(1.0), Some(1.0)), 500.0, 0.5),
                 Cell {
-                    late: Some(sluice::surface::stats::LateStatus { engagements: 2, ..Default::default() }),
+                    late: Some(sluice::surface::stats::LateStatus { engagements: Some(2), ..Default::default() }),
                     ..light(cell("conns-v4", Setup::Zero, 995.0, Some(1.0), Some(1.9)), 498.0, 0.9)
                 },
                 light(cell("newconns-v4", Setup::Zero, 980.0, Some(1.0), Some(1.5)), 500.0, 1.1),

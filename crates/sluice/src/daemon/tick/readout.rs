@@ -38,7 +38,7 @@ impl Ticker {
                     rate_pps: c.late_out.rate,
                     known_share: c.fair.calm_known_share(),
                     busy: c.busy,
-                    engagements: l.engagements(),
+                    engagements: Some(l.engagements()),
                 }
             })
         };

@@ -90,9 +90,9 @@ pub struct LateStatus {
     pub busy: Option<bool>,
     /// Times late answers engaged the class since the daemon started (the
     /// rest of this object is its state now: a flood that came and went
-    /// leaves it unlimited again).
+    /// leaves it unlimited again). None: a daemon that did not count them.
     #[serde(default)]
-    pub engagements: u64,
+    pub engagements: Option<u64>,
 }
 
 /// One class in a snapshot.
@@ -709,7 +709,7 @@ mod tests {
             rate_pps: Some(1800.0),
             known_share: Some(0.35),
             busy: None,
-            engagements: 1,
+            engagements: Some(1),
         };
         s.classes[0].late = Some(late.clone());
         let t = render_table(&s);
