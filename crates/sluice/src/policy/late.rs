@@ -148,11 +148,14 @@ pub const LATE_TAINT_MS: u64 = 1_000;
 pub const KNOWN_ROOM: f64 = 2.5;
 /// The least rate an engaged class is limited at (packets/s).
 pub const RATE_FLOOR_PPS: f64 = 1000.0;
-/// A service whose threads used this share of the CPUs they ran on since
-/// the daemon's last look (`signals::service_cpus::ServiceLoad::busy`) is
-/// busy: late answers are then its load's. (nginx flooded by the bench's
-/// `conns-v4` ran its one worker's CPU at 99%; a service behind a slow
-/// backend waits, its CPU idle.)
+/// A service whose threads ran on CPUs busy for this share of their time
+/// since the daemon's last look (`signals::service_cpus::ServiceLoad::busy`:
+/// its own time and the softirq work for its packets alike) is busy: late
+/// answers are then its load's. (nginx flooded by the bench's `conns-v4`
+/// ran its one worker's CPU at 99%; a service behind a slow backend waits,
+/// its CPU idle. Its threads' own time was tried first: under a flood of
+/// new connections the handshakes' softirq work on nginx's CPU is not
+/// nginx's time, and its share read under 0.9 while the CPU was full.)
 pub const BUSY_SHARE: f64 = 0.9;
 
 /// One tick of a class, as `LateAnswers::step` takes it.

@@ -7,9 +7,9 @@
 //! An idle service has no CPUs: receive work on a CPU where nothing of it
 //! runs takes nothing from it.
 //!
-//! The same look says how hard the service worked: the CPU time its
-//! threads used since the last look, as a share of the time of the CPUs
-//! they ran on (`ServiceLoad::busy`). A TCP service whose answers are late
+//! The same look says how busy the CPUs it ran on were since the last look
+//! (/proc/stat: the service's own time, and the receive work for its
+//! packets that softirq runs there; `ServiceLoad::busy`). A TCP service whose answers are late
 //! while it is busy is late for its load, which a limit can shed; one that
 //! is late while idle waits on something else (a backend, a disk), and
 //! shedding its clients would not bring its answers back (policy/late.rs).
@@ -45,36 +45,59 @@ pub fn busy_cpus(threads: &[(u32, ThreadStat)], before: &HashMap<u32, u64>) -> V
     set.into_iter().collect()
 }
 
-/// Clock ticks a second in /proc's CPU times (USER_HZ: fixed at 100 in
-/// the kernel's ABI, whatever its own HZ).
-const USER_HZ: f64 = 100.0;
-
 /// Looks further apart than this (s) say nothing of how busy a service is
 /// now: a calm daemon looks every 10 s, and a flood's first second is a
 /// tenth of that look's span.
 pub const BUSY_SPAN_SECS: f64 = 1.0;
 
-/// How busy `threads` kept the `cpus` CPUs they ran on (`busy_cpus`): the
-/// CPU time the threads seen `before` used in the `secs` since, as a share
-/// of those CPUs' time. With no look in the last BUSY_SPAN_SECS (the first
-/// look after a calm spell, when a flood woke the daemon), the share of
-/// those CPUs a thread is runnable on now: a flooded service's worker is
-/// caught running, one waiting on a backend is caught asleep. 0 where no
-/// thread ran (idle); None where no thread was read (no socket, no owner
-/// visible).
-pub fn busy_share(threads: &[(u32, ThreadStat)], before: &HashMap<u32, u64>, cpus: usize, secs: f64) -> Option<f64> {
+/// Each CPU's time from a /proc/stat text, in clock ticks: (busy, total),
+/// busy being all but idle and iowait.
+pub type CpuTimes = HashMap<usize, (u64, u64)>;
+
+/// The `cpuN` lines of a /proc/stat text (a line it cannot read is left out).
+pub fn cpu_times(stat: &str) -> CpuTimes {
+    let line = |l: &str| {
+        let mut f = l.split_whitespace();
+        let cpu = f.next()?.strip_prefix("cpu")?.parse().ok()?;
+        // user nice system idle iowait irq softirq steal (guest time is in user).
+        let v: Vec<u64> = f.take(8).map(|x| x.parse().ok()).collect::<Option<_>>()?;
+        let total: u64 = v.iter().sum();
+        (v.len() >= 5).then(|| (cpu, (total - v[3] - v[4], total)))
+    };
+    stat.lines().filter_map(line).collect()
+}
+
+/// How busy the `cpus` CPUs a service's `threads` ran on (`busy_cpus`)
+/// were: their busy time over their time between two reads of
+/// /proc/stat (`times`: before and now), whoever kept them busy (the
+/// service, the receive work for its packets in softirq, which its
+/// threads' own times leave out, or a neighbour). With no read in the
+/// last BUSY_SPAN_SECS (the first look after a calm spell, when a flood
+/// woke the daemon), the share of those CPUs a thread of it is runnable
+/// on now: a flooded service's worker is caught running, one waiting on a
+/// backend is caught asleep. 0 where no thread ran (idle); None where no
+/// thread was read (no socket, no owner visible).
+pub fn busy_share(threads: &[(u32, ThreadStat)], cpus: &[usize], times: Option<(&CpuTimes, &CpuTimes)>) -> Option<f64> {
     if threads.is_empty() {
         return None;
     }
-    if cpus == 0 {
+    if cpus.is_empty() {
         return Some(0.0);
     }
-    if secs <= 0.0 || secs > BUSY_SPAN_SECS {
+    let delta = |(before, now): (&CpuTimes, &CpuTimes)| {
+        let (busy, total) = cpus
+            .iter()
+            .filter_map(|c| {
+                let ((b0, t0), (b1, t1)) = (before.get(c)?, now.get(c)?);
+                Some((b1.saturating_sub(*b0), t1.saturating_sub(*t0)))
+            })
+            .fold((0, 0), |a, x| (a.0 + x.0, a.1 + x.1));
+        (total > 0).then(|| busy as f64 / total as f64)
+    };
+    times.and_then(delta).or_else(|| {
         let running: BTreeSet<usize> = threads.iter().filter(|(_, t)| t.runnable).map(|(_, t)| t.cpu).collect();
-        return Some(running.len() as f64 / cpus as f64);
-    }
-    let used: u64 = threads.iter().filter_map(|(tid, t)| before.get(tid).map(|&b| t.cpu_ticks.saturating_sub(b))).sum();
-    Some(used as f64 / USER_HZ / (secs * cpus as f64))
+        Some(running.len() as f64 / cpus.len() as f64)
+    })
 }
 
 /// One class's service at one look.
@@ -91,15 +114,16 @@ pub struct ServiceLoad {
 pub struct ServiceCpus {
     listeners: Listeners,
     owners: SocketOwners,
-    /// Each thread's CPU time at the last look, and when that was.
+    /// Each thread's CPU time at the last look, and the CPUs' times then
+    /// (/proc/stat) with when they were read.
     ticks: HashMap<u32, u64>,
-    at: Option<Instant>,
+    cpu_times: Option<(Instant, CpuTimes)>,
 }
 
 impl ServiceCpus {
     /// For the services `listeners` (a handle others share) finds.
     pub fn new(listeners: Listeners) -> ServiceCpus {
-        ServiceCpus { listeners, owners: SocketOwners::default(), ticks: HashMap::new(), at: None }
+        ServiceCpus { listeners, owners: SocketOwners::default(), ticks: HashMap::new(), cpu_times: None }
     }
 
     /// Look once: by class index of `cfg`, the CPUs its service's busy
@@ -115,8 +139,9 @@ impl ServiceCpus {
             }
         }
         self.owners.follow(&inodes.concat());
-        let now = Instant::now();
-        let secs = self.at.map_or(0.0, |a| now.duration_since(a).as_secs_f64());
+        let now = (Instant::now(), std::fs::read_to_string("/proc/stat").map(|s| cpu_times(&s)).ok());
+        let fresh = |(at, _): &(Instant, CpuTimes)| now.0.duration_since(*at).as_secs_f64() <= BUSY_SPAN_SECS;
+        let times = self.cpu_times.as_ref().filter(|t| fresh(t)).zip(now.1.as_ref()).map(|((_, b), n)| (b, n));
         let mut ticks = HashMap::new();
         let loads = inodes
             .iter()
@@ -128,11 +153,12 @@ impl ServiceCpus {
                 let threads: Vec<(u32, ThreadStat)> = pids.iter().flat_map(|&p| threads_of(p)).collect();
                 ticks.extend(threads.iter().map(|(tid, t)| (*tid, t.cpu_ticks)));
                 let cpus = busy_cpus(&threads, &self.ticks);
-                let busy = busy_share(&threads, &self.ticks, cpus.len(), secs);
+                let busy = busy_share(&threads, &cpus, times);
                 ServiceLoad { cpus, busy }
             })
             .collect();
-        (self.ticks, self.at) = (ticks, Some(now));
+        self.ticks = ticks;
+        self.cpu_times = now.1.map(|t| (now.0, t));
         Ok(loads)
     }
 }
@@ -190,23 +216,31 @@ mod tests {
     }
 
     #[test]
-    fn a_services_busy_share_is_its_threads_cpu_time_over_its_cpus_time() {
-        let t = |cpu_ticks| ThreadStat { runnable: false, cpu_ticks, cpu: 0 };
-        let before: HashMap<u32, u64> = [(1, 100), (2, 50)].into();
-        // Thread 1 used 45 ticks (0.45 s) and thread 2 none in half a second on one CPU: 90%.
-        let now = [(1, t(145)), (2, t(50))];
-        assert!((busy_share(&now, &before, 1, 0.5).unwrap() - 0.9).abs() < 1e-9);
-        // The same time over two CPUs: 45%.
-        assert!((busy_share(&now, &before, 2, 0.5).unwrap() - 0.45).abs() < 1e-9);
-        // A thread not seen before counts nothing (its time is not since the last look).
-        assert!((busy_share(&[(1, t(145)), (3, t(900))], &before, 1, 0.5).unwrap() - 0.9).abs() < 1e-9);
-        assert_eq!(busy_share(&now, &before, 0, 0.5), Some(0.0), "no thread ran: idle");
-        assert_eq!(busy_share(&[], &before, 0, 0.5), None, "no thread read: not known");
-        // No look in the last second (a calm 10 s, or none): the CPUs a thread runs on now.
+    fn cpu_times_are_read_from_proc_stat_without_idle_and_iowait() {
+        let stat = "cpu  10 0 10 80 0 0 0 0 0 0\ncpu0 5 0 5 40 10 0 5 0 0 0\ncpu1 1 2 3 4\nintr 1 2\ncpu2 x\n";
+        let t = cpu_times(stat);
+        assert_eq!(t.get(&0), Some(&(15, 65)), "user+system+softirq of 65 ticks");
+        assert_eq!(t.get(&1), None, "too few fields");
+        assert_eq!(t.len(), 1, "the total line and junk left out: {t:?}");
+    }
+
+    #[test]
+    fn a_services_busy_share_is_its_cpus_busy_time_over_their_time() {
+        let t = |cpu| ThreadStat { runnable: false, cpu_ticks: 10, cpu };
+        let before: CpuTimes = [(0, (100, 1000)), (1, (500, 1000)), (2, (0, 0))].into();
+        // CPU 0: 45 of 50 ticks busy (the service's time and its softirq work alike); CPU 1: 5 of 50.
+        let now: CpuTimes = [(0, (145, 1050)), (1, (505, 1050)), (2, (0, 0))].into();
+        let threads = [(1, t(0)), (2, t(1))];
+        let share = |cpus: &[usize]| busy_share(&threads, cpus, Some((&before, &now))).unwrap();
+        assert!((share(&[0]) - 0.9).abs() < 1e-9);
+        assert!((share(&[0, 1]) - 0.5).abs() < 1e-9, "over both CPUs");
+        assert_eq!(busy_share(&threads, &[], Some((&before, &now))), Some(0.0), "no thread ran: idle");
+        assert_eq!(busy_share(&[], &[], Some((&before, &now))), None, "no thread read: not known");
+        // No read in the last second (a calm 10 s, or none), or no time passed: the CPUs a thread runs on now.
         let run = |cpu| ThreadStat { runnable: true, cpu_ticks: 900, cpu };
-        assert_eq!(busy_share(&now, &before, 1, 10.0), Some(0.0), "caught asleep");
-        assert_eq!(busy_share(&[(1, run(1)), (2, t(50))], &before, 2, 10.0), Some(0.5), "one of its two CPUs");
-        assert_eq!(busy_share(&[(1, run(1))], &HashMap::new(), 1, 0.0), Some(1.0), "the first look");
+        assert_eq!(busy_share(&threads, &[0], None), Some(0.0), "caught asleep");
+        assert_eq!(busy_share(&[(1, run(1)), (2, t(0))], &[0, 1], None), Some(0.5), "one of its two CPUs");
+        assert_eq!(busy_share(&[(1, run(2))], &[2], Some((&before, &now))), Some(1.0), "CPU 2's time did not move");
     }
 
     /// This test process holds a listener and is running: its class's CPUs

@@ -80,8 +80,8 @@ pub struct LateStatus {
     /// first, and late answers engage it only while its service is busy.
     #[serde(default)]
     pub known_share: Option<f64>,
-    /// Its service kept the CPUs it ran on busy at the daemon's last look
-    /// (at least 0.9 of their time): late answers are then its load's, and
+    /// The CPUs its service ran on were busy at the daemon's last look (at
+    /// least 0.9 of their time, /proc/stat): late answers are then its load's, and
     /// engage it with nobody known, each source held to its share of the
     /// service's work. False: seen idle (late answers then wait on
     /// something else, and nothing is cut for them); None: its threads
