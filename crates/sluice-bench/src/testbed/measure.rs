@@ -163,16 +163,11 @@ pub fn thread_ticks(tid: i32) -> u64 {
     sluice::signals::procfs::stat_cpu_ticks(&s).unwrap_or(0)
 }
 
-/// One CPU's line of /proc/stat: (busy, total) in clock ticks.
+/// One CPU's line of /proc/stat: (busy, total) in clock ticks (the
+/// daemon's reading, `procfs::cpu_times`).
 pub fn proc_stat_cpu(cpu: usize) -> Result<(u64, u64)> {
     let s = std::fs::read_to_string("/proc/stat")?;
-    let tag = format!("cpu{cpu} ");
-    let line = s.lines().find(|l| l.starts_with(&tag)).with_context(|| format!("no {tag} in /proc/stat"))?;
-    let v: Vec<u64> = line.split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
-    // user nice system idle iowait irq softirq steal ...
-    let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
-    let total: u64 = v.iter().take(8).sum();
-    Ok((total - idle, total))
+    sluice::signals::procfs::cpu_times(&s).get(&cpu).copied().with_context(|| format!("no cpu{cpu} in /proc/stat"))
 }
 
 /// The packet counters of one nftables table, read through one `nft -i -j`

@@ -26,7 +26,7 @@
 //! feeds no calm, and the class learns nobody while it lasts and has the
 //! gate time every request (`Tiers::time_all`). LATE_RUN late windows in a
 //! row of either engage the class where it has a load to shed for someone:
-//! its service kept the CPUs it runs on busy (BUSY_SHARE: its answers are
+//! the CPUs its service runs on were busy (BUSY_SHARE: its answers are
 //! late for its load), whether it has a known lane (its calm arrivals
 //! were its known clients' at least `fair::ROOM_KNOWN`: they go first) or
 //! not (its unknown sources are held each to its fair share of the
@@ -36,9 +36,9 @@
 //! seen idle while its answers are late waits on something else (a
 //! backend, a disk): a cut would shed its clients and not bring its
 //! answers back, so it is neither engaged nor cut, and an engaged one lets
-//! go after RELEASE_SECS of that as after RELEASE_SECS in time. Engaged, the class is
-//! limited at the most it was offered in the late run, raised to
-//! KNOWN_ROOM times what its known clients send (a rate that admits what
+//! go after RELEASE_SECS of that as after RELEASE_SECS in time. Engaged,
+//! the class is limited at the most it was offered in the late run, raised
+//! to KNOWN_ROOM times what its known clients send (a rate that admits what
 //! came: the limit only puts the source tiers in force), and the tick
 //! hands fairness "behind" while its last window was late: the unknown
 //! sources' tier is cut (`fair::CUT` every COOL_TICKS) while the answers

@@ -4,7 +4,8 @@
 //! `RcvbufErrors`), /proc/net/netstat (`TcpExt`), /proc/net/softnet_stat
 //! (time squeeze and backlog drops of the whole host: read and shown; the
 //! budget takes backlog drops from the tracer, for the gate's interface
-//! only, `health::RxWork`) and a process's /proc/PID/stat. The files are
+//! only, `health::RxWork`), a process's /proc/PID/stat and the CPUs' times
+//! in /proc/stat (`cpu_times`, the host's, not a namespace's). The files are
 //! opened once, inside the namespace, and re-read in place (`NsFile`).
 //! The sockets themselves are read over sock_diag (`sock_diag.rs`).
 //!
@@ -37,6 +38,23 @@ pub struct UdpCounters {
 /// parentheses, so the fields are counted from its closing one. None without it.
 pub fn stat_fields(stat: &str) -> Option<Vec<&str>> {
     Some(stat.rsplit_once(')')?.1.split_whitespace().collect())
+}
+
+/// Each CPU's time from a /proc/stat text, in clock ticks: (busy, total),
+/// busy being all but idle and iowait.
+pub type CpuTimes = std::collections::HashMap<usize, (u64, u64)>;
+
+/// The `cpuN` lines of a /proc/stat text (a line it cannot read is left out).
+pub fn cpu_times(stat: &str) -> CpuTimes {
+    let line = |l: &str| {
+        let mut f = l.split_whitespace();
+        let cpu = f.next()?.strip_prefix("cpu")?.parse().ok()?;
+        // user nice system idle iowait irq softirq steal (guest time is in user).
+        let v: Vec<u64> = f.take(8).map(|x| x.parse().ok()).collect::<Option<_>>()?;
+        let total: u64 = v.iter().sum();
+        (v.len() >= 5).then(|| (cpu, (total - v[3] - v[4], total)))
+    };
+    stat.lines().filter_map(line).collect()
 }
 
 /// utime + stime (fields 14 and 15, clock ticks) of a /proc/PID/stat text.
@@ -146,6 +164,15 @@ pub fn softnet() -> Result<Softnet> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn cpu_times_are_read_from_proc_stat_without_idle_and_iowait() {
+        let stat = "cpu  10 0 10 80 0 0 0 0 0 0\ncpu0 5 0 5 40 10 0 5 0 0 0\ncpu1 1 2 3 4\nintr 1 2\ncpu2 x\n";
+        let t = super::cpu_times(stat);
+        assert_eq!(t.get(&0), Some(&(15, 65)), "user+system+softirq of 65 ticks");
+        assert_eq!(t.get(&1), None, "too few fields");
+        assert_eq!(t.len(), 1, "the total line and junk left out: {t:?}");
+    }
+
     #[test]
     fn missing_counters_are_named() {
         let text = "TcpExt: SyncookiesSent ListenDrops\nTcpExt: 1 2\n";

@@ -9,10 +9,11 @@
 //!
 //! The same look says how busy the CPUs it ran on were since the last look
 //! (/proc/stat: the service's own time, and the receive work for its
-//! packets that softirq runs there; `ServiceLoad::busy`). A TCP service whose answers are late
-//! while it is busy is late for its load, which a limit can shed; one that
-//! is late while idle waits on something else (a backend, a disk), and
-//! shedding its clients would not bring its answers back (policy/late.rs).
+//! packets that softirq runs there; `ServiceLoad::busy`). A TCP service
+//! whose answers are late while it is busy is late for its load, which a
+//! limit can shed; one that is late while idle waits on something else (a
+//! backend, a disk), and shedding its clients would not bring its answers
+//! back (policy/late.rs).
 use std::collections::{BTreeSet, HashMap};
 use std::time::Instant;
 
@@ -21,7 +22,7 @@ use anyhow::Result;
 use crate::policy::config::Config;
 use crate::signals::discover::{Listeners, SocketOwners, L4};
 use crate::signals::health::class_of;
-use crate::signals::procfs::{stat_cpu_ticks, stat_fields};
+use crate::signals::procfs::{cpu_times, stat_cpu_ticks, stat_fields, CpuTimes};
 
 /// One thread at one look: runnable, its CPU time (clock ticks), its last CPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,23 +50,6 @@ pub fn busy_cpus(threads: &[(u32, ThreadStat)], before: &HashMap<u32, u64>) -> V
 /// now: a calm daemon looks every 10 s, and a flood's first second is a
 /// tenth of that look's span.
 pub const BUSY_SPAN_SECS: f64 = 1.0;
-
-/// Each CPU's time from a /proc/stat text, in clock ticks: (busy, total),
-/// busy being all but idle and iowait.
-pub type CpuTimes = HashMap<usize, (u64, u64)>;
-
-/// The `cpuN` lines of a /proc/stat text (a line it cannot read is left out).
-pub fn cpu_times(stat: &str) -> CpuTimes {
-    let line = |l: &str| {
-        let mut f = l.split_whitespace();
-        let cpu = f.next()?.strip_prefix("cpu")?.parse().ok()?;
-        // user nice system idle iowait irq softirq steal (guest time is in user).
-        let v: Vec<u64> = f.take(8).map(|x| x.parse().ok()).collect::<Option<_>>()?;
-        let total: u64 = v.iter().sum();
-        (v.len() >= 5).then(|| (cpu, (total - v[3] - v[4], total)))
-    };
-    stat.lines().filter_map(line).collect()
-}
 
 /// How busy the `cpus` CPUs a service's `threads` ran on (`busy_cpus`)
 /// were: their busy time over their time between two reads of
@@ -105,8 +89,8 @@ pub fn busy_share(threads: &[(u32, ThreadStat)], cpus: &[usize], times: Option<(
 pub struct ServiceLoad {
     /// The CPUs its busy threads ran on (`busy_cpus`).
     pub cpus: Vec<usize>,
-    /// How busy its threads kept those CPUs (`busy_share`; None: no
-    /// thread read).
+    /// How busy those CPUs were, whoever kept them so (`busy_share`;
+    /// None: no thread read).
     pub busy: Option<f64>,
 }
 
@@ -213,15 +197,6 @@ mod tests {
         // An idle service (nothing ran, nothing runnable) has no CPU; nor a new sleeping thread.
         assert!(busy_cpus(&[(1, t(false, 140, 0)), (9, t(false, 5, 1))], &[(1, 140)].into()).is_empty());
         assert!(busy_cpus(&[], &before).is_empty(), "no thread readable (a process gone)");
-    }
-
-    #[test]
-    fn cpu_times_are_read_from_proc_stat_without_idle_and_iowait() {
-        let stat = "cpu  10 0 10 80 0 0 0 0 0 0\ncpu0 5 0 5 40 10 0 5 0 0 0\ncpu1 1 2 3 4\nintr 1 2\ncpu2 x\n";
-        let t = cpu_times(stat);
-        assert_eq!(t.get(&0), Some(&(15, 65)), "user+system+softirq of 65 ticks");
-        assert_eq!(t.get(&1), None, "too few fields");
-        assert_eq!(t.len(), 1, "the total line and junk left out: {t:?}");
     }
 
     #[test]

@@ -103,7 +103,7 @@ pub(super) struct TickClass {
     /// its answer delays (`late`): the judge, and what it said last tick.
     pub(super) late: Option<LateAnswers>,
     pub(super) late_out: LateOut,
-    /// Its service kept the CPUs it ran on busy at the last look
+    /// The CPUs its service ran on were busy at the last look
     /// (`late::BUSY_SHARE`): late answers are then its load's (None: its
     /// threads were not read).
     pub(super) busy: Option<bool>,

@@ -97,8 +97,9 @@ pub struct Ticker {
     /// drops and no CPU signal; said in the log where the tracer failed).
     rx: Option<CpuRxReader>,
     /// The CPU signal, and by class index the CPUs its service runs on (set
-    /// by the daemon once a second; empty: none known) and how busy it kept
-    /// them (`ServiceLoad::busy`).
+    /// at each of the daemon's looks, every 250 ms while it ticks fast and
+    /// every 10 s while calm; empty: none known) and how busy they were
+    /// (`ServiceLoad::busy`).
     pub rx_cpu: RxCpu,
     service_cpus: Vec<Vec<usize>>,
     service_busy: Vec<Option<f64>>,
