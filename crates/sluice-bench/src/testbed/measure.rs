@@ -167,7 +167,8 @@ pub fn thread_ticks(tid: i32) -> u64 {
 /// daemon's reading, `procfs::cpu_times`).
 pub fn proc_stat_cpu(cpu: usize) -> Result<(u64, u64)> {
     let s = std::fs::read_to_string("/proc/stat")?;
-    sluice::signals::procfs::cpu_times(&s).get(&cpu).copied().with_context(|| format!("no cpu{cpu} in /proc/stat"))
+    let t = sluice::signals::procfs::cpu_times(&s).get(&cpu).copied();
+    t.map(|t| (t.busy, t.total)).with_context(|| format!("no cpu{cpu} in /proc/stat"))
 }
 
 /// The packet counters of one nftables table, read through one `nft -i -j`

@@ -89,7 +89,11 @@ enum Duty {
     /// Re-apply the napi kthreads' policy (re-attaching XDP or toggling
     /// threaded mode re-creates them).
     Napi,
-    /// Look where each class's service runs (the CPU signal's CPUs).
+    /// Read the CPUs' and the services' processes' times, for the look
+    /// a flood wakes to judge how busy each service is from a second ago.
+    ServiceTimes,
+    /// Look where each class's service runs (the CPU signal's CPUs) and
+    /// how busy it keeps them.
     ServiceCpus,
     /// Read the namespace's settings the gate depends on again: TCP's for
     /// a gate cookie, the ephemeral port range for the host's replies.
@@ -113,13 +117,16 @@ const fn ms(n: u64) -> Duration {
 /// idle daemon's CPU, `perf record` for 30 s). The TCP settings matter only
 /// to a SYN guard that answers, which a calm loop has none of: read every
 /// 10 s while calm (4-5% of that profile at once a second), and at a wake.
-const CADENCE: [(Duration, Duration, Duty); 8] = [
+/// The times busy is judged from are read every second (a file, and one a
+/// service process: `ServiceCpus::mark`; a look that ran since is enough).
+const CADENCE: [(Duration, Duration, Duty); 9] = [
     (ms(1000), ms(1000), Duty::Rediscover),
     (ms(1000), ms(1000), Duty::Resteer),
     (ms(0), ms(0), Duty::TakeScan),
     (ms(100), ms(1000), Duty::Publish),
     (ms(60_000), ms(60_000), Duty::OfferKnown),
     (ms(1000), ms(1000), Duty::Napi),
+    (ms(1000), ms(1000), Duty::ServiceTimes),
     (ms(250), ms(10_000), Duty::ServiceCpus),
     (ms(1000), ms(10_000), Duty::TcpSettings),
 ];
@@ -462,6 +469,7 @@ impl Daemon {
             Duty::Publish => self.refresh_stats()?,
             Duty::OfferKnown => self.offer_known(),
             Duty::Napi => self.protect.sync_napi(&self.cfg, &self.iface),
+            Duty::ServiceTimes => self.service_cpus.mark(),
             Duty::ServiceCpus => self.look_service_cpus(),
             Duty::TcpSettings => self.reread_tcp_settings(),
         }

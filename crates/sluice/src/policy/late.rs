@@ -148,14 +148,16 @@ pub const LATE_TAINT_MS: u64 = 1_000;
 pub const KNOWN_ROOM: f64 = 2.5;
 /// The least rate an engaged class is limited at (packets/s).
 pub const RATE_FLOOR_PPS: f64 = 1000.0;
-/// A service whose threads ran on CPUs busy for this share of their time
-/// since the daemon's last look (`signals::service_cpus::ServiceLoad::busy`:
-/// its own time and the softirq work for its packets alike) is busy: late
-/// answers are then its load's. (nginx flooded by the bench's `conns-v4`
-/// ran its one worker's CPU at 99%; a service behind a slow backend waits,
-/// its CPU idle. Its threads' own time was tried first: under a flood of
-/// new connections the handshakes' softirq work on nginx's CPU is not
-/// nginx's time, and its share read under 0.9 while the CPU was full.)
+/// A service that kept the CPUs its threads ran on busy for this share of
+/// their time since the daemon's last reading
+/// (`signals::service_cpus::ServiceLoad::busy`: its processes' own time
+/// and those CPUs' softirq work, for its packets) is busy: late answers are
+/// then its load's. (nginx flooded by the bench's `conns-v4` ran its one
+/// worker's CPU at 99%; a service behind a slow backend waits, its CPU
+/// idle. Its threads' own time alone left out the handshakes' softirq work
+/// under a flood of new connections, and read under 0.9 while the CPU was
+/// full; the CPUs' busy time alone counted a neighbour's spinning as the
+/// service's load.)
 pub const BUSY_SHARE: f64 = 0.9;
 
 /// One tick of a class, as `LateAnswers::step` takes it.
@@ -177,7 +179,7 @@ pub struct LateTick {
     /// ROOM_KNOWN or over).
     pub known_lane: bool,
     /// Its service was busy at the daemon's last look (BUSY_SHARE; None:
-    /// its threads could not be read).
+    /// its threads could not be read, or no reading was there to judge from).
     pub busy: Option<bool>,
 }
 

@@ -40,9 +40,19 @@ pub fn stat_fields(stat: &str) -> Option<Vec<&str>> {
     Some(stat.rsplit_once(')')?.1.split_whitespace().collect())
 }
 
-/// Each CPU's time from a /proc/stat text, in clock ticks: (busy, total),
-/// busy being all but idle and iowait.
-pub type CpuTimes = std::collections::HashMap<usize, (u64, u64)>;
+/// One CPU's time from /proc/stat, in clock ticks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CpuTime {
+    /// All but idle and iowait.
+    pub busy: u64,
+    /// Interrupts and softirq (the receive work for packets, whoever they
+    /// are for): part of `busy`.
+    pub irq: u64,
+    pub total: u64,
+}
+
+/// Each CPU's time from a /proc/stat text, by CPU number.
+pub type CpuTimes = std::collections::HashMap<usize, CpuTime>;
 
 /// The `cpuN` lines of a /proc/stat text (a line it cannot read is left out).
 pub fn cpu_times(stat: &str) -> CpuTimes {
@@ -52,7 +62,8 @@ pub fn cpu_times(stat: &str) -> CpuTimes {
         // user nice system idle iowait irq softirq steal (guest time is in user).
         let v: Vec<u64> = f.take(8).map(|x| x.parse().ok()).collect::<Option<_>>()?;
         let total: u64 = v.iter().sum();
-        (v.len() >= 5).then(|| (cpu, (total - v[3] - v[4], total)))
+        let irq = v.get(5).unwrap_or(&0) + v.get(6).unwrap_or(&0);
+        (v.len() >= 5).then(|| (cpu, CpuTime { busy: total - v[3] - v[4], irq, total }))
     };
     stat.lines().filter_map(line).collect()
 }
@@ -168,7 +179,7 @@ mod tests {
     fn cpu_times_are_read_from_proc_stat_without_idle_and_iowait() {
         let stat = "cpu  10 0 10 80 0 0 0 0 0 0\ncpu0 5 0 5 40 10 0 5 0 0 0\ncpu1 1 2 3 4\nintr 1 2\ncpu2 x\n";
         let t = super::cpu_times(stat);
-        assert_eq!(t.get(&0), Some(&(15, 65)), "user+system+softirq of 65 ticks");
+        assert_eq!(t.get(&0), Some(&CpuTime { busy: 15, irq: 5, total: 65 }), "user+system+softirq of 65 ticks");
         assert_eq!(t.get(&1), None, "too few fields");
         assert_eq!(t.len(), 1, "the total line and junk left out: {t:?}");
     }

@@ -7,13 +7,17 @@
 //! An idle service has no CPUs: receive work on a CPU where nothing of it
 //! runs takes nothing from it.
 //!
-//! The same look says how busy the CPUs it ran on were since the last look
-//! (/proc/stat: the service's own time, and the receive work for its
-//! packets that softirq runs there; `ServiceLoad::busy`). A TCP service
-//! whose answers are late while it is busy is late for its load, which a
-//! limit can shed; one that is late while idle waits on something else (a
-//! backend, a disk), and shedding its clients would not bring its answers
-//! back (policy/late.rs).
+//! The same look says how busy the service kept the CPUs it ran on since
+//! the last reading (`ServiceLoad::busy`): its processes' own CPU time
+//! (/proc/PID/stat) and the interrupt and softirq time of those CPUs (the
+//! receive work for its packets, which its processes' times leave out:
+//! /proc/stat), over those CPUs' time. A TCP service whose answers are late
+//! while it is busy is late for its load, which a limit can shed; one that
+//! is late while idle waits on something else (a backend, a disk), or is
+//! late because a neighbour took its CPUs, and shedding its clients would
+//! not bring its answers back (policy/late.rs). The neighbour's time is not
+//! the service's: a local process that spins on the service's CPUs does
+//! not make it busy.
 use std::collections::{BTreeSet, HashMap};
 use std::time::Instant;
 
@@ -22,7 +26,7 @@ use anyhow::Result;
 use crate::policy::config::Config;
 use crate::signals::discover::{Listeners, SocketOwners, L4};
 use crate::signals::health::class_of;
-use crate::signals::procfs::{cpu_times, stat_cpu_ticks, stat_fields, CpuTimes};
+use crate::signals::procfs::{cpu_times, stat_cpu_ticks, stat_fields, CpuTime, CpuTimes};
 
 /// One thread at one look: runnable, its CPU time (clock ticks), its last CPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,42 +50,61 @@ pub fn busy_cpus(threads: &[(u32, ThreadStat)], before: &HashMap<u32, u64>) -> V
     set.into_iter().collect()
 }
 
-/// Looks further apart than this (s) say nothing of how busy a service is
-/// now: a calm daemon looks every 10 s, and a flood's first second is a
-/// tenth of that look's span.
-pub const BUSY_SPAN_SECS: f64 = 1.0;
+/// Readings further apart than this (s) say nothing of how busy a service
+/// is now: a calm daemon looks where the services run every 10 s, and a
+/// flood's first second is a tenth of that span. Calm, the CPUs' and the
+/// processes' times are read again every second (`ServiceCpus::mark`), so
+/// the look a flood wakes has a reading within this span to start from.
+pub const BUSY_SPAN_SECS: f64 = 1.5;
+/// ... and closer than this (s), too few clock ticks (10 ms) to judge by:
+/// the reading before is taken.
+pub const BUSY_MIN_SPAN_SECS: f64 = 0.2;
 
-/// How busy the `cpus` CPUs a service's `threads` ran on (`busy_cpus`)
-/// were: their busy time over their time between two reads of
-/// /proc/stat (`times`: before and now), whoever kept them busy (the
-/// service, the receive work for its packets in softirq, which its
-/// threads' own times leave out, or a neighbour). With no read in the
-/// last BUSY_SPAN_SECS (the first look after a calm spell, when a flood
-/// woke the daemon), the share of those CPUs a thread of it is runnable
-/// on now: a flooded service's worker is caught running, one waiting on a
-/// backend is caught asleep. 0 where no thread ran (idle); None where no
-/// thread was read (no socket, no owner visible).
-pub fn busy_share(threads: &[(u32, ThreadStat)], cpus: &[usize], times: Option<(&CpuTimes, &CpuTimes)>) -> Option<f64> {
-    if threads.is_empty() {
-        return None;
-    }
+/// How busy a service kept the `cpus` CPUs it ran on (`busy_cpus`) between
+/// two readings: `own` ticks of its processes' CPU time, and those CPUs'
+/// interrupt and softirq time (`times`: before and now), over those CPUs'
+/// time; at most 1 (softirq work that ran in the service's own context
+/// counts in both). A neighbour that keeps those CPUs busy adds nothing.
+/// 0 with no CPU (an idle service); None where no time passed.
+pub fn busy_share(own: u64, cpus: &[usize], (before, now): (&CpuTimes, &CpuTimes)) -> Option<f64> {
     if cpus.is_empty() {
         return Some(0.0);
     }
-    let delta = |(before, now): (&CpuTimes, &CpuTimes)| {
-        let (busy, total) = cpus
+    let (irq, total) = cpus
+        .iter()
+        .filter_map(|c| {
+            let (b, n): (&CpuTime, &CpuTime) = (before.get(c)?, now.get(c)?);
+            Some((n.irq.saturating_sub(b.irq), n.total.saturating_sub(b.total)))
+        })
+        .fold((0, 0), |a, x| (a.0 + x.0, a.1 + x.1));
+    (total > 0).then(|| ((own + irq) as f64 / total as f64).min(1.0))
+}
+
+/// The CPU time (clock ticks) of `pids` between two readings of each
+/// process's (a process read only once adds nothing).
+pub fn own_ticks(pids: &[u32], before: &HashMap<u32, u64>, now: &HashMap<u32, u64>) -> u64 {
+    pids.iter().filter_map(|p| Some(now.get(p)?.saturating_sub(*before.get(p)?))).sum()
+}
+
+/// One reading of the times busy is judged from.
+struct Reading {
+    at: Instant,
+    cpus: CpuTimes,
+    /// Each service process's CPU time (utime + stime of all its threads).
+    procs: HashMap<u32, u64>,
+}
+
+impl Reading {
+    /// /proc/stat and each of `pids`' /proc/PID/stat now (one that cannot
+    /// be read is left out; None: /proc/stat could not be).
+    fn now(pids: &[u32]) -> Option<Reading> {
+        let cpus = cpu_times(&std::fs::read_to_string("/proc/stat").ok()?);
+        let procs = pids
             .iter()
-            .filter_map(|c| {
-                let ((b0, t0), (b1, t1)) = (before.get(c)?, now.get(c)?);
-                Some((b1.saturating_sub(*b0), t1.saturating_sub(*t0)))
-            })
-            .fold((0, 0), |a, x| (a.0 + x.0, a.1 + x.1));
-        (total > 0).then(|| busy as f64 / total as f64)
-    };
-    times.and_then(delta).or_else(|| {
-        let running: BTreeSet<usize> = threads.iter().filter(|(_, t)| t.runnable).map(|(_, t)| t.cpu).collect();
-        Some(running.len() as f64 / cpus.len() as f64)
-    })
+            .filter_map(|&p| Some((p, stat_cpu_ticks(&std::fs::read_to_string(format!("/proc/{p}/stat")).ok()?)?)))
+            .collect();
+        Some(Reading { at: Instant::now(), cpus, procs })
+    }
 }
 
 /// One class's service at one look.
@@ -89,8 +112,8 @@ pub fn busy_share(threads: &[(u32, ThreadStat)], cpus: &[usize], times: Option<(
 pub struct ServiceLoad {
     /// The CPUs its busy threads ran on (`busy_cpus`).
     pub cpus: Vec<usize>,
-    /// How busy those CPUs were, whoever kept them so (`busy_share`;
-    /// None: no thread read).
+    /// How busy it kept those CPUs (`busy_share`; None: no thread read,
+    /// or no reading within BUSY_SPAN_SECS to judge from).
     pub busy: Option<f64>,
 }
 
@@ -98,16 +121,50 @@ pub struct ServiceLoad {
 pub struct ServiceCpus {
     listeners: Listeners,
     owners: SocketOwners,
-    /// Each thread's CPU time at the last look, and the CPUs' times then
-    /// (/proc/stat) with when they were read.
+    /// Each thread's CPU time at the last look.
     ticks: HashMap<u32, u64>,
-    cpu_times: Option<(Instant, CpuTimes)>,
+    /// The services' processes at the last look, and the last two
+    /// readings of their times and the CPUs' (the older first).
+    pids: Vec<u32>,
+    readings: Vec<Reading>,
 }
 
 impl ServiceCpus {
     /// For the services `listeners` (a handle others share) finds.
     pub fn new(listeners: Listeners) -> ServiceCpus {
-        ServiceCpus { listeners, owners: SocketOwners::default(), ticks: HashMap::new(), cpu_times: None }
+        ServiceCpus {
+            listeners,
+            owners: SocketOwners::default(),
+            ticks: HashMap::new(),
+            pids: vec![],
+            readings: vec![],
+        }
+    }
+
+    /// Read the CPUs' and the services' processes' times again, where the
+    /// last reading is older than half of BUSY_SPAN_SECS: cheap (one file,
+    /// and one a process), for the calm daemon to run every second.
+    pub fn mark(&mut self) {
+        if self.readings.last().is_none_or(|r| r.at.elapsed().as_secs_f64() > BUSY_SPAN_SECS / 2.0) {
+            self.keep(Reading::now(&self.pids));
+        }
+    }
+
+    /// Keep `r` as the newest reading (None: keep what was read before).
+    fn keep(&mut self, r: Option<Reading>) {
+        if let Some(r) = r {
+            if self.readings.len() >= 2 {
+                self.readings.remove(0);
+            }
+            self.readings.push(r);
+        }
+    }
+
+    /// The newest reading from BUSY_MIN_SPAN_SECS to BUSY_SPAN_SECS old, to
+    /// judge from.
+    fn base(&self) -> Option<&Reading> {
+        let span = |r: &&Reading| (BUSY_MIN_SPAN_SECS..=BUSY_SPAN_SECS).contains(&r.at.elapsed().as_secs_f64());
+        self.readings.iter().rev().find(span)
     }
 
     /// Look once: by class index of `cfg`, the CPUs its service's busy
@@ -123,26 +180,35 @@ impl ServiceCpus {
             }
         }
         self.owners.follow(&inodes.concat());
-        let now = (Instant::now(), std::fs::read_to_string("/proc/stat").map(|s| cpu_times(&s)).ok());
-        let fresh = |(at, _): &(Instant, CpuTimes)| now.0.duration_since(*at).as_secs_f64() <= BUSY_SPAN_SECS;
-        let times = self.cpu_times.as_ref().filter(|t| fresh(t)).zip(now.1.as_ref()).map(|((_, b), n)| (b, n));
-        let mut ticks = HashMap::new();
-        let loads = inodes
+        let pids: Vec<Vec<u32>> = inodes
             .iter()
             .map(|socks| {
                 let mut pids: Vec<u32> =
                     socks.iter().filter_map(|i| self.owners.owners.get(i)).flatten().copied().collect();
                 pids.sort_unstable();
                 pids.dedup();
+                pids
+            })
+            .collect();
+        let all: Vec<u32> = pids.concat();
+        let now = Reading::now(&all);
+        let span = self.base().zip(now.as_ref());
+        let mut ticks = HashMap::new();
+        let loads = pids
+            .iter()
+            .map(|pids| {
                 let threads: Vec<(u32, ThreadStat)> = pids.iter().flat_map(|&p| threads_of(p)).collect();
                 ticks.extend(threads.iter().map(|(tid, t)| (*tid, t.cpu_ticks)));
                 let cpus = busy_cpus(&threads, &self.ticks);
-                let busy = busy_share(&threads, &cpus, times);
+                let busy = span
+                    .filter(|_| !threads.is_empty())
+                    .and_then(|(b, n)| busy_share(own_ticks(pids, &b.procs, &n.procs), &cpus, (&b.cpus, &n.cpus)));
                 ServiceLoad { cpus, busy }
             })
             .collect();
         self.ticks = ticks;
-        self.cpu_times = now.1.map(|t| (now.0, t));
+        self.pids = all;
+        self.keep(now);
         Ok(loads)
     }
 }
@@ -200,22 +266,30 @@ mod tests {
     }
 
     #[test]
-    fn a_services_busy_share_is_its_cpus_busy_time_over_their_time() {
-        let t = |cpu| ThreadStat { runnable: false, cpu_ticks: 10, cpu };
-        let before: CpuTimes = [(0, (100, 1000)), (1, (500, 1000)), (2, (0, 0))].into();
-        // CPU 0: 45 of 50 ticks busy (the service's time and its softirq work alike); CPU 1: 5 of 50.
-        let now: CpuTimes = [(0, (145, 1050)), (1, (505, 1050)), (2, (0, 0))].into();
-        let threads = [(1, t(0)), (2, t(1))];
-        let share = |cpus: &[usize]| busy_share(&threads, cpus, Some((&before, &now))).unwrap();
-        assert!((share(&[0]) - 0.9).abs() < 1e-9);
-        assert!((share(&[0, 1]) - 0.5).abs() < 1e-9, "over both CPUs");
-        assert_eq!(busy_share(&threads, &[], Some((&before, &now))), Some(0.0), "no thread ran: idle");
-        assert_eq!(busy_share(&[], &[], Some((&before, &now))), None, "no thread read: not known");
-        // No read in the last second (a calm 10 s, or none), or no time passed: the CPUs a thread runs on now.
-        let run = |cpu| ThreadStat { runnable: true, cpu_ticks: 900, cpu };
-        assert_eq!(busy_share(&threads, &[0], None), Some(0.0), "caught asleep");
-        assert_eq!(busy_share(&[(1, run(1)), (2, t(0))], &[0, 1], None), Some(0.5), "one of its two CPUs");
-        assert_eq!(busy_share(&[(1, run(2))], &[2], Some((&before, &now))), Some(1.0), "CPU 2's time did not move");
+    fn a_services_busy_share_is_its_own_time_and_its_cpus_irq_time_over_their_time() {
+        let c = |busy, irq, total| CpuTime { busy, irq, total };
+        let before: CpuTimes = [(0, c(100, 10, 1000)), (1, c(500, 0, 1000)), (2, c(0, 0, 0))].into();
+        // CPU 0: 50 ticks, all busy, 10 of them softirq; CPU 1: 50 ticks, 5 busy.
+        let now: CpuTimes = [(0, c(150, 20, 1050)), (1, c(505, 0, 1050)), (2, c(0, 0, 0))].into();
+        let share = |own, cpus: &[usize]| busy_share(own, cpus, (&before, &now)).unwrap();
+        // The service ran 35 ticks on CPU 0: with its softirq work, 45 of 50.
+        assert!((share(35, &[0]) - 0.9).abs() < 1e-9);
+        assert!((share(35, &[0, 1]) - 0.45).abs() < 1e-9, "over both CPUs");
+        // A neighbour spun on CPU 0 (it was all busy), the service ran 5 ticks: 15 of 50.
+        assert!((share(5, &[0]) - 0.3).abs() < 1e-9, "a neighbour's time is not the service's");
+        // Softirq work in the service's own context counts in both: at most 1.
+        assert_eq!(share(50, &[0]), 1.0);
+        assert_eq!(busy_share(35, &[], (&before, &now)), Some(0.0), "no thread ran: idle");
+        assert_eq!(busy_share(35, &[2], (&before, &now)), None, "no time passed");
+    }
+
+    #[test]
+    fn a_services_own_time_is_its_processes_time_between_two_readings() {
+        let before: HashMap<u32, u64> = [(10, 100), (11, 50)].into();
+        let now: HashMap<u32, u64> = [(10, 130), (11, 55), (12, 900)].into();
+        assert_eq!(own_ticks(&[10, 11], &before, &now), 35);
+        assert_eq!(own_ticks(&[12], &before, &now), 0, "a process read once: its time is not known to be since");
+        assert_eq!(own_ticks(&[11, 13], &before, &now), 5, "a process gone is left out");
     }
 
     /// This test process holds a listener and is running: its class's CPUs
@@ -233,13 +307,73 @@ mod tests {
         // SAFETY: sched_getcpu(3) has no arguments.
         let here = unsafe { libc::sched_getcpu() } as usize;
         assert!(loads[0].cpus.contains(&here), "this thread runs on CPU {here}: {loads:?}");
-        assert!(loads[0].busy.is_some_and(|b| b > 0.0), "caught running at the first look: {loads:?}");
-        // Spinning 100 ms: some CPU time used between two looks (how much
+        assert_eq!(loads[0].busy, None, "nothing read before the first look to judge from: {loads:?}");
+        // Spinning 300 ms: some CPU time used between two looks (how much
         // depends on who else runs here; a clock tick of /proc is 10 ms).
-        let end = std::time::Instant::now() + std::time::Duration::from_millis(100);
+        let end = std::time::Instant::now() + std::time::Duration::from_millis(300);
         while std::time::Instant::now() < end {}
         let loads = r.look(&cfg).unwrap();
         assert!(loads[0].busy.is_some_and(|b| b > 0.0), "{loads:?}");
+        drop(l);
+    }
+
+    /// A process that spins on one CPU until dropped.
+    struct Spinner(std::process::Child);
+
+    impl Spinner {
+        fn on(cpu: usize) -> Spinner {
+            let child = std::process::Command::new("sh").args(["-c", "while :; do :; done"]).spawn().unwrap();
+            // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET writes within it.
+            let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+            unsafe { libc::CPU_SET(cpu, &mut set) };
+            // SAFETY: the set is a live cpu_set_t of the size given.
+            let rc = unsafe { libc::sched_setaffinity(child.id() as i32, std::mem::size_of_val(&set), &set) };
+            assert_eq!(rc, 0, "pinning the spinner to CPU {cpu}");
+            Spinner(child)
+        }
+    }
+
+    impl Drop for Spinner {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    /// Do no harm: a neighbour (another process) that spins on every CPU
+    /// the service runs on leaves its CPUs all busy, and the service's
+    /// answers late, but the service is not busy: its own time (this
+    /// process's, which a neighbour takes from) is what counts. Read by the
+    /// daemon's reader; with busy read as the CPUs' busy time, as before,
+    /// it read 1.0.
+    #[test]
+    fn a_neighbour_spinning_on_the_services_cpus_does_not_make_it_busy() {
+        let l = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let cfg = crate::policy::config::from_flags(&[format!("web:match=tcp:{port}")]).unwrap();
+        // SAFETY: a zeroed cpu_set_t is filled by sched_getaffinity.
+        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        assert_eq!(unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) }, 0);
+        let cpus: Vec<usize> =
+            (0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect();
+        let _spinners: Vec<Spinner> = cpus.iter().map(|&c| Spinner::on(c)).collect();
+        let mut r = ServiceCpus::new(crate::signals::discover::Listeners::new(0).unwrap());
+        // The service: a millisecond's work every 5 ms, 3 readings 300 ms apart.
+        let mut loads = vec![];
+        for _ in 0..3 {
+            loads = r.look(&cfg).unwrap();
+            let end = Instant::now() + std::time::Duration::from_millis(300);
+            while Instant::now() < end {
+                let work = Instant::now() + std::time::Duration::from_millis(1);
+                while Instant::now() < work {}
+                std::thread::sleep(std::time::Duration::from_millis(4));
+            }
+        }
+        let loads_end = r.look(&cfg).unwrap();
+        eprintln!("before: {loads:?}, at the end: {loads_end:?}");
+        assert!(!loads_end[0].cpus.is_empty(), "the service ran: {loads_end:?}");
+        let busy = loads_end[0].busy.expect("a reading 300 ms before");
+        assert!(busy < crate::policy::late::BUSY_SHARE, "read busy ({busy:.2}) for a neighbour's time");
         drop(l);
     }
 }

@@ -98,7 +98,7 @@ pub struct Ticker {
     rx: Option<CpuRxReader>,
     /// The CPU signal, and by class index the CPUs its service runs on (set
     /// at each of the daemon's looks, every 250 ms while it ticks fast and
-    /// every 10 s while calm; empty: none known) and how busy they were
+    /// every 10 s while calm; empty: none known) and how busy it kept them
     /// (`ServiceLoad::busy`).
     pub rx_cpu: RxCpu,
     service_cpus: Vec<Vec<usize>>,

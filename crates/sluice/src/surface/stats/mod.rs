@@ -80,12 +80,14 @@ pub struct LateStatus {
     /// first, and late answers engage it only while its service is busy.
     #[serde(default)]
     pub known_share: Option<f64>,
-    /// The CPUs its service ran on were busy at the daemon's last look (at
-    /// least 0.9 of their time, /proc/stat): late answers are then its load's, and
-    /// engage it with nobody known, each source held to its share of the
-    /// service's work. False: seen idle (late answers then wait on
-    /// something else, and nothing is cut for them); None: its threads
-    /// were not read (known clients then engage it as before).
+    /// Its service kept the CPUs it ran on busy at the daemon's last look
+    /// (at least 0.9 of their time: its processes' own time and those CPUs'
+    /// softirq work, a neighbour's time left out): late answers are then
+    /// its load's, and engage it with nobody known, each source held to its
+    /// share of the service's work. False: seen idle (late answers then
+    /// wait on something else, and nothing is cut for them); None: its
+    /// threads were not read, or no reading was there to judge from
+    /// (known clients then engage it as before).
     #[serde(default)]
     pub busy: Option<bool>,
     /// Times late answers engaged the class since the daemon started (the
