@@ -9,8 +9,10 @@
 //!   no samples, never 0);
 //! - [`plant`]: a simulated victim (gate, receive stage, socket, service)
 //!   that livelocks when flooded, for the auto controller's tests;
-//! - [`promlint`]: promtool's rules for the metrics text, without promtool.
+//! - [`promlint`]: promtool's rules for the metrics text, without promtool;
+//! - [`neighbour`]: a process spinning on a CPU (a service's neighbour).
 
+pub mod neighbour;
 pub mod packet;
 pub mod plant;
 pub mod promlint;

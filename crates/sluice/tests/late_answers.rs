@@ -7,7 +7,8 @@
 //! kernel alone, the light client waits behind every pipelined request;
 //! with sluice, its class (a TCP auto class) is judged late and its known
 //! client goes first (`policy::late`). And a server whose answers are late
-//! because it waits (a slow backend, its CPU idle) is not cut for them.
+//! because it waits (a slow backend, its CPU idle), or because a neighbour
+//! (another process) takes its CPU, is not cut for them.
 //! Needs root (CI is root).
 mod common;
 
@@ -120,13 +121,20 @@ fn connect(tb: &Testbed, src: Option<String>) -> TcpStream {
 /// The light client: a request every 1/LIGHT_RPS s (the next one once its
 /// answer came), for `secs`; when each answer came, in seconds from its start.
 fn light(tb: &Testbed, secs: f64) -> std::thread::JoinHandle<Vec<f64>> {
-    let s = connect(tb, None);
+    client(tb, None, LIGHT_RPS, 0, secs)
+}
+
+/// A client from `src` (None: A's own address) on `cpu`: a request every
+/// 1/`rps` s (the next one once its answer came), for `secs`; when each
+/// answer came, in seconds from its start.
+fn client(tb: &Testbed, src: Option<String>, rps: f64, cpu: usize, secs: f64) -> std::thread::JoinHandle<Vec<f64>> {
+    let s = connect(tb, src);
     std::thread::spawn(move || {
-        let _ = pin_thread(0);
+        let _ = pin_thread(cpu);
         s.set_read_timeout(Some(READ_WAIT)).unwrap();
         let mut out = s.try_clone().unwrap();
         let mut lines = BufReader::new(s);
-        let (t0, every) = (Instant::now(), Duration::from_secs_f64(1.0 / LIGHT_RPS));
+        let (t0, every) = (Instant::now(), Duration::from_secs_f64(1.0 / rps));
         let end = t0 + Duration::from_secs_f64(secs);
         let (mut next, mut answered, mut line) = (t0, vec![], String::new());
         while Instant::now() < end {
@@ -272,4 +280,49 @@ fn a_service_late_for_a_slow_backend_is_not_cut() {
     assert_eq!(late.busy, Some(false), "the server's process waits: {late:?}");
     assert_eq!(late.rate_pps, None, "limited for answers a cut would not bring back");
     assert_eq!(c.totals.dropped_pkts(), 0, "the gate dropped the class's packets");
+}
+
+/// Do no harm: a server whose answers turn late because a neighbour (a
+/// process spinning on its CPU at nice -5) takes most of that CPU, while
+/// its known client and a few new ones ask at a rate it serves with ease
+/// alone, is not cut: the neighbour's time is not its load, and shedding
+/// its new clients would not give it its CPU back. Everything of the test
+/// (server, clients) runs on CPU 1 beside the neighbour, the daemon on the
+/// other; with the service's load read as its CPUs' busy time, the class
+/// engaged and its new clients' packets were dropped.
+#[test]
+fn a_service_late_because_a_neighbour_takes_its_cpu_is_not_cut() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _ = pin_thread(1);
+    let mut tb = Testbed::new();
+    let addrs: Vec<String> = FLOOD_ADDRS.iter().map(|&last| tb.add_host_a(last)).collect();
+    serve(&tb, 30.0, Work::Cpu);
+    tb.start_gate(&["--no-discover", "--class", &format!("web:rate=auto,match=tcp:{PORT}")]);
+    let web = |tb: &Testbed| tb.status().classes.into_iter().find(|c| c.name == "web").expect("class web");
+    // Five calm seconds make the light client known; then the neighbour
+    // comes, and with it two new clients from each of the flood's
+    // addresses, 250 requests/s each (the server alone takes 3,300/s).
+    let known = client(&tb, None, LIGHT_RPS, 1, 9.0);
+    std::thread::sleep(Duration::from_secs(5));
+    let calm_drops = web(&tb).totals.dropped_pkts();
+    let neighbour = sluice_testkit::neighbour::Spinner::on(1, -5).expect("a neighbour on CPU 1");
+    let others: Vec<_> = addrs.iter().chain(&addrs).map(|a| client(&tb, Some(a.clone()), 250.0, 1, 4.0)).collect();
+    let answered: usize = others.into_iter().map(|c| c.join().expect("a new client").len()).sum();
+    let c = web(&tb);
+    drop(neighbour);
+    let known = known.join().expect("the known client");
+    let late = c.late.clone().expect("a TCP auto class is judged on its answers");
+    eprintln!(
+        "the class at the end: {late:?}, dropped {} ({calm_drops} calm); the new clients' answers: {answered}, \
+         the known client's: {}",
+        c.totals.dropped_pkts(),
+        known.len()
+    );
+    assert_eq!(late.busy, Some(false), "a neighbour's time read as the server's load: {late:?}");
+    assert_eq!(late.engagements, Some(0), "engaged for a neighbour's CPU time: {late:?}");
+    assert_eq!(late.rate_pps, None, "limited for a neighbour's CPU time");
+    assert_eq!(c.totals.dropped_pkts(), 0, "the gate dropped the class's packets");
+    // And the test measured something: the answers were late, with a known lane to engage.
+    assert!(late.window_p90_ms.is_some_and(|ms| ms >= 8.0), "the answers were not late: {late:?}");
+    assert!(late.known_share.is_some_and(|k| k >= 0.1), "no known lane: {late:?}");
 }

@@ -62,12 +62,30 @@ pub fn sh(args: &[&str]) -> Result<String> {
 
 /// Pin the calling thread to one CPU.
 pub fn pin_thread(cpu: usize) -> Result<()> {
-    // SAFETY: plain cpu_set_t; affinity of the calling thread.
+    pin_task(0, cpu)
+}
+
+/// The CPUs process `pid` may run on (0: this one; empty if it cannot be read).
+pub fn affinity(pid: u32) -> Vec<usize> {
+    // SAFETY: a zeroed cpu_set_t is valid; sched_getaffinity fills it.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above, with its size.
+    let r = unsafe { libc::sched_getaffinity(pid as libc::pid_t, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    if r != 0 {
+        return vec![];
+    }
+    // SAFETY: CPU_ISSET reads the set we own.
+    (0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect()
+}
+
+/// Pin the thread or process `tid` (0: the calling thread) to `cpu`.
+pub fn pin_task(tid: i32, cpu: usize) -> Result<()> {
+    // SAFETY: plain cpu_set_t; affinity of one task.
     unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
         libc::CPU_SET(cpu, &mut set);
-        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-            bail!("pinning to CPU {cpu}: {}", std::io::Error::last_os_error());
+        if libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            bail!("pinning {tid} to CPU {cpu}: {}", std::io::Error::last_os_error());
         }
     }
     Ok(())

@@ -6,6 +6,7 @@ use std::collections::HashSet;
 
 use crate::base::iface::Iface;
 use crate::base::log;
+use crate::base::netns::affinity;
 use crate::daemon::sched::{apply_napi, set_napi};
 use crate::dataplane::gate::Gate;
 use crate::policy::config::{Config, NapiSched, Proto};
@@ -198,17 +199,4 @@ fn protected_cpus(cfg: &Config, p: u8, ifindex: u32) -> anyhow::Result<Option<Ha
     let holders = socket_holders();
     let pids: HashSet<u32> = inodes.iter().filter_map(|i| holders.get(i)).flatten().map(|(pid, _)| *pid).collect();
     Ok(Some(pids.into_iter().flat_map(affinity).collect()))
-}
-
-/// The CPUs process `pid` may run on (empty if it cannot be read).
-fn affinity(pid: u32) -> Vec<usize> {
-    // SAFETY: a zeroed cpu_set_t is valid; sched_getaffinity fills it.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: as above, with its size.
-    let r = unsafe { libc::sched_getaffinity(pid as libc::pid_t, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
-    if r != 0 {
-        return vec![];
-    }
-    // SAFETY: CPU_ISSET reads the set we own.
-    (0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect()
 }

@@ -53,9 +53,10 @@ pub fn busy_cpus(threads: &[(u32, ThreadStat)], before: &HashMap<u32, u64>) -> V
 /// Readings further apart than this (s) say nothing of how busy a service
 /// is now: a calm daemon looks where the services run every 10 s, and a
 /// flood's first second is a tenth of that span. Calm, the CPUs' and the
-/// processes' times are read again every second (`ServiceCpus::mark`), so
-/// the look a flood wakes has a reading within this span to start from.
-pub const BUSY_SPAN_SECS: f64 = 1.5;
+/// processes' times are read again every second (`ServiceCpus::mark`, at
+/// the calm tick: 1-1.5 s apart), so the look a flood wakes has a reading
+/// within this span to start from.
+pub const BUSY_SPAN_SECS: f64 = 2.5;
 /// ... and closer than this (s), too few clock ticks (10 ms) to judge by:
 /// the reading before is taken.
 pub const BUSY_MIN_SPAN_SECS: f64 = 0.2;
@@ -317,29 +318,6 @@ mod tests {
         drop(l);
     }
 
-    /// A process that spins on one CPU until dropped.
-    struct Spinner(std::process::Child);
-
-    impl Spinner {
-        fn on(cpu: usize) -> Spinner {
-            let child = std::process::Command::new("sh").args(["-c", "while :; do :; done"]).spawn().unwrap();
-            // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET writes within it.
-            let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-            unsafe { libc::CPU_SET(cpu, &mut set) };
-            // SAFETY: the set is a live cpu_set_t of the size given.
-            let rc = unsafe { libc::sched_setaffinity(child.id() as i32, std::mem::size_of_val(&set), &set) };
-            assert_eq!(rc, 0, "pinning the spinner to CPU {cpu}");
-            Spinner(child)
-        }
-    }
-
-    impl Drop for Spinner {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-
     /// Do no harm: a neighbour (another process) that spins on every CPU
     /// the service runs on leaves its CPUs all busy, and the service's
     /// answers late, but the service is not busy: its own time (this
@@ -351,12 +329,7 @@ mod tests {
         let l = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
         let port = l.local_addr().unwrap().port();
         let cfg = crate::policy::config::from_flags(&[format!("web:match=tcp:{port}")]).unwrap();
-        // SAFETY: a zeroed cpu_set_t is filled by sched_getaffinity.
-        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-        assert_eq!(unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) }, 0);
-        let cpus: Vec<usize> =
-            (0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect();
-        let _spinners: Vec<Spinner> = cpus.iter().map(|&c| Spinner::on(c)).collect();
+        let _spinners = sluice_testkit::neighbour::Spinner::everywhere(0).unwrap();
         let mut r = ServiceCpus::new(crate::signals::discover::Listeners::new(0).unwrap());
         // The service: a millisecond's work every 5 ms, 3 readings 300 ms apart.
         let mut loads = vec![];
