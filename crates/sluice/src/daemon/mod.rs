@@ -31,7 +31,7 @@ use crate::policy::config::{Config, NapiSched, XdpMode};
 use crate::policy::fair::LEARN_HOLD_AFTER_RESTART_SECS;
 use crate::signals::discover::Listeners;
 use crate::signals::known;
-use crate::signals::service_cpus::ServiceCpus;
+use crate::signals::service_cpus::{ServiceCpus, BUSY_MIN_SPAN_SECS};
 use crate::signals::syn_peers::SynPeers;
 use crate::surface::client::default_socket;
 use crate::surface::stats::Snapshot;
@@ -422,6 +422,13 @@ impl Daemon {
                 if now >= *at {
                     self.duty(*duty)?;
                     *at = now + if self.pace.is_calm() { *slow } else { *fast };
+                    if woke && *duty == Duty::ServiceCpus {
+                        // The look a wake runs judges how busy each service is from a
+                        // reading that is mostly calm: the next one comes as soon as a
+                        // span of the flood says something (under `conns-calm-v4` the
+                        // class engaged a look later than with threads caught runnable).
+                        *at = now + Duration::from_secs_f64(BUSY_MIN_SPAN_SECS);
+                    }
                 }
             }
         }

@@ -58,8 +58,10 @@ pub fn busy_cpus(threads: &[(u32, ThreadStat)], before: &HashMap<u32, u64>) -> V
 /// within this span to start from.
 pub const BUSY_SPAN_SECS: f64 = 2.5;
 /// ... and closer than this (s), too few clock ticks (10 ms) to judge by:
-/// the reading before is taken.
-pub const BUSY_MIN_SPAN_SECS: f64 = 0.2;
+/// the reading before is taken. The daemon looks again this long after the
+/// look a wake runs (whose span is mostly calm). Ten ticks: a service that
+/// kept its CPU all busy reads at least 0.82 at a tick's error each way.
+pub const BUSY_MIN_SPAN_SECS: f64 = 0.1;
 
 /// How busy a service kept the `cpus` CPUs it ran on (`busy_cpus`) between
 /// two readings: `own` ticks of its processes' CPU time, and those CPUs'
