@@ -215,8 +215,8 @@ struct sluice_src_key {
 /* An unknown source's pace and counts (in its slot of "sources"). Written by the gate only. */
 struct sluice_src {
 	__u32 epoch; /* settings.epoch when pkts was last reset */
-	__u32 pkts;  /* packets in that epoch */
-	__u64 drops; /* packets dropped over its share, ever */
+	__u32 pkts;  /* packets in that epoch (sampled past SLUICE_SRC_EXACT) */
+	__u64 drops; /* packets dropped over its share, ever (sampled past SLUICE_SRC_EXACT) */
 	__u64 tat_ns; /* its share's theoretical arrival time (bpf_ktime_get_ns), 0 = none yet */
 	__u32 over_epoch; /* the last epoch it went over its share in (counted SRC_OVER once) */
 	__u32 _pad;
@@ -236,6 +236,19 @@ struct sluice_src {
  */
 #define SLUICE_SRC_BURST_PKTS 4
 #define SLUICE_SRC_BURST_NS 1000000ULL
+/*
+ * A source's counts (its packets this epoch, its drops) are written from
+ * every CPU its packets arrive on, and a source whose flows RSS spreads
+ * over queues would have every queue write its slot's cache line for each
+ * packet. Each count is exact up to SLUICE_SRC_EXACT; past it, one packet
+ * in SLUICE_SRC_SAMPLE adds SLUICE_SRC_SAMPLE (gate/sources.h,
+ * src_count_step), so a flooding source writes its slot for one packet in
+ * SLUICE_SRC_SAMPLE. Its pace (tat_ns) moves only for a packet it is
+ * admitted. SLUICE_SRC_SAMPLE is 2^SLUICE_SRC_SAMPLE_BITS.
+ */
+#define SLUICE_SRC_EXACT 64
+#define SLUICE_SRC_SAMPLE_BITS 4
+#define SLUICE_SRC_SAMPLE (1 << SLUICE_SRC_SAMPLE_BITS)
 
 /*
  * A slot of the direct-mapped "sources" table: the source it holds (key;

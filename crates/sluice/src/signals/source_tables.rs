@@ -58,9 +58,13 @@ pub struct ClassSources {
 pub struct TopSource {
     /// "ADDR/LEN".
     pub prefix: String,
-    /// Packets dropped over its quota since its entry was made.
+    /// Packets dropped over its quota since its entry was made (exact up
+    /// to 64, then sampled: counted 16 at a time, one packet in 16 on
+    /// average, so that a source spread over CPUs does not have each of
+    /// them write its slot for every packet).
     pub drops: u64,
-    /// Its packets in the last epoch it sent in.
+    /// Its packets in the last epoch it sent in (exact up to 64, then
+    /// sampled as `drops` is).
     pub pkts: u32,
     /// The epoch of those packets (10 ms epochs since the gate was loaded).
     pub epoch: u32,
