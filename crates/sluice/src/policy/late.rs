@@ -26,8 +26,8 @@
 //! feeds no calm, and the class learns nobody while it lasts and has the
 //! gate time every request (`Tiers::time_all`). LATE_RUN late windows in a
 //! row of either engage the class where it has a load to shed for someone:
-//! the CPUs its service runs on were busy (BUSY_SHARE: its answers are
-//! late for its load), whether it has a known lane (its calm arrivals
+//! the CPUs its service runs on were busy, mostly with its own work
+//! (`busy`: its answers are late for its load), whether it has a known lane (its calm arrivals
 //! were its known clients' at least `fair::ROOM_KNOWN`: they go first) or
 //! not (its unknown sources are held each to its fair share of the
 //! service's work: `fair`'s quota, counted in work while engaged, and a
@@ -148,17 +148,27 @@ pub const LATE_TAINT_MS: u64 = 1_000;
 pub const KNOWN_ROOM: f64 = 2.5;
 /// The least rate an engaged class is limited at (packets/s).
 pub const RATE_FLOOR_PPS: f64 = 1000.0;
-/// A service that kept the CPUs its threads ran on busy for this share of
-/// their time since the daemon's last reading
-/// (`signals::service_cpus::ServiceLoad::busy`: its processes' own time
-/// and those CPUs' softirq work, for its packets) is busy: late answers are
-/// then its load's. (nginx flooded by the bench's `conns-v4` ran its one
-/// worker's CPU at 99%; a service behind a slow backend waits, its CPU
-/// idle. Its threads' own time alone left out the handshakes' softirq work
-/// under a flood of new connections, and read under 0.9 while the CPU was
-/// full; the CPUs' busy time alone counted a neighbour's spinning as the
-/// service's load.)
+/// A service is busy (`busy`) where the CPUs its threads ran on were busy
+/// for this share of their time since the daemon's last reading
+/// (`signals::service_cpus::Busy`) ...
 pub const BUSY_SHARE: f64 = 0.9;
+/// ... and at least this share of that busy time was its own (its
+/// processes' time and those CPUs' softirq work, for its packets): late
+/// answers are then its load's. (nginx flooded by the bench's `conns-v4`
+/// ran its one worker's CPU at 99%; a service behind a slow backend waits,
+/// its CPU idle. Its threads' own time alone left out the handshakes'
+/// softirq work under a flood of new connections, and read under 0.9 while
+/// the CPU was full; the CPUs' busy time alone counted a neighbour's
+/// spinning as the service's load; and its own time over all the CPUs'
+/// read under 0.9 while the daemon or a probe took a tenth of its CPU.)
+pub const OWN_SHARE: f64 = 0.6;
+
+/// Is a service whose CPUs were `cpus` busy, `own` of that its own, busy
+/// for late answers (BUSY_SHARE, OWN_SHARE)? A neighbour that takes more
+/// than the service's own work of its CPUs makes them full, not it busy.
+pub fn busy(cpus: f64, own: f64) -> bool {
+    cpus >= BUSY_SHARE && own >= OWN_SHARE
+}
 
 /// One tick of a class, as `LateAnswers::step` takes it.
 #[derive(Debug, Clone, Copy, Default)]

@@ -7,17 +7,17 @@
 //! An idle service has no CPUs: receive work on a CPU where nothing of it
 //! runs takes nothing from it.
 //!
-//! The same look says how busy the service kept the CPUs it ran on since
-//! the last reading (`ServiceLoad::busy`): its processes' own CPU time
-//! (/proc/PID/stat) and the interrupt and softirq time of those CPUs (the
-//! receive work for its packets, which its processes' times leave out:
-//! /proc/stat), over those CPUs' time. A TCP service whose answers are late
-//! while it is busy is late for its load, which a limit can shed; one that
-//! is late while idle waits on something else (a backend, a disk), or is
-//! late because a neighbour took its CPUs, and shedding its clients would
-//! not bring its answers back (policy/late.rs). The neighbour's time is not
-//! the service's: a local process that spins on the service's CPUs does
-//! not make it busy.
+//! The same look says how busy the CPUs it ran on were since the last
+//! reading, and how much of that busy time was the service's
+//! (`ServiceLoad::busy`): its processes' own CPU time (/proc/PID/stat) and
+//! the interrupt and softirq time of those CPUs (the receive work for its
+//! packets, which its processes' times leave out: /proc/stat). A TCP
+//! service whose answers are late while its CPUs are full, mostly of its
+//! own work, is late for its load, which a limit can shed; one that is late
+//! while idle waits on something else (a backend, a disk), and one late
+//! because a neighbour took most of its CPUs was not made late by its
+//! traffic: shedding its clients would not bring its answers back
+//! (policy/late.rs, `busy`).
 use std::collections::{BTreeSet, HashMap};
 use std::time::Instant;
 
@@ -63,24 +63,36 @@ pub const BUSY_SPAN_SECS: f64 = 2.5;
 /// kept its CPU all busy reads at least 0.82 at a tick's error each way.
 pub const BUSY_MIN_SPAN_SECS: f64 = 0.1;
 
-/// How busy a service kept the `cpus` CPUs it ran on (`busy_cpus`) between
-/// two readings: `own` ticks of its processes' CPU time, and those CPUs'
-/// interrupt and softirq time (`times`: before and now), over those CPUs'
-/// time; at most 1 (softirq work that ran in the service's own context
-/// counts in both). A neighbour that keeps those CPUs busy adds nothing.
-/// 0 with no CPU (an idle service); None where no time passed.
-pub fn busy_share(own: u64, cpus: &[usize], (before, now): (&CpuTimes, &CpuTimes)) -> Option<f64> {
+/// How busy a service's CPUs were between two readings, and how much of
+/// that was the service's.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Busy {
+    /// The CPUs' busy time over their time, whoever kept them busy.
+    pub cpus: f64,
+    /// Of that busy time, the service's: its processes' own time and those
+    /// CPUs' interrupt and softirq time (the receive work for its packets,
+    /// which its processes' times leave out); at most 1 (softirq work that
+    /// ran in the service's own context counts in both).
+    pub own: f64,
+}
+
+/// How busy the `cpus` CPUs a service ran on (`busy_cpus`) were between two
+/// readings (`times`: before and now), with `own` ticks of its processes'
+/// CPU time between them. No CPU (an idle service): all 0. None where no
+/// time passed.
+pub fn busy_of(own: u64, cpus: &[usize], (before, now): (&CpuTimes, &CpuTimes)) -> Option<Busy> {
     if cpus.is_empty() {
-        return Some(0.0);
+        return Some(Busy::default());
     }
-    let (irq, total) = cpus
+    let (busy, irq, total) = cpus
         .iter()
         .filter_map(|c| {
             let (b, n): (&CpuTime, &CpuTime) = (before.get(c)?, now.get(c)?);
-            Some((n.irq.saturating_sub(b.irq), n.total.saturating_sub(b.total)))
+            Some((n.busy.saturating_sub(b.busy), n.irq.saturating_sub(b.irq), n.total.saturating_sub(b.total)))
         })
-        .fold((0, 0), |a, x| (a.0 + x.0, a.1 + x.1));
-    (total > 0).then(|| ((own + irq) as f64 / total as f64).min(1.0))
+        .fold((0, 0, 0), |a, x| (a.0 + x.0, a.1 + x.1, a.2 + x.2));
+    let own = if busy == 0 { 0.0 } else { ((own + irq) as f64 / busy as f64).min(1.0) };
+    (total > 0).then(|| Busy { cpus: busy as f64 / total as f64, own })
 }
 
 /// The CPU time (clock ticks) of `pids` between two readings of each
@@ -115,9 +127,10 @@ impl Reading {
 pub struct ServiceLoad {
     /// The CPUs its busy threads ran on (`busy_cpus`).
     pub cpus: Vec<usize>,
-    /// How busy it kept those CPUs (`busy_share`; None: no thread read,
-    /// or no reading within BUSY_SPAN_SECS to judge from).
-    pub busy: Option<f64>,
+    /// How busy those CPUs were, and how much of it was the service's
+    /// (`busy_of`; None: no thread read, or no reading within
+    /// BUSY_SPAN_SECS to judge from).
+    pub busy: Option<Busy>,
 }
 
 /// The reader, kept by the daemon between looks.
@@ -205,7 +218,7 @@ impl ServiceCpus {
                 let cpus = busy_cpus(&threads, &self.ticks);
                 let busy = span
                     .filter(|_| !threads.is_empty())
-                    .and_then(|(b, n)| busy_share(own_ticks(pids, &b.procs, &n.procs), &cpus, (&b.cpus, &n.cpus)));
+                    .and_then(|(b, n)| busy_of(own_ticks(pids, &b.procs, &n.procs), &cpus, (&b.cpus, &n.cpus)));
                 ServiceLoad { cpus, busy }
             })
             .collect();
@@ -269,21 +282,22 @@ mod tests {
     }
 
     #[test]
-    fn a_services_busy_share_is_its_own_time_and_its_cpus_irq_time_over_their_time() {
+    fn a_services_cpus_busy_time_and_its_own_part_of_it_are_read_between_two_readings() {
         let c = |busy, irq, total| CpuTime { busy, irq, total };
         let before: CpuTimes = [(0, c(100, 10, 1000)), (1, c(500, 0, 1000)), (2, c(0, 0, 0))].into();
         // CPU 0: 50 ticks, all busy, 10 of them softirq; CPU 1: 50 ticks, 5 busy.
         let now: CpuTimes = [(0, c(150, 20, 1050)), (1, c(505, 0, 1050)), (2, c(0, 0, 0))].into();
-        let share = |own, cpus: &[usize]| busy_share(own, cpus, (&before, &now)).unwrap();
-        // The service ran 35 ticks on CPU 0: with its softirq work, 45 of 50.
-        assert!((share(35, &[0]) - 0.9).abs() < 1e-9);
-        assert!((share(35, &[0, 1]) - 0.45).abs() < 1e-9, "over both CPUs");
-        // A neighbour spun on CPU 0 (it was all busy), the service ran 5 ticks: 15 of 50.
-        assert!((share(5, &[0]) - 0.3).abs() < 1e-9, "a neighbour's time is not the service's");
+        let busy = |own, cpus: &[usize]| busy_of(own, cpus, (&before, &now)).unwrap();
+        let near = |b: Busy, cpus: f64, own: f64| (b.cpus - cpus).abs() < 1e-9 && (b.own - own).abs() < 1e-9;
+        // The service ran 35 ticks on CPU 0: with its softirq work, 45 of its 50 busy ones.
+        assert!(near(busy(35, &[0]), 1.0, 0.9), "{:?}", busy(35, &[0]));
+        assert!(near(busy(35, &[0, 1]), 0.55, 45.0 / 55.0), "over both CPUs: {:?}", busy(35, &[0, 1]));
+        // A neighbour spun on CPU 0, the service ran 5 ticks: full, 15 of 50 its own.
+        assert!(near(busy(5, &[0]), 1.0, 0.3), "a neighbour's time is not the service's");
         // Softirq work in the service's own context counts in both: at most 1.
-        assert_eq!(share(50, &[0]), 1.0);
-        assert_eq!(busy_share(35, &[], (&before, &now)), Some(0.0), "no thread ran: idle");
-        assert_eq!(busy_share(35, &[2], (&before, &now)), None, "no time passed");
+        assert_eq!(busy(50, &[0]).own, 1.0);
+        assert_eq!(busy_of(35, &[], (&before, &now)), Some(Busy::default()), "no thread ran: idle");
+        assert_eq!(busy_of(35, &[2], (&before, &now)), None, "no time passed");
     }
 
     #[test]
@@ -316,7 +330,7 @@ mod tests {
         let end = std::time::Instant::now() + std::time::Duration::from_millis(300);
         while std::time::Instant::now() < end {}
         let loads = r.look(&cfg).unwrap();
-        assert!(loads[0].busy.is_some_and(|b| b > 0.0), "{loads:?}");
+        assert!(loads[0].busy.is_some_and(|b| b.cpus > 0.0 && b.own > 0.0), "{loads:?}");
         drop(l);
     }
 
@@ -347,8 +361,9 @@ mod tests {
         let loads_end = r.look(&cfg).unwrap();
         eprintln!("before: {loads:?}, at the end: {loads_end:?}");
         assert!(!loads_end[0].cpus.is_empty(), "the service ran: {loads_end:?}");
-        let busy = loads_end[0].busy.expect("a reading 300 ms before");
-        assert!(busy < crate::policy::late::BUSY_SHARE, "read busy ({busy:.2}) for a neighbour's time");
+        let b = loads_end[0].busy.expect("a reading 300 ms before");
+        assert!(b.cpus >= crate::policy::late::BUSY_SHARE, "the neighbours did not fill the CPUs: {b:?}");
+        assert!(!crate::policy::late::busy(b.cpus, b.own), "read busy ({b:?}) for a neighbour's time");
         drop(l);
     }
 }

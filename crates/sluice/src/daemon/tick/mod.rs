@@ -38,7 +38,7 @@ use crate::policy::remap::ClassRemap;
 use crate::policy::syn_guard::SynGuards;
 use crate::signals::health::{Health, HealthReader, RxWork};
 use crate::signals::rx_cpu::{RxCpu, ARM_PPS};
-use crate::signals::service_cpus::ServiceLoad;
+use crate::signals::service_cpus::{Busy, ServiceLoad};
 use crate::signals::syn_peers::{direct_bits, SynPeers};
 
 /// Observing, a class stays held (`Ticker::observe_held`: its own auto
@@ -98,11 +98,11 @@ pub struct Ticker {
     rx: Option<CpuRxReader>,
     /// The CPU signal, and by class index the CPUs its service runs on (set
     /// at each of the daemon's looks, every 250 ms while it ticks fast and
-    /// every 10 s while calm; empty: none known) and how busy it kept them
-    /// (`ServiceLoad::busy`).
+    /// every 10 s while calm; empty: none known), how busy they were and how
+    /// much of that was the service's (`ServiceLoad::busy`).
     pub rx_cpu: RxCpu,
     service_cpus: Vec<Vec<usize>>,
-    service_busy: Vec<Option<f64>>,
+    service_busy: Vec<Option<Busy>>,
     /// The budget's last distress (priority, why) and when it was seen, for
     /// status: a signal that fires for a few ticks and is answered by a cut
     /// is gone by the time someone looks.
@@ -414,7 +414,7 @@ impl Ticker {
             c.queue = now.1.classes.get(id).and_then(|h| h.udp.fullest_share());
             c.behind = judged.behind || (room && judged.queue_stands);
             c.dropped = judged.dropped || room;
-            c.busy = self.service_busy.get(id).copied().flatten().map(|b| b >= crate::policy::late::BUSY_SHARE);
+            c.busy = self.service_busy.get(id).copied().flatten().map(|b| crate::policy::late::busy(b.cpus, b.own));
             c.judge_answers(&t, dt);
             c.distress_ticks += u64::from(c.distress);
             // Dropped with room: a service with sockets and no distress, under no cap
