@@ -320,6 +320,7 @@ fn a_service_late_because_a_neighbour_takes_its_cpu_is_not_cut() {
         known.len()
     );
     assert_eq!(late.busy, Some(false), "a neighbour's time read as the server's load: {late:?}");
+    assert!(late.cpus_busy.is_some_and(|c| c >= 0.9), "the neighbour did not fill the CPU: {late:?}");
     assert_eq!(late.engagements, Some(0), "engaged for a neighbour's CPU time: {late:?}");
     assert_eq!(late.rate_pps, None, "limited for a neighbour's CPU time");
     assert_eq!(c.totals.dropped_pkts(), 0, "the gate dropped the class's packets");

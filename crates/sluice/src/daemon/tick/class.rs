@@ -103,10 +103,11 @@ pub(super) struct TickClass {
     /// its answer delays (`late`): the judge, and what it said last tick.
     pub(super) late: Option<LateAnswers>,
     pub(super) late_out: LateOut,
-    /// The CPUs its service ran on were busy at the last look
-    /// (`late::BUSY_SHARE`): late answers are then its load's (None: its
-    /// threads were not read).
+    /// The CPUs its service ran on were busy at the last look, mostly
+    /// with its own work (`late::busy`, from `load`): late answers are then
+    /// its load's (None: its threads were not read).
     pub(super) busy: Option<bool>,
+    pub(super) load: Option<crate::signals::service_cpus::Busy>,
 }
 
 impl TickClass {
@@ -141,6 +142,7 @@ impl TickClass {
             late: judged_late.then(LateAnswers::default),
             late_out: LateOut::default(),
             busy: None,
+            load: None,
         }
     }
 

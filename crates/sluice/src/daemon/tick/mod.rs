@@ -414,7 +414,8 @@ impl Ticker {
             c.queue = now.1.classes.get(id).and_then(|h| h.udp.fullest_share());
             c.behind = judged.behind || (room && judged.queue_stands);
             c.dropped = judged.dropped || room;
-            c.busy = self.service_busy.get(id).copied().flatten().map(|b| crate::policy::late::busy(b.cpus, b.own));
+            c.load = self.service_busy.get(id).copied().flatten();
+            c.busy = c.load.map(|b| crate::policy::late::busy(b.cpus, b.own));
             c.judge_answers(&t, dt);
             c.distress_ticks += u64::from(c.distress);
             // Dropped with room: a service with sockets and no distress, under no cap

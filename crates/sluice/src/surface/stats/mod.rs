@@ -90,6 +90,14 @@ pub struct LateStatus {
     /// (known clients then engage it as before).
     #[serde(default)]
     pub busy: Option<bool>,
+    /// The reading `busy` was judged from: the share of their time the
+    /// CPUs its service ran on were busy (None: not read).
+    #[serde(default)]
+    pub cpus_busy: Option<f64>,
+    /// ... and the service's own share of that busy time (its processes'
+    /// time and those CPUs' softirq work; None: not read).
+    #[serde(default)]
+    pub own_share: Option<f64>,
     /// Times late answers engaged the class since the daemon started (the
     /// rest of this object is its state now: a flood that came and went
     /// leaves it unlimited again). None: a daemon that did not count them.
@@ -711,6 +719,8 @@ mod tests {
             rate_pps: Some(1800.0),
             known_share: Some(0.35),
             busy: None,
+            cpus_busy: None,
+            own_share: None,
             engagements: Some(1),
         };
         s.classes[0].late = Some(late.clone());
@@ -744,10 +754,22 @@ mod tests {
         assert!(t.contains("tier is cut"), "{t}");
         s.classes[0].late = Some(LateStatus { busy: Some(false), ..alone });
         let t = render_table(&s);
-        assert!(t.contains("not cut: its service is idle (late for something else)"), "{t}");
+        assert!(t.contains("not cut: its service is idle (late for something else"), "{t}");
         // Known clients, but the service idle: late for something else.
-        s.classes[0].late = Some(LateStatus { rate_pps: None, busy: Some(false), ..late.clone() });
-        assert!(render_table(&s).contains("not limited: its service is idle"));
+        let idle = LateStatus {
+            rate_pps: None,
+            busy: Some(false),
+            cpus_busy: Some(0.31),
+            own_share: Some(0.95),
+            ..late.clone()
+        };
+        s.classes[0].late = Some(idle.clone());
+        let t = render_table(&s);
+        assert!(t.contains("not limited: its service is idle (its CPUs 31% busy; late for something else"), "{t}");
+        // Its CPUs full, mostly of a neighbour's work: not its load.
+        s.classes[0].late = Some(LateStatus { cpus_busy: Some(0.99), own_share: Some(0.25), ..idle });
+        let t = render_table(&s);
+        assert!(t.contains("not limited: its CPUs are full (99% busy), 25% of that its own work"), "{t}");
         // Slow, not late: a line saying the class learns nobody meanwhile.
         s.classes[0].late = Some(LateStatus { rate_pps: None, late: false, ..late });
         let t = render_table(&s);

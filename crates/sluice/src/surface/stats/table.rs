@@ -154,25 +154,41 @@ fn render_late(o: &mut String, classes: &[ClassSnapshot]) {
         // As policy::late judges it: a load to shed for someone.
         let sheds = l.busy.unwrap_or(has_lane);
         let first = if has_lane { "known clients first" } else { "nobody known, each source to its share of the work" };
+        // Why a service read not busy: idle CPUs, or CPUs a neighbour fills.
+        let not_busy = match (l.cpus_busy, l.own_share) {
+            (Some(cpus), Some(own)) if cpus >= crate::policy::late::BUSY_SHARE => format!(
+                "its CPUs are full ({:.0}% busy), {:.0}% of that its own work: a neighbour's load, not its own",
+                cpus * 100.0,
+                own * 100.0
+            ),
+            (Some(cpus), _) => {
+                format!(
+                    "its service is idle (its CPUs {:.0}% busy; late for something else, not for its load)",
+                    cpus * 100.0
+                )
+            }
+            _ => "its service is idle (late for something else, not for its load)".into(),
+        };
         let what = match (l.rate_pps, l.late) {
             (Some(r), true) if sheds => format!(
                 "limited at {}/s, {first}; its unknown sources' tier is cut while the answers are late",
                 human(r)
             ),
             (Some(r), true) => format!(
-                "limited at {}/s, {first}; not cut: its service is idle (late for something else), let go after {} s of it",
+                "limited at {}/s, {first}; not cut: {not_busy}; let go after {} s of it",
                 human(r),
                 crate::policy::late::RELEASE_SECS
             ),
             (Some(r), false) => {
-                format!("limited at {}/s, {first}; answers in time again, its unknown sources' tier grows back", human(r))
+                format!(
+                    "limited at {}/s, {first}; answers in time again, its unknown sources' tier grows back",
+                    human(r)
+                )
             }
             (None, true) if sheds => {
                 format!("not limited yet: {} late windows in a row engage it", crate::policy::late::LATE_RUN)
             }
-            (None, true) if l.busy == Some(false) => {
-                "not limited: its service is idle (late for something else, not for its load)".into()
-            }
+            (None, true) if l.busy == Some(false) => format!("not limited: {not_busy}"),
             (None, true) => {
                 let why = match l.known_share {
                     Some(k) => format!(
