@@ -54,21 +54,12 @@ pub fn here() -> Plan {
 }
 
 fn allowed_cpus() -> Vec<Cpu> {
-    // SAFETY: a zeroed cpu_set_t filled by the kernel for this thread.
-    let set = unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
-            return vec![];
-        }
-        set
-    };
     let read = |cpu: usize, what: &str| -> Option<u32> {
         let path = format!("/sys/devices/system/cpu/cpu{cpu}/topology/{what}");
         std::fs::read_to_string(path).ok()?.trim().parse().ok()
     };
-    (0..libc::CPU_SETSIZE as usize)
-        // SAFETY: cpu is below CPU_SETSIZE.
-        .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
+    sluice::base::netns::affinity(0)
+        .into_iter()
         .map(|cpu| Cpu {
             id: cpu,
             package: read(cpu, "physical_package_id").unwrap_or(0),
