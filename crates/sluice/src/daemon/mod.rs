@@ -118,7 +118,8 @@ const fn ms(n: u64) -> Duration {
 /// to a SYN guard that answers, which a calm loop has none of: read every
 /// 10 s while calm (4-5% of that profile at once a second), and at a wake.
 /// The times busy is judged from are read every second (a file, and one a
-/// service process: `ServiceCpus::mark`; a look that ran since is enough).
+/// service process: `ServiceCpus::mark`; a look that ran since is enough),
+/// and only while some class is judged on its answers (a TCP auto class).
 const CADENCE: [(Duration, Duration, Duty); 9] = [
     (ms(1000), ms(1000), Duty::Rediscover),
     (ms(1000), ms(1000), Duty::Resteer),
@@ -476,7 +477,8 @@ impl Daemon {
             Duty::Publish => self.refresh_stats()?,
             Duty::OfferKnown => self.offer_known(),
             Duty::Napi => self.protect.sync_napi(&self.cfg, &self.iface),
-            Duty::ServiceTimes => self.service_cpus.mark(),
+            Duty::ServiceTimes if self.ticker.judges_answers() => self.service_cpus.mark(),
+            Duty::ServiceTimes => {}
             Duty::ServiceCpus => self.look_service_cpus(),
             Duty::TcpSettings => self.reread_tcp_settings(),
         }
@@ -543,7 +545,7 @@ impl Daemon {
     /// Where each class's service runs now, handed to the ticker. A failed
     /// look leaves no CPU known (the CPU signal then says nothing, the queues still do).
     pub(super) fn look_service_cpus(&mut self) {
-        match self.service_cpus.look(&self.cfg) {
+        match self.service_cpus.look(&self.cfg, self.ticker.judges_answers()) {
             Ok(loads) => {
                 self.ticker.set_service_loads(loads);
                 self.service_cpus_failing = false;

@@ -128,8 +128,8 @@ pub struct ServiceLoad {
     /// The CPUs its busy threads ran on (`busy_cpus`).
     pub cpus: Vec<usize>,
     /// How busy those CPUs were, and how much of it was the service's
-    /// (`busy_of`; None: no thread read, or no reading within
-    /// BUSY_SPAN_SECS to judge from).
+    /// (`busy_of`; None: not asked for, no thread read, or no reading
+    /// within BUSY_SPAN_SECS to judge from).
     pub busy: Option<Busy>,
 }
 
@@ -184,9 +184,10 @@ impl ServiceCpus {
     }
 
     /// Look once: by class index of `cfg`, the CPUs its service's busy
-    /// threads ran on (empty: no socket, no owner visible, or idle), and how
-    /// busy they kept them.
-    pub fn look(&mut self, cfg: &Config) -> Result<Vec<ServiceLoad>> {
+    /// threads ran on (empty: no socket, no owner visible, or idle), and,
+    /// where `busy` asks, how busy they were (the times are read only then:
+    /// /proc/stat grows with the CPUs and the interrupts).
+    pub fn look(&mut self, cfg: &Config, busy: bool) -> Result<Vec<ServiceLoad>> {
         let udp: Vec<_> = cfg.classes.iter().map(|c| c.udp_ports()).collect();
         let tcp: Vec<_> = cfg.classes.iter().map(|c| c.tcp_ports()).collect();
         let mut inodes: Vec<Vec<u32>> = vec![vec![]; cfg.classes.len()];
@@ -207,7 +208,7 @@ impl ServiceCpus {
             })
             .collect();
         let all: Vec<u32> = pids.concat();
-        let now = Reading::now(&all);
+        let now = if busy { Reading::now(&all) } else { None };
         let span = self.base().zip(now.as_ref());
         let mut ticks = HashMap::new();
         let loads = pids
@@ -319,7 +320,7 @@ mod tests {
         let mut r = ServiceCpus::new(crate::signals::discover::Listeners::new(0).unwrap());
         let end = std::time::Instant::now() + std::time::Duration::from_millis(30);
         while std::time::Instant::now() < end {}
-        let loads = r.look(&cfg).unwrap();
+        let loads = r.look(&cfg, true).unwrap();
         assert_eq!(loads.len(), cfg.classes.len());
         // SAFETY: sched_getcpu(3) has no arguments.
         let here = unsafe { libc::sched_getcpu() } as usize;
@@ -329,8 +330,11 @@ mod tests {
         // depends on who else runs here; a clock tick of /proc is 10 ms).
         let end = std::time::Instant::now() + std::time::Duration::from_millis(300);
         while std::time::Instant::now() < end {}
-        let loads = r.look(&cfg).unwrap();
+        let loads = r.look(&cfg, true).unwrap();
         assert!(loads[0].busy.is_some_and(|b| b.cpus > 0.0 && b.own > 0.0), "{loads:?}");
+        // Not asked for (no class judged on its answers): where it runs, not how busy.
+        let loads = r.look(&cfg, false).unwrap();
+        assert!(!loads[0].cpus.is_empty() && loads[0].busy.is_none(), "{loads:?}");
         drop(l);
     }
 
@@ -350,7 +354,7 @@ mod tests {
         // The service: a millisecond's work every 5 ms, 3 readings 300 ms apart.
         let mut loads = vec![];
         for _ in 0..3 {
-            loads = r.look(&cfg).unwrap();
+            loads = r.look(&cfg, true).unwrap();
             let end = Instant::now() + std::time::Duration::from_millis(300);
             while Instant::now() < end {
                 let work = Instant::now() + std::time::Duration::from_millis(1);
@@ -358,7 +362,7 @@ mod tests {
                 std::thread::sleep(std::time::Duration::from_millis(4));
             }
         }
-        let loads_end = r.look(&cfg).unwrap();
+        let loads_end = r.look(&cfg, true).unwrap();
         eprintln!("before: {loads:?}, at the end: {loads_end:?}");
         assert!(!loads_end[0].cpus.is_empty(), "the service ran: {loads_end:?}");
         let b = loads_end[0].busy.expect("a reading 300 ms before");

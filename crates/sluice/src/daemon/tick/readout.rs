@@ -22,6 +22,12 @@ impl Ticker {
         self.classes.iter().any(|c| c.tiers.as_ref().is_some_and(|t| t.fair.is_some()))
     }
 
+    /// Is some class judged on its answers (a TCP auto class)? Only its
+    /// judge reads how busy its service is (`late::busy`).
+    pub fn judges_answers(&self) -> bool {
+        self.classes.iter().any(|c| c.late.is_some())
+    }
+
     /// Each TCP auto class's judge of its answers (for status; None: not such a class).
     pub fn late_status(&self) -> Vec<Option<crate::surface::stats::LateStatus>> {
         let status = |c: &TickClass| {
