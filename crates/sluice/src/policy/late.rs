@@ -160,12 +160,13 @@ pub const BUSY_SHARE: f64 = 0.9;
 /// softirq work under a flood of new connections, and read under 0.9 while
 /// the CPU was full; the CPUs' busy time alone counted a neighbour's
 /// spinning as the service's load; and its own time over all the CPUs'
-/// read under 0.9 while the daemon or a probe took a tenth of its CPU.)
+/// time at 0.9 let the bench's connection flood take more, anything else
+/// on its CPU, the daemon or a probe, suspected of pulling it under.)
 pub const OWN_SHARE: f64 = 0.6;
 
 /// Is a service whose CPUs were `cpus` busy, `own` of that its own, busy
-/// for late answers (BUSY_SHARE, OWN_SHARE)? A neighbour that takes more
-/// than the service's own work of its CPUs makes them full, not it busy.
+/// for late answers (BUSY_SHARE, OWN_SHARE)? A neighbour that takes over
+/// 40% of its CPUs' busy time makes them full, not it busy.
 pub fn busy(cpus: f64, own: f64) -> bool {
     cpus >= BUSY_SHARE && own >= OWN_SHARE
 }

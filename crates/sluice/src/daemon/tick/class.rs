@@ -103,14 +103,18 @@ pub(super) struct TickClass {
     /// its answer delays (`late`): the judge, and what it said last tick.
     pub(super) late: Option<LateAnswers>,
     pub(super) late_out: LateOut,
-    /// The CPUs its service ran on were busy at the last look, mostly
-    /// with its own work (`late::busy`, from `load`): late answers are then
-    /// its load's (None: its threads were not read).
-    pub(super) busy: Option<bool>,
+    /// How busy the CPUs its service ran on were at the last look, and how
+    /// much of that was its own work (None: its threads were not read).
     pub(super) load: Option<crate::signals::service_cpus::Busy>,
 }
 
 impl TickClass {
+    /// Its service is busy, mostly with its own work (`late::busy`): late
+    /// answers are then its load's (None: its threads were not read).
+    pub(super) fn busy(&self) -> Option<bool> {
+        self.load.map(|b| crate::policy::late::busy(b.cpus, b.own))
+    }
+
     /// A class as the tick first sees it; `learns`: the learner may record
     /// its clients (every class but the default one); `judged_late`: its
     /// answers' delay may engage it (`late`).
@@ -141,7 +145,6 @@ impl TickClass {
             observe_held_at: None,
             late: judged_late.then(LateAnswers::default),
             late_out: LateOut::default(),
-            busy: None,
             load: None,
         }
     }
@@ -150,6 +153,7 @@ impl TickClass {
     /// are the last tick's, not yet replaced), for a class judged on them:
     /// a late one is behind (its unknown tier is cut).
     pub(super) fn judge_answers(&mut self, now: &ClassTotals, dt: f64) {
+        let busy = self.busy();
         let (Some(late), Some(old)) = (self.late.as_mut(), self.totals) else { return };
         let t = LateTick {
             answers: now.answer_delays.since(&old.answer_delays),
@@ -159,7 +163,7 @@ impl TickClass {
             limiting: now.dropped_pkts() > old.dropped_pkts(),
             known_pps: now.known_pkts.saturating_sub(old.known_pkts) as f64 / dt.max(1e-4),
             known_lane: self.learns && self.fair.has_known_lane(),
-            busy: self.busy,
+            busy,
         };
         self.late_out = late.step(&t);
         self.behind |= self.late_out.late;

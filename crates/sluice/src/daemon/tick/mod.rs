@@ -415,7 +415,6 @@ impl Ticker {
             c.behind = judged.behind || (room && judged.queue_stands);
             c.dropped = judged.dropped || room;
             c.load = self.service_busy.get(id).copied().flatten();
-            c.busy = c.load.map(|b| crate::policy::late::busy(b.cpus, b.own));
             c.judge_answers(&t, dt);
             c.distress_ticks += u64::from(c.distress);
             // Dropped with room: a service with sockets and no distress, under no cap

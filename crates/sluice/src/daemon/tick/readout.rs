@@ -43,7 +43,7 @@ impl Ticker {
                     slow: l.slow(),
                     rate_pps: c.late_out.rate,
                     known_share: c.fair.calm_known_share(),
-                    busy: c.busy,
+                    busy: c.busy(),
                     cpus_busy: c.load.map(|b| b.cpus),
                     own_share: c.load.map(|b| b.own),
                     engagements: Some(l.engagements()),
