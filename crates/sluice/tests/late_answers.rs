@@ -64,14 +64,39 @@ impl Work {
     }
 }
 
-/// Answer each line on `s` with "ok" after `work`, until `end`.
-fn answer(s: TcpStream, end: Instant, work: Work) {
+/// Until when the server runs: `end`, or its `Server` dropped.
+#[derive(Clone)]
+struct Until {
+    end: Instant,
+    stopped: Arc<AtomicBool>,
+}
+
+impl Until {
+    fn on(&self) -> bool {
+        Instant::now() < self.end && !self.stopped.load(Ordering::Relaxed)
+    }
+}
+
+/// A running server: dropped at its test's end, it stops (within
+/// READ_WAIT), so that a later test's daemon, which reads this process's
+/// CPUs, does not find its threads (its accept loop, unpinned, woke on CPU
+/// 0 every 2 ms and put CPU 0, half idle, among the neighbour test's).
+struct Server(Arc<AtomicBool>);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Answer each line on `s` with "ok" after `work`, while `until` is on.
+fn answer(s: TcpStream, until: Until, work: Work) {
     let _ = pin_thread(1);
     s.set_read_timeout(Some(READ_WAIT)).unwrap();
     let mut out = s.try_clone().unwrap();
     let mut lines = BufReader::new(s);
     let mut line = String::new();
-    while Instant::now() < end {
+    while until.on() {
         line.clear();
         match lines.read_line(&mut line) {
             Ok(0) => return,
@@ -86,23 +111,25 @@ fn answer(s: TcpStream, end: Instant, work: Work) {
     }
 }
 
-/// The server on B's PORT for `secs`, a thread per connection.
-fn serve(tb: &Testbed, secs: f64, work: Work) {
+/// The server on B's PORT for `secs` at most, a thread per connection.
+fn serve(tb: &Testbed, secs: f64, work: Work) -> Server {
     let listener = in_netns(&tb.b, || TcpListener::bind(("0.0.0.0", PORT)).expect("bind the server"));
     listener.set_nonblocking(true).unwrap();
-    let end = Instant::now() + Duration::from_secs_f64(secs);
+    let stopped = Arc::new(AtomicBool::new(false));
+    let until = Until { end: Instant::now() + Duration::from_secs_f64(secs), stopped: stopped.clone() };
     std::thread::spawn(move || {
-        while Instant::now() < end {
+        while until.on() {
             match listener.accept() {
                 Ok((s, _)) => {
                     s.set_nonblocking(false).unwrap();
-                    let work = work.clone();
-                    std::thread::spawn(move || answer(s, end, work));
+                    let (work, until) = (work.clone(), until.clone());
+                    std::thread::spawn(move || answer(s, until, work));
                 }
                 Err(_) => std::thread::sleep(Duration::from_millis(2)),
             }
         }
     });
+    Server(stopped)
 }
 
 /// A connection from A (from `src`, or A's own address) to the server.
@@ -216,7 +243,7 @@ fn a_flood_of_real_connections_is_cut_where_the_answers_come_late_and_the_known_
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let mut tb = Testbed::new();
     let addrs: Vec<String> = FLOOD_ADDRS.iter().map(|&last| tb.add_host_a(last)).collect();
-    serve(&tb, 40.0, Work::Cpu);
+    let _server = serve(&tb, 40.0, Work::Cpu);
     // The kernel alone: the light client waits behind the pipelined requests.
     let alone = run(&tb, &addrs, 1.0, 3.0, 2.0, || {});
     std::thread::sleep(Duration::from_secs(1));
@@ -265,7 +292,7 @@ fn a_service_late_for_a_slow_backend_is_not_cut() {
     let mut tb = Testbed::new();
     let addrs: Vec<String> = FLOOD_ADDRS.iter().map(|&last| tb.add_host_a(last)).collect();
     let backend = Arc::new(AtomicU64::new(0));
-    serve(&tb, 30.0, Work::Backend(backend.clone()));
+    let _server = serve(&tb, 30.0, Work::Backend(backend.clone()));
     tb.start_gate(&["--no-discover", "--class", &format!("web:rate=auto,match=tcp:{PORT}")]);
     let web = |tb: &Testbed| tb.status().classes.into_iter().find(|c| c.name == "web").expect("class web");
     // Five calm seconds make the light client known; then the backend
@@ -296,7 +323,7 @@ fn a_service_late_because_a_neighbour_takes_its_cpu_is_not_cut() {
     let _ = pin_thread(1);
     let mut tb = Testbed::new();
     let addrs: Vec<String> = FLOOD_ADDRS.iter().map(|&last| tb.add_host_a(last)).collect();
-    serve(&tb, 30.0, Work::Cpu);
+    let _server = serve(&tb, 30.0, Work::Cpu);
     tb.start_gate(&["--no-discover", "--class", &format!("web:rate=auto,match=tcp:{PORT}")]);
     let web = |tb: &Testbed| tb.status().classes.into_iter().find(|c| c.name == "web").expect("class web");
     // Five calm seconds make the light client known; then the neighbour
