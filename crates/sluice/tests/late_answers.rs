@@ -256,9 +256,12 @@ fn a_flood_of_real_connections_is_cut_where_the_answers_come_late_and_the_known_
     // SLUICE_KNOWN_SPAN_MS), and the class has its calm answer delay.
     let with = run(&tb, &addrs, 5.0, 5.0, 3.0, || calm_drops = Some(web(&tb).dropped_pkts()));
     let after = web(&tb);
+    // How the class was judged at the flood's end (its busy reading, its
+    // engagements): what a failure of the limit below is read from.
+    let late = tb.status().classes.into_iter().find(|c| c.name == "web").and_then(|c| c.late);
     eprintln!(
         "light client's answered share in the flood: {:.1}% with the kernel alone, {:.1}% with sluice; \
-         the gate dropped {} of the class's packets ({} before the flood); answer delays: {:?}",
+         the gate dropped {} of the class's packets ({} before the flood); answer delays: {:?}; judged: {late:?}",
         alone * 100.0,
         with * 100.0,
         after.dropped_pkts(),

@@ -62,6 +62,11 @@ pub const BUSY_SPAN_SECS: f64 = 2.5;
 /// look a wake runs (whose span is mostly calm). Ten ticks: a service that
 /// kept its CPU all busy reads at least 0.82 at a tick's error each way.
 pub const BUSY_MIN_SPAN_SECS: f64 = 0.1;
+/// A reading younger than this (s) is fresh enough for `ServiceCpus::mark`
+/// to keep it: a look that ran since the last mark stands for the next.
+/// Under the calm tick's second (the duty is due every 1 s, run at the
+/// 500 ms tick after), so that calm readings come 1-1.5 s apart, not 2.
+pub const MARK_FRESH_SECS: f64 = 0.5;
 
 /// How busy a service's CPUs were between two readings, and how much of
 /// that was the service's.
@@ -157,11 +162,11 @@ impl ServiceCpus {
         }
     }
 
-    /// Read the CPUs' and the services' processes' times again, where the
-    /// last reading is older than half of BUSY_SPAN_SECS: cheap (one file,
-    /// and one a process), for the calm daemon to run every second.
+    /// Read the CPUs' and the services' processes' times again, unless the
+    /// last reading is younger than MARK_FRESH_SECS: cheap (one file, and
+    /// one a process), for the calm daemon to run every second.
     pub fn mark(&mut self) {
-        if self.readings.last().is_none_or(|r| r.at.elapsed().as_secs_f64() > BUSY_SPAN_SECS / 2.0) {
+        if self.readings.last().is_none_or(|r| r.at.elapsed().as_secs_f64() >= MARK_FRESH_SECS) {
             self.keep(Reading::now(&self.pids));
         }
     }
@@ -336,6 +341,33 @@ mod tests {
         let loads = r.look(&cfg, false).unwrap();
         assert!(!loads[0].cpus.is_empty() && loads[0].busy.is_none(), "{loads:?}");
         drop(l);
+    }
+
+    /// The calm duty marks every second: a reading a second old is
+    /// replaced (calm readings come a second apart, not two), one that a
+    /// look took a moment ago stands, and the last two are kept.
+    #[test]
+    fn a_mark_reads_again_unless_the_last_reading_is_fresh() {
+        let mut r = ServiceCpus::new(crate::signals::discover::Listeners::new(0).unwrap());
+        r.mark();
+        assert_eq!(r.readings.len(), 1, "the first mark reads");
+        r.mark();
+        assert_eq!(r.readings.len(), 1, "a fresh reading stands");
+        let age = |r: &mut ServiceCpus, s: f64| {
+            for x in &mut r.readings {
+                x.at -= std::time::Duration::from_secs_f64(s);
+            }
+        };
+        age(&mut r, 1.0);
+        r.mark();
+        assert_eq!(r.readings.len(), 2, "a reading a second old is read again");
+        age(&mut r, 1.0);
+        r.mark();
+        assert_eq!(r.readings.len(), 2, "two kept");
+        assert!(
+            r.base().is_some_and(|b| b.at.elapsed() >= std::time::Duration::from_millis(900)),
+            "the newest aged 0.1 s or more"
+        );
     }
 
     /// Do no harm: a neighbour (another process) that spins on every CPU
