@@ -153,7 +153,8 @@ pub const RATE_FLOOR_PPS: f64 = 1000.0;
 /// (`signals::service_cpus::Busy`) ...
 pub const BUSY_SHARE: f64 = 0.9;
 /// ... and at least this share of that busy time was its own (its
-/// processes' time and those CPUs' softirq work, for its packets): late
+/// processes' and its local backends' time, and those CPUs' softirq work,
+/// for its packets): late
 /// answers are then its load's. (nginx flooded by the bench's `conns-v4`
 /// ran its one worker's CPU at 99%; a service behind a slow backend waits,
 /// its CPU idle. Its threads' own time alone left out the handshakes'

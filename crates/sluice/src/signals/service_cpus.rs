@@ -9,9 +9,11 @@
 //!
 //! The same look says how busy the CPUs it ran on were since the last
 //! reading, and how much of that busy time was the service's
-//! (`ServiceLoad::busy`): its processes' own CPU time (/proc/PID/stat) and
-//! the interrupt and softirq time of those CPUs (the receive work for its
-//! packets, which its processes' times leave out: /proc/stat). A TCP
+//! (`ServiceLoad::busy`): its processes' own CPU time (/proc/PID/stat), its
+//! backends' (the local processes it connected to, `backends`: php-fpm
+//! behind nginx; their CPUs count among its CPUs) and the interrupt and
+//! softirq time of those CPUs (the receive work for its packets, which
+//! its processes' times leave out: /proc/stat). A TCP
 //! service whose answers are late while its CPUs are full, mostly of its
 //! own work, is late for its load, which a limit can shed; one that is late
 //! while idle waits on something else (a backend, a disk), and one late
@@ -24,6 +26,7 @@ use std::time::Instant;
 use anyhow::Result;
 
 use crate::policy::config::Config;
+use crate::signals::backends::Backends;
 use crate::signals::discover::{Listeners, SocketOwners, L4};
 use crate::signals::health::class_of;
 use crate::signals::procfs::{cpu_times, stat_cpu_ticks, stat_fields, CpuTime, CpuTimes};
@@ -74,8 +77,8 @@ pub const MARK_FRESH_SECS: f64 = 0.5;
 pub struct Busy {
     /// The CPUs' busy time over their time, whoever kept them busy.
     pub cpus: f64,
-    /// Of that busy time, the service's: its processes' own time and those
-    /// CPUs' interrupt and softirq time (the receive work for its packets,
+    /// Of that busy time, the service's: its processes' and its backends'
+    /// own time and those CPUs' interrupt and softirq time (the receive work for its packets,
     /// which its processes' times leave out); at most 1 (softirq work that
     /// ran in the service's own context counts in both).
     pub own: f64,
@@ -148,6 +151,7 @@ pub struct ServiceCpus {
     /// readings of their times and the CPUs' (the older first).
     pids: Vec<u32>,
     readings: Vec<Reading>,
+    backends: Backends,
 }
 
 impl ServiceCpus {
@@ -159,6 +163,7 @@ impl ServiceCpus {
             ticks: HashMap::new(),
             pids: vec![],
             readings: vec![],
+            backends: Backends::default(),
         }
     }
 
@@ -212,19 +217,33 @@ impl ServiceCpus {
                 pids
             })
             .collect();
-        let all: Vec<u32> = pids.concat();
+        // Judged busy or not, a service's work is its processes' and its
+        // backends' (`backends`: the local processes it connected to).
+        let backends = if busy { self.backends.of(&pids) } else { vec![vec![]; pids.len()] };
+        let all: Vec<u32> = pids.iter().chain(&backends).flatten().copied().collect();
         let now = if busy { Reading::now(&all) } else { None };
         let span = self.base().zip(now.as_ref());
         let mut ticks = HashMap::new();
+        let mut read = |pids: &[u32]| {
+            let threads: Vec<(u32, ThreadStat)> = pids.iter().flat_map(|&p| threads_of(p)).collect();
+            ticks.extend(threads.iter().map(|(tid, t)| (*tid, t.cpu_ticks)));
+            threads
+        };
         let loads = pids
             .iter()
-            .map(|pids| {
-                let threads: Vec<(u32, ThreadStat)> = pids.iter().flat_map(|&p| threads_of(p)).collect();
-                ticks.extend(threads.iter().map(|(tid, t)| (*tid, t.cpu_ticks)));
+            .zip(&backends)
+            .map(|(pids, backends)| {
+                let threads = read(pids);
                 let cpus = busy_cpus(&threads, &self.ticks);
-                let busy = span
-                    .filter(|_| !threads.is_empty())
-                    .and_then(|(b, n)| busy_of(own_ticks(pids, &b.procs, &n.procs), &cpus, (&b.cpus, &n.cpus)));
+                let busy = span.filter(|_| !threads.is_empty()).and_then(|(b, n)| {
+                    // Where its backends ran too: their CPUs are the service's.
+                    let mut work_cpus = cpus.clone();
+                    work_cpus.extend(busy_cpus(&read(backends), &self.ticks));
+                    work_cpus.sort_unstable();
+                    work_cpus.dedup();
+                    let work: Vec<u32> = pids.iter().chain(backends).copied().collect();
+                    busy_of(own_ticks(&work, &b.procs, &n.procs), &work_cpus, (&b.cpus, &n.cpus))
+                });
                 ServiceLoad { cpus, busy }
             })
             .collect();
@@ -370,20 +389,17 @@ mod tests {
         );
     }
 
-    /// Do no harm: a neighbour (another process) that spins on every CPU
-    /// the service runs on leaves its CPUs all busy, and the service's
-    /// answers late, but the service is not busy: its own time (this
-    /// process's, which a neighbour takes from) is what counts. Read by the
-    /// daemon's reader; with busy read as the CPUs' busy time, as before,
-    /// it read 1.0.
-    #[test]
-    fn a_neighbour_spinning_on_the_services_cpus_does_not_make_it_busy() {
-        let l = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+    /// The tests that spin processes on every CPU, one at a time: one's
+    /// spinners are the other's neighbours.
+    static SPINNING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    /// The class of a service on `l`'s port read by the daemon's reader
+    /// while this process works a millisecond in every 5 ms: 3 looks 300 ms
+    /// apart, then the last one (printed with the one before).
+    fn look_while_serving(l: &std::net::TcpListener) -> Busy {
         let port = l.local_addr().unwrap().port();
         let cfg = crate::policy::config::from_flags(&[format!("web:match=tcp:{port}")]).unwrap();
-        let _spinners = sluice_testkit::neighbour::Spinner::everywhere(0).unwrap();
         let mut r = ServiceCpus::new(crate::signals::discover::Listeners::new(0).unwrap());
-        // The service: a millisecond's work every 5 ms, 3 readings 300 ms apart.
         let mut loads = vec![];
         for _ in 0..3 {
             loads = r.look(&cfg, true).unwrap();
@@ -397,9 +413,48 @@ mod tests {
         let loads_end = r.look(&cfg, true).unwrap();
         eprintln!("before: {loads:?}, at the end: {loads_end:?}");
         assert!(!loads_end[0].cpus.is_empty(), "the service ran: {loads_end:?}");
-        let b = loads_end[0].busy.expect("a reading 300 ms before");
+        loads_end[0].busy.expect("a reading 300 ms before")
+    }
+
+    /// Do no harm: a neighbour (another process) that spins on every CPU
+    /// the service runs on leaves its CPUs all busy, and the service's
+    /// answers late, but the service is not busy: its own time (this
+    /// process's, which a neighbour takes from) is what counts. Read by the
+    /// daemon's reader; with busy read as the CPUs' busy time, as before,
+    /// it read 1.0.
+    #[test]
+    fn a_neighbour_spinning_on_the_services_cpus_does_not_make_it_busy() {
+        let _spinning = SPINNING.lock().unwrap_or_else(|e| e.into_inner());
+        let l = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+        let spinners = sluice_testkit::neighbour::Spinner::everywhere(0).unwrap();
+        let b = look_while_serving(&l);
+        drop(spinners);
         assert!(b.cpus >= crate::policy::late::BUSY_SHARE, "the neighbours did not fill the CPUs: {b:?}");
         assert!(!crate::policy::late::busy(b.cpus, b.own), "read busy ({b:?}) for a neighbour's time");
-        drop(l);
+    }
+
+    /// The same spinners, each holding the accepted end of a unix
+    /// connection this process made (its backends, as php-fpm's workers are
+    /// nginx's): their time is the service's work, and the service is busy.
+    /// Read as a neighbour's, as before backends were followed, the service
+    /// doing a millisecond's work in 5 ms was idle for it.
+    #[test]
+    fn a_backend_spinning_on_the_services_cpus_makes_it_busy() {
+        let _spinning = SPINNING.lock().unwrap_or_else(|e| e.into_inner());
+        let l = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+        let path = std::env::temp_dir().join(format!("sluice-backend-{}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let backend = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let (mut clients, mut spinners) = (vec![], vec![]);
+        for cpu in crate::base::netns::affinity(0) {
+            clients.push(std::os::unix::net::UnixStream::connect(&path).unwrap());
+            let (accepted, _) = backend.accept().unwrap();
+            spinners.push(sluice_testkit::neighbour::Spinner::holding(cpu, 0, accepted.into()).unwrap());
+        }
+        let _ = std::fs::remove_file(&path);
+        let b = look_while_serving(&l);
+        drop(spinners);
+        assert!(b.cpus >= crate::policy::late::BUSY_SHARE, "the backends did not fill the CPUs: {b:?}");
+        assert!(crate::policy::late::busy(b.cpus, b.own), "its backends' time not read as its work: {b:?}");
     }
 }

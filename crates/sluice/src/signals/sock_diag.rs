@@ -86,6 +86,16 @@ const INET_DIAG_SKV6ONLY: u16 = 11;
 const INET_DIAG_BC_JMP: u8 = 1;
 const INET_DIAG_BC_S_GE: u8 = 2;
 const INET_DIAG_BC_S_LE: u8 = 3;
+const INET_DIAG_BC_D_COND: u8 = 8;
+// From linux/unix_diag.h.
+const UNIX_DIAG_NAME: u16 = 0;
+const UNIX_DIAG_PEER: u16 = 2;
+const UDIAG_SHOW_NAME: u32 = 1;
+const UDIAG_SHOW_PEER: u32 = 4;
+/// struct unix_diag_req: family, protocol, pad, states, ino, show, cookie.
+const UNIX_REQ_LEN: usize = 24;
+/// struct unix_diag_msg: family, type, state, pad, ino, cookie.
+const UNIX_MSG_LEN: usize = 16;
 const SK_MEMINFO_RMEM_ALLOC: usize = 0;
 const SK_MEMINFO_RCVBUF: usize = 1;
 const SK_MEMINFO_DROPS: usize = 8;
@@ -194,7 +204,7 @@ impl SockDiag {
         self.staged.clear();
         let mut replies = Vec::with_capacity(keys.len());
         for key in keys {
-            self.send(key.family, u32::from(key.protocol), u32::MAX, &[], Some(key))?;
+            self.send(key.family, u32::from(key.protocol), u32::MAX, None, Some(key))?;
             let n = self.recv_into_buf()?;
             let reply = &self.buf[..n];
             let mut found = false;
@@ -248,7 +258,12 @@ impl SockDiag {
         ports: &[(u16, u16)],
         each: &mut dyn FnMut(&DiagSock),
     ) -> Result<()> {
-        self.send(family, protocol, states, ports, None)?;
+        self.send(family, protocol, states, port_filter(ports), None)?;
+        self.replies(each)
+    }
+
+    /// Read a dump's replies to its end, calling `each` per socket.
+    fn replies(&mut self, each: &mut dyn FnMut(&DiagSock)) -> Result<()> {
         loop {
             let n = self.recv_into_buf()?;
             if parse_diag_reply(&self.buf[..n], self.seq, each)? {
@@ -257,52 +272,91 @@ impl SockDiag {
         }
     }
 
-    /// Send a request under a new sequence number: a dump (of the sockets
-    /// in `states` whose local port is in `ports`), or with `one`, a
-    /// request for that one socket.
-    fn send(
+    /// The TCP sockets of one family in `states` whose remote address is in
+    /// one of `nets` (address, prefix length; the kernel filters them, as
+    /// `dump_ports` by port), calling `each` per socket.
+    pub fn dump_to(
         &mut self,
         family: u8,
-        protocol: u32,
         states: u32,
-        ports: &[(u16, u16)],
-        one: Option<&SockKey>,
+        nets: &[(std::net::IpAddr, u8)],
+        each: &mut dyn FnMut(&DiagSock),
     ) -> Result<()> {
-        use std::os::fd::AsRawFd;
+        let Some(bc) = dest_filter(nets) else { return Ok(()) };
+        self.send(family, libc::IPPROTO_TCP as u32, states, Some(bc), None)?;
+        self.replies(each)
+    }
+
+    /// The connected unix sockets (stream and seqpacket, in
+    /// TCP_ESTABLISHED), each with its peer's inode and whether it has a
+    /// name (an accepted socket carries its listener's).
+    pub fn dump_unix(&mut self, each: &mut dyn FnMut(&UnixSock)) -> Result<()> {
         self.seq = self.seq.wrapping_add(1);
-        let bc = port_filter(ports);
-        let mut req = vec![0u8; NLMSG_HDRLEN + REQ_LEN];
-        if let Some(bc) = &bc {
-            req.extend_from_slice(&((4 + bc.len()) as u16).to_ne_bytes());
-            req.extend_from_slice(&INET_DIAG_REQ_BYTECODE.to_ne_bytes());
-            req.extend_from_slice(bc);
+        let mut body = [0u8; UNIX_REQ_LEN];
+        body[0] = libc::AF_UNIX as u8;
+        body[4..8].copy_from_slice(&(1u32 << TCP_ESTABLISHED).to_ne_bytes());
+        body[12..16].copy_from_slice(&(UDIAG_SHOW_NAME | UDIAG_SHOW_PEER).to_ne_bytes());
+        self.send_raw(&body, true)?;
+        loop {
+            let n = self.recv_into_buf()?;
+            if parse_unix_reply(&self.buf[..n], self.seq, each)? {
+                return Ok(());
+            }
         }
-        if let Ok(small) = u8::try_from(protocol) {
-            req[NLMSG_HDRLEN + 1] = small;
-        } else {
-            req.extend_from_slice(&8u16.to_ne_bytes());
-            req.extend_from_slice(&INET_DIAG_REQ_PROTOCOL.to_ne_bytes());
-            req.extend_from_slice(&protocol.to_ne_bytes());
-        }
+    }
+
+    /// Send `body` (the request after the netlink header) under the
+    /// current sequence number, as a dump or a one-socket request.
+    fn send_raw(&mut self, body: &[u8], dump: bool) -> Result<()> {
+        use std::os::fd::AsRawFd;
+        let mut req = vec![0u8; NLMSG_HDRLEN];
+        req.extend_from_slice(body);
+        let flags = if dump { libc::NLM_F_REQUEST | libc::NLM_F_DUMP } else { libc::NLM_F_REQUEST };
         let len = req.len() as u32;
-        let flags = if one.is_some() { libc::NLM_F_REQUEST } else { libc::NLM_F_REQUEST | libc::NLM_F_DUMP };
         req[0..4].copy_from_slice(&len.to_ne_bytes());
         req[4..6].copy_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes());
         req[6..8].copy_from_slice(&(flags as u16).to_ne_bytes());
         req[8..12].copy_from_slice(&self.seq.to_ne_bytes());
-        let r = &mut req[NLMSG_HDRLEN..];
-        r[0] = family;
-        r[2] = 1 << (INET_DIAG_SKMEMINFO - 1);
-        r[4..8].copy_from_slice(&states.to_ne_bytes());
-        if let Some(key) = one {
-            r[8..56].copy_from_slice(&key.sockid());
-        }
         // SAFETY: send(2) of a byte buffer we own.
         let n = unsafe { libc::send(self.fd.as_raw_fd(), req.as_ptr().cast(), req.len(), 0) };
         if n < 0 {
             return Err(std::io::Error::last_os_error()).context("sock_diag request");
         }
         Ok(())
+    }
+
+    /// Send a request under a new sequence number: a dump (of the sockets
+    /// in `states` that bytecode `bc` passes), or with `one`, a request
+    /// for that one socket.
+    fn send(
+        &mut self,
+        family: u8,
+        protocol: u32,
+        states: u32,
+        bc: Option<Vec<u8>>,
+        one: Option<&SockKey>,
+    ) -> Result<()> {
+        self.seq = self.seq.wrapping_add(1);
+        let mut req = vec![0u8; REQ_LEN];
+        if let Some(bc) = &bc {
+            req.extend_from_slice(&((4 + bc.len()) as u16).to_ne_bytes());
+            req.extend_from_slice(&INET_DIAG_REQ_BYTECODE.to_ne_bytes());
+            req.extend_from_slice(bc);
+        }
+        if let Ok(small) = u8::try_from(protocol) {
+            req[1] = small;
+        } else {
+            req.extend_from_slice(&8u16.to_ne_bytes());
+            req.extend_from_slice(&INET_DIAG_REQ_PROTOCOL.to_ne_bytes());
+            req.extend_from_slice(&protocol.to_ne_bytes());
+        }
+        req[0] = family;
+        req[2] = 1 << (INET_DIAG_SKMEMINFO - 1);
+        req[4..8].copy_from_slice(&states.to_ne_bytes());
+        if let Some(key) = one {
+            req[8..56].copy_from_slice(&key.sockid());
+        }
+        self.send_raw(&req, one.is_none())
     }
 
     /// Receive one datagram of replies into `buf`; its length.
@@ -401,6 +455,58 @@ pub fn port_filter(ranges: &[(u16, u16)]) -> Option<Vec<u8>> {
     Some(bc)
 }
 
+/// Bytecode that passes a socket whose remote address is in one of `nets`
+/// (address, prefix length): a block per net, as `port_filter`'s:
+///   D_COND net (yes: next op; no: next block)
+///   JMP        (always `no`: to the end, accept)
+/// The last block's miss jumps past the end (reject). The kernel audits a
+/// program along its `yes` jumps, so each must go to the next op. None for
+/// no nets (or too many).
+pub fn dest_filter(nets: &[(std::net::IpAddr, u8)]) -> Option<Vec<u8>> {
+    // struct inet_diag_bc_op, then struct inet_diag_hostcond: family,
+    // prefix length, 2 pad bytes, port (-1: any), the address.
+    let conds: Vec<Vec<u8>> = nets
+        .iter()
+        .map(|&(addr, prefix)| {
+            let (family, bytes) = match addr {
+                std::net::IpAddr::V4(a) => (libc::AF_INET as u8, a.octets().to_vec()),
+                std::net::IpAddr::V6(a) => (libc::AF_INET6 as u8, a.octets().to_vec()),
+            };
+            let mut cond = vec![0, 0, 0, 0, family, prefix, 0, 0];
+            cond.extend_from_slice(&(-1i32).to_ne_bytes());
+            cond.extend_from_slice(&bytes);
+            cond
+        })
+        .collect();
+    let total: usize = conds.iter().map(|c| c.len() + 4).sum();
+    if conds.is_empty() || total > usize::from(u16::MAX) - 8 {
+        return None;
+    }
+    let (mut bc, n) = (Vec::with_capacity(total), conds.len());
+    for (i, mut cond) in conds.into_iter().enumerate() {
+        let len = cond.len();
+        let miss = if i + 1 == n { len + 8 } else { len + 4 };
+        cond[0] = INET_DIAG_BC_D_COND;
+        cond[1] = len as u8;
+        cond[2..4].copy_from_slice(&(miss as u16).to_ne_bytes());
+        bc.extend_from_slice(&cond);
+        let to_end = total - bc.len();
+        bc.extend_from_slice(&[INET_DIAG_BC_JMP, 4]);
+        bc.extend_from_slice(&(to_end as u16).to_ne_bytes());
+    }
+    Some(bc)
+}
+
+/// One connected unix socket of a `dump_unix`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UnixSock {
+    pub inode: u32,
+    /// Its peer's inode (None: the kernel sent none).
+    pub peer: Option<u32>,
+    /// It has a name: a bound socket, or one accepted from a named listener.
+    pub named: bool,
+}
+
 /// TCP states as sock_diag numbers them (include/net/tcp_states.h).
 pub const TCP_ESTABLISHED: u8 = 1;
 /// Request sockets (half-open connections) are dumped in this state.
@@ -486,59 +592,83 @@ impl DiagSock<'_> {
 
 /// Walk one datagram of sock_diag replies, calling `each` per socket.
 /// Returns true at the end of the dump (NLMSG_DONE).
-pub fn parse_diag_reply(mut b: &[u8], seq: u32, each: &mut dyn FnMut(&DiagSock)) -> Result<bool> {
+pub fn parse_diag_reply(b: &[u8], seq: u32, each: &mut dyn FnMut(&DiagSock)) -> Result<bool> {
+    each_message(b, seq, MSG_LEN, "sock_diag", &mut |m| {
+        let mut sock = DiagSock::parse(m);
+        // SK_MEMINFO_VARS is 9 today; later kernels may add more, unread here.
+        let (mut mem, mut mem_len) = ([0u32; 16], 0);
+        each_attr(&m[MSG_LEN..], &mut |kind, v| match kind {
+            INET_DIAG_SKMEMINFO => {
+                for (m, c) in mem.iter_mut().zip(v.chunks_exact(4)) {
+                    *m = u32::from_ne_bytes(c.try_into().unwrap());
+                    mem_len += 1;
+                }
+            }
+            INET_DIAG_SKV6ONLY if !v.is_empty() => sock.v6only = v[0] != 0,
+            _ => {}
+        });
+        if mem_len > SK_MEMINFO_DROPS {
+            sock.mem = Some(&mem[..mem_len]);
+        }
+        each(&sock);
+    })
+}
+
+/// Walk one datagram of unix_diag replies, calling `each` per socket.
+/// Returns true at the end of the dump (NLMSG_DONE).
+pub fn parse_unix_reply(b: &[u8], seq: u32, each: &mut dyn FnMut(&UnixSock)) -> Result<bool> {
+    each_message(b, seq, UNIX_MSG_LEN, "unix_diag", &mut |m| {
+        let mut sock = UnixSock { inode: u32::from_ne_bytes(m[4..8].try_into().unwrap()), peer: None, named: false };
+        each_attr(&m[UNIX_MSG_LEN..], &mut |kind, v| match kind {
+            UNIX_DIAG_NAME => sock.named = !v.is_empty(),
+            UNIX_DIAG_PEER if v.len() >= 4 => sock.peer = Some(u32::from_ne_bytes(v[..4].try_into().unwrap())),
+            _ => {}
+        });
+        each(&sock);
+    })
+}
+
+/// Walk one datagram of netlink messages answering request `seq`, calling
+/// `each` with each message's payload of at least `min` bytes (shorter
+/// ones are skipped). Returns true at NLMSG_DONE; an NLMSG_ERROR with an
+/// errno is an error, as is a message whose length does not fit.
+fn each_message(mut b: &[u8], seq: u32, min: usize, what: &str, each: &mut dyn FnMut(&[u8])) -> Result<bool> {
     let u32_at = |b: &[u8], o: usize| u32::from_ne_bytes(b[o..o + 4].try_into().unwrap());
-    let u16_at = |b: &[u8], o: usize| u16::from_ne_bytes(b[o..o + 2].try_into().unwrap());
     while b.len() >= NLMSG_HDRLEN {
         let len = u32_at(b, 0) as usize;
         if len < NLMSG_HDRLEN || len > b.len() {
-            anyhow::bail!("sock_diag: malformed netlink message (length {len} of {})", b.len());
+            anyhow::bail!("{what}: malformed netlink message (length {len} of {})", b.len());
         }
-        let (msg, kind) = (&b[..len], u16_at(b, 4) as i32);
+        let (msg, kind) = (&b[..len], i32::from(u16::from_ne_bytes([b[4], b[5]])));
         if u32_at(b, 8) == seq {
             match kind {
                 libc::NLMSG_DONE => return Ok(true),
                 libc::NLMSG_ERROR => {
                     let errno = if len >= NLMSG_HDRLEN + 4 { -(u32_at(msg, NLMSG_HDRLEN) as i32) } else { 0 };
                     if errno != 0 {
-                        return Err(std::io::Error::from_raw_os_error(errno)).context("sock_diag dump");
+                        return Err(std::io::Error::from_raw_os_error(errno)).context(format!("{what} dump"));
                     }
                 }
-                _ if len >= NLMSG_HDRLEN + MSG_LEN => {
-                    let m = &msg[NLMSG_HDRLEN..];
-                    let mut sock = DiagSock::parse(m);
-                    // Attributes after the fixed part, 4-byte aligned.
-                    let mut a = &m[MSG_LEN..];
-                    // SK_MEMINFO_VARS is 9 today; later kernels may add more, unread here.
-                    let (mut mem, mut mem_len) = ([0u32; 16], 0);
-                    while a.len() >= 4 {
-                        let alen = u16_at(a, 0) as usize;
-                        if alen < 4 || alen > a.len() {
-                            break;
-                        }
-                        match u16_at(a, 2) {
-                            INET_DIAG_SKMEMINFO => {
-                                for (m, c) in mem.iter_mut().zip(a[4..alen].chunks_exact(4)) {
-                                    *m = u32::from_ne_bytes(c.try_into().unwrap());
-                                    mem_len += 1;
-                                }
-                            }
-                            INET_DIAG_SKV6ONLY if alen > 4 => sock.v6only = a[4] != 0,
-                            _ => {}
-                        }
-                        a = &a[alen.next_multiple_of(4).min(a.len())..];
-                    }
-                    if mem_len > SK_MEMINFO_DROPS {
-                        sock.mem = Some(&mem[..mem_len]);
-                    }
-                    each(&sock);
-                }
+                _ if len >= NLMSG_HDRLEN + min => each(&msg[NLMSG_HDRLEN..]),
                 _ => {}
             }
         }
         b = &b[len.next_multiple_of(4).min(b.len())..];
     }
     Ok(false)
+}
+
+/// Walk the netlink attributes in `a` (4-byte aligned), calling `each`
+/// with each one's type and value; a malformed one ends the walk.
+fn each_attr(mut a: &[u8], each: &mut dyn FnMut(u16, &[u8])) {
+    while a.len() >= 4 {
+        let alen = usize::from(u16::from_ne_bytes([a[0], a[1]]));
+        if alen < 4 || alen > a.len() {
+            return;
+        }
+        each(u16::from_ne_bytes([a[2], a[3]]), &a[4..alen]);
+        a = &a[alen.next_multiple_of(4).min(a.len())..];
+    }
 }
 
 #[cfg(test)]
@@ -584,6 +714,44 @@ mod tests {
         // Another port range does not see it.
         let other = diag.udp(&[(port.wrapping_add(1), port.wrapping_add(1))]).unwrap();
         assert_eq!(other.queued, 0);
+    }
+
+    /// The kernel filters by remote address: a loopback connection's two
+    /// ends are in a dump of the connections to 127.0.0.0/8 and not in one
+    /// to 10.0.0.0/8 (the bytecode the kernel checks, and runs).
+    #[test]
+    fn sock_diag_filters_by_remote_address_in_the_kernel() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (a, _) = l.accept().unwrap();
+        let ports = [c.local_addr().unwrap().port(), a.local_addr().unwrap().port()];
+        let mut diag = SockDiag::open(None).unwrap();
+        let ends = |diag: &mut SockDiag, net: [u8; 4], prefix: u8| {
+            let mut got = vec![];
+            diag.dump_to(libc::AF_INET as u8, 1 << TCP_ESTABLISHED, &[(net.into(), prefix)], &mut |s| {
+                if ports.contains(&s.sport) && ports.contains(&s.dport) {
+                    got.push(s.sport);
+                }
+            })
+            .unwrap();
+            got.sort_unstable();
+            got
+        };
+        let mut both = ports.to_vec();
+        both.sort_unstable();
+        assert_eq!(ends(&mut diag, [127, 0, 0, 0], 8), both);
+        assert!(ends(&mut diag, [10, 0, 0, 0], 8).is_empty());
+        // Two nets: either passes.
+        let mut got = vec![];
+        let nets = [([10, 0, 0, 0].into(), 8), ([127, 0, 0, 1].into(), 32)];
+        diag.dump_to(libc::AF_INET as u8, 1 << TCP_ESTABLISHED, &nets, &mut |s| {
+            if ports.contains(&s.sport) && ports.contains(&s.dport) {
+                got.push(s.sport);
+            }
+        })
+        .unwrap();
+        assert_eq!(got.len(), 2, "{got:?}");
+        drop((a, c));
     }
 
     /// The kernel filters by port (issue 23, item 5): a dump with ranges
@@ -727,5 +895,44 @@ mod tests {
         msg[0..4].copy_from_slice(&200u32.to_ne_bytes());
         assert!(parse_diag_reply(&msg, 1, &mut |_| {}).is_err());
         assert!(!parse_diag_reply(&msg[..8], 1, &mut |_| {}).unwrap());
+        assert!(parse_unix_reply(&msg, 1, &mut |_| {}).is_err());
+    }
+
+    /// A unix_diag reply: a socket with its peer and a name, one with a
+    /// peer and no name, one whose peer attribute is cut short (no peer),
+    /// then the end of the dump.
+    #[test]
+    fn a_unix_diag_reply_gives_each_sockets_peer_and_whether_it_has_a_name() {
+        let msg = |ino: u32, attrs: &[(u16, &[u8])]| {
+            let mut m = vec![0u8; NLMSG_HDRLEN + UNIX_MSG_LEN];
+            m[8..12].copy_from_slice(&7u32.to_ne_bytes());
+            m[NLMSG_HDRLEN] = libc::AF_UNIX as u8;
+            m[NLMSG_HDRLEN + 4..NLMSG_HDRLEN + 8].copy_from_slice(&ino.to_ne_bytes());
+            for (kind, v) in attrs {
+                m.extend_from_slice(&((4 + v.len()) as u16).to_ne_bytes());
+                m.extend_from_slice(&kind.to_ne_bytes());
+                m.extend_from_slice(v);
+                m.resize(m.len().next_multiple_of(4), 0);
+            }
+            let len = m.len() as u32;
+            m[0..4].copy_from_slice(&len.to_ne_bytes());
+            m
+        };
+        let mut b = msg(11, &[(UNIX_DIAG_NAME, b"/run/php/fpm.sock"), (UNIX_DIAG_PEER, &12u32.to_ne_bytes())]);
+        b.extend(msg(12, &[(UNIX_DIAG_PEER, &11u32.to_ne_bytes())]));
+        b.extend(msg(13, &[(UNIX_DIAG_PEER, &[1, 2])]));
+        let mut done = msg(0, &[]);
+        done[4..6].copy_from_slice(&(libc::NLMSG_DONE as u16).to_ne_bytes());
+        b.extend(done);
+        let mut got = vec![];
+        assert!(parse_unix_reply(&b, 7, &mut |s| got.push(*s)).unwrap(), "the dump's end");
+        assert_eq!(
+            got,
+            [
+                UnixSock { inode: 11, peer: Some(12), named: true },
+                UnixSock { inode: 12, peer: Some(11), named: false },
+                UnixSock { inode: 13, peer: None, named: false },
+            ]
+        );
     }
 }

@@ -82,8 +82,8 @@ pub struct LateStatus {
     pub known_share: Option<f64>,
     /// The CPUs its service ran on were busy at the daemon's last look (at
     /// least 0.9 of their time), at least 0.6 of that its own work (its
-    /// processes' time and those CPUs' softirq work; a neighbour's time
-    /// left out): late answers are then its load's, and engage it with nobody known, each source held to its
+    /// processes' and its local backends' time, and those CPUs' softirq
+    /// work; a neighbour's time left out): late answers are then its load's, and engage it with nobody known, each source held to its
     /// share of the service's work. False: seen idle (late answers then
     /// wait on something else, and nothing is cut for them); None: its
     /// threads were not read, or no reading was there to judge from
