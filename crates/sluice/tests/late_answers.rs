@@ -14,6 +14,7 @@ mod common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -41,12 +42,14 @@ static WORKER: Mutex<()> = Mutex::new(());
 /// (this one) keeps its CPUs, and one test's load is not another's.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-/// How the server spends a request: WORK on the worker (its CPU busy), or
-/// asleep for the backend's delay in us (its CPU idle).
+/// How the server spends a request: WORK on the worker (its CPU busy),
+/// asleep for the backend's delay in us (its CPU idle), or handed to a
+/// backend process (`BackendProcess`), which spends WORK on it.
 #[derive(Clone)]
 enum Work {
     Cpu,
     Backend(Arc<AtomicU64>),
+    Remote(Arc<Mutex<BufReader<UnixStream>>>),
 }
 
 impl Work {
@@ -60,6 +63,13 @@ impl Work {
                 }
             }
             Work::Backend(us) => std::thread::sleep(Duration::from_micros(us.load(Ordering::Relaxed))),
+            Work::Remote(backend) => {
+                // A backend gone (at the test's end) answers at once.
+                let mut backend = backend.lock().unwrap_or_else(|e| e.into_inner());
+                if backend.get_mut().write_all(b"r\n").is_ok() {
+                    let _ = backend.read_line(&mut String::new());
+                }
+            }
         }
     }
 }
@@ -357,4 +367,111 @@ fn a_service_late_because_a_neighbour_takes_its_cpu_is_not_cut() {
     // And the test measured something: the answers were late, with a known lane to engage.
     assert!(late.window_p90_ms.is_some_and(|ms| ms >= 8.0), "the answers were not late: {late:?}");
     assert!(late.known_share.is_some_and(|k| k >= 0.1), "no known lane: {late:?}");
+}
+
+/// A backend process: this test binary again, running `backend_process`
+/// alone, on CPU 1, answering each line of the accepted end of a unix
+/// connection the server made (its descriptor 3) after WORK of its CPU.
+/// The server's `Work::Remote` talks to it; killed on drop.
+struct BackendProcess(std::process::Child);
+
+impl BackendProcess {
+    /// Start it; the server's end of the connection, made in `tb`'s B (a
+    /// unix socket belongs to the namespace it was made in, and the
+    /// daemon in B dumps B's).
+    fn start(tb: &Testbed) -> (BackendProcess, Work) {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::process::CommandExt;
+        let path = std::env::temp_dir().join(format!("sluice-late-backend-{}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let at = path.clone();
+        let (client, accepted) = in_netns(&tb.b, move || {
+            let l = UnixListener::bind(&at).expect("bind the backend's socket");
+            let c = UnixStream::connect(&at).expect("connect to the backend");
+            (c, l.accept().expect("accept the server").0)
+        });
+        let _ = std::fs::remove_file(&path);
+        let fd = accepted.as_raw_fd();
+        let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+        cmd.args(["--exact", "backend_process", "--ignored", "--test-threads=1"]).env("SLUICE_LATE_BACKEND", "1");
+        // SAFETY: dup2(2) in the child before exec: the socket as descriptor 3.
+        unsafe {
+            cmd.pre_exec(move || match libc::dup2(fd, 3) {
+                -1 => Err(std::io::Error::last_os_error()),
+                _ => Ok(()),
+            });
+        }
+        let child = cmd.stdout(std::process::Stdio::null()).spawn().expect("start the backend process");
+        drop(accepted);
+        (BackendProcess(child), Work::Remote(Arc::new(Mutex::new(BufReader::new(client)))))
+    }
+}
+
+impl Drop for BackendProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The backend process's body (`BackendProcess`); a no-op as a test.
+#[test]
+#[ignore = "the backend process of a_flood_to_a_service_whose_backend_does_its_work_is_cut"]
+fn backend_process() {
+    use std::os::fd::FromRawFd;
+    if std::env::var_os("SLUICE_LATE_BACKEND").is_none() {
+        return;
+    }
+    let _ = pin_thread(1);
+    // SAFETY: descriptor 3 is the socket BackendProcess put there, owned here alone.
+    let s = unsafe { UnixStream::from_raw_fd(3) };
+    let mut out = s.try_clone().unwrap();
+    let mut lines = BufReader::new(s);
+    let mut line = String::new();
+    while lines.read_line(&mut line).is_ok_and(|n| n > 0) {
+        line.clear();
+        Work::Cpu.spend();
+        if out.write_all(b"ok\n").is_err() {
+            return;
+        }
+    }
+}
+
+/// The flood of real connections again, to a server that hands each
+/// request to a backend process over a unix socket (as nginx to php-fpm)
+/// and spends nearly nothing itself: the backend's CPU time is the
+/// service's work (`signals::backends`), the service is busy, and its
+/// late class is cut as the first test's. With the backend's time read as
+/// a neighbour's, the service was not busy and nothing was cut.
+#[test]
+fn a_flood_to_a_service_whose_backend_does_its_work_is_cut() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut tb = Testbed::new();
+    let addrs: Vec<String> = FLOOD_ADDRS.iter().map(|&last| tb.add_host_a(last)).collect();
+    let (_backend, work) = BackendProcess::start(&tb);
+    let _server = serve(&tb, 40.0, work);
+    let alone = run(&tb, &addrs, 1.0, 3.0, 2.0, || {});
+    std::thread::sleep(Duration::from_secs(1));
+    tb.start_gate(&["--no-discover", "--class", &format!("web:rate=auto,match=tcp:{PORT}")]);
+    let web = |tb: &Testbed| tb.status().classes.into_iter().find(|c| c.name == "web").expect("class web");
+    let with = run(&tb, &addrs, 5.0, 5.0, 3.0, || {});
+    let c = web(&tb);
+    eprintln!(
+        "light client's answered share in the flood: {:.1}% with the kernel alone, {:.1}% with sluice; \
+         the gate dropped {}; judged: {:?}",
+        alone * 100.0,
+        with * 100.0,
+        c.totals.dropped_pkts(),
+        c.late
+    );
+    assert!(alone < 0.5, "the flood did not take the service ({:.1}% answered)", alone * 100.0);
+    let late = c.late.expect("a TCP auto class is judged on its answers");
+    assert!(late.engagements.is_some_and(|n| n > 0), "never engaged: {late:?}");
+    assert!(c.totals.dropped_pkts() > 0, "the late class was never limited");
+    assert!(
+        with >= 0.7 && with >= 2.0 * alone,
+        "answered {:.1}% with sluice against {:.1}% alone",
+        with * 100.0,
+        alone * 100.0
+    );
 }

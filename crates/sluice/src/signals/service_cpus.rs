@@ -53,6 +53,31 @@ pub fn busy_cpus(threads: &[(u32, ThreadStat)], before: &HashMap<u32, u64>) -> V
     set.into_iter().collect()
 }
 
+/// A CPU counts among those a service's work ran on (`work_cpus`) where its
+/// threads spent at least this share of the time they spent on the CPU
+/// where they spent the most.
+pub const WORK_CPU_SHARE: f64 = 0.1;
+
+/// The CPUs a service's work ran on, for how busy it is: those where its
+/// threads' CPU time moved since `before` (each thread's on its last CPU)
+/// at least WORK_CPU_SHARE of the most on one CPU; where no time moved,
+/// the runnable threads' (`busy_cpus`). A thread that woke for a moment
+/// on an idle CPU (a timer, a client thread of a test's own process) so
+/// does not average the CPU the service fills down to half busy (a
+/// server on CPU 1 with its test's clients on CPU 0 read 0.52 busy in 2
+/// runs of 3, and was not cut). A service spread evenly keeps every CPU.
+pub fn work_cpus(threads: &[(u32, ThreadStat)], before: &HashMap<u32, u64>) -> Vec<usize> {
+    let mut on: std::collections::BTreeMap<usize, u64> = std::collections::BTreeMap::new();
+    for (tid, t) in threads {
+        let moved = before.get(tid).map_or(0, |&b| t.cpu_ticks.saturating_sub(b));
+        if moved > 0 {
+            *on.entry(t.cpu).or_default() += moved;
+        }
+    }
+    let Some(&most) = on.values().max() else { return busy_cpus(threads, before) };
+    on.into_iter().filter(|&(_, n)| n as f64 >= WORK_CPU_SHARE * most as f64).map(|(cpu, _)| cpu).collect()
+}
+
 /// Readings further apart than this (s) say nothing of how busy a service
 /// is now: a calm daemon looks where the services run every 10 s, and a
 /// flood's first second is a tenth of that span. Calm, the CPUs' and the
@@ -236,13 +261,11 @@ impl ServiceCpus {
                 let threads = read(pids);
                 let cpus = busy_cpus(&threads, &self.ticks);
                 let busy = span.filter(|_| !threads.is_empty()).and_then(|(b, n)| {
-                    // Where its backends ran too: their CPUs are the service's.
-                    let mut work_cpus = cpus.clone();
-                    work_cpus.extend(busy_cpus(&read(backends), &self.ticks));
-                    work_cpus.sort_unstable();
-                    work_cpus.dedup();
+                    // Where its work ran: its threads' and its backends' time.
+                    let mut all = threads.clone();
+                    all.extend(read(backends));
                     let work: Vec<u32> = pids.iter().chain(backends).copied().collect();
-                    busy_of(own_ticks(&work, &b.procs, &n.procs), &work_cpus, (&b.cpus, &n.cpus))
+                    busy_of(own_ticks(&work, &b.procs, &n.procs), &work_cpus(&all, &self.ticks), (&b.cpus, &n.cpus))
                 });
                 ServiceLoad { cpus, busy }
             })
@@ -304,6 +327,27 @@ mod tests {
         // An idle service (nothing ran, nothing runnable) has no CPU; nor a new sleeping thread.
         assert!(busy_cpus(&[(1, t(false, 140, 0)), (9, t(false, 5, 1))], &[(1, 140)].into()).is_empty());
         assert!(busy_cpus(&[], &before).is_empty(), "no thread readable (a process gone)");
+    }
+
+    /// The CPUs a service's work ran on: where its threads spent a tenth
+    /// of the most they spent on one CPU.
+    #[test]
+    fn a_services_work_is_where_its_threads_spent_their_time() {
+        let t = |runnable, cpu_ticks, cpu| ThreadStat { runnable, cpu_ticks, cpu };
+        let before: HashMap<u32, u64> = [(1, 100), (2, 50), (3, 7), (4, 0)].into();
+        // A worker's 40 ticks on CPU 1 and a helper's 1 on CPU 0: CPU 1.
+        let now = [(1, t(false, 140, 1)), (2, t(false, 51, 0)), (3, t(false, 7, 2))];
+        assert_eq!(work_cpus(&now, &before), [1]);
+        assert_eq!(busy_cpus(&now, &before), [0, 1], "where any time moved");
+        // Two workers on CPUs 1 and 3 (40 and 5 ticks), a helper's 2 on CPU 0.
+        let now = [(1, t(false, 140, 1)), (2, t(false, 52, 0)), (4, t(false, 5, 3))];
+        assert_eq!(work_cpus(&now, &before), [1, 3]);
+        // Spread evenly over four CPUs: all four.
+        let now = [(1, t(false, 110, 0)), (2, t(false, 60, 1)), (3, t(false, 17, 2)), (4, t(false, 10, 3))];
+        assert_eq!(work_cpus(&now, &before), [0, 1, 2, 3]);
+        // Nothing moved: the runnable ones' CPUs, as busy_cpus.
+        let now = [(1, t(false, 100, 0)), (3, t(true, 7, 2))];
+        assert_eq!(work_cpus(&now, &before), [2]);
     }
 
     #[test]
