@@ -1,8 +1,8 @@
 //! A neighbour: another process that spins on one CPU until dropped, at a
 //! nice of its own. What a service shares its CPUs with, for the tests that
 //! check a neighbour's CPU time is not read as the service's load; and,
-//! holding the accepted end of a connection the service made, a backend
-//! the service hands its work to, whose time is the service's.
+//! holding a listener the service is connected to, a backend the service
+//! hands its work to, whose time is the service's.
 use std::process::{Child, Command};
 
 use anyhow::{Context, Result};
@@ -17,26 +17,16 @@ impl Spinner {
     }
 
     /// Spin on `cpu` at `nice`, holding `socket` (as its descriptor 3):
-    /// a backend, where `socket` is the accepted end of a connection the
-    /// service made.
+    /// a backend, where `socket` is a listener the service connected to.
     pub fn holding(cpu: usize, nice: i32, socket: std::os::fd::OwnedFd) -> Result<Spinner> {
         Self::start(cpu, nice, Some(socket))
     }
 
     fn start(cpu: usize, nice: i32, socket: Option<std::os::fd::OwnedFd>) -> Result<Spinner> {
-        use std::os::fd::AsRawFd;
-        use std::os::unix::process::CommandExt;
         let mut cmd = Command::new("nice");
         cmd.args(["-n", &nice.to_string(), "sh", "-c", "while :; do :; done"]);
-        if let Some(fd) = socket.as_ref().map(AsRawFd::as_raw_fd) {
-            // SAFETY: dup2(2) in the child before exec (async-signal-safe):
-            // the socket as descriptor 3, which exec keeps open.
-            unsafe {
-                cmd.pre_exec(move || match libc::dup2(fd, 3) {
-                    -1 => Err(std::io::Error::last_os_error()),
-                    _ => Ok(()),
-                });
-            }
+        if let Some(fd) = &socket {
+            pass_as_fd3(&mut cmd, fd);
         }
         let child = cmd.spawn().context("starting a spinner (nice, sh)")?;
         drop(socket);
@@ -55,5 +45,24 @@ impl Drop for Spinner {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
+    }
+}
+
+/// Have `cmd`'s process hold `fd` as its descriptor 3 (it stays open over
+/// exec; the caller's copy is its own to close).
+pub fn pass_as_fd3(cmd: &mut Command, fd: &impl std::os::fd::AsRawFd) {
+    use std::os::unix::process::CommandExt;
+    let fd = fd.as_raw_fd();
+    // SAFETY: dup2(2) and fcntl(2) in the child before exec (both
+    // async-signal-safe). Where `fd` is 3 already, dup2 is a no-op that
+    // leaves its close-on-exec flag set: cleared instead.
+    unsafe {
+        cmd.pre_exec(move || {
+            let r = if fd == 3 { libc::fcntl(3, libc::F_SETFD, 0) } else { libc::dup2(fd, 3) };
+            match r {
+                -1 => Err(std::io::Error::last_os_error()),
+                _ => Ok(()),
+            }
+        });
     }
 }

@@ -370,9 +370,10 @@ fn a_service_late_because_a_neighbour_takes_its_cpu_is_not_cut() {
 }
 
 /// A backend process: this test binary again, running `backend_process`
-/// alone, on CPU 1, answering each line of the accepted end of a unix
-/// connection the server made (its descriptor 3) after WORK of its CPU.
-/// The server's `Work::Remote` talks to it; killed on drop.
+/// alone, on CPU 1: it holds a unix listener (its descriptor 3), accepts
+/// the server's one connection and answers each line on it after WORK of
+/// its CPU, as a php-fpm worker. The server's `Work::Remote` talks to it;
+/// killed on drop.
 struct BackendProcess(std::process::Child);
 
 impl BackendProcess {
@@ -380,29 +381,18 @@ impl BackendProcess {
     /// unix socket belongs to the namespace it was made in, and the
     /// daemon in B dumps B's).
     fn start(tb: &Testbed) -> (BackendProcess, Work) {
-        use std::os::fd::AsRawFd;
-        use std::os::unix::process::CommandExt;
         let path = std::env::temp_dir().join(format!("sluice-late-backend-{}", std::process::id()));
         let _ = std::fs::remove_file(&path);
         let at = path.clone();
-        let (client, accepted) = in_netns(&tb.b, move || {
-            let l = UnixListener::bind(&at).expect("bind the backend's socket");
-            let c = UnixStream::connect(&at).expect("connect to the backend");
-            (c, l.accept().expect("accept the server").0)
-        });
-        let _ = std::fs::remove_file(&path);
-        let fd = accepted.as_raw_fd();
+        let listener = in_netns(&tb.b, move || UnixListener::bind(&at).expect("bind the backend's socket"));
         let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
         cmd.args(["--exact", "backend_process", "--ignored", "--test-threads=1"]).env("SLUICE_LATE_BACKEND", "1");
-        // SAFETY: dup2(2) in the child before exec: the socket as descriptor 3.
-        unsafe {
-            cmd.pre_exec(move || match libc::dup2(fd, 3) {
-                -1 => Err(std::io::Error::last_os_error()),
-                _ => Ok(()),
-            });
-        }
+        sluice_testkit::neighbour::pass_as_fd3(&mut cmd, &listener);
         let child = cmd.stdout(std::process::Stdio::null()).spawn().expect("start the backend process");
-        drop(accepted);
+        drop(listener);
+        let at = path.clone();
+        let client = in_netns(&tb.b, move || UnixStream::connect(&at).expect("connect to the backend"));
+        let _ = std::fs::remove_file(&path);
         (BackendProcess(child), Work::Remote(Arc::new(Mutex::new(BufReader::new(client)))))
     }
 }
@@ -423,8 +413,9 @@ fn backend_process() {
         return;
     }
     let _ = pin_thread(1);
-    // SAFETY: descriptor 3 is the socket BackendProcess put there, owned here alone.
-    let s = unsafe { UnixStream::from_raw_fd(3) };
+    // SAFETY: descriptor 3 is the listener BackendProcess put there, owned here alone.
+    let listener = unsafe { UnixListener::from_raw_fd(3) };
+    let (s, _) = listener.accept().expect("the server's connection");
     let mut out = s.try_clone().unwrap();
     let mut lines = BufReader::new(s);
     let mut line = String::new();

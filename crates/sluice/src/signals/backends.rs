@@ -1,4 +1,4 @@
-//! A service's backends: the local processes its processes connected to
+//! A service's backends: the local processes its processes connect to
 //! (nginx to php-fpm over a unix socket, a proxy to its application server
 //! on 127.0.0.1), whose CPU time is the service's own work. A class is busy
 //! when its CPUs are full mostly with its service's own work
@@ -6,57 +6,74 @@
 //! of real connections reads php-fpm's time as a neighbour's, and is
 //! never busy.
 //!
+//! A backend is the holder of a listener a service's socket is connected
+//! to: of a unix listener, the listener whose name the connection's other
+//! end carries (an accepted unix socket carries its listener's name, the
+//! end that connected has none, unless it bound one: then it is not
+//! followed); of a TCP listener on loopback (127.0.0.0/8, ::1), the one on
+//! the port the service's socket connected to, from a port in the
+//! ephemeral range. The listener's holders are the backend's processes (a
+//! php-fpm pool's master and workers all hold it), found once by a /proc
+//! scan of every process's descriptors (`SocketOwners`: again only when a
+//! new listener shows), not by the accepted end, which lives one request
+//! where the backend's connections are per request (nginx's default
+//! `fastcgi_pass`).
+//!
 //! Only connections the service made count: the processes that connected
 //! *to* it (a local client, a load generator a local user runs) are not
 //! its work, and counting them would let one local user make another's
-//! service busy. A connection's direction:
-//! - unix: the end a listener accepted carries the listener's name, the
-//!   end that connected has none (unless it bound one: then it is not
-//!   followed);
-//! - TCP on loopback (127.0.0.0/8, ::1): the end whose local port is in the
-//!   ephemeral range connected, the other was accepted.
-//!
+//! service busy. A service's connections to a backend are seen only while
+//! they are open, so a backend once seen stays one for BACKEND_KEEP.
 //! Followed BACKEND_HOPS hops (php-fpm's own database counts too). Not
 //! found: a backend on another local address than loopback (a container
 //! bridge), or reached through a pipe or a shared memory queue.
 //!
-//! Cost: one unix_diag dump (every connected unix socket on the host), a
-//! TCP dump of loopback connections (the kernel filters by address) and a
-//! /proc scan of every process's descriptors (`socket_holders`), at most
-//! once every BACKENDS_EVERY, and only while some class is judged busy or
-//! not (a TCP auto class).
-use std::collections::{HashMap, HashSet};
+//! Cost, at most once every BACKENDS_EVERY and only while some class is
+//! judged busy or not (a TCP auto class): a unix_diag dump (every
+//! listening or connected unix socket in the namespace), a TCP dump of the
+//! loopback connections (the kernel filters by address) and one of the
+//! listeners on their ports, and each service process's descriptors
+//! (/proc/PID/fd).
+use std::collections::{BTreeSet, HashMap};
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
-use crate::signals::discover::{parse_port_range, socket_holders};
-use crate::signals::sock_diag::{SockDiag, UnixSock, TCP_ESTABLISHED};
+use crate::signals::discover::{parse_port_range, SocketOwners};
+use crate::signals::sock_diag::{SockDiag, UnixSock, TCP_ESTABLISHED, TCP_LISTEN};
 
 /// Hops followed from a service's processes (service -> backend -> its backend ...).
 pub const BACKEND_HOPS: usize = 3;
-/// How often the connections and their owners are read again: backends
-/// are set up with the service, not per request (a pool of php-fpm
-/// workers, a proxy's upstreams), and the /proc scan walks every process.
-pub const BACKENDS_EVERY: Duration = Duration::from_secs(10);
+/// How often the connections are read at most: each read dumps the
+/// namespace's unix sockets and reads each service process's descriptors.
+pub const BACKENDS_EVERY: Duration = Duration::from_secs(1);
+/// How long a backend a service was seen connected to stays its backend
+/// (its per-request connections are open only while it works).
+pub const BACKEND_KEEP: Duration = Duration::from_secs(60);
 
 /// A local connection: the inode of the socket that connected, and of the
-/// one a listener accepted for it.
+/// listener it connected to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Link {
     pub client: u32,
-    pub server: u32,
+    pub listener: u32,
 }
 
-/// The links among connected unix sockets: an unnamed socket whose peer
-/// has a name (the listener's) connected to that peer.
+/// The links among unix sockets: an unnamed connected socket whose peer
+/// carries a name connected to the listener of that name.
 pub fn unix_links(socks: &[UnixSock]) -> Vec<Link> {
-    let named: HashMap<u32, bool> = socks.iter().map(|s| (s.inode, s.named)).collect();
+    let listeners: HashMap<&[u8], u32> =
+        socks.iter().filter(|s| s.state == TCP_LISTEN).filter_map(|s| Some((s.name.as_deref()?, s.inode))).collect();
+    let names: HashMap<u32, &[u8]> = socks
+        .iter()
+        .filter(|s| s.state == TCP_ESTABLISHED)
+        .filter_map(|s| Some((s.inode, s.name.as_deref()?)))
+        .collect();
     socks
         .iter()
-        .filter(|s| !s.named)
-        .filter_map(|s| Some(Link { client: s.inode, server: s.peer.filter(|p| named.get(p) == Some(&true))? }))
+        .filter(|s| s.state == TCP_ESTABLISHED && s.name.is_none())
+        .filter_map(|s| Some(Link { client: s.inode, listener: *listeners.get(names.get(&s.peer?)?)? }))
         .collect()
 }
 
@@ -64,65 +81,62 @@ pub fn unix_links(socks: &[UnixSock]) -> Vec<Link> {
 /// and port, inode.
 pub type TcpEnd = (IpAddr, u16, IpAddr, u16, u32);
 
-/// The links among TCP connections whose both ends are on this host: the
-/// end whose local port is in `ephemeral` connected to the other (whose
-/// port is not).
-pub fn tcp_links(ends: &[TcpEnd], ephemeral: (u16, u16)) -> Vec<Link> {
-    let by_addr: HashMap<(IpAddr, u16, IpAddr, u16), u32> =
-        ends.iter().map(|&(la, lp, ra, rp, inode)| ((la, lp, ra, rp), inode)).collect();
+/// The links of TCP connections on this host: an end whose local port is
+/// in `ephemeral` connected to the listener (address, port, inode; the
+/// address unspecified for the wildcard) on its remote port, if that port
+/// is not in `ephemeral`.
+pub fn tcp_links(ends: &[TcpEnd], listeners: &[(IpAddr, u16, u32)], ephemeral: (u16, u16)) -> Vec<Link> {
     let eph = |p: u16| (ephemeral.0..=ephemeral.1).contains(&p);
+    let listener = |addr: IpAddr, port: u16| {
+        let on = |(a, p, _): &&(IpAddr, u16, u32)| *p == port && (*a == addr || a.is_unspecified());
+        // The one bound to the address, else a wildcard one.
+        let mut found: Vec<_> = listeners.iter().filter(on).collect();
+        found.sort_by_key(|(a, _, _)| a.is_unspecified());
+        found.first().map(|(_, _, inode)| *inode)
+    };
     ends.iter()
         .filter(|&&(_, lp, _, rp, _)| eph(lp) && !eph(rp))
-        .filter_map(|&(la, lp, ra, rp, inode)| Some(Link { client: inode, server: *by_addr.get(&(ra, rp, la, lp))? }))
+        .filter_map(|&(_, _, ra, rp, inode)| Some(Link { client: inode, listener: listener(ra, rp)? }))
         .collect()
 }
 
-/// The processes `service`'s processes reach through `links` in up to
-/// BACKEND_HOPS hops (none of `service` itself), by `owners` (socket inode
-/// -> the pids holding it).
-pub fn backends_of(service: &[u32], owners: &HashMap<u32, Vec<u32>>, links: &[Link]) -> Vec<u32> {
-    let mut sockets: HashMap<u32, Vec<u32>> = HashMap::new();
-    for (inode, pids) in owners {
-        for p in pids {
-            sockets.entry(*p).or_default().push(*inode);
-        }
-    }
-    let servers: HashMap<u32, u32> = links.iter().map(|l| (l.client, l.server)).collect();
-    let mut seen: HashSet<u32> = service.iter().copied().collect();
+/// The processes `service`'s processes reach in up to BACKEND_HOPS hops
+/// (none of `service` itself), `next` giving a process's backends.
+pub fn reach(service: &[u32], next: &mut dyn FnMut(u32) -> Vec<u32>) -> Vec<u32> {
+    let mut seen: BTreeSet<u32> = service.iter().copied().collect();
     let (mut found, mut frontier) = (vec![], service.to_vec());
     for _ in 0..BACKEND_HOPS {
-        let mut next = vec![];
+        let mut hop = vec![];
         for pid in &frontier {
-            for inode in sockets.get(pid).into_iter().flatten() {
-                let Some(server) = servers.get(inode) else { continue };
-                for p in owners.get(server).into_iter().flatten() {
-                    if seen.insert(*p) {
-                        next.push(*p);
-                    }
-                }
-            }
+            hop.extend(next(*pid).into_iter().filter(|p| seen.insert(*p)));
         }
-        found.extend_from_slice(&next);
-        frontier = next;
+        found.extend_from_slice(&hop);
+        frontier = hop;
     }
     found.sort_unstable();
     found
 }
 
-/// The reader, kept by the service-CPU look: the links and owners of its
-/// last read (at most BACKENDS_EVERY old).
+/// The reader, kept by the service-CPU look: the listeners each process
+/// was seen connected to, and when.
 #[derive(Default)]
 pub struct Backends {
     diag: Option<SockDiag>,
     read_at: Option<Instant>,
-    owners: HashMap<u32, Vec<u32>>,
-    links: Vec<Link>,
+    /// Listener inode -> its holders, from a /proc scan redone for a new
+    /// listener, and every BACKEND_KEEP (a pool's workers come and go).
+    owners: SocketOwners,
+    scanned_at: Option<Instant>,
+    /// Process -> listener inode -> when it was last seen connected to it.
+    seen: HashMap<u32, HashMap<u32, Instant>>,
 }
 
 impl Backends {
-    /// Each service's (by its processes) backends, from connections read
-    /// at most BACKENDS_EVERY ago (read now if older). An unreadable
-    /// dump leaves what was read before.
+    /// Each service's (by its processes) backends: the holders of the
+    /// listeners its processes (and their backends, BACKEND_HOPS deep)
+    /// were seen connected to within BACKEND_KEEP. The connections are
+    /// read again if the last read is BACKENDS_EVERY old; an unreadable
+    /// dump leaves what was seen before.
     pub fn of(&mut self, services: &[Vec<u32>]) -> Vec<Vec<u32>> {
         if services.iter().all(Vec::is_empty) {
             return vec![vec![]; services.len()];
@@ -130,11 +144,40 @@ impl Backends {
         if self.read_at.is_none_or(|t| t.elapsed() >= BACKENDS_EVERY) {
             self.read_at = Some(Instant::now());
             if let Ok(links) = self.read_links() {
-                self.links = links;
-                self.owners = if self.links.is_empty() { HashMap::new() } else { owners() };
+                self.note(services, &links);
             }
+            self.seen.retain(|_, l| {
+                l.retain(|_, at| at.elapsed() < BACKEND_KEEP);
+                !l.is_empty()
+            });
         }
-        services.iter().map(|pids| backends_of(pids, &self.owners, &self.links)).collect()
+        let (seen, owners) = (&self.seen, &self.owners.owners);
+        let mut next = |pid: u32| -> Vec<u32> {
+            let listeners = seen.get(&pid).into_iter().flat_map(HashMap::keys);
+            listeners.flat_map(|l| owners.get(l).cloned().unwrap_or_default()).collect()
+        };
+        services.iter().map(|pids| reach(pids, &mut next)).collect()
+    }
+
+    /// Note, for each process of `services` and of their backends, the
+    /// listeners `links` says the sockets it holds now are connected to.
+    fn note(&mut self, services: &[Vec<u32>], links: &[Link]) {
+        if self.scanned_at.is_none_or(|t| t.elapsed() >= BACKEND_KEEP) {
+            (self.owners, self.scanned_at) = (SocketOwners::default(), Some(Instant::now()));
+        }
+        self.owners.follow(&links.iter().map(|l| l.listener).collect::<Vec<_>>());
+        let (now, owners, seen) = (Instant::now(), &self.owners.owners, &mut self.seen);
+        let listener_of: HashMap<u32, u32> = links.iter().map(|l| (l.client, l.listener)).collect();
+        let mut next = |pid: u32| -> Vec<u32> {
+            let listeners: Vec<u32> = socket_inodes(pid).iter().filter_map(|i| listener_of.get(i).copied()).collect();
+            for l in &listeners {
+                seen.entry(pid).or_default().insert(*l, now);
+            }
+            listeners.iter().flat_map(|l| owners.get(l).cloned().unwrap_or_default()).collect()
+        };
+        for pids in services {
+            reach(pids, &mut next);
+        }
     }
 
     fn read_links(&mut self) -> Result<Vec<Link>> {
@@ -143,8 +186,9 @@ impl Backends {
         }
         let diag = self.diag.as_mut().expect("opened above");
         let mut unix = vec![];
-        diag.dump_unix(&mut |s| unix.push(*s))?;
-        let mut ends = vec![];
+        diag.dump_unix(&mut |s| unix.push(s.clone()))?;
+        let mut links = unix_links(&unix);
+        let (mut ends, mut listeners) = (vec![], vec![]);
         let loopback = [
             (libc::AF_INET as u8, (IpAddr::from([127, 0, 0, 0]), 8)),
             (libc::AF_INET6 as u8, (IpAddr::from(std::net::Ipv6Addr::LOCALHOST), 128)),
@@ -154,21 +198,30 @@ impl Backends {
                 ends.push((s.src, s.sport, s.dst, s.dport, s.inode))
             })?;
         }
-        let ephemeral =
-            parse_port_range(&std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap_or_default());
-        let mut links = unix_links(&unix);
-        links.extend(tcp_links(&ends, ephemeral));
+        let ports: BTreeSet<u16> = ends.iter().map(|e| e.3).collect();
+        if !ports.is_empty() {
+            let ranges: Vec<(u16, u16)> = ports.iter().map(|&p| (p, p)).collect();
+            for family in [libc::AF_INET as u8, libc::AF_INET6 as u8] {
+                diag.dump_ports(family, libc::IPPROTO_TCP as u8, 1 << TCP_LISTEN, &ranges, &mut |s| {
+                    listeners.push((s.src, s.sport, s.inode))
+                })?;
+            }
+            let ephemeral = parse_port_range(
+                &std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap_or_default(),
+            );
+            links.extend(tcp_links(&ends, &listeners, ephemeral));
+        }
         Ok(links)
     }
 }
 
-/// Socket inode -> the pids holding it (a /proc scan).
-fn owners() -> HashMap<u32, Vec<u32>> {
-    socket_holders()
-        .into_iter()
-        .map(|(inode, mut v)| {
-            v.dedup_by_key(|(pid, _)| *pid);
-            (inode, v.into_iter().map(|(pid, _)| pid).collect())
+/// The socket inodes process `pid` holds now (none if it is gone).
+fn socket_inodes(pid: u32) -> Vec<u32> {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return vec![] };
+    fds.flatten()
+        .filter_map(|fd| {
+            let link = std::fs::read_link(fd.path()).ok()?;
+            link.to_str()?.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok()
         })
         .collect()
 }
@@ -177,105 +230,139 @@ fn owners() -> HashMap<u32, Vec<u32>> {
 mod tests {
     use super::*;
 
-    fn unix(inode: u32, peer: u32, named: bool) -> UnixSock {
-        UnixSock { inode, peer: Some(peer), named }
+    fn unix(inode: u32, state: u8, peer: Option<u32>, name: Option<&[u8]>) -> UnixSock {
+        UnixSock { inode, state, peer, name: name.map(<[u8]>::to_vec) }
     }
 
-    /// nginx (pid 10) connected to php-fpm's socket (php-fpm, pid 20, its
-    /// accepted end named as its listener), and php-fpm to a database on
-    /// 127.0.0.1:3306 (pid 30); a local client (pid 40) connected to
-    /// nginx's own unix socket: php-fpm and the database are nginx's
-    /// backends, the client is not.
+    /// nginx (pid 10) connected to php-fpm's listener (held by its master
+    /// 20 and worker 21; the accepted end carries the listener's name), and
+    /// php-fpm's worker to a database on 127.0.0.1:3306 (pid 30); a local
+    /// client (pid 40) connected to nginx's own unix listener: php-fpm and
+    /// the database are nginx's backends, the client is not.
     #[test]
     fn a_services_backends_are_the_processes_it_connected_to_not_those_that_connected_to_it() {
-        let mut links = unix_links(&[unix(1, 2, false), unix(2, 1, true), unix(5, 6, false), unix(6, 5, true)]);
-        let (lo, eph) = (IpAddr::from([127, 0, 0, 1]), (32768, 60999));
-        links.extend(tcp_links(&[(lo, 40000, lo, 3306, 3), (lo, 3306, lo, 40000, 4)], eph));
-        assert_eq!(
-            links,
-            [Link { client: 1, server: 2 }, Link { client: 5, server: 6 }, Link { client: 3, server: 4 }]
-        );
-        // Who holds each socket: nginx 1 and 6, php-fpm 2 and 3, the database 4, the client 5.
-        let owners: HashMap<u32, Vec<u32>> =
-            [(1, vec![10]), (6, vec![10]), (2, vec![20]), (3, vec![20]), (4, vec![30]), (5, vec![40])].into();
-        assert_eq!(backends_of(&[10], &owners, &links), [20, 30]);
-        assert_eq!(backends_of(&[20], &owners, &links), [30], "php-fpm's own backend");
-        assert_eq!(backends_of(&[40], &owners, &links), [10, 20, 30], "the client's are nginx's and on");
-        assert!(backends_of(&[30], &owners, &links).is_empty(), "the database connected to nobody");
+        let (l, e) = (TCP_LISTEN, TCP_ESTABLISHED);
+        let fpm: &[u8] = b"/run/php/fpm.sock\0";
+        let web: &[u8] = b"/run/nginx.sock\0";
+        let socks = [
+            unix(100, l, None, Some(fpm)),
+            unix(1, e, Some(2), None),
+            unix(2, e, Some(1), Some(fpm)),
+            unix(101, l, None, Some(web)),
+            unix(5, e, Some(6), None),
+            unix(6, e, Some(5), Some(web)),
+        ];
+        let mut links = unix_links(&socks);
+        let (lo, any, eph) = (IpAddr::from([127, 0, 0, 1]), IpAddr::from([0, 0, 0, 0]), (32768, 60999));
+        let ends = [(lo, 40000, lo, 3306, 3), (lo, 3306, lo, 40000, 4)];
+        links.extend(tcp_links(&ends, &[(any, 3306, 102), (lo, 8080, 103)], eph));
+        let want =
+            [Link { client: 1, listener: 100 }, Link { client: 5, listener: 101 }, Link { client: 3, listener: 102 }];
+        assert_eq!(links, want);
+        // Who holds each socket: nginx 1 and 101, php-fpm's master 100, its
+        // worker 100 and 3, the database 102, the client 5.
+        let sockets: HashMap<u32, Vec<u32>> =
+            [(10, vec![1, 101]), (20, vec![100]), (21, vec![100, 3]), (30, vec![102]), (40, vec![5])].into();
+        let holders: HashMap<u32, Vec<u32>> = [(100, vec![20, 21]), (101, vec![10]), (102, vec![30])].into();
+        let listener_of: HashMap<u32, u32> = links.iter().map(|l| (l.client, l.listener)).collect();
+        let of = |pids: &[u32]| {
+            reach(pids, &mut |p| {
+                let listeners = sockets[&p].iter().filter_map(|i| listener_of.get(i));
+                listeners.flat_map(|l| holders[l].clone()).collect()
+            })
+        };
+        assert_eq!(of(&[10]), [20, 21, 30]);
+        assert_eq!(of(&[21]), [30], "php-fpm's worker's own backend");
+        assert_eq!(of(&[40]), [10, 20, 21, 30], "the client's are nginx's and on");
+        assert!(of(&[30]).is_empty(), "the database connected to nobody");
     }
 
-    /// Both ends bound (a named client) or both unnamed (a socketpair):
-    /// no direction, no link; a TCP connection between two ephemeral
-    /// ports, or two fixed ones, likewise.
+    /// Both ends named (a client that bound a name) or both unnamed (a
+    /// socketpair): no direction, no link; a TCP connection between two
+    /// ephemeral ports, or two fixed ones, or to a port nobody listens on,
+    /// likewise.
     #[test]
-    fn a_connection_with_no_direction_is_not_followed() {
-        assert!(unix_links(&[unix(1, 2, true), unix(2, 1, true), unix(3, 4, false), unix(4, 3, false)]).is_empty());
+    fn a_connection_with_no_direction_or_listener_is_not_followed() {
+        let (l, e) = (TCP_LISTEN, TCP_ESTABLISHED);
+        let (a, b): (&[u8], &[u8]) = (b"a\0", b"b\0");
+        let socks = [
+            unix(100, l, None, Some(a)),
+            unix(1, e, Some(2), Some(b)),
+            unix(2, e, Some(1), Some(a)),
+            unix(3, e, Some(4), None),
+            unix(4, e, Some(3), None),
+        ];
+        assert!(unix_links(&socks).is_empty());
         let lo = IpAddr::from([127, 0, 0, 1]);
-        let ends = [(lo, 40000, lo, 50000, 1), (lo, 50000, lo, 40000, 2), (lo, 80, lo, 443, 3), (lo, 443, lo, 80, 4)];
-        assert!(tcp_links(&ends, (32768, 60999)).is_empty());
+        let ends = [(lo, 40000, lo, 50000, 1), (lo, 80, lo, 443, 3), (lo, 40001, lo, 9000, 5)];
+        let listeners = [(lo, 50000, 100), (lo, 443, 101)];
+        assert!(tcp_links(&ends, &listeners, (32768, 60999)).is_empty());
     }
 
     /// The reader finds a real backend: this process connects to a unix
     /// listener, and to a TCP one on 127.0.0.1 (on a port out of the
-    /// ephemeral range), and a child process (`sh`) holds the accepted
-    /// end of one of them at a time.
+    /// ephemeral range), each then held by a child process (`sh`) alone;
+    /// the connection is closed before the second read, and the backend
+    /// kept.
     #[test]
-    fn the_reader_finds_a_child_that_holds_the_accepted_end_of_a_connection() {
-        let (unix, _unix_client) = unix_pair();
-        assert!(holding(unix).contains(&0), "unix: the child holding the accepted end");
-        let (tcp, _tcp_client) = tcp_pair();
-        assert!(holding(tcp).contains(&0), "TCP: the child holding the accepted end");
+    fn the_reader_finds_the_holder_of_a_listener_this_process_connected_to() {
+        for (listener, client) in [unix_pair(), tcp_pair()] {
+            let (child, mut r) = (Holder::of(listener), Backends::default());
+            let found = r.of(&[vec![std::process::id()], vec![]]);
+            assert!(found[1].is_empty(), "a service with no process has no backend");
+            // Contains, not equals: this process may hold other connections
+            // of its own (a name service's socket).
+            assert!(found[0].contains(&child.0.id()), "the listener's holder: {found:?}");
+            drop(client);
+            r.read_at = None;
+            assert!(r.of(&[vec![std::process::id()]])[0].contains(&child.0.id()), "kept once the connection closed");
+        }
     }
 
-    /// A unix connection from this process: the accepted end, the client end.
-    fn unix_pair() -> (std::os::fd::OwnedFd, std::os::unix::net::UnixStream) {
+    /// A unix listener, and a connection to it (both ends; an end not yet
+    /// accepted has no inode for its peer to name).
+    fn unix_pair() -> (std::os::fd::OwnedFd, Box<dyn std::any::Any>) {
         let path = std::env::temp_dir().join(format!("sluice-backends-{}", std::process::id()));
         let _ = std::fs::remove_file(&path);
         let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
         let client = std::os::unix::net::UnixStream::connect(&path).unwrap();
-        let (accepted, _) = listener.accept().unwrap();
+        let accepted = listener.accept().unwrap().0;
         let _ = std::fs::remove_file(&path);
-        (accepted.into(), client)
+        (listener.into(), Box::new((client, accepted)))
     }
 
-    /// A TCP connection on loopback from this process to a port out of
-    /// the ephemeral range: the accepted end, the client end.
-    fn tcp_pair() -> (std::os::fd::OwnedFd, std::net::TcpStream) {
+    /// A TCP listener on loopback, on a port out of the ephemeral range,
+    /// and a connection to it.
+    fn tcp_pair() -> (std::os::fd::OwnedFd, Box<dyn std::any::Any>) {
         let (lo, _) =
             parse_port_range(&std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap_or_default());
         let listener = (lo.saturating_sub(500).max(1)..lo)
             .find_map(|p| std::net::TcpListener::bind(("127.0.0.1", p)).ok())
             .expect("a free port under the ephemeral range");
         let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-        let (accepted, _) = listener.accept().unwrap();
-        (accepted.into(), client)
+        let accepted = listener.accept().unwrap().0;
+        (listener.into(), Box::new((client, accepted)))
     }
 
-    /// The backends read for this process while a child holds `end` (the
-    /// child's pid reads as 0 in them).
-    fn holding(end: std::os::fd::OwnedFd) -> Vec<u32> {
-        use std::os::fd::AsRawFd;
-        use std::os::unix::process::CommandExt;
-        let fd = end.as_raw_fd();
-        let mut cmd = std::process::Command::new("sh");
-        cmd.args(["-c", "sleep 30"]);
-        // SAFETY: dup2 in the child before exec: the socket as fd 3, kept over exec.
-        unsafe {
-            cmd.pre_exec(move || {
-                if libc::dup2(fd, 3) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
+    /// A child process (`sh`) holding a socket as its descriptor 3 (this
+    /// process's copy closed), killed on drop.
+    struct Holder(std::process::Child);
+
+    impl Holder {
+        fn of(socket: std::os::fd::OwnedFd) -> Holder {
+            let mut cmd = std::process::Command::new("sh");
+            cmd.args(["-c", "sleep 30"]);
+            sluice_testkit::neighbour::pass_as_fd3(&mut cmd, &socket);
+            let child = cmd.spawn().unwrap();
+            drop(socket);
+            Holder(child)
         }
-        let mut child = cmd.spawn().unwrap();
-        drop(end);
-        let found = Backends::default().of(&[vec![std::process::id()], vec![]]);
-        let _ = child.kill();
-        let _ = child.wait();
-        assert!(found[1].is_empty(), "a service with no process has no backend");
-        // Contains, not equals: this process may hold other connections
-        // of its own (a name service's socket).
-        found[0].iter().map(|&p| if p == child.id() { 0 } else { p }).collect()
+    }
+
+    impl Drop for Holder {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
     }
 }

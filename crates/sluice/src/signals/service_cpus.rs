@@ -477,9 +477,9 @@ mod tests {
         assert!(!crate::policy::late::busy(b.cpus, b.own), "read busy ({b:?}) for a neighbour's time");
     }
 
-    /// The same spinners, each holding the accepted end of a unix
-    /// connection this process made (its backends, as php-fpm's workers are
-    /// nginx's): their time is the service's work, and the service is busy.
+    /// The same spinners, each holding a unix listener this process has a
+    /// connection to (its backends, as php-fpm's workers are nginx's):
+    /// their time is the service's work, and the service is busy.
     /// Read as a neighbour's, as before backends were followed, the service
     /// doing a millisecond's work in 5 ms was idle for it.
     #[test]
@@ -489,15 +489,19 @@ mod tests {
         let path = std::env::temp_dir().join(format!("sluice-backend-{}", std::process::id()));
         let _ = std::fs::remove_file(&path);
         let backend = std::os::unix::net::UnixListener::bind(&path).unwrap();
-        let (mut clients, mut spinners) = (vec![], vec![]);
-        for cpu in crate::base::netns::affinity(0) {
-            clients.push(std::os::unix::net::UnixStream::connect(&path).unwrap());
-            let (accepted, _) = backend.accept().unwrap();
-            spinners.push(sluice_testkit::neighbour::Spinner::holding(cpu, 0, accepted.into()).unwrap());
-        }
+        let client = std::os::unix::net::UnixStream::connect(&path).unwrap();
+        let accepted = backend.accept().unwrap().0;
         let _ = std::fs::remove_file(&path);
+        let spinners: Vec<_> = crate::base::netns::affinity(0)
+            .into_iter()
+            .map(|cpu| {
+                let listener = backend.try_clone().unwrap();
+                sluice_testkit::neighbour::Spinner::holding(cpu, 0, listener.into()).unwrap()
+            })
+            .collect();
+        drop(backend);
         let b = look_while_serving(&l);
-        drop(spinners);
+        drop((spinners, client, accepted));
         assert!(b.cpus >= crate::policy::late::BUSY_SHARE, "the backends did not fill the CPUs: {b:?}");
         assert!(crate::policy::late::busy(b.cpus, b.own), "its backends' time not read as its work: {b:?}");
     }

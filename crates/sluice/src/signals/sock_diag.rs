@@ -287,14 +287,14 @@ impl SockDiag {
         self.replies(each)
     }
 
-    /// The connected unix sockets (stream and seqpacket, in
-    /// TCP_ESTABLISHED), each with its peer's inode and whether it has a
-    /// name (an accepted socket carries its listener's).
+    /// The unix sockets listening or connected (stream and seqpacket), each
+    /// with its peer's inode and its name (an accepted socket carries its
+    /// listener's).
     pub fn dump_unix(&mut self, each: &mut dyn FnMut(&UnixSock)) -> Result<()> {
         self.seq = self.seq.wrapping_add(1);
         let mut body = [0u8; UNIX_REQ_LEN];
         body[0] = libc::AF_UNIX as u8;
-        body[4..8].copy_from_slice(&(1u32 << TCP_ESTABLISHED).to_ne_bytes());
+        body[4..8].copy_from_slice(&(1u32 << TCP_ESTABLISHED | 1u32 << TCP_LISTEN).to_ne_bytes());
         body[12..16].copy_from_slice(&(UDIAG_SHOW_NAME | UDIAG_SHOW_PEER).to_ne_bytes());
         self.send_raw(&body, true)?;
         loop {
@@ -497,14 +497,17 @@ pub fn dest_filter(nets: &[(std::net::IpAddr, u8)]) -> Option<Vec<u8>> {
     Some(bc)
 }
 
-/// One connected unix socket of a `dump_unix`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// One unix socket of a `dump_unix`.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnixSock {
     pub inode: u32,
+    /// TCP_LISTEN or TCP_ESTABLISHED (connected).
+    pub state: u8,
     /// Its peer's inode (None: the kernel sent none).
     pub peer: Option<u32>,
-    /// It has a name: a bound socket, or one accepted from a named listener.
-    pub named: bool,
+    /// Its name (a path, or an abstract name from its 0 byte on): a bound
+    /// socket's, or an accepted one's, which is its listener's. None: unnamed.
+    pub name: Option<Vec<u8>>,
 }
 
 /// TCP states as sock_diag numbers them (include/net/tcp_states.h).
@@ -618,9 +621,10 @@ pub fn parse_diag_reply(b: &[u8], seq: u32, each: &mut dyn FnMut(&DiagSock)) -> 
 /// Returns true at the end of the dump (NLMSG_DONE).
 pub fn parse_unix_reply(b: &[u8], seq: u32, each: &mut dyn FnMut(&UnixSock)) -> Result<bool> {
     each_message(b, seq, UNIX_MSG_LEN, "unix_diag", &mut |m| {
-        let mut sock = UnixSock { inode: u32::from_ne_bytes(m[4..8].try_into().unwrap()), peer: None, named: false };
+        let inode = u32::from_ne_bytes(m[4..8].try_into().unwrap());
+        let mut sock = UnixSock { inode, state: m[2], peer: None, name: None };
         each_attr(&m[UNIX_MSG_LEN..], &mut |kind, v| match kind {
-            UNIX_DIAG_NAME => sock.named = !v.is_empty(),
+            UNIX_DIAG_NAME if !v.is_empty() => sock.name = Some(v.to_vec()),
             UNIX_DIAG_PEER if v.len() >= 4 => sock.peer = Some(u32::from_ne_bytes(v[..4].try_into().unwrap())),
             _ => {}
         });
@@ -660,7 +664,7 @@ fn each_message(mut b: &[u8], seq: u32, min: usize, what: &str, each: &mut dyn F
 
 /// Walk the netlink attributes in `a` (4-byte aligned), calling `each`
 /// with each one's type and value; a malformed one ends the walk.
-fn each_attr(mut a: &[u8], each: &mut dyn FnMut(u16, &[u8])) {
+fn each_attr<'a>(mut a: &'a [u8], each: &mut dyn FnMut(u16, &'a [u8])) {
     while a.len() >= 4 {
         let alen = usize::from(u16::from_ne_bytes([a[0], a[1]]));
         if alen < 4 || alen > a.len() {
@@ -907,6 +911,7 @@ mod tests {
             let mut m = vec![0u8; NLMSG_HDRLEN + UNIX_MSG_LEN];
             m[8..12].copy_from_slice(&7u32.to_ne_bytes());
             m[NLMSG_HDRLEN] = libc::AF_UNIX as u8;
+            m[NLMSG_HDRLEN + 2] = TCP_ESTABLISHED;
             m[NLMSG_HDRLEN + 4..NLMSG_HDRLEN + 8].copy_from_slice(&ino.to_ne_bytes());
             for (kind, v) in attrs {
                 m.extend_from_slice(&((4 + v.len()) as u16).to_ne_bytes());
@@ -925,13 +930,14 @@ mod tests {
         done[4..6].copy_from_slice(&(libc::NLMSG_DONE as u16).to_ne_bytes());
         b.extend(done);
         let mut got = vec![];
-        assert!(parse_unix_reply(&b, 7, &mut |s| got.push(*s)).unwrap(), "the dump's end");
+        assert!(parse_unix_reply(&b, 7, &mut |s| got.push((s.inode, s.state, s.peer, s.name.clone()))).unwrap());
+        let est = TCP_ESTABLISHED;
         assert_eq!(
             got,
             [
-                UnixSock { inode: 11, peer: Some(12), named: true },
-                UnixSock { inode: 12, peer: Some(11), named: false },
-                UnixSock { inode: 13, peer: None, named: false },
+                (11, est, Some(12), Some(b"/run/php/fpm.sock".to_vec())),
+                (12, est, Some(11), None),
+                (13, est, None, None),
             ]
         );
     }
