@@ -6,7 +6,7 @@
 
 APT_PACKAGES := clang llvm libclang-dev libbpf-dev libelf-dev zlib1g-dev pkg-config \
                 iproute2 ethtool util-linux python3 procps nftables fonts-dejavu-core tcpdump iputils-ping \
-                nsd dnsperf nginx wrk curl dpkg-dev prometheus python3-yaml systemd chromium-headless-shell
+                nsd dnsperf nginx php-fpm wrk curl dpkg-dev prometheus python3-yaml systemd chromium-headless-shell
 CARGO ?= cargo
 BIN := target/release/sluice
 

@@ -130,6 +130,11 @@ pub(crate) struct BenchRunArgs {
     /// without filling any of its queues.
     #[arg(long)]
     pub(crate) keep_alive: bool,
+    /// http scenario: nginx hands every request to php-fpm (Debian's, one
+    /// worker, on nginx's CPU) over a unix socket, as a PHP site does: the
+    /// service's work is then mostly its backend's.
+    #[arg(long)]
+    pub(crate) php: bool,
     /// dns and http scenarios: the floods to run (closed-v4, closed-v6, own-v4, own-v6; default all;
     /// http also ack-v4, rst-v4, conns-v4 and newconns-v4, by name only: TCP ACKs or RSTs of no connection
     /// to nginx's port; real keep-alive connections from 4 addresses pipelining requests; a new real

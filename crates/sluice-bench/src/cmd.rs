@@ -110,6 +110,7 @@ pub(crate) fn cmd_bench_services(svc: services::Service, sources: bool, a: Bench
         qps: a.qps as u64,
         conns: a.conns,
         keep_alive: a.keep_alive,
+        php: a.php,
         floods,
         flood_pps: a.flood_rate.unwrap_or(services::FLOOD_PPS),
         sources,

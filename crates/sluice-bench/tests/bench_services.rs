@@ -21,6 +21,7 @@ fn opts(floods: &[&str]) -> ServiceOpts {
         qps: 2000,
         conns: 8,
         keep_alive: false,
+        php: false,
         floods: floods.iter().map(|f| Flood::parse(f).unwrap()).collect(),
         flood_pps: services::FLOOD_PPS,
         sources: false,
@@ -66,7 +67,7 @@ fn servers() -> usize {
         .flatten()
         .filter(|e| {
             let c = comm(e);
-            (c.starts_with("nsd") || c.starts_with("nginx")) && !zombie(e)
+            (c.starts_with("nsd") || c.starts_with("nginx") || c.starts_with("php-fpm")) && !zombie(e)
         })
         .count()
 }

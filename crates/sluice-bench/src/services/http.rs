@@ -31,25 +31,83 @@ pub const PORT: u16 = 80;
 /// has it: without a `user` line nginx's worker is nobody's, and sluice's
 /// discovery puts a service of nobody's in the untrusted `users/ports` class,
 /// which no packaged nginx lands in.
-pub fn nginx_conf(dir: &Path) -> String {
+///
+/// With `php`, every request goes to php-fpm over its unix socket
+/// (`fastcgi_pass`, a connection per request as nginx's default), which
+/// runs PHP_SCRIPT: a PHP site, whose work is mostly its backend's.
+pub fn nginx_conf(dir: &Path, php: bool) -> String {
     let d = dir.display();
+    let location = if php {
+        format!(
+            "location / {{ fastcgi_pass unix:{d}/php.sock; fastcgi_param SCRIPT_FILENAME {d}/work.php; \
+             fastcgi_param REQUEST_METHOD $request_method; }}"
+        )
+    } else {
+        "location / { return 200 \"sluice bench\\n\"; }".to_string()
+    };
     format!(
         "daemon off;\nmaster_process on;\nuser www-data;\nworker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log error;\n\
          events {{ worker_connections 4096; }}\n\
          http {{\n  access_log off;\n  keepalive_requests 1000000;\n  keepalive_timeout 300s;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n  \
          fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n  \
          server {{\n    listen {PORT};\n    listen [::]:{PORT};\n    \
-         location / {{ return 200 \"sluice bench\\n\"; }}\n  }}\n}}\n"
+         {location}\n  }}\n}}\n"
     )
+}
+
+/// The PHP page of `nginx_conf`'s php mode: a little arithmetic, then the
+/// body the clients look for (BODY), with its length (without it nginx
+/// would send the answer chunked, and the clients would not find BODY at
+/// its end).
+pub const PHP_SCRIPT: &str = "<?php $x = 0; for ($i = 0; $i < 2000; $i++) { $x += $i % 7; }\n\
+    header(\"X-Sum: $x\"); header(\"Content-Length: 13\"); echo \"sluice bench\\n\";\n";
+
+/// php-fpm's configuration for `start_php`: foreground, one static worker
+/// (as nginx's one worker), listening on a unix socket in `dir` that
+/// nginx's worker (www-data) may use, no php.ini.
+pub fn php_fpm_conf(dir: &Path) -> String {
+    let d = dir.display();
+    format!(
+        "[global]\npid = {d}/php-fpm.pid\nerror_log = {d}/php-fpm.log\ndaemonize = no\n\
+         [www]\nuser = www-data\ngroup = www-data\nlisten = {d}/php.sock\nlisten.owner = www-data\n\
+         listen.group = www-data\nlisten.mode = 0660\npm = static\npm.max_children = 1\n"
+    )
+}
+
+/// Debian's php-fpm (php-fpmX.Y in /usr/sbin) in namespace `ns` pinned to
+/// `cpu`, its files in `dir`; returns once its socket is there.
+pub fn start_php(dir: &Path, ns: &str, cpu: usize) -> Result<Proc> {
+    let fpm = std::fs::read_dir("/usr/sbin")?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("php-fpm")))
+        .context("php-fpm is not installed in /usr/sbin (make deps installs it)")?;
+    let conf = dir.join("php-fpm.conf");
+    std::fs::write(&conf, php_fpm_conf(dir))?;
+    std::fs::write(dir.join("work.php"), PHP_SCRIPT)?;
+    let sock = dir.join("php.sock");
+    let _ = std::fs::remove_file(&sock);
+    let mut c = in_ns(ns, Some(cpu));
+    c.arg(&fpm).args(["-F", "-n", "-y"]).arg(&conf);
+    c.stdout(Stdio::null()).stderr(Stdio::piped());
+    let p = Proc::spawn_server(c, "php-fpm (is it installed? make deps installs it)")?;
+    p.wait_ready("php-fpm", &format!("its socket {}", sock.display()), Duration::from_secs(10), || Ok(sock.exists()))
 }
 
 /// nginx in namespace `ns` pinned to `cpu`, its files in `dir`; returns once
 /// a connection from `client_ns` to `addr` port 80 is accepted. The client
 /// namespace may reuse its TIME_WAIT ports (`clients_reuse_ports`).
-pub fn start_nginx(dir: &Path, ns: &str, cpu: usize, client_ns: &str, addr: std::net::IpAddr) -> Result<Proc> {
+pub fn start_nginx(
+    dir: &Path,
+    ns: &str,
+    cpu: usize,
+    client_ns: &str,
+    addr: std::net::IpAddr,
+    php: bool,
+) -> Result<Proc> {
     clients_reuse_ports(client_ns)?;
     let conf = dir.join("nginx.conf");
-    std::fs::write(&conf, nginx_conf(dir))?;
+    std::fs::write(&conf, nginx_conf(dir, php))?;
     let mut c = in_ns(ns, Some(cpu));
     c.args(["nginx", "-p"]).arg(dir).arg("-e").arg(dir.join("error.log")).arg("-c").arg(&conf);
     c.stdout(Stdio::null()).stderr(Stdio::piped());
@@ -473,7 +531,8 @@ mod tests {
 
     #[test]
     fn nginx_conf_listens_on_both_families_without_logs() {
-        let c = nginx_conf(Path::new("/tmp/x"));
+        let c = nginx_conf(Path::new("/tmp/x"), false);
+        assert!(nginx_conf(Path::new("/tmp/x"), true).contains("fastcgi_pass unix:/tmp/x/php.sock;"));
         assert!(c.contains("listen 80;") && c.contains("listen [::]:80;"));
         assert!(c.contains("access_log off;") && c.contains("worker_processes 1;"));
         assert!(c.contains("user www-data;"), "the worker runs as Debian's nginx does, not as nobody");

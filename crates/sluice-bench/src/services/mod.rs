@@ -407,6 +407,8 @@ pub struct ServiceOpts {
     /// wrk's connections (http), and whether they stay open.
     pub conns: u32,
     pub keep_alive: bool,
+    /// http: nginx in front of php-fpm (`http::start_php`).
+    pub php: bool,
     /// The floods to run (names from FLOODS or SOURCE_FLOODS), in this order.
     pub floods: Vec<Flood>,
     /// The generator's asked flood rate, packets/s (FLOOD_PPS: its top rate).
@@ -578,6 +580,9 @@ pub struct ServiceHead {
     /// http: wrk kept its connections open (false: a new connection per request).
     #[serde(default)]
     pub keep_alive: bool,
+    /// http: nginx handed every request to php-fpm (`--php`).
+    #[serde(default)]
+    pub php: bool,
     /// The CPUs: the flood's generator, the service, and its legitimate
     /// clients (None: a run from before they were recorded, clients beside
     /// the generator).

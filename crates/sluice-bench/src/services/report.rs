@@ -516,7 +516,7 @@ mod tests {
     fn run(service: Service, cells: Vec<Cell>) -> ServiceRun {
         let mut r = ServiceRun::new(
             service.name(),
-            ServiceHead { service, secs: 8.0, repeats: 1, capacity: None, keep_alive: false, cpus: None },
+            ServiceHead { service, secs: 8.0, repeats: 1, capacity: None, keep_alive: false, php: false, cpus: None },
         );
         r.cells = cells;
         r

@@ -20,6 +20,8 @@ pub(super) struct Bench<'a> {
     bed: &'a VictimBed,
     dir: &'a Path,
     service: Proc,
+    /// php-fpm behind nginx (`--php`), stopped after it.
+    _backend: Option<Proc>,
     gen: GenWorker,
     capacity: Option<f64>,
     _filter: Gate,
@@ -63,6 +65,8 @@ impl<'a> Bench<'a> {
             add_heavy_sources(bed)?;
         }
         let filter = attach_client_filter(bed)?;
+        let backend =
+            if svc == Service::Http && o.php { Some(http::start_php(dir, &bed.net.b, bed.victim_cpu)?) } else { None };
         // The nic model's receive side: the stack on the victim CPU (RPS), beside the service.
         bed.steer_rps()?;
         let (a, b) = (&bed.net.a, &bed.net.b);
@@ -71,7 +75,7 @@ impl<'a> Bench<'a> {
                 let addrs = [bed.net.ip_b.to_string(), bed.net.ip6_b.to_string()];
                 dns::start_nsd(dir, b, bed.victim_cpu, &addrs, (a, bed.gen_cpu))?
             }
-            Service::Http => http::start_nginx(dir, b, bed.victim_cpu, a, bed.net.ip_b)?,
+            Service::Http => http::start_nginx(dir, b, bed.victim_cpu, a, bed.net.ip_b, o.php)?,
         };
         // At nice 19: the clients on its CPU send what they ask; the flood takes the rest.
         let gen = GenWorker::start(a, bed.gen_cpu, bed.net.ifindex_a, 19)?;
@@ -80,10 +84,14 @@ impl<'a> Bench<'a> {
             svc.name(),
             o.clients_cpu,
             bed.gen_cpu,
-            if svc == Service::Dns { "NSD" } else { "nginx" },
+            match (svc, o.php) {
+                (Service::Dns, _) => "NSD",
+                (Service::Http, false) => "nginx",
+                (Service::Http, true) => "nginx and php-fpm",
+            },
             bed.victim_cpu
         );
-        let mut bench = Bench { svc, o, bed, dir, service, gen, capacity: None, _filter: filter };
+        let mut bench = Bench { svc, o, bed, dir, service, _backend: backend, gen, capacity: None, _filter: filter };
         if svc == Service::Dns {
             bench.capacity = Some(bench.dns_capacity()?);
         }
@@ -127,6 +135,7 @@ impl<'a> Bench<'a> {
             repeats: self.o.repeats,
             capacity: self.capacity,
             keep_alive: self.o.keep_alive,
+            php: self.o.php,
             cpus: Some(CpuPlan {
                 generator: self.bed.gen_cpu,
                 service: self.bed.victim_cpu,
