@@ -3,6 +3,7 @@
 //! check a neighbour's CPU time is not read as the service's load; and,
 //! holding a listener the service is connected to, a backend the service
 //! hands its work to, whose time is the service's.
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::process::{Child, Command};
 
 use anyhow::{Context, Result};
@@ -65,4 +66,18 @@ pub fn pass_as_fd3(cmd: &mut Command, fd: &impl std::os::fd::AsRawFd) {
             }
         });
     }
+}
+
+/// A unix listener (at a path under the temp directory named by `tag` and
+/// this process, removed once used), a connection to it and the connection's
+/// accepted end: a service's connection to a backend, for the tests that
+/// hand the listener to a `Spinner` or another child.
+pub fn unix_connection(tag: &str) -> (UnixListener, UnixStream, UnixStream) {
+    let path = std::env::temp_dir().join(format!("sluice-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let listener = UnixListener::bind(&path).expect("bind a unix listener");
+    let client = UnixStream::connect(&path).expect("connect to it");
+    let accepted = listener.accept().expect("accept the connection").0;
+    let _ = std::fs::remove_file(&path);
+    (listener, client, accepted)
 }

@@ -40,7 +40,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
-use crate::signals::discover::{parse_port_range, SocketOwners};
+use crate::signals::discover::{ephemeral_range, socket_inodes, SocketOwners};
 use crate::signals::sock_diag::{SockDiag, UnixSock, TCP_ESTABLISHED, TCP_LISTEN};
 
 /// Hops followed from a service's processes (service -> backend -> its backend ...).
@@ -215,24 +215,10 @@ impl Backends {
                     listeners.push((s.src, s.sport, s.inode))
                 })?;
             }
-            let ephemeral = parse_port_range(
-                &std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap_or_default(),
-            );
-            links.extend(tcp_links(&ends, &listeners, ephemeral));
+            links.extend(tcp_links(&ends, &listeners, ephemeral_range()));
         }
         Ok(links)
     }
-}
-
-/// The socket inodes process `pid` holds now (none if it is gone).
-fn socket_inodes(pid: u32) -> Vec<u32> {
-    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return vec![] };
-    fds.flatten()
-        .filter_map(|fd| {
-            let link = std::fs::read_link(fd.path()).ok()?;
-            link.to_str()?.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok()
-        })
-        .collect()
 }
 
 #[cfg(test)]
@@ -331,20 +317,14 @@ mod tests {
     /// A unix listener, and a connection to it (both ends; an end not yet
     /// accepted has no inode for its peer to name).
     fn unix_pair() -> (std::os::fd::OwnedFd, Box<dyn std::any::Any>) {
-        let path = std::env::temp_dir().join(format!("sluice-backends-{}", std::process::id()));
-        let _ = std::fs::remove_file(&path);
-        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
-        let client = std::os::unix::net::UnixStream::connect(&path).unwrap();
-        let accepted = listener.accept().unwrap().0;
-        let _ = std::fs::remove_file(&path);
+        let (listener, client, accepted) = sluice_testkit::neighbour::unix_connection("backends");
         (listener.into(), Box::new((client, accepted)))
     }
 
     /// A TCP listener on loopback, on a port out of the ephemeral range,
     /// and a connection to it.
     fn tcp_pair() -> (std::os::fd::OwnedFd, Box<dyn std::any::Any>) {
-        let (lo, _) =
-            parse_port_range(&std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap_or_default());
+        let (lo, _) = ephemeral_range();
         let listener = (lo.saturating_sub(500).max(1)..lo)
             .find_map(|p| std::net::TcpListener::bind(("127.0.0.1", p)).ok())
             .expect("a free port under the ephemeral range");

@@ -486,12 +486,7 @@ mod tests {
     fn a_backend_spinning_on_the_services_cpus_makes_it_busy() {
         let _spinning = SPINNING.lock().unwrap_or_else(|e| e.into_inner());
         let l = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
-        let path = std::env::temp_dir().join(format!("sluice-backend-{}", std::process::id()));
-        let _ = std::fs::remove_file(&path);
-        let backend = std::os::unix::net::UnixListener::bind(&path).unwrap();
-        let client = std::os::unix::net::UnixStream::connect(&path).unwrap();
-        let accepted = backend.accept().unwrap().0;
-        let _ = std::fs::remove_file(&path);
+        let (backend, client, accepted) = sluice_testkit::neighbour::unix_connection("backend");
         let spinners: Vec<_> = crate::base::netns::affinity(0)
             .into_iter()
             .map(|cpu| {

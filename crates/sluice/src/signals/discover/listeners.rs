@@ -95,8 +95,7 @@ impl Listeners {
 /// Each socket a service listens on (`is_listener`) for the protocols in
 /// `l4s`, in both families: one sock_diag dump per protocol and family.
 pub fn each_listener(diag: &mut SockDiag, ifindex: u32, l4s: &[L4], each: &mut dyn FnMut(L4, &DiagSock)) -> Result<()> {
-    let ephemeral =
-        parse_port_range(&std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap_or_default());
+    let ephemeral = ephemeral_range();
     for &l4 in l4s {
         let (proto, states) = match l4 {
             L4::Udp => (libc::IPPROTO_UDP, 1u32 << TCP_CLOSE),
@@ -111,6 +110,12 @@ pub fn each_listener(diag: &mut SockDiag, ifindex: u32, l4s: &[L4], each: &mut d
         }
     }
     Ok(())
+}
+
+/// This namespace's ephemeral port range (clients' ports; unreadable: the
+/// kernel's default range).
+pub fn ephemeral_range() -> (u16, u16) {
+    parse_port_range(&std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap_or_default())
 }
 
 /// "32768\t60999" -> (32768, 60999); anything else -> the kernel's default range.

@@ -56,9 +56,13 @@ use crate::signals::sock_diag::DiagSock;
 mod listeners;
 mod owners;
 
-pub use listeners::{each_listener, is_listener, parse_port_range, Listeners, Listening, LISTENERS_FRESH};
+pub use listeners::{
+    each_listener, ephemeral_range, is_listener, parse_port_range, Listeners, Listening, LISTENERS_FRESH,
+};
 use owners::{holders, owner};
-pub use owners::{login_uids, parse_login_defs, socket_holders, trusted, Owner, SocketOwners, RESCAN_UNOWNED};
+pub use owners::{
+    login_uids, parse_login_defs, socket_holders, socket_inodes, trusted, Owner, SocketOwners, RESCAN_UNOWNED,
+};
 
 /// How long a service that is no longer seen keeps its class.
 pub const LINGER: Duration = Duration::from_secs(3);

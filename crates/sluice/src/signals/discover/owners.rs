@@ -92,17 +92,29 @@ pub fn socket_holders() -> HashMap<u32, Vec<(u32, i32)>> {
     let Ok(procs) = std::fs::read_dir("/proc") else { return map };
     for p in procs.flatten() {
         let Some(pid) = p.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
-        let Ok(fds) = std::fs::read_dir(p.path().join("fd")) else { continue };
-        for fd in fds.flatten() {
-            let Some(num) = fd.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
-            let Ok(link) = std::fs::read_link(fd.path()) else { continue };
-            let inode = link.to_str().and_then(|l| l.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok());
-            if let Some(inode) = inode {
-                map.entry(inode).or_default().push((pid, num));
-            }
+        for (num, inode) in sockets_in(&p.path().join("fd")) {
+            map.entry(inode).or_default().push((pid, num));
         }
     }
     map
+}
+
+/// The socket inodes process `pid` holds now (none if it is gone).
+pub fn socket_inodes(pid: u32) -> Vec<u32> {
+    sockets_in(std::path::Path::new(&format!("/proc/{pid}/fd"))).into_iter().map(|(_, inode)| inode).collect()
+}
+
+/// Each (fd, socket inode) of a /proc/PID/fd directory (a descriptor that
+/// is no socket, or closes while read, is left out).
+fn sockets_in(fds: &std::path::Path) -> Vec<(i32, u32)> {
+    let Ok(fds) = std::fs::read_dir(fds) else { return vec![] };
+    fds.flatten()
+        .filter_map(|fd| {
+            let num = fd.file_name().to_str()?.parse::<i32>().ok()?;
+            let link = std::fs::read_link(fd.path()).ok()?;
+            Some((num, link.to_str()?.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok()?))
+        })
+        .collect()
 }
 
 /// Every socket inode held open by a process, and the processes holding it.
