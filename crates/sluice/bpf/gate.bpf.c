@@ -29,9 +29,9 @@
  *
  * Token buckets without locks
  * ---------------------------
- * Each class has one bucket per CPU (per-CPU arrays "shares", written by the
- * daemon, and "class_state", written only here), so the per-packet path
- * touches only this CPU's memory. Tokens are fixed
+ * Each class has one bucket per CPU (the per-CPU array "shares", written by
+ * the daemon, and this CPU's entry of "class_state", written only here), so
+ * the per-packet path writes only this CPU's memory. Tokens are fixed
  * point (1 packet = SLUICE_TOKEN_SCALE units) refilled from bpf_ktime_get_ns():
  * tokens += elapsed_ns * rate_pps, capped at burst * SCALE; a packet takes
  * SCALE units. No division and no floating point on the packet path: the
@@ -251,7 +251,7 @@ static __always_inline int non_ip(__u32 gen)
 		global_inc(SLUICE_GS_NON_IP_PASS);
 		return XDP_PASS;
 	}
-	st = bpf_map_lookup_elem(&class_state, &cls);
+	st = class_state_here(cls);
 	if (st && daemon_stalled(st)) {
 		global_inc(SLUICE_GS_NON_IP_PASS);
 		global_inc(SLUICE_GS_STALE_PASS);
@@ -299,7 +299,7 @@ int sluice_gate(struct xdp_md *ctx)
 
 	cls &= SLUICE_CLASS_IDS - 1;
 	struct sluice_share *sh = bpf_map_lookup_elem(&shares, &cls);
-	struct sluice_class_state *st = bpf_map_lookup_elem(&class_state, &cls);
+	struct sluice_class_state *st = class_state_here(cls);
 	/* This CPU's source fairness of the class: the learner's note and a limited class's tiers. */
 	struct sluice_fair *f = bpf_map_lookup_elem(&fairness, &cls);
 
@@ -537,7 +537,7 @@ int sluice_cookie_ack(struct __sk_buff *skb)
 	if (!th)
 		return TC_ACT_OK;
 	ok = cookie_ack(skb, data, end, data + l3, th, family);
-	st = bpf_map_lookup_elem(&class_state, &cls);
+	st = class_state_here(cls);
 	if (st && ok == COOKIE_TAKEN)
 		st->cnt[SLUICE_CS_COOKIE_OK] += 1;
 	else if (st && ok == COOKIE_REFUSED)

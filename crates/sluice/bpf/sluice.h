@@ -535,9 +535,11 @@ struct sluice_delay_slot {
 #define SLUICE_SURGE_HOLD_NS 100000000ull
 
 /*
- * Value of the per-CPU "class_state" array (indexed by class): the bucket and
- * the counters side by side, so the packet path does one lookup for both.
- * Written by the gate only; user space reads it.
+ * A class's state on one CPU, an entry of the "class_state" array (gate/maps.h):
+ * the bucket and the counters side by side, so the packet path does one
+ * lookup for both. Written by the gate on that CPU only; user space reads
+ * it. Its size is whole cache lines (the assert below), so no two CPUs'
+ * entries share one.
  */
 struct sluice_class_state {
 	struct sluice_bucket bucket;
@@ -553,8 +555,12 @@ struct sluice_class_state {
 	__u64 surge_mark_ns;          /* the clock at this CPU's last surge mark (it keeps room, armed room); 0: none */
 	__u32 surge_cnt;              /* the class's packets on this CPU since surge_from_ns */
 	__u32 watch_all;              /* SYNs of a watching guard this CPU still looks up each (SLUICE_WATCH_ALL) */
+	__u64 marked;                 /* settings.epoch + 1 when this CPU last set its bit in class_cpus (0: not since a reset) */
 	__u64 cnt[SLUICE_CS_NR]; /* indexed by enum sluice_class_stat */
+	__u64 _pad[1];           /* to whole cache lines: a counter added takes the pad */
 };
+_Static_assert(sizeof(struct sluice_class_state) % 64 == 0,
+	       "struct sluice_class_state fills whole cache lines: resize _pad");
 
 /*
  * Global counters: the per-CPU "global_stats" array indexed by this enum.

@@ -413,3 +413,72 @@ fn the_gate_loads_with_room_under_the_verifiers_limits() {
         assert!(chain <= STACK_LIMIT, "{}: frames {:?}", c.program, c.stack);
     }
 }
+
+/// Issue 51, item 3: the daemon's tick reads a class's counters on the
+/// CPUs that marked it (a CPU marks a class at its first packet of each
+/// tick) since its last read and the two before, not every possible CPU of
+/// every class. The first read of a class reads them all, and what the
+/// reads keep adds up to a full read of every entry.
+#[test]
+fn the_ticks_read_copies_the_counters_of_the_cpus_that_saw_packets() {
+    use sluice::dataplane::gate::{sum_cpus, Clock, CounterReads, Prog};
+    use sluice::surface::stats::ClassTotals;
+    let mut g = gate();
+    let n = g.cfg.classes.len();
+    let ncpus = g.gate.ncpus();
+    let mut reads = CounterReads::default();
+    let mut epoch = 0;
+    // A tick: the epoch moves on, then the read (as `Ticker::tick` does).
+    let mut tick = |g: &mut TestGate, reads: &mut CounterReads| {
+        epoch += 1;
+        g.gate.set_clock(&Clock { epoch, now_ms: 0, known_ttl_ms: 0 });
+        reads.read(&g.gate, n);
+        reads.copied
+    };
+    let full = |g: &TestGate| g.gate.all_class_counters(n).unwrap();
+    let dns = g.class("dns");
+    let packets = |g: &TestGate, count: u32| {
+        let p = Frame::udp("10.0.0.1", "10.0.0.2", 999, 53).build();
+        assert_eq!(g.gate.test_run(Prog::Gate, &p, count).unwrap().0, sluice::dataplane::gate::XDP_PASS);
+    };
+    let seen = |reads: &CounterReads| ClassTotals::from(reads.totals()[dns]).seen_pkts;
+    // The first read reads every entry; so do the next two (apply marked them all).
+    for _ in 0..3 {
+        assert_eq!(tick(&mut g, &mut reads), n * ncpus);
+    }
+    assert_eq!(tick(&mut g, &mut reads), 0, "no packet since: nothing to copy");
+    assert_eq!(reads.totals(), full(&g));
+
+    // 100 packets of dns on this thread's CPU (TestGate pinned it).
+    packets(&g, 100);
+    assert_eq!(tick(&mut g, &mut reads), 1, "one class on one CPU saw packets");
+    assert_eq!(reads.totals(), full(&g), "the kept counters add up to a full read");
+    assert_eq!(seen(&reads), 100);
+    let per_cpu = reads.per_cpu(dns).expect("read this tick");
+    assert_eq!(sum_cpus(per_cpu.iter().copied()), reads.totals()[dns]);
+    let seen_at = sluice::bpf_intf::SLUICE_CS_SEEN_PKTS as usize;
+    assert_eq!(per_cpu.iter().filter(|c| c[seen_at] > 0).count(), 1, "the packets are on one CPU's entry");
+    // More after that read, in its tick: the first of them marks the class
+    // again (the CPU had marked it last tick); read at the next three reads.
+    packets(&g, 50);
+    assert_eq!(tick(&mut g, &mut reads), 1);
+    assert_eq!(seen(&reads), 150);
+    // 10 more before a read in the same tick (the first marks the class)
+    // and 10 after it: those mark nothing (the CPU marked it this tick
+    // already), and the next read reads them anyway.
+    packets(&g, 10);
+    reads.read(&g.gate, n);
+    packets(&g, 10);
+    assert_eq!(tick(&mut g, &mut reads), 1);
+    assert_eq!(seen(&reads), 170);
+    assert_eq!(tick(&mut g, &mut reads), 1, "the two reads after the last mark");
+    assert_eq!(tick(&mut g, &mut reads), 0);
+    assert_eq!(reads.totals(), full(&g));
+
+    // A reset (as a reload's new class gets) marks every CPU: the reads see the zeros.
+    g.gate.reset_counters().unwrap();
+    assert_eq!(tick(&mut g, &mut reads), n * ncpus);
+    assert_eq!(seen(&reads), 0);
+    reads.stale();
+    assert!(reads.per_cpu(dns).is_none(), "stale: not read this tick");
+}

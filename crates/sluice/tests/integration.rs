@@ -115,15 +115,21 @@ mod status {
                 }
                 let ncpus = libbpf_rs::num_possible_cpus().unwrap();
                 let vsize = mi.value_size as usize;
-                let mut buf = vec![0u8; vsize * ncpus];
-                let key = class.to_ne_bytes();
-                assert_eq!(
-                    libbpf_sys::bpf_map_lookup_elem(mfd.as_raw_fd(), key.as_ptr().cast(), buf.as_mut_ptr().cast()),
-                    0
-                );
                 let (mut seen, mut admitted) = (0, 0);
                 let counters = std::mem::offset_of!(sluice::bpf_intf::sluice_class_state, cnt);
-                for cpu in buf.chunks(vsize) {
+                // One entry per CPU and class (bpf/gate/maps.h).
+                for cpu in 0..ncpus {
+                    let mut cpu_buf = vec![0u8; vsize];
+                    let key = sluice::dataplane::gate::state_key(cpu, class).to_ne_bytes();
+                    assert_eq!(
+                        libbpf_sys::bpf_map_lookup_elem(
+                            mfd.as_raw_fd(),
+                            key.as_ptr().cast(),
+                            cpu_buf.as_mut_ptr().cast()
+                        ),
+                        0
+                    );
+                    let cpu = &cpu_buf;
                     let word = |i: usize| {
                         let at = counters + i * 8;
                         u64::from_ne_bytes(cpu[at..at + 8].try_into().unwrap())

@@ -125,7 +125,7 @@ __noinline int delay_answered(const struct pkt *pk, __u32 gen, __u32 cls)
 	if (d > SLUICE_DELAY_STALE_NS)
 		return 0;
 	cls &= SLUICE_CLASS_IDS - 1;
-	st = bpf_map_lookup_elem(&class_state, &cls);
+	st = class_state_here(cls);
 	if (!st)
 		return 0;
 	/* The bucket: how many powers of two past 2^SLUICE_DELAY_SHIFT0. */

@@ -15,12 +15,38 @@ struct {
 	__type(value, struct sluice_share);
 } shares SEC(".maps");
 
+/*
+ * Each class's buckets and counters on each CPU (struct sluice_class_state),
+ * at cpu * SLUICE_CLASS_IDS + class id: written by that CPU only, each
+ * entry whole cache lines of its own. User space sizes it to the possible
+ * CPUs before load and reads it through a mapping of its own. A per-CPU
+ * array would serve the gate the same, but each read of one of its entries
+ * copies every possible CPU's value through the kernel: the daemon read
+ * every class id in use times every possible CPU each 10 ms tick (issue
+ * 51). It reads the entries `class_cpus` marks instead.
+ */
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, SLUICE_CLASS_IDS);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, SLUICE_CLASS_IDS); /* times the possible CPUs, at load */
 	__type(key, __u32);
 	__type(value, struct sluice_class_state);
 } class_state SEC(".maps");
+
+/*
+ * Which CPUs wrote a class's entries of class_state since the daemon last
+ * took them: a bit per CPU, 64 CPUs a word, the word of CPUs 64w..64w+63
+ * for class id c at w * SLUICE_CLASS_IDS + c. A CPU sets its bit at its
+ * first packet of the class after the daemon took the word (an atomic or
+ * once a tick); every other packet loads the word and tests the bit.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, SLUICE_CLASS_IDS); /* times the possible CPUs / 64, at load */
+	__type(key, __u32);
+	__type(value, __u64);
+} class_cpus SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -178,6 +204,30 @@ struct {
 volatile struct sluice_settings settings = {
 	.verdicts = { { .malformed_verdict = XDP_DROP }, { .malformed_verdict = XDP_DROP } },
 };
+
+/*
+ * This CPU's state of class `cls` (class_state), its bit in class_cpus set
+ * at its first packet of each of the daemon's ticks (settings.epoch): the
+ * rest of the tick's packets read a field of the entry they write anyway.
+ */
+static __always_inline struct sluice_class_state *class_state_here(__u32 cls)
+{
+	__u32 cpu = bpf_get_smp_processor_id();
+	__u32 key = cpu * SLUICE_CLASS_IDS + (cls & (SLUICE_CLASS_IDS - 1));
+	struct sluice_class_state *st = bpf_map_lookup_elem(&class_state, &key);
+	__u64 tick = (__u64)settings.epoch + 1;
+	__u32 word;
+	__u64 *w;
+
+	if (!st || st->marked == tick)
+		return st;
+	st->marked = tick;
+	word = (cpu / 64) * SLUICE_CLASS_IDS + (cls & (SLUICE_CLASS_IDS - 1));
+	w = bpf_map_lookup_elem(&class_cpus, &word);
+	if (w)
+		__sync_fetch_and_or(w, 1ULL << (cpu % 64));
+	return st;
+}
 
 static __always_inline void global_inc(__u32 idx)
 {

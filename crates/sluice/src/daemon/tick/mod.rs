@@ -29,7 +29,7 @@ use crate::bpf_intf::*;
 use crate::daemon::auto::AutoLoop;
 use crate::daemon::decisions::{Cause, Change};
 use crate::dataplane::gate::counters::ClassTotals;
-use crate::dataplane::gate::{sum_cpus, ClassCounters, Clock, Gate};
+use crate::dataplane::gate::{ClassCounters, Clock, CounterReads, Gate};
 use crate::dataplane::trace::CpuRxReader;
 use crate::policy::budget::{Budget, BudgetClass};
 use crate::policy::config::{Config, Limit};
@@ -114,9 +114,10 @@ pub struct Ticker {
     /// May a calm tick with no UDP arrival carry the last UDP read
     /// (`HealthReader::read`)? Always, but in `sluice bench tick`'s loaded tick.
     carry_udp: bool,
-    /// This tick's read of every class's per-CPU counters (empty until
-    /// `control` reads them): the splits (`Gate::rebalance_from`) use it.
-    per_cpu: Vec<Vec<ClassCounters>>,
+    /// Every class's per-CPU counters, read each tick where they changed
+    /// (none this tick until `control` reads them): the totals, and the
+    /// splits (`Gate::rebalance_from`).
+    counters: CounterReads,
 }
 
 impl Ticker {
@@ -177,7 +178,7 @@ impl Ticker {
             rx_cpu_wanted: false,
             observe: false,
             carry_udp: true,
-            per_cpu: vec![],
+            counters: CounterReads::default(),
         }
     }
 
@@ -259,7 +260,7 @@ impl Ticker {
     pub fn tick(&mut self, gate: &mut Gate, log: impl Fn(&dyn Display)) -> Result<()> {
         self.epoch = self.epoch.wrapping_add(1);
         self.changes.clear();
-        self.per_cpu.clear();
+        self.counters.stale();
         self.now_ms = crate::base::clock::gate_ms();
         gate.set_clock(&Clock { epoch: self.epoch, now_ms: self.now_ms, known_ttl_ms: KNOWN_TTL_SECS * 1000 });
         let throttles = match self.control(gate) {
@@ -332,7 +333,7 @@ impl Ticker {
             // (its limit, its learning) change.
             let fixed = matches!(limit, Limit::Unlimited | Limit::Blocked | Limit::Auto(_));
             if !fixed || c.tiers.as_ref() != Some(&tiers) {
-                match self.per_cpu.get(id) {
+                match self.counters.per_cpu(id) {
                     Some(counters) => gate.rebalance_from(id, &tiers, counters, &mut c.split)?,
                     None => gate.rebalance(id, &tiers, &mut c.split)?,
                 }
@@ -375,8 +376,8 @@ impl Ticker {
     fn control(&mut self, gate: &Gate) -> Result<Vec<Option<f64>>> {
         // One read of each class's counters serves the auto loop, the budget and fairness
         // (a ticker with no health reader has no class: nothing is read).
-        self.per_cpu = gate.all_class_counters_percpu(self.classes.len())?;
-        let raw: Vec<ClassCounters> = self.per_cpu.iter().map(|cpus| sum_cpus(cpus.iter().copied())).collect();
+        self.counters.read(gate, self.classes.len());
+        let raw: Vec<ClassCounters> = self.counters.totals();
         let totals: Vec<ClassTotals> = raw.iter().map(|&r| ClassTotals::from(r)).collect();
         let udp_quiet = self.carry_udp && self.calm() && self.no_udp_arrivals(&totals);
         let Some(reader) = &mut self.health else { return Ok(vec![]) };

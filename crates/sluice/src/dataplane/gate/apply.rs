@@ -109,12 +109,7 @@ impl Gate {
     /// one), and give it `shares`.
     fn reset_id(&self, id: GateId, shares: &[sluice_share]) -> Result<()> {
         let id = id.key();
-        self.set_percpu(
-            &self.skel.maps.class_state,
-            "class_state",
-            id,
-            &vec![sluice_class_state::default(); self.ncpus],
-        )?;
+        self.set_class_state(id, &sluice_class_state::default())?;
         self.set_percpu(&self.skel.maps.fairness, "fairness", id, &vec![sluice_fair::default(); self.ncpus])?;
         self.set_percpu(&self.skel.maps.shares, "shares", id, shares)?;
         let key = id.to_ne_bytes();

@@ -211,8 +211,6 @@ impl Gate {
 
     /// One class's per-CPU bucket state.
     pub fn buckets(&self, class: usize) -> Result<Vec<sluice_bucket>> {
-        let v: Vec<sluice_class_state> =
-            self.percpu(&self.skel.maps.class_state, "class_state", self.ids.id(class).key())?;
-        Ok(v.into_iter().map(|s| s.bucket).collect())
+        Ok(self.states.entries(self.ids.id(class).key()).into_iter().map(|s| s.bucket).collect())
     }
 }

@@ -1,8 +1,11 @@
 //! The map layer: which types may cross into BPF maps as bytes (`Pod`),
-//! typed reads and writes of hash and per-CPU maps, and a skeleton that owns
-//! the open object it borrows from (`Owned`).
+//! typed reads and writes of hash and per-CPU maps, shared mappings of
+//! mmapable arrays (`Mapping`), and a skeleton that owns the open object it
+//! borrows from (`Owned`).
 use std::mem::{ManuallyDrop, MaybeUninit};
 use std::ops::{Deref, DerefMut};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::AtomicU64;
 
 use libbpf_rs::{MapCore, MapFlags, OpenObject};
 
@@ -71,7 +74,6 @@ pub fn from_bytes<T: Pod>(b: &[u8]) -> T {
 /// batch for the last and stopped, and a read of 59,000 known entries
 /// returned 8,190 (`gate_sources::known_entries_are_written_and_deleted_in_batches`).
 pub fn dump_map<K: Pod, V: Pod>(map: &dyn MapCore, name: &'static str) -> Result<Vec<(K, V)>> {
-    use std::os::fd::AsRawFd;
     const BATCH: u32 = 4096;
     let (ks, vs) = (std::mem::size_of::<K>(), std::mem::size_of::<V>());
     let err = |e: std::io::Error| GateError::Map { map: name, err: e.into() };
@@ -122,7 +124,6 @@ pub fn dump_map<K: Pod, V: Pod>(map: &dyn MapCore, name: &'static str) -> Result
 /// costs one system call, not one per class (with 20 classes those calls
 /// were 15% of an idle daemon's CPU, `perf record`).
 pub fn percpu_entries<T: Pod>(map: &dyn MapCore, name: &'static str, count: u32, ncpus: usize) -> Result<Vec<Vec<T>>> {
-    use std::os::fd::AsRawFd;
     let err = |e: std::io::Error| GateError::Map { map: name, err: e.into() };
     let size = std::mem::size_of::<T>();
     if map.value_size() as usize != size || map.key_size() != 4 {
@@ -243,5 +244,62 @@ impl<S> Drop for Owned<S> {
             ManuallyDrop::drop(&mut self.skel);
             drop(Box::from_raw(self.storage));
         }
+    }
+}
+
+/// A shared mapping of an mmapable BPF array, unmapped when dropped.
+pub struct Mapping {
+    base: *mut libc::c_void,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain shared memory, valid until dropped; every
+// access goes through a volatile read or an atomic (`Mapping::read`, `Mapping::word`).
+unsafe impl Send for Mapping {}
+// SAFETY: as above: no access through `&Mapping` writes but an atomic.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    /// Map all of `map`'s values (an array with BPF_F_MMAPABLE, each value
+    /// a multiple of 8 bytes: an mmapable array lays them out back to back
+    /// from offset 0), read-only or read-write.
+    pub fn of(map: &dyn MapCore, name: &'static str, writable: bool) -> Result<Mapping> {
+        let err = |e: std::io::Error| GateError::Map { map: name, err: e.into() };
+        if !(map.value_size() as usize).is_multiple_of(8) {
+            return Err(err(std::io::Error::other("its values are not a multiple of 8 bytes")));
+        }
+        let len = map.max_entries() as usize * map.value_size() as usize;
+        let prot = if writable { libc::PROT_READ | libc::PROT_WRITE } else { libc::PROT_READ };
+        // SAFETY: a shared mapping of the map's fd, of at most its size.
+        let base = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, libc::MAP_SHARED, map.as_fd().as_raw_fd(), 0) };
+        if base == libc::MAP_FAILED {
+            return Err(err(std::io::Error::last_os_error()));
+        }
+        Ok(Mapping { base, len })
+    }
+
+    /// Value `i` (a `T` of the map's value size), read with a volatile read:
+    /// the gate may be writing it, so it may be read half old, half new.
+    pub fn read<T: Copy>(&self, i: usize) -> T {
+        assert!((i + 1) * std::mem::size_of::<T>() <= self.len, "value {i} is past the mapping");
+        // SAFETY: inside the mapping (above); T is plain data of the
+        // map's value size (any bits are a value), 8-aligned in a
+        // page-aligned mapping.
+        unsafe { std::ptr::read_volatile(self.base.cast::<T>().add(i)) }
+    }
+
+    /// Word `i` of a read-write mapping of u64 values, as an atomic.
+    pub fn word(&self, i: usize) -> &AtomicU64 {
+        assert!((i + 1) * 8 <= self.len, "word {i} is past the mapping");
+        // SAFETY: inside the mapping, 8-aligned, valid while `self` is; the
+        // gate writes it only with atomic ops.
+        unsafe { AtomicU64::from_ptr(self.base.cast::<u64>().add(i)) }
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `of`, no longer used.
+        unsafe { libc::munmap(self.base, self.len) };
     }
 }

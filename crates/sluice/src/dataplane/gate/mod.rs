@@ -22,6 +22,7 @@ use crate::policy::config::{Config, Limit, Verdict, XdpMode};
 
 mod apply;
 mod attach;
+pub mod class_state;
 mod cookies;
 pub mod counters;
 mod host;
@@ -34,6 +35,7 @@ mod wake;
 
 use apply::{Applied, TrieKeys};
 pub use attach::{attached_prog_id, caps_sufficient, check_privileges, iface, ifindex, prog_name, xdp_link_holding};
+pub use class_state::{state_key, CounterReads};
 pub use cookies::{describe_syn_allow, syn_allow_all};
 pub use host::local_port_range;
 pub use ids::{ClassIds, GateId, IdIndex, NO_CLASS};
@@ -108,6 +110,8 @@ pub enum Prog {
 pub struct Gate {
     skel: Owned<GateSkel<'static>>,
     ncpus: usize,
+    /// "class_state" and "class_cpus", mapped (`class_state.rs`).
+    states: class_state::ClassStates,
     link: Option<OwnedFd>,
     /// The egress learner's tcx link (attached with the gate).
     learn_link: Option<OwnedFd>,
@@ -200,6 +204,9 @@ impl Gate {
             }
             open.maps.sources.set_max_entries(slots)?;
             open.maps.cpus.set_max_entries(possible as u32)?;
+            let (states, marks) = class_state::sizes(possible);
+            open.maps.class_state.set_max_entries(states)?;
+            open.maps.class_cpus.set_max_entries(marks)?;
             let data = open.maps.data_data.as_deref_mut().expect(".data is mmap'ed before load");
             data.settings.sources_mask = slots - 1;
             data.settings.slot_seed = seed;
@@ -209,10 +216,12 @@ impl Gate {
             open.load()
         })
         .map_err(GateError::Load)?;
-        let ncpus = libbpf_rs::num_possible_cpus().map_err(GateError::Load)?;
+        let ncpus = possible;
+        let states = class_state::ClassStates::map(&skel.maps.class_state, &skel.maps.class_cpus, ncpus)?;
         Ok(Gate {
             skel,
             ncpus,
+            states,
             link: None,
             learn_link: None,
             cookie_link: None,
@@ -264,9 +273,7 @@ impl Gate {
 
     /// A class's counters on each CPU.
     pub fn class_counters_percpu(&self, class: usize) -> Result<Vec<ClassCounters>> {
-        let v: Vec<sluice_class_state> =
-            self.percpu(&self.skel.maps.class_state, "class_state", self.ids.id(class).key())?;
-        Ok(v.into_iter().map(|s| s.cnt).collect())
+        Ok(self.states.entries(self.ids.id(class).key()).into_iter().map(|s| s.cnt).collect())
     }
 
     /// A class's counters summed over CPUs.
@@ -275,15 +282,12 @@ impl Gate {
     }
 
     /// Every class's counters (by class index, `classes` of them) on each
-    /// CPU, in one read of the map.
+    /// CPU: every entry read (the tick reads those that changed, `CounterReads`).
     pub fn all_class_counters_percpu(&self, classes: usize) -> Result<Vec<Vec<ClassCounters>>> {
-        let count = (0..classes).map(|c| self.ids.id(c).key() + 1).max().unwrap_or(0);
-        let states: Vec<Vec<sluice_class_state>> =
-            maps::percpu_entries(&self.skel.maps.class_state, "class_state", count, self.ncpus)?;
-        Ok((0..classes).map(|c| states[self.ids.id(c).key() as usize].iter().map(|s| s.cnt).collect()).collect())
+        (0..classes).map(|c| self.class_counters_percpu(c)).collect()
     }
 
-    /// Every class's counters (by class index) summed over CPUs, in one read of the map.
+    /// Every class's counters (by class index) summed over CPUs.
     pub fn all_class_counters(&self, classes: usize) -> Result<Vec<ClassCounters>> {
         Ok(self.all_class_counters_percpu(classes)?.into_iter().map(sum_cpus).collect())
     }
@@ -307,7 +311,7 @@ impl Gate {
             }
             Ok(())
         };
-        zero(&self.skel.maps.class_state, "class_state", SLUICE_CLASS_IDS)?;
+        (0..SLUICE_CLASS_IDS).try_for_each(|id| self.set_class_state(id, &sluice_class_state::default()))?;
         zero(&self.skel.maps.global_stats, "global_stats", SLUICE_GS_NR)
     }
 

@@ -36,29 +36,14 @@ pub fn occupied_sources(map: &dyn MapCore) -> Result<Vec<(sluice_src_key, sluice
     if map.value_size() as usize != std::mem::size_of::<sluice_src_slot>() {
         return Err(err(std::io::Error::other("value size differs from the header")));
     }
-    // An mmapable array's values start at offset 0, each rounded up to 8
-    // bytes (sluice_src_slot is a multiple of 8 already: checked below).
-    const _: () = assert!(std::mem::size_of::<sluice_src_slot>().is_multiple_of(8));
-    let len = slots * std::mem::size_of::<sluice_src_slot>();
-    // SAFETY: a shared read-only mapping of the map's fd, of at most its
-    // size; unmapped below on every path.
-    let base =
-        unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_SHARED, map.as_fd().as_raw_fd(), 0) };
-    if base == libc::MAP_FAILED {
-        return Err(err(std::io::Error::last_os_error()));
-    }
-    let first = base.cast::<sluice_src_slot>();
+    let mapping = super::maps::Mapping::of(map, "sources", false)?;
     let mut out = Vec::new();
     for i in 0..slots {
-        // SAFETY: i < slots, inside the mapping; the slot is plain data
-        // (any bits are a value) and 8-aligned in a page-aligned mapping.
-        let s = unsafe { std::ptr::read_volatile(first.add(i)) };
+        let s: sluice_src_slot = mapping.read(i);
         if s.key.family != 0 {
             out.push((s.key, s.v));
         }
     }
-    // SAFETY: the mapping made above, no longer used.
-    unsafe { libc::munmap(base, len) };
     Ok(out)
 }
 

@@ -316,11 +316,13 @@ impl Tracer {
     pub fn gate_totals(&self, n: usize) -> Result<Option<Vec<ClassTotals>>> {
         let Some(maps) = &self.gate else { return Ok(None) };
         let state = maps.get("class_state").context("the gate program has no class_state map")?;
+        let ncpus = libbpf_rs::num_possible_cpus()?;
         let totals = (0..n as u32)
             .map(|class| {
-                let per_cpu = state.lookup_percpu(&class.to_ne_bytes(), MapFlags::ANY)?.unwrap_or_default();
                 let mut sum = [0u64; crate::bpf_intf::SLUICE_CS_NR as usize];
-                for v in per_cpu {
+                for cpu in 0..ncpus {
+                    let key = crate::dataplane::gate::state_key(cpu, class);
+                    let Some(v) = state.lookup(&key.to_ne_bytes(), MapFlags::ANY)? else { continue };
                     let s: sluice_class_state = from_bytes(&v);
                     for (a, b) in sum.iter_mut().zip(s.cnt) {
                         *a += b;

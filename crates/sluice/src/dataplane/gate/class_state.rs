@@ -1,0 +1,183 @@
+//! The gate's state of each class on each CPU ("class_state": its buckets
+//! and counters) and the marks of the CPUs that wrote it since the daemon
+//! last looked ("class_cpus"), both read through mappings of their own
+//! (bpf/gate/maps.h has the layout).
+//!
+//! A CPU marks a class at its first packet of the class in each of the
+//! daemon's ticks (`settings.epoch`). The daemon's tick reads a class's
+//! entries through `CounterReads`: only those of the CPUs marked since its
+//! last read, and of those marked at the two reads before (a CPU marks once
+//! a tick, so its later packets of that tick, and one the gate was still
+//! counting at a read, are read at the next two). What a tick copies grows with
+//! the (class, CPU) pairs that saw packets in the last 10 ms, not with the
+//! ids in use times the possible CPUs: a per-CPU array's lookup copied
+//! every possible CPU's value through the kernel (issue 51).
+use std::sync::atomic::Ordering;
+
+use libbpf_rs::{MapCore, MapFlags};
+
+use super::maps::Mapping;
+use super::{bytes_of, ClassCounters, Gate, GateError, Result};
+use crate::bpf_intf::{sluice_class_state, SLUICE_CLASS_IDS, SLUICE_CS_NR};
+
+const IDS: usize = SLUICE_CLASS_IDS as usize;
+
+/// The key of class id `id`'s entry for `cpu` in "class_state" (bpf/gate/maps.h).
+pub fn state_key(cpu: usize, id: u32) -> u32 {
+    (cpu * IDS) as u32 + id
+}
+
+/// The "class_state" and "class_cpus" maps' sizes for `possible` CPUs.
+pub(super) fn sizes(possible: usize) -> (u32, u32) {
+    ((possible * IDS) as u32, (possible.div_ceil(64) * IDS) as u32)
+}
+
+/// The two maps, mapped: the states read-only, the marks read-write (the
+/// daemon takes them).
+pub(super) struct ClassStates {
+    states: Mapping,
+    marks: Mapping,
+    ncpus: usize,
+}
+
+impl ClassStates {
+    pub(super) fn map(states: &dyn MapCore, marks: &dyn MapCore, ncpus: usize) -> Result<ClassStates> {
+        if states.value_size() as usize != std::mem::size_of::<sluice_class_state>() {
+            let e = std::io::Error::other("value size differs from the header");
+            return Err(GateError::Map { map: "class_state", err: e.into() });
+        }
+        let states = Mapping::of(states, "class_state", false)?;
+        let marks = Mapping::of(marks, "class_cpus", true)?;
+        Ok(ClassStates { states, marks, ncpus })
+    }
+
+    /// Class id `id`'s state on `cpu`.
+    pub(super) fn entry(&self, cpu: usize, id: u32) -> sluice_class_state {
+        self.states.read(state_key(cpu, id) as usize)
+    }
+
+    /// Class id `id`'s state on every possible CPU.
+    pub(super) fn entries(&self, id: u32) -> Vec<sluice_class_state> {
+        (0..self.ncpus).map(|cpu| self.entry(cpu, id)).collect()
+    }
+
+    /// The CPUs that marked class id `id` since the last take, as words of
+    /// 64 CPUs, each zeroed as it is taken.
+    fn take_marks(&self, id: u32) -> Vec<u64> {
+        let words = self.ncpus.div_ceil(64);
+        (0..words).map(|w| self.marks.word(w * IDS + id as usize).swap(0, Ordering::AcqRel)).collect()
+    }
+
+    /// Mark every CPU of class id `id`: its entries were written from user
+    /// space (zeroed), and every reader reads them all again.
+    fn mark_all(&self, id: u32) {
+        for w in 0..self.ncpus.div_ceil(64) {
+            self.marks.word(w * IDS + id as usize).store(u64::MAX, Ordering::Release);
+        }
+    }
+}
+
+impl Gate {
+    /// Write `value` into class id `id`'s entry on every possible CPU, and
+    /// mark them for the readers.
+    pub(super) fn set_class_state(&self, id: u32, value: &sluice_class_state) -> Result<()> {
+        let keys: Vec<u8> = (0..self.ncpus).flat_map(|cpu| state_key(cpu, id).to_ne_bytes()).collect();
+        let values: Vec<u8> = (0..self.ncpus).flat_map(|_| bytes_of(value).to_vec()).collect();
+        let map = &self.skel.maps.class_state;
+        map.update_batch(&keys, &values, self.ncpus as u32, MapFlags::ANY, MapFlags::ANY)
+            .map_err(|err| GateError::Map { map: "class_state", err })?;
+        self.states.mark_all(id);
+        Ok(())
+    }
+
+    /// Mark every class id on every CPU, as if each saw packets everywhere:
+    /// the next `CounterReads::read` copies every entry (`sluice bench tick`).
+    pub fn mark_every_class(&self) {
+        (0..SLUICE_CLASS_IDS).for_each(|id| self.states.mark_all(id));
+    }
+}
+
+/// One class id's counters as a reader last read them.
+#[derive(Debug, Clone)]
+struct IdCounters {
+    /// By CPU.
+    per_cpu: Vec<ClassCounters>,
+    /// Their sum.
+    sum: ClassCounters,
+    /// By word of 64 CPUs, the marks taken at the last two reads: those
+    /// CPUs are read again.
+    last: Vec<[u64; 2]>,
+}
+
+/// The class counters as the daemon's tick reads them: each class id's
+/// per-CPU counters kept between reads, and at each read only the entries
+/// of the CPUs marked since (see the module's comment).
+#[derive(Debug, Clone, Default)]
+pub struct CounterReads {
+    /// By gate id.
+    ids: Vec<Option<IdCounters>>,
+    /// By class index: its gate id at the last read (None: not read since `stale`).
+    classes: Vec<u32>,
+    read: bool,
+    /// Entries (a class on a CPU) the last read copied.
+    pub copied: usize,
+}
+
+impl CounterReads {
+    /// Nothing is read yet this tick: `per_cpu` says None until `read`.
+    pub fn stale(&mut self) {
+        self.read = false;
+    }
+
+    /// Read the counters of classes 0..`classes` (by class index) that
+    /// changed since the last read.
+    pub fn read(&mut self, gate: &Gate, classes: usize) {
+        let ncpus = gate.ncpus;
+        self.ids.resize(IDS, None);
+        self.classes = (0..classes).map(|c| gate.ids.id(c).key()).collect();
+        self.copied = 0;
+        for &id in &self.classes {
+            let e = self.ids[id as usize].get_or_insert_with(|| IdCounters {
+                per_cpu: vec![[0; SLUICE_CS_NR as usize]; ncpus],
+                sum: [0; SLUICE_CS_NR as usize],
+                // Never read: every CPU is.
+                last: vec![[u64::MAX; 2]; ncpus.div_ceil(64)],
+            });
+            let marks = gate.states.take_marks(id);
+            for (w, (&now, last)) in marks.iter().zip(e.last.iter_mut()).enumerate() {
+                let mut want = now | last[0] | last[1];
+                *last = [now, last[0]];
+                while want != 0 {
+                    let cpu = w * 64 + want.trailing_zeros() as usize;
+                    want &= want - 1;
+                    if cpu >= ncpus {
+                        break;
+                    }
+                    let new = gate.states.entry(cpu, id).cnt;
+                    let old = std::mem::replace(&mut e.per_cpu[cpu], new);
+                    for ((s, n), o) in e.sum.iter_mut().zip(new).zip(old) {
+                        *s = s.wrapping_add(n).wrapping_sub(o);
+                    }
+                    self.copied += 1;
+                }
+            }
+        }
+        self.read = true;
+    }
+
+    /// Class `class`'s counters on each CPU, as of this tick's read (None:
+    /// not read this tick).
+    pub fn per_cpu(&self, class: usize) -> Option<&[ClassCounters]> {
+        let id = *self.classes.get(class).filter(|_| self.read)?;
+        self.ids[id as usize].as_ref().map(|e| e.per_cpu.as_slice())
+    }
+
+    /// Every class's counters summed over CPUs, by class index, as of the
+    /// last read.
+    pub fn totals(&self) -> Vec<ClassCounters> {
+        self.classes
+            .iter()
+            .map(|&id| self.ids[id as usize].as_ref().map_or([0; SLUICE_CS_NR as usize], |e| e.sum))
+            .collect()
+    }
+}
