@@ -111,7 +111,9 @@ struct IdCounters {
 
 /// The class counters as the daemon's tick reads them: each class id's
 /// per-CPU counters kept between reads, and at each read only the entries
-/// of the CPUs marked since (see the module's comment).
+/// of the CPUs marked since (see the module's comment). A read takes the
+/// marks: a gate has one such reader (the tick); every other read is of
+/// every entry (`Gate::all_class_counters`).
 #[derive(Debug, Clone, Default)]
 pub struct CounterReads {
     /// By gate id.
