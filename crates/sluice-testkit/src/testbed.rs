@@ -159,6 +159,15 @@ pub fn cleanup_leftovers(prefix: &str) -> Result<Vec<String>> {
     Ok(removed)
 }
 
+/// Hold `lock` for the rest of a test: the tests of one binary that load
+/// the CPUs (floods, spinners) take turns, as the harness runs as many at
+/// once as there are CPUs, and a flood beside a test's service costs that
+/// service datagrams of its own. A test that panicked holding it leaves it
+/// poisoned; the next one takes it anyway.
+pub fn one_at_a_time(lock: &'static std::sync::Mutex<()>) -> std::sync::MutexGuard<'static, ()> {
+    lock.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

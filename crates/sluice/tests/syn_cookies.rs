@@ -33,7 +33,7 @@ const BODY: usize = 10 << 20;
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+    sluice_testkit::testbed::one_at_a_time(&ONE_AT_A_TIME)
 }
 
 /// What the server saw of each connection: (its send and receive window scales).

@@ -278,14 +278,29 @@ impl Mapping {
         Ok(Mapping { base, len })
     }
 
-    /// Value `i` (a `T` of the map's value size), read with a volatile read:
-    /// the gate may be writing it, so it may be read half old, half new.
-    pub fn read<T: Copy>(&self, i: usize) -> T {
-        assert!((i + 1) * std::mem::size_of::<T>() <= self.len, "value {i} is past the mapping");
-        // SAFETY: inside the mapping (above); T is plain data of the
-        // map's value size (any bits are a value), 8-aligned in a
-        // page-aligned mapping.
-        unsafe { std::ptr::read_volatile(self.base.cast::<T>().add(i)) }
+    /// Value `i` (a `T` of the map's value size, a multiple of 8 bytes),
+    /// read a u64 at a time, each with a volatile load. The gate may be
+    /// writing it, so its fields may be read half old, half new, but no
+    /// u64 is torn: a copy byte by byte could read a counter's low bytes
+    /// before a carry and its high bytes after (the kernel copies per-CPU
+    /// values a long at a time for the same reason).
+    pub fn read<T: Pod>(&self, i: usize) -> T {
+        const { assert!(std::mem::size_of::<T>().is_multiple_of(8), "values of whole u64s") };
+        let size = std::mem::size_of::<T>();
+        assert!((i + 1) * size <= self.len, "value {i} is past the mapping");
+        let mut out = MaybeUninit::<T>::uninit();
+        // SAFETY: the words read are inside the mapping (above), 8-aligned
+        // (values of whole u64s in a page-aligned mapping); they are written
+        // into `out` unaligned, all of its bytes, and T is Pod (any bits
+        // are a value).
+        unsafe {
+            let src = self.base.cast::<u8>().add(i * size).cast::<u64>();
+            let dst = out.as_mut_ptr().cast::<u64>();
+            for w in 0..size / 8 {
+                dst.add(w).write_unaligned(std::ptr::read_volatile(src.add(w)));
+            }
+            out.assume_init()
+        }
     }
 
     /// Word `i` of a read-write mapping of u64 values, as an atomic.
