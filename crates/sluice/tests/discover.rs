@@ -14,8 +14,9 @@ use sluice_testkit::testbed::one_at_a_time;
 /// The tests here that flood or hog a CPU take turns (`one_at_a_time`): the
 /// harness runs two at once, and a flood beside another test cost that
 /// test's service datagrams at its socket (98.7-99.7% received against
-/// the 99.9% asserted, in 4 whole-binary runs of 6, the build before this
-/// lock included) and its CPU backlog drops.
+/// the 99.9% asserted, in 4 whole-binary runs of 6 of the build that
+/// brought this lock and 2 of 3 of the build before) and its CPU backlog
+/// drops.
 static LOADS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn wait_for(tb: &Testbed, secs: u64, what: &str, ok: impl Fn(&Snapshot) -> bool) -> Snapshot {
