@@ -36,9 +36,10 @@ struct {
 /*
  * Which CPUs wrote a class's entries of class_state since the daemon last
  * took them: a bit per CPU, 64 CPUs a word, the word of CPUs 64w..64w+63
- * for class id c at w * SLUICE_CLASS_IDS + c. A CPU sets its bit at its
- * first packet of the class after the daemon took the word (an atomic or
- * once a tick); every other packet loads the word and tests the bit.
+ * for class id c at w * SLUICE_CLASS_IDS + c. A CPU sets its bit (an
+ * atomic or) at its first packet of the class in each of the daemon's
+ * ticks; the tick's other packets only compare the entry's `marked` with
+ * settings.epoch (class_state_here below).
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
