@@ -242,6 +242,9 @@ impl Ticker {
             }
         }
         self.epoch = old.epoch;
+        // The counters are kept by gate id, which a class keeps across the
+        // switch (and a new class's id is reset, marked for a read of all).
+        self.counters = old.counters;
         self.rx = old.rx;
         self.last_distress = old.last_distress;
         self.syn.carry_from(&old.syn, remap);

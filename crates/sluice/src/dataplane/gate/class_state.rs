@@ -82,7 +82,7 @@ impl Gate {
     /// mark them for the readers.
     pub(super) fn set_class_state(&self, id: u32, value: &sluice_class_state) -> Result<()> {
         let keys: Vec<u8> = (0..self.ncpus).flat_map(|cpu| state_key(cpu, id).to_ne_bytes()).collect();
-        let values: Vec<u8> = (0..self.ncpus).flat_map(|_| bytes_of(value).to_vec()).collect();
+        let values = bytes_of(value).repeat(self.ncpus);
         let map = &self.skel.maps.class_state;
         map.update_batch(&keys, &values, self.ncpus as u32, MapFlags::ANY, MapFlags::ANY)
             .map_err(|err| GateError::Map { map: "class_state", err })?;
@@ -118,8 +118,9 @@ struct IdCounters {
 pub struct CounterReads {
     /// By gate id.
     ids: Vec<Option<IdCounters>>,
-    /// By class index: its gate id at the last read (None: not read since `stale`).
+    /// By class index: its gate id at the last read.
     classes: Vec<u32>,
+    /// Read since `stale` (this tick).
     read: bool,
     /// Entries (a class on a CPU) the last read copied.
     pub copied: usize,

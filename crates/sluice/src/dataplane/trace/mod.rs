@@ -319,16 +319,14 @@ impl Tracer {
         let ncpus = libbpf_rs::num_possible_cpus()?;
         let totals = (0..n as u32)
             .map(|class| {
-                let mut sum = [0u64; crate::bpf_intf::SLUICE_CS_NR as usize];
+                let mut per_cpu = Vec::with_capacity(ncpus);
                 for cpu in 0..ncpus {
                     let key = crate::dataplane::gate::state_key(cpu, class);
-                    let Some(v) = state.lookup(&key.to_ne_bytes(), MapFlags::ANY)? else { continue };
-                    let s: sluice_class_state = from_bytes(&v);
-                    for (a, b) in sum.iter_mut().zip(s.cnt) {
-                        *a += b;
+                    if let Some(v) = state.lookup(&key.to_ne_bytes(), MapFlags::ANY)? {
+                        per_cpu.push(from_bytes::<sluice_class_state>(&v).cnt);
                     }
                 }
-                Ok(ClassTotals::from(sum))
+                Ok(ClassTotals::from(crate::dataplane::gate::sum_cpus(per_cpu)))
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(Some(totals))
