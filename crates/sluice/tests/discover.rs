@@ -153,8 +153,11 @@ fn a_local_process_flooding_another_users_socket_throttles_no_one() {
     let mut tb = Testbed::new();
     tb.start_gate(&[]);
     let ns = tb.b.clone();
-    // 1 ms of CPU per datagram: about 1,000/s at most.
-    let slow_args = ["serve", "udp-echo", "--port", "123", "--no-echo", "--work-ns", "1000000", "--duration", "14"];
+    // 1 ms of CPU per datagram: about 1,000/s at most; it outlives the
+    // lower service, so its socket is there to read after the send.
+    let slow_secs = (LOWER_SECS + 2.0).to_string();
+    let slow_args =
+        ["serve", "udp-echo", "--port", "123", "--no-echo", "--work-ns", "1000000", "--duration", &slow_secs];
     let slow = tb.spawn_load(&ns, &slow_args);
     pin(slow, 0);
     let (svc, svc_start) = lower_service(&mut tb);
@@ -175,11 +178,12 @@ fn a_local_process_flooding_another_users_socket_throttles_no_one() {
     // loopback's softirq work (3,000 x 50 us = 15% of a CPU) would read as distress.
     let (sent, _) = tb.send(7100, 3_000, 3.0);
     let sent_by = sent_in_time(svc_start);
+    // Read while both services run.
+    let drops = socket_drops(&tb, 123).saturating_sub(drops_before);
     let svc_drops = socket_drops(&tb, 7100);
     let during = wait_for(&tb, 3, "the send counted", |s| class(s, "/udp:7100").unwrap().totals.seen_pkts >= sent);
     let gate_drops = class(&during, "/udp:7100").unwrap().totals.dropped_pkts();
     let got = tb.sink_received(svc);
-    let drops = socket_drops(&tb, 123).saturating_sub(drops_before);
     let lim = |c: &ClassSnapshot| (c.name.clone(), c.limit.clone(), c.throttle_pps);
     let limits: Vec<_> = during.classes.iter().map(lim).collect();
     eprintln!(

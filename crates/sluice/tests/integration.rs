@@ -501,25 +501,38 @@ mod known {
 
     /// The gate with `class` (svc, on udp:7000), an echo service there that
     /// reads in batches and spends 200 us of CPU a datagram (about 5,000/s
-    /// at most) for 14 s, and A's address answered at `rate` for 3 s until
-    /// the daemon knows it. Returns the echo service's pid and the daemon's.
+    /// at most) for 30 s (the tests stop it), and A's address answered at
+    /// `rate` in 3 s sends until the daemon knows it, three at most: the
+    /// learner records clients only after a healthy second, and a fresh-clone
+    /// CI run beside the binary's other tests once did not learn the client
+    /// of one send in 10 s (3 of 3 alone and 2 of 2 whole-binary runs did).
+    /// Returns the echo service's pid and the daemon's.
     fn echo_with_known_client(tb: &mut Testbed, rate: u64, class: &str) -> (u32, u32) {
         let gate = tb.start_gate(&["--no-discover", "--class", class]);
         let b = tb.b.clone();
         let echo =
-            tb.spawn_load(&b, &["serve", "udp-echo", "--port", "7000", "--work-ns", "200000", "--duration", "14"]);
+            tb.spawn_load(&b, &["serve", "udp-echo", "--port", "7000", "--work-ns", "200000", "--duration", "30"]);
         std::thread::sleep(Duration::from_millis(300));
-        tb.send(7000, rate, 3.0);
-        wait_known(tb);
-        (echo, gate)
+        for send in 1..=3 {
+            tb.send(7000, rate, 3.0);
+            if wait_known(tb, Duration::from_secs(3)) {
+                return (echo, gate);
+            }
+            eprintln!("send {send}: the client is not known yet: {:?}", svc(tb).sources);
+        }
+        panic!("the answered client was not learned after three sends");
     }
 
-    fn wait_known(tb: &Testbed) {
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    /// Does the svc class hold a known client within `wait`?
+    fn wait_known(tb: &Testbed, wait: Duration) -> bool {
+        let deadline = std::time::Instant::now() + wait;
         while svc(tb).sources.as_ref().and_then(|s| s.known).is_none_or(|k| k < 1) {
-            assert!(std::time::Instant::now() < deadline, "the answered client was not learned in 10 s");
+            if std::time::Instant::now() >= deadline {
+                return false;
+            }
             std::thread::sleep(Duration::from_millis(200));
         }
+        true
     }
 
     /// B's UDP RcvbufErrors: datagrams its sockets dropped, full.
