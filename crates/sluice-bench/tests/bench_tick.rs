@@ -13,7 +13,7 @@ fn the_tick_bench_times_every_read_of_the_daemons_loop() {
     let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(r["classes"], 9, "4 UDP + 4 TCP services and the default class: {r}");
     let parts = r["parts"].as_array().unwrap();
-    assert_eq!(parts.len(), 16);
+    assert_eq!(parts.len(), 17);
     for p in parts {
         let us = p["us"].as_f64().unwrap_or(f64::NAN);
         // The counters' read with nothing marked takes a word a class (under a µs here).
@@ -27,7 +27,12 @@ fn the_tick_bench_times_every_read_of_the_daemons_loop() {
     let min = |name: &str| part(name)["min_us"].as_f64().unwrap();
     assert!(min("the whole tick (") > min("health:"), "the whole tick includes its health reads: {r}");
     assert!(min("health:") > min("softnet_stat"), "the health read includes softnet_stat: {r}");
-    assert!(min("every class limited") > min("the whole tick ("), "limited, each class is also re-split: {r}");
+    // The tick with every class limited re-splits each, and writes only
+    // the split's entries that changed (none here: no packet arrives), so
+    // it costs about the whole tick: printed, not asserted (before issue
+    // 51's mapped settings it wrote every class's on every CPU, 27 us more
+    // here). `gate_sources::a_split_writes_only_the_entries_that_changed`
+    // counts the writes.
     // The counters' read copies the entries marked since the last (issue
     // 51): none with no packet, every class on every possible CPU (the
     // kernel's count, not this test's guess) with all marked.
@@ -39,6 +44,9 @@ fn the_tick_bench_times_every_read_of_the_daemons_loop() {
     assert_eq!(c["copied_marked"].as_u64().unwrap(), 9 * (last + 1), "{c}");
     assert_eq!(c["bytes_per_entry"].as_u64().unwrap() % 64, 0, "whole cache lines: {c}");
     assert!(min("every class marked") > min("none marked"), "{r}");
+    // The statistics' read (10 a second) is the tick's kind, not a copy of
+    // every entry through the kernel as before.
+    assert!(min("the statistics' read") < min("every entry read"), "{r}");
     // Two sockets a family: the tick reads each alone, and the dumps are
     // timed beside them but not made (none a second).
     for (alone, dump) in [("UDP, each socket read alone", "UDP dump"), ("TCP listeners, each", "TCP LISTEN dump")] {

@@ -29,8 +29,8 @@
  *
  * Token buckets without locks
  * ---------------------------
- * Each class has one bucket per CPU (the per-CPU array "shares", written by
- * the daemon, and this CPU's entry of "class_state", written only here), so
+ * Each class has one bucket per CPU (this CPU's entry of "shares", written
+ * by the daemon, and of "class_state", written only here), so
  * the per-packet path writes only this CPU's memory. Tokens are fixed
  * point (1 packet = SLUICE_TOKEN_SCALE units) refilled from bpf_ktime_get_ns():
  * tokens += elapsed_ns * rate_pps, capped at burst * SCALE; a packet takes
@@ -298,10 +298,10 @@ int sluice_gate(struct xdp_md *ctx)
 	}
 
 	cls &= SLUICE_CLASS_IDS - 1;
-	struct sluice_share *sh = bpf_map_lookup_elem(&shares, &cls);
+	struct sluice_share *sh = share_here(cls);
 	struct sluice_class_state *st = class_state_here(cls);
 	/* This CPU's source fairness of the class: the learner's note and a limited class's tiers. */
-	struct sluice_fair *f = bpf_map_lookup_elem(&fairness, &cls);
+	struct sluice_fair *f = fair_here(cls);
 
 	if (!sh || !st)
 		return XDP_PASS; /* cannot happen: cls < max_entries */
@@ -423,7 +423,7 @@ int sluice_learn(struct __sk_buff *skb)
 	 * its packet rate, and bought it four times that as known ingress. */
 	if (pk.slot == SLUICE_SLOT_TCP && !(pk.tcp_flags & TCP_FLAG_PSH))
 		return TC_ACT_OK;
-	f = bpf_map_lookup_elem(&fairness, &cls);
+	f = fair_here(cls);
 	if (!f || !f->learn)
 		return TC_ACT_OK;
 	now = settings.now_ms;

@@ -97,8 +97,9 @@ enum sluice_mode {
 #define SLUICE_MAX_BURST 1000000000ULL
 
 /*
- * Per-CPU share of a class's limit ("shares" per-CPU array, indexed by class).
- * Written by the daemon only; the gate only reads it.
+ * A CPU's share of a class's limit ("shares", an entry per CPU and class
+ * id, gate/maps.h). The daemon writes its bucket fields; the gate and the
+ * learner write only the wake fields below (a mark fired, a slow answer).
  */
 struct sluice_share {
 	__u64 rate_pps; /* this CPU's share of the class rate, packets/s */
@@ -130,8 +131,9 @@ struct sluice_share {
 #define SLUICE_SLOW_WAKE_ANSWERS 8
 
 /*
- * Source fairness of a limited class ("fairness" per-CPU array, indexed by
- * class). Written by the daemon only, every tick; all zero = off.
+ * Source fairness of a limited class on a CPU ("fairness", an entry per CPU
+ * and class id, gate/maps.h). Written by the daemon only, where it changed
+ * at a tick; all zero = off.
  *
  * While it is on, a packet from a known source (the "known" map: the
  * service answered it while it was healthy) takes the class's bucket

@@ -475,6 +475,23 @@ fn the_ticks_read_copies_the_counters_of_the_cpus_that_saw_packets() {
     assert_eq!(tick(&mut g, &mut reads), 0);
     assert_eq!(reads.totals(), full(&g));
 
+    // The statistics' reads between ticks (two here) take the mark of 10
+    // packets; 10 more in the same tick mark nothing, and the tick's next
+    // two reads copy the CPU all the same (the mark joined the last tick's).
+    packets(&g, 10);
+    reads.stale();
+    reads.read_between(&g.gate, n);
+    assert_eq!((reads.copied, seen(&reads)), (1, 180));
+    reads.read_between(&g.gate, n);
+    assert_eq!(reads.copied, 0, "no mark since: the statistics copy nothing");
+    assert!(reads.per_cpu(dns).is_none(), "not the tick's read");
+    packets(&g, 10);
+    assert_eq!(tick(&mut g, &mut reads), 1);
+    assert_eq!(seen(&reads), 190);
+    assert_eq!(tick(&mut g, &mut reads), 1, "the two ticks' reads after the mark");
+    assert_eq!(tick(&mut g, &mut reads), 0);
+    assert_eq!(reads.totals(), full(&g));
+
     // A reset (as a reload's new class gets) marks every CPU: the reads see the zeros.
     g.gate.reset_counters().unwrap();
     assert_eq!(tick(&mut g, &mut reads), n * ncpus);

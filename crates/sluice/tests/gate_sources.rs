@@ -389,16 +389,7 @@ fn a_known_client_on_another_cpu_than_the_flood_finds_the_known_tier_there() {
     known_client(&g, cls, u32::MAX);
     clock(&mut g, 1);
     let (known_pps, unknown_pps) = (2_000u64, 1_000u64);
-    let tiers = Tiers {
-        limit: Limit::Rate { pps: known_pps, burst: 200 },
-        fair: Some(FairTier {
-            unknown: Limit::Rate { pps: unknown_pps, burst: 100 },
-            quota: 1,
-            plens: (32, 64),
-            by_work: false,
-        }),
-        ..Tiers::plain(Limit::Unlimited)
-    };
+    let tiers = two_tiers(known_pps, unknown_pps);
     let mut split = SplitCounts::default();
     g.gate.rebalance(cls, &tiers, &mut split).unwrap();
     // One tick's arrivals: a stranger's flood on CPU 0; on CPU 1 the known
@@ -457,6 +448,44 @@ fn a_known_client_on_another_cpu_than_the_flood_finds_the_known_tier_there() {
         admitted >= 150 - u64::from(SLUICE_CLOCK_SKIP),
         "the known client's packets on its own CPU: {admitted} of 150 admitted"
     );
+}
+
+/// A class's tiers at `known_pps` for known clients (burst 200) and
+/// `unknown_pps` for the rest (burst 100), a share of one packet an epoch.
+fn two_tiers(known_pps: u64, unknown_pps: u64) -> Tiers {
+    Tiers {
+        limit: Limit::Rate { pps: known_pps, burst: 200 },
+        fair: Some(FairTier {
+            unknown: Limit::Rate { pps: unknown_pps, burst: 100 },
+            quota: 1,
+            plens: (32, 64),
+            by_work: false,
+        }),
+        ..Tiers::plain(Limit::Unlimited)
+    }
+}
+
+/// Issue 51, item 3: a split writes the entries of `shares` and `fairness`
+/// whose values changed, through a mapping, not every possible CPU's value
+/// of every limited class at every tick. The same arrivals split again
+/// write nothing; a flood on this CPU moves the class's shares (and this
+/// CPU's unknown tier), at most both maps' entries of every CPU.
+#[test]
+fn a_split_writes_only_the_entries_that_changed() {
+    let mut g = gate();
+    let cls = g.class("dns");
+    clock(&mut g, 1);
+    let n = g.gate.ncpus();
+    let tiers = two_tiers(2_000, 1_000);
+    let mut split = SplitCounts::default();
+    g.gate.rebalance(cls, &tiers, &mut split).unwrap();
+    assert_eq!(g.gate.rebalance(cls, &tiers, &mut split).unwrap(), 0, "no arrivals since: nothing written");
+    g.gate.test_run(Prog::Gate, &dns_from("192.0.2.1"), 5_000).unwrap();
+    let moved = g.gate.rebalance(cls, &tiers, &mut split).unwrap();
+    assert!(moved > 0 && moved <= 2 * n, "a flood on one CPU: {moved} entries written of {}", 2 * n);
+    let (shares, fair) = (g.gate.shares(cls).unwrap(), g.gate.fairness(cls).unwrap());
+    assert!(fair.iter().all(|f| f.on == 1), "every CPU has the class's fairness: {fair:?}");
+    assert!(shares.iter().all(|s| s.rate_pps > 0), "every CPU keeps a part of the rate: {shares:?}");
 }
 
 /// Cost (issue 25, item 3): a class that holds no known client skips the

@@ -92,7 +92,7 @@ __noinline int delay_stamp(const struct pkt *pk, __u32 gen, __u32 cls)
  * SLUICE_SLOW_WAKE_ANSWERS-th on this CPU (struct sluice_share). */
 static __always_inline void note_slow_answer(__u32 cls, __u64 d)
 {
-	struct sluice_share *sh = bpf_map_lookup_elem(&shares, &cls);
+	struct sluice_share *sh = share_here(cls);
 
 	if (!sh || !sh->wake_at || !sh->slow_wake_us || d <= (__u64)sh->slow_wake_us * 1000)
 		return;

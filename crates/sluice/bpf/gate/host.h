@@ -220,7 +220,7 @@ static __always_inline int host_needs(struct xdp_md *ctx, const struct pkt *pk, 
 static __always_inline int host_link_passes(__u32 cls)
 {
 	__u32 which = HOST_BUCKET_LINK;
-	struct sluice_share *sh = bpf_map_lookup_elem(&shares, &cls);
+	struct sluice_share *sh = share_here(cls);
 	struct sluice_bucket *b;
 
 	if (!sh || sh->mode == SLUICE_MODE_UNLIMITED)

@@ -8,9 +8,19 @@
 #ifndef SLUICE_GATE_MAPS_H
 #define SLUICE_GATE_MAPS_H
 
+/*
+ * Each class's share of its limit on each CPU (struct sluice_share) and its
+ * source fairness there (struct sluice_fair, below), laid out as
+ * class_state is: the entry of class id c on CPU n at n * SLUICE_CLASS_IDS
+ * + c, sized to the possible CPUs at load. The daemon writes them through
+ * a mapping, and only the entries whose values changed: a per-CPU array's
+ * update copied every possible CPU's value through the kernel for each
+ * limited class at each tick (issue 51).
+ */
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, SLUICE_CLASS_IDS);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, SLUICE_CLASS_IDS); /* times the possible CPUs, at load */
 	__type(key, __u32);
 	__type(value, struct sluice_share);
 } shares SEC(".maps");
@@ -50,8 +60,9 @@ struct {
 } class_cpus SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, SLUICE_CLASS_IDS);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, SLUICE_CLASS_IDS); /* times the possible CPUs, at load */
 	__type(key, __u32);
 	__type(value, struct sluice_fair);
 } fairness SEC(".maps");
@@ -206,6 +217,28 @@ volatile struct sluice_settings settings = {
 	.verdicts = { { .malformed_verdict = XDP_DROP }, { .malformed_verdict = XDP_DROP } },
 };
 
+/* The key of class `cls`'s entry for this CPU in class_state, shares and fairness. */
+static __always_inline __u32 here_key(__u32 cls)
+{
+	return bpf_get_smp_processor_id() * SLUICE_CLASS_IDS + (cls & (SLUICE_CLASS_IDS - 1));
+}
+
+/* This CPU's share of class `cls`'s limit. */
+static __always_inline struct sluice_share *share_here(__u32 cls)
+{
+	__u32 key = here_key(cls);
+
+	return bpf_map_lookup_elem(&shares, &key);
+}
+
+/* This CPU's source fairness of class `cls`. */
+static __always_inline struct sluice_fair *fair_here(__u32 cls)
+{
+	__u32 key = here_key(cls);
+
+	return bpf_map_lookup_elem(&fairness, &key);
+}
+
 /*
  * This CPU's state of class `cls` (class_state), its bit in class_cpus set
  * at its first packet of each of the daemon's ticks (settings.epoch): the
@@ -214,7 +247,7 @@ volatile struct sluice_settings settings = {
 static __always_inline struct sluice_class_state *class_state_here(__u32 cls)
 {
 	__u32 cpu = bpf_get_smp_processor_id();
-	__u32 key = cpu * SLUICE_CLASS_IDS + (cls & (SLUICE_CLASS_IDS - 1));
+	__u32 key = here_key(cls);
 	struct sluice_class_state *st = bpf_map_lookup_elem(&class_state, &key);
 	__u64 tick = (__u64)settings.epoch + 1;
 	__u32 word;

@@ -27,7 +27,7 @@ static __always_inline struct sluice_known *known_entry(const struct pkt *pk, __
 	/* Signed: a wall clock stepped back makes a recent answer look newer, not ancient. */
 	if ((__s64)(settings.now_ms - v->last_ms) > (__s64)settings.known_ttl_ms)
 		return 0;
-	f = bpf_map_lookup_elem(&fairness, &cls);
+	f = fair_here(cls);
 	if (f && v->first_ms >= f->taint_from_ms && v->first_ms <= f->taint_to_ms)
 		return 0;
 	return v;

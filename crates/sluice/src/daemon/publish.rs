@@ -18,7 +18,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 
-use crate::dataplane::gate::Gate;
+use crate::dataplane::gate::{ClassCounters, Gate};
 use crate::policy::remap::ClassRemap;
 use crate::surface::stats::{prometheus_text, prometheus_text_004, ClassRates, ClassTotals, GlobalTotals, Snapshot};
 
@@ -81,13 +81,13 @@ impl Publisher {
         }
     }
 
-    /// Read the gate's counters into the snapshot: totals, rates over the
+    /// Put the classes' `counters` (by class index, summed over CPUs) and
+    /// the gate's global counters into the snapshot: totals, rates over the
     /// window, the daemon's CPU and memory.
-    pub fn counters(&mut self, gate: &Gate) -> Result<()> {
+    pub fn counters(&mut self, gate: &Gate, counters: &[ClassCounters]) -> Result<()> {
         let now = Instant::now();
         let mut classes = Vec::with_capacity(self.history.len());
-        let counters = gate.all_class_counters(self.history.len())?;
-        for (history, &counters) in self.history.iter_mut().zip(&counters) {
+        for (history, &counters) in self.history.iter_mut().zip(counters) {
             let totals = ClassTotals::from(counters);
             history.push_back((now, totals));
             if history.len() > RATE_WINDOW + 1 {

@@ -47,7 +47,8 @@ pub(super) fn first_snapshot(iface: &Iface, cfg: &Config, gate: &Gate, config_fi
 impl Daemon {
     /// Read the counters into the daemon's snapshot and hand it to the servers.
     pub(super) fn refresh_stats(&mut self) -> Result<()> {
-        self.publish.counters(&self.gate)?;
+        let counters = self.ticker.counter_totals(&self.gate);
+        self.publish.counters(&self.gate, &counters)?;
         let snap = &mut self.publish.snap;
         if let Some(a) = &self.ticker.auto {
             for (id, st) in a.status() {

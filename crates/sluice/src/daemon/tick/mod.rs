@@ -188,6 +188,14 @@ impl Ticker {
         self.carry_udp = false;
     }
 
+    /// Every class's counters summed over CPUs, by class index, read now
+    /// where they changed since the last read (the statistics' read between
+    /// ticks: `CounterReads::read_between`).
+    pub fn counter_totals(&mut self, gate: &Gate) -> Vec<ClassCounters> {
+        self.counters.read_between(gate, self.classes.len());
+        self.counters.totals()
+    }
+
     /// Read the receive path's work from the tracer's `cpu_rx` (kept across
     /// a config switch by `carry_from`).
     pub fn read_rx_from(&mut self, reader: CpuRxReader) {
@@ -339,7 +347,7 @@ impl Ticker {
                 match self.counters.per_cpu(id) {
                     Some(counters) => gate.rebalance_from(id, &tiers, counters, &mut c.split)?,
                     None => gate.rebalance(id, &tiers, &mut c.split)?,
-                }
+                };
                 c.tiers = Some(tiers);
             }
         }

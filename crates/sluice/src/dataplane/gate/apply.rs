@@ -110,8 +110,8 @@ impl Gate {
     fn reset_id(&self, id: GateId, shares: &[sluice_share]) -> Result<()> {
         let id = id.key();
         self.set_class_state(id, &sluice_class_state::default())?;
-        self.set_percpu(&self.skel.maps.fairness, "fairness", id, &vec![sluice_fair::default(); self.ncpus])?;
-        self.set_percpu(&self.skel.maps.shares, "shares", id, shares)?;
+        self.states.set_fairness(id, &vec![sluice_fair::default(); self.ncpus]);
+        self.states.set_shares(id, shares);
         let key = id.to_ne_bytes();
         let map_err = |map| move |err| GateError::Map { map, err };
         self.skel.maps.away.update(&key, &0u32.to_ne_bytes(), MapFlags::ANY).map_err(map_err("away"))?;

@@ -1,7 +1,11 @@
 //! The gate's state of each class on each CPU ("class_state": its buckets
-//! and counters) and the marks of the CPUs that wrote it since the daemon
-//! last looked ("class_cpus"), both read through mappings of their own
-//! (bpf/gate/maps.h has the layout).
+//! and counters), the marks of the CPUs that wrote it since the daemon
+//! last looked ("class_cpus"), and what the daemon sets for each class on
+//! each CPU ("shares": its part of the limit, "fairness": its source
+//! fairness), all through mappings of their own, an entry per class id and
+//! CPU (bpf/gate/maps.h has the layout). The daemon writes a setting only
+//! where its value changed: a limited class's split costs a read of its
+//! entries and the writes of those that moved, with no system call.
 //!
 //! A CPU marks a class at its first packet of the class in each of the
 //! daemon's ticks (`settings.epoch`). The daemon's tick reads a class's
@@ -18,37 +22,80 @@ use libbpf_rs::{MapCore, MapFlags};
 
 use super::maps::Mapping;
 use super::{bytes_of, ClassCounters, Gate, GateError, Result};
-use crate::bpf_intf::{sluice_class_state, SLUICE_CLASS_IDS, SLUICE_CS_NR};
+use crate::bpf_intf::{sluice_class_state, sluice_fair, sluice_share, SLUICE_CLASS_IDS, SLUICE_CS_NR};
 
 const IDS: usize = SLUICE_CLASS_IDS as usize;
 
-/// The key of class id `id`'s entry for `cpu` in "class_state" (bpf/gate/maps.h).
+/// The key of class id `id`'s entry for `cpu` in "class_state", "shares"
+/// and "fairness" (bpf/gate/maps.h).
 pub fn state_key(cpu: usize, id: u32) -> u32 {
     (cpu * IDS) as u32 + id
 }
 
-/// The "class_state" and "class_cpus" maps' sizes for `possible` CPUs.
+/// The sizes for `possible` CPUs of the maps with an entry per CPU and
+/// class id ("class_state", "shares", "fairness"), and of "class_cpus".
 pub(super) fn sizes(possible: usize) -> (u32, u32) {
     ((possible * IDS) as u32, (possible.div_ceil(64) * IDS) as u32)
 }
 
-/// The two maps, mapped: the states read-only, the marks read-write (the
-/// daemon takes them).
+/// The maps with an entry per CPU and class id, and the marks, mapped: the
+/// states read-only, the marks (the daemon takes them) and the settings
+/// read-write.
 pub(super) struct ClassStates {
     states: Mapping,
     marks: Mapping,
+    shares: Mapping,
+    fairness: Mapping,
     ncpus: usize,
 }
 
+/// The maps `ClassStates` maps.
+pub(super) struct PerCpuMaps<'a> {
+    pub states: &'a dyn MapCore,
+    pub marks: &'a dyn MapCore,
+    pub shares: &'a dyn MapCore,
+    pub fairness: &'a dyn MapCore,
+}
+
+/// Map `map` after checking its values are `T`s.
+fn mapping_of<T>(map: &dyn MapCore, name: &'static str, writable: bool) -> Result<Mapping> {
+    if map.value_size() as usize != std::mem::size_of::<T>() {
+        let e = std::io::Error::other("value size differs from the header");
+        return Err(GateError::Map { map: name, err: e.into() });
+    }
+    Mapping::of(map, name, writable)
+}
+
 impl ClassStates {
-    pub(super) fn map(states: &dyn MapCore, marks: &dyn MapCore, ncpus: usize) -> Result<ClassStates> {
-        if states.value_size() as usize != std::mem::size_of::<sluice_class_state>() {
-            let e = std::io::Error::other("value size differs from the header");
-            return Err(GateError::Map { map: "class_state", err: e.into() });
-        }
-        let states = Mapping::of(states, "class_state", false)?;
-        let marks = Mapping::of(marks, "class_cpus", true)?;
-        Ok(ClassStates { states, marks, ncpus })
+    pub(super) fn map(m: PerCpuMaps, ncpus: usize) -> Result<ClassStates> {
+        Ok(ClassStates {
+            states: mapping_of::<sluice_class_state>(m.states, "class_state", false)?,
+            marks: mapping_of::<u64>(m.marks, "class_cpus", true)?,
+            shares: mapping_of::<sluice_share>(m.shares, "shares", true)?,
+            fairness: mapping_of::<sluice_fair>(m.fairness, "fairness", true)?,
+            ncpus,
+        })
+    }
+
+    /// Class id `id`'s share of its limit on every possible CPU.
+    pub(super) fn shares(&self, id: u32) -> Vec<sluice_share> {
+        (0..self.ncpus).map(|cpu| self.shares.read(state_key(cpu, id) as usize)).collect()
+    }
+
+    /// Class id `id`'s source fairness on every possible CPU.
+    pub(super) fn fairness(&self, id: u32) -> Vec<sluice_fair> {
+        (0..self.ncpus).map(|cpu| self.fairness.read(state_key(cpu, id) as usize)).collect()
+    }
+
+    /// Give class id `id` `shares` (one per possible CPU), writing the
+    /// entries whose value differs; how many were written.
+    pub(super) fn set_shares(&self, id: u32, shares: &[sluice_share]) -> usize {
+        set_changed(&self.shares, id, shares, self.ncpus)
+    }
+
+    /// As `set_shares`, for source fairness.
+    pub(super) fn set_fairness(&self, id: u32, fair: &[sluice_fair]) -> usize {
+        set_changed(&self.fairness, id, fair, self.ncpus)
     }
 
     /// Class id `id`'s state on `cpu`.
@@ -75,6 +122,21 @@ impl ClassStates {
             self.marks.word(w * IDS + id as usize).store(u64::MAX, Ordering::Release);
         }
     }
+}
+
+/// Write into `map` the entries of class id `id` (one per possible CPU,
+/// `values`) that differ from what it holds; how many were written.
+fn set_changed<T: super::maps::Pod + PartialEq>(map: &Mapping, id: u32, values: &[T], ncpus: usize) -> usize {
+    assert_eq!(values.len(), ncpus, "a value per possible CPU");
+    let mut written = 0;
+    for (cpu, v) in values.iter().enumerate() {
+        let key = state_key(cpu, id) as usize;
+        if map.read::<T>(key) != *v {
+            map.write(key, v);
+            written += 1;
+        }
+    }
+    written
 }
 
 impl Gate {
@@ -104,15 +166,16 @@ struct IdCounters {
     per_cpu: Vec<ClassCounters>,
     /// Their sum.
     sum: ClassCounters,
-    /// By word of 64 CPUs, the marks taken at the last two reads: those
-    /// CPUs are read again.
+    /// By word of 64 CPUs, the marks taken at the last two ticks' reads
+    /// (with those of the reads between them): those CPUs are read again.
     last: Vec<[u64; 2]>,
 }
 
-/// The class counters as the daemon's tick reads them: each class id's
-/// per-CPU counters kept between reads, and at each read only the entries
-/// of the CPUs marked since (see the module's comment). A read takes the
-/// marks: a gate has one such reader (the tick); every other read is of
+/// The class counters as the daemon reads them: each class id's per-CPU
+/// counters kept between reads, and at each read only the entries of the
+/// CPUs marked since (see the module's comment). A read takes the marks: a
+/// gate has one such reader, the daemon's, for its tick (`read`) and for
+/// its statistics between ticks (`read_between`); every other read is of
 /// every entry (`Gate::all_class_counters`).
 #[derive(Debug, Clone, Default)]
 pub struct CounterReads {
@@ -132,9 +195,28 @@ impl CounterReads {
         self.read = false;
     }
 
-    /// Read the counters of classes 0..`classes` (by class index) that
-    /// changed since the last read.
+    /// The tick's read: the counters of classes 0..`classes` (by class
+    /// index) that changed since the last read. The marks it takes are read
+    /// again at the next two ticks' reads.
     pub fn read(&mut self, gate: &Gate, classes: usize) {
+        self.read_marked(gate, classes, true);
+        self.read = true;
+    }
+
+    /// A read between ticks (the statistics'): the entries marked since the
+    /// last read only, so what it copies is what saw packets since (a
+    /// CPU's packets counted after the tick's read, with no mark since,
+    /// wait for the next tick's read). The marks it takes join those of the
+    /// tick's last read, so the next two ticks' reads still copy every CPU
+    /// marked since; a tick's `per_cpu` still says what the tick read.
+    pub fn read_between(&mut self, gate: &Gate, classes: usize) {
+        self.read_marked(gate, classes, false);
+    }
+
+    /// Copy the entries marked since the last read and, at a tick's read
+    /// (`tick`), those marked at the two ticks' reads before; a tick's
+    /// marks become the last tick's, a read between ticks joins them.
+    fn read_marked(&mut self, gate: &Gate, classes: usize, tick: bool) {
         let ncpus = gate.ncpus;
         self.ids.resize(IDS, None);
         self.classes = (0..classes).map(|c| gate.ids.id(c).key()).collect();
@@ -148,8 +230,8 @@ impl CounterReads {
             });
             let marks = gate.states.take_marks(id);
             for (w, (&now, last)) in marks.iter().zip(e.last.iter_mut()).enumerate() {
-                let mut want = now | last[0] | last[1];
-                *last = [now, last[0]];
+                let mut want = if tick { now | last[0] | last[1] } else { now };
+                *last = if tick { [now, last[0]] } else { [now | last[0], last[1]] };
                 while want != 0 {
                     let cpu = w * 64 + want.trailing_zeros() as usize;
                     want &= want - 1;
@@ -165,7 +247,6 @@ impl CounterReads {
                 }
             }
         }
-        self.read = true;
     }
 
     /// Class `class`'s counters on each CPU, as of this tick's read (None:

@@ -72,9 +72,11 @@ pub struct Clock {
 }
 
 impl Gate {
-    /// Set one class's per-CPU bucket parameters (one value per possible CPU).
+    /// Set one class's per-CPU bucket parameters (one value per possible
+    /// CPU; the entries that changed are written).
     pub fn set_shares(&self, class: usize, shares: &[sluice_share]) -> Result<()> {
-        self.set_percpu(&self.skel.maps.shares, "shares", self.ids.id(class).key(), shares)
+        self.states.set_shares(self.ids.id(class).key(), shares);
+        Ok(())
     }
 
     /// Re-split a class's limits over CPUs by the arrivals each CPU saw
@@ -83,7 +85,9 @@ impl Gate {
     /// source fairness the known tier by the known sources' and the unknown
     /// tier by the unknown sources' (`CpuArrivals`). The daemon calls this
     /// every tick (`rebalance_from`); see the design comment in gate.bpf.c.
-    pub fn rebalance(&self, class: usize, tiers: &Tiers, last: &mut SplitCounts) -> Result<()> {
+    /// Returns the entries of "shares" and "fairness" written: those whose
+    /// values changed.
+    pub fn rebalance(&self, class: usize, tiers: &Tiers, last: &mut SplitCounts) -> Result<usize> {
         self.rebalance_from(class, tiers, &self.class_counters_percpu(class)?, last)
     }
 
@@ -96,7 +100,7 @@ impl Gate {
         tiers: &Tiers,
         counters: &[ClassCounters],
         last: &mut SplitCounts,
-    ) -> Result<()> {
+    ) -> Result<usize> {
         let arrivals = CpuArrivals::since(last, counters);
         let now = self.shares(class)?;
         let mut shares = match tiers.fair {
@@ -109,9 +113,8 @@ impl Gate {
             (new.wake_at, new.wake_gap_ns) = (old.wake_at, old.wake_gap_ns);
             (new.slow_wake_us, new.slow_answers) = (old.slow_wake_us, old.slow_answers);
         }
-        if now != shares {
-            self.set_shares(class, &shares)?;
-        }
+        let id = self.ids.id(class).key();
+        let written = self.states.set_shares(id, &shares);
         // Learning (and its taint) and the room rule apply with fairness on or off.
         let base = sluice_fair {
             learn: tiers.learn.is_some() as u8,
@@ -142,12 +145,13 @@ impl Gate {
                 })
                 .collect(),
         };
-        self.set_fairness(class, &fair)
+        Ok(written + self.states.set_fairness(id, &fair))
     }
 
     /// Set one class's per-CPU source fairness (all zero: off).
     pub fn set_fairness(&self, class: usize, fair: &[sluice_fair]) -> Result<()> {
-        self.set_percpu(&self.skel.maps.fairness, "fairness", self.ids.id(class).key(), fair)
+        self.states.set_fairness(self.ids.id(class).key(), fair);
+        Ok(())
     }
 
     /// Send a class's admitted packets to CPU `to`'s cpumap kthread (None:
@@ -178,7 +182,7 @@ impl Gate {
 
     /// One class's per-CPU source fairness as the gate has it.
     pub fn fairness(&self, class: usize) -> Result<Vec<sluice_fair>> {
-        self.percpu(&self.skel.maps.fairness, "fairness", self.ids.id(class).key())
+        Ok(self.states.fairness(self.ids.id(class).key()))
     }
 
     /// The run-time clock of source fairness, written every tick: the epoch
@@ -206,7 +210,7 @@ impl Gate {
 
     /// One class's per-CPU shares as the gate has them.
     pub fn shares(&self, class: usize) -> Result<Vec<sluice_share>> {
-        self.percpu(&self.skel.maps.shares, "shares", self.ids.id(class).key())
+        Ok(self.states.shares(self.ids.id(class).key()))
     }
 
     /// One class's per-CPU bucket state.

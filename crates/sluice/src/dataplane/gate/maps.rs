@@ -186,12 +186,6 @@ pub fn percpu_sum(map: &dyn MapCore, name: &'static str, idx: u32) -> Result<u64
     Ok(percpu::<u64>(map, name, idx)?.iter().sum())
 }
 
-/// Write entry `idx` of a per-CPU array: one value per possible CPU.
-pub fn set_percpu<T: Pod>(map: &dyn MapCore, name: &'static str, idx: u32, per_cpu: &[T]) -> Result<()> {
-    let values: Vec<Vec<u8>> = per_cpu.iter().map(|v| bytes_of(v).to_vec()).collect();
-    map.update_percpu(&idx.to_ne_bytes(), &values, MapFlags::ANY).map_err(|err| GateError::Map { map: name, err })
-}
-
 /// A libbpf skeleton together with the open object it borrows from: the
 /// object is freed after the skeleton, when this is dropped.
 pub struct Owned<S> {
@@ -251,12 +245,16 @@ impl<S> Drop for Owned<S> {
 pub struct Mapping {
     base: *mut libc::c_void,
     len: usize,
+    writable: bool,
 }
 
 // SAFETY: the mapping is plain shared memory, valid until dropped; every
-// access goes through a volatile read or an atomic (`Mapping::read`, `Mapping::word`).
+// access goes through a volatile read or write or an atomic (`Mapping::read`,
+// `Mapping::write`, `Mapping::word`).
 unsafe impl Send for Mapping {}
-// SAFETY: as above: no access through `&Mapping` writes but an atomic.
+// SAFETY: as above: a write through `&Mapping` is volatile u64 stores (a
+// value's fields may be seen half written, as the gate's readers may see
+// them; no u64 is torn) or an atomic.
 unsafe impl Sync for Mapping {}
 
 impl Mapping {
@@ -275,7 +273,7 @@ impl Mapping {
         if base == libc::MAP_FAILED {
             return Err(err(std::io::Error::last_os_error()));
         }
-        Ok(Mapping { base, len })
+        Ok(Mapping { base, len, writable })
     }
 
     /// Value `i` (a `T` of the map's value size, a multiple of 8 bytes),
@@ -300,6 +298,26 @@ impl Mapping {
                 dst.add(w).write_unaligned(std::ptr::read_volatile(src.add(w)));
             }
             out.assume_init()
+        }
+    }
+
+    /// Write value `i` of a read-write mapping (a `T` of the map's value
+    /// size), a u64 at a time, each with a volatile store: the gate reading
+    /// it meanwhile may see some fields new and some old, none torn.
+    pub fn write<T: Pod>(&self, i: usize, v: &T) {
+        const { assert!(std::mem::size_of::<T>().is_multiple_of(8), "values of whole u64s") };
+        let size = std::mem::size_of::<T>();
+        assert!(self.writable, "a write to a read-only mapping");
+        assert!((i + 1) * size <= self.len, "value {i} is past the mapping");
+        // SAFETY: the words written are inside a writable mapping (above),
+        // 8-aligned (values of whole u64s in a page-aligned mapping); they
+        // are read from `v` unaligned, all of its bytes initialised (Pod).
+        unsafe {
+            let src = (v as *const T).cast::<u64>();
+            let dst = self.base.cast::<u8>().add(i * size).cast::<u64>();
+            for w in 0..size / 8 {
+                std::ptr::write_volatile(dst.add(w), src.add(w).read_unaligned());
+            }
         }
     }
 

@@ -206,6 +206,8 @@ impl Gate {
             open.maps.cpus.set_max_entries(possible as u32)?;
             let (states, marks) = class_state::sizes(possible);
             open.maps.class_state.set_max_entries(states)?;
+            open.maps.shares.set_max_entries(states)?;
+            open.maps.fairness.set_max_entries(states)?;
             open.maps.class_cpus.set_max_entries(marks)?;
             let data = open.maps.data_data.as_deref_mut().expect(".data is mmap'ed before load");
             data.settings.sources_mask = slots - 1;
@@ -217,7 +219,14 @@ impl Gate {
         })
         .map_err(GateError::Load)?;
         let ncpus = possible;
-        let states = class_state::ClassStates::map(&skel.maps.class_state, &skel.maps.class_cpus, ncpus)?;
+        let m = &skel.maps;
+        let maps = class_state::PerCpuMaps {
+            states: &m.class_state,
+            marks: &m.class_cpus,
+            shares: &m.shares,
+            fairness: &m.fairness,
+        };
+        let states = class_state::ClassStates::map(maps, ncpus)?;
         Ok(Gate {
             skel,
             ncpus,
@@ -261,16 +270,6 @@ impl Gate {
         Ok(out)
     }
 
-    /// Write entry `id` of a per-CPU array: one value per possible CPU.
-    fn set_percpu<T: Pod>(&self, map: &libbpf_rs::Map, name: &'static str, id: u32, per_cpu: &[T]) -> Result<()> {
-        assert_eq!(per_cpu.len(), self.ncpus);
-        maps::set_percpu(map, name, id, per_cpu)
-    }
-
-    fn percpu<T: Pod>(&self, map: &libbpf_rs::Map, name: &'static str, id: u32) -> Result<Vec<T>> {
-        maps::percpu(map, name, id)
-    }
-
     /// A class's counters on each CPU.
     pub fn class_counters_percpu(&self, class: usize) -> Result<Vec<ClassCounters>> {
         Ok(self.states.entries(self.ids.id(class).key()).into_iter().map(|s| s.cnt).collect())
@@ -282,7 +281,8 @@ impl Gate {
     }
 
     /// Every class's counters (by class index, `classes` of them) on each
-    /// CPU: every entry read (the tick reads those that changed, `CounterReads`).
+    /// CPU: every entry read (the daemon's tick and statistics read those
+    /// that changed, `CounterReads`; tests and benches read them all).
     pub fn all_class_counters_percpu(&self, classes: usize) -> Result<Vec<Vec<ClassCounters>>> {
         (0..classes).map(|c| self.class_counters_percpu(c)).collect()
     }
