@@ -79,12 +79,12 @@ impl ClassStates {
 
     /// Class id `id`'s share of its limit on every possible CPU.
     pub(super) fn shares(&self, id: u32) -> Vec<sluice_share> {
-        (0..self.ncpus).map(|cpu| self.shares.read(state_key(cpu, id) as usize)).collect()
+        every_cpu(&self.shares, id, self.ncpus)
     }
 
     /// Class id `id`'s source fairness on every possible CPU.
     pub(super) fn fairness(&self, id: u32) -> Vec<sluice_fair> {
-        (0..self.ncpus).map(|cpu| self.fairness.read(state_key(cpu, id) as usize)).collect()
+        every_cpu(&self.fairness, id, self.ncpus)
     }
 
     /// Give class id `id` `shares` (one per possible CPU), writing the
@@ -105,7 +105,7 @@ impl ClassStates {
 
     /// Class id `id`'s state on every possible CPU.
     pub(super) fn entries(&self, id: u32) -> Vec<sluice_class_state> {
-        (0..self.ncpus).map(|cpu| self.entry(cpu, id)).collect()
+        every_cpu(&self.states, id, self.ncpus)
     }
 
     /// The CPUs that marked class id `id` since the last take, as words of
@@ -122,6 +122,11 @@ impl ClassStates {
             self.marks.word(w * IDS + id as usize).store(u64::MAX, Ordering::Release);
         }
     }
+}
+
+/// Class id `id`'s entries of `map` on every possible CPU.
+fn every_cpu<T: super::maps::Pod>(map: &Mapping, id: u32, ncpus: usize) -> Vec<T> {
+    (0..ncpus).map(|cpu| map.read(state_key(cpu, id) as usize)).collect()
 }
 
 /// Write into `map` the entries of class id `id` (one per possible CPU,
