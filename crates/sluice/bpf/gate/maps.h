@@ -217,10 +217,16 @@ volatile struct sluice_settings settings = {
 	.verdicts = { { .malformed_verdict = XDP_DROP }, { .malformed_verdict = XDP_DROP } },
 };
 
-/* The key of class `cls`'s entry for this CPU in class_state, shares and fairness. */
+/* The key of class `cls`'s entry for `cpu` in class_state, shares and fairness. */
+static __always_inline __u32 cpu_key(__u32 cpu, __u32 cls)
+{
+	return cpu * SLUICE_CLASS_IDS + (cls & (SLUICE_CLASS_IDS - 1));
+}
+
+/* The same for this CPU. */
 static __always_inline __u32 here_key(__u32 cls)
 {
-	return bpf_get_smp_processor_id() * SLUICE_CLASS_IDS + (cls & (SLUICE_CLASS_IDS - 1));
+	return cpu_key(bpf_get_smp_processor_id(), cls);
 }
 
 /* This CPU's share of class `cls`'s limit. */
@@ -247,7 +253,7 @@ static __always_inline struct sluice_fair *fair_here(__u32 cls)
 static __always_inline struct sluice_class_state *class_state_here(__u32 cls)
 {
 	__u32 cpu = bpf_get_smp_processor_id();
-	__u32 key = here_key(cls);
+	__u32 key = cpu_key(cpu, cls);
 	struct sluice_class_state *st = bpf_map_lookup_elem(&class_state, &key);
 	__u64 tick = (__u64)settings.epoch + 1;
 	__u32 word;
