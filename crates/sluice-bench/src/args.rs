@@ -163,6 +163,17 @@ pub(crate) struct BenchRunArgs {
     /// the flood, as a NIC's RSS would.
     #[arg(long, value_name = "CPU")]
     pub(crate) clients_cpu: Option<usize>,
+    /// dns and http scenarios: generator workers, each on a core of its
+    /// own from the CPU plan and each sending its share of the flood, so the
+    /// flood enters on that many queues (default: every generator CPU the
+    /// plan has; 1 on a 2-CPU machine).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub(crate) gen_workers: Option<u32>,
+    /// dns and http scenarios: queues of each veth end (default: one per
+    /// CPU, a sender entering on its CPU's queue as RSS would put a flow; 1:
+    /// every sender on one queue, as runs before issue 51 had it).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub(crate) queues: Option<u32>,
 }
 
 /// A calm cell's load: a fraction of capacity in (0, 2], or "none".

@@ -124,6 +124,8 @@ pub(crate) fn cmd_bench_services(svc: services::Service, sources: bool, a: Bench
             }
             None => cpu_plan::here().generator,
         },
+        gen_cpus: gen_cpus(a.gen_workers)?,
+        queues: a.queues.unwrap_or_else(cpu_plan::queues),
         interrupted: stop_flag()?,
     };
     eprintln!("sluice bench: scenario {}, writing to {}", a.scenario, out.display());
@@ -131,6 +133,21 @@ pub(crate) fn cmd_bench_services(svc: services::Service, sources: bool, a: Bench
     print!("{}", services::summary(&r));
     println!("results: {}", out.join("results.json").display());
     Ok(())
+}
+
+/// The CPUs of `--gen-workers` workers: the plan's first generator CPUs
+/// (all of them unless told).
+fn gen_cpus(workers: Option<u32>) -> Result<Vec<usize>> {
+    let cpus = &cpu_plan::here().generators;
+    let n = workers.map_or(cpus.len(), |n| n as usize);
+    anyhow::ensure!(
+        n <= cpus.len(),
+        "--gen-workers {n}: this machine's CPU plan has {} generator CPU(s) ({:?}: one a core the service and the control do not use); ask at most {}",
+        cpus.len(),
+        cpus,
+        cpus.len()
+    );
+    Ok(cpus[..n].to_vec())
 }
 
 /// `bench run --scenario readers` (see readers.rs).

@@ -3,10 +3,11 @@
 //! time: each makes a same-core testbed that owns both CPUs.
 use std::time::Duration;
 
-use sluice::dataplane::gate::Gate;
-use sluice::{base::netns, dataplane::classify, policy::config};
+use sluice::base::netns;
 use sluice_bench::load::gen::{stream_value, udp_stream, Generator};
-use sluice_bench::testbed::victim::{link_stats, VictimBed, VictimModel, IF_A, IF_B};
+use sluice_bench::load::gencheck::counting_gate;
+use sluice_bench::testbed::cpu_plan;
+use sluice_bench::testbed::victim::{link_stats, queue_xdp_packets, VictimBed, VictimModel, IF_A, IF_B};
 
 static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
@@ -61,15 +62,7 @@ fn generator_rates_match_the_victims_xdp_counters_within_2_percent() {
 fn ipv6_full_size_frames_with_flows_arrive_intact() {
     let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
     let tb = VictimBed::create("gen6", VictimModel::SameCore).unwrap();
-    let b = tb.net.b.clone();
-    let gate = netns::run_in(&b, || {
-        let cfg = config::from_flags(&["default:rate=blocked".into()])?;
-        let mut g = Gate::load()?;
-        g.apply(&cfg, &classify::compile(&cfg)?)?;
-        g.attach(IF_B, config::XdpMode::Native, false)?;
-        Ok(g)
-    })
-    .unwrap();
+    let gate = counting_gate(&tb).unwrap();
     tb.apply_model().unwrap();
     let gen = std::sync::Arc::new(std::sync::Mutex::new(Generator::load().unwrap()));
     // IPv6, full-size frames, several flows and destination ports: all arrive.
@@ -96,4 +89,67 @@ fn ipv6_full_size_frames_with_flows_arrive_intact() {
     assert!(c[1] as f64 / c[0].max(1) as f64 > 1510.0, "full-size frames: {} bytes in {} frames", c[1], c[0]);
     assert_eq!(gate.global_counters().unwrap()[1], 0, "no frame was malformed");
     drop(gen);
+}
+
+/// The bench's CPU plan gives each veth end a queue per CPU, and a sender
+/// enters on its own CPU's queue, as RSS gives each flow a queue: the
+/// generator's live frames (the kernel's cpu % queues) and a client's
+/// socket (XPS) on two CPUs land on two queues, so the client does not
+/// share the flood's ring or its NAPI. Checked by hand: without the XPS
+/// setting the client's datagrams went to queue 0 with the flood in 3 of 3
+/// runs, and the test failed.
+#[test]
+fn each_sender_enters_on_its_own_cpus_queue() {
+    let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
+    let plan = cpu_plan::here();
+    let (flood_cpu, client_cpu) = (plan.generator, plan.service);
+    let tb = VictimBed::create("queues", VictimModel::Nic).unwrap();
+    assert_eq!(tb.queues, cpu_plan::queues());
+    let gate = counting_gate(&tb).unwrap();
+    tb.apply_model().unwrap();
+    let before = queue_xdp_packets(&tb.net.b, IF_B).unwrap();
+    assert_eq!(before.len(), tb.queues as usize, "ethtool shows every queue");
+    let ring_before = link_stats(&tb.net.a, IF_A).unwrap().tx_dropped;
+    // The flood: live frames from the generator CPU for a second.
+    let s = udp_stream("flood", 200_000.0, 64, tb.net.ip_a, 20000, tb.net.ip_b, 9);
+    let v = stream_value(&s, tb.net.mac_b, tb.net.mac_a).unwrap();
+    let (a, ifx) = (tb.net.a.clone(), tb.net.ifindex_a);
+    let flood = std::thread::spawn(move || {
+        netns::run_in(&a, move || {
+            netns::pin_thread(flood_cpu)?;
+            let mut g = Generator::load()?;
+            g.set_streams(&[v])?;
+            g.run(ifx, Duration::from_secs(1), sluice_bench::load::gen::DEFAULT_BATCH)
+        })
+    });
+    // The client: datagrams from a socket on the other CPU, during the flood.
+    const SENT: u64 = 2000;
+    let (a, dst) = (tb.net.a.clone(), std::net::SocketAddr::new(tb.net.ip_b, 9));
+    netns::run_in(&a, move || {
+        netns::pin_thread(client_cpu)?;
+        std::thread::sleep(Duration::from_millis(200));
+        let sock = std::net::UdpSocket::bind("0.0.0.0:0")?;
+        for _ in 0..SENT {
+            sock.send_to(&[0u8; 32], dst)?;
+        }
+        Ok(())
+    })
+    .unwrap();
+    let (counts, _) = flood.join().unwrap().unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let after = queue_xdp_packets(&tb.net.b, IF_B).unwrap();
+    let ring = link_stats(&tb.net.a, IF_A).unwrap().tx_dropped - ring_before;
+    let got: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
+    eprintln!("queues {got:?}: flood sent {} on CPU {flood_cpu} ({ring} refused by full rings), client {SENT} on CPU {client_cpu}", counts[0].sent);
+    // The client's queue saw its datagrams and none of the flood's frames
+    // (a few of the kernel's own IPv6 control packets may add).
+    let client_q = got[client_cpu % got.len()];
+    assert!((SENT..=SENT + 20).contains(&client_q), "the client's queue {client_cpu}: {got:?}");
+    // The flood's queue saw its frames (less those a full ring refused).
+    let flood_q = got[flood_cpu % got.len()];
+    assert!(
+        flood_q + ring + 20 >= counts[0].sent && flood_q <= counts[0].sent + 20,
+        "the flood's queue {flood_cpu}: {got:?}"
+    );
+    drop(gate);
 }

@@ -28,6 +28,8 @@ fn opts(floods: &[&str]) -> ServiceOpts {
         calm_loads: vec![],
         neighbours: false,
         clients_cpu: sluice_bench::testbed::cpu_plan::here().generator,
+        gen_cpus: sluice_bench::testbed::cpu_plan::here().generators.clone(),
+        queues: sluice_bench::testbed::cpu_plan::queues(),
         interrupted: Arc::new(AtomicBool::new(false)),
     }
 }

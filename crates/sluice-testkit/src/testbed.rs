@@ -29,6 +29,12 @@ pub struct TestbedOpts<'a> {
     /// IPv6 addresses too; false turns IPv6 off in both namespaces (no router
     /// or neighbour solicitations to disturb exact packet counts).
     pub ipv6: bool,
+    /// Queues of each veth end. 1: one each way, as the tests had always.
+    /// With more, a sender's queue is its CPU's (XPS on each end's transmit
+    /// queues; the kernel puts live frames on queue cpu % queues), as RSS
+    /// gives each flow a queue: what is sent on CPU n enters the peer on
+    /// queue n, whose NAPI then runs on CPU n.
+    pub queues: u32,
 }
 
 pub struct Testbed {
@@ -65,7 +71,23 @@ impl Testbed {
             ifindex_a: 0,
         };
         sh(&["ip", "netns", "add", &tb.b])?;
-        sh(&["ip", "-n", &tb.a, "link", "add", IF_A, "type", "veth", "peer", "name", IF_B, "netns", &tb.b])?;
+        let q = opts.queues.max(1).to_string();
+        let queues = ["numtxqueues", &q, "numrxqueues", &q];
+        let mut add = vec!["ip", "-n", &tb.a, "link", "add", IF_A];
+        add.extend(queues);
+        add.extend(["type", "veth", "peer", "name", IF_B]);
+        add.extend(queues);
+        add.extend(["netns", &tb.b]);
+        sh(&add)?;
+        if opts.queues > 1 {
+            for (ns, ifc) in [(&tb.a, IF_A), (&tb.b, IF_B)] {
+                let each: Vec<String> = (0..opts.queues as usize)
+                    .map(|q| format!("echo {} > /sys/class/net/{ifc}/queues/tx-{q}/xps_cpus", cpu_mask(q)))
+                    .collect();
+                sh(&["ip", "netns", "exec", ns, "sh", "-c", &each.join("; ")])
+                    .with_context(|| format!("setting XPS on {ifc}: a transmit queue per CPU"))?;
+            }
+        }
         for (ns, ifc, ip, ip6) in [(&tb.a, IF_A, tb.ip_a, tb.ip6_a), (&tb.b, IF_B, tb.ip_b, tb.ip6_b)] {
             if opts.ipv6 {
                 sh(&["ip", "-n", ns, "addr", "add", &format!("{ip6}/64"), "dev", ifc, "nodad"])?;
@@ -100,6 +122,14 @@ impl Testbed {
     /// Write a file as seen from namespace B (its /sys/class/net is B's).
     pub fn write_in_b(&self, path: &str, value: &str) -> Result<()> {
         sh(&["ip", "netns", "exec", &self.b, "sh", "-c", &format!("echo {value} > {path}")])?;
+        Ok(())
+    }
+
+    /// Write `value` into a file of every receive queue of B's interface
+    /// (`rps_cpus`, say), as seen from namespace B.
+    pub fn write_rx_queues_in_b(&self, file: &str, value: &str) -> Result<()> {
+        let each = format!("for q in /sys/class/net/{IF_B}/queues/rx-*; do echo {value} > $q/{file} || exit 1; done");
+        sh(&["ip", "netns", "exec", &self.b, "sh", "-c", &each])?;
         Ok(())
     }
 
@@ -168,9 +198,27 @@ pub fn one_at_a_time(lock: &'static std::sync::Mutex<()>) -> std::sync::MutexGua
     lock.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// The kernel's cpumask text for one CPU (rps_cpus, xps_cpus and the like):
+/// 32-bit hex words, highest first, comma-separated ("1" for CPU 0,
+/// "8,00000000" for CPU 35), so any CPU number fits, not only the first 64.
+pub fn cpu_mask(cpu: usize) -> String {
+    let mut words = vec![format!("{:x}", 1u32 << (cpu % 32))];
+    words.extend(std::iter::repeat_n("00000000".to_string(), cpu / 32));
+    words.join(",")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cpu_mask_has_a_word_for_every_32_cpus_below_it() {
+        assert_eq!(cpu_mask(0), "1");
+        assert_eq!(cpu_mask(1), "2");
+        assert_eq!(cpu_mask(31), "80000000");
+        assert_eq!(cpu_mask(35), "8,00000000");
+        assert_eq!(cpu_mask(64), "1,00000000,00000000", "1 << 64 overflowed a u64");
+    }
 
     #[test]
     fn mac_addresses_round_trip() {

@@ -120,7 +120,7 @@ fn a_guarded_ipv6_syn_behind_a_vlan_tag_is_answered_too() {
 fn a_segment_the_host_would_route_elsewhere_goes_to_the_kernel_where_the_interface_forwards() {
     use sluice::base::netns::sh;
     const XDP_DROP: u32 = 1;
-    let opts = sluice_testkit::testbed::TestbedOpts { prefix: "sl-t", ipv6: true };
+    let opts = sluice_testkit::testbed::TestbedOpts { prefix: "sl-t", ipv6: true, queues: 1 };
     let tb = sluice_testkit::testbed::Testbed::create(opts, &format!("{}-route", std::process::id())).unwrap();
     sluice::base::netns::in_netns(&tb.b, || {
         // B holds 10.77.0.2 and fd77::2 on its veth; the other machine's networks are routed to A.

@@ -30,13 +30,7 @@ pub struct GenCheck {
 pub fn check(rates: &[f64], secs: f64, batch: u32) -> Result<Vec<GenCheck>> {
     sluice::dataplane::gate::check_privileges()?;
     let tb = VictimBed::create("gencheck", VictimModel::SameCore)?;
-    let gate = netns::run_in(&tb.net.b, || {
-        let cfg = config::from_flags(&["default:rate=blocked".into()])?;
-        let mut g = Gate::load()?;
-        g.apply(&cfg, &classify::compile(&cfg)?)?;
-        g.attach(IF_B, config::XdpMode::Native, false)?;
-        Ok(g)
-    })?;
+    let gate = counting_gate(&tb)?;
     tb.apply_model()?;
     let gen = Arc::new(Mutex::new(Generator::load()?));
     let mut out = Vec::new();
@@ -69,4 +63,16 @@ pub fn check(rates: &[f64], secs: f64, batch: u32) -> Result<Vec<GenCheck>> {
         });
     }
     Ok(out)
+}
+
+/// A gate on vb that counts every frame in class 0 and drops it: the XDP
+/// program the generator's live frames need on the receiving end.
+pub fn counting_gate(tb: &VictimBed) -> Result<Gate> {
+    netns::run_in(&tb.net.b, || {
+        let cfg = config::from_flags(&["default:rate=blocked".into()])?;
+        let mut g = Gate::load()?;
+        g.apply(&cfg, &classify::compile(&cfg)?)?;
+        g.attach(IF_B, config::XdpMode::Native, false)?;
+        Ok(g)
+    })
 }

@@ -252,7 +252,7 @@ impl Rig {
         };
         let kernel = self.kernel_drops()?;
         let ring_drops = dev_tx_dropped(&p.dev.read()?, IF_A);
-        let gen = self.gen.gen.read().unwrap().counts()?;
+        let gen = self.gen.counts()?;
         let t_ns = mono_ns();
         Ok(WindowEdge {
             t_ns,

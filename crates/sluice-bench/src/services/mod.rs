@@ -25,8 +25,10 @@
 //!   flood blocked entirely", the reference of the `http` target (closed-port
 //!   floods only: an own-port flood cannot be told apart by port).
 //!
-//! CPU 0 carries the generator, the legitimate clients and the XDP gate's work
-//! (veth runs the receiving NAPI on the sending CPU); with two CPUs the clients
+//! Where each part runs is the CPU plan's (`testbed::cpu_plan`). On two CPUs,
+//! CPU 0 carries the generator, the legitimate clients and the XDP gate's
+//! work (each veth queue's NAPI runs on the CPU that sent into it), unless
+//! `--clients-cpu 1` puts the clients beside the service; the clients
 //! cannot have a CPU of their own. The generator runs at nice 19, so the
 //! clients get the CPU time they ask for and the flood takes what is left (its
 //! rate is measured and shown per cell); a cell whose dnsperf still could not
@@ -427,6 +429,11 @@ pub struct ServiceOpts {
     /// the sender's CPU, so another CPU than the generator's is
     /// another RSS queue: the clients enter where the flood does not.
     pub clients_cpu: usize,
+    /// The generator workers' CPUs (`cpu_plan::Plan::generators`, or the
+    /// first of them): each sends its share of the flood on its queue.
+    pub gen_cpus: Vec<usize>,
+    /// Queues of each veth end (`cpu_plan::queues`: one per CPU).
+    pub queues: u32,
     /// Set by Ctrl-C: stop after the current cell.
     pub interrupted: Arc<AtomicBool>,
 }
@@ -591,11 +598,23 @@ pub struct ServiceHead {
 }
 
 /// Where a run's parts ran (issue 51: the bench's CPU plan).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CpuPlan {
+    /// The first generator worker's CPU.
     pub generator: usize,
     pub service: usize,
     pub clients: usize,
+    /// Every generator worker's CPU (empty: a run from before workers, one
+    /// on `generator`).
+    #[serde(default)]
+    pub generators: Vec<usize>,
+    /// The daemon's CPU (None: where the scheduler put it).
+    #[serde(default)]
+    pub control: Option<usize>,
+    /// Queues of each veth end (None: a run from before they were
+    /// recorded, one queue).
+    #[serde(default)]
+    pub queues: Option<u32>,
 }
 
 /// A run: its scenario (dns, http, sources), head and cells.
@@ -606,7 +625,7 @@ pub type ServiceRun = Results<ServiceHead, Cell>;
 pub fn run(svc: Service, o: &ServiceOpts, out: &Path) -> Result<ServiceRun> {
     sluice::dataplane::gate::check_privileges()?;
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
-    let bed = VictimBed::create(svc.name(), VictimModel::Nic)?;
+    let bed = VictimBed::with_queues(svc.name(), VictimModel::Nic, o.queues)?;
     let dir = std::env::temp_dir().join(format!("{}-files", bed.net.b));
     std::fs::create_dir_all(&dir)?;
     let result = (|| {

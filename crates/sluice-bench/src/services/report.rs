@@ -93,12 +93,14 @@ pub fn summary(r: &ServiceRun) -> String {
         r.head.secs,
         r.head.repeats,
         r.head.capacity.map_or(String::new(), |c| format!("; NSD capacity {}/s", sluice::base::fmt::human(c))),
-        r.head.cpus.map_or(String::new(), |p| format!(
-            "; CPUs: generator {}, {} {}, clients {}",
-            p.generator,
+        r.head.cpus.as_ref().map_or(String::new(), |p| format!(
+            "; CPUs: generator {}, {} {}, clients {}{}{}",
+            if p.generators.is_empty() { p.generator.to_string() } else { super::bench::cpu_list(&p.generators) },
             if dns { "NSD" } else { "nginx" },
             p.service,
-            p.clients
+            p.clients,
+            p.control.map_or(String::new(), |c| format!(", daemon {c}")),
+            p.queues.map_or(String::new(), |q| format!("; {q} veth queue(s)"))
         ))
     );
     s += &format!(
@@ -209,7 +211,8 @@ fn legend(dns: bool, keep_alive: bool, calm: bool) -> String {
         s += "calm-N = no flood, dnsperf asked N% of NSD's measured capacity (do no harm: zero config must answer what off answers)\n";
     }
     s += "svc CPU / sluice CPU = the service's / the daemon's processes, % of one core (the daemon: its tick, discovery, statistics;\n  in brackets the part of it that was softirq work the kernel ran while a daemon thread was on the CPU)\n";
-    s += "ring/s = frames/s vb's full ring refused before any XDP ran (flood and clients alike: the CPU 0 NAPI is saturated);\n";
+    s += "ring/s = frames/s vb's full rings refused before any XDP ran (a queue per CPU: the flood and the clients on its CPU\n";
+    s += "  alike, when that CPU's NAPI is saturated);\n";
     s += "  (*) = over RING_MARK of the frames never reached the gate: no gate could have saved that cell (lower --flood-rate)\n";
     s
 }

@@ -103,10 +103,10 @@ struct Bed {
 impl Bed {
     fn start(model: VictimModel) -> Result<Bed> {
         let bed = VictimBed::create("cpu", model)?;
-        let gen = GenWorker::start(&bed.net.a, bed.gen_cpu, bed.net.ifindex_a, 19)?;
+        let gen = GenWorker::start(&bed.net.a, &[bed.gen_cpu], bed.net.ifindex_a, 19)?;
         let mut flood = udp_stream("flood", FLOOD_PPS, 64, FLOOD_SRC_V4.parse()?, 20_000, bed.net.ip_b, LO_PORT);
         flood.flows = 64;
-        gen.gen.write().unwrap().set_streams(&[stream_value(&flood, bed.net.mac_b, bed.net.mac_a)?])?;
+        gen.set_streams(&[stream_value(&flood, bed.net.mac_b, bed.net.mac_a)?])?;
         crate::testbed::rig::add_flood_neighbours(&bed, 1)?;
         Ok(Bed { model, bed, gen })
     }
@@ -188,7 +188,7 @@ fn install(o: &CpuOpts, bed: &VictimBed, config: &str, out: &Path) -> Result<Ins
             _ => vec![],
         };
         let sock = out.join("sluice.sock");
-        Installed::Daemon(start_daemon(&o.exe, &bed.net.b, IF_B, &sock, &args, &out.join("daemon.log"))?, sock)
+        Installed::Daemon(start_daemon(&o.exe, (&bed.net.b, None), IF_B, &sock, &args, &out.join("daemon.log"))?, sock)
     };
     bed.apply_model()?;
     Ok(inst)

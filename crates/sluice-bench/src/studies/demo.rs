@@ -106,7 +106,7 @@ pub fn run(o: &DemoOpts) -> Result<crate::report::DnsDemo> {
     let dir = std::env::temp_dir().join(format!("{}-files", bed.net.b));
     std::fs::create_dir_all(&dir)?;
     // At nice 19: the clients on its CPU send what they ask; the flood takes the rest.
-    let gen = GenWorker::start(&bed.net.a, bed.gen_cpu, bed.net.ifindex_a, 19)?;
+    let gen = GenWorker::start(&bed.net.a, &[bed.gen_cpu], bed.net.ifindex_a, 19)?;
     let demo = Demo { o, bed: &bed, dir: &dir, gen };
     println!(
         "== testbed: namespaces {} (clients and the flood's generator, CPU {}) and {} (NSD, CPU {}), veth va <-> vb",
@@ -215,7 +215,7 @@ impl Demo<'_> {
     fn flood(&self, secs: f64) -> Result<mpsc::Receiver<GenDone>> {
         let spec = flood_stream(&self.bed.net, Service::Dns, &Flood::parse("closed-v4")?);
         let v = stream_value(&spec, self.bed.net.mac_b, self.bed.net.mac_a)?;
-        self.gen.gen.write().unwrap().set_streams(&[v])?;
+        self.gen.set_streams(&[v])?;
         Ok(self.gen.send_for(Duration::from_secs_f64(secs), DEFAULT_BATCH))
     }
 
@@ -258,7 +258,14 @@ impl Demo<'_> {
         let pass = (!gate).then(|| self.pass_all()).transpose()?;
         let gate = if gate {
             println!("== sluice run --iface {IF_B}");
-            Some(start_daemon(&self.o.exe, &self.bed.net.b, IF_B, &sock, &[], &self.dir.join("sluice-run.log"))?)
+            Some(start_daemon(
+                &self.o.exe,
+                (&self.bed.net.b, None),
+                IF_B,
+                &sock,
+                &[],
+                &self.dir.join("sluice-run.log"),
+            )?)
         } else {
             None
         };

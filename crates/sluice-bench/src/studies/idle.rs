@@ -158,7 +158,7 @@ fn one(
     let dir = scratch_dir();
     std::fs::create_dir_all(&dir)?;
     let sock = dir.join("idle.sock");
-    let daemon = start_daemon(exe, &tb.b, IF_B, &sock, &[], &dir.join("daemon.log"))?;
+    let daemon = start_daemon(exe, (&tb.b, None), IF_B, &sock, &[], &dir.join("daemon.log"))?;
     std::thread::sleep(settle);
     let (c0, t0) = (threads_cpu_ns(daemon.id()).0, Instant::now());
     std::thread::sleep(window);
@@ -198,7 +198,7 @@ fn reaction(exe: &Path, load: &Path, tb: &Testbed, dir: &Path) -> Result<(bool, 
     let sink = start_sink(load, tb)?;
     std::fs::create_dir_all(dir)?;
     let sock = dir.join("react.sock");
-    let daemon = start_daemon(exe, &tb.b, IF_B, &sock, &[], &dir.join("react.log"))?;
+    let daemon = start_daemon(exe, (&tb.b, None), IF_B, &sock, &[], &dir.join("react.log"))?;
     let send = |pps: u64, secs: f64| send_cmd(load, tb, (REACT_PORT, pps), secs);
     let mut calm_c = send(CALM_PPS, 30.0);
     calm_c.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
@@ -270,7 +270,7 @@ fn closed_port_flood(
     let sink = start_sink(load, tb)?;
     std::fs::create_dir_all(dir)?;
     let sock = dir.join("flood.sock");
-    let daemon = start_daemon(exe, &tb.b, IF_B, &sock, &[], &dir.join("flood.log"))?;
+    let daemon = start_daemon(exe, (&tb.b, None), IF_B, &sock, &[], &dir.join("flood.log"))?;
     std::thread::sleep(settle);
     let secs = (FLOOD_SETTLE + window + Duration::from_secs(1)).as_secs_f64();
     let send = |to: (u16, u64)| {
@@ -308,7 +308,10 @@ pub fn run(
     progress: bool,
 ) -> Result<Report> {
     sluice::dataplane::gate::check_privileges()?;
-    let tb = Testbed::create(TestbedOpts { prefix: NS_PREFIX, ipv6: true }, &format!("{}-idle", std::process::id()))?;
+    let tb = Testbed::create(
+        TestbedOpts { prefix: NS_PREFIX, ipv6: true, queues: 1 },
+        &format!("{}-idle", std::process::id()),
+    )?;
     // Past the daemon's start, discovery and the first calm second.
     let settle = Duration::from_secs(4);
     // The service and the sender are this build's, whichever daemon is measured.

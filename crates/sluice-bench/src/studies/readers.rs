@@ -236,7 +236,7 @@ fn cell(
     let sock = out.join("sluice.sock");
     let daemon = start_daemon(
         &o.exe,
-        &bed.net.b,
+        (&bed.net.b, None),
         sluice_testkit::testbed::IF_B,
         &sock,
         &daemon_args(s),

@@ -82,7 +82,10 @@ fn time(calls: u32, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
 /// Run in a fresh testbed; `rounds` rounds of `calls` calls per read.
 pub fn run(services: u32, rounds: usize, calls: u32) -> Result<Report> {
     gate::check_privileges()?;
-    let tb = Testbed::create(TestbedOpts { prefix: NS_PREFIX, ipv6: true }, &format!("{}-tick", std::process::id()))?;
+    let tb = Testbed::create(
+        TestbedOpts { prefix: NS_PREFIX, ipv6: true, queues: 1 },
+        &format!("{}-tick", std::process::id()),
+    )?;
     let b = tb.b.clone();
     std::thread::spawn(move || -> Result<Report> {
         netns::enter(&b)?;

@@ -1,19 +1,22 @@
-//! The bench's CPU plan: the CPU that runs the flood's generator (and,
-//! unless told otherwise, the legitimate clients) and the CPU that runs the
-//! service, chosen once from the CPUs this process may run on and the cores
-//! they belong to. Every testbed takes its two CPUs from here, and the dns,
-//! http and sources runs write them into results.json. On the 2-CPU
-//! reference VM the plan is CPU 0 and CPU 1, as the bench always ran.
+//! The bench's CPU plan: which CPUs run the flood's generator workers (and,
+//! unless told otherwise, the legitimate clients), which runs the service,
+//! and which runs the bench's control (the daemon and the rig's tick),
+//! chosen once from the CPUs this process may run on and the cores they
+//! belong to. Every testbed takes its CPUs from here, and the dns, http and
+//! sources runs write them into results.json. On the 2-CPU reference VM the
+//! plan is CPU 0 (generator, clients, control unpinned) and CPU 1 (service),
+//! as the bench always ran.
 //!
 //! The service runs on another core than the generator where there is one:
 //! an SMT sibling shares its core's execution units, so the service's cost
 //! would move with the flood's. It is the lowest such CPU in the
-//! generator's package (the same memory node).
+//! generator's package (the same memory node). The control takes a core of
+//! its own where a third is left, so the daemon under test is not timed by
+//! the flood's CPUs; the generator workers take one CPU of every other core.
 //!
-//! Not here yet (issue 51, item 4): several generator workers, control
-//! CPUs, and a multi-queue veth with the flood and the clients on chosen
-//! queues. On veth the gate runs on the sender's CPU, so `--clients-cpu`
-//! already puts the clients on another queue than the flood.
+//! The veth pair has a queue per CPU (`Testbed`'s `queues`), and a sender's
+//! queue is its CPU's, as RSS gives each flow a queue: the flood's workers
+//! and the clients enter on the queues of the CPUs they run on.
 use std::sync::OnceLock;
 
 /// A CPU this process may run on, and where it sits.
@@ -24,33 +27,66 @@ pub struct Cpu {
     pub core: u32,
 }
 
-/// The generator's CPU and the service's (a run records them, with the
-/// clients', as `services::CpuPlan`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Where each part of a run goes (a run records it, with the clients' CPU
+/// and the queues, as `services::CpuPlan`).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
+    /// The first generator CPU: the one worker of the benches that pace
+    /// their own legitimate stream, and the clients' CPU unless told.
     pub generator: usize,
+    /// Every CPU a generator worker may take, `generator` first.
+    pub generators: Vec<usize>,
     pub service: usize,
+    /// The control's CPU; None where no third core is left (the daemon then
+    /// runs where the scheduler puts it, the rig's tick on `generator`).
+    pub control: Option<usize>,
 }
 
 /// The generator on the first CPU; the service on the first CPU of another
-/// core, in the generator's package if it has one, else on any other CPU.
-/// None with fewer than two CPUs.
+/// core, in the generator's package if it has one, else on any other CPU;
+/// the control on the first CPU of a third core, likewise; one more
+/// generator worker on the first CPU of each core left. None with fewer
+/// than two CPUs.
 pub fn choose(cpus: &[Cpu]) -> Option<Plan> {
     let first = *cpus.iter().min_by_key(|c| c.id)?;
-    let other = |keep: &dyn Fn(&Cpu) -> bool| cpus.iter().filter(|c| c.id != first.id && keep(c)).map(|c| c.id).min();
-    let service = other(&|c| c.package == first.package && c.core != first.core)
-        .or_else(|| other(&|c| (c.package, c.core) != (first.package, first.core)))
-        .or_else(|| other(&|_| true))?;
-    Some(Plan { generator: first.id, service })
+    let core = |c: &Cpu| (c.package, c.core);
+    let mut taken = vec![core(&first)];
+    // The lowest CPU not on a taken core, in the generator's package first.
+    let pick = |taken: &[(u32, u32)]| {
+        let free = |c: &&Cpu| !taken.contains(&core(c));
+        let near = cpus.iter().filter(free).filter(|c| c.package == first.package).map(|c| c.id).min();
+        near.or_else(|| cpus.iter().filter(free).map(|c| c.id).min())
+    };
+    let service = pick(&taken).or_else(|| cpus.iter().map(|c| c.id).filter(|&id| id != first.id).min())?;
+    taken.extend(cpus.iter().filter(|c| c.id == service).map(core));
+    let control = pick(&taken);
+    taken.extend(cpus.iter().filter(|c| Some(c.id) == control).map(core));
+    let mut generators = vec![first.id];
+    let mut rest: Vec<&Cpu> = cpus.iter().filter(|c| !taken.contains(&core(c))).collect();
+    rest.sort_by_key(|c| c.id);
+    for c in rest {
+        if !taken.contains(&core(c)) {
+            taken.push(core(c));
+            generators.push(c.id);
+        }
+    }
+    Some(Plan { generator: first.id, generators, service, control })
 }
 
 /// This machine's plan, read once: the CPUs of this process's affinity
 /// mask, each with its package and core from sysfs (a CPU whose topology
 /// cannot be read counts as a core of its own). With fewer than two CPUs,
 /// CPU 0 and CPU 1: the bench's own checks then say it needs two.
-pub fn here() -> Plan {
+pub fn here() -> &'static Plan {
     static PLAN: OnceLock<Plan> = OnceLock::new();
-    *PLAN.get_or_init(|| choose(&allowed_cpus()).unwrap_or(Plan { generator: 0, service: 1 }))
+    PLAN.get_or_init(|| {
+        choose(&allowed_cpus()).unwrap_or(Plan { generator: 0, generators: vec![0], service: 1, control: None })
+    })
+}
+
+/// A queue per CPU this process may run on: one more than the highest.
+pub fn queues() -> u32 {
+    allowed_cpus().iter().map(|c| c.id as u32 + 1).max().unwrap_or(1).max(2)
 }
 
 fn allowed_cpus() -> Vec<Cpu> {
@@ -76,33 +112,54 @@ mod tests {
         layout.iter().map(|&(id, package, core)| Cpu { id, package, core }).collect()
     }
 
-    #[test]
-    fn two_cpus_are_the_generator_and_the_service() {
-        let plan = choose(&cpus(&[(0, 0, 0), (1, 0, 1)])).unwrap();
-        assert_eq!(plan, Plan { generator: 0, service: 1 });
-        assert_eq!(choose(&cpus(&[(0, 0, 0)])), None, "one CPU: no plan");
+    fn plan(generators: &[usize], service: usize, control: Option<usize>) -> Plan {
+        Plan { generator: generators[0], generators: generators.to_vec(), service, control }
     }
 
     #[test]
-    fn the_service_is_on_another_core_in_the_generators_package() {
-        // Linux numbers SMT siblings apart: 0 and 8 share a core here.
+    fn two_cpus_are_the_generator_and_the_service() {
+        let plan = choose(&cpus(&[(0, 0, 0), (1, 0, 1)])).unwrap();
+        assert_eq!(plan, self::plan(&[0], 1, None), "no third core: no control CPU");
+        assert_eq!(choose(&cpus(&[(0, 0, 0)])), None, "one CPU: no plan");
+        let four = choose(&cpus(&[(0, 0, 0), (1, 0, 1), (2, 0, 2), (3, 0, 3)])).unwrap();
+        assert_eq!(four, self::plan(&[0, 3], 1, Some(2)), "a third core controls, a fourth generates");
+    }
+
+    #[test]
+    fn each_part_takes_a_core_of_its_own_in_the_generators_package_first() {
+        // Linux numbers SMT siblings apart: 0 and 8 share a core here, and
+        // CPUs 4-7 (and 12-15) are a second package.
         let mut layout: Vec<(usize, u32, u32)> = (0..16).map(|c| (c, (c % 8 / 4) as u32, (c % 4) as u32)).collect();
         let plan = choose(&cpus(&layout)).unwrap();
-        assert_eq!(plan, Plan { generator: 0, service: 1 });
+        assert_eq!(plan, self::plan(&[0, 3, 4, 5, 6, 7], 1, Some(2)), "one worker a core, no sibling");
         // Siblings numbered side by side (0 and 1 share a core): not CPU 1.
         layout = (0..8).map(|c| (c, 0, (c / 2) as u32)).collect();
-        assert_eq!(choose(&cpus(&layout)).unwrap(), Plan { generator: 0, service: 2 });
-        // Only another package has another core: there.
+        assert_eq!(choose(&cpus(&layout)).unwrap(), self::plan(&[0, 6], 2, Some(4)));
+        // Only another package has another core: there, and no control.
         layout = vec![(2, 0, 0), (3, 0, 0), (4, 1, 0)];
-        assert_eq!(choose(&cpus(&layout)).unwrap(), Plan { generator: 2, service: 4 });
+        assert_eq!(choose(&cpus(&layout)).unwrap(), self::plan(&[2], 4, None));
         // Two siblings of one core: the other sibling, better than nothing.
         layout = vec![(0, 0, 0), (1, 0, 0)];
-        assert_eq!(choose(&cpus(&layout)).unwrap(), Plan { generator: 0, service: 1 });
+        assert_eq!(choose(&cpus(&layout)).unwrap(), self::plan(&[0], 1, None));
+    }
+
+    #[test]
+    fn no_cpu_has_two_parts() {
+        let layout: Vec<(usize, u32, u32)> = (0..64).map(|c| (c, (c / 32) as u32, (c % 16) as u32)).collect();
+        let plan = choose(&cpus(&layout)).unwrap();
+        let mut all: Vec<usize> = plan.generators.iter().copied().chain([plan.service]).chain(plan.control).collect();
+        let n = all.len();
+        all.sort();
+        all.dedup();
+        assert_eq!(all.len(), n, "{plan:?}");
+        assert_eq!(n, 32, "one CPU of each of the 32 cores");
     }
 
     #[test]
     fn this_machine_has_a_plan_of_two_cpus() {
         let plan = here();
         assert_ne!(plan.generator, plan.service);
+        assert_eq!(plan.generators[0], plan.generator);
+        assert!(queues() as usize > plan.service.max(plan.generator), "a queue for every CPU of the plan");
     }
 }

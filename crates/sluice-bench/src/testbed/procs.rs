@@ -134,15 +134,22 @@ pub fn in_ns(ns: &str, cpu: Option<usize>) -> Command {
     c
 }
 
-/// `sluice run --iface IFACE --socket SOCK --metrics off ARGS` in `ns`, as a
-/// user runs it, its output to `log` (a file: a pipe nobody reads could fill
+/// `sluice run --iface IFACE --socket SOCK --metrics off ARGS` in `ns`
+/// (pinned to `cpu` if one is given: the CPU plan's control), as a user runs it, its output to `log` (a file: a pipe nobody reads could fill
 /// and stop it); returns once its statistics socket answers (the gate is attached then).
 /// Its state directory (known sources) is SOCK.state, emptied first: every
 /// start begins with no client known, so cells do not inherit each other's.
-pub fn start_daemon(exe: &Path, ns: &str, iface: &str, sock: &Path, args: &[String], log: &Path) -> Result<Proc> {
+pub fn start_daemon(
+    exe: &Path,
+    (ns, cpu): (&str, Option<usize>),
+    iface: &str,
+    sock: &Path,
+    args: &[String],
+    log: &Path,
+) -> Result<Proc> {
     let state = sock.with_extension("state");
     let _ = std::fs::remove_dir_all(&state);
-    let mut c = in_ns(ns, None);
+    let mut c = in_ns(ns, cpu);
     c.arg(exe).args(["run", "--iface", iface, "--metrics", "off", "--socket"]).arg(sock);
     c.arg("--state-dir").arg(&state).args(args);
     let file = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;

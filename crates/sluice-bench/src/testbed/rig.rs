@@ -128,13 +128,13 @@ impl Rig {
         let victim_gate = Arc::new(Mutex::new(victim));
         let rebalance_stop = Arc::new(AtomicBool::new(false));
         let control = Arc::new(Mutex::new(ControlState { ticker: Ticker::idle(), failed: None }));
-        spawn_control(victim_gate.clone(), control.clone(), rebalance_stop.clone(), gen_cpu);
+        spawn_control(victim_gate.clone(), control.clone(), rebalance_stop.clone(), tb.control_cpu.unwrap_or(gen_cpu));
         let service = start_service(&tb, scenario, exe, scenario.victim.port)?;
         let bulk_service = match scenario.victim.bulk_port {
             Some(p) => Some(start_service(&tb, scenario, exe, p)?),
             None => None,
         };
-        let gen = GenWorker::start(&tb.net.a, gen_cpu, tb.net.ifindex_a, 0)?;
+        let gen = GenWorker::start(&tb.net.a, &[gen_cpu], tb.net.ifindex_a, 0)?;
         let legit_v6 = scenario.streams.iter().any(|s| s.legit && s.ipv6);
         let replies = if scenario.streams.iter().any(|s| s.legit) {
             let ip = if legit_v6 { tb.net.ip6_a } else { tb.net.ip_a };
@@ -272,7 +272,7 @@ impl Rig {
             .iter()
             .map(|(s, _)| stream_value(s, self.tb.net.mac_b, self.tb.net.mac_a))
             .collect::<Result<Vec<_>>>()?;
-        self.gen.gen.write().unwrap().set_streams(&values)?;
+        self.gen.set_streams(&values)?;
         Ok(streams)
     }
 
@@ -283,12 +283,12 @@ impl Rig {
 
     /// Change stream `i`'s rate during a run (0 pauses it).
     pub fn set_stream_rate(&self, i: usize, rate: f64) -> Result<()> {
-        self.gen.gen.read().unwrap().set_rate_live(i, rate)
+        self.gen.set_rate_live(i, rate)
     }
 
     /// The generator's per-stream counts so far.
     pub fn gen_counts(&self) -> Result<Vec<StreamCount>> {
-        self.gen.gen.read().unwrap().counts()
+        self.gen.counts()
     }
 
     /// Replies to the legitimate stream since the last call: (sent_ns, recv_ns).

@@ -8,8 +8,8 @@ use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
 use sluice::base::netns::sh;
+pub use sluice_testkit::testbed::{cpu_mask, IF_A, IF_B};
 use sluice_testkit::testbed::{Testbed, TestbedOpts};
-pub use sluice_testkit::testbed::{IF_A, IF_B};
 
 /// Every bench namespace's name starts with this.
 pub const NS_PREFIX: &str = "sluice-bench-";
@@ -65,27 +65,43 @@ pub struct VictimBed {
     pub model: VictimModel,
     pub gen_cpu: usize,
     pub victim_cpu: usize,
+    /// Where the daemon and the rig's tick run (`cpu_plan::Plan::control`).
+    pub control_cpu: Option<usize>,
+    /// Queues of each veth end.
+    pub queues: u32,
 }
 
 impl VictimBed {
     /// Make the testbed (sluice-bench-PID-TAG-a/b, with IPv6) on the CPU
-    /// plan's two CPUs (`cpu_plan::here`). The model is put in place by
-    /// `apply_model`, after the XDP programs are attached.
+    /// plan's CPUs (`cpu_plan::here`), with a queue per CPU. The model is
+    /// put in place by `apply_model`, after the XDP programs are attached.
     pub fn create(tag: &str, model: VictimModel) -> Result<VictimBed> {
-        let opts = TestbedOpts { prefix: NS_PREFIX, ipv6: true };
+        VictimBed::with_queues(tag, model, crate::testbed::cpu_plan::queues())
+    }
+
+    /// `create` with `queues` queues on each veth end (1: every sender
+    /// shares one, as the bench had before issue 51).
+    pub fn with_queues(tag: &str, model: VictimModel, queues: u32) -> Result<VictimBed> {
+        let opts = TestbedOpts { prefix: NS_PREFIX, ipv6: true, queues };
         let net = Testbed::create(opts, &format!("{}-{tag}", std::process::id()))?;
         let plan = crate::testbed::cpu_plan::here();
-        Ok(VictimBed { net, model, gen_cpu: plan.generator, victim_cpu: plan.service })
+        Ok(VictimBed {
+            net,
+            model,
+            gen_cpu: plan.generator,
+            victim_cpu: plan.service,
+            control_cpu: plan.control,
+            queues: queues.max(1),
+        })
     }
 
     /// Put the victim model in place. Call it after every XDP attach on vb:
     /// attaching re-creates the threaded-NAPI kthread, unpinned.
     pub fn apply_model(&self) -> Result<()> {
-        let rps = format!("/sys/class/net/{IF_B}/queues/rx-0/rps_cpus");
         let threaded = format!("/sys/class/net/{IF_B}/threaded");
         match self.model {
             VictimModel::SameCore => {
-                self.net.write_in_b(&rps, "0")?;
+                self.net.write_rx_queues_in_b("rps_cpus", "0")?;
                 self.net.write_in_b(&threaded, "1")?;
                 let pids = self.napi_threads()?;
                 if pids.is_empty() {
@@ -107,7 +123,7 @@ impl VictimBed {
     /// beside the service. (`apply_model` does it too, with threaded NAPI
     /// off, which vb takes only with an XDP program attached.)
     pub fn steer_rps(&self) -> Result<()> {
-        self.net.write_in_b(&format!("/sys/class/net/{IF_B}/queues/rx-0/rps_cpus"), &cpu_mask(self.victim_cpu))
+        self.net.write_rx_queues_in_b("rps_cpus", &cpu_mask(self.victim_cpu))
     }
 
     /// Pids of vb's napi kthreads (as the kernel lists them in B), waiting
@@ -137,15 +153,6 @@ pub struct LinkStats {
     pub tx_dropped: u64,
 }
 
-/// The kernel's cpumask text for one CPU (rps_cpus and the like): 32-bit
-/// hex words, highest first, comma-separated ("1" for CPU 0,
-/// "8,00000000" for CPU 35), so any CPU number fits, not only the first 64.
-pub fn cpu_mask(cpu: usize) -> String {
-    let mut words = vec![format!("{:x}", 1u32 << (cpu % 32))];
-    words.extend(std::iter::repeat_n("00000000".to_string(), cpu / 32));
-    words.join(",")
-}
-
 pub fn link_stats(ns: &str, ifname: &str) -> Result<LinkStats> {
     let out = sh(&["ip", "-n", ns, "-s", "-j", "link", "show", ifname])?;
     let v: serde_json::Value = serde_json::from_str(&out)?;
@@ -162,21 +169,28 @@ pub fn link_stats(ns: &str, ifname: &str) -> Result<LinkStats> {
     })
 }
 
+/// Frames each receive queue of a veth end ran XDP on (`ethtool -S`'s
+/// rx_queue_N_xdp_packets, the veth driver's own per-queue counters), by
+/// queue number: where each sender entered.
+pub fn queue_xdp_packets(ns: &str, ifname: &str) -> Result<Vec<u64>> {
+    let out = sh(&["ip", "netns", "exec", ns, "ethtool", "-S", ifname])?;
+    let mut queues: Vec<(usize, u64)> = out
+        .lines()
+        .filter_map(|l| {
+            let (name, value) = l.trim().split_once(": ")?;
+            let q = name.strip_prefix("rx_queue_")?.strip_suffix("_xdp_packets")?;
+            Some((q.parse().ok()?, value.trim().parse().ok()?))
+        })
+        .collect();
+    queues.sort();
+    anyhow::ensure!(
+        !queues.is_empty() && queues.iter().enumerate().all(|(i, &(q, _))| i == q),
+        "`ethtool -S {ifname}` in {ns} has no rx_queue_N_xdp_packets for every queue:\n{out}"
+    );
+    Ok(queues.into_iter().map(|(_, n)| n).collect())
+}
+
 /// Delete the namespaces a killed bench left behind; returns their names.
 pub fn cleanup_leftovers() -> Result<Vec<String>> {
     sluice_testkit::testbed::cleanup_leftovers(NS_PREFIX)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_cpu_mask_has_a_word_for_every_32_cpus_below_it() {
-        assert_eq!(cpu_mask(0), "1");
-        assert_eq!(cpu_mask(1), "2");
-        assert_eq!(cpu_mask(31), "80000000");
-        assert_eq!(cpu_mask(35), "8,00000000");
-        assert_eq!(cpu_mask(64), "1,00000000,00000000", "1 << 64 overflowed a u64");
-    }
 }

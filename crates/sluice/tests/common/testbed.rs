@@ -59,7 +59,7 @@ impl Testbed {
     pub fn new() -> Testbed {
         let n = NEXT.fetch_add(1, Ordering::SeqCst);
         let tag = format!("{}-{n}", std::process::id());
-        let opts = sluice_testkit::testbed::TestbedOpts { prefix: "sl-t", ipv6: false };
+        let opts = sluice_testkit::testbed::TestbedOpts { prefix: "sl-t", ipv6: false, queues: 1 };
         let net = sluice_testkit::testbed::Testbed::create(opts, &tag)
             .expect("making the test namespaces (tests run as root)");
         let dir = std::env::temp_dir().join(format!("sl-t{tag}"));

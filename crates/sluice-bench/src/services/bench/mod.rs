@@ -78,18 +78,20 @@ impl<'a> Bench<'a> {
             Service::Http => http::start_nginx(dir, b, bed.victim_cpu, a, bed.net.ip_b, o.php)?,
         };
         // At nice 19: the clients on its CPU send what they ask; the flood takes the rest.
-        let gen = GenWorker::start(a, bed.gen_cpu, bed.net.ifindex_a, 19)?;
+        let gen = GenWorker::start(a, &o.gen_cpus, bed.net.ifindex_a, 19)?;
         eprintln!(
-            "== {}: namespaces {a} (clients: CPU {}, generator: CPU {}) and {b} ({}, CPU {}, nic model)",
+            "== {}: namespaces {a} (clients: CPU {}, generator: CPU {}) and {b} ({}, CPU {}, nic model; daemon: {}; {} veth queue(s))",
             svc.name(),
             o.clients_cpu,
-            bed.gen_cpu,
+            cpu_list(&o.gen_cpus),
             match (svc, o.php) {
                 (Service::Dns, _) => "NSD",
                 (Service::Http, false) => "nginx",
                 (Service::Http, true) => "nginx and php-fpm",
             },
-            bed.victim_cpu
+            bed.victim_cpu,
+            bed.control_cpu.map_or("any CPU".into(), |c| format!("CPU {c}")),
+            bed.queues
         );
         let mut bench = Bench { svc, o, bed, dir, service, _backend: backend, gen, capacity: None, _filter: filter };
         if svc == Service::Dns {
@@ -137,9 +139,12 @@ impl<'a> Bench<'a> {
             keep_alive: self.o.keep_alive,
             php: self.o.php,
             cpus: Some(CpuPlan {
-                generator: self.bed.gen_cpu,
+                generator: self.o.gen_cpus[0],
                 service: self.bed.victim_cpu,
                 clients: self.o.clients_cpu,
+                generators: self.o.gen_cpus.clone(),
+                control: self.bed.control_cpu,
+                queues: Some(self.bed.queues),
             }),
         };
         let mut r = ServiceRun::new(scenario, head);
@@ -264,7 +269,7 @@ impl<'a> Bench<'a> {
             }
             Some(f) => {
                 let v = self.flood_values(f)?;
-                self.gen.gen.write().unwrap().set_streams(&v)?;
+                self.gen.set_streams(&v)?;
                 let rx = self.gen.send_for(Duration::from_secs_f64(secs + 1.5), crate::load::gen::DEFAULT_BATCH);
                 let onset = calm.is_some().then(|| self.probe_spawn(f.v6, None, ONSET_SECS));
                 std::thread::sleep(Duration::from_secs_f64(ONSET_SECS));
@@ -411,7 +416,7 @@ impl<'a> Bench<'a> {
         std::thread::scope(|s| {
             let clients = s.spawn(|| self.dns_clients(f.v6, secs));
             let pulsed = (0..f.pulses).try_for_each(|_| -> Result<()> {
-                self.gen.gen.write().unwrap().set_streams(&v)?;
+                self.gen.set_streams(&v)?;
                 let rx = self.gen.send_for(Duration::from_secs_f64(PULSE_ON_SECS), crate::load::gen::DEFAULT_BATCH);
                 rx.recv().context("the generator thread ended")??;
                 std::thread::sleep(Duration::from_secs_f64(PULSE_OFF_SECS));
@@ -471,7 +476,14 @@ impl<'a> Bench<'a> {
             }
         };
         let sock = self.dir.join("sluice.sock");
-        let p = start_daemon(&self.o.exe, &self.bed.net.b, IF_B, &sock, &args, &self.dir.join("sluice-run.log"))?;
+        let p = start_daemon(
+            &self.o.exe,
+            (&self.bed.net.b, self.bed.control_cpu),
+            IF_B,
+            &sock,
+            &args,
+            &self.dir.join("sluice-run.log"),
+        )?;
         // Zero config: the first discovery is at start; a tick or two for the first rates.
         std::thread::sleep(Duration::from_millis(300));
         Ok(Installed::Daemon(p, sock))
@@ -539,4 +551,9 @@ pub(crate) fn flood_stream(net: &sluice_testkit::testbed::Testbed, svc: Service,
 enum Flooding {
     Frames(std::sync::mpsc::Receiver<crate::load::workers::GenDone>),
     Conns(std::thread::JoinHandle<Result<http::Heavy>>),
+}
+
+/// CPUs as "0" or "0,3,4".
+pub(crate) fn cpu_list(cpus: &[usize]) -> String {
+    cpus.iter().map(usize::to_string).collect::<Vec<_>>().join(",")
 }
