@@ -167,15 +167,34 @@ pub fn shares_for(limit: &Limit, arrivals: &[u64], under: bool) -> Vec<sluice_sh
 
 /// The known tier's per-CPU shares (`shares_for` of its limit, split by
 /// `CpuArrivals::known_tier`), each bucket at least SLUICE_KNOWN_BURST_PKTS
-/// deep (a known client's own smallest burst, bpf/sluice.h; never over the
-/// tier's whole burst): a CPU that takes a known client's packets now and
-/// then has a small share of the rate, and a bucket of one packet there
-/// dropped the second of two that came close together. All CPUs together
-/// may admit that many packets more, once.
+/// deep (a known client's own smallest burst, bpf/sluice.h): a CPU that
+/// takes a known client's packets now and then has a small share of the
+/// rate, and a bucket of one packet there dropped the second of two that
+/// came close together.
 pub fn known_shares(limit: &Limit, arrivals: &[u64], under: bool) -> Vec<sluice_share> {
+    deep_shares(limit, arrivals, under, u64::from(crate::bpf_intf::SLUICE_KNOWN_BURST_PKTS))
+}
+
+/// The unknown tier's per-CPU shares (`shares_for` of its limit, split by
+/// `CpuArrivals::unknown_tier`), each bucket at least the tier's own least
+/// depth (`fair::UNKNOWN_DEPTH_MIN`). A light source alone on a CPU (a
+/// client new during a flood that enters on another queue) gets about
+/// what it sends there, and the tier's 1 ms of depth split by that left
+/// its bucket one packet deep: any two of its packets that came closer
+/// than its pace lost the second (the sources bench's new client on
+/// another CPU than the flood: 58-62% answered, against 93-95% when the
+/// tier was 10 ms deep).
+pub fn unknown_shares(limit: &Limit, arrivals: &[u64], under: bool) -> Vec<sluice_share> {
+    deep_shares(limit, arrivals, under, crate::policy::fair::UNKNOWN_DEPTH_MIN)
+}
+
+/// `shares_for`, with every CPU's bucket at least `least` packets deep
+/// (never deeper than the limit's whole burst). The rates are split as
+/// ever; all CPUs together may admit that many packets more, once.
+fn deep_shares(limit: &Limit, arrivals: &[u64], under: bool, least: u64) -> Vec<sluice_share> {
     let shares = shares_for(limit, arrivals, under);
     let Limit::Rate { burst, .. } = *limit else { return shares };
-    let least = u64::from(crate::bpf_intf::SLUICE_KNOWN_BURST_PKTS).min(burst);
+    let least = least.min(burst);
     shares.into_iter().map(|s| if s.burst < least { share(s.rate_pps, least) } else { s }).collect()
 }
 
@@ -303,6 +322,23 @@ mod tests {
         assert_eq!(v[0].fill_ns, share(v[0].rate_pps, v[0].burst).fill_ns);
         assert!(v[1].burst > v[0].burst);
         let shallow = known_shares(&Limit::Rate { pps: 100, burst: 3 }, &[1, 1000], false);
+        assert!(shallow.iter().all(|s| s.burst <= 3), "never deeper than the tier: {shallow:?}");
+    }
+
+    #[test]
+    fn every_cpus_unknown_tier_bucket_holds_the_tiers_least_depth() {
+        // The sources bench's case: the tier 1 ms deep beside known clients
+        // (20k/s, 20 tokens), a flood's source within its share on CPU 0 and
+        // a new client's 2 packets a tick on CPU 1.
+        let limit = Limit::Rate { pps: 20_000, burst: 20 };
+        let v = unknown_shares(&limit, &[200, 2], false);
+        assert_eq!(v.iter().map(|s| s.rate_pps).sum::<u64>(), 20_000, "the rate is split as ever");
+        assert!(v[1].rate_pps >= 200, "the light CPU's rate covers what it sends: {v:?}");
+        let split = shares_for(&limit, &[200, 2], false);
+        assert_eq!(split[1].burst, 1, "split by the rate alone, one packet deep");
+        assert_eq!(v[1].burst, crate::policy::fair::UNKNOWN_DEPTH_MIN, "{v:?}");
+        assert_eq!(v[0].burst, split[0].burst, "the flood's CPU keeps its own depth");
+        let shallow = unknown_shares(&Limit::Rate { pps: 100, burst: 3 }, &[1, 1000], false);
         assert!(shallow.iter().all(|s| s.burst <= 3), "never deeper than the tier: {shallow:?}");
     }
 

@@ -131,7 +131,7 @@ impl Gate {
         };
         let fair: Vec<sluice_fair> = match &tiers.fair {
             None => vec![base; self.ncpus],
-            Some(f) => shares_for(&f.unknown, arrivals.unknown_tier(), tiers.under)
+            Some(f) => unknown_shares(&f.unknown, arrivals.unknown_tier(), tiers.under)
                 .into_iter()
                 .map(|unknown| sluice_fair {
                     unknown,

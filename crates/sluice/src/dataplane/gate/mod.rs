@@ -16,7 +16,7 @@ use crate::bpf_intf::{
     SLUICE_CS_NR, SLUICE_GEN_GROUP_SHIFT, SLUICE_GS_NR, SLUICE_SOURCES_DEFAULT,
 };
 use crate::dataplane::classify::Tables;
-use crate::dataplane::share::{known_shares, shares_for, CpuArrivals, SplitCounts};
+use crate::dataplane::share::{known_shares, shares_for, unknown_shares, CpuArrivals, SplitCounts};
 use crate::gate_skel::{GateSkel, GateSkelBuilder};
 use crate::policy::config::{Config, Limit, Verdict, XdpMode};
 
