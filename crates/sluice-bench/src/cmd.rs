@@ -122,7 +122,7 @@ pub(crate) fn cmd_bench_services(svc: services::Service, sources: bool, a: Bench
                 anyhow::ensure!(cpu < n, "--clients-cpu {cpu}: this host runs CPUs 0 to {}", n - 1);
                 cpu
             }
-            None => cpu_plan::here().generator,
+            None => cpu_plan::here().generator(),
         },
         gen_cpus: gen_cpus(a.gen_workers)?,
         queues: a.queues.unwrap_or_else(cpu_plan::queues),

@@ -102,7 +102,7 @@ fn ipv6_full_size_frames_with_flows_arrive_intact() {
 fn each_sender_enters_on_its_own_cpus_queue() {
     let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
     let plan = cpu_plan::here();
-    let (flood_cpu, client_cpu) = (plan.generator, plan.service);
+    let (flood_cpu, client_cpu) = (plan.generator(), plan.service);
     let tb = VictimBed::create("queues", VictimModel::Nic).unwrap();
     assert_eq!(tb.queues, cpu_plan::queues());
     let gate = counting_gate(&tb).unwrap();

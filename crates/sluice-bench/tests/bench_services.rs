@@ -27,7 +27,7 @@ fn opts(floods: &[&str]) -> ServiceOpts {
         sources: false,
         calm_loads: vec![],
         neighbours: false,
-        clients_cpu: sluice_bench::testbed::cpu_plan::here().generator,
+        clients_cpu: sluice_bench::testbed::cpu_plan::here().generator(),
         gen_cpus: sluice_bench::testbed::cpu_plan::here().generators.clone(),
         queues: sluice_bench::testbed::cpu_plan::queues(),
         interrupted: Arc::new(AtomicBool::new(false)),

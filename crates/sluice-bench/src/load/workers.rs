@@ -138,7 +138,7 @@ impl GenWorker {
     /// Per-stream counts so far, of every worker together.
     pub fn counts(&self) -> Result<Vec<StreamCount>> {
         let each = self.workers.iter().map(|w| w.gen.read().unwrap().counts()).collect::<Result<Vec<_>>>()?;
-        Ok(sum_counts(&each))
+        Ok(sum_counts(each.iter().map(Vec::as_slice)))
     }
 
     /// Send for `d` from every worker; the answer is their counts summed,
@@ -190,8 +190,8 @@ impl Worker {
 }
 
 /// The workers' per-stream counts added up.
-fn sum_counts(each: &[Vec<StreamCount>]) -> Vec<StreamCount> {
-    let mut total = vec![StreamCount::default(); each.iter().map(Vec::len).max().unwrap_or(0)];
+fn sum_counts<'a>(each: impl Iterator<Item = &'a [StreamCount]> + Clone) -> Vec<StreamCount> {
+    let mut total = vec![StreamCount::default(); each.clone().map(<[_]>::len).max().unwrap_or(0)];
     for counts in each {
         for (t, c) in total.iter_mut().zip(counts) {
             t.sent += c.sent;
@@ -206,7 +206,7 @@ fn sum_counts(each: &[Vec<StreamCount>]) -> Vec<StreamCount> {
 /// which the summed frames went at the sum of the workers' rates (each
 /// worker's frames over its own seconds). With one worker, its run.
 fn join_runs(each: &[(Vec<StreamCount>, f64)]) -> (Vec<StreamCount>, f64) {
-    let counts = sum_counts(&each.iter().map(|(c, _)| c.clone()).collect::<Vec<_>>());
+    let counts = sum_counts(each.iter().map(|(c, _)| c.as_slice()));
     let frames = |c: &[StreamCount]| c.iter().map(|s| s.sent).sum::<u64>() as f64;
     let rate: f64 = each.iter().filter(|(_, secs)| *secs > 0.0).map(|(c, secs)| frames(c) / secs).sum();
     let total = frames(&counts);

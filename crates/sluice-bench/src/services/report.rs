@@ -95,7 +95,11 @@ pub fn summary(r: &ServiceRun) -> String {
         r.head.capacity.map_or(String::new(), |c| format!("; NSD capacity {}/s", sluice::base::fmt::human(c))),
         r.head.cpus.as_ref().map_or(String::new(), |p| format!(
             "; CPUs: generator {}, {} {}, clients {}{}{}",
-            if p.generators.is_empty() { p.generator.to_string() } else { super::bench::cpu_list(&p.generators) },
+            if p.generators.is_empty() {
+                p.generator.to_string()
+            } else {
+                crate::testbed::cpu_plan::cpu_list(&p.generators)
+            },
             if dns { "NSD" } else { "nginx" },
             p.service,
             p.clients,

@@ -31,15 +31,26 @@ pub struct Cpu {
 /// and the queues, as `services::CpuPlan`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
-    /// The first generator CPU: the one worker of the benches that pace
-    /// their own legitimate stream, and the clients' CPU unless told.
-    pub generator: usize,
-    /// Every CPU a generator worker may take, `generator` first.
+    /// Every CPU a generator worker may take, the first generator CPU
+    /// (`generator`) first; never empty.
     pub generators: Vec<usize>,
     pub service: usize,
     /// The control's CPU; None where no third core is left (the daemon then
     /// runs where the scheduler puts it, the rig's tick on `generator`).
     pub control: Option<usize>,
+}
+
+impl Plan {
+    /// The first generator CPU: the one worker of the benches that pace
+    /// their own legitimate stream, and the clients' CPU unless told.
+    pub fn generator(&self) -> usize {
+        self.generators[0]
+    }
+}
+
+/// CPUs as "0" or "0,3,4".
+pub fn cpu_list(cpus: &[usize]) -> String {
+    cpus.iter().map(usize::to_string).collect::<Vec<_>>().join(",")
 }
 
 /// The generator on the first CPU; the service on the first CPU of another
@@ -70,7 +81,7 @@ pub fn choose(cpus: &[Cpu]) -> Option<Plan> {
             generators.push(c.id);
         }
     }
-    Some(Plan { generator: first.id, generators, service, control })
+    Some(Plan { generators, service, control })
 }
 
 /// This machine's plan, read once: the CPUs of this process's affinity
@@ -79,14 +90,12 @@ pub fn choose(cpus: &[Cpu]) -> Option<Plan> {
 /// CPU 0 and CPU 1: the bench's own checks then say it needs two.
 pub fn here() -> &'static Plan {
     static PLAN: OnceLock<Plan> = OnceLock::new();
-    PLAN.get_or_init(|| {
-        choose(&allowed_cpus()).unwrap_or(Plan { generator: 0, generators: vec![0], service: 1, control: None })
-    })
+    PLAN.get_or_init(|| choose(&allowed_cpus()).unwrap_or(Plan { generators: vec![0], service: 1, control: None }))
 }
 
 /// A queue per CPU this process may run on: one more than the highest.
 pub fn queues() -> u32 {
-    allowed_cpus().iter().map(|c| c.id as u32 + 1).max().unwrap_or(1).max(2)
+    sluice::base::netns::affinity(0).into_iter().map(|cpu| cpu as u32 + 1).max().unwrap_or(1).max(2)
 }
 
 fn allowed_cpus() -> Vec<Cpu> {
@@ -113,7 +122,7 @@ mod tests {
     }
 
     fn plan(generators: &[usize], service: usize, control: Option<usize>) -> Plan {
-        Plan { generator: generators[0], generators: generators.to_vec(), service, control }
+        Plan { generators: generators.to_vec(), service, control }
     }
 
     #[test]
@@ -158,8 +167,7 @@ mod tests {
     #[test]
     fn this_machine_has_a_plan_of_two_cpus() {
         let plan = here();
-        assert_ne!(plan.generator, plan.service);
-        assert_eq!(plan.generators[0], plan.generator);
-        assert!(queues() as usize > plan.service.max(plan.generator), "a queue for every CPU of the plan");
+        assert_ne!(plan.generator(), plan.service);
+        assert!(queues() as usize > plan.service.max(plan.generator()), "a queue for every CPU of the plan");
     }
 }

@@ -88,7 +88,7 @@ impl VictimBed {
         Ok(VictimBed {
             net,
             model,
-            gen_cpu: plan.generator,
+            gen_cpu: plan.generator(),
             victim_cpu: plan.service,
             control_cpu: plan.control,
             queues: queues.max(1),

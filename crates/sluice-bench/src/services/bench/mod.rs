@@ -83,7 +83,7 @@ impl<'a> Bench<'a> {
             "== {}: namespaces {a} (clients: CPU {}, generator: CPU {}) and {b} ({}, CPU {}, nic model; daemon: {}; {} veth queue(s))",
             svc.name(),
             o.clients_cpu,
-            cpu_list(&o.gen_cpus),
+            crate::testbed::cpu_plan::cpu_list(&o.gen_cpus),
             match (svc, o.php) {
                 (Service::Dns, _) => "NSD",
                 (Service::Http, false) => "nginx",
@@ -551,9 +551,4 @@ pub(crate) fn flood_stream(net: &sluice_testkit::testbed::Testbed, svc: Service,
 enum Flooding {
     Frames(std::sync::mpsc::Receiver<crate::load::workers::GenDone>),
     Conns(std::thread::JoinHandle<Result<http::Heavy>>),
-}
-
-/// CPUs as "0" or "0,3,4".
-pub(crate) fn cpu_list(cpus: &[usize]) -> String {
-    cpus.iter().map(usize::to_string).collect::<Vec<_>>().join(",")
 }
